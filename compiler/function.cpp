@@ -1,0 +1,41 @@
+#include "compiler/function.h"
+
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+
+Function::Function(std::shared_ptr<Executor> executor, std::vector<std::string> input_names,
+                   std::vector<TensorType> input_types, std::vector<std::string> output_names,
+                   CompileInfo info)
+    : executor_(std::move(executor)),
+      input_names_(std::move(input_names)),
+      input_types_(std::move(input_types)),
+      output_names_(std::move(output_names)),
+      info_(std::move(info)) {}
+
+std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs) const {
+  return executor_->run(inputs);
+}
+
+std::vector<Tensor> Function::run(const std::map<std::string, Tensor>& inputs) const {
+  std::vector<Tensor> ordered;
+  for (size_t i = 0; i < input_names_.size(); ++i) {
+    auto it = inputs.find(input_names_[i]);
+    if (it == inputs.end()) {
+      throw UserError("missing input '" + input_names_[i] + "' (expected " +
+                      input_types_[i].to_string() + ")");
+    }
+    ordered.push_back(it->second);
+  }
+  for (const auto& [name, t] : inputs) {
+    bool known = false;
+    for (const auto& n : input_names_) known = known || n == name;
+    if (!known) {
+      throw UserError("unknown input '" + name + "' (the graph takes " + join(input_names_, ", ") + ")");
+    }
+  }
+  return executor_->run(ordered);
+}
+
+}  // namespace kiln

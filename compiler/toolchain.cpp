@@ -1,0 +1,107 @@
+#include "compiler/toolchain.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+#include "compiler/subprocess.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+std::string resolve_cpu(const std::string& cc) {
+  // clang prints the cc1 command line with -### ; the cpu follows "-target-cpu".
+  ProcessResult r = run_process({cc, "-march=native", "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"});
+  std::smatch m;
+  static const std::regex clang_cpu("\"-target-cpu\" \"([^\"]+)\"");
+  if (std::regex_search(r.err, m, clang_cpu)) return m[1];
+  // gcc reports the resolved value through --help=target.
+  r = run_process({cc, "-march=native", "-Q", "--help=target"});
+  static const std::regex gcc_cpu("-march=\\s+([A-Za-z0-9_.-]+)");
+  if (std::regex_search(r.out, m, gcc_cpu)) return m[1];
+  warn("cannot resolve -march=native for '" + cc + "'; using x86-64-v2");
+  return "x86-64-v2";
+}
+
+}  // namespace
+
+std::vector<std::string> split_flags(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string f;
+  while (in >> f) out.push_back(f);
+  return out;
+}
+
+const Toolchain& Toolchain::get(const ToolchainConfig& config) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Toolchain>> probed;
+  std::string cc = config.cc;
+  if (cc.empty()) {
+    const char* env = std::getenv("KILN_CC");
+    cc = env && *env ? env : "clang";
+  }
+  std::string cflags = config.cflags;
+  if (cflags.empty()) {
+    const char* env = std::getenv("KILN_CFLAGS");
+    cflags = env ? env : "";
+  }
+  std::lock_guard lock(mutex);
+  auto& slot = probed[cc + "\n" + cflags];
+  if (slot) return *slot;
+
+  ProcessResult v = run_process({cc, "--version"});
+  if (v.exit_code != 0) {
+    throw UserError("C compiler '" + cc + "' does not run (" +
+                    (v.err.empty() ? "exit " + std::to_string(v.exit_code) : v.err) +
+                    "); install clang (scripts/setup) or set KILN_CC");
+  }
+  std::unique_ptr<Toolchain> t(new Toolchain());
+  t->cc_ = cc;
+  t->version_ = v.out.substr(0, v.out.find('\n'));
+  t->cpu_ = resolve_cpu(cc);
+  // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
+  // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
+  // and are memory-bound, so unrolling buys little at run time.
+  t->flags_ = {"-std=c11", "-O3", "-fno-unroll-loops", "-fPIC", "-shared", "-march=" + t->cpu_,
+               "-fno-math-errno", "-Wall"};
+  for (auto& f : split_flags(cflags)) {
+    if (f == "-march=native") f = "-march=" + t->cpu_;
+    t->flags_.push_back(f);
+  }
+  t->fingerprint_ = "cc=" + cc + "\nversion=" + t->version_ + "\ncpu=" + t->cpu_ +
+                    "\nflags=" + join(t->flags_, " ");
+  slot = std::move(t);
+  return *slot;
+}
+
+CompileOutcome Toolchain::compile(const std::filesystem::path& source,
+                                  const std::filesystem::path& output,
+                                  const std::vector<std::string>& extra_args,
+                                  const std::vector<std::string>& libraries) const {
+  std::vector<std::string> argv{cc_};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  argv.push_back(source.string());
+  argv.push_back("-o");
+  argv.push_back(output.string());
+  for (const auto& lib : libraries) argv.push_back("-l" + lib);
+  argv.push_back("-lm");
+  auto start = std::chrono::steady_clock::now();
+  ProcessResult r = run_process(argv);
+  CompileOutcome outcome;
+  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  outcome.ok = r.exit_code == 0;
+  outcome.log = r.err + r.out;
+  if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
+  return outcome;
+}
+
+}  // namespace kiln

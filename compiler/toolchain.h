@@ -1,0 +1,46 @@
+#pragma once
+// The C toolchain: clang (or $KILN_CC) as a subprocess. `-march=native` is resolved to a
+// concrete CPU name so modules built on different hosts never share a cache key.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ToolchainConfig {
+  std::string cc;      // empty: $KILN_CC, else "clang"
+  std::string cflags;  // empty: $KILN_CFLAGS; appended after kiln's own flags
+};
+
+struct CompileOutcome {
+  bool ok = false;
+  std::string log;      // the compiler's stderr (warnings included)
+  double seconds = 0;
+};
+
+class Toolchain {
+ public:
+  // Probes the compiler once per (cc, cflags) per process; throws UserError if it cannot run.
+  static const Toolchain& get(const ToolchainConfig& config = {});
+
+  const std::string& cc() const { return cc_; }
+  const std::string& version() const { return version_; }  // first line of `cc --version`
+  const std::string& cpu() const { return cpu_; }          // resolved -march
+  const std::vector<std::string>& flags() const { return flags_; }
+  // Compiler identity and version, flags and target: part of every cache key.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // Compiles one C source to a shared object, linking `libraries` (-l names).
+  CompileOutcome compile(const std::filesystem::path& source, const std::filesystem::path& output,
+                         const std::vector<std::string>& extra_args,
+                         const std::vector<std::string>& libraries) const;
+
+ private:
+  Toolchain() = default;
+  std::string cc_, version_, cpu_, fingerprint_;
+  std::vector<std::string> flags_;
+};
+
+std::vector<std::string> split_flags(const std::string& text);
+
+}  // namespace kiln

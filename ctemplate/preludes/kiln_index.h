@@ -1,0 +1,102 @@
+/* kiln_index.h — index arithmetic for the strided loops of generated modules. */
+#ifndef KILN_INDEX_H
+#define KILN_INDEX_H
+/* Index helpers run once per loop nest, not per element: keeping them out of line keeps
+ * modules small and fast to compile. Helpers a module does not call must not warn. */
+#define KILN_INDEX_FN static __attribute__((unused, noinline))
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KILN_MAX_DIMS 16
+
+/* Simplifies an iteration space shared by `nops` operands: drops size-1 dimensions and
+ * merges neighbours that every operand walks as one contiguous run, so a contiguous or
+ * row-broadcast loop becomes one long inner loop. Works in place; returns the new rank
+ * (at least 1). A stride of 0 marks a broadcast operand. */
+KILN_INDEX_FN int kiln_collapse(int ndim, int nops, int64_t *shape,
+                                int64_t strides[][KILN_MAX_DIMS]) {
+  int r = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 1) continue;
+    shape[r] = shape[d];
+    for (int k = 0; k < nops; ++k) strides[k][r] = strides[k][d];
+    ++r;
+  }
+  if (r == 0) {
+    shape[0] = 1;
+    for (int k = 0; k < nops; ++k) strides[k][0] = 0;
+    return 1;
+  }
+  int w = 0;
+  for (int d = 1; d < r; ++d) {
+    int merge = 1;
+    for (int k = 0; k < nops && merge; ++k) {
+      merge = strides[k][w] == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      shape[w] *= shape[d];
+      for (int k = 0; k < nops; ++k) strides[k][w] = strides[k][d];
+    } else {
+      ++w;
+      shape[w] = shape[d];
+      for (int k = 0; k < nops; ++k) strides[k][w] = strides[k][d];
+    }
+  }
+  return w + 1;
+}
+
+/* Copies `shape` elements from src to dst, both with arbitrary element strides. */
+KILN_INDEX_FN void kiln_copy_nd(void *dst, const int64_t *dst_strides, const void *src,
+                                const int64_t *src_strides, int ndim, const int64_t *shape,
+                                size_t esize) {
+  int64_t shp[KILN_MAX_DIMS];
+  int64_t st[2][KILN_MAX_DIMS];
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) {
+    n *= shape[d];
+    shp[d] = shape[d];
+    st[0][d] = dst_strides[d];
+    st[1][d] = src_strides[d];
+  }
+  if (n == 0) return;
+  const int r = kiln_collapse(ndim, 2, shp, st);
+  const int64_t inner = shp[r - 1];
+  const int64_t outer = n / inner;
+  const int64_t es = (int64_t)esize;
+  int64_t idx[KILN_MAX_DIMS] = {0};
+  int64_t od = 0, os = 0;
+  char *d8 = (char *)dst;
+  const char *s8 = (const char *)src;
+  for (int64_t it = 0; it < outer; ++it) {
+    if (st[0][r - 1] == 1 && st[1][r - 1] == 1) {
+      memcpy(d8 + od * es, s8 + os * es, (size_t)inner * esize);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) {
+        memcpy(d8 + (od + j * st[0][r - 1]) * es, s8 + (os + j * st[1][r - 1]) * es, esize);
+      }
+    }
+    for (int d = r - 2; d >= 0; --d) {
+      od += st[0][d];
+      os += st[1][d];
+      if (++idx[d] < shp[d]) break;
+      od -= st[0][d] * shp[d];
+      os -= st[1][d] * shp[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* Copies a strided tensor into a contiguous buffer in row-major order. */
+KILN_INDEX_FN void kiln_copy_strided(void *dst, const void *src, int ndim, const int64_t *shape,
+                                     const int64_t *strides, size_t esize) {
+  int64_t cs[KILN_MAX_DIMS];
+  int64_t c = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    cs[d] = c;
+    c *= shape[d];
+  }
+  kiln_copy_nd(dst, cs, src, strides, ndim, shape, esize);
+}
+
+#endif /* KILN_INDEX_H */

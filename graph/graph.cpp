@@ -1,0 +1,125 @@
+#include "graph/graph.h"
+
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+
+std::string Node::label() const {
+  std::string s = "node " + std::to_string(id);
+  if (!name.empty()) s += " '" + name + "'";
+  return s + " (" + op->name() + ")";
+}
+
+Variable* Graph::new_variable(const std::string& name, TensorType type, VarKind kind) {
+  auto v = std::make_unique<Variable>();
+  v->id = static_cast<int>(variables_.size());
+  v->name = name.empty() ? "t" + std::to_string(v->id) : name;
+  v->type = std::move(type);
+  v->kind = kind;
+  variables_.push_back(std::move(v));
+  return variables_.back().get();
+}
+
+void Graph::check_owned(const Variable* v, const std::string& where) const {
+  if (!v) throw UserError(where + ": null variable");
+  if (v->id < 0 || v->id >= static_cast<int>(variables_.size()) ||
+      variables_[v->id].get() != v) {
+    throw UserError(where + ": variable '" + v->name + "' belongs to another graph");
+  }
+}
+
+Variable* Graph::add_input(const std::string& name, TensorType type) {
+  if (name.empty()) throw UserError("graph input needs a name");
+  if (find_variable(name)) throw UserError("graph input '" + name + "': name already used");
+  for (int64_t d : type.dims) {
+    if (d < kDynamic) throw UserError("graph input '" + name + "': bad dimension " + std::to_string(d));
+  }
+  Variable* v = new_variable(name, std::move(type), VarKind::kInput);
+  inputs_.push_back(v);
+  return v;
+}
+
+Variable* Graph::add_constant(Tensor value, const std::string& name) {
+  if (!value.defined()) throw UserError("constant '" + name + "': no value");
+  if (!name.empty() && find_variable(name)) {
+    throw UserError("constant '" + name + "': name already used");
+  }
+  TensorType type{value.dtype(), value.shape()};
+  Variable* v = new_variable(name.empty() ? "c" + std::to_string(variables_.size()) : name,
+                             std::move(type), VarKind::kConstant);
+  v->value = value.contiguous();
+  constants_.push_back(v);
+  return v;
+}
+
+Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
+                      const std::string& node_name,
+                      const std::vector<std::string>& output_names) {
+  auto node = std::make_unique<Node>();
+  node->id = static_cast<int>(nodes_.size());
+  node->op = std::move(op);
+  node->name = node_name;
+  std::vector<TensorType> in_types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_owned(inputs[i], node->label() + " input " + std::to_string(i));
+    in_types.push_back(inputs[i]->type);
+  }
+  std::vector<TensorType> out_types;
+  try {
+    out_types = node->op->infer_type(in_types);
+  } catch (const UserError& e) {
+    std::vector<std::string> desc;
+    for (auto* v : inputs) desc.push_back(v->name + ": " + v->type.to_string());
+    throw UserError(node->label() + ": " + e.what() + " [inputs: " + join(desc, "; ") + "]");
+  }
+  node->inputs = inputs;
+  for (size_t i = 0; i < out_types.size(); ++i) {
+    std::string oname = i < output_names.size() ? output_names[i] : "";
+    if (!oname.empty() && find_variable(oname)) {
+      throw UserError(node->label() + ": output name '" + oname + "' already used");
+    }
+    Variable* v = new_variable(oname, out_types[i], VarKind::kNodeOutput);
+    v->owner = node.get();
+    v->output_index = static_cast<int>(i);
+    node->outputs.push_back(v);
+  }
+  nodes_.push_back(std::move(node));
+  return nodes_.back().get();
+}
+
+void Graph::add_output(Variable* v) {
+  check_owned(v, "graph output");
+  outputs_.push_back(v);
+}
+
+void Graph::set_outputs(const std::vector<Variable*>& outputs) {
+  outputs_.clear();
+  for (auto* v : outputs) add_output(v);
+}
+
+Variable* Graph::find_variable(const std::string& name) const {
+  for (const auto& v : variables_) {
+    if (v->name == name) return v.get();
+  }
+  return nullptr;
+}
+
+std::string Graph::to_string() const {
+  std::string s = "graph " + name_ + "\n";
+  for (auto* v : inputs_) s += "  input " + v->name + ": " + v->type.to_string() + "\n";
+  for (auto* v : constants_) s += "  constant " + v->name + ": " + v->type.to_string() + "\n";
+  for (const auto& n : nodes_) {
+    std::vector<std::string> ins, outs;
+    for (auto* v : n->inputs) ins.push_back(v->name);
+    for (auto* v : n->outputs) outs.push_back(v->name + ": " + v->type.to_string());
+    s += "  " + std::to_string(n->id) + ": " + n->op->describe() + "(" + join(ins, ", ") +
+         ") -> " + join(outs, ", ") + "\n";
+  }
+  std::vector<std::string> outs;
+  for (auto* v : outputs_) outs.push_back(v->name);
+  s += "  outputs " + join(outs, ", ") + "\n";
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,78 @@
+#pragma once
+// Variables, nodes (Theano's Apply) and graphs. Nodes are kept in topological order by
+// construction: a node can only consume variables that already exist.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/op.h"
+#include "graph/tensor_type.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+struct Node;
+
+enum class VarKind { kInput, kConstant, kNodeOutput };
+
+struct Variable {
+  int id = 0;
+  std::string name;
+  TensorType type;
+  VarKind kind = VarKind::kNodeOutput;
+  Node* owner = nullptr;  // for node outputs
+  int output_index = 0;
+  std::optional<Tensor> value;  // for constants
+};
+
+struct Node {
+  int id = 0;
+  std::shared_ptr<const Op> op;
+  std::vector<Variable*> inputs;
+  std::vector<Variable*> outputs;
+  std::string name;  // optional user-facing name (e.g. from a model file)
+  std::string label() const;  // "node 3 'fc1' (matmul)"
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+
+  Variable* add_input(const std::string& name, TensorType type);
+  // Tensor constants (weights) become module inputs; rank-0 constants may be inlined.
+  Variable* add_constant(Tensor value, const std::string& name = "");
+  // Runs the op's type inference; a mismatch throws UserError naming node, op and types.
+  Node* add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
+                 const std::string& node_name = "",
+                 const std::vector<std::string>& output_names = {});
+  void add_output(Variable* v);
+  void set_outputs(const std::vector<Variable*>& outputs);
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  const std::vector<Variable*>& inputs() const { return inputs_; }
+  const std::vector<Variable*>& outputs() const { return outputs_; }
+  const std::vector<Variable*>& constants() const { return constants_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<std::unique_ptr<Variable>>& variables() const { return variables_; }
+  Variable* find_variable(const std::string& name) const;
+
+  std::string to_string() const;  // one line per input, node and output
+
+ private:
+  Variable* new_variable(const std::string& name, TensorType type, VarKind kind);
+  void check_owned(const Variable* v, const std::string& where) const;
+  std::string name_;
+  std::vector<std::unique_ptr<Variable>> variables_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Variable*> inputs_;
+  std::vector<Variable*> constants_;
+  std::vector<Variable*> outputs_;
+};
+
+}  // namespace kiln

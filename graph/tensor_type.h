@@ -1,0 +1,24 @@
+#pragma once
+// A tensor's static type: dtype plus per-dimension size, each known or dynamic (kDynamic).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace kiln {
+
+constexpr int64_t kDynamic = -1;
+
+struct TensorType {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> dims;
+
+  int rank() const { return static_cast<int>(dims.size()); }
+  bool operator==(const TensorType&) const = default;
+  std::string to_string() const;  // "float32 (?, 256)"
+  // True when a concrete shape fits: same rank, equal wherever a dimension is known.
+  bool accepts(const std::vector<int64_t>& shape) const;
+};
+
+}  // namespace kiln

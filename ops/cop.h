@@ -1,0 +1,49 @@
+#pragma once
+// The code-emitting hooks of an op (Theano's COp). The C linker asks each node's op for
+// these; every string returned is C11 and may use the names handed in `CodeNames`/`Sub`.
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/op.h"
+
+namespace kiln {
+
+struct CodeNames {
+  std::vector<std::string> inputs;   // C expressions of type kiln_tensor *
+  std::vector<std::string> outputs;  // outputs arrive allocated and contiguous
+};
+
+struct Sub {
+  std::string fail = "KILN_FAIL";  // KILN_FAIL("fmt", ...) records a message and jumps to cleanup
+  std::string prefix;              // unique per node, e.g. "n3_": prefix every file-scope name
+  std::string ctx = "ctx";         // kiln_ctx *
+  std::string state = "state";     // the module's state struct (pointer)
+};
+
+class COp : public Op {
+ public:
+  using Op::Op;
+
+  // The fragment computing the outputs from the inputs. Runs inside the node's thunk.
+  virtual std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const = 0;
+  // File-scope helpers shared by every node of this op (deduplicated by text).
+  virtual std::string c_support_code() const { return ""; }
+  // File-scope helpers for one node; names must start with `prefix`.
+  virtual std::string c_support_code_apply(const Node& node, const std::string& prefix) const {
+    return "";
+  }
+  // Members of the module state struct for this node (e.g. "double n3_scale;").
+  virtual std::string c_state_fields(const Node& node, const std::string& prefix) const {
+    return "";
+  }
+  // Run once when the module loads / unloads; may use sub.fail in init.
+  virtual std::string c_init_code_struct(const Node& node, const Sub& sub) const { return ""; }
+  virtual std::string c_cleanup_code_struct(const Node& node, const Sub& sub) const { return ""; }
+  virtual std::vector<std::string> c_headers() const { return {}; }    // "<math.h>"
+  virtual std::vector<std::string> c_libraries() const { return {}; }  // "openblas" -> -lopenblas
+  virtual std::vector<std::string> c_compile_args() const { return {}; }
+  virtual std::vector<std::string> c_preludes() const { return {}; }   // "kiln_index.h"
+};
+
+}  // namespace kiln

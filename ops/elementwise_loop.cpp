@@ -1,0 +1,114 @@
+#include "ops/elementwise_loop.h"
+
+#include <cmath>
+
+#include "ctemplate/template.h"
+#include "util/strings.h"
+
+namespace kiln {
+
+std::string c_literal(DType dtype, double value) {
+  std::string type(dtype_c_type(dtype));
+  if (is_float(dtype)) return "((" + type + ")" + format_double(value) + ")";
+  if (dtype == DType::kBool) return value != 0 ? "((uint8_t)1)" : "((uint8_t)0)";
+  return "((" + type + ")" + std::to_string(static_cast<int64_t>(value)) + "LL)";
+}
+
+std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
+                                  DType out_dtype, int out_rank, const std::string& expr) {
+  // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
+  std::vector<int> slot(inputs.size(), -1);
+  int nops = 1;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].literal) slot[k] = nops++;
+  }
+  const std::string R = std::to_string(out_rank);
+  const std::string T(dtype_c_type(out_dtype));
+  std::string s;
+  s += "{\n";
+  s += "  int64_t shp[KILN_MAX_DIMS];\n";
+  s += "  int64_t st[" + std::to_string(nops) + "][KILN_MAX_DIMS];\n";
+  s += "  int64_t n = 1;\n";
+  s += "  for (int d = 0; d < " + R + "; ++d) {\n";
+  s += "    shp[d] = " + out + "->shape[d];\n";
+  s += "    n *= shp[d];\n";
+  s += "  }\n";
+  s += "  if (n > 0) {\n";
+  s += "    int64_t c = 1;\n";
+  s += "    for (int d = " + R + " - 1; d >= 0; --d) {\n";
+  s += "      st[0][d] = c;\n";
+  s += "      c *= shp[d];\n";
+  s += "    }\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (slot[k] < 0) continue;
+    const auto& in = inputs[k];
+    std::string sk = std::to_string(slot[k]);
+    s += "    for (int d = 0; d < " + R + "; ++d) {\n";
+    s += "      const int e = d - " + std::to_string(out_rank - in.rank) + ";\n";
+    s += "      st[" + sk + "][d] = (e < 0 || " + in.tensor + "->shape[e] == 1) ? 0 : " +
+         in.tensor + "->strides[e];\n";
+    s += "    }\n";
+  }
+  s += "    " + T + " *restrict p0 = (" + T + " *)" + out + "->data;\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (slot[k] < 0) continue;
+    std::string ct(dtype_c_type(inputs[k].dtype));
+    std::string sk = std::to_string(slot[k]);
+    s += "    const " + ct + " *restrict p" + sk + " = (const " + ct + " *)" + inputs[k].tensor +
+         "->data;\n";
+  }
+  s += "    const int r = kiln_collapse(" + R + ", " + std::to_string(nops) + ", shp, st);\n";
+  s += "    const int64_t inner = shp[r - 1];\n";
+  std::string unit_test, offsets_decl, advance, rewind;
+  for (int k = 0; k < nops; ++k) {
+    std::string sk = std::to_string(k);
+    s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
+    unit_test += (k ? " && s" : "s") + sk + " == 1";
+    offsets_decl += (k ? ", o" : "o") + sk + " = 0";
+    advance += "        o" + sk + " += st[" + sk + "][d];\n";
+    rewind += "        o" + sk + " -= st[" + sk + "][d] * shp[d];\n";
+  }
+  s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
+  s += "    int64_t " + offsets_decl + ";\n";
+  s += "    const int64_t outer = n / inner;\n";
+  s += "    for (int64_t it = 0; it < outer; ++it) {\n";
+  // Unit-stride variant: restrict-qualified row pointers let the compiler vectorize.
+  TemplateValues unit_args, strided_args;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::string key = std::to_string(k);
+    if (slot[k] < 0) {
+      unit_args[key] = *inputs[k].literal;
+      strided_args[key] = *inputs[k].literal;
+    } else {
+      std::string sk = std::to_string(slot[k]);
+      unit_args[key] = "q" + sk + "[j]";
+      strided_args[key] = "p" + sk + "[o" + sk + " + j * s" + sk + "]";
+    }
+  }
+  s += "      if (" + unit_test + ") {\n";
+  s += "        " + T + " *restrict q0 = p0 + o0;\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (slot[k] < 0) continue;
+    std::string ct(dtype_c_type(inputs[k].dtype));
+    std::string sk = std::to_string(slot[k]);
+    s += "        const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + ";\n";
+  }
+  s += "        for (int64_t j = 0; j < inner; ++j) q0[j] = (" + T + ")" +
+       render_template(expr, unit_args, "elementwise expression") + ";\n";
+  s += "      } else {\n";
+  s += "        for (int64_t j = 0; j < inner; ++j) p0[o0 + j * s0] = (" + T + ")" +
+       render_template(expr, strided_args, "elementwise expression") + ";\n";
+  s += "      }\n";
+  s += "      for (int d = r - 2; d >= 0; --d) {\n";
+  s += advance;
+  s += "        if (++idx[d] < shp[d]) break;\n";
+  s += rewind;
+  s += "        idx[d] = 0;\n";
+  s += "      }\n";
+  s += "    }\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,27 @@
+#pragma once
+// Emits the broadcasting loop shared by every elementwise op (and, later, fused chains):
+// operands are collapsed to the fewest dimensions, and the inner loop runs unit-stride
+// (vectorizable) whenever every operand allows it.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace kiln {
+
+struct LoopOperand {
+  std::string tensor;            // C expression of type kiln_tensor * (unused for literals)
+  DType dtype = DType::kFloat32;
+  int rank = 0;
+  std::optional<std::string> literal;  // rank-0 constant inlined into the expression
+};
+
+// `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value.
+std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
+                                  DType out_dtype, int out_rank, const std::string& expr);
+
+// A C literal of `dtype` holding `value`, e.g. "((float)0.5)".
+std::string c_literal(DType dtype, double value);
+
+}  // namespace kiln

@@ -1,0 +1,145 @@
+#include "ops/gemm.h"
+
+#include "ops/broadcast.h"
+#include "ops/elementwise_loop.h"
+#include "ops/gemm_support.h"
+#include "ops/matmul.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+struct Dims {
+  int64_t m, k_a, k_b, n;
+};
+
+Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool ta, bool tb) {
+  return {ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[1] : b[0], tb ? b[0] : b[1]};
+}
+
+}  // namespace
+
+Gemm::Gemm(Attrs props) : COp("gemm", std::move(props)) {
+  check_known_attrs(this->props(), {"alpha", "beta", "transA", "transB"});
+  alpha_ = attr_float(this->props(), "alpha", 1.0);
+  beta_ = attr_float(this->props(), "beta", 1.0);
+  trans_a_ = attr_int(this->props(), "transA", 0) != 0;
+  trans_b_ = attr_int(this->props(), "transB", 0) != 0;
+}
+
+std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2 && inputs.size() != 3) throw UserError("gemm takes 2 or 3 inputs");
+  const auto& a = inputs[0];
+  const auto& b = inputs[1];
+  check_gemm_dtype("gemm", a.dtype, b.dtype);
+  if (a.rank() != 2 || b.rank() != 2) {
+    throw UserError("gemm: A and B must be 2-D, got " + a.to_string() + " and " + b.to_string());
+  }
+  Dims d = gemm_dims(a.dims, b.dims, trans_a_, trans_b_);
+  if (d.k_a != kDynamic && d.k_b != kDynamic && d.k_a != d.k_b) {
+    throw UserError("gemm: inner dimensions differ: " + std::to_string(d.k_a) + " vs " +
+                    std::to_string(d.k_b) + " (A " + a.to_string() + ", B " + b.to_string() + ")");
+  }
+  TensorType out{a.dtype, {d.m, d.n}};
+  if (inputs.size() == 3) {
+    const auto& c = inputs[2];
+    check_gemm_dtype("gemm", a.dtype, c.dtype);
+    if (c.rank() > 2) throw UserError("gemm: C must have rank <= 2, got " + c.to_string());
+    try {
+      auto bd = broadcast_dims({out.dims, c.dims});
+      if (bd.size() != 2 || (out.dims[0] != kDynamic && bd[0] != out.dims[0]) ||
+          (out.dims[1] != kDynamic && bd[1] != out.dims[1])) {
+        throw UserError("C does not broadcast to the output");
+      }
+    } catch (const UserError& e) {
+      throw UserError("gemm: C " + c.to_string() + " does not broadcast to (M, N) = " +
+                      dims_to_string(out.dims) + ": " + e.what());
+    }
+  }
+  return {out};
+}
+
+std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
+  Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_);
+  if (d.k_a != d.k_b) {
+    throw UserError("gemm: inner dimensions differ: " + dims_to_string(inputs[0]) + " and " +
+                    dims_to_string(inputs[1]));
+  }
+  Shape out{d.m, d.n};
+  if (inputs.size() == 3 && broadcast_shapes({out, inputs[2]}) != out) {
+    throw UserError("gemm: C " + dims_to_string(inputs[2]) + " does not broadcast to " +
+                    dims_to_string(out));
+  }
+  return {out};
+}
+
+void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& a = inputs[0];
+  const Tensor& b = inputs[1];
+  Tensor& y = outputs[0];
+  Dims d = gemm_dims(a.shape(), b.shape(), trans_a_, trans_b_);
+  for (int64_t i = 0; i < d.m; ++i) {
+    for (int64_t j = 0; j < d.n; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < d.k_a; ++k) {
+        double x = a.load(trans_a_ ? k * d.m + i : i * d.k_a + k);
+        double w = b.load(trans_b_ ? j * d.k_b + k : k * d.n + j);
+        acc += x * w;
+      }
+      double v = alpha_ * acc;
+      if (inputs.size() == 3) {
+        v += beta_ * inputs[2].load(broadcast_source_index(i * d.n + j, y.shape(), inputs[2].shape()));
+      }
+      if (is_integer(y.dtype())) {
+        y.store_int(i * d.n + j, static_cast<int64_t>(v));
+      } else {
+        y.store(i * d.n + j, v);
+      }
+    }
+  }
+}
+
+std::string Gemm::c_support_code_apply(const Node& node, const std::string&) const {
+  return gemm_support_code(node.inputs[0]->type.dtype);
+}
+
+std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const DType dt = node.inputs[0]->type.dtype;
+  const std::string T(dtype_c_type(dt));
+  const std::string& A = names.inputs[0];
+  const std::string& B = names.inputs[1];
+  const std::string& Y = names.outputs[0];
+  const bool has_c = node.inputs.size() == 3 && beta_ != 0;
+  std::string s = "{\n";
+  s += "  const int64_t M = " + Y + "->shape[0], N = " + Y + "->shape[1];\n";
+  s += "  const int64_t K = " + A + "->shape[" + (trans_a_ ? "0" : "1") + "];\n";
+  // op(A)[i,k] = A[i,k] or A[k,i]: swap the element strides instead of copying.
+  s += "  const int64_t rsa = " + A + "->strides[" + (trans_a_ ? "1" : "0") + "], csa = " + A +
+       "->strides[" + (trans_a_ ? "0" : "1") + "];\n";
+  s += "  const int64_t rsb = " + B + "->strides[" + (trans_b_ ? "1" : "0") + "], csb = " + B +
+       "->strides[" + (trans_b_ ? "0" : "1") + "];\n";
+  s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
+  if (has_c) {
+    const auto& ct = node.inputs[2]->type;
+    const std::string& Cn = names.inputs[2];
+    const int rc = ct.rank();
+    // C's element strides against (M, N); size-1 or missing dimensions broadcast (stride 0).
+    std::string sci = rc == 2 ? "(" + Cn + "->shape[0] == 1 ? 0 : " + Cn + "->strides[0])" : "0";
+    std::string scj = rc >= 1 ? "(" + Cn + "->shape[" + std::to_string(rc - 1) + "] == 1 ? 0 : " + Cn +
+                                    "->strides[" + std::to_string(rc - 1) + "])"
+                              : "0";
+    s += "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
+    s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
+    s += "  for (int64_t i = 0; i < M; ++i)\n";
+    s += "    for (int64_t j = 0; j < N; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
+         " * pc[i * sci + j * scj]);\n";
+  }
+  s += "  if (" + gemm_fn_name(dt) + "(ctx, M, N, K, " + c_literal(dt, alpha_) + ", (const " + T + " *)" + A +
+       "->data, rsa, csa, (const " + T + " *)" + B + "->data, rsb, csb, (" + T + ")" + (has_c ? "1" : "0") +
+       ", py, N) != 0) " + sub.fail + "(\"gemm failed\");\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,194 @@
+#include "ops/matmul.h"
+
+#include "ops/broadcast.h"
+#include "ops/gemm_support.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+struct Split {
+  std::vector<int64_t> a_batch, b_batch;
+  int64_t m, k_a, k_b, n;
+};
+
+Split split(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  Split s;
+  if (a.size() == 1) {
+    s.m = 1;
+    s.k_a = a[0];
+  } else {
+    s.a_batch.assign(a.begin(), a.end() - 2);
+    s.m = a[a.size() - 2];
+    s.k_a = a.back();
+  }
+  if (b.size() == 1) {
+    s.k_b = b[0];
+    s.n = 1;
+  } else {
+    s.b_batch.assign(b.begin(), b.end() - 2);
+    s.k_b = b[b.size() - 2];
+    s.n = b.back();
+  }
+  return s;
+}
+
+std::vector<int64_t> result_dims(const std::vector<int64_t>& batch, const std::vector<int64_t>& a,
+                                 const std::vector<int64_t>& b, int64_t m, int64_t n) {
+  std::vector<int64_t> out = batch;
+  if (a.size() > 1) out.push_back(m);
+  if (b.size() > 1) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+void check_gemm_dtype(const std::string& op, DType a, DType b) {
+  if (a != b) {
+    throw UserError(op + ": dtype mismatch: " + std::string(dtype_name(a)) + " vs " +
+                    std::string(dtype_name(b)));
+  }
+  if (a != DType::kFloat32 && a != DType::kFloat64 && a != DType::kInt32 && a != DType::kInt64) {
+    throw UserError(op + ": " + std::string(dtype_name(a)) +
+                    " is not supported (float32, float64, int32, int64)");
+  }
+}
+
+MatMul::MatMul(Attrs props) : COp("matmul", std::move(props)) { check_known_attrs(this->props(), {}); }
+
+std::vector<TensorType> MatMul::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2) throw UserError("matmul takes 2 inputs");
+  const auto& a = inputs[0];
+  const auto& b = inputs[1];
+  check_gemm_dtype("matmul", a.dtype, b.dtype);
+  if (a.rank() < 1 || b.rank() < 1) throw UserError("matmul: operands must have rank >= 1");
+  if (a.rank() > 16 || b.rank() > 16) throw UserError("matmul: rank > 16");
+  Split s = split(a.dims, b.dims);
+  if (s.k_a != kDynamic && s.k_b != kDynamic && s.k_a != s.k_b) {
+    throw UserError("matmul: inner dimensions differ: " + a.to_string() + " @ " + b.to_string() +
+                    " (" + std::to_string(s.k_a) + " vs " + std::to_string(s.k_b) + ")");
+  }
+  std::vector<int64_t> batch;
+  try {
+    batch = broadcast_dims({s.a_batch, s.b_batch});
+  } catch (const UserError& e) {
+    throw UserError(std::string("matmul: batch dimensions: ") + e.what());
+  }
+  return {TensorType{a.dtype, result_dims(batch, a.dims, b.dims, s.m, s.n)}};
+}
+
+std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& inputs) const {
+  Split s = split(inputs[0], inputs[1]);
+  if (s.k_a != s.k_b) {
+    throw UserError("matmul: inner dimensions differ: " + dims_to_string(inputs[0]) + " @ " +
+                    dims_to_string(inputs[1]));
+  }
+  Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
+  return {result_dims(batch, inputs[0], inputs[1], s.m, s.n)};
+}
+
+void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& a = inputs[0];
+  const Tensor& b = inputs[1];
+  Tensor& out = outputs[0];
+  Split s = split(a.shape(), b.shape());
+  Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
+  const int64_t nb = shape_numel(batch);
+  const bool ints = is_integer(a.dtype());
+  Shape a_mat_shape = s.a_batch, b_mat_shape = s.b_batch;
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    int64_t ab = broadcast_source_index(bi, batch, s.a_batch);
+    int64_t bb = broadcast_source_index(bi, batch, s.b_batch);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double acc = 0;
+        int64_t acci = 0;
+        for (int64_t k = 0; k < s.k_a; ++k) {
+          int64_t ia = (ab * s.m + i) * s.k_a + k;
+          int64_t ib = (bb * s.k_b + k) * s.n + j;
+          if (ints) {
+            acci += a.load_int(ia) * b.load_int(ib);
+          } else {
+            acc += a.load(ia) * b.load(ib);
+          }
+        }
+        int64_t o = (bi * s.m + i) * s.n + j;
+        if (ints) {
+          out.store_int(o, acci);
+        } else {
+          out.store(o, acc);
+        }
+      }
+    }
+  }
+}
+
+std::string MatMul::c_support_code_apply(const Node& node, const std::string&) const {
+  return gemm_support_code(node.inputs[0]->type.dtype);
+}
+
+std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& at = node.inputs[0]->type;
+  const auto& bt = node.inputs[1]->type;
+  const int ra = at.rank(), rb = bt.rank();
+  const int ro = node.outputs[0]->type.rank();
+  const int nb = ro - (ra > 1 ? 1 : 0) - (rb > 1 ? 1 : 0);  // batch rank of the output
+  const std::string T(dtype_c_type(at.dtype));
+  const std::string& A = names.inputs[0];
+  const std::string& B = names.inputs[1];
+  const std::string& C = names.outputs[0];
+  auto i2s = [](int v) { return std::to_string(v); };
+  std::string s = "{\n";
+  s += "  const " + T + " *pa = (const " + T + " *)" + A + "->data;\n";
+  s += "  const " + T + " *pb = (const " + T + " *)" + B + "->data;\n";
+  s += "  " + T + " *pc = (" + T + " *)" + C + "->data;\n";
+  if (ra == 1) {
+    s += "  const int64_t M = 1, K = " + A + "->shape[0], rsa = 0, csa = " + A + "->strides[0];\n";
+  } else {
+    s += "  const int64_t M = " + A + "->shape[" + i2s(ra - 2) + "], K = " + A + "->shape[" + i2s(ra - 1) +
+         "];\n";
+    s += "  const int64_t rsa = " + A + "->strides[" + i2s(ra - 2) + "], csa = " + A + "->strides[" +
+         i2s(ra - 1) + "];\n";
+  }
+  if (rb == 1) {
+    s += "  const int64_t N = 1, rsb = " + B + "->strides[0], csb = 0;\n";
+  } else {
+    s += "  const int64_t N = " + B + "->shape[" + i2s(rb - 1) + "];\n";
+    s += "  const int64_t rsb = " + B + "->strides[" + i2s(rb - 2) + "], csb = " + B + "->strides[" +
+         i2s(rb - 1) + "];\n";
+  }
+  // Batch loop over the output's leading dimensions; a broadcast batch dimension of an
+  // operand has stride 0.
+  s += "  int64_t bshape[KILN_MAX_DIMS + 1], bsa[KILN_MAX_DIMS + 1], bsb[KILN_MAX_DIMS + 1];\n";
+  s += "  int64_t nbatch = 1;\n";
+  const int a_nb = ra > 1 ? ra - 2 : 0, b_nb = rb > 1 ? rb - 2 : 0;
+  for (int d = 0; d < nb; ++d) {
+    std::string ds = i2s(d);
+    int ea = d - (nb - a_nb), eb = d - (nb - b_nb);
+    s += "  bshape[" + ds + "] = " + C + "->shape[" + ds + "];\n";
+    s += "  bsa[" + ds + "] = " +
+         (ea < 0 ? std::string("0") : "(" + A + "->shape[" + i2s(ea) + "] == 1 ? 0 : " + A + "->strides[" + i2s(ea) + "])") + ";\n";
+    s += "  bsb[" + ds + "] = " +
+         (eb < 0 ? std::string("0") : "(" + B + "->shape[" + i2s(eb) + "] == 1 ? 0 : " + B + "->strides[" + i2s(eb) + "])") + ";\n";
+    s += "  nbatch *= bshape[" + ds + "];\n";
+  }
+  s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0};\n";
+  s += "  int64_t oa = 0, ob = 0;\n";
+  s += "  for (int64_t bi = 0; bi < nbatch; ++bi) {\n";
+  s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, (" + T + ")1, pa + oa, rsa, csa, pb + ob, rsb, csb, (" +
+       T + ")0, pc + bi * M * N, N) != 0) " + sub.fail + "(\"matmul failed\");\n";
+  s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
+  s += "      oa += bsa[d];\n";
+  s += "      ob += bsb[d];\n";
+  s += "      if (++bidx[d] < bshape[d]) break;\n";
+  s += "      oa -= bsa[d] * bshape[d];\n";
+  s += "      ob -= bsb[d] * bshape[d];\n";
+  s += "      bidx[d] = 0;\n";
+  s += "    }\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace kiln

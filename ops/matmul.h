@@ -1,0 +1,25 @@
+#pragma once
+// NumPy matmul: 2-D and batched (batch dimensions broadcast); a 1-D operand is treated as
+// a row (left) or column (right) vector and that dimension is dropped from the result.
+#include "ops/cop.h"
+
+namespace kiln {
+
+class MatMul : public COp {
+ public:
+  explicit MatMul(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
+  std::vector<std::string> c_headers() const override { return {"<cblas.h>"}; }
+  std::vector<std::string> c_libraries() const override { return {"openblas"}; }
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+};
+
+// Checks a matmul/gemm operand dtype (float32, float64, int32, int64).
+void check_gemm_dtype(const std::string& op, DType a, DType b);
+
+}  // namespace kiln

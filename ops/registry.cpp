@@ -1,0 +1,90 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "ops/concat.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/reshape.h"
+#include "ops/softmax.h"
+#include "ops/transpose.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+std::mutex g_mutex;
+}
+
+OpRegistry::OpRegistry() {
+  for (const auto& def : scalar_ops()) {
+    const ScalarOpDef* d = &def;
+    add(std::string(def.name), [d](const Attrs& a) { return std::make_shared<Elementwise>(*d, a); });
+  }
+  for (auto kind : {ReduceKind::kSum, ReduceKind::kMean, ReduceKind::kMax, ReduceKind::kMin,
+                    ReduceKind::kProd}) {
+    add(Reduce::op_name(kind), [kind](const Attrs& a) { return std::make_shared<Reduce>(kind, a); });
+  }
+  add("matmul", [](const Attrs& a) { return std::make_shared<MatMul>(a); });
+  add("gemm", [](const Attrs& a) { return std::make_shared<Gemm>(a); });
+  add("transpose", [](const Attrs& a) { return std::make_shared<Transpose>(a); });
+  add("reshape", [](const Attrs& a) { return std::make_shared<Reshape>(a); });
+  add("flatten", [](const Attrs& a) { return std::make_shared<Flatten>(a); });
+  add("concat", [](const Attrs& a) { return std::make_shared<Concat>(a); });
+  add("softmax", [](const Attrs& a) { return std::make_shared<Softmax>(false, a); });
+  add("log_softmax", [](const Attrs& a) { return std::make_shared<Softmax>(true, a); });
+}
+
+OpRegistry& OpRegistry::instance() {
+  static OpRegistry registry;
+  return registry;
+}
+
+void OpRegistry::add(const std::string& name, OpFactory factory) {
+  std::lock_guard lock(g_mutex);
+  for (auto& [n, f] : factories_) {
+    if (n == name) {
+      f = std::move(factory);
+      return;
+    }
+  }
+  factories_.emplace_back(name, std::move(factory));
+}
+
+bool OpRegistry::contains(const std::string& name) const {
+  std::lock_guard lock(g_mutex);
+  return std::any_of(factories_.begin(), factories_.end(),
+                     [&](const auto& e) { return e.first == name; });
+}
+
+std::shared_ptr<const Op> OpRegistry::create(const std::string& name, const Attrs& props) const {
+  OpFactory factory;
+  {
+    std::lock_guard lock(g_mutex);
+    for (const auto& [n, f] : factories_) {
+      if (n == name) factory = f;
+    }
+  }
+  if (!factory) {
+    std::vector<std::string> close;
+    for (const auto& n : names()) {
+      if (n.find(name) != std::string::npos || name.find(n) != std::string::npos) close.push_back(n);
+    }
+    throw UserError("unknown op '" + name + "'" +
+                    (close.empty() ? std::string("") : " (did you mean " + join(close, ", ") + "?)"));
+  }
+  return factory(props);
+}
+
+std::vector<std::string> OpRegistry::names() const {
+  std::lock_guard lock(g_mutex);
+  std::vector<std::string> out;
+  for (const auto& e : factories_) out.push_back(e.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace kiln

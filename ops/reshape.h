@@ -1,0 +1,37 @@
+#pragma once
+// Reshape (props: shape; -1 infers one dimension, 0 copies the input's dimension) and
+// Flatten (props: axis; the result is 2-D). Both copy in row-major order, so any input
+// strides work.
+#include "ops/cop.h"
+
+namespace kiln {
+
+class Reshape : public COp {
+ public:
+  explicit Reshape(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+
+ private:
+  std::vector<int64_t> shape_;
+};
+
+class Flatten : public COp {
+ public:
+  explicit Flatten(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+
+ private:
+  int64_t axis_;
+};
+
+}  // namespace kiln

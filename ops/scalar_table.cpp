@@ -1,0 +1,145 @@
+#include "ops/scalar_table.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kiln {
+namespace {
+
+using P = const double*;
+using I = const int64_t*;
+
+double py_mod(double a, double b) {
+  double r = std::fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+int64_t int_div(int64_t a, int64_t b) { return b == 0 ? 0 : (b == -1 ? -a : a / b); }
+int64_t int_mod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+int64_t int_pow(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  uint64_t r = 1, x = static_cast<uint64_t>(a);
+  while (b) {
+    if (b & 1) r *= x;
+    x *= x;
+    b >>= 1;
+  }
+  return static_cast<int64_t>(r);
+}
+double nan_max(double a, double b) { return (a > b || a != a) ? a : b; }
+double nan_min(double a, double b) { return (a < b || a != a) ? a : b; }
+double gelu(double x) { return 0.5 * x * (1 + std::erf(x * 0.70710678118654752440)); }
+double softplus(double x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+double sign(double x) { return x > 0 ? 1 : (x < 0 ? -1 : x); }
+
+// clang-format off
+const std::vector<ScalarOpDef> kOps = {
+  // name        arity domain                  out             C (float)                                   C (int/bool)
+  {"add",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} + ${1})",                     "(${0} + ${1})",
+   [](P x, P) { return x[0] + x[1]; }, [](I x, P) { return x[0] + x[1]; }, {}},
+  {"sub",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} - ${1})",                     "(${0} - ${1})",
+   [](P x, P) { return x[0] - x[1]; }, [](I x, P) { return x[0] - x[1]; }, {}},
+  {"mul",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} * ${1})",                     "(${0} * ${1})",
+   [](P x, P) { return x[0] * x[1]; }, [](I x, P) { return x[0] * x[1]; }, {}},
+  {"div",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} / ${1})",                     "kiln_div_${S}(${0}, ${1})",
+   [](P x, P) { return x[0] / x[1]; }, [](I x, P) { return int_div(x[0], x[1]); }, {}},
+  {"pow",        2, Domain::kNumeric,       OutRule::kSame,  "pow${f}(${0}, ${1})",               "kiln_pow_${S}(${0}, ${1})",
+   [](P x, P) { return std::pow(x[0], x[1]); }, [](I x, P) { return int_pow(x[0], x[1]); }, {}},
+  {"mod",        2, Domain::kNumeric,       OutRule::kSame,  "kiln_mod_${S}(${0}, ${1})",         "kiln_mod_${S}(${0}, ${1})",
+   [](P x, P) { return py_mod(x[0], x[1]); }, [](I x, P) { return int_mod(x[0], x[1]); }, {}},
+  {"neg",        1, Domain::kSignedNumeric, OutRule::kSame,  "(-${0})",                           "(-${0})",
+   [](P x, P) { return -x[0]; }, [](I x, P) { return -x[0]; }, {}},
+  {"abs",        1, Domain::kNumeric,       OutRule::kSame,  "fabs${f}(${0})",                    "(${0} < 0 ? -${0} : ${0})",
+   [](P x, P) { return std::fabs(x[0]); }, [](I x, P) { return x[0] < 0 ? -x[0] : x[0]; }, {}},
+  {"sign",       1, Domain::kNumeric,       OutRule::kSame,  "(${0} > 0 ? (${T})1 : (${0} < 0 ? (${T})-1 : ${0}))", "((${0} > 0) - (${0} < 0))",
+   [](P x, P) { return sign(x[0]); }, [](I x, P) { return int64_t(x[0] > 0) - int64_t(x[0] < 0); }, {}},
+  {"exp",        1, Domain::kFloat,         OutRule::kSame,  "exp${f}(${0})",                     "",
+   [](P x, P) { return std::exp(x[0]); }, nullptr, {}},
+  {"log",        1, Domain::kFloat,         OutRule::kSame,  "log${f}(${0})",                     "",
+   [](P x, P) { return std::log(x[0]); }, nullptr, {}},
+  {"log1p",      1, Domain::kFloat,         OutRule::kSame,  "log1p${f}(${0})",                   "",
+   [](P x, P) { return std::log1p(x[0]); }, nullptr, {}},
+  {"expm1",      1, Domain::kFloat,         OutRule::kSame,  "expm1${f}(${0})",                   "",
+   [](P x, P) { return std::expm1(x[0]); }, nullptr, {}},
+  {"sqrt",       1, Domain::kFloat,         OutRule::kSame,  "sqrt${f}(${0})",                    "",
+   [](P x, P) { return std::sqrt(x[0]); }, nullptr, {}},
+  {"reciprocal", 1, Domain::kFloat,         OutRule::kSame,  "((${T})1 / ${0})",                  "",
+   [](P x, P) { return 1.0 / x[0]; }, nullptr, {}},
+  {"sin",        1, Domain::kFloat,         OutRule::kSame,  "sin${f}(${0})",                     "",
+   [](P x, P) { return std::sin(x[0]); }, nullptr, {}},
+  {"cos",        1, Domain::kFloat,         OutRule::kSame,  "cos${f}(${0})",                     "",
+   [](P x, P) { return std::cos(x[0]); }, nullptr, {}},
+  {"tanh",       1, Domain::kFloat,         OutRule::kSame,  "tanh${f}(${0})",                    "",
+   [](P x, P) { return std::tanh(x[0]); }, nullptr, {}},
+  {"sigmoid",    1, Domain::kFloat,         OutRule::kSame,  "((${T})1 / ((${T})1 + exp${f}(-${0})))", "",
+   [](P x, P) { return 1.0 / (1.0 + std::exp(-x[0])); }, nullptr, {}},
+  {"relu",       1, Domain::kNumeric,       OutRule::kSame,  "(${0} < 0 ? (${T})0 : ${0})",       "(${0} < 0 ? (${T})0 : ${0})",
+   [](P x, P) { return x[0] < 0 ? 0.0 : x[0]; }, [](I x, P) { return x[0] < 0 ? int64_t(0) : x[0]; }, {}},
+  {"leaky_relu", 1, Domain::kFloat,         OutRule::kSame,  "(${0} < 0 ? ${alpha} * ${0} : ${0})", "",
+   [](P x, P p) { return x[0] < 0 ? p[0] * x[0] : x[0]; }, nullptr, {{"alpha", 0.01}}},
+  {"elu",        1, Domain::kFloat,         OutRule::kSame,  "(${0} < 0 ? ${alpha} * expm1${f}(${0}) : ${0})", "",
+   [](P x, P p) { return x[0] < 0 ? p[0] * std::expm1(x[0]) : x[0]; }, nullptr, {{"alpha", 1.0}}},
+  {"softplus",   1, Domain::kFloat,         OutRule::kSame,  "(${0} > 0 ? ${0} + log1p${f}(exp${f}(-${0})) : log1p${f}(exp${f}(${0})))", "",
+   [](P x, P) { return softplus(x[0]); }, nullptr, {}},
+  {"erf",        1, Domain::kFloat,         OutRule::kSame,  "erf${f}(${0})",                     "",
+   [](P x, P) { return std::erf(x[0]); }, nullptr, {}},
+  {"gelu",       1, Domain::kFloat,         OutRule::kSame,  "((${T})0.5 * ${0} * ((${T})1 + erf${f}(${0} * (${T})0.70710678118654752440)))", "",
+   [](P x, P) { return gelu(x[0]); }, nullptr, {}},
+  {"floor",      1, Domain::kFloat,         OutRule::kSame,  "floor${f}(${0})",                   "",
+   [](P x, P) { return std::floor(x[0]); }, nullptr, {}},
+  {"ceil",       1, Domain::kFloat,         OutRule::kSame,  "ceil${f}(${0})",                    "",
+   [](P x, P) { return std::ceil(x[0]); }, nullptr, {}},
+  // Half-way cases round to even, as in NumPy and ONNX.
+  {"round",      1, Domain::kFloat,         OutRule::kSame,  "nearbyint${f}(${0})",               "",
+   [](P x, P) { return std::nearbyint(x[0]); }, nullptr, {}},
+  {"maximum",    2, Domain::kNumeric,       OutRule::kSame,  "((${0} > ${1} || ${0} != ${0}) ? ${0} : ${1})", "(${0} > ${1} ? ${0} : ${1})",
+   [](P x, P) { return nan_max(x[0], x[1]); }, [](I x, P) { return x[0] > x[1] ? x[0] : x[1]; }, {}},
+  {"minimum",    2, Domain::kNumeric,       OutRule::kSame,  "((${0} < ${1} || ${0} != ${0}) ? ${0} : ${1})", "(${0} < ${1} ? ${0} : ${1})",
+   [](P x, P) { return nan_min(x[0], x[1]); }, [](I x, P) { return x[0] < x[1] ? x[0] : x[1]; }, {}},
+  // min(max(x, lo), hi), as ONNX defines it (so lo > hi gives hi).
+  {"clip",       3, Domain::kNumeric,       OutRule::kSame,  "((${0} < ${1} ? ${1} : ${0}) > ${2} ? ${2} : (${0} < ${1} ? ${1} : ${0}))", "((${0} < ${1} ? ${1} : ${0}) > ${2} ? ${2} : (${0} < ${1} ? ${1} : ${0}))",
+   [](P x, P) { double m = x[0] < x[1] ? x[1] : x[0]; return m > x[2] ? x[2] : m; },
+   [](I x, P) { int64_t m = x[0] < x[1] ? x[1] : x[0]; return m > x[2] ? x[2] : m; }, {}},
+  {"lt",         2, Domain::kAny,           OutRule::kBool,  "(${0} < ${1})",                     "(${0} < ${1})",
+   [](P x, P) { return double(x[0] < x[1]); }, [](I x, P) { return int64_t(x[0] < x[1]); }, {}},
+  {"le",         2, Domain::kAny,           OutRule::kBool,  "(${0} <= ${1})",                    "(${0} <= ${1})",
+   [](P x, P) { return double(x[0] <= x[1]); }, [](I x, P) { return int64_t(x[0] <= x[1]); }, {}},
+  {"gt",         2, Domain::kAny,           OutRule::kBool,  "(${0} > ${1})",                     "(${0} > ${1})",
+   [](P x, P) { return double(x[0] > x[1]); }, [](I x, P) { return int64_t(x[0] > x[1]); }, {}},
+  {"ge",         2, Domain::kAny,           OutRule::kBool,  "(${0} >= ${1})",                    "(${0} >= ${1})",
+   [](P x, P) { return double(x[0] >= x[1]); }, [](I x, P) { return int64_t(x[0] >= x[1]); }, {}},
+  {"eq",         2, Domain::kAny,           OutRule::kBool,  "(${0} == ${1})",                    "(${0} == ${1})",
+   [](P x, P) { return double(x[0] == x[1]); }, [](I x, P) { return int64_t(x[0] == x[1]); }, {}},
+  {"ne",         2, Domain::kAny,           OutRule::kBool,  "(${0} != ${1})",                    "(${0} != ${1})",
+   [](P x, P) { return double(x[0] != x[1]); }, [](I x, P) { return int64_t(x[0] != x[1]); }, {}},
+  {"logical_and", 2, Domain::kBool,         OutRule::kSame,  "",                                  "(${0} && ${1})",
+   nullptr, [](I x, P) { return int64_t(x[0] && x[1]); }, {}},
+  {"logical_or", 2, Domain::kBool,          OutRule::kSame,  "",                                  "(${0} || ${1})",
+   nullptr, [](I x, P) { return int64_t(x[0] || x[1]); }, {}},
+  {"logical_not", 1, Domain::kBool,         OutRule::kSame,  "",                                  "(!${0})",
+   nullptr, [](I x, P) { return int64_t(!x[0]); }, {}},
+  {"where",      3, Domain::kAny,           OutRule::kWhere, "(${0} ? ${1} : ${2})",              "(${0} ? ${1} : ${2})",
+   [](P x, P) { return x[0] != 0 ? x[1] : x[2]; }, [](I x, P) { return x[0] ? x[1] : x[2]; }, {}},
+  // Conversion to bool tests against zero; other conversions follow C.
+  {"cast",       1, Domain::kAny,           OutRule::kCast,  "((${T})${0})",                      "((${T})${0})",
+   [](P x, P) { return x[0]; }, [](I x, P) { return x[0]; }, {}},
+};
+// clang-format on
+
+}  // namespace
+
+const std::vector<ScalarOpDef>& scalar_ops() { return kOps; }
+
+const ScalarOpDef* find_scalar_op(std::string_view name) {
+  for (const auto& op : kOps) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace kiln

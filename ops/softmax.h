@@ -1,0 +1,24 @@
+#pragma once
+// Softmax and log-softmax over one axis (props: axis, default -1), numerically stable:
+// the maximum along the axis is subtracted before exponentiating.
+#include "ops/cop.h"
+
+namespace kiln {
+
+class Softmax : public COp {
+ public:
+  Softmax(bool log, Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+
+ private:
+  bool log_;
+  int64_t axis_;
+};
+
+}  // namespace kiln

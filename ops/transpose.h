@@ -1,0 +1,22 @@
+#pragma once
+// Transpose by any permutation (props: perm; empty reverses the axes).
+#include "ops/cop.h"
+
+namespace kiln {
+
+class Transpose : public COp {
+ public:
+  explicit Transpose(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+
+ private:
+  std::vector<int> perm_for(int rank) const;
+  std::vector<int64_t> perm_;
+};
+
+}  // namespace kiln

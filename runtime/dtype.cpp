@@ -1,0 +1,49 @@
+#include "runtime/dtype.h"
+
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+struct Info {
+  DType dt;
+  std::string_view name;
+  std::string_view c_type;
+  size_t size;
+};
+constexpr Info kInfo[] = {
+    {DType::kBool, "bool", "uint8_t", 1},         {DType::kInt8, "int8", "int8_t", 1},
+    {DType::kUInt8, "uint8", "uint8_t", 1},       {DType::kInt32, "int32", "int32_t", 4},
+    {DType::kInt64, "int64", "int64_t", 8},       {DType::kFloat16, "float16", "uint16_t", 2},
+    {DType::kBFloat16, "bfloat16", "uint16_t", 2}, {DType::kFloat32, "float32", "float", 4},
+    {DType::kFloat64, "float64", "double", 8},
+};
+
+const Info& info(DType dt) {
+  auto i = static_cast<int32_t>(dt);
+  check_internal(i >= 0 && i < 9, "bad dtype code " + std::to_string(i));
+  return kInfo[i];
+}
+}  // namespace
+
+size_t dtype_size(DType dt) { return info(dt).size; }
+std::string_view dtype_name(DType dt) { return info(dt).name; }
+std::string_view dtype_c_type(DType dt) { return info(dt).c_type; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const auto& i : kInfo) {
+    if (i.name == name) return i.dt;
+  }
+  return std::nullopt;
+}
+
+bool is_float(DType dt) {
+  return dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32 ||
+         dt == DType::kFloat64;
+}
+bool is_integer(DType dt) {
+  return dt == DType::kInt8 || dt == DType::kUInt8 || dt == DType::kInt32 ||
+         dt == DType::kInt64;
+}
+bool is_signed(DType dt) { return is_float(dt) || (is_integer(dt) && dt != DType::kUInt8); }
+
+}  // namespace kiln

@@ -1,0 +1,31 @@
+#pragma once
+// Element types. The numeric codes are part of the module ABI (kiln_tensor.dtype).
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+enum class DType : int32_t {
+  kBool = 0,
+  kInt8 = 1,
+  kUInt8 = 2,
+  kInt32 = 3,
+  kInt64 = 4,
+  kFloat16 = 5,
+  kBFloat16 = 6,
+  kFloat32 = 7,
+  kFloat64 = 8,
+};
+
+size_t dtype_size(DType dt);
+std::string_view dtype_name(DType dt);   // "float32"
+std::optional<DType> dtype_from_name(std::string_view name);
+std::string_view dtype_c_type(DType dt);  // C type in generated code ("float", "uint8_t" for bool)
+bool is_float(DType dt);
+bool is_integer(DType dt);  // bool excluded
+bool is_signed(DType dt);
+
+}  // namespace kiln

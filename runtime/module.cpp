@@ -1,0 +1,49 @@
+#include "runtime/module.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/thunk_context.h"
+#include "util/error.h"
+
+namespace kiln {
+
+std::shared_ptr<Module> Module::load(const std::filesystem::path& path) {
+  std::shared_ptr<Module> m(new Module());
+  m->path_ = path;
+  m->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!m->handle_) {
+    const char* err = ::dlerror();
+    throw UserError("cannot load module '" + path.string() + "': " + (err ? err : "unknown"));
+  }
+  auto fn = reinterpret_cast<kiln_module_fn>(::dlsym(m->handle_, "kiln_module"));
+  if (!fn) throw UserError("'" + path.string() + "' is not a kiln module (no kiln_module symbol)");
+  m->info_ = fn();
+  if (!m->info_ || m->info_->abi_version != KILN_ABI_VERSION) {
+    throw UserError("module '" + path.string() + "' has ABI version " +
+                    std::to_string(m->info_ ? m->info_->abi_version : 0) + ", this kiln expects " +
+                    std::to_string(KILN_ABI_VERSION) + "; recompile it");
+  }
+  if (m->info_->state_size) {
+    m->state_ = std::calloc(1, m->info_->state_size);
+    if (!m->state_) throw std::bad_alloc();
+  }
+  if (m->info_->state_init) {
+    ThunkContext ctx;
+    if (m->info_->state_init(m->state_, ctx.abi()) != 0) {
+      throw UserError("module '" + path.string() + "' failed to initialise: " + ctx.message());
+    }
+  }
+  m->initialised_ = true;
+  return m;
+}
+
+Module::~Module() {
+  if (initialised_ && info_->state_cleanup) info_->state_cleanup(state_);
+  std::free(state_);
+  if (handle_) ::dlclose(handle_);
+}
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+#pragma once
+// What the executor needs to run a module, with no knowledge of graphs: buffer slots, the
+// thunk steps that read and write them, and each step's run-time shape rule.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+enum class SlotKind { kInput, kParam, kTemp };
+
+struct SlotSpec {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> dims;  // -1: dynamic
+  SlotKind kind = SlotKind::kTemp;
+};
+
+// Maps the input shapes of a step to its output shapes; throws UserError on a mismatch
+// that only shows at run time (e.g. broadcasting 3 against 4).
+using ShapeRule = std::function<std::vector<Shape>(const std::vector<Shape>&)>;
+
+struct StepSpec {
+  int thunk = 0;  // index into the module's thunk table
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::string label;  // "node 3: softmax(t2) -> t3"
+  ShapeRule infer_shape;
+};
+
+struct Program {
+  std::vector<SlotSpec> slots;
+  std::vector<int> input_slots;                  // user inputs, in call order
+  std::vector<std::pair<int, Tensor>> params;    // bound weights and tensor constants
+  std::vector<int> output_slots;
+  std::vector<StepSpec> steps;
+};
+
+}  // namespace kiln

@@ -1,0 +1,27 @@
+#pragma once
+// kiln's two error families: a UserError is something the user can fix (bad model, bad
+// shapes, bad op code, bad cache entry); an InternalError is a bug in kiln itself.
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class UserError : public Error {
+ public:
+  using Error::Error;
+};
+
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& what) : Error("internal error: " + what) {}
+};
+
+// Throws InternalError when an invariant that kiln itself guarantees does not hold.
+void check_internal(bool condition, const std::string& what);
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+#include "util/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace kiln {
+namespace {
+std::atomic<int> g_level{-1};
+std::mutex g_out_mutex;
+}  // namespace
+
+int debug_level() {
+  int level = g_level.load(std::memory_order_relaxed);
+  if (level < 0) {
+    const char* env = std::getenv("KILN_DEBUG");
+    level = env ? std::atoi(env) : 0;
+    if (level < 0) level = 0;
+    g_level.store(level, std::memory_order_relaxed);
+  }
+  return level;
+}
+
+void set_debug_level(int level) { g_level.store(level < 0 ? 0 : level); }
+
+void log_line(std::string_view message) {
+  std::lock_guard lock(g_out_mutex);
+  std::fprintf(stderr, "kiln: %.*s\n", static_cast<int>(message.size()), message.data());
+}
+
+void warn(std::string_view message) {
+  std::lock_guard lock(g_out_mutex);
+  std::fprintf(stderr, "kiln: warning: %.*s\n", static_cast<int>(message.size()),
+               message.data());
+}
+
+}  // namespace kiln

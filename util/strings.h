@@ -1,0 +1,17 @@
+#pragma once
+// String helpers shared by code generation, messages and parsers.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+std::vector<std::string> split_lines(std::string_view text);
+// "(?, 784)" style rendering; -1 is a dynamic dimension.
+std::string dims_to_string(const std::vector<int64_t>& dims);
+// Shortest text that reads back as the same double (for inlined constants and keys).
+std::string format_double(double value);
+
+}  // namespace kiln
