@@ -134,7 +134,8 @@ Function compile(const Graph& graph, const CompileOptions& options) {
     std::vector<std::string> args{"-std=c11", "-march=" + tc.cpu()};
     args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
     auto diags = parse_diagnostics(kept, args, linked.code);
-    throw CompileError(format_compile_error(graph, diags, outcome.log, kept), std::move(diags), kept);
+    std::string message = format_compile_error(graph, diags, outcome.log, kept);  // before diags is moved
+    throw CompileError(message, std::move(diags), kept);
   }
   if (!outcome.log.empty()) warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
   std::filesystem::rename(tmp_so, info.module_path, ec);

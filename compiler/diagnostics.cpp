@@ -3,6 +3,7 @@
 #include <clang-c/Index.h>
 
 #include "util/fs.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -30,10 +31,12 @@ std::vector<Diagnostic> parse_diagnostics(const std::filesystem::path& source,
                                                static_cast<int>(argv.size()), nullptr, 0,
                                                CXTranslationUnit_None, &tu);
   if (rc != CXError_Success || !tu) {
+    if (debug_level() >= 2) log_line("libclang could not parse " + source.string() + " (code " + std::to_string(rc) + ")");
     clang_disposeIndex(index);
     return result;
   }
   unsigned n = clang_getNumDiagnostics(tu);
+  if (debug_level() >= 2) log_line("libclang: " + std::to_string(n) + " diagnostics in " + source.string());
   for (unsigned i = 0; i < n; ++i) {
     CXDiagnostic d = clang_getDiagnostic(tu, i);
     CXDiagnosticSeverity sev = clang_getDiagnosticSeverity(d);

@@ -8,9 +8,16 @@
 #include <regex>
 #include <sstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include "compiler/subprocess.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
+#include "util/sha256.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -28,6 +35,46 @@ std::string resolve_cpu(const std::string& cc) {
   if (std::regex_search(r.out, m, gcc_cpu)) return m[1];
   warn("cannot resolve -march=native for '" + cc + "'; using x86-64-v2");
   return "x86-64-v2";
+}
+
+std::string find_program(const std::string& cc) {
+  if (cc.find('/') != std::string::npos) return cc;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + cc;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return cc;
+}
+
+// Identity of the compiler binary on this host: the probe's result is valid while it holds.
+// Host name and CPU model are included so a cache directory shared between machines never
+// hands one host's -march to another.
+std::string probe_identity(const std::string& cc) {
+  std::string resolved = find_program(cc);
+  std::error_code ec;
+  auto canonical = std::filesystem::canonical(resolved, ec);
+  struct stat st {};
+  std::string id = cc + "\n" + (ec ? resolved : canonical.string());
+  if (::stat(id.substr(id.find('\n') + 1).c_str(), &st) == 0) {
+    id += "\n" + std::to_string(st.st_size) + "\n" + std::to_string(st.st_mtim.tv_sec) + "." +
+          std::to_string(st.st_mtim.tv_nsec);
+  } else {
+    return "";  // unknown binary: always probe
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  id += "\n" + std::string(host);
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      id += "\n" + line;
+      break;
+    }
+  }
+  return id;
 }
 
 }  // namespace
@@ -57,16 +104,41 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   auto& slot = probed[cc + "\n" + cflags];
   if (slot) return *slot;
 
-  ProcessResult v = run_process({cc, "--version"});
-  if (v.exit_code != 0) {
-    throw UserError("C compiler '" + cc + "' does not run (" +
-                    (v.err.empty() ? "exit " + std::to_string(v.exit_code) : v.err) +
-                    "); install clang (scripts/setup) or set KILN_CC");
-  }
   std::unique_ptr<Toolchain> t(new Toolchain());
   t->cc_ = cc;
-  t->version_ = v.out.substr(0, v.out.find('\n'));
-  t->cpu_ = resolve_cpu(cc);
+  // Probing costs two compiler runs (~45 ms); remember the answer per compiler binary.
+  std::string identity = probe_identity(cc);
+  std::filesystem::path memo;
+  if (!identity.empty()) {
+    memo = cache_root() / "toolchains" / (sha256_hex(identity).substr(0, 32) + ".txt");
+    std::ifstream in(memo);
+    std::string stored_id, line;
+    std::vector<std::string> lines;
+    while (std::getline(in, line)) lines.push_back(line);
+    // Layout: version, cpu, then the identity it was probed for (checked, not trusted).
+    if (lines.size() >= 3 && join(std::vector<std::string>(lines.begin() + 2, lines.end()), "\n") == identity) {
+      t->version_ = lines[0];
+      t->cpu_ = lines[1];
+    }
+  }
+  if (t->cpu_.empty()) {
+    ProcessResult v = run_process({cc, "--version"});
+    if (v.exit_code != 0) {
+      throw UserError("C compiler '" + cc + "' does not run (" +
+                      (v.err.empty() ? "exit " + std::to_string(v.exit_code) : v.err) +
+                      "); install clang (scripts/setup) or set KILN_CC");
+    }
+    t->version_ = v.out.substr(0, v.out.find('\n'));
+    t->cpu_ = resolve_cpu(cc);
+    if (!memo.empty()) {
+      try {
+        std::filesystem::create_directories(memo.parent_path());
+        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + identity + "\n");
+      } catch (const std::exception& e) {
+        if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
+      }
+    }
+  }
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
   // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
   // and are memory-bound, so unrolling buys little at run time.

@@ -25,7 +25,7 @@ class Loader {
     if (!obj.is_object()) fail(path, "expected an object");
     auto it = obj.find(key);
     if (it == obj.end()) {
-      if (required) fail(path + "." + key, "missing");
+      if (required) fail(path == "(root)" ? std::string(key) : path + "." + key, "missing");
       return kNull;
     }
     return *it;

@@ -77,8 +77,9 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "      " + T + " sum = 0;\n";
   if (log_) {
     s += "      for (int64_t l = 0; l < len; ++l) sum += exp" + f + "(row[l * inner] - mx);\n";
-    s += "      const " + T + " shift = mx + log" + f + "(sum);\n";
-    s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] = row[l * inner] - shift;\n";
+    // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
+    s += "      const " + T + " lse = log" + f + "(sum);\n";
+    s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] = (row[l * inner] - mx) - lse;\n";
   } else {
     s += "      for (int64_t l = 0; l < len; ++l) {\n";
     s += "        const " + T + " e = exp" + f + "(row[l * inner] - mx);\n";

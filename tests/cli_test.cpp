@@ -1,0 +1,89 @@
+// The `kiln` command end to end: exit codes, help, compile, run and source.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "compiler/subprocess.h"
+#include "runtime/npy.h"
+#include "tests/helpers.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+const std::string kKiln = KILN_BINARY;
+const std::string kExamples = KILN_EXAMPLES_DIR;
+
+ProcessResult kiln(std::vector<std::string> args) {
+  args.insert(args.begin(), kKiln);
+  return run_process(args);
+}
+
+TEST(Cli, HelpForEveryCommand) {
+  auto r = kiln({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* word : {"compile", "run", "source", "exit codes", "KILN_CACHE_DIR", "-v"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+  for (const char* cmd : {"compile", "run", "source"}) {
+    auto h = kiln({cmd, "--help"});
+    EXPECT_EQ(h.exit_code, 0) << cmd;
+    EXPECT_NE(h.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << h.out;
+    EXPECT_EQ(kiln({"help", cmd}).out, h.out);
+  }
+}
+
+TEST(Cli, WrongUsageExitsTwoWithOneLine) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {}, {"frobnicate"}, {"compile"}, {"run", "m.json"}, {"compile", "--bogus", "m.json"},
+           {"run", "m.json", "--output-dir", "o", "--input", "novalue"}, {"run", "m.json", "--input"}}) {
+    auto r = kiln(args);
+    EXPECT_EQ(r.exit_code, 2) << args.size();
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST(Cli, CompileRunAndSourceTheMlp) {
+  std::string model = kExamples + "/mlp/mlp.json";
+  auto c = kiln({"compile", "-v", model});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("key "), std::string::npos);
+  for (const char* phase : {"load", "key", "codegen", "compile", "module load"}) {
+    EXPECT_NE(c.err.find(phase), std::string::npos) << phase << " missing in " << c.err;
+  }
+  std::string out_dir = testing::temp_dir("cli_run");
+  auto r = kiln({"run", "-v", model, "--input", "x=" + kExamples + "/mlp/input.npy", "--output-dir", out_dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("run "), std::string::npos);
+  Tensor y = read_npy(out_dir + "/y.npy");
+  Tensor expected = read_npy(kExamples + "/mlp/expected.npy");
+  EXPECT_TRUE(testing::tensors_close(y, expected, 1e-5, 1e-6));
+  auto s = kiln({"source", model});
+  ASSERT_EQ(s.exit_code, 0);
+  EXPECT_NE(s.out.find("/* node 0: matmul(x, w1) -> z1  [float32 (?, 256)]  'fc1' */"), std::string::npos);
+  EXPECT_NE(s.out.find("cblas_sgemm"), std::string::npos);
+}
+
+TEST(Cli, BadInputsAndModelsExitOneWithTheReason) {
+  std::string model = kExamples + "/mlp/mlp.json";
+  std::string dir = testing::temp_dir("cli_bad");
+  write_npy(dir + "/wrong.npy", Tensor::zeros(DType::kFloat32, {2, 100}));
+  auto r = kiln({"run", model, "--input", "x=" + dir + "/wrong.npy", "--output-dir", dir});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("input 'x': dimension 1 is 100: expected float32 (?, 784)"), std::string::npos) << r.err;
+  r = kiln({"run", model, "--output-dir", dir});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("missing input 'x': expected float32 (?, 784)"), std::string::npos) << r.err;
+  r = kiln({"run", model, "--input", "q=" + dir + "/wrong.npy", "--output-dir", dir});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown input 'q'"), std::string::npos) << r.err;
+  write_file_atomic(dir + "/broken.json", "{\"inputs\": [");
+  r = kiln({"compile", dir + "/broken.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("invalid JSON"), std::string::npos) << r.err;
+  r = kiln({"compile", dir + "/absent.json"});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,167 @@
+// The C linker, the toolchain and compile errors mapped back to nodes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "compiler/c_linker.h"
+#include "compiler/compile.h"
+#include "compiler/compile_error.h"
+#include "compiler/graph_key.h"
+#include "compiler/toolchain.h"
+#include "ops/builders.h"
+#include "ops/cop.h"
+#include "ops/registry.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+// An op whose C fragment does not compile (line 3 uses an undeclared identifier).
+class BrokenOp : public COp {
+ public:
+  BrokenOp() : COp("broken_test_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override { return {in[0]}; }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override { copy_into(in[0], out[0]); }
+  std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
+    return "float ok = 1.0f;\n(void)ok;\nundefined_symbol_xyz += 1;\n";
+  }
+};
+
+// An op using every state hook: a per-node counter set up at load time.
+class CounterOp : public COp {
+ public:
+  CounterOp() : COp("counter_test_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {TensorType{DType::kInt64, {}}};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>&) const override { return {Shape{}}; }
+  void perform(const std::vector<Tensor>&, std::vector<Tensor>&) const override {}
+  std::string c_state_fields(const Node&, const std::string& prefix) const override {
+    return "int64_t " + prefix + "calls;\nint64_t *" + prefix + "scratch;";
+  }
+  std::string c_init_code_struct(const Node&, const Sub& sub) const override {
+    return "state->" + sub.prefix + "calls = 100;\nstate->" + sub.prefix +
+           "scratch = (int64_t *)malloc(sizeof(int64_t));\nif (!state->" + sub.prefix + "scratch) " + sub.fail +
+           "(\"out of memory\");\n";
+  }
+  std::string c_cleanup_code_struct(const Node&, const Sub& sub) const override {
+    return "free(state->" + sub.prefix + "scratch);\n";
+  }
+  std::vector<std::string> c_headers() const override { return {"<stdlib.h>"}; }
+  std::string c_code(const Node&, const CodeNames& names, const Sub& sub) const override {
+    return "*(int64_t *)" + names.outputs[0] + "->data = ++state->" + sub.prefix + "calls;\n";
+  }
+};
+
+TEST(Compiler, BrokenFragmentErrorNamesNodeOpFragmentLineAndKeptSource) {
+  OpRegistry::instance().add("broken_test_op", [](const Attrs&) { return std::make_shared<BrokenOp>(); });
+  Graph g("broken");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  Var y = relu(x);
+  g.set_outputs({apply("broken_test_op", {y}).var()});
+  try {
+    compile(g);
+    FAIL() << "compiled a broken fragment";
+  } catch (const CompileError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("node 1 (broken_test_op), c_code line 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("undeclared identifier 'undefined_symbol_xyz'"), std::string::npos) << m;
+    EXPECT_NE(m.find("undefined_symbol_xyz += 1;"), std::string::npos) << m;  // the offending line
+    EXPECT_NE(m.find("full source kept at"), std::string::npos) << m;
+    ASSERT_TRUE(std::filesystem::exists(e.kept_source()));
+    EXPECT_NE(read_file(e.kept_source()).find("undefined_symbol_xyz"), std::string::npos);
+    ASSERT_FALSE(e.diagnostics().empty());
+    const Diagnostic& d = e.diagnostics()[0];
+    EXPECT_EQ(d.origin.node, 1);
+    EXPECT_EQ(d.origin.fragment, "c_code");
+    EXPECT_EQ(d.origin.fragment_line, 3);
+  }
+}
+
+TEST(Compiler, StateStructInitAndCleanupHooks) {
+  OpRegistry::instance().add("counter_test_op", [](const Attrs&) { return std::make_shared<CounterOp>(); });
+  Graph g("counter");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  g.set_outputs({apply("counter_test_op", {x}).var()});
+  Function f = compile(g);
+  Tensor t = Tensor::zeros(DType::kFloat32, {2});
+  EXPECT_EQ(f({t})[0].load_int(0), 101);
+  EXPECT_EQ(f({t})[0].load_int(0), 102);
+  EXPECT_EQ(f.info().compiler_log, "");
+}
+
+TEST(Compiler, ModuleLayoutBannersAndDeduplicatedIncludes) {
+  Graph g("layout");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 256});
+  Var b = input(g, "b", DType::kFloat32, {256});
+  Var y = relu(exp(x) + b);
+  g.set_outputs({y});
+  std::string src = generate_source(g);
+  EXPECT_NE(src.find("/* node 1: add(t2, b) -> t3  [float32 (?, 256)] */"), std::string::npos) << src;
+  EXPECT_NE(src.find("const kiln_module_info *kiln_module(void)"), std::string::npos);
+  // The include block (before the pasted ABI header) names each header once.
+  std::string includes = src.substr(0, src.find("/* kiln module ABI"));
+  size_t first = includes.find("#include <math.h>");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(includes.find("#include <math.h>", first + 1), std::string::npos) << "include emitted twice";
+  EXPECT_EQ(src.find("#include <Python.h>"), std::string::npos);
+  // One thunk and one cleanup label per node.
+  size_t thunks = 0, labels = 0;
+  for (size_t p = 0; (p = src.find("static int kiln_node_", p)) != std::string::npos; ++p) ++thunks;
+  for (size_t p = 0; (p = src.find("kiln_cleanup: __attribute__", p)) != std::string::npos; ++p) ++labels;
+  EXPECT_EQ(thunks, 3u);
+  EXPECT_EQ(labels, 4u);  // three thunks plus state init
+}
+
+TEST(Compiler, ToolchainFingerprintNamesCompilerFlagsAndConcreteCpu) {
+  const Toolchain& tc = Toolchain::get();
+  EXPECT_NE(tc.cpu(), "native");
+  EXPECT_FALSE(tc.cpu().empty());
+  EXPECT_NE(tc.fingerprint().find("-O3"), std::string::npos);
+  EXPECT_NE(tc.fingerprint().find("-march=" + tc.cpu()), std::string::npos);
+  EXPECT_NE(tc.fingerprint().find("version="), std::string::npos);
+  const Toolchain& extra = Toolchain::get(ToolchainConfig{"", "-DKILN_TEST_FLAG=1"});
+  EXPECT_NE(extra.fingerprint(), tc.fingerprint());
+}
+
+TEST(Compiler, KeyIgnoresNamesAndWeightsButNotStructure) {
+  auto build = [](const std::string& in_name, double w, bool swap) {
+    Graph g("k");
+    Var a = input(g, in_name, DType::kFloat32, {kDynamic, 4});
+    Var c = constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {w, w, w, w}));
+    Var e = exp(a);
+    g.set_outputs({swap ? sub(c, e) : sub(e, c)});
+    return module_key(g, "tc");
+  };
+  EXPECT_EQ(build("x", 1.0, false), build("renamed", 2.0, false));
+  EXPECT_NE(build("x", 1.0, false), build("x", 1.0, true));
+}
+
+TEST(Compiler, MissingCompilerIsAClearError) {
+  Graph g("nocc");
+  Var x = input(g, "x", DType::kFloat32, {2});
+  g.set_outputs({relu(x)});
+  CompileOptions opts;
+  opts.toolchain.cc = "/nonexistent/kiln-cc";
+  try {
+    compile(g, opts);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/kiln-cc"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compiler, KilnCflagsAreAppended) {
+  Graph g("cflags");
+  Var x = input(g, "x", DType::kFloat32, {2});
+  g.set_outputs({relu(x)});
+  CompileOptions opts;
+  opts.toolchain.cflags = "-Dkiln_state=int";  // reaches clang: the module no longer compiles
+  EXPECT_THROW(compile(g, opts), CompileError);
+  opts.toolchain.cflags = "-DKILN_HARMLESS=1";
+  EXPECT_NO_THROW(compile(g, opts));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,23 @@
+#pragma once
+// Shared test helpers: random tensors, non-contiguous views, tolerant comparison.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln::testing {
+
+// Uniform values in [lo, hi); integers are rounded; bools are 0/1.
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -2, double hi = 2);
+// The same values as a non-contiguous view (a transposed buffer viewed back).
+Tensor non_contiguous(const Tensor& t);
+// Equal within rtol/atol (NaN equals NaN, infinities must match); exact for integer types.
+::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected,
+                                         double rtol = 1e-5, double atol = 1e-6);
+// A fresh directory under the test's temp root.
+std::string temp_dir(const std::string& name);
+
+}  // namespace kiln::testing

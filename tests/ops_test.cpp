@@ -1,0 +1,358 @@
+// Every op's compiled C code against its `perform` reference, on random inputs with
+// broadcasting, size-1, empty and non-contiguous cases. One module per op serves all
+// shape cases (dimensions are dynamic), and every module must compile without warnings.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/compile.h"
+#include "ops/builders.h"
+#include "ops/reference.h"
+#include "ops/scalar_table.h"
+#include "tests/helpers.h"
+
+namespace kiln {
+namespace {
+
+using testing::non_contiguous;
+using testing::random_tensor;
+using testing::tensors_close;
+
+struct Range {
+  double lo = -2, hi = 2;
+};
+
+// Value ranges that keep each op inside its domain (logs of positives, etc.).
+Range range_for(const std::string& op, size_t input) {
+  if (op == "log" || op == "sqrt" || op == "reciprocal") return {0.05, 4};
+  if (op == "log1p") return {-0.9, 4};
+  if (op == "pow") return input == 0 ? Range{0.1, 3} : Range{-2, 2};
+  if (op == "cast") return {-100, 100};
+  if (op == "div" || op == "mod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
+  return {};
+}
+
+// Compiles graph once, then checks every input set against the reference.
+void check_graph(const Graph& g, const std::vector<std::vector<Tensor>>& cases, double rtol = 1e-5,
+                 double atol = 1e-6) {
+  Function f = compile(g);
+  EXPECT_EQ(f.info().compiler_log, "") << "generated module compiled with warnings";
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::string desc;
+    for (const auto& t : cases[c]) desc += t.describe() + (t.is_contiguous() ? "" : " (strided)") + "; ";
+    SCOPED_TRACE("graph " + g.name() + ", case " + std::to_string(c) + ": " + desc);
+    auto got = f(cases[c]);
+    auto want = evaluate_reference(g, cases[c]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(tensors_close(got[k], want[k], rtol, atol));
+  }
+}
+
+std::vector<DType> dtypes_for(const ScalarOpDef& def) {
+  switch (def.domain) {
+    case Domain::kFloat: return {DType::kFloat32, DType::kFloat64};
+    case Domain::kBool: return {DType::kBool};
+    case Domain::kAny: return {DType::kFloat32, DType::kInt32};
+    default: return {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64};
+  }
+}
+
+class ElementwiseTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ElementwiseTest, MatchesReference) {
+  const ScalarOpDef& def = *find_scalar_op(GetParam());
+  std::mt19937 rng(42);
+  for (DType dt : dtypes_for(def)) {
+    Graph g(std::string(def.name) + "_" + std::string(dtype_name(dt)));
+    // Input 0 is 2-D, the rest 1-D or 2-D, all dynamic: broadcasting against a dimension
+    // that is 1 only at run time is exercised by the same module.
+    std::vector<Var> ins;
+    std::vector<DType> in_dtypes;
+    for (int k = 0; k < def.arity; ++k) {
+      DType idt = (def.out == OutRule::kWhere && k == 0) ? DType::kBool : dt;
+      std::vector<int64_t> dims = (k == 1) ? std::vector<int64_t>{kDynamic} : std::vector<int64_t>{kDynamic, kDynamic};
+      ins.push_back(input(g, "x" + std::to_string(k), idt, dims));
+      in_dtypes.push_back(idt);
+    }
+    Attrs attrs;
+    if (def.out == OutRule::kCast) attrs["to"] = std::string(dt == DType::kFloat32 ? "int32" : "float64");
+    for (const auto& p : def.params) attrs[std::string(p.name)] = p.fallback * 1.5;
+    g.set_outputs({apply(std::string(def.name), ins, attrs).var()});
+
+    auto make = [&](const std::vector<Shape>& shapes, bool strided) {
+      std::vector<Tensor> ts;
+      for (int k = 0; k < def.arity; ++k) {
+        Range r = range_for(std::string(def.name), static_cast<size_t>(k));
+        Tensor t = random_tensor(in_dtypes[static_cast<size_t>(k)], shapes[static_cast<size_t>(k)], rng, r.lo, r.hi);
+        ts.push_back(strided ? non_contiguous(t) : t);
+      }
+      return ts;
+    };
+    // Shapes per case: input 1 is 1-D (broadcast along rows), the others 2-D.
+    auto shapes = [&](Shape a, Shape b) {
+      std::vector<Shape> s;
+      for (int k = 0; k < def.arity; ++k) s.push_back(k == 1 ? b : a);
+      return s;
+    };
+    std::vector<std::vector<Tensor>> cases = {
+        make(shapes({3, 5}, {5}), false),    // plain broadcasting of a row
+        make(shapes({3, 5}, {1}), false),    // a dimension that is 1 only at run time
+        make(shapes({1, 7}, {7}), false),    // size-1 leading dimension
+        make(shapes({4, 1}, {6}), false),    // both sides broadcast
+        make(shapes({0, 5}, {5}), false),    // empty
+        make(shapes({37, 65}, {65}), false), // odd sizes, vector remainders
+        make(shapes({6, 9}, {9}), true),     // non-contiguous inputs
+    };
+    check_graph(g, cases, dt == DType::kFloat32 ? 2e-5 : 1e-9, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+  }
+}
+
+std::vector<std::string> scalar_op_names() {
+  std::vector<std::string> names;
+  for (const auto& d : scalar_ops()) names.emplace_back(d.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllScalarOps, ElementwiseTest, ::testing::ValuesIn(scalar_op_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Elementwise, IntegerDivisionByZeroAndModuloSigns) {
+  Graph g("intdiv");
+  Var a = input(g, "a", DType::kInt32, {kDynamic});
+  Var b = input(g, "b", DType::kInt32, {kDynamic});
+  g.set_outputs({div(a, b), mod(a, b)});
+  Tensor av = Tensor::from_doubles(DType::kInt32, {6}, {7, -7, 7, -7, 5, -2147483648.0});
+  Tensor bv = Tensor::from_doubles(DType::kInt32, {6}, {2, 2, -2, 0, 0, -1});
+  check_graph(g, {{av, bv}});
+  auto out = compile(g)({av, bv});
+  EXPECT_EQ(out[0].to_doubles(), (std::vector<double>{3, -3, -3, 0, 0, -2147483648.0}));
+  EXPECT_EQ(out[1].to_doubles(), (std::vector<double>{1, 1, -1, 0, 0, 0}));  // sign of the divisor
+}
+
+TEST(Elementwise, RoundHalfToEvenAndScalarConstantsInlined) {
+  Graph g("round");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  g.set_outputs({round(x * 1.0 + 0.0)});
+  Tensor xv = Tensor::from_doubles(DType::kFloat32, {6}, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4});
+  auto out = compile(g)({xv});
+  EXPECT_EQ(out[0].to_doubles(), (std::vector<double>{0, 2, 2, -0.0, -2, 2}));
+  std::string src = generate_source(g);
+  EXPECT_NE(src.find("((float)1.0)"), std::string::npos) << "scalar constant was not inlined";
+}
+
+TEST(Elementwise, RejectsBadDtypesAndShapesAtBuildTime) {
+  Graph g("bad");
+  Var a = input(g, "a", DType::kFloat32, {3, 4});
+  Var b = input(g, "b", DType::kFloat64, {3, 4});
+  Var c = input(g, "c", DType::kFloat32, {5});
+  Var i = input(g, "i", DType::kInt32, {3, 4});
+  try {
+    add(a, b);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("(add)"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32 (3, 4) vs float64 (3, 4)"), std::string::npos) << m;
+  }
+  try {
+    mul(a, c);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("(mul)"), std::string::npos) << m;
+    EXPECT_NE(m.find("cannot broadcast (3, 4) with (5,)"), std::string::npos) << m;
+  }
+  EXPECT_THROW(exp(i), UserError);
+  EXPECT_THROW(logical_and(a, a), UserError);
+  EXPECT_THROW(where(a, a, a), UserError);
+}
+
+TEST(Elementwise, RunTimeBroadcastMismatchIsAnErrorNotACrash) {
+  Graph g("rtbcast");
+  Var a = input(g, "a", DType::kFloat32, {kDynamic});
+  Var b = input(g, "b", DType::kFloat32, {kDynamic});
+  g.set_outputs({a + b});
+  Function f = compile(g);
+  std::mt19937 rng(1);
+  try {
+    f({random_tensor(DType::kFloat32, {3}, rng), random_tensor(DType::kFloat32, {4}, rng)});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("node 0 (add)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(3,) with (4,)"), std::string::npos) << m;
+  }
+}
+
+class ReduceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReduceTest, MatchesReferenceOverAxes) {
+  std::mt19937 rng(7);
+  const std::string op = GetParam();
+  const std::vector<std::vector<int64_t>> axes_sets = {{}, {0}, {1}, {2}, {0, 2}, {-1}, {-3, 1}};
+  for (DType dt : {DType::kFloat32, DType::kInt64}) {
+    if (op == "reduce_mean" && dt == DType::kInt64) continue;
+    Graph g(op + "_" + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, kDynamic, kDynamic});
+    std::vector<Variable*> outs;
+    for (const auto& axes : axes_sets) {
+      for (int64_t keep : {0, 1}) outs.push_back(apply(op, {x}, {{"axes", axes}, {"keepdims", keep}}).var());
+    }
+    g.set_outputs(outs);
+    double lo = op == "reduce_prod" ? 0.5 : -3, hi = op == "reduce_prod" ? 1.5 : 3;
+    std::vector<std::vector<Tensor>> cases = {
+        {random_tensor(dt, {2, 3, 4}, rng, lo, hi)},
+        {random_tensor(dt, {1, 5, 1}, rng, lo, hi)},
+        {random_tensor(dt, {7, 33, 9}, rng, lo, hi)},
+        {non_contiguous(random_tensor(dt, {3, 4, 5}, rng, lo, hi))},
+    };
+    if (op != "reduce_max" && op != "reduce_min") cases.push_back({random_tensor(dt, {0, 3, 2}, rng)});
+    check_graph(g, cases, 1e-4, 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllReductions, ReduceTest,
+                         ::testing::Values("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"));
+
+TEST(Reduce, MaxOverEmptyDimensionIsAClearError) {
+  Graph g("emptymax");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic});
+  g.set_outputs({max(x, {1})});
+  Function f = compile(g);
+  try {
+    f({Tensor::zeros(DType::kFloat32, {3, 0})});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty dimension"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MatMul, MatchesReferenceWithBatchingBroadcastAndStrides) {
+  std::mt19937 rng(3);
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32}) {
+    double tol = dt == DType::kFloat32 ? 1e-4 : 1e-10;
+    {
+      Graph g("mm2d");
+      Var a = input(g, "a", dt, {kDynamic, kDynamic});
+      Var b = input(g, "b", dt, {kDynamic, kDynamic});
+      g.set_outputs({matmul(a, b)});
+      check_graph(g, {
+          {random_tensor(dt, {3, 4}, rng), random_tensor(dt, {4, 5}, rng)},
+          {random_tensor(dt, {1, 4}, rng), random_tensor(dt, {4, 1}, rng)},
+          {random_tensor(dt, {0, 4}, rng), random_tensor(dt, {4, 5}, rng)},   // empty M
+          {random_tensor(dt, {3, 0}, rng), random_tensor(dt, {0, 5}, rng)},   // K = 0: zeros
+          {non_contiguous(random_tensor(dt, {6, 7}, rng)), non_contiguous(random_tensor(dt, {7, 3}, rng))},  // BLAS transposes
+          {random_tensor(dt, {8, 12}, rng).slice(1, 0, 12, 2), random_tensor(dt, {6, 5}, rng)},  // packed
+          {random_tensor(dt, {65, 70}, rng), random_tensor(dt, {70, 33}, rng)},
+      }, tol, tol);
+    }
+    {
+      Graph g("mmbatch");
+      Var a = input(g, "a", dt, {kDynamic, kDynamic, kDynamic, kDynamic});
+      Var b = input(g, "b", dt, {kDynamic, kDynamic, kDynamic});
+      Var v = input(g, "v", dt, {kDynamic});  // length = columns of b
+      Var u = input(g, "u", dt, {kDynamic});  // length = rows of b
+      g.set_outputs({matmul(a, b), matmul(b, v), matmul(u, b)});
+      check_graph(g, {
+          {random_tensor(dt, {2, 1, 3, 4}, rng), random_tensor(dt, {5, 4, 6}, rng), random_tensor(dt, {6}, rng),
+           random_tensor(dt, {4}, rng)},
+          {random_tensor(dt, {1, 2, 3, 4}, rng), random_tensor(dt, {2, 4, 4}, rng), random_tensor(dt, {4}, rng),
+           random_tensor(dt, {4}, rng)},
+          {non_contiguous(random_tensor(dt, {2, 3, 3, 4}, rng)), non_contiguous(random_tensor(dt, {3, 4, 4}, rng)),
+           non_contiguous(random_tensor(dt, {4}, rng)), non_contiguous(random_tensor(dt, {4}, rng))},
+      }, tol, tol);
+    }
+  }
+}
+
+TEST(MatMul, InnerDimensionMismatchNamesBothShapes) {
+  Graph g("mmbad");
+  Var a = input(g, "a", DType::kFloat32, {2, 3});
+  Var b = input(g, "b", DType::kFloat32, {4, 5});
+  try {
+    matmul(a, b);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("(matmul)"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32 (2, 3) @ float32 (4, 5)"), std::string::npos) << m;
+  }
+}
+
+TEST(Gemm, AllTransposesAlphaBetaAndBiasShapes) {
+  std::mt19937 rng(5);
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      Graph g("gemm_" + std::to_string(ta) + std::to_string(tb));
+      Var a = input(g, "a", DType::kFloat32, {kDynamic, kDynamic});
+      Var b = input(g, "b", DType::kFloat32, {kDynamic, kDynamic});
+      Var c = input(g, "c", DType::kFloat32, {kDynamic});
+      Var c2 = input(g, "c2", DType::kFloat32, {kDynamic, kDynamic});
+      g.set_outputs({gemm(a, b, c, 0.5, 2.0, ta, tb), gemm(a, b, c2, 1.0, -1.0, ta, tb), gemm(a, b, 1.5, ta, tb)});
+      auto shp = [](bool t, int64_t r, int64_t c) { return t ? Shape{c, r} : Shape{r, c}; };
+      check_graph(g, {
+          {random_tensor(DType::kFloat32, shp(ta, 3, 4), rng), random_tensor(DType::kFloat32, shp(tb, 4, 5), rng),
+           random_tensor(DType::kFloat32, {5}, rng), random_tensor(DType::kFloat32, {3, 5}, rng)},
+          {random_tensor(DType::kFloat32, shp(ta, 3, 4), rng), random_tensor(DType::kFloat32, shp(tb, 4, 5), rng),
+           random_tensor(DType::kFloat32, {1}, rng), random_tensor(DType::kFloat32, {3, 1}, rng)},
+          {non_contiguous(random_tensor(DType::kFloat32, shp(ta, 9, 7), rng)),
+           non_contiguous(random_tensor(DType::kFloat32, shp(tb, 7, 2), rng)),
+           random_tensor(DType::kFloat32, {2}, rng), non_contiguous(random_tensor(DType::kFloat32, {1, 2}, rng))},
+      }, 1e-4, 1e-5);
+    }
+  }
+}
+
+TEST(ShapeOps, TransposeReshapeFlattenConcat) {
+  std::mt19937 rng(11);
+  Graph g("shapeops");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
+  Var y = input(g, "y", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
+  g.set_outputs({transpose(x), transpose(x, {1, 0, 2}), transpose(x, {0, 2, 1}),
+                 reshape(x, {-1}), reshape(x, {0, -1}), reshape(x, {2, -1, 1}),
+                 flatten(x, 0), flatten(x, 1), flatten(x, 2), flatten(x, -1), flatten(x, 3),
+                 concat({x, y, x}, 1), concat({x, y}, -1), concat({y, x}, 0)});
+  check_graph(g, {
+      {random_tensor(DType::kFloat32, {2, 3, 4}, rng), random_tensor(DType::kFloat32, {2, 3, 4}, rng)},
+      {non_contiguous(random_tensor(DType::kFloat32, {2, 5, 2}, rng)), random_tensor(DType::kFloat32, {2, 5, 2}, rng)},
+      {random_tensor(DType::kFloat32, {2, 0, 3}, rng), random_tensor(DType::kFloat32, {2, 0, 3}, rng)},
+  });
+  Graph gi("shapeops_int");
+  Var xi = input(gi, "x", DType::kInt64, {kDynamic, 4});
+  gi.set_outputs({transpose(xi), reshape(xi, {2, -1}), concat({xi, xi}, 0)});
+  check_graph(gi, {{random_tensor(DType::kInt64, {6, 4}, rng, -1e6, 1e6)}});
+}
+
+TEST(ShapeOps, ReshapeErrors) {
+  Graph g("reshapebad");
+  Var x = input(g, "x", DType::kFloat32, {2, 3});
+  EXPECT_THROW(reshape(x, {4, 2}), UserError);
+  EXPECT_THROW(reshape(x, {-1, -1}), UserError);
+  Graph gd("reshape_dynamic");
+  Var d = input(gd, "d", DType::kFloat32, {kDynamic, 3});
+  gd.set_outputs({reshape(d, {4, -1})});
+  Function f = compile(gd);
+  EXPECT_THROW(f({Tensor::zeros(DType::kFloat32, {3, 3})}), UserError);  // 9 elements into (4, ?)
+  EXPECT_NO_THROW(f({Tensor::zeros(DType::kFloat32, {4, 3})}));
+}
+
+TEST(Softmax, StableOverAnyAxis) {
+  std::mt19937 rng(13);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("softmax_") + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, kDynamic, kDynamic});
+    g.set_outputs({softmax(x, 0), softmax(x, 1), softmax(x), log_softmax(x, 0), log_softmax(x, 1), log_softmax(x, -1)});
+    Tensor huge = random_tensor(dt, {2, 3, 4}, rng, 1000, 1010);  // exp would overflow without the max shift
+    check_graph(g, {
+        {random_tensor(dt, {2, 3, 4}, rng, -5, 5)},
+        {huge},
+        {non_contiguous(random_tensor(dt, {3, 1, 5}, rng))},
+        {random_tensor(dt, {2, 0, 3}, rng)},
+    }, 1e-5, 1e-6);
+    auto out = compile(g)({huge});
+    for (double v : out[2].to_doubles()) EXPECT_TRUE(std::isfinite(v));
+  }
+}
+
+}  // namespace
+}  // namespace kiln

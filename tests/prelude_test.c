@@ -1,0 +1,33 @@
+/* The preludes compiled on their own, as C11 with -Wall -Werror, and checked. */
+#include <assert.h>
+#include <stdio.h>
+
+#include "kiln_index.h"
+#include "kiln_scalar.h"
+
+int main(void) {
+  /* A contiguous (2, 3, 4) iteration space with a broadcast row collapses to two dims. */
+  int64_t shape[KILN_MAX_DIMS] = {2, 3, 4};
+  int64_t st[2][KILN_MAX_DIMS] = {{12, 4, 1}, {0, 0, 1}};
+  int r = kiln_collapse(3, 2, shape, st);
+  assert(r == 2 && shape[0] == 6 && shape[1] == 4);
+  assert(st[0][0] == 4 && st[0][1] == 1 && st[1][0] == 0 && st[1][1] == 1);
+  /* Size-1 dims vanish; all-ones leaves one dim of size 1. */
+  int64_t ones[KILN_MAX_DIMS] = {1, 1};
+  int64_t st1[1][KILN_MAX_DIMS] = {{1, 1}};
+  assert(kiln_collapse(2, 1, ones, st1) == 1 && ones[0] == 1 && st1[0][0] == 0);
+  /* Transposed copy. */
+  float src[6] = {1, 2, 3, 4, 5, 6}; /* (2, 3) */
+  float dst[6];
+  const int64_t tshape[2] = {3, 2}, tstrides[2] = {1, 3};
+  kiln_copy_strided(dst, src, 2, tshape, tstrides, sizeof(float));
+  const float want[6] = {1, 4, 2, 5, 3, 6};
+  for (int i = 0; i < 6; ++i) assert(dst[i] == want[i]);
+  /* Integer helpers never trap. */
+  assert(kiln_div_i32(7, 0) == 0 && kiln_div_i32(INT32_MIN, -1) == INT32_MIN);
+  assert(kiln_mod_i32(-7, 2) == 1 && kiln_mod_i32(7, -2) == -1 && kiln_mod_i64(5, 0) == 0);
+  assert(kiln_pow_i64(3, 4) == 81 && kiln_pow_i32(2, -1) == 0 && kiln_pow_i32(-1, -3) == -1);
+  assert(kiln_mod_f64(-7.5, 2.0) == 0.5);
+  puts("1 passed, 0 failed");
+  return 0;
+}

@@ -1,0 +1,145 @@
+// Tensors, .npy files, the allocator, the memory planner and executor input validation.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "compiler/compile.h"
+#include "ops/builders.h"
+#include "runtime/memory_plan.h"
+#include "runtime/npy.h"
+#include "runtime/storage.h"
+#include "tests/helpers.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
+  std::mt19937 rng(1);
+  for (DType dt : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64, DType::kFloat32,
+                   DType::kFloat64}) {
+    Tensor t = testing::random_tensor(dt, {3, 4}, rng, 0, 100);
+    Tensor back = parse_npy(to_npy(t), "mem");
+    EXPECT_TRUE(testing::tensors_close(back, t, 0, 0)) << dtype_name(dt);
+  }
+  Tensor s = Tensor::scalar(DType::kFloat64, 2.5);
+  EXPECT_EQ(parse_npy(to_npy(s), "mem").shape(), Shape{});
+  // Fortran order: the bytes are the transpose's C order.
+  Tensor t = Tensor::from_doubles(DType::kInt32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  std::string bytes = to_npy(t.permute({1, 0}).contiguous());
+  size_t p = bytes.find("False");
+  bytes.replace(p, 5, "True ");
+  size_t q = bytes.find("(3, 2)");
+  bytes.replace(q, 6, "(2, 3)");
+  EXPECT_EQ(parse_npy(bytes, "mem").to_doubles(), t.to_doubles());
+}
+
+TEST(Npy, MalformedFilesNameTheFileAndOffset) {
+  Tensor t = Tensor::from_doubles(DType::kFloat32, {4}, {1, 2, 3, 4});
+  std::string good = to_npy(t);
+  auto message = [](const std::string& bytes) {
+    try {
+      parse_npy(bytes, "w.npy");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("garbage").find("w.npy: byte 0"), std::string::npos);
+  std::string truncated = good.substr(0, good.size() - 3);
+  std::string m = message(truncated);
+  EXPECT_NE(m.find("data truncated"), std::string::npos) << m;
+  EXPECT_NE(m.find("w.npy: byte"), std::string::npos) << m;
+  std::string bad_dtype = good;
+  bad_dtype.replace(bad_dtype.find("<f4"), 3, "<c8");
+  EXPECT_NE(message(bad_dtype).find("unsupported dtype '<c8'"), std::string::npos);
+  std::string header_cut = good.substr(0, 20);
+  EXPECT_NE(message(header_cut).find("runs past the end"), std::string::npos);
+  EXPECT_THROW(read_npy("/nonexistent/file.npy"), UserError);
+}
+
+TEST(Storage, AlignedAndPooled) {
+  pool_trim();
+  auto before = pool_stats();
+  for (int i = 0; i < 10; ++i) {
+    auto s = allocate_storage(1000 + i);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % 64, 0u);
+  }
+  auto after = pool_stats();
+  EXPECT_EQ(after.allocations - before.allocations, 1u);  // one block, reused nine times
+  EXPECT_EQ(after.reuses - before.reuses, 9u);
+}
+
+TEST(MemoryPlan, LiveBuffersNeverOverlapAndDeadOnesAreReused) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<BufferRequest> reqs;
+    int n = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {
+      BufferRequest r;
+      r.first_step = static_cast<int>(rng() % 20);
+      r.last_step = r.first_step + static_cast<int>(rng() % 6);
+      r.bytes = 1 + rng() % 5000;
+      reqs.push_back(r);
+    }
+    MemoryPlan plan = plan_memory(reqs);
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(plan.offsets[i] % 64, 0u);
+      EXPECT_LE(plan.offsets[i] + reqs[i].bytes, plan.arena_bytes);
+      total += (reqs[i].bytes + 63) / 64 * 64;
+      for (int j = 0; j < i; ++j) {
+        bool overlap_time = reqs[i].first_step <= reqs[j].last_step && reqs[j].first_step <= reqs[i].last_step;
+        bool overlap_mem = plan.offsets[i] < plan.offsets[j] + reqs[j].bytes &&
+                           plan.offsets[j] < plan.offsets[i] + reqs[i].bytes;
+        EXPECT_FALSE(overlap_time && overlap_mem) << "trial " << trial << " buffers " << i << "," << j;
+      }
+    }
+    EXPECT_LE(plan.arena_bytes, total);
+  }
+  // A chain a -> b -> c -> d: a and c can share memory.
+  MemoryPlan chain = plan_memory({{1024, 0, 1}, {1024, 1, 2}, {1024, 2, 3}, {1024, 3, 4}});
+  EXPECT_EQ(chain.arena_bytes, 2048u);
+}
+
+TEST(Executor, RejectsWrongInputsWithClearMessages) {
+  Graph g("validate");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 784});
+  g.set_outputs({relu(x)});
+  Function f = compile(g);
+  auto message = [&](const std::vector<Tensor>& in) {
+    try {
+      f(in);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({Tensor::zeros(DType::kFloat64, {2, 784})}),
+            "input 'x': wrong dtype: expected float32 (?, 784), got float64 (2, 784)");
+  EXPECT_EQ(message({Tensor::zeros(DType::kFloat32, {784})}),
+            "input 'x': wrong rank: expected float32 (?, 784), got float32 (784,)");
+  EXPECT_EQ(message({Tensor::zeros(DType::kFloat32, {2, 783})}),
+            "input 'x': dimension 1 is 783: expected float32 (?, 784), got float32 (2, 783)");
+  EXPECT_NE(message({}).find("expected 1 inputs (x), got 0"), std::string::npos);
+  EXPECT_NE(message({Tensor()}).find("missing"), std::string::npos);
+  EXPECT_THROW(f.run({{"y", Tensor::zeros(DType::kFloat32, {1, 784})}}), UserError);
+}
+
+TEST(Executor, OutputsAreFreshAndPlansFollowShapeChanges) {
+  Graph g("fresh");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  g.set_outputs({exp(relu(x) * 2.0)});
+  Function f = compile(g);
+  Tensor a = Tensor::from_doubles(DType::kFloat32, {2}, {0, 1});
+  auto first = f({a});
+  auto second = f({Tensor::from_doubles(DType::kFloat32, {3}, {1, 1, 1})});
+  EXPECT_NE(first[0].data(), second[0].data());
+  EXPECT_FLOAT_EQ(first[0].to_doubles()[1], std::exp(2.0f));
+  EXPECT_EQ(second[0].shape(), Shape{3});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,95 @@
+// util/, ctemplate/ and graph/ building blocks.
+#include <gtest/gtest.h>
+
+#include "ctemplate/code_writer.h"
+#include "ctemplate/prelude.h"
+#include "ctemplate/template.h"
+#include "graph/graph.h"
+#include "ops/builders.h"
+#include "ops/registry.h"
+#include "util/sha256.h"
+
+namespace kiln {
+namespace {
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Sha256 h;
+  h.update("ab");
+  h.update("c");
+  EXPECT_EQ(h.hex_digest(), sha256_hex("abc"));
+}
+
+TEST(Template, RendersAndFailsLoudlyOnUnknownPlaceholders) {
+  EXPECT_EQ(render_template("a ${x} b ${y}", {{"x", "1"}, {"y", "2"}}), "a 1 b 2");
+  try {
+    render_template("line one\nuses ${nope} here", {{"x", "1"}}, "my template");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "my template: line 2: unknown placeholder '${nope}'");
+  }
+  EXPECT_THROW(render_template("${unterminated", {}), UserError);
+  EXPECT_EQ(render_template("$x and $ alone", {}), "$x and $ alone");
+}
+
+TEST(CodeWriter, SourceMapPointsAtNodeAndFragmentLine) {
+  CodeWriter w;
+  w.line("/* header */");
+  w.indent();
+  w.fragment("int a = 1;\nint b = 2;\n", 7, "c_code");
+  w.dedent();
+  w.line("}");
+  EXPECT_EQ(w.str(), "/* header */\n  int a = 1;\n  int b = 2;\n}\n");
+  EXPECT_EQ(w.origin(1)->node, -1);
+  EXPECT_EQ(w.origin(3)->node, 7);
+  EXPECT_EQ(w.origin(3)->fragment, "c_code");
+  EXPECT_EQ(w.origin(3)->fragment_line, 2);
+  EXPECT_EQ(w.origin(99), nullptr);
+}
+
+TEST(Prelude, EmbeddedHeadersAreAvailable) {
+  EXPECT_NE(prelude("kiln_index.h").find("kiln_collapse"), std::string_view::npos);
+  EXPECT_NE(prelude("kiln_scalar.h").find("kiln_mod_f32"), std::string_view::npos);
+  EXPECT_THROW(prelude("nope.h"), UserError);
+}
+
+TEST(Ops, PropsAreCanonicalWhateverTheirOrder) {
+  auto& reg = OpRegistry::instance();
+  auto a = reg.create("gemm", {{"alpha", 2.0}, {"transB", int64_t(1)}});
+  Attrs reversed;
+  reversed.emplace("transB", int64_t(1));
+  reversed.emplace("alpha", 2.0);
+  auto b = reg.create("gemm", reversed);
+  EXPECT_TRUE(*a == *b);
+  EXPECT_EQ(a->describe(), "gemm{alpha=2.0, transB=1}");
+  EXPECT_FALSE(*a == *reg.create("gemm", {{"alpha", 3.0}}));
+  EXPECT_THROW(reg.create("gemm", {{"alpha", std::string("x")}}), AttrError);
+  EXPECT_THROW(reg.create("no_such_op", {}), UserError);
+}
+
+TEST(Graph, NodesAreTopologicalAndErrorsNameNodeAndOp) {
+  Graph g("g");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 4});
+  Var y = relu(x) + 1.0;
+  g.set_outputs({y});
+  ASSERT_EQ(g.nodes().size(), 2u);
+  EXPECT_EQ(g.nodes()[1]->inputs[0], g.nodes()[0]->outputs[0]);
+  EXPECT_THROW(g.add_input("x", TensorType{DType::kFloat32, {1}}), UserError);  // duplicate name
+  Graph other("other");
+  Var z = input(other, "z", DType::kFloat32, {kDynamic, 4});
+  EXPECT_THROW(g.add_node(OpRegistry::instance().create("relu", {}), {z.var()}), UserError);
+  try {
+    softmax(cast(x, DType::kInt32));
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 3 (softmax): softmax requires float32 or float64, got int32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
