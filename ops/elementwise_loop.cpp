@@ -96,7 +96,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "        for (int64_t j = 0; j < inner; ++j) q0[j] = (" + T + ")" +
        render_template(expr, unit_args, "elementwise expression") + ";\n";
   s += "      } else {\n";
-  s += "        for (int64_t j = 0; j < inner; ++j) p0[o0 + j * s0] = (" + T + ")" +
+  s += "        KILN_NOVEC for (int64_t j = 0; j < inner; ++j) p0[o0 + j * s0] = (" + T + ")" +
        render_template(expr, strided_args, "elementwise expression") + ";\n";
   s += "      }\n";
   s += "      for (int d = r - 2; d >= 0; --d) {\n";

@@ -10,6 +10,13 @@
 
 #define KILN_MAX_DIMS 16
 
+/* Strided fallback loops gain little from vectorizing (they gather) but cost clang time. */
+#if defined(__clang__)
+#define KILN_NOVEC _Pragma("clang loop vectorize(disable)")
+#else
+#define KILN_NOVEC
+#endif
+
 /* Simplifies an iteration space shared by `nops` operands: drops size-1 dimensions and
  * merges neighbours that every operand walks as one contiguous run, so a contiguous or
  * row-broadcast loop becomes one long inner loop. Works in place; returns the new rank
