@@ -49,6 +49,25 @@ std::string node_banner(const Node& node) {
   return comment_safe(s);
 }
 
+namespace {
+// Emits one braced block per node whose op has state init (or cleanup) code.
+template <class Hook>
+void emit_state_hooks(CodeWriter& w, const Graph& graph, const std::string& what, const std::string& kind,
+                      Hook hook) {
+  for (const auto& node : graph.nodes()) {
+    Sub sub;
+    sub.prefix = "n" + std::to_string(node->id) + "_";
+    std::string code = hook(c_op(*node), *node, sub);
+    if (code.empty()) continue;
+    w.line("{ /* " + what + " " + node_banner(*node) + " */");
+    w.indent();
+    w.fragment(code, node->id, kind);
+    w.dedent();
+    w.line("}");
+  }
+}
+}  // namespace
+
 LinkedModule link_c_module(const Graph& graph, const std::string& key) {
   LinkedModule m;
   CodeWriter& w = m.code;
@@ -109,17 +128,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
   w.line("int kiln_status = 0;");
   w.line("(void)state;");
   w.line("(void)ctx;");
-  for (const auto& node : graph.nodes()) {
-    Sub sub;
-    sub.prefix = "n" + std::to_string(node->id) + "_";
-    std::string init = c_op(*node).c_init_code_struct(*node, sub);
-    if (init.empty()) continue;
-    w.line("{ /* init " + node_banner(*node) + " */");
-    w.indent();
-    w.fragment(init, node->id, "init_code_struct");
-    w.dedent();
-    w.line("}");
-  }
+  emit_state_hooks(w, graph, "init", "init_code_struct",
+                   [](const COp& op, const Node& n, const Sub& sub) { return op.c_init_code_struct(n, sub); });
   w.dedent();
   w.line("kiln_cleanup: __attribute__((unused));");
   w.indent();
@@ -131,17 +141,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
   w.indent();
   w.line("kiln_state *state = (kiln_state *)state_;");
   w.line("(void)state;");
-  for (const auto& node : graph.nodes()) {
-    Sub sub;
-    sub.prefix = "n" + std::to_string(node->id) + "_";
-    std::string cleanup = c_op(*node).c_cleanup_code_struct(*node, sub);
-    if (cleanup.empty()) continue;
-    w.line("{ /* cleanup " + node_banner(*node) + " */");
-    w.indent();
-    w.fragment(cleanup, node->id, "cleanup_code_struct");
-    w.dedent();
-    w.line("}");
-  }
+  emit_state_hooks(w, graph, "cleanup", "cleanup_code_struct",
+                   [](const COp& op, const Node& n, const Sub& sub) { return op.c_cleanup_code_struct(n, sub); });
   w.dedent();
   w.line("}");
 

@@ -14,6 +14,17 @@ std::string c_literal(DType dtype, double value) {
   return "((" + type + ")" + std::to_string(static_cast<int64_t>(value)) + "LL)";
 }
 
+std::string emit_odometer_step(int nops, const std::string& indent) {
+  std::string advance, rewind;
+  for (int k = 0; k < nops; ++k) {
+    std::string sk = std::to_string(k);
+    advance += indent + "  o" + sk + " += st[" + sk + "][d];\n";
+    rewind += indent + "  o" + sk + " -= st[" + sk + "][d] * shp[d];\n";
+  }
+  return indent + "for (int d = r - 2; d >= 0; --d) {\n" + advance + indent + "  if (++idx[d] < shp[d]) break;\n" +
+         rewind + indent + "  idx[d] = 0;\n" + indent + "}\n";
+}
+
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
@@ -59,14 +70,12 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   }
   s += "    const int r = kiln_collapse(" + R + ", " + std::to_string(nops) + ", shp, st);\n";
   s += "    const int64_t inner = shp[r - 1];\n";
-  std::string unit_test, offsets_decl, advance, rewind;
+  std::string unit_test, offsets_decl;
   for (int k = 0; k < nops; ++k) {
     std::string sk = std::to_string(k);
     s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
     unit_test += (k ? " && s" : "s") + sk + " == 1";
     offsets_decl += (k ? ", o" : "o") + sk + " = 0";
-    advance += "        o" + sk + " += st[" + sk + "][d];\n";
-    rewind += "        o" + sk + " -= st[" + sk + "][d] * shp[d];\n";
   }
   s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
   s += "    int64_t " + offsets_decl + ";\n";
@@ -99,12 +108,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "        KILN_NOVEC for (int64_t j = 0; j < inner; ++j) p0[o0 + j * s0] = (" + T + ")" +
        render_template(expr, strided_args, "elementwise expression") + ";\n";
   s += "      }\n";
-  s += "      for (int d = r - 2; d >= 0; --d) {\n";
-  s += advance;
-  s += "        if (++idx[d] < shp[d]) break;\n";
-  s += rewind;
-  s += "        idx[d] = 0;\n";
-  s += "      }\n";
+  s += emit_odometer_step(nops, "      ");
   s += "    }\n";
   s += "  }\n";
   s += "}\n";

@@ -21,6 +21,10 @@ struct LoopOperand {
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr);
 
+// The step to the next outer index of a collapsed loop nest over `nops` operands: advances
+// offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.
+std::string emit_odometer_step(int nops, const std::string& indent);
+
 // A C literal of `dtype` holding `value`, e.g. "((float)0.5)".
 std::string c_literal(DType dtype, double value);
 

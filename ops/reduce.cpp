@@ -233,14 +233,7 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "          po[o0 + j * s0] = " + combine + ";\n";
   s += "        }\n";
   s += "      }\n";
-  s += "      for (int d = r - 2; d >= 0; --d) {\n";
-  s += "        o0 += st[0][d];\n";
-  s += "        o1 += st[1][d];\n";
-  s += "        if (++idx[d] < shp[d]) break;\n";
-  s += "        o0 -= st[0][d] * shp[d];\n";
-  s += "        o1 -= st[1][d] * shp[d];\n";
-  s += "        idx[d] = 0;\n";
-  s += "      }\n";
+  s += emit_odometer_step(2, "      ");
   s += "    }\n";
   s += "  }\n";
   if (kind_ == ReduceKind::kMean) {
