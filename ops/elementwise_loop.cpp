@@ -14,6 +14,13 @@ std::string c_literal(DType dtype, double value) {
   return "((" + type + ")" + std::to_string(static_cast<int64_t>(value)) + "LL)";
 }
 
+std::string c_literal_of(DType dtype, double as_double, int64_t as_int) {
+  if (!is_integer(dtype)) return c_literal(dtype, as_double);
+  // INT64_MIN has no literal form: write it as an expression.
+  if (as_int == INT64_MIN) return "((int64_t)(-9223372036854775807LL - 1))";
+  return "((" + std::string(dtype_c_type(dtype)) + ")" + std::to_string(as_int) + "LL)";
+}
+
 std::string emit_odometer_step(int nops, const std::string& indent) {
   std::string advance, rewind;
   for (int k = 0; k < nops; ++k) {

@@ -27,5 +27,7 @@ std::string emit_odometer_step(int nops, const std::string& indent);
 
 // A C literal of `dtype` holding `value`, e.g. "((float)0.5)".
 std::string c_literal(DType dtype, double value);
+// A literal for element 0 of a constant: integers keep all 64 bits (no trip through double).
+std::string c_literal_of(DType dtype, double as_double, int64_t as_int);
 
 }  // namespace kiln

@@ -96,7 +96,6 @@ void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
   const int64_t nb = shape_numel(batch);
   const bool ints = is_integer(a.dtype());
-  Shape a_mat_shape = s.a_batch, b_mat_shape = s.b_batch;
   for (int64_t bi = 0; bi < nb; ++bi) {
     int64_t ab = broadcast_source_index(bi, batch, s.a_batch);
     int64_t bb = broadcast_source_index(bi, batch, s.b_batch);

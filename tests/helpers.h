@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "util/error.h"
 
 namespace kiln::testing {
 
@@ -17,6 +18,17 @@ Tensor non_contiguous(const Tensor& t);
 // Equal within rtol/atol (NaN equals NaN, infinities must match); exact for integer types.
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected,
                                          double rtol = 1e-5, double atol = 1e-6);
+// The message of the UserError `f` throws, or "no error" when it returns normally.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // A fresh directory under the test's temp root.
 std::string temp_dir(const std::string& name);
 

@@ -39,14 +39,7 @@ TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
 TEST(Npy, MalformedFilesNameTheFileAndOffset) {
   Tensor t = Tensor::from_doubles(DType::kFloat32, {4}, {1, 2, 3, 4});
   std::string good = to_npy(t);
-  auto message = [](const std::string& bytes) {
-    try {
-      parse_npy(bytes, "w.npy");
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const std::string& bytes) { return testing::error_of([&] { parse_npy(bytes, "w.npy"); }); };
   EXPECT_NE(message("garbage").find("w.npy: byte 0"), std::string::npos);
   std::string truncated = good.substr(0, good.size() - 3);
   std::string m = message(truncated);
@@ -109,14 +102,7 @@ TEST(Executor, RejectsWrongInputsWithClearMessages) {
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 784});
   g.set_outputs({relu(x)});
   Function f = compile(g);
-  auto message = [&](const std::vector<Tensor>& in) {
-    try {
-      f(in);
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [&](const std::vector<Tensor>& in) { return testing::error_of([&] { f(in); }); };
   EXPECT_EQ(message({Tensor::zeros(DType::kFloat64, {2, 784})}),
             "input 'x': wrong dtype: expected float32 (?, 784), got float64 (2, 784)");
   EXPECT_EQ(message({Tensor::zeros(DType::kFloat32, {784})}),
