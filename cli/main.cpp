@@ -2,7 +2,9 @@
 //
 // Exit codes: 0 success; 1 the model, the compile or the run failed (the error is printed);
 // 2 wrong usage (a one-line reason is printed).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_store.h"
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
 #include "runtime/npy.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/strings.h"
 
@@ -35,6 +39,7 @@ commands:
   run MODEL --input NAME=FILE.npy ... --output-dir DIR
                            compile and run MODEL; write DIR/<output name>.npy
   source MODEL             print the stitched C source of MODEL's module
+  cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
   help [COMMAND]           show help for a command
 
 options:
@@ -45,7 +50,9 @@ options:
 MODEL is a kiln JSON graph (.json; see docs/json-format.md).
 
 environment:
-  KILN_CACHE_DIR   where modules are built (default $XDG_CACHE_HOME/kiln or ~/.cache/kiln)
+  KILN_CACHE_DIR   the kernel cache (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
+  KILN_CACHE       0: bypass the cache (build in <cache>/scratch, never reuse)
+  KILN_CACHE_MAX_SIZE  size cap enforced after each publish (default 2G)
   KILN_CC          C compiler (default clang)
   KILN_CFLAGS      extra flags appended to kiln's own
   KILN_DEBUG       1: phase timings, 2: compiler command lines, 3: generated source
@@ -53,11 +60,34 @@ environment:
 exit codes: 0 success, 1 failure (bad model, compile or run error), 2 wrong usage
 )";
 
-const char* kCompileHelp = R"(usage: kiln compile [-v] MODEL
+const char* kCompileHelp = R"(usage: kiln compile [-v] [--explain] MODEL
 
-Compiles MODEL into one native module and prints its key, the module's path and the
-path of its generated C source. Exits 1 with the error (naming the node and the line of
-its code) when the model is invalid or the module does not compile.
+Compiles MODEL into one native module, through the kernel cache, and prints its key,
+the module's path and the path of its generated C source. Exits 1 with the error
+(naming the node and the line of its code) when the model is invalid or the module does
+not compile.
+
+options:
+  -v, --verbose   also print whether the cache hit or missed, and the phase times
+  --explain       on a miss, name the nearest cached entry for the same graph and
+                  which key component differs (toolchain, flags, an op's version, ...)
+)";
+
+const char* kCacheHelp = R"(usage: kiln cache SUBCOMMAND
+
+  ls                 every entry: key, model, size, age, hits (most recently used first)
+  show KEY           an entry's meta, key components and source path (KEY may be a prefix)
+  stats              entries, bytes, hits, misses, hit rate, compile time saved
+  verify             check every entry's files (size, SHA-256); bad ones go to quarantine/
+                     (exit 1 if any was bad)
+  gc [--max-size SIZE] [--max-age AGE]
+                     remove least-recently-used entries until the cache fits SIZE (default
+                     KILN_CACHE_MAX_SIZE or 2G) and none is unused for longer than AGE
+                     (e.g. 7d, 12h); entries loaded by a live process are kept
+  clear              remove every entry not in use, quarantine/ and failed/
+  reindex            rebuild index.sqlite from objects/
+
+The cache lives in $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln).
 )";
 
 const char* kRunHelp = R"(usage: kiln run [-v] MODEL --input NAME=FILE.npy [--input ...] --output-dir DIR
@@ -82,6 +112,7 @@ const char* help_for(const std::string& cmd) {
   if (cmd == "compile") return kCompileHelp;
   if (cmd == "run") return kRunHelp;
   if (cmd == "source") return kSourceHelp;
+  if (cmd == "cache") return kCacheHelp;
   return nullptr;
 }
 
@@ -92,6 +123,8 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> inputs;
   std::string output_dir;
+  bool explain = false;
+  std::string max_size, max_age;
 };
 
 Args parse(int argc, char** argv) {
@@ -111,6 +144,12 @@ Args parse(int argc, char** argv) {
       a.inputs.push_back(value(s));
     } else if (s.rfind("--input=", 0) == 0) {
       a.inputs.push_back(s.substr(8));
+    } else if (s == "--explain") {
+      a.explain = true;
+    } else if (s == "--max-size") {
+      a.max_size = value(s);
+    } else if (s == "--max-age") {
+      a.max_age = value(s);
     } else if (s == "-o" || s == "--output-dir") {
       a.output_dir = value(s);
     } else if (s.rfind("--output-dir=", 0) == 0) {
@@ -129,8 +168,14 @@ Args parse(int argc, char** argv) {
 double ms(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
-  std::fprintf(stderr, "load %.2f ms | key %.2f ms | codegen %.2f ms | compile %.2f ms | module load %.2f ms",
-               load_ms, info.times.key_ms, info.times.codegen_ms, info.times.compile_ms, info.times.load_ms);
+  std::fprintf(stderr, "cache %s%s\n", kiln::to_string(info.cache),
+               info.cache == kiln::CacheStatus::kHit && info.times.wait_ms > 1
+                   ? (" (waited " + kiln::format_double(std::round(info.times.wait_ms)) + " ms for another compile)").c_str()
+                   : "");
+  std::fprintf(stderr,
+               "load %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | compile %.2f ms | module load %.2f ms",
+               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms, info.times.compile_ms,
+               info.times.load_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
 }
@@ -141,13 +186,23 @@ std::string one_model(const Args& a) {
   return a.positional[0];
 }
 
+void no_cache_flags(const Args& a) {
+  if (!a.max_size.empty() || !a.max_age.empty()) {
+    throw UsageError{"--max-size/--max-age belong to 'kiln cache gc'"};
+  }
+}
+
 int cmd_compile(const Args& a) {
   if (!a.inputs.empty() || !a.output_dir.empty()) throw UsageError{"kiln compile takes no --input/--output-dir"};
+  no_cache_flags(a);
   std::string model = one_model(a);
   auto t = Clock::now();
   kiln::Graph g = kiln::load_model(model);
   double load_ms = ms(t);
-  kiln::Function f = kiln::compile(g);
+  kiln::CompileOptions options;
+  options.explain = a.explain;
+  kiln::Function f = kiln::compile(g, options);
+  if (!f.info().cache_note.empty()) std::fprintf(stderr, "%s\n", f.info().cache_note.c_str());
   std::printf("key     %s\nmodule  %s\nsource  %s\n", f.info().key.c_str(), f.info().module_path.c_str(),
               f.info().source_path.c_str());
   if (a.verbose) print_times(f.info(), load_ms, -1);
@@ -156,12 +211,14 @@ int cmd_compile(const Args& a) {
 
 int cmd_source(const Args& a) {
   if (!a.inputs.empty() || !a.output_dir.empty()) throw UsageError{"kiln source takes no --input/--output-dir"};
+  no_cache_flags(a);
   kiln::Graph g = kiln::load_model(one_model(a));
   std::fputs(kiln::generate_source(g).c_str(), stdout);
   return 0;
 }
 
 int cmd_run(const Args& a) {
+  no_cache_flags(a);
   std::string model = one_model(a);
   if (a.output_dir.empty()) throw UsageError{"kiln run: --output-dir DIR is required"};
   std::map<std::string, std::string> files;
@@ -211,6 +268,114 @@ int cmd_run(const Args& a) {
   return 0;
 }
 
+std::string age_text(double then) {
+  double s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - then;
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
+  else if (s < 172800) std::snprintf(buf, sizeof buf, "%.0fh", s / 3600);
+  else std::snprintf(buf, sizeof buf, "%.0fd", s / 86400);
+  return buf;
+}
+
+std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
+  if (prefix.size() < 4) throw UsageError{"kiln cache show: give at least 4 characters of the key"};
+  auto keys = store.resolve_prefix(prefix);
+  if (keys.empty()) throw kiln::UserError("no cache entry with key '" + prefix + "' in " + store.root().string());
+  if (keys.size() > 1 && keys[0] != prefix) {
+    throw kiln::UserError("key prefix '" + prefix + "' is ambiguous: " + kiln::join(keys, ", "));
+  }
+  return keys[0];
+}
+
+int cmd_cache(const Args& a) {
+  if (a.positional.empty()) throw UsageError{"kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex)"};
+  const std::string sub = a.positional[0];
+  const size_t want_args = sub == "show" ? 2 : 1;
+  if (a.positional.size() != want_args) {
+    throw UsageError{sub == "show" ? "kiln cache show: expected one KEY"
+                                   : "kiln cache " + sub + ": unexpected argument '" + a.positional.back() + "'"};
+  }
+  if (sub != "gc" && (!a.max_size.empty() || !a.max_age.empty())) {
+    throw UsageError{"--max-size/--max-age belong to 'kiln cache gc'"};
+  }
+  static const std::vector<std::string> known{"ls", "show", "stats", "verify", "gc", "clear", "reindex"};
+  if (std::find(known.begin(), known.end(), sub) == known.end()) {
+    throw UsageError{"kiln cache: unknown subcommand '" + sub + "' (ls, show, stats, verify, gc, clear, reindex)"};
+  }
+  auto store = kiln::CacheStore::open(kiln::cache_root());
+  if (sub == "ls") {
+    auto rows = store->list();
+    std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
+    for (const auto& r : rows) {
+      std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(), r.label.substr(0, 20).c_str(),
+                  kiln::format_size(r.size).c_str(), age_text(r.created).c_str(), age_text(r.last_used).c_str(),
+                  static_cast<long long>(r.hits));
+    }
+    std::printf("%zu entries\n", rows.size());
+  } else if (sub == "show") {
+    std::string key = resolve_key(*store, a.positional[1]);
+    auto meta = store->read_meta(key);
+    if (!meta) throw kiln::UserError("cache entry " + key + " has no readable meta.json (run 'kiln cache verify')");
+    std::printf("key        %s\nmodel      %s\nsummary    %s\ncreated    %s ago\ncompile    %.1f ms\n",
+                key.c_str(), meta->label.c_str(), meta->summary.c_str(), age_text(meta->created).c_str(),
+                meta->compile_ms);
+    if (auto r = store->row(key)) {
+      std::printf("hits       %lld (last used %s ago)\n", static_cast<long long>(r->hits), age_text(r->last_used).c_str());
+    }
+    std::printf("folder     %s\nsource     %s\nfiles\n", store->entry_dir(key).c_str(),
+                (store->entry_dir(key) / "module.c").c_str());
+    for (const auto& f : meta->files) {
+      std::printf("  %-10s %10llu bytes  sha256 %s\n", f.name.c_str(), static_cast<unsigned long long>(f.size),
+                  f.sha256.c_str());
+    }
+    std::printf("key components\n");
+    for (const auto& [name, value] : meta->components) {
+      if (value.find('\n') == std::string::npos) {
+        std::printf("  %-18s %s\n", name.c_str(), value.c_str());
+      } else {
+        std::printf("  %s:\n", name.c_str());
+        for (const auto& line : kiln::split_lines(value)) std::printf("    %s\n", line.c_str());
+      }
+    }
+  } else if (sub == "stats") {
+    auto t = store->stats();
+    double lookups = static_cast<double>(t.hits + t.misses);
+    std::printf("cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     %lld\n"
+                "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
+                store->root().c_str(), static_cast<long long>(t.entries), static_cast<unsigned long long>(t.bytes),
+                kiln::format_size(t.bytes).c_str(), kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
+                static_cast<long long>(t.hits), static_cast<long long>(t.misses),
+                lookups > 0 ? 100.0 * static_cast<double>(t.hits) / lookups : 0.0, static_cast<long long>(t.compiles),
+                t.saved_ms / 1000.0);
+  } else if (sub == "verify") {
+    auto r = store->verify_all();
+    for (const auto& b : r.bad) std::printf("bad  %s\n", b.c_str());
+    std::printf("%d entries good, %zu bad (moved to %s)\n", r.good, r.bad.size(),
+                (store->root() / "quarantine").c_str());
+    return r.bad.empty() ? 0 : 1;
+  } else if (sub == "gc" || sub == "clear") {
+    kiln::GcReport r;
+    if (sub == "gc") {
+      std::optional<uint64_t> size = kiln::CacheStore::default_max_size();
+      std::optional<double> age;
+      if (!a.max_size.empty()) size = kiln::parse_size(a.max_size, "--max-size");
+      if (!a.max_age.empty()) age = kiln::parse_age(a.max_age, "--max-age");
+      r = store->gc(size, age, true);
+    } else {
+      r = store->clear();
+    }
+    std::printf("removed %d entries (%s)", r.removed, kiln::format_size(r.removed_bytes).c_str());
+    if (!r.in_use.empty()) std::printf("; kept %zu in use by a live process", r.in_use.size());
+    if (r.swept) std::printf("; cleaned %d leftovers", r.swept);
+    std::printf("\n");
+    for (const auto& k : r.in_use) std::printf("in use  %s\n", k.c_str());
+  } else {
+    std::printf("indexed %d entries from %s\n", store->reindex(), (store->root() / "objects").c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,6 +403,7 @@ int main(int argc, char** argv) {
     }
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "run") return cmd_run(a);
+    if (a.command == "cache") return cmd_cache(a);
     return cmd_source(a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kiln: %s\n", e.message.c_str());

@@ -8,6 +8,7 @@
 #include "ctemplate/prelude.h"
 #include "ops/cop.h"
 #include "util/error.h"
+#include "util/sha256.h"
 #include "util/strings.h"
 
 namespace kiln::embedded {
@@ -35,6 +36,23 @@ std::string comment_safe(std::string s) {
 }
 
 }  // namespace
+
+// Bump when the stitched layout changes in a way the preludes and ABI header do not show.
+constexpr int kLinkerVersion = 1;
+
+const std::string& codegen_fingerprint() {
+  static const std::string fingerprint = [] {
+    Sha256 h;
+    h.update("linker=" + std::to_string(kLinkerVersion) + "\n");
+    for (int i = 0; i < embedded::abi_headers_count; ++i) h.update(embedded::abi_headers[i].second);
+    for (auto name : prelude_names()) {
+      h.update(name);
+      h.update(prelude(name));
+    }
+    return h.hex_digest();
+  }();
+  return fingerprint;
+}
 
 std::string node_banner(const Node& node) {
   std::vector<std::string> ins, outs, types;

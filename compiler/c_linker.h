@@ -20,6 +20,10 @@ struct LinkedModule {
 // `key` is embedded in the module so a loaded module can say what it was built from.
 LinkedModule link_c_module(const Graph& graph, const std::string& key);
 
+// Identifies the code the linker itself adds (its own layout, the module ABI header and every
+// prelude): part of every cache key, so changing any of them invalidates old modules.
+const std::string& codegen_fingerprint();
+
 // Banner text for a node: "node 7: add(t3, b1) -> t4  [float32, (?, 256)]".
 std::string node_banner(const Node& node);
 

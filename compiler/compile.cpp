@@ -4,11 +4,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
 
+#include "cache/cache_store.h"
 #include "compiler/c_linker.h"
 #include "compiler/compile_error.h"
 #include "compiler/diagnostics.h"
+#include "compiler/explain.h"
 #include "compiler/graph_key.h"
 #include "runtime/module.h"
 #include "util/error.h"
@@ -19,17 +24,49 @@
 namespace kiln {
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
-std::filesystem::path work_dir(const CompileOptions& options) {
-  return options.work_dir.empty() ? cache_root() / "builds" : options.work_dir;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void check_graph(const Graph& graph) {
   if (graph.outputs().empty()) throw UserError("graph '" + graph.name() + "' has no outputs");
+}
+
+// A module loaded in this process, with the pin that keeps its cache entry alive.
+struct Loaded {
+  std::shared_ptr<Module> module;
+  std::shared_ptr<FileLock> pin;
+  fs::path source_path, module_path;
+};
+
+std::mutex memo_mutex;
+std::map<std::string, Loaded> memo;  // "<cache dir>\n<key>" -> module
+
+bool cache_enabled(const CompileOptions& options) {
+  if (options.use_cache) return *options.use_cache;
+  const char* env = std::getenv("KILN_CACHE");
+  return !(env && std::string(env) == "0");
+}
+
+// False when some op has no cache_version; warns once per op per process.
+bool cacheable(const Graph& graph) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  bool ok = true;
+  for (const auto& node : graph.nodes()) {
+    if (node->op->cache_version()) continue;
+    ok = false;
+    std::lock_guard lock(mutex);
+    if (warned.insert(node->op->name()).second) {
+      warn("op '" + node->op->name() + "' has no cache_version: graphs using it are compiled but never cached");
+    }
+  }
+  return ok;
 }
 
 // Slots: one per variable; steps: one per node (thunk i runs node i).
@@ -58,7 +95,7 @@ Program build_program(const Graph& graph) {
 }
 
 std::string format_compile_error(const Graph& graph, const std::vector<Diagnostic>& diags,
-                                 const std::string& log, const std::filesystem::path& kept) {
+                                 const std::string& log, const fs::path& kept) {
   std::string msg = "module for graph '" + graph.name() + "' failed to compile";
   int shown = 0;
   for (const auto& d : diags) {
@@ -83,51 +120,24 @@ std::string format_compile_error(const Graph& graph, const std::vector<Diagnosti
   return msg;
 }
 
-std::filesystem::path unique_temp(const std::filesystem::path& target) {
-  static std::atomic<int> counter{0};
-  auto tmp = target;
-  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  return tmp;
-}
-
-}  // namespace
-
-std::string generate_source(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
-  const Toolchain& tc = Toolchain::get(options.toolchain);
-  return link_c_module(graph, module_key(graph, tc.fingerprint())).code.str();
-}
-
-Function compile(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
-  CompileInfo info;
+// Generates and compiles the module into `dir` (module.c, module.so). On a compile error the
+// source and log are kept in <root>/failed/<key>/ and a CompileError names the nodes.
+void build_module(const Graph& graph, const Toolchain& tc, const std::string& key, const fs::path& dir,
+                  const fs::path& root, CompileInfo& info) {
   auto t = Clock::now();
-  const Toolchain& tc = Toolchain::get(options.toolchain);
-  info.key = module_key(graph, tc.fingerprint());
-  info.times.key_ms = ms_since(t);
-
-  t = Clock::now();
-  LinkedModule linked = link_c_module(graph, info.key);
+  LinkedModule linked = link_c_module(graph, key);
   info.times.codegen_ms = ms_since(t);
   if (debug_level() >= 3) log_line("generated source:\n" + linked.code.str());
-
-  const auto dir = work_dir(options) / info.key.substr(0, 2) / info.key;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw UserError("cannot create build directory '" + dir.string() + "': " + ec.message());
-  info.source_path = dir / "module.c";
-  info.module_path = dir / "module.so";
-  write_file_atomic(info.source_path, linked.code.str());
+  write_file_atomic(dir / "module.c", linked.code.str());
 
   t = Clock::now();
-  auto tmp_so = unique_temp(info.module_path);
-  CompileOutcome outcome = tc.compile(info.source_path, tmp_so, linked.compile_args, linked.libraries);
+  CompileOutcome outcome = tc.compile(dir / "module.c", dir / "module.so", linked.compile_args, linked.libraries);
   info.times.compile_ms = ms_since(t);
   info.compiler_log = outcome.log;
   if (!outcome.ok) {
-    std::filesystem::remove(tmp_so, ec);
-    auto failed_dir = cache_root() / "failed" / info.key;
-    std::filesystem::create_directories(failed_dir, ec);
+    std::error_code ec;
+    auto failed_dir = root / "failed" / key;
+    fs::create_directories(failed_dir, ec);
     auto kept = failed_dir / "module.c";
     write_file_atomic(kept, linked.code.str());
     write_file_atomic(failed_dir / "compiler.log", outcome.log);
@@ -138,19 +148,68 @@ Function compile(const Graph& graph, const CompileOptions& options) {
     throw CompileError(message, std::move(diags), kept);
   }
   if (!outcome.log.empty()) warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
-  std::filesystem::rename(tmp_so, info.module_path, ec);
-  if (ec) throw UserError("cannot place module at '" + info.module_path.string() + "': " + ec.message());
+}
 
-  t = Clock::now();
-  auto module = Module::load(info.module_path);
-  info.times.load_ms = ms_since(t);
-  if (debug_level() >= 1) {
-    log_line("graph '" + graph.name() + "': key " + format_double(info.times.key_ms) + " ms, codegen " +
-             format_double(info.times.codegen_ms) + " ms, compile " + format_double(info.times.compile_ms) +
-             " ms, load " + format_double(info.times.load_ms) + " ms");
+std::string graph_summary(const Graph& graph) {
+  std::map<std::string, int> ops;
+  for (const auto& node : graph.nodes()) ++ops[node->op->name()];
+  std::vector<std::string> parts;
+  for (const auto& [name, n] : ops) parts.push_back(std::to_string(n) + " " + name);
+  std::vector<std::string> ins;
+  for (const Variable* v : graph.inputs()) ins.push_back(v->name + ": " + v->type.to_string());
+  return std::to_string(graph.nodes().size()) + " nodes (" + join(parts, ", ") + "); inputs " + join(ins, ", ");
+}
+
+// Hit, or compile under the key's lock and publish. Returns the pinned entry.
+CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchain& tc, const ModuleKey& mk,
+                           const CompileOptions& options, CompileInfo& info) {
+  auto t = Clock::now();
+  LookupResult r = store.lookup(mk.key, false);
+  info.cache = CacheStatus::kHit;
+  if (r.entry) {
+    info.times.lookup_ms = ms_since(t);
+    return std::move(*r.entry);
   }
+  // Miss: whoever holds the key's lock is compiling it; wait, then look again.
+  auto w = Clock::now();
+  FileLock lock = store.lock_key(mk.key);
+  info.times.wait_ms = ms_since(w);
+  r = store.lookup(mk.key, true);
+  info.times.lookup_ms = ms_since(t) - info.times.wait_ms;
+  if (r.entry) return std::move(*r.entry);
 
-  auto executor = std::make_shared<Executor>(std::move(module), build_program(graph));
+  info.cache = CacheStatus::kMiss;
+  store.record_miss();
+  if (!r.problem.empty()) info.cache_note = "recompiled a bad cache entry (" + r.problem + ")";
+  if (options.explain) {
+    std::string why = explain_miss(store, mk, graph.name());
+    info.cache_note = info.cache_note.empty() ? why : info.cache_note + "\n" + why;
+  }
+  if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
+  fs::path staging = store.new_staging(mk.key);
+  try {
+    build_module(graph, tc, mk.key, staging, options.cache_dir.empty() ? cache_root() : options.cache_dir, info);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  EntryMeta meta;
+  meta.key = mk.key;
+  meta.label = graph.name();
+  meta.family = mk.family;
+  meta.summary = graph_summary(graph);
+  meta.created = unix_now();
+  meta.compile_ms = info.times.codegen_ms + info.times.compile_ms;
+  meta.components = mk.components;
+  meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""}};
+  return store.publish(staging, std::move(meta));
+}
+
+Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info) {
+  info.source_path = loaded.source_path;
+  info.module_path = loaded.module_path;
+  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph));
   std::vector<std::string> in_names, out_names;
   std::vector<TensorType> in_types;
   for (const Variable* v : graph.inputs()) {
@@ -159,7 +218,80 @@ Function compile(const Graph& graph, const CompileOptions& options) {
   }
   for (const Variable* v : graph.outputs()) out_names.push_back(v->name);
   return Function(std::move(executor), std::move(in_names), std::move(in_types), std::move(out_names),
-                  std::move(info));
+                  std::move(info), loaded.pin);
+}
+
+void log_times(const Graph& graph, const CompileInfo& info) {
+  if (debug_level() < 1) return;
+  log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; key " +
+           format_double(info.times.key_ms) + " ms, lookup " + format_double(info.times.lookup_ms) + " ms, wait " +
+           format_double(info.times.wait_ms) + " ms, codegen " + format_double(info.times.codegen_ms) +
+           " ms, compile " + format_double(info.times.compile_ms) + " ms, load " + format_double(info.times.load_ms) +
+           " ms");
+}
+
+}  // namespace
+
+std::string generate_source(const Graph& graph, const CompileOptions& options) {
+  check_graph(graph);
+  const Toolchain& tc = Toolchain::get(options.toolchain);
+  return link_c_module(graph, module_key(graph, tc).key).code.str();
+}
+
+void clear_compile_memo() {
+  std::lock_guard lock(memo_mutex);
+  memo.clear();
+}
+
+Function compile(const Graph& graph, const CompileOptions& options) {
+  check_graph(graph);
+  CompileInfo info;
+  auto t = Clock::now();
+  const Toolchain& tc = Toolchain::get(options.toolchain);
+  ModuleKey mk = module_key(graph, tc);
+  info.key = mk.key;
+  info.times.key_ms = ms_since(t);
+  const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
+
+  const bool use_cache = cache_enabled(options);
+  const bool storable = cacheable(graph);
+  Loaded loaded;
+  if (!use_cache || !storable) {
+    info.cache = use_cache ? CacheStatus::kUncacheable : CacheStatus::kBypassed;
+    static std::atomic<int> counter{0};
+    fs::path dir = root / "scratch" / (mk.key.substr(0, 16) + "." + std::to_string(::getpid()) + "." +
+                                       std::to_string(counter++));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw UserError("cannot create build folder '" + dir.string() + "': " + ec.message());
+    build_module(graph, tc, mk.key, dir, root, info);
+    loaded.source_path = dir / "module.c";
+    loaded.module_path = dir / "module.so";
+  } else {
+    const std::string memo_key = root.string() + "\n" + mk.key;
+    {
+      std::lock_guard lock(memo_mutex);
+      if (auto it = memo.find(memo_key); it != memo.end()) {
+        info.cache = CacheStatus::kMemo;
+        return make_function(graph, it->second, std::move(info));
+      }
+    }
+    auto store = CacheStore::open(root);
+    CacheEntry entry = lookup_or_build(*store, graph, tc, mk, options, info);
+    loaded.source_path = entry.file("module.c");
+    loaded.module_path = entry.file("module.so");
+    loaded.pin = entry.pin;
+  }
+
+  t = Clock::now();
+  loaded.module = Module::load(loaded.module_path);
+  info.times.load_ms = ms_since(t);
+  log_times(graph, info);
+  if (loaded.pin) {
+    std::lock_guard lock(memo_mutex);
+    memo.emplace(root.string() + "\n" + mk.key, loaded);
+  }
+  return make_function(graph, loaded, std::move(info));
 }
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 #pragma once
-// compile(): graph -> key -> stitched C -> clang -> loaded module -> Function.
+// compile(): graph -> key -> (memo | cache hit | stitched C -> clang -> publish) -> Function.
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "compiler/function.h"
@@ -11,11 +12,20 @@ namespace kiln {
 
 struct CompileOptions {
   ToolchainConfig toolchain;
-  // Where modules are built; default <cache root>/builds. Failed sources go to <root>/failed.
-  std::filesystem::path work_dir;
+  // The cache folder; empty: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+  // Failed sources are kept under <cache>/failed/<key>/.
+  std::filesystem::path cache_dir;
+  // Empty: on unless KILN_CACHE=0. Off: build in <cache>/scratch, never store or reuse.
+  std::optional<bool> use_cache;
+  // On a miss, put the nearest existing entry and what differs into info().cache_note.
+  bool explain = false;
 };
 
 Function compile(const Graph& graph, const CompileOptions& options = {});
+
+// Forgets every module this process loaded (and unpins their cache entries once no
+// Function uses them); the next compile of a graph goes back to the disk cache.
+void clear_compile_memo();
 
 // The stitched C source of a graph, exactly as compile() would build it.
 std::string generate_source(const Graph& graph, const CompileOptions& options = {});

@@ -7,12 +7,24 @@ namespace kiln {
 
 Function::Function(std::shared_ptr<Executor> executor, std::vector<std::string> input_names,
                    std::vector<TensorType> input_types, std::vector<std::string> output_names,
-                   CompileInfo info)
+                   CompileInfo info, std::shared_ptr<const void> pin)
     : executor_(std::move(executor)),
       input_names_(std::move(input_names)),
       input_types_(std::move(input_types)),
       output_names_(std::move(output_names)),
-      info_(std::move(info)) {}
+      info_(std::move(info)),
+      pin_(std::move(pin)) {}
+
+const char* to_string(CacheStatus status) {
+  switch (status) {
+    case CacheStatus::kMemo: return "memo";
+    case CacheStatus::kHit: return "hit";
+    case CacheStatus::kMiss: return "miss";
+    case CacheStatus::kBypassed: return "bypassed";
+    case CacheStatus::kUncacheable: return "uncacheable";
+  }
+  return "?";
+}
 
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs) const {
   return executor_->run(inputs);

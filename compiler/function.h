@@ -12,11 +12,24 @@
 namespace kiln {
 
 struct PhaseTimes {
-  double key_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
+  // lookup: cache lookup and verification; wait: time spent waiting for another process
+  // compiling the same key.
+  double key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
 };
+
+enum class CacheStatus {
+  kMemo,         // already loaded in this process
+  kHit,          // loaded from the on-disk cache
+  kMiss,         // compiled, then stored
+  kBypassed,     // KILN_CACHE=0 or CompileOptions::use_cache = false
+  kUncacheable,  // an op has no cache_version: compiled, never stored
+};
+const char* to_string(CacheStatus status);
 
 struct CompileInfo {
   std::string key;
+  CacheStatus cache = CacheStatus::kMiss;
+  std::string cache_note;             // e.g. a recovered bad entry, or --explain's answer
   std::filesystem::path source_path;  // the stitched C source, kept beside the module
   std::filesystem::path module_path;
   std::string compiler_log;           // warnings, if any (empty for a clean compile)
@@ -25,9 +38,10 @@ struct CompileInfo {
 
 class Function {
  public:
+  // `pin` keeps the module's cache entry from being evicted while this function lives.
   Function(std::shared_ptr<Executor> executor, std::vector<std::string> input_names,
            std::vector<TensorType> input_types, std::vector<std::string> output_names,
-           CompileInfo info);
+           CompileInfo info, std::shared_ptr<const void> pin = nullptr);
 
   // Inputs in graph-input order.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
@@ -45,6 +59,7 @@ class Function {
   std::vector<TensorType> input_types_;
   std::vector<std::string> output_names_;
   CompileInfo info_;
+  std::shared_ptr<const void> pin_;
 };
 
 }  // namespace kiln

@@ -1,15 +1,30 @@
 #pragma once
-// The module key: SHA-256 over a canonical encoding of the ABI version, the graph signature
-// (op names, props, cache versions, types, edges) and the toolchain fingerprint. It is
-// computed from the graph alone, without generating source; names of variables do not
-// enter it, and neither do weight values (only inlined scalar constants do).
+// The module key: SHA-256 over named components — the module ABI version, the linker's own
+// code (layout, ABI header, preludes), the toolchain (compiler, version, cpu, flags) and the
+// graph signature (op names, props, cache versions, types, edges). It is computed from the
+// graph alone, without generating source. Variable names do not enter it, and neither do
+// weight values (only inlined scalar constants do).
 #include <string>
 
+#include "cache/entry_meta.h"
 #include "graph/graph.h"
 
 namespace kiln {
 
-std::string graph_signature(const Graph& graph);  // the canonical text that is hashed
-std::string module_key(const Graph& graph, const std::string& toolchain_fingerprint);
+class Toolchain;
+
+struct ModuleKey {
+  std::string key;
+  // Hash of the graph's structure alone (op names and edges): entries of "the same graph"
+  // under other versions, dtypes, props or toolchains share it, which --explain uses.
+  std::string family;
+  KeyComponents components;
+};
+
+std::string graph_signature(const Graph& graph);  // one line per input, constant, node, output
+std::string graph_family(const Graph& graph);
+ModuleKey module_key(const Graph& graph, const Toolchain& toolchain);
+// With explicit toolchain components (tests).
+ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components);
 
 }  // namespace kiln

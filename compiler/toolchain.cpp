@@ -154,6 +154,11 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   return *slot;
 }
 
+KeyComponents Toolchain::key_components() const {
+  return {{"toolchain.cc", cc_}, {"toolchain.version", version_}, {"toolchain.cpu", cpu_},
+          {"toolchain.flags", join(flags_, " ")}};
+}
+
 CompileOutcome Toolchain::compile(const std::filesystem::path& source,
                                   const std::filesystem::path& output,
                                   const std::vector<std::string>& extra_args,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/entry_meta.h"
+
 namespace kiln {
 
 struct ToolchainConfig {
@@ -29,6 +31,8 @@ class Toolchain {
   const std::vector<std::string>& flags() const { return flags_; }
   // Compiler identity and version, flags and target: part of every cache key.
   const std::string& fingerprint() const { return fingerprint_; }
+  // The same, as named cache-key components: toolchain.cc, .version, .cpu, .flags.
+  KeyComponents key_components() const;
 
   // Compiles one C source to a shared object, linking `libraries` (-l names).
   CompileOutcome compile(const std::filesystem::path& source, const std::filesystem::path& output,

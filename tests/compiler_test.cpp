@@ -132,7 +132,7 @@ TEST(Compiler, KeyIgnoresNamesAndWeightsButNotStructure) {
     Var c = constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {w, w, w, w}));
     Var e = exp(a);
     g.set_outputs({swap ? sub(c, e) : sub(e, c)});
-    return module_key(g, "tc");
+    return module_key(g, KeyComponents{{"toolchain", "tc"}}).key;
   };
   EXPECT_EQ(build("x", 1.0, false), build("renamed", 2.0, false));
   EXPECT_NE(build("x", 1.0, false), build("x", 1.0, true));

@@ -1,0 +1,87 @@
+#pragma once
+// index.sqlite: an accelerator over objects/ for lookup, LRU order and statistics. WAL mode,
+// so readers never block the writer; every process opens its own connection. It holds
+// nothing that cannot be rebuilt from objects/ (except the hit/miss counters).
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace kiln {
+
+class CacheIndexError : public UserError {
+ public:
+  CacheIndexError(const std::string& what, int sqlite_code) : UserError(what), code_(sqlite_code) {}
+  int sqlite_code() const { return code_; }  // primary result code, e.g. SQLITE_BUSY
+  bool corrupt() const;                       // the file is damaged or not a database
+
+ private:
+  int code_;
+};
+
+struct IndexRow {
+  std::string key, label, family;
+  uint64_t size = 0;
+  double created = 0, last_used = 0, compile_ms = 0;
+  int64_t hits = 0;
+};
+
+struct IndexTotals {
+  int64_t entries = 0;
+  uint64_t bytes = 0;
+  int64_t hits = 0, misses = 0, compiles = 0;
+  double saved_ms = 0;  // compile time that hits did not spend
+};
+
+class CacheIndex {
+ public:
+  // Opens or creates the database; throws CacheIndexError when it is unusable.
+  explicit CacheIndex(const std::filesystem::path& path);
+  ~CacheIndex();
+  CacheIndex(const CacheIndex&) = delete;
+  CacheIndex& operator=(const CacheIndex&) = delete;
+
+  std::optional<IndexRow> find(const std::string& key);
+  void put(const IndexRow& row);  // insert, or update all but hits
+  void remove(const std::string& key);
+  void record_hit(const std::string& key, double now);
+  void record_miss();
+  void record_compile();
+
+  enum class Order { kMostRecent, kLeastRecent };
+  std::vector<IndexRow> list(Order order);
+  std::vector<IndexRow> with_family(const std::string& family);
+  std::vector<IndexRow> with_label(const std::string& label);
+  std::vector<std::string> keys_with_prefix(const std::string& prefix);
+  IndexTotals totals();
+  // Replaces every row in one transaction (reindex); counters are kept.
+  void replace_all(const std::vector<IndexRow>& rows);
+  void reset_counters();
+
+ private:
+  void init();
+  void close();
+  sqlite3_stmt* prepare(const char* sql);
+  void exec(const char* sql);
+  void put_locked(const IndexRow& row);
+  [[noreturn]] void fail(const std::string& what);
+  std::vector<IndexRow> rows(sqlite3_stmt* stmt);
+  void bump(const char* counter, double by);
+
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+  std::mutex mutex_;
+  sqlite3_stmt* find_ = nullptr;
+  sqlite3_stmt* put_ = nullptr;
+  sqlite3_stmt* hit_ = nullptr;
+  sqlite3_stmt* bump_ = nullptr;
+};
+
+}  // namespace kiln
