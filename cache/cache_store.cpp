@@ -208,9 +208,10 @@ void CacheStore::quarantine(const std::string& key, const std::string& problem) 
 LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
   LookupResult result;
   const fs::path dir = entry_dir(key);
-  // Pin first: once held, no gc can take the entry away between verification and loading.
-  auto pin = std::make_shared<FileLock>(FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared));
   std::error_code ec;
+  if (!fs::exists(dir, ec)) return result;  // a plain miss creates nothing
+  // Pin, then look again: once pinned, no gc can take the entry away before it is loaded.
+  auto pin = std::make_shared<FileLock>(FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared));
   if (!fs::exists(dir, ec)) return result;
   EntryMeta meta;
   try {
@@ -324,6 +325,18 @@ int CacheStore::sweep() {
   for (const char* sub : {"staging", "scratch", "trash"}) {
     for (const auto& e : fs::directory_iterator(root_ / sub, ec)) {
       if (staging_is_stale(e.path())) swept += fs::remove_all(e.path(), ec) > 0;
+    }
+  }
+  // Lock files of keys with no entry (a failed compile, an evicted entry): unused ones go.
+  for (const auto& shard : fs::directory_iterator(root_ / "locks", ec)) {
+    if (!shard.is_directory()) continue;
+    for (const auto& lock : fs::directory_iterator(shard.path(), ec)) {
+      std::string key = lock.path().stem().string();
+      if (!is_key(key) || fs::exists(entry_dir(key), ec)) continue;
+      if (auto held = FileLock::try_acquire(lock.path(), FileLock::Mode::kExclusive)) {
+        held->unlink_and_release();
+        ++swept;
+      }
     }
   }
   for (const auto& row : index_->list(CacheIndex::Order::kLeastRecent)) {

@@ -1,6 +1,6 @@
 #include "compiler/graph_key.h"
 
-#include <map>
+#include <vector>
 
 #include "compiler/c_linker.h"
 #include "compiler/toolchain.h"
@@ -11,67 +11,87 @@
 namespace kiln {
 namespace {
 
-// Stable names for variables: by position, never by user-given name or address.
-std::map<const Variable*, std::string> variable_refs(const Graph& graph) {
-  std::map<const Variable*, std::string> ref;
-  for (size_t i = 0; i < graph.inputs().size(); ++i) ref[graph.inputs()[i]] = "i" + std::to_string(i);
-  for (size_t i = 0; i < graph.constants().size(); ++i) ref[graph.constants()[i]] = "c" + std::to_string(i);
+// Stable names for variables: by position, never by user-given name or address. Indexed by
+// Variable::id (dense within a graph); each entry is "ref" and its type, rendered once.
+struct Refs {
+  std::vector<std::string> ref, typed;  // "n3.0" and "n3.0:float32 (?, 4)"
+  const std::string& of(const Variable* v) const { return ref.at(static_cast<size_t>(v->id)); }
+  const std::string& typed_of(const Variable* v) const { return typed.at(static_cast<size_t>(v->id)); }
+};
+
+Refs variable_refs(const Graph& graph) {
+  Refs r;
+  auto set = [&](const Variable* v, std::string name) {
+    auto i = static_cast<size_t>(v->id);
+    if (i >= r.ref.size()) {
+      r.ref.resize(i + 1);
+      r.typed.resize(i + 1);
+    }
+    r.typed[i] = name + ":" + v->type.to_string();
+    r.ref[i] = std::move(name);
+  };
+  for (size_t i = 0; i < graph.inputs().size(); ++i) set(graph.inputs()[i], "i" + std::to_string(i));
+  for (size_t i = 0; i < graph.constants().size(); ++i) set(graph.constants()[i], "c" + std::to_string(i));
   for (const auto& node : graph.nodes()) {
     for (size_t k = 0; k < node->outputs.size(); ++k) {
-      ref[node->outputs[k]] = "n" + std::to_string(node->id) + "." + std::to_string(k);
+      set(node->outputs[k], "n" + std::to_string(node->id) + "." + std::to_string(k));
     }
   }
-  return ref;
+  return r;
+}
+
+std::string signature_of(const Graph& graph, const Refs& refs) {
+  std::string s;
+  s.reserve(64 * (graph.nodes().size() + graph.inputs().size() + graph.constants().size() + 1));
+  for (const Variable* v : graph.inputs()) s.append("input ").append(refs.of(v)).append(" ").append(v->type.to_string()).append("\n");
+  for (const Variable* v : graph.constants()) {
+    s.append("constant ").append(refs.of(v)).append(" ").append(v->type.to_string());
+    if (v->type.rank() == 0 && v->value) {
+      // Inlined into the source: the value is part of the code.
+      s.append(" value=").append(std::to_string(v->value->load_int(0))).append("/").append(format_double(v->value->load(0)));
+    }
+    s.append("\n");
+  }
+  for (const auto& node : graph.nodes()) {
+    auto version = node->op->cache_version();
+    s.append("node ").append(std::to_string(node->id)).append(" ").append(node->op->name()).append(" ");
+    s.append(attrs_to_string(node->op->props())).append(" v=").append(version ? std::to_string(*version) : "none");
+    s.append(" in=");
+    for (const auto* v : node->inputs) s.append(refs.typed_of(v)).append(",");
+    s.append(" out=");
+    for (const auto* v : node->outputs) s.append(refs.typed_of(v).substr(refs.of(v).size() + 1)).append(",");
+    s.append("\n");
+  }
+  for (const auto* v : graph.outputs()) s.append("output ").append(refs.of(v)).append("\n");
+  return s;
+}
+
+std::string family_of(const Graph& graph, const Refs& refs) {
+  std::string s = "inputs=" + std::to_string(graph.inputs().size()) +
+                  " constants=" + std::to_string(graph.constants().size()) + "\n";
+  for (const auto& node : graph.nodes()) {
+    s.append(node->op->name()).append("(");
+    for (const auto* v : node->inputs) s.append(refs.of(v)).append(",");
+    s.append(")\n");
+  }
+  for (const auto* v : graph.outputs()) s.append("output ").append(refs.of(v)).append("\n");
+  return sha256_hex(s);
 }
 
 }  // namespace
 
-std::string graph_signature(const Graph& graph) {
-  auto ref = variable_refs(graph);
-  std::string s;
-  for (const Variable* v : graph.inputs()) s += "input " + ref.at(v) + " " + v->type.to_string() + "\n";
-  for (const Variable* v : graph.constants()) {
-    s += "constant " + ref.at(v) + " " + v->type.to_string();
-    if (v->type.rank() == 0 && v->value) {
-      // Inlined into the source: the value is part of the code.
-      s += " value=" + std::to_string(v->value->load_int(0)) + "/" + format_double(v->value->load(0));
-    }
-    s += "\n";
-  }
-  for (const auto& node : graph.nodes()) {
-    auto version = node->op->cache_version();
-    s += "node " + std::to_string(node->id) + " " + node->op->name() + " " + attrs_to_string(node->op->props()) +
-         " v=" + (version ? std::to_string(*version) : "none") + " in=";
-    for (const auto* v : node->inputs) s += ref.at(v) + ":" + v->type.to_string() + ",";
-    s += " out=";
-    for (const auto* v : node->outputs) s += v->type.to_string() + ",";
-    s += "\n";
-  }
-  for (const auto* v : graph.outputs()) s += "output " + ref.at(v) + "\n";
-  return s;
-}
-
-std::string graph_family(const Graph& graph) {
-  auto ref = variable_refs(graph);
-  std::string s = "inputs=" + std::to_string(graph.inputs().size()) +
-                  " constants=" + std::to_string(graph.constants().size()) + "\n";
-  for (const auto& node : graph.nodes()) {
-    s += node->op->name() + "(";
-    for (const auto* v : node->inputs) s += ref.at(v) + ",";
-    s += ")\n";
-  }
-  for (const auto* v : graph.outputs()) s += "output " + ref.at(v) + "\n";
-  return sha256_hex(s);
-}
+std::string graph_signature(const Graph& graph) { return signature_of(graph, variable_refs(graph)); }
+std::string graph_family(const Graph& graph) { return family_of(graph, variable_refs(graph)); }
 
 ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components) {
   ModuleKey k;
   k.components.emplace_back("abi", std::to_string(KILN_ABI_VERSION));
   k.components.emplace_back("codegen", codegen_fingerprint());
   k.components.insert(k.components.end(), toolchain_components.begin(), toolchain_components.end());
-  k.components.emplace_back("graph", graph_signature(graph));
+  Refs refs = variable_refs(graph);
+  k.components.emplace_back("graph", signature_of(graph, refs));
   k.key = artifact_key(k.components);
-  k.family = graph_family(graph);
+  k.family = family_of(graph, refs);
   return k;
 }
 

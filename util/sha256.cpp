@@ -1,6 +1,13 @@
 #include "util/sha256.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 namespace kiln {
 namespace {
@@ -17,13 +24,8 @@ constexpr uint32_t kRound[64] = {
     0xc67178f2};
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-}  // namespace
 
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
-             0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::compress(const uint8_t* block) {
+void compress_portable(std::array<uint32_t, 8>& state, const uint8_t* block) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i) {
     w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
@@ -34,8 +36,8 @@ void Sha256::compress(const uint8_t* block) {
     uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
     uint32_t ch = (e & f) ^ (~e & g);
@@ -45,24 +47,93 @@ void Sha256::compress(const uint8_t* block) {
     uint32_t t2 = s0 + maj;
     h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
   }
-  state_[0] += a; state_[1] += b; state_[2] += c; state_[3] += d;
-  state_[4] += e; state_[5] += f; state_[6] += g; state_[7] += h;
+  state[0] += a; state[1] += b; state[2] += c; state[3] += d;
+  state[4] += e; state[5] += f; state[6] += g; state[7] += h;
+}
+
+#if defined(__x86_64__)
+// The SHA extensions (Zen, Ice Lake and later) run the rounds in hardware: ~5x the portable
+// speed. The cache hashes every module before loading it, so this is on the warm path.
+bool have_sha_ni() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 29))) return false;  // SHA
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 19)) && (c & (1u << 9));     // SSE4.1, SSSE3
+}
+
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(std::array<uint32_t, 8>& state,
+                                                                 const uint8_t* p, size_t count) {
+  const __m128i byteswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  // The instructions keep the state as (A,B,E,F) and (C,D,G,H).
+  __m128i abcd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
+  __m128i efgh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
+  __m128i badc = _mm_shuffle_epi32(abcd, 0xB1);
+  __m128i hgfe = _mm_shuffle_epi32(efgh, 0x1B);
+  __m128i abef = _mm_alignr_epi8(badc, hgfe, 8);
+  __m128i cdgh = _mm_blend_epi16(hgfe, badc, 0xF0);
+  for (; count > 0; --count, p += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];
+    for (int i = 0; i < 16; ++i) {
+      __m128i& x = w[i % 4];
+      if (i < 4) {
+        x = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), byteswap);
+      } else {
+        // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four lanes at a time.
+        __m128i t = _mm_sha256msg1_epu32(x, w[(i + 1) % 4]);
+        t = _mm_add_epi32(t, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
+        x = _mm_sha256msg2_epu32(t, w[(i + 3) % 4]);
+      }
+      __m128i wk = _mm_add_epi32(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRound[4 * i])));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), _mm_alignr_epi8(dchg, feba, 8));
+}
+#endif
+
+}  // namespace
+
+Sha256::Sha256()
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
+             0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::compress(const uint8_t* blocks, size_t count) {
+#if defined(__x86_64__)
+  static const bool sha_ni = have_sha_ni() && !std::getenv("KILN_NO_SHA_NI");
+  if (sha_ni) {
+    compress_sha_ni(state_, blocks, count);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < count; ++i) compress_portable(state_, blocks + 64 * i);
 }
 
 void Sha256::update(const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
   total_ += size;
-  while (size > 0) {
+  if (buffered_ > 0) {
     size_t take = std::min(size, buffer_.size() - buffered_);
     std::memcpy(buffer_.data() + buffered_, p, take);
     buffered_ += take;
     p += take;
     size -= take;
-    if (buffered_ == 64) {
-      compress(buffer_.data());
-      buffered_ = 0;
-    }
+    if (buffered_ < 64) return;
+    compress(buffer_.data(), 1);
+    buffered_ = 0;
   }
+  if (size >= 64) {  // whole blocks straight from the input
+    compress(p, size / 64);
+    p += size / 64 * 64;
+    size %= 64;
+  }
+  std::memcpy(buffer_.data(), p, size);
+  buffered_ = size;
 }
 
 std::array<uint8_t, 32> Sha256::digest() {

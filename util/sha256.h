@@ -17,7 +17,7 @@ class Sha256 {
   std::string hex_digest();
 
  private:
-  void compress(const uint8_t* block);
+  void compress(const uint8_t* blocks, size_t count);
   std::array<uint32_t, 8> state_;
   std::array<uint8_t, 64> buffer_{};
   size_t buffered_ = 0;

@@ -1,0 +1,170 @@
+// Kernel cache numbers on this machine, in one run, for the MLP example and a 200-node graph:
+//  - cold compile: graph -> callable with an empty cache;
+//  - warm hit in a fresh process: a new process builds the graph and times compile()
+//    (graph -> callable: key, lookup, verification, dlopen), with a populated cache;
+//  - in-process memo: compile() of a graph this process already compiled;
+//  - index lookup with 100 000 entries (SQLite primary key), and a full store lookup (miss)
+//    at that size, which shows there is no scan of the cache.
+// Usage: cache_bench [--repeat N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cache/cache_index.h"
+#include "cache/cache_store.h"
+#include "compiler/compile.h"
+#include "compiler/subprocess.h"
+#include "frontend/model_loader.h"
+#include "ops/builders.h"
+#include "util/sha256.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+double since_ms(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// 200 nodes: elementwise ops, reductions and matmuls over a few branches.
+Graph graph200() {
+  Graph g("bench_200");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 64});
+  Var w = input(g, "w", DType::kFloat32, {64, 64});
+  Var t = x;
+  int nodes = 0;
+  while (nodes + 5 <= 200) {
+    t = tanh(t * x + w);  // mul, add, tanh: 3 nodes
+    t = matmul(t, w);
+    t = relu(t);
+    nodes += 5;
+  }
+  g.set_outputs({t});
+  return g;
+}
+
+Graph make(const std::string& which) { return which == "mlp" ? load_model(KILN_MLP_JSON) : graph200(); }
+
+// Child mode: one compile in a fresh process, timed from graph to callable.
+int child(const std::string& which, const std::string& cache) {
+  Graph g = make(which);
+  CompileOptions opts;
+  opts.cache_dir = cache;
+  auto t = Clock::now();
+  Function f = compile(g, opts);
+  double ms = since_ms(t);
+  std::printf("%.4f %s\n", ms, to_string(f.info().cache));
+  return 0;
+}
+
+void compile_rows(const std::string& self, int repeat) {
+  std::printf("%-22s %12s %16s %14s\n", "graph", "cold ms", "fresh-proc hit ms", "memo us");
+  for (std::string which : {"mlp", "g200"}) {
+    fs::path cache = fs::temp_directory_path() / ("kiln-cache-bench-" + which);
+    std::vector<double> cold, warm, memo;
+    std::string nodes;
+    for (int r = 0; r < repeat; ++r) {
+      fs::remove_all(cache);
+      clear_compile_memo();
+      Graph g = make(which);
+      nodes = std::to_string(g.nodes().size());
+      CompileOptions opts;
+      opts.cache_dir = cache;
+      auto t = Clock::now();
+      Function f = compile(g, opts);
+      cold.push_back(since_ms(t));
+      for (int i = 0; i < 50; ++i) {
+        auto m = Clock::now();
+        Function again = compile(g, opts);
+        memo.push_back(since_ms(m) * 1000);
+      }
+    }
+    for (int r = 0; r < 2 * repeat + 1; ++r) {
+      ProcessResult p = run_process({self, "--child", which, cache.string()});
+      if (p.exit_code != 0 || p.out.find(" hit") == std::string::npos) {
+        std::fprintf(stderr, "child failed or missed: %s %s\n", p.out.c_str(), p.err.c_str());
+        continue;
+      }
+      warm.push_back(std::stod(p.out));
+    }
+    std::printf("%-22s %12.1f %16.2f %14.1f\n", (which + " (" + nodes + " nodes)").c_str(), median(cold),
+                warm.empty() ? -1.0 : median(warm), median(memo));
+    fs::remove_all(cache);
+  }
+}
+
+void lookup_rows() {
+  const int n = 100000;
+  fs::path root = fs::temp_directory_path() / "kiln-cache-bench-index";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  std::vector<IndexRow> rows(n);
+  std::vector<std::string> keys(n);
+  for (int i = 0; i < n; ++i) {
+    keys[static_cast<size_t>(i)] = sha256_hex("entry " + std::to_string(i));
+    IndexRow& r = rows[static_cast<size_t>(i)];
+    r.key = keys[static_cast<size_t>(i)];
+    r.label = "model" + std::to_string(i % 100);
+    r.family = sha256_hex("family " + std::to_string(i % 1000));
+    r.size = 50000 + static_cast<uint64_t>(i);
+    r.created = r.last_used = 1.7e9 + i;
+    r.compile_ms = 250;
+  }
+  auto t = Clock::now();
+  {
+    CacheIndex index(root / "index.sqlite");
+    index.replace_all(rows);
+  }
+  double fill_s = since_ms(t) / 1000;
+  auto store = CacheStore::open(root);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pick(0, n - 1);
+  const int lookups = 20000;
+  // The index as a process sees it: an open connection, lookups by key.
+  CacheIndex index(root / "index.sqlite");
+  t = Clock::now();
+  int found = 0;
+  for (int i = 0; i < lookups; ++i) found += index.find(keys[static_cast<size_t>(pick(rng))]).has_value();
+  double find_us = since_ms(t) * 1000 / lookups;
+  t = Clock::now();
+  for (int i = 0; i < lookups; ++i) index.find(sha256_hex("absent " + std::to_string(i)));
+  double absent_us = since_ms(t) * 1000 / lookups;
+  t = Clock::now();
+  for (int i = 0; i < 2000; ++i) store->lookup(sha256_hex("absent " + std::to_string(i)), false);
+  double store_us = since_ms(t) * 1000 / 2000;
+  t = Clock::now();
+  CacheIndex reopened(root / "index.sqlite");
+  reopened.find(keys[0]);
+  double open_ms = since_ms(t);
+  std::printf("\nindex with %d entries (filled in %.1f s)\n", n, fill_s);
+  std::printf("  lookup by key (hit)        %8.2f us   (%d/%d found)\n", find_us, found, lookups);
+  std::printf("  lookup by key (absent)     %8.2f us\n", absent_us);
+  std::printf("  store lookup (miss)        %8.2f us\n", store_us);
+  std::printf("  open index + first lookup  %8.2f ms\n", open_ms);
+  std::printf("  entries counted            %8lld\n", static_cast<long long>(index.totals().entries));
+  fs::remove_all(root);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
+  int repeat = 5;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  }
+  std::printf("kiln cache benchmark (%d repeats; medians)\n\n", repeat);
+  compile_rows(fs::canonical("/proc/self/exe").string(), repeat);
+  lookup_rows();
+  return 0;
+}
