@@ -168,6 +168,7 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   info.cache = CacheStatus::kHit;
   if (r.entry) {
     info.times.lookup_ms = ms_since(t);
+    if (debug_level() >= 2) log_line("cache: hit " + r.entry->dir.string());
     return std::move(*r.entry);
   }
   // Miss: whoever holds the key's lock is compiling it; wait, then look again.
@@ -176,7 +177,12 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   info.times.wait_ms = ms_since(w);
   r = store.lookup(mk.key, true);
   info.times.lookup_ms = ms_since(t) - info.times.wait_ms;
-  if (r.entry) return std::move(*r.entry);
+  if (r.entry) {
+    if (debug_level() >= 2) {
+      log_line("cache: hit after waiting " + format_double(info.times.wait_ms) + " ms for another compile of " + mk.key);
+    }
+    return std::move(*r.entry);
+  }
 
   info.cache = CacheStatus::kMiss;
   store.record_miss();

@@ -334,8 +334,16 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   EXPECT_NE(reindex.out.find("indexed 1 entries"), std::string::npos) << reindex.out << reindex.err;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find(key.substr(0, 16)), std::string::npos);
 
+  auto flagged = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=1"}, {"compile", kMlp});
+  ASSERT_EQ(flagged.exit_code, 0) << flagged.err;
+  auto explain = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=2"},
+                          {"compile", "--explain", kMlp});
+  EXPECT_NE(explain.err.find("cache miss: nearest entry"), std::string::npos) << explain.err;
+  EXPECT_NE(explain.err.find("toolchain.flags: '-std=c11"), std::string::npos) << explain.err;
+  EXPECT_NE(explain.err.find("-DKILN_CLI_EXPLAIN=1' in the entry"), std::string::npos) << explain.err;
+
   auto clear = kiln_env(env, {"cache", "clear"});
-  EXPECT_NE(clear.out.find("removed 1 entries"), std::string::npos) << clear.out;
+  EXPECT_NE(clear.out.find("removed 3 entries"), std::string::npos) << clear.out;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find("0 entries"), std::string::npos);
 
   auto bypass = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE=0"}, {"compile", "-v", kMlp});

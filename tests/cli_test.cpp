@@ -22,10 +22,10 @@ ProcessResult kiln(std::vector<std::string> args) {
 TEST(Cli, HelpForEveryCommand) {
   auto r = kiln({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* word : {"compile", "run", "source", "exit codes", "KILN_CACHE_DIR", "-v"}) {
+  for (const char* word : {"compile", "run", "source", "cache", "exit codes", "KILN_CACHE_DIR", "KILN_CACHE_MAX_SIZE", "-v"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
-  for (const char* cmd : {"compile", "run", "source"}) {
+  for (const char* cmd : {"compile", "run", "source", "cache"}) {
     auto h = kiln({cmd, "--help"});
     EXPECT_EQ(h.exit_code, 0) << cmd;
     EXPECT_NE(h.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << h.out;
