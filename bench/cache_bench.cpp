@@ -29,7 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double since_ms(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double since_ms(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -53,7 +55,9 @@ Graph graph200() {
   return g;
 }
 
-Graph make(const std::string& which) { return which == "mlp" ? load_model(KILN_MLP_JSON) : graph200(); }
+Graph make(const std::string& which) {
+  return which == "mlp" ? load_model(KILN_MLP_JSON) : graph200();
+}
 
 // Child mode: one compile in a fresh process, timed from graph to callable.
 int child(const std::string& which, const std::string& cache) {
@@ -97,8 +101,8 @@ void compile_rows(const std::string& self, int repeat) {
       }
       warm.push_back(std::stod(p.out));
     }
-    std::printf("%-22s %12.1f %16.2f %14.1f\n", (which + " (" + nodes + " nodes)").c_str(), median(cold),
-                warm.empty() ? -1.0 : median(warm), median(memo));
+    std::printf("%-22s %12.1f %16.2f %14.1f\n", (which + " (" + nodes + " nodes)").c_str(),
+                median(cold), warm.empty() ? -1.0 : median(warm), median(memo));
     fs::remove_all(cache);
   }
 }
@@ -134,7 +138,8 @@ void lookup_rows() {
   CacheIndex index(root / "index.sqlite");
   t = Clock::now();
   int found = 0;
-  for (int i = 0; i < lookups; ++i) found += index.find(keys[static_cast<size_t>(pick(rng))]).has_value();
+  for (int i = 0; i < lookups; ++i)
+    found += index.find(keys[static_cast<size_t>(pick(rng))]).has_value();
   double find_us = since_ms(t) * 1000 / lookups;
   t = Clock::now();
   for (int i = 0; i < lookups; ++i) index.find(sha256_hex("absent " + std::to_string(i)));
@@ -151,7 +156,8 @@ void lookup_rows() {
   std::printf("  lookup by key (absent)     %8.2f us\n", absent_us);
   std::printf("  store lookup (miss)        %8.2f us\n", store_us);
   std::printf("  open index + first lookup  %8.2f ms\n", open_ms);
-  std::printf("  entries counted            %8lld\n", static_cast<long long>(index.totals().entries));
+  std::printf("  entries counted            %8lld\n",
+              static_cast<long long>(index.totals().entries));
   fs::remove_all(root);
 }
 

@@ -5,7 +5,8 @@
 namespace kiln {
 namespace {
 
-constexpr const char* kRowColumns = "key, label, family, size, created, last_used, compile_ms, hits";
+constexpr const char* kRowColumns =
+    "key, label, family, size, created, last_used, compile_ms, hits";
 
 // Binds a std::string as text that SQLite copies (the string may die before step()).
 void bind_text(sqlite3_stmt* s, int i, const std::string& v) {
@@ -45,14 +46,16 @@ CacheIndex::CacheIndex(const std::filesystem::path& path) : path_(path) {
       return;
     } catch (const CacheIndexError& e) {
       close();
-      if ((e.sqlite_code() != SQLITE_BUSY && e.sqlite_code() != SQLITE_LOCKED) || attempt == 50) throw;
+      if ((e.sqlite_code() != SQLITE_BUSY && e.sqlite_code() != SQLITE_LOCKED) || attempt == 50)
+        throw;
       sqlite3_sleep(20 + 10 * attempt);
     }
   }
 }
 
 void CacheIndex::init() {
-  if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+  if (sqlite3_open_v2(path_.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     int code = db_ ? sqlite3_errcode(db_) : SQLITE_NOMEM;
@@ -68,22 +71,31 @@ void CacheIndex::init() {
     sqlite3_finalize(s);
   }
   if (!wal) exec("PRAGMA journal_mode=WAL");  // persistent: only the creator switches it
-  exec("PRAGMA synchronous=NORMAL");  // WAL + NORMAL: durable across crashes of the process
-  exec("CREATE TABLE IF NOT EXISTS entries(key TEXT PRIMARY KEY, label TEXT NOT NULL, family TEXT NOT NULL,"
-       " size INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, compile_ms REAL NOT NULL,"
-       " hits INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID");
+  exec("PRAGMA synchronous=NORMAL");          // WAL + NORMAL: durable across crashes of the process
+  exec(
+      "CREATE TABLE IF NOT EXISTS entries(key TEXT PRIMARY KEY, label TEXT NOT NULL, family TEXT "
+      "NOT NULL,"
+      " size INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, compile_ms REAL NOT "
+      "NULL,"
+      " hits INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID");
   exec("CREATE INDEX IF NOT EXISTS entries_last_used ON entries(last_used)");
   exec("CREATE INDEX IF NOT EXISTS entries_family ON entries(family)");
-  exec("CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID");
-  find_ = prepare("SELECT key, label, family, size, created, last_used, compile_ms, hits FROM entries WHERE key=?");
+  exec(
+      "CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT "
+      "ROWID");
+  find_ = prepare(
+      "SELECT key, label, family, size, created, last_used, compile_ms, hits FROM entries WHERE "
+      "key=?");
   put_ = prepare(
       "INSERT INTO entries(key, label, family, size, created, last_used, compile_ms, hits)"
-      " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, family=excluded.family,"
+      " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, "
+      "family=excluded.family,"
       " size=excluded.size, created=excluded.created, last_used=max(last_used, excluded.last_used),"
       " compile_ms=excluded.compile_ms");
   hit_ = prepare("UPDATE entries SET hits=hits+1, last_used=? WHERE key=? RETURNING compile_ms");
-  bump_ = prepare("INSERT INTO counters(name, value) VALUES(?, ?)"
-                  " ON CONFLICT(name) DO UPDATE SET value=value+excluded.value");
+  bump_ = prepare(
+      "INSERT INTO counters(name, value) VALUES(?, ?)"
+      " ON CONFLICT(name) DO UPDATE SET value=value+excluded.value");
 }
 
 void CacheIndex::close() {
@@ -96,8 +108,9 @@ void CacheIndex::close() {
 CacheIndex::~CacheIndex() { close(); }
 
 void CacheIndex::fail(const std::string& what) {
-  throw CacheIndexError("cache index '" + path_.string() + "': " + what + ": " + sqlite3_errmsg(db_),
-                        sqlite3_errcode(db_));
+  throw CacheIndexError(
+      "cache index '" + path_.string() + "': " + what + ": " + sqlite3_errmsg(db_),
+      sqlite3_errcode(db_));
 }
 
 void CacheIndex::exec(const char* sql) {
@@ -111,7 +124,8 @@ void CacheIndex::exec(const char* sql) {
 
 sqlite3_stmt* CacheIndex::prepare(const char* sql) {
   sqlite3_stmt* s = nullptr;
-  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) fail("prepare");
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK)
+    fail("prepare");
   return s;
 }
 
@@ -185,8 +199,10 @@ void CacheIndex::record_hit(const std::string& key, double now) {
       sqlite3_bind_double(hit_, 1, now);
       bind_text(hit_, 2, key);
       int rc = sqlite3_step(hit_);
-      if (rc == SQLITE_ROW) saved = sqlite3_column_double(hit_, 0);
-      else if (rc != SQLITE_DONE) fail("record hit");
+      if (rc == SQLITE_ROW)
+        saved = sqlite3_column_double(hit_, 0);
+      else if (rc != SQLITE_DONE)
+        fail("record hit");
     }
     bump("hits", 1);
     bump("saved_ms", saved);
@@ -217,7 +233,8 @@ std::vector<IndexRow> CacheIndex::list(Order order) {
 
 std::vector<IndexRow> CacheIndex::with_family(const std::string& family) {
   std::lock_guard lock(mutex_);
-  std::string sql = std::string("SELECT ") + kRowColumns + " FROM entries WHERE family=? ORDER BY last_used DESC";
+  std::string sql =
+      std::string("SELECT ") + kRowColumns + " FROM entries WHERE family=? ORDER BY last_used DESC";
   OwnedStmt s{prepare(sql.c_str())};
   bind_text(s.s, 1, family);
   return rows(s.s);
@@ -225,7 +242,8 @@ std::vector<IndexRow> CacheIndex::with_family(const std::string& family) {
 
 std::vector<IndexRow> CacheIndex::with_label(const std::string& label) {
   std::lock_guard lock(mutex_);
-  std::string sql = std::string("SELECT ") + kRowColumns + " FROM entries WHERE label=? ORDER BY last_used DESC";
+  std::string sql =
+      std::string("SELECT ") + kRowColumns + " FROM entries WHERE label=? ORDER BY last_used DESC";
   OwnedStmt s{prepare(sql.c_str())};
   bind_text(s.s, 1, label);
   return rows(s.s);
@@ -254,10 +272,14 @@ IndexTotals CacheIndex::totals() {
   while (sqlite3_step(counters.s) == SQLITE_ROW) {
     std::string name = column_text(counters.s, 0);
     double v = sqlite3_column_double(counters.s, 1);
-    if (name == "hits") t.hits = static_cast<int64_t>(v);
-    else if (name == "misses") t.misses = static_cast<int64_t>(v);
-    else if (name == "compiles") t.compiles = static_cast<int64_t>(v);
-    else if (name == "saved_ms") t.saved_ms = v;
+    if (name == "hits")
+      t.hits = static_cast<int64_t>(v);
+    else if (name == "misses")
+      t.misses = static_cast<int64_t>(v);
+    else if (name == "compiles")
+      t.compiles = static_cast<int64_t>(v);
+    else if (name == "saved_ms")
+      t.saved_ms = v;
   }
   return t;
 }

@@ -20,7 +20,7 @@ class CacheIndexError : public UserError {
  public:
   CacheIndexError(const std::string& what, int sqlite_code) : UserError(what), code_(sqlite_code) {}
   int sqlite_code() const { return code_; }  // primary result code, e.g. SQLITE_BUSY
-  bool corrupt() const;                       // the file is damaged or not a database
+  bool corrupt() const;                      // the file is damaged or not a database
 
  private:
   int code_;

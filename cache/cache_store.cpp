@@ -34,7 +34,9 @@ std::string unique_suffix() {
 bool is_key(const std::string& s) {
   if (s.size() != 64) return false;
   for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c))) return false;
+    if (!std::isxdigit(static_cast<unsigned char>(c)) ||
+        std::isupper(static_cast<unsigned char>(c)))
+      return false;
   }
   return true;
 }
@@ -110,7 +112,9 @@ CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {
   for (const char* sub : {"objects", "locks", "staging"}) {
     std::error_code ec;
     fs::create_directories(root_ / sub, ec);
-    if (ec) throw UserError("cannot create cache folder '" + (root_ / sub).string() + "': " + ec.message());
+    if (ec)
+      throw UserError("cannot create cache folder '" + (root_ / sub).string() +
+                      "': " + ec.message());
   }
   open_index();
 }
@@ -123,7 +127,8 @@ void CacheStore::open_index() {
   } catch (const CacheIndexError& first) {
     if (!first.corrupt()) throw;
     // One process repairs; the others wait and then find a working index.
-    FileLock repair = FileLock::acquire(root_ / "locks" / "index-repair.lock", FileLock::Mode::kExclusive);
+    FileLock repair =
+        FileLock::acquire(root_ / "locks" / "index-repair.lock", FileLock::Mode::kExclusive);
     try {
       index_ = std::make_unique<CacheIndex>(path);
       return;
@@ -139,13 +144,16 @@ void CacheStore::open_index() {
       side += ext;
       fs::remove(side, ec);
     }
-    warn(std::string(first.what()) + "; moved it to " + aside.string() + " and rebuilt it from objects/");
+    warn(std::string(first.what()) + "; moved it to " + aside.string() +
+         " and rebuilt it from objects/");
     index_ = std::make_unique<CacheIndex>(path);
     reindex();
   }
 }
 
-fs::path CacheStore::entry_dir(const std::string& key) const { return root_ / "objects" / key.substr(0, 2) / key; }
+fs::path CacheStore::entry_dir(const std::string& key) const {
+  return root_ / "objects" / key.substr(0, 2) / key;
+}
 
 fs::path CacheStore::lock_path(const std::string& key, const char* kind) const {
   return root_ / "locks" / key.substr(0, 2) / (key + "." + kind);
@@ -171,8 +179,8 @@ EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) throw CacheEntryError(f.name + " is missing");
     if (static_cast<uint64_t>(st.st_size) != f.size) {
-      throw CacheEntryError(f.name + " is " + std::to_string(st.st_size) + " bytes, meta.json says " +
-                            std::to_string(f.size));
+      throw CacheEntryError(f.name + " is " + std::to_string(st.st_size) +
+                            " bytes, meta.json says " + std::to_string(f.size));
     }
     std::string bytes;
     try {
@@ -180,7 +188,8 @@ EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
     } catch (const UserError& e) {
       throw CacheEntryError(f.name + " cannot be read: " + e.what());
     }
-    if (sha256_hex(bytes) != f.sha256) throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
+    if (sha256_hex(bytes) != f.sha256)
+      throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
   }
   return meta;
 }
@@ -193,7 +202,8 @@ void CacheStore::quarantine(const std::string& key, const std::string& problem) 
   fs::rename(dir, dest, ec);
   if (ec) {
     if (ec == std::errc::no_such_file_or_directory) return;  // someone else moved it already
-    warn("cache entry " + key + " is bad (" + problem + ") and could not be moved aside: " + ec.message());
+    warn("cache entry " + key + " is bad (" + problem +
+         ") and could not be moved aside: " + ec.message());
     return;
   }
   try {
@@ -202,7 +212,8 @@ void CacheStore::quarantine(const std::string& key, const std::string& problem) 
   } catch (const Error& e) {
     log_line(std::string("cache: ") + e.what());
   }
-  warn("cache entry " + key + " failed verification (" + problem + "); moved it to " + dest.string());
+  warn("cache entry " + key + " failed verification (" + problem + "); moved it to " +
+       dest.string());
 }
 
 LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
@@ -211,7 +222,8 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return result;  // a plain miss creates nothing
   // Pin, then look again: once pinned, no gc can take the entry away before it is loaded.
-  auto pin = std::make_shared<FileLock>(FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared));
+  auto pin =
+      std::make_shared<FileLock>(FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared));
   if (!fs::exists(dir, ec)) return result;
   EntryMeta meta;
   try {
@@ -253,7 +265,8 @@ CacheEntry CacheStore::publish(const fs::path& staging, EntryMeta meta) {
   write_file_atomic(staging / "meta.json", meta_json);
 
   const fs::path dir = entry_dir(meta.key);
-  auto pin = std::make_shared<FileLock>(FileLock::acquire(lock_path(meta.key, "use"), FileLock::Mode::kShared));
+  auto pin = std::make_shared<FileLock>(
+      FileLock::acquire(lock_path(meta.key, "use"), FileLock::Mode::kShared));
   std::error_code ec;
   fs::create_directories(dir.parent_path(), ec);
   fs::rename(staging, dir, ec);
@@ -271,7 +284,8 @@ CacheEntry CacheStore::publish(const fs::path& staging, EntryMeta meta) {
     uint64_t cap = default_max_size();
     if (index_->totals().bytes > cap) gc(cap, std::nullopt);
   } catch (const CacheIndexError& e) {
-    warn(std::string(e.what()) + " (the entry was published; `kiln cache reindex` repairs the index)");
+    warn(std::string(e.what()) +
+         " (the entry was published; `kiln cache reindex` repairs the index)");
   }
   return CacheEntry{std::move(meta), dir, std::move(pin)};
 }
@@ -298,8 +312,12 @@ std::vector<std::string> CacheStore::resolve_prefix(const std::string& prefix) {
 
 std::optional<IndexRow> CacheStore::row(const std::string& key) { return index_->find(key); }
 std::vector<IndexRow> CacheStore::list() { return index_->list(CacheIndex::Order::kMostRecent); }
-std::vector<IndexRow> CacheStore::with_family(const std::string& family) { return index_->with_family(family); }
-std::vector<IndexRow> CacheStore::with_label(const std::string& label) { return index_->with_label(label); }
+std::vector<IndexRow> CacheStore::with_family(const std::string& family) {
+  return index_->with_family(family);
+}
+std::vector<IndexRow> CacheStore::with_label(const std::string& label) {
+  return index_->with_label(label);
+}
 IndexTotals CacheStore::stats() { return index_->totals(); }
 
 bool CacheStore::evict(const IndexRow& row) {
@@ -311,7 +329,8 @@ bool CacheStore::evict(const IndexRow& row) {
   fs::rename(entry_dir(row.key), trash, ec);
   index_->remove(row.key);
   use->unlink_and_release();
-  if (auto compile = FileLock::try_acquire(lock_path(row.key, "compile"), FileLock::Mode::kExclusive)) {
+  if (auto compile =
+          FileLock::try_acquire(lock_path(row.key, "compile"), FileLock::Mode::kExclusive)) {
     compile->unlink_and_release();
   }
   fs::remove_all(trash, ec);
@@ -348,7 +367,8 @@ int CacheStore::sweep() {
   return swept;
 }
 
-GcReport CacheStore::gc(std::optional<uint64_t> max_size, std::optional<double> max_age_s, bool sweep_too) {
+GcReport CacheStore::gc(std::optional<uint64_t> max_size, std::optional<double> max_age_s,
+                        bool sweep_too) {
   GcReport report;
   if (sweep_too) report.swept = sweep();
   const auto rows = index_->list(CacheIndex::Order::kLeastRecent);
@@ -414,7 +434,8 @@ int CacheStore::reindex() {
       meta = EntryMeta::parse(text, (dir / "meta.json").string());
       if (meta.key != name) throw CacheEntryError("meta.json describes key " + meta.key);
     } catch (const UserError& e) {
-      warn(std::string("reindex: skipping ") + dir.string() + ": " + e.what() + " (run `kiln cache verify`)");
+      warn(std::string("reindex: skipping ") + dir.string() + ": " + e.what() +
+           " (run `kiln cache verify`)");
       continue;
     }
     IndexRow r = row_of(meta, text.size(), mtime_s(dir));
@@ -440,8 +461,12 @@ uint64_t parse_size(const std::string& text, const std::string& what) {
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
   if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
-  static const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024},
-                                                   {"G", 1024.0 * 1024 * 1024}, {"T", 1024.0 * 1024 * 1024 * 1024}};
+  static const std::map<std::string, double> units{{"", 1},
+                                                   {"B", 1},
+                                                   {"K", 1024.0},
+                                                   {"M", 1024.0 * 1024},
+                                                   {"G", 1024.0 * 1024 * 1024},
+                                                   {"T", 1024.0 * 1024 * 1024 * 1024}};
   auto it = units.find(unit);
   if (pos == 0 || it == units.end() || value < 0) {
     throw UserError(what + ": '" + text + "' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
@@ -457,8 +482,8 @@ double parse_age(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     pos = 0;
   }
-  static const std::map<std::string, double> units{{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400},
-                                                   {"w", 7 * 86400}};
+  static const std::map<std::string, double> units{{"", 1},     {"s", 1},     {"m", 60},
+                                                   {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
   auto it = units.find(text.substr(pos));
   if (pos == 0 || it == units.end() || value < 0) {
     throw UserError(what + ": '" + text + "' is not an age (examples: 45s, 30m, 12h, 7d, 2w)");

@@ -79,10 +79,11 @@ class CacheStore {
   // Evicts least-recently-used entries until the cache holds at most max_size bytes and
   // nothing older (by last use) than max_age_s; entries that are pinned stay. With sweep,
   // also removes what dead processes left (staging, scratch, trash) and stale index rows.
-  GcReport gc(std::optional<uint64_t> max_size, std::optional<double> max_age_s, bool sweep = false);
+  GcReport gc(std::optional<uint64_t> max_size, std::optional<double> max_age_s,
+              bool sweep = false);
   VerifyReport verify_all();
-  GcReport clear();   // every entry not in use, plus quarantine/, failed/ and counters
-  int reindex();      // rebuilds index.sqlite from objects/ alone; returns the entry count
+  GcReport clear();  // every entry not in use, plus quarantine/, failed/ and counters
+  int reindex();     // rebuilds index.sqlite from objects/ alone; returns the entry count
 
  private:
   explicit CacheStore(std::filesystem::path root);

@@ -34,7 +34,8 @@ std::string EntryMeta::to_json() const {
   j["created"] = created;
   j["compile_ms"] = compile_ms;
   j["files"] = nlohmann::ordered_json::array();
-  for (const auto& f : files) j["files"].push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
+  for (const auto& f : files)
+    j["files"].push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
   j["components"] = nlohmann::ordered_json::array();
   for (const auto& [name, value] : components) j["components"].push_back({name, value});
   return j.dump(1) + "\n";
@@ -67,7 +68,8 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
     throw CacheEntryError(where + ": missing or mistyped field (" + std::string(e.what()) + ")");
   }
   for (const auto& f : m.files) {
-    if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.sha256.size() != 64) {
+    if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' ||
+        f.sha256.size() != 64) {
       throw CacheEntryError(where + ": bad file record '" + f.name + "'");
     }
   }

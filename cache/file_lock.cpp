@@ -18,7 +18,8 @@ std::optional<FileLock> FileLock::lock(const std::filesystem::path& path, Mode m
   int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
   for (;;) {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw UserError("cannot open lock file '" + path.string() + "': " + std::strerror(errno));
+    if (fd < 0)
+      throw UserError("cannot open lock file '" + path.string() + "': " + std::strerror(errno));
     int rc;
     do {
       rc = ::flock(fd, op);
@@ -31,22 +32,27 @@ std::optional<FileLock> FileLock::lock(const std::filesystem::path& path, Mode m
     }
     // The previous holder may have unlinked the file while we waited: then our lock guards
     // nothing, so start over on whatever the path names now.
-    struct stat held {}, named {};
-    if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-        held.st_dev == named.st_dev) {
+    struct stat held {
+    }, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
       return FileLock(path, fd);
     }
     ::close(fd);
   }
 }
 
-FileLock FileLock::acquire(const std::filesystem::path& path, Mode mode) { return *lock(path, mode, true); }
+FileLock FileLock::acquire(const std::filesystem::path& path, Mode mode) {
+  return *lock(path, mode, true);
+}
 
 std::optional<FileLock> FileLock::try_acquire(const std::filesystem::path& path, Mode mode) {
   return lock(path, mode, false);
 }
 
-FileLock::FileLock(FileLock&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) { other.fd_ = -1; }
+FileLock::FileLock(FileLock&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
 
 FileLock& FileLock::operator=(FileLock&& other) noexcept {
   if (this != &other) {

@@ -90,7 +90,8 @@ const char* kCacheHelp = R"(usage: kiln cache SUBCOMMAND
 The cache lives in $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln).
 )";
 
-const char* kRunHelp = R"(usage: kiln run [-v] MODEL --input NAME=FILE.npy [--input ...] --output-dir DIR
+const char* kRunHelp =
+    R"(usage: kiln run [-v] MODEL --input NAME=FILE.npy [--input ...] --output-dir DIR
 
 Compiles MODEL, reads every graph input from a .npy file, runs the module once and
 writes each graph output to DIR/<output name>.npy (DIR is created if needed).
@@ -165,24 +166,30 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-double ms(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
   std::fprintf(stderr, "cache %s%s\n", kiln::to_string(info.cache),
                info.cache == kiln::CacheStatus::kHit && info.times.wait_ms > 1
-                   ? (" (waited " + kiln::format_double(std::round(info.times.wait_ms)) + " ms for another compile)").c_str()
+                   ? (" (waited " + kiln::format_double(std::round(info.times.wait_ms)) +
+                      " ms for another compile)")
+                         .c_str()
                    : "");
   std::fprintf(stderr,
-               "load %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | compile %.2f ms | module load %.2f ms",
-               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms, info.times.compile_ms,
-               info.times.load_ms);
+               "load %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | compile %.2f ms | "
+               "module load %.2f ms",
+               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms,
+               info.times.compile_ms, info.times.load_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
 }
 
 std::string one_model(const Args& a) {
   if (a.positional.empty()) throw UsageError{"kiln " + a.command + ": missing MODEL"};
-  if (a.positional.size() > 1) throw UsageError{"kiln " + a.command + ": unexpected argument '" + a.positional[1] + "'"};
+  if (a.positional.size() > 1)
+    throw UsageError{"kiln " + a.command + ": unexpected argument '" + a.positional[1] + "'"};
   return a.positional[0];
 }
 
@@ -193,7 +200,8 @@ void no_cache_flags(const Args& a) {
 }
 
 int cmd_compile(const Args& a) {
-  if (!a.inputs.empty() || !a.output_dir.empty()) throw UsageError{"kiln compile takes no --input/--output-dir"};
+  if (!a.inputs.empty() || !a.output_dir.empty())
+    throw UsageError{"kiln compile takes no --input/--output-dir"};
   no_cache_flags(a);
   std::string model = one_model(a);
   auto t = Clock::now();
@@ -203,14 +211,15 @@ int cmd_compile(const Args& a) {
   options.explain = a.explain;
   kiln::Function f = kiln::compile(g, options);
   if (!f.info().cache_note.empty()) std::fprintf(stderr, "%s\n", f.info().cache_note.c_str());
-  std::printf("key     %s\nmodule  %s\nsource  %s\n", f.info().key.c_str(), f.info().module_path.c_str(),
-              f.info().source_path.c_str());
+  std::printf("key     %s\nmodule  %s\nsource  %s\n", f.info().key.c_str(),
+              f.info().module_path.c_str(), f.info().source_path.c_str());
   if (a.verbose) print_times(f.info(), load_ms, -1);
   return 0;
 }
 
 int cmd_source(const Args& a) {
-  if (!a.inputs.empty() || !a.output_dir.empty()) throw UsageError{"kiln source takes no --input/--output-dir"};
+  if (!a.inputs.empty() || !a.output_dir.empty())
+    throw UsageError{"kiln source takes no --input/--output-dir"};
   no_cache_flags(a);
   kiln::Graph g = kiln::load_model(one_model(a));
   std::fputs(kiln::generate_source(g).c_str(), stdout);
@@ -241,7 +250,8 @@ int cmd_run(const Args& a) {
     if (!known) {
       std::vector<std::string> names;
       for (const auto* v : g.inputs()) names.push_back(v->name + " (" + v->type.to_string() + ")");
-      throw kiln::UserError("unknown input '" + name + "'; the model takes " + kiln::join(names, ", "));
+      throw kiln::UserError("unknown input '" + name + "'; the model takes " +
+                            kiln::join(names, ", "));
     }
   }
   for (const auto* v : g.inputs()) {
@@ -258,7 +268,8 @@ int cmd_run(const Args& a) {
   double run_ms = ms(t);
   std::error_code ec;
   std::filesystem::create_directories(a.output_dir, ec);
-  if (ec) throw kiln::UserError("cannot create output directory '" + a.output_dir + "': " + ec.message());
+  if (ec)
+    throw kiln::UserError("cannot create output directory '" + a.output_dir + "': " + ec.message());
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto path = std::filesystem::path(a.output_dir) / (f.output_names()[i] + ".npy");
     kiln::write_npy(path, outputs[i]);
@@ -269,19 +280,26 @@ int cmd_run(const Args& a) {
 }
 
 std::string age_text(double then) {
-  double s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - then;
+  double s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      then;
   char buf[32];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
-  else if (s < 172800) std::snprintf(buf, sizeof buf, "%.0fh", s / 3600);
-  else std::snprintf(buf, sizeof buf, "%.0fd", s / 86400);
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 7200)
+    std::snprintf(buf, sizeof buf, "%.0fm", s / 60);
+  else if (s < 172800)
+    std::snprintf(buf, sizeof buf, "%.0fh", s / 3600);
+  else
+    std::snprintf(buf, sizeof buf, "%.0fd", s / 86400);
   return buf;
 }
 
 std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
   if (prefix.size() < 4) throw UsageError{"kiln cache show: give at least 4 characters of the key"};
   auto keys = store.resolve_prefix(prefix);
-  if (keys.empty()) throw kiln::UserError("no cache entry with key '" + prefix + "' in " + store.root().string());
+  if (keys.empty())
+    throw kiln::UserError("no cache entry with key '" + prefix + "' in " + store.root().string());
   if (keys.size() > 1 && keys[0] != prefix) {
     throw kiln::UserError("key prefix '" + prefix + "' is ambiguous: " + kiln::join(keys, ", "));
   }
@@ -289,45 +307,55 @@ std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
 }
 
 int cmd_cache(const Args& a) {
-  if (a.positional.empty()) throw UsageError{"kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex)"};
+  if (a.positional.empty())
+    throw UsageError{
+        "kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex)"};
   const std::string sub = a.positional[0];
   const size_t want_args = sub == "show" ? 2 : 1;
   if (a.positional.size() != want_args) {
     throw UsageError{sub == "show" ? "kiln cache show: expected one KEY"
-                                   : "kiln cache " + sub + ": unexpected argument '" + a.positional.back() + "'"};
+                                   : "kiln cache " + sub + ": unexpected argument '" +
+                                         a.positional.back() + "'"};
   }
   if (sub != "gc" && (!a.max_size.empty() || !a.max_age.empty())) {
     throw UsageError{"--max-size/--max-age belong to 'kiln cache gc'"};
   }
-  static const std::vector<std::string> known{"ls", "show", "stats", "verify", "gc", "clear", "reindex"};
+  static const std::vector<std::string> known{"ls", "show",  "stats",  "verify",
+                                              "gc", "clear", "reindex"};
   if (std::find(known.begin(), known.end(), sub) == known.end()) {
-    throw UsageError{"kiln cache: unknown subcommand '" + sub + "' (ls, show, stats, verify, gc, clear, reindex)"};
+    throw UsageError{"kiln cache: unknown subcommand '" + sub +
+                     "' (ls, show, stats, verify, gc, clear, reindex)"};
   }
   auto store = kiln::CacheStore::open(kiln::cache_root());
   if (sub == "ls") {
     auto rows = store->list();
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
     for (const auto& r : rows) {
-      std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(), r.label.substr(0, 20).c_str(),
-                  kiln::format_size(r.size).c_str(), age_text(r.created).c_str(), age_text(r.last_used).c_str(),
+      std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(),
+                  r.label.substr(0, 20).c_str(), kiln::format_size(r.size).c_str(),
+                  age_text(r.created).c_str(), age_text(r.last_used).c_str(),
                   static_cast<long long>(r.hits));
     }
     std::printf("%zu entries\n", rows.size());
   } else if (sub == "show") {
     std::string key = resolve_key(*store, a.positional[1]);
     auto meta = store->read_meta(key);
-    if (!meta) throw kiln::UserError("cache entry " + key + " has no readable meta.json (run 'kiln cache verify')");
-    std::printf("key        %s\nmodel      %s\nsummary    %s\ncreated    %s ago\ncompile    %.1f ms\n",
-                key.c_str(), meta->label.c_str(), meta->summary.c_str(), age_text(meta->created).c_str(),
-                meta->compile_ms);
+    if (!meta)
+      throw kiln::UserError("cache entry " + key +
+                            " has no readable meta.json (run 'kiln cache verify')");
+    std::printf(
+        "key        %s\nmodel      %s\nsummary    %s\ncreated    %s ago\ncompile    %.1f ms\n",
+        key.c_str(), meta->label.c_str(), meta->summary.c_str(), age_text(meta->created).c_str(),
+        meta->compile_ms);
     if (auto r = store->row(key)) {
-      std::printf("hits       %lld (last used %s ago)\n", static_cast<long long>(r->hits), age_text(r->last_used).c_str());
+      std::printf("hits       %lld (last used %s ago)\n", static_cast<long long>(r->hits),
+                  age_text(r->last_used).c_str());
     }
     std::printf("folder     %s\nsource     %s\nfiles\n", store->entry_dir(key).c_str(),
                 (store->entry_dir(key) / "module.c").c_str());
     for (const auto& f : meta->files) {
-      std::printf("  %-10s %10llu bytes  sha256 %s\n", f.name.c_str(), static_cast<unsigned long long>(f.size),
-                  f.sha256.c_str());
+      std::printf("  %-10s %10llu bytes  sha256 %s\n", f.name.c_str(),
+                  static_cast<unsigned long long>(f.size), f.sha256.c_str());
     }
     std::printf("key components\n");
     for (const auto& [name, value] : meta->components) {
@@ -341,13 +369,16 @@ int cmd_cache(const Args& a) {
   } else if (sub == "stats") {
     auto t = store->stats();
     double lookups = static_cast<double>(t.hits + t.misses);
-    std::printf("cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     %lld\n"
-                "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
-                store->root().c_str(), static_cast<long long>(t.entries), static_cast<unsigned long long>(t.bytes),
-                kiln::format_size(t.bytes).c_str(), kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
-                static_cast<long long>(t.hits), static_cast<long long>(t.misses),
-                lookups > 0 ? 100.0 * static_cast<double>(t.hits) / lookups : 0.0, static_cast<long long>(t.compiles),
-                t.saved_ms / 1000.0);
+    std::printf(
+        "cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     "
+        "%lld\n"
+        "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
+        store->root().c_str(), static_cast<long long>(t.entries),
+        static_cast<unsigned long long>(t.bytes), kiln::format_size(t.bytes).c_str(),
+        kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
+        static_cast<long long>(t.hits), static_cast<long long>(t.misses),
+        lookups > 0 ? 100.0 * static_cast<double>(t.hits) / lookups : 0.0,
+        static_cast<long long>(t.compiles), t.saved_ms / 1000.0);
   } else if (sub == "verify") {
     auto r = store->verify_all();
     for (const auto& b : r.bad) std::printf("bad  %s\n", b.c_str());
@@ -371,7 +402,8 @@ int cmd_cache(const Args& a) {
     std::printf("\n");
     for (const auto& k : r.in_use) std::printf("in use  %s\n", k.c_str());
   } else {
-    std::printf("indexed %d entries from %s\n", store->reindex(), (store->root() / "objects").c_str());
+    std::printf("indexed %d entries from %s\n", store->reindex(),
+                (store->root() / "objects").c_str());
   }
   return 0;
 }

@@ -27,7 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -63,7 +65,8 @@ bool cacheable(const Graph& graph) {
     ok = false;
     std::lock_guard lock(mutex);
     if (warned.insert(node->op->name()).second) {
-      warn("op '" + node->op->name() + "' has no cache_version: graphs using it are compiled but never cached");
+      warn("op '" + node->op->name() +
+           "' has no cache_version: graphs using it are compiled but never cached");
     }
   }
   return ok;
@@ -79,7 +82,8 @@ Program build_program(const Graph& graph) {
     return slot[v];
   };
   for (const Variable* v : graph.inputs()) p.input_slots.push_back(add_slot(v, SlotKind::kInput));
-  for (const Variable* v : graph.constants()) p.params.emplace_back(add_slot(v, SlotKind::kParam), *v->value);
+  for (const Variable* v : graph.constants())
+    p.params.emplace_back(add_slot(v, SlotKind::kParam), *v->value);
   for (const auto& node : graph.nodes()) {
     StepSpec step;
     step.thunk = node->id;
@@ -107,7 +111,8 @@ std::string format_compile_error(const Graph& graph, const std::vector<Diagnosti
     msg += "\n  ";
     if (d.origin.node >= 0) {
       const Node& node = *graph.nodes().at(static_cast<size_t>(d.origin.node));
-      msg += node.label() + ", " + d.origin.fragment + " line " + std::to_string(d.origin.fragment_line) + ": ";
+      msg += node.label() + ", " + d.origin.fragment + " line " +
+             std::to_string(d.origin.fragment_line) + ": ";
     } else if (!d.origin.fragment.empty()) {
       msg += d.origin.fragment + " line " + std::to_string(d.origin.fragment_line) + ": ";
     }
@@ -122,8 +127,8 @@ std::string format_compile_error(const Graph& graph, const std::vector<Diagnosti
 
 // Generates and compiles the module into `dir` (module.c, module.so). On a compile error the
 // source and log are kept in <root>/failed/<key>/ and a CompileError names the nodes.
-void build_module(const Graph& graph, const Toolchain& tc, const std::string& key, const fs::path& dir,
-                  const fs::path& root, CompileInfo& info) {
+void build_module(const Graph& graph, const Toolchain& tc, const std::string& key,
+                  const fs::path& dir, const fs::path& root, CompileInfo& info) {
   auto t = Clock::now();
   LinkedModule linked = link_c_module(graph, key);
   info.times.codegen_ms = ms_since(t);
@@ -131,7 +136,8 @@ void build_module(const Graph& graph, const Toolchain& tc, const std::string& ke
   write_file_atomic(dir / "module.c", linked.code.str());
 
   t = Clock::now();
-  CompileOutcome outcome = tc.compile(dir / "module.c", dir / "module.so", linked.compile_args, linked.libraries);
+  CompileOutcome outcome =
+      tc.compile(dir / "module.c", dir / "module.so", linked.compile_args, linked.libraries);
   info.times.compile_ms = ms_since(t);
   info.compiler_log = outcome.log;
   if (!outcome.ok) {
@@ -144,10 +150,12 @@ void build_module(const Graph& graph, const Toolchain& tc, const std::string& ke
     std::vector<std::string> args{"-std=c11", "-march=" + tc.cpu()};
     args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
     auto diags = parse_diagnostics(kept, args, linked.code);
-    std::string message = format_compile_error(graph, diags, outcome.log, kept);  // before diags is moved
+    std::string message =
+        format_compile_error(graph, diags, outcome.log, kept);  // before diags is moved
     throw CompileError(message, std::move(diags), kept);
   }
-  if (!outcome.log.empty()) warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
+  if (!outcome.log.empty())
+    warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
 }
 
 std::string graph_summary(const Graph& graph) {
@@ -157,12 +165,13 @@ std::string graph_summary(const Graph& graph) {
   for (const auto& [name, n] : ops) parts.push_back(std::to_string(n) + " " + name);
   std::vector<std::string> ins;
   for (const Variable* v : graph.inputs()) ins.push_back(v->name + ": " + v->type.to_string());
-  return std::to_string(graph.nodes().size()) + " nodes (" + join(parts, ", ") + "); inputs " + join(ins, ", ");
+  return std::to_string(graph.nodes().size()) + " nodes (" + join(parts, ", ") + "); inputs " +
+         join(ins, ", ");
 }
 
 // Hit, or compile under the key's lock and publish. Returns the pinned entry.
-CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchain& tc, const ModuleKey& mk,
-                           const CompileOptions& options, CompileInfo& info) {
+CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchain& tc,
+                           const ModuleKey& mk, const CompileOptions& options, CompileInfo& info) {
   auto t = Clock::now();
   LookupResult r = store.lookup(mk.key, false);
   info.cache = CacheStatus::kHit;
@@ -179,7 +188,8 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   info.times.lookup_ms = ms_since(t) - info.times.wait_ms;
   if (r.entry) {
     if (debug_level() >= 2) {
-      log_line("cache: hit after waiting " + format_double(info.times.wait_ms) + " ms for another compile of " + mk.key);
+      log_line("cache: hit after waiting " + format_double(info.times.wait_ms) +
+               " ms for another compile of " + mk.key);
     }
     return std::move(*r.entry);
   }
@@ -194,7 +204,8 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
   fs::path staging = store.new_staging(mk.key);
   try {
-    build_module(graph, tc, mk.key, staging, options.cache_dir.empty() ? cache_root() : options.cache_dir, info);
+    build_module(graph, tc, mk.key, staging,
+                 options.cache_dir.empty() ? cache_root() : options.cache_dir, info);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(staging, ec);
@@ -223,16 +234,17 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
     in_types.push_back(v->type);
   }
   for (const Variable* v : graph.outputs()) out_names.push_back(v->name);
-  return Function(std::move(executor), std::move(in_names), std::move(in_types), std::move(out_names),
-                  std::move(info), loaded.pin);
+  return Function(std::move(executor), std::move(in_names), std::move(in_types),
+                  std::move(out_names), std::move(info), loaded.pin);
 }
 
 void log_times(const Graph& graph, const CompileInfo& info) {
   if (debug_level() < 1) return;
   log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; key " +
-           format_double(info.times.key_ms) + " ms, lookup " + format_double(info.times.lookup_ms) + " ms, wait " +
-           format_double(info.times.wait_ms) + " ms, codegen " + format_double(info.times.codegen_ms) +
-           " ms, compile " + format_double(info.times.compile_ms) + " ms, load " + format_double(info.times.load_ms) +
+           format_double(info.times.key_ms) + " ms, lookup " + format_double(info.times.lookup_ms) +
+           " ms, wait " + format_double(info.times.wait_ms) + " ms, codegen " +
+           format_double(info.times.codegen_ms) + " ms, compile " +
+           format_double(info.times.compile_ms) + " ms, load " + format_double(info.times.load_ms) +
            " ms");
 }
 
@@ -265,8 +277,9 @@ Function compile(const Graph& graph, const CompileOptions& options) {
   if (!use_cache || !storable) {
     info.cache = use_cache ? CacheStatus::kUncacheable : CacheStatus::kBypassed;
     static std::atomic<int> counter{0};
-    fs::path dir = root / "scratch" / (mk.key.substr(0, 16) + "." + std::to_string(::getpid()) + "." +
-                                       std::to_string(counter++));
+    fs::path dir =
+        root / "scratch" /
+        (mk.key.substr(0, 16) + "." + std::to_string(::getpid()) + "." + std::to_string(counter++));
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw UserError("cannot create build folder '" + dir.string() + "': " + ec.message());

@@ -26,8 +26,8 @@ bool parse_node_line(const std::string& line, NodeLine& n) {
   auto out = line.rfind(" out=");
   auto sp1 = line.find(' ', 5);
   auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (v == std::string::npos || in == std::string::npos || out == std::string::npos || sp2 == std::string::npos ||
-      !(sp2 <= v && v < in && in < out)) {
+  if (v == std::string::npos || in == std::string::npos || out == std::string::npos ||
+      sp2 == std::string::npos || !(sp2 <= v && v < in && in < out)) {
     return false;
   }
   n.id = line.substr(5, sp1 - 5);
@@ -45,10 +45,14 @@ std::string describe_line_change(const std::string& here, const std::string& ent
     std::string where = "node " + a.id + " (" + a.op + ")";
     if (a.op != b.op) return where + ": op " + b.op + " in the entry";
     std::vector<std::string> parts;
-    if (a.version != b.version) parts.push_back("cache_version " + b.version + " in the entry, " + a.version + " now");
-    if (a.props != b.props) parts.push_back("props " + b.props + " in the entry, " + a.props + " now");
-    if (a.inputs != b.inputs) parts.push_back("inputs " + b.inputs + " in the entry, " + a.inputs + " now");
-    if (a.outputs != b.outputs) parts.push_back("outputs " + b.outputs + " in the entry, " + a.outputs + " now");
+    if (a.version != b.version)
+      parts.push_back("cache_version " + b.version + " in the entry, " + a.version + " now");
+    if (a.props != b.props)
+      parts.push_back("props " + b.props + " in the entry, " + a.props + " now");
+    if (a.inputs != b.inputs)
+      parts.push_back("inputs " + b.inputs + " in the entry, " + a.inputs + " now");
+    if (a.outputs != b.outputs)
+      parts.push_back("outputs " + b.outputs + " in the entry, " + a.outputs + " now");
     return where + ": " + join(parts, "; ");
   }
   return quote(entry) + " in the entry, " + quote(here) + " now";
@@ -68,7 +72,8 @@ std::vector<std::string> graph_differences(const std::string& here, const std::s
 }
 
 std::string age(double created) {
-  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   double s = now - created;
   if (s < 120) return std::to_string(static_cast<int>(s)) + " s ago";
   if (s < 7200) return std::to_string(static_cast<int>(s / 60)) + " min ago";
@@ -78,7 +83,8 @@ std::string age(double created) {
 
 }  // namespace
 
-std::vector<std::string> component_differences(const KeyComponents& here, const KeyComponents& entry) {
+std::vector<std::string> component_differences(const KeyComponents& here,
+                                               const KeyComponents& entry) {
   std::map<std::string, std::string> theirs(entry.begin(), entry.end());
   std::set<std::string> seen;
   std::vector<std::string> out;
@@ -121,11 +127,11 @@ std::string explain_miss(CacheStore& store, const ModuleKey& key, const std::str
     }
   }
   if (best_key.empty()) {
-    return "cache miss: no entry for this graph (same structure or model name '" + label + "') in " +
-           store.root().string();
+    return "cache miss: no entry for this graph (same structure or model name '" + label +
+           "') in " + store.root().string();
   }
-  std::string out = "cache miss: nearest entry " + best_key.substr(0, 16) + " (model '" + label + "', compiled " +
-                    age(best_created) + ") differs in:";
+  std::string out = "cache miss: nearest entry " + best_key.substr(0, 16) + " (model '" + label +
+                    "', compiled " + age(best_created) + ") differs in:";
   for (const auto& d : best) out += "\n  " + d;
   return out;
 }

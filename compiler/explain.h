@@ -12,6 +12,7 @@ namespace kiln {
 std::string explain_miss(CacheStore& store, const ModuleKey& key, const std::string& label);
 
 // The differences between two key-component lists, one line each ("toolchain.flags: ...").
-std::vector<std::string> component_differences(const KeyComponents& here, const KeyComponents& entry);
+std::vector<std::string> component_differences(const KeyComponents& here,
+                                               const KeyComponents& entry);
 
 }  // namespace kiln

@@ -16,7 +16,9 @@ namespace {
 struct Refs {
   std::vector<std::string> ref, typed;  // "n3.0" and "n3.0:float32 (?, 4)"
   const std::string& of(const Variable* v) const { return ref.at(static_cast<size_t>(v->id)); }
-  const std::string& typed_of(const Variable* v) const { return typed.at(static_cast<size_t>(v->id)); }
+  const std::string& typed_of(const Variable* v) const {
+    return typed.at(static_cast<size_t>(v->id));
+  }
 };
 
 Refs variable_refs(const Graph& graph) {
@@ -30,8 +32,10 @@ Refs variable_refs(const Graph& graph) {
     r.typed[i] = name + ":" + v->type.to_string();
     r.ref[i] = std::move(name);
   };
-  for (size_t i = 0; i < graph.inputs().size(); ++i) set(graph.inputs()[i], "i" + std::to_string(i));
-  for (size_t i = 0; i < graph.constants().size(); ++i) set(graph.constants()[i], "c" + std::to_string(i));
+  for (size_t i = 0; i < graph.inputs().size(); ++i)
+    set(graph.inputs()[i], "i" + std::to_string(i));
+  for (size_t i = 0; i < graph.constants().size(); ++i)
+    set(graph.constants()[i], "c" + std::to_string(i));
   for (const auto& node : graph.nodes()) {
     for (size_t k = 0; k < node->outputs.size(); ++k) {
       set(node->outputs[k], "n" + std::to_string(node->id) + "." + std::to_string(k));
@@ -43,23 +47,34 @@ Refs variable_refs(const Graph& graph) {
 std::string signature_of(const Graph& graph, const Refs& refs) {
   std::string s;
   s.reserve(64 * (graph.nodes().size() + graph.inputs().size() + graph.constants().size() + 1));
-  for (const Variable* v : graph.inputs()) s.append("input ").append(refs.of(v)).append(" ").append(v->type.to_string()).append("\n");
+  for (const Variable* v : graph.inputs())
+    s.append("input ").append(refs.of(v)).append(" ").append(v->type.to_string()).append("\n");
   for (const Variable* v : graph.constants()) {
     s.append("constant ").append(refs.of(v)).append(" ").append(v->type.to_string());
     if (v->type.rank() == 0 && v->value) {
       // Inlined into the source: the value is part of the code.
-      s.append(" value=").append(std::to_string(v->value->load_int(0))).append("/").append(format_double(v->value->load(0)));
+      s.append(" value=")
+          .append(std::to_string(v->value->load_int(0)))
+          .append("/")
+          .append(format_double(v->value->load(0)));
     }
     s.append("\n");
   }
   for (const auto& node : graph.nodes()) {
     auto version = node->op->cache_version();
-    s.append("node ").append(std::to_string(node->id)).append(" ").append(node->op->name()).append(" ");
-    s.append(attrs_to_string(node->op->props())).append(" v=").append(version ? std::to_string(*version) : "none");
+    s.append("node ")
+        .append(std::to_string(node->id))
+        .append(" ")
+        .append(node->op->name())
+        .append(" ");
+    s.append(attrs_to_string(node->op->props()))
+        .append(" v=")
+        .append(version ? std::to_string(*version) : "none");
     s.append(" in=");
     for (const auto* v : node->inputs) s.append(refs.typed_of(v)).append(",");
     s.append(" out=");
-    for (const auto* v : node->outputs) s.append(refs.typed_of(v).substr(refs.of(v).size() + 1)).append(",");
+    for (const auto* v : node->outputs)
+      s.append(refs.typed_of(v).substr(refs.of(v).size() + 1)).append(",");
     s.append("\n");
   }
   for (const auto* v : graph.outputs()) s.append("output ").append(refs.of(v)).append("\n");
@@ -80,7 +95,9 @@ std::string family_of(const Graph& graph, const Refs& refs) {
 
 }  // namespace
 
-std::string graph_signature(const Graph& graph) { return signature_of(graph, variable_refs(graph)); }
+std::string graph_signature(const Graph& graph) {
+  return signature_of(graph, variable_refs(graph));
+}
 std::string graph_family(const Graph& graph) { return family_of(graph, variable_refs(graph)); }
 
 ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components) {

@@ -1,8 +1,8 @@
 // The cache as compile() and the `kiln` command use it: keys, the in-process memo, hits in
 // fresh processes, recovery from damaged entries, concurrency between processes, killed
 // compiles, eviction of entries in use, --explain and every `kiln cache` subcommand.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,15 +38,18 @@ class VersionedOp : public COp {
  public:
   explicit VersionedOp(std::optional<int> version, bool codegen_throws = false)
       : COp("versioned_test_op", {}), version_(version), codegen_throws_(codegen_throws) {}
-  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override { return {in[0]}; }
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
   std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
   void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
     for (int64_t i = 0; i < in[0].numel(); ++i) out[0].store(i, 2 * in[0].load(i));
   }
   std::string c_code(const Node&, const CodeNames& n, const Sub&) const override {
     if (codegen_throws_) throw InternalError("codegen ran while computing a key");
-    return "for (int64_t i = 0; i < " + n.inputs[0] + "->shape[0]; ++i)\n  ((float *)" + n.outputs[0] +
-           "->data)[i] = 2 * ((const float *)" + n.inputs[0] + "->data)[i * " + n.inputs[0] + "->strides[0]];\n";
+    return "for (int64_t i = 0; i < " + n.inputs[0] + "->shape[0]; ++i)\n  ((float *)" +
+           n.outputs[0] + "->data)[i] = 2 * ((const float *)" + n.inputs[0] + "->data)[i * " +
+           n.inputs[0] + "->strides[0]];\n";
   }
   std::optional<int> cache_version() const override { return version_; }
 
@@ -72,13 +75,19 @@ Graph small_graph(const std::string& name, DType dtype, int64_t width, double we
   return g;
 }
 
-std::string key_of(const Graph& g, const ToolchainConfig& tc = {}) { return module_key(g, Toolchain::get(tc)).key; }
+std::string key_of(const Graph& g, const ToolchainConfig& tc = {}) {
+  return module_key(g, Toolchain::get(tc)).key;
+}
 
 TEST(CacheKey, SameGraphSameKeyWhateverTheWeights) {
-  EXPECT_EQ(key_of(small_graph("a", DType::kFloat32, 8, 0.5)), key_of(small_graph("b", DType::kFloat32, 8, 0.5)));
-  EXPECT_EQ(key_of(small_graph("a", DType::kFloat32, 8, 0.5)), key_of(small_graph("a", DType::kFloat32, 8, 7.0)));
-  EXPECT_NE(key_of(small_graph("a", DType::kFloat32, 8)), key_of(small_graph("a", DType::kFloat64, 8)));
-  EXPECT_NE(key_of(small_graph("a", DType::kFloat32, 8)), key_of(small_graph("a", DType::kFloat32, 9)));
+  EXPECT_EQ(key_of(small_graph("a", DType::kFloat32, 8, 0.5)),
+            key_of(small_graph("b", DType::kFloat32, 8, 0.5)));
+  EXPECT_EQ(key_of(small_graph("a", DType::kFloat32, 8, 0.5)),
+            key_of(small_graph("a", DType::kFloat32, 8, 7.0)));
+  EXPECT_NE(key_of(small_graph("a", DType::kFloat32, 8)),
+            key_of(small_graph("a", DType::kFloat64, 8)));
+  EXPECT_NE(key_of(small_graph("a", DType::kFloat32, 8)),
+            key_of(small_graph("a", DType::kFloat32, 9)));
 }
 
 TEST(CacheKey, OperandOrderOverIdenticalSubgraphsMatters) {
@@ -124,8 +133,11 @@ std::string printed_key(const ProcessResult& r) {
 TEST(CacheKey, AttributeOrderDoesNotMatterAcrossProcesses) {
   std::string dir = temp_dir("attr-order");
   auto model = [&](const std::string& file, const std::string& attrs) {
-    write_file_atomic(dir + "/" + file, R"({"name": "r", "inputs": [{"name": "x", "dtype": "float32", "shape": [null, 6]}],
-      "nodes": [{"op": "reduce_sum", "inputs": ["x"], "outputs": ["y"], "attrs": )" + attrs + R"(}],
+    write_file_atomic(
+        dir + "/" + file,
+        R"({"name": "r", "inputs": [{"name": "x", "dtype": "float32", "shape": [null, 6]}],
+      "nodes": [{"op": "reduce_sum", "inputs": ["x"], "outputs": ["y"], "attrs": )" +
+            attrs + R"(}],
       "outputs": ["y"]})");
     return dir + "/" + file;
   };
@@ -144,7 +156,8 @@ class CacheCompile : public ::testing::Test {
  protected:
   void SetUp() override {
     clear_compile_memo();
-    dir_ = temp_dir(std::string("cc-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = temp_dir(std::string("cc-") +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
     opts_.cache_dir = dir_ / "cache";
   }
   void TearDown() override { clear_compile_memo(); }
@@ -168,16 +181,19 @@ TEST_F(CacheCompile, MissThenMemoThenHitAfterTheMemoIsCleared) {
   Graph g = small_graph("m", DType::kFloat32, 8);
   Function f1 = compile(g, opts_);
   EXPECT_EQ(f1.info().cache, CacheStatus::kMiss);
-  EXPECT_EQ(f1.info().module_path.parent_path(), opts_.cache_dir / "objects" / f1.info().key.substr(0, 2) / f1.info().key);
+  EXPECT_EQ(f1.info().module_path.parent_path(),
+            opts_.cache_dir / "objects" / f1.info().key.substr(0, 2) / f1.info().key);
   EXPECT_TRUE(fs::exists(f1.info().source_path));
   Function f2 = compile(g, opts_);
   EXPECT_EQ(f2.info().cache, CacheStatus::kMemo);
   EXPECT_EQ(f2.info().module_path, f1.info().module_path);
   clear_compile_memo();
-  Function f3 = compile(small_graph("m", DType::kFloat32, 8, 3.0), opts_);  // new weights, same module
+  Function f3 =
+      compile(small_graph("m", DType::kFloat32, 8, 3.0), opts_);  // new weights, same module
   EXPECT_EQ(f3.info().cache, CacheStatus::kHit);
   Graph ref = small_graph("m", DType::kFloat32, 8, 3.0);
-  Tensor expected = Tensor::from_doubles(DType::kFloat32, {2, 8}, std::vector<double>(16, std::tanh(0.75) + std::exp(0.25)));
+  Tensor expected = Tensor::from_doubles(DType::kFloat32, {2, 8},
+                                         std::vector<double>(16, std::tanh(0.75) + std::exp(0.25)));
   EXPECT_TRUE(testing::tensors_close(run_small(f3), expected));
   EXPECT_EQ(entries(), 1);
 }
@@ -197,7 +213,10 @@ TEST_F(CacheCompile, DamagedEntriesAreRecompiledNeverLoaded) {
     std::function<void(const fs::path&)> damage;
   };
   std::vector<Case> cases{
-      {"truncated", [](const fs::path& d) { fs::resize_file(d / "module.so", fs::file_size(d / "module.so") / 2); }},
+      {"truncated",
+       [](const fs::path& d) {
+         fs::resize_file(d / "module.so", fs::file_size(d / "module.so") / 2);
+       }},
       {"bit-flipped",
        [](const fs::path& d) {
          std::string b = read_file(d / "module.so");
@@ -205,7 +224,10 @@ TEST_F(CacheCompile, DamagedEntriesAreRecompiledNeverLoaded) {
          std::ofstream(d / "module.so", std::ios::binary | std::ios::trunc) << b;
        }},
       {"missing", [](const fs::path& d) { fs::remove(d / "module.so"); }},
-      {"garbled meta", [](const fs::path& d) { std::ofstream(d / "meta.json", std::ios::trunc) << "{\"format\": 1, \"ke"; }},
+      {"garbled meta",
+       [](const fs::path& d) {
+         std::ofstream(d / "meta.json", std::ios::trunc) << "{\"format\": 1, \"ke";
+       }},
   };
   for (const auto& c : cases) {
     Graph g = small_graph("damaged", DType::kFloat32, 8);
@@ -220,14 +242,17 @@ TEST_F(CacheCompile, DamagedEntriesAreRecompiledNeverLoaded) {
     Function again = compile(g, opts_);
     std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(again.info().cache, CacheStatus::kMiss) << c.what;
-    EXPECT_NE(again.info().cache_note.find("recompiled a bad cache entry"), std::string::npos) << c.what;
+    EXPECT_NE(again.info().cache_note.find("recompiled a bad cache entry"), std::string::npos)
+        << c.what;
     EXPECT_NE(err.find("failed verification"), std::string::npos) << c.what << ": " << err;
-    Tensor expected = Tensor::from_doubles(DType::kFloat32, {2, 8}, std::vector<double>(16, std::tanh(0.125) + std::exp(0.25)));
+    Tensor expected = Tensor::from_doubles(
+        DType::kFloat32, {2, 8}, std::vector<double>(16, std::tanh(0.125) + std::exp(0.25)));
     EXPECT_TRUE(testing::tensors_close(run_small(again), expected)) << c.what;
     clear_compile_memo();
   }
   int quarantined = 0;
-  for ([[maybe_unused]] const auto& q : fs::directory_iterator(opts_.cache_dir / "quarantine")) ++quarantined;
+  for ([[maybe_unused]] const auto& q : fs::directory_iterator(opts_.cache_dir / "quarantine"))
+    ++quarantined;
   EXPECT_EQ(quarantined, 4);
 }
 
@@ -245,7 +270,8 @@ TEST_F(CacheCompile, OpWithoutCacheVersionIsCompiledButNeverStored) {
   EXPECT_EQ(err.find(warning, first + 1), std::string::npos) << "warned twice: " << err;
   EXPECT_EQ(entries(), 0);
   Tensor x = Tensor::from_doubles(DType::kFloat32, {3}, {0, 1, 2});
-  EXPECT_TRUE(testing::tensors_close(b({x})[0], Tensor::from_doubles(DType::kFloat32, {3}, {2, 2 * M_E, 2 * std::exp(2.0)})));
+  EXPECT_TRUE(testing::tensors_close(
+      b({x})[0], Tensor::from_doubles(DType::kFloat32, {3}, {2, 2 * M_E, 2 * std::exp(2.0)})));
 }
 
 TEST_F(CacheCompile, BypassNeverStoresOrReuses) {
@@ -271,13 +297,16 @@ TEST_F(CacheCompile, ExplainNamesWhatDiffersFromTheNearestEntry) {
   EXPECT_NE(note.find("-DKILN_EXPLAIN_TEST=1"), std::string::npos) << note;
   EXPECT_EQ(note.find("graph:"), std::string::npos) << note;
 
-  std::string dtype_note = compile(small_graph("explained", DType::kFloat64, 8), opts_).info().cache_note;
+  std::string dtype_note =
+      compile(small_graph("explained", DType::kFloat64, 8), opts_).info().cache_note;
   EXPECT_NE(dtype_note.find("float64"), std::string::npos) << dtype_note;
-  EXPECT_NE(dtype_note.find("graph: 'input i0 float32 (?, 8)' in the entry"), std::string::npos) << dtype_note;
+  EXPECT_NE(dtype_note.find("graph: 'input i0 float32 (?, 8)' in the entry"), std::string::npos)
+      << dtype_note;
 
   compile(versioned_graph(1), opts_);
   std::string version_note = compile(versioned_graph(2), opts_).info().cache_note;
-  EXPECT_NE(version_note.find("node 1 (versioned_test_op): cache_version 1 in the entry, 2 now"), std::string::npos)
+  EXPECT_NE(version_note.find("node 1 (versioned_test_op): cache_version 1 in the entry, 2 now"),
+            std::string::npos)
       << version_note;
 
   Graph other("unrelated");
@@ -287,7 +316,9 @@ TEST_F(CacheCompile, ExplainNamesWhatDiffersFromTheNearestEntry) {
   EXPECT_NE(none.find("no entry for this graph"), std::string::npos) << none;
 }
 
-std::vector<std::string> cache_env(const fs::path& dir) { return {"KILN_CACHE_DIR=" + dir.string()}; }
+std::vector<std::string> cache_env(const fs::path& dir) {
+  return {"KILN_CACHE_DIR=" + dir.string()};
+}
 
 TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   fs::path cache = fs::path(temp_dir("cli-cache")) / "cache";
@@ -308,14 +339,16 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
 
   auto show = kiln_env(env, {"cache", "show", key.substr(0, 10)});
   EXPECT_EQ(show.exit_code, 0) << show.err;
-  for (const std::string& word : {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
-                                 std::string("graph:"), std::string("node 0 matmul"), std::string("module.so"),
-                                 std::string("source     ") + (cache / "objects").string()}) {
+  for (const std::string& word :
+       {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
+        std::string("graph:"), std::string("node 0 matmul"), std::string("module.so"),
+        std::string("source     ") + (cache / "objects").string()}) {
     EXPECT_NE(show.out.find(word), std::string::npos) << word << " not in\n" << show.out;
   }
 
   auto stats = kiln_env(env, {"cache", "stats"});
-  for (const char* word : {"entries    1", "hits       1", "misses     1", "hit rate   50.0%", "compiles   1", "saved"}) {
+  for (const char* word : {"entries    1", "hits       1", "misses     1", "hit rate   50.0%",
+                           "compiles   1", "saved"}) {
     EXPECT_NE(stats.out.find(word), std::string::npos) << word << " not in\n" << stats.out;
   }
 
@@ -326,39 +359,49 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   fs::resize_file(so, 100);
   verify = kiln_env(env, {"cache", "verify"});
   EXPECT_EQ(verify.exit_code, 1);
-  EXPECT_NE(verify.out.find("bad  " + key + ": module.so is 100 bytes"), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("bad  " + key + ": module.so is 100 bytes"), std::string::npos)
+      << verify.out;
   EXPECT_NE(kiln_env(env, {"compile", "-v", kMlp}).err.find("cache miss"), std::string::npos);
 
-  for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"}) fs::remove(cache / f);
+  for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"})
+    fs::remove(cache / f);
   auto reindex = kiln_env(env, {"cache", "reindex"});
   EXPECT_NE(reindex.out.find("indexed 1 entries"), std::string::npos) << reindex.out << reindex.err;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find(key.substr(0, 16)), std::string::npos);
 
-  auto flagged = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=1"}, {"compile", kMlp});
+  auto flagged = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=1"},
+                          {"compile", kMlp});
   ASSERT_EQ(flagged.exit_code, 0) << flagged.err;
   auto explain = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=2"},
                           {"compile", "--explain", kMlp});
   EXPECT_NE(explain.err.find("cache miss: nearest entry"), std::string::npos) << explain.err;
   EXPECT_NE(explain.err.find("toolchain.flags: '-std=c11"), std::string::npos) << explain.err;
-  EXPECT_NE(explain.err.find("-DKILN_CLI_EXPLAIN=1' in the entry"), std::string::npos) << explain.err;
+  EXPECT_NE(explain.err.find("-DKILN_CLI_EXPLAIN=1' in the entry"), std::string::npos)
+      << explain.err;
 
   auto clear = kiln_env(env, {"cache", "clear"});
   EXPECT_NE(clear.out.find("removed 3 entries"), std::string::npos) << clear.out;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find("0 entries"), std::string::npos);
 
-  auto bypass = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE=0"}, {"compile", "-v", kMlp});
+  auto bypass =
+      kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE=0"}, {"compile", "-v", kMlp});
   EXPECT_NE(bypass.err.find("cache bypassed"), std::string::npos) << bypass.err;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find("0 entries"), std::string::npos);
 
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"cache"}, {"cache", "bogus"}, {"cache", "show"}, {"cache", "ls", "extra"}, {"cache", "ls", "--max-age", "1d"},
-           {"compile", "--max-size", "1G", kMlp}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"cache"},
+                                             {"cache", "bogus"},
+                                             {"cache", "show"},
+                                             {"cache", "ls", "extra"},
+                                             {"cache", "ls", "--max-age", "1d"},
+                                             {"compile", "--max-size", "1G", kMlp}}) {
     auto r = kiln_env(env, args);
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
   }
   auto bad_size = kiln_env(env, {"cache", "gc", "--max-size", "lots"});
   EXPECT_EQ(bad_size.exit_code, 1);
-  EXPECT_NE(bad_size.err.find("--max-size: 'lots' is not a size"), std::string::npos) << bad_size.err;
+  EXPECT_NE(bad_size.err.find("--max-size: 'lots' is not a size"), std::string::npos)
+      << bad_size.err;
   auto unknown = kiln_env(env, {"cache", "show", "0000"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no cache entry with key '0000'"), std::string::npos) << unknown.err;
@@ -393,10 +436,11 @@ int count_lines_starting(const std::string& text, const std::string& prefix) {
 TEST(CacheCli, EightProcessesStartedTogetherCompileOnce) {
   fs::path dir = temp_dir("cli-eight");
   fs::path log = dir / "cc.log";
-  std::string script = "for i in 1 2 3 4 5 6 7 8; do KILN_CACHE_DIR='" + (dir / "cache").string() + "' KILN_CC='" +
-                       kWrapper + "' KILN_TEST_CC_LOG='" + log.string() + "' '" + kKiln + "' compile -v '" + kMlp +
-                       "' > \"" + dir.string() + "/out$i\" 2> \"" + dir.string() + "/err$i\" || echo $i >> '" +
-                       dir.string() + "/failed' & done; wait";
+  std::string script = "for i in 1 2 3 4 5 6 7 8; do KILN_CACHE_DIR='" + (dir / "cache").string() +
+                       "' KILN_CC='" + kWrapper + "' KILN_TEST_CC_LOG='" + log.string() + "' '" +
+                       kKiln + "' compile -v '" + kMlp + "' > \"" + dir.string() +
+                       "/out$i\" 2> \"" + dir.string() + "/err$i\" || echo $i >> '" + dir.string() +
+                       "/failed' & done; wait";
   auto r = run_process({"/bin/sh", "-c", script});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(fs::exists(dir / "failed")) << read_file(dir / "failed");
@@ -419,13 +463,14 @@ TEST(CacheCli, EightProcessesStartedTogetherCompileOnce) {
 
 TEST(CacheCli, DifferentKeysCompileInParallel) {
   fs::path dir = temp_dir("cli-parallel");
-  write_file_atomic(dir / "tiny.json", R"({"name": "tiny", "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
+  write_file_atomic(dir / "tiny.json",
+                    R"({"name": "tiny", "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
     "nodes": [{"op": "exp", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
   fs::path log = dir / "cc.log";
-  std::string env = "KILN_CACHE_DIR='" + (dir / "cache").string() + "' KILN_CC='" + kWrapper + "' KILN_TEST_CC_LOG='" +
-                    log.string() + "' KILN_TEST_CC_SLEEP=1 ";
-  std::string script = env + "'" + kKiln + "' compile '" + kMlp + "' >/dev/null & " + env + "'" + kKiln +
-                       "' compile '" + (dir / "tiny.json").string() + "' >/dev/null & wait";
+  std::string env = "KILN_CACHE_DIR='" + (dir / "cache").string() + "' KILN_CC='" + kWrapper +
+                    "' KILN_TEST_CC_LOG='" + log.string() + "' KILN_TEST_CC_SLEEP=1 ";
+  std::string script = env + "'" + kKiln + "' compile '" + kMlp + "' >/dev/null & " + env + "'" +
+                       kKiln + "' compile '" + (dir / "tiny.json").string() + "' >/dev/null & wait";
   auto r = run_process({"/bin/sh", "-c", script});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream in(read_file(log));
@@ -447,8 +492,8 @@ TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
     ::dup2(devnull, 2);
     std::string e1 = "KILN_CACHE_DIR=" + cache.string(), e2 = "KILN_CC=" + kWrapper,
                 e3 = "KILN_TEST_CC_LOG=" + log.string(), e4 = "KILN_TEST_CC_SLEEP=60";
-    ::execl("/usr/bin/env", "env", e1.c_str(), e2.c_str(), e3.c_str(), e4.c_str(), kKiln.c_str(), "compile",
-            kMlp.c_str(), static_cast<char*>(nullptr));
+    ::execl("/usr/bin/env", "env", e1.c_str(), e2.c_str(), e3.c_str(), e4.c_str(), kKiln.c_str(),
+            "compile", kMlp.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::setpgid(pid, pid);
@@ -469,13 +514,15 @@ TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
     for ([[maybe_unused]] const auto& e : fs::directory_iterator(shard.path())) ++visible;
   }
   EXPECT_EQ(visible, 0);
-  EXPECT_FALSE(fs::is_empty(cache / "staging"));  // the half-built entry, private to the dead process
+  EXPECT_FALSE(
+      fs::is_empty(cache / "staging"));  // the half-built entry, private to the dead process
   auto ls = kiln_env(cache_env(cache), {"cache", "ls"});
   EXPECT_NE(ls.out.find("0 entries"), std::string::npos) << ls.out;
 
   // Same key, same compiler: the dead process's lock must not block (timeout guards a hang).
-  auto again = run_process({"/usr/bin/timeout", "120", "/usr/bin/env", "KILN_CACHE_DIR=" + cache.string(),
-                            "KILN_CC=" + kWrapper, "KILN_TEST_CC_LOG=" + log.string(), kKiln, "compile", "-v", kMlp});
+  auto again = run_process({"/usr/bin/timeout", "120", "/usr/bin/env",
+                            "KILN_CACHE_DIR=" + cache.string(), "KILN_CC=" + kWrapper,
+                            "KILN_TEST_CC_LOG=" + log.string(), kKiln, "compile", "-v", kMlp});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.err.find("cache miss"), std::string::npos) << again.err;
   auto gc = kiln_env(cache_env(cache), {"cache", "gc"});

@@ -101,15 +101,21 @@ TEST(EntryMeta, RoundTripsAndRejectsGarbage) {
   EXPECT_DOUBLE_EQ(back.compile_ms, 123.5);
 
   std::string json = m.to_json();
-  EXPECT_NE(error_of([&] { EntryMeta::parse(json.substr(0, json.size() / 2), "m"); }).find("m: not valid JSON at byte"),
+  EXPECT_NE(error_of([&] {
+              EntryMeta::parse(json.substr(0, json.size() / 2), "m");
+            }).find("m: not valid JSON at byte"),
             std::string::npos);
   std::string forged = json;
   forged.replace(forged.find("relu"), 4, "tanh");  // components no longer hash to the key
-  EXPECT_NE(error_of([&] { EntryMeta::parse(forged, "m"); }).find("do not hash to the entry's key"), std::string::npos);
-  EXPECT_NE(error_of([&] { EntryMeta::parse(R"({"format": 1, "key": "k"})", "m"); }).find("missing or mistyped"),
+  EXPECT_NE(error_of([&] { EntryMeta::parse(forged, "m"); }).find("do not hash to the entry's key"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              EntryMeta::parse(R"({"format": 1, "key": "k"})", "m");
+            }).find("missing or mistyped"),
             std::string::npos);
   m.files[0].name = "../escape";
-  EXPECT_NE(error_of([&] { EntryMeta::parse(m.to_json(), "m"); }).find("bad file record"), std::string::npos);
+  EXPECT_NE(error_of([&] { EntryMeta::parse(m.to_json(), "m"); }).find("bad file record"),
+            std::string::npos);
 }
 
 TEST(EntryMeta, ArtifactKeyIsOrderedAndCollisionFree) {
@@ -159,7 +165,8 @@ TEST(CacheIndex, RowsHitsCountersAndOrder) {
 }
 
 // Publishes an entry whose files hold `payload`.
-CacheEntry publish(CacheStore& store, const std::string& tag, const std::string& payload = "module bytes") {
+CacheEntry publish(CacheStore& store, const std::string& tag,
+                   const std::string& payload = "module bytes") {
   EntryMeta m = sample_meta(tag);
   fs::path staging = store.new_staging(m.key);
   write_file_atomic(staging / "module.so", payload);
@@ -202,7 +209,8 @@ void flip_bit(const fs::path& dir) {
 void remove_source(const fs::path& dir) { fs::remove(dir / "module.c"); }
 void garble_meta(const fs::path& dir) {
   std::string meta = read_file(dir / "meta.json");
-  std::ofstream(dir / "meta.json", std::ios::binary | std::ios::trunc) << meta.substr(0, meta.size() / 3);
+  std::ofstream(dir / "meta.json", std::ios::binary | std::ios::trunc)
+      << meta.substr(0, meta.size() / 3);
 }
 void remove_meta(const fs::path& dir) { fs::remove(dir / "meta.json"); }
 
@@ -238,14 +246,15 @@ TEST_P(DamagedEntry, IsReportedThenQuarantinedNeverHandedOut) {
   EXPECT_TRUE(store->lookup(key, true).entry);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllDamage, DamagedEntry,
-    ::testing::Values(Damage{"truncated", truncate_module, "module.so is 5 bytes, meta.json says 12"},
-                      Damage{"bitflip", flip_bit, "module.so does not match its SHA-256"},
-                      Damage{"missing", remove_source, "module.c is missing"},
-                      Damage{"garbled", garble_meta, "not valid JSON"},
-                      Damage{"nometa", remove_meta, "meta.json is missing"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(AllDamage, DamagedEntry,
+                         ::testing::Values(Damage{"truncated", truncate_module,
+                                                  "module.so is 5 bytes, meta.json says 12"},
+                                           Damage{"bitflip", flip_bit,
+                                                  "module.so does not match its SHA-256"},
+                                           Damage{"missing", remove_source, "module.c is missing"},
+                                           Damage{"garbled", garble_meta, "not valid JSON"},
+                                           Damage{"nometa", remove_meta, "meta.json is missing"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(CacheStore, GcEvictsLeastRecentlyUsedButNeverAPinnedEntry) {
   auto store = CacheStore::open(temp_dir("gc1"));
@@ -301,7 +310,8 @@ TEST(CacheStore, ReindexRebuildsTheIndexFromObjectsAlone) {
     ka = publish(*store, "a").meta.key;
     kb = publish(*store, "b").meta.key;
   }
-  for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"}) fs::remove(root / f);
+  for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"})
+    fs::remove(root / f);
   auto store = CacheStore::open(root);  // the old instance's index file is gone: a new one
   EXPECT_EQ(store->stats().entries, 0);
   EXPECT_EQ(store->reindex(), 2);
@@ -359,12 +369,14 @@ TEST(CacheLimits, SizesAndAges) {
   EXPECT_EQ(parse_size("0", "x"), 0u);
   EXPECT_EQ(error_of([] { parse_size("lots", "--max-size"); }),
             "--max-size: 'lots' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
-  EXPECT_NE(error_of([] { parse_size("5Q", "KILN_CACHE_MAX_SIZE"); }).find("KILN_CACHE_MAX_SIZE"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_size("5Q", "KILN_CACHE_MAX_SIZE"); }).find("KILN_CACHE_MAX_SIZE"),
+            std::string::npos);
   EXPECT_DOUBLE_EQ(parse_age("7d", "x"), 7 * 86400);
   EXPECT_DOUBLE_EQ(parse_age("12h", "x"), 12 * 3600);
   EXPECT_DOUBLE_EQ(parse_age("90", "x"), 90);
-  EXPECT_NE(error_of([] { parse_age("7 days", "--max-age"); }).find("--max-age: '7 days' is not an age"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_age("7 days", "--max-age"); }).find("--max-age: '7 days' is not an age"),
+      std::string::npos);
   EXPECT_EQ(format_size(1536), "1.5 KiB");
 }
 
