@@ -1,0 +1,256 @@
+// The dependency engine, both implementations through one suite: ordering (a randomized
+// property test), concurrency of readers, priorities, failures, deletion and shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "runtime/engine.h"
+#include "tests/helpers.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+using namespace std::chrono_literals;
+
+class EngineTest : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  std::unique_ptr<Engine> make(int workers = 2) { return make_engine(GetParam(), workers); }
+  bool threaded() const { return GetParam() == EngineKind::kThreaded; }
+};
+
+// Thousands of random functions over a few dozen variables, each logging when it started
+// and ended. Every pair that conflicts (shares a variable, one writing it) must have run
+// in push order: the earlier one ended before the later one started.
+TEST_P(EngineTest, ConflictingFunctionsRunInPushOrder) {
+  auto engine = make(4);
+  constexpr int kVars = 24, kFns = 3000;
+  std::vector<VarHandle> vars;
+  for (int i = 0; i < kVars; ++i) vars.push_back(engine->new_var("v" + std::to_string(i)));
+  std::mt19937 rng(42);
+  struct Record {
+    std::set<int> reads, writes;
+    int64_t started = -1, ended = -1;
+  };
+  std::vector<Record> log(kFns);
+  std::atomic<int64_t> clock{0};
+  for (int f = 0; f < kFns; ++f) {
+    std::vector<VarHandle> reads, writes;
+    int nr = static_cast<int>(rng() % 4), nw = static_cast<int>(rng() % 3);
+    for (int i = 0; i < nr; ++i) {
+      int v = static_cast<int>(rng() % kVars);
+      reads.push_back(vars[static_cast<size_t>(v)]);
+      log[static_cast<size_t>(f)].reads.insert(v);
+    }
+    for (int i = 0; i < nw; ++i) {
+      int v = static_cast<int>(rng() % kVars);
+      writes.push_back(vars[static_cast<size_t>(v)]);
+      log[static_cast<size_t>(f)].writes.insert(v);
+    }
+    if (rng() % 10 == 0 && !writes.empty()) reads.push_back(writes.front());  // read and written
+    if (rng() % 10 == 0 && !reads.empty()) reads.push_back(reads.front());    // listed twice
+    bool spin = rng() % 8 == 0;
+    Record* rec = &log[static_cast<size_t>(f)];
+    auto body = [rec, &clock, spin] {
+      rec->started = clock.fetch_add(1);
+      if (spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      rec->ended = clock.fetch_add(1);
+    };
+    if (f % 5 == 0) {
+      engine->push_async(
+          [body](const Engine::OnComplete& done) {
+            body();
+            std::thread([done] { done(nullptr); }).detach();  // completes from another thread
+          },
+          reads, writes, PushOptions{"f" + std::to_string(f), static_cast<int>(rng() % 3)});
+    } else {
+      engine->push(body, reads, writes,
+                   PushOptions{"f" + std::to_string(f), static_cast<int>(rng() % 3)});
+    }
+  }
+  engine->wait_for_all();
+  int conflicts = 0;
+  for (int a = 0; a < kFns; ++a) {
+    const Record& ra = log[static_cast<size_t>(a)];
+    ASSERT_GE(ra.ended, 0) << "function " << a << " never ran";
+    for (int b = a + 1; b < kFns; ++b) {
+      const Record& rb = log[static_cast<size_t>(b)];
+      auto touches = [](const Record& r, int v) { return r.reads.count(v) || r.writes.count(v); };
+      bool conflict = false;
+      for (int v : ra.writes) conflict = conflict || touches(rb, v);
+      for (int v : rb.writes) conflict = conflict || touches(ra, v);
+      if (!conflict) continue;
+      ++conflicts;
+      ASSERT_LT(ra.ended, rb.started)
+          << "functions " << a << " and " << b << " conflict but overlapped or reordered";
+    }
+  }
+  EXPECT_GT(conflicts, 10000);
+}
+
+TEST_P(EngineTest, ReadersOfOneVariableRunConcurrently) {
+  if (!threaded()) GTEST_SKIP() << "the naive engine runs one function at a time by design";
+  auto engine = make(2);
+  VarHandle v = engine->new_var("shared");
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  auto reader = [&] {
+    inside.fetch_add(1);
+    for (int i = 0; i < 2000 && !overlapped; ++i) {
+      if (inside.load() == 2) overlapped = true;
+      std::this_thread::sleep_for(1ms);
+    }
+    inside.fetch_sub(1);
+  };
+  engine->push(reader, {v}, {});
+  engine->push(reader, {v}, {});
+  engine->wait_for_all();
+  EXPECT_TRUE(overlapped);
+}
+
+TEST_P(EngineTest, HigherPriorityRunsFirstAmongReadyFunctions) {
+  auto engine = make(1);
+  VarHandle gate = engine->new_var("gate");
+  std::promise<void> open;
+  std::shared_future<void> opened = open.get_future().share();
+  std::vector<int> order;
+  std::mutex m;
+  if (threaded())
+    engine->push([opened] { opened.wait(); }, {}, {gate},
+                 PushOptions{"gate"});  // holds the one worker
+  for (int p : {1, 5, 3}) {
+    VarHandle own = engine->new_var();
+    engine->push(
+        [&, p] {
+          std::lock_guard lock(m);
+          order.push_back(p);
+        },
+        {}, {own}, PushOptions{"p" + std::to_string(p), p});
+  }
+  open.set_value();
+  engine->wait_for_all();
+  if (threaded()) {
+    EXPECT_EQ(order, (std::vector<int>{5, 3, 1}));
+  } else {
+    EXPECT_EQ(order, (std::vector<int>{1, 5, 3}));  // naive: push order
+  }
+}
+
+TEST_P(EngineTest, AnErrorReachesWhatDependsOnItIsRethrownOnceAndTheEngineGoesOn) {
+  auto engine = make();
+  VarHandle a = engine->new_var("a"), b = engine->new_var("b"), c = engine->new_var("c");
+  std::atomic<int> ran{0};
+  engine->push([] { throw UserError("boom in producer"); }, {}, {a}, PushOptions{"producer"});
+  engine->push([&] { ++ran; }, {a}, {b}, PushOptions{"reader of a"});  // skipped, b inherits
+  engine->push([&] { ++ran; }, {b}, {c}, PushOptions{"reader of b"});  // skipped, c inherits
+  VarHandle free_var = engine->new_var("independent");
+  engine->push([&] { ran += 10; }, {}, {free_var}, PushOptions{"independent"});
+  try {
+    engine->wait_for_var(c);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "boom in producer");
+  }
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_NO_THROW(engine->wait_for_var(a));  // the same error is rethrown once only
+  EXPECT_NO_THROW(engine->wait_for_all());
+  // Fully usable after: c was cleared by its wait, and a, b by wait_for_all.
+  engine->push([&] { ++ran; }, {a, b, c}, {a});
+  engine->wait_for_all();
+  EXPECT_EQ(ran.load(), 11);
+  // wait_for_all alone rethrows, once.
+  engine->push([] { throw std::runtime_error("second"); }, {}, {b});
+  EXPECT_THROW(engine->wait_for_all(), std::runtime_error);
+  EXPECT_NO_THROW(engine->wait_for_all());
+  // An async function's error passed to on_complete travels the same way.
+  engine->push_async(
+      [](const Engine::OnComplete& done) { done(std::make_exception_ptr(UserError("async"))); }, {},
+      {c});
+  EXPECT_THROW(engine->wait_for_var(c), UserError);
+}
+
+TEST_P(EngineTest, DuplicatesAndReadWriteOfOneVariableDoNotDeadlock) {
+  auto engine = make();
+  VarHandle v = engine->new_var("v");
+  int x = 0;
+  engine->push([&] { ++x; }, {v, v}, {v, v});
+  engine->push([&] { ++x; }, {v}, {v});
+  engine->push([&] { ++x; }, {v, v, v}, {});
+  engine->wait_for_var(v);
+  EXPECT_EQ(x, 3);
+}
+
+TEST_P(EngineTest, WaitingInsideAPushedFunctionThrowsInsteadOfDeadlocking) {
+  auto engine = make();
+  VarHandle v = engine->new_var("v");
+  engine->push([&] { engine->wait_for_all(); }, {}, {v}, PushOptions{"waits"});
+  std::string msg = testing::error_of([&] { engine->wait_for_var(v); });
+  EXPECT_NE(msg.find("wait_for_all called from inside a pushed function"), std::string::npos)
+      << msg;
+  engine->push([&] { engine->wait_for_var(v); }, {}, {}, PushOptions{"waits too"});
+  EXPECT_NE(
+      testing::error_of([&] { engine->wait_for_all(); }).find("wait_for_var called from inside"),
+      std::string::npos);
+}
+
+TEST_P(EngineTest, DeleteTakesEffectAfterPendingUses) {
+  auto engine = make();
+  VarHandle v = engine->new_var("doomed");
+  std::atomic<int> uses{0};
+  for (int i = 0; i < 50; ++i) {
+    engine->push(
+        [&] {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          ++uses;
+        },
+        {v}, {});
+  }
+  engine->delete_var(v);
+  EXPECT_NE(testing::error_of([&] {
+              engine->push([] {}, {v}, {}, PushOptions{"late"});
+            }).find("after delete_var"),
+            std::string::npos);
+  engine->wait_for_all();
+  EXPECT_EQ(uses.load(), 50);
+}
+
+TEST_P(EngineTest, ShutdownRunsWhatWasPushed) {
+  std::atomic<int> ran{0};
+  {
+    auto engine = make();
+    VarHandle v = engine->new_var();
+    for (int i = 0; i < 200; ++i) engine->push([&] { ++ran; }, {}, {v});
+    engine->push([] { throw std::runtime_error("nobody waits for this"); }, {}, {v});
+  }
+  EXPECT_EQ(ran.load(), 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothEngines, EngineTest,
+                         ::testing::Values(EngineKind::kThreaded, EngineKind::kNaive),
+                         [](const auto& info) {
+                           return info.param == EngineKind::kThreaded ? "threaded" : "naive";
+                         });
+
+TEST(Engine, KindFromEnvironment) {
+  ::setenv("KILN_ENGINE", "naive", 1);
+  EXPECT_STREQ(make_engine()->kind(), "naive");
+  ::setenv("KILN_ENGINE", "threaded", 1);
+  EXPECT_STREQ(make_engine()->kind(), "threaded");
+  ::setenv("KILN_ENGINE", "turbo", 1);
+  EXPECT_EQ(testing::error_of([] { make_engine(); }),
+            "KILN_ENGINE: 'turbo' is not an engine (threaded or naive)");
+  ::unsetenv("KILN_ENGINE");
+  ::setenv("KILN_ENGINE_WORKERS", "zero", 1);
+  EXPECT_NE(testing::error_of([] { make_engine(); }).find("KILN_ENGINE_WORKERS: 'zero'"),
+            std::string::npos);
+  ::unsetenv("KILN_ENGINE_WORKERS");
+}
+
+}  // namespace
+}  // namespace kiln
