@@ -15,6 +15,7 @@
 #include "compiler/diagnostics.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
+#include "runtime/default_engine.h"
 #include "runtime/module.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -226,7 +227,7 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
 Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info) {
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
-  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph));
+  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph), &default_engine());
   std::vector<std::string> in_names, out_names;
   std::vector<TensorType> in_types;
   for (const Variable* v : graph.inputs()) {

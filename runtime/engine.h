@@ -41,6 +41,9 @@ class Engine {
                           const PushOptions& options = {}) = 0;
   // Waits for every function pushed so far that uses `var`; rethrows its error once.
   virtual void wait_for_var(VarHandle var) = 0;
+  // Waits for every function pushed so far that uses any of `vars` (one wait, however many
+  // variables); rethrows the first of their errors, once, and clears them all.
+  virtual void wait_for_vars(const std::vector<VarHandle>& vars) = 0;
   // Waits for everything pushed so far; rethrows the first error not yet rethrown.
   virtual void wait_for_all() = 0;
   // Frees `var` after every function pushed so far that uses it; pushing it later throws.

@@ -100,13 +100,17 @@ void EngineCore::start(Opr* opr) {
   AsyncFn fn = std::move(opr->fn);
   auto once = std::make_shared<std::atomic<bool>>(false);
   RunningScope running;
+  std::exception_ptr thrown;
   try {
     fn([this, opr, once, make_record](std::exception_ptr e) {
-      if (!once->exchange(true)) complete(opr, e ? make_record(e) : nullptr);
+      if (!once->exchange(true)) complete(opr, e ? make_record(std::move(e)) : nullptr);
     });
   } catch (...) {
-    if (!once->exchange(true)) complete(opr, make_record(std::current_exception()));
+    thrown = std::current_exception();
   }
+  // Completed after the handler has ended: this thread holds no reference of its own to the
+  // exception by the time a waiter (another thread) rethrows it.
+  if (thrown && !once->exchange(true)) complete(opr, make_record(std::move(thrown)));
 }
 
 void EngineCore::complete(Opr* opr, std::shared_ptr<ErrorRecord> error) {
@@ -119,17 +123,31 @@ void EngineCore::complete(Opr* opr, std::shared_ptr<ErrorRecord> error) {
     if (std::find(errors_.begin(), errors_.end(), error) == errors_.end()) errors_.push_back(error);
     erred_vars_.insert(opr->writes.begin(), opr->writes.end());
   }
+  // Drop this thread's reference before finish() lets a waiter rethrow and free it.
+  error.reset();
   finish(opr);
 }
 
-void EngineCore::rethrow_for(VarHandle var) {
-  std::shared_ptr<ErrorRecord> error;
-  {
-    std::lock_guard lock(var->mutex);
-    error = std::move(var->error);
-    var->error.reset();
+void EngineCore::rethrow_for(const std::vector<VarHandle>& vars) {
+  std::exception_ptr to_throw;
+  for (VarHandle var : vars) {
+    std::shared_ptr<ErrorRecord> error;
+    {
+      std::lock_guard lock(var->mutex);
+      error = std::move(var->error);
+      var->error.reset();
+    }
+    if (!error) continue;
+    bool first = !error->rethrown.exchange(true);
+    {
+      // Forget what this wait settled, so a long-lived engine does not collect old failures.
+      std::lock_guard lock(errors_mutex_);
+      erred_vars_.erase(var);
+      if (first) errors_.erase(std::remove(errors_.begin(), errors_.end(), error), errors_.end());
+    }
+    if (first && !to_throw) to_throw = error->error;
   }
-  if (error && !error->rethrown.exchange(true)) std::rethrow_exception(error->error);
+  if (to_throw) std::rethrow_exception(to_throw);
 }
 
 void EngineCore::rethrow_any() {

@@ -60,8 +60,8 @@ class EngineCore : public Engine {
   void start(Opr* opr);
   virtual void finish(Opr* opr) = 0;
 
-  void rethrow_for(VarHandle var);  // once per error
-  void rethrow_any();               // the first error not yet rethrown; clears them all
+  void rethrow_for(const std::vector<VarHandle>& vars);  // the first error among them, once
+  void rethrow_any();  // the first error not yet rethrown; clears them all
   static void refuse_inside_function(const char* what);
   void destroy_var(VarHandle var);
 

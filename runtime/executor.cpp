@@ -1,5 +1,8 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <set>
+
 #include "runtime/memory_plan.h"
 #include "runtime/thunk_context.h"
 #include "util/error.h"
@@ -24,13 +27,39 @@ kiln_tensor abi_view(const Tensor& t, const Shape& shape, const Shape& strides) 
 
 }  // namespace
 
-Executor::Executor(std::shared_ptr<Module> module, Program program)
-    : module_(std::move(module)), program_(std::move(program)) {
+Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engine)
+    : module_(std::move(module)), program_(std::move(program)), engine_(engine) {
   is_output_.assign(program_.slots.size(), false);
   for (int s : program_.output_slots) is_output_.at(s) = true;
   for (const auto& step : program_.steps) {
     check_internal(step.thunk >= 0 && step.thunk < module_->info().n_thunks,
                    "step '" + step.label + "' refers to a missing thunk");
+  }
+  // A program whose steps form one chain (each depends on the one before) has nothing to
+  // run in parallel: handing each step to a worker would only add thread wake-ups.
+  std::vector<int> level(program_.slots.size(), 0);
+  std::set<int> levels;
+  for (const auto& step : program_.steps) {
+    int l = 0;
+    for (int s : step.inputs) l = std::max(l, level[s]);
+    for (int s : step.outputs) level[s] = l + 1;
+    levels.insert(l + 1);
+  }
+  if (levels.size() == program_.steps.size()) engine_ = nullptr;
+  if (engine_) {
+    slot_var_.assign(program_.slots.size(), nullptr);
+    for (const auto& step : program_.steps) {
+      for (int s : step.outputs) {
+        slot_var_[s] = engine_->new_var(program_.slots[s].name);
+        written_vars_.push_back(slot_var_[s]);
+      }
+    }
+  }
+}
+
+Executor::~Executor() {
+  for (VarHandle v : slot_var_) {
+    if (v) engine_->delete_var(v);  // after any use still pending
   }
 }
 
@@ -114,7 +143,8 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
     if (program_.slots[s].kind != SlotKind::kTemp || is_output_[s]) continue;
     if (plan.step_of_output[s] < 0) continue;
     BufferRequest r;
-    r.bytes = static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
+    r.bytes =
+        static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
     r.first_step = plan.step_of_output[s];
     r.last_step = std::max(last_use[s], r.first_step);
     requests.push_back(r);
@@ -125,6 +155,17 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
     plan.offset[request_slot[i]] = static_cast<int64_t>(mp.offsets[i]);
   }
   plan.arena_bytes = mp.arena_bytes;
+  // Temporaries that share bytes must share ordering too: a step writing one waits for
+  // every reader of the others (the engine sees the aliases as extra written variables).
+  plan.aliases.assign(n, {});
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (size_t j = 0; j < requests.size(); ++j) {
+      if (i == j) continue;
+      size_t a0 = mp.offsets[i], a1 = a0 + requests[i].bytes, b0 = mp.offsets[j],
+             b1 = b0 + requests[j].bytes;
+      if (a0 < b1 && b0 < a1) plan.aliases[request_slot[i]].push_back(request_slot[j]);
+    }
+  }
   if (have_plan_ && plan_.arena && plan_.arena->bytes() >= plan.arena_bytes) {
     plan.arena = plan_.arena;
   } else {
@@ -134,11 +175,47 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
   have_plan_ = true;
 }
 
+void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) const {
+  std::vector<kiln_tensor> views;
+  views.reserve(step.inputs.size() + step.outputs.size());
+  for (int s : step.inputs)
+    views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
+  for (int s : step.outputs)
+    views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
+  std::vector<kiln_tensor*> ptrs;
+  for (auto& v : views) ptrs.push_back(&v);
+  ThunkContext ctx;
+  int rc = module_->info().thunks[step.thunk].fn(module_->state(), ctx.abi(), ptrs.data(),
+                                                 ptrs.data() + step.inputs.size());
+  if (rc != 0) {
+    throw UserError(step.label + ": " +
+                    (ctx.message().empty() ? std::string("thunk failed") : ctx.message()));
+  }
+}
+
+void Executor::run_on_engine(std::vector<Tensor>& values) {
+  for (const StepSpec& step : program_.steps) {
+    std::vector<VarHandle> reads, writes;
+    for (int s : step.inputs) {
+      if (slot_var_[s]) reads.push_back(slot_var_[s]);
+    }
+    for (int s : step.outputs) {
+      writes.push_back(slot_var_[s]);
+      for (int a : plan_.aliases[s]) writes.push_back(slot_var_[a]);
+    }
+    engine_->push([this, &step, &values] { run_step(step, values); }, reads, writes,
+                  PushOptions{step.label});
+  }
+  // One wait for every buffer: steps still running use `values` and the arena.
+  engine_->wait_for_vars(written_vars_);
+}
+
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   validate(inputs);
   std::lock_guard lock(mutex_);
   bool same = have_plan_ && plan_.input_shapes.size() == inputs.size();
-  for (size_t i = 0; same && i < inputs.size(); ++i) same = plan_.input_shapes[i] == inputs[i].shape();
+  for (size_t i = 0; same && i < inputs.size(); ++i)
+    same = plan_.input_shapes[i] == inputs[i].shape();
   if (!same) make_plan(inputs);
 
   const size_t n = program_.slots.size();
@@ -146,8 +223,6 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) values[program_.input_slots[i]] = inputs[i];
   for (const auto& [slot, value] : program_.params) values[slot] = value;
 
-  ThunkContext ctx;
-  const kiln_module_info& info = module_->info();
   for (const StepSpec& step : program_.steps) {
     for (int s : step.outputs) {
       const SlotSpec& spec = program_.slots[s];
@@ -158,20 +233,11 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
         values[s] = Tensor::empty(spec.dtype, plan_.shapes[s]);
       }
     }
-    std::vector<kiln_tensor> views;
-    views.reserve(step.inputs.size() + step.outputs.size());
-    for (int s : step.inputs) views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
-    for (int s : step.outputs) views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
-    std::vector<kiln_tensor*> ptrs;
-    for (auto& v : views) ptrs.push_back(&v);
-    kiln_tensor* const* in = ptrs.data();
-    kiln_tensor* const* out = ptrs.data() + step.inputs.size();
-    ctx.reset();
-    int rc = info.thunks[step.thunk].fn(module_->state(), ctx.abi(), in, out);
-    if (rc != 0) {
-      throw UserError(step.label + ": " +
-                      (ctx.message().empty() ? std::string("thunk failed") : ctx.message()));
-    }
+  }
+  if (engine_) {
+    run_on_engine(values);
+  } else {
+    for (const StepSpec& step : program_.steps) run_step(step, values);
   }
   std::vector<Tensor> outputs;
   outputs.reserve(program_.output_slots.size());

@@ -30,9 +30,11 @@ void NaiveEngine::finish(Opr* opr) {
   finished_.notify_all();
 }
 
-void NaiveEngine::wait_for_var(VarHandle var) {
+void NaiveEngine::wait_for_vars(const std::vector<VarHandle>& vars) {
   refuse_inside_function("wait_for_var");
-  rethrow_for(var);
+  make_opr([](const OnComplete&) {}, vars, {},
+           PushOptions{"wait_for_var"});  // rejects deleted variables
+  rethrow_for(vars);
 }
 
 void NaiveEngine::wait_for_all() {

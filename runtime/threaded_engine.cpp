@@ -97,7 +97,7 @@ void ThreadedEngine::finish(Opr* opr) {
   if (--pending_ == 0) all_done_.notify_all();
 }
 
-void ThreadedEngine::wait_for_var(VarHandle var) {
+void ThreadedEngine::wait_for_vars(const std::vector<VarHandle>& vars) {
   refuse_inside_function("wait_for_var");
   // Shared with the function: the waiter may return the moment it is signalled.
   struct Signal {
@@ -113,13 +113,13 @@ void ThreadedEngine::wait_for_var(VarHandle var) {
         signal->reached = true;
         signal->cv.notify_all();
       },
-      {var}, {}, PushOptions{"wait_for_var"});
+      vars, {}, PushOptions{"wait_for_var"});
   opr->always_run = true;
   enqueue(std::move(opr));
   std::unique_lock lock(signal->m);
   signal->cv.wait(lock, [&] { return signal->reached; });
   lock.unlock();
-  rethrow_for(var);
+  rethrow_for(vars);
 }
 
 void ThreadedEngine::wait_for_all() {

@@ -20,7 +20,8 @@ class ThreadedEngine : public EngineCore {
             const PushOptions& options) override;
   void push_async(AsyncFn fn, const std::vector<VarHandle>& reads,
                   const std::vector<VarHandle>& writes, const PushOptions& options) override;
-  void wait_for_var(VarHandle var) override;
+  void wait_for_var(VarHandle var) override { wait_for_vars({var}); }
+  void wait_for_vars(const std::vector<VarHandle>& vars) override;
   void wait_for_all() override;
   void delete_var(VarHandle var) override;
   const char* kind() const override { return "threaded"; }

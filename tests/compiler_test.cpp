@@ -11,6 +11,7 @@
 #include "ops/builders.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
+#include "tests/helpers.h"
 #include "util/fs.h"
 
 namespace kiln {
@@ -20,9 +21,13 @@ namespace {
 class BrokenOp : public COp {
  public:
   BrokenOp() : COp("broken_test_op", {}) {}
-  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override { return {in[0]}; }
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
   std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
-  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override { copy_into(in[0], out[0]); }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    copy_into(in[0], out[0]);
+  }
   std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
     return "float ok = 1.0f;\n(void)ok;\nundefined_symbol_xyz += 1;\n";
   }
@@ -42,8 +47,8 @@ class CounterOp : public COp {
   }
   std::string c_init_code_struct(const Node&, const Sub& sub) const override {
     return "state->" + sub.prefix + "calls = 100;\nstate->" + sub.prefix +
-           "scratch = (int64_t *)malloc(sizeof(int64_t));\nif (!state->" + sub.prefix + "scratch) " + sub.fail +
-           "(\"out of memory\");\n";
+           "scratch = (int64_t *)malloc(sizeof(int64_t));\nif (!state->" + sub.prefix +
+           "scratch) " + sub.fail + "(\"out of memory\");\n";
   }
   std::string c_cleanup_code_struct(const Node&, const Sub& sub) const override {
     return "free(state->" + sub.prefix + "scratch);\n";
@@ -54,8 +59,44 @@ class CounterOp : public COp {
   }
 };
 
+// An op whose thunk always fails at run time through the module ABI's fail().
+class FailingOp : public COp {
+ public:
+  FailingOp() : COp("failing_test_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    copy_into(in[0], out[0]);
+  }
+  std::string c_code(const Node&, const CodeNames& names, const Sub& sub) const override {
+    return sub.fail + "(\"refusing %d elements\", (int)" + names.inputs[0] + "->shape[0]);\n";
+  }
+};
+
+TEST(Compiler, ThunkFailureThroughTheEngineNamesTheNodeAndLeavesTheEngineUsable) {
+  Graph g("failing");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  Node* bad = g.add_node(std::make_shared<FailingOp>(), {exp(x)});
+  g.set_outputs({relu(Var(&g, bad->outputs[0])), neg(x)});  // a failing and a healthy branch
+  Function f = compile(g);
+  Tensor t = Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3});
+  for (int call = 0; call < 2; ++call) {
+    std::string msg = testing::error_of([&] { f({t}); });
+    EXPECT_NE(msg.find("node 1 (failing_test_op)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("refusing 3 elements"), std::string::npos) << msg;
+  }
+  Graph ok("healthy");
+  Var y = input(ok, "y", DType::kFloat32, {3});
+  ok.set_outputs({y * y});
+  EXPECT_TRUE(testing::tensors_close(compile(ok)({t})[0],
+                                     Tensor::from_doubles(DType::kFloat32, {3}, {1, 4, 9})));
+}
+
 TEST(Compiler, BrokenFragmentErrorNamesNodeOpFragmentLineAndKeptSource) {
-  OpRegistry::instance().add("broken_test_op", [](const Attrs&) { return std::make_shared<BrokenOp>(); });
+  OpRegistry::instance().add("broken_test_op",
+                             [](const Attrs&) { return std::make_shared<BrokenOp>(); });
   Graph g("broken");
   Var x = input(g, "x", DType::kFloat32, {kDynamic});
   Var y = relu(x);
@@ -80,7 +121,8 @@ TEST(Compiler, BrokenFragmentErrorNamesNodeOpFragmentLineAndKeptSource) {
 }
 
 TEST(Compiler, StateStructInitAndCleanupHooks) {
-  OpRegistry::instance().add("counter_test_op", [](const Attrs&) { return std::make_shared<CounterOp>(); });
+  OpRegistry::instance().add("counter_test_op",
+                             [](const Attrs&) { return std::make_shared<CounterOp>(); });
   Graph g("counter");
   Var x = input(g, "x", DType::kFloat32, {kDynamic});
   g.set_outputs({apply("counter_test_op", {x}).var()});
@@ -98,18 +140,21 @@ TEST(Compiler, ModuleLayoutBannersAndDeduplicatedIncludes) {
   Var y = relu(exp(x) + b);
   g.set_outputs({y});
   std::string src = generate_source(g);
-  EXPECT_NE(src.find("/* node 1: add(t2, b) -> t3  [float32 (?, 256)] */"), std::string::npos) << src;
+  EXPECT_NE(src.find("/* node 1: add(t2, b) -> t3  [float32 (?, 256)] */"), std::string::npos)
+      << src;
   EXPECT_NE(src.find("const kiln_module_info *kiln_module(void)"), std::string::npos);
   // The include block (before the pasted ABI header) names each header once.
   std::string includes = src.substr(0, src.find("/* kiln module ABI"));
   size_t first = includes.find("#include <math.h>");
   ASSERT_NE(first, std::string::npos);
-  EXPECT_EQ(includes.find("#include <math.h>", first + 1), std::string::npos) << "include emitted twice";
+  EXPECT_EQ(includes.find("#include <math.h>", first + 1), std::string::npos)
+      << "include emitted twice";
   EXPECT_EQ(src.find("#include <Python.h>"), std::string::npos);
   // One thunk and one cleanup label per node.
   size_t thunks = 0, labels = 0;
   for (size_t p = 0; (p = src.find("static int kiln_node_", p)) != std::string::npos; ++p) ++thunks;
-  for (size_t p = 0; (p = src.find("kiln_cleanup: __attribute__", p)) != std::string::npos; ++p) ++labels;
+  for (size_t p = 0; (p = src.find("kiln_cleanup: __attribute__", p)) != std::string::npos; ++p)
+    ++labels;
   EXPECT_EQ(thunks, 3u);
   EXPECT_EQ(labels, 4u);  // three thunks plus state init
 }
