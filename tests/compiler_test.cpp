@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "compiler/c_linker.h"
 #include "compiler/compile.h"
@@ -92,6 +93,50 @@ TEST(Compiler, ThunkFailureThroughTheEngineNamesTheNodeAndLeavesTheEngineUsable)
   ok.set_outputs({y * y});
   EXPECT_TRUE(testing::tensors_close(compile(ok)({t})[0],
                                      Tensor::from_doubles(DType::kFloat32, {3}, {1, 4, 9})));
+}
+
+// Two of these, on sides 0 and 1, meet only if they run at the same time: each raises its
+// flag and waits (bounded) for the other's. Output: 1 if it saw the other side, else 0.
+class RendezvousOp : public COp {
+ public:
+  explicit RendezvousOp(int side)
+      : COp("rendezvous_test_op", {{"side", int64_t{side}}}), side_(side) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>&) const override {
+    return {TensorType{DType::kInt32, {}}};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>&) const override { return {Shape{}}; }
+  void perform(const std::vector<Tensor>&, std::vector<Tensor>& out) const override {
+    out[0].store_int(0, 1);
+  }
+  std::string c_support_code() const override { return "static int kiln_rendezvous[2];"; }
+  std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
+    std::string me = std::to_string(side_), other = std::to_string(1 - side_);
+    return "__atomic_store_n(&kiln_rendezvous[" + me +
+           "], 1, __ATOMIC_SEQ_CST);\n"
+           "int seen = 0;\n"
+           "for (long i = 0; i < 3000000000L && !seen; ++i) seen = "
+           "__atomic_load_n(&kiln_rendezvous[" +
+           other +
+           "], __ATOMIC_SEQ_CST);\n"
+           "*(int32_t *)" +
+           names.outputs[0] + "->data = seen;\n";
+  }
+
+ private:
+  int side_;
+};
+
+TEST(Compiler, IndependentBranchesRunAtTheSameTime) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: nothing can overlap";
+  Graph g("branches");
+  Var x = input(g, "x", DType::kFloat32, {2});
+  Node* a = g.add_node(std::make_shared<RendezvousOp>(0), {x});
+  Node* b = g.add_node(std::make_shared<RendezvousOp>(1), {x});
+  g.set_outputs({a->outputs[0], b->outputs[0]});
+  Function f = compile(g);
+  auto out = f({Tensor::zeros(DType::kFloat32, {2})});
+  EXPECT_EQ(out[0].load_int(0), 1) << "branch 0 never saw branch 1 running";
+  EXPECT_EQ(out[1].load_int(0), 1) << "branch 1 never saw branch 0 running";
 }
 
 TEST(Compiler, BrokenFragmentErrorNamesNodeOpFragmentLineAndKeptSource) {
