@@ -231,22 +231,20 @@ std::vector<IndexRow> CacheIndex::list(Order order) {
   return rows(s.s);
 }
 
-std::vector<IndexRow> CacheIndex::with_family(const std::string& family) {
+std::vector<IndexRow> CacheIndex::rows_where(const char* column, const std::string& value) {
   std::lock_guard lock(mutex_);
-  std::string sql =
-      std::string("SELECT ") + kRowColumns + " FROM entries WHERE family=? ORDER BY last_used DESC";
+  std::string sql = std::string("SELECT ") + kRowColumns + " FROM entries WHERE " + column +
+                    "=? ORDER BY last_used DESC";
   OwnedStmt s{prepare(sql.c_str())};
-  bind_text(s.s, 1, family);
+  bind_text(s.s, 1, value);
   return rows(s.s);
 }
 
+std::vector<IndexRow> CacheIndex::with_family(const std::string& family) {
+  return rows_where("family", family);
+}
 std::vector<IndexRow> CacheIndex::with_label(const std::string& label) {
-  std::lock_guard lock(mutex_);
-  std::string sql =
-      std::string("SELECT ") + kRowColumns + " FROM entries WHERE label=? ORDER BY last_used DESC";
-  OwnedStmt s{prepare(sql.c_str())};
-  bind_text(s.s, 1, label);
-  return rows(s.s);
+  return rows_where("label", label);
 }
 
 std::vector<std::string> CacheIndex::keys_with_prefix(const std::string& prefix) {

@@ -73,6 +73,8 @@ class CacheIndex {
   void put_locked(const IndexRow& row);
   [[noreturn]] void fail(const std::string& what);
   std::vector<IndexRow> rows(sqlite3_stmt* stmt);
+  std::vector<IndexRow> rows_where(const char* column,
+                                   const std::string& value);  // column: a literal
   void bump(const char* counter, double by);
 
   std::filesystem::path path_;

@@ -109,6 +109,8 @@ uint64_t CacheStore::default_max_size() {
 }
 
 CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {
+  default_max_size();  // a bad KILN_CACHE_MAX_SIZE fails now, not after a compile
+
   for (const char* sub : {"objects", "locks", "staging"}) {
     std::error_code ec;
     fs::create_directories(root_ / sub, ec);
@@ -449,46 +451,50 @@ int CacheStore::reindex() {
   return static_cast<int>(rows.size());
 }
 
-uint64_t parse_size(const std::string& text, const std::string& what) {
+namespace {
+
+// "12.5G" -> (12.5, "G"); nullopt when it does not start with a non-negative number.
+std::optional<std::pair<double, std::string>> number_and_unit(const std::string& text) {
   size_t pos = 0;
   double value = 0;
   try {
     value = std::stod(text, &pos);
   } catch (const std::exception&) {
-    pos = 0;
+    return std::nullopt;
   }
-  std::string unit = text.substr(pos);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
-  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
+  if (value < 0) return std::nullopt;
+  return std::make_pair(value, text.substr(pos));
+}
+
+}  // namespace
+
+uint64_t parse_size(const std::string& text, const std::string& what) {
   static const std::map<std::string, double> units{{"", 1},
                                                    {"B", 1},
                                                    {"K", 1024.0},
                                                    {"M", 1024.0 * 1024},
                                                    {"G", 1024.0 * 1024 * 1024},
                                                    {"T", 1024.0 * 1024 * 1024 * 1024}};
-  auto it = units.find(unit);
-  if (pos == 0 || it == units.end() || value < 0) {
-    throw UserError(what + ": '" + text + "' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
+  auto parsed = number_and_unit(text);
+  if (parsed) {
+    std::string unit = parsed->second;  // "GiB", "gb", "G" all mean GiB
+    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
+    if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
+    if (auto it = units.find(unit); it != units.end())
+      return static_cast<uint64_t>(parsed->first * it->second);
   }
-  return static_cast<uint64_t>(value * it->second);
+  throw UserError(what + ": '" + text + "' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
 }
 
 double parse_age(const std::string& text, const std::string& what) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
   static const std::map<std::string, double> units{{"", 1},     {"s", 1},     {"m", 60},
                                                    {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
-  auto it = units.find(text.substr(pos));
-  if (pos == 0 || it == units.end() || value < 0) {
-    throw UserError(what + ": '" + text + "' is not an age (examples: 45s, 30m, 12h, 7d, 2w)");
+  auto parsed = number_and_unit(text);
+  if (parsed) {
+    if (auto it = units.find(parsed->second); it != units.end()) return parsed->first * it->second;
   }
-  return value * it->second;
+  throw UserError(what + ": '" + text + "' is not an age (examples: 45s, 30m, 12h, 7d, 2w)");
 }
 
 std::string format_size(uint64_t bytes) {

@@ -24,6 +24,16 @@ VarHandle EngineCore::new_var(const std::string& name) {
   return v;
 }
 
+void EngineCore::push(Fn fn, const std::vector<VarHandle>& reads,
+                      const std::vector<VarHandle>& writes, const PushOptions& options) {
+  push_async(
+      [fn = std::move(fn)](const OnComplete& done) {
+        fn();
+        done(nullptr);
+      },
+      reads, writes, options);
+}
+
 EngineCore::~EngineCore() {
   for (VarHandle v : vars_) delete v;
 }

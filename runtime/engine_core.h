@@ -47,6 +47,9 @@ struct Opr {
 class EngineCore : public Engine {
  public:
   VarHandle new_var(const std::string& name) override;
+  // A synchronous function is an async one that completes when it returns.
+  void push(Fn fn, const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes,
+            const PushOptions& options) final;
   ~EngineCore() override;
 
  protected:

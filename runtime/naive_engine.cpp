@@ -2,16 +2,6 @@
 
 namespace kiln {
 
-void NaiveEngine::push(Fn fn, const std::vector<VarHandle>& reads,
-                       const std::vector<VarHandle>& writes, const PushOptions& options) {
-  push_async(
-      [fn = std::move(fn)](const OnComplete& done) {
-        fn();
-        done(nullptr);
-      },
-      reads, writes, options);
-}
-
 void NaiveEngine::push_async(AsyncFn fn, const std::vector<VarHandle>& reads,
                              const std::vector<VarHandle>& writes, const PushOptions& options) {
   std::unique_ptr<Opr> opr = make_opr(std::move(fn), reads, writes, options);

@@ -11,8 +11,6 @@ namespace kiln {
 
 class NaiveEngine : public EngineCore {
  public:
-  void push(Fn fn, const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes,
-            const PushOptions& options) override;
   void push_async(AsyncFn fn, const std::vector<VarHandle>& reads,
                   const std::vector<VarHandle>& writes, const PushOptions& options) override;
   void wait_for_var(VarHandle var) override { wait_for_vars({var}); }

@@ -21,16 +21,6 @@ WorkerPool& ThreadedEngine::pool(int device) {
   return *p;
 }
 
-void ThreadedEngine::push(Fn fn, const std::vector<VarHandle>& reads,
-                          const std::vector<VarHandle>& writes, const PushOptions& options) {
-  push_async(
-      [fn = std::move(fn)](const OnComplete& done) {
-        fn();
-        done(nullptr);
-      },
-      reads, writes, options);
-}
-
 void ThreadedEngine::push_async(AsyncFn fn, const std::vector<VarHandle>& reads,
                                 const std::vector<VarHandle>& writes, const PushOptions& options) {
   enqueue(make_opr(std::move(fn), reads, writes, options));

@@ -16,8 +16,6 @@ class ThreadedEngine : public EngineCore {
   explicit ThreadedEngine(int cpu_workers);
   ~ThreadedEngine() override;
 
-  void push(Fn fn, const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes,
-            const PushOptions& options) override;
   void push_async(AsyncFn fn, const std::vector<VarHandle>& reads,
                   const std::vector<VarHandle>& writes, const PushOptions& options) override;
   void wait_for_var(VarHandle var) override { wait_for_vars({var}); }

@@ -402,6 +402,12 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   EXPECT_EQ(bad_size.exit_code, 1);
   EXPECT_NE(bad_size.err.find("--max-size: 'lots' is not a size"), std::string::npos)
       << bad_size.err;
+  auto bad_cap =
+      kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE_MAX_SIZE=lots"}, {"compile", "-v", kMlp});
+  EXPECT_EQ(bad_cap.exit_code, 1);
+  EXPECT_NE(bad_cap.err.find("KILN_CACHE_MAX_SIZE: 'lots' is not a size"), std::string::npos)
+      << bad_cap.err;
+  EXPECT_EQ(bad_cap.err.find("cache miss"), std::string::npos);  // failed before compiling
   auto unknown = kiln_env(env, {"cache", "show", "0000"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no cache entry with key '0000'"), std::string::npos) << unknown.err;

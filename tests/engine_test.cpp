@@ -101,9 +101,18 @@ TEST_P(EngineTest, HigherPriorityRunsFirstAmongReadyFunctions) {
   std::shared_future<void> opened = open.get_future().share();
   std::vector<int> order;
   std::mutex m;
-  if (threaded())
-    engine->push([opened] { opened.wait(); }, {}, {gate},
-                 PushOptions{"gate"});  // holds the one worker
+  if (threaded()) {
+    // Hold the one worker, and only queue the others once it is really held: otherwise
+    // the worker could pick a higher-priority function before the gate.
+    std::promise<void> held;
+    engine->push(
+        [opened, &held] {
+          held.set_value();
+          opened.wait();
+        },
+        {}, {gate}, PushOptions{"gate"});
+    held.get_future().wait();
+  }
   for (int p : {1, 5, 3}) {
     VarHandle own = engine->new_var();
     engine->push(
