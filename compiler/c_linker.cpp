@@ -211,9 +211,10 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
     }
     w.line("{kiln_node_" + std::to_string(node->id) + ", \"" + escaped + "\", " +
            std::to_string(node->id) + ", " + std::to_string(node->inputs.size()) + ", " +
-           std::to_string(node->outputs.size()) + "},");
+           std::to_string(node->outputs.size()) + ", " +
+           (c_op(*node).c_splittable(*node) ? "KILN_THUNK_SPLIT" : "0") + "},");
   }
-  if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0},");
+  if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0, 0},");
   w.dedent();
   w.line("};");
   w.line("static const kiln_module_info kiln_info = {KILN_ABI_VERSION, \"" + key + "\", " +

@@ -224,10 +224,14 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   return store.publish(staging, std::move(meta));
 }
 
-Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info) {
+Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info,
+                       const CompileOptions& options) {
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
-  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph), &default_engine());
+  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph),
+                                             options.engine ? options.engine : &default_engine());
+  if (options.split_grain > 0) executor->set_split_grain(options.split_grain);
+  executor->set_poison_buffers(options.poison_buffers);
   std::vector<std::string> in_names, out_names;
   std::vector<TensorType> in_types;
   for (const Variable* v : graph.inputs()) {
@@ -293,7 +297,7 @@ Function compile(const Graph& graph, const CompileOptions& options) {
       std::lock_guard lock(memo_mutex);
       if (auto it = memo.find(memo_key); it != memo.end()) {
         info.cache = CacheStatus::kMemo;
-        return make_function(graph, it->second, std::move(info));
+        return make_function(graph, it->second, std::move(info), options);
       }
     }
     auto store = CacheStore::open(root);
@@ -311,7 +315,7 @@ Function compile(const Graph& graph, const CompileOptions& options) {
     std::lock_guard lock(memo_mutex);
     memo.emplace(root.string() + "\n" + mk.key, loaded);
   }
-  return make_function(graph, loaded, std::move(info));
+  return make_function(graph, loaded, std::move(info), options);
 }
 
 }  // namespace kiln

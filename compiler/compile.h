@@ -19,6 +19,14 @@ struct CompileOptions {
   std::optional<bool> use_cache;
   // On a miss, put the nearest existing entry and what differs into info().cache_note.
   bool explain = false;
+  // Runs the function's thunks; null: the process-wide default_engine() (KILN_ENGINE,
+  // KILN_ENGINE_WORKERS). Must outlive the Function.
+  Engine* engine = nullptr;
+  // Smallest part (in elements) of a split thunk call; 0: Executor::kSplitGrain.
+  int64_t split_grain = 0;
+  // Fill outputs and temporaries with 0xFF bytes before each run (a debugging aid: an
+  // element no thunk wrote reads as NaN or -1, not as stale data).
+  bool poison_buffers = false;
 };
 
 Function compile(const Graph& graph, const CompileOptions& options = {});

@@ -30,7 +30,19 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs) cons
   return executor_->run(inputs);
 }
 
+PendingRun Function::run_async(const std::vector<Tensor>& inputs) const {
+  return executor_->run_async(inputs);
+}
+
+PendingRun Function::run_async(const std::map<std::string, Tensor>& inputs) const {
+  return executor_->run_async(ordered(inputs));
+}
+
 std::vector<Tensor> Function::run(const std::map<std::string, Tensor>& inputs) const {
+  return executor_->run(ordered(inputs));
+}
+
+std::vector<Tensor> Function::ordered(const std::map<std::string, Tensor>& inputs) const {
   std::vector<Tensor> ordered;
   for (size_t i = 0; i < input_names_.size(); ++i) {
     auto it = inputs.find(input_names_[i]);
@@ -47,7 +59,7 @@ std::vector<Tensor> Function::run(const std::map<std::string, Tensor>& inputs) c
       throw UserError("unknown input '" + name + "' (the graph takes " + join(input_names_, ", ") + ")");
     }
   }
-  return executor_->run(ordered);
+  return ordered;
 }
 
 }  // namespace kiln

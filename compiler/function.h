@@ -47,6 +47,12 @@ class Function {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   // Inputs by name; a missing or unknown name is a UserError naming it.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+  // Starts a run on the engine and returns at once; get() waits and returns the outputs
+  // (or rethrows the failing step's error). Runs may overlap; inputs must stay unchanged
+  // until the run is finished.
+  PendingRun run_async(const std::vector<Tensor>& inputs) const;
+  PendingRun run_async(const std::map<std::string, Tensor>& inputs) const;
+  ExecutorStats stats() const { return executor_->stats(); }
 
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<TensorType>& input_types() const { return input_types_; }
@@ -54,6 +60,7 @@ class Function {
   const CompileInfo& info() const { return info_; }
 
  private:
+  std::vector<Tensor> ordered(const std::map<std::string, Tensor>& inputs) const;
   std::shared_ptr<Executor> executor_;
   std::vector<std::string> input_names_;
   std::vector<TensorType> input_types_;

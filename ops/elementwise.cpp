@@ -178,7 +178,7 @@ std::string Elementwise::c_code(const Node& node, const CodeNames& names, const 
   }
   const TensorType& out = node.outputs[0]->type;
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(),
-                               scalar_expr(data_dtype(dts), out.dtype));
+                               scalar_expr(data_dtype(dts), out.dtype), sub.ctx);
 }
 
 }  // namespace kiln

@@ -33,7 +33,8 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 }
 
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
-                                  DType out_dtype, int out_rank, const std::string& expr) {
+                                  DType out_dtype, int out_rank, const std::string& expr,
+                                  const std::string& ctx) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
@@ -82,12 +83,17 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     std::string sk = std::to_string(k);
     s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
     unit_test += (k ? " && s" : "s") + sk + " == 1";
-    offsets_decl += (k ? ", o" : "o") + sk + " = 0";
+    offsets_decl += (k ? ", o" : "o") + sk + " = off[" + sk + "]";
   }
-  s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
+  // This call's share of the flat output range (the output is contiguous, so a flat index
+  // is an output offset); with n_parts == 1 it is the whole range.
+  s += "    int64_t lo, hi, idx[KILN_MAX_DIMS] = {0}, off[" + std::to_string(nops) + "];\n";
+  s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";
+  s += "    kiln_seek(r, " + std::to_string(nops) + ", shp, st, lo / inner, idx, off);\n";
   s += "    int64_t " + offsets_decl + ";\n";
-  s += "    const int64_t outer = n / inner;\n";
-  s += "    for (int64_t it = 0; it < outer; ++it) {\n";
+  s += "    int64_t j0 = lo % inner;\n";
+  s += "    for (int64_t pos = lo; pos < hi;) {\n";
+  s += "      const int64_t j1 = hi - pos < inner - j0 ? j0 + (hi - pos) : inner;\n";
   // Unit-stride variant: restrict-qualified row pointers let the compiler vectorize.
   TemplateValues unit_args, strided_args;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -109,12 +115,14 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     std::string sk = std::to_string(slot[k]);
     s += "        const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + ";\n";
   }
-  s += "        for (int64_t j = 0; j < inner; ++j) q0[j] = (" + T + ")" +
+  s += "        for (int64_t j = j0; j < j1; ++j) q0[j] = (" + T + ")" +
        render_template(expr, unit_args, "elementwise expression") + ";\n";
   s += "      } else {\n";
-  s += "        KILN_NOVEC for (int64_t j = 0; j < inner; ++j) p0[o0 + j * s0] = (" + T + ")" +
+  s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) p0[o0 + j * s0] = (" + T + ")" +
        render_template(expr, strided_args, "elementwise expression") + ";\n";
   s += "      }\n";
+  s += "      pos += j1 - j0;\n";
+  s += "      j0 = 0;\n";
   s += emit_odometer_step(nops, "      ");
   s += "    }\n";
   s += "  }\n";

@@ -18,8 +18,11 @@ struct LoopOperand {
 };
 
 // `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value.
+// The loop computes part ctx->part of ctx->n_parts of the output (`ctx`: a kiln_ctx *), so
+// its op may declare itself splittable.
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
-                                  DType out_dtype, int out_rank, const std::string& expr);
+                                  DType out_dtype, int out_rank, const std::string& expr,
+                                  const std::string& ctx);
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.

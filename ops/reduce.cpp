@@ -146,6 +146,13 @@ void Reduce::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   }
 }
 
+bool Reduce::c_splittable(const Node& node) const {
+  for (bool reduced : reduced_mask(node.inputs[0]->type.rank())) {
+    if (!reduced) return true;
+  }
+  return false;
+}
+
 std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const TensorType& in_type = node.inputs[0]->type;
   const int rank = in_type.rank();
@@ -187,14 +194,19 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
     }
   }
   const std::string R = std::to_string(rank);
+  const std::string& ctx = sub.ctx;
   std::string s = "{\n";
   s += "  " + T + " *restrict po = (" + T + " *)" + out + "->data;\n";
   s += "  const " + T + " *restrict pi = (const " + T + " *)" + in + "->data;\n";
   s += "  int64_t n_out = 1, n_in = 1;\n";
   s += "  for (int d = 0; d < " + out + "->ndim; ++d) n_out *= " + out + "->shape[d];\n";
   s += "  for (int d = 0; d < " + R + "; ++d) n_in *= " + in + "->shape[d];\n";
-  s += "  for (int64_t i = 0; i < n_out; ++i) po[i] = (" + T + ")" + identity + ";\n";
-  s += "  if (n_in > 0 && n_out > 0) {\n";
+  // [ob, oe): the outputs this part owns; it initialises, accumulates and scales only those.
+  s += "  int64_t ob = 0, oe = 0;\n";
+  s += "  if (n_in == 0 || n_out == 0) {\n";
+  s += "    if (" + ctx + "->part == 0) oe = n_out;\n";
+  s += "    for (int64_t i = ob; i < oe; ++i) po[i] = (" + T + ")" + identity + ";\n";
+  s += "  } else {\n";
   s += "    int64_t shp[KILN_MAX_DIMS];\n";
   s += "    int64_t st[2][KILN_MAX_DIMS];\n";
   s += "    int64_t ost[KILN_MAX_DIMS];\n";
@@ -212,10 +224,27 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
   }
   if (rank == 0) s += "    (void)ost;\n";
   s += "    const int r = kiln_collapse(" + R + ", 2, shp, st);\n";
+  // Parts split the outermost kept dimension: each index along it owns a contiguous block
+  // of st[0][k] outputs that no other index touches. A full reduction is one part's work.
+  s += "    int k = 0;\n";
+  s += "    while (k < r && st[0][k] == 0) ++k;\n";
+  s += "    int64_t o0 = 0, o1 = 0, lo = 0, hi = 0;\n";
+  s += "    if (k < r) {\n";
+  s += "      kiln_part_range(shp[k], " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "      o0 = lo * st[0][k];\n";
+  s += "      o1 = lo * st[1][k];\n";
+  s += "      ob = o0;\n";
+  s += "      oe = hi * st[0][k];\n";
+  s += "      shp[k] = hi - lo;\n";
+  s += "    } else if (" + ctx + "->part == 0) {\n";
+  s += "      oe = n_out;\n";
+  s += "    }\n";
+  s += "    for (int64_t i = ob; i < oe; ++i) po[i] = (" + T + ")" + identity + ";\n";
+  s += "    int64_t n_part = 1;\n";
+  s += "    for (int d = 0; d < r; ++d) n_part *= shp[d];\n";
   s += "    const int64_t inner = shp[r - 1], s0 = st[0][r - 1], s1 = st[1][r - 1];\n";
   s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
-  s += "    int64_t o0 = 0, o1 = 0;\n";
-  s += "    const int64_t outer = n_in / inner;\n";
+  s += "    const int64_t outer = oe > ob ? n_part / inner : 0;\n";
   s += "    for (int64_t it = 0; it < outer; ++it) {\n";
   s += "      if (s0 == 0) {\n";
   s += "        " + T + " a = po[o0];\n";
@@ -240,7 +269,7 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
     // Mean over an empty set is 0/0 = NaN, as in NumPy.
     s += "  if (n_out > 0) {\n";
     s += "    const " + T + " count = (" + T + ")(n_in / n_out);\n";
-    s += "    for (int64_t i = 0; i < n_out; ++i) po[i] = po[i] / count;\n";
+    s += "    for (int64_t i = ob; i < oe; ++i) po[i] = po[i] / count;\n";
     s += "  }\n";
   }
   s += "}\n";

@@ -49,6 +49,8 @@ class Engine {
   // Frees `var` after every function pushed so far that uses it; pushing it later throws.
   virtual void delete_var(VarHandle var) = 0;
   virtual const char* kind() const = 0;
+  // Threads that may run functions on `device` at once (1 for the naive engine).
+  virtual int workers(int device = 0) const = 0;
 };
 
 enum class EngineKind { kThreaded, kNaive };

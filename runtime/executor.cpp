@@ -1,9 +1,11 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "runtime/memory_plan.h"
+#include "runtime/parallel_for.h"
 #include "runtime/thunk_context.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -35,6 +37,8 @@ Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engi
     check_internal(step.thunk >= 0 && step.thunk < module_->info().n_thunks,
                    "step '" + step.label + "' refers to a missing thunk");
   }
+  if (!engine_) return;
+  split_workers_ = engine_->workers(0);
   // A program whose steps form one chain (each depends on the one before) has nothing to
   // run in parallel: handing each step to a worker would only add thread wake-ups.
   std::vector<int> level(program_.slots.size(), 0);
@@ -45,22 +49,11 @@ Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engi
     for (int s : step.outputs) level[s] = l + 1;
     levels.insert(l + 1);
   }
-  if (levels.size() == program_.steps.size()) engine_ = nullptr;
-  if (engine_) {
-    slot_var_.assign(program_.slots.size(), nullptr);
-    for (const auto& step : program_.steps) {
-      for (int s : step.outputs) {
-        slot_var_[s] = engine_->new_var(program_.slots[s].name);
-        written_vars_.push_back(slot_var_[s]);
-      }
-    }
-  }
+  parallel_steps_ = levels.size() != program_.steps.size();
 }
 
-Executor::~Executor() {
-  for (VarHandle v : slot_var_) {
-    if (v) engine_->delete_var(v);  // after any use still pending
-  }
+ExecutorStats Executor::stats() const {
+  return ExecutorStats{runs_.load(), split_calls_.load(), parts_.load()};
 }
 
 void Executor::validate(const std::vector<Tensor>& inputs) const {
@@ -88,12 +81,13 @@ void Executor::validate(const std::vector<Tensor>& inputs) const {
   }
 }
 
-void Executor::make_plan(const std::vector<Tensor>& inputs) {
-  Plan plan;
+std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tensor>& inputs) const {
+  auto owned = std::make_shared<Plan>();
+  Plan& plan = *owned;
+  std::vector<int> step_of_output(program_.slots.size(), -1);
   const size_t n = program_.slots.size();
   plan.shapes.assign(n, {});
   plan.offset.assign(n, -1);
-  plan.step_of_output.assign(n, -1);
   std::vector<bool> known(n, false);
   for (size_t i = 0; i < inputs.size(); ++i) {
     plan.input_shapes.push_back(inputs[i].shape());
@@ -132,7 +126,7 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
       check_internal(ok, step.label + ": inferred shape " + dims_to_string(shape) +
                              " does not match the static type " + slot_type(spec));
       plan.shapes[s] = shape;
-      plan.step_of_output[s] = static_cast<int>(si);
+      step_of_output[s] = static_cast<int>(si);
       known[s] = true;
     }
   }
@@ -141,11 +135,11 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
   std::vector<int> request_slot;
   for (size_t s = 0; s < n; ++s) {
     if (program_.slots[s].kind != SlotKind::kTemp || is_output_[s]) continue;
-    if (plan.step_of_output[s] < 0) continue;
+    if (step_of_output[s] < 0) continue;
     BufferRequest r;
     r.bytes =
         static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
-    r.first_step = plan.step_of_output[s];
+    r.first_step = step_of_output[s];
     r.last_step = std::max(last_use[s], r.first_step);
     requests.push_back(r);
     request_slot.push_back(static_cast<int>(s));
@@ -166,82 +160,193 @@ void Executor::make_plan(const std::vector<Tensor>& inputs) {
       if (a0 < b1 && b0 < a1) plan.aliases[request_slot[i]].push_back(request_slot[j]);
     }
   }
-  if (have_plan_ && plan_.arena && plan_.arena->bytes() >= plan.arena_bytes) {
-    plan.arena = plan_.arena;
-  } else {
-    plan.arena = allocate_storage(plan.arena_bytes);
-  }
-  plan_ = std::move(plan);
-  have_plan_ = true;
+  return owned;
 }
 
-void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) const {
-  std::vector<kiln_tensor> views;
-  views.reserve(step.inputs.size() + step.outputs.size());
-  for (int s : step.inputs)
-    views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
-  for (int s : step.outputs)
-    views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
-  std::vector<kiln_tensor*> ptrs;
-  for (auto& v : views) ptrs.push_back(&v);
-  ThunkContext ctx;
-  int rc = module_->info().thunks[step.thunk].fn(module_->state(), ctx.abi(), ptrs.data(),
-                                                 ptrs.data() + step.inputs.size());
-  if (rc != 0) {
-    throw UserError(step.label + ": " +
-                    (ctx.message().empty() ? std::string("thunk failed") : ctx.message()));
-  }
-}
-
-void Executor::run_on_engine(std::vector<Tensor>& values) {
-  for (const StepSpec& step : program_.steps) {
-    std::vector<VarHandle> reads, writes;
-    for (int s : step.inputs) {
-      if (slot_var_[s]) reads.push_back(slot_var_[s]);
-    }
-    for (int s : step.outputs) {
-      writes.push_back(slot_var_[s]);
-      for (int a : plan_.aliases[s]) writes.push_back(slot_var_[a]);
-    }
-    engine_->push([this, &step, &values] { run_step(step, values); }, reads, writes,
-                  PushOptions{step.label});
-  }
-  // One wait for every buffer: steps still running use `values` and the arena.
-  engine_->wait_for_vars(written_vars_);
-}
-
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
-  validate(inputs);
-  std::lock_guard lock(mutex_);
-  bool same = have_plan_ && plan_.input_shapes.size() == inputs.size();
+std::shared_ptr<const Executor::Plan> Executor::plan_for(const std::vector<Tensor>& inputs) {
+  std::lock_guard lock(plan_mutex_);
+  bool same = plan_ && plan_->input_shapes.size() == inputs.size();
   for (size_t i = 0; same && i < inputs.size(); ++i)
-    same = plan_.input_shapes[i] == inputs[i].shape();
-  if (!same) make_plan(inputs);
+    same = plan_->input_shapes[i] == inputs[i].shape();
+  if (!same) plan_ = make_plan(inputs);
+  return plan_;
+}
 
-  const size_t n = program_.slots.size();
-  std::vector<Tensor> values(n);
+std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan& plan) const {
+  std::vector<Tensor> values(program_.slots.size());
   for (size_t i = 0; i < inputs.size(); ++i) values[program_.input_slots[i]] = inputs[i];
   for (const auto& [slot, value] : program_.params) values[slot] = value;
-
+  // Each run has its own arena (from the storage pool), so overlapping runs never share
+  // temporaries.
+  std::shared_ptr<Storage> arena = allocate_storage(plan.arena_bytes);
+  if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
   for (const StepSpec& step : program_.steps) {
     for (int s : step.outputs) {
       const SlotSpec& spec = program_.slots[s];
-      if (plan_.offset[s] >= 0) {
-        values[s] = Tensor(plan_.arena, static_cast<size_t>(plan_.offset[s]), spec.dtype,
-                           plan_.shapes[s], contiguous_strides(plan_.shapes[s]));
+      if (plan.offset[s] >= 0) {
+        values[s] = Tensor(arena, static_cast<size_t>(plan.offset[s]), spec.dtype, plan.shapes[s],
+                           contiguous_strides(plan.shapes[s]));
       } else {
-        values[s] = Tensor::empty(spec.dtype, plan_.shapes[s]);
+        values[s] = Tensor::empty(spec.dtype, plan.shapes[s]);
+        if (poison_) std::memset(values[s].data(), 0xFF, values[s].nbytes());
       }
     }
   }
-  if (engine_) {
-    run_on_engine(values);
-  } else {
-    for (const StepSpec& step : program_.steps) run_step(step, values);
+  return values;
+}
+
+void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
+  std::vector<kiln_tensor> views;
+  views.reserve(step.inputs.size() + step.outputs.size());
+  int64_t work = 0;
+  for (const auto* list : {&step.inputs, &step.outputs}) {
+    for (int s : *list) {
+      views.push_back(abi_view(values[s], values[s].shape(), values[s].strides()));
+      work = std::max(work, values[s].numel());
+    }
   }
+  std::vector<kiln_tensor*> ptrs;
+  for (auto& v : views) ptrs.push_back(&v);
+  const kiln_thunk_info& thunk = module_->info().thunks[step.thunk];
+  auto call = [&](int part, int n_parts) {
+    ThunkContext ctx;
+    ctx.set_part(part, n_parts);
+    int rc = thunk.fn(module_->state(), ctx.abi(), ptrs.data(), ptrs.data() + step.inputs.size());
+    if (rc != 0) {
+      throw UserError(step.label + ": " +
+                      (ctx.message().empty() ? std::string("thunk failed") : ctx.message()));
+    }
+  };
+  // Enough parts for the claiming to balance uneven workers, none smaller than the grain.
+  int n_parts = 1;
+  if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * split_grain_) {
+    n_parts = static_cast<int>(std::min<int64_t>(4 * split_workers_, work / split_grain_));
+  }
+  if (n_parts == 1) {
+    call(0, 1);
+    return;
+  }
+  split_calls_.fetch_add(1, std::memory_order_relaxed);
+  parts_.fetch_add(n_parts, std::memory_order_relaxed);
+  parallel_for(*engine_, n_parts, [&](int part) { call(part, n_parts); }, step.label);
+}
+
+void Executor::run_steps(std::vector<Tensor>& values) {
+  for (const StepSpec& step : program_.steps) run_step(step, values);
+}
+
+std::vector<Tensor> Executor::outputs_of(const std::vector<Tensor>& values) const {
   std::vector<Tensor> outputs;
   outputs.reserve(program_.output_slots.size());
   for (int s : program_.output_slots) outputs.push_back(values[s]);
+  return outputs;
+}
+
+struct PendingRun::State {
+  Engine* engine = nullptr;
+  std::shared_ptr<const void> keep_alive;  // the executor, when it is shared
+  std::vector<Tensor> values;
+  std::vector<VarHandle> vars;  // this run's own: one per written buffer
+  std::vector<Tensor> outputs;
+  bool waited = false;
+};
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  if (parallel_steps_) return run_async(inputs).get();
+  validate(inputs);
+  auto plan = plan_for(inputs);
+  std::vector<Tensor> values = bind(inputs, *plan);
+  runs_.fetch_add(1, std::memory_order_relaxed);
+  run_steps(values);
+  return outputs_of(values);
+}
+
+PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
+  validate(inputs);
+  auto plan = plan_for(inputs);
+  auto state = std::make_shared<PendingRun::State>();
+  state->values = bind(inputs, *plan);
+  state->outputs = outputs_of(state->values);
+  runs_.fetch_add(1, std::memory_order_relaxed);
+  if (!engine_) {
+    run_steps(state->values);
+    state->waited = true;
+    return PendingRun(std::move(state));
+  }
+  state->engine = engine_;
+  // Pushed functions use `this`: keep a shared executor alive until they have run.
+  if (auto self = weak_from_this().lock()) state->keep_alive = self;
+  PendingRun::State* st = state.get();
+  if (!parallel_steps_) {
+    VarHandle done = engine_->new_var("run");
+    st->vars.push_back(done);
+    engine_->push([this, state] { run_steps(state->values); }, {}, {done},
+                  PushOptions{"run of " + std::to_string(program_.steps.size()) + " steps"});
+    return PendingRun(std::move(state));
+  }
+  std::vector<VarHandle> slot_var(program_.slots.size(), nullptr);
+  for (const StepSpec& step : program_.steps) {
+    for (int s : step.outputs) {
+      slot_var[s] = engine_->new_var(program_.slots[s].name);
+      st->vars.push_back(slot_var[s]);
+    }
+  }
+  for (const StepSpec& step : program_.steps) {
+    std::vector<VarHandle> reads, writes;
+    for (int s : step.inputs) {
+      if (slot_var[s]) reads.push_back(slot_var[s]);
+    }
+    for (int s : step.outputs) {
+      writes.push_back(slot_var[s]);
+      for (int a : plan->aliases[s]) writes.push_back(slot_var[a]);
+    }
+    engine_->push([this, &step, state] { run_step(step, state->values); }, reads, writes,
+                  PushOptions{step.label});
+  }
+  return PendingRun(std::move(state));
+}
+
+PendingRun& PendingRun::operator=(PendingRun&& other) noexcept {
+  if (this != &other) {
+    finish();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+PendingRun::~PendingRun() { finish(); }
+
+void PendingRun::finish() noexcept {
+  if (!state_) return;
+  try {
+    wait();
+  } catch (...) {
+    // Destroyed without get(): the error has nobody to go to.
+  }
+  state_.reset();
+}
+
+void PendingRun::wait() {
+  if (!state_) throw UserError("PendingRun: no run (moved from, or already taken by get())");
+  State& st = *state_;
+  if (st.waited) return;
+  st.waited = true;
+  // One wait for every buffer of this run; the variables are this run's alone, so the
+  // error rethrown (once) is this run's. Deleted even when it throws.
+  struct Release {
+    State& st;
+    ~Release() {
+      for (VarHandle v : st.vars) st.engine->delete_var(v);
+      st.vars.clear();
+    }
+  } release{st};
+  st.engine->wait_for_vars(st.vars);
+}
+
+std::vector<Tensor> PendingRun::get() {
+  wait();
+  std::vector<Tensor> outputs = std::move(state_->outputs);
+  state_.reset();
   return outputs;
 }
 

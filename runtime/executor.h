@@ -1,8 +1,10 @@
 #pragma once
 // Runs a Program's steps on a loaded module: validates inputs, infers shapes, plans memory
-// by liveness (reused across calls while input shapes are unchanged) and pushes each thunk
-// to the dependency engine with a variable per buffer, so independent branches run at the
-// same time. Without an engine the thunks run one after another in the caller's thread.
+// by liveness (the plan is kept while input shapes are unchanged) and runs each thunk.
+// A program with parallel branches pushes each step to the dependency engine with a
+// variable per buffer, so independent branches run at the same time; a pure chain runs in
+// one thread. Large splittable thunks (KILN_THUNK_SPLIT) are divided across CPU workers.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -13,39 +15,84 @@
 
 namespace kiln {
 
-class Executor {
+class Executor;
+
+// The outcome of Executor::run_async: get() waits for the run and returns its outputs, or
+// rethrows the error of the step that failed. Destroying an unfinished run waits for it.
+class PendingRun {
  public:
+  PendingRun() = default;
+  PendingRun(PendingRun&&) noexcept = default;
+  PendingRun& operator=(PendingRun&&) noexcept;
+  ~PendingRun();
+  void wait();                 // rethrows the run's error, once
+  std::vector<Tensor> get();   // wait() and then the outputs, once
+  bool valid() const { return state_ != nullptr; }
+
+  struct State;
+
+ private:
+  friend class Executor;
+  explicit PendingRun(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  void finish() noexcept;
+  std::shared_ptr<State> state_;
+};
+
+struct ExecutorStats {
+  int64_t runs = 0;
+  int64_t split_calls = 0;  // thunk calls divided into parts
+  int64_t parts = 0;        // parts those calls ran
+};
+
+class Executor : public std::enable_shared_from_this<Executor> {
+ public:
+  // Without an engine every step runs in the caller's thread and nothing is split.
   Executor(std::shared_ptr<Module> module, Program program, Engine* engine = nullptr);
-  ~Executor();
   // Inputs in Program::input_slots order. Outputs are fresh tensors owned by the caller.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // Starts a run and returns at once; input errors (count, dtype, shape) throw here, step
+  // failures from get(). Runs may overlap: each has its own buffers. Inputs must not be
+  // written until the run is finished.
+  PendingRun run_async(const std::vector<Tensor>& inputs);
+
   const Program& program() const { return program_; }
   const Module& module() const { return *module_; }
+  ExecutorStats stats() const;
+  // Smallest number of elements a part of a split thunk call gets: below it a thread
+  // wake-up costs more than the part saves.
+  static constexpr int64_t kSplitGrain = int64_t(1) << 16;
+  void set_split_grain(int64_t elements) { split_grain_ = elements > 0 ? elements : kSplitGrain; }
+  // Fill outputs and temporaries with 0xFF bytes before each run, so an element a thunk
+  // fails to write shows up (NaN, -1) instead of stale data from a reused buffer.
+  void set_poison_buffers(bool on) { poison_ = on; }
 
  private:
   struct Plan {
     std::vector<Shape> input_shapes;        // the key: plan is valid while these match
     std::vector<Shape> shapes;              // per slot
     std::vector<int64_t> offset;            // per slot: arena offset for temps, -1 otherwise
-    std::vector<int> step_of_output;        // per slot: producing step or -1
     std::vector<std::vector<int>> aliases;  // per temp slot: other temps sharing arena bytes
     size_t arena_bytes = 0;
-    std::shared_ptr<Storage> arena;
   };
   void validate(const std::vector<Tensor>& inputs) const;
-  void make_plan(const std::vector<Tensor>& inputs);
-  void run_step(const StepSpec& step, std::vector<Tensor>& values) const;
-  void run_on_engine(std::vector<Tensor>& values);
+  std::shared_ptr<const Plan> make_plan(const std::vector<Tensor>& inputs) const;
+  std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> bind(const std::vector<Tensor>& inputs, const Plan& plan) const;
+  void run_step(const StepSpec& step, std::vector<Tensor>& values);
+  void run_steps(std::vector<Tensor>& values);
+  std::vector<Tensor> outputs_of(const std::vector<Tensor>& values) const;
 
   std::shared_ptr<Module> module_;
   Program program_;
   Engine* engine_;
-  std::vector<VarHandle> slot_var_;  // per slot written by a step (engine runs only)
-  std::vector<VarHandle> written_vars_;
+  bool parallel_steps_ = false;  // push each step to the engine (the program branches)
+  int split_workers_ = 1;        // > 1: split large splittable thunks across workers
+  int64_t split_grain_ = kSplitGrain;
+  bool poison_ = false;
   std::vector<bool> is_output_;
-  std::mutex mutex_;  // one run at a time: the arena is shared between calls
-  Plan plan_;
-  bool have_plan_ = false;
+  std::mutex plan_mutex_;
+  std::shared_ptr<const Plan> plan_;
+  std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
 };
 
 }  // namespace kiln

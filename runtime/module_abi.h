@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 1
+#define KILN_ABI_VERSION 2
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -25,10 +25,18 @@ struct kiln_ctx {
   /* Scratch memory, 64-byte aligned, released after the thunk returns. NULL on failure. */
   void *(*workspace)(kiln_ctx *ctx, size_t bytes);
   void *impl;
+  /* A thunk flagged KILN_THUNK_SPLIT may be called n_parts times (possibly at once, from
+   * different threads) with part = 0..n_parts-1; each call computes its share of the
+   * outputs. Every other thunk is called once with part = 0, n_parts = 1. */
+  int32_t part;
+  int32_t n_parts;
 };
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
                              kiln_tensor *const *out);
+
+/* kiln_thunk_info.flags */
+#define KILN_THUNK_SPLIT 1 /* the work divides into disjoint parts (see kiln_ctx.part) */
 
 typedef struct kiln_thunk_info {
   kiln_thunk_fn fn;
@@ -36,6 +44,7 @@ typedef struct kiln_thunk_info {
   int32_t node;      /* node index in the graph */
   int32_t n_in;
   int32_t n_out;
+  int32_t flags;     /* KILN_THUNK_* */
 } kiln_thunk_info;
 
 typedef struct kiln_module_info {

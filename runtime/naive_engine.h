@@ -18,6 +18,7 @@ class NaiveEngine : public EngineCore {
   void wait_for_all() override;
   void delete_var(VarHandle var) override;
   const char* kind() const override { return "naive"; }
+  int workers(int) const override { return 1; }
 
  private:
   void finish(Opr* opr) override;

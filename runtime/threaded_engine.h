@@ -23,6 +23,7 @@ class ThreadedEngine : public EngineCore {
   void wait_for_all() override;
   void delete_var(VarHandle var) override;
   const char* kind() const override { return "threaded"; }
+  int workers(int device) const override { return device == 0 ? cpu_workers_ : 1; }
 
  private:
   void enqueue(std::unique_ptr<Opr> opr);

@@ -9,6 +9,8 @@ ThunkContext::ThunkContext() {
   ctx_.fail = &ThunkContext::fail;
   ctx_.workspace = &ThunkContext::workspace;
   ctx_.impl = this;
+  ctx_.part = 0;
+  ctx_.n_parts = 1;
 }
 
 void ThunkContext::reset() {

@@ -13,6 +13,10 @@ class ThunkContext {
  public:
   ThunkContext();
   kiln_ctx* abi() { return &ctx_; }
+  void set_part(int part, int n_parts) {
+    ctx_.part = part;
+    ctx_.n_parts = n_parts;
+  }
   const std::string& message() const { return message_; }
   void reset();  // drops the message and releases the workspace
 

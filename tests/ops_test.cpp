@@ -9,6 +9,7 @@
 #include "ops/builders.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
+#include "runtime/engine.h"
 #include "tests/helpers.h"
 
 namespace kiln {
@@ -32,20 +33,44 @@ Range range_for(const std::string& op, size_t input) {
   return {};
 }
 
-// Compiles graph once, then checks every input set against the reference.
-void check_graph(const Graph& g, const std::vector<std::vector<Tensor>>& cases, double rtol = 1e-5,
+// Three workers and parts of a few elements: every splittable thunk is cut into up to 12
+// parts, with boundaries inside rows, and the parts run on several threads.
+const CompileOptions& split_options() {
+  static Engine* engine = make_engine(EngineKind::kThreaded, 3).release();
+  static CompileOptions options = [] {
+    CompileOptions o;
+    o.engine = engine;
+    o.split_grain = 4;
+    o.poison_buffers = true;
+    return o;
+  }();
+  return options;
+}
+
+// Compiles graph once, then checks every input set against the reference, both with each
+// thunk called whole and with splittable thunks split into parts. Returns how the split
+// function's calls were divided.
+ExecutorStats check_graph(const Graph& g, const std::vector<std::vector<Tensor>>& cases, double rtol = 1e-5,
                  double atol = 1e-6) {
-  Function f = compile(g);
+  CompileOptions whole_options;
+  whole_options.poison_buffers = true;
+  Function f = compile(g, whole_options);
+  Function split = compile(g, split_options());
   EXPECT_EQ(f.info().compiler_log, "") << "generated module compiled with warnings";
   for (size_t c = 0; c < cases.size(); ++c) {
     std::string desc;
     for (const auto& t : cases[c]) desc += t.describe() + (t.is_contiguous() ? "" : " (strided)") + "; ";
     SCOPED_TRACE("graph " + g.name() + ", case " + std::to_string(c) + ": " + desc);
-    auto got = f(cases[c]);
     auto want = evaluate_reference(g, cases[c]);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(tensors_close(got[k], want[k], rtol, atol));
+    for (Function* fn : {&f, &split}) {
+      SCOPED_TRACE(fn == &f ? "whole thunks" : "split thunks");
+      auto got = (*fn)(cases[c]);
+      EXPECT_EQ(got.size(), want.size());
+      if (got.size() != want.size()) continue;
+      for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(tensors_close(got[k], want[k], rtol, atol));
+    }
   }
+  return split.stats();
 }
 
 std::vector<DType> dtypes_for(const ScalarOpDef& def) {
@@ -103,7 +128,9 @@ TEST_P(ElementwiseTest, MatchesReference) {
         make(shapes({37, 65}, {65}), false), // odd sizes, vector remainders
         make(shapes({6, 9}, {9}), true),     // non-contiguous inputs
     };
-    check_graph(g, cases, dt == DType::kFloat32 ? 2e-5 : 1e-9, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    ExecutorStats split =
+        check_graph(g, cases, dt == DType::kFloat32 ? 2e-5 : 1e-9, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    EXPECT_GT(split.split_calls, 0) << "no call was split into parts";
   }
 }
 
@@ -209,7 +236,8 @@ TEST_P(ReduceTest, MatchesReferenceOverAxes) {
         {non_contiguous(random_tensor(dt, {3, 4, 5}, rng, lo, hi))},
     };
     if (op != "reduce_max" && op != "reduce_min") cases.push_back({random_tensor(dt, {0, 3, 2}, rng)});
-    check_graph(g, cases, 1e-4, 1e-5);
+    ExecutorStats split = check_graph(g, cases, 1e-4, 1e-5);
+    EXPECT_GT(split.split_calls, 0) << "no call was split into parts";
   }
 }
 

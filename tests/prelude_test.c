@@ -16,6 +16,27 @@ int main(void) {
   int64_t ones[KILN_MAX_DIMS] = {1, 1};
   int64_t st1[1][KILN_MAX_DIMS] = {{1, 1}};
   assert(kiln_collapse(2, 1, ones, st1) == 1 && ones[0] == 1 && st1[0][0] == 0);
+  /* Part ranges cover [0, n) exactly once, on grain boundaries. */
+  for (int64_t n = 0; n < 300; n += 37) {
+    for (int32_t parts = 1; parts <= 7; ++parts) {
+      int64_t next = 0;
+      for (int32_t p = 0; p < parts; ++p) {
+        int64_t lo, hi;
+        kiln_part_range(n, p, parts, 16, &lo, &hi);
+        assert(lo == next && hi >= lo && hi <= n && (hi == n || hi % 16 == 0));
+        next = hi;
+      }
+      assert(next == n);
+    }
+  }
+  /* Seeking row 5 of a (3, 4, x) nest: idx (1, 1); offsets follow each operand's strides. */
+  {
+    int64_t sshape[KILN_MAX_DIMS] = {3, 4, 8};
+    int64_t sst[2][KILN_MAX_DIMS] = {{32, 8, 1}, {0, 1, 0}};
+    int64_t idx[KILN_MAX_DIMS], off[2];
+    kiln_seek(3, 2, sshape, sst, 5, idx, off);
+    assert(idx[0] == 1 && idx[1] == 1 && off[0] == 40 && off[1] == 1);
+  }
   /* Transposed copy. */
   float src[6] = {1, 2, 3, 4, 5, 6}; /* (2, 3) */
   float dst[6];

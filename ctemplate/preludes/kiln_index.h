@@ -53,6 +53,35 @@ KILN_INDEX_FN int kiln_collapse(int ndim, int nops, int64_t *shape,
   return w + 1;
 }
 
+/* Part `part` of `n_parts` of the range [0, n): [*lo, *hi). Boundaries fall on multiples of
+ * `grain` (e.g. a cache line of output) so parts never share one; trailing parts may be
+ * empty. */
+KILN_INDEX_FN void kiln_part_range(int64_t n, int32_t part, int32_t n_parts, int64_t grain,
+                                   int64_t *lo, int64_t *hi) {
+  if (n_parts <= 1) {
+    *lo = 0;
+    *hi = n;
+    return;
+  }
+  const int64_t blocks = (n + grain - 1) / grain;
+  int64_t a = blocks * part / n_parts * grain, b = blocks * (part + 1) / n_parts * grain;
+  *lo = a < n ? a : n;
+  *hi = b < n ? b : n;
+}
+
+/* Positions a collapsed loop nest of rank r at outer row `row` (the row-major index over
+ * dimensions 0..r-2): fills idx[0..r-2] and each operand's element offset off[k]. */
+KILN_INDEX_FN void kiln_seek(int r, int nops, const int64_t *shape,
+                             int64_t strides[][KILN_MAX_DIMS], int64_t row, int64_t *idx,
+                             int64_t *off) {
+  for (int k = 0; k < nops; ++k) off[k] = 0;
+  for (int d = r - 2; d >= 0; --d) {
+    idx[d] = row % shape[d];
+    row /= shape[d];
+    for (int k = 0; k < nops; ++k) off[k] += idx[d] * strides[k][d];
+  }
+}
+
 /* Copies `shape` elements from src to dst, both with arbitrary element strides. */
 KILN_INDEX_FN void kiln_copy_nd(void *dst, const int64_t *dst_strides, const void *src,
                                 const int64_t *src_strides, int ndim, const int64_t *shape,
