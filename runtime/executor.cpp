@@ -99,6 +99,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
     known[slot] = true;
   }
   std::vector<int> last_use(n, -1);
+  std::vector<std::vector<int>> readers(n);
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     const StepSpec& step = program_.steps[si];
     std::vector<Shape> in_shapes;
@@ -106,6 +107,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       check_internal(known[s], "slot " + program_.slots[s].name + " read before written");
       in_shapes.push_back(plan.shapes[s]);
       last_use[s] = static_cast<int>(si);
+      readers[s].push_back(static_cast<int>(si));
     }
     std::vector<Shape> out_shapes;
     try {
@@ -144,7 +146,35 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
     requests.push_back(r);
     request_slot.push_back(static_cast<int>(s));
   }
-  MemoryPlan mp = plan_memory(requests);
+  // Steps pushed to the engine may run in any order their data allows, so a buffer may
+  // take over another's bytes only when every step using the old one is an ancestor of
+  // the step writing the new one; step order alone would serialise parallel branches.
+  ReuseRule rule;
+  std::vector<std::vector<bool>> ancestor;
+  if (parallel_steps_) {
+    const size_t steps = program_.steps.size();
+    ancestor.assign(steps, std::vector<bool>(steps, false));
+    for (size_t si = 0; si < steps; ++si) {
+      for (int s : program_.steps[si].inputs) {
+        int p = step_of_output[s];
+        if (p < 0) continue;
+        ancestor[si][static_cast<size_t>(p)] = true;
+        for (size_t a = 0; a < steps; ++a) {
+          if (ancestor[static_cast<size_t>(p)][a]) ancestor[si][a] = true;
+        }
+      }
+    }
+    rule = [&](size_t dead, size_t born) {
+      const auto& before = ancestor[static_cast<size_t>(requests[born].first_step)];
+      int slot = request_slot[dead];
+      if (!before[static_cast<size_t>(step_of_output[slot])]) return false;
+      for (int r : readers[slot]) {
+        if (!before[static_cast<size_t>(r)]) return false;
+      }
+      return true;
+    };
+  }
+  MemoryPlan mp = plan_memory(requests, rule);
   for (size_t i = 0; i < requests.size(); ++i) {
     plan.offset[request_slot[i]] = static_cast<int64_t>(mp.offsets[i]);
   }
@@ -344,7 +374,12 @@ void PendingRun::wait() {
 }
 
 std::vector<Tensor> PendingRun::get() {
-  wait();
+  try {
+    wait();
+  } catch (...) {
+    state_.reset();  // taken, like the outputs of a run that succeeded
+    throw;
+  }
   std::vector<Tensor> outputs = std::move(state_->outputs);
   state_.reset();
   return outputs;

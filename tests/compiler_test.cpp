@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "compiler/c_linker.h"
@@ -11,7 +12,9 @@
 #include "compiler/toolchain.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
+#include "ops/reference.h"
 #include "ops/registry.h"
+#include "runtime/engine.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
@@ -130,13 +133,172 @@ TEST(Compiler, IndependentBranchesRunAtTheSameTime) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: nothing can overlap";
   Graph g("branches");
   Var x = input(g, "x", DType::kFloat32, {2});
-  Node* a = g.add_node(std::make_shared<RendezvousOp>(0), {x});
-  Node* b = g.add_node(std::make_shared<RendezvousOp>(1), {x});
+  // Each side reads a temporary of its own branch. In step order the second branch's
+  // temporaries outlive the first's, so a planner reusing bytes by step order alone would
+  // give them the same memory and thereby order one branch after the other.
+  Node* a = g.add_node(std::make_shared<RendezvousOp>(0), {exp(x)});
+  Node* b = g.add_node(std::make_shared<RendezvousOp>(1), {exp(neg(x))});
   g.set_outputs({a->outputs[0], b->outputs[0]});
   Function f = compile(g);
   auto out = f({Tensor::zeros(DType::kFloat32, {2})});
   EXPECT_EQ(out[0].load_int(0), 1) << "branch 0 never saw branch 1 running";
   EXPECT_EQ(out[1].load_int(0), 1) << "branch 1 never saw branch 0 running";
+}
+
+// A splittable op whose parts 0 and 1 meet only if they run at the same time (as
+// RendezvousOp's sides do); out[p] is 1 if part p saw the other, and parts >= 2 write 1.
+class SplitRendezvousOp : public COp {
+ public:
+  SplitRendezvousOp() : COp("split_rendezvous_test_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {TensorType{DType::kInt32, in[0].dims}};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>&, std::vector<Tensor>&) const override {}
+  bool c_splittable(const Node&) const override { return true; }
+  std::string c_support_code() const override { return "static int kiln_split_flags[2];"; }
+  std::string c_code(const Node&, const CodeNames& names, const Sub& sub) const override {
+    const std::string c = sub.ctx;
+    return "int32_t *o = (int32_t *)" + names.outputs[0] + "->data;\n"
+           "const int p = " + c + "->part;\n"
+           "int seen = 1;\n"
+           "if (p < 2) {\n"
+           "  __atomic_store_n(&kiln_split_flags[p], 1, __ATOMIC_SEQ_CST);\n"
+           "  seen = 0;\n"
+           "  for (long i = 0; i < 3000000000L && !seen; ++i)\n"
+           "    seen = __atomic_load_n(&kiln_split_flags[1 - p], __ATOMIC_SEQ_CST);\n"
+           "}\n"
+           "o[p] = seen;\n";
+  }
+};
+
+TEST(Executor, PartsOfASplitThunkRunAtTheSameTime) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: nothing can overlap";
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions options;
+  options.engine = engine.get();
+  options.split_grain = 4;
+  Graph g("split_parts");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  g.set_outputs({g.add_node(std::make_shared<SplitRendezvousOp>(), {x})->outputs[0]});
+  Function f = compile(g, options);
+  auto out = f({Tensor::zeros(DType::kFloat32, {64})});
+  // 2 workers, 64 elements of grain 4: 8 parts.
+  EXPECT_EQ(f.stats().split_calls, 1);
+  EXPECT_EQ(f.stats().parts, 8);
+  EXPECT_EQ(out[0].load_int(0), 1) << "part 0 never saw part 1 running";
+  EXPECT_EQ(out[0].load_int(1), 1) << "part 1 never saw part 0 running";
+}
+
+TEST(Executor, SplitsOnlyLargeSplittableCallsAndNeverAFullReduction) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions options;
+  options.engine = engine.get();
+  Graph g("split_sizes");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic});
+  g.set_outputs({exp(x), apply("reduce_sum", {x}, {{"axes", std::vector<int64_t>{1}}}),
+                 apply("reduce_sum", {x}, {{"keepdims", int64_t{0}}})});
+  Function f = compile(g, options);
+  std::mt19937 rng(3);
+  Tensor small = testing::random_tensor(DType::kFloat32, {10, 100}, rng);
+  f({small});
+  EXPECT_EQ(f.stats().split_calls, 0) << "1000 elements are below the grain";
+  // 512 x 512 = 4 grains: exp and the row sum split (into 4 parts each), the total does not.
+  Tensor big = testing::random_tensor(DType::kFloat32, {512, 512}, rng);
+  auto out = f({big});
+  EXPECT_EQ(f.stats().split_calls, 2);
+  EXPECT_EQ(f.stats().parts, 8);
+  auto want = evaluate_reference(g, {big});
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
+}
+
+TEST(Executor, OverlappingAsyncRunsEachGetTheirOwnResults) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions options;
+  options.engine = engine.get();
+  options.split_grain = 64;
+  for (bool branched : {true, false}) {
+    SCOPED_TRACE(branched ? "branched graph (steps pushed one by one)" : "chain (one push per run)");
+    Graph g(branched ? "async_branches" : "async_chain");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic});
+    Var y = input(g, "y", DType::kFloat32, {kDynamic});
+    Var t = exp(x) * 2.0;
+    if (branched) {
+      g.set_outputs({t + y, (x - y) * y});
+    } else {
+      g.set_outputs({sqrt(abs(t + y))});
+    }
+    Function f = compile(g, options);
+    std::mt19937 rng(11);
+    std::vector<std::vector<Tensor>> inputs;
+    std::vector<PendingRun> runs;
+    for (int i = 0; i < 6; ++i) {
+      int64_t n = 1000 + 517 * i;  // different shapes, so different plans, in flight at once
+      inputs.push_back({testing::random_tensor(DType::kFloat32, {n}, rng),
+                        testing::random_tensor(DType::kFloat32, {n}, rng)});
+      runs.push_back(f.run_async(inputs.back()));
+    }
+    for (int i = 5; i >= 0; --i) {
+      auto got = runs[static_cast<size_t>(i)].get();
+      auto want = evaluate_reference(g, inputs[static_cast<size_t>(i)]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_TRUE(testing::tensors_close(got[k], want[k], 1e-5, 1e-5)) << "run " << i;
+      EXPECT_FALSE(runs[static_cast<size_t>(i)].valid());
+    }
+    EXPECT_EQ(f.stats().runs, 6);
+  }
+}
+
+TEST(Executor, AsyncRunErrorsBelongToTheirRunAndAreRethrownOnce) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions options;
+  options.engine = engine.get();
+  Graph g("async_failing");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  Node* bad = g.add_node(std::make_shared<FailingOp>(), {exp(x)});
+  g.set_outputs({relu(Var(&g, bad->outputs[0])), neg(x)});
+  Graph ok("async_healthy");
+  Var y = input(ok, "y", DType::kFloat32, {kDynamic});
+  ok.set_outputs({y * y, -y});
+  Function f = compile(g, options);
+  Function h = compile(ok, options);
+  Tensor t = Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3});
+
+  PendingRun failing = f.run_async({t});
+  PendingRun healthy = h.run_async({t});
+  std::string msg = testing::error_of([&] { failing.get(); });
+  EXPECT_NE(msg.find("node 1 (failing_test_op)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("refusing 3 elements"), std::string::npos) << msg;
+  EXPECT_TRUE(testing::tensors_close(healthy.get()[0],
+                                     Tensor::from_doubles(DType::kFloat32, {3}, {1, 4, 9})));
+  // Taken once: a second get() is a clear error, and the engine holds no leftover failure.
+  EXPECT_NE(testing::error_of([&] { failing.get(); }).find("no run"), std::string::npos);
+  EXPECT_NO_THROW(engine->wait_for_all());
+  // A run dropped unwaited is waited for by its destructor; its error goes nowhere else.
+  { PendingRun dropped = f.run_async({t}); }
+  EXPECT_NO_THROW(engine->wait_for_all());
+  EXPECT_TRUE(testing::tensors_close(h({t})[1], Tensor::from_doubles(DType::kFloat32, {3}, {-1, -2, -3})));
+  // Input errors are the caller's and throw at once.
+  msg = testing::error_of([&] { h.run_async({Tensor::zeros(DType::kInt32, {3})}); });
+  EXPECT_NE(msg.find("input 'y': wrong dtype"), std::string::npos) << msg;
+}
+
+TEST(Executor, AsyncRunOutlivesItsFunction) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions options;
+  options.engine = engine.get();
+  Graph g("async_outlives");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  g.set_outputs({x + 1.0, x * 3.0});
+  Tensor t = Tensor::from_doubles(DType::kFloat32, {2}, {1, 2});
+  PendingRun run;
+  {
+    Function f = compile(g, options);
+    run = f.run_async({t});
+  }
+  auto out = run.get();
+  EXPECT_TRUE(testing::tensors_close(out[1], Tensor::from_doubles(DType::kFloat32, {2}, {3, 6})));
 }
 
 TEST(Compiler, BrokenFragmentErrorNamesNodeOpFragmentLineAndKeptSource) {

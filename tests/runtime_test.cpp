@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
@@ -95,6 +96,20 @@ TEST(MemoryPlan, LiveBuffersNeverOverlapAndDeadOnesAreReused) {
   // A chain a -> b -> c -> d: a and c can share memory.
   MemoryPlan chain = plan_memory({{1024, 0, 1}, {1024, 1, 2}, {1024, 2, 3}, {1024, 3, 4}});
   EXPECT_EQ(chain.arena_bytes, 2048u);
+}
+
+TEST(MemoryPlan, AReuseRuleKeepsParallelBranchesApart) {
+  // Two chains, steps 0-1 and 2-3, that may run at the same time: by step order buffer 0 is
+  // dead before buffer 2 is born, but the rule knows the chains are not ordered.
+  std::vector<BufferRequest> reqs{{1024, 0, 1}, {1024, 1, 4}, {1024, 2, 3}, {1024, 3, 4}};
+  EXPECT_EQ(plan_memory(reqs).offsets[2], plan_memory(reqs).offsets[0]);
+  auto chain = [](size_t r) { return r < 2 ? 0 : 1; };
+  MemoryPlan apart = plan_memory(reqs, [&](size_t dead, size_t born) {
+    return chain(dead) == chain(born) && reqs[dead].last_step < reqs[born].first_step;
+  });
+  std::set<size_t> offsets(apart.offsets.begin(), apart.offsets.end());
+  EXPECT_EQ(offsets.size(), 4u) << "no two buffers of different chains may share bytes";
+  EXPECT_EQ(apart.arena_bytes, 4096u);
 }
 
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
