@@ -23,6 +23,7 @@
 #include "compiler/compile.h"
 #include "ops/builders.h"
 #include "runtime/engine.h"
+#include "runtime/storage.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
@@ -51,40 +52,41 @@ std::vector<double> best_interleaved(const std::vector<std::function<void()>>& c
 
 double gbps(double ms) { return 3.0 * 4.0 * static_cast<double>(kStreamN) / (ms * 1e6); }
 
-void triad_part(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
-                int64_t lo, int64_t hi) {
+__attribute__((noinline)) void triad_part(float* __restrict a, const float* __restrict b,
+                                          const float* __restrict c, float s, int64_t lo,
+                                          int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + s * c[i];
 }
 
+// The calling thread takes the last block, as an engine's caller would.
 void on_threads(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) ts.emplace_back(body, n * t / threads, n * (t + 1) / threads);
+  for (int t = 0; t + 1 < threads; ++t)
+    ts.emplace_back(body, n * t / threads, n * (t + 1) / threads);
+  body(n * (threads - 1) / threads, n);
   for (auto& t : ts) t.join();
 }
 
 // STREAM's triad: each thread initialises and then streams its own contiguous block (first
 // touch places the pages near it).
 struct Triad {
-  float *a, *b, *c;
+  // Allocated as kiln allocates tensors, so both stream through the same kind of buffers.
+  std::shared_ptr<Storage> sa = allocate_storage(kStreamN * sizeof(float)),
+                           sb = allocate_storage(kStreamN * sizeof(float)),
+                           sc = allocate_storage(kStreamN * sizeof(float));
+  float* a = static_cast<float*>(sa->data());
+  float* b = static_cast<float*>(sb->data());
+  float* c = static_cast<float*>(sc->data());
   Triad() {
-    auto alloc = [] {
-      return static_cast<float*>(std::aligned_alloc(64, kStreamN * sizeof(float)));
-    };
-    a = alloc();
-    b = alloc();
-    c = alloc();
     on_threads(2, kStreamN, [this](int64_t lo, int64_t hi) {
+      // Varied values: pages of one repeated value may be merged by a hypervisor's
+      // same-page merging, and every write to them then faults.
       for (int64_t i = lo; i < hi; ++i) {
-        a[i] = 0;
-        b[i] = 1;
-        c[i] = 2;
+        a[i] = 0.5f * static_cast<float>(i & 1023);
+        b[i] = 1.0f + static_cast<float>(i % 977);
+        c[i] = 2.0f - static_cast<float>(i % 613);
       }
     });
-  }
-  ~Triad() {
-    std::free(a);
-    std::free(b);
-    std::free(c);
   }
   void run(int threads) {
     on_threads(threads, kStreamN,

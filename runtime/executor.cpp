@@ -100,6 +100,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   }
   std::vector<int> last_use(n, -1);
   std::vector<std::vector<int>> readers(n);
+  int64_t total_work = 0;
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     const StepSpec& step = program_.steps[si];
     std::vector<Shape> in_shapes;
@@ -131,7 +132,14 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       step_of_output[s] = static_cast<int>(si);
       known[s] = true;
     }
+    int64_t work = 0;
+    for (const auto* list : {&step.inputs, &step.outputs}) {
+      for (int s : *list) work = std::max(work, shape_numel(plan.shapes[s]));
+    }
+    total_work += work;
   }
+  // Branches too small to be worth a thread wake-up each run in the caller, in step order.
+  plan.parallel = parallel_steps_ && total_work >= kParallelWork;
   // Temporaries (not inputs, params or outputs) share one arena by liveness.
   std::vector<BufferRequest> requests;
   std::vector<int> request_slot;
@@ -151,7 +159,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   // the step writing the new one; step order alone would serialise parallel branches.
   ReuseRule rule;
   std::vector<std::vector<bool>> ancestor;
-  if (parallel_steps_) {
+  if (plan.parallel) {
     const size_t steps = program_.steps.size();
     ancestor.assign(steps, std::vector<bool>(steps, false));
     for (size_t si = 0; si < steps; ++si) {
@@ -282,9 +290,9 @@ struct PendingRun::State {
 };
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
-  if (parallel_steps_) return run_async(inputs).get();
   validate(inputs);
   auto plan = plan_for(inputs);
+  if (plan->parallel) return start(inputs, plan).get();
   std::vector<Tensor> values = bind(inputs, *plan);
   runs_.fetch_add(1, std::memory_order_relaxed);
   run_steps(values);
@@ -293,7 +301,10 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
 
 PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
   validate(inputs);
-  auto plan = plan_for(inputs);
+  return start(inputs, plan_for(inputs));
+}
+
+PendingRun Executor::start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan) {
   auto state = std::make_shared<PendingRun::State>();
   state->values = bind(inputs, *plan);
   state->outputs = outputs_of(state->values);
@@ -307,7 +318,7 @@ PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
   // Pushed functions use `this`: keep a shared executor alive until they have run.
   if (auto self = weak_from_this().lock()) state->keep_alive = self;
   PendingRun::State* st = state.get();
-  if (!parallel_steps_) {
+  if (!plan->parallel) {
     VarHandle done = engine_->new_var("run");
     st->vars.push_back(done);
     engine_->push([this, state] { run_steps(state->values); }, {}, {done},

@@ -61,6 +61,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Smallest number of elements a part of a split thunk call gets: below it a thread
   // wake-up costs more than the part saves.
   static constexpr int64_t kSplitGrain = int64_t(1) << 16;
+  // A branched program whose steps touch fewer elements than this in all runs its steps
+  // in order in one thread: parallel branches would save less than the wake-ups cost.
+  static constexpr int64_t kParallelWork = int64_t(1) << 16;
   void set_split_grain(int64_t elements) { split_grain_ = elements > 0 ? elements : kSplitGrain; }
   // Fill outputs and temporaries with 0xFF bytes before each run, so an element a thunk
   // fails to write shows up (NaN, -1) instead of stale data from a reused buffer.
@@ -73,10 +76,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
     std::vector<int64_t> offset;            // per slot: arena offset for temps, -1 otherwise
     std::vector<std::vector<int>> aliases;  // per temp slot: other temps sharing arena bytes
     size_t arena_bytes = 0;
+    bool parallel = false;  // push each step to the engine (else run them in order)
   };
   void validate(const std::vector<Tensor>& inputs) const;
   std::shared_ptr<const Plan> make_plan(const std::vector<Tensor>& inputs) const;
   std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
+  PendingRun start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan);
   std::vector<Tensor> bind(const std::vector<Tensor>& inputs, const Plan& plan) const;
   void run_step(const StepSpec& step, std::vector<Tensor>& values);
   void run_steps(std::vector<Tensor>& values);
@@ -85,7 +90,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::shared_ptr<Module> module_;
   Program program_;
   Engine* engine_;
-  bool parallel_steps_ = false;  // push each step to the engine (the program branches)
+  bool parallel_steps_ = false;  // the program branches: large runs push step by step
   int split_workers_ = 1;        // > 1: split large splittable thunks across workers
   int64_t split_grain_ = kSplitGrain;
   bool poison_ = false;

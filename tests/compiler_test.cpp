@@ -85,12 +85,16 @@ TEST(Compiler, ThunkFailureThroughTheEngineNamesTheNodeAndLeavesTheEngineUsable)
   Node* bad = g.add_node(std::make_shared<FailingOp>(), {exp(x)});
   g.set_outputs({relu(Var(&g, bad->outputs[0])), neg(x)});  // a failing and a healthy branch
   Function f = compile(g);
-  Tensor t = Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3});
-  for (int call = 0; call < 2; ++call) {
-    std::string msg = testing::error_of([&] { f({t}); });
-    EXPECT_NE(msg.find("node 1 (failing_test_op)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("refusing 3 elements"), std::string::npos) << msg;
+  // Small inputs run the steps in order in the caller; large ones push them one by one.
+  for (int64_t n : {int64_t{3}, int64_t{1} << 17}) {
+    Tensor t = Tensor::zeros(DType::kFloat32, {n});
+    for (int call = 0; call < 2; ++call) {
+      std::string msg = testing::error_of([&] { f({t}); });
+      EXPECT_NE(msg.find("node 1 (failing_test_op)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("refusing " + std::to_string(n) + " elements"), std::string::npos) << msg;
+    }
   }
+  Tensor t = Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3});
   Graph ok("healthy");
   Var y = input(ok, "y", DType::kFloat32, {3});
   ok.set_outputs({y * y});
@@ -132,7 +136,7 @@ class RendezvousOp : public COp {
 TEST(Compiler, IndependentBranchesRunAtTheSameTime) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: nothing can overlap";
   Graph g("branches");
-  Var x = input(g, "x", DType::kFloat32, {2});
+  Var x = input(g, "x", DType::kFloat32, {int64_t{1} << 16});  // enough work to go parallel
   // Each side reads a temporary of its own branch. In step order the second branch's
   // temporaries outlive the first's, so a planner reusing bytes by step order alone would
   // give them the same memory and thereby order one branch after the other.
@@ -140,7 +144,7 @@ TEST(Compiler, IndependentBranchesRunAtTheSameTime) {
   Node* b = g.add_node(std::make_shared<RendezvousOp>(1), {exp(neg(x))});
   g.set_outputs({a->outputs[0], b->outputs[0]});
   Function f = compile(g);
-  auto out = f({Tensor::zeros(DType::kFloat32, {2})});
+  auto out = f({Tensor::zeros(DType::kFloat32, {int64_t{1} << 16})});
   EXPECT_EQ(out[0].load_int(0), 1) << "branch 0 never saw branch 1 running";
   EXPECT_EQ(out[1].load_int(0), 1) << "branch 1 never saw branch 0 running";
 }
@@ -233,7 +237,9 @@ TEST(Executor, OverlappingAsyncRunsEachGetTheirOwnResults) {
     std::vector<std::vector<Tensor>> inputs;
     std::vector<PendingRun> runs;
     for (int i = 0; i < 6; ++i) {
-      int64_t n = 1000 + 517 * i;  // different shapes, so different plans, in flight at once
+      // Different shapes, so different plans, in flight at once; large enough that the
+      // branched graph's steps are pushed one by one.
+      int64_t n = 40000 + 517 * i;
       inputs.push_back({testing::random_tensor(DType::kFloat32, {n}, rng),
                         testing::random_tensor(DType::kFloat32, {n}, rng)});
       runs.push_back(f.run_async(inputs.back()));
