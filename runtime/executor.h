@@ -4,7 +4,9 @@
 // A program with parallel branches pushes each step to the dependency engine with a
 // variable per buffer, so independent branches run at the same time; a pure chain runs in
 // one thread. Large splittable thunks (KILN_THUNK_SPLIT) are divided across CPU workers.
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -64,7 +66,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // A branched program whose steps touch fewer elements than this in all runs its steps
   // in order in one thread: parallel branches would save less than the wake-ups cost.
   static constexpr int64_t kParallelWork = int64_t(1) << 16;
-  void set_split_grain(int64_t elements) { split_grain_ = elements > 0 ? elements : kSplitGrain; }
+  // <= 0: the default. Clamped so that 2 * grain cannot overflow.
+  void set_split_grain(int64_t elements) {
+    split_grain_ = elements > 0 ? std::min(elements, INT64_MAX / 4) : kSplitGrain;
+  }
   // Fill outputs and temporaries with 0xFF bytes before each run, so an element a thunk
   // fails to write shows up (NaN, -1) instead of stale data from a reused buffer.
   void set_poison_buffers(bool on) { poison_ = on; }
