@@ -71,7 +71,9 @@ Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>
   } catch (const UserError& e) {
     std::vector<std::string> desc;
     for (auto* v : inputs) desc.push_back(v->name + ": " + v->type.to_string());
-    throw UserError(node->label() + ": " + e.what() + " [inputs: " + join(desc, "; ") + "]");
+    std::string msg = node->label() + ": " + e.what() + " [inputs: " + join(desc, "; ") + "]";
+    if (dynamic_cast<const UnsupportedError*>(&e)) throw UnsupportedError(msg);
+    throw UserError(msg);
   }
   node->inputs = inputs;
   for (size_t i = 0; i < out_types.size(); ++i) {

@@ -4,6 +4,12 @@
 #include <mutex>
 
 #include "ops/concat.h"
+#include "ops/conv.h"
+#include "ops/expand.h"
+#include "ops/gather.h"
+#include "ops/pad.h"
+#include "ops/pool.h"
+#include "ops/slice.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
@@ -36,6 +42,13 @@ OpRegistry::OpRegistry() {
   add("concat", [](const Attrs& a) { return std::make_shared<Concat>(a); });
   add("softmax", [](const Attrs& a) { return std::make_shared<Softmax>(false, a); });
   add("log_softmax", [](const Attrs& a) { return std::make_shared<Softmax>(true, a); });
+  add("slice", [](const Attrs& a) { return std::make_shared<Slice>(a); });
+  add("expand", [](const Attrs& a) { return std::make_shared<Expand>(a); });
+  add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
+  add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
+  add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
+  add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
+  add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
 }
 
 OpRegistry& OpRegistry::instance() {

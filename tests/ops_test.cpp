@@ -3,12 +3,15 @@
 // shape cases (dimensions are dynamic), and every module must compile without warnings.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
+#include "ops/slice.h"
 #include "runtime/engine.h"
 #include "tests/helpers.h"
 
@@ -377,6 +380,147 @@ TEST(Softmax, StableOverAnyAxis) {
     auto out = compile(g)({huge});
     for (double v : out[2].to_doubles()) EXPECT_TRUE(std::isfinite(v));
   }
+}
+
+TEST(ShapeOps, SliceWithNegativeStepsClampedBoundsAndStrides) {
+  std::mt19937 rng(21);
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+  };
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  for (const Case& c : {Case{{1, 0}, {3, -1}, {}, {}}, Case{{-1}, {small}, {1}, {-1}},
+                        Case{{0, 5}, {big, 1}, {2, 0}, {2, -2}}, Case{{10}, {20}, {-1}, {}}}) {
+    Graph g("slice");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
+    Attrs a{{"starts", c.starts}, {"ends", c.ends}};
+    if (!c.axes.empty()) a["axes"] = c.axes;
+    if (!c.steps.empty()) a["steps"] = c.steps;
+    g.set_outputs({apply("slice", {x}, a)});
+    check_graph(g, {{random_tensor(DType::kFloat32, {6, 5, 4}, rng)},
+                    {non_contiguous(random_tensor(DType::kFloat32, {3, 7, 2}, rng))},
+                    {random_tensor(DType::kFloat32, {0, 3, 1}, rng)}});
+  }
+  int64_t first = 0, count = 0;
+  slice_dim(5, -1, small, -1, &first, &count);  // the whole axis reversed
+  EXPECT_EQ(first, 4);
+  EXPECT_EQ(count, 5);
+  slice_dim(5, 1, big, 2, &first, &count);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(count, 2);
+  EXPECT_THROW(apply("slice", {input(*new Graph, "x", DType::kFloat32, {3})}, Attrs{{"starts", std::vector<int64_t>{0}}, {"ends", std::vector<int64_t>{1}}, {"steps", std::vector<int64_t>{0}}}), UserError);
+}
+
+TEST(ShapeOps, ExpandPadAndGather) {
+  std::mt19937 rng(22);
+  {
+    Graph g("expand");
+    Var x = input(g, "x", DType::kFloat64, {kDynamic, kDynamic});
+    g.set_outputs({apply("expand", {x}, {{"shape", std::vector<int64_t>{2, 1, 4}}})});
+    check_graph(g, {{random_tensor(DType::kFloat64, {3, 1}, rng)},
+                    {random_tensor(DType::kFloat64, {1, 4}, rng)},
+                    {non_contiguous(random_tensor(DType::kFloat64, {5, 4}, rng))}});
+  }
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBool}) {
+    Graph g("pad");
+    Var x = input(g, "x", dt, {kDynamic, kDynamic});
+    g.set_outputs({apply("pad", {x}, {{"pads", std::vector<int64_t>{1, 0, 2, 3}}, {"value", 1.0}}),
+                   apply("pad", {x}, {{"pads", std::vector<int64_t>{-1, 2, 0, -2}}})});
+    check_graph(g, {{random_tensor(dt, {3, 4}, rng)}, {non_contiguous(random_tensor(dt, {4, 5}, rng))}});
+  }
+  for (DType it : {DType::kInt64, DType::kInt32}) {
+    Graph g("gather");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
+    Var i = input(g, "i", it, {kDynamic, kDynamic});
+    g.set_outputs({apply("gather", {x, i}, {{"axis", int64_t{1}}}), apply("gather", {x, i}),
+                   apply("gather", {x, i}, {{"axis", int64_t{-1}}})});
+    Tensor idx = Tensor::from_doubles(it, {2, 2}, {0, -1, 1, -2});
+    check_graph(g, {{random_tensor(DType::kFloat32, {3, 4, 5}, rng), idx},
+                    {non_contiguous(random_tensor(DType::kFloat32, {2, 3, 2}, rng)), idx}});
+    Function f = compile(g);
+    Tensor bad = Tensor::from_doubles(it, {1, 1}, {7});
+    EXPECT_NE(testing::error_of([&] { f({random_tensor(DType::kFloat32, {3, 4, 5}, rng), bad}); })
+                  .find("gather: index 7 is out of range"),
+              std::string::npos);
+  }
+}
+
+TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
+  std::mt19937 rng(23);
+  struct Case {
+    std::string name;
+    std::vector<int64_t> x, w;
+    Attrs attrs;
+    bool bias;
+  };
+  using V = std::vector<int64_t>;
+  const std::vector<Case> cases{
+      {"plain", {2, 3, 7, 6}, {4, 3, 3, 3}, {}, true},
+      {"pads_strides", {1, 2, 9, 8}, {3, 2, 3, 2}, {{"pads", V{1, 0, 2, 1}}, {"strides", V{2, 3}}}, false},
+      {"groups_dilations", {2, 4, 8, 8}, {6, 2, 2, 3}, {{"group", int64_t{2}}, {"dilations", V{2, 1}}}, true},
+      {"depthwise_same", {1, 3, 5, 6}, {3, 1, 3, 3}, {{"group", int64_t{3}}, {"auto_pad", std::string("SAME_UPPER")}, {"strides", V{2, 2}}}, true},
+      {"pointwise", {2, 5, 4, 3}, {7, 5, 1, 1}, {}, true},
+      {"one_d", {2, 3, 10}, {4, 3, 3}, {{"pads", V{1, 2}}, {"strides", V{2}}, {"dilations", V{2}}}, true},
+  };
+  for (const auto& c : cases) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      Graph g("conv_" + c.name);
+      V xdims = c.x;
+      xdims[0] = kDynamic;
+      Var x = input(g, "x", dt, xdims);
+      Var w = input(g, "w", dt, c.w);
+      std::vector<Var> ins{x, w};
+      if (c.bias) ins.push_back(input(g, "b", dt, {c.w[0]}));
+      g.set_outputs({apply("conv", ins, c.attrs)});
+      std::vector<Tensor> one{random_tensor(dt, c.x, rng), random_tensor(dt, c.w, rng)};
+      std::vector<Tensor> strided{non_contiguous(random_tensor(dt, c.x, rng)), non_contiguous(random_tensor(dt, c.w, rng))};
+      if (c.bias) {
+        one.push_back(random_tensor(dt, {c.w[0]}, rng));
+        strided.push_back(non_contiguous(random_tensor(dt, {c.w[0]}, rng)));
+      }
+      SCOPED_TRACE(c.name);
+      check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    }
+  }
+}
+
+TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
+  Graph g("conv_bad");
+  Var x = input(g, "x", DType::kFloat32, {1, 4, 5, 5});
+  EXPECT_NE(testing::error_of([&] { apply("conv", {x, input(g, "w", DType::kFloat32, {2, 3, 3, 3})}); })
+                .find("do not fit group 1"),
+            std::string::npos);
+  EXPECT_THROW(apply("conv", {x, input(g, "w2", DType::kFloat32, {2, 4, 7, 7})}), UserError);  // window too big
+  Var x3 = input(g, "x3", DType::kFloat32, {1, 4, 5, 5, 5});
+  EXPECT_THROW(apply("conv", {x3, input(g, "w3", DType::kFloat32, {2, 4, 3, 3, 3})}), UnsupportedError);
+}
+
+TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
+  std::mt19937 rng(24);
+  using V = std::vector<int64_t>;
+  const std::vector<std::pair<std::string, Attrs>> cases{
+      {"max_pool", {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}}},
+      {"max_pool", {{"kernel_shape", V{3, 2}}, {"strides", V{2, 2}}, {"ceil_mode", int64_t{1}}, {"dilations", V{1, 2}}}},
+      {"max_pool", {{"kernel_shape", V{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}},
+      {"average_pool", {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
+      {"average_pool", {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}}},
+      {"average_pool", {{"kernel_shape", V{2, 3}}, {"strides", V{2, 2}}, {"ceil_mode", int64_t{1}}}},
+  };
+  for (const auto& [op, attrs] : cases) {
+    Graph g(op);
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, 7, 8});
+    g.set_outputs({apply(op, {x}, attrs)});
+    SCOPED_TRACE(op + attrs_to_string(attrs));
+    Tensor nan = random_tensor(DType::kFloat32, {1, 1, 7, 8}, rng);
+    nan.store(9, std::nan(""));
+    check_graph(g, {{random_tensor(DType::kFloat32, {2, 3, 7, 8}, rng)},
+                    {non_contiguous(random_tensor(DType::kFloat32, {3, 2, 7, 8}, rng))},
+                    {nan}});
+  }
+  Graph g("pool_1d");
+  Var x = input(g, "x", DType::kFloat64, {kDynamic, 2, 9});
+  g.set_outputs({apply("max_pool", {x}, {{"kernel_shape", V{3}}, {"strides", V{2}}}),
+                 apply("average_pool", {x}, {{"kernel_shape", V{4}}, {"pads", V{2, 1}}})});
+  check_graph(g, {{random_tensor(DType::kFloat64, {3, 2, 9}, rng)}}, 1e-12, 1e-12);
 }
 
 }  // namespace

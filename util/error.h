@@ -16,6 +16,13 @@ class UserError : public Error {
   using Error::Error;
 };
 
+// A valid model asks for something kiln does not implement (an op, an attribute value, a
+// dtype); tools such as the ONNX conformance runner count these apart from failures.
+class UnsupportedError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& what) : Error("internal error: " + what) {}

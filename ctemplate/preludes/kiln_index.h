@@ -135,4 +135,22 @@ KILN_INDEX_FN void kiln_copy_strided(void *dst, const void *src, int ndim, const
   kiln_copy_nd(dst, cs, src, strides, ndim, shape, esize);
 }
 
+/* ONNX Slice on one dimension of size `dim`: clamps start/end (negative counts from the end)
+ * and returns the first index and the element count for `step` (non-zero). */
+KILN_INDEX_FN void kiln_slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step,
+                                  int64_t *first, int64_t *count) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = start < 0 ? 0 : (start > dim ? dim : start);
+    end = end < 0 ? 0 : (end > dim ? dim : end);
+    *count = end > start ? (end - start + step - 1) / step : 0;
+  } else {
+    start = start < 0 ? 0 : (start > dim - 1 ? dim - 1 : start);
+    end = end < -1 ? -1 : (end > dim - 1 ? dim - 1 : end);
+    *count = start > end ? (start - end - step - 1) / -step : 0;
+  }
+  *first = *count > 0 ? start : 0;
+}
+
 #endif /* KILN_INDEX_H */

@@ -1,0 +1,58 @@
+#include "ops/expand.h"
+
+#include "ops/broadcast.h"
+#include "util/error.h"
+
+namespace kiln {
+
+Expand::Expand(Attrs props) : COp("expand", std::move(props)) {
+  check_known_attrs(this->props(), {"shape"});
+  shape_ = attr_ints(this->props(), "shape");
+  for (int64_t d : shape_) {
+    if (d < 0) throw AttrError("shape", "dimensions must be >= 0");
+  }
+}
+
+std::vector<TensorType> Expand::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 1) throw UserError("expand takes 1 input");
+  if (std::max(inputs[0].rank(), static_cast<int>(shape_.size())) > 16)
+    throw UserError("expand: rank > 16");
+  return {TensorType{inputs[0].dtype, broadcast_dims({inputs[0].dims, shape_})}};
+}
+
+std::vector<Shape> Expand::infer_shape(const std::vector<Shape>& inputs) const {
+  return {broadcast_shapes({inputs[0], shape_})};
+}
+
+void Expand::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& in = inputs[0];
+  Tensor& out = outputs[0];
+  const size_t r = out.shape().size(), lead = r - static_cast<size_t>(in.ndim());
+  Shape strides(r, 0);
+  for (size_t d = lead; d < r; ++d) {
+    if (in.shape()[d - lead] != 1) strides[d] = in.strides()[d - lead];
+  }
+  if (out.numel() == 0) return;
+  copy_into(Tensor(in.storage(), in.byte_offset(), in.dtype(), out.shape(), strides), out);
+}
+
+std::string Expand::c_code(const Node& node, const CodeNames& names, const Sub&) const {
+  const int in_rank = node.inputs[0]->type.rank();
+  const int rank = node.outputs[0]->type.rank();
+  const std::string& in = names.inputs[0];
+  const std::string& out = names.outputs[0];
+  const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
+  std::string s = "{\n  int64_t st[KILN_MAX_DIMS];\n";
+  for (int d = 0; d < rank; ++d) {
+    const int k = d - (rank - in_rank);
+    const std::string ds = std::to_string(d), ks = std::to_string(k);
+    s += k < 0 ? "  st[" + ds + "] = 0;\n"
+               : "  st[" + ds + "] = " + in + "->shape[" + ks + "] == 1 ? 0 : " + in +
+                     "->strides[" + ks + "];\n";
+  }
+  s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, " + std::to_string(rank) + ", " +
+       out + "->shape, st, " + es + ");\n}\n";
+  return s;
+}
+
+}  // namespace kiln

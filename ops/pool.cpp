@@ -1,0 +1,118 @@
+#include "ops/pool.h"
+
+#include <cmath>
+#include <limits>
+
+#include "util/error.h"
+
+namespace kiln {
+
+Pool::Pool(bool is_max, Attrs props)
+    : COp(is_max ? "max_pool" : "average_pool", std::move(props)), is_max_(is_max) {
+  std::vector<std::string> known{"kernel_shape", "strides",  "dilations",
+                                 "pads",         "auto_pad", "ceil_mode"};
+  if (!is_max) known.push_back("count_include_pad");
+  check_known_attrs(this->props(), known);
+  window_ = WindowAttrs::from_props(this->props(), name());
+  if (window_.kernel.empty()) throw AttrError("kernel_shape", "is required");
+  count_include_pad_ = attr_int(this->props(), "count_include_pad", 0) != 0;
+}
+
+std::vector<WindowDims> Pool::geometry(const std::vector<int64_t>& x) const {
+  return resolve_window(window_, std::vector<int64_t>(x.begin() + 2, x.end()), window_.kernel,
+                        name());
+}
+
+std::vector<TensorType> Pool::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 1) throw UserError(name() + " takes 1 input");
+  const auto& x = inputs[0];
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64) {
+    throw UnsupportedError(name() + ": " + x.to_string() +
+                           " input (float32 and float64 are supported)");
+  }
+  if (x.rank() != 3 && x.rank() != 4) {
+    throw UnsupportedError(name() + ": rank-" + std::to_string(x.rank()) +
+                           " input (1-D and 2-D pooling are supported)");
+  }
+  for (int d = 2; d < x.rank(); ++d) {
+    if (x.dims[static_cast<size_t>(d)] == kDynamic) {
+      throw UnsupportedError(name() + ": spatial dimensions must be static, got " + x.to_string());
+    }
+  }
+  TensorType out{x.dtype, {x.dims[0], x.dims[1]}};
+  for (const auto& g : geometry(x.dims)) out.dims.push_back(g.out);
+  return {out};
+}
+
+std::vector<Shape> Pool::infer_shape(const std::vector<Shape>& inputs) const {
+  Shape out{inputs[0][0], inputs[0][1]};
+  for (const auto& g : geometry(inputs[0])) out.push_back(g.out);
+  return {out};
+}
+
+void Pool::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& x = inputs[0];
+  Tensor& y = outputs[0];
+  auto g = geometry(x.shape());
+  if (g.size() == 1) g.insert(g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  int64_t flat = 0;
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < g[0].out; ++oy) {
+      for (int64_t ox = 0; ox < g[1].out; ++ox, ++flat) {
+        double acc = is_max_ ? -std::numeric_limits<double>::infinity() : 0.0;
+        int64_t count = 0, padded = 0;
+        for (int64_t i = 0; i < g[0].kernel; ++i) {
+          const int64_t yy = oy * g[0].stride - g[0].pad_begin + i * g[0].dilation;
+          if (yy >= g[0].in + g[0].pad_end) break;
+          for (int64_t j = 0; j < g[1].kernel; ++j) {
+            const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
+            if (xx >= g[1].in + g[1].pad_end) break;
+            ++padded;
+            if (yy < 0 || yy >= g[0].in || xx < 0 || xx >= g[1].in) continue;
+            const double v = x.load((p * g[0].in + yy) * g[1].in + xx);
+            ++count;
+            if (!is_max_) {
+              acc += v;
+            } else if (v > acc || std::isnan(v)) {
+              acc = v;
+            }
+          }
+        }
+        if (!is_max_)
+          acc /= static_cast<double>(count_include_pad_ ? padded : std::max<int64_t>(count, 1));
+        y.store(flat, acc);
+      }
+    }
+  }
+}
+
+std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& xt = node.inputs[0]->type;
+  const bool f32 = xt.dtype == DType::kFloat32;
+  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
+  auto g = geometry(xt.dims);
+  const bool one_d = g.size() == 1;
+  int64_t ohw = 1;
+  for (const auto& d : g) ohw *= d.out;
+  const std::string& x = names.inputs[0];
+  const std::string& y = names.outputs[0];
+  const std::string mode = is_max_ ? "0" : (count_include_pad_ ? "2" : "1");
+  const std::string sy = one_d ? "0" : x + "->strides[2]";
+  const std::string sx = x + "->strides[" + std::string(one_d ? "2" : "3") + "]";
+  // Each part pools a contiguous range of (n, c) planes.
+  std::string s = "{\n";
+  s += "  static const kiln_window g = " + window_c_init(g) + ";\n";
+  s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
+  s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";
+  s += "  const int64_t hi = planes * (" + sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
+  s += "  for (int64_t p = lo; p < hi; ++p) {\n";
+  s += "    const " + T + " *xp = (const " + T + " *)" + x + "->data + (p / C) * " + x +
+       "->strides[0] + (p % C) * " + x + "->strides[1];\n";
+  s += "    kiln_pool_" + S + "(xp, " + sy + ", " + sx + ", &g, " + mode + ", (" + T + " *)" + y +
+       "->data + p * " + std::to_string(ohw) + ");\n";
+  s += "  }\n}\n";
+  return s;
+}
+
+}  // namespace kiln
