@@ -51,7 +51,7 @@ std::string signature_of(const Graph& graph, const Refs& refs) {
     s.append("input ").append(refs.of(v)).append(" ").append(v->type.to_string()).append("\n");
   for (const Variable* v : graph.constants()) {
     s.append("constant ").append(refs.of(v)).append(" ").append(v->type.to_string());
-    if (v->type.rank() == 0 && v->value) {
+    if (is_inlined_scalar(v)) {
       // Inlined into the source: the value is part of the code.
       s.append(" value=")
           .append(std::to_string(v->value->load_int(0)))

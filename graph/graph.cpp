@@ -53,6 +53,12 @@ Variable* Graph::add_constant(Tensor value, const std::string& name) {
   return v;
 }
 
+Variable* Graph::add_parameter(Tensor value, const std::string& name) {
+  Variable* v = add_constant(std::move(value), name);
+  v->parameter = true;
+  return v;
+}
+
 Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
                       const std::string& node_name,
                       const std::vector<std::string>& output_names) {

@@ -24,7 +24,16 @@ struct Variable {
   Node* owner = nullptr;  // for node outputs
   int output_index = 0;
   std::optional<Tensor> value;  // for constants
+  // A model weight (e.g. an ONNX initializer): bound at run time like any tensor constant
+  // and never inlined into the source, so one module serves any weights.
+  bool parameter = false;
 };
+
+// True for a rank-0 constant whose value is pasted into generated code (and so into the
+// cache key); parameters never are.
+inline bool is_inlined_scalar(const Variable* v) {
+  return v->kind == VarKind::kConstant && v->type.rank() == 0 && v->value && !v->parameter;
+}
 
 struct Node {
   int id = 0;
@@ -46,6 +55,7 @@ class Graph {
   Variable* add_input(const std::string& name, TensorType type);
   // Tensor constants (weights) become module inputs; rank-0 constants may be inlined.
   Variable* add_constant(Tensor value, const std::string& name = "");
+  Variable* add_parameter(Tensor value, const std::string& name);  // see Variable::parameter
   // Runs the op's type inference; a mismatch throws UserError naming node, op and types.
   Node* add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
                  const std::string& node_name = "",

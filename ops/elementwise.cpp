@@ -170,7 +170,7 @@ std::string Elementwise::c_code(const Node& node, const CodeNames& names, const 
     op.dtype = v->type.dtype;
     op.rank = v->type.rank();
     // Scalar constants are part of the graph signature, so inlining them is safe.
-    if (v->kind == VarKind::kConstant && v->type.rank() == 0 && v->value) {
+    if (is_inlined_scalar(v)) {
       op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
     }
     ops.push_back(op);

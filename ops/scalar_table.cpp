@@ -97,6 +97,9 @@ const std::vector<ScalarOpDef> kOps = {
   // Half-way cases round to even, as in NumPy and ONNX.
   {"round",      1, Domain::kFloat,         OutRule::kSame,  "nearbyint${f}(${0})",               "",
    [](P x, P) { return std::nearbyint(x[0]); }, nullptr, {}},
+  // C fmod: the result has the dividend's sign (ONNX Mod with fmod=1).
+  {"fmod",       2, Domain::kFloat,         OutRule::kSame,  "fmod${f}(${0}, ${1})",              "",
+   [](P x, P) { return std::fmod(x[0], x[1]); }, nullptr, {}},
   {"maximum",    2, Domain::kNumeric,       OutRule::kSame,  "((${0} > ${1} || ${0} != ${0}) ? ${0} : ${1})", "(${0} > ${1} ? ${0} : ${1})",
    [](P x, P) { return nan_max(x[0], x[1]); }, [](I x, P) { return x[0] > x[1] ? x[0] : x[1]; }, {}},
   {"minimum",    2, Domain::kNumeric,       OutRule::kSame,  "((${0} < ${1} || ${0} != ${0}) ? ${0} : ${1})", "(${0} < ${1} ? ${0} : ${1})",

@@ -32,7 +32,7 @@ Range range_for(const std::string& op, size_t input) {
   if (op == "log1p") return {-0.9, 4};
   if (op == "pow") return input == 0 ? Range{0.1, 3} : Range{-2, 2};
   if (op == "cast") return {-100, 100};
-  if (op == "div" || op == "mod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
+  if (op == "div" || op == "mod" || op == "fmod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
   return {};
 }
 

@@ -1,0 +1,126 @@
+#include "frontend/onnx_importer.h"
+
+#include <onnx/onnx_pb.h>
+
+#include "ops/reference.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+// Folding runs `perform` at load time: worth it for shape arithmetic, not for big tensors.
+constexpr int64_t kFoldLimit = 1 << 16;
+}  // namespace
+
+bool OnnxImporter::has_input(const onnx::NodeProto& n, int i) {
+  return i < n.input_size() && !n.input(i).empty();
+}
+
+const std::string& OnnxImporter::input_name(const onnx::NodeProto& n, int i) const {
+  if (!has_input(n, i)) throw UserError("input " + std::to_string(i) + " is missing");
+  return n.input(i);
+}
+
+const Tensor* OnnxImporter::known(const std::string& name) const {
+  auto it = known_.find(name);
+  return it == known_.end() ? nullptr : &it->second;
+}
+
+void OnnxImporter::add_known(const std::string& name, Tensor value, bool parameter) {
+  known_[name] = std::move(value);
+  known_is_parameter_[name] = parameter;
+}
+
+Variable* OnnxImporter::variable(const std::string& name) {
+  auto it = vars_.find(name);
+  if (it != vars_.end()) return it->second;
+  auto k = known_.find(name);
+  if (k == known_.end()) return nullptr;
+  // Known values used as data become constants on first use; weights stay parameters.
+  Variable* v = known_is_parameter_[name] ? graph_->add_parameter(k->second, name) : graph_->add_constant(k->second, name);
+  vars_[name] = v;
+  return v;
+}
+
+Var OnnxImporter::in(const onnx::NodeProto& n, int i) {
+  const std::string& name = input_name(n, i);
+  Variable* v = variable(name);
+  if (!v) throw UserError("input " + std::to_string(i) + " '" + name + "' is not produced by any earlier node");
+  return Var(graph_, v);
+}
+
+const Tensor& OnnxImporter::const_in(const onnx::NodeProto& n, int i, const std::string& what) {
+  const std::string& name = input_name(n, i);
+  const Tensor* t = known(name);
+  if (!t) {
+    throw UnsupportedError("input " + std::to_string(i) + " '" + name + "' (" + what +
+                           ") must be known when the model loads (a constant, an initializer or shape "
+                           "arithmetic on static shapes)");
+  }
+  return *t;
+}
+
+std::vector<int64_t> OnnxImporter::const_ints(const onnx::NodeProto& n, int i, const std::string& what) {
+  const Tensor& t = const_in(n, i, what);
+  if (is_float(t.dtype()) || t.ndim() > 1) {
+    throw UserError("input " + std::to_string(i) + " '" + n.input(i) + "' (" + what + ") must be a 0-D or 1-D integer tensor, got " + t.describe());
+  }
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < t.numel(); ++k) out.push_back(t.load_int(k));
+  return out;
+}
+
+TensorType OnnxImporter::type_of(const onnx::NodeProto& n, int i) {
+  const std::string& name = input_name(n, i);
+  if (const Tensor* t = known(name)) return TensorType{t->dtype(), t->shape()};
+  Variable* v = variable(name);
+  if (!v) throw UserError("input " + std::to_string(i) + " '" + name + "' is not produced by any earlier node");
+  return v->type;
+}
+
+bool OnnxImporter::fold_inputs(const onnx::NodeProto& n, Graph& scratch, std::vector<Tensor>& values,
+                               std::map<std::string, Variable*>& scratch_vars) {
+  int64_t total = 0;
+  for (int i = 0; i < n.input_size(); ++i) {
+    if (n.input(i).empty()) continue;
+    const Tensor* t = known(n.input(i));
+    if (!t) return false;
+    total += t->numel();
+    if (scratch_vars.count(n.input(i))) continue;
+    scratch_vars[n.input(i)] = input(scratch, n.input(i), t->dtype(), t->shape()).var();
+    values.push_back(*t);
+  }
+  return total <= kFoldLimit;
+}
+
+void OnnxImporter::finish_fold(const onnx::NodeProto& n, Graph& scratch, const std::vector<Var>& outs,
+                               const std::vector<Tensor>& values) {
+  std::vector<Variable*> out_vars;
+  for (const Var& v : outs) out_vars.push_back(v.var());
+  // A converter may hand back an input itself (Identity): evaluate_reference needs outputs
+  // computed by nodes, so those are taken from the values directly.
+  std::vector<Tensor> results(outs.size());
+  std::vector<Variable*> computed;
+  for (Variable* v : out_vars) {
+    if (v->kind == VarKind::kNodeOutput) computed.push_back(v);
+  }
+  scratch.set_outputs(computed);
+  auto evaluated = computed.empty() ? std::vector<Tensor>{} : evaluate_reference(scratch, values);
+  size_t next = 0;
+  for (size_t k = 0; k < out_vars.size(); ++k) {
+    Variable* v = out_vars[k];
+    if (v->kind == VarKind::kNodeOutput) {
+      results[k] = evaluated[next++];
+    } else if (v->kind == VarKind::kConstant) {
+      results[k] = *v->value;
+    } else {
+      for (size_t i = 0; i < scratch.inputs().size(); ++i) {
+        if (scratch.inputs()[i] == v) results[k] = values[i];
+      }
+    }
+  }
+  for (size_t k = 0; k < results.size() && static_cast<int>(k) < n.output_size(); ++k) {
+    if (!n.output(static_cast<int>(k)).empty()) add_known(n.output(static_cast<int>(k)), results[k].clone(), false);
+  }
+}
+
+}  // namespace kiln

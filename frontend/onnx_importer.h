@@ -1,0 +1,91 @@
+#pragma once
+// State shared by the ONNX loader and the per-op converters: the graph being built, the
+// kiln variable behind every ONNX value name, and the values known at load time
+// (initializers, Constant nodes, folded shape arithmetic).
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "ops/builders.h"
+
+namespace onnx {
+class NodeProto;
+}
+
+namespace kiln {
+
+class OnnxImporter {
+ public:
+  OnnxImporter(Graph& graph, int opset, std::string origin)
+      : graph_(&graph), opset_(opset), origin_(std::move(origin)) {}
+
+  Graph& graph() { return *graph_; }
+  int opset() const { return opset_; }
+  const std::string& origin() const { return origin_; }
+
+  // Input i of the node is given (ONNX marks omitted optional inputs with "").
+  static bool has_input(const onnx::NodeProto& n, int i);
+  // Input i as a graph variable; a known value becomes a graph constant (initializers
+  // become parameters). Throws naming the node when the input is missing.
+  Var in(const onnx::NodeProto& n, int i);
+  // Input i's value, which must be known at load time (shape inputs such as Reshape's).
+  const Tensor& const_in(const onnx::NodeProto& n, int i, const std::string& what);
+  std::vector<int64_t> const_ints(const onnx::NodeProto& n, int i, const std::string& what);
+  // Input i's static type (known values included).
+  TensorType type_of(const onnx::NodeProto& n, int i);
+  bool is_known(const std::string& name) const { return known_.count(name) != 0; }
+  const Tensor* known(const std::string& name) const;
+
+  // Registration, used by the loader.
+  void add_input(const std::string& name, Variable* v) { vars_[name] = v; }
+  void add_known(const std::string& name, Tensor value, bool parameter);
+  void bind(const std::string& name, Var v) { vars_[name] = v.var(); }
+  Variable* variable(const std::string& name);  // nullptr when the name has no value yet
+
+  // Evaluates `convert` on known inputs at load time into known outputs (shape arithmetic).
+  // Returns false when some input is not known or the inputs are too large to fold.
+  template <class Convert>
+  bool try_fold(const onnx::NodeProto& n, Convert&& convert);
+
+ private:
+  bool fold_inputs(const onnx::NodeProto& n, Graph& scratch, std::vector<Tensor>& values,
+                   std::map<std::string, Variable*>& scratch_vars);
+  void finish_fold(const onnx::NodeProto& n, Graph& scratch, const std::vector<Var>& outs,
+                   const std::vector<Tensor>& values);
+  const std::string& input_name(const onnx::NodeProto& n, int i) const;
+
+  Graph* graph_;
+  int opset_;
+  std::string origin_;
+  std::map<std::string, Variable*> vars_;
+  std::map<std::string, Tensor> known_;
+  std::map<std::string, bool> known_is_parameter_;
+};
+
+template <class Convert>
+bool OnnxImporter::try_fold(const onnx::NodeProto& n, Convert&& convert) {
+  Graph scratch("fold");
+  std::vector<Tensor> values;
+  std::map<std::string, Variable*> scratch_vars;
+  if (!fold_inputs(n, scratch, values, scratch_vars)) return false;
+  Graph* saved_graph = graph_;
+  graph_ = &scratch;
+  vars_.swap(scratch_vars);
+  std::vector<Var> outs;
+  try {
+    outs = convert();
+  } catch (...) {
+    graph_ = saved_graph;
+    vars_.swap(scratch_vars);
+    throw;
+  }
+  graph_ = saved_graph;
+  vars_.swap(scratch_vars);
+  finish_fold(n, scratch, outs, values);
+  return true;
+}
+
+}  // namespace kiln

@@ -1,0 +1,213 @@
+#include "frontend/onnx_model.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "frontend/onnx_importer.h"
+#include "frontend/onnx_ops.h"
+#include "frontend/onnx_tensor.h"
+#include "ops/registry.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+namespace {
+
+std::string node_where(const onnx::NodeProto& n, int index) {
+  std::string s = "node " + std::to_string(index);
+  if (!n.name().empty()) s += " '" + n.name() + "'";
+  return s + " (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") + n.op_type() + ")";
+}
+
+// Attributes as kiln props; TENSOR and GRAPH attributes are left to the converters.
+Attrs attrs_of(const onnx::NodeProto& n) {
+  Attrs a;
+  for (const auto& at : n.attribute()) {
+    switch (at.type()) {
+      case onnx::AttributeProto::INT: a[at.name()] = static_cast<int64_t>(at.i()); break;
+      case onnx::AttributeProto::FLOAT: a[at.name()] = static_cast<double>(at.f()); break;
+      case onnx::AttributeProto::STRING: a[at.name()] = at.s(); break;
+      case onnx::AttributeProto::INTS: a[at.name()] = std::vector<int64_t>(at.ints().begin(), at.ints().end()); break;
+      case onnx::AttributeProto::FLOATS: {
+        std::vector<double> v(at.floats().begin(), at.floats().end());
+        a[at.name()] = v;
+        break;
+      }
+      default: break;
+    }
+  }
+  return a;
+}
+
+int default_opset(const onnx::ModelProto& m, const std::string& origin) {
+  int opset = -1;
+  for (const auto& o : m.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = static_cast<int>(o.version());
+  }
+  if (opset < 0) {
+    // IR version 2 models carry no opset_import; they are opset 1, which kiln predates.
+    throw UnsupportedError(origin + ": the model imports no default-domain opset");
+  }
+  if (opset < kOnnxMinOpset || opset > kOnnxMaxOpset) {
+    throw UnsupportedError(origin + ": opset " + std::to_string(opset) + " is outside the supported " +
+                           std::to_string(kOnnxMinOpset) + ".." + std::to_string(kOnnxMaxOpset));
+  }
+  return opset;
+}
+
+TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
+  if (!v.type().has_tensor_type()) throw UnsupportedError(where + ": only tensor values are supported");
+  const auto& tt = v.type().tensor_type();
+  auto dt = dtype_from_onnx(tt.elem_type());
+  if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
+    throw UnsupportedError(where + ": element type " + onnx_dtype_name(tt.elem_type()) + " is not supported");
+  }
+  if (!tt.has_shape()) throw UnsupportedError(where + ": the value has no shape (its rank must be known)");
+  TensorType t{*dt, {}};
+  for (const auto& d : tt.shape().dim()) t.dims.push_back(d.has_dim_value() ? d.dim_value() : kDynamic);
+  return t;
+}
+
+// Every unsupported op, attribute and output in the graph, in one list.
+void check_supported(const onnx::GraphProto& g, int opset, const std::string& origin) {
+  std::vector<std::string> problems;
+  std::set<std::string> bad_ops;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    const OnnxOpSpec* spec = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+    if (!spec) {
+      problems.push_back(node_where(n, i) + ": op " + n.op_type() + " is not supported");
+      bad_ops.insert((default_domain ? "" : n.domain() + ".") + n.op_type());
+      continue;
+    }
+    for (const auto& at : n.attribute()) {
+      if (std::find(spec->attrs.begin(), spec->attrs.end(), at.name()) == spec->attrs.end()) {
+        problems.push_back(node_where(n, i) + ": attribute '" + at.name() + "' is not supported");
+      }
+    }
+    if (spec->check) {
+      try {
+        for (const auto& p : spec->check(attrs_of(n), n, opset)) problems.push_back(node_where(n, i) + ": " + p);
+      } catch (const UserError& e) {
+        problems.push_back(node_where(n, i) + ": " + e.what());
+      }
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg = origin + ": the model uses " + std::to_string(problems.size()) + " unsupported feature" +
+                    (problems.size() == 1 ? "" : "s");
+  if (!bad_ops.empty()) msg += " (ops: " + join(std::vector<std::string>(bad_ops.begin(), bad_ops.end()), ", ") + ")";
+  msg += ":";
+  for (const auto& p : problems) msg += "\n  " + p;
+  throw UnsupportedError(msg);
+}
+
+}  // namespace
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin, const fs::path& base_dir) {
+  onnx::ModelProto model;
+  if (bytes.empty()) throw UserError(origin + ": the file is empty");
+  if (!model.ParseFromString(bytes)) {
+    throw UserError(origin + ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
+                    std::to_string(bytes.size()) + " bytes read)");
+  }
+  if (!model.has_graph()) throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  const int opset = default_opset(model, origin);
+  const auto& gp = model.graph();
+  check_supported(gp, opset, origin);
+
+  Graph graph(gp.name().empty() ? fs::path(origin).stem().string() : gp.name());
+  OnnxImporter im(graph, opset, origin);
+  std::set<std::string> init_names;
+  for (int i = 0; i < gp.initializer_size(); ++i) {
+    const auto& t = gp.initializer(i);
+    const std::string where = origin + ": initializer " + std::to_string(i) + " '" + t.name() + "'";
+    if (t.name().empty()) throw UserError(where + " has no name");
+    im.add_known(t.name(), tensor_from_onnx(t, base_dir, where), true);
+    init_names.insert(t.name());
+  }
+  if (gp.sparse_initializer_size() > 0) throw UnsupportedError(origin + ": sparse initializers are not supported");
+  for (int i = 0; i < gp.input_size(); ++i) {
+    const auto& v = gp.input(i);
+    if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
+    const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
+    im.add_input(v.name(), graph.add_input(v.name(), value_type(v, where)));
+  }
+  std::set<Variable*> named;
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const auto& n = gp.node(i);
+    const OnnxOpSpec& spec = *find_onnx_op(n.op_type());
+    const Attrs attrs = attrs_of(n);
+    try {
+      auto convert = [&] { return spec.convert(im, n, attrs); };
+      if (n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 && im.try_fold(n, convert)) continue;
+      std::vector<Var> outs = convert();
+      if (static_cast<int>(outs.size()) < n.output_size()) {
+        for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
+          if (!n.output(k).empty()) throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) + "' is not supported");
+        }
+      }
+      for (int k = 0; k < n.output_size(); ++k) {
+        if (n.output(k).empty()) continue;
+        Var v = outs[static_cast<size_t>(k)];
+        // Values known at load time (Constant, Shape, ...) are recorded as values, so
+        // later shape inputs can read them; they reach the graph only if used as data.
+        if (v.var()->kind == VarKind::kConstant && !v.var()->parameter && v.var()->value) {
+          im.add_known(n.output(k), *v.var()->value, false);
+        } else {
+          // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
+          Variable* var = v.var();
+          if (var->kind == VarKind::kNodeOutput && !named.count(var) && !graph.find_variable(n.output(k))) {
+            var->name = n.output(k);
+            named.insert(var);
+          }
+          im.bind(n.output(k), v);
+        }
+      }
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
+    } catch (const UserError& e) {
+      throw UserError(origin + ": " + node_where(n, i) + ": " + e.what());
+    }
+  }
+  std::vector<Variable*> outputs;
+  std::set<Variable*> used;
+  for (int i = 0; i < gp.output_size(); ++i) {
+    const std::string& name = gp.output(i).name();
+    Variable* v = graph.find_variable(name);
+    if (const Tensor* value = im.known(name); value && (!v || v->kind != VarKind::kNodeOutput)) {
+      // A value known at load time (Constant, Shape): the module copies it out.
+      v = graph.add_constant(*value, name + ":value");
+    } else {
+      v = im.variable(name);
+    }
+    if (!v) throw UserError(origin + ": graph output '" + name + "' is not produced by any node");
+    // Every output gets its own node-computed variable carrying the ONNX name, so the CLI
+    // can write DIR/<name>.npy and outputs that repeat a value stay distinct.
+    if (v->kind != VarKind::kNodeOutput || used.count(v) || v->name != name) {
+      Var src(&graph, v);
+      std::vector<int64_t> same(static_cast<size_t>(src.rank()), 0);
+      Node* copy = graph.add_node(OpRegistry::instance().create("reshape", {{"shape", same}}), {v}, "", {name});
+      v = copy->outputs[0];
+    }
+    used.insert(v);
+    outputs.push_back(v);
+  }
+  graph.set_outputs(outputs);
+  return graph;
+}
+
+Graph load_onnx_model(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path.string() + ": cannot open the model file");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return parse_onnx_model(buf.str(), path.string(), path.parent_path());
+}
+
+}  // namespace kiln

@@ -1,0 +1,670 @@
+#include "frontend/onnx_ops.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "frontend/onnx_tensor.h"
+#include "ops/broadcast.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+using Outs = std::vector<Var>;
+using Ints = std::vector<int64_t>;
+
+int64_t rank_axis(int64_t axis, int rank) { return normalize_axis(axis, rank, "axis"); }
+
+const onnx::AttributeProto* tensor_attr(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+std::string attr_problem(const std::string& name, const std::string& value, const std::string& why) {
+  return "attribute " + name + "=" + value + " " + why;
+}
+
+// A check that allows at most `n` outputs.
+std::vector<std::string> max_outputs(const onnx::NodeProto& n, int count, const std::string& why) {
+  for (int i = count; i < n.output_size(); ++i) {
+    if (!n.output(i).empty()) return {"output " + std::to_string(i) + " '" + n.output(i) + "' " + why};
+  }
+  return {};
+}
+
+// Reshape whose target may hold dynamic dimensions: each output dimension is static, the
+// input's dimension at the same index (0), or the single inferred one (-1).
+Var reshape_to(Var x, const Ints& dims, const std::vector<int>& source) {
+  Ints shape;
+  int inferred = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != kDynamic) {
+      shape.push_back(dims[i]);
+    } else if (source[i] == static_cast<int>(i)) {
+      shape.push_back(0);
+    } else {
+      shape.push_back(-1);
+      ++inferred;
+    }
+  }
+  if (inferred > 1) {
+    throw UnsupportedError("reshaping " + x.type().to_string() + " to " + dims_to_string(dims) +
+                           " needs more than one dynamic dimension inferred");
+  }
+  // A static 0 in the target must not be read as "copy the input's dimension".
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) {
+      throw UnsupportedError("reshaping " + x.type().to_string() + " to a shape with a 0-sized dimension");
+    }
+  }
+  return reshape(x, shape);
+}
+
+Var unary(const std::string& op, Var x, const Attrs& a = {}) { return apply(op, {x}, a); }
+
+OnnxOpSpec elementwise(const std::string& op, std::vector<std::string> attrs = {}) {
+  return {attrs, nullptr, [op](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+            std::vector<Var> ins;
+            for (int i = 0; i < n.input_size(); ++i) ins.push_back(im.in(n, i));
+            return Outs{apply(op, ins, a)};
+          }};
+}
+
+// Variadic Max / Min / Sum / Mean: a left fold of the binary op.
+OnnxOpSpec variadic(const std::string& op, bool mean) {
+  return {{}, nullptr, [op, mean](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+            Var acc = im.in(n, 0);
+            for (int i = 1; i < n.input_size(); ++i) acc = apply(op, {acc, im.in(n, i)});
+            if (n.input_size() == 1) acc = reshape(acc, Ints(static_cast<size_t>(acc.rank()), 0));
+            if (mean) acc = acc / static_cast<double>(n.input_size());
+            return Outs{acc};
+          }};
+}
+
+Var scalar_like(Var x, double v) { return scalar(x.graph(), x.dtype(), v); }
+
+// Axes of a Reduce*: attribute before opset 13 (18 for all but ReduceSum), input after.
+Ints reduce_axes(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (OnnxImporter::has_input(n, 1)) return im.const_ints(n, 1, "axes");
+  return attr_ints(a, "axes", Ints{});
+}
+
+OnnxOpSpec reduction(const std::string& kind) {
+  return {{"axes", "keepdims", "noop_with_empty_axes"}, nullptr,
+          [kind](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+            Var x = im.in(n, 0);
+            Ints axes = reduce_axes(im, n, a);
+            const bool keep = attr_int(a, "keepdims", 1) != 0;
+            if (axes.empty() && attr_int(a, "noop_with_empty_axes", 0) != 0) {
+              return Outs{reshape(x, Ints(static_cast<size_t>(x.rank()), 0))};
+            }
+            if (axes.empty()) {
+              for (int d = 0; d < x.rank(); ++d) axes.push_back(d);
+            }
+            auto red = [&](const std::string& op, Var v) { return apply(op, {v}, {{"axes", axes}, {"keepdims", int64_t{keep}}}); };
+            if (kind == "L1") return Outs{red("reduce_sum", abs(x))};
+            if (kind == "L2") return Outs{sqrt(red("reduce_sum", x * x))};
+            if (kind == "SumSquare") return Outs{red("reduce_sum", x * x)};
+            if (kind == "LogSum") return Outs{log(red("reduce_sum", x))};
+            if (kind == "LogSumExp") {
+              Var m = apply("reduce_max", {x}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+              Var s = log(apply("reduce_sum", {exp(x - m)}, {{"axes", axes}, {"keepdims", int64_t{1}}})) + m;
+              return Outs{keep ? s : apply("reduce_sum", {s}, {{"axes", axes}, {"keepdims", int64_t{0}}})};
+            }
+            return Outs{red(kind, x)};
+          }};
+}
+
+Ints static_dims(const TensorType& t, const std::string& what) {
+  for (int64_t d : t.dims) {
+    if (d == kDynamic) throw UnsupportedError(what + " needs static dimensions, got " + t.to_string());
+  }
+  return t.dims;
+}
+
+std::optional<DType> cast_target(const Attrs& a) {
+  return dtype_from_onnx(static_cast<int>(attr_int(a, "to")));
+}
+
+std::vector<std::string> check_cast(const Attrs& a, const onnx::NodeProto&, int) {
+  auto dt = cast_target(a);
+  if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
+    return {attr_problem("to", onnx_dtype_name(static_cast<int>(attr_int(a, "to"))), "(element type not supported)")};
+  }
+  return {};
+}
+
+Outs softmax_like(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bool log) {
+  Var x = im.in(n, 0);
+  const std::string op = log ? "log_softmax" : "softmax";
+  if (im.opset() >= 13) return Outs{apply(op, {x}, {{"axis", attr_int(a, "axis", -1)}})};
+  // Before opset 13 the input is coerced to 2-D at `axis` and normalised per row.
+  const int axis = static_cast<int>(rank_axis(attr_int(a, "axis", 1), x.rank()));
+  if (axis == x.rank() - 1) return Outs{apply(op, {x}, {{"axis", int64_t{-1}}})};
+  Var y = apply(op, {flatten(x, axis)}, {{"axis", int64_t{1}}});
+  std::vector<int> src(static_cast<size_t>(x.rank()), -1);
+  return Outs{reshape_to(y, x.type().dims, src)};
+}
+
+Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool upper, const Attrs& a) {
+  if (im.opset() < 11) {
+    const double inf = std::numeric_limits<double>::infinity();
+    return scalar_like(x, attr_float(a, upper ? "max" : "min", upper ? inf : -inf));
+  }
+  if (OnnxImporter::has_input(n, i)) return im.in(n, i);
+  if (is_float(x.dtype())) return scalar_like(x, upper ? INFINITY : -INFINITY);
+  // Integer bounds: the type's own limits, kept exact as int64 literals.
+  Tensor lim = Tensor::empty(x.dtype(), {});
+  switch (x.dtype()) {
+    case DType::kInt8: lim.store_int(0, upper ? 127 : -128); break;
+    case DType::kUInt8: lim.store_int(0, upper ? 255 : 0); break;
+    case DType::kInt32: lim.store_int(0, upper ? INT32_MAX : INT32_MIN); break;
+    default: lim.store_int(0, upper ? INT64_MAX : INT64_MIN); break;
+  }
+  return constant(x.graph(), lim);
+}
+
+Outs convert_slice(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Attrs p;
+  if (im.opset() < 10) {
+    p["starts"] = attr_ints(a, "starts");
+    p["ends"] = attr_ints(a, "ends");
+    if (a.count("axes")) p["axes"] = attr_ints(a, "axes");
+  } else {
+    p["starts"] = im.const_ints(n, 1, "starts");
+    p["ends"] = im.const_ints(n, 2, "ends");
+    if (OnnxImporter::has_input(n, 3)) p["axes"] = im.const_ints(n, 3, "axes");
+    if (OnnxImporter::has_input(n, 4)) p["steps"] = im.const_ints(n, 4, "steps");
+  }
+  return Outs{apply("slice", {x}, p)};
+}
+
+Outs convert_split(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  const int64_t axis = rank_axis(attr_int(a, "axis", 0), x.rank());
+  const int64_t dim = x.type().dims[static_cast<size_t>(axis)];
+  Ints split = OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "split") : attr_ints(a, "split", Ints{});
+  const int64_t parts = n.output_size();
+  if (split.empty()) {
+    if (dim == kDynamic) throw UnsupportedError("Split into equal parts needs a static dimension, got " + x.type().to_string());
+    const int64_t each = (dim + parts - 1) / parts;  // the last part may be smaller
+    for (int64_t i = 0; i < parts; ++i) split.push_back(std::min(each, dim - i * each));
+  }
+  if (static_cast<int64_t>(split.size()) != parts) {
+    throw UserError("split has " + std::to_string(split.size()) + " sizes for " + std::to_string(parts) + " outputs");
+  }
+  Outs outs;
+  int64_t start = 0;
+  for (int64_t s : split) {
+    outs.push_back(apply("slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{start + s}}, {"axes", Ints{axis}}}));
+    start += s;
+  }
+  if (dim != kDynamic && start != dim) {
+    throw UserError("split sizes add up to " + std::to_string(start) + ", the axis has " + std::to_string(dim));
+  }
+  return outs;
+}
+
+Outs convert_squeeze(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Ints axes = OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "axes") : attr_ints(a, "axes", Ints{});
+  const auto& dims = x.type().dims;
+  std::vector<bool> drop(dims.size(), false);
+  for (int64_t ax : axes) {
+    auto d = static_cast<size_t>(rank_axis(ax, x.rank()));
+    if (dims[d] != 1 && dims[d] != kDynamic) {
+      throw UserError("cannot squeeze axis " + std::to_string(ax) + " of " + x.type().to_string() + " (size is not 1)");
+    }
+    drop[d] = true;
+  }
+  if (axes.empty()) {
+    static_dims(x.type(), "Squeeze without axes");
+    for (size_t d = 0; d < dims.size(); ++d) drop[d] = dims[d] == 1;
+  }
+  Ints out;
+  std::vector<int> src;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (drop[d]) continue;
+    out.push_back(dims[d]);
+    src.push_back(static_cast<int>(d));
+  }
+  return Outs{reshape_to(x, out, src)};
+}
+
+Outs convert_unsqueeze(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Ints axes = OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "axes") : attr_ints(a, "axes");
+  const int out_rank = x.rank() + static_cast<int>(axes.size());
+  std::vector<bool> added(static_cast<size_t>(out_rank), false);
+  for (int64_t ax : axes) {
+    auto d = static_cast<size_t>(rank_axis(ax, out_rank));
+    if (added[d]) throw UserError("axis " + std::to_string(ax) + " given twice");
+    added[d] = true;
+  }
+  Ints out;
+  std::vector<int> src;
+  int k = 0;
+  for (int d = 0; d < out_rank; ++d) {
+    if (added[static_cast<size_t>(d)]) {
+      out.push_back(1);
+      src.push_back(-1);
+    } else {
+      out.push_back(x.type().dims[static_cast<size_t>(k)]);
+      src.push_back(k++);
+    }
+  }
+  return Outs{reshape_to(x, out, src)};
+}
+
+Outs convert_reshape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Ints shape = im.opset() < 5 ? attr_ints(a, "shape") : im.const_ints(n, 1, "shape");
+  if (attr_int(a, "allowzero", 0) != 0 && std::count(shape.begin(), shape.end(), 0) > 0) {
+    throw UnsupportedError("Reshape with allowzero=1 and a 0 in the shape");
+  }
+  return Outs{reshape(x, shape)};
+}
+
+Outs convert_flatten(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  int64_t axis = attr_int(a, "axis", 1);
+  if (axis < 0) axis += x.rank();
+  return Outs{flatten(x, axis)};
+}
+
+Outs convert_gemm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  std::vector<Var> ins{im.in(n, 0), im.in(n, 1)};
+  if (OnnxImporter::has_input(n, 2)) ins.push_back(im.in(n, 2));
+  Attrs p{{"alpha", attr_float(a, "alpha", 1.0)},
+          {"beta", attr_float(a, "beta", 1.0)},
+          {"transA", attr_int(a, "transA", 0)},
+          {"transB", attr_int(a, "transB", 0)}};
+  return Outs{apply("gemm", ins, p)};
+}
+
+Outs convert_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  std::vector<Var> ins{im.in(n, 0), im.in(n, 1)};
+  if (OnnxImporter::has_input(n, 2)) ins.push_back(im.in(n, 2));
+  return Outs{apply("conv", ins, a)};
+}
+
+Outs convert_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bool is_max) {
+  Attrs p = a;
+  p.erase("storage_order");
+  return Outs{apply(is_max ? "max_pool" : "average_pool", {im.in(n, 0)}, p)};
+}
+
+Outs convert_global_pool(OnnxImporter& im, const onnx::NodeProto& n, bool is_max) {
+  Var x = im.in(n, 0);
+  Ints axes;
+  for (int d = 2; d < x.rank(); ++d) axes.push_back(d);
+  return Outs{apply(is_max ? "reduce_max" : "reduce_mean", {x}, {{"axes", axes}, {"keepdims", int64_t{1}}})};
+}
+
+// Per-channel parameter of shape (C) broadcast against (N, C, d1, ...).
+Var per_channel(Var p, int rank) {
+  Ints shape{-1};
+  for (int d = 2; d < rank; ++d) shape.push_back(1);
+  return reshape(p, shape);
+}
+
+Outs convert_batch_norm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  const double eps = attr_float(a, "epsilon", 1e-5);
+  Var scale = im.in(n, 1), bias = im.in(n, 2), mean_v = im.in(n, 3), var_v = im.in(n, 4);
+  // y = x * k + (b - mean * k), k = scale / sqrt(var + eps): two per-channel vectors.
+  Var k = scale / sqrt(var_v + eps);
+  Var shift = bias - mean_v * k;
+  if (x.rank() < 2) return Outs{x * k + shift};
+  return Outs{x * per_channel(k, x.rank()) + per_channel(shift, x.rank())};
+}
+
+Outs convert_layer_norm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  const int axis = static_cast<int>(rank_axis(attr_int(a, "axis", -1), x.rank()));
+  const double eps = attr_float(a, "epsilon", 1e-5);
+  Ints axes;
+  for (int d = axis; d < x.rank(); ++d) axes.push_back(d);
+  Var mean_v = mean(x, axes, true);
+  Var d = x - mean_v;
+  Var inv = reciprocal(sqrt(mean(d * d, axes, true) + eps));
+  Var y = d * inv * im.in(n, 1);
+  if (OnnxImporter::has_input(n, 2)) y = y + im.in(n, 2);
+  return Outs{y, mean_v, inv};
+}
+
+Outs convert_pad(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Ints pads;
+  double value = 0;
+  if (im.opset() < 11) {
+    pads = attr_ints(a, "pads");
+    value = attr_float(a, "value", 0.0);
+  } else {
+    pads = im.const_ints(n, 1, "pads");
+    if (OnnxImporter::has_input(n, 2)) {
+      const Tensor& v = im.const_in(n, 2, "constant_value");
+      if (v.numel() != 1) throw UserError("constant_value must hold one value, got " + v.describe());
+      value = v.load(0);
+    }
+    if (OnnxImporter::has_input(n, 3)) throw UnsupportedError("Pad with an axes input");
+  }
+  return Outs{apply("pad", {x}, {{"pads", pads}, {"value", value}})};
+}
+
+Outs convert_shape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  TensorType t = im.type_of(n, 0);
+  const int64_t r = t.rank();
+  int64_t start = attr_int(a, "start", 0), end = attr_int(a, "end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, start, r);
+  Ints dims(t.dims.begin() + start, t.dims.begin() + end);
+  for (int64_t d : dims) {
+    if (d == kDynamic) throw UnsupportedError("Shape of " + t.to_string() + ": a dynamic dimension is not known at load time");
+  }
+  Tensor v = Tensor::empty(DType::kInt64, {static_cast<int64_t>(dims.size())});
+  for (size_t i = 0; i < dims.size(); ++i) v.store_int(static_cast<int64_t>(i), dims[i]);
+  return Outs{constant(im.graph(), v)};
+}
+
+Outs convert_size(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  TensorType t = im.type_of(n, 0);
+  int64_t size = 1;
+  for (int64_t d : static_dims(t, "Size")) size *= d;
+  Tensor v = Tensor::empty(DType::kInt64, {});
+  v.store_int(0, size);
+  return Outs{constant(im.graph(), v)};
+}
+
+Outs convert_constant(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (const auto* t = tensor_attr(n, "value"); t && t->has_t()) {
+    return Outs{constant(im.graph(), tensor_from_onnx(t->t(), {}, "attribute 'value'"))};
+  }
+  auto make = [&](DType dt, Shape shape, const std::vector<double>& vals) {
+    return Outs{constant(im.graph(), Tensor::from_doubles(dt, std::move(shape), vals))};
+  };
+  if (a.count("value_float")) return make(DType::kFloat32, {}, {attr_float(a, "value_float")});
+  if (a.count("value_floats")) {
+    auto v = std::get<std::vector<double>>(a.at("value_floats"));
+    return make(DType::kFloat32, {static_cast<int64_t>(v.size())}, v);
+  }
+  if (a.count("value_int")) {
+    Tensor t = Tensor::empty(DType::kInt64, {});
+    t.store_int(0, attr_int(a, "value_int"));
+    return Outs{constant(im.graph(), t)};
+  }
+  if (a.count("value_ints")) {
+    Ints v = attr_ints(a, "value_ints");
+    Tensor t = Tensor::empty(DType::kInt64, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.store_int(static_cast<int64_t>(i), v[i]);
+    return Outs{constant(im.graph(), t)};
+  }
+  throw UnsupportedError("Constant without a value, value_float(s) or value_int(s) attribute");
+}
+
+Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  Ints shape = im.const_ints(n, 0, "shape");
+  Tensor fill = Tensor::zeros(DType::kFloat32, {1});
+  if (const auto* t = tensor_attr(n, "value"); t && t->has_t()) fill = tensor_from_onnx(t->t(), {}, "attribute 'value'");
+  if (fill.numel() != 1) throw UserError("attribute 'value' must hold one element, got " + fill.describe());
+  Tensor out = Tensor::empty(fill.dtype(), shape);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (is_float(fill.dtype())) {
+      out.store(i, fill.load(0));
+    } else {
+      out.store_int(i, fill.load_int(0));
+    }
+  }
+  return Outs{constant(im.graph(), out)};
+}
+
+Outs convert_range(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  const Tensor& s = im.const_in(n, 0, "start");
+  const Tensor& l = im.const_in(n, 1, "limit");
+  const Tensor& d = im.const_in(n, 2, "delta");
+  const bool fl = is_float(s.dtype());
+  const double start = s.load(0), limit = l.load(0), delta = d.load(0);
+  if (delta == 0) throw UserError("Range with delta 0");
+  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+  Tensor out = Tensor::empty(s.dtype(), {count});
+  for (int64_t i = 0; i < count; ++i) {
+    if (fl) {
+      out.store(i, start + static_cast<double>(i) * delta);
+    } else {
+      out.store_int(i, s.load_int(0) + i * d.load_int(0));
+    }
+  }
+  return Outs{constant(im.graph(), out)};
+}
+
+Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  if (OnnxImporter::has_input(n, 2)) {
+    const Tensor& mode = im.const_in(n, 2, "training_mode");
+    if (mode.numel() != 1 || mode.load(0) != 0) throw UnsupportedError("Dropout in training mode");
+  }
+  Var x = im.in(n, 0);
+  Outs outs{x};
+  if (n.output_size() > 1 && !n.output(1).empty()) {
+    // Inference: nothing is dropped, the mask is all true.
+    Tensor mask = Tensor::empty(DType::kBool, static_dims(x.type(), "Dropout's mask"));
+    for (int64_t i = 0; i < mask.numel(); ++i) mask.store_int(i, 1);
+    outs.push_back(constant(im.graph(), mask));
+  }
+  return outs;
+}
+
+Outs convert_pow(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  Var base = im.in(n, 0), e = im.in(n, 1);
+  if (base.dtype() == e.dtype()) return Outs{pow(base, e)};
+  // Mixed types: the result has the base's type; a float exponent of an integer base is
+  // evaluated in floating point.
+  if (!is_float(base.dtype()) && is_float(e.dtype())) return Outs{cast(pow(cast(base, e.dtype()), e), base.dtype())};
+  return Outs{pow(base, cast(e, base.dtype()))};
+}
+
+Outs convert_mod(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0), y = im.in(n, 1);
+  if (attr_int(a, "fmod", 0) == 0) return Outs{mod(x, y)};
+  // C fmod: the sign of the dividend. Integer: x - trunc(x / y) * y.
+  if (is_float(x.dtype())) return Outs{apply("fmod", {x, y})};
+  return Outs{x - div(x, y) * y};
+}
+
+std::map<std::string, OnnxOpSpec> make_table() {
+  std::map<std::string, OnnxOpSpec> t;
+  const std::map<std::string, std::string> same{
+      {"Add", "add"},        {"Sub", "sub"},          {"Mul", "mul"},
+      {"Div", "div"},        {"Neg", "neg"},          {"Abs", "abs"},
+      {"Sign", "sign"},      {"Exp", "exp"},          {"Log", "log"},
+      {"Sqrt", "sqrt"},      {"Reciprocal", "reciprocal"}, {"Sin", "sin"},
+      {"Cos", "cos"},        {"Tanh", "tanh"},        {"Sigmoid", "sigmoid"},
+      {"Relu", "relu"},      {"Softplus", "softplus"}, {"Erf", "erf"},
+      {"Floor", "floor"},    {"Ceil", "ceil"},        {"Round", "round"},
+      {"Less", "lt"},        {"LessOrEqual", "le"},   {"Greater", "gt"},
+      {"GreaterOrEqual", "ge"}, {"Equal", "eq"},      {"And", "logical_and"},
+      {"Or", "logical_or"},  {"Not", "logical_not"},  {"Xor", "ne"},
+      {"Where", "where"}};
+  for (const auto& [onnx_name, kiln_name] : same) t[onnx_name] = elementwise(kiln_name);
+  t["LeakyRelu"] = elementwise("leaky_relu", {"alpha"});
+  t["Elu"] = elementwise("elu", {"alpha"});
+  t["Max"] = variadic("maximum", false);
+  t["Min"] = variadic("minimum", false);
+  t["Sum"] = variadic("add", false);
+  t["Mean"] = variadic("add", true);
+  t["Pow"] = {{}, nullptr, convert_pow};
+  t["Mod"] = {{"fmod"}, nullptr, convert_mod};
+  t["Cast"] = {{"to"}, check_cast, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                 return Outs{cast(im.in(n, 0), *cast_target(a))};
+               }};
+  t["CastLike"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                     return Outs{cast(im.in(n, 0), im.type_of(n, 1).dtype)};
+                   }};
+  t["Clip"] = {{"min", "max"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                 Var x = im.in(n, 0);
+                 return Outs{clip(x, clip_bound(im, n, 1, x, false, a), clip_bound(im, n, 2, x, true, a))};
+               }};
+  t["Identity"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) { return Outs{im.in(n, 0)}; }};
+  t["Dropout"] = {{"ratio", "seed", "is_test"}, nullptr, convert_dropout};
+  // Composites of scalar ops.
+  t["HardSigmoid"] = {{"alpha", "beta"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                        Var x = im.in(n, 0);
+                        return Outs{clip(x * attr_float(a, "alpha", 0.2) + attr_float(a, "beta", 0.5), 0.0, 1.0)};
+                      }};
+  t["HardSwish"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                      Var x = im.in(n, 0);
+                      return Outs{x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)};
+                    }};
+  t["Selu"] = {{"alpha", "gamma"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                 Var x = im.in(n, 0);
+                 return Outs{elu(x, attr_float(a, "alpha", 1.67326319217681884765625)) *
+                             attr_float(a, "gamma", 1.05070102214813232421875)};
+               }};
+  t["Celu"] = {{"alpha"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                 Var x = im.in(n, 0);
+                 const double alpha = attr_float(a, "alpha", 1.0);
+                 return Outs{relu(x) + minimum(scalar_like(x, 0.0), expm1(x / alpha) * alpha)};
+               }};
+  t["Softsign"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                     Var x = im.in(n, 0);
+                     return Outs{x / (abs(x) + 1.0)};
+                   }};
+  t["ThresholdedRelu"] = {{"alpha"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                            Var x = im.in(n, 0);
+                            return Outs{where(gt(x, scalar_like(x, attr_float(a, "alpha", 1.0))), x, scalar_like(x, 0.0))};
+                          }};
+  t["PRelu"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                  Var x = im.in(n, 0);
+                  return Outs{where(lt(x, scalar_like(x, 0.0)), x * im.in(n, 1), x)};
+                }};
+  t["Tan"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                Var x = im.in(n, 0);
+                return Outs{sin(x) / cos(x)};
+              }};
+  t["IsNaN"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                  Var x = im.in(n, 0);
+                  return Outs{ne(x, x)};
+                }};
+  // Linear algebra, convolution, pooling, normalisation.
+  t["MatMul"] = elementwise("matmul");
+  t["Gemm"] = {{"alpha", "beta", "transA", "transB"}, nullptr, convert_gemm};
+  t["Conv"] = {{"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
+  auto pool_check = [](const Attrs& a, const onnx::NodeProto& n, int) {
+    std::vector<std::string> p;
+    if (attr_int(a, "storage_order", 0) != 0) p.push_back(attr_problem("storage_order", "1", "(column-major indices)"));
+    auto more = max_outputs(n, 1, "(the Indices output) is not supported");
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  t["MaxPool"] = {{"kernel_shape", "strides", "dilations", "pads", "auto_pad", "ceil_mode", "storage_order"}, pool_check,
+                  [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) { return convert_pool(im, n, a, true); }};
+  t["AveragePool"] = {{"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"}, nullptr,
+                      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) { return convert_pool(im, n, a, false); }};
+  t["GlobalAveragePool"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                              return convert_global_pool(im, n, false);
+                            }};
+  t["GlobalMaxPool"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                          return convert_global_pool(im, n, true);
+                        }};
+  t["BatchNormalization"] = {{"epsilon", "momentum", "spatial", "training_mode"},
+                             [](const Attrs& a, const onnx::NodeProto& n, int) {
+                               std::vector<std::string> p;
+                               if (attr_int(a, "training_mode", 0) != 0) p.push_back(attr_problem("training_mode", "1", "(training)"));
+                               if (attr_int(a, "spatial", 1) != 1) p.push_back(attr_problem("spatial", "0", "(per-activation statistics)"));
+                               auto more = max_outputs(n, 1, "(running statistics) is not supported");
+                               p.insert(p.end(), more.begin(), more.end());
+                               return p;
+                             },
+                             convert_batch_norm};
+  t["LayerNormalization"] = {{"axis", "epsilon", "stash_type"},
+                             [](const Attrs& a, const onnx::NodeProto&, int) {
+                               std::vector<std::string> p;
+                               if (attr_int(a, "stash_type", 1) != 1) {
+                                 p.push_back(attr_problem("stash_type", std::to_string(attr_int(a, "stash_type", 1)), "(only float32 statistics)"));
+                               }
+                               return p;
+                             },
+                             convert_layer_norm};
+  t["Softmax"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                    return softmax_like(im, n, a, false);
+                  }};
+  t["LogSoftmax"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                       return softmax_like(im, n, a, true);
+                     }};
+  // Reductions.
+  t["ReduceSum"] = reduction("reduce_sum");
+  t["ReduceMean"] = reduction("reduce_mean");
+  t["ReduceMax"] = reduction("reduce_max");
+  t["ReduceMin"] = reduction("reduce_min");
+  t["ReduceProd"] = reduction("reduce_prod");
+  t["ReduceL1"] = reduction("L1");
+  t["ReduceL2"] = reduction("L2");
+  t["ReduceSumSquare"] = reduction("SumSquare");
+  t["ReduceLogSum"] = reduction("LogSum");
+  t["ReduceLogSumExp"] = reduction("LogSumExp");
+  // Shapes and data movement.
+  t["Flatten"] = {{"axis"}, nullptr, convert_flatten};
+  t["Reshape"] = {{"allowzero", "shape"}, nullptr, convert_reshape};
+  t["Transpose"] = {{"perm"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                      return Outs{transpose(im.in(n, 0), attr_ints(a, "perm", Ints{}))};
+                    }};
+  t["Squeeze"] = {{"axes"}, nullptr, convert_squeeze};
+  t["Unsqueeze"] = {{"axes"}, nullptr, convert_unsqueeze};
+  t["Concat"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                   std::vector<Var> ins;
+                   for (int i = 0; i < n.input_size(); ++i) ins.push_back(im.in(n, i));
+                   return Outs{concat(ins, attr_int(a, "axis"))};
+                 }};
+  t["Split"] = {{"axis", "split"}, nullptr, convert_split};
+  t["Slice"] = {{"starts", "ends", "axes"}, nullptr, convert_slice};
+  t["Gather"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                   return Outs{apply("gather", {im.in(n, 0), im.in(n, 1)}, {{"axis", attr_int(a, "axis", 0)}})};
+                 }};
+  t["Expand"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                   return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
+                 }};
+  t["Pad"] = {{"mode", "pads", "value"},
+              [](const Attrs& a, const onnx::NodeProto&, int) {
+                std::vector<std::string> p;
+                const std::string mode = attr_string(a, "mode", std::string("constant"));
+                if (mode != "constant") p.push_back(attr_problem("mode", mode, "(only constant padding)"));
+                return p;
+              },
+              convert_pad};
+  // Values known at load time.
+  t["Shape"] = {{"start", "end"}, nullptr, convert_shape};
+  t["Size"] = {{}, nullptr, convert_size};
+  t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, convert_constant};
+  t["ConstantOfShape"] = {{"value"}, nullptr, convert_constant_of_shape};
+  t["Range"] = {{}, nullptr, convert_range};
+  return t;
+}
+
+const std::map<std::string, OnnxOpSpec>& table() {
+  static const std::map<std::string, OnnxOpSpec> t = make_table();
+  return t;
+}
+
+}  // namespace
+
+const OnnxOpSpec* find_onnx_op(const std::string& op_type) {
+  auto it = table().find(op_type);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> onnx_op_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, spec] : table()) out.push_back(name);
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,159 @@
+#include "frontend/onnx_tensor.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+std::optional<DType> dtype_from_onnx(int code) {
+  switch (code) {
+    case onnx::TensorProto::FLOAT: return DType::kFloat32;
+    case onnx::TensorProto::DOUBLE: return DType::kFloat64;
+    case onnx::TensorProto::INT8: return DType::kInt8;
+    case onnx::TensorProto::UINT8: return DType::kUInt8;
+    case onnx::TensorProto::INT32: return DType::kInt32;
+    case onnx::TensorProto::INT64: return DType::kInt64;
+    case onnx::TensorProto::BOOL: return DType::kBool;
+    case onnx::TensorProto::FLOAT16: return DType::kFloat16;
+    case onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+std::string onnx_dtype_name(int code) {
+  if (onnx::TensorProto::DataType_IsValid(code)) {
+    return onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(code));
+  }
+  return "data type " + std::to_string(code);
+}
+
+namespace {
+
+// Reads `length` bytes at `offset` of an external data file (length -1: to the end).
+std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir, const std::string& where) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : proto.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      if (kv.key() == "offset") offset = std::stoll(kv.value());
+      if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      throw UserError(where + ": external data '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+    }
+  }
+  if (location.empty()) throw UserError(where + ": external data without a location");
+  fs::path rel(location);
+  if (rel.is_absolute() || location.find("..") != std::string::npos) {
+    throw UserError(where + ": external data location '" + location + "' must be a relative path inside the model's folder");
+  }
+  fs::path file = base_dir / rel;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError(where + ": cannot open external data file " + file.string());
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (offset < 0 || offset > size || (length >= 0 && offset + length > size)) {
+    throw UserError(where + ": external data file " + file.string() + " has " + std::to_string(size) +
+                    " bytes; offset " + std::to_string(offset) + " length " + std::to_string(length) +
+                    " runs past its end");
+  }
+  if (length < 0) length = size - offset;
+  std::string bytes(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), length);
+  if (!in) throw UserError(where + ": reading external data file " + file.string() + " failed");
+  return bytes;
+}
+
+template <class Field>
+void copy_field(const Field& field, Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (is_float(t.dtype())) {
+      t.store(i, static_cast<double>(field.Get(static_cast<int>(i))));
+    } else {
+      t.store_int(i, static_cast<int64_t>(field.Get(static_cast<int>(i))));
+    }
+  }
+}
+
+}  // namespace
+
+Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir, const std::string& where) {
+  auto dt = dtype_from_onnx(proto.data_type());
+  if (!dt) throw UnsupportedError(where + ": element type " + onnx_dtype_name(proto.data_type()) + " is not supported");
+  Shape shape(proto.dims().begin(), proto.dims().end());
+  for (int64_t d : shape) {
+    if (d < 0) throw UserError(where + ": negative dimension in " + dims_to_string(shape));
+  }
+  if (proto.has_segment()) throw UnsupportedError(where + ": segmented tensors are not supported");
+  Tensor t = Tensor::zeros(*dt, shape);
+  const size_t nbytes = t.nbytes();
+  const int64_t n = t.numel();
+  auto count_error = [&](const std::string& field, size_t got) {
+    return UserError(where + ": " + field + " holds " + std::to_string(got) + " values but dims " +
+                     dims_to_string(shape) + " need " + std::to_string(n));
+  };
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string bytes = read_external(proto, base_dir, where);
+    if (bytes.size() != nbytes) {
+      throw UserError(where + ": external data has " + std::to_string(bytes.size()) + " bytes, " +
+                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " + std::to_string(nbytes));
+    }
+    if (nbytes) std::memcpy(t.data(), bytes.data(), nbytes);
+    return t;
+  }
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != nbytes) {
+      throw UserError(where + ": raw_data has " + std::to_string(proto.raw_data().size()) + " bytes, " +
+                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " + std::to_string(nbytes));
+    }
+    if (nbytes) std::memcpy(t.data(), proto.raw_data().data(), nbytes);
+    return t;
+  }
+  switch (proto.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      if (proto.float_data_size() != n) throw count_error("float_data", proto.float_data_size());
+      copy_field(proto.float_data(), t);
+      break;
+    case onnx::TensorProto::DOUBLE:
+      if (proto.double_data_size() != n) throw count_error("double_data", proto.double_data_size());
+      copy_field(proto.double_data(), t);
+      break;
+    case onnx::TensorProto::INT64:
+      if (proto.int64_data_size() != n) throw count_error("int64_data", proto.int64_data_size());
+      copy_field(proto.int64_data(), t);
+      break;
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: {
+      // 16-bit floats travel as their bit patterns in int32_data.
+      if (proto.int32_data_size() != n) throw count_error("int32_data", proto.int32_data_size());
+      auto* p = static_cast<uint16_t*>(t.data());
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
+      break;
+    }
+    default:  // INT32, INT8, UINT8, BOOL
+      if (proto.int32_data_size() != n) throw count_error("int32_data", proto.int32_data_size());
+      copy_field(proto.int32_data(), t);
+      break;
+  }
+  return t;
+}
+
+Tensor load_onnx_tensor_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path.string() + ": cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  onnx::TensorProto proto;
+  if (!proto.ParseFromString(buf.str())) throw UserError(path.string() + ": not a serialized ONNX TensorProto");
+  return tensor_from_onnx(proto, path.parent_path(), path.string() + ": tensor '" + proto.name() + "'");
+}
+
+}  // namespace kiln

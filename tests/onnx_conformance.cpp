@@ -1,0 +1,180 @@
+// Runs the ONNX backend node tests: for every case (DIR/test_*/model.onnx with
+// test_data_set_*/input_*.pb and output_*.pb) whose ops kiln supports, compiles the model,
+// runs each data set and compares with the expected outputs (rtol 1e-3, atol 1e-5; exact
+// for integers and booleans). Prints "N passed, N failed, N unsupported" and every
+// failure; exits 1 when a supported case fails.
+//
+//   onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "frontend/onnx_model.h"
+#include "frontend/onnx_tensor.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+enum class Outcome { kPassed, kFailed, kUnsupported };
+
+struct Result {
+  std::string name;
+  Outcome outcome = Outcome::kPassed;
+  std::string detail;
+};
+
+std::string compare(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype()) {
+    return "dtype " + std::string(dtype_name(got.dtype())) + ", expected " + std::string(dtype_name(want.dtype()));
+  }
+  if (got.shape() != want.shape()) return "shape " + got.describe() + ", expected " + want.describe();
+  const bool exact = !is_float(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    if (exact) {
+      if (got.load_int(i) != want.load_int(i)) {
+        return "element " + std::to_string(i) + " is " + std::to_string(got.load_int(i)) + ", expected " +
+               std::to_string(want.load_int(i));
+      }
+      continue;
+    }
+    const double g = got.load(i), w = want.load(i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (std::isinf(w) && g == w) continue;
+    if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w))) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "element %lld is %.9g, expected %.9g", static_cast<long long>(i), g, w);
+      return buf;
+    }
+  }
+  return "";
+}
+
+std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::pair<int, fs::path>> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0 && e.path().extension() == ".pb") {
+      files.emplace_back(std::stoi(n.substr(prefix.size())), e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<fs::path> out;
+  for (auto& f : files) out.push_back(f.second);
+  return out;
+}
+
+Result run_case(const fs::path& dir) {
+  Result r{dir.filename().string()};
+  Graph graph;
+  try {
+    graph = load_onnx_model(dir / "model.onnx");
+  } catch (const UnsupportedError& e) {
+    r.outcome = Outcome::kUnsupported;
+    r.detail = e.what();
+    return r;
+  } catch (const Error& e) {
+    r.outcome = Outcome::kFailed;
+    r.detail = std::string("load: ") + e.what();
+    return r;
+  }
+  try {
+    Function f = compile(graph);
+    std::vector<fs::path> sets;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+    }
+    std::sort(sets.begin(), sets.end());
+    for (const auto& set : sets) {
+      std::vector<Tensor> inputs;
+      for (const auto& p : sorted_files(set, "input_")) inputs.push_back(load_onnx_tensor_file(p));
+      auto got = f(inputs);
+      auto expected = sorted_files(set, "output_");
+      if (got.size() != expected.size()) {
+        throw UserError(std::to_string(got.size()) + " outputs, expected " + std::to_string(expected.size()));
+      }
+      for (size_t k = 0; k < expected.size(); ++k) {
+        std::string diff = compare(got[k], load_onnx_tensor_file(expected[k]));
+        if (!diff.empty()) {
+          throw UserError(set.filename().string() + " output " + std::to_string(k) + " '" +
+                          graph.outputs()[k]->name + "': " + diff);
+        }
+      }
+    }
+  } catch (const Error& e) {
+    r.outcome = Outcome::kFailed;
+    r.detail = e.what();
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  std::string filter, dir;
+  bool list_unsupported = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--jobs" && i + 1 < argc) {
+      jobs = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
+    } else if (a == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (a == "--list-unsupported") {
+      list_unsupported = true;
+    } else if (!a.empty() && a[0] != '-' && dir.empty()) {
+      dir = a;
+    } else {
+      std::fprintf(stderr, "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR\n");
+      return 2;
+    }
+  }
+  if (dir.empty() || !fs::is_directory(dir)) {
+    std::fprintf(stderr, "onnx_conformance: '%s' is not a folder of ONNX node tests\n", dir.c_str());
+    return 2;
+  }
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (fs::exists(e.path() / "model.onnx") && e.path().filename().string().find(filter) != std::string::npos) {
+      cases.push_back(e.path());
+    }
+  }
+  std::sort(cases.begin(), cases.end());
+  if (cases.empty()) {
+    std::fprintf(stderr, "onnx_conformance: no cases in %s\n", dir.c_str());
+    return 2;
+  }
+  std::vector<Result> results(cases.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned j = 0; j < jobs; ++j) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next++) < cases.size();) results[i] = run_case(cases[i]);
+    });
+  }
+  for (auto& t : pool) t.join();
+  size_t passed = 0, failed = 0, unsupported = 0;
+  for (const auto& r : results) {
+    if (r.outcome == Outcome::kPassed) ++passed;
+    if (r.outcome == Outcome::kUnsupported) {
+      ++unsupported;
+      if (list_unsupported) std::printf("UNSUPPORTED %s: %s\n", r.name.c_str(), r.detail.c_str());
+    }
+  }
+  for (const auto& r : results) {
+    if (r.outcome != Outcome::kFailed) continue;
+    ++failed;
+    std::printf("FAILED %s: %s\n", r.name.c_str(), r.detail.c_str());
+  }
+  std::printf("%zu passed, %zu failed, %zu unsupported\n", passed, failed, unsupported);
+  return failed == 0 ? 0 : 1;
+}
