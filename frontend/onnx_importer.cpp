@@ -36,7 +36,8 @@ Variable* OnnxImporter::variable(const std::string& name) {
   auto k = known_.find(name);
   if (k == known_.end()) return nullptr;
   // Known values used as data become constants on first use; weights stay parameters.
-  Variable* v = known_is_parameter_[name] ? graph_->add_parameter(k->second, name) : graph_->add_constant(k->second, name);
+  Variable* v = known_is_parameter_[name] ? graph_->add_parameter(k->second, name)
+                                          : graph_->add_constant(k->second, name);
   vars_[name] = v;
   return v;
 }
@@ -44,7 +45,9 @@ Variable* OnnxImporter::variable(const std::string& name) {
 Var OnnxImporter::in(const onnx::NodeProto& n, int i) {
   const std::string& name = input_name(n, i);
   Variable* v = variable(name);
-  if (!v) throw UserError("input " + std::to_string(i) + " '" + name + "' is not produced by any earlier node");
+  if (!v)
+    throw UserError("input " + std::to_string(i) + " '" + name +
+                    "' is not produced by any earlier node");
   return Var(graph_, v);
 }
 
@@ -52,17 +55,20 @@ const Tensor& OnnxImporter::const_in(const onnx::NodeProto& n, int i, const std:
   const std::string& name = input_name(n, i);
   const Tensor* t = known(name);
   if (!t) {
-    throw UnsupportedError("input " + std::to_string(i) + " '" + name + "' (" + what +
-                           ") must be known when the model loads (a constant, an initializer or shape "
-                           "arithmetic on static shapes)");
+    throw UnsupportedError(
+        "input " + std::to_string(i) + " '" + name + "' (" + what +
+        ") must be known when the model loads (a constant, an initializer or shape "
+        "arithmetic on static shapes)");
   }
   return *t;
 }
 
-std::vector<int64_t> OnnxImporter::const_ints(const onnx::NodeProto& n, int i, const std::string& what) {
+std::vector<int64_t> OnnxImporter::const_ints(const onnx::NodeProto& n, int i,
+                                              const std::string& what) {
   const Tensor& t = const_in(n, i, what);
   if (is_float(t.dtype()) || t.ndim() > 1) {
-    throw UserError("input " + std::to_string(i) + " '" + n.input(i) + "' (" + what + ") must be a 0-D or 1-D integer tensor, got " + t.describe());
+    throw UserError("input " + std::to_string(i) + " '" + n.input(i) + "' (" + what +
+                    ") must be a 0-D or 1-D integer tensor, got " + t.describe());
   }
   std::vector<int64_t> out;
   for (int64_t k = 0; k < t.numel(); ++k) out.push_back(t.load_int(k));
@@ -73,11 +79,14 @@ TensorType OnnxImporter::type_of(const onnx::NodeProto& n, int i) {
   const std::string& name = input_name(n, i);
   if (const Tensor* t = known(name)) return TensorType{t->dtype(), t->shape()};
   Variable* v = variable(name);
-  if (!v) throw UserError("input " + std::to_string(i) + " '" + name + "' is not produced by any earlier node");
+  if (!v)
+    throw UserError("input " + std::to_string(i) + " '" + name +
+                    "' is not produced by any earlier node");
   return v->type;
 }
 
-bool OnnxImporter::fold_inputs(const onnx::NodeProto& n, Graph& scratch, std::vector<Tensor>& values,
+bool OnnxImporter::fold_inputs(const onnx::NodeProto& n, Graph& scratch,
+                               std::vector<Tensor>& values,
                                std::map<std::string, Variable*>& scratch_vars) {
   int64_t total = 0;
   for (int i = 0; i < n.input_size(); ++i) {
@@ -92,8 +101,8 @@ bool OnnxImporter::fold_inputs(const onnx::NodeProto& n, Graph& scratch, std::ve
   return total <= kFoldLimit;
 }
 
-void OnnxImporter::finish_fold(const onnx::NodeProto& n, Graph& scratch, const std::vector<Var>& outs,
-                               const std::vector<Tensor>& values) {
+void OnnxImporter::finish_fold(const onnx::NodeProto& n, Graph& scratch,
+                               const std::vector<Var>& outs, const std::vector<Tensor>& values) {
   std::vector<Variable*> out_vars;
   for (const Var& v : outs) out_vars.push_back(v.var());
   // A converter may hand back an input itself (Identity): evaluate_reference needs outputs
@@ -119,7 +128,8 @@ void OnnxImporter::finish_fold(const onnx::NodeProto& n, Graph& scratch, const s
     }
   }
   for (size_t k = 0; k < results.size() && static_cast<int>(k) < n.output_size(); ++k) {
-    if (!n.output(static_cast<int>(k)).empty()) add_known(n.output(static_cast<int>(k)), results[k].clone(), false);
+    if (!n.output(static_cast<int>(k)).empty())
+      add_known(n.output(static_cast<int>(k)), results[k].clone(), false);
   }
 }
 

@@ -20,7 +20,8 @@ namespace {
 std::string node_where(const onnx::NodeProto& n, int index) {
   std::string s = "node " + std::to_string(index);
   if (!n.name().empty()) s += " '" + n.name() + "'";
-  return s + " (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") + n.op_type() + ")";
+  return s + " (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") +
+         n.op_type() + ")";
 }
 
 // Attributes as kiln props; TENSOR and GRAPH attributes are left to the converters.
@@ -28,16 +29,25 @@ Attrs attrs_of(const onnx::NodeProto& n) {
   Attrs a;
   for (const auto& at : n.attribute()) {
     switch (at.type()) {
-      case onnx::AttributeProto::INT: a[at.name()] = static_cast<int64_t>(at.i()); break;
-      case onnx::AttributeProto::FLOAT: a[at.name()] = static_cast<double>(at.f()); break;
-      case onnx::AttributeProto::STRING: a[at.name()] = at.s(); break;
-      case onnx::AttributeProto::INTS: a[at.name()] = std::vector<int64_t>(at.ints().begin(), at.ints().end()); break;
+      case onnx::AttributeProto::INT:
+        a[at.name()] = static_cast<int64_t>(at.i());
+        break;
+      case onnx::AttributeProto::FLOAT:
+        a[at.name()] = static_cast<double>(at.f());
+        break;
+      case onnx::AttributeProto::STRING:
+        a[at.name()] = at.s();
+        break;
+      case onnx::AttributeProto::INTS:
+        a[at.name()] = std::vector<int64_t>(at.ints().begin(), at.ints().end());
+        break;
       case onnx::AttributeProto::FLOATS: {
         std::vector<double> v(at.floats().begin(), at.floats().end());
         a[at.name()] = v;
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return a;
@@ -53,22 +63,27 @@ int default_opset(const onnx::ModelProto& m, const std::string& origin) {
     throw UnsupportedError(origin + ": the model imports no default-domain opset");
   }
   if (opset < kOnnxMinOpset || opset > kOnnxMaxOpset) {
-    throw UnsupportedError(origin + ": opset " + std::to_string(opset) + " is outside the supported " +
-                           std::to_string(kOnnxMinOpset) + ".." + std::to_string(kOnnxMaxOpset));
+    throw UnsupportedError(origin + ": opset " + std::to_string(opset) +
+                           " is outside the supported " + std::to_string(kOnnxMinOpset) + ".." +
+                           std::to_string(kOnnxMaxOpset));
   }
   return opset;
 }
 
 TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
-  if (!v.type().has_tensor_type()) throw UnsupportedError(where + ": only tensor values are supported");
+  if (!v.type().has_tensor_type())
+    throw UnsupportedError(where + ": only tensor values are supported");
   const auto& tt = v.type().tensor_type();
   auto dt = dtype_from_onnx(tt.elem_type());
   if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
-    throw UnsupportedError(where + ": element type " + onnx_dtype_name(tt.elem_type()) + " is not supported");
+    throw UnsupportedError(where + ": element type " + onnx_dtype_name(tt.elem_type()) +
+                           " is not supported");
   }
-  if (!tt.has_shape()) throw UnsupportedError(where + ": the value has no shape (its rank must be known)");
+  if (!tt.has_shape())
+    throw UnsupportedError(where + ": the value has no shape (its rank must be known)");
   TensorType t{*dt, {}};
-  for (const auto& d : tt.shape().dim()) t.dims.push_back(d.has_dim_value() ? d.dim_value() : kDynamic);
+  for (const auto& d : tt.shape().dim())
+    t.dims.push_back(d.has_dim_value() ? d.dim_value() : kDynamic);
   return t;
 }
 
@@ -92,16 +107,18 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
     }
     if (spec->check) {
       try {
-        for (const auto& p : spec->check(attrs_of(n), n, opset)) problems.push_back(node_where(n, i) + ": " + p);
+        for (const auto& p : spec->check(attrs_of(n), n, opset))
+          problems.push_back(node_where(n, i) + ": " + p);
       } catch (const UserError& e) {
         problems.push_back(node_where(n, i) + ": " + e.what());
       }
     }
   }
   if (problems.empty()) return;
-  std::string msg = origin + ": the model uses " + std::to_string(problems.size()) + " unsupported feature" +
-                    (problems.size() == 1 ? "" : "s");
-  if (!bad_ops.empty()) msg += " (ops: " + join(std::vector<std::string>(bad_ops.begin(), bad_ops.end()), ", ") + ")";
+  std::string msg = origin + ": the model uses " + std::to_string(problems.size()) +
+                    " unsupported feature" + (problems.size() == 1 ? "" : "s");
+  if (!bad_ops.empty())
+    msg += " (ops: " + join(std::vector<std::string>(bad_ops.begin(), bad_ops.end()), ", ") + ")";
   msg += ":";
   for (const auto& p : problems) msg += "\n  " + p;
   throw UnsupportedError(msg);
@@ -109,14 +126,17 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
 
 }  // namespace
 
-Graph parse_onnx_model(const std::string& bytes, const std::string& origin, const fs::path& base_dir) {
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir) {
   onnx::ModelProto model;
   if (bytes.empty()) throw UserError(origin + ": the file is empty");
   if (!model.ParseFromString(bytes)) {
-    throw UserError(origin + ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
+    throw UserError(origin +
+                    ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
                     std::to_string(bytes.size()) + " bytes read)");
   }
-  if (!model.has_graph()) throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  if (!model.has_graph())
+    throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
   const int opset = default_opset(model, origin);
   const auto& gp = model.graph();
   check_supported(gp, opset, origin);
@@ -131,7 +151,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin, cons
     im.add_known(t.name(), tensor_from_onnx(t, base_dir, where), true);
     init_names.insert(t.name());
   }
-  if (gp.sparse_initializer_size() > 0) throw UnsupportedError(origin + ": sparse initializers are not supported");
+  if (gp.sparse_initializer_size() > 0)
+    throw UnsupportedError(origin + ": sparse initializers are not supported");
   for (int i = 0; i < gp.input_size(); ++i) {
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
@@ -145,11 +166,15 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin, cons
     const Attrs attrs = attrs_of(n);
     try {
       auto convert = [&] { return spec.convert(im, n, attrs); };
-      if (n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 && im.try_fold(n, convert)) continue;
+      if (n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
+          im.try_fold(n, convert))
+        continue;
       std::vector<Var> outs = convert();
       if (static_cast<int>(outs.size()) < n.output_size()) {
         for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
-          if (!n.output(k).empty()) throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) + "' is not supported");
+          if (!n.output(k).empty())
+            throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) +
+                                   "' is not supported");
         }
       }
       for (int k = 0; k < n.output_size(); ++k) {
@@ -162,7 +187,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin, cons
         } else {
           // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
           Variable* var = v.var();
-          if (var->kind == VarKind::kNodeOutput && !named.count(var) && !graph.find_variable(n.output(k))) {
+          if (var->kind == VarKind::kNodeOutput && !named.count(var) &&
+              !graph.find_variable(n.output(k))) {
             var->name = n.output(k);
             named.insert(var);
           }
@@ -189,10 +215,12 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin, cons
     if (!v) throw UserError(origin + ": graph output '" + name + "' is not produced by any node");
     // Every output gets its own node-computed variable carrying the ONNX name, so the CLI
     // can write DIR/<name>.npy and outputs that repeat a value stay distinct.
-    if (v->kind != VarKind::kNodeOutput || used.count(v) || v->name != name) {
+    const bool input_itself = v->kind == VarKind::kInput && v->name == name;
+    if (!input_itself && (v->kind != VarKind::kNodeOutput || used.count(v) || v->name != name)) {
       Var src(&graph, v);
       std::vector<int64_t> same(static_cast<size_t>(src.rank()), 0);
-      Node* copy = graph.add_node(OpRegistry::instance().create("reshape", {{"shape", same}}), {v}, "", {name});
+      Node* copy = graph.add_node(OpRegistry::instance().create("reshape", {{"shape", same}}), {v},
+                                  "", {name});
       v = copy->outputs[0];
     }
     used.insert(v);

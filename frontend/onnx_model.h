@@ -1,7 +1,8 @@
 #pragma once
-// The ONNX frontend: a ModelProto (opsets 7 to 17) becomes a kiln graph. Initializers
-// become parameters, Constant nodes and shape arithmetic on static shapes are evaluated at
-// load time, and weights in external data files are read from the model's folder.
+// The ONNX frontend: a ModelProto (opsets 1 to 17; legacy attributes are reported as unsupported)
+// becomes a kiln graph. Initializers become parameters, Constant nodes and shape arithmetic on
+// static shapes are evaluated at load time, and weights in external data files are read from the
+// model's folder.
 #include <filesystem>
 #include <string>
 
@@ -9,7 +10,7 @@
 
 namespace kiln {
 
-constexpr int kOnnxMinOpset = 7;
+constexpr int kOnnxMinOpset = 1;
 constexpr int kOnnxMaxOpset = 17;
 
 // `origin` names the bytes in errors; external data resolves against base_dir. A model

@@ -27,14 +27,16 @@ const onnx::AttributeProto* tensor_attr(const onnx::NodeProto& n, const std::str
   return nullptr;
 }
 
-std::string attr_problem(const std::string& name, const std::string& value, const std::string& why) {
+std::string attr_problem(const std::string& name, const std::string& value,
+                         const std::string& why) {
   return "attribute " + name + "=" + value + " " + why;
 }
 
 // A check that allows at most `n` outputs.
 std::vector<std::string> max_outputs(const onnx::NodeProto& n, int count, const std::string& why) {
   for (int i = count; i < n.output_size(); ++i) {
-    if (!n.output(i).empty()) return {"output " + std::to_string(i) + " '" + n.output(i) + "' " + why};
+    if (!n.output(i).empty())
+      return {"output " + std::to_string(i) + " '" + n.output(i) + "' " + why};
   }
   return {};
 }
@@ -61,7 +63,8 @@ Var reshape_to(Var x, const Ints& dims, const std::vector<int>& source) {
   // A static 0 in the target must not be read as "copy the input's dimension".
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == 0) {
-      throw UnsupportedError("reshaping " + x.type().to_string() + " to a shape with a 0-sized dimension");
+      throw UnsupportedError("reshaping " + x.type().to_string() +
+                             " to a shape with a 0-sized dimension");
     }
   }
   return reshape(x, shape);
@@ -97,7 +100,8 @@ Ints reduce_axes(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
 }
 
 OnnxOpSpec reduction(const std::string& kind) {
-  return {{"axes", "keepdims", "noop_with_empty_axes"}, nullptr,
+  return {{"axes", "keepdims", "noop_with_empty_axes"},
+          nullptr,
           [kind](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
             Var x = im.in(n, 0);
             Ints axes = reduce_axes(im, n, a);
@@ -108,15 +112,20 @@ OnnxOpSpec reduction(const std::string& kind) {
             if (axes.empty()) {
               for (int d = 0; d < x.rank(); ++d) axes.push_back(d);
             }
-            auto red = [&](const std::string& op, Var v) { return apply(op, {v}, {{"axes", axes}, {"keepdims", int64_t{keep}}}); };
+            auto red = [&](const std::string& op, Var v) {
+              return apply(op, {v}, {{"axes", axes}, {"keepdims", int64_t{keep}}});
+            };
             if (kind == "L1") return Outs{red("reduce_sum", abs(x))};
             if (kind == "L2") return Outs{sqrt(red("reduce_sum", x * x))};
             if (kind == "SumSquare") return Outs{red("reduce_sum", x * x)};
             if (kind == "LogSum") return Outs{log(red("reduce_sum", x))};
             if (kind == "LogSumExp") {
               Var m = apply("reduce_max", {x}, {{"axes", axes}, {"keepdims", int64_t{1}}});
-              Var s = log(apply("reduce_sum", {exp(x - m)}, {{"axes", axes}, {"keepdims", int64_t{1}}})) + m;
-              return Outs{keep ? s : apply("reduce_sum", {s}, {{"axes", axes}, {"keepdims", int64_t{0}}})};
+              Var s = log(apply("reduce_sum", {exp(x - m)},
+                                {{"axes", axes}, {"keepdims", int64_t{1}}})) +
+                      m;
+              return Outs{
+                  keep ? s : apply("reduce_sum", {s}, {{"axes", axes}, {"keepdims", int64_t{0}}})};
             }
             return Outs{red(kind, x)};
           }};
@@ -124,7 +133,8 @@ OnnxOpSpec reduction(const std::string& kind) {
 
 Ints static_dims(const TensorType& t, const std::string& what) {
   for (int64_t d : t.dims) {
-    if (d == kDynamic) throw UnsupportedError(what + " needs static dimensions, got " + t.to_string());
+    if (d == kDynamic)
+      throw UnsupportedError(what + " needs static dimensions, got " + t.to_string());
   }
   return t.dims;
 }
@@ -136,7 +146,8 @@ std::optional<DType> cast_target(const Attrs& a) {
 std::vector<std::string> check_cast(const Attrs& a, const onnx::NodeProto&, int) {
   auto dt = cast_target(a);
   if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
-    return {attr_problem("to", onnx_dtype_name(static_cast<int>(attr_int(a, "to"))), "(element type not supported)")};
+    return {attr_problem("to", onnx_dtype_name(static_cast<int>(attr_int(a, "to"))),
+                         "(element type not supported)")};
   }
   return {};
 }
@@ -153,7 +164,8 @@ Outs softmax_like(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bo
   return Outs{reshape_to(y, x.type().dims, src)};
 }
 
-Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool upper, const Attrs& a) {
+Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool upper,
+               const Attrs& a) {
   if (im.opset() < 11) {
     const double inf = std::numeric_limits<double>::infinity();
     return scalar_like(x, attr_float(a, upper ? "max" : "min", upper ? inf : -inf));
@@ -163,10 +175,18 @@ Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool up
   // Integer bounds: the type's own limits, kept exact as int64 literals.
   Tensor lim = Tensor::empty(x.dtype(), {});
   switch (x.dtype()) {
-    case DType::kInt8: lim.store_int(0, upper ? 127 : -128); break;
-    case DType::kUInt8: lim.store_int(0, upper ? 255 : 0); break;
-    case DType::kInt32: lim.store_int(0, upper ? INT32_MAX : INT32_MIN); break;
-    default: lim.store_int(0, upper ? INT64_MAX : INT64_MIN); break;
+    case DType::kInt8:
+      lim.store_int(0, upper ? 127 : -128);
+      break;
+    case DType::kUInt8:
+      lim.store_int(0, upper ? 255 : 0);
+      break;
+    case DType::kInt32:
+      lim.store_int(0, upper ? INT32_MAX : INT32_MIN);
+      break;
+    default:
+      lim.store_int(0, upper ? INT64_MAX : INT64_MIN);
+      break;
   }
   return constant(x.graph(), lim);
 }
@@ -191,37 +211,45 @@ Outs convert_split(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0);
   const int64_t axis = rank_axis(attr_int(a, "axis", 0), x.rank());
   const int64_t dim = x.type().dims[static_cast<size_t>(axis)];
-  Ints split = OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "split") : attr_ints(a, "split", Ints{});
+  Ints split =
+      OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "split") : attr_ints(a, "split", Ints{});
   const int64_t parts = n.output_size();
   if (split.empty()) {
-    if (dim == kDynamic) throw UnsupportedError("Split into equal parts needs a static dimension, got " + x.type().to_string());
+    if (dim == kDynamic)
+      throw UnsupportedError("Split into equal parts needs a static dimension, got " +
+                             x.type().to_string());
     const int64_t each = (dim + parts - 1) / parts;  // the last part may be smaller
     for (int64_t i = 0; i < parts; ++i) split.push_back(std::min(each, dim - i * each));
   }
   if (static_cast<int64_t>(split.size()) != parts) {
-    throw UserError("split has " + std::to_string(split.size()) + " sizes for " + std::to_string(parts) + " outputs");
+    throw UserError("split has " + std::to_string(split.size()) + " sizes for " +
+                    std::to_string(parts) + " outputs");
   }
   Outs outs;
   int64_t start = 0;
   for (int64_t s : split) {
-    outs.push_back(apply("slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{start + s}}, {"axes", Ints{axis}}}));
+    outs.push_back(apply(
+        "slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{start + s}}, {"axes", Ints{axis}}}));
     start += s;
   }
   if (dim != kDynamic && start != dim) {
-    throw UserError("split sizes add up to " + std::to_string(start) + ", the axis has " + std::to_string(dim));
+    throw UserError("split sizes add up to " + std::to_string(start) + ", the axis has " +
+                    std::to_string(dim));
   }
   return outs;
 }
 
 Outs convert_squeeze(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0);
-  Ints axes = OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "axes") : attr_ints(a, "axes", Ints{});
+  Ints axes =
+      OnnxImporter::has_input(n, 1) ? im.const_ints(n, 1, "axes") : attr_ints(a, "axes", Ints{});
   const auto& dims = x.type().dims;
   std::vector<bool> drop(dims.size(), false);
   for (int64_t ax : axes) {
     auto d = static_cast<size_t>(rank_axis(ax, x.rank()));
     if (dims[d] != 1 && dims[d] != kDynamic) {
-      throw UserError("cannot squeeze axis " + std::to_string(ax) + " of " + x.type().to_string() + " (size is not 1)");
+      throw UserError("cannot squeeze axis " + std::to_string(ax) + " of " + x.type().to_string() +
+                      " (size is not 1)");
     }
     drop[d] = true;
   }
@@ -306,7 +334,8 @@ Outs convert_global_pool(OnnxImporter& im, const onnx::NodeProto& n, bool is_max
   Var x = im.in(n, 0);
   Ints axes;
   for (int d = 2; d < x.rank(); ++d) axes.push_back(d);
-  return Outs{apply(is_max ? "reduce_max" : "reduce_mean", {x}, {{"axes", axes}, {"keepdims", int64_t{1}}})};
+  return Outs{apply(is_max ? "reduce_max" : "reduce_mean", {x},
+                    {{"axes", axes}, {"keepdims", int64_t{1}}})};
 }
 
 // Per-channel parameter of shape (C) broadcast against (N, C, d1, ...).
@@ -352,7 +381,8 @@ Outs convert_pad(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
     pads = im.const_ints(n, 1, "pads");
     if (OnnxImporter::has_input(n, 2)) {
       const Tensor& v = im.const_in(n, 2, "constant_value");
-      if (v.numel() != 1) throw UserError("constant_value must hold one value, got " + v.describe());
+      if (v.numel() != 1)
+        throw UserError("constant_value must hold one value, got " + v.describe());
       value = v.load(0);
     }
     if (OnnxImporter::has_input(n, 3)) throw UnsupportedError("Pad with an axes input");
@@ -370,7 +400,9 @@ Outs convert_shape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   end = std::clamp<int64_t>(end, start, r);
   Ints dims(t.dims.begin() + start, t.dims.begin() + end);
   for (int64_t d : dims) {
-    if (d == kDynamic) throw UnsupportedError("Shape of " + t.to_string() + ": a dynamic dimension is not known at load time");
+    if (d == kDynamic)
+      throw UnsupportedError("Shape of " + t.to_string() +
+                             ": a dynamic dimension is not known at load time");
   }
   Tensor v = Tensor::empty(DType::kInt64, {static_cast<int64_t>(dims.size())});
   for (size_t i = 0; i < dims.size(); ++i) v.store_int(static_cast<int64_t>(i), dims[i]);
@@ -415,8 +447,10 @@ Outs convert_constant(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a
 Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   Ints shape = im.const_ints(n, 0, "shape");
   Tensor fill = Tensor::zeros(DType::kFloat32, {1});
-  if (const auto* t = tensor_attr(n, "value"); t && t->has_t()) fill = tensor_from_onnx(t->t(), {}, "attribute 'value'");
-  if (fill.numel() != 1) throw UserError("attribute 'value' must hold one element, got " + fill.describe());
+  if (const auto* t = tensor_attr(n, "value"); t && t->has_t())
+    fill = tensor_from_onnx(t->t(), {}, "attribute 'value'");
+  if (fill.numel() != 1)
+    throw UserError("attribute 'value' must hold one element, got " + fill.describe());
   Tensor out = Tensor::empty(fill.dtype(), shape);
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (is_float(fill.dtype())) {
@@ -468,7 +502,8 @@ Outs convert_pow(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   if (base.dtype() == e.dtype()) return Outs{pow(base, e)};
   // Mixed types: the result has the base's type; a float exponent of an integer base is
   // evaluated in floating point.
-  if (!is_float(base.dtype()) && is_float(e.dtype())) return Outs{cast(pow(cast(base, e.dtype()), e), base.dtype())};
+  if (!is_float(base.dtype()) && is_float(e.dtype()))
+    return Outs{cast(pow(cast(base, e.dtype()), e), base.dtype())};
   return Outs{pow(base, cast(e, base.dtype()))};
 }
 
@@ -482,18 +517,37 @@ Outs convert_mod(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
 
 std::map<std::string, OnnxOpSpec> make_table() {
   std::map<std::string, OnnxOpSpec> t;
-  const std::map<std::string, std::string> same{
-      {"Add", "add"},        {"Sub", "sub"},          {"Mul", "mul"},
-      {"Div", "div"},        {"Neg", "neg"},          {"Abs", "abs"},
-      {"Sign", "sign"},      {"Exp", "exp"},          {"Log", "log"},
-      {"Sqrt", "sqrt"},      {"Reciprocal", "reciprocal"}, {"Sin", "sin"},
-      {"Cos", "cos"},        {"Tanh", "tanh"},        {"Sigmoid", "sigmoid"},
-      {"Relu", "relu"},      {"Softplus", "softplus"}, {"Erf", "erf"},
-      {"Floor", "floor"},    {"Ceil", "ceil"},        {"Round", "round"},
-      {"Less", "lt"},        {"LessOrEqual", "le"},   {"Greater", "gt"},
-      {"GreaterOrEqual", "ge"}, {"Equal", "eq"},      {"And", "logical_and"},
-      {"Or", "logical_or"},  {"Not", "logical_not"},  {"Xor", "ne"},
-      {"Where", "where"}};
+  const std::map<std::string, std::string> same{{"Add", "add"},
+                                                {"Sub", "sub"},
+                                                {"Mul", "mul"},
+                                                {"Div", "div"},
+                                                {"Neg", "neg"},
+                                                {"Abs", "abs"},
+                                                {"Sign", "sign"},
+                                                {"Exp", "exp"},
+                                                {"Log", "log"},
+                                                {"Sqrt", "sqrt"},
+                                                {"Reciprocal", "reciprocal"},
+                                                {"Sin", "sin"},
+                                                {"Cos", "cos"},
+                                                {"Tanh", "tanh"},
+                                                {"Sigmoid", "sigmoid"},
+                                                {"Relu", "relu"},
+                                                {"Softplus", "softplus"},
+                                                {"Erf", "erf"},
+                                                {"Floor", "floor"},
+                                                {"Ceil", "ceil"},
+                                                {"Round", "round"},
+                                                {"Less", "lt"},
+                                                {"LessOrEqual", "le"},
+                                                {"Greater", "gt"},
+                                                {"GreaterOrEqual", "ge"},
+                                                {"Equal", "eq"},
+                                                {"And", "logical_and"},
+                                                {"Or", "logical_or"},
+                                                {"Not", "logical_not"},
+                                                {"Xor", "ne"},
+                                                {"Where", "where"}};
   for (const auto& [onnx_name, kiln_name] : same) t[onnx_name] = elementwise(kiln_name);
   t["LeakyRelu"] = elementwise("leaky_relu", {"alpha"});
   t["Elu"] = elementwise("elu", {"alpha"});
@@ -509,26 +563,31 @@ std::map<std::string, OnnxOpSpec> make_table() {
   t["CastLike"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
                      return Outs{cast(im.in(n, 0), im.type_of(n, 1).dtype)};
                    }};
-  t["Clip"] = {{"min", "max"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                 Var x = im.in(n, 0);
-                 return Outs{clip(x, clip_bound(im, n, 1, x, false, a), clip_bound(im, n, 2, x, true, a))};
-               }};
-  t["Identity"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) { return Outs{im.in(n, 0)}; }};
+  t["Clip"] = {
+      {"min", "max"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        Var x = im.in(n, 0);
+        return Outs{clip(x, clip_bound(im, n, 1, x, false, a), clip_bound(im, n, 2, x, true, a))};
+      }};
+  t["Identity"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                     return Outs{im.in(n, 0)};
+                   }};
   t["Dropout"] = {{"ratio", "seed", "is_test"}, nullptr, convert_dropout};
   // Composites of scalar ops.
-  t["HardSigmoid"] = {{"alpha", "beta"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                        Var x = im.in(n, 0);
-                        return Outs{clip(x * attr_float(a, "alpha", 0.2) + attr_float(a, "beta", 0.5), 0.0, 1.0)};
-                      }};
+  t["HardSigmoid"] = {
+      {"alpha", "beta"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        Var x = im.in(n, 0);
+        return Outs{clip(x * attr_float(a, "alpha", 0.2) + attr_float(a, "beta", 0.5), 0.0, 1.0)};
+      }};
   t["HardSwish"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
                       Var x = im.in(n, 0);
                       return Outs{x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)};
                     }};
-  t["Selu"] = {{"alpha", "gamma"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                 Var x = im.in(n, 0);
-                 return Outs{elu(x, attr_float(a, "alpha", 1.67326319217681884765625)) *
-                             attr_float(a, "gamma", 1.05070102214813232421875)};
-               }};
+  t["Selu"] = {
+      {"alpha", "gamma"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        Var x = im.in(n, 0);
+        return Outs{elu(x, attr_float(a, "alpha", 1.67326319217681884765625)) *
+                    attr_float(a, "gamma", 1.05070102214813232421875)};
+      }};
   t["Celu"] = {{"alpha"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                  Var x = im.in(n, 0);
                  const double alpha = attr_float(a, "alpha", 1.0);
@@ -538,10 +597,12 @@ std::map<std::string, OnnxOpSpec> make_table() {
                      Var x = im.in(n, 0);
                      return Outs{x / (abs(x) + 1.0)};
                    }};
-  t["ThresholdedRelu"] = {{"alpha"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                            Var x = im.in(n, 0);
-                            return Outs{where(gt(x, scalar_like(x, attr_float(a, "alpha", 1.0))), x, scalar_like(x, 0.0))};
-                          }};
+  t["ThresholdedRelu"] = {
+      {"alpha"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        Var x = im.in(n, 0);
+        return Outs{
+            where(gt(x, scalar_like(x, attr_float(a, "alpha", 1.0))), x, scalar_like(x, 0.0))};
+      }};
   t["PRelu"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
                   Var x = im.in(n, 0);
                   return Outs{where(lt(x, scalar_like(x, 0.0)), x * im.in(n, 1), x)};
@@ -557,49 +618,67 @@ std::map<std::string, OnnxOpSpec> make_table() {
   // Linear algebra, convolution, pooling, normalisation.
   t["MatMul"] = elementwise("matmul");
   t["Gemm"] = {{"alpha", "beta", "transA", "transB"}, nullptr, convert_gemm};
-  t["Conv"] = {{"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
+  t["Conv"] = {
+      {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
   auto pool_check = [](const Attrs& a, const onnx::NodeProto& n, int) {
     std::vector<std::string> p;
-    if (attr_int(a, "storage_order", 0) != 0) p.push_back(attr_problem("storage_order", "1", "(column-major indices)"));
+    if (attr_int(a, "storage_order", 0) != 0)
+      p.push_back(attr_problem("storage_order", "1", "(column-major indices)"));
     auto more = max_outputs(n, 1, "(the Indices output) is not supported");
     p.insert(p.end(), more.begin(), more.end());
     return p;
   };
-  t["MaxPool"] = {{"kernel_shape", "strides", "dilations", "pads", "auto_pad", "ceil_mode", "storage_order"}, pool_check,
-                  [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) { return convert_pool(im, n, a, true); }};
-  t["AveragePool"] = {{"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"}, nullptr,
-                      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) { return convert_pool(im, n, a, false); }};
-  t["GlobalAveragePool"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
-                              return convert_global_pool(im, n, false);
-                            }};
+  t["MaxPool"] = {
+      {"kernel_shape", "strides", "dilations", "pads", "auto_pad", "ceil_mode", "storage_order"},
+      pool_check,
+      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return convert_pool(im, n, a, true);
+      }};
+  t["AveragePool"] = {
+      {"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"},
+      nullptr,
+      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return convert_pool(im, n, a, false);
+      }};
+  t["GlobalAveragePool"] = {
+      {}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+        return convert_global_pool(im, n, false);
+      }};
   t["GlobalMaxPool"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
                           return convert_global_pool(im, n, true);
                         }};
-  t["BatchNormalization"] = {{"epsilon", "momentum", "spatial", "training_mode"},
-                             [](const Attrs& a, const onnx::NodeProto& n, int) {
-                               std::vector<std::string> p;
-                               if (attr_int(a, "training_mode", 0) != 0) p.push_back(attr_problem("training_mode", "1", "(training)"));
-                               if (attr_int(a, "spatial", 1) != 1) p.push_back(attr_problem("spatial", "0", "(per-activation statistics)"));
-                               auto more = max_outputs(n, 1, "(running statistics) is not supported");
-                               p.insert(p.end(), more.begin(), more.end());
-                               return p;
-                             },
-                             convert_batch_norm};
-  t["LayerNormalization"] = {{"axis", "epsilon", "stash_type"},
-                             [](const Attrs& a, const onnx::NodeProto&, int) {
-                               std::vector<std::string> p;
-                               if (attr_int(a, "stash_type", 1) != 1) {
-                                 p.push_back(attr_problem("stash_type", std::to_string(attr_int(a, "stash_type", 1)), "(only float32 statistics)"));
-                               }
-                               return p;
-                             },
-                             convert_layer_norm};
-  t["Softmax"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                    return softmax_like(im, n, a, false);
-                  }};
-  t["LogSoftmax"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                       return softmax_like(im, n, a, true);
-                     }};
+  t["BatchNormalization"] = {
+      {"epsilon", "momentum", "spatial", "training_mode"},
+      [](const Attrs& a, const onnx::NodeProto& n, int) {
+        std::vector<std::string> p;
+        if (attr_int(a, "training_mode", 0) != 0)
+          p.push_back(attr_problem("training_mode", "1", "(training)"));
+        if (attr_int(a, "spatial", 1) != 1)
+          p.push_back(attr_problem("spatial", "0", "(per-activation statistics)"));
+        auto more = max_outputs(n, 1, "(running statistics) is not supported");
+        p.insert(p.end(), more.begin(), more.end());
+        return p;
+      },
+      convert_batch_norm};
+  t["LayerNormalization"] = {
+      {"axis", "epsilon", "stash_type"},
+      [](const Attrs& a, const onnx::NodeProto&, int) {
+        std::vector<std::string> p;
+        if (attr_int(a, "stash_type", 1) != 1) {
+          p.push_back(attr_problem("stash_type", std::to_string(attr_int(a, "stash_type", 1)),
+                                   "(only float32 statistics)"));
+        }
+        return p;
+      },
+      convert_layer_norm};
+  t["Softmax"] = {
+      {"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return softmax_like(im, n, a, false);
+      }};
+  t["LogSoftmax"] = {
+      {"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return softmax_like(im, n, a, true);
+      }};
   // Reductions.
   t["ReduceSum"] = reduction("reduce_sum");
   t["ReduceMean"] = reduction("reduce_mean");
@@ -614,9 +693,10 @@ std::map<std::string, OnnxOpSpec> make_table() {
   // Shapes and data movement.
   t["Flatten"] = {{"axis"}, nullptr, convert_flatten};
   t["Reshape"] = {{"allowzero", "shape"}, nullptr, convert_reshape};
-  t["Transpose"] = {{"perm"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                      return Outs{transpose(im.in(n, 0), attr_ints(a, "perm", Ints{}))};
-                    }};
+  t["Transpose"] = {
+      {"perm"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return Outs{transpose(im.in(n, 0), attr_ints(a, "perm", Ints{}))};
+      }};
   t["Squeeze"] = {{"axes"}, nullptr, convert_squeeze};
   t["Unsqueeze"] = {{"axes"}, nullptr, convert_unsqueeze};
   t["Concat"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
@@ -627,23 +707,28 @@ std::map<std::string, OnnxOpSpec> make_table() {
   t["Split"] = {{"axis", "split"}, nullptr, convert_split};
   t["Slice"] = {{"starts", "ends", "axes"}, nullptr, convert_slice};
   t["Gather"] = {{"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                   return Outs{apply("gather", {im.in(n, 0), im.in(n, 1)}, {{"axis", attr_int(a, "axis", 0)}})};
+                   return Outs{apply("gather", {im.in(n, 0), im.in(n, 1)},
+                                     {{"axis", attr_int(a, "axis", 0)}})};
                  }};
-  t["Expand"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
-                   return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
-                 }};
+  t["Expand"] = {
+      {}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+        return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
+      }};
   t["Pad"] = {{"mode", "pads", "value"},
               [](const Attrs& a, const onnx::NodeProto&, int) {
                 std::vector<std::string> p;
                 const std::string mode = attr_string(a, "mode", std::string("constant"));
-                if (mode != "constant") p.push_back(attr_problem("mode", mode, "(only constant padding)"));
+                if (mode != "constant")
+                  p.push_back(attr_problem("mode", mode, "(only constant padding)"));
                 return p;
               },
               convert_pad};
   // Values known at load time.
   t["Shape"] = {{"start", "end"}, nullptr, convert_shape};
   t["Size"] = {{}, nullptr, convert_size};
-  t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"}, nullptr, convert_constant};
+  t["Constant"] = {{"value", "value_float", "value_floats", "value_int", "value_ints"},
+                   nullptr,
+                   convert_constant};
   t["ConstantOfShape"] = {{"value"}, nullptr, convert_constant_of_shape};
   t["Range"] = {{}, nullptr, convert_range};
   return t;

@@ -10,8 +10,10 @@
 
 namespace kiln {
 
-using OnnxCheck = std::function<std::vector<std::string>(const Attrs& attrs, const onnx::NodeProto& node, int opset)>;
-using OnnxConvert = std::function<std::vector<Var>(OnnxImporter& im, const onnx::NodeProto& node, const Attrs& attrs)>;
+using OnnxCheck = std::function<std::vector<std::string>(const Attrs& attrs,
+                                                         const onnx::NodeProto& node, int opset)>;
+using OnnxConvert = std::function<std::vector<Var>(OnnxImporter& im, const onnx::NodeProto& node,
+                                                   const Attrs& attrs)>;
 
 struct OnnxOpSpec {
   std::vector<std::string> attrs;  // every attribute the converter honours

@@ -14,16 +14,26 @@ namespace fs = std::filesystem;
 
 std::optional<DType> dtype_from_onnx(int code) {
   switch (code) {
-    case onnx::TensorProto::FLOAT: return DType::kFloat32;
-    case onnx::TensorProto::DOUBLE: return DType::kFloat64;
-    case onnx::TensorProto::INT8: return DType::kInt8;
-    case onnx::TensorProto::UINT8: return DType::kUInt8;
-    case onnx::TensorProto::INT32: return DType::kInt32;
-    case onnx::TensorProto::INT64: return DType::kInt64;
-    case onnx::TensorProto::BOOL: return DType::kBool;
-    case onnx::TensorProto::FLOAT16: return DType::kFloat16;
-    case onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
-    default: return std::nullopt;
+    case onnx::TensorProto::FLOAT:
+      return DType::kFloat32;
+    case onnx::TensorProto::DOUBLE:
+      return DType::kFloat64;
+    case onnx::TensorProto::INT8:
+      return DType::kInt8;
+    case onnx::TensorProto::UINT8:
+      return DType::kUInt8;
+    case onnx::TensorProto::INT32:
+      return DType::kInt32;
+    case onnx::TensorProto::INT64:
+      return DType::kInt64;
+    case onnx::TensorProto::BOOL:
+      return DType::kBool;
+    case onnx::TensorProto::FLOAT16:
+      return DType::kFloat16;
+    case onnx::TensorProto::BFLOAT16:
+      return DType::kBFloat16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -37,7 +47,8 @@ std::string onnx_dtype_name(int code) {
 namespace {
 
 // Reads `length` bytes at `offset` of an external data file (length -1: to the end).
-std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir, const std::string& where) {
+std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir,
+                          const std::string& where) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : proto.external_data()) {
@@ -46,13 +57,17 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
       if (kv.key() == "offset") offset = std::stoll(kv.value());
       if (kv.key() == "length") length = std::stoll(kv.value());
     } catch (const std::exception&) {
-      throw UserError(where + ": external data '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+      throw UserError(where + ": external data '" + kv.key() + "' is not a number: '" + kv.value() +
+                      "'");
     }
   }
   if (location.empty()) throw UserError(where + ": external data without a location");
   fs::path rel(location);
-  if (rel.is_absolute() || location.find("..") != std::string::npos) {
-    throw UserError(where + ": external data location '" + location + "' must be a relative path inside the model's folder");
+  bool escapes = rel.is_absolute();
+  for (const auto& part : rel) escapes = escapes || part == "..";
+  if (escapes) {
+    throw UserError(where + ": external data location '" + location +
+                    "' must be a relative path inside the model's folder");
   }
   fs::path file = base_dir / rel;
   std::ifstream in(file, std::ios::binary);
@@ -60,9 +75,9 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
   in.seekg(0, std::ios::end);
   const int64_t size = in.tellg();
   if (offset < 0 || offset > size || (length >= 0 && offset + length > size)) {
-    throw UserError(where + ": external data file " + file.string() + " has " + std::to_string(size) +
-                    " bytes; offset " + std::to_string(offset) + " length " + std::to_string(length) +
-                    " runs past its end");
+    throw UserError(where + ": external data file " + file.string() + " has " +
+                    std::to_string(size) + " bytes; offset " + std::to_string(offset) + " length " +
+                    std::to_string(length) + " runs past its end");
   }
   if (length < 0) length = size - offset;
   std::string bytes(static_cast<size_t>(length), '\0');
@@ -85,9 +100,12 @@ void copy_field(const Field& field, Tensor& t) {
 
 }  // namespace
 
-Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir, const std::string& where) {
+Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir,
+                        const std::string& where) {
   auto dt = dtype_from_onnx(proto.data_type());
-  if (!dt) throw UnsupportedError(where + ": element type " + onnx_dtype_name(proto.data_type()) + " is not supported");
+  if (!dt)
+    throw UnsupportedError(where + ": element type " + onnx_dtype_name(proto.data_type()) +
+                           " is not supported");
   Shape shape(proto.dims().begin(), proto.dims().end());
   for (int64_t d : shape) {
     if (d < 0) throw UserError(where + ": negative dimension in " + dims_to_string(shape));
@@ -104,15 +122,17 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
     std::string bytes = read_external(proto, base_dir, where);
     if (bytes.size() != nbytes) {
       throw UserError(where + ": external data has " + std::to_string(bytes.size()) + " bytes, " +
-                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " + std::to_string(nbytes));
+                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " +
+                      std::to_string(nbytes));
     }
     if (nbytes) std::memcpy(t.data(), bytes.data(), nbytes);
     return t;
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != nbytes) {
-      throw UserError(where + ": raw_data has " + std::to_string(proto.raw_data().size()) + " bytes, " +
-                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " + std::to_string(nbytes));
+      throw UserError(where + ": raw_data has " + std::to_string(proto.raw_data().size()) +
+                      " bytes, " + std::string(dtype_name(*dt)) + " " + dims_to_string(shape) +
+                      " needs " + std::to_string(nbytes));
     }
     if (nbytes) std::memcpy(t.data(), proto.raw_data().data(), nbytes);
     return t;
@@ -135,7 +155,8 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
       // 16-bit floats travel as their bit patterns in int32_data.
       if (proto.int32_data_size() != n) throw count_error("int32_data", proto.int32_data_size());
       auto* p = static_cast<uint16_t*>(t.data());
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
       break;
     }
     default:  // INT32, INT8, UINT8, BOOL
@@ -152,8 +173,10 @@ Tensor load_onnx_tensor_file(const fs::path& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   onnx::TensorProto proto;
-  if (!proto.ParseFromString(buf.str())) throw UserError(path.string() + ": not a serialized ONNX TensorProto");
-  return tensor_from_onnx(proto, path.parent_path(), path.string() + ": tensor '" + proto.name() + "'");
+  if (!proto.ParseFromString(buf.str()))
+    throw UserError(path.string() + ": not a serialized ONNX TensorProto");
+  return tensor_from_onnx(proto, path.parent_path(),
+                          path.string() + ": tensor '" + proto.name() + "'");
 }
 
 }  // namespace kiln

@@ -35,15 +35,17 @@ struct Result {
 
 std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype()) {
-    return "dtype " + std::string(dtype_name(got.dtype())) + ", expected " + std::string(dtype_name(want.dtype()));
+    return "dtype " + std::string(dtype_name(got.dtype())) + ", expected " +
+           std::string(dtype_name(want.dtype()));
   }
-  if (got.shape() != want.shape()) return "shape " + got.describe() + ", expected " + want.describe();
+  if (got.shape() != want.shape())
+    return "shape " + got.describe() + ", expected " + want.describe();
   const bool exact = !is_float(want.dtype());
   for (int64_t i = 0; i < want.numel(); ++i) {
     if (exact) {
       if (got.load_int(i) != want.load_int(i)) {
-        return "element " + std::to_string(i) + " is " + std::to_string(got.load_int(i)) + ", expected " +
-               std::to_string(want.load_int(i));
+        return "element " + std::to_string(i) + " is " + std::to_string(got.load_int(i)) +
+               ", expected " + std::to_string(want.load_int(i));
       }
       continue;
     }
@@ -52,7 +54,8 @@ std::string compare(const Tensor& got, const Tensor& want) {
     if (std::isinf(w) && g == w) continue;
     if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w))) {
       char buf[160];
-      std::snprintf(buf, sizeof buf, "element %lld is %.9g, expected %.9g", static_cast<long long>(i), g, w);
+      std::snprintf(buf, sizeof buf, "element %lld is %.9g, expected %.9g",
+                    static_cast<long long>(i), g, w);
       return buf;
     }
   }
@@ -91,7 +94,8 @@ Result run_case(const fs::path& dir) {
     Function f = compile(graph);
     std::vector<fs::path> sets;
     for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+        sets.push_back(e.path());
     }
     std::sort(sets.begin(), sets.end());
     for (const auto& set : sets) {
@@ -100,7 +104,8 @@ Result run_case(const fs::path& dir) {
       auto got = f(inputs);
       auto expected = sorted_files(set, "output_");
       if (got.size() != expected.size()) {
-        throw UserError(std::to_string(got.size()) + " outputs, expected " + std::to_string(expected.size()));
+        throw UserError(std::to_string(got.size()) + " outputs, expected " +
+                        std::to_string(expected.size()));
       }
       for (size_t k = 0; k < expected.size(); ++k) {
         std::string diff = compare(got[k], load_onnx_tensor_file(expected[k]));
@@ -134,17 +139,21 @@ int main(int argc, char** argv) {
     } else if (!a.empty() && a[0] != '-' && dir.empty()) {
       dir = a;
     } else {
-      std::fprintf(stderr, "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR\n");
+      std::fprintf(
+          stderr,
+          "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR\n");
       return 2;
     }
   }
   if (dir.empty() || !fs::is_directory(dir)) {
-    std::fprintf(stderr, "onnx_conformance: '%s' is not a folder of ONNX node tests\n", dir.c_str());
+    std::fprintf(stderr, "onnx_conformance: '%s' is not a folder of ONNX node tests\n",
+                 dir.c_str());
     return 2;
   }
   std::vector<fs::path> cases;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (fs::exists(e.path() / "model.onnx") && e.path().filename().string().find(filter) != std::string::npos) {
+    if (fs::exists(e.path() / "model.onnx") &&
+        e.path().filename().string().find(filter) != std::string::npos) {
       cases.push_back(e.path());
     }
   }

@@ -1,0 +1,342 @@
+// The ONNX frontend: weights stay parameters, load-time values, external data, and a clear
+// error (never a crash) for truncated, corrupt, unsupported or inconsistent models.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "compiler/compile.h"
+#include "frontend/onnx_model.h"
+#include "ops/reference.h"
+#include "runtime/npy.h"
+#include "tests/helpers.h"
+
+namespace kiln {
+namespace {
+
+const std::string kExamples = KILN_EXAMPLES_DIR;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A model builder for the cases below: float32 values, opset 17 unless told otherwise.
+struct ModelBuilder {
+  onnx::ModelProto m;
+  onnx::GraphProto* g;
+  explicit ModelBuilder(int opset = 17) {
+    m.set_ir_version(8);
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("test");
+  }
+  void value(onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims,
+             int type) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    auto* shape = t->mutable_shape();
+    for (int64_t d : dims) {
+      auto* dim = shape->add_dim();
+      if (d < 0) {
+        dim->set_dim_param("batch");
+      } else {
+        dim->set_dim_value(d);
+      }
+    }
+  }
+  void input(const std::string& name, std::vector<int64_t> dims,
+             int type = onnx::TensorProto::FLOAT) {
+    value(g->add_input(), name, std::move(dims), type);
+  }
+  void output(const std::string& name, std::vector<int64_t> dims,
+              int type = onnx::TensorProto::FLOAT) {
+    value(g->add_output(), name, std::move(dims), type);
+  }
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> ins,
+                        std::vector<std::string> outs, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (auto& i : ins) n->add_input(i);
+    for (auto& o : outs) n->add_output(o);
+    return n;
+  }
+  onnx::TensorProto* initializer(const std::string& name, std::vector<int64_t> dims,
+                                 std::vector<float> values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    return t;
+  }
+  void ints_initializer(const std::string& name, std::vector<int64_t> values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+};
+
+void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void set_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+template <class E, class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(OnnxFrontend, InitializersAreParametersSoOneModuleServesAnyWeights) {
+  const std::string path = kExamples + "/onnx/mlp/model.onnx";
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(read_file(path)));
+  Graph original = parse_onnx_model(model.SerializeAsString(), "mlp", kExamples + "/onnx/mlp");
+  // Change every weight: the new model must compile to the very same module.
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) {
+    std::string raw = init.raw_data();
+    for (size_t i = 0; i + 4 <= raw.size(); i += 4) {
+      float v;
+      std::memcpy(&v, raw.data() + i, 4);
+      v = v * 0.5f + 0.01f;
+      std::memcpy(raw.data() + i, &v, 4);
+    }
+    init.set_raw_data(raw);
+  }
+  Graph changed = parse_onnx_model(model.SerializeAsString(), "mlp", kExamples + "/onnx/mlp");
+  Function a = compile(original), b = compile(changed);
+  EXPECT_EQ(a.info().key, b.info().key);
+  for (const Variable* c : original.constants()) EXPECT_TRUE(c->parameter) << c->name;
+  EXPECT_EQ(generate_source(original), generate_source(changed));  // no weight is in the source
+  Tensor x = read_npy(kExamples + "/onnx/mlp/x.npy");
+  auto ya = a({x}), yb = b({x});
+  EXPECT_FALSE(testing::tensors_close(ya[0], yb[0], 1e-3, 1e-6));
+  EXPECT_TRUE(testing::tensors_close(yb[0], evaluate_reference(changed, {x})[0], 1e-4, 1e-6));
+}
+
+TEST(OnnxFrontend, TruncatedOrCorruptFilesAreClearErrors) {
+  const std::string bytes = read_file(kExamples + "/onnx/lenet/model.onnx");
+  ASSERT_GT(bytes.size(), 1000u);
+  int errors = 0;
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, size_t{40}, size_t{200}, bytes.size() / 3,
+                     bytes.size() / 2, bytes.size() - 100, bytes.size() - 1}) {
+    try {
+      parse_onnx_model(bytes.substr(0, cut), "lenet.onnx", ".");
+    } catch (const UserError& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("lenet.onnx"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(errors, 9);  // no truncation point yields a model
+  std::string corrupt = bytes;
+  for (size_t i = 10; i < corrupt.size(); i += 97)
+    corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+  EXPECT_THROW(parse_onnx_model(corrupt, "corrupt.onnx", "."), UserError);
+  std::string m = error_message<UserError>([&] { parse_onnx_model("", "empty.onnx", "."); });
+  EXPECT_NE(m.find("empty.onnx: the file is empty"), std::string::npos) << m;
+  m = error_message<UserError>([&] { parse_onnx_model("not a model at all", "text.onnx", "."); });
+  EXPECT_NE(m.find("text.onnx"), std::string::npos) << m;
+}
+
+TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
+  ModelBuilder b;
+  b.input("x", {1, 3, 8, 8});
+  b.node("Relu", {"x"}, {"r"}, "ok_relu");
+  b.node("LSTM", {"r"}, {"l"}, "rnn1");
+  b.node("TopK", {"l"}, {"t"}, "top");
+  set_int(b.node("MaxPool", {"r"}, {"p"}, "pool1"), "storage_order", 1);
+  set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "reflect");
+  set_int(b.node("Relu", {"q"}, {"y"}, "relu2"), "bogus", 3);
+  b.node("Gelu", {"y"}, {"z"}, "custom")->set_domain("com.example");
+  b.output("z", {1, 3, 8, 8});
+  std::string m =
+      error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+  EXPECT_NE(
+      m.find("m.onnx: the model uses 6 unsupported features (ops: LSTM, TopK, com.example.Gelu)"),
+      std::string::npos)
+      << m;
+  for (const char* want :
+       {"node 1 'rnn1' (LSTM): op LSTM is not supported", "node 2 'top' (TopK)",
+        "node 3 'pool1' (MaxPool): attribute storage_order=1",
+        "node 4 'pad1' (Pad): attribute mode=reflect", "node 5 'relu2' (Relu): attribute 'bogus'",
+        "node 6 'custom' (com.example.Gelu)"}) {
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+  }
+  EXPECT_EQ(m.find("ok_relu"), std::string::npos);
+}
+
+TEST(OnnxFrontend, ShapeInputsMustBeKnownAtLoadTime) {
+  ModelBuilder b;
+  b.input("x", {-1, 6});
+  b.input("shape", {2}, onnx::TensorProto::INT64);
+  b.node("Reshape", {"x", "shape"}, {"y"}, "reshape_by_input");
+  b.output("y", {-1, -1});
+  std::string m =
+      error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+  EXPECT_NE(m.find("node 0 'reshape_by_input' (Reshape): input 1 'shape' (shape) must be known"),
+            std::string::npos)
+      << m;
+
+  // Shape arithmetic on static dimensions is folded, Constant nodes are values: the
+  // Reshape below gets (x.shape[0] * 2, 3) at load time.
+  ModelBuilder c;
+  c.input("x", {4, 6});
+  c.node("Shape", {"x"}, {"s"});
+  c.ints_initializer("zero", {0});
+  c.node("Gather", {"s", "zero"}, {"n"});
+  auto* k = c.node("Constant", {}, {"two"});
+  auto* attr = k->add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  attr->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  attr->mutable_t()->add_dims(1);
+  attr->mutable_t()->add_int64_data(2);
+  c.node("Mul", {"n", "two"}, {"n2"});
+  c.ints_initializer("three", {3});
+  set_int(c.node("Concat", {"n2", "three"}, {"target"}), "axis", 0);
+  c.node("Reshape", {"x", "target"}, {"y"});
+  c.output("y", {8, 3});
+  Graph g = parse_onnx_model(c.bytes(), "fold.onnx", ".");
+  EXPECT_EQ(g.outputs()[0]->type.dims, (std::vector<int64_t>{8, 3}));
+  EXPECT_EQ(g.nodes().size(), 1u) << g.to_string();  // only the reshape runs
+}
+
+TEST(OnnxFrontend, ExternalDataIsReadFromTheModelsFolder) {
+  const std::string dir = testing::temp_dir("onnx_external");
+  std::vector<float> w{1, 2, 3, 4, 5, 6};
+  std::string padding(16, 'z');  // the weight starts at offset 16
+  write_file(dir + "/weights.bin",
+             padding + std::string(reinterpret_cast<const char*>(w.data()), 24));
+  auto make = [&](const std::string& location, const std::string& offset,
+                  const std::string& length) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    auto* t = b.g->add_initializer();
+    t->set_name("w");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(3);
+    t->add_dims(2);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [k, v] : {std::pair{"location", location}, {"offset", offset}, {"length", length}}) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    b.node("MatMul", {"x", "w"}, {"y"});
+    b.output("y", {2, 2});
+    return b.bytes();
+  };
+  Graph g = parse_onnx_model(make("weights.bin", "16", "24"), dir + "/m.onnx", dir);
+  Tensor x = Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, 0, 0, 0, 1, 1});
+  auto y = compile(g)({x});
+  EXPECT_EQ(y[0].to_doubles(), (std::vector<double>{1, 2, 8, 10}));
+  std::string m = error_message<UserError>(
+      [&] { parse_onnx_model(make("missing.bin", "0", "24"), "m.onnx", dir); });
+  EXPECT_NE(m.find("initializer 0 'w': cannot open external data file"), std::string::npos) << m;
+  EXPECT_NE(m.find("missing.bin"), std::string::npos) << m;
+  m = error_message<UserError>(
+      [&] { parse_onnx_model(make("weights.bin", "32", "24"), "m.onnx", dir); });
+  EXPECT_NE(m.find("has 40 bytes; offset 32 length 24 runs past its end"), std::string::npos) << m;
+  m = error_message<UserError>(
+      [&] { parse_onnx_model(make("../etc/passwd", "0", "24"), "m.onnx", dir); });
+  EXPECT_NE(m.find("must be a relative path inside the model's folder"), std::string::npos) << m;
+  m = error_message<UserError>(
+      [&] { parse_onnx_model(make("weights.bin", "0", "20"), "m.onnx", dir); });
+  EXPECT_NE(m.find("external data has 20 bytes, float32 (3, 2) needs 24"), std::string::npos) << m;
+}
+
+TEST(OnnxFrontend, InconsistentModelsNameTheNode) {
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.initializer("w", {4, 5}, std::vector<float>(20, 1.0f));
+    b.node("MatMul", {"x", "w"}, {"y"}, "fc");
+    b.output("y", {2, 5});
+    std::string m = error_message<UserError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+    EXPECT_NE(m.find("m.onnx: node 0 'fc' (MatMul)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(2, 3)"), std::string::npos) << m;
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.initializer("w", {3, 5}, std::vector<float>(14, 1.0f));  // one value short
+    b.node("MatMul", {"x", "w"}, {"y"});
+    b.output("y", {2, 5});
+    std::string m = error_message<UserError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+    EXPECT_NE(m.find("initializer 0 'w': raw_data has 56 bytes, float32 (3, 5) needs 60"),
+              std::string::npos)
+        << m;
+  }
+  {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.node("Relu", {"nowhere"}, {"y"}, "r");
+    b.output("y", {2, 3});
+    std::string m = error_message<UserError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+    EXPECT_NE(m.find("node 0 'r' (Relu): input 0 'nowhere' is not produced by any earlier node"),
+              std::string::npos)
+        << m;
+  }
+  {
+    ModelBuilder b(18);
+    b.input("x", {2});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y", {2});
+    std::string m =
+        error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
+    EXPECT_NE(m.find("opset 18 is outside the supported 1..17"), std::string::npos) << m;
+  }
+}
+
+TEST(OnnxFrontend, OutputsThatAreInputsOrConstantsAreCopiedOut) {
+  ModelBuilder b;
+  b.input("x", {3});
+  b.node("Identity", {"x"}, {"y"});
+  b.node("Shape", {"x"}, {"s"});
+  b.output("y", {3});
+  b.output("s", {1}, onnx::TensorProto::INT64);
+  b.output("x", {3});
+  Graph g = parse_onnx_model(b.bytes(), "m.onnx", ".");
+  ASSERT_EQ(g.outputs().size(), 3u);
+  EXPECT_EQ(g.outputs()[0]->name, "y");
+  EXPECT_EQ(g.outputs()[1]->name, "s");
+  Tensor x = Tensor::from_doubles(DType::kFloat32, {3}, {1, -2, 3});
+  auto out = compile(g)({x});
+  EXPECT_EQ(out[0].to_doubles(), x.to_doubles());
+  EXPECT_EQ(out[1].to_doubles(), (std::vector<double>{3}));
+  EXPECT_EQ(out[2].to_doubles(), x.to_doubles());
+}
+
+}  // namespace
+}  // namespace kiln
