@@ -4,6 +4,10 @@
 #include "util/strings.h"
 
 namespace kiln {
+namespace {
+// Largest im2col matrix (bytes) built at once: images beyond it go to the next chunk.
+constexpr int64_t kColBytes = 8 << 20;
+}  // namespace
 
 Conv::Conv(Attrs props) : COp("conv", std::move(props)) {
   check_known_attrs(this->props(),
@@ -133,7 +137,7 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string& x = names.inputs[0];
   const std::string& w = names.inputs[1];
   const std::string& y = names.outputs[0];
-  const std::string ctx = sub.ctx;
+  const std::string& ctx = sub.ctx;
   auto s64 = [](int64_t v) { return std::to_string(v); };
   // Strides of X: batch, channel, row (0 for 1-D), column.
   const std::string sy = one_d ? "0" : x + "->strides[2]";
@@ -159,37 +163,52 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   } else {
     s += "  const int direct = 0;\n";
   }
-  s += "  " + T + " *col = 0;\n";
-  s += "  if (!direct) {\n";
-  s += "    col = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(CKK * OHW) * sizeof(" +
-       T + "));\n";
-  s += "    if (!col) " + sub.fail +
-       "(\"conv: out of memory for the im2col buffer (%lld bytes)\", (long long)(CKK * OHW * "
-       "sizeof(" +
-       T + ")));\n";
+  // Without the direct path, images are unfolded side by side into one col matrix (up to
+  // kColBytes), so each group needs one large GEMM per chunk instead of one per image.
+  s += "  int64_t chunk = direct ? 1 : (int64_t)(" + std::to_string(kColBytes) + " / (CKK * OHW * sizeof(" + T + ")));\n";
+  s += "  if (chunk < 1) chunk = 1;\n  if (chunk > N) chunk = N;\n";
+  s += "  " + T + " *col = 0, *tmp = 0;\n";
+  s += "  if (!direct && N > 0) {\n";
+  s += "    col = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(CKK * OHW * chunk) * sizeof(" + T + "));\n";
+  s += "    if (chunk > 1) tmp = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(mg) +
+       " * OHW * chunk) * sizeof(" + T + "));\n";
+  s += "    if (!col || (chunk > 1 && !tmp)) " + sub.fail +
+       "(\"conv: out of memory for the im2col buffer (%lld bytes)\", (long long)(CKK * OHW * chunk * sizeof(" + T + ")));\n";
   s += "  }\n";
-  s += "  for (int64_t n = 0; n < N; ++n) {\n";
+  const bool has_bias = node.inputs.size() == 3;
+  const std::string bias_at =
+      has_bias ? "((const " + T + " *)" + names.inputs[2] + "->data)[(grp * " + s64(mg) + " + oc) * " + names.inputs[2] + "->strides[0]]"
+               : "(" + T + ")0";
+  s += "  for (int64_t n0 = 0; n0 < N; n0 += chunk) {\n";
+  s += "    const int64_t nb = N - n0 < chunk ? N - n0 : chunk;\n";
   s += "    for (int64_t grp = 0; grp < " + s64(group_) + "; ++grp) {\n";
-  s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
-       "->strides[0] + grp * " + s64(cg) + " * " + x + "->strides[1];\n";
-  s += "      const " + T + " *B = xg;\n";
-  s += "      if (!direct) {\n";
-  s += "        kiln_im2col_" + S + "(xg, " + s64(cg) + ", " + x + "->strides[1], " + sy + ", " +
-       sx + ", &g, col);\n";
-  s += "        B = col;\n      }\n";
-  s += "      " + T + " *Y = (" + T + " *)" + y + "->data + (n * " + s64(m) + " + grp * " +
-       s64(mg) + ") * OHW;\n";
-  if (node.inputs.size() == 3) {
-    const std::string& b = names.inputs[2];
-    s += "      for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
-    s += "        const " + T + " bv = ((const " + T + " *)" + b + "->data)[(grp * " + s64(mg) +
-         " + oc) * " + b + "->strides[0]];\n";
-    s += "        for (int64_t i = 0; i < OHW; ++i) Y[oc * OHW + i] = bv;\n      }\n";
+  s += "      const " + T + " *B = col;\n";
+  s += "      for (int64_t i = 0; i < nb; ++i) {\n";
+  s += "        const " + T + " *xg = (const " + T + " *)" + x + "->data + (n0 + i) * " + x + "->strides[0] + grp * " +
+       s64(cg) + " * " + x + "->strides[1];\n";
+  s += "        if (direct) B = xg;\n";
+  s += "        else kiln_im2col_" + S + "(xg, " + s64(cg) + ", " + x + "->strides[1], " + sy + ", " + sx +
+       ", &g, col + i * OHW, nb * OHW);\n";
+  s += "      }\n";
+  s += "      " + T + " *Y = (" + T + " *)" + y + "->data + (n0 * " + s64(m) + " + grp * " + s64(mg) + ") * OHW;\n";
+  s += "      if (nb == 1) {\n";
+  if (has_bias) {
+    s += "        for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
+    s += "          const " + T + " bv = " + bias_at + ";\n";
+    s += "          for (int64_t j = 0; j < OHW; ++j) Y[oc * OHW + j] = bv;\n        }\n";
   }
-  const std::string beta = node.inputs.size() == 3 ? "1" : "0";
-  s += "      " + blas + "(CblasRowMajor, CblasNoTrans, CblasNoTrans, " + s64(mg) +
-       ", (int)OHW, (int)CKK, 1, W + grp * " + s64(mg) + " * CKK, (int)CKK, B, (int)OHW, " + beta +
-       ", Y, (int)OHW);\n";
+  s += "        " + blas + "(CblasRowMajor, CblasNoTrans, CblasNoTrans, " + s64(mg) + ", (int)OHW, (int)CKK, 1, W + grp * " +
+       s64(mg) + " * CKK, (int)CKK, B, (int)OHW, " + (has_bias ? "1" : "0") + ", Y, (int)OHW);\n";
+  s += "        continue;\n      }\n";
+  s += "      " + blas + "(CblasRowMajor, CblasNoTrans, CblasNoTrans, " + s64(mg) + ", (int)(nb * OHW), (int)CKK, 1, W + grp * " +
+       s64(mg) + " * CKK, (int)CKK, col, (int)(nb * OHW), 0, tmp, (int)(nb * OHW));\n";
+  s += "      for (int64_t i = 0; i < nb; ++i)\n";
+  s += "        for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
+  s += "          const " + T + " bv = " + bias_at + ";\n";
+  s += "          const " + T + " *src = tmp + oc * nb * OHW + i * OHW;\n";
+  s += "          " + T + " *dst = Y + (i * " + s64(m) + " + oc) * OHW;\n";
+  s += "          for (int64_t j = 0; j < OHW; ++j) dst[j] = src[j] + bv;\n";
+  s += "        }\n";
   s += "    }\n  }\n}\n";
   return s;
 }

@@ -19,15 +19,16 @@ typedef struct kiln_window {
 } kiln_window;
 
 /* im2col for one image group: col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][y][x] or 0 in the
- * padding. x is addressed with element strides (sc, sy, sx), so any input layout works. */
+ * padding; rows of col are ldc elements apart, so several images can sit side by side in
+ * one matrix. x is addressed with element strides (sc, sy, sx): any input layout works. */
 #define KILN_IM2COL(T, S)                                                                    \
   KILN_WINDOW_FN void kiln_im2col_##S(const T *x, int64_t channels, int64_t sc, int64_t sy, \
-                                      int64_t sx, const kiln_window *g, T *col) {           \
-    const int64_t ohw = g->oh * g->ow;                                                       \
+                                      int64_t sx, const kiln_window *g, T *col,             \
+                                      int64_t ldc) {                                         \
     for (int64_t c = 0; c < channels; ++c)                                                   \
       for (int64_t i = 0; i < g->kh; ++i)                                                    \
         for (int64_t j = 0; j < g->kw; ++j) {                                                \
-          T *row = col + ((c * g->kh + i) * g->kw + j) * ohw;                                \
+          T *row = col + ((c * g->kh + i) * g->kw + j) * ldc;                                \
           for (int64_t oy = 0; oy < g->oh; ++oy) {                                           \
             const int64_t y = oy * g->sh - g->ph + i * g->dh;                                \
             T *dst = row + oy * g->ow;                                                       \
