@@ -41,15 +41,17 @@ TEST_P(OnnxExample, MatchesPyTorch) {
   EXPECT_TRUE(testing::tensors_close(y[0], read_npy(dir + "/expected/y.npy"), 1e-4, 1e-5));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, OnnxExample, ::testing::Values("mlp", "lenet", "resblock", "attention"));
+INSTANTIATE_TEST_SUITE_P(Models, OnnxExample,
+                         ::testing::Values("mlp", "lenet", "resblock", "attention"));
 
 TEST(Examples, OnnxCliRunWritesOutputsByOnnxName) {
   const std::string dir = kExamples + "/onnx/lenet";
   const std::string out = testing::temp_dir("onnx_cli_run");
-  ProcessResult r = run_process({KILN_BINARY, "run", dir + "/model.onnx", "--input", "x=" + dir + "/x.npy",
-                                 "--output-dir", out});
+  ProcessResult r = run_process({KILN_BINARY, "run", dir + "/model.onnx", "--input",
+                                 "x=" + dir + "/x.npy", "--output-dir", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(testing::tensors_close(read_npy(out + "/y.npy"), read_npy(dir + "/expected/y.npy"), 1e-4, 1e-5));
+  EXPECT_TRUE(testing::tensors_close(read_npy(out + "/y.npy"), read_npy(dir + "/expected/y.npy"),
+                                     1e-4, 1e-5));
   // A batch of one through the same dynamic-batch module.
   Function f = compile(load_model(dir + "/model.onnx"));
   EXPECT_EQ(f({read_npy(dir + "/x.npy").slice(0, 0, 1)})[0].shape(), (Shape{1, 10}));
