@@ -547,7 +547,15 @@ std::map<std::string, OnnxOpSpec> make_table() {
                                                 {"Or", "logical_or"},
                                                 {"Not", "logical_not"},
                                                 {"Xor", "ne"},
-                                                {"Where", "where"}};
+                                                {"Where", "where"},
+                                                {"Sinh", "sinh"},
+                                                {"Cosh", "cosh"},
+                                                {"Asin", "asin"},
+                                                {"Acos", "acos"},
+                                                {"Atan", "atan"},
+                                                {"Asinh", "asinh"},
+                                                {"Acosh", "acosh"},
+                                                {"Atanh", "atanh"}};
   for (const auto& [onnx_name, kiln_name] : same) t[onnx_name] = elementwise(kiln_name);
   t["LeakyRelu"] = elementwise("leaky_relu", {"alpha"});
   t["Elu"] = elementwise("elu", {"alpha"});

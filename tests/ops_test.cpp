@@ -30,6 +30,8 @@ struct Range {
 Range range_for(const std::string& op, size_t input) {
   if (op == "log" || op == "sqrt" || op == "reciprocal") return {0.05, 4};
   if (op == "log1p") return {-0.9, 4};
+  if (op == "asin" || op == "acos" || op == "atanh") return {-0.95, 0.95};
+  if (op == "acosh") return {1.05, 4};
   if (op == "pow") return input == 0 ? Range{0.1, 3} : Range{-2, 2};
   if (op == "cast") return {-100, 100};
   if (op == "div" || op == "mod" || op == "fmod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
