@@ -57,5 +57,30 @@ TEST(Examples, OnnxCliRunWritesOutputsByOnnxName) {
   EXPECT_EQ(f({read_npy(dir + "/x.npy").slice(0, 0, 1)})[0].shape(), (Shape{1, 10}));
 }
 
+TEST(Examples, OnnxCliInputErrorsNameTheExpectedDtypeAndShape) {
+  const std::string dir = kExamples + "/onnx/lenet";
+  const std::string out = testing::temp_dir("onnx_cli_errors");
+  ProcessResult wrong = run_process({KILN_BINARY, "run", dir + "/model.onnx", "--input",
+                                     "x=" + kExamples + "/onnx/mlp/x.npy", "--output-dir", out});
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find(
+                "input 'x': wrong rank: expected float32 (?, 1, 28, 28), got float32 (4, 784)"),
+            std::string::npos)
+      << wrong.err;
+  ProcessResult missing =
+      run_process({KILN_BINARY, "run", dir + "/model.onnx", "--output-dir", out});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("missing input 'x': expected float32 (?, 1, 28, 28)"),
+            std::string::npos)
+      << missing.err;
+  ProcessResult extra =
+      run_process({KILN_BINARY, "run", dir + "/model.onnx", "--input", "x=" + dir + "/x.npy",
+                   "--input", "z=" + dir + "/x.npy", "--output-dir", out});
+  EXPECT_EQ(extra.exit_code, 1);
+  EXPECT_NE(extra.err.find("unknown input 'z'; the model takes x (float32 (?, 1, 28, 28))"),
+            std::string::npos)
+      << extra.err;
+}
+
 }  // namespace
 }  // namespace kiln
