@@ -2,6 +2,7 @@
 //
 // Exit codes: 0 success; 1 the model, the compile or the run failed (the error is printed);
 // 2 wrong usage (a one-line reason is printed).
+#include <optional>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "cache/cache_store.h"
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
+#include "rewrite/pipeline.h"
 #include "runtime/npy.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -38,13 +40,17 @@ commands:
   compile MODEL            compile MODEL to a native module; print its key and paths
   run MODEL --input NAME=FILE.npy ... --output-dir DIR
                            compile and run MODEL; write DIR/<output name>.npy
-  source MODEL             print the stitched C source of MODEL's module
+  source [--graph] MODEL   print the stitched C source of MODEL's module (--graph: the
+                           graph after the rewrite passes instead)
   cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
   help [COMMAND]           show help for a command
 
 options:
-  -v, --verbose            print the time of each phase (load, key, codegen, compile,
-                           module load, run) to stderr
+  -v, --verbose            print the time of each phase (load, rewrite, key, codegen,
+                           compile, module load, run) to stderr
+  --passes SPEC            rewrite passes for compile/run/source: "-fusion,-cse" disables
+                           those, "none" all (default: $KILN_PASSES, else all of fold,
+                           simplify, cse, fusion, epilogue, dce)
   -h, --help               show help
 
 MODEL is a kiln JSON graph (.json; see docs/json-format.md).
@@ -55,7 +61,9 @@ environment:
   KILN_CACHE_MAX_SIZE  size cap enforced after each publish (default 2G)
   KILN_CC          C compiler (default clang)
   KILN_CFLAGS      extra flags appended to kiln's own
-  KILN_DEBUG       1: phase timings, 2: compiler command lines, 3: generated source
+  KILN_DEBUG       1: phase timings, 2: cache decisions and the graph after each
+                   rewrite pass, 3: generated source
+  KILN_PASSES      default for --passes
 
 exit codes: 0 success, 1 failure (bad model, compile or run error), 2 wrong usage
 )";
@@ -103,10 +111,14 @@ options:
   -o, --output-dir DIR        where outputs are written (required)
 )";
 
-const char* kSourceHelp = R"(usage: kiln source MODEL
+const char* kSourceHelp = R"(usage: kiln source [--graph] [--passes SPEC] MODEL
 
-Prints the stitched C source of MODEL's module: one thunk per node, each under a banner
-naming the node, its op, inputs, outputs and their types.
+Prints the stitched C source of MODEL's module: one thunk per node (a fused group is one
+node), each under a banner naming the node, its op, inputs, outputs and their types.
+
+options:
+  --graph         print the optimized graph (after the rewrite passes) instead
+  --passes SPEC   "-fusion,-cse" disables those passes, "none" all
 )";
 
 const char* help_for(const std::string& cmd) {
@@ -125,6 +137,8 @@ struct Args {
   std::vector<std::string> inputs;
   std::string output_dir;
   bool explain = false;
+  bool graph = false;
+  std::optional<std::string> passes;
   std::string max_size, max_age;
 };
 
@@ -147,6 +161,12 @@ Args parse(int argc, char** argv) {
       a.inputs.push_back(s.substr(8));
     } else if (s == "--explain") {
       a.explain = true;
+    } else if (s == "--graph") {
+      a.graph = true;
+    } else if (s == "--passes") {
+      a.passes = value(s);
+    } else if (s.rfind("--passes=", 0) == 0) {
+      a.passes = s.substr(9);
     } else if (s == "--max-size") {
       a.max_size = value(s);
     } else if (s == "--max-age") {
@@ -178,9 +198,9 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
                          .c_str()
                    : "");
   std::fprintf(stderr,
-               "load %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | compile %.2f ms | "
-               "module load %.2f ms",
-               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms,
+               "load %.2f ms | rewrite %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | "
+               "compile %.2f ms | module load %.2f ms",
+               load_ms, info.times.rewrite_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms,
                info.times.compile_ms, info.times.load_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
@@ -199,6 +219,15 @@ void no_cache_flags(const Args& a) {
   }
 }
 
+kiln::CompileOptions compile_options(const Args& a) {
+  kiln::CompileOptions options;
+  if (a.passes) {
+    kiln::select_passes(*a.passes, "--passes");  // reject a bad spec naming the flag
+    options.passes = a.passes;
+  }
+  return options;
+}
+
 int cmd_compile(const Args& a) {
   if (!a.inputs.empty() || !a.output_dir.empty())
     throw UsageError{"kiln compile takes no --input/--output-dir"};
@@ -207,7 +236,7 @@ int cmd_compile(const Args& a) {
   auto t = Clock::now();
   kiln::Graph g = kiln::load_model(model);
   double load_ms = ms(t);
-  kiln::CompileOptions options;
+  kiln::CompileOptions options = compile_options(a);
   options.explain = a.explain;
   kiln::Function f = kiln::compile(g, options);
   if (!f.info().cache_note.empty()) std::fprintf(stderr, "%s\n", f.info().cache_note.c_str());
@@ -222,7 +251,11 @@ int cmd_source(const Args& a) {
     throw UsageError{"kiln source takes no --input/--output-dir"};
   no_cache_flags(a);
   kiln::Graph g = kiln::load_model(one_model(a));
-  std::fputs(kiln::generate_source(g).c_str(), stdout);
+  if (a.graph) {
+    std::fputs(kiln::optimized_graph(g, compile_options(a)).to_string().c_str(), stdout);
+  } else {
+    std::fputs(kiln::generate_source(g, compile_options(a)).c_str(), stdout);
+  }
   return 0;
 }
 
@@ -262,7 +295,7 @@ int cmd_run(const Args& a) {
   }
   std::map<std::string, kiln::Tensor> inputs;
   for (const auto& [name, file] : files) inputs[name] = kiln::read_npy(file);
-  kiln::Function f = kiln::compile(g);
+  kiln::Function f = kiln::compile(g, compile_options(a));
   t = Clock::now();
   auto outputs = f.run(inputs);
   double run_ms = ms(t);

@@ -15,6 +15,7 @@
 #include "compiler/diagnostics.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
+#include "rewrite/pipeline.h"
 #include "runtime/default_engine.h"
 #include "runtime/module.h"
 #include "util/error.h"
@@ -245,7 +246,8 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
 
 void log_times(const Graph& graph, const CompileInfo& info) {
   if (debug_level() < 1) return;
-  log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; key " +
+  log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; rewrite " +
+           format_double(info.times.rewrite_ms) + " ms, key " +
            format_double(info.times.key_ms) + " ms, lookup " + format_double(info.times.lookup_ms) +
            " ms, wait " + format_double(info.times.wait_ms) + " ms, codegen " +
            format_double(info.times.codegen_ms) + " ms, compile " +
@@ -255,8 +257,13 @@ void log_times(const Graph& graph, const CompileInfo& info) {
 
 }  // namespace
 
-std::string generate_source(const Graph& graph, const CompileOptions& options) {
+Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
   check_graph(graph);
+  return optimize(graph, options.passes);
+}
+
+std::string generate_source(const Graph& source, const CompileOptions& options) {
+  Graph graph = optimized_graph(source, options);
   const Toolchain& tc = Toolchain::get(options.toolchain);
   return link_c_module(graph, module_key(graph, tc).key).code.str();
 }
@@ -266,10 +273,12 @@ void clear_compile_memo() {
   memo.clear();
 }
 
-Function compile(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
+Function compile(const Graph& source, const CompileOptions& options) {
   CompileInfo info;
   auto t = Clock::now();
+  const Graph graph = optimized_graph(source, options);
+  info.times.rewrite_ms = ms_since(t);
+  t = Clock::now();
   const Toolchain& tc = Toolchain::get(options.toolchain);
   ModuleKey mk = module_key(graph, tc);
   info.key = mk.key;

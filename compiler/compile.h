@@ -27,6 +27,9 @@ struct CompileOptions {
   // Fill outputs and temporaries with 0xFF bytes before each run (a debugging aid: an
   // element no thunk wrote reads as NaN or -1, not as stale data).
   bool poison_buffers = false;
+  // Rewrite passes to run, e.g. "-fusion,-cse" or "none" (see rewrite/pipeline.h);
+  // empty: $KILN_PASSES, else all.
+  std::optional<std::string> passes;
 };
 
 Function compile(const Graph& graph, const CompileOptions& options = {});
@@ -37,5 +40,8 @@ void clear_compile_memo();
 
 // The stitched C source of a graph, exactly as compile() would build it.
 std::string generate_source(const Graph& graph, const CompileOptions& options = {});
+
+// The graph compile() builds a module from: `graph` after the rewrite passes.
+Graph optimized_graph(const Graph& graph, const CompileOptions& options = {});
 
 }  // namespace kiln

@@ -14,7 +14,7 @@ namespace kiln {
 struct PhaseTimes {
   // lookup: cache lookup and verification; wait: time spent waiting for another process
   // compiling the same key.
-  double key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
+  double rewrite_ms = 0, key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
 };
 
 enum class CacheStatus {

@@ -34,12 +34,12 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
-                                  const std::string& ctx) {
+                                  const std::string& ctx, const std::vector<std::string>& lets) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (!inputs[k].literal) slot[k] = nops++;
+    if (!inputs[k].literal && !inputs[k].reads_output) slot[k] = nops++;
   }
   const std::string R = std::to_string(out_rank);
   const std::string T(dtype_c_type(out_dtype));
@@ -98,7 +98,10 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   TemplateValues unit_args, strided_args;
   for (size_t k = 0; k < inputs.size(); ++k) {
     std::string key = std::to_string(k);
-    if (slot[k] < 0) {
+    if (inputs[k].reads_output) {
+      unit_args[key] = "q0[j]";
+      strided_args[key] = "p0[o0 + j * s0]";
+    } else if (slot[k] < 0) {
       unit_args[key] = *inputs[k].literal;
       strided_args[key] = *inputs[k].literal;
     } else {
@@ -115,11 +118,15 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     std::string sk = std::to_string(slot[k]);
     s += "        const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + ";\n";
   }
-  s += "        for (int64_t j = j0; j < j1; ++j) q0[j] = (" + T + ")" +
-       render_template(expr, unit_args, "elementwise expression") + ";\n";
+  auto body = [&](const TemplateValues& args, const std::string& store) {
+    std::string b;
+    for (const auto& let : lets) b += render_template(let, args, "elementwise expression") + " ";
+    return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") + ";";
+  };
+  s += "        for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
   s += "      } else {\n";
-  s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) p0[o0 + j * s0] = (" + T + ")" +
-       render_template(expr, strided_args, "elementwise expression") + ";\n";
+  s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) { " +
+       body(strided_args, "p0[o0 + j * s0]") + " }\n";
   s += "      }\n";
   s += "      pos += j1 - j0;\n";
   s += "      j0 = 0;\n";

@@ -15,14 +15,18 @@ struct LoopOperand {
   DType dtype = DType::kFloat32;
   int rank = 0;
   std::optional<std::string> literal;  // rank-0 constant inlined into the expression
+  // Reads the output's own element (an in-place epilogue); takes no operand slot.
+  bool reads_output = false;
 };
 
-// `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value.
-// The loop computes part ctx->part of ctx->n_parts of the output (`ctx`: a kiln_ctx *), so
-// its op may declare itself splittable.
+// `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value;
+// `lets` are statements (same placeholders) run before it for each element, so a fused
+// expression can name a shared subexpression once. The loop computes part ctx->part of
+// ctx->n_parts of the output (`ctx`: a kiln_ctx *), so its op may declare itself splittable.
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
-                                  const std::string& ctx);
+                                  const std::string& ctx,
+                                  const std::vector<std::string>& lets = {});
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.

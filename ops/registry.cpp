@@ -11,6 +11,8 @@
 #include "ops/pool.h"
 #include "ops/slice.h"
 #include "ops/elementwise.h"
+#include "ops/epilogue.h"
+#include "ops/fused_elementwise.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
@@ -49,6 +51,8 @@ OpRegistry::OpRegistry() {
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
+  add("fused_elementwise", [](const Attrs& a) { return std::make_shared<FusedElementwise>(a); });
+  add("with_epilogue", [](const Attrs& a) { return std::make_shared<WithEpilogue>(a); });
 }
 
 OpRegistry& OpRegistry::instance() {

@@ -341,7 +341,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   EXPECT_EQ(show.exit_code, 0) << show.err;
   for (const std::string& word :
        {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
-        std::string("graph:"), std::string("node 0 matmul"), std::string("module.so"),
+        std::string("graph:"), std::string("node 0 with_epilogue"), std::string("module.so"),
         std::string("source     ") + (cache / "objects").string()}) {
     EXPECT_NE(show.out.find(word), std::string::npos) << word << " not in\n" << show.out;
   }

@@ -60,7 +60,10 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
   EXPECT_TRUE(testing::tensors_close(y, expected, 1e-5, 1e-6));
   auto s = kiln({"source", model});
   ASSERT_EQ(s.exit_code, 0);
-  EXPECT_NE(s.out.find("/* node 0: matmul(x, w1) -> z1  [float32 (?, 256)]  'fc1' */"), std::string::npos);
+  // The rewrites fold each layer's bias and relu into its matmul's epilogue.
+  EXPECT_NE(s.out.find("/* node 0: with_epilogue{base=\"matmul\", base_inputs=2, program=\"add($0, $1); "
+                       "relu(%0)\"}(x, w1, b1) -> h1  [float32 (?, 256)]  'fc1' */"),
+            std::string::npos) << s.out;
   EXPECT_NE(s.out.find("cblas_sgemm"), std::string::npos);
 }
 

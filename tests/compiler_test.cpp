@@ -352,7 +352,9 @@ TEST(Compiler, ModuleLayoutBannersAndDeduplicatedIncludes) {
   Var b = input(g, "b", DType::kFloat32, {256});
   Var y = relu(exp(x) + b);
   g.set_outputs({y});
-  std::string src = generate_source(g);
+  CompileOptions unfused;  // one thunk per node: the layout under test
+  unfused.passes = "none";
+  std::string src = generate_source(g, unfused);
   EXPECT_NE(src.find("/* node 1: add(t2, b) -> t3  [float32 (?, 256)] */"), std::string::npos)
       << src;
   EXPECT_NE(src.find("const kiln_module_info *kiln_module(void)"), std::string::npos);

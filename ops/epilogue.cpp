@@ -1,0 +1,173 @@
+#include "ops/epilogue.h"
+
+#include <algorithm>
+
+#include "ops/elementwise_loop.h"
+#include "ops/registry.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+const std::string kPrefix = "base.";
+
+void merge(std::vector<std::string>& into, const std::vector<std::string>& more) {
+  for (const auto& m : more) {
+    if (std::find(into.begin(), into.end(), m) == into.end()) into.push_back(m);
+  }
+}
+
+}  // namespace
+
+WithEpilogue::WithEpilogue(Attrs props) : COp("with_epilogue", std::move(props)) {
+  Attrs base_props;
+  for (const auto& [k, v] : this->props()) {
+    if (k.rfind(kPrefix, 0) == 0) {
+      base_props[k.substr(kPrefix.size())] = v;
+    } else if (k != "base" && k != "base_inputs" && k != "program") {
+      throw AttrError(k, "unknown attribute for with_epilogue");
+    }
+  }
+  std::string base = attr_string(this->props(), "base");
+  auto op = OpRegistry::instance().create(base, base_props);
+  base_ = std::dynamic_pointer_cast<const COp>(op);
+  // Only ops that run as one unsplit call: a split base op computes parts the in-place
+  // epilogue would not line up with.
+  if (!base_ || (base != "gemm" && base != "matmul" && base != "conv")) {
+    throw AttrError("base", "'" + base + "' cannot take an epilogue (gemm, matmul, conv can)");
+  }
+  base_inputs_ = static_cast<int>(attr_int(this->props(), "base_inputs"));
+  if (base_inputs_ < 1) throw AttrError("base_inputs", "must be at least 1");
+  program_ = std::make_shared<FusedElementwise>(Attrs{{"program", attr_string(this->props(), "program")}});
+}
+
+std::shared_ptr<const WithEpilogue> WithEpilogue::make(const COp& base, int base_inputs,
+                                                       const FusedElementwise& program) {
+  Attrs props;
+  for (const auto& [k, v] : base.props()) props[kPrefix + k] = v;
+  props["base"] = base.name();
+  props["base_inputs"] = static_cast<int64_t>(base_inputs);
+  props["program"] = attr_string(program.props(), "program");
+  return std::make_shared<WithEpilogue>(std::move(props));
+}
+
+std::vector<TensorType> WithEpilogue::infer_type(const std::vector<TensorType>& inputs) const {
+  if (static_cast<int>(inputs.size()) != base_inputs_ + program_->arity() - 1) {
+    throw UserError("with_epilogue takes " + std::to_string(base_inputs_ + program_->arity() - 1) +
+                    " inputs, got " + std::to_string(inputs.size()));
+  }
+  std::vector<TensorType> base_in(inputs.begin(), inputs.begin() + base_inputs_);
+  auto base_out = base_->infer_type(base_in);
+  if (base_out.size() != 1) throw UserError(base_->name() + ": an epilogue needs one output");
+  std::vector<TensorType> prog_in{base_out[0]};
+  prog_in.insert(prog_in.end(), inputs.begin() + base_inputs_, inputs.end());
+  auto out = program_->infer_type(prog_in);
+  if (out[0].dtype != base_out[0].dtype || out[0].dims != base_out[0].dims) {
+    throw UserError("epilogue changes the output of " + base_->name() + " from " +
+                    base_out[0].to_string() + " to " + out[0].to_string());
+  }
+  return out;
+}
+
+std::vector<Shape> WithEpilogue::infer_shape(const std::vector<Shape>& inputs) const {
+  std::vector<Shape> base_in(inputs.begin(), inputs.begin() + base_inputs_);
+  Shape y = base_->infer_shape(base_in).at(0);
+  std::vector<Shape> prog_in{y};
+  prog_in.insert(prog_in.end(), inputs.begin() + base_inputs_, inputs.end());
+  if (program_->infer_shape(prog_in).at(0) != y) {
+    throw UserError("epilogue of " + base_->name() + ": an operand does not broadcast to " +
+                    dims_to_string(y));
+  }
+  return {y};
+}
+
+void WithEpilogue::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  std::vector<Tensor> base_in(inputs.begin(), inputs.begin() + base_inputs_);
+  std::vector<Tensor> base_out{Tensor::empty(outputs.at(0).dtype(), outputs.at(0).shape())};
+  base_->perform(base_in, base_out);
+  std::vector<Tensor> prog_in{base_out[0]};
+  prog_in.insert(prog_in.end(), inputs.begin() + base_inputs_, inputs.end());
+  program_->perform(prog_in, outputs);
+}
+
+std::optional<int> WithEpilogue::cache_version() const {
+  auto v = base_->cache_version();
+  auto p = program_->cache_version();
+  if (!v || !p) return std::nullopt;
+  return *v * 1000 + *p;  // any change to either changes this
+}
+
+Node WithEpilogue::base_view(const Node& node) const {
+  Node view;
+  view.id = node.id;
+  view.op = base_;
+  view.name = node.name;
+  view.inputs.assign(node.inputs.begin(), node.inputs.begin() + base_inputs_);
+  view.outputs = node.outputs;
+  return view;
+}
+
+std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  Node view = base_view(node);
+  CodeNames base_names;
+  base_names.inputs.assign(names.inputs.begin(), names.inputs.begin() + base_inputs_);
+  base_names.outputs = names.outputs;
+  std::string s = base_->c_code(view, base_names, sub);
+
+  // The epilogue: one in-place pass over the output, reading it as $0.
+  std::vector<LoopOperand> ops;
+  std::vector<DType> dts;
+  const TensorType& out = node.outputs[0]->type;
+  LoopOperand self;
+  self.reads_output = true;
+  self.dtype = out.dtype;
+  self.rank = out.rank();
+  ops.push_back(self);
+  dts.push_back(out.dtype);
+  for (size_t k = base_inputs_; k < node.inputs.size(); ++k) {
+    const Variable* v = node.inputs[k];
+    LoopOperand op;
+    op.tensor = names.inputs[k];
+    op.dtype = v->type.dtype;
+    op.rank = v->type.rank();
+    if (is_inlined_scalar(v)) {
+      op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
+    }
+    ops.push_back(op);
+    dts.push_back(v->type.dtype);
+  }
+  std::vector<std::string> lets;
+  std::string expr;
+  program_->scalar_body(dts, lets, expr, "e");
+  s += "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
+  s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets);
+  return s;
+}
+
+std::string WithEpilogue::c_support_code_apply(const Node& node, const std::string& prefix) const {
+  return base_->c_support_code_apply(base_view(node), prefix);
+}
+std::string WithEpilogue::c_state_fields(const Node& node, const std::string& prefix) const {
+  return base_->c_state_fields(base_view(node), prefix);
+}
+std::string WithEpilogue::c_init_code_struct(const Node& node, const Sub& sub) const {
+  return base_->c_init_code_struct(base_view(node), sub);
+}
+std::string WithEpilogue::c_cleanup_code_struct(const Node& node, const Sub& sub) const {
+  return base_->c_cleanup_code_struct(base_view(node), sub);
+}
+
+std::vector<std::string> WithEpilogue::c_headers() const {
+  auto h = base_->c_headers();
+  merge(h, program_->c_headers());
+  return h;
+}
+
+std::vector<std::string> WithEpilogue::c_preludes() const {
+  auto p = base_->c_preludes();
+  merge(p, program_->c_preludes());
+  return p;
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+#pragma once
+// A tree (or DAG) of scalar-table ops applied as one broadcasting loop: the product of the
+// elementwise fusion pass. Its one prop, "program", lists the steps in order,
+//   "mul($0, $1); tanh(%0); leaky_relu{alpha=0.2}(%1)"
+// where $k is input k and %j the result of step j; the last step is the output. Every input
+// broadcasts against the output, so no intermediate buffer exists.
+#include <memory>
+
+#include "ops/elementwise.h"
+
+namespace kiln {
+
+struct FusedStep {
+  std::shared_ptr<const Elementwise> op;
+  std::vector<int> args;  // k >= 0: input k; k < 0: step (-k - 1)
+};
+
+class FusedElementwise : public COp {
+ public:
+  explicit FusedElementwise(Attrs props);  // parses props["program"]
+  static std::shared_ptr<const FusedElementwise> from_steps(std::vector<FusedStep> steps);
+  static std::string program_text(const std::vector<FusedStep>& steps);
+
+  const std::vector<FusedStep>& steps() const { return steps_; }
+  int arity() const { return arity_; }
+  // True when every step is cheap arithmetic (no transcendental call), so recomputing a
+  // broadcast operand per output element costs little.
+  bool is_cheap() const;
+
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  bool c_splittable(const Node&) const override { return true; }
+  std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
+  std::vector<std::string> c_preludes() const override;
+
+  // The per-element body over ${0}..${n-1}: statements naming each step (lets) and the
+  // final expression, for input dtypes `in`. Shared with epilogues.
+  void scalar_body(const std::vector<DType>& in, std::vector<std::string>& lets,
+                   std::string& expr, const std::string& temp_prefix) const;
+
+ private:
+  std::vector<DType> step_dtypes(const std::vector<DType>& in) const;
+  std::vector<FusedStep> steps_;
+  int arity_ = 0;
+};
+
+bool is_cheap_scalar_op(const std::string& name);
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// Elementwise fusion: every chain, tree or diamond of elementwise nodes whose intermediate
+// values nothing else reads becomes one fused_elementwise node: one loop, no intermediate
+// buffers. Broadcasting is exact because every operand is indexed against the final output
+// shape. A producer with a smaller shape than the group's output is fused only when it is
+// cheap, since fusing recomputes it per output element.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "rewrite/fused_steps.h"
+#include "rewrite/graph_copy.h"
+#include "rewrite/passes.h"
+
+namespace kiln {
+
+Graph fuse_elementwise(const Graph& graph) {
+  auto uses = count_uses(graph);
+  std::set<const Node*> taken;                     // members of some group
+  std::map<const Node*, std::vector<const Node*>> groups;  // root -> members (id order)
+  const auto& nodes = graph.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const Node* root = it->get();
+    if (taken.count(root) || !is_elementwise_node(*root)) continue;
+    std::set<const Node*> group{root};
+    std::multiset<const Variable*> reads(root->inputs.begin(), root->inputs.end());
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const Variable* v : std::set<const Variable*>(reads.begin(), reads.end())) {
+        const Node* p = v->kind == VarKind::kNodeOutput ? v->owner : nullptr;
+        if (!p || group.count(p) || taken.count(p) || !is_elementwise_node(*p)) continue;
+        if (static_cast<int>(reads.count(v)) != uses[v]) continue;  // read outside the group
+        if (v->type.dims != root->outputs[0]->type.dims && !is_cheap_node(*p)) continue;
+        group.insert(p);
+        reads.erase(v);
+        reads.insert(p->inputs.begin(), p->inputs.end());
+        grew = true;
+      }
+    }
+    if (group.size() < 2) continue;
+    std::vector<const Node*> members(group.begin(), group.end());
+    std::sort(members.begin(), members.end(), [](auto* a, auto* b) { return a->id < b->id; });
+    taken.insert(members.begin(), members.end());
+    groups[root] = std::move(members);
+  }
+
+  GraphCopy copy(graph);
+  for (const auto& node : nodes) {
+    auto g = groups.find(node.get());
+    if (g == groups.end()) {
+      if (!taken.count(node.get())) copy.copy(*node);
+      continue;
+    }
+    std::vector<FusedStep> steps;
+    std::vector<const Variable*> inputs;           // the group's external operands
+    std::map<const Variable*, int> arg;            // variable -> program argument
+    for (const Node* m : g->second) {
+      auto arg_of = [&](int k) {
+        const Variable* v = m->inputs[static_cast<size_t>(k)];
+        auto found = arg.find(v);
+        if (found != arg.end()) return found->second;
+        inputs.push_back(v);
+        return arg[v] = static_cast<int>(inputs.size()) - 1;
+      };
+      arg[m->outputs[0]] = append_steps(*m, arg_of, steps);
+    }
+    std::vector<Variable*> mapped;
+    for (const Variable* v : inputs) mapped.push_back(copy.map(v));
+    copy.add(FusedElementwise::from_steps(std::move(steps)), mapped, {node->outputs[0]}, node->name);
+  }
+  return copy.finish();
+}
+
+}  // namespace kiln

@@ -1,0 +1,94 @@
+#include "rewrite/pipeline.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "rewrite/graph_copy.h"
+#include "rewrite/passes.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+std::vector<std::string> split_items(const std::string& spec) {
+  std::vector<std::string> items;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    items.push_back(item);
+  }
+  return items;
+}
+
+Graph plain_copy(const Graph& graph) {
+  GraphCopy copy(graph);
+  for (const auto& node : graph.nodes()) copy.copy(*node);
+  return copy.finish();
+}
+
+}  // namespace
+
+const std::vector<PassInfo>& all_passes() {
+  // Folding and simplification first, so fusion sees the smallest graph; epilogue fusion
+  // after elementwise fusion, so a whole bias + activation chain lands in the epilogue;
+  // dead-code removal last, to drop what the others orphaned.
+  static const std::vector<PassInfo> passes = {
+      {"fold", fold_constants},       {"simplify", simplify},         {"cse", merge_common},
+      {"fusion", fuse_elementwise},
+      {"epilogue", fuse_epilogue},    {"dce", remove_dead},
+  };
+  return passes;
+}
+
+std::string passes_spec(const std::optional<std::string>& spec) {
+  if (spec) return *spec;
+  const char* env = std::getenv("KILN_PASSES");
+  return env ? env : "";
+}
+
+std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin) {
+  std::vector<std::string> names;
+  for (const auto& p : all_passes()) names.emplace_back(p.name);
+  std::vector<std::string> off;
+  bool none = false;
+  for (const std::string& item : split_items(spec)) {
+    if (item.empty() || item == "all") continue;
+    if (item == "none" || item == "0") {
+      none = true;
+      continue;
+    }
+    std::string name = item[0] == '-' ? item.substr(1) : item;
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw UserError(origin + ": unknown pass '" + name + "' (passes: " + join(names, ", ") +
+                      "; write -name to disable one, none to disable all)");
+    }
+    if (item[0] != '-') {
+      throw UserError(origin + ": '" + item + "': write -" + item +
+                      " to disable a pass (all run by default)");
+    }
+    off.push_back(name);
+  }
+  std::vector<PassInfo> on;
+  if (none) return on;
+  for (const auto& p : all_passes()) {
+    if (std::find(off.begin(), off.end(), p.name) == off.end()) on.push_back(p);
+  }
+  return on;
+}
+
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec) {
+  auto passes = select_passes(passes_spec(spec), spec ? "passes" : "KILN_PASSES");
+  Graph g = plain_copy(graph);
+  for (const auto& pass : passes) {
+    g = pass.run(g);
+    if (debug_level() >= 2) log_line("after pass " + std::string(pass.name) + ":\n" + g.to_string());
+  }
+  return g;
+}
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+#pragma once
+// The rewrite pipeline: a plain list of passes run in order. A spec such as "-fusion,-cse"
+// (KILN_PASSES) disables passes; "none" runs none. With KILN_DEBUG >= 2 the graph is
+// printed after each pass.
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+struct PassInfo {
+  const char* name;
+  Graph (*run)(const Graph&);
+};
+
+const std::vector<PassInfo>& all_passes();
+
+// The passes a spec enables, in pipeline order. Throws UserError naming an unknown pass
+// and `origin` (e.g. "KILN_PASSES").
+std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin);
+
+// Runs the passes `spec` enables; nullopt spec: $KILN_PASSES, else all.
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec = std::nullopt);
+
+// The spec in effect: `spec` if given, else $KILN_PASSES, else "" (all).
+std::string passes_spec(const std::optional<std::string>& spec);
+
+}  // namespace kiln

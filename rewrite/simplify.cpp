@@ -1,0 +1,121 @@
+// Algebraic simplification: identities that remove work without changing results.
+//   x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1, x ** 1   -> x  (when x already has the output type)
+//   neg(neg x), logical_not(logical_not x)             -> x
+//   log(exp x)                                         -> x  (exact; avoids exp overflow)
+//   cast(x) to x's own dtype                           -> x
+//   transpose(transpose x)                             -> one transpose, or x
+//   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
+// exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
+#include <optional>
+
+#include "ops/registry.h"
+#include "rewrite/graph_copy.h"
+#include "rewrite/passes.h"
+
+namespace kiln {
+namespace {
+
+// True when `v` is a small plain constant every element of which equals `value`.
+bool is_splat(const Variable* v, double value) {
+  if (v->kind != VarKind::kConstant || v->parameter || !v->value) return false;
+  const Tensor& t = *v->value;
+  if (t.numel() == 0 || t.numel() > 4096) return false;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.load(i) != value) return false;
+  }
+  return true;
+}
+
+const Node* producer(const Variable* v, const std::string& op) {
+  return v->kind == VarKind::kNodeOutput && v->owner && v->owner->op->name() == op ? v->owner : nullptr;
+}
+
+std::vector<int64_t> perm_of(const Node& t) {
+  auto perm = attr_ints(t.op->props(), "perm", std::vector<int64_t>{});
+  if (perm.empty()) {  // the default reverses the axes
+    int r = t.inputs[0]->type.rank();
+    for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+  }
+  return perm;
+}
+
+// What a node reduces to: an existing source variable (identity), or a replacement op over
+// source variables; nullopt when no rule applies.
+struct Rewrite {
+  const Variable* same = nullptr;
+  std::shared_ptr<const Op> op;
+  std::vector<Variable*> inputs;
+};
+
+std::optional<Rewrite> rule(const Node& node) {
+  const std::string& name = node.op->name();
+  const Variable* out = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
+  if (!out) return std::nullopt;
+  auto keeps = [&](const Variable* x) -> std::optional<Rewrite> {
+    if (x->type == out->type) return Rewrite{x, nullptr, {}};
+    return std::nullopt;
+  };
+  const auto& in = node.inputs;
+  if (in.size() == 2) {
+    if ((name == "add" || name == "sub") && is_splat(in[1], 0)) return keeps(in[0]);
+    if (name == "add" && is_splat(in[0], 0)) return keeps(in[1]);
+    if ((name == "mul" || name == "div" || name == "pow") && is_splat(in[1], 1)) return keeps(in[0]);
+    if (name == "mul" && is_splat(in[0], 1)) return keeps(in[1]);
+  }
+  if (in.size() != 1) return std::nullopt;
+  const Variable* x = in[0];
+  for (const char* involution : {"neg", "logical_not"}) {
+    if (name == involution) {
+      if (const Node* p = producer(x, name)) return keeps(p->inputs[0]);
+    }
+  }
+  if (name == "log") {
+    if (const Node* p = producer(x, "exp")) return keeps(p->inputs[0]);
+  }
+  if (name == "cast" && x->type.dtype == out->type.dtype) return keeps(x);
+  if (name == "transpose") {
+    if (const Node* p = producer(x, "transpose")) {
+      auto outer = perm_of(node), inner = perm_of(*p);
+      std::vector<int64_t> perm;
+      bool identity = true;
+      for (size_t i = 0; i < outer.size(); ++i) {
+        perm.push_back(inner[static_cast<size_t>(outer[i])]);
+        identity = identity && perm.back() == static_cast<int64_t>(i);
+      }
+      if (identity) return keeps(p->inputs[0]);
+      return Rewrite{nullptr, OpRegistry::instance().create("transpose", {{"perm", perm}}),
+                     {p->inputs[0]}};
+    }
+  }
+  if (name == "reshape") {
+    bool static_same = x->type == out->type;
+    for (int64_t d : out->type.dims) static_same = static_same && d >= 0;
+    if (static_same) return keeps(x);
+    auto shape = attr_ints(node.op->props(), "shape");
+    bool copies_dims = false;  // a 0 entry copies the input's dimension
+    for (int64_t d : shape) copies_dims = copies_dims || d == 0;
+    if (const Node* p = producer(x, "reshape"); p && !copies_dims) {
+      return Rewrite{nullptr, node.op, {p->inputs[0]}};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Graph simplify(const Graph& graph) {
+  GraphCopy copy(graph);
+  for (const auto& node : graph.nodes()) {
+    auto r = rule(*node);
+    if (!r) {
+      copy.copy(*node);
+    } else if (r->same) {
+      copy.replace(node->outputs[0], copy.map(r->same));
+    } else {
+      copy.add(r->op, copy.map(r->inputs), {node->outputs[0]}, node->name);
+    }
+  }
+  return copy.finish();
+}
+
+}  // namespace kiln
