@@ -1,7 +1,8 @@
 // Times kiln inference of an ONNX model on one input, for bench/onnx_peers.py, which runs
 // onnxruntime and PyTorch on the same file and data in the same run.
-// Usage: onnx_bench MODEL.onnx INPUT.npy [--repeat N] [--out OUT.npy]
-// Prints "compile_ms <ms>" and "run_ms <median> <min>" (one warm-up run first).
+// Usage: onnx_bench MODEL.onnx INPUT.npy... [--repeat N] [--out OUT.npy] [--passes SPEC]
+// Prints "compile_ms <ms>" (model file -> callable, through the kernel cache) and
+// "run_ms <median> <min>" (one warm-up run first).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,21 +20,33 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: onnx_bench MODEL.onnx INPUT.npy [--repeat N] [--out OUT.npy]\n");
+    std::fprintf(stderr,
+                 "usage: onnx_bench MODEL.onnx INPUT.npy... [--repeat N] [--out OUT.npy] "
+                 "[--passes SPEC]\n");
     return 2;
   }
   int repeat = 50;
   std::string out;
-  for (int i = 3; i + 1 < argc; i += 2) {
+  CompileOptions options;
+  std::vector<std::string> input_files;
+  for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
-    if (a == "--out") out = argv[i + 1];
+    if (i + 1 < argc && a == "--repeat") {
+      repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && a == "--out") {
+      out = argv[++i];
+    } else if (i + 1 < argc && a == "--passes") {
+      options.passes = argv[++i];
+    } else {
+      input_files.push_back(a);
+    }
   }
   try {
     auto t0 = Clock::now();
-    Function f = compile(load_model(argv[1]));
+    Function f = compile(load_model(argv[1]), options);
     const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    std::vector<Tensor> inputs{read_npy(argv[2])};
+    std::vector<Tensor> inputs;
+    for (const auto& file : input_files) inputs.push_back(read_npy(file));
     auto result = f(inputs);  // warm-up: first-touch of buffers
     std::vector<double> ms;
     for (int r = 0; r < repeat; ++r) {

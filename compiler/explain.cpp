@@ -14,6 +14,17 @@ std::string quote(const std::string& s) {
   return "'" + one_line + "'";
 }
 
+// "'A' in the entry, 'B' now", starting both near where they first differ when they share
+// a long prefix (long flag lists differ at their ends).
+std::string contrast(const std::string& entry, const std::string& here) {
+  size_t common = 0;
+  while (common < entry.size() && common < here.size() && entry[common] == here[common]) ++common;
+  size_t from = common > 40 ? common - 20 : 0;
+  std::string lead = from > 0 ? "..." : "";
+  return "'" + lead + quote(entry.substr(from)).substr(1) + " in the entry, '" + lead +
+         quote(here.substr(from)).substr(1) + " now";
+}
+
 // A node line of graph_signature: "node ID OP PROPS v=VER in=REFS out=TYPES".
 struct NodeLine {
   std::string id, op, props, version, inputs, outputs;
@@ -55,7 +66,7 @@ std::string describe_line_change(const std::string& here, const std::string& ent
       parts.push_back("outputs " + b.outputs + " in the entry, " + a.outputs + " now");
     return where + ": " + join(parts, "; ");
   }
-  return quote(entry) + " in the entry, " + quote(here) + " now";
+  return contrast(entry, here);
 }
 
 std::vector<std::string> graph_differences(const std::string& here, const std::string& entry) {
@@ -98,7 +109,7 @@ std::vector<std::string> component_differences(const KeyComponents& here,
         auto g = graph_differences(value, it->second);
         out.insert(out.end(), g.begin(), g.end());
       } else {
-        out.push_back(name + ": " + quote(it->second) + " in the entry, " + quote(value) + " now");
+        out.push_back(name + ": " + contrast(it->second, value));
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <sys/stat.h>
@@ -22,6 +23,29 @@
 
 namespace kiln {
 namespace {
+
+std::set<std::string> clang_features(const std::string& cc, const std::string& march) {
+  ProcessResult r = run_process({cc, march, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"});
+  static const std::regex feature("\"-target-feature\" \"\\+([a-z0-9_.-]+)\"");
+  std::set<std::string> out;
+  for (std::sregex_iterator it(r.err.begin(), r.err.end(), feature), end; it != end; ++it) {
+    out.insert((*it)[1]);
+  }
+  return out;
+}
+
+// A compiler may not know this CPU by name and fall back to an older one (clang 14 calls a
+// Zen 4 "znver3"), dropping vector extensions the host has. The AVX-512 features the host
+// has beyond the named CPU's are passed as -m flags, so the module still uses them.
+std::string extra_features(const std::string& cc, const std::string& cpu) {
+  std::set<std::string> host = clang_features(cc, "-march=native");
+  std::set<std::string> named = clang_features(cc, "-march=" + cpu);
+  std::vector<std::string> extra;
+  for (const auto& f : host) {
+    if (f.rfind("avx512", 0) == 0 && !named.count(f)) extra.push_back("-m" + f);
+  }
+  return join(extra, " ");
+}
 
 std::string resolve_cpu(const std::string& cc) {
   // clang prints the cc1 command line with -### ; the cpu follows "-target-cpu".
@@ -105,6 +129,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   if (slot) return *slot;
 
   std::unique_ptr<Toolchain> t(new Toolchain());
+  std::string features;
   t->cc_ = cc;
   // Probing costs two compiler runs (~45 ms); remember the answer per compiler binary.
   std::string identity = probe_identity(cc);
@@ -115,10 +140,12 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     std::string stored_id, line;
     std::vector<std::string> lines;
     while (std::getline(in, line)) lines.push_back(line);
-    // Layout: version, cpu, then the identity it was probed for (checked, not trusted).
-    if (lines.size() >= 3 && join(std::vector<std::string>(lines.begin() + 2, lines.end()), "\n") == identity) {
+    // Layout: version, cpu, extra feature flags, then the identity it was probed for
+    // (checked, not trusted).
+    if (lines.size() >= 4 && join(std::vector<std::string>(lines.begin() + 3, lines.end()), "\n") == identity) {
       t->version_ = lines[0];
       t->cpu_ = lines[1];
+      features = lines[2];
     }
   }
   if (t->cpu_.empty()) {
@@ -130,10 +157,11 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     }
     t->version_ = v.out.substr(0, v.out.find('\n'));
     t->cpu_ = resolve_cpu(cc);
+    features = extra_features(cc, t->cpu_);
     if (!memo.empty()) {
       try {
         std::filesystem::create_directories(memo.parent_path());
-        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + identity + "\n");
+        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" + identity + "\n");
       } catch (const std::exception& e) {
         if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
       }
@@ -144,6 +172,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   // and are memory-bound, so unrolling buys little at run time.
   t->flags_ = {"-std=c11", "-O3", "-fno-unroll-loops", "-fPIC", "-shared", "-march=" + t->cpu_,
                "-fno-math-errno", "-Wall"};
+  for (const auto& f : split_flags(features)) t->flags_.push_back(f);
   for (auto& f : split_flags(cflags)) {
     if (f == "-march=native") f = "-march=" + t->cpu_;
     t->flags_.push_back(f);

@@ -153,6 +153,7 @@ std::string Elementwise::scalar_expr(DType in, DType out) const {
   for (int k = 0; k < def_.arity; ++k) v[std::to_string(k)] = "${" + std::to_string(k) + "}";
   v["T"] = std::string(dtype_c_type(out));
   v["f"] = in == DType::kFloat32 ? "f" : "";
+  v["m"] = in == DType::kFloat32 ? "kiln_" : "";
   v["S"] = type_tag(in);
   for (size_t p = 0; p < def_.params.size(); ++p) {
     v[std::string(def_.params[p].name)] = c_literal(out, params_[p]);
@@ -160,21 +161,17 @@ std::string Elementwise::scalar_expr(DType in, DType out) const {
   return render_template(tmpl, v, "scalar op " + name());
 }
 
+std::vector<std::string> Elementwise::c_preludes() const {
+  if (uses_math_prelude(def_)) return {"kiln_index.h", "kiln_scalar.h", "kiln_math.h"};
+  return {"kiln_index.h", "kiln_scalar.h"};
+}
+
 std::string Elementwise::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
-    const Variable* v = node.inputs[k];
-    LoopOperand op;
-    op.tensor = names.inputs[k];
-    op.dtype = v->type.dtype;
-    op.rank = v->type.rank();
-    // Scalar constants are part of the graph signature, so inlining them is safe.
-    if (is_inlined_scalar(v)) {
-      op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
-    }
-    ops.push_back(op);
-    dts.push_back(v->type.dtype);
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    dts.push_back(node.inputs[k]->type.dtype);
   }
   const TensorType& out = node.outputs[0]->type;
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(),

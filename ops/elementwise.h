@@ -14,12 +14,12 @@ class Elementwise : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 2; }
+  std::optional<int> cache_version() const override { return 4; }
 
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
-  std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_scalar.h"}; }
+  std::vector<std::string> c_preludes() const override;
 
   // The scalar expression for data dtype `in`, output dtype `out`, over ${0}..${n-1}.
   std::string scalar_expr(DType in, DType out) const;

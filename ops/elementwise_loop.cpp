@@ -21,6 +21,20 @@ std::string c_literal_of(DType dtype, double as_double, int64_t as_int) {
   return "((" + std::string(dtype_c_type(dtype)) + ")" + std::to_string(as_int) + "LL)";
 }
 
+LoopOperand loop_operand(const Variable* v, const std::string& tensor) {
+  LoopOperand op;
+  op.tensor = tensor;
+  op.dtype = v->type.dtype;
+  op.rank = v->type.rank();
+  // Scalar constants are part of the graph signature, so inlining them is safe.
+  if (is_inlined_scalar(v)) {
+    op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
+  }
+  op.single = true;
+  for (int64_t d : v->type.dims) op.single = op.single && d == 1;
+  return op;
+}
+
 std::string emit_odometer_step(int nops, const std::string& indent) {
   std::string advance, rewind;
   for (int k = 0; k < nops; ++k) {
@@ -39,7 +53,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (!inputs[k].literal && !inputs[k].reads_output) slot[k] = nops++;
+    if (!inputs[k].literal && !inputs[k].reads_output && !inputs[k].single) slot[k] = nops++;
   }
   const std::string R = std::to_string(out_rank);
   const std::string T(dtype_c_type(out_dtype));
@@ -76,6 +90,13 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     s += "    const " + ct + " *restrict p" + sk + " = (const " + ct + " *)" + inputs[k].tensor +
          "->data;\n";
   }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].single && !inputs[k].literal && !inputs[k].reads_output) {
+      std::string ct(dtype_c_type(inputs[k].dtype));
+      s += "    const " + ct + " c" + std::to_string(k) + " = *(const " + ct + " *)" +
+           inputs[k].tensor + "->data;\n";
+    }
+  }
   s += "    const int r = kiln_collapse(" + R + ", " + std::to_string(nops) + ", shp, st);\n";
   s += "    const int64_t inner = shp[r - 1];\n";
   std::string unit_test, offsets_decl;
@@ -101,9 +122,12 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     if (inputs[k].reads_output) {
       unit_args[key] = "q0[j]";
       strided_args[key] = "p0[o0 + j * s0]";
-    } else if (slot[k] < 0) {
+    } else if (inputs[k].literal) {
       unit_args[key] = *inputs[k].literal;
       strided_args[key] = *inputs[k].literal;
+    } else if (inputs[k].single) {
+      unit_args[key] = "c" + key;
+      strided_args[key] = "c" + key;
     } else {
       std::string sk = std::to_string(slot[k]);
       unit_args[key] = "q" + sk + "[j]";

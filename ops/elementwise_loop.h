@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph.h"
 #include "runtime/dtype.h"
 
 namespace kiln {
@@ -17,7 +18,14 @@ struct LoopOperand {
   std::optional<std::string> literal;  // rank-0 constant inlined into the expression
   // Reads the output's own element (an in-place epilogue); takes no operand slot.
   bool reads_output = false;
+  // Holds one element (rank 0 or all dimensions 1): loaded once before the loop, so the
+  // inner loop stays unit-stride and vectorizes.
+  bool single = false;
 };
+
+// The operand for a node input named `tensor` in C: scalar constants inlined, single-element
+// tensors hoisted.
+LoopOperand loop_operand(const Variable* v, const std::string& tensor);
 
 // `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value;
 // `lets` are statements (same placeholders) run before it for each element, so a fused

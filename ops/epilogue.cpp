@@ -126,16 +126,8 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   ops.push_back(self);
   dts.push_back(out.dtype);
   for (size_t k = base_inputs_; k < node.inputs.size(); ++k) {
-    const Variable* v = node.inputs[k];
-    LoopOperand op;
-    op.tensor = names.inputs[k];
-    op.dtype = v->type.dtype;
-    op.rank = v->type.rank();
-    if (is_inlined_scalar(v)) {
-      op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
-    }
-    ops.push_back(op);
-    dts.push_back(v->type.dtype);
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    dts.push_back(node.inputs[k]->type.dtype);
   }
   std::vector<std::string> lets;
   std::string expr;

@@ -288,16 +288,8 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names, c
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
-    const Variable* v = node.inputs[k];
-    LoopOperand op;
-    op.tensor = names.inputs[k];
-    op.dtype = v->type.dtype;
-    op.rank = v->type.rank();
-    if (is_inlined_scalar(v)) {
-      op.literal = c_literal_of(v->type.dtype, v->value->load(0), v->value->load_int(0));
-    }
-    ops.push_back(op);
-    dts.push_back(v->type.dtype);
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    dts.push_back(node.inputs[k]->type.dtype);
   }
   std::vector<std::string> lets;
   std::string expr;
@@ -307,6 +299,9 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names, c
 }
 
 std::vector<std::string> FusedElementwise::c_preludes() const {
+  for (const auto& st : steps_) {
+    if (uses_math_prelude(st.op->def())) return {"kiln_index.h", "kiln_scalar.h", "kiln_math.h"};
+  }
   return {"kiln_index.h", "kiln_scalar.h"};
 }
 

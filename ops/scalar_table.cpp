@@ -31,7 +31,10 @@ int64_t int_pow(int64_t a, int64_t b) {
 }
 double nan_max(double a, double b) { return (a > b || a != a) ? a : b; }
 double nan_min(double a, double b) { return (a < b || a != a) ? a : b; }
-double gelu(double x) { return 0.5 * x * (1 + std::erf(x * 0.70710678118654752440)); }
+double gelu(double x) {
+  if (x == -INFINITY) return -0.0;  // the limit, not -inf * 0
+  return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
+}
 double softplus(double x) {
   return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
@@ -58,13 +61,13 @@ const std::vector<ScalarOpDef> kOps = {
    [](P x, P) { return std::fabs(x[0]); }, [](I x, P) { return x[0] < 0 ? -x[0] : x[0]; }, {}},
   {"sign",       1, Domain::kNumeric,       OutRule::kSame,  "(${0} > 0 ? (${T})1 : (${0} < 0 ? (${T})-1 : ${0}))", "((${0} > 0) - (${0} < 0))",
    [](P x, P) { return sign(x[0]); }, [](I x, P) { return int64_t(x[0] > 0) - int64_t(x[0] < 0); }, {}},
-  {"exp",        1, Domain::kFloat,         OutRule::kSame,  "exp${f}(${0})",                     "",
+  {"exp",        1, Domain::kFloat,         OutRule::kSame,  "${m}exp${f}(${0})",                 "",
    [](P x, P) { return std::exp(x[0]); }, nullptr, {}},
-  {"log",        1, Domain::kFloat,         OutRule::kSame,  "log${f}(${0})",                     "",
+  {"log",        1, Domain::kFloat,         OutRule::kSame,  "${m}log${f}(${0})",                 "",
    [](P x, P) { return std::log(x[0]); }, nullptr, {}},
-  {"log1p",      1, Domain::kFloat,         OutRule::kSame,  "log1p${f}(${0})",                   "",
+  {"log1p",      1, Domain::kFloat,         OutRule::kSame,  "${m}log1p${f}(${0})",               "",
    [](P x, P) { return std::log1p(x[0]); }, nullptr, {}},
-  {"expm1",      1, Domain::kFloat,         OutRule::kSame,  "expm1${f}(${0})",                   "",
+  {"expm1",      1, Domain::kFloat,         OutRule::kSame,  "${m}expm1${f}(${0})",               "",
    [](P x, P) { return std::expm1(x[0]); }, nullptr, {}},
   {"sqrt",       1, Domain::kFloat,         OutRule::kSame,  "sqrt${f}(${0})",                    "",
    [](P x, P) { return std::sqrt(x[0]); }, nullptr, {}},
@@ -74,21 +77,21 @@ const std::vector<ScalarOpDef> kOps = {
    [](P x, P) { return std::sin(x[0]); }, nullptr, {}},
   {"cos",        1, Domain::kFloat,         OutRule::kSame,  "cos${f}(${0})",                     "",
    [](P x, P) { return std::cos(x[0]); }, nullptr, {}},
-  {"tanh",       1, Domain::kFloat,         OutRule::kSame,  "tanh${f}(${0})",                    "",
+  {"tanh",       1, Domain::kFloat,         OutRule::kSame,  "${m}tanh${f}(${0})",                "",
    [](P x, P) { return std::tanh(x[0]); }, nullptr, {}},
-  {"sigmoid",    1, Domain::kFloat,         OutRule::kSame,  "((${T})1 / ((${T})1 + exp${f}(-${0})))", "",
+  {"sigmoid",    1, Domain::kFloat,         OutRule::kSame,  "((${T})1 / ((${T})1 + ${m}exp${f}(-${0})))", "",
    [](P x, P) { return 1.0 / (1.0 + std::exp(-x[0])); }, nullptr, {}},
   {"relu",       1, Domain::kNumeric,       OutRule::kSame,  "(${0} < 0 ? (${T})0 : ${0})",       "(${0} < 0 ? (${T})0 : ${0})",
    [](P x, P) { return x[0] < 0 ? 0.0 : x[0]; }, [](I x, P) { return x[0] < 0 ? int64_t(0) : x[0]; }, {}},
   {"leaky_relu", 1, Domain::kFloat,         OutRule::kSame,  "(${0} < 0 ? ${alpha} * ${0} : ${0})", "",
    [](P x, P p) { return x[0] < 0 ? p[0] * x[0] : x[0]; }, nullptr, {{"alpha", 0.01}}},
-  {"elu",        1, Domain::kFloat,         OutRule::kSame,  "(${0} < 0 ? ${alpha} * expm1${f}(${0}) : ${0})", "",
+  {"elu",        1, Domain::kFloat,         OutRule::kSame,  "(${0} < 0 ? ${alpha} * ${m}expm1${f}(${0}) : ${0})", "",
    [](P x, P p) { return x[0] < 0 ? p[0] * std::expm1(x[0]) : x[0]; }, nullptr, {{"alpha", 1.0}}},
-  {"softplus",   1, Domain::kFloat,         OutRule::kSame,  "(${0} > 0 ? ${0} + log1p${f}(exp${f}(-${0})) : log1p${f}(exp${f}(${0})))", "",
+  {"softplus",   1, Domain::kFloat,         OutRule::kSame,  "kiln_softplus${f}(${0})", "",
    [](P x, P) { return softplus(x[0]); }, nullptr, {}},
-  {"erf",        1, Domain::kFloat,         OutRule::kSame,  "erf${f}(${0})",                     "",
+  {"erf",        1, Domain::kFloat,         OutRule::kSame,  "${m}erf${f}(${0})",                 "",
    [](P x, P) { return std::erf(x[0]); }, nullptr, {}},
-  {"gelu",       1, Domain::kFloat,         OutRule::kSame,  "((${T})0.5 * ${0} * ((${T})1 + erf${f}(${0} * (${T})0.70710678118654752440)))", "",
+  {"gelu",       1, Domain::kFloat,         OutRule::kSame,  "kiln_gelu${f}(${0})", "",
    [](P x, P) { return gelu(x[0]); }, nullptr, {}},
   {"floor",      1, Domain::kFloat,         OutRule::kSame,  "floor${f}(${0})",                   "",
    [](P x, P) { return std::floor(x[0]); }, nullptr, {}},
@@ -153,6 +156,11 @@ const std::vector<ScalarOpDef> kOps = {
 }  // namespace
 
 const std::vector<ScalarOpDef>& scalar_ops() { return kOps; }
+
+bool uses_math_prelude(const ScalarOpDef& def) {
+  return def.c_float.find("${m}") != std::string_view::npos ||
+         def.c_float.find("kiln_") != std::string_view::npos;
+}
 
 const ScalarOpDef* find_scalar_op(std::string_view name) {
   for (const auto& op : kOps) {

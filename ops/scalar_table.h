@@ -19,7 +19,9 @@ struct ScalarParam {
 };
 
 // C templates: ${0} ${1} ${2} are the arguments, ${T} the output C type, ${f} the libm
-// suffix ("f" for float32), ${S} the type tag (i8 u8 i32 i64 f32 f64), ${<param>} a param.
+// suffix ("f" for float32), ${m} the prefix of kiln's vectorizable float32 transcendentals
+// ("kiln_" for float32, "" for libm's float64), ${S} the type tag (i8 u8 i32 i64 f32 f64),
+// ${<param>} a param.
 struct ScalarOpDef {
   std::string_view name;
   int arity;
@@ -34,5 +36,7 @@ struct ScalarOpDef {
 
 const std::vector<ScalarOpDef>& scalar_ops();
 const ScalarOpDef* find_scalar_op(std::string_view name);
+// True when the op's float code calls kiln_math.h.
+bool uses_math_prelude(const ScalarOpDef& def);
 
 }  // namespace kiln

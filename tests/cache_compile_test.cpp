@@ -375,7 +375,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   auto explain = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CFLAGS=-DKILN_CLI_EXPLAIN=2"},
                           {"compile", "--explain", kMlp});
   EXPECT_NE(explain.err.find("cache miss: nearest entry"), std::string::npos) << explain.err;
-  EXPECT_NE(explain.err.find("toolchain.flags: '-std=c11"), std::string::npos) << explain.err;
+  EXPECT_NE(explain.err.find("toolchain.flags: '"), std::string::npos) << explain.err;
   EXPECT_NE(explain.err.find("-DKILN_CLI_EXPLAIN=1' in the entry"), std::string::npos)
       << explain.err;
 

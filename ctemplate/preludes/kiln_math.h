@@ -1,0 +1,209 @@
+/* kiln_math.h — kiln's own float32 transcendentals: branch-free polynomial approximations
+ * built from integer bit tricks, selects and fused multiply-adds only, so loops that call
+ * them vectorize under clang as well as gcc (scalar libm calls do not). Accurate to a few
+ * ulp over the whole float range (tests/math_prelude_test.c measures it against libm), with
+ * libm's NaN, infinity, signed-zero, overflow and subnormal behaviour.
+ *
+ * Method: exp reduces x = n ln2 + r (two-constant Cody-Waite) and scales a degree-6
+ * polynomial by 2^n in two steps, so subnormal results and overflow to inf come out right;
+ * log splits x = m 2^e with m in [sqrt(1/2), sqrt(2)) and evaluates a degree-9 polynomial in
+ * m - 1; log1p and expm1 correct log(1+x) and exp(x)-1 by the rounding of 1+x (Goldberg,
+ * Kahan); tanh uses an odd polynomial below 0.625 and 1 - 2/(e^2x + 1) above; erf uses
+ * x P(x^2) below 0.921875 and 1 - e^(-x^2) Q(1/(1 + x/2)) above (least-squares fits);
+ * gelu takes its negative tail from that erfc form, so it keeps relative accuracy where
+ * 1 + erf would cancel. float64 keeps libm (kiln_gelu, kiln_softplus are its helpers). */
+#ifndef KILN_MATH_H
+#define KILN_MATH_H
+#ifndef KILN_HELPER
+#define KILN_HELPER static inline __attribute__((unused))
+#endif
+#include <math.h>
+#include <stdint.h>
+
+KILN_HELPER float kiln_bits_to_f32(int32_t i) {
+  float f;
+  __builtin_memcpy(&f, &i, sizeof f);
+  return f;
+}
+KILN_HELPER int32_t kiln_f32_to_bits(float f) {
+  int32_t i;
+  __builtin_memcpy(&i, &f, sizeof i);
+  return i;
+}
+KILN_HELPER float kiln_pow2i_f32(int32_t n) { /* 2^n for n in [-126, 127] */
+  return kiln_bits_to_f32((int32_t)((uint32_t)(n + 127) << 23));
+}
+
+KILN_HELPER float kiln_expf(float x) {
+  /* Clamped (NaN passes through the compares) so n stays in [-150, 128]. */
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  /* n = round(x / ln2) via the 1.5 * 2^23 shifter: no float-to-int conversion of NaN. */
+  const float shifter = 12582912.0f;
+  float t = xc * 1.44269504088896341f + shifter;
+  int32_t n = kiln_f32_to_bits(t) - kiln_f32_to_bits(shifter);
+  float nf = t - shifter;
+  float r = xc - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  /* 2^n as two factors in the normal range: subnormal results and inf come out of the
+   * final products with one rounding. */
+  int32_t n1 = n >> 1;
+  float y = p * kiln_pow2i_f32(n1) * kiln_pow2i_f32(n - n1);
+  return x != x ? x : y;
+}
+
+KILN_HELPER float kiln_logf(float x) {
+  /* Subnormals are scaled into the normal range first. */
+  const int sub = x < 1.17549435e-38f;
+  float xs = sub ? x * 8388608.0f : x;
+  int32_t bits = kiln_f32_to_bits(xs);
+  int32_t e = ((bits >> 23) & 0xff) - 126 - (sub ? 23 : 0);
+  float m = kiln_bits_to_f32((bits & 0x007fffff) | 0x3f000000); /* [0.5, 1) */
+  const int low = m < 0.707106781186547524f;
+  e = low ? e - 1 : e;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  float ef = (float)e;
+  float z = m * m;
+  float p = 7.0376836292e-2f;
+  p = p * m + -1.1514610310e-1f;
+  p = p * m + 1.1676998740e-1f;
+  p = p * m + -1.2420140846e-1f;
+  p = p * m + 1.4249322787e-1f;
+  p = p * m + -1.6668057665e-1f;
+  p = p * m + 2.0000714765e-1f;
+  p = p * m + -2.4999993993e-1f;
+  p = p * m + 3.3333331174e-1f;
+  float y = m * z * p;
+  y = y + ef * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  y = m + y + ef * 0.693359375f;
+  y = x == 0.0f ? -INFINITY : y;
+  y = x < 0.0f ? NAN : y;
+  y = x == INFINITY ? x : y;
+  return x != x ? x : y;
+}
+
+KILN_HELPER float kiln_log1pf(float x) {
+  /* log(u) * x / (u - 1) cancels the rounding of u = 1 + x. */
+  float u = 1.0f + x;
+  float d = u - 1.0f;
+  float y = kiln_logf(u) * (x / (d == 0.0f ? 1.0f : d));
+  y = d == 0.0f ? x : y;
+  return x == INFINITY ? x : y;
+}
+
+KILN_HELPER float kiln_expm1f(float x) {
+  /* (u - 1) * x / log(u) cancels the rounding of u = e^x. */
+  float u = kiln_expf(x);
+  float d = u - 1.0f;
+  float l = kiln_logf(u);
+  float y = d * (x / (l == 0.0f ? 1.0f : l));
+  y = d == 0.0f ? x : y;
+  y = d == -1.0f ? -1.0f : y;
+  y = u == INFINITY ? u : y;
+  return x != x ? x : y;
+}
+
+KILN_HELPER float kiln_tanhf(float x) {
+  float a = fabsf(x);
+  float z = x * x;
+  float p = -5.798099802141327e-3f;
+  p = p * z + 2.0720281118520097e-2f;
+  p = p * z + -5.376380071748685e-2f;
+  p = p * z + 1.3331718583139307e-1f;
+  p = p * z + -3.333329151135639e-1f;
+  float small = x + x * z * p;
+  /* 1 - 2/(e^2a + 1): e^2a overflows to inf for large a, giving exactly 1. */
+  float big = 1.0f - 2.0f / (kiln_expf(a + a) + 1.0f);
+  /* NaN takes the big path (exp keeps it); the sign is x's, -0 included. */
+  return copysignf(a < 0.625f ? small : big, x);
+}
+
+KILN_HELPER float kiln_sigmoidf(float x) {
+  /* e = e^-|x| never overflows: 1/(1+e) for x >= 0, e/(1+e) below (subnormal results too). */
+  float e = kiln_expf(-fabsf(x));
+  float y = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+  return x != x ? x : y;
+}
+
+/* erf(a) for 0 <= a < 0.921875: a P(a^2). */
+KILN_HELPER float kiln_erf_small_f32(float a) {
+  float z = a * a;
+  float p = 8.47739271450332e-05f;
+  p = p * z + -8.168491473743063e-4f;
+  p = p * z + 5.203344340622202e-3f;
+  p = p * z + -2.686034784998337e-2f;
+  p = p * z + 1.1283712995101723e-1f;
+  p = p * z + -3.7612634904533926e-1f;
+  p = p * z + 1.1283791667626708f;
+  return a * p;
+}
+
+/* erfc(a) for a >= 0.921875: e^(-a^2) Q(1/(1 + a/2)), with a^2 = hi + lo given exactly
+ * (split with an fma) so the exponent's rounding does not grow with a. */
+KILN_HELPER float kiln_erfc_tail_f32(float a, float hi, float lo) {
+  float t = 1.0f / (1.0f + 0.5f * a);
+  float q = -6.384231001981303e-2f;
+  q = q * t + 3.131222593846346e-1f;
+  q = q * t + -5.51530430071479e-1f;
+  q = q * t + 3.538962491124209e-1f;
+  q = q * t + -7.926210407466755e-2f;
+  q = q * t + 2.2519605904846218e-1f;
+  q = q * t + 2.3715477240369304e-1f;
+  q = q * t + 2.833128956203074e-1f;
+  q = q * t + 2.8200649988209936e-1f;
+  q = q * t + 2.803751257886256e-06f;
+  return kiln_expf(-hi) * (1.0f - lo) * q;
+}
+
+KILN_HELPER float kiln_erff(float x) {
+  float a = fabsf(x);
+  float ac = a > 11.0f ? 11.0f : a; /* e^-121 underflows: erfc is 0 from here on */
+  float hi = ac * ac;
+  float lo = __builtin_fmaf(ac, ac, -hi);
+  float y = a < 0.921875f ? kiln_erf_small_f32(a) : 1.0f - kiln_erfc_tail_f32(ac, hi, lo);
+  y = copysignf(y, x);
+  return x != x ? x : y;
+}
+
+KILN_HELPER float kiln_geluf(float x) {
+  /* 0.5 x (1 + erf(x / sqrt 2)); for x < -1.3 the bracket is erfc(-x / sqrt 2), taken
+   * from the tail form directly so it keeps its relative accuracy. */
+  float u = x * 0.707106781186547524f;
+  float a = fabsf(u);
+  /* u^2 = x^2 / 2 exactly as hi + lo: rounding u first would cost e^(a^2 2^-24) in the tail. */
+  float xc = fabsf(x) > 15.5f ? 15.5f : fabsf(x);
+  float hi = xc * xc;
+  float lo = 0.5f * __builtin_fmaf(xc, xc, -hi);
+  hi = 0.5f * hi;
+  float ac = a > 11.0f ? 11.0f : a;
+  float tail = kiln_erfc_tail_f32(ac < 0.921875f ? 0.921875f : ac, hi, lo);
+  float e = a < 0.921875f ? kiln_erf_small_f32(a) : 1.0f - tail;
+  float bracket = u < 0.0f ? (a < 0.921875f ? 1.0f - e : tail) : 1.0f + e;
+  float y = 0.5f * x * bracket;
+  y = x == -INFINITY ? -0.0f : y; /* the limit, not -inf * 0 */
+  return x != x ? x : y;
+}
+
+KILN_HELPER float kiln_softplusf(float x) {
+  /* max(x, 0) + log1p(e^-|x|): no overflow for large |x|. */
+  float m = x > 0.0f ? x : 0.0f;
+  float y = m + kiln_log1pf(kiln_expf(-fabsf(x)));
+  return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_gelu(double x) {
+  return x == -INFINITY ? -0.0 : 0.5 * x * erfc(-x * 0.70710678118654752440);
+}
+KILN_HELPER double kiln_softplus(double x) {
+  return (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
+}
+
+#endif /* KILN_MATH_H */
