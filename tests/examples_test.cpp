@@ -4,6 +4,7 @@
 #include "compiler/compile.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
+#include "rewrite/pipeline.h"
 #include "runtime/npy.h"
 #include "tests/helpers.h"
 
@@ -43,6 +44,32 @@ TEST_P(OnnxExample, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Models, OnnxExample,
                          ::testing::Values("mlp", "lenet", "resblock", "attention"));
+
+// Every example gives the same results with every rewrite pass, without each one, and with
+// none: a pass may change speed, never answers.
+TEST(Examples, SameResultsWithAndWithoutEachPass) {
+  struct Case {
+    std::string model, input, expected;
+  };
+  std::vector<Case> cases{{kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy",
+                           kExamples + "/mlp/expected.npy"}};
+  for (const char* m : {"mlp", "lenet", "resblock", "attention"}) {
+    std::string dir = kExamples + "/onnx/" + m;
+    cases.push_back({dir + "/model.onnx", dir + "/x.npy", dir + "/expected/y.npy"});
+  }
+  std::vector<std::string> specs{"", "none"};
+  for (const auto& p : all_passes()) specs.push_back("-" + std::string(p.name));
+  for (const auto& c : cases) {
+    Graph g = load_model(c.model);
+    Tensor x = read_npy(c.input), want = read_npy(c.expected);
+    for (const auto& spec : specs) {
+      CompileOptions options;
+      options.passes = spec;
+      auto y = compile(g, options)({x});
+      EXPECT_TRUE(testing::tensors_close(y[0], want, 1e-4, 1e-5)) << c.model << " passes '" << spec << "'";
+    }
+  }
+}
 
 TEST(Examples, OnnxCliRunWritesOutputsByOnnxName) {
   const std::string dir = kExamples + "/onnx/lenet";

@@ -1,0 +1,210 @@
+// The rewrite passes: what each does to a graph, the pipeline's controls, and that the
+// optimized graph computes what the unoptimized one does.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "compiler/compile.h"
+#include "ops/builders.h"
+#include "ops/fused_elementwise.h"
+#include "ops/reference.h"
+#include "ops/registry.h"
+#include "rewrite/passes.h"
+#include "rewrite/pipeline.h"
+#include "tests/helpers.h"
+#include "util/log.h"
+
+namespace kiln {
+namespace {
+
+int count_ops(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op->name() == op;
+  return n;
+}
+
+// Compiles with `passes` and checks the outputs against the unoptimized reference.
+void expect_same_results(const Graph& g, const std::vector<Tensor>& inputs, const std::string& passes,
+                         double rtol = 1e-4, double atol = 1e-5) {
+  auto want = evaluate_reference(g, inputs);
+  CompileOptions options;
+  options.passes = passes;
+  auto got = compile(g, options)(inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], rtol, atol))
+        << "output " << i << " with passes '" << passes << "'\n"
+        << optimized_graph(g, options).to_string();
+  }
+}
+
+TEST(Rewrite, FoldingEvaluatesConstantSubgraphsAndKeepsParametersParameters) {
+  Graph g("fold");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 3});
+  Var c = constant(g, Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3}), "c");
+  Var w(&g, g.add_parameter(Tensor::from_doubles(DType::kFloat32, {3}, {4, 5, 6}), "w"));
+  g.set_outputs({x * exp(c) + sqrt(w)});
+  Graph f = fold_constants(g);
+  EXPECT_EQ(count_ops(f, "exp"), 0);
+  EXPECT_EQ(count_ops(f, "sqrt"), 0);
+  bool parameter_found = false;
+  for (const Variable* v : f.constants()) {
+    if (v->value->load(0) == 2.0) parameter_found = v->parameter;  // sqrt(4)
+  }
+  EXPECT_TRUE(parameter_found) << "a value folded from a parameter must stay a parameter";
+  expect_same_results(g, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6})}, "");
+}
+
+TEST(Rewrite, SimplifyRemovesIdentities) {
+  Graph g("simplify");
+  Var x = input(g, "x", DType::kFloat32, {2, 3});
+  Var t = transpose(transpose(x, {1, 0}), {1, 0});
+  Var y = log(exp(-(-(t * 1.0 + 0.0))));
+  g.set_outputs({y});
+  Graph s = simplify(g);
+  // Everything cancels: the output is a copy of x under the output's own name.
+  EXPECT_EQ(count_ops(remove_dead(s), "reshape"), 1) << s.to_string();
+  EXPECT_EQ(remove_dead(s).nodes().size(), 1u) << remove_dead(s).to_string();
+  EXPECT_EQ(remove_dead(s).outputs()[0]->name, y.var()->name);
+  // x * 2 is not an identity; broadcasting by a constant 1 of larger shape is not either.
+  Graph h("kept");
+  Var a = input(h, "a", DType::kFloat32, {3});
+  Var ones = constant(h, Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, 1, 1, 1, 1, 1}));
+  h.set_outputs({a * 2.0, a * ones});
+  EXPECT_EQ(count_ops(simplify(h), "mul"), 2);
+  expect_same_results(g, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, -2, 3, 4, 5, 6})}, "");
+}
+
+TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
+  Graph g("cse");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Var c1 = constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {1, 2, 3, 4}));
+  Var c2 = constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {1, 2, 3, 4}));
+  g.set_outputs({exp(x) * c1 + exp(x) * c2});
+  Graph m = remove_dead(merge_common(g));
+  EXPECT_EQ(count_ops(m, "exp"), 1) << m.to_string();
+  EXPECT_EQ(count_ops(m, "mul"), 1) << m.to_string();
+  EXPECT_EQ(m.constants().size(), 1u);
+  expect_same_results(g, {Tensor::from_doubles(DType::kFloat32, {4}, {0, 1, -1, 2})}, "");
+}
+
+TEST(Rewrite, DeadCodeIsRemoved) {
+  Graph g("dce");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Var unused = exp(x) * 3.0;
+  (void)unused;
+  g.set_outputs({x + 1.0});
+  Graph d = remove_dead(g);
+  EXPECT_EQ(d.nodes().size(), 1u);
+  EXPECT_EQ(d.inputs().size(), 1u);
+}
+
+TEST(Rewrite, FusionMakesOneLoopOfChainsTreesAndBroadcasts) {
+  Graph g("fuse");
+  Var a = input(g, "a", DType::kFloat32, {kDynamic, 8});
+  Var b = input(g, "b", DType::kFloat32, {8});
+  Var s = sigmoid(a * 0.5 + b);  // broadcast of b
+  Var y = tanh(s) * s - exp(-a);  // a diamond through s
+  g.set_outputs({y});
+  Graph f = fuse_elementwise(g);
+  ASSERT_EQ(f.nodes().size(), 1u) << f.to_string();
+  EXPECT_EQ(f.nodes()[0]->op->name(), "fused_elementwise");
+  EXPECT_EQ(f.outputs()[0]->name, y.var()->name);
+  std::string src = generate_source(g);
+  EXPECT_NE(src.find("kiln_tanhf"), std::string::npos) << "float32 uses kiln's own tanh";
+  EXPECT_EQ(src.find("tanhf("), src.find("kiln_tanhf(") + 5) << "no libm tanhf call";
+  std::mt19937 rng(1);
+  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {5, 8}, rng),
+                          testing::random_tensor(DType::kFloat32, {8}, rng)}, "");
+}
+
+TEST(Rewrite, FusionStopsAtValuesReadElsewhereAndAtCostlySmallProducers) {
+  Graph g("stops");
+  Var a = input(g, "a", DType::kFloat32, {4, 8});
+  Var b = input(g, "b", DType::kFloat32, {8});
+  Var t = a * 2.0;       // read by two groups and a graph output: stays its own value
+  Var e = exp(b);        // (8,) feeding a (4, 8) group: exp would run 4x, so not fused
+  g.set_outputs({t + e, t - 1.0, t});
+  Graph f = fuse_elementwise(g);
+  EXPECT_EQ(count_ops(f, "exp"), 1) << f.to_string();
+  EXPECT_EQ(count_ops(f, "mul"), 1) << f.to_string();
+  std::mt19937 rng(2);
+  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {4, 8}, rng),
+                          testing::random_tensor(DType::kFloat32, {8}, rng)}, "");
+}
+
+TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
+  Graph g("epi");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
+  std::mt19937 rng(3);
+  Var w = constant(g, testing::random_tensor(DType::kFloat32, {6, 5}, rng), "w");
+  Var bias = constant(g, testing::random_tensor(DType::kFloat32, {5}, rng), "bias");
+  Var y = gelu(matmul(x, w) + bias);
+  g.set_outputs({y});
+  Graph o = optimize(g, std::string(""));
+  ASSERT_EQ(o.nodes().size(), 1u) << o.to_string();
+  EXPECT_EQ(o.nodes()[0]->op->name(), "with_epilogue");
+  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {7, 6}, rng)}, "");
+  // The matmul's result read elsewhere too: no epilogue, both values stay.
+  Graph h("shared");
+  Var hx = input(h, "x", DType::kFloat32, {3, 6});
+  Var hw = constant(h, testing::random_tensor(DType::kFloat32, {6, 5}, rng), "w");
+  Var z = matmul(hx, hw);
+  h.set_outputs({relu(z), z});
+  EXPECT_EQ(count_ops(optimize(h, std::string("")), "with_epilogue"), 0);
+}
+
+TEST(Rewrite, PassSpecsDisablePassesAndRejectUnknownNames) {
+  EXPECT_EQ(select_passes("", "KILN_PASSES").size(), all_passes().size());
+  EXPECT_EQ(select_passes("none", "KILN_PASSES").size(), 0u);
+  auto some = select_passes("-fusion, -cse", "KILN_PASSES");
+  EXPECT_EQ(some.size(), all_passes().size() - 2);
+  for (const auto& p : some) {
+    EXPECT_NE(std::string(p.name), "fusion");
+    EXPECT_NE(std::string(p.name), "cse");
+  }
+  std::string err = testing::error_of([] { select_passes("-fuson", "KILN_PASSES"); });
+  EXPECT_NE(err.find("KILN_PASSES: unknown pass 'fuson'"), std::string::npos) << err;
+  EXPECT_NE(err.find("fusion"), std::string::npos) << "lists the passes: " << err;
+
+  Graph g("spec");
+  Var a = input(g, "a", DType::kFloat32, {4});
+  g.set_outputs({exp(a) + 1.0});
+  ::setenv("KILN_PASSES", "-fusion", 1);
+  EXPECT_EQ(count_ops(optimize(g), "fused_elementwise"), 0);
+  ::setenv("KILN_PASSES", "", 1);
+  EXPECT_EQ(count_ops(optimize(g), "fused_elementwise"), 1);
+  ::unsetenv("KILN_PASSES");
+}
+
+TEST(Rewrite, DebugLevelTwoPrintsTheGraphAfterEachPass) {
+  Graph g("debugged");
+  Var a = input(g, "a", DType::kFloat32, {4});
+  g.set_outputs({exp(a) + 1.0});
+  set_debug_level(2);
+  ::testing::internal::CaptureStderr();
+  optimize(g, std::string(""));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  set_debug_level(0);
+  for (const auto& p : all_passes()) {
+    EXPECT_NE(err.find("after pass " + std::string(p.name) + ":"), std::string::npos) << err;
+  }
+  EXPECT_NE(err.find("fused_elementwise{program=\"exp($0); add(%0, $1)\"}"), std::string::npos) << err;
+}
+
+TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
+  auto make = [](const std::string& text) {
+    return testing::error_of([&] { OpRegistry::instance().create("fused_elementwise", {{"program", text}}); });
+  };
+  EXPECT_NE(make("add($0, %3)").find("uses a later step"), std::string::npos);
+  EXPECT_NE(make("frobnicate($0)").find("unknown scalar op 'frobnicate'"), std::string::npos);
+  EXPECT_NE(make("add($0)").find("add takes 2 arguments, got 1"), std::string::npos);
+  EXPECT_NE(make("exp($0").find("offset"), std::string::npos);
+  EXPECT_NE(make("exp($1)").find("inputs are not all used"), std::string::npos);
+  auto op = OpRegistry::instance().create("fused_elementwise",
+                                          {{"program", "leaky_relu{alpha=0.2}($0); mul(%0, $1)"}});
+  EXPECT_EQ(op->props().at("program"), AttrValue(std::string("leaky_relu{alpha=0.2}($0); mul(%0, $1)")));
+}
+
+}  // namespace
+}  // namespace kiln
