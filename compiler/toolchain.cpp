@@ -24,41 +24,42 @@
 namespace kiln {
 namespace {
 
-std::set<std::string> clang_features(const std::string& cc, const std::string& march) {
-  ProcessResult r = run_process({cc, march, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"});
-  static const std::regex feature("\"-target-feature\" \"\\+([a-z0-9_.-]+)\"");
-  std::set<std::string> out;
-  for (std::sregex_iterator it(r.err.begin(), r.err.end(), feature), end; it != end; ++it) {
-    out.insert((*it)[1]);
-  }
-  return out;
-}
+// What one `cc -march=native -###` run tells: the CPU name, and (clang) the compiler's
+// version and the host's target features. One process: a cold start pays for each.
+struct Probe {
+  std::string version, cpu, features;
+};
 
-// A compiler may not know this CPU by name and fall back to an older one (clang 14 calls a
-// Zen 4 "znver3"), dropping vector extensions the host has. The AVX-512 features the host
-// has beyond the named CPU's are passed as -m flags, so the module still uses them.
-std::string extra_features(const std::string& cc, const std::string& cpu) {
-  std::set<std::string> host = clang_features(cc, "-march=native");
-  std::set<std::string> named = clang_features(cc, "-march=" + cpu);
-  std::vector<std::string> extra;
-  for (const auto& f : host) {
-    if (f.rfind("avx512", 0) == 0 && !named.count(f)) extra.push_back("-m" + f);
-  }
-  return join(extra, " ");
-}
-
-std::string resolve_cpu(const std::string& cc) {
-  // clang prints the cc1 command line with -### ; the cpu follows "-target-cpu".
+Probe probe_native(const std::string& cc) {
+  Probe p;
   ProcessResult r = run_process({cc, "-march=native", "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"});
   std::smatch m;
   static const std::regex clang_cpu("\"-target-cpu\" \"([^\"]+)\"");
-  if (std::regex_search(r.err, m, clang_cpu)) return m[1];
+  if (std::regex_search(r.err, m, clang_cpu)) {
+    p.cpu = m[1];
+    std::string first = r.err.substr(0, r.err.find('\n'));
+    if (first.find("clang version") != std::string::npos) p.version = first;
+    // A compiler may not know this CPU by name and fall back to an older one (clang 14 calls
+    // a Zen 4 "znver3"), dropping vector extensions the host has: the host's AVX-512
+    // features are passed as -m flags too (redundant, and harmless, where the name has them).
+    static const std::regex feature("\"-target-feature\" \"\\+(avx512[a-z0-9]*)\"");
+    std::vector<std::string> extra;
+    for (std::sregex_iterator it(r.err.begin(), r.err.end(), feature), end; it != end; ++it) {
+      extra.push_back("-m" + (*it)[1].str());
+    }
+    p.features = join(extra, " ");
+    return p;
+  }
   // gcc reports the resolved value through --help=target.
   r = run_process({cc, "-march=native", "-Q", "--help=target"});
   static const std::regex gcc_cpu("-march=\\s+([A-Za-z0-9_.-]+)");
-  if (std::regex_search(r.out, m, gcc_cpu)) return m[1];
+  if (std::regex_search(r.out, m, gcc_cpu)) {
+    p.cpu = m[1];
+    return p;
+  }
   warn("cannot resolve -march=native for '" + cc + "'; using x86-64-v2");
-  return "x86-64-v2";
+  p.cpu = "x86-64-v2";
+  return p;
 }
 
 std::string find_program(const std::string& cc) {
@@ -131,7 +132,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   std::unique_ptr<Toolchain> t(new Toolchain());
   std::string features;
   t->cc_ = cc;
-  // Probing costs two compiler runs (~45 ms); remember the answer per compiler binary.
+  // Probing costs a compiler run (~20 ms); remember the answer per compiler binary.
   std::string identity = probe_identity(cc);
   std::filesystem::path memo;
   if (!identity.empty()) {
@@ -149,15 +150,19 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     }
   }
   if (t->cpu_.empty()) {
-    ProcessResult v = run_process({cc, "--version"});
-    if (v.exit_code != 0) {
-      throw UserError("C compiler '" + cc + "' does not run (" +
-                      (v.err.empty() ? "exit " + std::to_string(v.exit_code) : v.err) +
-                      "); install clang (scripts/setup) or set KILN_CC");
+    Probe p = probe_native(cc);
+    if (p.version.empty()) {
+      ProcessResult v = run_process({cc, "--version"});
+      if (v.exit_code != 0) {
+        throw UserError("C compiler '" + cc + "' does not run (" +
+                        (v.err.empty() ? "exit " + std::to_string(v.exit_code) : v.err) +
+                        "); install clang (scripts/setup) or set KILN_CC");
+      }
+      p.version = v.out.substr(0, v.out.find('\n'));
     }
-    t->version_ = v.out.substr(0, v.out.find('\n'));
-    t->cpu_ = resolve_cpu(cc);
-    features = extra_features(cc, t->cpu_);
+    t->version_ = p.version;
+    t->cpu_ = p.cpu;
+    features = p.features;
     if (!memo.empty()) {
       try {
         std::filesystem::create_directories(memo.parent_path());
