@@ -27,7 +27,8 @@ double run(std::vector<float>& a, const std::vector<float>& b, const std::vector
       });
     }
     for (auto& th : pool) th.join();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    best =
+        std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
   }
   return 3.0 * static_cast<double>(n) * sizeof(float) / best / 1e9;
 }

@@ -39,7 +39,8 @@ WithEpilogue::WithEpilogue(Attrs props) : COp("with_epilogue", std::move(props))
   }
   base_inputs_ = static_cast<int>(attr_int(this->props(), "base_inputs"));
   if (base_inputs_ < 1) throw AttrError("base_inputs", "must be at least 1");
-  program_ = std::make_shared<FusedElementwise>(Attrs{{"program", attr_string(this->props(), "program")}});
+  program_ =
+      std::make_shared<FusedElementwise>(Attrs{{"program", attr_string(this->props(), "program")}});
 }
 
 std::shared_ptr<const WithEpilogue> WithEpilogue::make(const COp& base, int base_inputs,

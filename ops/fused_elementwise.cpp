@@ -46,9 +46,9 @@ class ProgramReader {
   std::string word() {
     skip_space();
     size_t b = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) ||
-                                s_[pos_] == '_' || s_[pos_] == '.' || s_[pos_] == '-' ||
-                                s_[pos_] == '+')) {
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' ||
+            s_[pos_] == '.' || s_[pos_] == '-' || s_[pos_] == '+')) {
       ++pos_;
     }
     if (b == pos_) fail("expected a name or number");
@@ -158,9 +158,10 @@ int count_inputs(const std::vector<FusedStep>& steps) {
 
 bool is_cheap_scalar_op(const std::string& name) {
   static const std::set<std::string> cheap = {
-      "add", "sub", "mul", "div", "neg", "abs", "sign", "relu", "reciprocal", "maximum",
-      "minimum", "clip", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
-      "logical_not", "where", "cast", "leaky_relu", "floor", "ceil", "round"};
+      "add",   "sub",        "mul",        "div",     "neg",         "abs",        "sign",
+      "relu",  "reciprocal", "maximum",    "minimum", "clip",        "lt",         "le",
+      "gt",    "ge",         "eq",         "ne",      "logical_and", "logical_or", "logical_not",
+      "where", "cast",       "leaky_relu", "floor",   "ceil",        "round"};
   return cheap.count(name) > 0;
 }
 
@@ -168,7 +169,8 @@ std::string FusedElementwise::program_text(const std::vector<FusedStep>& steps) 
   std::vector<std::string> parts;
   for (const auto& st : steps) {
     std::vector<std::string> args;
-    for (int a : st.args) args.push_back(a >= 0 ? "$" + std::to_string(a) : "%" + std::to_string(-a - 1));
+    for (int a : st.args)
+      args.push_back(a >= 0 ? "$" + std::to_string(a) : "%" + std::to_string(-a - 1));
     parts.push_back(st.op->name() + attrs_to_string(st.op->props()) + "(" + join(args, ", ") + ")");
   }
   return join(parts, "; ");
@@ -219,7 +221,8 @@ std::vector<Shape> FusedElementwise::infer_shape(const std::vector<Shape>& input
   return {vals.back()};
 }
 
-void FusedElementwise::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+void FusedElementwise::perform(const std::vector<Tensor>& inputs,
+                               std::vector<Tensor>& outputs) const {
   // The reference runs step by step with real intermediates: the unfused semantics.
   std::vector<Tensor> vals;
   std::vector<TensorType> types;
@@ -270,21 +273,25 @@ void FusedElementwise::scalar_body(const std::vector<DType>& in, std::vector<std
       int a = st.args[k];
       arg_dts.push_back(a >= 0 ? in[a] : dts[-a - 1]);
       // Inputs stay placeholders for the loop to fill; steps become named temporaries.
-      v[std::to_string(k)] = a >= 0 ? "${" + std::to_string(a) + "}" : temp_prefix + std::to_string(-a - 1);
+      v[std::to_string(k)] =
+          a >= 0 ? "${" + std::to_string(a) + "}" : temp_prefix + std::to_string(-a - 1);
     }
     // where's data dtype is its second argument; every other op's is its first.
     DType data = st.op->def().out == OutRule::kWhere ? arg_dts.at(1) : arg_dts.at(0);
-    std::string e = render_template(st.op->scalar_expr(data, dts[j]), v, "fused step " + st.op->name());
+    std::string e =
+        render_template(st.op->scalar_expr(data, dts[j]), v, "fused step " + st.op->name());
     if (j + 1 == steps_.size()) {
       expr = e;
     } else {
       lets.push_back("const " + std::string(dtype_c_type(dts[j])) + " " + temp_prefix +
-                     std::to_string(j) + " = (" + std::string(dtype_c_type(dts[j])) + ")" + e + ";");
+                     std::to_string(j) + " = (" + std::string(dtype_c_type(dts[j])) + ")" + e +
+                     ";");
     }
   }
 }
 
-std::string FusedElementwise::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
+                                     const Sub& sub) const {
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
   for (size_t k = 0; k < node.inputs.size(); ++k) {

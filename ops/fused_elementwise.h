@@ -38,8 +38,8 @@ class FusedElementwise : public COp {
 
   // The per-element body over ${0}..${n-1}: statements naming each step (lets) and the
   // final expression, for input dtypes `in`. Shared with epilogues.
-  void scalar_body(const std::vector<DType>& in, std::vector<std::string>& lets,
-                   std::string& expr, const std::string& temp_prefix) const;
+  void scalar_body(const std::vector<DType>& in, std::vector<std::string>& lets, std::string& expr,
+                   const std::string& temp_prefix) const;
 
  private:
   std::vector<DType> step_dtypes(const std::vector<DType>& in) const;

@@ -15,7 +15,7 @@ namespace kiln {
 
 Graph fuse_elementwise(const Graph& graph) {
   auto uses = count_uses(graph);
-  std::set<const Node*> taken;                     // members of some group
+  std::set<const Node*> taken;                             // members of some group
   std::map<const Node*, std::vector<const Node*>> groups;  // root -> members (id order)
   const auto& nodes = graph.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
@@ -51,8 +51,8 @@ Graph fuse_elementwise(const Graph& graph) {
       continue;
     }
     std::vector<FusedStep> steps;
-    std::vector<const Variable*> inputs;           // the group's external operands
-    std::map<const Variable*, int> arg;            // variable -> program argument
+    std::vector<const Variable*> inputs;  // the group's external operands
+    std::map<const Variable*, int> arg;   // variable -> program argument
     for (const Node* m : g->second) {
       auto arg_of = [&](int k) {
         const Variable* v = m->inputs[static_cast<size_t>(k)];
@@ -65,7 +65,8 @@ Graph fuse_elementwise(const Graph& graph) {
     }
     std::vector<Variable*> mapped;
     for (const Variable* v : inputs) mapped.push_back(copy.map(v));
-    copy.add(FusedElementwise::from_steps(std::move(steps)), mapped, {node->outputs[0]}, node->name);
+    copy.add(FusedElementwise::from_steps(std::move(steps)), mapped, {node->outputs[0]},
+             node->name);
   }
   return copy.finish();
 }

@@ -53,13 +53,16 @@ Graph fuse_epilogue(const Graph& graph) {
     std::vector<Variable*> inputs = copy.map(base.inputs);
     std::map<const Variable*, int> arg{{result, 0}};
     std::vector<FusedStep> steps;
-    append_steps(*node, [&](int k) {
-      const Variable* v = node->inputs[static_cast<size_t>(k)];
-      auto found = arg.find(v);
-      if (found != arg.end()) return found->second;
-      inputs.push_back(copy.map(v));
-      return arg[v] = static_cast<int>(arg.size());
-    }, steps);
+    append_steps(
+        *node,
+        [&](int k) {
+          const Variable* v = node->inputs[static_cast<size_t>(k)];
+          auto found = arg.find(v);
+          if (found != arg.end()) return found->second;
+          inputs.push_back(copy.map(v));
+          return arg[v] = static_cast<int>(arg.size());
+        },
+        steps);
     auto program = FusedElementwise::from_steps(std::move(steps));
     auto op = WithEpilogue::make(dynamic_cast<const COp&>(*base.op),
                                  static_cast<int>(base.inputs.size()), *program);

@@ -42,7 +42,8 @@ Node* GraphCopy::add(std::shared_ptr<const Op> op, const std::vector<Variable*>&
   std::vector<std::string> names;
   for (const Variable* v : replaces) names.push_back(v->name);
   Node* n = dst_.add_node(std::move(op), inputs, node_name, names);
-  for (size_t i = 0; i < replaces.size() && i < n->outputs.size(); ++i) map_[replaces[i]] = n->outputs[i];
+  for (size_t i = 0; i < replaces.size() && i < n->outputs.size(); ++i)
+    map_[replaces[i]] = n->outputs[i];
   return n;
 }
 

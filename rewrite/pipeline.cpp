@@ -38,9 +38,8 @@ const std::vector<PassInfo>& all_passes() {
   // after elementwise fusion, so a whole bias + activation chain lands in the epilogue;
   // dead-code removal last, to drop what the others orphaned.
   static const std::vector<PassInfo> passes = {
-      {"fold", fold_constants},       {"simplify", simplify},         {"cse", merge_common},
-      {"fusion", fuse_elementwise},
-      {"epilogue", fuse_epilogue},    {"dce", remove_dead},
+      {"fold", fold_constants},     {"simplify", simplify},      {"cse", merge_common},
+      {"fusion", fuse_elementwise}, {"epilogue", fuse_epilogue}, {"dce", remove_dead},
   };
   return passes;
 }
@@ -86,7 +85,8 @@ Graph optimize(const Graph& graph, const std::optional<std::string>& spec) {
   Graph g = plain_copy(graph);
   for (const auto& pass : passes) {
     g = pass.run(g);
-    if (debug_level() >= 2) log_line("after pass " + std::string(pass.name) + ":\n" + g.to_string());
+    if (debug_level() >= 2)
+      log_line("after pass " + std::string(pass.name) + ":\n" + g.to_string());
   }
   return g;
 }

@@ -27,7 +27,8 @@ bool is_splat(const Variable* v, double value) {
 }
 
 const Node* producer(const Variable* v, const std::string& op) {
-  return v->kind == VarKind::kNodeOutput && v->owner && v->owner->op->name() == op ? v->owner : nullptr;
+  return v->kind == VarKind::kNodeOutput && v->owner && v->owner->op->name() == op ? v->owner
+                                                                                   : nullptr;
 }
 
 std::vector<int64_t> perm_of(const Node& t) {
@@ -59,7 +60,8 @@ std::optional<Rewrite> rule(const Node& node) {
   if (in.size() == 2) {
     if ((name == "add" || name == "sub") && is_splat(in[1], 0)) return keeps(in[0]);
     if (name == "add" && is_splat(in[0], 0)) return keeps(in[1]);
-    if ((name == "mul" || name == "div" || name == "pow") && is_splat(in[1], 1)) return keeps(in[0]);
+    if ((name == "mul" || name == "div" || name == "pow") && is_splat(in[1], 1))
+      return keeps(in[0]);
     if (name == "mul" && is_splat(in[0], 1)) return keeps(in[1]);
   }
   if (in.size() != 1) return std::nullopt;
@@ -83,8 +85,8 @@ std::optional<Rewrite> rule(const Node& node) {
         identity = identity && perm.back() == static_cast<int64_t>(i);
       }
       if (identity) return keeps(p->inputs[0]);
-      return Rewrite{nullptr, OpRegistry::instance().create("transpose", {{"perm", perm}}),
-                     {p->inputs[0]}};
+      return Rewrite{
+          nullptr, OpRegistry::instance().create("transpose", {{"perm", perm}}), {p->inputs[0]}};
     }
   }
   if (name == "reshape") {

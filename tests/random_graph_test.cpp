@@ -81,22 +81,34 @@ class RandomGraph {
     Var x = any();
     const int rank = x.rank();
     switch (pick(16)) {
-      case 0: return tanh(x) * sigmoid(x);
-      case 1: return exp(-abs(x)) + 0.5;
-      case 2: return log(abs(x) + 1.0);  // positive argument
-      case 3: return gelu(x) - softplus(x);
-      case 4: return erf(x) / (abs(partner(x)) + 1.0);
-      case 5: return maximum(x, partner(x)) - minimum(x, partner(x));
-      case 6: return x * partner(x) + x;
-      case 7: return -(-(x * 1.0 + 0.0));  // identities for the simplifier
-      case 8: return exp(x * 0.5) + exp(x * 0.5);  // a repeated subexpression
+      case 0:
+        return tanh(x) * sigmoid(x);
+      case 1:
+        return exp(-abs(x)) + 0.5;
+      case 2:
+        return log(abs(x) + 1.0);  // positive argument
+      case 3:
+        return gelu(x) - softplus(x);
+      case 4:
+        return erf(x) / (abs(partner(x)) + 1.0);
+      case 5:
+        return maximum(x, partner(x)) - minimum(x, partner(x));
+      case 6:
+        return x * partner(x) + x;
+      case 7:
+        return -(-(x * 1.0 + 0.0));  // identities for the simplifier
+      case 8:
+        return exp(x * 0.5) + exp(x * 0.5);  // a repeated subexpression
       case 9: {
         if (rank == 0) return relu(x);
         int64_t axis = pick(rank);
         switch (pick(3)) {
-          case 0: return sum(x * x, {axis}, pick(2) == 1);
-          case 1: return mean(tanh(x), {axis}, pick(2) == 1);
-          default: return max(x + 1.0, {axis}, pick(2) == 1);
+          case 0:
+            return sum(x * x, {axis}, pick(2) == 1);
+          case 1:
+            return mean(tanh(x), {axis}, pick(2) == 1);
+          default:
+            return max(x + 1.0, {axis}, pick(2) == 1);
         }
       }
       case 10: {
@@ -123,7 +135,8 @@ class RandomGraph {
         Var y = matmul(x, w) + constant_like({n});
         return pick(2) ? relu(y) : tanh(y);
       }
-      default: return where(gt(x, partner(x)), x, sin(x));
+      default:
+        return where(gt(x, partner(x)), x, sin(x));
     }
   }
 

@@ -24,8 +24,8 @@ int count_ops(const Graph& g, const std::string& op) {
 }
 
 // Compiles with `passes` and checks the outputs against the unoptimized reference.
-void expect_same_results(const Graph& g, const std::vector<Tensor>& inputs, const std::string& passes,
-                         double rtol = 1e-4, double atol = 1e-5) {
+void expect_same_results(const Graph& g, const std::vector<Tensor>& inputs,
+                         const std::string& passes, double rtol = 1e-4, double atol = 1e-5) {
   auto want = evaluate_reference(g, inputs);
   CompileOptions options;
   options.passes = passes;
@@ -103,7 +103,7 @@ TEST(Rewrite, FusionMakesOneLoopOfChainsTreesAndBroadcasts) {
   Graph g("fuse");
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 8});
   Var b = input(g, "b", DType::kFloat32, {8});
-  Var s = sigmoid(a * 0.5 + b);  // broadcast of b
+  Var s = sigmoid(a * 0.5 + b);   // broadcast of b
   Var y = tanh(s) * s - exp(-a);  // a diamond through s
   g.set_outputs({y});
   Graph f = fuse_elementwise(g);
@@ -114,23 +114,27 @@ TEST(Rewrite, FusionMakesOneLoopOfChainsTreesAndBroadcasts) {
   EXPECT_NE(src.find("kiln_tanhf"), std::string::npos) << "float32 uses kiln's own tanh";
   EXPECT_EQ(src.find("tanhf("), src.find("kiln_tanhf(") + 5) << "no libm tanhf call";
   std::mt19937 rng(1);
-  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {5, 8}, rng),
-                          testing::random_tensor(DType::kFloat32, {8}, rng)}, "");
+  expect_same_results(g,
+                      {testing::random_tensor(DType::kFloat32, {5, 8}, rng),
+                       testing::random_tensor(DType::kFloat32, {8}, rng)},
+                      "");
 }
 
 TEST(Rewrite, FusionStopsAtValuesReadElsewhereAndAtCostlySmallProducers) {
   Graph g("stops");
   Var a = input(g, "a", DType::kFloat32, {4, 8});
   Var b = input(g, "b", DType::kFloat32, {8});
-  Var t = a * 2.0;       // read by two groups and a graph output: stays its own value
-  Var e = exp(b);        // (8,) feeding a (4, 8) group: exp would run 4x, so not fused
+  Var t = a * 2.0;  // read by two groups and a graph output: stays its own value
+  Var e = exp(b);   // (8,) feeding a (4, 8) group: exp would run 4x, so not fused
   g.set_outputs({t + e, t - 1.0, t});
   Graph f = fuse_elementwise(g);
   EXPECT_EQ(count_ops(f, "exp"), 1) << f.to_string();
   EXPECT_EQ(count_ops(f, "mul"), 1) << f.to_string();
   std::mt19937 rng(2);
-  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {4, 8}, rng),
-                          testing::random_tensor(DType::kFloat32, {8}, rng)}, "");
+  expect_same_results(g,
+                      {testing::random_tensor(DType::kFloat32, {4, 8}, rng),
+                       testing::random_tensor(DType::kFloat32, {8}, rng)},
+                      "");
 }
 
 TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
@@ -189,12 +193,15 @@ TEST(Rewrite, DebugLevelTwoPrintsTheGraphAfterEachPass) {
   for (const auto& p : all_passes()) {
     EXPECT_NE(err.find("after pass " + std::string(p.name) + ":"), std::string::npos) << err;
   }
-  EXPECT_NE(err.find("fused_elementwise{program=\"exp($0); add(%0, $1)\"}"), std::string::npos) << err;
+  EXPECT_NE(err.find("fused_elementwise{program=\"exp($0); add(%0, $1)\"}"), std::string::npos)
+      << err;
 }
 
 TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
   auto make = [](const std::string& text) {
-    return testing::error_of([&] { OpRegistry::instance().create("fused_elementwise", {{"program", text}}); });
+    return testing::error_of([&] {
+      OpRegistry::instance().create("fused_elementwise", {{"program", text}});
+    });
   };
   EXPECT_NE(make("add($0, %3)").find("uses a later step"), std::string::npos);
   EXPECT_NE(make("frobnicate($0)").find("unknown scalar op 'frobnicate'"), std::string::npos);
@@ -203,7 +210,8 @@ TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
   EXPECT_NE(make("exp($1)").find("inputs are not all used"), std::string::npos);
   auto op = OpRegistry::instance().create("fused_elementwise",
                                           {{"program", "leaky_relu{alpha=0.2}($0); mul(%0, $1)"}});
-  EXPECT_EQ(op->props().at("program"), AttrValue(std::string("leaky_relu{alpha=0.2}($0); mul(%0, $1)")));
+  EXPECT_EQ(op->props().at("program"),
+            AttrValue(std::string("leaky_relu{alpha=0.2}($0); mul(%0, $1)")));
 }
 
 }  // namespace
