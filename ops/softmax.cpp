@@ -56,6 +56,7 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   const int axis = normalize_axis(axis_, rank, name());
   const std::string T(dtype_c_type(t.dtype));
   const std::string f = t.dtype == DType::kFloat32 ? "f" : "";
+  const std::string m = t.dtype == DType::kFloat32 ? "kiln_" : "";
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
   // Copy into the contiguous output first, then work in place along (outer, len, inner).
@@ -76,15 +77,27 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from inf-inf
   s += "      " + T + " sum = 0;\n";
   if (log_) {
-    s += "      for (int64_t l = 0; l < len; ++l) sum += exp" + f + "(row[l * inner] - mx);\n";
+    s += "      for (int64_t l = 0; l < len; ++l) sum += " + m + "exp" + f + "(row[l * inner] - mx);\n";
     // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
     s += "      const " + T + " lse = log" + f + "(sum);\n";
     s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] = (row[l * inner] - mx) - lse;\n";
   } else {
-    s += "      for (int64_t l = 0; l < len; ++l) {\n";
-    s += "        const " + T + " e = exp" + f + "(row[l * inner] - mx);\n";
-    s += "        row[l * inner] = e;\n";
-    s += "        sum += e;\n";
+    // Rows along the last axis (inner == 1) get unit-stride loops: the exponentials
+    // vectorize (kiln_math.h for float32) and the sum runs in 16 independent lanes.
+    s += "      if (inner == 1) {\n";
+    s += "        for (int64_t l = 0; l < len; ++l) row[l] = " + m + "exp" + f + "(row[l] - mx);\n";
+    s += "        " + T + " lane[16] = {0};\n";
+    s += "        int64_t l = 0;\n";
+    s += "        for (; l + 16 <= len; l += 16)\n";
+    s += "          for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";
+    s += "        for (; l < len; ++l) sum += row[l];\n";
+    s += "        for (int k = 0; k < 16; ++k) sum += lane[k];\n";
+    s += "      } else {\n";
+    s += "        for (int64_t l = 0; l < len; ++l) {\n";
+    s += "          const " + T + " e = " + m + "exp" + f + "(row[l * inner] - mx);\n";
+    s += "          row[l * inner] = e;\n";
+    s += "          sum += e;\n";
+    s += "        }\n";
     s += "      }\n";
     s += "      const " + T + " scale = (" + T + ")1 / sum;\n";
     s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] *= scale;\n";
