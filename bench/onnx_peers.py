@@ -25,23 +25,13 @@ from onnx import numpy_helper
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "onnx"))
 import export_models  # noqa: E402  (the PyTorch definitions of the example models)
+from peers import median_ms  # noqa: E402  (one timing rule for every bench)
 
 MODELS = {
     "mlp": (export_models.MLP, (784,)),
     "lenet": (export_models.LeNet, (1, 28, 28)),
     "resblock": (export_models.ResidualBlock, (16, 12, 12)),
 }
-
-
-def median_ms(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def torch_model(name, path):

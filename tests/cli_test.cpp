@@ -22,7 +22,8 @@ ProcessResult kiln(std::vector<std::string> args) {
 TEST(Cli, HelpForEveryCommand) {
   auto r = kiln({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* word : {"compile", "run", "source", "cache", "exit codes", "KILN_CACHE_DIR", "KILN_CACHE_MAX_SIZE", "-v"}) {
+  for (const char* word : {"compile", "run", "source", "cache", "exit codes", "KILN_CACHE_DIR",
+                           "KILN_CACHE_MAX_SIZE", "-v"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
   for (const char* cmd : {"compile", "run", "source", "cache"}) {
@@ -35,8 +36,13 @@ TEST(Cli, HelpForEveryCommand) {
 
 TEST(Cli, WrongUsageExitsTwoWithOneLine) {
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {}, {"frobnicate"}, {"compile"}, {"run", "m.json"}, {"compile", "--bogus", "m.json"},
-           {"run", "m.json", "--output-dir", "o", "--input", "novalue"}, {"run", "m.json", "--input"}}) {
+           {},
+           {"frobnicate"},
+           {"compile"},
+           {"run", "m.json"},
+           {"compile", "--bogus", "m.json"},
+           {"run", "m.json", "--output-dir", "o", "--input", "novalue"},
+           {"run", "m.json", "--input"}}) {
     auto r = kiln(args);
     EXPECT_EQ(r.exit_code, 2) << args.size();
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -52,7 +58,8 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
     EXPECT_NE(c.err.find(phase), std::string::npos) << phase << " missing in " << c.err;
   }
   std::string out_dir = testing::temp_dir("cli_run");
-  auto r = kiln({"run", "-v", model, "--input", "x=" + kExamples + "/mlp/input.npy", "--output-dir", out_dir});
+  auto r = kiln({"run", "-v", model, "--input", "x=" + kExamples + "/mlp/input.npy", "--output-dir",
+                 out_dir});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("run "), std::string::npos);
   Tensor y = read_npy(out_dir + "/y.npy");
@@ -61,10 +68,22 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
   auto s = kiln({"source", model});
   ASSERT_EQ(s.exit_code, 0);
   // The rewrites fold each layer's bias and relu into its matmul's epilogue.
-  EXPECT_NE(s.out.find("/* node 0: with_epilogue{base=\"matmul\", base_inputs=2, program=\"add($0, $1); "
-                       "relu(%0)\"}(x, w1, b1) -> h1  [float32 (?, 256)]  'fc1' */"),
-            std::string::npos) << s.out;
+  EXPECT_NE(
+      s.out.find("/* node 0: with_epilogue{base=\"matmul\", base_inputs=2, program=\"add($0, $1); "
+                 "relu(%0)\"}(x, w1, b1) -> h1  [float32 (?, 256)]  'fc1' */"),
+      std::string::npos)
+      << s.out;
   EXPECT_NE(s.out.find("cblas_sgemm"), std::string::npos);
+}
+
+TEST(Cli, BadPassesSpecNamesTheFlagAndThePasses) {
+  auto r = kiln({"source", "--passes", "-fuson", kExamples + "/mlp/mlp.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--passes: unknown pass 'fuson'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fusion"), std::string::npos) << r.err;
+  auto g = kiln({"source", "--graph", "--passes", "none", kExamples + "/mlp/mlp.json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.out.find(": matmul(x, w1) -> z1"), std::string::npos) << g.out;
 }
 
 TEST(Cli, BadInputsAndModelsExitOneWithTheReason) {
@@ -73,7 +92,9 @@ TEST(Cli, BadInputsAndModelsExitOneWithTheReason) {
   write_npy(dir + "/wrong.npy", Tensor::zeros(DType::kFloat32, {2, 100}));
   auto r = kiln({"run", model, "--input", "x=" + dir + "/wrong.npy", "--output-dir", dir});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("input 'x': dimension 1 is 100: expected float32 (?, 784)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("input 'x': dimension 1 is 100: expected float32 (?, 784)"),
+            std::string::npos)
+      << r.err;
   r = kiln({"run", model, "--output-dir", dir});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("missing input 'x': expected float32 (?, 784)"), std::string::npos) << r.err;

@@ -208,6 +208,18 @@ TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
   EXPECT_NE(make("add($0)").find("add takes 2 arguments, got 1"), std::string::npos);
   EXPECT_NE(make("exp($0").find("offset"), std::string::npos);
   EXPECT_NE(make("exp($1)").find("inputs are not all used"), std::string::npos);
+  auto epilogue = [](const Attrs& props) {
+    return testing::error_of([&] { OpRegistry::instance().create("with_epilogue", props); });
+  };
+  EXPECT_NE(epilogue({{"base", "softmax"}, {"base_inputs", int64_t{1}}, {"program", "relu($0)"}})
+                .find("'softmax' cannot take an epilogue"),
+            std::string::npos);
+  EXPECT_NE(epilogue({{"base", "gemm"},
+                      {"base_inputs", int64_t{2}},
+                      {"program", "relu($0)"},
+                      {"bogus", int64_t{1}}})
+                .find("attribute 'bogus'"),
+            std::string::npos);
   auto op = OpRegistry::instance().create("fused_elementwise",
                                           {{"program", "leaky_relu{alpha=0.2}($0); mul(%0, $1)"}});
   EXPECT_EQ(op->props().at("program"),
