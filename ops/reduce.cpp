@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -154,126 +153,13 @@ bool Reduce::c_splittable(const Node& node) const {
 }
 
 std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const TensorType& in_type = node.inputs[0]->type;
-  const int rank = in_type.rank();
-  const auto mask = reduced_mask(rank);
-  const DType dt = in_type.dtype;
-  const std::string T(dtype_c_type(dt));
-  const std::string& in = names.inputs[0];
-  const std::string& out = names.outputs[0];
-  std::string identity, combine;
-  const bool fl = is_float(dt);
-  switch (kind_) {
-    case ReduceKind::kSum:
-    case ReduceKind::kMean:
-      identity = "0";
-      combine = "a + x";
-      break;
-    case ReduceKind::kProd:
-      identity = "1";
-      combine = "a * x";
-      break;
-    case ReduceKind::kMax:
-      identity = fl ? "-INFINITY" : (dt == DType::kUInt8 ? "0" : std::string(dt == DType::kInt8 ? "INT8_MIN" : dt == DType::kInt32 ? "INT32_MIN" : "INT64_MIN"));
-      combine = fl ? "((x > a || x != x) ? x : a)" : "(x > a ? x : a)";
-      break;
-    case ReduceKind::kMin:
-      identity = fl ? "INFINITY" : (dt == DType::kUInt8 ? "UINT8_MAX" : std::string(dt == DType::kInt8 ? "INT8_MAX" : dt == DType::kInt32 ? "INT32_MAX" : "INT64_MAX"));
-      combine = fl ? "((x < a || x != x) ? x : a)" : "(x < a ? x : a)";
-      break;
-  }
-  // Input dimension d maps to output stride st[0][d] (0 when reduced): one pass over the
-  // input accumulates into the output, whatever the axes and strides.
-  std::vector<int> out_dim(static_cast<size_t>(rank), -1);
-  int od = 0;
-  for (int d = 0; d < rank; ++d) {
-    if (!mask[static_cast<size_t>(d)]) {
-      out_dim[static_cast<size_t>(d)] = od++;
-    } else if (keepdims_) {
-      ++od;
-    }
-  }
-  const std::string R = std::to_string(rank);
-  const std::string& ctx = sub.ctx;
-  std::string s = "{\n";
-  s += "  " + T + " *restrict po = (" + T + " *)" + out + "->data;\n";
-  s += "  const " + T + " *restrict pi = (const " + T + " *)" + in + "->data;\n";
-  s += "  int64_t n_out = 1, n_in = 1;\n";
-  s += "  for (int d = 0; d < " + out + "->ndim; ++d) n_out *= " + out + "->shape[d];\n";
-  s += "  for (int d = 0; d < " + R + "; ++d) n_in *= " + in + "->shape[d];\n";
-  // [ob, oe): the outputs this part owns; it initialises, accumulates and scales only those.
-  s += "  int64_t ob = 0, oe = 0;\n";
-  s += "  if (n_in == 0 || n_out == 0) {\n";
-  s += "    if (" + ctx + "->part == 0) oe = n_out;\n";
-  s += "    for (int64_t i = ob; i < oe; ++i) po[i] = (" + T + ")" + identity + ";\n";
-  s += "  } else {\n";
-  s += "    int64_t shp[KILN_MAX_DIMS];\n";
-  s += "    int64_t st[2][KILN_MAX_DIMS];\n";
-  s += "    int64_t ost[KILN_MAX_DIMS];\n";
-  s += "    int64_t c = 1;\n";
-  s += "    for (int d = " + out + "->ndim - 1; d >= 0; --d) {\n";
-  s += "      ost[d] = c;\n";
-  s += "      c *= " + out + "->shape[d];\n";
-  s += "    }\n";
-  for (int d = 0; d < rank; ++d) {
-    std::string ds = std::to_string(d);
-    int o = out_dim[static_cast<size_t>(d)];
-    s += "    shp[" + ds + "] = " + in + "->shape[" + ds + "];\n";
-    s += "    st[0][" + ds + "] = " + (o < 0 ? std::string("0") : "ost[" + std::to_string(o) + "]") + ";\n";
-    s += "    st[1][" + ds + "] = " + in + "->strides[" + ds + "];\n";
-  }
-  if (rank == 0) s += "    (void)ost;\n";
-  s += "    const int r = kiln_collapse(" + R + ", 2, shp, st);\n";
-  // Parts split the outermost kept dimension: each index along it owns a contiguous block
-  // of st[0][k] outputs that no other index touches. A full reduction is one part's work.
-  s += "    int k = 0;\n";
-  s += "    while (k < r && st[0][k] == 0) ++k;\n";
-  s += "    int64_t o0 = 0, o1 = 0, lo = 0, hi = 0;\n";
-  s += "    if (k < r) {\n";
-  s += "      kiln_part_range(shp[k], " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "      o0 = lo * st[0][k];\n";
-  s += "      o1 = lo * st[1][k];\n";
-  s += "      ob = o0;\n";
-  s += "      oe = hi * st[0][k];\n";
-  s += "      shp[k] = hi - lo;\n";
-  s += "    } else if (" + ctx + "->part == 0) {\n";
-  s += "      oe = n_out;\n";
-  s += "    }\n";
-  s += "    for (int64_t i = ob; i < oe; ++i) po[i] = (" + T + ")" + identity + ";\n";
-  s += "    int64_t n_part = 1;\n";
-  s += "    for (int d = 0; d < r; ++d) n_part *= shp[d];\n";
-  s += "    const int64_t inner = shp[r - 1], s0 = st[0][r - 1], s1 = st[1][r - 1];\n";
-  s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
-  s += "    const int64_t outer = oe > ob ? n_part / inner : 0;\n";
-  s += "    for (int64_t it = 0; it < outer; ++it) {\n";
-  s += "      if (s0 == 0) {\n";
-  s += "        " + T + " a = po[o0];\n";
-  s += "        if (s1 == 1) {\n";
-  s += "          const " + T + " *restrict q = pi + o1;\n";
-  s += "          for (int64_t j = 0; j < inner; ++j) { const " + T + " x = q[j]; a = " + combine + "; }\n";
-  s += "        } else {\n";
-  s += "          for (int64_t j = 0; j < inner; ++j) { const " + T + " x = pi[o1 + j * s1]; a = " + combine + "; }\n";
-  s += "        }\n";
-  s += "        po[o0] = a;\n";
-  s += "      } else {\n";
-  s += "        for (int64_t j = 0; j < inner; ++j) {\n";
-  s += "          const " + T + " x = pi[o1 + j * s1];\n";
-  s += "          const " + T + " a = po[o0 + j * s0];\n";
-  s += "          po[o0 + j * s0] = " + combine + ";\n";
-  s += "        }\n";
-  s += "      }\n";
-  s += emit_odometer_step(2, "      ");
-  s += "    }\n";
-  s += "  }\n";
-  if (kind_ == ReduceKind::kMean) {
-    // Mean over an empty set is 0/0 = NaN, as in NumPy.
-    s += "  if (n_out > 0) {\n";
-    s += "    const " + T + " count = (" + T + ")(n_in / n_out);\n";
-    s += "    for (int64_t i = ob; i < oe; ++i) po[i] = po[i] / count;\n";
-    s += "  }\n";
-  }
-  s += "}\n";
-  return s;
+  const TensorType& in = node.inputs[0]->type;
+  ReduceLoop spec{kind_, reduced_mask(in.rank()), keepdims_, in.dtype};
+  LoopOperand op;
+  op.tensor = names.inputs[0];
+  op.dtype = in.dtype;
+  op.rank = in.rank();
+  return emit_reduce_loop(spec, {op}, "${0}", {}, names.outputs[0], sub.ctx);
 }
 
 }  // namespace kiln

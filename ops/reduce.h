@@ -2,10 +2,9 @@
 // Reductions over any set of axes: sum, mean, max, min, prod (props: axes, keepdims).
 // An empty `axes` reduces over every axis.
 #include "ops/cop.h"
+#include "ops/reduce_loop.h"
 
 namespace kiln {
-
-enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
 
 class Reduce : public COp {
  public:
@@ -15,15 +14,19 @@ class Reduce : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 2; }
+  std::optional<int> cache_version() const override { return 3; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Splits over kept dimensions; a reduction to one value is not split.
   bool c_splittable(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
 
- private:
+  ReduceKind kind() const { return kind_; }
+  bool keepdims() const { return keepdims_; }
+  // Per input dimension: reduced or kept.
   std::vector<bool> reduced_mask(int rank) const;
+
+ private:
   ReduceKind kind_;
   std::vector<int64_t> axes_;
   bool keepdims_;

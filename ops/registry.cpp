@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
 #include "ops/fused_elementwise.h"
+#include "ops/fused_reduce.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
@@ -52,6 +53,7 @@ OpRegistry::OpRegistry() {
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
   add("fused_elementwise", [](const Attrs& a) { return std::make_shared<FusedElementwise>(a); });
+  add("fused_reduce", [](const Attrs& a) { return std::make_shared<FusedReduce>(a); });
   add("with_epilogue", [](const Attrs& a) { return std::make_shared<WithEpilogue>(a); });
 }
 

@@ -80,7 +80,7 @@ class RandomGraph {
   Var step() {
     Var x = any();
     const int rank = x.rank();
-    switch (pick(16)) {
+    switch (pick(17)) {
       case 0:
         return tanh(x) * sigmoid(x);
       case 1:
@@ -99,16 +99,29 @@ class RandomGraph {
         return -(-(x * 1.0 + 0.0));  // identities for the simplifier
       case 8:
         return exp(x * 0.5) + exp(x * 0.5);  // a repeated subexpression
-      case 9: {
+      case 9:
+      case 16: {
         if (rank == 0) return relu(x);
         int64_t axis = pick(rank);
-        switch (pick(3)) {
+        // Reductions of elementwise values (the reduction pass's pattern): one axis, two
+        // axes, or all; producers with broadcast operands and repeated reads.
+        std::vector<int64_t> axes{axis};
+        if (rank > 1 && pick(2)) axes.push_back((axis + 1 + pick(rank - 1)) % rank);
+        if (pick(6) == 0) axes.clear();
+        const bool keep = pick(2) == 1;
+        switch (pick(6)) {
           case 0:
-            return sum(x * x, {axis}, pick(2) == 1);
+            return sum(x * x, axes, keep);
           case 1:
-            return mean(tanh(x), {axis}, pick(2) == 1);
+            return mean(tanh(x), axes, keep);
+          case 2:
+            return max(x + 1.0, axes, keep);
+          case 3:
+            return sum(exp(x - partner(x)), axes, keep);
+          case 4:
+            return min(abs(x * partner(x)) + 0.5, axes, keep);
           default:
-            return max(x + 1.0, {axis}, pick(2) == 1);
+            return prod(sigmoid(x) + 0.5, axes, keep);
         }
       }
       case 10: {

@@ -137,6 +137,42 @@ TEST(Rewrite, FusionStopsAtValuesReadElsewhereAndAtCostlySmallProducers) {
                       "");
 }
 
+TEST(Rewrite, ReductionFusionComputesTheReducedValuesInTheReductionLoop) {
+  Graph g("reduce");
+  Var a = input(g, "a", DType::kFloat32, {kDynamic, 8, 6});
+  Var b = input(g, "b", DType::kFloat32, {8, 1});
+  Var sq = (a - b) * (a - b);  // broadcast of b, read twice
+  Var y = mean(sq, {1, 2}, true);
+  Var m = max(exp(a * 0.5), {0});  // a reduction over the outermost axis
+  Var p = prod(a, {2});             // no producer: stays a plain reduce_prod
+  g.set_outputs({y, m, p});
+  Graph o = optimize(g, std::string(""));
+  EXPECT_EQ(count_ops(o, "fused_reduce"), 2) << o.to_string();
+  EXPECT_EQ(count_ops(o, "fused_elementwise"), 0) << o.to_string();
+  EXPECT_EQ(count_ops(o, "reduce_prod"), 1) << o.to_string();
+  EXPECT_EQ(o.nodes().size(), 3u) << "no intermediate values: " << o.to_string();
+  EXPECT_NE(o.to_string().find("reduce=\"mean\""), std::string::npos) << o.to_string();
+  std::mt19937 rng(7);
+  std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {37, 8, 6}, rng),
+                         testing::random_tensor(DType::kFloat32, {8, 1}, rng)};
+  expect_same_results(g, in, "");
+  expect_same_results(g, in, "-reduction");
+  EXPECT_EQ(count_ops(optimize(g, std::string("-reduction")), "fused_reduce"), 0);
+  // A long row reduced to one value per row exercises the 16 partial accumulators and the
+  // tail; a value read by another node too stays its own node.
+  Graph h("rows");
+  Var x = input(h, "x", DType::kFloat32, {3, 1000});
+  Var e = exp(x - 1.0);
+  h.set_outputs({sum(e, {1}), min(e * 2.0, {1}), e});
+  Graph ho = optimize(h, std::string(""));
+  EXPECT_EQ(count_ops(ho, "fused_reduce"), 1) << ho.to_string();
+  expect_same_results(h, {testing::random_tensor(DType::kFloat32, {3, 1000}, rng)}, "");
+  std::string err = testing::error_of([] {
+    OpRegistry::instance().create("fused_reduce", {{"reduce", "median"}, {"program", "exp($0)"}});
+  });
+  EXPECT_NE(err.find("unknown reduction 'median'"), std::string::npos) << err;
+}
+
 TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
   Graph g("epi");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
