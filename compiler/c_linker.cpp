@@ -106,6 +106,12 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
   w.line();
   check_internal(embedded::abi_headers_count == 1, "module ABI header not embedded");
   w.fragment(embedded::abi_headers[0].second, -1, "prelude module_abi.h");
+  // The preludes' loop-nest helpers come from the host's table (kiln_support), set once by
+  // kiln_module(); atomics, since two threads may load the same module at once.
+  w.line();
+  w.line("#define KILN_MODULE 1");
+  w.line("static const kiln_support *kiln_support_;");
+  w.line("#define KILN_SUPPORT __atomic_load_n(&kiln_support_, __ATOMIC_RELAXED)");
   for (const auto& p : preludes) {
     w.line();
     w.fragment(prelude(p), -1, "prelude " + p);
@@ -220,8 +226,9 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
   w.line("static const kiln_module_info kiln_info = {KILN_ABI_VERSION, \"" + key + "\", " +
          std::to_string(graph.nodes().size()) +
          ", kiln_thunks, sizeof(kiln_state), kiln_state_init, kiln_state_cleanup};");
-  w.line("__attribute__((visibility(\"default\"))) const kiln_module_info *kiln_module(void) {");
+  w.line("__attribute__((visibility(\"default\"))) const kiln_module_info *kiln_module(const kiln_support *support) {");
   w.indent();
+  w.line("__atomic_store_n(&kiln_support_, support, __ATOMIC_RELAXED);");
   w.line("return &kiln_info;");
   w.dedent();
   w.line("}");

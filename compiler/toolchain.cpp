@@ -28,11 +28,53 @@ namespace {
 // version and the host's target features. One process: a cold start pays for each.
 struct Probe {
   std::string version, cpu, features;
+  std::vector<std::string> link;  // the driver's linker command, with @OBJ@ and @OUT@
 };
+
+constexpr const char* kProbeOut = "/kiln-probe-out.so";
+
+// The quoted arguments of one `-###` line: "a" "b\"c" -> {a, b"c}.
+std::vector<std::string> unquote_args(const std::string& line) {
+  std::vector<std::string> args;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '"') continue;
+    std::string a;
+    for (++i; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) ++i;
+      a.push_back(line[i]);
+    }
+    args.push_back(a);
+  }
+  return args;
+}
+
+// The link step the driver would run for a shared object, read from the last `-###` line:
+// running the linker directly saves a second compiler-driver start (~35 ms per module).
+std::vector<std::string> link_template(const std::string& err) {
+  std::istringstream lines(err);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == ' ') last = line;
+  }
+  std::vector<std::string> args = unquote_args(last);
+  int out = -1, obj = -1;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == kProbeOut) out = static_cast<int>(i);
+    if (args[i].size() > 2 && args[i].compare(args[i].size() - 2, 2, ".o") == 0 &&
+        args[i].find("/null-") != std::string::npos) {
+      obj = static_cast<int>(i);
+    }
+  }
+  if (out < 0 || obj < 0 || args.empty() || args[0].find("ld") == std::string::npos) return {};
+  args[static_cast<size_t>(out)] = "@OUT@";
+  args[static_cast<size_t>(obj)] = "@OBJ@";
+  return args;
+}
 
 Probe probe_native(const std::string& cc) {
   Probe p;
-  ProcessResult r = run_process({cc, "-march=native", "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"});
+  ProcessResult r = run_process(
+      {cc, "-march=native", "-###", "-x", "c", "/dev/null", "-fPIC", "-shared", "-o", kProbeOut});
   std::smatch m;
   static const std::regex clang_cpu("\"-target-cpu\" \"([^\"]+)\"");
   if (std::regex_search(r.err, m, clang_cpu)) {
@@ -48,6 +90,7 @@ Probe probe_native(const std::string& cc) {
       extra.push_back("-m" + (*it)[1].str());
     }
     p.features = join(extra, " ");
+    p.link = link_template(r.err);
     return p;
   }
   // gcc reports the resolved value through --help=target.
@@ -92,6 +135,9 @@ std::string probe_identity(const std::string& cc) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   id += "\n" + std::string(host);
+  // The linker's search path (part of the probed link command) follows LIBRARY_PATH.
+  const char* library_path = std::getenv("LIBRARY_PATH");
+  id += "\nLIBRARY_PATH=" + std::string(library_path ? library_path : "");
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; std::getline(cpuinfo, line);) {
     if (line.rfind("model name", 0) == 0) {
@@ -141,12 +187,14 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     std::string stored_id, line;
     std::vector<std::string> lines;
     while (std::getline(in, line)) lines.push_back(line);
-    // Layout: version, cpu, extra feature flags, then the identity it was probed for
-    // (checked, not trusted).
-    if (lines.size() >= 4 && join(std::vector<std::string>(lines.begin() + 3, lines.end()), "\n") == identity) {
+    // Layout: version, cpu, extra feature flags, the link command (arguments separated by
+    // \x1f), then the identity it was probed for (checked, not trusted).
+    if (lines.size() >= 5 && join(std::vector<std::string>(lines.begin() + 4, lines.end()), "\n") == identity) {
       t->version_ = lines[0];
       t->cpu_ = lines[1];
       features = lines[2];
+      std::istringstream parts(lines[3]);
+      for (std::string a; std::getline(parts, a, '\x1f');) t->link_.push_back(a);
     }
   }
   if (t->cpu_.empty()) {
@@ -163,10 +211,12 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     t->version_ = p.version;
     t->cpu_ = p.cpu;
     features = p.features;
+    t->link_ = p.link;
     if (!memo.empty()) {
       try {
         std::filesystem::create_directories(memo.parent_path());
-        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" + identity + "\n");
+        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" +
+                                    join(t->link_, "\x1f") + "\n" + identity + "\n");
       } catch (const std::exception& e) {
         if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
       }
@@ -178,6 +228,8 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   t->flags_ = {"-std=c11", "-O3", "-fno-unroll-loops", "-fPIC", "-shared", "-march=" + t->cpu_,
                "-fno-math-errno", "-Wall"};
   for (const auto& f : split_flags(features)) t->flags_.push_back(f);
+  // Extra flags may change how the driver links (sanitizers, -L): then it links itself.
+  if (!cflags.empty()) t->link_.clear();
   for (auto& f : split_flags(cflags)) {
     if (f == "-march=native") f = "-march=" + t->cpu_;
     t->flags_.push_back(f);
@@ -197,21 +249,50 @@ CompileOutcome Toolchain::compile(const std::filesystem::path& source,
                                   const std::filesystem::path& output,
                                   const std::vector<std::string>& extra_args,
                                   const std::vector<std::string>& libraries) const {
+  const bool split = !link_.empty();
+  const std::filesystem::path object = output.string() + ".o";
   std::vector<std::string> argv{cc_};
-  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  for (const auto& f : flags_) {
+    if (!split || f != "-shared") argv.push_back(f);
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  if (split) argv.push_back("-c");
   argv.push_back(source.string());
   argv.push_back("-o");
-  argv.push_back(output.string());
-  for (const auto& lib : libraries) argv.push_back("-l" + lib);
-  argv.push_back("-lm");
+  argv.push_back(split ? object.string() : output.string());
+  if (!split) {
+    for (const auto& lib : libraries) argv.push_back("-l" + lib);
+    argv.push_back("-lm");
+  }
   auto start = std::chrono::steady_clock::now();
   ProcessResult r = run_process(argv);
   CompileOutcome outcome;
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   outcome.ok = r.exit_code == 0;
   outcome.log = r.err + r.out;
   if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
+  if (split && outcome.ok) {
+    std::vector<std::string> link;
+    for (const auto& a : link_) {
+      if (a == "@OUT@") {
+        link.push_back(output.string());
+      } else if (a == "@OBJ@") {
+        link.push_back(object.string());
+        for (const auto& lib : libraries) link.push_back("-l" + lib);
+        link.push_back("-lm");
+      } else {
+        link.push_back(a);
+      }
+    }
+    ProcessResult l = run_process(link);
+    outcome.ok = l.exit_code == 0;
+    outcome.log += l.err + l.out;
+    if (debug_level() >= 2) log_line("link: " + join(link, " "));
+  }
+  if (split) {
+    std::error_code ec;
+    std::filesystem::remove(object, ec);
+  }
+  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;
 }
 

@@ -43,6 +43,9 @@ class Toolchain {
   Toolchain() = default;
   std::string cc_, version_, cpu_, fingerprint_;
   std::vector<std::string> flags_;
+  // The driver's own link command for a shared object (see the probe); empty: the driver
+  // compiles and links in one run.
+  std::vector<std::string> link_;
 };
 
 std::vector<std::string> split_flags(const std::string& text);

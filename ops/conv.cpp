@@ -1,5 +1,7 @@
 #include "ops/conv.h"
 
+#include "ops/gemm_support.h"
+
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -120,7 +122,7 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
   const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64",
-                    blas = f32 ? "cblas_sgemm" : "cblas_dgemm";
+                    gemm = gemm_fn_name(xt.dtype);
   auto g = geometry(xt.dims, wt.dims);
   const bool one_d = g.size() == 1;
   const WindowDims& gx = g.back();
@@ -197,11 +199,12 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
     s += "          const " + T + " bv = " + bias_at + ";\n";
     s += "          for (int64_t j = 0; j < OHW; ++j) Y[oc * OHW + j] = bv;\n        }\n";
   }
-  s += "        " + blas + "(CblasRowMajor, CblasNoTrans, CblasNoTrans, " + s64(mg) + ", (int)OHW, (int)CKK, 1, W + grp * " +
-       s64(mg) + " * CKK, (int)CKK, B, (int)OHW, " + (has_bias ? "1" : "0") + ", Y, (int)OHW);\n";
+  s += "        if (" + gemm + "(" + ctx + ", " + s64(mg) + ", OHW, CKK, 1, W + grp * " + s64(mg) +
+       " * CKK, CKK, 1, B, OHW, 1, " + (has_bias ? "1" : "0") + ", Y, OHW)) " + sub.fail +
+       "(\"conv: gemm failed\");\n";
   s += "        continue;\n      }\n";
-  s += "      " + blas + "(CblasRowMajor, CblasNoTrans, CblasNoTrans, " + s64(mg) + ", (int)(nb * OHW), (int)CKK, 1, W + grp * " +
-       s64(mg) + " * CKK, (int)CKK, col, (int)(nb * OHW), 0, tmp, (int)(nb * OHW));\n";
+  s += "      if (" + gemm + "(" + ctx + ", " + s64(mg) + ", nb * OHW, CKK, 1, W + grp * " + s64(mg) +
+       " * CKK, CKK, 1, col, nb * OHW, 1, 0, tmp, nb * OHW)) " + sub.fail + "(\"conv: gemm failed\");\n";
   s += "      for (int64_t i = 0; i < nb; ++i)\n";
   s += "        for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
   s += "          const " + T + " bv = " + bias_at + ";\n";
@@ -211,6 +214,10 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "        }\n";
   s += "    }\n  }\n}\n";
   return s;
+}
+
+std::string Conv::c_support_code_apply(const Node& node, const std::string&) const {
+  return gemm_support_code(node.inputs[0]->type.dtype);
 }
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/support/support.h"
 #include "runtime/thunk_context.h"
 #include "util/error.h"
 
@@ -20,7 +21,7 @@ std::shared_ptr<Module> Module::load(const std::filesystem::path& path) {
   }
   auto fn = reinterpret_cast<kiln_module_fn>(::dlsym(m->handle_, "kiln_module"));
   if (!fn) throw UserError("'" + path.string() + "' is not a kiln module (no kiln_module symbol)");
-  m->info_ = fn();
+  m->info_ = fn(kiln_host_support());
   if (!m->info_ || m->info_->abi_version != KILN_ABI_VERSION) {
     throw UserError("module '" + path.string() + "' has ABI version " +
                     std::to_string(m->info_ ? m->info_->abi_version : 0) + ", this kiln expects " +

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 2
+#define KILN_ABI_VERSION 3
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -31,6 +31,51 @@ struct kiln_ctx {
   int32_t part;
   int32_t n_parts;
 };
+
+/* Geometry of a 2-D sliding window (1-D runs as H = 1), computed by the compiler. */
+typedef struct kiln_window {
+  int64_t h, w;   /* input spatial size */
+  int64_t kh, kw; /* kernel */
+  int64_t sh, sw; /* strides */
+  int64_t dh, dw; /* dilations */
+  int64_t ph, pw; /* leading pads */
+  int64_t eh, ew; /* trailing pads */
+  int64_t oh, ow; /* output spatial size */
+} kiln_window;
+
+/* The loop-nest helpers and GEMM of runtime/support (kiln_index.h, kiln_window.h, gemm.c), compiled once into
+ * kiln and handed to each module when it is loaded, so no module compiles its own copy.
+ * `size` is sizeof(kiln_support) of the host; entries are only ever appended. */
+typedef struct kiln_support {
+  uint32_t size;
+  int (*collapse)(int ndim, int nops, int64_t *shape, int64_t strides[][16]);
+  void (*part_range)(int64_t n, int32_t part, int32_t n_parts, int64_t grain, int64_t *lo,
+                     int64_t *hi);
+  void (*seek)(int r, int nops, const int64_t *shape, int64_t strides[][16], int64_t row,
+               int64_t *idx, int64_t *off);
+  void (*copy_nd)(void *dst, const int64_t *dst_strides, const void *src,
+                  const int64_t *src_strides, int ndim, const int64_t *shape, size_t esize);
+  void (*copy_strided)(void *dst, const void *src, int ndim, const int64_t *shape,
+                       const int64_t *strides, size_t esize);
+  void (*slice_dim)(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first,
+                    int64_t *count);
+  void (*im2col_f32)(const float *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
+                     const kiln_window *g, float *col, int64_t ldc);
+  void (*im2col_f64)(const double *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
+                     const kiln_window *g, double *col, int64_t ldc);
+  void (*pool_f32)(const float *x, int64_t sy, int64_t sx, const kiln_window *g, int avg_mode,
+                   float *out);
+  void (*pool_f64)(const double *x, int64_t sy, int64_t sx, const kiln_window *g, int avg_mode,
+                   double *out);
+  /* C[M,N] = alpha * A B + beta * C (OpenBLAS); A and B by (row, column) element strides.
+   * Returns non-zero after ctx->fail. */
+  int (*gemm_f32)(kiln_ctx *ctx, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                  int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta,
+                  float *C, int64_t ldc);
+  int (*gemm_f64)(kiln_ctx *ctx, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                  int64_t rsa, int64_t csa, const double *B, int64_t rsb, int64_t csb,
+                  double beta, double *C, int64_t ldc);
+} kiln_support;
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
                              kiln_tensor *const *out);
@@ -58,6 +103,7 @@ typedef struct kiln_module_info {
   void (*state_cleanup)(void *state);
 } kiln_module_info;
 
-typedef const kiln_module_info *(*kiln_module_fn)(void);
+/* The module's entry point. `support` outlives the module; the module keeps the pointer. */
+typedef const kiln_module_info *(*kiln_module_fn)(const kiln_support *support);
 
 #endif

@@ -73,7 +73,7 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
                  "relu(%0)\"}(x, w1, b1) -> h1  [float32 (?, 256)]  'fc1' */"),
       std::string::npos)
       << s.out;
-  EXPECT_NE(s.out.find("cblas_sgemm"), std::string::npos);
+  EXPECT_NE(s.out.find("kiln_gemm_f32(ctx"), std::string::npos) << "GEMM through kiln's OpenBLAS table";
 }
 
 TEST(Cli, BadPassesSpecNamesTheFlagAndThePasses) {

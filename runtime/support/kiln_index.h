@@ -17,6 +17,16 @@
 #define KILN_NOVEC
 #endif
 
+#ifdef KILN_MODULE
+/* In a generated module the host supplies these (kiln_support in module_abi.h): compiled
+ * into every module, they cost clang a third of its time. */
+#define kiln_collapse (KILN_SUPPORT->collapse)
+#define kiln_part_range (KILN_SUPPORT->part_range)
+#define kiln_seek (KILN_SUPPORT->seek)
+#define kiln_copy_nd (KILN_SUPPORT->copy_nd)
+#define kiln_copy_strided (KILN_SUPPORT->copy_strided)
+#define kiln_slice_dim (KILN_SUPPORT->slice_dim)
+#else
 /* Simplifies an iteration space shared by `nops` operands: drops size-1 dimensions and
  * merges neighbours that every operand walks as one contiguous run, so a contiguous or
  * row-broadcast loop becomes one long inner loop. Works in place; returns the new rank
@@ -152,5 +162,7 @@ KILN_INDEX_FN void kiln_slice_dim(int64_t dim, int64_t start, int64_t end, int64
   }
   *first = *count > 0 ? start : 0;
 }
+
+#endif /* KILN_MODULE */
 
 #endif /* KILN_INDEX_H */

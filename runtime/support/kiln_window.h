@@ -8,15 +8,14 @@
 #define KILN_WINDOW_FN static __attribute__((unused, noinline))
 #endif
 
-typedef struct kiln_window {
-  int64_t h, w;      /* input spatial size */
-  int64_t kh, kw;    /* kernel */
-  int64_t sh, sw;    /* strides */
-  int64_t dh, dw;    /* dilations */
-  int64_t ph, pw;    /* leading pads */
-  int64_t eh, ew;    /* trailing pads */
-  int64_t oh, ow;    /* output spatial size */
-} kiln_window;
+/* kiln_window is defined in module_abi.h, which comes first (in a module, and in kiln). */
+#ifdef KILN_MODULE
+/* In a generated module the host supplies these (kiln_support in module_abi.h). */
+#define kiln_im2col_f32 (KILN_SUPPORT->im2col_f32)
+#define kiln_im2col_f64 (KILN_SUPPORT->im2col_f64)
+#define kiln_pool_f32 (KILN_SUPPORT->pool_f32)
+#define kiln_pool_f64 (KILN_SUPPORT->pool_f64)
+#else
 
 /* im2col for one image group: col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][y][x] or 0 in the
  * padding; rows of col are ldc elements apart, so several images can sit side by side in
@@ -108,5 +107,6 @@ KILN_IM2COL(float, f32)
 KILN_IM2COL(double, f64)
 KILN_POOL(float, f32)
 KILN_POOL(double, f64)
+#endif /* KILN_MODULE */
 
 #endif /* KILN_WINDOW_H */
