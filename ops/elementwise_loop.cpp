@@ -48,7 +48,8 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
-                                  const std::string& ctx, const std::vector<std::string>& lets) {
+                                  const std::string& ctx, const std::vector<std::string>& lets,
+                                  bool interleave) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
@@ -147,7 +148,8 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     for (const auto& let : lets) b += render_template(let, args, "elementwise expression") + " ";
     return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") + ";";
   };
-  s += "        for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
+  s += std::string("        ") + (interleave ? "KILN_ILP " : "") + "for (int64_t j = j0; j < j1; ++j) { " +
+       body(unit_args, "q0[j]") + " }\n";
   s += "      } else {\n";
   s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) { " +
        body(strided_args, "p0[o0 + j * s0]") + " }\n";

@@ -134,7 +134,8 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   std::string expr;
   program_->scalar_body(dts, lets, expr, "e");
   s += "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
-  s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets);
+  s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
+                             program_->is_long_chain());
   return s;
 }
 

@@ -193,6 +193,12 @@ bool FusedElementwise::is_cheap() const {
   return true;
 }
 
+bool FusedElementwise::is_long_chain() const {
+  int costly = 0;
+  for (const auto& st : steps_) costly += !is_cheap_scalar_op(st.op->name());
+  return costly >= 2 || steps_.size() >= 12;
+}
+
 std::vector<TensorType> FusedElementwise::infer_type(const std::vector<TensorType>& inputs) const {
   if (static_cast<int>(inputs.size()) != arity_) {
     throw UserError("fused_elementwise takes " + std::to_string(arity_) + " inputs, got " +
@@ -302,7 +308,8 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
   std::string expr;
   scalar_body(dts, lets, expr, "v");
   const TensorType& out = node.outputs[0]->type;
-  return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets);
+  return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
+                               is_long_chain());
 }
 
 std::vector<std::string> FusedElementwise::c_preludes() const {

@@ -26,11 +26,14 @@ class FusedElementwise : public COp {
   // True when every step is cheap arithmetic (no transcendental call), so recomputing a
   // broadcast operand per output element costs little.
   bool is_cheap() const;
+  // True when the per-element work is a long chain (two or more transcendental steps, or
+  // a dozen steps): its loop interleaves several vectors to hide latency.
+  bool is_long_chain() const;
 
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 3; }
+  std::optional<int> cache_version() const override { return 4; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }

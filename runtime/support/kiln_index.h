@@ -13,8 +13,10 @@
 /* Strided fallback loops gain little from vectorizing (they gather) but cost clang time. */
 #if defined(__clang__)
 #define KILN_NOVEC _Pragma("clang loop vectorize(disable)")
+#define KILN_ILP _Pragma("clang loop interleave_count(4)")
 #else
 #define KILN_NOVEC
+#define KILN_ILP
 #endif
 
 #ifdef KILN_MODULE
