@@ -5,6 +5,7 @@
 //   cast(x) to x's own dtype                           -> x
 //   transpose(transpose x)                             -> one transpose, or x
 //   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
+//   pad(x) with every pad 0 (exported models have them) -> x
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
 #include <optional>
 
@@ -88,6 +89,11 @@ std::optional<Rewrite> rule(const Node& node) {
       return Rewrite{
           nullptr, OpRegistry::instance().create("transpose", {{"perm", perm}}), {p->inputs[0]}};
     }
+  }
+  if (name == "pad" && node.inputs.size() == 1) {
+    bool zero = true;
+    for (int64_t p : attr_ints(node.op->props(), "pads")) zero = zero && p == 0;
+    if (zero) return keeps(x);
   }
   if (name == "reshape") {
     bool static_same = x->type == out->type;

@@ -73,6 +73,13 @@ TEST(Rewrite, SimplifyRemovesIdentities) {
   h.set_outputs({a * 2.0, a * ones});
   EXPECT_EQ(count_ops(simplify(h), "mul"), 2);
   expect_same_results(g, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, -2, 3, 4, 5, 6})}, "");
+  // A pad of zeros (as exporters write) is x; a real pad stays.
+  Graph p("pads");
+  Var px = input(p, "x", DType::kFloat32, {2, 3});
+  Var zero = apply("pad", {px}, {{"pads", std::vector<int64_t>{0, 0, 0, 0}}});
+  p.set_outputs({relu(zero), apply("pad", {px}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}})});
+  EXPECT_EQ(count_ops(simplify(p), "pad"), 1) << simplify(p).to_string();
+  expect_same_results(p, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, -2, 3, 4, 5, 6})}, "");
 }
 
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
