@@ -189,7 +189,8 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     while (std::getline(in, line)) lines.push_back(line);
     // Layout: version, cpu, extra feature flags, the link command (arguments separated by
     // \x1f), then the identity it was probed for (checked, not trusted).
-    if (lines.size() >= 5 && join(std::vector<std::string>(lines.begin() + 4, lines.end()), "\n") == identity) {
+    if (lines.size() >= 5 &&
+        join(std::vector<std::string>(lines.begin() + 4, lines.end()), "\n") == identity) {
       t->version_ = lines[0];
       t->cpu_ = lines[1];
       features = lines[2];
@@ -197,6 +198,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
       for (std::string a; std::getline(parts, a, '\x1f');) t->link_.push_back(a);
     }
   }
+  t->memo_ = memo;
   if (t->cpu_.empty()) {
     Probe p = probe_native(cc);
     if (p.version.empty()) {
@@ -225,7 +227,8 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
   // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
   // and are memory-bound, so unrolling buys little at run time.
-  t->flags_ = {"-std=c11", "-O3", "-fno-unroll-loops", "-fPIC", "-shared", "-march=" + t->cpu_,
+  t->flags_ = {"-std=c11",        "-O3",     "-fno-unroll-loops",
+               "-fPIC",           "-shared", "-march=" + t->cpu_,
                "-fno-math-errno", "-Wall"};
   for (const auto& f : split_flags(features)) t->flags_.push_back(f);
   // Extra flags may change how the driver links (sanitizers, -L): then it links itself.
@@ -241,7 +244,9 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
 }
 
 KeyComponents Toolchain::key_components() const {
-  return {{"toolchain.cc", cc_}, {"toolchain.version", version_}, {"toolchain.cpu", cpu_},
+  return {{"toolchain.cc", cc_},
+          {"toolchain.version", version_},
+          {"toolchain.cpu", cpu_},
           {"toolchain.flags", join(flags_, " ")}};
 }
 
@@ -284,9 +289,24 @@ CompileOutcome Toolchain::compile(const std::filesystem::path& source,
       }
     }
     ProcessResult l = run_process(link);
+    if (debug_level() >= 2) log_line("link: " + join(link, " "));
+    if (l.exit_code != 0) {
+      // A stale or damaged memo (a moved linker, an edited file) must not fail every
+      // compile: the driver links the object itself, and the reason is shown.
+      warn("the remembered link command failed (" +
+           (l.err.empty() ? "exit " + std::to_string(l.exit_code)
+                          : l.err.substr(0, l.err.find('\n'))) +
+           "); linking through " + cc_ + " instead, and probing again next time");
+      std::error_code gone;
+      if (!memo_.empty()) std::filesystem::remove(memo_, gone);
+      std::vector<std::string> driver{cc_,  "-shared",      "-fPIC", object.string(),
+                                      "-o", output.string()};
+      for (const auto& lib : libraries) driver.push_back("-l" + lib);
+      driver.push_back("-lm");
+      l = run_process(driver);
+    }
     outcome.ok = l.exit_code == 0;
     outcome.log += l.err + l.out;
-    if (debug_level() >= 2) log_line("link: " + join(link, " "));
   }
   if (split) {
     std::error_code ec;

@@ -16,7 +16,7 @@ struct ToolchainConfig {
 
 struct CompileOutcome {
   bool ok = false;
-  std::string log;      // the compiler's stderr (warnings included)
+  std::string log;  // the compiler's stderr (warnings included)
   double seconds = 0;
 };
 
@@ -46,6 +46,7 @@ class Toolchain {
   // The driver's own link command for a shared object (see the probe); empty: the driver
   // compiles and links in one run.
   std::vector<std::string> link_;
+  std::filesystem::path memo_;  // where the probe is remembered (removed if link_ fails)
 };
 
 std::vector<std::string> split_flags(const std::string& text);

@@ -320,6 +320,39 @@ std::vector<std::string> cache_env(const fs::path& dir) {
   return {"KILN_CACHE_DIR=" + dir.string()};
 }
 
+TEST(CacheCli, DamagedToolchainMemoFallsBackToTheDriverLink) {
+  fs::path cache = fs::path(temp_dir("cli-memo")) / "cache";
+  auto env = cache_env(cache);
+  auto first = kiln_env(env, {"compile", kMlp});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // Line 4 of the memo is the remembered link command: point it at a linker that is gone.
+  int damaged = 0;
+  for (const auto& e : fs::directory_iterator(cache / "toolchains")) {
+    std::istringstream in(read_file(e.path()));
+    std::string text, line;
+    for (int i = 0; std::getline(in, line); ++i) {
+      text += (i == 3 ? std::string("/nonexistent/ld\x1f@OBJ@\x1f-o\x1f@OUT@") : line) + "\n";
+    }
+    write_file_atomic(e.path(), text);
+    ++damaged;
+  }
+  ASSERT_EQ(damaged, 1);
+  fs::remove_all(cache / "objects");
+  fs::remove(cache / "index.sqlite");
+  auto again = kiln_env(env, {"compile", "-v", kMlp});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("cache miss"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("the remembered link command failed"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("/nonexistent/ld"), std::string::npos)
+      << "names the command: " << again.err;
+  // The damaged memo is dropped, so the next process probes afresh and links directly.
+  fs::remove_all(cache / "objects");
+  fs::remove(cache / "index.sqlite");
+  auto third = kiln_env(env, {"compile", "-v", kMlp});
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(third.err.find("the remembered link command failed"), std::string::npos) << third.err;
+}
+
 TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   fs::path cache = fs::path(temp_dir("cli-cache")) / "cache";
   auto env = cache_env(cache);
@@ -402,8 +435,8 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   EXPECT_EQ(bad_size.exit_code, 1);
   EXPECT_NE(bad_size.err.find("--max-size: 'lots' is not a size"), std::string::npos)
       << bad_size.err;
-  auto bad_cap =
-      kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE_MAX_SIZE=lots"}, {"compile", "-v", kMlp});
+  auto bad_cap = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CACHE_MAX_SIZE=lots"},
+                          {"compile", "-v", kMlp});
   EXPECT_EQ(bad_cap.exit_code, 1);
   EXPECT_NE(bad_cap.err.find("KILN_CACHE_MAX_SIZE: 'lots' is not a size"), std::string::npos)
       << bad_cap.err;
