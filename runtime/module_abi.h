@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 3
+#define KILN_ABI_VERSION 4
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -75,13 +75,28 @@ typedef struct kiln_support {
   int (*gemm_f64)(kiln_ctx *ctx, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
                   int64_t rsa, int64_t csa, const double *B, int64_t rsb, int64_t csb,
                   double beta, double *C, int64_t ldc);
+  /* Direct convolution of m output rows over npos positions: for r < m, j < npos,
+   *   y[r*ldy + (j/wp)*ow + j%wp] = bias[r*bs] + sum_{t < taps} w[r*ldw + t] * b[off[t] + j]
+   * for every j whose j % wp < ow (bias may be NULL: 0). b must stay readable KILN_CONV_SLACK
+   * elements past b[off[t] + npos - 1]; what it reads there only reaches dropped positions. */
+  void (*conv_tile_f32)(int64_t m, int64_t npos, int64_t taps, const float *b,
+                        const int32_t *off, const float *w, int64_t ldw, const float *bias,
+                        int64_t bs, float *y, int64_t ldy, int64_t wp, int64_t ow);
+  void (*conv_tile_f64)(int64_t m, int64_t npos, int64_t taps, const double *b,
+                        const int32_t *off, const double *w, int64_t ldw, const double *bias,
+                        int64_t bs, double *y, int64_t ldy, int64_t wp, int64_t ow);
 } kiln_support;
+
+#define KILN_CONV_SLACK 64
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
                              kiln_tensor *const *out);
 
 /* kiln_thunk_info.flags */
 #define KILN_THUNK_SPLIT 1 /* the work divides into disjoint parts (see kiln_ctx.part) */
+/* Each output element costs many operations (a convolution's taps), so the executor splits
+ * the thunk at a far smaller size than an elementwise one. */
+#define KILN_THUNK_HEAVY 2
 
 typedef struct kiln_thunk_info {
   kiln_thunk_fn fn;

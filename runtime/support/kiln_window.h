@@ -15,6 +15,8 @@
 #define kiln_im2col_f64 (KILN_SUPPORT->im2col_f64)
 #define kiln_pool_f32 (KILN_SUPPORT->pool_f32)
 #define kiln_pool_f64 (KILN_SUPPORT->pool_f64)
+#define kiln_conv_tile_f32 (KILN_SUPPORT->conv_tile_f32)
+#define kiln_conv_tile_f64 (KILN_SUPPORT->conv_tile_f64)
 #else
 
 /* im2col for one image group: col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][y][x] or 0 in the
@@ -55,52 +57,117 @@
   }
 
 /* Max or average pooling of one (n, c) plane into a contiguous output plane. avg_mode:
- * 0 max, 1 average over in-bounds positions, 2 average counting the pads. */
+ * 0 max, 1 average over in-bounds positions, 2 average counting the pads. Windows wholly
+ * inside the input run tap by tap over a row of outputs (branch-free, vectorizable); only
+ * the border windows check bounds. Max keeps NaN: a NaN tap wins and stays. */
 #define KILN_POOL(T, S)                                                                       \
+  /* The larger of a and b, or NaN when either is NaN; three plain selects, a form compilers \
+   * vectorize (a combined condition stays a branch). */                                    \
+  static inline T kiln_pool_max2_##S(T a, T b) {                                              \
+    T m = b > a ? b : a;                                                                      \
+    m = b != b ? b : m;                                                                       \
+    return a != a ? a : m;                                                                    \
+  }                                                                                           \
+  static inline void kiln_pool_border_##S(const T *x, int64_t sy, int64_t sx,                 \
+                                          const kiln_window *g, int avg_mode, int64_t oy,     \
+                                          int64_t a, int64_t b, T *o) {                       \
+    for (int64_t ox = a; ox < b; ++ox) {                                                      \
+      const int64_t y0 = oy * g->sh - g->ph, x0 = ox * g->sw - g->pw;                         \
+      T acc = avg_mode ? (T)0 : (T)-INFINITY;                                                 \
+      int64_t count = 0, padded = 0;                                                          \
+      for (int64_t i = 0; i < g->kh; ++i) {                                                   \
+        const int64_t y = y0 + i * g->dh;                                                     \
+        if (y >= g->h + g->eh) break;                                                         \
+        for (int64_t j = 0; j < g->kw; ++j) {                                                 \
+          const int64_t xx = x0 + j * g->dw;                                                  \
+          if (xx >= g->w + g->ew) break;                                                      \
+          ++padded;                                                                           \
+          if (y < 0 || y >= g->h || xx < 0 || xx >= g->w) continue;                           \
+          const T v = x[y * sy + xx * sx];                                                    \
+          ++count;                                                                            \
+          if (avg_mode) acc += v;                                                             \
+          else acc = kiln_pool_max2_##S(acc, v);                                              \
+        }                                                                                     \
+      }                                                                                       \
+      if (avg_mode) acc = acc / (T)(avg_mode == 2 ? padded : (count ? count : 1));            \
+      o[ox] = acc;                                                                            \
+    }                                                                                         \
+  }                                                                                           \
   KILN_WINDOW_FN void kiln_pool_##S(const T *x, int64_t sy, int64_t sx, const kiln_window *g, \
                                     int avg_mode, T *out) {                                   \
-    for (int64_t oy = 0; oy < g->oh; ++oy)                                                    \
-      for (int64_t ox = 0; ox < g->ow; ++ox) {                                                \
-        const int64_t y0 = oy * g->sh - g->ph, x0 = ox * g->sw - g->pw;                       \
-        T acc = avg_mode ? (T)0 : (T)-INFINITY;                                               \
-        int64_t count = 0, padded = 0;                                                        \
-        if (y0 >= 0 && x0 >= 0 && y0 + (g->kh - 1) * g->dh < g->h &&                          \
-            x0 + (g->kw - 1) * g->dw < g->w) {                                                \
-          /* The whole window lies inside the input: no bounds checks. */                     \
-          const T *base = x + y0 * sy + x0 * sx;                                              \
-          for (int64_t i = 0; i < g->kh; ++i)                                                 \
-            for (int64_t j = 0; j < g->kw; ++j) {                                             \
-              const T v = base[i * g->dh * sy + j * g->dw * sx];                              \
-              if (avg_mode) {                                                                 \
-                acc += v;                                                                     \
-              } else if (v > acc || v != v) {                                                 \
-                acc = v;                                                                      \
+    /* Columns [cx0, cx1) and rows [cy0, cy1) have windows inside the input. */               \
+    int64_t cx0, cx1, cy0, cy1;                                                               \
+    kiln_window_inside(g->w, g->kw, g->sw, g->dw, g->pw, g->ow, &cx0, &cx1);                  \
+    kiln_window_inside(g->h, g->kh, g->sh, g->dh, g->ph, g->oh, &cy0, &cy1);                  \
+    for (int64_t oy = 0; oy < g->oh; ++oy) {                                                  \
+      T *restrict o = out + oy * g->ow;                                                       \
+      if (oy < cy0 || oy >= cy1 || cx0 >= cx1) {                                             \
+        kiln_pool_border_##S(x, sy, sx, g, avg_mode, oy, 0, g->ow, o);                        \
+        continue;                                                                             \
+      }                                                                                       \
+      kiln_pool_border_##S(x, sy, sx, g, avg_mode, oy, 0, cx0, o);                            \
+      kiln_pool_border_##S(x, sy, sx, g, avg_mode, oy, cx1, g->ow, o);                        \
+      const T *row = x + (oy * g->sh - g->ph) * sy;                                           \
+      const T init = avg_mode ? (T)0 : (T)-INFINITY;                                          \
+      const int64_t step = g->sw * sx;                                                        \
+      if (g->kh == 2 && g->kw == 2 && g->dh == 1 && g->dw == 1 && step == 2 && sx == 1) {     \
+        /* The common 2x2, stride-2 window: one pass, four taps per output. */                \
+        const T *restrict r0 = row - g->pw, *restrict r1 = row - g->pw + sy;                  \
+        if (avg_mode)                                                                         \
+          for (int64_t ox = cx0; ox < cx1; ++ox)                                              \
+            o[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) / (T)4;       \
+        else                                                                                  \
+          for (int64_t ox = cx0; ox < cx1; ++ox) {                                            \
+            const T a = kiln_pool_max2_##S(r0[2 * ox], r0[2 * ox + 1]);                           \
+            const T b = kiln_pool_max2_##S(r1[2 * ox], r1[2 * ox + 1]);                           \
+            o[ox] = kiln_pool_max2_##S(a, b);                                                     \
+          }                                                                                   \
+        continue;                                                                             \
+      }                                                                                       \
+      for (int64_t ox = cx0; ox < cx1; ++ox) o[ox] = init;                                    \
+      for (int64_t i = 0; i < g->kh; ++i)                                                     \
+        for (int64_t j = 0; j < g->kw; ++j) {                                                 \
+          const T *restrict src = row + i * g->dh * sy + (j * g->dw - g->pw) * sx;            \
+          if (avg_mode) {                                                                     \
+            if (step == 1)                                                                    \
+              for (int64_t ox = cx0; ox < cx1; ++ox) o[ox] += src[ox];                        \
+            else if (step == 2)                                                               \
+              for (int64_t ox = cx0; ox < cx1; ++ox) o[ox] += src[2 * ox];                    \
+            else                                                                              \
+              for (int64_t ox = cx0; ox < cx1; ++ox) o[ox] += src[ox * step];                 \
+          } else {                                                                            \
+            if (step == 1)                                                                    \
+              for (int64_t ox = cx0; ox < cx1; ++ox) {                                        \
+                const T v = src[ox];                                                          \
+                o[ox] = kiln_pool_max2_##S(o[ox], v);                                      \
               }                                                                               \
-            }                                                                                 \
-          out[oy * g->ow + ox] = avg_mode ? acc / (T)(g->kh * g->kw) : acc;                   \
-          continue;                                                                           \
-        }                                                                                     \
-        for (int64_t i = 0; i < g->kh; ++i) {                                                 \
-          const int64_t y = y0 + i * g->dh;                                                   \
-          if (y >= g->h + g->eh) break;                                                       \
-          for (int64_t j = 0; j < g->kw; ++j) {                                               \
-            const int64_t xx = x0 + j * g->dw;                                                \
-            if (xx >= g->w + g->ew) break;                                                    \
-            ++padded;                                                                         \
-            if (y < 0 || y >= g->h || xx < 0 || xx >= g->w) continue;                         \
-            const T v = x[y * sy + xx * sx];                                                  \
-            ++count;                                                                          \
-            if (avg_mode) {                                                                   \
-              acc += v;                                                                       \
-            } else if (v > acc || v != v) {                                                   \
-              acc = v;                                                                        \
-            }                                                                                 \
+            else if (step == 2)                                                               \
+              for (int64_t ox = cx0; ox < cx1; ++ox) {                                        \
+                const T v = src[2 * ox];                                                      \
+                o[ox] = kiln_pool_max2_##S(o[ox], v);                                      \
+              }                                                                               \
+            else                                                                              \
+              for (int64_t ox = cx0; ox < cx1; ++ox) {                                        \
+                const T v = src[ox * step];                                                   \
+                o[ox] = kiln_pool_max2_##S(o[ox], v);                                      \
+              }                                                                               \
           }                                                                                   \
         }                                                                                     \
-        if (avg_mode) acc = acc / (T)(avg_mode == 2 ? padded : (count ? count : 1));          \
-        out[oy * g->ow + ox] = acc;                                                           \
-      }                                                                                       \
+      if (avg_mode)                                                                           \
+        for (int64_t ox = cx0; ox < cx1; ++ox) o[ox] = o[ox] / (T)(g->kh * g->kw);            \
+    }                                                                                         \
   }
+
+/* Outputs [*lo, *hi) along one axis whose windows lie wholly inside [0, in). */
+static inline void kiln_window_inside(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p,
+                                      int64_t out, int64_t *lo, int64_t *hi) {
+  const int64_t last = in - 1 - (k - 1) * d + p; /* o * s <= last */
+  *lo = (p + s - 1) / s;
+  *hi = last < 0 ? 0 : last / s + 1;
+  if (*lo > out) *lo = out;
+  if (*hi > out) *hi = out;
+  if (*hi < *lo) *hi = *lo;
+}
 
 #include <math.h>
 KILN_IM2COL(float, f32)

@@ -1,17 +1,45 @@
 /* The host side of kiln_support: the loop-nest helpers compiled once into kiln. */
+#include <pthread.h>
+
 #include "runtime/support/support.h"
 #include "runtime/module_abi.h"
+#include "runtime/support/conv_tile.h"
 #include "runtime/support/gemm.h"
 #include "runtime/support/kiln_index.h"
 #include "runtime/support/kiln_window.h"
 
 _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [][16]");
 
-const kiln_support* kiln_host_support(void) {
-  static const kiln_support table = {
+/* The widest copy of the convolution kernel this CPU runs (decided once, at first use). */
+static kiln_support pick_kernels(kiln_support t) {
+  t.conv_tile_f32 = kiln_conv_tile_f32_base;
+  t.conv_tile_f64 = kiln_conv_tile_f64_base;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) {
+    t.conv_tile_f32 = kiln_conv_tile_f32_avx512;
+    t.conv_tile_f64 = kiln_conv_tile_f64_avx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    t.conv_tile_f32 = kiln_conv_tile_f32_avx2;
+    t.conv_tile_f64 = kiln_conv_tile_f64_avx2;
+  }
+#endif
+  return t;
+}
+
+static kiln_support host_table;
+static pthread_once_t host_table_once = PTHREAD_ONCE_INIT;
+
+static void build_host_table(void) {
+  const kiln_support t = {
       sizeof(kiln_support), kiln_collapse,     kiln_part_range, kiln_seek,
       kiln_copy_nd,         kiln_copy_strided, kiln_slice_dim,  kiln_im2col_f32,
       kiln_im2col_f64,      kiln_pool_f32,     kiln_pool_f64,   kiln_support_gemm_f32,
-      kiln_support_gemm_f64};
-  return &table;
+      kiln_support_gemm_f64, 0,                0};
+  host_table = pick_kernels(t);
+}
+
+const kiln_support* kiln_host_support(void) {
+  pthread_once(&host_table_once, build_host_table);
+  return &host_table;
 }

@@ -1,0 +1,125 @@
+/* The direct-convolution tile kernel behind kiln_support.conv_tile_f32/f64. This file is
+ * compiled once per vector ISA (KILN_ISA: avx512, avx2 or base), each copy with that ISA's
+ * flags; support.c picks the copy the running CPU can execute. The blocking keeps an MR x NV
+ * block of output vectors in registers while it walks the taps, so each tap costs NV vector
+ * loads and MR broadcasts for MR * NV fused multiply-adds. */
+#include <stdint.h>
+
+#include "runtime/support/conv_tile.h"
+
+#if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
+#error "conv_tile.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
+#endif
+
+#define KILN_CAT2(a, b) a##b
+#define KILN_CAT(a, b) KILN_CAT2(a, b)
+#define KILN_MR_MAX 8
+#define KILN_NV_MAX 4
+/* The most vectors per row a block of mr rows keeps in registers (accumulators, the NV input
+ * vectors and one broadcast must fit the register file). */
+#define KILN_NV_FOR(mr) \
+  (KILN_VEC_REGS >= 32 ? ((mr) <= 6 ? 4 : 3) : ((mr) <= 3 ? 3 : (mr) <= 6 ? 2 : 1))
+
+#define KILN_CONV_TILE(T, S)                                                                       \
+  typedef T KILN_CAT(vec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                        \
+  typedef T KILN_CAT(vecu_, S) __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));   \
+  enum { KILN_CAT(VW_, S) = KILN_VEC_BYTES / (int)sizeof(T) };                                     \
+                                                                                                   \
+  /* Accumulates rows [0, mr) x vectors [0, nv) of one block into tile (rows VW*NV_MAX apart). */  \
+  static inline __attribute__((always_inline)) void KILN_CAT(block_, S)(                           \
+      const int mr, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict off,  \
+      const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile) {             \
+    typedef KILN_CAT(vec_, S) V;                                                                   \
+    typedef KILN_CAT(vecu_, S) VU;                                                                 \
+    enum { VW = KILN_CAT(VW_, S) };                                                                \
+    V acc[KILN_MR_MAX][KILN_NV_MAX];                                                               \
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
+      const V init = (V){0} + (bias ? bias[r * bs] : (T)0);                                        \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = init;                       \
+    }                                                                                              \
+    for (int64_t t = 0; t < taps; ++t) {                                                           \
+      const T* p = b + off[t];                                                                     \
+      V x[KILN_NV_MAX];                                                                            \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] = *(const VU*)(p + v * VW);        \
+      _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                       \
+        const V ws = (V){0} + w[r * ldw + t];                                                      \
+        _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += ws * x[v];               \
+      }                                                                                            \
+    }                                                                                              \
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r)                                           \
+            _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) *                                 \
+        (VU*)(tile + (r * KILN_NV_MAX + v) * VW) = acc[r][v];                                      \
+  }                                                                                                \
+                                                                                                   \
+  /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
+  static void KILN_CAT(dispatch_, S)(int mr, int nv, int64_t taps, const T* b, const int32_t* off, \
+                                     const T* w, int64_t ldw, const T* bias, int64_t bs,           \
+                                     T* tile) {                                                    \
+    switch (mr * 8 + nv) {                                                                         \
+      KILN_CASES_MR(S, 1)                                                                          \
+      KILN_CASES_MR(S, 2) KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5)              \
+          KILN_CASES_MR(S, 6) KILN_CASES_MR(S, 7) KILN_CASES_MR(S, 8) default : break;             \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  void KILN_CAT(KILN_CAT(kiln_conv_tile_, S), KILN_CAT(_, KILN_ISA))(                              \
+      int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* off, const T* w,           \
+      int64_t ldw, const T* bias, int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow) {         \
+    enum { VW = KILN_CAT(VW_, S) };                                                                \
+    T tile[KILN_MR_MAX * KILN_NV_MAX * VW] __attribute__((aligned(64)));                           \
+    for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX) {                                              \
+      const int mr = (int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX);                           \
+      const int nv_max = KILN_NV_FOR(mr);                                                          \
+      for (int64_t j0 = 0; j0 < npos; j0 += (int64_t)nv_max * VW) {                                \
+        const int64_t n = npos - j0 < (int64_t)nv_max * VW ? npos - j0 : (int64_t)nv_max * VW;     \
+        const int nv = (int)((n + VW - 1) / VW);                                                   \
+        KILN_CAT(dispatch_, S)                                                                     \
+        (mr, nv, taps, b + j0, off, w + r0 * ldw, ldw, bias ? bias + r0 * bs : 0, bs, tile);       \
+        KILN_CAT(store_, S)(mr, j0, n, tile, KILN_NV_MAX * VW, y + r0 * ldy, ldy, wp, ow);         \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+#define KILN_CASE(S, MR, NV)                                           \
+  case MR * 8 + NV:                                                    \
+    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile); \
+    break;
+/* Only the (mr, nv) pairs the register budget allows get code. */
+#define KILN_CASES_MR(S, MR)                   \
+  KILN_CASE(S, MR, 1)                          \
+  KILN_CASE_IF(KILN_NV_FOR(MR) >= 2, S, MR, 2) \
+  KILN_CASE_IF(KILN_NV_FOR(MR) >= 3, S, MR, 3) \
+  KILN_CASE_IF(KILN_NV_FOR(MR) >= 4, S, MR, 4)
+/* A case whose pair exceeds the budget still compiles (the switch needs a constant label) but
+ * is never reached: it forwards to nv = 1, which keeps it small. */
+#define KILN_CASE_IF(ok, S, MR, NV)                                                       \
+  case MR * 8 + NV:                                                                       \
+    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile); \
+    break;
+
+/* Writes positions [j0, j0 + n) of rows [0, mr) of the tile to y: position j is output
+ * (j / wp, j % wp) and is dropped when its column is past ow (the padded rows' overhang). */
+#define KILN_CONV_STORE(T, S)                                                                      \
+  static inline void KILN_CAT(store_, S)(int mr, int64_t j0, int64_t n, const T* tile, int64_t ts, \
+                                         T* y, int64_t ldy, int64_t wp, int64_t ow) {              \
+    for (int r = 0; r < mr; ++r) {                                                                 \
+      const T* src = tile + r * ts;                                                                \
+      T* dst = y + r * ldy;                                                                        \
+      if (wp == ow) {                                                                              \
+        for (int64_t i = 0; i < n; ++i) dst[j0 + i] = src[i];                                      \
+        continue;                                                                                  \
+      }                                                                                            \
+      for (int64_t j = j0; j < j0 + n;) {                                                          \
+        const int64_t oy = j / wp;                                                                 \
+        const int64_t row_end = oy * wp + wp < j0 + n ? oy * wp + wp : j0 + n;                     \
+        const int64_t keep = oy * wp + ow < row_end ? oy * wp + ow : row_end;                      \
+        for (int64_t k = j; k < keep; ++k) dst[oy * ow + (k - oy * wp)] = src[k - j0];             \
+        j = row_end;                                                                               \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+KILN_CONV_STORE(float, f32)
+KILN_CONV_STORE(double, f64)
+KILN_CONV_TILE(float, f32)
+KILN_CONV_TILE(double, f64)
