@@ -25,6 +25,11 @@ const COp& c_op(const Node& node) {
   return *op;
 }
 
+std::string thunk_flags(const COp& op, const Node& node) {
+  if (!op.c_splittable(node)) return "0";
+  return op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY" : "KILN_THUNK_SPLIT";
+}
+
 void add_unique(std::vector<std::string>& list, const std::string& item) {
   if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
 }
@@ -218,7 +223,7 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
     w.line("{kiln_node_" + std::to_string(node->id) + ", \"" + escaped + "\", " +
            std::to_string(node->id) + ", " + std::to_string(node->inputs.size()) + ", " +
            std::to_string(node->outputs.size()) + ", " +
-           (c_op(*node).c_splittable(*node) ? "KILN_THUNK_SPLIT" : "0") + "},");
+           thunk_flags(c_op(*node), *node) + "},");
   }
   if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0, 0},");
   w.dedent();

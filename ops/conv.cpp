@@ -1,14 +1,13 @@
 #include "ops/conv.h"
 
-#include "ops/gemm_support.h"
-
 #include "util/error.h"
 #include "util/strings.h"
 
 namespace kiln {
 namespace {
-// Largest im2col matrix (bytes) built at once: images beyond it go to the next chunk.
-constexpr int64_t kColBytes = 8 << 20;
+// The tile kernel reads up to KILN_CONV_SLACK (module_abi.h) elements past its buffer; the
+// generated code names the macro, and this bound only sizes the 32-bit offset check.
+constexpr int64_t kConvSlackBound = 1024;
 }  // namespace
 
 Conv::Conv(Attrs props) : COp("conv", std::move(props)) {
@@ -117,37 +116,57 @@ void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   }
 }
 
+int64_t Conv::c_split_unit(const Node& node) const {
+  int64_t unit = 1;
+  const auto& dims = node.outputs[0]->type.dims;
+  for (size_t d = 2; d < dims.size(); ++d) unit *= dims[d];
+  return unit;
+}
+
+// Direct convolution through kiln_support.conv_tile (a register-blocked kernel over taps).
+// A stride-1 window reads the zero-padded image itself: output position (oy, ox) is flat
+// position oy*Wp + ox of the padded rows, and tap (c, i, j) is the fixed offset
+// c*Hp*Wp + i*dh*Wp + j*dw, so no unfolded matrix is built; the few positions that overhang
+// a row (ox >= OW) are computed and dropped. Strided windows are unfolded (im2col) first.
+// Each part of a split call computes whole output planes (image, channel).
 std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& xt = node.inputs[0]->type;
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
-  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64",
-                    gemm = gemm_fn_name(xt.dtype);
+  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
   auto g = geometry(xt.dims, wt.dims);
   const bool one_d = g.size() == 1;
-  const WindowDims& gx = g.back();
-  const bool pointwise =
-      gx.kernel == 1 && gx.stride == 1 && gx.pad_begin == 0 && gx.pad_end == 0 &&
-      (one_d || (g[0].kernel == 1 && g[0].stride == 1 && g[0].pad_begin == 0 && g[0].pad_end == 0));
+  auto g2 = g;
+  if (one_d) g2.insert(g2.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
+  const WindowDims& gy = g2[0];
+  const WindowDims& gx = g2[1];
+  const bool flat = gy.stride == 1 && gx.stride == 1;
   const int64_t c = xt.dims[1], m = wt.dims[0];
   const int64_t cg = c / group_, mg = m / group_;
-  int64_t khw = 1, ohw = 1;
-  for (const auto& d : g) {
-    khw *= d.kernel;
-    ohw *= d.out;
+  const int64_t khw = gy.kernel * gx.kernel, ohw = gy.out * gx.out, ckk = cg * khw;
+  const int64_t hp = gy.in + gy.pad_begin + gy.pad_end, wp = gx.in + gx.pad_begin + gx.pad_end;
+  // Elements of the per-part buffer before the slack: the padded image group, or the
+  // unfolded matrix.
+  const int64_t buf = flat ? cg * hp * wp : ckk * ohw;
+  if (buf + kConvSlackBound >= (int64_t(1) << 31)) {
+    throw UnsupportedError("conv: an image group of " + std::to_string(buf) +
+                           " elements (tap offsets are 32-bit)");
   }
   const std::string& x = names.inputs[0];
   const std::string& w = names.inputs[1];
   const std::string& y = names.outputs[0];
   const std::string& ctx = sub.ctx;
   auto s64 = [](int64_t v) { return std::to_string(v); };
-  // Strides of X: batch, channel, row (0 for 1-D), column.
   const std::string sy = one_d ? "0" : x + "->strides[2]";
   const std::string sx = x + "->strides[" + (one_d ? "2" : "3") + "]";
+  const bool has_bias = node.inputs.size() == 3;
   std::string s = "{\n";
   s += "  static const kiln_window g = " + window_c_init(g) + ";\n";
-  s += "  const int64_t N = " + x + "->shape[0], CKK = " + s64(cg * khw) + ", OHW = " + s64(ohw) +
-       ";\n";
+  s += "  (void)g;\n";
+  s += "  int64_t lo, hi;\n";
+  s += "  kiln_part_range(" + x + "->shape[0] * " + s64(m) + ", " + ctx + "->part, " + ctx +
+       "->n_parts, 1, &lo, &hi);\n";
+  s += "  if (lo < hi) {\n";
   s += "  const " + T + " *W = (const " + T + " *)" + w + "->data;\n";
   s += "  int w_contig = 1;\n  {\n    int64_t c = 1;\n";
   s += "    for (int d = " + s64(wt.rank() - 1) + "; d >= 0; --d) {\n";
@@ -155,69 +174,63 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "      c *= " + w + "->shape[d];\n    }\n  }\n";
   s += "  if (!w_contig) {\n";
   s += "    " + T + " *packed = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-       s64(m * cg * khw) + " * sizeof(" + T + "));\n";
+       s64(m * ckk) + " * sizeof(" + T + "));\n";
   s += "    if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
   s += "    kiln_copy_strided(packed, " + w + "->data, " + s64(wt.rank()) + ", " + w + "->shape, " +
        w + "->strides, sizeof(" + T + "));\n    W = packed;\n  }\n";
-  if (pointwise) {
-    s += "  const int direct = " + sx + " == 1 && (" + s64(one_d ? 1 : 0) + " || " + sy +
-         " == " + s64(gx.in) + ") && " + x + "->strides[1] == OHW;\n";
+  s += "  const " + T + " *bias = " +
+       (has_bias ? "(const " + T + " *)" + names.inputs[2] + "->data" : std::string("0")) + ";\n";
+  s += "  const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
+       ";\n";
+  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
+       s64(buf) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
+  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(ckk) +
+       " * sizeof(int32_t));\n";
+  s += "  if (!buf || !off) " + sub.fail + "(\"conv: out of memory for the " +
+       (flat ? "padded image" : "im2col buffer") + " (" + s64(buf * (f32 ? 4 : 8)) +
+       " bytes)\");\n";
+  // The padding (flat) and the slack are zero once; each image group rewrites the rest.
+  s += "  for (int64_t i = " + s64(flat ? 0 : buf) + "; i < " + s64(buf) +
+       " + KILN_CONV_SLACK; ++i) buf[i] = 0;\n";
+  s += "  for (int64_t c = 0, t = 0; c < " + s64(cg) + "; ++c)\n";
+  s += "    for (int64_t i = 0; i < " + s64(gy.kernel) + "; ++i)\n";
+  s += "      for (int64_t j = 0; j < " + s64(gx.kernel) + "; ++j, ++t)\n";
+  if (flat) {
+    s += "        off[t] = (int32_t)(c * " + s64(hp * wp) + " + i * " + s64(gy.dilation * wp) +
+         " + j * " + s64(gx.dilation) + ");\n";
   } else {
-    s += "  const int direct = 0;\n";
+    s += "        off[t] = (int32_t)(t * " + s64(ohw) + ");\n";
   }
-  // Without the direct path, images are unfolded side by side into one col matrix (up to
-  // kColBytes), so each group needs one large GEMM per chunk instead of one per image.
-  s += "  int64_t chunk = direct ? 1 : (int64_t)(" + std::to_string(kColBytes) + " / (CKK * OHW * sizeof(" + T + ")));\n";
-  s += "  if (chunk < 1) chunk = 1;\n  if (chunk > N) chunk = N;\n";
-  s += "  " + T + " *col = 0, *tmp = 0;\n";
-  s += "  if (!direct && N > 0) {\n";
-  s += "    col = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(CKK * OHW * chunk) * sizeof(" + T + "));\n";
-  s += "    if (chunk > 1) tmp = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(mg) +
-       " * OHW * chunk) * sizeof(" + T + "));\n";
-  s += "    if (!col || (chunk > 1 && !tmp)) " + sub.fail +
-       "(\"conv: out of memory for the im2col buffer (%lld bytes)\", (long long)(CKK * OHW * chunk * sizeof(" + T + ")));\n";
-  s += "  }\n";
-  const bool has_bias = node.inputs.size() == 3;
-  const std::string bias_at =
-      has_bias ? "((const " + T + " *)" + names.inputs[2] + "->data)[(grp * " + s64(mg) + " + oc) * " + names.inputs[2] + "->strides[0]]"
-               : "(" + T + ")0";
-  s += "  for (int64_t n0 = 0; n0 < N; n0 += chunk) {\n";
-  s += "    const int64_t nb = N - n0 < chunk ? N - n0 : chunk;\n";
-  s += "    for (int64_t grp = 0; grp < " + s64(group_) + "; ++grp) {\n";
-  s += "      const " + T + " *B = col;\n";
-  s += "      for (int64_t i = 0; i < nb; ++i) {\n";
-  s += "        const " + T + " *xg = (const " + T + " *)" + x + "->data + (n0 + i) * " + x + "->strides[0] + grp * " +
-       s64(cg) + " * " + x + "->strides[1];\n";
-  s += "        if (direct) B = xg;\n";
-  s += "        else kiln_im2col_" + S + "(xg, " + s64(cg) + ", " + x + "->strides[1], " + sy + ", " + sx +
-       ", &g, col + i * OHW, nb * OHW);\n";
-  s += "      }\n";
-  s += "      " + T + " *Y = (" + T + " *)" + y + "->data + (n0 * " + s64(m) + " + grp * " + s64(mg) + ") * OHW;\n";
-  s += "      if (nb == 1) {\n";
-  if (has_bias) {
-    s += "        for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
-    s += "          const " + T + " bv = " + bias_at + ";\n";
-    s += "          for (int64_t j = 0; j < OHW; ++j) Y[oc * OHW + j] = bv;\n        }\n";
+  s += "  for (int64_t u = lo; u < hi;) {\n";
+  s += "    const int64_t n = u / " + s64(m) + ", oc = u % " + s64(m) + ", grp = oc / " + s64(mg) +
+       ";\n";
+  s += "    const int64_t group_end = (grp + 1) * " + s64(mg) + ";\n";
+  s += "    const int64_t oc_end = oc + (hi - u) < group_end ? oc + (hi - u) : group_end;\n";
+  s += "    const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
+       "->strides[0] + grp * " + s64(cg) + " * " + x + "->strides[1];\n";
+  if (flat) {
+    s += "    for (int64_t c = 0; c < " + s64(cg) + "; ++c)\n";
+    s += "      for (int64_t yy = 0; yy < " + s64(gy.in) + "; ++yy) {\n";
+    s += "        const " + T + " *src = xg + c * " + x + "->strides[1] + yy * " + sy + ";\n";
+    s += "        " + T + " *restrict dst = buf + c * " + s64(hp * wp) + " + (yy + " +
+         s64(gy.pad_begin) + ") * " + s64(wp) + " + " + s64(gx.pad_begin) + ";\n";
+    s += "        if (" + sx + " == 1) for (int64_t xx = 0; xx < " + s64(gx.in) +
+         "; ++xx) dst[xx] = src[xx];\n";
+    s += "        else for (int64_t xx = 0; xx < " + s64(gx.in) + "; ++xx) dst[xx] = src[xx * " +
+         sx + "];\n";
+    s += "      }\n";
+  } else {
+    s += "    kiln_im2col_" + S + "(xg, " + s64(cg) + ", " + x + "->strides[1], " + sy + ", " + sx +
+         ", &g, buf, " + s64(ohw) + ");\n";
   }
-  s += "        if (" + gemm + "(" + ctx + ", " + s64(mg) + ", OHW, CKK, 1, W + grp * " + s64(mg) +
-       " * CKK, CKK, 1, B, OHW, 1, " + (has_bias ? "1" : "0") + ", Y, OHW)) " + sub.fail +
-       "(\"conv: gemm failed\");\n";
-  s += "        continue;\n      }\n";
-  s += "      if (" + gemm + "(" + ctx + ", " + s64(mg) + ", nb * OHW, CKK, 1, W + grp * " + s64(mg) +
-       " * CKK, CKK, 1, col, nb * OHW, 1, 0, tmp, nb * OHW)) " + sub.fail + "(\"conv: gemm failed\");\n";
-  s += "      for (int64_t i = 0; i < nb; ++i)\n";
-  s += "        for (int64_t oc = 0; oc < " + s64(mg) + "; ++oc) {\n";
-  s += "          const " + T + " bv = " + bias_at + ";\n";
-  s += "          const " + T + " *src = tmp + oc * nb * OHW + i * OHW;\n";
-  s += "          " + T + " *dst = Y + (i * " + s64(m) + " + oc) * OHW;\n";
-  s += "          for (int64_t j = 0; j < OHW; ++j) dst[j] = src[j] + bv;\n";
-  s += "        }\n";
-  s += "    }\n  }\n}\n";
+  const int64_t npos = flat ? (gy.out - 1) * wp + gx.out : ohw;
+  s += "    kiln_conv_tile_" + S + "(oc_end - oc, " + s64(npos) + ", " + s64(ckk) +
+       ", buf, off, W + oc * " + s64(ckk) + ", " + s64(ckk) + ", bias ? bias + oc * bs : 0, bs, (" +
+       T + " *)" + y + "->data + u * " + s64(ohw) + ", " + s64(ohw) + ", " +
+       s64(flat ? wp : gx.out) + ", " + s64(gx.out) + ");\n";
+  s += "    u += oc_end - oc;\n";
+  s += "  }\n  }\n}\n";
   return s;
-}
-
-std::string Conv::c_support_code_apply(const Node& node, const std::string&) const {
-  return gemm_support_code(node.inputs[0]->type.dtype);
 }
 
 }  // namespace kiln

@@ -1,7 +1,7 @@
 #pragma once
 // ONNX Conv, 1-D and 2-D (props: group, kernel_shape, strides, dilations, pads, auto_pad):
 // inputs X (N, C, ...), W (M, C/group, ...) and an optional bias B (M). Each image group
-// is unfolded (im2col, skipped for 1x1 stride-1 kernels) and multiplied by OpenBLAS GEMM.
+// is convolved directly by kiln_support's tile kernel (strided windows unfolded first).
 #include "ops/cop.h"
 #include "ops/window.h"
 
@@ -13,10 +13,13 @@ class Conv : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 4; }
+  std::optional<int> cache_version() const override { return 5; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
-  std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
+  // Parts take whole output planes (image, channel): an epilogue follows the same split.
+  bool c_splittable(const Node&) const override { return true; }
+  int64_t c_split_unit(const Node& node) const override;
+  bool c_heavy(const Node&) const override { return true; }
 
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x,

@@ -47,6 +47,12 @@ class COp : public Op {
   // True when c_code computes only part ctx->part of ctx->n_parts of its outputs (disjoint
   // parts that may run at once), so the executor can split a large call across workers.
   virtual bool c_splittable(const Node& node) const { return false; }
+  // For a splittable op that splits by whole units of this many flat output elements, part
+  // p taking units kiln_part_range(numel / unit, p, n_parts, 1); 0: it splits the flat
+  // output as the elementwise loop does. An epilogue must split the same way.
+  virtual int64_t c_split_unit(const Node& node) const { return 0; }
+  // Each output element costs many operations, so small calls are worth splitting too.
+  virtual bool c_heavy(const Node& node) const { return false; }
 };
 
 }  // namespace kiln

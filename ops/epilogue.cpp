@@ -127,16 +127,27 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   ops.push_back(self);
   dts.push_back(out.dtype);
   for (size_t k = base_inputs_; k < node.inputs.size(); ++k) {
-    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k], out));
     dts.push_back(node.inputs[k]->type.dtype);
   }
   std::vector<std::string> lets;
   std::string expr;
   program_->scalar_body(dts, lets, expr, "e");
   s += "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
+  // A split base op computed only its units of the output: the epilogue takes the same ones.
+  const int64_t unit = c_splittable(node) ? base_->c_split_unit(view) : 0;
   s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                             program_->is_long_chain());
+                             program_->is_long_chain(), unit);
   return s;
+}
+
+bool WithEpilogue::c_splittable(const Node& node) const {
+  Node view = base_view(node);
+  return base_->c_splittable(view) && base_->c_split_unit(view) > 0;
+}
+
+int64_t WithEpilogue::c_split_unit(const Node& node) const {
+  return base_->c_split_unit(base_view(node));
 }
 
 std::string WithEpilogue::c_support_code_apply(const Node& node, const std::string& prefix) const {

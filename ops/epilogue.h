@@ -34,6 +34,10 @@ class WithEpilogue : public COp {
   std::vector<std::string> c_libraries() const override { return base_->c_libraries(); }
   std::vector<std::string> c_compile_args() const override { return base_->c_compile_args(); }
   std::vector<std::string> c_preludes() const override;
+  // Splits when the base op splits in whole units the epilogue can follow.
+  bool c_splittable(const Node& node) const override;
+  int64_t c_split_unit(const Node& node) const override;
+  bool c_heavy(const Node& node) const override { return base_->c_heavy(base_view(node)); }
 
  private:
   Node base_view(const Node& node) const;  // the node as the base op sees it

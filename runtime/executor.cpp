@@ -257,8 +257,11 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
   };
   // Enough parts for the claiming to balance uneven workers, none smaller than the grain.
   int n_parts = 1;
-  if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * split_grain_) {
-    n_parts = static_cast<int>(std::min<int64_t>(4 * split_workers_, work / split_grain_));
+  // A heavy thunk's element costs about as much as a whole grain-sized run of light ones.
+  const int64_t grain =
+      (thunk.flags & KILN_THUNK_HEAVY) ? std::max<int64_t>(split_grain_ / kHeavyFactor, 1) : split_grain_;
+  if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * grain) {
+    n_parts = static_cast<int>(std::min<int64_t>(4 * split_workers_, work / grain));
   }
   if (n_parts == 1) {
     call(0, 1);

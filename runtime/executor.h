@@ -63,6 +63,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Smallest number of elements a part of a split thunk call gets: below it a thread
   // wake-up costs more than the part saves.
   static constexpr int64_t kSplitGrain = int64_t(1) << 16;
+  // KILN_THUNK_HEAVY thunks split at kSplitGrain / kHeavyFactor elements: a convolution
+  // output element costs tens to thousands of multiply-adds.
+  static constexpr int64_t kHeavyFactor = 16;
   // A branched program whose steps touch fewer elements than this in all runs its steps
   // in order in one thread: parallel branches would save less than the wake-ups cost.
   static constexpr int64_t kParallelWork = int64_t(1) << 16;
