@@ -20,6 +20,7 @@ void WorkerPool::submit(Task task, int priority) {
   {
     std::lock_guard lock(mutex_);
     queue_.push(Item{priority, seq_++, std::move(task)});
+    queued_.fetch_add(1, std::memory_order_release);
     wake = idle_ > 0;
   }
   if (wake) cv_.notify_one();  // busy workers will find it when they come back
@@ -30,6 +31,14 @@ void WorkerPool::work() {
   for (;;) {
     if (queue_.empty()) {
       if (stop_) return;
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+      lock.lock();
+      if (!queue_.empty() || stop_) continue;
       ++idle_;
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       --idle_;
@@ -37,6 +46,7 @@ void WorkerPool::work() {
     }
     Task task = std::move(const_cast<Item&>(queue_.top()).task);
     queue_.pop();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
     lock.unlock();
     task();
     lock.lock();

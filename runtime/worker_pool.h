@@ -1,5 +1,9 @@
 #pragma once
-// A fixed set of threads taking tasks by priority (higher first, then first come).
+// A fixed set of threads taking tasks by priority (higher first, then first come). An idle
+// worker polls for kSpin before it sleeps: a graph's next split step usually comes within
+// microseconds, and a sleeping worker's wake-up costs tens of them.
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,6 +24,7 @@ class WorkerPool {
 
   void submit(Task task, int priority);
   int size() const { return static_cast<int>(threads_.size()); }
+  static constexpr std::chrono::microseconds kSpin{100};
 
  private:
   struct Item {
@@ -38,6 +43,7 @@ class WorkerPool {
   uint64_t seq_ = 0;
   int idle_ = 0;
   bool stop_ = false;
+  std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
   std::vector<std::thread> threads_;
 };
 
