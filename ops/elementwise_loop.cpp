@@ -21,7 +21,7 @@ std::string c_literal_of(DType dtype, double as_double, int64_t as_int) {
   return "((" + std::string(dtype_c_type(dtype)) + ")" + std::to_string(as_int) + "LL)";
 }
 
-LoopOperand loop_operand(const Variable* v, const std::string& tensor) {
+LoopOperand loop_operand(const Variable* v, const std::string& tensor, const TensorType& out) {
   LoopOperand op;
   op.tensor = tensor;
   op.dtype = v->type.dtype;
@@ -32,6 +32,11 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor) {
   }
   op.single = true;
   for (int64_t d : v->type.dims) op.single = op.single && d == 1;
+  // The output's last dimension, static and > 1, survives collapsing as part of the inner
+  // one, where an operand whose own last dimension is 1 has stride 0.
+  const int64_t out_last = out.rank() > 0 ? out.dims.back() : 1;
+  op.row_invariant = !op.single && op.rank > 0 && v->type.dims.back() == 1 && out_last != 1 &&
+                     out_last != kDynamic;
   return op;
 }
 
@@ -49,7 +54,7 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx, const std::vector<std::string>& lets,
-                                  bool interleave) {
+                                  bool interleave, int64_t split_unit) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
@@ -101,16 +106,26 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "    const int r = kiln_collapse(" + R + ", " + std::to_string(nops) + ", shp, st);\n";
   s += "    const int64_t inner = shp[r - 1];\n";
   std::string unit_test, offsets_decl;
+  std::vector<bool> invariant_slot(static_cast<size_t>(nops), false);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (slot[k] > 0 && inputs[k].row_invariant) invariant_slot[static_cast<size_t>(slot[k])] = true;
+  }
   for (int k = 0; k < nops; ++k) {
     std::string sk = std::to_string(k);
     s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
-    unit_test += (k ? " && s" : "s") + sk + " == 1";
+    unit_test += (k ? " && s" : "s") + sk + (invariant_slot[static_cast<size_t>(k)] ? " == 0" : " == 1");
     offsets_decl += (k ? ", o" : "o") + sk + " = off[" + sk + "]";
   }
   // This call's share of the flat output range (the output is contiguous, so a flat index
   // is an output offset); with n_parts == 1 it is the whole range.
   s += "    int64_t lo, hi, idx[KILN_MAX_DIMS] = {0}, off[" + std::to_string(nops) + "];\n";
-  s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";
+  if (split_unit <= 0) {
+    s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";
+  } else {
+    s += "    {\n      const int64_t unit = " + std::to_string(split_unit) + ";\n";
+    s += "      kiln_part_range(n / unit, " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
+    s += "      lo *= unit;\n      hi *= unit;\n    }\n";
+  }
   s += "    kiln_seek(r, " + std::to_string(nops) + ", shp, st, lo / inner, idx, off);\n";
   s += "    int64_t " + offsets_decl + ";\n";
   s += "    int64_t j0 = lo % inner;\n";
@@ -129,6 +144,10 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     } else if (inputs[k].single) {
       unit_args[key] = "c" + key;
       strided_args[key] = "c" + key;
+    } else if (inputs[k].row_invariant) {
+      std::string sk = std::to_string(slot[k]);
+      unit_args[key] = "r" + sk;
+      strided_args[key] = "p" + sk + "[o" + sk + " + j * s" + sk + "]";
     } else {
       std::string sk = std::to_string(slot[k]);
       unit_args[key] = "q" + sk + "[j]";
@@ -141,6 +160,10 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     if (slot[k] < 0) continue;
     std::string ct(dtype_c_type(inputs[k].dtype));
     std::string sk = std::to_string(slot[k]);
+    if (inputs[k].row_invariant) {
+      s += "        const " + ct + " r" + sk + " = p" + sk + "[o" + sk + "];\n";
+      continue;
+    }
     s += "        const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + ";\n";
   }
   auto body = [&](const TemplateValues& args, const std::string& store) {

@@ -21,11 +21,15 @@ struct LoopOperand {
   // Holds one element (rank 0 or all dimensions 1): loaded once before the loop, so the
   // inner loop stays unit-stride and vectorizes.
   bool single = false;
+  // Constant along the output's last dimension (its own last dimension is 1 there, as a
+  // per-channel bias against (N, C, H, W) is): loaded once per row, so the row's loop still
+  // runs unit-stride over the others.
+  bool row_invariant = false;
 };
 
 // The operand for a node input named `tensor` in C: scalar constants inlined, single-element
-// tensors hoisted.
-LoopOperand loop_operand(const Variable* v, const std::string& tensor);
+// tensors hoisted, row-invariant ones (against the output type `out`) marked.
+LoopOperand loop_operand(const Variable* v, const std::string& tensor, const TensorType& out);
 
 // `expr` is a template over ${0}, ${1}, ... (one per operand) producing the output value;
 // `lets` are statements (same placeholders) run before it for each element, so a fused
@@ -33,11 +37,13 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor);
 // ctx->n_parts of the output (`ctx`: a kiln_ctx *), so its op may declare itself splittable.
 // `interleave`: the body is a long dependency chain (several transcendentals), so the loop
 // works on four vectors at once; one at a time it waits on latency (2.4x slower measured).
+// `split_unit` > 0: split the output in whole units of that many elements, as the op this
+// loop is the epilogue of splits it (COp::c_split_unit).
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx,
                                   const std::vector<std::string>& lets = {},
-                                  bool interleave = false);
+                                  bool interleave = false, int64_t split_unit = 0);
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.

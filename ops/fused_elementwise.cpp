@@ -300,14 +300,14 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
                                      const Sub& sub) const {
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
+  const TensorType& out = node.outputs[0]->type;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
-    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k], out));
     dts.push_back(node.inputs[k]->type.dtype);
   }
   std::vector<std::string> lets;
   std::string expr;
   scalar_body(dts, lets, expr, "v");
-  const TensorType& out = node.outputs[0]->type;
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
                                is_long_chain());
 }

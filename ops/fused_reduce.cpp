@@ -91,7 +91,8 @@ std::string FusedReduce::c_code(const Node& node, const CodeNames& names, const 
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
-    ops.push_back(loop_operand(node.inputs[k], names.inputs[k]));
+    // The reduction loop has no row-invariant operands: a rank-0 type marks none.
+    ops.push_back(loop_operand(node.inputs[k], names.inputs[k], TensorType{}));
     dts.push_back(node.inputs[k]->type.dtype);
   }
   std::vector<std::string> lets;
