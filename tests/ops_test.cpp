@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -525,6 +527,10 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {4, 3, 3},
        {{"pads", V{1, 2}}, {"strides", V{2}}, {"dilations", V{2}}},
        true},
+      // 13 output channels: a full 8-row register block and a 5-row one; 355 positions per
+      // plane end in a partial vector; pads make each padded row overhang by 2.
+      {"blocks_and_tails", {3, 5, 17, 19}, {13, 5, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      {"one_d_flat", {2, 3, 40}, {9, 3, 5}, {{"pads", V{2, 2}}, {"dilations", V{3}}}, false},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -546,6 +552,59 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       SCOPED_TRACE(c.name);
       check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
                   dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    }
+  }
+}
+
+// conv -> per-channel scale and shift -> relu, as a folded batch norm exports: the
+// epilogue is fused into the conv thunk, which splits over output planes, and the epilogue
+// must take exactly the planes its part computed (split thunks poison every output first).
+TEST(Conv, EpilogueFollowsTheSplitOverOutputPlanes) {
+  std::mt19937 rng(29);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g("conv_bn_relu");
+    Var x = input(g, "x", dt, {kDynamic, 3, 9, 7});
+    Var w = input(g, "w", dt, {10, 3, 3, 3});
+    Var scale = input(g, "scale", dt, {10, 1, 1});
+    Var shift = input(g, "shift", dt, {10, 1, 1});
+    Var y = apply("conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    g.set_outputs({relu(add(mul(y, scale), shift))});
+    std::vector<Tensor> one{random_tensor(dt, {4, 3, 9, 7}, rng),
+                            random_tensor(dt, {10, 3, 3, 3}, rng),
+                            random_tensor(dt, {10, 1, 1}, rng), random_tensor(dt, {10, 1, 1}, rng)};
+    std::vector<Tensor> strided = one;
+    strided[2] = non_contiguous(random_tensor(dt, {10, 1, 1}, rng));
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("/* epilogue: "), std::string::npos) << "the epilogue was not fused";
+    ExecutorStats split = check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
+                                      dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
+  }
+}
+
+// A (C, 1, 1) operand against an (N, C, H, W) output is constant along each row of the
+// loop: it is loaded once per row and the row runs unit-stride; results must not change,
+// including when the output's last dimension is 1 (no such row) or the operand is strided.
+TEST(Elementwise, PerChannelOperandsAgainstImageRows) {
+  std::mt19937 rng(31);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t last : {int64_t{6}, int64_t{1}}) {
+      Graph g("per_channel");
+      Var x = input(g, "x", dt, {kDynamic, 4, 5, last});
+      Var s = input(g, "s", dt, {4, 1, 1});
+      Var b = input(g, "b", dt, {4, 5, 1});
+      g.set_outputs({add(mul(x, s), b), sub(x, s)});
+      std::vector<Tensor> plain{random_tensor(dt, {3, 4, 5, last}, rng),
+                                random_tensor(dt, {4, 1, 1}, rng),
+                                random_tensor(dt, {4, 5, 1}, rng)};
+      std::vector<Tensor> strided{non_contiguous(random_tensor(dt, {3, 4, 5, last}, rng)),
+                                  non_contiguous(random_tensor(dt, {4, 1, 1}, rng)),
+                                  non_contiguous(random_tensor(dt, {4, 5, 1}, rng))};
+      SCOPED_TRACE("last dimension " + std::to_string(last));
+      check_graph(g, {plain, strided}, 1e-6, 1e-7);
     }
   }
 }
