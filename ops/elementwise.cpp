@@ -153,7 +153,7 @@ std::string Elementwise::scalar_expr(DType in, DType out) const {
   for (int k = 0; k < def_.arity; ++k) v[std::to_string(k)] = "${" + std::to_string(k) + "}";
   v["T"] = std::string(dtype_c_type(out));
   v["f"] = in == DType::kFloat32 ? "f" : "";
-  v["m"] = in == DType::kFloat32 ? "kiln_" : "";
+  v["m"] = "kiln_";  // kiln_math.h: both float widths
   v["S"] = type_tag(in);
   for (size_t p = 0; p < def_.params.size(); ++p) {
     v[std::string(def_.params[p].name)] = c_literal(out, params_[p]);

@@ -79,7 +79,7 @@ const std::vector<ScalarOpDef> kOps = {
    [](P x, P) { return std::cos(x[0]); }, nullptr, {}},
   {"tanh",       1, Domain::kFloat,         OutRule::kSame,  "${m}tanh${f}(${0})",                "",
    [](P x, P) { return std::tanh(x[0]); }, nullptr, {}},
-  {"sigmoid",    1, Domain::kFloat,         OutRule::kSame,  "((${T})1 / ((${T})1 + ${m}exp${f}(-${0})))", "",
+  {"sigmoid",    1, Domain::kFloat,         OutRule::kSame,  "kiln_sigmoid${f}(${0})", "",
    [](P x, P) { return 1.0 / (1.0 + std::exp(-x[0])); }, nullptr, {}},
   {"relu",       1, Domain::kNumeric,       OutRule::kSame,  "(${0} < 0 ? (${T})0 : ${0})",       "(${0} < 0 ? (${T})0 : ${0})",
    [](P x, P) { return x[0] < 0 ? 0.0 : x[0]; }, [](I x, P) { return x[0] < 0 ? int64_t(0) : x[0]; }, {}},

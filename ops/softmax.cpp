@@ -56,7 +56,7 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   const int axis = normalize_axis(axis_, rank, name());
   const std::string T(dtype_c_type(t.dtype));
   const std::string f = t.dtype == DType::kFloat32 ? "f" : "";
-  const std::string m = t.dtype == DType::kFloat32 ? "kiln_" : "";
+  const std::string m = "kiln_";  // kiln_math.h: both float widths
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
   // Copy into the contiguous output first, then work in place along (outer, len, inner).

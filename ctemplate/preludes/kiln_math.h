@@ -1,4 +1,4 @@
-/* kiln_math.h — kiln's own float32 transcendentals: branch-free polynomial approximations
+/* kiln_math.h — kiln's own transcendentals: branch-free polynomial approximations
  * built from integer bit tricks, selects and fused multiply-adds only, so loops that call
  * them vectorize under clang as well as gcc (scalar libm calls do not). Accurate to a few
  * ulp over the whole float range (tests/math_prelude_test.c measures it against libm), with
@@ -11,7 +11,9 @@
  * Kahan); tanh uses an odd polynomial below 0.625 and 1 - 2/(e^2x + 1) above; erf uses
  * x P(x^2) below 0.921875 and 1 - e^(-x^2) Q(1/(1 + x/2)) above (least-squares fits);
  * gelu takes its negative tail from that erfc form, so it keeps relative accuracy where
- * 1 + erf would cancel. float64 keeps libm (kiln_gelu, kiln_softplus are its helpers). */
+ * 1 + erf would cancel. float64 has exp, log, log1p, expm1, tanh and softplus by the same
+ * methods (exp: Taylor to degree 13; log: the atanh series in s = f/(2+f); tanh from
+ * expm1); its erf and gelu still call libm. */
 #ifndef KILN_MATH_H
 #define KILN_MATH_H
 #ifndef KILN_HELPER
@@ -199,11 +201,129 @@ KILN_HELPER float kiln_softplusf(float x) {
   return x != x ? x : y;
 }
 
+/* float64: the same methods with double's reduction constants and longer polynomials. */
+KILN_HELPER double kiln_bits_to_f64(int64_t i) {
+  double f;
+  __builtin_memcpy(&f, &i, sizeof f);
+  return f;
+}
+KILN_HELPER int64_t kiln_f64_to_bits(double f) {
+  int64_t i;
+  __builtin_memcpy(&i, &f, sizeof i);
+  return i;
+}
+KILN_HELPER double kiln_pow2i_f64(int64_t n) { /* 2^n for n in [-1022, 1023] */
+  return kiln_bits_to_f64((int64_t)((uint64_t)(n + 1023) << 52));
+}
+
+KILN_HELPER double kiln_exp(double x) {
+  /* Clamped (NaN passes through) so n stays in [-1076, 1024]. */
+  double xc = x > 710.0 ? 710.0 : x;
+  xc = xc < -746.0 ? -746.0 : xc;
+  const double shifter = 6755399441055744.0; /* 1.5 * 2^52 */
+  double t = xc * 1.4426950408889634074 + shifter;
+  int64_t n = kiln_f64_to_bits(t) - kiln_f64_to_bits(shifter);
+  double nf = t - shifter;
+  /* ln 2 split so that nf * hi is exact for |n| < 2^11. */
+  double r = xc - nf * 6.93147180369123816490e-01;
+  r = r - nf * 1.90821492927058770002e-10;
+  /* e^r, |r| <= ln2/2: Taylor to r^13 (truncation below 1e-17 relative). */
+  double p = 1.0 / 6227020800.0;
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r * r + r + 1.0;
+  int64_t n1 = n >> 1;
+  double y = p * kiln_pow2i_f64(n1) * kiln_pow2i_f64(n - n1);
+  return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_log(double x) {
+  const int sub = x < 2.2250738585072014e-308;
+  double xs = sub ? x * 18014398509481984.0 : x; /* 2^54 */
+  int64_t bits = kiln_f64_to_bits(xs);
+  int64_t e = ((bits >> 52) & 0x7ff) - 1022 - (sub ? 54 : 0);
+  double m = kiln_bits_to_f64((bits & 0x000fffffffffffffLL) | 0x3fe0000000000000LL); /* [0.5, 1) */
+  const int low = m < 0.70710678118654752440;
+  e = low ? e - 1 : e;
+  double f = (low ? m + m : m) - 1.0; /* exact: m in [sqrt(1/2), sqrt(2)) */
+  /* log(1+f) = f - f^2/2 + s (f^2/2 + R), s = f/(2+f), R = sum_k 2 s^2k / (2k+1). */
+  double s = f / (2.0 + f);
+  double z = s * s;
+  double R = 2.0 / 23.0;
+  R = R * z + 2.0 / 21.0;
+  R = R * z + 2.0 / 19.0;
+  R = R * z + 2.0 / 17.0;
+  R = R * z + 2.0 / 15.0;
+  R = R * z + 2.0 / 13.0;
+  R = R * z + 2.0 / 11.0;
+  R = R * z + 2.0 / 9.0;
+  R = R * z + 2.0 / 7.0;
+  R = R * z + 2.0 / 5.0;
+  R = R * z + 2.0 / 3.0;
+  R = R * z;
+  double hfsq = 0.5 * f * f;
+  double ef = (double)e;
+  double y = ef * 6.93147180369123816490e-01 +
+             (f - (hfsq - (s * (hfsq + R) + ef * 1.90821492927058770002e-10)));
+  y = x == 0.0 ? -INFINITY : y;
+  y = x < 0.0 ? NAN : y;
+  y = x == INFINITY ? x : y;
+  return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_log1p(double x) {
+  double u = 1.0 + x;
+  double d = u - 1.0;
+  double y = kiln_log(u) * (x / (d == 0.0 ? 1.0 : d));
+  y = d == 0.0 ? x : y;
+  return x == INFINITY ? x : y;
+}
+
+KILN_HELPER double kiln_expm1(double x) {
+  double u = kiln_exp(x);
+  double d = u - 1.0;
+  double l = kiln_log(u);
+  double y = d * (x / (l == 0.0 ? 1.0 : l));
+  y = d == 0.0 ? x : y;
+  y = d == -1.0 ? -1.0 : y;
+  y = u == INFINITY ? u : y;
+  return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_tanh(double x) {
+  /* t / (t + 2), t = e^2a - 1: relative accuracy near 0 comes from expm1's; above 22,
+   * tanh rounds to 1 (and t would overflow). */
+  double a = fabs(x);
+  double t = kiln_expm1(a + a);
+  double y = t / (t + 2.0);
+  y = a > 22.0 ? 1.0 : y;
+  return copysign(y, x);
+}
+
+KILN_HELPER double kiln_sigmoid(double x) {
+  double e = kiln_exp(-fabs(x));
+  double y = (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+  return x != x ? x : y;
+}
+
+/* float64 erf (and gelu's erfc) still call libm. */
+KILN_HELPER double kiln_erf(double x) { return erf(x); }
+
 KILN_HELPER double kiln_gelu(double x) {
   return x == -INFINITY ? -0.0 : 0.5 * x * erfc(-x * 0.70710678118654752440);
 }
 KILN_HELPER double kiln_softplus(double x) {
-  return (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
+  double y = (x > 0 ? x : 0.0) + kiln_log1p(kiln_exp(-fabs(x)));
+  return x != x ? x : y;
 }
 
 #endif /* KILN_MATH_H */
