@@ -182,8 +182,8 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
        (has_bias ? "(const " + T + " *)" + names.inputs[2] + "->data" : std::string("0")) + ";\n";
   s += "  const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
        ";\n";
-  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
-       s64(buf) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
+  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
+       " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(ckk) +
        " * sizeof(int32_t));\n";
   s += "  if (!buf || !off) " + sub.fail + "(\"conv: out of memory for the " +

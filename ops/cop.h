@@ -43,7 +43,7 @@ class COp : public Op {
   virtual std::vector<std::string> c_headers() const { return {}; }    // "<math.h>"
   virtual std::vector<std::string> c_libraries() const { return {}; }  // "openblas" -> -lopenblas
   virtual std::vector<std::string> c_compile_args() const { return {}; }
-  virtual std::vector<std::string> c_preludes() const { return {}; }   // "kiln_index.h"
+  virtual std::vector<std::string> c_preludes() const { return {}; }  // "kiln_index.h"
   // True when c_code computes only part ctx->part of ctx->n_parts of its outputs (disjoint
   // parts that may run at once), so the executor can split a large call across workers.
   virtual bool c_splittable(const Node& node) const { return false; }

@@ -47,8 +47,8 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
     advance += indent + "  o" + sk + " += st[" + sk + "][d];\n";
     rewind += indent + "  o" + sk + " -= st[" + sk + "][d] * shp[d];\n";
   }
-  return indent + "for (int d = r - 2; d >= 0; --d) {\n" + advance + indent + "  if (++idx[d] < shp[d]) break;\n" +
-         rewind + indent + "  idx[d] = 0;\n" + indent + "}\n";
+  return indent + "for (int d = r - 2; d >= 0; --d) {\n" + advance + indent +
+         "  if (++idx[d] < shp[d]) break;\n" + rewind + indent + "  idx[d] = 0;\n" + indent + "}\n";
 }
 
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
@@ -84,8 +84,8 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     std::string sk = std::to_string(slot[k]);
     s += "    for (int d = 0; d < " + R + "; ++d) {\n";
     s += "      const int e = d - " + std::to_string(out_rank - in.rank) + ";\n";
-    s += "      st[" + sk + "][d] = (e < 0 || " + in.tensor + "->shape[e] == 1) ? 0 : " +
-         in.tensor + "->strides[e];\n";
+    s += "      st[" + sk + "][d] = (e < 0 || " + in.tensor +
+         "->shape[e] == 1) ? 0 : " + in.tensor + "->strides[e];\n";
     s += "    }\n";
   }
   s += "    " + T + " *restrict p0 = (" + T + " *)" + out + "->data;\n";
@@ -113,7 +113,8 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   for (int k = 0; k < nops; ++k) {
     std::string sk = std::to_string(k);
     s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
-    unit_test += (k ? " && s" : "s") + sk + (invariant_slot[static_cast<size_t>(k)] ? " == 0" : " == 1");
+    unit_test +=
+        (k ? " && s" : "s") + sk + (invariant_slot[static_cast<size_t>(k)] ? " == 0" : " == 1");
     offsets_decl += (k ? ", o" : "o") + sk + " = off[" + sk + "]";
   }
   // This call's share of the flat output range (the output is contiguous, so a flat index
@@ -169,10 +170,11 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   auto body = [&](const TemplateValues& args, const std::string& store) {
     std::string b;
     for (const auto& let : lets) b += render_template(let, args, "elementwise expression") + " ";
-    return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") + ";";
+    return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") +
+           ";";
   };
-  s += std::string("        ") + (interleave ? "KILN_ILP " : "") + "for (int64_t j = j0; j < j1; ++j) { " +
-       body(unit_args, "q0[j]") + " }\n";
+  s += std::string("        ") + (interleave ? "KILN_ILP " : "") +
+       "for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
   s += "      } else {\n";
   s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) { " +
        body(strided_args, "p0[o0 + j * s0]") + " }\n";

@@ -12,7 +12,7 @@
 namespace kiln {
 
 struct LoopOperand {
-  std::string tensor;            // C expression of type kiln_tensor * (unused for literals)
+  std::string tensor;  // C expression of type kiln_tensor * (unused for literals)
   DType dtype = DType::kFloat32;
   int rank = 0;
   std::optional<std::string> literal;  // rank-0 constant inlined into the expression
@@ -41,8 +41,7 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor, const Ten
 // loop is the epilogue of splits it (COp::c_split_unit).
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
-                                  const std::string& ctx,
-                                  const std::vector<std::string>& lets = {},
+                                  const std::string& ctx, const std::vector<std::string>& lets = {},
                                   bool interleave = false, int64_t split_unit = 0);
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances

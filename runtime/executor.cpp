@@ -258,8 +258,9 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
   // Enough parts for the claiming to balance uneven workers, none smaller than the grain.
   int n_parts = 1;
   // A heavy thunk's element costs about as much as a whole grain-sized run of light ones.
-  const int64_t grain =
-      (thunk.flags & KILN_THUNK_HEAVY) ? std::max<int64_t>(split_grain_ / kHeavyFactor, 1) : split_grain_;
+  const int64_t grain = (thunk.flags & KILN_THUNK_HEAVY)
+                            ? std::max<int64_t>(split_grain_ / kHeavyFactor, 1)
+                            : split_grain_;
   if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * grain) {
     n_parts = static_cast<int>(std::min<int64_t>(4 * split_workers_, work / grain));
   }
@@ -269,7 +270,8 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
   }
   split_calls_.fetch_add(1, std::memory_order_relaxed);
   parts_.fetch_add(n_parts, std::memory_order_relaxed);
-  parallel_for(*engine_, n_parts, [&](int part) { call(part, n_parts); }, step.label);
+  parallel_for(
+      *engine_, n_parts, [&](int part) { call(part, n_parts); }, step.label);
 }
 
 void Executor::run_steps(std::vector<Tensor>& values) {
@@ -307,7 +309,8 @@ PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
   return start(inputs, plan_for(inputs));
 }
 
-PendingRun Executor::start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan) {
+PendingRun Executor::start(const std::vector<Tensor>& inputs,
+                           const std::shared_ptr<const Plan>& plan) {
   auto state = std::make_shared<PendingRun::State>();
   state->values = bind(inputs, *plan);
   state->outputs = outputs_of(state->values);

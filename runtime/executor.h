@@ -27,8 +27,8 @@ class PendingRun {
   PendingRun(PendingRun&&) noexcept = default;
   PendingRun& operator=(PendingRun&&) noexcept;
   ~PendingRun();
-  void wait();                 // rethrows the run's error, once
-  std::vector<Tensor> get();   // wait() and then the outputs, once
+  void wait();                // rethrows the run's error, once
+  std::vector<Tensor> get();  // wait() and then the outputs, once
   bool valid() const { return state_ != nullptr; }
 
   struct State;
