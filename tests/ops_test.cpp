@@ -621,6 +621,13 @@ TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
   Var x3 = input(g, "x3", DType::kFloat32, {1, 4, 5, 5, 5});
   EXPECT_THROW(apply("conv", {x3, input(g, "w3", DType::kFloat32, {2, 4, 3, 3, 3})}),
                UnsupportedError);
+  // An image group past 2^31 elements cannot be addressed by the tile kernel's 32-bit tap
+  // offsets: compiling says so, naming its size, before anything is allocated.
+  Graph big("conv_big");
+  Var xb = input(big, "x", DType::kFloat32, {kDynamic, 1, 50000, 50000});
+  big.set_outputs({apply("conv", {xb, input(big, "w", DType::kFloat32, {1, 1, 1, 1})})});
+  const std::string err = testing::error_of([&] { compile(big); });
+  EXPECT_NE(err.find("conv: an image group of 2500000000 elements"), std::string::npos) << err;
 }
 
 TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
