@@ -1,7 +1,10 @@
 #pragma once
 // A fixed set of threads taking tasks by priority (higher first, then first come). An idle
 // worker polls for kSpin before it sleeps: a graph's next split step usually comes within
-// microseconds, and a sleeping worker's wake-up costs tens of them.
+// microseconds, and a sleeping worker's wake-up costs tens of them. Polling workers and
+// working ones together stay below the core count, leaving a core to the thread that submits
+// (it runs parts of a split step itself); a poller beyond that would only take time from
+// threads doing work.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -41,8 +44,11 @@ class WorkerPool {
   std::condition_variable cv_;
   std::priority_queue<Item> queue_;
   uint64_t seq_ = 0;
-  int idle_ = 0;
+  int idle_ = 0;      // asleep on cv_
+  int spinning_ = 0;  // polling; each will take a task without a wake-up
   bool stop_ = false;
+  std::atomic<int> busy_{0};  // polling or running a task
+  int max_busy_ = 1;
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
   std::vector<std::thread> threads_;
 };
