@@ -25,9 +25,11 @@ const COp& c_op(const Node& node) {
   return *op;
 }
 
-std::string thunk_flags(const COp& op, const Node& node) {
-  if (!op.c_splittable(node)) return "0";
-  return op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY" : "KILN_THUNK_SPLIT";
+// The thunk's flags and split unit, as kiln_thunk_info initializers.
+std::string thunk_split(const COp& op, const Node& node) {
+  if (!op.c_splittable(node)) return "0, 0";
+  return std::string(op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY" : "KILN_THUNK_SPLIT") +
+         ", " + std::to_string(std::max<int64_t>(op.c_split_unit(node), 0));
 }
 
 void add_unique(std::vector<std::string>& list, const std::string& item) {
@@ -223,9 +225,9 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
     w.line("{kiln_node_" + std::to_string(node->id) + ", \"" + escaped + "\", " +
            std::to_string(node->id) + ", " + std::to_string(node->inputs.size()) + ", " +
            std::to_string(node->outputs.size()) + ", " +
-           thunk_flags(c_op(*node), *node) + "},");
+           thunk_split(c_op(*node), *node) + "},");
   }
-  if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0, 0},");
+  if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0, 0, 0},");
   w.dedent();
   w.line("};");
   w.line("static const kiln_module_info kiln_info = {KILN_ABI_VERSION, \"" + key + "\", " +

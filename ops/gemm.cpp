@@ -2,6 +2,7 @@
 
 #include "ops/broadcast.h"
 #include "ops/elementwise_loop.h"
+#include "ops/gemm_pack.h"
 #include "ops/gemm_support.h"
 #include "ops/matmul.h"
 #include "util/error.h"
@@ -14,18 +15,26 @@ struct Dims {
   int64_t m, k_a, k_b, n;
 };
 
-Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool ta, bool tb) {
+// B is (K, N), (N, K) when transposed, or packed panels (NP, K, P) for N = packed_n.
+Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool ta, bool tb,
+               int64_t packed_n) {
+  if (packed_n > 0) return {ta ? a[1] : a[0], ta ? a[0] : a[1], b[1], packed_n};
   return {ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[1] : b[0], tb ? b[0] : b[1]};
 }
 
 }  // namespace
 
 Gemm::Gemm(Attrs props) : COp("gemm", std::move(props)) {
-  check_known_attrs(this->props(), {"alpha", "beta", "transA", "transB"});
+  check_known_attrs(this->props(), {"alpha", "beta", "transA", "transB", "packed_n"});
   alpha_ = attr_float(this->props(), "alpha", 1.0);
   beta_ = attr_float(this->props(), "beta", 1.0);
   trans_a_ = attr_int(this->props(), "transA", 0) != 0;
   trans_b_ = attr_int(this->props(), "transB", 0) != 0;
+  packed_n_ = attr_int(this->props(), "packed_n", 0);
+  if (packed_n_ < 0) throw UserError("gemm: packed_n must be >= 0, got " + std::to_string(packed_n_));
+  if (packed_n_ > 0 && trans_b_) {
+    throw UserError("gemm: packed_n takes B already packed, so transB must be 0");
+  }
 }
 
 std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) const {
@@ -33,10 +42,22 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
   const auto& a = inputs[0];
   const auto& b = inputs[1];
   check_gemm_dtype("gemm", a.dtype, b.dtype);
-  if (a.rank() != 2 || b.rank() != 2) {
+  if (packed_n_ > 0) {
+    if (a.dtype != DType::kFloat32 && a.dtype != DType::kFloat64) {
+      throw UserError("gemm: packed B needs float32 or float64, got " + a.to_string());
+    }
+    const Shape want = gemm_packed_shape(a.dtype, b.rank() == 3 ? b.dims[1] : 0, packed_n_);
+    if (a.rank() != 2 || b.rank() != 3 || (b.dims[0] != kDynamic && b.dims[0] != want[0]) ||
+        b.dims[2] != want[2]) {
+      throw UserError("gemm: with packed_n=" + std::to_string(packed_n_) +
+                      ", A must be 2-D and B packed as (" + std::to_string(want[0]) + ", K, " +
+                      std::to_string(want[2]) + "), got " + a.to_string() + " and " +
+                      b.to_string());
+    }
+  } else if (a.rank() != 2 || b.rank() != 2) {
     throw UserError("gemm: A and B must be 2-D, got " + a.to_string() + " and " + b.to_string());
   }
-  Dims d = gemm_dims(a.dims, b.dims, trans_a_, trans_b_);
+  Dims d = gemm_dims(a.dims, b.dims, trans_a_, trans_b_, packed_n_);
   if (d.k_a != kDynamic && d.k_b != kDynamic && d.k_a != d.k_b) {
     throw UserError("gemm: inner dimensions differ: " + std::to_string(d.k_a) + " vs " +
                     std::to_string(d.k_b) + " (A " + a.to_string() + ", B " + b.to_string() + ")");
@@ -61,7 +82,13 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
 }
 
 std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
-  Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_);
+  Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
+  if (packed_n_ > 0 && (inputs[1][2] <= 0 ||
+                        inputs[1][0] != (packed_n_ + inputs[1][2] - 1) / inputs[1][2])) {
+    throw UserError("gemm: packed B " + dims_to_string(inputs[1]) + " does not hold " +
+                    std::to_string(packed_n_) + " columns in panels of " +
+                    std::to_string(inputs[1][2]));
+  }
   if (d.k_a != d.k_b) {
     throw UserError("gemm: inner dimensions differ: " + dims_to_string(inputs[0]) + " and " +
                     dims_to_string(inputs[1]));
@@ -78,13 +105,16 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   const Tensor& a = inputs[0];
   const Tensor& b = inputs[1];
   Tensor& y = outputs[0];
-  Dims d = gemm_dims(a.shape(), b.shape(), trans_a_, trans_b_);
+  Dims d = gemm_dims(a.shape(), b.shape(), trans_a_, trans_b_, packed_n_);
+  const int64_t p = packed_n_ > 0 ? b.shape()[2] : 0;
   for (int64_t i = 0; i < d.m; ++i) {
     for (int64_t j = 0; j < d.n; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < d.k_a; ++k) {
         double x = a.load(trans_a_ ? k * d.m + i : i * d.k_a + k);
-        double w = b.load(trans_b_ ? j * d.k_b + k : k * d.n + j);
+        double w = b.load(packed_n_ > 0 ? gemm_packed_index(k, j, d.k_b, p)
+                          : trans_b_     ? j * d.k_b + k
+                                         : k * d.n + j);
         acc += x * w;
       }
       double v = alpha_ * acc;
@@ -101,10 +131,35 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
 }
 
 std::string Gemm::c_support_code_apply(const Node& node, const std::string&) const {
-  return gemm_support_code(node.inputs[0]->type.dtype);
+  const DType dt = node.inputs[0]->type.dtype;
+  if (packed_n_ == 0) return gemm_support_code(dt);
+  const std::string s = dt == DType::kFloat32 ? "f32" : "f64";
+  return "#define kiln_gemm_packed_" + s + " (KILN_SUPPORT->gemm_packed_" + s + ")\n";
+}
+
+// py[i, :] = beta * C broadcast, for output rows i in [lo, hi).
+std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const std::string& lo,
+                              const std::string& hi) const {
+  const DType dt = node.inputs[0]->type.dtype;
+  const std::string T(dtype_c_type(dt));
+  const auto& ct = node.inputs[2]->type;
+  const std::string& Cn = names.inputs[2];
+  const int rc = ct.rank();
+  // C's element strides against (M, N); size-1 or missing dimensions broadcast (stride 0).
+  std::string sci = rc == 2 ? "(" + Cn + "->shape[0] == 1 ? 0 : " + Cn + "->strides[0])" : "0";
+  std::string scj = rc >= 1 ? "(" + Cn + "->shape[" + std::to_string(rc - 1) + "] == 1 ? 0 : " +
+                                  Cn + "->strides[" + std::to_string(rc - 1) + "])"
+                            : "0";
+  std::string s = "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
+  s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
+  s += "  for (int64_t i = " + lo + "; i < " + hi + "; ++i)\n";
+  s += "    for (int64_t j = 0; j < N; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
+       " * pc[i * sci + j * scj]);\n";
+  return s;
 }
 
 std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  if (packed_n_ > 0) return c_code_packed(node, names, sub);
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
   const std::string& A = names.inputs[0];
@@ -120,24 +175,49 @@ std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  const int64_t rsb = " + B + "->strides[" + (trans_b_ ? "1" : "0") + "], csb = " + B +
        "->strides[" + (trans_b_ ? "0" : "1") + "];\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
-  if (has_c) {
-    const auto& ct = node.inputs[2]->type;
-    const std::string& Cn = names.inputs[2];
-    const int rc = ct.rank();
-    // C's element strides against (M, N); size-1 or missing dimensions broadcast (stride 0).
-    std::string sci = rc == 2 ? "(" + Cn + "->shape[0] == 1 ? 0 : " + Cn + "->strides[0])" : "0";
-    std::string scj = rc >= 1 ? "(" + Cn + "->shape[" + std::to_string(rc - 1) + "] == 1 ? 0 : " + Cn +
-                                    "->strides[" + std::to_string(rc - 1) + "])"
-                              : "0";
-    s += "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
-    s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
-    s += "  for (int64_t i = 0; i < M; ++i)\n";
-    s += "    for (int64_t j = 0; j < N; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
-         " * pc[i * sci + j * scj]);\n";
-  }
+  if (has_c) s += c_fill_bias(node, names, "0", "M");
   s += "  if (" + gemm_fn_name(dt) + "(ctx, M, N, K, " + c_literal(dt, alpha_) + ", (const " + T + " *)" + A +
        "->data, rsa, csa, (const " + T + " *)" + B + "->data, rsb, csb, (" + T + ")" + (has_c ? "1" : "0") +
        ", py, N) != 0) " + sub.fail + "(\"gemm failed\");\n";
+  s += "}\n";
+  return s;
+}
+
+// Packed B: kiln's kernel, on this part's rows of the output (and of A).
+std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const DType dt = node.inputs[0]->type.dtype;
+  const std::string T(dtype_c_type(dt));
+  const std::string S = dt == DType::kFloat32 ? "f32" : "f64";
+  const std::string& A = names.inputs[0];
+  const std::string& B = names.inputs[1];
+  const std::string& Y = names.outputs[0];
+  const bool has_c = node.inputs.size() == 3 && beta_ != 0;
+  const std::string ctx = sub.ctx;
+  std::string s = "{\n";
+  s += "  _Static_assert(KILN_GEMM_PANEL_BYTES == " + std::to_string(kGemmPanelBytes) +
+       ", \"kiln packed these weights for another panel width\");\n";
+  s += "  const int64_t M = " + Y + "->shape[0], N = " + Y + "->shape[1];\n";
+  s += "  const int64_t K = " + B + "->shape[1], P = " + B + "->shape[2];\n";
+  s += "  const int64_t rsa = " + A + "->strides[" + (trans_a_ ? "1" : "0") + "], csa = " + A +
+       "->strides[" + (trans_a_ ? "0" : "1") + "];\n";
+  s += "  const " + T + " *pb = (const " + T + " *)" + B + "->data;\n";
+  // The kernel walks the panels as one dense block; any other layout is copied to one.
+  s += "  if (" + B + "->strides[2] != 1 || (K > 1 && " + B + "->strides[1] != P) || (" + B +
+       "->shape[0] > 1 && " + B + "->strides[0] != K * P)) {\n";
+  s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + B +
+       "->shape[0] * K * P) * sizeof(" + T + "));\n";
+  s += "    if (!dense) " + sub.fail + "(\"gemm: out of memory for packed B\");\n";
+  s += "    kiln_copy_strided(dense, pb, 3, " + B + "->shape, " + B + "->strides, sizeof(" + T +
+       "));\n";
+  s += "    pb = dense;\n  }\n";
+  s += "  int64_t lo, hi;\n";
+  s += "  kiln_part_range(M, " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
+  if (has_c) s += c_fill_bias(node, names, "lo", "hi");
+  s += "  if (lo < hi)\n";
+  s += "    kiln_gemm_packed_" + S + "(hi - lo, N, K, " + c_literal(dt, alpha_) + ", (const " + T +
+       " *)" + A + "->data + lo * rsa, rsa, csa, pb, (" + T + ")" + (has_c ? "1" : "0") +
+       ", py + lo * N, N);\n";
   s += "}\n";
   return s;
 }

@@ -34,13 +34,14 @@ Graph plain_copy(const Graph& graph) {
 }  // namespace
 
 const std::vector<PassInfo>& all_passes() {
-  // Folding and simplification first, so fusion sees the smallest graph; reduction and
-  // epilogue fusion after elementwise fusion, so a whole chain lands in the reduction or
+  // Folding and simplification first, so fusion sees the smallest graph; weight packing
+  // once weights are final and before epilogue fusion takes the gemm as its base; reduction
+  // and epilogue fusion after elementwise fusion, so a whole chain lands in the reduction or
   // the epilogue; dead-code removal last, to drop what the others orphaned.
   static const std::vector<PassInfo> passes = {
       {"fold", fold_constants},     {"simplify", simplify},      {"cse", merge_common},
-      {"fusion", fuse_elementwise}, {"reduction", fuse_reduce}, {"epilogue", fuse_epilogue},
-      {"dce", remove_dead},
+      {"pack", pack_weights},       {"fusion", fuse_elementwise}, {"reduction", fuse_reduce},
+      {"epilogue", fuse_epilogue}, {"dce", remove_dead},
   };
   return passes;
 }

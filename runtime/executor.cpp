@@ -262,7 +262,12 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
                             ? std::max<int64_t>(split_grain_ / kHeavyFactor, 1)
                             : split_grain_;
   if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * grain) {
-    n_parts = static_cast<int>(std::min<int64_t>(4 * split_workers_, work / grain));
+    int64_t most = std::min<int64_t>(4 * split_workers_, work / grain);
+    // Parts take whole units (a GEMM's output rows): no more parts than units.
+    if (thunk.split_unit > 0 && !step.outputs.empty()) {
+      most = std::min(most, values[step.outputs[0]].numel() / thunk.split_unit);
+    }
+    n_parts = static_cast<int>(std::max<int64_t>(most, 1));
   }
   if (n_parts == 1) {
     call(0, 1);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 4
+#define KILN_ABI_VERSION 5
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -85,9 +85,20 @@ typedef struct kiln_support {
   void (*conv_tile_f64)(int64_t m, int64_t npos, int64_t taps, const double *b,
                         const int32_t *off, const double *w, int64_t ldw, const double *bias,
                         int64_t bs, double *y, int64_t ldy, int64_t wp, int64_t ow);
+  /* C[m,n] = alpha * A B + beta * C (C unread when beta is 0), with A by (row, column)
+   * element strides and B packed: panel p holds columns [p*P, p*P + P) as k rows of P
+   * elements, P = KILN_GEMM_PANEL_BYTES / sizeof(element), so B[i][j] sits at
+   * bp[(j/P)*k*P + i*P + j%P], and the last panel's columns past n are zero padding. */
+  void (*gemm_packed_f32)(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                          int64_t rsa, int64_t csa, const float *bp, float beta, float *c,
+                          int64_t ldc);
+  void (*gemm_packed_f64)(int64_t m, int64_t n, int64_t k, double alpha, const double *a,
+                          int64_t rsa, int64_t csa, const double *bp, double beta, double *c,
+                          int64_t ldc);
 } kiln_support;
 
 #define KILN_CONV_SLACK 64
+#define KILN_GEMM_PANEL_BYTES 256
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
                              kiln_tensor *const *out);
@@ -105,6 +116,10 @@ typedef struct kiln_thunk_info {
   int32_t n_in;
   int32_t n_out;
   int32_t flags;     /* KILN_THUNK_* */
+  /* A split thunk whose parts take whole units of this many flat elements of its first output
+   * (kiln_ctx.part gets units kiln_part_range(numel / split_unit, ...)); 0: any element
+   * range. It caps the parts at the number of units, so a one-row GEMM stays one call. */
+  int64_t split_unit;
 } kiln_thunk_info;
 
 typedef struct kiln_module_info {

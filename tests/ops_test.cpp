@@ -366,6 +366,92 @@ TEST(Gemm, AllTransposesAlphaBetaAndBiasShapes) {
   }
 }
 
+// Constant weights are packed into panels at compile time and run through kiln's own GEMM
+// kernel, split over output rows. The shapes reach every edge of it: one-column and one-row
+// products, a last panel one column wide (65 = 64 + 1) or partial vectors inside a panel
+// (130, 10), row blocks of 6 with remainders (7, 13 rows), k walked in blocks of 256 (300),
+// transposed and strided A, biases of every broadcast shape, and an epilogue.
+TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
+  std::mt19937 rng(41);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("gemm_packed_") + std::string(dtype_name(dt)));
+    Var a = input(g, "a", dt, {kDynamic, 300});
+    Var at = input(g, "at", dt, {5, kDynamic});  // A transposed: (K, M)
+    Var c2 = input(g, "c2", dt, {kDynamic, 10});
+    Var w1 = constant(g, random_tensor(dt, {300, 65}, rng), "w1");
+    Var w2 = constant(g, random_tensor(dt, {130, 300}, rng), "w2");
+    Var w3 = constant(g, random_tensor(dt, {300, 1}, rng), "w3");
+    Var w4 = constant(g, random_tensor(dt, {10, 5}, rng), "w4");
+    Var b1 = constant(g, random_tensor(dt, {65}, rng), "b1");
+    Var b2 = constant(g, random_tensor(dt, {130}, rng), "b2");
+    Var b3 = constant(g, random_tensor(dt, {1}, rng), "b3");
+    g.set_outputs({gemm(a, w1, b1, 0.5, 2.0), relu(gemm(a, w2, b2, 1.0, 1.0, false, true)),
+                   gemm(a, w3, b3, -1.0, 0.25), gemm(a, w3, 1.5),
+                   gemm(at, w4, c2, 1.0, -1.0, true, true)});
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("kiln_gemm_packed_"), std::string::npos) << "the weights were not packed";
+    auto inputs = [&](int64_t m, bool strided) {
+      Tensor x = random_tensor(dt, {m, 300}, rng);
+      return std::vector<Tensor>{strided ? non_contiguous(x) : x, random_tensor(dt, {5, m}, rng),
+                                 random_tensor(dt, {m, 10}, rng)};
+    };
+    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10, atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
+    ExecutorStats split =
+        check_graph(g, {inputs(13, false), inputs(1, false), inputs(7, true), inputs(0, false)}, rtol, atol);
+    EXPECT_GT(split.split_calls, 0) << "no packed gemm was split over rows";
+  }
+}
+
+// Parts take whole output rows, so a one-row product is never split, however large its
+// weights; a many-row one is split, into no more parts than it has rows.
+TEST(Gemm, PackedSplitNeverMakesMorePartsThanRows) {
+  std::mt19937 rng(43);
+  Graph g("gemm_rows");
+  Var a = input(g, "a", DType::kFloat32, {kDynamic, 512});
+  g.set_outputs({gemm(a, constant(g, random_tensor(DType::kFloat32, {512, 512}, rng), "w"))});
+  Function f = compile(g, split_options());
+  f({random_tensor(DType::kFloat32, {1, 512}, rng)});
+  EXPECT_EQ(f.stats().split_calls, 0);
+  f({random_tensor(DType::kFloat32, {3, 512}, rng)});
+  EXPECT_EQ(f.stats().split_calls, 1);
+  EXPECT_EQ(f.stats().parts, 3);
+}
+
+TEST(Gemm, PackedOperandErrorsNameTheShapes) {
+  Graph g("gemm_packed_bad");
+  Var a = input(g, "a", DType::kFloat32, {kDynamic, 8});
+  Var bp = input(g, "bp", DType::kFloat32, {2, 8, 64});
+  std::string err = testing::error_of([&] {
+    apply("gemm", {a, bp}, {{"packed_n", int64_t{100}}, {"transB", int64_t{1}}});
+  });
+  EXPECT_NE(err.find("transB must be 0"), std::string::npos) << err;
+  err = testing::error_of([&] { apply("gemm", {a, bp}, {{"packed_n", int64_t{200}}}); });
+  EXPECT_NE(err.find("B packed as (4, K, 64), got float32 (?, 8) and float32 (2, 8, 64)"),
+            std::string::npos)
+      << err;
+  err = testing::error_of([&] {
+    apply("gemm", {a, input(g, "b32", DType::kFloat32, {2, 8, 32})}, {{"packed_n", int64_t{100}}});
+  });
+  EXPECT_NE(err.find("(2, K, 64)"), std::string::npos) << err;
+  err = testing::error_of([&] {
+    apply("gemm", {input(g, "ai", DType::kInt32, {3, 8}), input(g, "bi", DType::kInt32, {2, 8, 64})},
+          {{"packed_n", int64_t{100}}});
+  });
+  EXPECT_NE(err.find("packed B needs float32 or float64"), std::string::npos) << err;
+  // Built by hand with the right layout, a packed gemm computes what the plain one does.
+  std::mt19937 rng(47);
+  Graph h("gemm_packed_by_hand");
+  Var ha = input(h, "a", DType::kFloat64, {kDynamic, 8});
+  Var hb = input(h, "bp", DType::kFloat64, {4, 8, 32});
+  h.set_outputs({apply("gemm", {ha, hb}, {{"packed_n", int64_t{100}}})});
+  check_graph(h, {{random_tensor(DType::kFloat64, {9, 8}, rng),
+                   non_contiguous(random_tensor(DType::kFloat64, {4, 8, 32}, rng))}},
+              1e-12, 1e-12);
+}
+
 TEST(ShapeOps, TransposeReshapeFlattenConcat) {
   std::mt19937 rng(11);
   Graph g("shapeops");

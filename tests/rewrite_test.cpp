@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <random>
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
@@ -199,6 +200,50 @@ TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
   Var z = matmul(hx, hw);
   h.set_outputs({relu(z), z});
   EXPECT_EQ(count_ops(optimize(h, std::string("")), "with_epilogue"), 0);
+}
+
+// Weight packing: a float gemm over a constant B reads B packed (transB absorbed), the packed
+// copy stays a parameter when the weight was one, a weight two gemms share packs once, and
+// runtime or integer B is left alone. Results match the unpacked graph.
+TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
+  std::mt19937 rng(59);
+  Graph g("pack");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
+  Var rb = input(g, "rb", DType::kFloat32, {6, 4});
+  Var w(&g, g.add_parameter(testing::random_tensor(DType::kFloat32, {5, 6}, rng), "w"));
+  Var bias = constant(g, testing::random_tensor(DType::kFloat32, {5}, rng), "bias");
+  Var xi = input(g, "xi", DType::kInt32, {2, 3});
+  Var wi = constant(g, testing::random_tensor(DType::kInt32, {3, 2}, rng), "wi");
+  g.set_outputs({gemm(x, w, bias, 1.0, 1.0, false, true), gemm(x, w, 2.0, false, true),
+                 gemm(x, rb), gemm(xi, wi)});
+  Graph p = pack_weights(g);
+  int packed = 0;
+  for (const auto& node : p.nodes()) {
+    const int64_t n = attr_int(node->op->props(), "packed_n", 0);
+    if (n == 0) continue;
+    ++packed;
+    EXPECT_EQ(n, 5);
+    EXPECT_EQ(attr_int(node->op->props(), "transB", 0), 0);
+    const Variable* b = node->inputs[1];
+    EXPECT_EQ(b->name, "w.packed_t");
+    EXPECT_TRUE(b->parameter) << "a packed weight must stay a parameter";
+    EXPECT_EQ(b->type.dims, (std::vector<int64_t>{1, 6, 64}));
+  }
+  EXPECT_EQ(packed, 2) << p.to_string();
+  int packed_constants = 0;
+  for (const Variable* v : p.constants()) packed_constants += v->name == "w.packed_t";
+  EXPECT_EQ(packed_constants, 1) << "the shared weight was packed twice";
+  std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {3, 6}, rng),
+                         testing::random_tensor(DType::kFloat32, {6, 4}, rng),
+                         testing::random_tensor(DType::kInt32, {2, 3}, rng, -9, 9)};
+  expect_same_results(g, in, "");
+  expect_same_results(g, in, "-pack");
+  CompileOptions off;
+  off.passes = "-pack";
+  const Graph unpacked = optimized_graph(g, off);
+  for (const auto& node : unpacked.nodes()) {
+    EXPECT_EQ(attr_int(node->op->props(), "packed_n", 0), 0) << "-pack still packed";
+  }
 }
 
 TEST(Rewrite, PassSpecsDisablePassesAndRejectUnknownNames) {

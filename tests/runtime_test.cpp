@@ -1,7 +1,9 @@
 // Tensors, .npy files, the allocator, the memory planner and executor input validation.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -9,13 +11,116 @@
 #include "compiler/compile.h"
 #include "ops/builders.h"
 #include "runtime/memory_plan.h"
+#include "ops/gemm_pack.h"
+#include "runtime/module_abi.h"
 #include "runtime/npy.h"
 #include "runtime/storage.h"
+#include "runtime/support/gemm_tile.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
 namespace kiln {
 namespace {
+
+template <class T>
+using GemmPacked = void (*)(int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t, const T*, T,
+                            T*, int64_t);
+
+// Every copy of the packed GEMM this CPU can run (the loader picks the widest), by name.
+template <class T>
+std::vector<std::pair<std::string, GemmPacked<T>>> gemm_copies() {
+  constexpr bool f32 = sizeof(T) == 4;
+  std::vector<std::pair<std::string, GemmPacked<T>>> copies;
+  copies.emplace_back("base", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_base
+                                  : (GemmPacked<T>)kiln_gemm_packed_f64_base);
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    copies.emplace_back("avx2", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_avx2
+                                    : (GemmPacked<T>)kiln_gemm_packed_f64_avx2);
+  }
+  if (__builtin_cpu_supports("avx512f")) {
+    copies.emplace_back("avx512", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_avx512
+                                      : (GemmPacked<T>)kiln_gemm_packed_f64_avx512);
+  }
+#endif
+  return copies;
+}
+
+// C = alpha * A B + beta * C against a long-double loop, for each ISA's copy: row blocks with
+// remainders, partial vectors and panels, k past one 256-step block, A read transposed
+// (column stride != 1), beta 0 over a NaN-filled C (which must not be read), and ldc > n.
+template <class T>
+void check_gemm_packed(DType dt, double tol) {
+  ASSERT_EQ(kGemmPanelBytes, KILN_GEMM_PANEL_BYTES);
+  std::mt19937 rng(53);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto [isa, fn] : gemm_copies<T>()) {
+    for (int64_t m : {1, 5, 6, 13}) {
+      for (int64_t n : {1, 7, 17, 64, 65, 130}) {
+        for (int64_t k : {1, 9, 300}) {
+          for (bool trans_a : {false, true}) {
+            const T alpha = static_cast<T>(0.75), beta = trans_a ? T(0) : static_cast<T>(-0.5);
+            std::vector<T> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+            for (auto& x : a) x = static_cast<T>(u(rng));
+            for (auto& x : b) x = static_cast<T>(u(rng));
+            const int64_t rsa = trans_a ? 1 : k, csa = trans_a ? m : 1, ldc = n + 3;
+            std::vector<T> c(static_cast<size_t>(m * ldc));
+            for (auto& x : c) x = beta == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(u(rng));
+            std::vector<T> want = c;
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                long double acc = 0;
+                for (int64_t t = 0; t < k; ++t) acc += (long double)a[i * rsa + t * csa] * b[t * n + j];
+                T& w = want[static_cast<size_t>(i * ldc + j)];
+                w = static_cast<T>(alpha * acc + (beta == 0 ? 0 : (long double)beta * w));
+              }
+            }
+            Tensor bt = Tensor::empty(dt, {k, n});
+            std::memcpy(bt.data(), b.data(), b.size() * sizeof(T));
+            Tensor bp = pack_gemm_panels(bt, false);
+            fn(m, n, k, alpha, a.data(), rsa, csa, static_cast<const T*>(bp.data()), beta, c.data(), ldc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const T got = c[static_cast<size_t>(i * ldc + j)], exp = want[static_cast<size_t>(i * ldc + j)];
+                if (j >= n) {  // past the row: untouched
+                  ASSERT_TRUE(std::memcmp(&got, &exp, sizeof(T)) == 0) << isa << " wrote past column " << n;
+                  continue;
+                }
+                ASSERT_NEAR(got, exp, tol * (1 + std::abs(exp)))
+                    << isa << " m=" << m << " n=" << n << " k=" << k << " trans_a=" << trans_a << " at ("
+                    << i << ", " << j << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmPacked, EveryIsaCopyMatchesALongDoubleLoop) {
+  check_gemm_packed<float>(DType::kFloat32, 1e-4);
+  check_gemm_packed<double>(DType::kFloat64, 1e-12);
+}
+
+// The panel layout: B[i][j] at (j / P) * k * P + i * P + j % P, from B or its transpose, with
+// the last panel's missing columns zero.
+TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
+  Tensor b = Tensor::from_doubles(DType::kFloat64, {2, 3}, {1, 2, 3, 4, 5, 6});  // N x K when trans
+  for (bool trans : {false, true}) {
+    Tensor p = pack_gemm_panels(b, trans);
+    const int64_t k = trans ? 3 : 2, n = trans ? 2 : 3;
+    ASSERT_EQ(p.shape(), (Shape{1, k, 32}));
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t j = 0; j < 32; ++j) {
+        const double want = j >= n ? 0 : trans ? b.load(j * 3 + i) : b.load(i * 3 + j);
+        EXPECT_EQ(p.load(gemm_packed_index(i, j, k, 32)), want) << trans << " " << i << " " << j;
+      }
+    }
+  }
+  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 784, 256), (Shape{4, 784, 64}));
+  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 5, 65), (Shape{2, 5, 64}));
+}
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
   std::mt19937 rng(1);

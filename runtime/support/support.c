@@ -5,23 +5,30 @@
 #include "runtime/module_abi.h"
 #include "runtime/support/conv_tile.h"
 #include "runtime/support/gemm.h"
+#include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_index.h"
 #include "runtime/support/kiln_window.h"
 
 _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [][16]");
 
-/* The widest copy of the convolution kernel this CPU runs (decided once, at first use). */
+/* The widest copy of the convolution and GEMM kernels this CPU runs (decided once, at first
+ * use). */
+#define KILN_USE_ISA(t, ISA)                           \
+  do {                                                 \
+    (t).conv_tile_f32 = kiln_conv_tile_f32_##ISA;      \
+    (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;      \
+    (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA;  \
+    (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA;  \
+  } while (0)
+
 static kiln_support pick_kernels(kiln_support t) {
-  t.conv_tile_f32 = kiln_conv_tile_f32_base;
-  t.conv_tile_f64 = kiln_conv_tile_f64_base;
+  KILN_USE_ISA(t, base);
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
-    t.conv_tile_f32 = kiln_conv_tile_f32_avx512;
-    t.conv_tile_f64 = kiln_conv_tile_f64_avx512;
+    KILN_USE_ISA(t, avx512);
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    t.conv_tile_f32 = kiln_conv_tile_f32_avx2;
-    t.conv_tile_f64 = kiln_conv_tile_f64_avx2;
+    KILN_USE_ISA(t, avx2);
   }
 #endif
   return t;
@@ -35,7 +42,8 @@ static void build_host_table(void) {
       sizeof(kiln_support), kiln_collapse,     kiln_part_range, kiln_seek,
       kiln_copy_nd,         kiln_copy_strided, kiln_slice_dim,  kiln_im2col_f32,
       kiln_im2col_f64,      kiln_pool_f32,     kiln_pool_f64,   kiln_support_gemm_f32,
-      kiln_support_gemm_f64, 0,                0};
+      kiln_support_gemm_f64, 0,                0,               0,
+      0};
   host_table = pick_kernels(t);
 }
 

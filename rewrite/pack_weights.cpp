@@ -1,0 +1,59 @@
+// Weight packing: a float gemm whose B is a constant (a model weight) has B packed now, once,
+// into the panel layout of kiln's GEMM kernel (ops/gemm_pack.h), and runs that kernel split
+// over rows of the output: each run streams B as aligned panel rows, with no transpose or
+// packing pass of its own. The packed copy is a parameter when the weight is one (a module
+// input, never pasted into the source), so one module still serves any weights. It runs after
+// folding, so weights computed from constants are packed too, and before epilogue fusion,
+// which takes the packed gemm as its base.
+#include <map>
+#include <utility>
+
+#include "ops/gemm_pack.h"
+#include "ops/registry.h"
+#include "rewrite/graph_copy.h"
+#include "rewrite/passes.h"
+
+namespace kiln {
+namespace {
+
+bool packable(const Node& node) {
+  if (node.op->name() != "gemm" || node.inputs.size() < 2 || node.outputs.size() != 1) return false;
+  if (attr_int(node.op->props(), "packed_n", 0) != 0) return false;
+  const Variable* b = node.inputs[1];
+  const DType dt = node.outputs[0]->type.dtype;
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && b->kind == VarKind::kConstant &&
+         b->value && b->value->ndim() == 2 && b->value->dtype() == dt && b->value->numel() > 0;
+}
+
+}  // namespace
+
+Graph pack_weights(const Graph& graph) {
+  GraphCopy copy(graph);
+  std::map<std::pair<const Variable*, bool>, Variable*>
+      packed;  // a weight two gemms share packs once
+  for (const auto& node : graph.nodes()) {
+    if (!packable(*node)) {
+      copy.copy(*node);
+      continue;
+    }
+    Attrs props = node->op->props();
+    const bool trans = attr_int(props, "transB", 0) != 0;
+    const Variable* b = node->inputs[1];
+    Variable*& pb = packed[{b, trans}];
+    if (!pb) {
+      Tensor panels = pack_gemm_panels(*b->value, trans);
+      const std::string name =
+          (b->name.empty() ? "weight" : b->name) + (trans ? ".packed_t" : ".packed");
+      pb = b->parameter ? copy.dst().add_parameter(panels, name)
+                        : copy.dst().add_constant(panels, name);
+    }
+    props["transB"] = int64_t{0};
+    props["packed_n"] = b->value->shape()[trans ? 0 : 1];
+    std::vector<Variable*> inputs = copy.map(node->inputs);
+    inputs[1] = pb;
+    copy.add(OpRegistry::instance().create("gemm", props), inputs, {node->outputs[0]}, node->name);
+  }
+  return copy.finish();
+}
+
+}  // namespace kiln

@@ -1,0 +1,137 @@
+/* The packed-panel GEMM behind kiln_support.gemm_packed_f32/f64. This file is compiled once
+ * per vector ISA (KILN_ISA: avx512, avx2 or base), each copy with that ISA's flags; support.c
+ * picks the copy the running CPU can execute. B arrives packed in panels of
+ * KILN_GEMM_PANEL_BYTES columns (module_abi.h), so every k step of a block reads whole
+ * aligned vectors of one panel row, and the padding means no read runs off the end. A block
+ * keeps MR x NV output vectors in registers while it walks k: NV vector loads and MR
+ * broadcasts of A buy MR * NV fused multiply-adds. */
+#include <stdint.h>
+
+#include "runtime/module_abi.h"
+#include "runtime/support/gemm_tile.h"
+
+#if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
+#error "gemm_tile.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
+#endif
+
+#define KILN_CAT2(a, b) a##b
+#define KILN_CAT(a, b) KILN_CAT2(a, b)
+#define KILN_GEMM_MR 6
+#define KILN_GEMM_NV_MAX 4
+/* The most vectors per row a block of mr rows keeps in registers: accumulators, the NV
+ * panel vectors and one broadcast must fit the register file. */
+#define KILN_GEMM_NV_FOR(mr) (KILN_VEC_REGS >= 32 ? 4 : ((mr) <= 3 ? 3 : 2))
+/* k is walked in blocks of this many steps, so a block's slice of the panel (KC x 256
+ * bytes) stays in L2 while every row block of A passes over it. */
+#define KILN_GEMM_KC 256
+
+#define KILN_GEMM_TILE(T, S)                                                                       \
+  typedef T KILN_CAT(gvec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                       \
+  typedef T KILN_CAT(gvecu_, S) __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));  \
+  enum {                                                                                           \
+    KILN_CAT(GVW_, S) = KILN_VEC_BYTES / (int)sizeof(T),                                           \
+    KILN_CAT(GP_, S) = KILN_GEMM_PANEL_BYTES / (int)sizeof(T)                                      \
+  };                                                                                               \
+                                                                                                   \
+  /* Rows [0, mr) x vectors [0, nv) of C: c = alpha * A B + beta * c on the first k block          \
+   * (c unread when beta is 0), c += alpha * A B on later ones. Columns from `cols` on are         \
+   * padding and are not stored. */                                                                \
+  static inline __attribute__((always_inline)) void KILN_CAT(gblock_, S)(                          \
+      const int mr, const int nv, int64_t kc, const T* restrict a, int64_t rsa, int64_t csa,       \
+      const T* restrict b, T alpha, T beta, int first, int64_t cols, T* restrict c, int64_t ldc) { \
+    typedef KILN_CAT(gvec_, S) V;                                                                  \
+    typedef KILN_CAT(gvecu_, S) VU;                                                                \
+    enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
+    V acc[KILN_GEMM_MR][KILN_GEMM_NV_MAX];                                                         \
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r)                                           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = (V){0};                   \
+    for (int64_t t = 0; t < kc; ++t) {                                                             \
+      V x[KILN_GEMM_NV_MAX];                                                                       \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] =                                  \
+          *(const VU*)(b + t * P + v * VW);                                                        \
+      _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                       \
+        const V as = (V){0} + a[r * rsa + t * csa];                                                \
+        _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += as * x[v];               \
+      }                                                                                            \
+    }                                                                                              \
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                         \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) {                                       \
+        const V val = acc[r][v] * alpha;                                                           \
+        T* d = c + r * ldc + v * VW;                                                               \
+        if ((int64_t)(v + 1) * VW <= cols) {                                                       \
+          VU* dv = (VU*)d;                                                                         \
+          *dv = !first ? *dv + val : beta == 0 ? val : val + beta * *dv;                           \
+        } else {                                                                                   \
+          for (int i = 0; i < VW && (int64_t)v * VW + i < cols; ++i)                               \
+            d[i] = !first ? d[i] + val[i] : beta == 0 ? val[i] : val[i] + beta * d[i];             \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
+  static void KILN_CAT(gdispatch_, S)(int mr, int nv, int64_t kc, const T* a, int64_t rsa,         \
+                                      int64_t csa, const T* b, T alpha, T beta, int first,         \
+                                      int64_t cols, T* c, int64_t ldc) {                           \
+    switch (mr * 8 + nv) {                                                                         \
+      KILN_GCASES_MR(S, 1)                                                                         \
+      KILN_GCASES_MR(S, 2)                                                                         \
+      KILN_GCASES_MR(S, 3)                                                                         \
+      KILN_GCASES_MR(S, 4)                                                                         \
+      KILN_GCASES_MR(S, 5)                                                                         \
+      KILN_GCASES_MR(S, 6)                                                                         \
+      default:                                                                                     \
+        break;                                                                                     \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  void KILN_CAT(KILN_CAT(kiln_gemm_packed_, S), KILN_CAT(_, KILN_ISA))(                            \
+      int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t rsa, int64_t csa, const T* bp, \
+      T beta, T* c, int64_t ldc) {                                                                 \
+    enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
+    if (m <= 0 || n <= 0) return;                                                                  \
+    if (k <= 0) {                                                                                  \
+      for (int64_t i = 0; i < m; ++i)                                                              \
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? (T)0 : beta * c[i * ldc + j]; \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t j0 = 0; j0 < n; j0 += P) {                                                        \
+      const T* panel = bp + j0 / P * k * P;                                                        \
+      const int64_t pcols = n - j0 < P ? n - j0 : P;                                               \
+      for (int64_t k0 = 0; k0 < k; k0 += KILN_GEMM_KC) {                                           \
+        const int64_t kc = k - k0 < KILN_GEMM_KC ? k - k0 : KILN_GEMM_KC;                          \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_GEMM_MR) {                                         \
+          const int mr = (int)(m - r0 < KILN_GEMM_MR ? m - r0 : KILN_GEMM_MR);                     \
+          const int nvb = KILN_GEMM_NV_FOR(mr);                                                    \
+          for (int64_t v0 = 0; v0 * VW < pcols; v0 += nvb) {                                       \
+            const int64_t cols = pcols - v0 * VW;                                                  \
+            const int nv = (int)((cols + VW - 1) / VW < nvb ? (cols + VW - 1) / VW : nvb);         \
+            KILN_CAT(gdispatch_, S)                                                                \
+            (mr, nv, kc, a + r0 * rsa + k0 * csa, rsa, csa, panel + k0 * P + v0 * VW, alpha, beta, \
+             k0 == 0, cols, c + r0 * ldc + j0 + v0 * VW, ldc);                                     \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+#define KILN_GCASE(S, MR, NV)                                                           \
+  case MR * 8 + NV:                                                                     \
+    KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc); \
+    break;
+/* A pair past the register budget still needs its constant label, but is never reached; it
+ * forwards to nv = 1, which keeps it small. */
+#define KILN_GCASE_IF(ok, S, MR, NV)                                             \
+  case MR * 8 + NV:                                                              \
+    if (ok)                                                                      \
+      KILN_CAT(gblock_, S)                                                       \
+      (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc); \
+    break;
+#define KILN_GCASES_MR(S, MR)                        \
+  KILN_GCASE(S, MR, 1)                               \
+  KILN_GCASE(S, MR, 2)                               \
+  KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 3, S, MR, 3) \
+  KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 4, S, MR, 4)
+
+KILN_GEMM_TILE(float, f32)
+KILN_GEMM_TILE(double, f64)
