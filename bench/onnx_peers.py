@@ -64,6 +64,7 @@ def machine():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "onnx_inference.md"))
     args = ap.parse_args()
@@ -79,22 +80,27 @@ def main():
                 x = rng.standard_normal((batch,) + shape).astype(np.float32)
                 xin, kout = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
                 np.save(xin, x)
-                # The peers' thread pools keep spinning for a while after their last call
-                # (OpenMP block time); kiln measured then shares the two cores with them.
-                time.sleep(1.0)
-                out = subprocess.run([args.kiln_bench, path, xin, "--repeat", str(args.repeat), "--out", kout],
-                                     capture_output=True, text=True)
-                if out.returncode != 0:
-                    raise SystemExit(f"kiln failed on {name}: {out.stderr}")
-                kiln_ms = float(next(l for l in out.stdout.splitlines() if l.startswith("run_ms")).split()[1])
-                y_ort = sess.run(None, {"x": x})[0]
-                y_torch = model(torch.from_numpy(x)).numpy()
-                for who, y in (("onnxruntime", y_ort), ("PyTorch", y_torch)):
-                    if not np.allclose(np.load(kout), y, rtol=1e-3, atol=1e-4):
-                        raise SystemExit(f"{name} batch {batch}: kiln and {who} disagree")
-                ort_ms = median_ms(lambda: sess.run(None, {"x": x}), args.repeat)
                 xt = torch.from_numpy(x)
-                torch_ms = median_ms(lambda: model(xt), args.repeat)
+                kiln_times, ort_times, torch_times = [], [], []
+                for _ in range(max(1, args.rounds)):
+                    # The peers' thread pools keep spinning for a while after their last call
+                    # (OpenMP block time); kiln measured then shares the two cores with them.
+                    time.sleep(1.0)
+                    out = subprocess.run([args.kiln_bench, path, xin, "--repeat", str(args.repeat), "--out", kout],
+                                         capture_output=True, text=True)
+                    if out.returncode != 0:
+                        raise SystemExit(f"kiln failed on {name}: {out.stderr}")
+                    kiln_times.append(
+                        float(next(l for l in out.stdout.splitlines() if l.startswith("run_ms")).split()[1]))
+                    if len(kiln_times) == 1:
+                        y_ort = sess.run(None, {"x": x})[0]
+                        y_torch = model(xt).numpy()
+                        for who, y in (("onnxruntime", y_ort), ("PyTorch", y_torch)):
+                            if not np.allclose(np.load(kout), y, rtol=1e-3, atol=1e-4):
+                                raise SystemExit(f"{name} batch {batch}: kiln and {who} disagree")
+                    ort_times.append(median_ms(lambda: sess.run(None, {"x": x}), args.repeat))
+                    torch_times.append(median_ms(lambda: model(xt), args.repeat))
+                kiln_ms, ort_ms, torch_ms = (sorted(t)[len(t) // 2] for t in (kiln_times, ort_times, torch_times))
                 rows.append((name, batch, kiln_ms, ort_ms, torch_ms))
                 print(f"{name:9s} batch {batch:2d}: kiln {kiln_ms:8.4f} ms  onnxruntime {ort_ms:8.4f} ms  "
                       f"PyTorch {torch_ms:8.4f} ms  kiln/ort {kiln_ms / ort_ms:5.2f}  kiln/torch {kiln_ms / torch_ms:5.2f}",
@@ -103,8 +109,9 @@ def main():
         "# ONNX inference latency: kiln vs onnxruntime and PyTorch",
         "",
         f"Machine: {machine()}. onnxruntime {ort.__version__}, PyTorch {torch.__version__} "
-        f"({torch.get_num_threads()} threads). Median of {args.repeat} runs after a warm-up; "
-        "ratio < 1 means kiln is faster.",
+        f"({torch.get_num_threads()} threads). Each time is the median of {args.repeat} runs after a "
+        f"warm-up; the tools took {args.rounds} rounds in turn and the median round is shown. "
+        "Ratio < 1 means kiln is faster.",
         "",
         "| model | batch | kiln ms | onnxruntime ms | PyTorch ms | kiln / onnxruntime | kiln / PyTorch |",
         "|---|---|---|---|---|---|---|",
