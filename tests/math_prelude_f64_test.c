@@ -1,7 +1,8 @@
 /* Accuracy of kiln_math.h's float64 functions against long-double libm (64-bit mantissa on
  * x86-64): 4M random bit patterns over the whole double range, a dense sweep of [-40, 40],
  * sweeps where each function is delicate (near 0, near overflow, into subnormal results,
- * around 1 for log) and the special values. Prints the largest error in double ulps per
+ * around 1 for log, erf's and gelu's interval seams, gelu's underflowing tail) and the
+ * special values. Prints the largest error in double ulps per
  * function; fails when it exceeds the bound below or a special value is wrong. */
 #include <float.h>
 #include <math.h>
@@ -15,6 +16,9 @@ typedef double (*fn64)(double);
 typedef long double (*fnl)(long double);
 
 static long double ref_sigmoid(long double x) { return 1.0L / (1.0L + expl(-x)); }
+static long double ref_gelu(long double x) {
+  return isinf(x) && x < 0 ? -0.0L : 0.5L * x * erfcl(-x * 0.707106781186547524400844362104849L);
+}
 static long double ref_softplus(long double x) {
   return (x > 0 ? x : 0.0L) + log1pl(expl(-fabsl(x)));
 }
@@ -86,6 +90,9 @@ static int run(const Case* c) {
   sweep(c, 0.5, 2.0, 200000, &st);
   sweep(c, 709.0, 709.79, 100000, &st);
   sweep(c, -746.0, -700.0, 100000, &st);
+  sweep(c, 0.91, 0.93, 100000, &st);    /* erf's seam at 0.921875 */
+  sweep(c, -1.31, -1.29, 100000, &st);  /* gelu's, at -0.921875 sqrt 2 */
+  sweep(c, -39.0, -37.0, 100000, &st);  /* gelu's tail into subnormals and 0 */
   for (int e = -1074; e <= 1023; ++e) {
     check_one(c, ldexp(1.0, e), &st);
     check_one(c, -ldexp(1.0, e), &st);
@@ -133,6 +140,8 @@ int main(void) {
       {"tanh", kiln_tanh, tanhl, 4.0},
       {"sigmoid", kiln_sigmoid, ref_sigmoid, 3.0},
       {"softplus", kiln_softplus, ref_softplus, 3.0},
+      {"erf", kiln_erf, erfl, 3.0},
+      {"gelu", kiln_gelu, ref_gelu, 8.0},
   };
   int ok = 1;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) ok &= run(&cases[i]);
