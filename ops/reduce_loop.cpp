@@ -190,7 +190,7 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "          for (int l = 0; l < 16; ++l) lane[l] = " + identity + ";\n";
   s += "          int64_t j = 0;\n";
   s += "          for (; j + 16 <= inner; j += 16) {\n";
-  s += "            for (int l = 0; l < 16; ++l) { " + value(true, "j + l") +
+  s += "            KILN_LANES for (int l = 0; l < 16; ++l) { " + value(true, "j + l") +
        " lane[l] = " + combine(spec.kind, spec.dtype, "lane[l]", "x") + "; }\n";
   s += "          }\n";
   s += "          for (; j < inner; ++j) { " + value(true, "j") + " a = " + comb + "; }\n";

@@ -50,7 +50,20 @@ void Softmax::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& ou
   }
 }
 
-std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&) const {
+int64_t Softmax::c_split_unit(const Node& node) const {
+  const auto& t = node.inputs[0]->type;
+  const int axis = normalize_axis(axis_, t.rank(), name());
+  int64_t unit = 1;
+  for (int d = axis; d < t.rank(); ++d) {
+    if (t.dims[static_cast<size_t>(d)] == kDynamic) return 0;
+    unit *= t.dims[static_cast<size_t>(d)];
+  }
+  return unit;
+}
+
+bool Softmax::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
+
+std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& t = node.inputs[0]->type;
   const int rank = t.rank();
   const int axis = normalize_axis(axis_, rank, name());
@@ -59,48 +72,75 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   const std::string m = "kiln_";  // kiln_math.h: both float widths
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
-  // Copy into the contiguous output first, then work in place along (outer, len, inner).
+  const std::string ra = std::to_string(rank), ax = std::to_string(axis);
+  // Slices o of (outer, len, inner): this part's range of o. A contiguous input is read in
+  // place; another layout is first copied, slice by slice, into the output.
   std::string s = "{\n";
-  s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, " + std::to_string(rank) + ", " + in +
-       "->shape, " + in + "->strides, sizeof(" + T + "));\n";
-  s += "  int64_t outer = 1, inner = 1;\n";
-  s += "  const int64_t len = " + out + "->shape[" + std::to_string(axis) + "];\n";
-  s += "  for (int d = 0; d < " + std::to_string(axis) + "; ++d) outer *= " + out + "->shape[d];\n";
-  s += "  for (int d = " + std::to_string(axis + 1) + "; d < " + std::to_string(rank) + "; ++d) inner *= " +
-       out + "->shape[d];\n";
-  s += "  " + T + " *restrict y = (" + T + " *)" + out + "->data;\n";
-  s += "  for (int64_t o = 0; o < outer; ++o) {\n";
+  s += "  int64_t outer = 1, inner = 1, cst[KILN_MAX_DIMS];\n";
+  s += "  const int64_t len = " + out + "->shape[" + ax + "];\n";
+  s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + out + "->shape[d];\n";
+  s += "  for (int d = " + ra + " - 1; d > " + ax + "; --d) inner *= " + out + "->shape[d];\n";
+  s += "  int contiguous = 1;\n";
+  s += "  for (int64_t d = " + ra + " - 1, c = 1; d >= 0; c *= " + in + "->shape[d], --d) {\n";
+  s += "    cst[d] = c;\n";
+  s += "    if (" + in + "->shape[d] != 1 && " + in + "->strides[d] != c) contiguous = 0;\n";
+  s += "  }\n";
+  s += "  const " + T + " *x = (const " + T + " *)" + in + "->data;\n";
+  s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
+  s += "  int64_t lo, hi;\n";
+  s += "  kiln_part_range(outer, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "  for (int64_t o = lo; o < hi; ++o) {\n";
+  s += "    " + T + " *yo = y + o * len * inner;\n";
+  s += "    const " + T + " *xo = x + o * len * inner;\n";
+  s += "    if (!contiguous) {\n";
+  s += "      int64_t off = 0;\n";
+  s += "      for (int64_t d = " + ax + " - 1, r = o; d >= 0; --d) {\n";
+  s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
+  s += "        r /= " + in + "->shape[d];\n";
+  s += "      }\n";
+  s += "      kiln_copy_nd(yo, cst + " + ax + ", x + off, " + in + "->strides + " + ax + ", " +
+       std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
+  s += "      xo = yo;\n";
+  s += "    }\n";
   s += "    for (int64_t i = 0; i < inner; ++i) {\n";
-  s += "      " + T + " *restrict row = y + o * len * inner + i;\n";
+  s += "      const " + T + " *src = xo + i;\n";
+  s += "      " + T + " *row = yo + i;\n";
   s += "      " + T + " mx = -INFINITY;\n";
-  s += "      for (int64_t l = 0; l < len; ++l) mx = row[l * inner] > mx ? row[l * inner] : mx;\n";
+  s += "      int64_t l = 0;\n";
+  // Along the last axis (inner == 1) the maximum and the sum run in 16 independent lanes, so
+  // they vectorize; NaN is skipped by the max either way and poisons the sum.
+  s += "      if (inner == 1) {\n";
+  s += "        " + T + " lane[16];\n";
+  s += "        for (int k = 0; k < 16; ++k) lane[k] = -INFINITY;\n";
+  s += "        for (; l + 16 <= len; l += 16)\n";
+  s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + k] : lane[k];\n";
+  s += "        for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;\n";
+  s += "      }\n";
+  s += "      for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;\n";
   s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from inf-inf
   s += "      " + T + " sum = 0;\n";
   if (log_) {
-    s += "      for (int64_t l = 0; l < len; ++l) sum += " + m + "exp" + f + "(row[l * inner] - mx);\n";
+    s += "      for (l = 0; l < len; ++l) sum += " + m + "exp" + f + "(src[l * inner] - mx);\n";
     // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
     s += "      const " + T + " lse = log" + f + "(sum);\n";
-    s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] = (row[l * inner] - mx) - lse;\n";
+    s += "      for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - lse;\n";
   } else {
-    // Rows along the last axis (inner == 1) get unit-stride loops: the exponentials
-    // vectorize (kiln_math.h for float32) and the sum runs in 16 independent lanes.
     s += "      if (inner == 1) {\n";
-    s += "        for (int64_t l = 0; l < len; ++l) row[l] = " + m + "exp" + f + "(row[l] - mx);\n";
+    s += "        for (l = 0; l < len; ++l) row[l] = " + m + "exp" + f + "(src[l] - mx);\n";
     s += "        " + T + " lane[16] = {0};\n";
-    s += "        int64_t l = 0;\n";
-    s += "        for (; l + 16 <= len; l += 16)\n";
-    s += "          for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";
+    s += "        for (l = 0; l + 16 <= len; l += 16)\n";
+    s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";
     s += "        for (; l < len; ++l) sum += row[l];\n";
     s += "        for (int k = 0; k < 16; ++k) sum += lane[k];\n";
     s += "      } else {\n";
-    s += "        for (int64_t l = 0; l < len; ++l) {\n";
-    s += "          const " + T + " e = " + m + "exp" + f + "(row[l * inner] - mx);\n";
+    s += "        for (l = 0; l < len; ++l) {\n";
+    s += "          const " + T + " e = " + m + "exp" + f + "(src[l * inner] - mx);\n";
     s += "          row[l * inner] = e;\n";
     s += "          sum += e;\n";
     s += "        }\n";
     s += "      }\n";
     s += "      const " + T + " scale = (" + T + ")1 / sum;\n";
-    s += "      for (int64_t l = 0; l < len; ++l) row[l * inner] *= scale;\n";
+    s += "      for (l = 0; l < len; ++l) row[l * inner] *= scale;\n";
   }
   s += "    }\n";
   s += "  }\n";

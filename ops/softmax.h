@@ -11,8 +11,11 @@ class Softmax : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 3; }
+  std::optional<int> cache_version() const override { return 4; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  // Parts take whole slices along the axis (static sizes from the axis on), e.g. rows.
+  bool c_splittable(const Node& node) const override;
+  int64_t c_split_unit(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_math.h"}; }
 

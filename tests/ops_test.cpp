@@ -452,6 +452,33 @@ TEST(Gemm, PackedOperandErrorsNameTheShapes) {
               1e-12, 1e-12);
 }
 
+// With static sizes from the axis on, softmax splits over slices (rows): parts read a
+// contiguous input in place and copy a strided one slice by slice; rows whose length is not
+// a multiple of the 16 lanes, all -inf rows, NaN and rows far below 0 must come out as the
+// reference's.
+TEST(Softmax, SplitOverRowsMatchesReference) {
+  std::mt19937 rng(61);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("softmax_rows_") + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, 5, 37});
+    Var r = input(g, "r", dt, {kDynamic, 40});
+    g.set_outputs({softmax(x), softmax(x, 1), log_softmax(x), softmax(r), log_softmax(r)});
+    Tensor special = random_tensor(dt, {6, 40}, rng, -30, 30);
+    for (int64_t l = 0; l < 40; ++l) special.store(40 + l, -INFINITY);
+    special.store(2 * 40 + 17, NAN);
+    special.store(3 * 40 + 39, INFINITY);
+    // Far below 0: exp without the max shift would underflow to 0 / 0.
+    for (int64_t l = 0; l < 40; ++l) special.store(4 * 40 + l, -1000.0 + 0.25 * static_cast<double>(l));
+    ExecutorStats split = check_graph(
+        g,
+        {{random_tensor(dt, {7, 5, 37}, rng, -20, 20), special},
+         {non_contiguous(random_tensor(dt, {3, 5, 37}, rng)), non_contiguous(random_tensor(dt, {9, 40}, rng))},
+         {random_tensor(dt, {0, 5, 37}, rng), random_tensor(dt, {1, 40}, rng)}},
+        dt == DType::kFloat32 ? 1e-5 : 1e-12, dt == DType::kFloat32 ? 1e-6 : 1e-14);
+    EXPECT_GT(split.split_calls, 0) << "softmax was not split over rows";
+  }
+}
+
 TEST(ShapeOps, TransposeReshapeFlattenConcat) {
   std::mt19937 rng(11);
   Graph g("shapeops");
