@@ -367,21 +367,21 @@ TEST(Gemm, AllTransposesAlphaBetaAndBiasShapes) {
 }
 
 // Constant weights are packed into panels at compile time and run through kiln's own GEMM
-// kernel, split over output rows. The shapes reach every edge of it: one-column and one-row
-// products, a last panel one column wide (65 = 64 + 1) or partial vectors inside a panel
-// (130, 10), row blocks of 6 with remainders (7, 13 rows), k walked in blocks of 256 (300),
-// transposed and strided A, biases of every broadcast shape, and an epilogue.
+// kernel, split over output rows. The shapes reach every edge of it: one-row products, a
+// last panel one column wide (65 = 64 + 1) or partial vectors inside a panel (130, 17, 20),
+// row blocks of 6 with remainders (7, 13 rows), k walked in blocks of 256 (300), transposed
+// and strided A, biases of every broadcast shape, and an epilogue.
 TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
   std::mt19937 rng(41);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     Graph g(std::string("gemm_packed_") + std::string(dtype_name(dt)));
     Var a = input(g, "a", dt, {kDynamic, 300});
     Var at = input(g, "at", dt, {5, kDynamic});  // A transposed: (K, M)
-    Var c2 = input(g, "c2", dt, {kDynamic, 10});
+    Var c2 = input(g, "c2", dt, {kDynamic, 20});
     Var w1 = constant(g, random_tensor(dt, {300, 65}, rng), "w1");
     Var w2 = constant(g, random_tensor(dt, {130, 300}, rng), "w2");
-    Var w3 = constant(g, random_tensor(dt, {300, 1}, rng), "w3");
-    Var w4 = constant(g, random_tensor(dt, {10, 5}, rng), "w4");
+    Var w3 = constant(g, random_tensor(dt, {300, 17}, rng), "w3");
+    Var w4 = constant(g, random_tensor(dt, {20, 5}, rng), "w4");
     Var b1 = constant(g, random_tensor(dt, {65}, rng), "b1");
     Var b2 = constant(g, random_tensor(dt, {130}, rng), "b2");
     Var b3 = constant(g, random_tensor(dt, {1}, rng), "b3");
@@ -396,7 +396,7 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
     auto inputs = [&](int64_t m, bool strided) {
       Tensor x = random_tensor(dt, {m, 300}, rng);
       return std::vector<Tensor>{strided ? non_contiguous(x) : x, random_tensor(dt, {5, m}, rng),
-                                 random_tensor(dt, {m, 10}, rng)};
+                                 random_tensor(dt, {m, 20}, rng)};
     };
     const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10, atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
     ExecutorStats split =

@@ -204,25 +204,27 @@ TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
 
 // Weight packing: a float gemm over a constant B reads B packed (transB absorbed), the packed
 // copy stays a parameter when the weight was one, a weight two gemms share packs once, and
-// runtime or integer B is left alone. Results match the unpacked graph.
+// runtime, integer or narrower-than-a-vector B is left alone. Results match the unpacked
+// graph.
 TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   std::mt19937 rng(59);
   Graph g("pack");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
   Var rb = input(g, "rb", DType::kFloat32, {6, 4});
-  Var w(&g, g.add_parameter(testing::random_tensor(DType::kFloat32, {5, 6}, rng), "w"));
-  Var bias = constant(g, testing::random_tensor(DType::kFloat32, {5}, rng), "bias");
+  Var w(&g, g.add_parameter(testing::random_tensor(DType::kFloat32, {20, 6}, rng), "w"));
+  Var bias = constant(g, testing::random_tensor(DType::kFloat32, {20}, rng), "bias");
+  Var narrow = constant(g, testing::random_tensor(DType::kFloat32, {6, 15}, rng), "narrow");
   Var xi = input(g, "xi", DType::kInt32, {2, 3});
   Var wi = constant(g, testing::random_tensor(DType::kInt32, {3, 2}, rng), "wi");
   g.set_outputs({gemm(x, w, bias, 1.0, 1.0, false, true), gemm(x, w, 2.0, false, true),
-                 gemm(x, rb), gemm(xi, wi)});
+                 gemm(x, rb), gemm(xi, wi), gemm(x, narrow)});
   Graph p = pack_weights(g);
   int packed = 0;
   for (const auto& node : p.nodes()) {
     const int64_t n = attr_int(node->op->props(), "packed_n", 0);
     if (n == 0) continue;
     ++packed;
-    EXPECT_EQ(n, 5);
+    EXPECT_EQ(n, 20);
     EXPECT_EQ(attr_int(node->op->props(), "transB", 0), 0);
     const Variable* b = node->inputs[1];
     EXPECT_EQ(b->name, "w.packed_t");
