@@ -91,8 +91,11 @@ class RandomGraph {
         return gelu(x) - softplus(x);
       case 4:
         return erf(x) / (abs(partner(x)) + 1.0);
-      case 5:
-        return maximum(x, partner(x)) - minimum(x, partner(x));
+      case 5: {
+        // One partner for both: two could each broadcast with x but not with each other.
+        Var p = partner(x);
+        return maximum(x, p) - minimum(x, p);
+      }
       case 6:
         return x * partner(x) + x;
       case 7:
@@ -141,11 +144,22 @@ class RandomGraph {
       }
       case 13:
       case 14: {
-        // matmul + bias + activation: the epilogue pass's pattern.
+        // matmul or gemm + bias + activation: the epilogue pass's pattern; a gemm over a
+        // constant at least 16 wide is the pack pass's.
         if (rank != 2) return cos(x);
-        const int64_t k = x.type().dims[1], n = 1 + pick(6);
-        Var w = constant_like({k, n});
-        Var y = matmul(x, w) + constant_like({n});
+        const int64_t k = x.type().dims[1], n = pick(2) ? 1 + pick(6) : 16 + pick(40);
+        Var y;
+        switch (pick(3)) {
+          case 0:
+            y = matmul(x, constant_like({k, n}));
+            break;
+          case 1:
+            y = gemm(x, constant_like({k, n}), 0.5);
+            break;
+          default:
+            y = gemm(x, constant_like({n, k}), 1.0, false, true);
+        }
+        y = y + constant_like({n});
         return pick(2) ? relu(y) : tanh(y);
       }
       default:
