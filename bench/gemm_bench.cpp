@@ -46,15 +46,17 @@ int main(int argc, char** argv) {
     const char* what;
     int m, n, k;
   };
-  const Shape3 shapes[] = {{"MLP layer 1, batch 32", 32, 256, 784}, {"MLP layer 2, batch 32", 32, 128, 256},
-                           {"MLP layer 3, batch 32", 32, 10, 128},  {"MLP layer 1, batch 1", 1, 256, 784},
-                           {"square 512", 512, 512, 512},           {"100 x 1000 x 4096", 100, 1000, 4096}};
+  const Shape3 shapes[] = {
+      {"MLP layer 1, batch 32", 32, 256, 784}, {"MLP layer 2, batch 32", 32, 128, 256},
+      {"MLP layer 3, batch 32", 32, 10, 128},  {"MLP layer 1, batch 1", 1, 256, 784},
+      {"square 512", 512, 512, 512},           {"100 x 1000 x 4096", 100, 1000, 4096}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   std::printf("%-24s %18s %12s %12s %10s %9s\n", "shape", "M x N x K", "kiln us", "OpenBLAS us",
               "kiln GF/s", "speedup");
   for (const auto& s : shapes) {
-    Tensor a = Tensor::empty(DType::kFloat32, {s.m, s.k}), w = Tensor::empty(DType::kFloat32, {s.n, s.k});
+    Tensor a = Tensor::empty(DType::kFloat32, {s.m, s.k}),
+           w = Tensor::empty(DType::kFloat32, {s.n, s.k});
     for (Tensor* t : {&a, &w}) {
       auto* p = static_cast<float*>(t->data());
       for (int64_t i = 0; i < t->numel(); ++i) p[i] = u(rng);
@@ -65,12 +67,18 @@ int main(int argc, char** argv) {
     const auto* pw = static_cast<const float*>(w.data());
     const auto* pb = static_cast<const float*>(bp.data());
     const int reps = s.m * s.n * s.k > 50'000'000 ? std::max(3, repeat / 20) : repeat;
-    const double kiln_us = best_us([&] { support->gemm_packed_f32(s.m, s.n, s.k, 1.0f, pa, s.k, 1, pb, 0.0f, c.data(), s.n); }, reps);
-    const double blas_us = best_us([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pw, s.k, 0.0f, ref.data(), s.n);
-    }, reps);
+    const double kiln_us = best_us(
+        [&] { support->gemm_packed_f32(s.m, s.n, s.k, 1.0f, pa, s.k, 1, pb, 0.0f, c.data(), s.n); },
+        reps);
+    const double blas_us = best_us(
+        [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pw,
+                      s.k, 0.0f, ref.data(), s.n);
+        },
+        reps);
     double err = 0;
-    for (size_t i = 0; i < c.size(); ++i) err = std::max(err, static_cast<double>(std::abs(c[i] - ref[i])));
+    for (size_t i = 0; i < c.size(); ++i)
+      err = std::max(err, static_cast<double>(std::abs(c[i] - ref[i])));
     if (err > 1e-3 * s.k) {
       std::fprintf(stderr, "gemm_bench: %s: kiln and OpenBLAS differ by %g\n", s.what, err);
       return 1;

@@ -1,5 +1,7 @@
 #include "runtime/parallel_for.h"
 
+#include "runtime/worker_pool.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -48,6 +50,7 @@ void parallel_for(Engine& engine, int n_parts, const std::function<void(int)>& b
     body(0);
     return;
   }
+  WorkerPool::CallerBusy busy;  // this thread runs parts: one fewer worker polls
   auto parts = std::make_shared<Parts>();
   parts->body = body;
   parts->n = n_parts;
@@ -65,7 +68,8 @@ void parallel_for(Engine& engine, int n_parts, const std::function<void(int)>& b
     std::this_thread::yield();
   }
   std::unique_lock lock(parts->mutex);
-  parts->all_done.wait(lock, [&] { return parts->done.load(std::memory_order_acquire) == parts->n; });
+  parts->all_done.wait(lock,
+                       [&] { return parts->done.load(std::memory_order_acquire) == parts->n; });
   if (parts->error) std::rethrow_exception(parts->error);
 }
 

@@ -5,7 +5,7 @@
 namespace kiln {
 
 WorkerPool::WorkerPool(int threads) {
-  max_busy_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  max_busy_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
 }
 
@@ -35,7 +35,8 @@ void WorkerPool::work() {
   for (;;) {
     if (queue_.empty()) {
       if (stop_) return;
-      if (busy_.fetch_add(1, std::memory_order_acq_rel) < max_busy_) {
+      if (busy_.fetch_add(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) <
+          max_busy_) {
         ++spinning_;
         lock.unlock();
         const auto until = std::chrono::steady_clock::now() + kSpin;

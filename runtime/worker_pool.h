@@ -1,10 +1,9 @@
 #pragma once
 // A fixed set of threads taking tasks by priority (higher first, then first come). An idle
 // worker polls for kSpin before it sleeps: a graph's next split step usually comes within
-// microseconds, and a sleeping worker's wake-up costs tens of them. Polling workers and
-// working ones together stay below the core count, leaving a core to the thread that submits
-// (it runs parts of a split step itself); a poller beyond that would only take time from
-// threads doing work.
+// microseconds, and a sleeping worker's wake-up costs tens of them. Polling workers, working
+// ones and callers running split parts (CallerBusy) together stay within the core count: a
+// poller beyond that would only take time from threads doing work.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +26,16 @@ class WorkerPool {
 
   void submit(Task task, int priority);
   int size() const { return static_cast<int>(threads_.size()); }
+  // A thread outside the pool running parts of a split step (parallel_for's caller) holds a
+  // core as a worker would: while one does, one fewer worker polls. A caller that only waits
+  // (a branched program's) does not count, so every worker may poll for its steps.
+  class CallerBusy {
+   public:
+    CallerBusy() { callers_.fetch_add(1, std::memory_order_acq_rel); }
+    ~CallerBusy() { callers_.fetch_sub(1, std::memory_order_acq_rel); }
+    CallerBusy(const CallerBusy&) = delete;
+    CallerBusy& operator=(const CallerBusy&) = delete;
+  };
   static constexpr std::chrono::microseconds kSpin{100};
 
  private:
@@ -48,7 +57,8 @@ class WorkerPool {
   int spinning_ = 0;  // polling; each will take a task without a wake-up
   bool stop_ = false;
   std::atomic<int> busy_{0};  // polling or running a task
-  int max_busy_ = 1;
+  int max_busy_ = 1;          // the core count
+  static inline std::atomic<int> callers_{0};
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
   std::vector<std::thread> threads_;
 };
