@@ -152,6 +152,15 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
                             : "0";
   std::string s = "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
   s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
+  if (beta_ == 1.0) {
+    // A plain broadcast copy: the host's copy loop, not one more loop for clang to compile.
+    s += "  {\n";
+    s += "    const int64_t fill_shape[2] = {" + hi + " - " + lo + ", N}, dst_st[2] = {N, 1}, src_st[2] = {sci, scj};\n";
+    s += "    if (" + hi + " > " + lo + ") kiln_copy_nd(py + " + lo + " * N, dst_st, pc + " + lo +
+         " * sci, src_st, 2, fill_shape, sizeof(" + T + "));\n";
+    s += "  }\n";
+    return s;
+  }
   s += "  for (int64_t i = " + lo + "; i < " + hi + "; ++i)\n";
   s += "    for (int64_t j = 0; j < N; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
        " * pc[i * sci + j * scj]);\n";
