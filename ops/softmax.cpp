@@ -116,14 +116,18 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + k] : lane[k];\n";
   s += "        for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;\n";
   s += "      }\n";
-  s += "      for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;\n";
+  s += "      KILN_NOVEC for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;\n";
   s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from inf-inf
   s += "      " + T + " sum = 0;\n";
   if (log_) {
-    s += "      for (l = 0; l < len; ++l) sum += " + m + "exp" + f + "(src[l * inner] - mx);\n";
+    s += "      KILN_NOVEC for (l = 0; l < len; ++l) sum += " + m + "exp" + f + "(src[l * inner] - mx);\n";
     // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
     s += "      const " + T + " lse = log" + f + "(sum);\n";
-    s += "      for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - lse;\n";
+    s += "      if (inner == 1) {\n";
+    s += "        for (l = 0; l < len; ++l) row[l] = (src[l] - mx) - lse;\n";
+    s += "      } else {\n";
+    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - lse;\n";
+    s += "      }\n";
   } else {
     s += "      if (inner == 1) {\n";
     s += "        for (l = 0; l < len; ++l) row[l] = " + m + "exp" + f + "(src[l] - mx);\n";
@@ -133,14 +137,19 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
     s += "        for (; l < len; ++l) sum += row[l];\n";
     s += "        for (int k = 0; k < 16; ++k) sum += lane[k];\n";
     s += "      } else {\n";
-    s += "        for (l = 0; l < len; ++l) {\n";
+    s += "        KILN_NOVEC for (l = 0; l < len; ++l) {\n";
     s += "          const " + T + " e = " + m + "exp" + f + "(src[l * inner] - mx);\n";
     s += "          row[l * inner] = e;\n";
     s += "          sum += e;\n";
     s += "        }\n";
     s += "      }\n";
     s += "      const " + T + " scale = (" + T + ")1 / sum;\n";
-    s += "      for (l = 0; l < len; ++l) row[l * inner] *= scale;\n";
+    // Unit-stride rows get a plain vector loop; strided ones are not worth gathers.
+    s += "      if (inner == 1) {\n";
+    s += "        for (l = 0; l < len; ++l) row[l] *= scale;\n";
+    s += "      } else {\n";
+    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] *= scale;\n";
+    s += "      }\n";
   }
   s += "    }\n";
   s += "  }\n";
