@@ -19,7 +19,7 @@ class Gemm : public COp {
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   bool c_splittable(const Node&) const override { return packed_n_ > 0; }
   int64_t c_split_unit(const Node&) const override { return packed_n_; }
-  bool c_heavy(const Node&) const override { return true; }
+  bool c_heavy(const Node&) const override { return packed_n_ > 0; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
 
  private:
