@@ -126,7 +126,7 @@ void lookup_rows() {
   }
   auto t = Clock::now();
   {
-    CacheIndex index(root / "index.sqlite");
+    CacheIndex index(root / "index.sqlite", 10000);
     index.replace_all(rows);
   }
   double fill_s = since_ms(t) / 1000;
@@ -135,7 +135,7 @@ void lookup_rows() {
   std::uniform_int_distribution<int> pick(0, n - 1);
   const int lookups = 20000;
   // The index as a process sees it: an open connection, lookups by key.
-  CacheIndex index(root / "index.sqlite");
+  CacheIndex index(root / "index.sqlite", 10000);
   t = Clock::now();
   int found = 0;
   for (int i = 0; i < lookups; ++i)
@@ -148,7 +148,7 @@ void lookup_rows() {
   for (int i = 0; i < 2000; ++i) store->lookup(sha256_hex("absent " + std::to_string(i)), false);
   double store_us = since_ms(t) * 1000 / 2000;
   t = Clock::now();
-  CacheIndex reopened(root / "index.sqlite");
+  CacheIndex reopened(root / "index.sqlite", 10000);
   reopened.find(keys[0]);
   double open_ms = since_ms(t);
   std::printf("\nindex with %d entries (filled in %.1f s)\n", n, fill_s);

@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <chrono>
+
 namespace kiln {
 namespace {
 
@@ -37,23 +40,31 @@ struct StmtScope {
 
 bool CacheIndexError::corrupt() const { return code_ == SQLITE_CORRUPT || code_ == SQLITE_NOTADB; }
 
-CacheIndex::CacheIndex(const std::filesystem::path& path) : path_(path) {
+CacheIndex::CacheIndex(const std::filesystem::path& path, int busy_ms) : path_(path) {
   // Processes that create the index together can see SQLITE_BUSY outside the busy handler
-  // (WAL recovery, the journal-mode switch): retry those, fail on anything else.
+  // (WAL recovery, the journal-mode switch): retry those within a budget, fail on the rest.
+  const auto start = std::chrono::steady_clock::now();
+  const auto budget = std::chrono::milliseconds(std::max(250, 5 * busy_ms));
   for (int attempt = 0;; ++attempt) {
     try {
-      init();
+      init(busy_ms);
       return;
     } catch (const CacheIndexError& e) {
       close();
-      if ((e.sqlite_code() != SQLITE_BUSY && e.sqlite_code() != SQLITE_LOCKED) || attempt == 50)
+      if ((e.sqlite_code() != SQLITE_BUSY && e.sqlite_code() != SQLITE_LOCKED) ||
+          std::chrono::steady_clock::now() - start > budget)
         throw;
-      sqlite3_sleep(20 + 10 * attempt);
+      sqlite3_sleep(std::min(20 + 10 * attempt, 200));
     }
   }
 }
 
-void CacheIndex::init() {
+void CacheIndex::set_busy_timeout(int ms) {
+  std::lock_guard lock(mutex_);
+  sqlite3_busy_timeout(db_, ms);
+}
+
+void CacheIndex::init(int busy_ms) {
   if (sqlite3_open_v2(path_.c_str(), &db_,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
@@ -61,8 +72,8 @@ void CacheIndex::init() {
     int code = db_ ? sqlite3_errcode(db_) : SQLITE_NOMEM;
     throw CacheIndexError("cannot open cache index '" + path_.string() + "': " + msg, code);
   }
-  // Many processes share the file: wait for a writer rather than failing with SQLITE_BUSY.
-  sqlite3_busy_timeout(db_, 10000);
+  // Many processes share the file: wait a little for a writer rather than failing at once.
+  sqlite3_busy_timeout(db_, busy_ms);
   sqlite3_extended_result_codes(db_, 0);
   bool wal = false;
   {

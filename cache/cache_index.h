@@ -42,8 +42,10 @@ struct IndexTotals {
 
 class CacheIndex {
  public:
-  // Opens or creates the database; throws CacheIndexError when it is unusable.
-  explicit CacheIndex(const std::filesystem::path& path);
+  // Opens or creates the database; throws CacheIndexError when it is unusable. `busy_ms`
+  // bounds every wait for another process's lock (and, times a few, the retries at open), so
+  // a busy or exclusively held index costs milliseconds, not a hang.
+  CacheIndex(const std::filesystem::path& path, int busy_ms);
   ~CacheIndex();
   CacheIndex(const CacheIndex&) = delete;
   CacheIndex& operator=(const CacheIndex&) = delete;
@@ -64,9 +66,11 @@ class CacheIndex {
   // Replaces every row in one transaction (reindex); counters are kept.
   void replace_all(const std::vector<IndexRow>& rows);
   void reset_counters();
+  // How long a statement waits for another process's lock before SQLITE_BUSY.
+  void set_busy_timeout(int ms);
 
  private:
-  void init();
+  void init(int busy_ms);
   void close();
   sqlite3_stmt* prepare(const char* sql);
   void exec(const char* sql);

@@ -1,7 +1,10 @@
 #include "cache/cache_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <atomic>
 #include <cctype>
@@ -26,22 +29,10 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string unique_suffix() {
-  static std::atomic<int> counter{0};
-  return std::to_string(::getpid()) + "." + std::to_string(counter++);
-}
+// Failed builds and quarantined entries older than this go at the next sweep.
+constexpr double kDebrisAge = 7 * 24 * 3600.0;
 
-bool is_key(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c)) ||
-        std::isupper(static_cast<unsigned char>(c)))
-      return false;
-  }
-  return true;
-}
-
-// Entries in objects/: (key, folder), in no particular order.
+// Entries in objects/: (name, folder), in no particular order. Names are not yet validated.
 std::vector<std::pair<std::string, fs::path>> entry_folders(const fs::path& objects) {
   std::vector<std::pair<std::string, fs::path>> out;
   std::error_code ec;
@@ -78,18 +69,58 @@ IndexRow row_of(const EntryMeta& meta, uint64_t meta_json_size, double last_used
   return r;
 }
 
-// A staging folder is stale when the process that made it is gone (its pid is in the name).
-bool staging_is_stale(const fs::path& p) {
-  std::string name = p.filename().string();
-  auto dot = name.find('.');
-  if (dot == std::string::npos) return true;
-  long pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
-  if (pid <= 0) return true;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
-  return now_s() - mtime_s(p) > 24 * 3600;  // a pid reused by an unrelated process
+// Reads one file of an entry without following a symlink, after checking who may write it.
+std::string read_entry_file(const fs::path& p, const std::string& name, const CacheAccess& access,
+                            std::optional<uint64_t> expect_size) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw CacheEntryError(name + " is missing");
+    throw CacheEntryError(name + " cannot be opened: " + std::strerror(errno));
+  }
+  struct stat st {};
+  std::string bytes;
+  try {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+      throw CacheEntryError(name + " is not a regular file");
+    if (std::string why = access.distrust(st); !why.empty())
+      throw CacheEntryError(name + " is not trusted: " + why);
+    if (expect_size && static_cast<uint64_t>(st.st_size) != *expect_size) {
+      throw CacheEntryError(name + " is " + std::to_string(st.st_size) +
+                            " bytes, meta.json says " + std::to_string(*expect_size));
+    }
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw CacheEntryError(name + " cannot be read: " + std::strerror(errno));
+      got += static_cast<size_t>(n);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return bytes;
+}
+
+// Why a folder of the cache must not be trusted ("" when it may be); follows no symlink.
+std::string folder_distrust(const fs::path& dir, const CacheAccess& access) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return std::string("cannot be read: ") + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "is not a folder";
+  return access.distrust(st);
 }
 
 }  // namespace
+
+bool is_cache_key(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
 
 std::shared_ptr<CacheStore> CacheStore::open(const fs::path& root) {
   static std::mutex mutex;
@@ -98,7 +129,10 @@ std::shared_ptr<CacheStore> CacheStore::open(const fs::path& root) {
   auto& slot = stores[root];
   // A cache folder removed under a running process (rm -rf) is recreated, not written blind.
   std::error_code ec;
-  if (!slot || !fs::exists(root / "index.sqlite", ec)) slot.reset(new CacheStore(root));
+  if (!slot || !fs::exists(root / "objects", ec) ||
+      (slot->writable() && !fs::exists(root / "index.sqlite", ec))) {
+    slot.reset(new CacheStore(root));
+  }
   return slot;
 }
 
@@ -108,38 +142,83 @@ uint64_t CacheStore::default_max_size() {
   return uint64_t{2} << 30;
 }
 
-CacheStore::CacheStore(fs::path root) : root_(std::move(root)) {
+CacheStore::CacheStore(fs::path root) : root_(std::move(root)), access_(CacheAccess::from_env()) {
   default_max_size();  // a bad KILN_CACHE_MAX_SIZE fails now, not after a compile
-
-  for (const char* sub : {"objects", "locks", "staging"}) {
-    std::error_code ec;
-    fs::create_directories(root_ / sub, ec);
-    if (ec)
-      throw UserError("cannot create cache folder '" + (root_ / sub).string() +
-                      "': " + ec.message());
+  access_.make_folder(root_);
+  writable_ = ::access(root_.c_str(), W_OK) == 0;
+  for (const char* sub : {"objects", "locks", "staging", "scratch", "failed", "quarantine", "trash",
+                          "toolchains"}) {
+    const fs::path dir = root_ / sub;
+    struct stat st {};
+    const bool core = std::strcmp(sub, "objects") == 0 || std::strcmp(sub, "locks") == 0;
+    if (::lstat(dir.c_str(), &st) == 0 || (core && writable_)) {
+      access_.make_folder(dir);
+    }
   }
+  if (writable_ && ::access((root_ / "locks").c_str(), W_OK) != 0) writable_ = false;
   open_index();
+}
+
+void CacheStore::set_patient(bool patient) {
+  std::lock_guard lock(index_mutex_);
+  busy_ms_ = patient ? 10000 : kHotBusyMs;
+  if (index_) index_->set_busy_timeout(busy_ms_);
+  index_retry_at_ = 0;
+}
+
+void CacheStore::index_failed(const std::string& what) {
+  // The index is an accelerator: say so once per process, then carry on without it.
+  if (!warned_index_ || debug_level() >= 2) {
+    warned_index_ = true;
+    if (debug_level() >= 1 || !writable_) {
+      log_line("cache: " + what + " (carrying on without the index; `kiln cache gc` repairs it)");
+    }
+  }
+}
+
+CacheIndex* CacheStore::index() {
+  std::lock_guard lock(index_mutex_);
+  if (index_) return index_.get();
+  if (now_s() < index_retry_at_) return nullptr;
+  index_retry_at_ = now_s() + 1.0;
+  try {
+    open_index();
+  } catch (const Error& e) {
+    index_failed(e.what());
+  }
+  return index_.get();
 }
 
 void CacheStore::open_index() {
   const fs::path path = root_ / "index.sqlite";
+  if (!writable_) {
+    index_failed("cache folder '" + root_.string() + "' is read-only");
+    return;
+  }
   try {
-    index_ = std::make_unique<CacheIndex>(path);
+    index_ = std::make_unique<CacheIndex>(path, busy_ms_);
+    ::chmod(path.c_str(), access_.file_mode());  // SQLite gives -wal and -shm the same mode
     return;
   } catch (const CacheIndexError& first) {
-    if (!first.corrupt()) throw;
+    if (!first.corrupt()) {
+      index_failed(first.what());
+      return;
+    }
     // One process repairs; the others wait and then find a working index.
-    FileLock repair =
-        FileLock::acquire(root_ / "locks" / "index-repair.lock", FileLock::Mode::kExclusive);
+    FileLock repair = FileLock::acquire(root_ / "locks" / "index-repair.lock",
+                                        FileLock::Mode::kExclusive, access_.file_mode());
     try {
-      index_ = std::make_unique<CacheIndex>(path);
+      index_ = std::make_unique<CacheIndex>(path, busy_ms_);
       return;
     } catch (const CacheIndexError& again) {
-      if (!again.corrupt()) throw;
+      if (!again.corrupt()) {
+        index_failed(again.what());
+        return;
+      }
     }
-    fs::path aside = root_ / "quarantine" / ("index.sqlite." + unique_suffix());
+    access_.make_folder(root_ / "quarantine");
+    fs::path aside = root_ / "quarantine" / ("index.sqlite." + random_suffix());
     std::error_code ec;
-    fs::create_directories(aside.parent_path(), ec);
     fs::rename(path, aside, ec);
     for (const char* ext : {"-wal", "-shm"}) {
       fs::path side = path;
@@ -148,74 +227,82 @@ void CacheStore::open_index() {
     }
     warn(std::string(first.what()) + "; moved it to " + aside.string() +
          " and rebuilt it from objects/");
-    index_ = std::make_unique<CacheIndex>(path);
-    reindex();
+    index_ = std::make_unique<CacheIndex>(path, busy_ms_);
+    ::chmod(path.c_str(), access_.file_mode());
+  }
+  reindex();
+}
+
+void CacheStore::mark_dirty() {
+  try {
+    write_file_atomic(root_ / "index.dirty", "", access_.file_mode(), true);
+  } catch (const Error&) {
   }
 }
 
 fs::path CacheStore::entry_dir(const std::string& key) const {
+  if (!is_cache_key(key)) throw CacheEntryError("'" + key + "' is not a cache key (64 hex digits)");
   return root_ / "objects" / key.substr(0, 2) / key;
 }
 
 fs::path CacheStore::lock_path(const std::string& key, const char* kind) const {
+  if (!is_cache_key(key)) throw CacheEntryError("'" + key + "' is not a cache key (64 hex digits)");
   return root_ / "locks" / key.substr(0, 2) / (key + "." + kind);
 }
 
 FileLock CacheStore::lock_key(const std::string& key) {
-  return FileLock::acquire(lock_path(key, "compile"), FileLock::Mode::kExclusive);
+  return FileLock::acquire(lock_path(key, "compile"), FileLock::Mode::kExclusive,
+                           access_.file_mode());
 }
 
 EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
-  const fs::path meta_path = dir / "meta.json";
-  std::string text;
-  try {
-    text = read_file(meta_path);
-  } catch (const UserError&) {
-    throw CacheEntryError("meta.json is missing");
+  for (const fs::path& folder : {dir.parent_path(), dir}) {
+    if (std::string why = folder_distrust(folder, access_); !why.empty()) {
+      throw CacheEntryError("folder " + folder.string() + " is not trusted: " + why);
+    }
   }
+  const std::string text = read_entry_file(dir / "meta.json", "meta.json", access_, std::nullopt);
   EntryMeta meta = EntryMeta::parse(text, "meta.json");
   if (meta.key != key) throw CacheEntryError("meta.json describes key " + meta.key);
   if (meta.files.empty()) throw CacheEntryError("meta.json lists no files");
   for (const auto& f : meta.files) {
-    const fs::path p = dir / f.name;
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) throw CacheEntryError(f.name + " is missing");
-    if (static_cast<uint64_t>(st.st_size) != f.size) {
-      throw CacheEntryError(f.name + " is " + std::to_string(st.st_size) +
-                            " bytes, meta.json says " + std::to_string(f.size));
-    }
-    std::string bytes;
-    try {
-      bytes = read_file(p);
-    } catch (const UserError& e) {
-      throw CacheEntryError(f.name + " cannot be read: " + e.what());
-    }
+    std::string bytes = read_entry_file(dir / f.name, f.name, access_, f.size);
     if (sha256_hex(bytes) != f.sha256)
       throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
   }
   return meta;
 }
 
-void CacheStore::quarantine(const std::string& key, const std::string& problem) {
-  const fs::path dir = entry_dir(key);
-  const fs::path dest = root_ / "quarantine" / (key + "." + unique_suffix());
+void CacheStore::move_aside(const fs::path& from, const std::string& name,
+                            const std::string& problem) {
+  access_.make_folder(root_ / "quarantine");
+  const fs::path dest = root_ / "quarantine" / (name + "." + random_suffix());
   std::error_code ec;
-  fs::create_directories(dest.parent_path(), ec);
-  fs::rename(dir, dest, ec);
+  fs::rename(from, dest, ec);
   if (ec) {
     if (ec == std::errc::no_such_file_or_directory) return;  // someone else moved it already
-    warn("cache entry " + key + " is bad (" + problem +
+    warn("cache entry " + name + " is bad (" + problem +
          ") and could not be moved aside: " + ec.message());
     return;
   }
   try {
-    write_file_atomic(dest / "reason.txt", problem + "\n");
-    index_->remove(key);
+    write_file_atomic(dest / "reason.txt", problem + "\n", access_.file_mode(), true);
   } catch (const Error& e) {
     log_line(std::string("cache: ") + e.what());
   }
-  warn("cache entry " + key + " failed verification (" + problem + "); moved it to " +
+  warn("cache entry " + name + " failed verification (" + problem + "); moved it to " +
        dest.string());
+}
+
+void CacheStore::quarantine(const std::string& key, const std::string& problem) {
+  move_aside(entry_dir(key), key, problem);
+  if (CacheIndex* idx = index()) {
+    try {
+      idx->remove(key);
+    } catch (const CacheIndexError& e) {
+      mark_dirty();
+    }
+  }
 }
 
 LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
@@ -223,80 +310,162 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
   const fs::path dir = entry_dir(key);
   std::error_code ec;
   if (!fs::exists(dir, ec)) return result;  // a plain miss creates nothing
-  // Pin, then look again: once pinned, no gc can take the entry away before it is loaded.
-  auto pin =
-      std::make_shared<FileLock>(FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared));
+  // Pin, then look again: once pinned, no gc can take the entry away before it is loaded. In
+  // a folder this process cannot write, nobody here can evict either: no pin is needed.
+  std::shared_ptr<FileLock> pin;
+  if (writable_) {
+    pin = std::make_shared<FileLock>(
+        FileLock::acquire(lock_path(key, "use"), FileLock::Mode::kShared, access_.file_mode()));
+  }
   if (!fs::exists(dir, ec)) return result;
   EntryMeta meta;
   try {
     meta = verify(key, dir);
   } catch (const CacheEntryError& e) {
     result.problem = e.what();
-    if (quarantine_bad) quarantine(key, result.problem);
+    pin.reset();
+    if (!quarantine_bad || !writable_) return result;
+    // Move it only under the exclusive use lock, and only if it is still bad: a passing read
+    // error must not take away an entry another process is about to load.
+    auto use = FileLock::try_acquire(lock_path(key, "use"), FileLock::Mode::kExclusive,
+                                     access_.file_mode());
+    if (!use) {
+      warn("cache entry " + key + " failed verification (" + result.problem +
+           ") but another process has it loaded; left in place");
+      return result;
+    }
+    try {
+      verify(key, dir);
+      use->release();
+      return lookup(key, false);  // the problem passed
+    } catch (const CacheEntryError& again) {
+      result.problem = again.what();
+    }
+    quarantine(key, result.problem);
     return result;
   }
-  try {
-    if (!index_->find(key)) {
-      std::error_code size_ec;
-      auto meta_size = fs::file_size(dir / "meta.json", size_ec);
-      index_->put(row_of(meta, size_ec ? 0 : meta_size, now_s()));
+  if (CacheIndex* idx = index()) {
+    try {
+      if (!idx->find(key)) {  // published while the index was busy: repair its row now
+        std::error_code size_ec;
+        auto meta_size = fs::file_size(dir / "meta.json", size_ec);
+        idx->put(row_of(meta, size_ec ? 0 : meta_size, now_s()));
+      }
+      idx->record_hit(key, now_s());
+    } catch (const CacheIndexError& e) {
+      index_failed(std::string(e.what()) + " (the entry is used anyway)");
     }
-    index_->record_hit(key, now_s());
-  } catch (const CacheIndexError& e) {
-    warn(std::string(e.what()) + " (the entry is used anyway)");
   }
   result.entry = CacheEntry{std::move(meta), dir, std::move(pin)};
   return result;
 }
 
-fs::path CacheStore::new_staging(const std::string& key) {
-  fs::path p = root_ / "staging" / (key.substr(0, 16) + "." + unique_suffix());
-  std::error_code ec;
-  fs::create_directories(p, ec);
-  if (ec) throw UserError("cannot create staging folder '" + p.string() + "': " + ec.message());
-  return p;
+WorkFolder CacheStore::new_staging(const std::string& key) {
+  if (!is_cache_key(key)) throw CacheEntryError("'" + key + "' is not a cache key");
+  return WorkFolder::create(root_ / "staging", key.substr(0, 16), access_);
 }
 
-CacheEntry CacheStore::publish(const fs::path& staging, EntryMeta meta) {
+WorkFolder CacheStore::new_scratch(const std::string& prefix) {
+  return WorkFolder::create(root_ / "scratch", prefix, access_);
+}
+
+fs::path CacheStore::keep_failed(const std::string& key,
+                                 const std::vector<std::pair<std::string, std::string>>& files) {
+  if (!is_cache_key(key)) throw CacheEntryError("'" + key + "' is not a cache key");
+  const fs::path parent = root_ / "failed";
+  WorkFolder work = WorkFolder::create(parent, key, access_);
+  for (const auto& [name, contents] : files) {
+    write_file_atomic(work.path() / name, contents, access_.file_mode(), true);
+  }
+  const fs::path final_dir = parent / key;
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    access_.make_folder(root_ / "trash");
+    fs::path old = root_ / "trash" / (key + ".failed." + random_suffix());
+    fs::rename(final_dir, old, ec);
+    fs::remove_all(old, ec);
+  }
+  fs::rename(work.path(), final_dir, ec);
+  if (ec) return work.path();  // another failing compile kept its copy: keep ours beside it
+  work.disown();
+  return final_dir;
+}
+
+CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
+  const fs::path& dir_in = staging.path();
   for (auto& f : meta.files) {
-    std::string bytes = read_file(staging / f.name);
+    const fs::path p = dir_in / f.name;
+    std::string bytes = read_file(p);
     f.size = bytes.size();
     f.sha256 = sha256_hex(bytes);
+    if (::chmod(p.c_str(), access_.file_mode()) != 0) {
+      throw UserError("cannot set the mode of '" + p.string() + "': " + std::strerror(errno));
+    }
   }
   const std::string meta_json = meta.to_json();
-  write_file_atomic(staging / "meta.json", meta_json);
+  write_file_atomic(dir_in / "meta.json", meta_json, access_.file_mode(), true);
 
   const fs::path dir = entry_dir(meta.key);
-  auto pin = std::make_shared<FileLock>(
-      FileLock::acquire(lock_path(meta.key, "use"), FileLock::Mode::kShared));
+  auto pin = std::make_shared<FileLock>(FileLock::acquire(
+      lock_path(meta.key, "use"), FileLock::Mode::kShared, access_.file_mode()));
+  access_.make_folder(dir.parent_path());
   std::error_code ec;
-  fs::create_directories(dir.parent_path(), ec);
-  fs::rename(staging, dir, ec);
+  fs::rename(dir_in, dir, ec);
   if (ec) {
-    fs::remove_all(staging, ec);
     // Another process published first (only possible without the key lock): use theirs.
     LookupResult existing = lookup(meta.key, true);
     if (existing.entry) return std::move(*existing.entry);
-    throw UserError("cannot publish cache entry '" + dir.string() + "'");
+    throw UserError("cannot publish cache entry '" + dir.string() + "': " + ec.message());
   }
-  try {
-    IndexRow row = row_of(meta, meta_json.size(), now_s());
-    index_->put(row);
-    index_->record_compile();
-    uint64_t cap = default_max_size();
-    if (index_->totals().bytes > cap) gc(cap, std::nullopt);
-  } catch (const CacheIndexError& e) {
-    warn(std::string(e.what()) +
-         " (the entry was published; `kiln cache reindex` repairs the index)");
+  staging.disown();
+  if (CacheIndex* idx = index()) {
+    try {
+      if (fs::exists(root_ / "index.dirty", ec)) repair_index();
+      IndexRow row = row_of(meta, meta_json.size(), now_s());
+      idx->put(row);
+      idx->record_compile();
+      uint64_t cap = default_max_size();
+      if (idx->totals().bytes + debris_bytes() > cap) gc(cap, std::nullopt);
+    } catch (const CacheIndexError& e) {
+      mark_dirty();  // the next publish, gc or listing adds the missing row
+      index_failed(std::string(e.what()) + " (the entry was published)");
+    }
+  } else {
+    mark_dirty();
   }
   return CacheEntry{std::move(meta), dir, std::move(pin)};
 }
 
-void CacheStore::record_miss() {
+std::optional<std::string> CacheStore::read_private(const fs::path& relative) {
+  fs::path p = root_;
+  for (const auto& part : relative.parent_path()) {
+    p /= part;
+    if (std::string why = folder_distrust(p, access_); !why.empty()) {
+      if (fs::exists(p)) warn("ignoring " + p.string() + ": " + why);
+      return std::nullopt;
+    }
+  }
   try {
-    index_->record_miss();
-  } catch (const CacheIndexError& e) {
-    log_line(std::string("cache: ") + e.what());
+    return read_entry_file(root_ / relative, (root_ / relative).string(), access_, std::nullopt);
+  } catch (const CacheEntryError& e) {
+    if (fs::exists(root_ / relative)) warn(std::string("ignoring ") + e.what());
+    return std::nullopt;
+  }
+}
+
+void CacheStore::write_private(const fs::path& relative, const std::string& contents) {
+  if (!writable_) return;
+  access_.make_folder((root_ / relative).parent_path());
+  write_file_atomic(root_ / relative, contents, access_.file_mode(), true);
+}
+
+void CacheStore::record_miss() {
+  if (CacheIndex* idx = index()) {
+    try {
+      idx->record_miss();
+    } catch (const CacheIndexError& e) {
+      index_failed(e.what());
+    }
   }
 }
 
@@ -308,74 +477,162 @@ std::optional<EntryMeta> CacheStore::read_meta(const std::string& key) {
   }
 }
 
-std::vector<std::string> CacheStore::resolve_prefix(const std::string& prefix) {
-  return index_->keys_with_prefix(prefix);
+namespace {
+
+CacheIndex& need(CacheIndex* idx, const fs::path& root) {
+  if (!idx) {
+    throw UserError("the cache index '" + (root / "index.sqlite").string() +
+                    "' cannot be used now (busy, locked or read-only); entries still load, "
+                    "retry later or run `kiln cache reindex`");
+  }
+  return *idx;
 }
 
-std::optional<IndexRow> CacheStore::row(const std::string& key) { return index_->find(key); }
-std::vector<IndexRow> CacheStore::list() { return index_->list(CacheIndex::Order::kMostRecent); }
+}  // namespace
+
+std::vector<std::string> CacheStore::resolve_prefix(const std::string& prefix) {
+  return need(index(), root_).keys_with_prefix(prefix);
+}
+
+std::optional<IndexRow> CacheStore::row(const std::string& key) {
+  return need(index(), root_).find(key);
+}
+std::vector<IndexRow> CacheStore::list() {
+  std::error_code ec;
+  if (fs::exists(root_ / "index.dirty", ec)) repair_index();
+  return need(index(), root_).list(CacheIndex::Order::kMostRecent);
+}
 std::vector<IndexRow> CacheStore::with_family(const std::string& family) {
-  return index_->with_family(family);
+  return need(index(), root_).with_family(family);
 }
 std::vector<IndexRow> CacheStore::with_label(const std::string& label) {
-  return index_->with_label(label);
+  return need(index(), root_).with_label(label);
 }
-IndexTotals CacheStore::stats() { return index_->totals(); }
+IndexTotals CacheStore::stats() {
+  std::error_code ec;
+  if (fs::exists(root_ / "index.dirty", ec)) repair_index();
+  return need(index(), root_).totals();
+}
+
+uint64_t CacheStore::debris_bytes() {
+  return folder_bytes(root_ / "failed") + folder_bytes(root_ / "quarantine");
+}
+
+void CacheStore::repair_index() {
+  CacheIndex& idx = need(index(), root_);
+  std::map<std::string, bool> known;
+  for (const auto& r : idx.list(CacheIndex::Order::kLeastRecent)) {
+    if (!is_cache_key(r.key)) {
+      // A row no kiln wrote: it never becomes a path.
+      warn("cache index: dropping a row whose key is not a cache key ('" + r.key.substr(0, 80) +
+           "')");
+      idx.remove(r.key);
+      continue;
+    }
+    known[r.key] = true;
+  }
+  for (const auto& [name, dir] : entry_folders(root_ / "objects")) {
+    if (!is_cache_key(name) || known.count(name)) continue;
+    try {
+      std::string text = read_file(dir / "meta.json");
+      EntryMeta meta = EntryMeta::parse(text, (dir / "meta.json").string());
+      if (meta.key != name) continue;  // verify/lookup quarantine it
+      idx.put(row_of(meta, text.size(), mtime_s(dir)));
+    } catch (const UserError&) {
+      continue;
+    }
+  }
+  std::error_code ec;
+  fs::remove(root_ / "index.dirty", ec);
+}
 
 bool CacheStore::evict(const IndexRow& row) {
-  auto use = FileLock::try_acquire(lock_path(row.key, "use"), FileLock::Mode::kExclusive);
+  if (!is_cache_key(row.key)) return false;
+  auto use = FileLock::try_acquire(lock_path(row.key, "use"), FileLock::Mode::kExclusive,
+                                   access_.file_mode());
   if (!use) return false;
-  const fs::path trash = root_ / "trash" / (row.key + "." + unique_suffix());
+  access_.make_folder(root_ / "trash");
+  const fs::path trash = root_ / "trash" / (row.key + "." + random_suffix());
   std::error_code ec;
-  fs::create_directories(trash.parent_path(), ec);
   fs::rename(entry_dir(row.key), trash, ec);
-  index_->remove(row.key);
+  if (CacheIndex* idx = index()) idx->remove(row.key);
   use->unlink_and_release();
-  if (auto compile =
-          FileLock::try_acquire(lock_path(row.key, "compile"), FileLock::Mode::kExclusive)) {
+  if (auto compile = FileLock::try_acquire(lock_path(row.key, "compile"),
+                                           FileLock::Mode::kExclusive, access_.file_mode())) {
     compile->unlink_and_release();
   }
   fs::remove_all(trash, ec);
   return true;
 }
 
-int CacheStore::sweep() {
+int CacheStore::sweep(double debris_age_s) {
   int swept = 0;
   std::error_code ec;
-  // Names are "<prefix>.<pid>.<n>": a folder whose process is gone is abandoned.
-  for (const char* sub : {"staging", "scratch", "trash"}) {
-    for (const auto& e : fs::directory_iterator(root_ / sub, ec)) {
-      if (staging_is_stale(e.path())) swept += fs::remove_all(e.path(), ec) > 0;
-    }
+  // Work folders are live exactly while their owner holds their lock.
+  swept += WorkFolder::sweep(root_ / "staging");
+  swept += WorkFolder::sweep(root_ / "scratch");
+  swept += WorkFolder::sweep(root_ / "failed", debris_age_s);
+  swept += WorkFolder::sweep(root_ / "quarantine", debris_age_s);
+  // trash/ holds only what an evict renamed away and is deleting: nothing there is in use.
+  for (const auto& e : fs::directory_iterator(root_ / "trash", ec)) {
+    swept += fs::remove_all(e.path(), ec) > 0;
   }
   // Lock files of keys with no entry (a failed compile, an evicted entry): unused ones go.
   for (const auto& shard : fs::directory_iterator(root_ / "locks", ec)) {
     if (!shard.is_directory()) continue;
     for (const auto& lock : fs::directory_iterator(shard.path(), ec)) {
       std::string key = lock.path().stem().string();
-      if (!is_key(key) || fs::exists(entry_dir(key), ec)) continue;
+      if (!is_cache_key(key) || fs::exists(entry_dir(key), ec)) continue;
       if (auto held = FileLock::try_acquire(lock.path(), FileLock::Mode::kExclusive)) {
         held->unlink_and_release();
         ++swept;
       }
     }
   }
-  for (const auto& row : index_->list(CacheIndex::Order::kLeastRecent)) {
-    if (!fs::exists(entry_dir(row.key), ec)) {
-      index_->remove(row.key);
-      ++swept;
+  if (CacheIndex* idx = index()) {
+    for (const auto& row : idx->list(CacheIndex::Order::kLeastRecent)) {
+      if (!fs::exists(entry_dir(row.key), ec)) {
+        idx->remove(row.key);
+        ++swept;
+      }
     }
   }
   return swept;
 }
 
+int CacheStore::drop_debris(uint64_t& total, uint64_t cap) {
+  // Failed builds and quarantined entries go first, oldest first: nobody loads them.
+  std::vector<std::pair<double, fs::path>> items;
+  std::error_code ec;
+  for (const char* sub : {"failed", "quarantine"}) {
+    for (const auto& e : fs::directory_iterator(root_ / sub, ec)) {
+      if (e.path().extension() == ".lock") continue;
+      items.emplace_back(mtime_s(e.path()), e.path());
+    }
+  }
+  std::sort(items.begin(), items.end());
+  int removed = 0;
+  for (const auto& [mtime, p] : items) {
+    if (total <= cap) break;
+    uint64_t bytes = folder_bytes(p);
+    if (WorkFolder::remove_if_abandoned(p)) {
+      total -= std::min(total, bytes);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 GcReport CacheStore::gc(std::optional<uint64_t> max_size, std::optional<double> max_age_s,
                         bool sweep_too) {
   GcReport report;
-  if (sweep_too) report.swept = sweep();
-  const auto rows = index_->list(CacheIndex::Order::kLeastRecent);
-  uint64_t total = 0;
+  repair_index();
+  if (sweep_too) report.swept = sweep(max_age_s ? *max_age_s : kDebrisAge);
+  CacheIndex& idx = need(index(), root_);
+  const auto rows = idx.list(CacheIndex::Order::kLeastRecent);
+  uint64_t total = debris_bytes();
   for (const auto& r : rows) total += r.size;
+  if (max_size && total > *max_size) report.swept += drop_debris(total, *max_size);
   const double now = now_s();
   for (const auto& r : rows) {
     bool expired = max_age_s && now - r.last_used > *max_age_s;
@@ -384,7 +641,7 @@ GcReport CacheStore::gc(std::optional<uint64_t> max_size, std::optional<double> 
     if (evict(r)) {
       ++report.removed;
       report.removed_bytes += r.size;
-      total -= r.size;
+      total -= std::min(total, r.size);
     } else {
       report.in_use.push_back(r.key);
     }
@@ -395,21 +652,16 @@ GcReport CacheStore::gc(std::optional<uint64_t> max_size, std::optional<double> 
 VerifyReport CacheStore::verify_all() {
   VerifyReport report;
   for (const auto& [name, dir] : entry_folders(root_ / "objects")) {
-    if (!is_key(name)) {
-      std::error_code ec;
-      fs::path dest = root_ / "quarantine" / (name + "." + unique_suffix());
-      fs::create_directories(dest.parent_path(), ec);
-      fs::rename(dir, dest, ec);
-      report.bad.push_back(name + ": not a cache key; moved to " + dest.string());
+    if (!is_cache_key(name)) {
+      move_aside(dir, "not-a-key", "folder name '" + name + "' is not a cache key");
+      report.bad.push_back(name + ": not a cache key; moved to quarantine/");
       continue;
     }
-    FileLock lock = lock_key(name);
-    try {
-      verify(name, dir);
+    LookupResult r = lookup(name, true);
+    if (r.entry) {
       ++report.good;
-    } catch (const CacheEntryError& e) {
-      quarantine(name, e.what());
-      report.bad.push_back(name + ": " + e.what());
+    } else if (!r.problem.empty()) {
+      report.bad.push_back(name + ": " + r.problem);
     }
   }
   return report;
@@ -418,17 +670,22 @@ VerifyReport CacheStore::verify_all() {
 GcReport CacheStore::clear() {
   reindex();
   GcReport report = gc(uint64_t{0}, std::nullopt, true);
-  std::error_code ec;
-  for (const char* sub : {"quarantine", "failed", "scratch"}) fs::remove_all(root_ / sub, ec);
-  index_->reset_counters();
+  for (const char* sub : {"quarantine", "failed", "scratch", "staging"})
+    report.swept += WorkFolder::sweep(root_ / sub);
+  need(index(), root_).reset_counters();
   return report;
 }
 
 int CacheStore::reindex() {
+  CacheIndex& idx = need(index(), root_);
   std::map<std::string, IndexRow> old;
-  for (auto& r : index_->list(CacheIndex::Order::kLeastRecent)) old[r.key] = r;
+  for (auto& r : idx.list(CacheIndex::Order::kLeastRecent)) old[r.key] = r;
   std::vector<IndexRow> rows;
   for (const auto& [name, dir] : entry_folders(root_ / "objects")) {
+    if (!is_cache_key(name)) {
+      warn("reindex: skipping " + dir.string() + ": not a cache key (run `kiln cache verify`)");
+      continue;
+    }
     std::string text;
     EntryMeta meta;
     try {
@@ -447,7 +704,9 @@ int CacheStore::reindex() {
     }
     rows.push_back(std::move(r));
   }
-  index_->replace_all(rows);
+  idx.replace_all(rows);
+  std::error_code ec;
+  fs::remove(root_ / "index.dirty", ec);
   return static_cast<int>(rows.size());
 }
 

@@ -9,15 +9,19 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace kiln {
 
-std::optional<FileLock> FileLock::lock(const std::filesystem::path& path, Mode mode, bool wait) {
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
+std::optional<FileLock> FileLock::lock(const std::filesystem::path& path, Mode mode, bool wait,
+                                       mode_t file_mode) {
+  struct stat parent {};
+  if (::stat(path.parent_path().c_str(), &parent) != 0) {
+    make_dirs(path.parent_path(), file_mode | ((file_mode & 0444) >> 2));
+  }
   int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
   for (;;) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, file_mode);
     if (fd < 0)
       throw UserError("cannot open lock file '" + path.string() + "': " + std::strerror(errno));
     int rc;
@@ -42,12 +46,13 @@ std::optional<FileLock> FileLock::lock(const std::filesystem::path& path, Mode m
   }
 }
 
-FileLock FileLock::acquire(const std::filesystem::path& path, Mode mode) {
-  return *lock(path, mode, true);
+FileLock FileLock::acquire(const std::filesystem::path& path, Mode mode, mode_t file_mode) {
+  return *lock(path, mode, true, file_mode);
 }
 
-std::optional<FileLock> FileLock::try_acquire(const std::filesystem::path& path, Mode mode) {
-  return lock(path, mode, false);
+std::optional<FileLock> FileLock::try_acquire(const std::filesystem::path& path, Mode mode,
+                                              mode_t file_mode) {
+  return lock(path, mode, false, file_mode);
 }
 
 FileLock::FileLock(FileLock&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {

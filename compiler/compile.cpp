@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <list>
+#include <optional>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -41,15 +43,61 @@ void check_graph(const Graph& graph) {
   if (graph.outputs().empty()) throw UserError("graph '" + graph.name() + "' has no outputs");
 }
 
-// A module loaded in this process, with the pin that keeps its cache entry alive.
+// A module loaded in this process, with what keeps its files alive: the pin on its cache
+// entry, or the scratch folder it was built in (removed when the last Function goes).
 struct Loaded {
   std::shared_ptr<Module> module;
-  std::shared_ptr<FileLock> pin;
+  std::shared_ptr<const void> pin;
   fs::path source_path, module_path;
 };
 
-std::mutex memo_mutex;
-std::map<std::string, Loaded> memo;  // "<cache dir>\n<key>" -> module
+// The most recently used modules of this process, "<cache dir>\n<key>" -> module. Bounded, so
+// a long-running process does not pin every entry it ever compiled against gc.
+class Memo {
+ public:
+  std::optional<Loaded> find(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return std::nullopt;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second;
+  }
+  void put(const std::string& key, const Loaded& loaded) {
+    std::lock_guard lock(mutex_);
+    if (index_.count(key)) return;
+    order_.emplace_front(key, loaded);
+    index_[key] = order_.begin();
+    while (order_.size() > capacity()) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    index_.clear();
+    order_.clear();
+  }
+
+ private:
+  static size_t capacity() {
+    const char* env = std::getenv("KILN_MEMO_SIZE");
+    if (env && *env) {
+      char* end = nullptr;
+      long n = std::strtol(env, &end, 10);
+      if (*end == '\0' && n >= 0) return static_cast<size_t>(n);
+      throw UserError(std::string("KILN_MEMO_SIZE: '") + env + "' is not a count of modules");
+    }
+    return 64;
+  }
+  std::mutex mutex_;
+  std::list<std::pair<std::string, Loaded>> order_;  // most recent first
+  std::map<std::string, std::list<std::pair<std::string, Loaded>>::iterator> index_;
+};
+
+Memo& memo() {
+  static Memo m;
+  return m;
+}
 
 bool cache_enabled(const CompileOptions& options) {
   if (options.use_cache) return *options.use_cache;
@@ -127,10 +175,29 @@ std::string format_compile_error(const Graph& graph, const std::vector<Diagnosti
   return msg;
 }
 
+// Keeps a failed build's source and log for the user: in the cache's failed/<key>/, or, where
+// the cache cannot be written, in a private temporary folder.
+fs::path keep_failed(CacheStore* store, const std::string& key, const std::string& source,
+                     const std::string& log) {
+  std::vector<std::pair<std::string, std::string>> files{{"module.c", source},
+                                                         {"compiler.log", log}};
+  if (store && store->writable()) {
+    try {
+      return store->keep_failed(key, files);
+    } catch (const Error& e) {
+      warn(std::string("could not keep the failed build in the cache: ") + e.what());
+    }
+  }
+  std::string tmpl = (fs::temp_directory_path() / "kiln-failed-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw UserError("cannot create a folder for the failed build");
+  for (const auto& [name, contents] : files) write_file_atomic(fs::path(tmpl) / name, contents);
+  return tmpl;
+}
+
 // Generates and compiles the module into `dir` (module.c, module.so). On a compile error the
-// source and log are kept in <root>/failed/<key>/ and a CompileError names the nodes.
+// source and log are kept (see keep_failed) and a CompileError names the nodes.
 void build_module(const Graph& graph, const Toolchain& tc, const std::string& key,
-                  const fs::path& dir, const fs::path& root, CompileInfo& info) {
+                  const fs::path& dir, CacheStore* store, CompileInfo& info) {
   auto t = Clock::now();
   LinkedModule linked = link_c_module(graph, key);
   info.times.codegen_ms = ms_since(t);
@@ -143,13 +210,8 @@ void build_module(const Graph& graph, const Toolchain& tc, const std::string& ke
   info.times.compile_ms = ms_since(t);
   info.compiler_log = outcome.log;
   if (!outcome.ok) {
-    std::error_code ec;
-    auto failed_dir = root / "failed" / key;
-    fs::create_directories(failed_dir, ec);
-    auto kept = failed_dir / "module.c";
-    write_file_atomic(kept, linked.code.str());
-    write_file_atomic(failed_dir / "compiler.log", outcome.log);
-    std::vector<std::string> args{"-std=c11", "-march=" + tc.cpu()};
+    auto kept = keep_failed(store, key, linked.code.str(), outcome.log) / "module.c";
+    std::vector<std::string> args{"-std=gnu11", "-march=" + tc.cpu()};
     args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
     auto diags = parse_diagnostics(kept, args, linked.code);
     std::string message =
@@ -204,15 +266,8 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
     info.cache_note = info.cache_note.empty() ? why : info.cache_note + "\n" + why;
   }
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
-  fs::path staging = store.new_staging(mk.key);
-  try {
-    build_module(graph, tc, mk.key, staging,
-                 options.cache_dir.empty() ? cache_root() : options.cache_dir, info);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  WorkFolder staging = store.new_staging(mk.key);  // removed unless published
+  build_module(graph, tc, mk.key, staging.path(), &store, info);
   EntryMeta meta;
   meta.key = mk.key;
   meta.label = graph.name();
@@ -222,7 +277,7 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   meta.compile_ms = info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
   meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""}};
-  return store.publish(staging, std::move(meta));
+  return store.publish(std::move(staging), std::move(meta));
 }
 
 Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info,
@@ -264,14 +319,38 @@ Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
 
 std::string generate_source(const Graph& source, const CompileOptions& options) {
   Graph graph = optimized_graph(source, options);
-  const Toolchain& tc = Toolchain::get(options.toolchain);
+  ToolchainConfig tc_config = options.toolchain;
+  if (tc_config.cache_dir.empty()) tc_config.cache_dir = options.cache_dir;
+  const Toolchain& tc = Toolchain::get(tc_config);
   return link_c_module(graph, module_key(graph, tc).key).code.str();
 }
 
-void clear_compile_memo() {
-  std::lock_guard lock(memo_mutex);
-  memo.clear();
+void clear_compile_memo() { memo().clear(); }
+
+namespace {
+
+// A build outside the cache (KILN_CACHE=0, an uncacheable graph, a read-only cache): its
+// folder lives as long as the functions that use the module, then goes.
+Loaded build_unstored(const Graph& graph, const Toolchain& tc, const ModuleKey& mk,
+                      CacheStore* store, CompileInfo& info) {
+  std::shared_ptr<WorkFolder> folder;
+  if (store && store->writable()) {
+    folder = std::make_shared<WorkFolder>(store->new_scratch(mk.key.substr(0, 16)));
+  } else {
+    // A private per-user folder: the module built there is loaded, so nobody else may write it.
+    fs::path parent = fs::temp_directory_path() / ("kiln-scratch-" + std::to_string(::geteuid()));
+    folder = std::make_shared<WorkFolder>(
+        WorkFolder::create(parent, mk.key.substr(0, 16), CacheAccess::private_access()));
+  }
+  build_module(graph, tc, mk.key, folder->path(), store, info);
+  Loaded loaded;
+  loaded.source_path = folder->path() / "module.c";
+  loaded.module_path = folder->path() / "module.so";
+  loaded.pin = folder;
+  return loaded;
 }
+
+}  // namespace
 
 Function compile(const Graph& source, const CompileOptions& options) {
   CompileInfo info;
@@ -279,51 +358,56 @@ Function compile(const Graph& source, const CompileOptions& options) {
   const Graph graph = optimized_graph(source, options);
   info.times.rewrite_ms = ms_since(t);
   t = Clock::now();
-  const Toolchain& tc = Toolchain::get(options.toolchain);
+  const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
+  ToolchainConfig tc_config = options.toolchain;
+  if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
+  const Toolchain& tc = Toolchain::get(tc_config);
   ModuleKey mk = module_key(graph, tc);
   info.key = mk.key;
   info.times.key_ms = ms_since(t);
-  const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
 
   const bool use_cache = cache_enabled(options);
   const bool storable = cacheable(graph);
   Loaded loaded;
+  bool memoize = false;
   if (!use_cache || !storable) {
     info.cache = use_cache ? CacheStatus::kUncacheable : CacheStatus::kBypassed;
-    static std::atomic<int> counter{0};
-    fs::path dir =
-        root / "scratch" /
-        (mk.key.substr(0, 16) + "." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw UserError("cannot create build folder '" + dir.string() + "': " + ec.message());
-    build_module(graph, tc, mk.key, dir, root, info);
-    loaded.source_path = dir / "module.c";
-    loaded.module_path = dir / "module.so";
+    loaded = build_unstored(graph, tc, mk, CacheStore::open(root).get(), info);
   } else {
     const std::string memo_key = root.string() + "\n" + mk.key;
-    {
-      std::lock_guard lock(memo_mutex);
-      if (auto it = memo.find(memo_key); it != memo.end()) {
-        info.cache = CacheStatus::kMemo;
-        return make_function(graph, it->second, std::move(info), options);
-      }
+    if (auto hit = memo().find(memo_key)) {
+      info.cache = CacheStatus::kMemo;
+      return make_function(graph, *hit, std::move(info), options);
     }
     auto store = CacheStore::open(root);
-    CacheEntry entry = lookup_or_build(*store, graph, tc, mk, options, info);
-    loaded.source_path = entry.file("module.c");
-    loaded.module_path = entry.file("module.so");
-    loaded.pin = entry.pin;
+    if (!store->writable()) {
+      // Hits still load; a miss is compiled beside the cache and not stored.
+      LookupResult r = store->lookup(mk.key, false);
+      if (r.entry) {
+        info.cache = CacheStatus::kHit;
+        loaded.source_path = r.entry->file("module.c");
+        loaded.module_path = r.entry->file("module.so");
+        memoize = true;
+      } else {
+        warn("cache folder '" + root.string() +
+             "' is read-only: compiling without storing the module");
+        info.cache = CacheStatus::kUncacheable;
+        loaded = build_unstored(graph, tc, mk, store.get(), info);
+      }
+    } else {
+      CacheEntry entry = lookup_or_build(*store, graph, tc, mk, options, info);
+      loaded.source_path = entry.file("module.c");
+      loaded.module_path = entry.file("module.so");
+      loaded.pin = entry.pin;
+      memoize = true;
+    }
   }
 
   t = Clock::now();
   loaded.module = Module::load(loaded.module_path);
   info.times.load_ms = ms_since(t);
   log_times(graph, info);
-  if (loaded.pin) {
-    std::lock_guard lock(memo_mutex);
-    memo.emplace(root.string() + "\n" + mk.key, loaded);
-  }
+  if (memoize) memo().put(root.string() + "\n" + mk.key, loaded);
   return make_function(graph, loaded, std::move(info), options);
 }
 

@@ -14,6 +14,7 @@
 
 #include <fstream>
 
+#include "cache/cache_store.h"
 #include "compiler/subprocess.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -171,22 +172,31 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     const char* env = std::getenv("KILN_CFLAGS");
     cflags = env ? env : "";
   }
+  const std::filesystem::path cache_dir = config.cache_dir.empty() ? cache_root() : config.cache_dir;
   std::lock_guard lock(mutex);
-  auto& slot = probed[cc + "\n" + cflags];
+  auto& slot = probed[cc + "\n" + cflags + "\n" + cache_dir.string()];
   if (slot) return *slot;
 
   std::unique_ptr<Toolchain> t(new Toolchain());
   std::string features;
   t->cc_ = cc;
-  // Probing costs a compiler run (~20 ms); remember the answer per compiler binary.
+  // Probing costs a compiler run (~20 ms); remember the answer per compiler binary, in the
+  // cache folder this compile uses, read only when this user controls it: the remembered
+  // link command is executed.
   std::string identity = probe_identity(cc);
-  std::filesystem::path memo;
+  std::shared_ptr<CacheStore> store;
+  std::filesystem::path memo_rel;
   if (!identity.empty()) {
-    memo = cache_root() / "toolchains" / (sha256_hex(identity).substr(0, 32) + ".txt");
-    std::ifstream in(memo);
-    std::string stored_id, line;
+    try {
+      store = CacheStore::open(cache_dir);
+    } catch (const UserError& e) {
+      if (debug_level() >= 2) log_line(std::string("toolchain memo not used: ") + e.what());
+    }
+  }
+  if (store) {
+    memo_rel = std::filesystem::path("toolchains") / (sha256_hex(identity).substr(0, 32) + ".txt");
     std::vector<std::string> lines;
-    while (std::getline(in, line)) lines.push_back(line);
+    if (auto text = store->read_private(memo_rel)) lines = split_lines(*text);
     // Layout: version, cpu, extra feature flags, the link command (arguments separated by
     // \x1f), then the identity it was probed for (checked, not trusted).
     if (lines.size() >= 5 &&
@@ -197,8 +207,8 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
       std::istringstream parts(lines[3]);
       for (std::string a; std::getline(parts, a, '\x1f');) t->link_.push_back(a);
     }
+    t->memo_ = cache_dir / memo_rel;
   }
-  t->memo_ = memo;
   if (t->cpu_.empty()) {
     Probe p = probe_native(cc);
     if (p.version.empty()) {
@@ -214,11 +224,10 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     t->cpu_ = p.cpu;
     features = p.features;
     t->link_ = p.link;
-    if (!memo.empty()) {
+    if (store) {
       try {
-        std::filesystem::create_directories(memo.parent_path());
-        write_file_atomic(memo, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" +
-                                    join(t->link_, "\x1f") + "\n" + identity + "\n");
+        store->write_private(memo_rel, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" +
+                                           join(t->link_, "\x1f") + "\n" + identity + "\n");
       } catch (const std::exception& e) {
         if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
       }
@@ -227,7 +236,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
   // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
   // and are memory-bound, so unrolling buys little at run time.
-  t->flags_ = {"-std=c11",        "-O3",     "-fno-unroll-loops",
+  t->flags_ = {"-std=gnu11",        "-O3",     "-fno-unroll-loops",
                "-fPIC",           "-shared", "-march=" + t->cpu_,
                "-fno-math-errno", "-Wall"};
   for (const auto& f : split_flags(features)) t->flags_.push_back(f);

@@ -12,6 +12,8 @@ namespace kiln {
 struct ToolchainConfig {
   std::string cc;      // empty: $KILN_CC, else "clang"
   std::string cflags;  // empty: $KILN_CFLAGS; appended after kiln's own flags
+  // The cache whose toolchains/ folder remembers the probe; empty: cache_root().
+  std::filesystem::path cache_dir;
 };
 
 struct CompileOutcome {

@@ -126,7 +126,7 @@ TEST(EntryMeta, ArtifactKeyIsOrderedAndCollisionFree) {
 }
 
 TEST(CacheIndex, RowsHitsCountersAndOrder) {
-  CacheIndex index(fs::path(temp_dir("index1")) / "index.sqlite");
+  CacheIndex index(fs::path(temp_dir("index1")) / "index.sqlite", 10000);
   for (int i = 0; i < 5; ++i) {
     IndexRow r;
     r.key = std::string(63, 'a') + char('0' + i);
@@ -168,10 +168,10 @@ TEST(CacheIndex, RowsHitsCountersAndOrder) {
 CacheEntry publish(CacheStore& store, const std::string& tag,
                    const std::string& payload = "module bytes") {
   EntryMeta m = sample_meta(tag);
-  fs::path staging = store.new_staging(m.key);
-  write_file_atomic(staging / "module.so", payload);
-  write_file_atomic(staging / "module.c", "int x; /* " + tag + " */");
-  return store.publish(staging, m);
+  WorkFolder staging = store.new_staging(m.key);
+  write_file_atomic(staging.path() / "module.so", payload);
+  write_file_atomic(staging.path() / "module.c", "int x; /* " + tag + " */");
+  return store.publish(std::move(staging), m);
 }
 
 TEST(CacheStore, PublishThenVerifiedHit) {
@@ -338,6 +338,7 @@ TEST(CacheStore, VerifyAllQuarantinesOnlyBadEntries) {
   auto store = CacheStore::open(temp_dir("verify"));
   CacheEntry good = publish(*store, "good");
   CacheEntry bad = publish(*store, "bad");
+  bad.pin.reset();  // a bad entry some process has loaded stays where it is (see below)
   flip_bit(bad.dir);
   ::testing::internal::CaptureStderr();
   VerifyReport r = store->verify_all();
@@ -355,10 +356,10 @@ TEST(CacheStore, GcSweepsWhatDeadProcessesLeft) {
   if (pid == 0) ::_exit(0);
   ::waitpid(pid, nullptr, 0);  // a pid that is certainly gone
   fs::create_directories(store->root() / "staging" / ("abcd." + std::to_string(pid) + ".0"));
-  fs::path live = store->new_staging(std::string(64, 'e'));  // ours: alive, kept
+  WorkFolder live = store->new_staging(std::string(64, 'e'));  // ours: alive, kept
   GcReport r = store->gc(std::nullopt, std::nullopt, true);
   EXPECT_EQ(r.swept, 1);
-  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(live.path()));
 }
 
 TEST(CacheLimits, SizesAndAges) {

@@ -1,5 +1,7 @@
 #pragma once
-// Small filesystem helpers with errors that name the path.
+// Small filesystem helpers with errors that name the path and the errno.
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -7,9 +9,19 @@
 namespace kiln {
 
 std::string read_file(const std::filesystem::path& path);
-// Writes to a temporary sibling and renames, so readers never see a partial file.
-void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
-// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+// Writes to a temporary sibling, fsyncs, checks close, and renames, so readers never see a
+// partial file and a full disk is an error naming the path, never a silent short file. The
+// file gets `mode` exactly (not filtered by the process umask) when `exact_mode`; otherwise
+// mode & ~umask, as open(2) does. On failure the temporary file is removed.
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents,
+                       mode_t mode = 0666, bool exact_mode = false);
+// Creates `path` and its missing parents. Components created here get `mode` exactly
+// (chmod after mkdir, so the process umask cannot widen or narrow it); existing ones are
+// left as they are. Throws UserError naming the component that failed.
+void make_dirs(const std::filesystem::path& path, mode_t mode);
+// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln (HOME, else the passwd
+// entry), else a per-user folder in the temporary directory (kiln-cache-<uid>): never a
+// fixed name another user could create first.
 std::filesystem::path cache_root();
 
 }  // namespace kiln
