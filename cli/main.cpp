@@ -330,7 +330,16 @@ std::string age_text(double then) {
 
 std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
   if (prefix.size() < 4) throw UsageError{"kiln cache show: give at least 4 characters of the key"};
+  for (char c : prefix) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      throw kiln::UserError("'" + prefix + "' is not a cache key or key prefix (lowercase hex)");
+    }
+  }
   auto keys = store.resolve_prefix(prefix);
+  // Rows are only as trustworthy as the index file: a key that is not a key is never used.
+  keys.erase(std::remove_if(keys.begin(), keys.end(),
+                            [](const std::string& k) { return !kiln::is_cache_key(k); }),
+             keys.end());
   if (keys.empty())
     throw kiln::UserError("no cache entry with key '" + prefix + "' in " + store.root().string());
   if (keys.size() > 1 && keys[0] != prefix) {
@@ -360,6 +369,7 @@ int cmd_cache(const Args& a) {
                      "' (ls, show, stats, verify, gc, clear, reindex)"};
   }
   auto store = kiln::CacheStore::open(kiln::cache_root());
+  store->set_patient(true);  // maintenance may wait for a busy index; compiles never do
   if (sub == "ls") {
     auto rows = store->list();
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");

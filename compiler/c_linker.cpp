@@ -219,7 +219,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
     std::string label = node->label();
     std::string escaped;
     for (char c : label) {
-      if (c == '"' || c == '\\') escaped.push_back('\\');
+      // '?' too: "??/" is a trigraph wherever a user's flags pick a strict C standard.
+      if (c == '"' || c == '\\' || c == '?') escaped.push_back('\\');
       if (static_cast<unsigned char>(c) >= 0x20) escaped.push_back(c);
     }
     w.line("{kiln_node_" + std::to_string(node->id) + ", \"" + escaped + "\", " +

@@ -167,8 +167,10 @@ class Loader {
         for (int64_t d : shape) {
           if (d < 0) fail(p + ".shape", "a parameter's shape must be fully known");
         }
-        if (shape_numel(shape) != static_cast<int64_t>(values.size())) {
-          fail(p + ".shape", "holds " + std::to_string(shape_numel(shape)) + " elements but value has " +
+        auto nbytes = checked_nbytes(shape, DType::kInt8);
+        if (!nbytes) fail(p + ".shape", "has more elements than fit in 64 bits");
+        if (*nbytes != values.size()) {
+          fail(p + ".shape", "holds " + std::to_string(*nbytes) + " elements but value has " +
                                  std::to_string(values.size()));
         }
       }

@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -46,40 +47,63 @@ std::string onnx_dtype_name(int code) {
 
 namespace {
 
-// Reads `length` bytes at `offset` of an external data file (length -1: to the end).
+// Reads `length` bytes at `offset` of an external data file (length -1: to the end), after
+// checking that they are the `expect` bytes the tensor needs, so nothing is allocated for a
+// size the file cannot back. The file must resolve (symlinks included) inside `base_dir`.
 std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir,
-                          const std::string& where) {
+                          const std::string& where, uint64_t expect) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : proto.external_data()) {
     try {
+      size_t used = 0;
       if (kv.key() == "location") location = kv.value();
-      if (kv.key() == "offset") offset = std::stoll(kv.value());
-      if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "offset") offset = std::stoll(kv.value(), &used);
+      if (kv.key() == "length") length = std::stoll(kv.value(), &used);
+      if ((kv.key() == "offset" || kv.key() == "length") && used != kv.value().size())
+        throw std::invalid_argument("trailing characters");
     } catch (const std::exception&) {
       throw UserError(where + ": external data '" + kv.key() + "' is not a number: '" + kv.value() +
                       "'");
     }
   }
   if (location.empty()) throw UserError(where + ": external data without a location");
+  if (offset < 0 || length < -1) {
+    throw UserError(where + ": external data offset " + std::to_string(offset) + " length " +
+                    std::to_string(length) + " is negative");
+  }
   fs::path rel(location);
   bool escapes = rel.is_absolute();
   for (const auto& part : rel) escapes = escapes || part == "..";
+  std::error_code ec;
+  const fs::path base = fs::canonical(base_dir.empty() ? fs::path(".") : base_dir, ec);
+  fs::path file = base_dir / rel;
+  const fs::path resolved = fs::canonical(file, ec);
+  if (!escapes && !ec) {
+    // A symlink inside the folder may still point out of it: compare resolved paths.
+    auto [b, r] = std::mismatch(base.begin(), base.end(), resolved.begin(), resolved.end());
+    escapes = b != base.end() || r == resolved.end();
+  }
   if (escapes) {
     throw UserError(where + ": external data location '" + location +
-                    "' must be a relative path inside the model's folder");
+                    "' must name a file inside the model's folder (" + base.string() +
+                    "); it resolves to " + (ec ? file.string() : resolved.string()));
   }
-  fs::path file = base_dir / rel;
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(resolved, std::ios::binary);
   if (!in) throw UserError(where + ": cannot open external data file " + file.string());
   in.seekg(0, std::ios::end);
   const int64_t size = in.tellg();
-  if (offset < 0 || offset > size || (length >= 0 && offset + length > size)) {
+  if (size < 0 || offset > size || (length >= 0 && length > size - offset)) {
     throw UserError(where + ": external data file " + file.string() + " has " +
                     std::to_string(size) + " bytes; offset " + std::to_string(offset) + " length " +
                     std::to_string(length) + " runs past its end");
   }
   if (length < 0) length = size - offset;
+  if (static_cast<uint64_t>(length) != expect) {
+    throw UserError(where + ": external data has " + std::to_string(length) + " bytes at offset " +
+                    std::to_string(offset) + " of " + file.string() + ", the tensor needs " +
+                    std::to_string(expect));
+  }
   std::string bytes(static_cast<size_t>(length), '\0');
   in.seekg(offset);
   in.read(bytes.data(), length);
@@ -111,20 +135,21 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
     if (d < 0) throw UserError(where + ": negative dimension in " + dims_to_string(shape));
   }
   if (proto.has_segment()) throw UnsupportedError(where + ": segmented tensors are not supported");
-  Tensor t = Tensor::zeros(*dt, shape);
-  const size_t nbytes = t.nbytes();
-  const int64_t n = t.numel();
+  // Check the declared size against the data present before allocating anything for it.
+  const auto checked = checked_nbytes(shape, *dt);
+  if (!checked) {
+    throw UserError(where + ": dims " + dims_to_string(shape) + " of " +
+                    std::string(dtype_name(*dt)) + " need more bytes than fit in 64 bits");
+  }
+  const size_t nbytes = static_cast<size_t>(*checked);
+  const int64_t n = static_cast<int64_t>(nbytes / dtype_size(*dt));
   auto count_error = [&](const std::string& field, size_t got) {
     return UserError(where + ": " + field + " holds " + std::to_string(got) + " values but dims " +
                      dims_to_string(shape) + " need " + std::to_string(n));
   };
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string bytes = read_external(proto, base_dir, where);
-    if (bytes.size() != nbytes) {
-      throw UserError(where + ": external data has " + std::to_string(bytes.size()) + " bytes, " +
-                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " +
-                      std::to_string(nbytes));
-    }
+    std::string bytes = read_external(proto, base_dir, where, nbytes);
+    Tensor t = Tensor::empty(*dt, shape);
     if (nbytes) std::memcpy(t.data(), bytes.data(), nbytes);
     return t;
   }
@@ -134,33 +159,39 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
                       " bytes, " + std::string(dtype_name(*dt)) + " " + dims_to_string(shape) +
                       " needs " + std::to_string(nbytes));
     }
+    Tensor t = Tensor::empty(*dt, shape);
     if (nbytes) std::memcpy(t.data(), proto.raw_data().data(), nbytes);
     return t;
   }
+  int64_t present = 0;
+  const char* field = "int32_data";
+  switch (proto.data_type()) {
+    case onnx::TensorProto::FLOAT: present = proto.float_data_size(), field = "float_data"; break;
+    case onnx::TensorProto::DOUBLE: present = proto.double_data_size(), field = "double_data"; break;
+    case onnx::TensorProto::INT64: present = proto.int64_data_size(), field = "int64_data"; break;
+    default: present = proto.int32_data_size(); break;
+  }
+  if (present != n) throw count_error(field, static_cast<size_t>(present));
+  Tensor t = Tensor::empty(*dt, shape);
   switch (proto.data_type()) {
     case onnx::TensorProto::FLOAT:
-      if (proto.float_data_size() != n) throw count_error("float_data", proto.float_data_size());
       copy_field(proto.float_data(), t);
       break;
     case onnx::TensorProto::DOUBLE:
-      if (proto.double_data_size() != n) throw count_error("double_data", proto.double_data_size());
       copy_field(proto.double_data(), t);
       break;
     case onnx::TensorProto::INT64:
-      if (proto.int64_data_size() != n) throw count_error("int64_data", proto.int64_data_size());
       copy_field(proto.int64_data(), t);
       break;
     case onnx::TensorProto::FLOAT16:
     case onnx::TensorProto::BFLOAT16: {
       // 16-bit floats travel as their bit patterns in int32_data.
-      if (proto.int32_data_size() != n) throw count_error("int32_data", proto.int32_data_size());
       auto* p = static_cast<uint16_t*>(t.data());
       for (int64_t i = 0; i < n; ++i)
         p[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
       break;
     }
     default:  // INT32, INT8, UINT8, BOOL
-      if (proto.int32_data_size() != n) throw count_error("int32_data", proto.int32_data_size());
       copy_field(proto.int32_data(), t);
       break;
   }

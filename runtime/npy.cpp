@@ -4,6 +4,7 @@
 
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -122,7 +123,14 @@ Tensor parse_npy(std::string_view bytes, const std::string& origin) {
   }
 
   size_t data_start = header_start + header_len;
-  size_t need = static_cast<size_t>(shape_numel(shape)) * dtype_size(dt);
+  // Each dimension is bounded, but their product is not: check it before trusting it.
+  auto checked = checked_nbytes(shape, dt);
+  if (!checked) {
+    bad(origin, header_start + p, "shape " + dims_to_string(shape) + " of " +
+                                      std::string(dtype_name(dt)) +
+                                      " needs more bytes than fit in 64 bits");
+  }
+  size_t need = static_cast<size_t>(*checked);
   if (bytes.size() - data_start < need) {
     bad(origin, bytes.size(), "data truncated: expected " + std::to_string(need) +
                                   " bytes of data after offset " + std::to_string(data_start) +

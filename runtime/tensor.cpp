@@ -10,7 +10,27 @@ namespace kiln {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw UserError("shape " + dims_to_string(shape) + " has more elements than fit in 64 bits");
+    }
+  }
+  return n;
+}
+
+std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype) {
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    if (d == 0) return 0;
+  }
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return std::nullopt;
+  }
+  if (n > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
   return n;
 }
 
@@ -38,7 +58,12 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   for (int64_t d : shape) {
     if (d < 0) throw UserError("negative dimension in shape " + dims_to_string(shape));
   }
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  auto nbytes = checked_nbytes(shape, dtype);
+  if (!nbytes) {
+    throw UserError(std::string(dtype_name(dtype)) + " tensor of shape " + dims_to_string(shape) +
+                    " needs more bytes than fit in 64 bits");
+  }
+  size_t bytes = static_cast<size_t>(*nbytes);
   Shape strides = contiguous_strides(shape);
   return Tensor(allocate_storage(bytes), 0, dtype, std::move(shape), std::move(strides));
 }

@@ -3,6 +3,7 @@
 // (transpose, slice) share storage; outputs produced by kiln are contiguous.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,11 @@ namespace kiln {
 
 using Shape = std::vector<int64_t>;
 
+// The product of the dimensions; throws UserError naming the shape when it does not fit in
+// 63 bits (shapes from files are untrusted: a wrapped product would pass every size check).
 int64_t shape_numel(const Shape& shape);
+// numel * element size, or nullopt when that overflows (or a dimension is negative).
+std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype);
 Shape contiguous_strides(const Shape& shape);
 
 class Tensor {

@@ -117,13 +117,7 @@ TEST(CacheKey, IsComputedWithoutGeneratingSource) {
   EXPECT_THROW(generate_source(g), InternalError);
 }
 
-ProcessResult kiln_env(const std::vector<std::string>& env, const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"/usr/bin/env"};
-  argv.insert(argv.end(), env.begin(), env.end());
-  argv.push_back(kKiln);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv);
-}
+using testing::kiln_env;
 
 std::string printed_key(const ProcessResult& r) {
   auto p = r.out.find("key     ");

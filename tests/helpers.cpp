@@ -77,4 +77,12 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+ProcessResult kiln_env(const std::vector<std::string>& env, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(KILN_BINARY);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv);
+}
+
 }  // namespace kiln::testing

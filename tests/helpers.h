@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/subprocess.h"
 #include "runtime/tensor.h"
 #include "util/error.h"
 
@@ -31,5 +32,8 @@ std::string error_of(F&& f) {
 
 // A fresh directory under the test's temp root.
 std::string temp_dir(const std::string& name);
+
+// Runs the `kiln` binary with extra environment entries ("NAME=value").
+ProcessResult kiln_env(const std::vector<std::string>& env, const std::vector<std::string>& args);
 
 }  // namespace kiln::testing
