@@ -142,7 +142,10 @@ uint64_t CacheStore::default_max_size() {
   return uint64_t{2} << 30;
 }
 
-CacheStore::CacheStore(fs::path root) : root_(std::move(root)), access_(CacheAccess::from_env()) {
+CacheStore::CacheStore(fs::path root)
+    : root_(std::move(root)),
+      access_(CacheAccess::from_env()),
+      signatures_(SignaturePolicy::from_env()) {
   default_max_size();  // a bad KILN_CACHE_MAX_SIZE fails now, not after a compile
   access_.make_folder(root_);
   writable_ = ::access(root_.c_str(), W_OK) == 0;
@@ -157,6 +160,14 @@ CacheStore::CacheStore(fs::path root) : root_(std::move(root)), access_(CacheAcc
   }
   if (writable_ && ::access((root_ / "locks").c_str(), W_OK) != 0) writable_ = false;
   open_index();
+}
+
+std::string CacheStore::publish_blocker() const {
+  if (!writable_) return "cache folder '" + root_.string() + "' is read-only";
+  if (signatures_.required && !signatures_.signer) {
+    return "KILN_CACHE_REQUIRE_SIGNATURES=1 and no KILN_CACHE_SIGNING_KEY to sign with";
+  }
+  return "";
 }
 
 void CacheStore::set_patient(bool patient) {
@@ -265,6 +276,13 @@ EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
   EntryMeta meta = EntryMeta::parse(text, "meta.json");
   if (meta.key != key) throw CacheEntryError("meta.json describes key " + meta.key);
   if (meta.files.empty()) throw CacheEntryError("meta.json lists no files");
+  if (signatures_.required) {
+    // Checked before any file is hashed: an unsigned entry is refused whatever it holds.
+    if (std::string why = signature_problem(meta, signatures_.trusted, std::nullopt);
+        !why.empty()) {
+      throw CacheEntryError("not signed by a trusted key: " + why);
+    }
+  }
   for (const auto& f : meta.files) {
     std::string bytes = read_entry_file(dir / f.name, f.name, access_, f.size);
     if (sha256_hex(bytes) != f.sha256)
@@ -402,6 +420,7 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
       throw UserError("cannot set the mode of '" + p.string() + "': " + std::strerror(errno));
     }
   }
+  if (signatures_.signer) meta.signatures.push_back(sign_entry(meta, *signatures_.signer, ""));
   const std::string meta_json = meta.to_json();
   write_file_atomic(dir_in / "meta.json", meta_json, access_.file_mode(), true);
 

@@ -16,6 +16,7 @@
 #include "cache/cache_access.h"
 #include "cache/cache_index.h"
 #include "cache/entry_meta.h"
+#include "cache/entry_signature.h"
 #include "cache/file_lock.h"
 #include "cache/work_folder.h"
 
@@ -64,6 +65,10 @@ class CacheStore {
   // False for a folder this process cannot write (read-only mount, another user's cache):
   // lookups still hit, nothing is stored.
   bool writable() const { return writable_; }
+  // Why entries published here would not be usable ("" when they would): a read-only
+  // folder, or signatures required (KILN_CACHE_REQUIRE_SIGNATURES) with no key to sign.
+  std::string publish_blocker() const;
+  const SignaturePolicy& signatures() const { return signatures_; }
   // Throws CacheEntryError for anything but a cache key.
   std::filesystem::path entry_dir(const std::string& key) const;
   // Maintenance commands (ls, gc, reindex) wait for a busy index; compiles do not.
@@ -141,6 +146,7 @@ class CacheStore {
 
   std::filesystem::path root_;
   CacheAccess access_;
+  SignaturePolicy signatures_;
   bool writable_ = true;
   int busy_ms_ = kHotBusyMs;
   std::mutex index_mutex_;

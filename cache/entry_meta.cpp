@@ -38,6 +38,11 @@ std::string EntryMeta::to_json() const {
     j["files"].push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
   j["components"] = nlohmann::ordered_json::array();
   for (const auto& [name, value] : components) j["components"].push_back({name, value});
+  if (!signatures.empty()) {
+    j["signatures"] = nlohmann::ordered_json::array();
+    for (const auto& s : signatures)
+      j["signatures"].push_back({{"key", s.key_name}, {"ns", s.ns}, {"sig", s.sig}});
+  }
   return j.dump(1) + "\n";
 }
 
@@ -63,6 +68,12 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
     }
     for (const auto& c : j.at("components")) {
       m.components.emplace_back(c.at(0).get<std::string>(), c.at(1).get<std::string>());
+    }
+    if (j.contains("signatures")) {
+      for (const auto& sg : j.at("signatures")) {
+        m.signatures.push_back({sg.at("key").get<std::string>(), sg.at("ns").get<std::string>(),
+                                sg.at("sig").get<std::string>()});
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     throw CacheEntryError(where + ": missing or mistyped field (" + std::string(e.what()) + ")");

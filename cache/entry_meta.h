@@ -30,6 +30,13 @@ struct FileRecord {
   std::string sha256;
 };
 
+// An Ed25519 signature over the entry's identity (see entry_signature.h) by a named key.
+struct EntrySignature {
+  std::string key_name;
+  std::string ns;   // the namespace it was signed for (remote caches keep tenants apart)
+  std::string sig;  // base64
+};
+
 struct EntryMeta {
   std::string key;
   std::string label;    // e.g. the model name, for `kiln cache ls`
@@ -39,6 +46,7 @@ struct EntryMeta {
   double compile_ms = 0;
   KeyComponents components;
   std::vector<FileRecord> files;
+  std::vector<EntrySignature> signatures;  // optional; not covered by the key
 
   const FileRecord* file(const std::string& name) const;
   std::string to_json() const;

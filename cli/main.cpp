@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/cache_store.h"
+#include "cache/entry_signature.h"
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
 #include "rewrite/pipeline.h"
@@ -92,10 +93,16 @@ const char* kCacheHelp = R"(usage: kiln cache SUBCOMMAND
                      remove least-recently-used entries until the cache fits SIZE (default
                      KILN_CACHE_MAX_SIZE or 2G) and none is unused for longer than AGE
                      (e.g. 7d, 12h); entries loaded by a live process are kept
-  clear              remove every entry not in use, quarantine/ and failed/
+  clear              remove every entry not in use, quarantine/, failed/ and abandoned
+                     scratch folders (folders a live process works in stay)
   reindex            rebuild index.sqlite from objects/
+  keygen NAME FILE   make an Ed25519 key pair for signing entries: the secret key goes to
+                     FILE (mode 0600; for KILN_CACHE_SIGNING_KEY), the public key to stdout
+                     (for KILN_CACHE_TRUSTED_KEYS)
 
-The cache lives in $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln).
+The cache lives in $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). It is
+private to its owner unless KILN_CACHE_UMASK (e.g. 002) shares it with a group; see
+docs/cache.md, "Security model".
 )";
 
 const char* kRunHelp =
@@ -351,22 +358,34 @@ std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
 int cmd_cache(const Args& a) {
   if (a.positional.empty())
     throw UsageError{
-        "kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex)"};
+        "kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex, keygen)"};
   const std::string sub = a.positional[0];
-  const size_t want_args = sub == "show" ? 2 : 1;
+  const size_t want_args = sub == "show" ? 2 : sub == "keygen" ? 3 : 1;
   if (a.positional.size() != want_args) {
-    throw UsageError{sub == "show" ? "kiln cache show: expected one KEY"
-                                   : "kiln cache " + sub + ": unexpected argument '" +
-                                         a.positional.back() + "'"};
+    throw UsageError{sub == "show"     ? "kiln cache show: expected one KEY"
+                     : sub == "keygen" ? "kiln cache keygen: expected NAME and FILE"
+                                       : "kiln cache " + sub + ": unexpected argument '" +
+                                             a.positional.back() + "'"};
+  }
+  if (sub == "keygen") {
+    // Needs no cache folder: a key pair is made once and handed to writers and readers.
+    auto [secret, pub] = kiln::generate_key_pair(a.positional[1]);
+    const std::filesystem::path file = a.positional[2];
+    std::error_code ec;
+    if (std::filesystem::exists(file, ec))
+      throw kiln::UserError("'" + file.string() + "' exists; not overwriting a key");
+    kiln::write_file_atomic(file, secret + "\n", 0600, true);
+    std::printf("%s\n", pub.c_str());
+    return 0;
   }
   if (sub != "gc" && (!a.max_size.empty() || !a.max_age.empty())) {
     throw UsageError{"--max-size/--max-age belong to 'kiln cache gc'"};
   }
-  static const std::vector<std::string> known{"ls", "show",  "stats",  "verify",
-                                              "gc", "clear", "reindex"};
+  static const std::vector<std::string> known{"ls",    "show",    "stats", "verify",
+                                              "gc",    "clear",   "reindex"};
   if (std::find(known.begin(), known.end(), sub) == known.end()) {
     throw UsageError{"kiln cache: unknown subcommand '" + sub +
-                     "' (ls, show, stats, verify, gc, clear, reindex)"};
+                     "' (ls, show, stats, verify, gc, clear, reindex, keygen)"};
   }
   auto store = kiln::CacheStore::open(kiln::cache_root());
   store->set_patient(true);  // maintenance may wait for a busy index; compiles never do

@@ -380,7 +380,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
       return make_function(graph, *hit, std::move(info), options);
     }
     auto store = CacheStore::open(root);
-    if (!store->writable()) {
+    if (std::string blocker = store->publish_blocker(); !blocker.empty()) {
       // Hits still load; a miss is compiled beside the cache and not stored.
       LookupResult r = store->lookup(mk.key, false);
       if (r.entry) {
@@ -389,8 +389,8 @@ Function compile(const Graph& source, const CompileOptions& options) {
         loaded.module_path = r.entry->file("module.so");
         memoize = true;
       } else {
-        warn("cache folder '" + root.string() +
-             "' is read-only: compiling without storing the module");
+        warn(blocker + ": compiling without storing the module" +
+             (r.problem.empty() ? "" : " (the entry there: " + r.problem + ")"));
         info.cache = CacheStatus::kUncacheable;
         loaded = build_unstored(graph, tc, mk, store.get(), info);
       }

@@ -51,7 +51,7 @@ namespace {
 // checking that they are the `expect` bytes the tensor needs, so nothing is allocated for a
 // size the file cannot back. The file must resolve (symlinks included) inside `base_dir`.
 std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir,
-                          const std::string& where, uint64_t expect) {
+                          const std::string& where, uint64_t expect, const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : proto.external_data()) {
@@ -100,8 +100,8 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
   }
   if (length < 0) length = size - offset;
   if (static_cast<uint64_t>(length) != expect) {
-    throw UserError(where + ": external data has " + std::to_string(length) + " bytes at offset " +
-                    std::to_string(offset) + " of " + file.string() + ", the tensor needs " +
+    throw UserError(where + ": external data has " + std::to_string(length) + " bytes (offset " +
+                    std::to_string(offset) + " of " + file.string() + "), " + what + " needs " +
                     std::to_string(expect));
   }
   std::string bytes(static_cast<size_t>(length), '\0');
@@ -148,7 +148,8 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
                      dims_to_string(shape) + " need " + std::to_string(n));
   };
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string bytes = read_external(proto, base_dir, where, nbytes);
+    std::string bytes = read_external(proto, base_dir, where, nbytes,
+                                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape));
     Tensor t = Tensor::empty(*dt, shape);
     if (nbytes) std::memcpy(t.data(), bytes.data(), nbytes);
     return t;

@@ -77,7 +77,7 @@ ProcessResult kiln_as(uid_t uid, gid_t gid, const std::vector<std::string>& env,
                                 "--regid=" + std::to_string(gid), "--clear-groups",
                                 "/usr/bin/env"};
   argv.insert(argv.end(), e.begin(), e.end());
-  argv.push_back(KILN_BINARY);
+  argv.push_back(testing::kiln_binary());
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv);
 }
@@ -197,7 +197,7 @@ TEST(CacheHardening, NoFixedFallbackFolderWhenHomeIsUnset) {
 // Replaces an entry's module with one whose constructor leaves `marker`, fixes meta.json's
 // SHA-256 so the entry is consistent with itself, and hands the files to another owner (or,
 // without root, makes them writable by others): what a second user of a shared /tmp could do.
-void plant_module(const fs::path& entry, const fs::path& marker) {
+void plant_module(const fs::path& entry, const fs::path& marker, bool hand_over = true) {
   const fs::path src = entry.parent_path() / "planted.c";
   write_file_atomic(src, "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
                          " { creat(\"" + marker.string() + "\", 0600); }\n");
@@ -212,7 +212,9 @@ void plant_module(const fs::path& entry, const fs::path& marker) {
     f.size = bytes.size();
     f.sha256 = sha256_hex(bytes);
   }
-  write_file_atomic(entry / "meta.json", m.to_json());
+  write_file_atomic(entry / "meta.json", m.to_json(), 0600, true);
+  ::chmod((entry / "module.so").c_str(), 0600);
+  if (!hand_over) return;
   for (const char* name : {"module.so", "meta.json"}) {
     if (is_root()) {
       ASSERT_EQ(::chown((entry / name).c_str(), 65534, 65534), 0);
@@ -296,6 +298,78 @@ TEST(CacheHardening, AGroupSharedCacheServesASecondUser) {
   auto c = kiln_as(61002, 61000, {"KILN_CACHE_DIR=" + cache.string()}, {"compile", kMlp});
   EXPECT_EQ(c.exit_code, 1);
   EXPECT_NE(c.err.find("owned by uid 61001"), std::string::npos) << c.err;
+}
+
+TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
+  clear_compile_memo();
+  const fs::path base = temp_dir("hk-sign");
+  const fs::path cache = base / "cache", marker = base / "planted-code-ran", out = base / "out";
+  auto keygen = kiln_env({}, {"cache", "keygen", "builders-1", (base / "writer.key").string()});
+  ASSERT_EQ(keygen.exit_code, 0) << keygen.err;
+  EXPECT_EQ(mode_of(base / "writer.key"), 0600u);
+  const std::string pub = keygen.out.substr(0, keygen.out.find('\n'));
+  ASSERT_EQ(pub.rfind("builders-1:", 0), 0u) << pub;
+  auto other = kiln_env({}, {"cache", "keygen", "stranger", (base / "stranger.key").string()});
+  ASSERT_EQ(other.exit_code, 0);
+
+  const std::string dir = "KILN_CACHE_DIR=" + cache.string();
+  const std::string trust = "KILN_CACHE_TRUSTED_KEYS=" + pub;
+  const std::string require = "KILN_CACHE_REQUIRE_SIGNATURES=1";
+  const std::vector<std::string> writer{dir, trust, require,
+                                        "KILN_CACHE_SIGNING_KEY=" + (base / "writer.key").string()};
+  const std::vector<std::string> reader{dir, trust, require};
+  const std::vector<std::string> run{"run",    kMlp, "--input", "x=" + kMlpDir + "/input.npy",
+                                     "--output-dir", out.string()};
+  auto miss = kiln_env(writer, {"compile", "-v", kMlp});
+  ASSERT_EQ(miss.exit_code, 0) << miss.err;
+  EXPECT_NE(miss.err.find("cache miss"), std::string::npos) << miss.err;
+  auto hit = kiln_env(reader, {"compile", "-v", kMlp});
+  EXPECT_EQ(hit.exit_code, 0) << hit.err;
+  EXPECT_NE(hit.err.find("cache hit"), std::string::npos) << "a signed entry loads: " << hit.err;
+
+  fs::path entry;
+  for (const auto& shard : fs::directory_iterator(cache / "objects"))
+    for (const auto& e : fs::directory_iterator(shard)) entry = e.path();
+  EXPECT_NE(read_file(entry / "meta.json").find("\"builders-1\""), std::string::npos);
+  // Files this user owns, consistent with meta.json, but not what the key holder signed.
+  plant_module(entry, marker, /*hand_over=*/false);
+  auto planted = kiln_env(reader, run);
+  EXPECT_EQ(planted.exit_code, 0) << planted.err;
+  EXPECT_FALSE(fs::exists(marker)) << "the planted constructor ran";
+  EXPECT_NE(planted.err.find("does not verify"), std::string::npos) << planted.err;
+  EXPECT_NE(planted.err.find("compiling without storing"), std::string::npos) << planted.err;
+  EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
+                                     1e-4, 1e-5));
+
+  // Unsigned, or signed by a key nobody trusts: refused alike.
+  fs::remove_all(cache);
+  ASSERT_EQ(kiln_env({dir}, {"compile", kMlp}).exit_code, 0);
+  auto unsigned_entry = kiln_env(reader, {"compile", "-v", kMlp});
+  EXPECT_NE(unsigned_entry.err.find("carries no signature"), std::string::npos)
+      << unsigned_entry.err;
+  fs::remove_all(cache);
+  ASSERT_EQ(kiln_env({dir, "KILN_CACHE_SIGNING_KEY=" + (base / "stranger.key").string()},
+                     {"compile", kMlp})
+                .exit_code,
+            0);
+  auto stranger = kiln_env(reader, {"compile", "-v", kMlp});
+  EXPECT_NE(stranger.err.find("'stranger', which KILN_CACHE_TRUSTED_KEYS does not list"),
+            std::string::npos)
+      << stranger.err;
+
+  // Configuration mistakes name the variable.
+  auto no_keys = kiln_env({dir, require}, {"compile", kMlp});
+  EXPECT_EQ(no_keys.exit_code, 1);
+  EXPECT_NE(no_keys.err.find("needs the keys to trust in KILN_CACHE_TRUSTED_KEYS"),
+            std::string::npos)
+      << no_keys.err;
+  ::chmod((base / "writer.key").c_str(), 0644);
+  auto open_key = kiln_env(writer, {"compile", kMlp});
+  EXPECT_EQ(open_key.exit_code, 1);
+  EXPECT_NE(open_key.err.find("can be read by other users"), std::string::npos) << open_key.err;
+  auto bad_pub = kiln_env({dir, "KILN_CACHE_TRUSTED_KEYS=builders-1:AAAA"}, {"compile", kMlp});
+  EXPECT_EQ(bad_pub.exit_code, 1);
+  EXPECT_NE(bad_pub.err.find("is not 32 bytes of base64"), std::string::npos) << bad_pub.err;
 }
 
 // --- 3. shapes whose product wraps ----------------------------------------------------------

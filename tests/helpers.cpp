@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "tests/helpers.h"
 
 #include <unistd.h>
@@ -77,10 +78,15 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+std::string kiln_binary() {
+  const char* other = std::getenv("KILN_TEST_BINARY");
+  return other && *other ? other : KILN_BINARY;
+}
+
 ProcessResult kiln_env(const std::vector<std::string>& env, const std::vector<std::string>& args) {
   std::vector<std::string> argv{"/usr/bin/env"};
   argv.insert(argv.end(), env.begin(), env.end());
-  argv.push_back(KILN_BINARY);
+  argv.push_back(kiln_binary());
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv);
 }

@@ -33,6 +33,9 @@ std::string error_of(F&& f) {
 // A fresh directory under the test's temp root.
 std::string temp_dir(const std::string& name);
 
+// The `kiln` binary the tests run: this build's, or $KILN_TEST_BINARY (to run the CLI tests
+// against another build, e.g. the commit before a fix).
+std::string kiln_binary();
 // Runs the `kiln` binary with extra environment entries ("NAME=value").
 ProcessResult kiln_env(const std::vector<std::string>& env, const std::vector<std::string>& args);
 

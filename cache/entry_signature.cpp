@@ -1,0 +1,162 @@
+#include "cache/entry_signature.h"
+
+#include <sodium.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+void init_sodium() {
+  static const int ok = sodium_init();
+  if (ok < 0) throw InternalError("libsodium failed to initialise");
+}
+
+std::string to_base64(const unsigned char* bytes, size_t n) {
+  std::string out(sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), bytes, n, sodium_base64_VARIANT_ORIGINAL);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+// Decodes exactly `n` bytes of base64; false on anything else.
+bool from_base64(const std::string& text, unsigned char* out, size_t n) {
+  size_t len = 0;
+  const char* end = nullptr;
+  if (sodium_base642bin(out, n, text.data(), text.size(), nullptr, &len, &end,
+                        sodium_base64_VARIANT_ORIGINAL) != 0)
+    return false;
+  return len == n && end == text.data() + text.size();
+}
+
+// "name:base64" -> (name, base64); the name may not be empty or hold ':' or spaces.
+std::pair<std::string, std::string> split_named(const std::string& text, const std::string& where,
+                                                const char* kind) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || text.find(' ') != std::string::npos) {
+    throw UserError(where + ": '" + text.substr(0, 40) + "' is not a " + kind +
+                    " of the form name:base64");
+  }
+  return {text.substr(0, colon), text.substr(colon + 1)};
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+SigningKey parse_signing_key(const std::string& text, const std::string& where) {
+  init_sodium();
+  auto [name, b64] = split_named(trim(text), where, "secret key");
+  SigningKey k;
+  k.name = name;
+  if (!from_base64(b64, k.secret.data(), k.secret.size()))
+    throw UserError(where + ": the secret key of '" + name + "' is not 64 bytes of base64");
+  return k;
+}
+
+TrustedKey parse_trusted_key(const std::string& text, const std::string& where) {
+  init_sodium();
+  auto [name, b64] = split_named(trim(text), where, "public key");
+  TrustedKey k;
+  k.name = name;
+  if (!from_base64(b64, k.public_key.data(), k.public_key.size()))
+    throw UserError(where + ": the public key of '" + name + "' is not 32 bytes of base64");
+  return k;
+}
+
+std::pair<std::string, std::string> generate_key_pair(const std::string& name) {
+  init_sodium();
+  if (name.empty() || name.find_first_of(": \n") != std::string::npos)
+    throw UserError("key name '" + name + "' must be non-empty, without ':' or spaces");
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_keypair(pk, sk);
+  std::string secret = name + ":" + to_base64(sk, sizeof sk);
+  sodium_memzero(sk, sizeof sk);
+  return {secret, name + ":" + to_base64(pk, sizeof pk)};
+}
+
+SignaturePolicy SignaturePolicy::from_env() {
+  SignaturePolicy p;
+  if (const char* file = std::getenv("KILN_CACHE_SIGNING_KEY"); file && *file) {
+    struct stat st {};
+    if (::stat(file, &st) != 0)
+      throw UserError(std::string("KILN_CACHE_SIGNING_KEY: cannot read '") + file + "'");
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+      throw UserError(std::string("KILN_CACHE_SIGNING_KEY: '") + file +
+                      "' can be read by other users; a secret key must be private (chmod 600)");
+    }
+    p.signer = parse_signing_key(read_file(file), std::string("KILN_CACHE_SIGNING_KEY (") + file + ")");
+  }
+  if (const char* keys = std::getenv("KILN_CACHE_TRUSTED_KEYS"); keys && *keys) {
+    std::istringstream in(keys);
+    for (std::string k; in >> k;) p.trusted.push_back(parse_trusted_key(k, "KILN_CACHE_TRUSTED_KEYS"));
+  }
+  if (const char* req = std::getenv("KILN_CACHE_REQUIRE_SIGNATURES"); req && *req) {
+    std::string v = req;
+    if (v != "0" && v != "1")
+      throw UserError("KILN_CACHE_REQUIRE_SIGNATURES: '" + v + "' is neither 0 nor 1");
+    p.required = v == "1";
+    if (p.required && p.trusted.empty()) {
+      throw UserError(
+          "KILN_CACHE_REQUIRE_SIGNATURES=1 needs the keys to trust in KILN_CACHE_TRUSTED_KEYS");
+    }
+  }
+  return p;
+}
+
+std::string signed_text(const EntryMeta& meta, const std::string& ns) {
+  std::string t = "kiln-cache-entry 1\nkey " + meta.key + "\nnamespace " + ns + "\n";
+  for (const auto& f : meta.files)
+    t += "file " + f.name + " " + std::to_string(f.size) + " " + f.sha256 + "\n";
+  return t;
+}
+
+EntrySignature sign_entry(const EntryMeta& meta, const SigningKey& key, const std::string& ns) {
+  init_sodium();
+  const std::string text = signed_text(meta, ns);
+  unsigned char sig[crypto_sign_BYTES];
+  crypto_sign_detached(sig, nullptr, reinterpret_cast<const unsigned char*>(text.data()),
+                       text.size(), key.secret.data());
+  return EntrySignature{key.name, ns, to_base64(sig, sizeof sig)};
+}
+
+std::string signature_problem(const EntryMeta& meta, const std::vector<TrustedKey>& trusted,
+                              const std::optional<std::string>& ns) {
+  init_sodium();
+  if (meta.signatures.empty()) return "it carries no signature";
+  std::string why;
+  for (const auto& s : meta.signatures) {
+    if (ns && s.ns != *ns) {
+      why = "its signature by '" + s.key_name + "' is for namespace '" + s.ns + "'";
+      continue;
+    }
+    const TrustedKey* key = nullptr;
+    for (const auto& k : trusted) {
+      if (k.name == s.key_name) key = &k;
+    }
+    if (!key) {
+      why = "it is signed by '" + s.key_name + "', which KILN_CACHE_TRUSTED_KEYS does not list";
+      continue;
+    }
+    unsigned char sig[crypto_sign_BYTES];
+    const std::string text = signed_text(meta, s.ns);
+    if (from_base64(s.sig, sig, sizeof sig) &&
+        crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(text.data()),
+                                    text.size(), key->public_key.data()) == 0) {
+      return "";
+    }
+    why = "its signature by '" + s.key_name + "' does not verify";
+  }
+  return why;
+}
+
+}  // namespace kiln
