@@ -98,7 +98,22 @@ SignaturePolicy SignaturePolicy::from_env() {
   }
   if (const char* keys = std::getenv("KILN_CACHE_TRUSTED_KEYS"); keys && *keys) {
     std::istringstream in(keys);
-    for (std::string k; in >> k;) p.trusted.push_back(parse_trusted_key(k, "KILN_CACHE_TRUSTED_KEYS"));
+    for (std::string k; in >> k;) {
+      if (k[0] != '@') {
+        p.trusted.push_back(parse_trusted_key(k, "KILN_CACHE_TRUSTED_KEYS"));
+        continue;
+      }
+      // @FILE: one or more public keys, whitespace-separated (e.g. NAME.public files).
+      std::string where = "KILN_CACHE_TRUSTED_KEYS (" + k.substr(1) + ")";
+      std::string text;
+      try {
+        text = read_file(k.substr(1));
+      } catch (const UserError& e) {
+        throw UserError(where + ": " + e.what());
+      }
+      std::istringstream file_keys(text);
+      for (std::string fk; file_keys >> fk;) p.trusted.push_back(parse_trusted_key(fk, where));
+    }
   }
   if (const char* req = std::getenv("KILN_CACHE_REQUIRE_SIGNATURES"); req && *req) {
     std::string v = req;

@@ -28,7 +28,8 @@ struct TrustedKey {
 // The signing configuration of this process, from the environment:
 //   KILN_CACHE_SIGNING_KEY         a file holding "name:base64" (a secret key; not readable by
 //                                  others); entries this process publishes are signed with it
-//   KILN_CACHE_TRUSTED_KEYS        public keys, "name:base64", separated by spaces
+//   KILN_CACHE_TRUSTED_KEYS        public keys, "name:base64", separated by spaces; "@FILE"
+//                                  reads more from FILE
 //   KILN_CACHE_REQUIRE_SIGNATURES  "1": a local entry is used only when a trusted key signed it
 // Throws UserError naming the variable that is wrong.
 struct SignaturePolicy {

@@ -96,9 +96,10 @@ const char* kCacheHelp = R"(usage: kiln cache SUBCOMMAND
   clear              remove every entry not in use, quarantine/, failed/ and abandoned
                      scratch folders (folders a live process works in stay)
   reindex            rebuild index.sqlite from objects/
-  keygen NAME FILE   make an Ed25519 key pair for signing entries: the secret key goes to
-                     FILE (mode 0600; for KILN_CACHE_SIGNING_KEY), the public key to stdout
-                     (for KILN_CACHE_TRUSTED_KEYS)
+  keygen NAME [--out DIR]
+                     make an Ed25519 key pair for signing entries: DIR/NAME.secret (mode
+                     0600; for KILN_CACHE_SIGNING_KEY) and DIR/NAME.public (one line
+                     NAME:base64; for KILN_CACHE_TRUSTED_KEYS)
 
 The cache lives in $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). It is
 private to its owner unless KILN_CACHE_UMASK (e.g. 002) shares it with a group; see
@@ -143,6 +144,7 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> inputs;
   std::string output_dir;
+  std::string out_dir;  // kiln cache keygen --out
   bool explain = false;
   bool graph = false;
   std::optional<std::string> passes;
@@ -178,6 +180,8 @@ Args parse(int argc, char** argv) {
       a.max_size = value(s);
     } else if (s == "--max-age") {
       a.max_age = value(s);
+    } else if (s == "--out") {
+      a.out_dir = value(s);
     } else if (s == "-o" || s == "--output-dir") {
       a.output_dir = value(s);
     } else if (s.rfind("--output-dir=", 0) == 0) {
@@ -360,22 +364,29 @@ int cmd_cache(const Args& a) {
     throw UsageError{
         "kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex, keygen)"};
   const std::string sub = a.positional[0];
-  const size_t want_args = sub == "show" ? 2 : sub == "keygen" ? 3 : 1;
+  const size_t want_args = sub == "show" || sub == "keygen" ? 2 : 1;
   if (a.positional.size() != want_args) {
     throw UsageError{sub == "show"     ? "kiln cache show: expected one KEY"
-                     : sub == "keygen" ? "kiln cache keygen: expected NAME and FILE"
+                     : sub == "keygen" ? "kiln cache keygen: expected NAME (and --out DIR)"
                                        : "kiln cache " + sub + ": unexpected argument '" +
                                              a.positional.back() + "'"};
   }
   if (sub == "keygen") {
     // Needs no cache folder: a key pair is made once and handed to writers and readers.
-    auto [secret, pub] = kiln::generate_key_pair(a.positional[1]);
-    const std::filesystem::path file = a.positional[2];
+    const std::string name = a.positional[1];
+    auto [secret, pub] = kiln::generate_key_pair(name);
+    const std::filesystem::path dir = a.out_dir.empty() ? "." : a.out_dir;
+    const auto secret_file = dir / (name + ".secret"), public_file = dir / (name + ".public");
     std::error_code ec;
-    if (std::filesystem::exists(file, ec))
-      throw kiln::UserError("'" + file.string() + "' exists; not overwriting a key");
-    kiln::write_file_atomic(file, secret + "\n", 0600, true);
-    std::printf("%s\n", pub.c_str());
+    for (const auto& f : {secret_file, public_file}) {
+      if (std::filesystem::exists(f, ec))
+        throw kiln::UserError("'" + f.string() + "' exists; not overwriting a key");
+    }
+    kiln::make_dirs(dir, 0700);
+    kiln::write_file_atomic(secret_file, secret + "\n", 0600, true);
+    kiln::write_file_atomic(public_file, pub + "\n", 0644, true);
+    std::printf("secret key %s (KILN_CACHE_SIGNING_KEY)\npublic key %s: %s\n",
+                secret_file.c_str(), public_file.c_str(), pub.c_str());
     return 0;
   }
   if (sub != "gc" && (!a.max_size.empty() || !a.max_age.empty())) {

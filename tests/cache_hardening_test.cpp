@@ -304,19 +304,22 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
   clear_compile_memo();
   const fs::path base = temp_dir("hk-sign");
   const fs::path cache = base / "cache", marker = base / "planted-code-ran", out = base / "out";
-  auto keygen = kiln_env({}, {"cache", "keygen", "builders-1", (base / "writer.key").string()});
+  auto keygen = kiln_env({}, {"cache", "keygen", "builders-1", "--out", base.string()});
   ASSERT_EQ(keygen.exit_code, 0) << keygen.err;
-  EXPECT_EQ(mode_of(base / "writer.key"), 0600u);
-  const std::string pub = keygen.out.substr(0, keygen.out.find('\n'));
+  EXPECT_EQ(mode_of(base / "builders-1.secret"), 0600u);
+  const std::string pub = split_lines(read_file(base / "builders-1.public")).at(0);
   ASSERT_EQ(pub.rfind("builders-1:", 0), 0u) << pub;
-  auto other = kiln_env({}, {"cache", "keygen", "stranger", (base / "stranger.key").string()});
+  EXPECT_NE(keygen.out.find(pub), std::string::npos) << keygen.out;
+  auto other = kiln_env({}, {"cache", "keygen", "stranger", "--out", base.string()});
   ASSERT_EQ(other.exit_code, 0);
+  EXPECT_EQ(kiln_env({}, {"cache", "keygen", "stranger", "--out", base.string()}).exit_code, 1)
+      << "an existing key is never overwritten";
 
   const std::string dir = "KILN_CACHE_DIR=" + cache.string();
-  const std::string trust = "KILN_CACHE_TRUSTED_KEYS=" + pub;
+  const std::string trust = "KILN_CACHE_TRUSTED_KEYS=@" + (base / "builders-1.public").string();
   const std::string require = "KILN_CACHE_REQUIRE_SIGNATURES=1";
   const std::vector<std::string> writer{dir, trust, require,
-                                        "KILN_CACHE_SIGNING_KEY=" + (base / "writer.key").string()};
+                                        "KILN_CACHE_SIGNING_KEY=" + (base / "builders-1.secret").string()};
   const std::vector<std::string> reader{dir, trust, require};
   const std::vector<std::string> run{"run",    kMlp, "--input", "x=" + kMlpDir + "/input.npy",
                                      "--output-dir", out.string()};
@@ -348,7 +351,7 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
   EXPECT_NE(unsigned_entry.err.find("carries no signature"), std::string::npos)
       << unsigned_entry.err;
   fs::remove_all(cache);
-  ASSERT_EQ(kiln_env({dir, "KILN_CACHE_SIGNING_KEY=" + (base / "stranger.key").string()},
+  ASSERT_EQ(kiln_env({dir, "KILN_CACHE_SIGNING_KEY=" + (base / "stranger.secret").string()},
                      {"compile", kMlp})
                 .exit_code,
             0);
@@ -363,7 +366,7 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
   EXPECT_NE(no_keys.err.find("needs the keys to trust in KILN_CACHE_TRUSTED_KEYS"),
             std::string::npos)
       << no_keys.err;
-  ::chmod((base / "writer.key").c_str(), 0644);
+  ::chmod((base / "builders-1.secret").c_str(), 0644);
   auto open_key = kiln_env(writer, {"compile", kMlp});
   EXPECT_EQ(open_key.exit_code, 1);
   EXPECT_NE(open_key.err.find("can be read by other users"), std::string::npos) << open_key.err;
