@@ -17,6 +17,10 @@ extern const int abi_headers_count;
 }  // namespace kiln::embedded
 
 namespace kiln {
+namespace embedded {
+extern const char generators_hash[];  // generators_hash.cpp, made at build time
+}  // namespace embedded
+
 namespace {
 
 const COp& c_op(const Node& node) {
@@ -47,17 +51,20 @@ std::string comment_safe(std::string s) {
 // Bump when the stitched layout changes in a way the preludes and ABI header do not show.
 constexpr int kLinkerVersion = 1;
 
+std::string codegen_fingerprint_for(std::string_view generators) {
+  Sha256 h;
+  h.update("linker=" + std::to_string(kLinkerVersion) + "\n");
+  h.update("generators=" + std::string(generators) + "\n");
+  for (int i = 0; i < embedded::abi_headers_count; ++i) h.update(embedded::abi_headers[i].second);
+  for (auto name : prelude_names()) {
+    h.update(name);
+    h.update(prelude(name));
+  }
+  return h.hex_digest();
+}
+
 const std::string& codegen_fingerprint() {
-  static const std::string fingerprint = [] {
-    Sha256 h;
-    h.update("linker=" + std::to_string(kLinkerVersion) + "\n");
-    for (int i = 0; i < embedded::abi_headers_count; ++i) h.update(embedded::abi_headers[i].second);
-    for (auto name : prelude_names()) {
-      h.update(name);
-      h.update(prelude(name));
-    }
-    return h.hex_digest();
-  }();
+  static const std::string fingerprint = codegen_fingerprint_for(embedded::generators_hash);
   return fingerprint;
 }
 

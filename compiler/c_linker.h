@@ -3,6 +3,7 @@
 // deduplicated includes and support code, one state struct, one thunk per node (each with
 // a banner and one cleanup path), and the exported kiln_module() table.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctemplate/code_writer.h"
@@ -20,9 +21,14 @@ struct LinkedModule {
 // `key` is embedded in the module so a loaded module can say what it was built from.
 LinkedModule link_c_module(const Graph& graph, const std::string& key);
 
-// Identifies the code the linker itself adds (its own layout, the module ABI header and every
-// prelude): part of every cache key, so changing any of them invalidates old modules.
+// Identifies the code generators: the linker's layout version, the module ABI header, every
+// prelude, and a build-time hash of every source that emits or rewrites code (ops/, rewrite/,
+// ctemplate/, graph/, the linker; cmake/GeneratorHash.cmake). Part of every cache key, so two
+// kiln builds share modules only when their generators are byte-identical; an op's
+// cache_version remains for op libraries built apart from kiln, and as a manual override.
 const std::string& codegen_fingerprint();
+// The same for another generators hash (tests: two builds must not share keys).
+std::string codegen_fingerprint_for(std::string_view generators);
 
 // Banner text for a node: "node 7: add(t3, b1) -> t4  [float32, (?, 256)]".
 std::string node_banner(const Node& node);

@@ -100,10 +100,11 @@ std::string graph_signature(const Graph& graph) {
 }
 std::string graph_family(const Graph& graph) { return family_of(graph, variable_refs(graph)); }
 
-ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components) {
+ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components,
+                     const std::string& codegen) {
   ModuleKey k;
   k.components.emplace_back("abi", std::to_string(KILN_ABI_VERSION));
-  k.components.emplace_back("codegen", codegen_fingerprint());
+  k.components.emplace_back("codegen", codegen.empty() ? codegen_fingerprint() : codegen);
   k.components.insert(k.components.end(), toolchain_components.begin(), toolchain_components.end());
   Refs refs = variable_refs(graph);
   k.components.emplace_back("graph", signature_of(graph, refs));

@@ -24,7 +24,8 @@ struct ModuleKey {
 std::string graph_signature(const Graph& graph);  // one line per input, constant, node, output
 std::string graph_family(const Graph& graph);
 ModuleKey module_key(const Graph& graph, const Toolchain& toolchain);
-// With explicit toolchain components (tests).
-ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components);
+// With explicit toolchain components and, optionally, codegen fingerprint (tests).
+ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_components,
+                     const std::string& codegen = {});
 
 }  // namespace kiln

@@ -15,6 +15,8 @@
 
 #include "cache/cache_store.h"
 #include "compiler/compile.h"
+#include "compiler/c_linker.h"
+#include "compiler/explain.h"
 #include "compiler/graph_key.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
@@ -109,6 +111,20 @@ TEST(CacheKey, OpVersionFlagsAndCompilerEnterTheKey) {
   EXPECT_NE(key_of(versioned_graph(1)), key_of(versioned_graph(1), {"", "-DKILN_KEY_TEST=1"}));
   EXPECT_NE(key_of(versioned_graph(1)), key_of(versioned_graph(1), {"gcc", ""}));
   EXPECT_EQ(key_of(versioned_graph(1)), key_of(versioned_graph(1), {"clang", ""}));
+}
+
+TEST(CacheKey, TwoBuildsWithDifferentGeneratorsNeverShareAKey) {
+  Graph g = small_graph("generators", DType::kFloat32, 8);
+  const KeyComponents tc = Toolchain::get().key_components();
+  ModuleKey a = module_key(g, tc, codegen_fingerprint_for("generators of build a"));
+  ModuleKey b = module_key(g, tc, codegen_fingerprint_for("generators of build b"));
+  EXPECT_NE(a.key, b.key);
+  EXPECT_EQ(a.family, b.family);  // --explain still finds the other build's entry
+  EXPECT_EQ(module_key(g, tc).key, module_key(g, tc, codegen_fingerprint()).key);
+  EXPECT_NE(codegen_fingerprint(), codegen_fingerprint_for(""));  // this build's hash is in it
+  auto diffs = component_differences(a.components, b.components);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("codegen: the code generators differ"), std::string::npos) << diffs[0];
 }
 
 TEST(CacheKey, IsComputedWithoutGeneratingSource) {
