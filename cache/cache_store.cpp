@@ -29,6 +29,16 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// A use time for the LRU order: the wall clock, but strictly increasing within the process,
+// so two uses in a row are ordered even when the clock steps back or does not advance.
+double use_stamp() {
+  static std::mutex mutex;
+  static double last = 0;
+  std::lock_guard lock(mutex);
+  last = std::max(now_s(), last + 1e-6);
+  return last;
+}
+
 // Failed builds and quarantined entries older than this go at the next sweep.
 constexpr double kDebrisAge = 7 * 24 * 3600.0;
 
@@ -367,9 +377,9 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
       if (!idx->find(key)) {  // published while the index was busy: repair its row now
         std::error_code size_ec;
         auto meta_size = fs::file_size(dir / "meta.json", size_ec);
-        idx->put(row_of(meta, size_ec ? 0 : meta_size, now_s()));
+        idx->put(row_of(meta, size_ec ? 0 : meta_size, use_stamp()));
       }
-      idx->record_hit(key, now_s());
+      idx->record_hit(key, use_stamp());
     } catch (const CacheIndexError& e) {
       index_failed(std::string(e.what()) + " (the entry is used anyway)");
     }
@@ -440,7 +450,7 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
   if (CacheIndex* idx = index()) {
     try {
       if (fs::exists(root_ / "index.dirty", ec)) repair_index();
-      IndexRow row = row_of(meta, meta_json.size(), now_s());
+      IndexRow row = row_of(meta, meta_json.size(), use_stamp());
       idx->put(row);
       idx->record_compile();
       uint64_t cap = default_max_size();

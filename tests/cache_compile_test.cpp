@@ -3,7 +3,9 @@
 // compiles, eviction of entries in use, --explain and every `kiln cache` subcommand.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -517,21 +519,29 @@ TEST(CacheCli, DifferentKeysCompileInParallel) {
     "nodes": [{"op": "exp", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
   fs::path log = dir / "cc.log";
   std::string env = "KILN_CACHE_DIR='" + (dir / "cache").string() + "' KILN_CC='" + kWrapper +
-                    "' KILN_TEST_CC_LOG='" + log.string() + "' KILN_TEST_CC_SLEEP=1 ";
+                    "' KILN_TEST_CC_LOG='" + log.string() + "' KILN_TEST_CC_BARRIER=2 ";
   std::string script = env + "'" + kKiln + "' compile '" + kMlp + "' >/dev/null & " + env + "'" +
                        kKiln + "' compile '" + (dir / "tiny.json").string() + "' >/dev/null & wait";
   auto r = run_process({"/bin/sh", "-c", script});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream in(read_file(log));
   std::vector<std::string> kinds;
-  for (std::string kind, pid, time; in >> kind >> pid >> time;) kinds.push_back(kind);
-  // Both compiles started before either ended: nothing serialised them.
+  for (std::string kind, pid; in >> kind >> pid;) kinds.push_back(kind);
+  // Each compile waited at the barrier for the other to start: had anything serialised them,
+  // the first would have given up there and failed.
   EXPECT_EQ(kinds, (std::vector<std::string>{"start", "start", "end", "end"})) << read_file(log);
 }
 
 TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
   fs::path dir = temp_dir("cli-killed");
-  fs::path cache = dir / "cache", log = dir / "cc.log";
+  fs::path cache = dir / "cache", log = dir / "cc.log", started = dir / "started",
+           hold = dir / "hold";
+  ASSERT_EQ(::mkfifo(started.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(hold.c_str(), 0600), 0);
+  // Opened before the child runs: the compiler's write finds a reader, and poll() below
+  // waits for it explicitly.
+  int started_fd = ::open(started.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(started_fd, 0);
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -540,19 +550,18 @@ TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
     ::dup2(devnull, 1);
     ::dup2(devnull, 2);
     std::string e1 = "KILN_CACHE_DIR=" + cache.string(), e2 = "KILN_CC=" + kWrapper,
-                e3 = "KILN_TEST_CC_LOG=" + log.string(), e4 = "KILN_TEST_CC_SLEEP=60";
+                e3 = "KILN_TEST_CC_STARTED=" + started.string(),
+                e4 = "KILN_TEST_CC_HOLD=" + hold.string();
     ::execl("/usr/bin/env", "env", e1.c_str(), e2.c_str(), e3.c_str(), e4.c_str(), kKiln.c_str(),
             "compile", kMlp.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::setpgid(pid, pid);
-  bool started = false;
-  for (int i = 0; i < 600 && !started; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::error_code ec;
-    started = fs::exists(log, ec) && read_file(log).find("start") != std::string::npos;
-  }
-  ASSERT_TRUE(started) << "the compile never started";
+  pollfd pfd{started_fd, POLLIN, 0};
+  const int ready = ::poll(&pfd, 1, 60000);
+  ::close(started_fd);
+  if (ready != 1) ::kill(-pid, SIGKILL);
+  ASSERT_EQ(ready, 1) << "the compile never started (60 s)";
   ::kill(-pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -570,8 +579,8 @@ TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
 
   // Same key, same compiler: the dead process's lock must not block (timeout guards a hang).
   auto again = run_process({"/usr/bin/timeout", "120", "/usr/bin/env",
-                            "KILN_CACHE_DIR=" + cache.string(), "KILN_CC=" + kWrapper,
-                            "KILN_TEST_CC_LOG=" + log.string(), kKiln, "compile", "-v", kMlp});
+                            "KILN_CACHE_DIR=" + cache.string(), "KILN_CC=" + kWrapper, kKiln,
+                            "compile", "-v", kMlp});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.err.find("cache miss"), std::string::npos) << again.err;
   auto gc = kiln_env(cache_env(cache), {"cache", "gc"});

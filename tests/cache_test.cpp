@@ -1,6 +1,7 @@
 // The cache layer on its own: locks, entry metadata, the SQLite index and the store
 // (publish, verify, quarantine, eviction, reindex). No graphs, no compiler.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,7 +70,24 @@ TEST(FileLock, WaiterNeverHoldsAnUnlinkedFile) {
   FileLock first = FileLock::acquire(p, FileLock::Mode::kExclusive);
   std::optional<FileLock> second;
   std::thread waiter([&] { second.emplace(FileLock::acquire(p, FileLock::Mode::kExclusive)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Release only once the kernel shows the waiter blocked on this very file (a "->" line in
+  // /proc/locks): an explicit condition, bounded, that fails loudly, not a sleep.
+  struct stat st {};
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  const std::string inode = ":" + std::to_string(st.st_ino) + " ";
+  bool blocked = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!blocked && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream locks("/proc/locks");
+    for (std::string line; std::getline(locks, line);)
+      blocked = blocked || (line.find("->") != std::string::npos && line.find(inode) != std::string::npos);
+    if (!blocked) std::this_thread::yield();
+  }
+  if (!blocked) {
+    first.release();
+    waiter.join();
+    FAIL() << "the waiter never blocked on " << p;
+  }
   first.unlink_and_release();
   waiter.join();
   ASSERT_TRUE(second);
@@ -266,7 +284,6 @@ TEST(CacheStore, GcEvictsLeastRecentlyUsedButNeverAPinnedEntry) {
   c.pin.reset();
   // Use order a, b, c: a is the least recently used, and it stays pinned.
   for (const auto* e : {&a, &b, &c}) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
     LookupResult r = store->lookup(e->meta.key, false);
     ASSERT_TRUE(r.entry);
   }
@@ -292,7 +309,6 @@ TEST(CacheStore, SizeCapIsEnforcedAfterPublish) {
   first.pin.reset();
   ::setenv("KILN_CACHE_MAX_SIZE", std::to_string(2 * one + one / 2).c_str(), 1);
   for (const char* tag : {"second", "third", "fourth"}) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
     publish(*store, tag);  // each returned pin is dropped at once
   }
   ::unsetenv("KILN_CACHE_MAX_SIZE");
