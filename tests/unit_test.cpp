@@ -1,6 +1,9 @@
 // util/, ctemplate/ and graph/ building blocks.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "compiler/subprocess.h"
@@ -48,6 +51,16 @@ TEST(Sha256, MatchesHashlibAcrossLengthsAndChunkings) {
       pieces.update(data.data() + at, std::min(step, n - at));
     }
     EXPECT_EQ(pieces.hex_digest(), want) << n << " in pieces";
+  }
+}
+
+TEST(Sha256, RunsThePathTheEnvironmentAsksFor) {
+  if (std::getenv("KILN_NO_SHA_NI")) {
+    EXPECT_FALSE(sha256_uses_sha_extensions()) << "KILN_NO_SHA_NI=1 must run the portable code";
+  } else {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(sha256_uses_sha_extensions(), text.find(" sha_ni") != std::string::npos);
   }
 }
 

@@ -116,10 +116,18 @@ Sha256::Sha256()
     : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
              0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
-void Sha256::compress(const uint8_t* blocks, size_t count) {
+bool sha256_uses_sha_extensions() {
 #if defined(__x86_64__)
   static const bool sha_ni = have_sha_ni() && !std::getenv("KILN_NO_SHA_NI");
-  if (sha_ni) {
+  return sha_ni;
+#else
+  return false;
+#endif
+}
+
+void Sha256::compress(const uint8_t* blocks, size_t count) {
+#if defined(__x86_64__)
+  if (sha256_uses_sha_extensions()) {
     compress_sha_ni(state_, blocks, count);
     return;
   }

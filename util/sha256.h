@@ -25,5 +25,8 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
+// True when the CPU's SHA extensions compress blocks; KILN_NO_SHA_NI=1 forces the portable
+// code (a ctest variant runs the SHA-256 tests both ways).
+bool sha256_uses_sha_extensions();
 
 }  // namespace kiln
