@@ -1,15 +1,25 @@
 // Runs the ONNX backend node tests: for every case (DIR/test_*/model.onnx with
 // test_data_set_*/input_*.pb and output_*.pb) whose ops kiln supports, compiles the model,
-// runs each data set and compares with the expected outputs (rtol 1e-3, atol 1e-5; exact
-// for integers and booleans). Prints "N passed, N failed, N unsupported" and every
-// failure; exits 1 when a supported case fails.
+// runs each data set and compares with the expected outputs (float32 and narrower: rtol
+// 1e-3, atol 1e-5; float64: rtol 1e-9, atol 1e-12; exact for integers and booleans).
+// Prints "N passed, N failed, N unsupported" and every failure; exits 1 when a supported
+// case fails.
 //
-//   onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR
+// With --expect FILE (tests/onnx_expected.txt), the outcome of every case must be the one
+// listed: "pass NAME", or "refuse NAME: reason". A listed pass that fails or is refused, a
+// listed refusal that now passes, and a case the list does not know are each a failure, so
+// a regression that starts refusing cases cannot hide among the unsupported ones.
+// --write-expected FILE writes the list from this run.
+//
+//   onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported]
+//                    [--expect FILE | --write-expected FILE] DIR
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -52,9 +62,11 @@ std::string compare(const Tensor& got, const Tensor& want) {
     const double g = got.load(i), w = want.load(i);
     if (std::isnan(w) && std::isnan(g)) continue;
     if (std::isinf(w) && g == w) continue;
-    if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w))) {
+    const bool f64 = want.dtype() == DType::kFloat64;
+    const double atol = f64 ? 1e-12 : 1e-5, rtol = f64 ? 1e-9 : 1e-3;
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
       char buf[160];
-      std::snprintf(buf, sizeof buf, "element %lld is %.9g, expected %.9g",
+      std::snprintf(buf, sizeof buf, "element %lld is %.17g, expected %.17g",
                     static_cast<long long>(i), g, w);
       return buf;
     }
@@ -128,9 +140,14 @@ int main(int argc, char** argv) {
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   std::string filter, dir;
   bool list_unsupported = false;
+  std::string expect_file, write_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--jobs" && i + 1 < argc) {
+    if (a == "--expect" && i + 1 < argc) {
+      expect_file = argv[++i];
+    } else if (a == "--write-expected" && i + 1 < argc) {
+      write_file = argv[++i];
+    } else if (a == "--jobs" && i + 1 < argc) {
       jobs = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--filter" && i + 1 < argc) {
       filter = argv[++i];
@@ -141,7 +158,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] DIR\n");
+          "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] "
+          "[--expect FILE | --write-expected FILE] DIR\n");
       return 2;
     }
   }
@@ -184,6 +202,78 @@ int main(int argc, char** argv) {
     ++failed;
     std::printf("FAILED %s: %s\n", r.name.c_str(), r.detail.c_str());
   }
+  size_t unexpected = 0;
+  if (!expect_file.empty()) {
+    // NAME -> true (must pass) / false (is refused).
+    std::map<std::string, bool> expected;
+    std::ifstream in(expect_file);
+    if (!in) {
+      std::fprintf(stderr, "onnx_conformance: cannot read %s\n", expect_file.c_str());
+      return 2;
+    }
+    int line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (line.empty() || line[0] == '#') continue;
+      std::string kind = line.substr(0, line.find(' '));
+      std::string rest = line.substr(std::min(line.size(), kind.size() + 1));
+      std::string name = rest.substr(0, rest.find(':'));
+      if ((kind != "pass" && kind != "refuse") || name.empty()) {
+        std::fprintf(stderr, "%s:%d: expected 'pass NAME' or 'refuse NAME: reason'\n",
+                     expect_file.c_str(), line_no);
+        return 2;
+      }
+      expected[name] = kind == "pass";
+    }
+    for (const auto& r : results) {
+      auto it = expected.find(r.name);
+      std::string why;
+      if (it == expected.end()) {
+        why = "not in " + expect_file + " (add it)";
+      } else if (it->second && r.outcome == Outcome::kUnsupported) {
+        why = "listed to pass, now refused: " + r.detail;
+      } else if (!it->second && r.outcome == Outcome::kPassed) {
+        why = "listed as refused, now passes: update " + expect_file;
+      } else if (!it->second && r.outcome == Outcome::kFailed) {
+        why = "listed as refused, now fails instead";
+      }
+      if (why.empty()) continue;
+      ++unexpected;
+      std::printf("UNEXPECTED %s: %s\n", r.name.c_str(), why.c_str());
+    }
+    if (filter.empty()) {
+      for (const auto& [name, pass] : expected) {
+        bool seen = false;
+        for (const auto& r : results) seen = seen || r.name == name;
+        if (!seen) {
+          ++unexpected;
+          std::printf("UNEXPECTED %s: listed in %s but not generated\n", name.c_str(),
+                      expect_file.c_str());
+        }
+      }
+    }
+  }
+  if (!write_file.empty()) {
+    std::ofstream out(write_file);
+    out << "# The ONNX backend node tests kiln must pass, and those it refuses with the reason.\n"
+           "# Checked by onnx_conformance --expect; regenerate with --write-expected.\n";
+    for (const auto& r : results) {
+      if (r.outcome == Outcome::kPassed) out << "pass " << r.name << "\n";
+      if (r.outcome == Outcome::kUnsupported) {
+        std::string reason = r.detail.substr(0, r.detail.find('\n'));
+        // Paths differ between machines; keep the part after the model file name.
+        if (auto at = reason.find("model.onnx: "); at != std::string::npos)
+          reason = reason.substr(at + 12);
+        out << "refuse " << r.name << ": " << reason << "\n";
+      }
+    }
+    if (!out) {
+      std::fprintf(stderr, "onnx_conformance: cannot write %s\n", write_file.c_str());
+      return 2;
+    }
+  }
   std::printf("%zu passed, %zu failed, %zu unsupported\n", passed, failed, unsupported);
-  return failed == 0 ? 0 : 1;
+  if (!expect_file.empty())
+    std::printf("%zu outcomes differ from %s\n", unexpected, expect_file.c_str());
+  return failed == 0 && unexpected == 0 ? 0 : 1;
 }
