@@ -103,7 +103,13 @@ Graph model_of(const json& c) {
     json shape = {nullptr, nullptr};
     if (k > 0 && pattern == "row") shape = {1, nullptr};
     if (k > 0 && pattern == "col") shape = {nullptr, 1};
-    inputs.push_back({{"name", "x" + std::to_string(k)}, {"dtype", c.at("dtype")}, {"shape", shape}});
+    if (c.contains("shapes") && !c.at("shapes").is_null()) shape = c.at("shapes").at(k);
+    // Input dtypes come from the files: where's condition is bool, a cast's source is the
+    // case's dtype.
+    const Tensor first = read_npy(cases_dir() / c.at("runs").at(0).at("inputs").at(k).get<std::string>());
+    inputs.push_back({{"name", "x" + std::to_string(k)},
+                      {"dtype", std::string(dtype_name(first.dtype()))},
+                      {"shape", shape}});
     names.push_back("x" + std::to_string(k));
   }
   m["inputs"] = inputs;
@@ -153,6 +159,8 @@ TEST(Reference, BinaryOpsMatchNumpyBroadcastingIncluded) { check_category("binar
 TEST(Reference, ComparisonsMatchNumpy) { check_category("compare"); }
 TEST(Reference, ReductionsAndSoftmaxMatchNumpy) { check_category("reduce"); }
 TEST(Reference, IntegerOpsMatchNumpyExactly) { check_category("integer"); }
+TEST(Reference, WhereLogicalOpsAndCastsMatchNumpy) { check_category("misc"); }
+TEST(Reference, MatmulGemmConvolutionAndPoolingMatchNumpy) { check_category("linalg"); }
 
 }  // namespace
 }  // namespace kiln

@@ -180,7 +180,8 @@ def save(case_dir, name, array):
 
 
 def add_case(name, op, dtype, inputs_per_run, reference, ulp=0, zero_sign=False, attrs=None,
-             pattern="same", out_dtype=None, atol_scale=0.0, split=True, category="unary"):
+             pattern="same", out_dtype=None, atol_scale=0.0, split=True, category="unary",
+             shapes=None, atol_of=None):
     case_dir = os.path.join(OUT, name)
     os.makedirs(case_dir, exist_ok=True)
     runs = []
@@ -193,7 +194,9 @@ def add_case(name, op, dtype, inputs_per_run, reference, ulp=0, zero_sign=False,
         files = [save(case_dir, f"r{r}_in{k}.npy", x) for k, x in enumerate(inputs)]
         # For sums: an absolute slack proportional to the magnitude summed (orders differ).
         atol = 0.0
-        if atol_scale < 0:  # a fixed absolute slack
+        if atol_of is not None:  # a slack computed from this run's inputs
+            atol = float(atol_of(*inputs))
+        elif atol_scale < 0:  # a fixed absolute slack
             atol = float(-atol_scale)
         elif atol_scale:
             atol = float(atol_scale * np.nansum(np.abs(np.asarray(inputs[0], dtype=f64)
@@ -203,7 +206,9 @@ def add_case(name, op, dtype, inputs_per_run, reference, ulp=0, zero_sign=False,
     cases.append({"name": name, "op": op, "attrs": attrs or {}, "dtype": dtype.__name__,
                   "ranks": [np.ndim(x) for x in inputs_per_run[0]],
                   "pattern": pattern, "ulp": ulp, "zero_sign": zero_sign, "runs": runs,
-                  "split": split, "category": category})
+                  "split": split, "category": category,
+                  # declared input shapes (null: dynamic); default: rank 2, all dynamic
+                  "shapes": shapes})
 
 
 for dt in (np.float32, np.float64):
@@ -298,6 +303,117 @@ for dt in (np.int32, np.int64):
     for name, ref in INT_UNARY.items():
         runs = [[int_input(dt, s)] for s in SHAPES]
         add_case(f"{name}_{tag}", name, dt, runs, ref, category="integer")
+
+# --- where, logical ops, casts -------------------------------------------------------------
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    runs = [[rng.uniform(0, 1, s) < 0.5, float_input(dt, s, i), float_input(dt, s, i + 2)]
+            for i, s in enumerate(SHAPES)]
+    add_case(f"where_{tag}", "where", dt, runs, lambda c, a, b: np.where(c, a, b), zero_sign=True,
+             category="misc", shapes=[[None, None]] * 3)
+    for to, ndt in (("float64", np.float64), ("float32", np.float32)):
+        if ndt == dt:
+            continue
+        runs = [[float_input(dt, s, i)] for i, s in enumerate(SHAPES)]
+        add_case(f"cast_{tag}_to_{to}", "cast", dt, runs, lambda x: x, zero_sign=True,
+                 attrs={"to": to}, out_dtype=ndt, category="misc")
+    # To integers: only values a C cast defines (finite, in range), truncated toward zero.
+    runs = [[(rng.uniform(-1e6, 1e6, s) * (rng.uniform(0, 1, s) < 0.9)).astype(dt)]
+            for s in SHAPES]
+    add_case(f"cast_{tag}_to_int32", "cast", dt, runs, lambda x: np.trunc(x),
+             attrs={"to": "int32"}, out_dtype=np.int32, category="misc")
+for name, ref in (("logical_and", np.logical_and), ("logical_or", np.logical_or)):
+    runs = [[rng.uniform(0, 1, s) < 0.5, rng.uniform(0, 1, s) < 0.5] for s in SHAPES]
+    add_case(f"{name}_bool", name, np.bool_, runs, ref, category="misc")
+runs = [[rng.uniform(0, 1, s) < 0.5] for s in SHAPES]
+add_case("logical_not_bool", "logical_not", np.bool_, runs, np.logical_not, category="misc")
+runs = [[int_input(np.int64, s)] for s in SHAPES]
+add_case("cast_int64_to_float32", "cast", np.int64, runs, lambda x: x.astype(f64),
+         attrs={"to": "float32"}, out_dtype=np.float32, category="misc")
+
+# --- matmul, gemm, convolution and pooling (numpy's own kernels and loops) --------------------
+
+
+def dot_slack(dt):
+    # Orders of summation differ: a few eps of the sum of |products|.
+    eps = np.finfo(dt).eps
+    return lambda a, b, *rest: 8 * eps * float(np.max(np.abs(a.astype(f64)) @
+                                                  np.abs(b.astype(f64)), initial=0)) + 1e-300
+
+
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    mm = [(1, 1, 1), (5, 7, 3), (16, 16, 16), (17, 33, 9), (33, 130, 17), (2, 300, 65)]
+    runs = [[rng.uniform(-2, 2, (m, k)).astype(dt), rng.uniform(-2, 2, (k, n)).astype(dt)]
+            for m, k, n in mm]
+    add_case(f"matmul_{tag}", "matmul", dt, runs, np.matmul, category="linalg",
+             atol_of=dot_slack(dt), ulp=4, shapes=[[None, None], [None, None]])
+    runs = [[rng.uniform(-2, 2, (k, m)).astype(dt), rng.uniform(-2, 2, (n, k)).astype(dt),
+             rng.uniform(-2, 2, (n,)).astype(dt)] for m, k, n in mm]
+    add_case(f"gemm_transposed_{tag}", "gemm", dt, runs,
+             lambda a, b, c: 0.5 * (a.T @ b.T) + 2.0 * c, category="linalg",
+             attrs={"alpha": 0.5, "beta": 2.0, "transA": 1, "transB": 1},
+             atol_of=lambda a, b, c: dot_slack(dt)(a.T, b.T) + 1e-6 * float(np.max(np.abs(c))),
+             ulp=4, shapes=[[None, None], [None, None], [None]])
+
+    def conv2d(x, w, b, strides, pads, dil, group):
+        n, _, h, wd = x.shape
+        m, cg, kh, kw = w.shape
+        xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+        ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+        out = np.zeros((n, m, oh, ow))
+        mg = m // group
+        for g in range(group):
+            for i in range(kh):
+                for j in range(kw):
+                    patch = xp[:, g * cg:(g + 1) * cg,
+                               i * dil[0]: i * dil[0] + strides[0] * (oh - 1) + 1: strides[0],
+                               j * dil[1]: j * dil[1] + strides[1] * (ow - 1) + 1: strides[1]]
+                    out[:, g * mg:(g + 1) * mg] += np.einsum(
+                        "nchw,mc->nmhw", patch, w[g * mg:(g + 1) * mg, :, i, j])
+        return out + b[None, :, None, None]
+
+    for cname, (n, c, h, wd, m, k, st, pd, dl, grp) in {
+            "3x3_pad1": (2, 3, 9, 11, 4, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+            "5x5_stride2": (1, 4, 17, 19, 6, 5, (2, 2), (2, 1, 2, 1), (1, 1), 1),
+            "3x3_dilated": (1, 2, 12, 12, 3, 3, (1, 1), (0, 0, 0, 0), (2, 2), 1),
+            "depthwise": (1, 8, 10, 13, 8, 3, (1, 1), (1, 1, 1, 1), (1, 1), 8),
+            "1x1_wide": (2, 16, 7, 7, 33, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)}.items():
+        x = rng.uniform(-1, 1, (n, c, h, wd)).astype(dt)
+        w = rng.uniform(-1, 1, (m, c // grp, k, k)).astype(dt)
+        b = rng.uniform(-1, 1, (m,)).astype(dt)
+        attrs = {"strides": list(st), "pads": list(pd), "dilations": list(dl), "group": grp,
+                 "kernel_shape": [k, k]}
+        add_case(f"conv_{cname}_{tag}", "conv", dt, [[x, w, b]],
+                 lambda x, w, b, st=st, pd=pd, dl=dl, grp=grp: conv2d(x, w, b, st, pd, dl, grp),
+                 category="linalg", attrs=attrs, ulp=4,
+                 atol_of=lambda x, w, b: 8 * np.finfo(dt).eps * x[0].size * 1.0,
+                 shapes=[[None, c, h, wd], [m, c // grp, k, k], [m]])
+
+    def pool(x, k, st, pd, is_max):
+        fill = -np.inf if is_max else np.nan
+        xp = np.pad(x.astype(f64), ((0, 0), (0, 0), (pd[0], pd[2]), (pd[1], pd[3])),
+                    constant_values=fill)
+        win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
+        win = win[:, :, ::st[0], ::st[1]]
+        if is_max:
+            return np.max(win, axis=(4, 5))
+        return np.nanmean(win, axis=(4, 5))  # padding does not count (count_include_pad=0)
+
+    for is_max, op in ((True, "max_pool"), (False, "average_pool")):
+        x = float_input(dt, (2 * 3, 11 * 13), 1).reshape(2, 3, 11, 13) if is_max else \
+            rng.uniform(-3, 3, (2, 3, 11, 13)).astype(dt)
+        if is_max:
+            x = np.where(np.isnan(x), dt(0), x)  # NaN windows: covered by reduce_max
+        add_case(f"{op}_3x3_{tag}", op, dt, [[x]],
+                 lambda x, is_max=is_max: pool(x, 3, (2, 2), (1, 1, 1, 1), is_max),
+                 category="linalg", ulp=2 if not is_max else 0,
+                 # a window's sum may cancel: slack of a few eps of the terms summed
+                 atol_of=None if is_max else
+                 (lambda x: 16 * 9 * np.finfo(dt).eps * float(np.max(np.abs(x)))),
+                 attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                 shapes=[[None, 3, 11, 13]], split=False)
 
 with open(os.path.join(OUT, "cases.json"), "w") as f:
     json.dump(cases, f, indent=1)
