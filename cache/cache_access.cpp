@@ -54,8 +54,8 @@ std::string CacheAccess::distrust(const struct stat& st) const {
   const mode_t allowed = S_ISDIR(st.st_mode) ? dir_mode() : file_mode();
   const mode_t extra = st.st_mode & (S_IWGRP | S_IWOTH) & ~allowed;
   if (extra) {
-    return "its mode " + octal(st.st_mode) + " lets users outside KILN_CACHE_UMASK=" +
-           octal(*umask_) + " write it";
+    return "its mode " + octal(st.st_mode) +
+           " lets users outside KILN_CACHE_UMASK=" + octal(*umask_) + " write it";
   }
   return "";
 }

@@ -95,8 +95,8 @@ std::string read_entry_file(const fs::path& p, const std::string& name, const Ca
     if (std::string why = access.distrust(st); !why.empty())
       throw CacheEntryError(name + " is not trusted: " + why);
     if (expect_size && static_cast<uint64_t>(st.st_size) != *expect_size) {
-      throw CacheEntryError(name + " is " + std::to_string(st.st_size) +
-                            " bytes, meta.json says " + std::to_string(*expect_size));
+      throw CacheEntryError(name + " is " + std::to_string(st.st_size) + " bytes, meta.json says " +
+                            std::to_string(*expect_size));
     }
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t got = 0;
@@ -159,8 +159,8 @@ CacheStore::CacheStore(fs::path root)
   default_max_size();  // a bad KILN_CACHE_MAX_SIZE fails now, not after a compile
   access_.make_folder(root_);
   writable_ = ::access(root_.c_str(), W_OK) == 0;
-  for (const char* sub : {"objects", "locks", "staging", "scratch", "failed", "quarantine", "trash",
-                          "toolchains"}) {
+  for (const char* sub :
+       {"objects", "locks", "staging", "scratch", "failed", "quarantine", "trash", "toolchains"}) {
     const fs::path dir = root_ / sub;
     struct stat st {};
     const bool core = std::strcmp(sub, "objects") == 0 || std::strcmp(sub, "locks") == 0;
@@ -435,8 +435,8 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
   write_file_atomic(dir_in / "meta.json", meta_json, access_.file_mode(), true);
 
   const fs::path dir = entry_dir(meta.key);
-  auto pin = std::make_shared<FileLock>(FileLock::acquire(
-      lock_path(meta.key, "use"), FileLock::Mode::kShared, access_.file_mode()));
+  auto pin = std::make_shared<FileLock>(
+      FileLock::acquire(lock_path(meta.key, "use"), FileLock::Mode::kShared, access_.file_mode()));
   access_.make_folder(dir.parent_path());
   std::error_code ec;
   fs::rename(dir_in, dir, ec);

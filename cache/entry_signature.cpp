@@ -94,7 +94,8 @@ SignaturePolicy SignaturePolicy::from_env() {
       throw UserError(std::string("KILN_CACHE_SIGNING_KEY: '") + file +
                       "' can be read by other users; a secret key must be private (chmod 600)");
     }
-    p.signer = parse_signing_key(read_file(file), std::string("KILN_CACHE_SIGNING_KEY (") + file + ")");
+    p.signer =
+        parse_signing_key(read_file(file), std::string("KILN_CACHE_SIGNING_KEY (") + file + ")");
   }
   if (const char* keys = std::getenv("KILN_CACHE_TRUSTED_KEYS"); keys && *keys) {
     std::istringstream in(keys);

@@ -109,8 +109,10 @@ std::vector<std::string> component_differences(const KeyComponents& here,
         auto g = graph_differences(value, it->second);
         out.insert(out.end(), g.begin(), g.end());
       } else if (name == "codegen") {
-        out.push_back("codegen: the code generators differ (a kiln build whose ops/, rewrite/, "
-                      "linker or preludes changed): " + contrast(it->second, value));
+        out.push_back(
+            "codegen: the code generators differ (a kiln build whose ops/, rewrite/, "
+            "linker or preludes changed): " +
+            contrast(it->second, value));
       } else {
         out.push_back(name + ": " + contrast(it->second, value));
       }

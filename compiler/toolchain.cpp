@@ -172,7 +172,8 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     const char* env = std::getenv("KILN_CFLAGS");
     cflags = env ? env : "";
   }
-  const std::filesystem::path cache_dir = config.cache_dir.empty() ? cache_root() : config.cache_dir;
+  const std::filesystem::path cache_dir =
+      config.cache_dir.empty() ? cache_root() : config.cache_dir;
   std::lock_guard lock(mutex);
   auto& slot = probed[cc + "\n" + cflags + "\n" + cache_dir.string()];
   if (slot) return *slot;
@@ -236,7 +237,7 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
   // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
   // and are memory-bound, so unrolling buys little at run time.
-  t->flags_ = {"-std=gnu11",        "-O3",     "-fno-unroll-loops",
+  t->flags_ = {"-std=gnu11",      "-O3",     "-fno-unroll-loops",
                "-fPIC",           "-shared", "-march=" + t->cpu_,
                "-fno-math-errno", "-Wall"};
   for (const auto& f : split_flags(features)) t->flags_.push_back(f);

@@ -167,10 +167,18 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
   int64_t present = 0;
   const char* field = "int32_data";
   switch (proto.data_type()) {
-    case onnx::TensorProto::FLOAT: present = proto.float_data_size(), field = "float_data"; break;
-    case onnx::TensorProto::DOUBLE: present = proto.double_data_size(), field = "double_data"; break;
-    case onnx::TensorProto::INT64: present = proto.int64_data_size(), field = "int64_data"; break;
-    default: present = proto.int32_data_size(); break;
+    case onnx::TensorProto::FLOAT:
+      present = proto.float_data_size(), field = "float_data";
+      break;
+    case onnx::TensorProto::DOUBLE:
+      present = proto.double_data_size(), field = "double_data";
+      break;
+    case onnx::TensorProto::INT64:
+      present = proto.int64_data_size(), field = "int64_data";
+      break;
+    default:
+      present = proto.int32_data_size();
+      break;
   }
   if (present != n) throw count_error(field, static_cast<size_t>(present));
   Tensor t = Tensor::empty(*dt, shape);

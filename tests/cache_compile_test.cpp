@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "cache/cache_store.h"
-#include "compiler/compile.h"
 #include "compiler/c_linker.h"
+#include "compiler/compile.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
 #include "compiler/subprocess.h"
@@ -578,9 +578,9 @@ TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {
   EXPECT_NE(ls.out.find("0 entries"), std::string::npos) << ls.out;
 
   // Same key, same compiler: the dead process's lock must not block (timeout guards a hang).
-  auto again = run_process({"/usr/bin/timeout", "120", "/usr/bin/env",
-                            "KILN_CACHE_DIR=" + cache.string(), "KILN_CC=" + kWrapper, kKiln,
-                            "compile", "-v", kMlp});
+  auto again =
+      run_process({"/usr/bin/timeout", "120", "/usr/bin/env", "KILN_CACHE_DIR=" + cache.string(),
+                   "KILN_CC=" + kWrapper, kKiln, "compile", "-v", kMlp});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.err.find("cache miss"), std::string::npos) << again.err;
   auto gc = kiln_env(cache_env(cache), {"cache", "gc"});

@@ -14,12 +14,12 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <ctime>
-#include <functional>
-#include <mutex>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "cache/cache_index.h"
@@ -74,8 +74,7 @@ ProcessResult kiln_as(uid_t uid, gid_t gid, const std::vector<std::string>& env,
   std::vector<std::string> e{"HOME=/nonexistent", "TMPDIR=/tmp"};
   e.insert(e.end(), env.begin(), env.end());
   std::vector<std::string> argv{"setpriv", "--reuid=" + std::to_string(uid),
-                                "--regid=" + std::to_string(gid), "--clear-groups",
-                                "/usr/bin/env"};
+                                "--regid=" + std::to_string(gid), "--clear-groups", "/usr/bin/env"};
   argv.insert(argv.end(), e.begin(), e.end());
   argv.push_back(testing::kiln_binary());
   argv.insert(argv.end(), args.begin(), args.end());
@@ -129,9 +128,9 @@ TEST(CacheHardening, KeysFromTheIndexNeverBecomePathsOutsideTheCache) {
   auto show = kiln_env({"KILN_CACHE_DIR=" + cache.string()}, {"cache", "show", "../../victim"});
   EXPECT_EQ(show.exit_code, 1);
   EXPECT_NE(show.err.find("is not a cache key"), std::string::npos) << show.err;
-  EXPECT_EQ(error_of([&] { store->entry_dir("../x"); }).find("is not a cache key") !=
-                std::string::npos,
-            true);
+  EXPECT_EQ(
+      error_of([&] { store->entry_dir("../x"); }).find("is not a cache key") != std::string::npos,
+      true);
 }
 
 // --- 2. who may write the cache -----------------------------------------------------------
@@ -199,10 +198,12 @@ TEST(CacheHardening, NoFixedFallbackFolderWhenHomeIsUnset) {
 // without root, makes them writable by others): what a second user of a shared /tmp could do.
 void plant_module(const fs::path& entry, const fs::path& marker, bool hand_over = true) {
   const fs::path src = entry.parent_path() / "planted.c";
-  write_file_atomic(src, "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
-                         " { creat(\"" + marker.string() + "\", 0600); }\n");
-  ProcessResult cc = run_process({"clang", "-shared", "-fPIC", "-o", (entry / "module.so").string(),
-                                  src.string()});
+  write_file_atomic(src,
+                    "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
+                    " { creat(\"" +
+                        marker.string() + "\", 0600); }\n");
+  ProcessResult cc = run_process(
+      {"clang", "-shared", "-fPIC", "-o", (entry / "module.so").string(), src.string()});
   ASSERT_EQ(cc.exit_code, 0) << cc.err;
   fs::remove(src);
   EntryMeta m = EntryMeta::parse(read_file(entry / "meta.json"), "meta.json");
@@ -225,14 +226,13 @@ void plant_module(const fs::path& entry, const fs::path& marker, bool hand_over 
   }
 }
 
-
 TEST(CacheHardening, AModuleSomeoneElsePlantedIsNeverLoaded) {
   clear_compile_memo();
   const fs::path base = temp_dir("hk-plant");
   const fs::path cache = base / "cache", marker = base / "planted-code-ran", out = base / "out";
   const std::vector<std::string> env{"KILN_CACHE_DIR=" + cache.string()};
-  const std::vector<std::string> run{"run",    kMlp, "--input", "x=" + kMlpDir + "/input.npy",
-                                     "--output-dir", out.string()};
+  const std::vector<std::string> run{
+      "run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()};
   auto first = kiln_env(env, run);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   fs::path entry;
@@ -318,11 +318,11 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
   const std::string dir = "KILN_CACHE_DIR=" + cache.string();
   const std::string trust = "KILN_CACHE_TRUSTED_KEYS=@" + (base / "builders-1.public").string();
   const std::string require = "KILN_CACHE_REQUIRE_SIGNATURES=1";
-  const std::vector<std::string> writer{dir, trust, require,
-                                        "KILN_CACHE_SIGNING_KEY=" + (base / "builders-1.secret").string()};
+  const std::vector<std::string> writer{
+      dir, trust, require, "KILN_CACHE_SIGNING_KEY=" + (base / "builders-1.secret").string()};
   const std::vector<std::string> reader{dir, trust, require};
-  const std::vector<std::string> run{"run",    kMlp, "--input", "x=" + kMlpDir + "/input.npy",
-                                     "--output-dir", out.string()};
+  const std::vector<std::string> run{
+      "run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()};
   auto miss = kiln_env(writer, {"compile", "-v", kMlp});
   ASSERT_EQ(miss.exit_code, 0) << miss.err;
   EXPECT_NE(miss.err.find("cache miss"), std::string::npos) << miss.err;
@@ -380,7 +380,8 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
 TEST(CacheHardening, ANpyShapeWhoseProductWrapsIsAClearErrorNotACrash) {
   const fs::path base = temp_dir("hk-npy");
   // 274177 * 67280421310721 = 2^64 + 1: each dimension is plausible, the product wraps to 1.
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (274177, 67280421310721), }";
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (274177, 67280421310721), }";
   header.append(117 - 10 - header.size(), ' ');
   header += '\n';
   std::string npy("\x93NUMPY\x01\x00", 8);
@@ -433,8 +434,8 @@ TEST(CacheHardening, ClearAndGcKeepEveryFolderALiveProcessWorksIn) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    FileLock held = FileLock::acquire(fs::path(foreign.string() + ".lock"),
-                                      FileLock::Mode::kExclusive);
+    FileLock held =
+        FileLock::acquire(fs::path(foreign.string() + ".lock"), FileLock::Mode::kExclusive);
     fs::create_directories(foreign);
     char c = 'r';
     if (::write(ready[1], &c, 1) != 1) ::_exit(1);
@@ -503,8 +504,8 @@ TEST(CacheHardening, HitsWorkFromAReadOnlyCache) {
   for (const auto& e : fs::recursive_directory_iterator(cache)) all.push_back(e.path());
   for (const auto& p : all) ::chmod(p.c_str(), fs::is_directory(p) ? 0555 : 0444);
   const std::vector<std::string> env{"KILN_CACHE_DIR=" + cache.string()};
-  const std::vector<std::string> run{"run",    kMlp, "--input", "x=" + kMlpDir + "/input.npy",
-                                     "--output-dir", out.string()};
+  const std::vector<std::string> run{
+      "run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()};
   auto r = is_root() ? kiln_as(user, user, env, run) : kiln_env(env, run);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
@@ -612,18 +613,18 @@ TEST(CacheHardening, AFullDiskIsAnErrorNamingThePathAndLeavesNothingBehind) {
   const fs::path base = temp_dir("hk-enospc");
   const fs::path cache = base / "cache", out = base / "out";
   const std::string preload = std::string("LD_PRELOAD=") + KILN_ENOSPC_SHIM;
-  auto run = kiln_env({"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=y.npy"},
-                      {"run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir",
-                       out.string()});
+  auto run = kiln_env(
+      {"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=y.npy"},
+      {"run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()});
   EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
   EXPECT_NE(run.err.find((out / "y.npy").string()), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("No space left on device"), std::string::npos) << run.err;
   if (fs::exists(out)) EXPECT_TRUE(fs::is_empty(out)) << "a partial output was left";
 
   fs::remove_all(cache);  // the run above stored its module: start empty so this one publishes
-  auto compile_run = kiln_env(
-      {"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=meta.json"},
-      {"compile", kMlp});
+  auto compile_run =
+      kiln_env({"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=meta.json"},
+               {"compile", kMlp});
   EXPECT_EQ(compile_run.exit_code, 1);
   EXPECT_NE(compile_run.err.find("meta.json"), std::string::npos) << compile_run.err;
   EXPECT_NE(compile_run.err.find("No space left on device"), std::string::npos) << compile_run.err;
@@ -651,7 +652,9 @@ TEST(CacheHardening, UnstoredBuildsGoWithTheirFunctionAndDebrisCountsAgainstTheC
     fs::create_directories(d);
     write_file_atomic(d / "module.c", std::string(1 << 20, 'x'));
     const time_t then = std::time(nullptr) - static_cast<time_t>(age_days * 86400);
-    struct utimbuf times {then, then};
+    struct utimbuf times {
+      then, then
+    };
     ::utime(d.c_str(), &times);
     return d;
   };

@@ -80,7 +80,8 @@ TEST(FileLock, WaiterNeverHoldsAnUnlinkedFile) {
   while (!blocked && std::chrono::steady_clock::now() < deadline) {
     std::ifstream locks("/proc/locks");
     for (std::string line; std::getline(locks, line);)
-      blocked = blocked || (line.find("->") != std::string::npos && line.find(inode) != std::string::npos);
+      blocked = blocked ||
+                (line.find("->") != std::string::npos && line.find(inode) != std::string::npos);
     if (!blocked) std::this_thread::yield();
   }
   if (!blocked) {

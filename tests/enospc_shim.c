@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 static int full(int fd) {
-  const char *pattern = getenv("KILN_TEST_ENOSPC");
+  const char* pattern = getenv("KILN_TEST_ENOSPC");
   if (!pattern || !*pattern) return 0;
   char link[64], path[4096];
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -19,9 +19,9 @@ static int full(int fd) {
   return strstr(path, pattern) != NULL;
 }
 
-ssize_t write(int fd, const void *buf, size_t count) {
-  static ssize_t (*real)(int, const void *, size_t);
-  if (!real) real = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+ssize_t write(int fd, const void* buf, size_t count) {
+  static ssize_t (*real)(int, const void*, size_t);
+  if (!real) real = (ssize_t(*)(int, const void*, size_t))dlsym(RTLD_NEXT, "write");
   if (full(fd)) {
     errno = ENOSPC;
     return -1;

@@ -1,5 +1,5 @@
-#include <cstdlib>
 #include "tests/helpers.h"
+#include <cstdlib>
 
 #include <unistd.h>
 
@@ -15,8 +15,10 @@ Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double 
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (auto& x : v) {
     x = dist(rng);
-    if (dtype == DType::kBool) x = x > (lo + hi) / 2 ? 1 : 0;
-    else if (!is_float(dtype)) x = std::round(x);
+    if (dtype == DType::kBool)
+      x = x > (lo + hi) / 2 ? 1 : 0;
+    else if (!is_float(dtype))
+      x = std::round(x);
   }
   return Tensor::from_doubles(dtype, shape, v);
 }
@@ -42,8 +44,8 @@ Tensor non_contiguous(const Tensor& t) {
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double rtol,
                                          double atol) {
   if (actual.dtype() != expected.dtype()) {
-    return ::testing::AssertionFailure() << "dtype " << dtype_name(actual.dtype()) << " vs "
-                                         << dtype_name(expected.dtype());
+    return ::testing::AssertionFailure()
+           << "dtype " << dtype_name(actual.dtype()) << " vs " << dtype_name(expected.dtype());
   }
   if (actual.shape() != expected.shape()) {
     return ::testing::AssertionFailure() << "shape " << dims_to_string(actual.shape()) << " vs "

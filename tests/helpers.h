@@ -13,7 +13,8 @@
 namespace kiln::testing {
 
 // Uniform values in [lo, hi); integers are rounded; bools are 0/1.
-Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -2, double hi = 2);
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -2,
+                     double hi = 2);
 // The same values as a non-contiguous view (a transposed buffer viewed back).
 Tensor non_contiguous(const Tensor& t);
 // Equal within rtol/atol (NaN equals NaN, infinities must match); exact for integer types.

@@ -156,10 +156,9 @@ int main(int argc, char** argv) {
     } else if (!a.empty() && a[0] != '-' && dir.empty()) {
       dir = a;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] "
-          "[--expect FILE | --write-expected FILE] DIR\n");
+      std::fprintf(stderr,
+                   "usage: onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported] "
+                   "[--expect FILE | --write-expected FILE] DIR\n");
       return 2;
     }
   }

@@ -391,7 +391,8 @@ TEST(OnnxHardening, DeclaredSizesAreCheckedBeforeAnythingIsAllocated) {
     ::close(fds[1]);
     std::string msg;
     char buf[512];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+      msg.append(buf, static_cast<size_t>(n));
     ::close(fds[0]);
     ::waitpid(pid, nullptr, 0);
     EXPECT_NE(msg.find("raw_data has 4 bytes"), std::string::npos) << msg;
@@ -405,14 +406,16 @@ TEST(OnnxHardening, DeclaredSizesAreCheckedBeforeAnythingIsAllocated) {
   EXPECT_NE(huge_error.find("needs 274877906944"), std::string::npos) << huge_error;
   onnx::TensorProto listed = float_tensor({int64_t{1} << 36});
   listed.add_float_data(1.0f);
-  EXPECT_NE(testing::error_of([&] { tensor_from_onnx(listed, ".", "m.onnx"); })
-                .find("float_data holds 1 values"),
+  EXPECT_NE(testing::error_of([&] {
+              tensor_from_onnx(listed, ".", "m.onnx");
+            }).find("float_data holds 1 values"),
             std::string::npos);
   // Dimensions whose product wraps to one element.
   onnx::TensorProto wraps = float_tensor({274177, 67280421310721});
   wraps.set_raw_data(std::string(4, '\0'));
-  EXPECT_NE(testing::error_of([&] { tensor_from_onnx(wraps, ".", "m.onnx"); })
-                .find("need more bytes than fit in 64 bits"),
+  EXPECT_NE(testing::error_of([&] {
+              tensor_from_onnx(wraps, ".", "m.onnx");
+            }).find("need more bytes than fit in 64 bits"),
             std::string::npos);
 }
 
@@ -441,7 +444,8 @@ TEST(OnnxHardening, ExternalDataStaysInsideTheModelsFolderAndItsBoundsCannotOver
   write_file((model_dir / "inside.bin").string(), std::string(16, '\0'));
   fs::create_symlink(secret, model_dir / "escape.bin");
   fs::create_symlink(model_dir / "inside.bin", model_dir / "alias.bin");
-  std::string err = testing::error_of([&] { tensor_from_onnx(external("escape.bin"), model_dir, "m"); });
+  std::string err =
+      testing::error_of([&] { tensor_from_onnx(external("escape.bin"), model_dir, "m"); });
   EXPECT_NE(err.find("must name a file inside the model's folder"), std::string::npos) << err;
   EXPECT_NE(err.find(secret.string()), std::string::npos) << "names where it resolves: " << err;
   // A symlink that stays inside is fine.
@@ -452,7 +456,8 @@ TEST(OnnxHardening, ExternalDataStaysInsideTheModelsFolderAndItsBoundsCannotOver
                      model_dir, "m");
   });
   EXPECT_NE(err.find("runs past its end"), std::string::npos) << err;
-  err = testing::error_of([&] { tensor_from_onnx(external("inside.bin", "4", "12x"), model_dir, "m"); });
+  err = testing::error_of(
+      [&] { tensor_from_onnx(external("inside.bin", "4", "12x"), model_dir, "m"); });
   EXPECT_NE(err.find("is not a number"), std::string::npos) << err;
 }
 

@@ -59,8 +59,8 @@ uint64_t ulps(double a, double b, DType dtype) {
 }
 
 // "" when `got` matches numpy's `want`, else the first element that does not.
-std::string mismatch(const Tensor& got, const Tensor& want, const Tensor& input,
-                     const json& c, double atol) {
+std::string mismatch(const Tensor& got, const Tensor& want, const Tensor& input, const json& c,
+                     double atol) {
   if (got.shape() != want.shape()) return "shape " + got.describe() + ", numpy " + want.describe();
   if (got.dtype() != want.dtype()) return "dtype " + got.describe() + ", numpy " + want.describe();
   const uint64_t max_ulp = c.at("ulp").get<uint64_t>();
@@ -86,8 +86,7 @@ std::string mismatch(const Tensor& got, const Tensor& want, const Tensor& input,
     char buf[256];
     const double x = input.numel() == want.numel() ? input.load(i) : NAN;
     std::snprintf(buf, sizeof buf, "element %lld of %s: kiln %.17g, numpy %.17g (input %.17g): ",
-                  static_cast<long long>(i), want.describe().c_str(), got.load(i), want.load(i),
-                  x);
+                  static_cast<long long>(i), want.describe().c_str(), got.load(i), want.load(i), x);
     return buf + why;
   }
   return "";
@@ -106,7 +105,8 @@ Graph model_of(const json& c) {
     if (c.contains("shapes") && !c.at("shapes").is_null()) shape = c.at("shapes").at(k);
     // Input dtypes come from the files: where's condition is bool, a cast's source is the
     // case's dtype.
-    const Tensor first = read_npy(cases_dir() / c.at("runs").at(0).at("inputs").at(k).get<std::string>());
+    const Tensor first =
+        read_npy(cases_dir() / c.at("runs").at(0).at("inputs").at(k).get<std::string>());
     inputs.push_back({{"name", "x" + std::to_string(k)},
                       {"dtype", std::string(dtype_name(first.dtype()))},
                       {"shape", shape}});

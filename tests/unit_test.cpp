@@ -126,7 +126,8 @@ TEST(Graph, NodesAreTopologicalAndErrorsNameNodeAndOp) {
     softmax(cast(x, DType::kInt32));
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("node 3 (softmax): softmax requires float32 or float64, got int32"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "node 3 (softmax): softmax requires float32 or float64, got int32"),
               std::string::npos)
         << e.what();
   }
