@@ -51,25 +51,30 @@ std::string trim(std::string s) {
   return s;
 }
 
+// "name:base64" with exactly N bytes behind the colon; returns the name.
+template <size_t N>
+std::string parse_named_key(const std::string& text, const std::string& where, const char* kind,
+                            std::array<unsigned char, N>& bytes) {
+  init_sodium();
+  auto [name, b64] = split_named(trim(text), where, kind);
+  if (!from_base64(b64, bytes.data(), N)) {
+    throw UserError(where + ": the " + kind + " of '" + name + "' is not " + std::to_string(N) +
+                    " bytes of base64");
+  }
+  return name;
+}
+
 }  // namespace
 
 SigningKey parse_signing_key(const std::string& text, const std::string& where) {
-  init_sodium();
-  auto [name, b64] = split_named(trim(text), where, "secret key");
   SigningKey k;
-  k.name = name;
-  if (!from_base64(b64, k.secret.data(), k.secret.size()))
-    throw UserError(where + ": the secret key of '" + name + "' is not 64 bytes of base64");
+  k.name = parse_named_key(text, where, "secret key", k.secret);
   return k;
 }
 
 TrustedKey parse_trusted_key(const std::string& text, const std::string& where) {
-  init_sodium();
-  auto [name, b64] = split_named(trim(text), where, "public key");
   TrustedKey k;
-  k.name = name;
-  if (!from_base64(b64, k.public_key.data(), k.public_key.size()))
-    throw UserError(where + ": the public key of '" + name + "' is not 32 bytes of base64");
+  k.name = parse_named_key(text, where, "public key", k.public_key);
   return k;
 }
 
