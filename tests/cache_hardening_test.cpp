@@ -613,8 +613,10 @@ TEST(CacheHardening, AFullDiskIsAnErrorNamingThePathAndLeavesNothingBehind) {
   const fs::path base = temp_dir("hk-enospc");
   const fs::path cache = base / "cache", out = base / "out";
   const std::string preload = std::string("LD_PRELOAD=") + KILN_ENOSPC_SHIM;
+  // Under AddressSanitizer the shim is loaded ahead of the ASan runtime: allow that.
+  const std::string asan = "ASAN_OPTIONS=verify_asan_link_order=0";
   auto run = kiln_env(
-      {"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=y.npy"},
+      {"KILN_CACHE_DIR=" + cache.string(), preload, asan, "KILN_TEST_ENOSPC=y.npy"},
       {"run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()});
   EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
   EXPECT_NE(run.err.find((out / "y.npy").string()), std::string::npos) << run.err;
@@ -623,7 +625,7 @@ TEST(CacheHardening, AFullDiskIsAnErrorNamingThePathAndLeavesNothingBehind) {
 
   fs::remove_all(cache);  // the run above stored its module: start empty so this one publishes
   auto compile_run =
-      kiln_env({"KILN_CACHE_DIR=" + cache.string(), preload, "KILN_TEST_ENOSPC=meta.json"},
+      kiln_env({"KILN_CACHE_DIR=" + cache.string(), preload, asan, "KILN_TEST_ENOSPC=meta.json"},
                {"compile", kMlp});
   EXPECT_EQ(compile_run.exit_code, 1);
   EXPECT_NE(compile_run.err.find("meta.json"), std::string::npos) << compile_run.err;
