@@ -229,6 +229,11 @@ void CacheIndex::record_miss() {
   bump("misses", 1);
 }
 
+void CacheIndex::add_to_counter(const char* counter, double by) {
+  std::lock_guard lock(mutex_);
+  bump(counter, by);
+}
+
 void CacheIndex::record_compile() {
   std::lock_guard lock(mutex_);
   bump("compiles", 1);
@@ -289,6 +294,18 @@ IndexTotals CacheIndex::totals() {
       t.compiles = static_cast<int64_t>(v);
     else if (name == "saved_ms")
       t.saved_ms = v;
+    else if (name == "remote_hits")
+      t.remote_hits = static_cast<int64_t>(v);
+    else if (name == "remote_misses")
+      t.remote_misses = static_cast<int64_t>(v);
+    else if (name == "remote_rejects")
+      t.remote_rejects = static_cast<int64_t>(v);
+    else if (name == "remote_errors")
+      t.remote_errors = static_cast<int64_t>(v);
+    else if (name == "remote_uploads")
+      t.remote_uploads = static_cast<int64_t>(v);
+    else if (name == "remote_bytes")
+      t.remote_bytes = v;
   }
   return t;
 }

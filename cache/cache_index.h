@@ -38,6 +38,11 @@ struct IndexTotals {
   uint64_t bytes = 0;
   int64_t hits = 0, misses = 0, compiles = 0;
   double saved_ms = 0;  // compile time that hits did not spend
+  // The remote tier, as this cache saw it: entries fetched, keys it lacked, entries refused,
+  // faults, uploads, and bytes moved.
+  int64_t remote_hits = 0, remote_misses = 0, remote_rejects = 0, remote_errors = 0,
+          remote_uploads = 0;
+  double remote_bytes = 0;
 };
 
 class CacheIndex {
@@ -56,6 +61,7 @@ class CacheIndex {
   void record_hit(const std::string& key, double now);
   void record_miss();
   void record_compile();
+  void add_to_counter(const char* counter, double by);
 
   enum class Order { kMostRecent, kLeastRecent };
   std::vector<IndexRow> list(Order order);

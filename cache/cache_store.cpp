@@ -488,6 +488,16 @@ void CacheStore::write_private(const fs::path& relative, const std::string& cont
   write_file_atomic(root_ / relative, contents, access_.file_mode(), true);
 }
 
+void CacheStore::count(const char* counter, double by) {
+  if (CacheIndex* idx = index()) {
+    try {
+      idx->add_to_counter(counter, by);
+    } catch (const CacheIndexError& e) {
+      index_failed(e.what());
+    }
+  }
+}
+
 void CacheStore::record_miss() {
   if (CacheIndex* idx = index()) {
     try {

@@ -104,6 +104,8 @@ class CacheStore {
   void write_private(const std::filesystem::path& relative, const std::string& contents);
 
   void record_miss();
+  // Adds to a named counter of the index (e.g. "remote_hits"); skipped when it is busy.
+  void count(const char* counter, double by = 1);
   std::optional<EntryMeta> read_meta(const std::string& key);
   // Full keys starting with `prefix` (at most 10).
   std::vector<std::string> resolve_prefix(const std::string& prefix);

@@ -213,6 +213,7 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
                "compile %.2f ms | module load %.2f ms",
                load_ms, info.times.rewrite_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms,
                info.times.compile_ms, info.times.load_ms);
+  if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
 }
@@ -452,6 +453,14 @@ int cmd_cache(const Args& a) {
         static_cast<long long>(t.hits), static_cast<long long>(t.misses),
         lookups > 0 ? 100.0 * static_cast<double>(t.hits) / lookups : 0.0,
         static_cast<long long>(t.compiles), t.saved_ms / 1000.0);
+    if (std::getenv("KILN_REMOTE_CACHE") || t.remote_hits || t.remote_misses || t.remote_errors) {
+      std::printf(
+          "remote     %lld hits, %lld misses, %lld rejected, %lld errors, %lld uploads, %s moved\n",
+          static_cast<long long>(t.remote_hits), static_cast<long long>(t.remote_misses),
+          static_cast<long long>(t.remote_rejects), static_cast<long long>(t.remote_errors),
+          static_cast<long long>(t.remote_uploads),
+          kiln::format_size(static_cast<uint64_t>(t.remote_bytes)).c_str());
+    }
   } else if (sub == "verify") {
     auto r = store->verify_all();
     for (const auto& b : r.bad) std::printf("bad  %s\n", b.c_str());

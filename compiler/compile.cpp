@@ -12,6 +12,7 @@
 #include <set>
 
 #include "cache/cache_store.h"
+#include "cache/remote_tier.h"
 #include "compiler/c_linker.h"
 #include "compiler/compile_error.h"
 #include "compiler/diagnostics.h"
@@ -233,6 +234,20 @@ std::string graph_summary(const Graph& graph) {
          join(ins, ", ");
 }
 
+// What one remote operation did, into the local index's counters (for `kiln cache stats`).
+void record_remote(CacheStore& store, const RemoteCounters& a, const RemoteCounters& b) {
+  const std::pair<const char*, double> deltas[] = {
+      {"remote_hits", static_cast<double>(b.hits - a.hits)},
+      {"remote_misses", static_cast<double>(b.misses - a.misses)},
+      {"remote_rejects", static_cast<double>(b.rejects - a.rejects)},
+      {"remote_errors", static_cast<double>(b.errors - a.errors)},
+      {"remote_uploads", static_cast<double>(b.uploads - a.uploads)},
+      {"remote_bytes", static_cast<double>((b.bytes_in + b.bytes_out) - (a.bytes_in + a.bytes_out))}};
+  for (const auto& [name, by] : deltas) {
+    if (by != 0) store.count(name, by);
+  }
+}
+
 // Hit, or compile under the key's lock and publish. Returns the pinned entry.
 CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchain& tc,
                            const ModuleKey& mk, const CompileOptions& options, CompileInfo& info) {
@@ -265,6 +280,23 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
     std::string why = explain_miss(store, mk, graph.name());
     info.cache_note = info.cache_note.empty() ? why : info.cache_note + "\n" + why;
   }
+  RemoteTier* remote = RemoteTier::process_default();
+  if (remote) {
+    // The remote tier: verified before anything is written here, then published locally.
+    auto r0 = Clock::now();
+    const RemoteCounters before = remote->counters();
+    std::optional<RemoteEntry> fetched = remote->fetch(mk.key);
+    record_remote(store, before, remote->counters());
+    info.times.remote_ms = ms_since(r0);
+    if (fetched) {
+      WorkFolder staging = store.new_staging(mk.key);
+      for (const auto& [name, bytes] : fetched->files)
+        write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
+      info.cache = CacheStatus::kRemoteHit;
+      if (debug_level() >= 2) log_line("cache: remote hit for " + mk.key);
+      return store.publish(std::move(staging), std::move(fetched->meta));
+    }
+  }
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
   WorkFolder staging = store.new_staging(mk.key);  // removed unless published
   build_module(graph, tc, mk.key, staging.path(), &store, info);
@@ -277,7 +309,15 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   meta.compile_ms = info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
   meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""}};
-  return store.publish(std::move(staging), std::move(meta));
+  CacheEntry entry = store.publish(std::move(staging), std::move(meta));
+  if (remote && remote->can_write()) {
+    auto r0 = Clock::now();
+    const RemoteCounters before = remote->counters();
+    remote->upload(entry.meta, entry.dir);
+    record_remote(store, before, remote->counters());
+    info.times.remote_ms += ms_since(r0);
+  }
+  return entry;
 }
 
 Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info,

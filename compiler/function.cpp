@@ -19,6 +19,7 @@ const char* to_string(CacheStatus status) {
   switch (status) {
     case CacheStatus::kMemo: return "memo";
     case CacheStatus::kHit: return "hit";
+    case CacheStatus::kRemoteHit: return "hit (remote)";
     case CacheStatus::kMiss: return "miss";
     case CacheStatus::kBypassed: return "bypassed";
     case CacheStatus::kUncacheable: return "uncacheable";

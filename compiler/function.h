@@ -15,11 +15,13 @@ struct PhaseTimes {
   // lookup: cache lookup and verification; wait: time spent waiting for another process
   // compiling the same key.
   double rewrite_ms = 0, key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
+  double remote_ms = 0;  // the remote tier: fetch and verify, or upload
 };
 
 enum class CacheStatus {
   kMemo,         // already loaded in this process
   kHit,          // loaded from the on-disk cache
+  kRemoteHit,    // fetched from the remote tier, verified, stored locally, loaded
   kMiss,         // compiled, then stored
   kBypassed,     // KILN_CACHE=0 or CompileOptions::use_cache = false
   kUncacheable,  // an op has no cache_version: compiled, never stored
