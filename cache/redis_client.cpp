@@ -114,7 +114,8 @@ void RedisClient::connect() {
     RedisReply r = command(args);
     if (r.is_error()) {
       drop();
-      throw RemoteError(std::string(what) + " on Redis at " + url_.describe() + " failed: " + r.str);
+      throw RemoteError(std::string(what) + " on Redis at " + url_.describe() +
+                        " failed: " + r.str);
     }
   };
   if (!url_.password.empty()) {

@@ -99,17 +99,20 @@ RemoteTier* RemoteTier::process_default() {
 
 bool RemoteTier::available(const char* what) {
   if (now_s() < skip_until_) {
-    if (debug_level() >= 2) log_line(std::string("remote cache: skipped (") + what + "): circuit open");
+    if (debug_level() >= 2)
+      log_line(std::string("remote cache: skipped (") + what + "): circuit open");
     return false;
   }
-  if (!client_) client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
+  if (!client_)
+    client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
   return true;
 }
 
 void RemoteTier::fault(const std::string& what) {
   ++counters_.errors;
   skip_until_ = now_s() + config_.breaker_s;
-  warn("remote cache " + config_.url.describe() + ": " + what + "; compiling locally (the remote is skipped for " +
+  warn("remote cache " + config_.url.describe() + ": " + what +
+       "; compiling locally (the remote is skipped for " +
        std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
 }
 
@@ -118,9 +121,10 @@ std::optional<RemoteEntry> RemoteTier::fetch(const std::string& key) {
   if (signatures_.trusted.empty() && !config_.trust_unsigned) {
     if (!warned_untrusted_) {
       warned_untrusted_ = true;
-      warn("KILN_REMOTE_CACHE is set but no key is trusted, so remote entries are not read: set "
-           "KILN_CACHE_TRUSTED_KEYS to the writers' public keys (kiln cache keygen NAME --out DIR "
-           "makes a pair), or KILN_REMOTE_CACHE_TRUST=unsigned to accept unsigned entries");
+      warn(
+          "KILN_REMOTE_CACHE is set but no key is trusted, so remote entries are not read: set "
+          "KILN_CACHE_TRUSTED_KEYS to the writers' public keys (kiln cache keygen NAME --out DIR "
+          "makes a pair), or KILN_REMOTE_CACHE_TRUST=unsigned to accept unsigned entries");
     }
     return std::nullopt;
   }
@@ -148,7 +152,8 @@ std::optional<RemoteEntry> RemoteTier::fetch(const std::string& key) {
   try {
     RemoteEntry e = unpack_entry(r.str, key);
     if (!config_.trust_unsigned) {
-      if (std::string why = signature_problem(e.meta, signatures_.trusted, config_.ns); !why.empty())
+      if (std::string why = signature_problem(e.meta, signatures_.trusted, config_.ns);
+          !why.empty())
         throw CacheEntryError("not signed by a trusted key: " + why);
     }
     ++counters_.hits;
@@ -204,7 +209,8 @@ void RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir
 std::optional<int64_t> RemoteTier::status(int64_t limit, std::string* why) {
   std::lock_guard lock(mutex_);
   try {
-    if (!client_) client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
+    if (!client_)
+      client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
     RedisReply pong = client_->command({"PING"});
     if (pong.is_error()) {
       *why = pong.str;
@@ -213,7 +219,8 @@ std::optional<int64_t> RemoteTier::status(int64_t limit, std::string* why) {
     int64_t n = 0;
     std::string cursor = "0";
     do {
-      RedisReply r = client_->command({"SCAN", cursor, "MATCH", config_.ns + ":e:*", "COUNT", "1000"});
+      RedisReply r =
+          client_->command({"SCAN", cursor, "MATCH", config_.ns + ":e:*", "COUNT", "1000"});
       if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) break;
       cursor = r.elements[0].str;
       n += static_cast<int64_t>(r.elements[1].elements.size());

@@ -24,8 +24,8 @@ namespace kiln {
 
 struct RemoteConfig {
   RedisUrl url;
-  std::string ns = "kiln";   // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
-  int timeout_ms = 1000;     // KILN_REMOTE_TIMEOUT (seconds), per operation
+  std::string ns = "kiln";  // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
+  int timeout_ms = 1000;    // KILN_REMOTE_TIMEOUT (seconds), per operation
   int connect_ms = 200;
   bool trust_unsigned = false;  // KILN_REMOTE_CACHE_TRUST=unsigned
   double breaker_s = 30;        // how long a failed server is skipped

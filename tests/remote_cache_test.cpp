@@ -1,0 +1,376 @@
+// The remote tier against a real redis-server, started by each test on a free loopback port:
+// a remote hit in a fresh process with an empty local cache, forged entries rejected, faults
+// (down, stopped, garbage, out of memory) costing a warning and a local compile, and a
+// read-only client that never writes (a Redis ACL user that may only read).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "cache/redis_client.h"
+#include "cache/remote_tier.h"
+#include "compiler/subprocess.h"
+#include "runtime/npy.h"
+#include "tests/helpers.h"
+#include "util/fs.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kiln_env;
+using testing::temp_dir;
+
+const std::string kMlpDir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+const std::string kMlp = kMlpDir + "/mlp.json";
+
+// A port nothing listens on right now (the kernel picks it).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A redis-server of its own on 127.0.0.1, stopped (SIGKILL) with the test.
+class RedisServer {
+ public:
+  explicit RedisServer(const std::vector<std::string>& extra = {}) : port_(free_port()) {
+    std::vector<std::string> args{
+        "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no",     "--protected-mode",    "no"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(devnull, 1);
+      ::execvp("redis-server", argv.data());
+      ::_exit(127);
+    }
+    // Bounded wait for it to answer, failing loudly.
+    RedisClient c(url(), 200, 500);
+    for (int i = 0; i < 100 && !up_; ++i) {
+      try {
+        up_ = c.command({"PING"}).str == "PONG";
+      } catch (const RemoteError&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
+  ~RedisServer() {
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  bool up() const { return up_; }
+  RedisUrl url() const {
+    return RedisUrl::parse("redis://127.0.0.1:" + std::to_string(port_), "test");
+  }
+  std::string url_text(const std::string& cred = "") const {
+    return "redis://" + cred + "127.0.0.1:" + std::to_string(port_);
+  }
+  RedisReply admin(const std::vector<std::string>& args) const {
+    RedisClient c(url(), 500, 2000);
+    return c.command(args);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+  bool up_ = false;
+};
+
+struct Keys {
+  fs::path dir;
+  std::string pub;
+};
+
+Keys make_keys(const fs::path& dir, const std::string& name) {
+  auto r = kiln_env({}, {"cache", "keygen", name, "--out", dir.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return {dir, split_lines(read_file(dir / (name + ".public"))).at(0)};
+}
+
+std::vector<std::string> writer_env(const RedisServer& s, const fs::path& cache, const Keys& k,
+                                    const std::string& name) {
+  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
+          "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
+          "KILN_CACHE_SIGNING_KEY=" + (k.dir / (name + ".secret")).string()};
+}
+
+std::vector<std::string> reader_env(const RedisServer& s, const fs::path& cache, const Keys& k) {
+  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
+          "KILN_CACHE_TRUSTED_KEYS=" + k.pub};
+}
+
+std::vector<std::string> run_mlp(const fs::path& out) {
+  return {"run",          "-v",        kMlp, "--input", "x=" + kMlpDir + "/input.npy",
+          "--output-dir", out.string()};
+}
+
+void expect_mlp_output(const fs::path& out) {
+  EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
+                                     1e-4, 1e-5));
+}
+
+std::string only_entry_key(const RedisServer& s) {
+  RedisReply keys = s.admin({"KEYS", "kiln:e:*"});
+  EXPECT_EQ(keys.elements.size(), 1u);
+  return keys.elements.empty() ? "" : keys.elements[0].str;
+}
+
+TEST(RemoteCache, AFreshProcessWithAnEmptyLocalCacheHitsTheRemote) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-hit");
+  Keys k = make_keys(base, "builders");
+  auto w = kiln_env(writer_env(redis, base / "writer", k, "builders"), {"compile", "-v", kMlp});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.err.find("cache miss"), std::string::npos) << w.err;
+  ASSERT_FALSE(only_entry_key(redis).empty());
+  auto r = kiln_env(reader_env(redis, base / "reader", k), run_mlp(base / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cache hit (remote)"), std::string::npos) << r.err;
+  expect_mlp_output(base / "out");
+  // Materialised locally: the next process hits the local store.
+  auto again = kiln_env(reader_env(redis, base / "reader", k), {"compile", "-v", kMlp});
+  EXPECT_NE(again.err.find("cache hit\n"), std::string::npos) << again.err;
+  auto stats = kiln_env(reader_env(redis, base / "reader", k), {"cache", "stats"});
+  EXPECT_NE(stats.out.find("remote     1 hits, 0 misses, 0 rejected, 0 errors, 0 uploads"),
+            std::string::npos)
+      << stats.out;
+}
+
+// Rewrites the stored entry with `change` and checks that a reader refuses it with `reason`,
+// compiles locally and still gets the right answer.
+void expect_rejected(const RedisServer& redis, const fs::path& base, const Keys& k,
+                     const std::string& tag, const std::string& reason) {
+  SCOPED_TRACE(tag);
+  auto r = kiln_env(reader_env(redis, base / ("reader-" + tag), k), run_mlp(base / ("out-" + tag)));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("rejected ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cache miss"), std::string::npos) << r.err;
+  expect_mlp_output(base / ("out-" + tag));
+}
+
+TEST(RemoteCache, ForgedEntriesAreRejectedNeverLoaded) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-forged");
+  Keys k = make_keys(base, "builders"), stranger = make_keys(base / "s", "stranger");
+  ASSERT_EQ(
+      kiln_env(writer_env(redis, base / "writer", k, "builders"), {"compile", kMlp}).exit_code, 0);
+  const std::string rkey = only_entry_key(redis);
+  const std::string key = rkey.substr(rkey.rfind(':') + 1);
+  const std::string good = redis.admin({"GET", rkey}).str;
+
+  // Tampered module bytes (the last byte of the last file).
+  std::string tampered = good;
+  tampered.back() ^= 0x20;
+  redis.admin({"SET", rkey, tampered});
+  expect_rejected(redis, base, k, "tampered", "does not match its SHA-256");
+
+  // No signature at all.
+  RemoteEntry e = unpack_entry(good, key);
+  std::vector<std::string> bytes;
+  for (auto& [name, b] : e.files) bytes.push_back(b);
+  EntryMeta unsigned_meta = e.meta;
+  unsigned_meta.signatures.clear();
+  redis.admin({"SET", rkey, pack_entry(unsigned_meta, bytes)});
+  expect_rejected(redis, base, k, "unsigned", "it carries no signature");
+
+  // Valid bytes, signed by a key the reader does not trust.
+  redis.admin({"FLUSHALL"});
+  ASSERT_EQ(
+      kiln_env(writer_env(redis, base / "stranger-cache", stranger, "stranger"), {"compile", kMlp})
+          .exit_code,
+      0);
+  expect_rejected(redis, base, k, "untrusted",
+                  "'stranger', which KILN_CACHE_TRUSTED_KEYS does not list");
+
+  // A genuine signed entry of another key, stored under this one.
+  redis.admin({"FLUSHALL"});
+  const fs::path tiny = base / "tiny.json";
+  write_file_atomic(tiny, R"({"format": "kiln-graph", "version": 1, "name": "tiny",
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [null, 784]}],
+    "nodes": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
+  ASSERT_EQ(
+      kiln_env(writer_env(redis, base / "tiny-cache", k, "builders"), {"compile", tiny.string()})
+          .exit_code,
+      0);
+  const std::string other = redis.admin({"GET", only_entry_key(redis)}).str;
+  redis.admin({"SET", rkey, other});
+  expect_rejected(redis, base, k, "other-key", "it describes key");
+
+  // Signed for another namespace.
+  redis.admin({"FLUSHALL"});
+  auto w = writer_env(redis, base / "ns-cache", k, "builders");
+  w.push_back("KILN_REMOTE_CACHE_NAMESPACE=team-b");
+  ASSERT_EQ(kiln_env(w, {"compile", kMlp}).exit_code, 0);
+  redis.admin({"SET", rkey, redis.admin({"GET", "team-b:e:" + key}).str});
+  expect_rejected(redis, base, k, "namespace", "is for namespace 'team-b'");
+
+  // No trusted key at all: remote reads are refused with the way out, and nothing breaks.
+  auto none = kiln_env(
+      {"KILN_CACHE_DIR=" + (base / "none").string(), "KILN_REMOTE_CACHE=" + redis.url_text()},
+      {"compile", "-v", kMlp});
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("no key is trusted"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("KILN_REMOTE_CACHE_TRUST=unsigned"), std::string::npos) << none.err;
+}
+
+double seconds_of(const std::function<void()>& f) {
+  auto t = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A server that answers anything with bytes that are not RESP.
+class GarbageServer {
+ public:
+  GarbageServer() : port_(free_port()) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 8);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        const char junk[] = "HTTP/1.1 418 I'm a teapot\r\n\r\n";
+        char buf[4096];
+        if (::read(c, buf, sizeof buf) > 0 && ::write(c, junk, sizeof junk - 1) < 0) {
+        }
+        ::close(c);
+      }
+    });
+  }
+  ~GarbageServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_, fd_;
+  std::thread thread_;
+};
+
+TEST(RemoteCache, ADownStoppedLyingOrFullServerCostsAWarningAndALocalCompile) {
+  const fs::path base = temp_dir("remote-faults");
+  Keys k = make_keys(base, "builders");
+  struct Fault {
+    std::string name, url, expect;
+  };
+  RedisServer stopped;
+  ASSERT_TRUE(stopped.up());
+  ::kill(stopped.pid(), SIGSTOP);  // accepts connections, answers nothing
+  GarbageServer garbage;
+  RedisServer full({"--maxmemory", "1mb", "--maxmemory-policy", "noeviction"});
+  ASSERT_TRUE(full.up());
+  for (int i = 0; i < 8; ++i)
+    full.admin({"SET", "filler" + std::to_string(i), std::string(256 << 10, 'x')});
+  const std::vector<Fault> faults{
+      {"down", "redis://127.0.0.1:" + std::to_string(free_port()), "cannot connect"},
+      {"stopped", stopped.url_text(), "GET failed"},
+      {"garbage", garbage.url(), "GET failed"},
+      {"full", full.url_text(), "SET refused: OOM"}};
+  for (const auto& f : faults) {
+    SCOPED_TRACE(f.name);
+    const fs::path out = base / ("out-" + f.name);
+    ProcessResult r;
+    // A hang detector, not a speed test: a 0.3 s operation timeout, one try per process.
+    double s = seconds_of([&] {
+      r = kiln_env({"KILN_CACHE_DIR=" + (base / f.name).string(), "KILN_REMOTE_CACHE=" + f.url,
+                    "KILN_REMOTE_TIMEOUT=0.3", "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
+                    "KILN_CACHE_SIGNING_KEY=" + (base / "builders.secret").string()},
+                   run_mlp(out));
+    });
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("compiling locally"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(f.expect), std::string::npos) << r.err;
+    EXPECT_LT(s, 10.0);
+    expect_mlp_output(out);
+  }
+  ::kill(stopped.pid(), SIGCONT);
+}
+
+TEST(RemoteCache, AFailedServerIsSkippedAfterTheFirstTimeout) {
+  RemoteConfig c;
+  c.url = RedisUrl::parse("redis://127.0.0.1:" + std::to_string(free_port()), "test");
+  c.trust_unsigned = true;
+  RemoteTier tier(c, SignaturePolicy{});
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(tier.fetch(std::string(64, 'a')));
+  EXPECT_FALSE(tier.fetch(std::string(64, 'b')));
+  EXPECT_FALSE(tier.fetch(std::string(64, 'c')));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tier.counters().errors, 1) << "a dead server was tried more than once: " << err;
+  EXPECT_NE(err.find("skipped for 30 s"), std::string::npos) << err;
+}
+
+TEST(RemoteCache, AReaderWithoutAKeyNeverWrites) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  // A user that may read entries and nothing else.
+  ASSERT_FALSE(
+      redis.admin({"ACL", "SETUSER", "reader", "on", ">secret", "~*", "+get", "+ping"}).is_error());
+  const fs::path base = temp_dir("remote-readonly");
+  Keys k = make_keys(base, "builders");
+  ASSERT_EQ(
+      kiln_env(writer_env(redis, base / "writer", k, "builders"), {"compile", kMlp}).exit_code, 0);
+  redis.admin({"ACL", "LOG", "RESET"});
+  const std::string as_reader = "KILN_REMOTE_CACHE=" + redis.url_text("reader:secret@");
+  // A hit, and a miss (a model nobody uploaded): neither may write.
+  const fs::path tiny = base / "tiny.json";
+  write_file_atomic(tiny, R"({"format": "kiln-graph", "version": 1, "name": "tiny",
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [null, 4]}],
+    "nodes": [{"op": "exp", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
+  for (const std::string& model : {kMlp, tiny.string()}) {
+    auto r = kiln_env({"KILN_CACHE_DIR=" + (base / "reader").string(), as_reader,
+                       "KILN_CACHE_TRUSTED_KEYS=" + k.pub},
+                      {"compile", "-v", model});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  }
+  RedisReply log = redis.admin({"ACL", "LOG"});
+  EXPECT_EQ(log.elements.size(), 0u) << "the reader attempted a command its ACL denies";
+  // Control: a writer using the read-only account is denied, and the log shows it.
+  auto w = kiln_env(
+      {"KILN_CACHE_DIR=" + (base / "w2").string(), as_reader, "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
+       "KILN_CACHE_SIGNING_KEY=" + (base / "builders.secret").string()},
+      {"compile", tiny.string()});
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.err.find("NOPERM"), std::string::npos) << w.err;
+  EXPECT_GT(redis.admin({"ACL", "LOG"}).elements.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kiln
