@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <random>
 
 #include "util/fs.h"
 #include "util/log.h"
@@ -11,6 +12,11 @@ namespace kiln {
 namespace {
 
 constexpr const char kMagic[] = "kiln-entry 1\n";
+
+std::string random_token() {
+  static thread_local std::mt19937_64 gen{std::random_device{}()};
+  return std::to_string(gen()) + "-" + std::to_string(gen());
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -37,6 +43,17 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
     c.timeout_ms = std::max(1, static_cast<int>(s * 1000));
     c.connect_ms = std::min(c.connect_ms, c.timeout_ms);
   }
+  auto seconds = [](const char* var, double max_s) -> std::optional<int> {
+    const char* t = std::getenv(var);
+    if (!t || !*t) return std::nullopt;
+    char* end = nullptr;
+    double s = std::strtod(t, &end);
+    if (*end != '\0' || !(s > 0) || s > max_s)
+      throw UserError(std::string(var) + ": '" + t + "' is not a number of seconds");
+    return std::max(1, static_cast<int>(s * 1000));
+  };
+  if (auto ms = seconds("KILN_REMOTE_LEASE", 3600)) c.lease_ms = *ms;
+  if (auto ms = seconds("KILN_REMOTE_WAIT", 86400)) c.wait_ms = *ms;
   if (const char* trust = std::getenv("KILN_REMOTE_CACHE_TRUST"); trust && *trust) {
     if (std::string(trust) != "unsigned" && std::string(trust) != "signed")
       throw UserError(std::string("KILN_REMOTE_CACHE_TRUST: '") + trust +
@@ -118,6 +135,10 @@ void RemoteTier::fault(const std::string& what) {
 
 std::optional<RemoteEntry> RemoteTier::fetch(const std::string& key) {
   std::lock_guard lock(mutex_);
+  return fetch_locked(key);
+}
+
+std::optional<RemoteEntry> RemoteTier::fetch_locked(const std::string& key) {
   if (signatures_.trusted.empty() && !config_.trust_unsigned) {
     if (!warned_untrusted_) {
       warned_untrusted_ = true;
@@ -203,6 +224,106 @@ void RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir
     }
   } catch (const RemoteError& e) {
     fault(e.what());
+  }
+}
+
+namespace {
+
+// Extends or drops a lease only if it still holds this process's token.
+constexpr const char kRenewScript[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "else return 0 end";
+constexpr const char kReleaseScript[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 "
+    "end";
+
+}  // namespace
+
+RemoteLease::RemoteLease(const RemoteConfig& config, std::string redis_key, std::string token)
+    : config_(config), key_(std::move(redis_key)), token_(std::move(token)) {
+  renewer_ = std::thread([this] { renew_loop(); });
+}
+
+void RemoteLease::renew_loop() {
+  // Its own connection: a hiredis context serves one thread.
+  RedisClient client(config_.url, config_.connect_ms, config_.timeout_ms);
+  std::unique_lock lock(mutex_);
+  while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(config_.lease_ms / 3),
+                            [this] { return stop_; })) {
+    try {
+      client.command({"EVAL", kRenewScript, "1", key_, token_, std::to_string(config_.lease_ms)});
+    } catch (const RemoteError&) {
+      // The lease lapses; another machine may then compile too. Only time is lost.
+    }
+  }
+  try {
+    client.command({"EVAL", kReleaseScript, "1", key_, token_});
+  } catch (const RemoteError&) {
+  }
+}
+
+RemoteLease::~RemoteLease() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  renewer_.join();
+}
+
+std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::claim_or_wait(
+    const std::string& key) {
+  std::unique_lock lock(mutex_);
+  const double deadline = now_s() + config_.wait_ms / 1000.0;
+  bool waited = false;
+  for (;;) {
+    if (!available("lease")) return {};
+    try {
+      if (can_write()) {
+        const std::string token = random_token();
+        RedisReply r = client_->command(
+            {"SET", lease_key(key), token, "NX", "PX", std::to_string(config_.lease_ms)});
+        if (r.is_error()) {
+          fault("SET (lease) refused: " + r.str);
+          return {};
+        }
+        if (r.kind == RedisReply::Kind::kStatus) {
+          // Taken: but another holder may have uploaded just before releasing it.
+          if (waited) {
+            if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
+          }
+          return {std::make_unique<RemoteLease>(config_, lease_key(key), token), std::nullopt};
+        }
+      } else {
+        RedisReply r = client_->command({"GET", lease_key(key)});
+        if (r.is_error()) {
+          fault("GET (lease) refused: " + r.str);
+          return {};
+        }
+        if (r.kind == RedisReply::Kind::kNil) {
+          if (waited) {
+            if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
+          }
+          return {};  // nobody compiles it: compile here, without a lease
+        }
+      }
+    } catch (const RemoteError& e) {
+      fault(e.what());
+      return {};
+    }
+    // Another process compiles this key: poll for its entry.
+    if (!waited && debug_level() >= 2)
+      log_line("remote cache: waiting for another compile of " + key);
+    waited = true;
+    if (now_s() > deadline) {
+      warn("remote cache: gave up waiting " + std::to_string(config_.wait_ms / 1000) +
+           " s for another machine's compile of " + key + "; compiling here");
+      return {};
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    lock.lock();
+    if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
   }
 }
 

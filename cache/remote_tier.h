@@ -7,12 +7,14 @@
 // SET NX; readers without a key never write. A server that is down, slow, refusing or lying
 // costs a warning and a local compile, and is skipped for 30 s (a circuit breaker), so it
 // costs one timeout per process, not one per compile.
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,6 +31,8 @@ struct RemoteConfig {
   int connect_ms = 200;
   bool trust_unsigned = false;  // KILN_REMOTE_CACHE_TRUST=unsigned
   double breaker_s = 30;        // how long a failed server is skipped
+  int lease_ms = 30000;         // KILN_REMOTE_LEASE (seconds): a compile's claim on a key
+  int wait_ms = 300000;  // KILN_REMOTE_WAIT (seconds): the longest wait for another's compile
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
   static std::optional<RemoteConfig> from_env();
 };
@@ -50,6 +54,26 @@ std::string pack_entry(const EntryMeta& meta, const std::vector<std::string>& fi
 // Throws CacheEntryError saying what is wrong.
 RemoteEntry unpack_entry(const std::string& blob, const std::string& key);
 
+// A claim on one key while this process compiles it (SET NX PX with a random token), renewed
+// by a thread and released with a token check, so other machines wait for this compile
+// instead of repeating it. A holder that dies stops renewing; the claim expires.
+class RemoteLease {
+ public:
+  RemoteLease(const RemoteConfig& config, std::string redis_key, std::string token);
+  ~RemoteLease();
+  RemoteLease(const RemoteLease&) = delete;
+  RemoteLease& operator=(const RemoteLease&) = delete;
+
+ private:
+  void renew_loop();
+  RemoteConfig config_;
+  std::string key_, token_;
+  std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread renewer_;
+};
+
 class RemoteTier {
  public:
   RemoteTier(RemoteConfig config, SignaturePolicy signatures);
@@ -63,6 +87,12 @@ class RemoteTier {
   // Signs a verified local entry for this namespace and stores it unless the key exists; a
   // different entry under the same key is reported as a build that is not reproducible.
   void upload(const EntryMeta& meta, const std::filesystem::path& dir);
+  // Before compiling a key it lacks: a lease for this process (writers), or, when another
+  // process holds one, that process's entry once it is uploaded (polled, bounded). Returns
+  // (lease, entry); both empty means compile without a lease (a reader, a fault, a holder
+  // that gave up).
+  std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> claim_or_wait(
+      const std::string& key);
   // PING, and the number of entries in this namespace (SCAN, at most `limit`).
   std::optional<int64_t> status(int64_t limit, std::string* why);
   RemoteCounters counters() const;
@@ -71,6 +101,8 @@ class RemoteTier {
   bool available(const char* what);
   void fault(const std::string& what);
   std::string entry_key(const std::string& key) const { return config_.ns + ":e:" + key; }
+  std::string lease_key(const std::string& key) const { return config_.ns + ":l:" + key; }
+  std::optional<RemoteEntry> fetch_locked(const std::string& key);
 
   RemoteConfig config_;
   SignaturePolicy signatures_;

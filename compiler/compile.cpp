@@ -281,12 +281,22 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
     info.cache_note = info.cache_note.empty() ? why : info.cache_note + "\n" + why;
   }
   RemoteTier* remote = RemoteTier::process_default();
+  std::unique_ptr<RemoteLease> lease;  // released (token-checked) when this function returns
   if (remote) {
     // The remote tier: verified before anything is written here, then published locally.
     auto r0 = Clock::now();
     const RemoteCounters before = remote->counters();
     std::optional<RemoteEntry> fetched = remote->fetch(mk.key);
     record_remote(store, before, remote->counters());
+    if (!fetched) {
+      // One compile per key across machines: claim it, or wait for whoever has.
+      auto w0 = Clock::now();
+      auto claimed = remote->claim_or_wait(mk.key);
+      lease = std::move(claimed.first);
+      fetched = std::move(claimed.second);
+      info.times.wait_ms += ms_since(w0);
+      if (fetched) store.count("remote_hits");
+    }
     info.times.remote_ms = ms_since(r0);
     if (fetched) {
       WorkFolder staging = store.new_staging(mk.key);

@@ -5,8 +5,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -370,6 +372,100 @@ TEST(RemoteCache, AReaderWithoutAKeyNeverWrites) {
   EXPECT_EQ(w.exit_code, 0) << w.err;
   EXPECT_NE(w.err.find("NOPERM"), std::string::npos) << w.err;
   EXPECT_GT(redis.admin({"ACL", "LOG"}).elements.size(), 0u);
+}
+
+int count_lines_starting(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  for (const auto& line : split_lines(text)) n += line.rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST(RemoteCache, EightMachinesMeetingANewModelCompileItOnce) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-eight");
+  Keys k = make_keys(base, "builders");
+  const fs::path log = base / "cc.log";
+  // Eight "machines": each its own local cache, all writers, one Redis, started together.
+  std::string script;
+  for (int i = 0; i < 8; ++i) {
+    std::string env;
+    for (const auto& e : writer_env(redis, base / ("m" + std::to_string(i)), k, "builders"))
+      env += "'" + e + "' ";
+    env += "KILN_CC='" + std::string(KILN_TEST_CC_WRAPPER) + "' KILN_TEST_CC_LOG='" + log.string() +
+           "' ";
+    script += "env " + env + "'" + testing::kiln_binary() + "' run -v '" + kMlp + "' --input x='" +
+              kMlpDir + "/input.npy' --output-dir '" +
+              (base / ("out" + std::to_string(i))).string() + "' 2> '" +
+              (base / ("err" + std::to_string(i))).string() + "' || echo " + std::to_string(i) +
+              " >> '" + (base / "failed").string() + "' & ";
+  }
+  script += "wait";
+  auto r = run_process({"/bin/sh", "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(base / "failed")) << read_file(base / "failed");
+  EXPECT_EQ(count_lines_starting(read_file(log), "start "), 1) << read_file(log);
+  int remote_hits = 0;
+  for (int i = 0; i < 8; ++i) {
+    remote_hits += read_file(base / ("err" + std::to_string(i))).find("cache hit (remote)") !=
+                   std::string::npos;
+    expect_mlp_output(base / ("out" + std::to_string(i)));
+  }
+  EXPECT_EQ(remote_hits, 7);
+}
+
+TEST(RemoteCache, ALeaseWhoseHolderWasKilledExpiresAndAnotherMachineCompiles) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-killed");
+  Keys k = make_keys(base, "builders");
+  const fs::path started = base / "started", hold = base / "hold";
+  ASSERT_EQ(::mkfifo(started.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(hold.c_str(), 0600), 0);
+  int started_fd = ::open(started.c_str(), O_RDONLY | O_NONBLOCK);
+  auto env = writer_env(redis, base / "holder", k, "builders");
+  env.push_back("KILN_REMOTE_LEASE=3");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 2);
+    std::vector<std::string> args{"/usr/bin/env"};
+    args.insert(args.end(), env.begin(), env.end());
+    for (const std::string& e :
+         {"KILN_CC=" + std::string(KILN_TEST_CC_WRAPPER),
+          "KILN_TEST_CC_STARTED=" + started.string(), "KILN_TEST_CC_HOLD=" + hold.string()})
+      args.push_back(e);
+    args.push_back(testing::kiln_binary());
+    args.push_back("compile");
+    args.push_back(kMlp);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv("/usr/bin/env", argv.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  pollfd pfd{started_fd, POLLIN, 0};
+  const int ready = ::poll(&pfd, 1, 60000);
+  ::close(started_fd);
+  if (ready != 1) ::kill(-pid, SIGKILL);
+  ASSERT_EQ(ready, 1) << "the holder's compile never started";
+  EXPECT_EQ(redis.admin({"KEYS", "kiln:l:*"}).elements.size(), 1u) << "the holder took no lease";
+  ::kill(-pid, SIGKILL);  // dies holding the lease
+  ::waitpid(pid, nullptr, 0);
+  auto other = writer_env(redis, base / "other", k, "builders");
+  other.push_back("KILN_REMOTE_LEASE=3");
+  other.push_back("KILN_CC=" + std::string(KILN_TEST_CC_WRAPPER));  // the compiler is in the key
+  std::vector<std::string> cmd{"/usr/bin/timeout", "60", "/usr/bin/env"};
+  cmd.insert(cmd.end(), other.begin(), other.end());
+  cmd.insert(cmd.end(), {"KILN_DEBUG=2", testing::kiln_binary(), "compile", "-v", kMlp});
+  ProcessResult r = run_process(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cache miss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("waiting for another compile"), std::string::npos)
+      << "it should have found the dead holder's lease first: " << r.err;
+  EXPECT_EQ(only_entry_key(redis).empty(), false) << "the second machine uploads its build";
 }
 
 }  // namespace
