@@ -1,6 +1,7 @@
 #include "cache/cache_index.h"
 
 #include <sqlite3.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +38,23 @@ struct StmtScope {
 };
 
 }  // namespace
+
+bool on_network_filesystem(const std::filesystem::path& dir) {
+  struct statfs st {};
+  if (::statfs(dir.c_str(), &st) != 0) return false;
+  switch (static_cast<uint32_t>(st.f_type)) {
+    case 0x6969:      // NFS
+    case 0x517B:      // SMB
+    case 0xFF534D42:  // CIFS
+    case 0xFE534D42:  // SMB2
+    case 0x0BD00BD0:  // Lustre
+    case 0x00C36400:  // Ceph
+    case 0x47504653:  // GPFS
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool CacheIndexError::corrupt() const { return code_ == SQLITE_CORRUPT || code_ == SQLITE_NOTADB; }
 
@@ -81,7 +99,13 @@ void CacheIndex::init(int busy_ms) {
     wal = sqlite3_step(s) == SQLITE_ROW && column_text(s, 0) == "wal";
     sqlite3_finalize(s);
   }
-  if (!wal) exec("PRAGMA journal_mode=WAL");  // persistent: only the creator switches it
+  // SQLite documents WAL as unsafe on network filesystems (its shared memory is per host):
+  // there the index uses a rollback journal. Sharing across machines is the remote tier's job.
+  if (on_network_filesystem(path_.parent_path())) {
+    if (wal) exec("PRAGMA journal_mode=DELETE");
+  } else if (!wal) {
+    exec("PRAGMA journal_mode=WAL");  // persistent: only the creator switches it
+  }
   exec("PRAGMA synchronous=NORMAL");          // WAL + NORMAL: durable across crashes of the process
   exec(
       "CREATE TABLE IF NOT EXISTS entries(key TEXT PRIMARY KEY, label TEXT NOT NULL, family TEXT "

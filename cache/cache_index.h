@@ -26,6 +26,9 @@ class CacheIndexError : public UserError {
   int code_;
 };
 
+// NFS, SMB/CIFS, Lustre, Ceph, GPFS: where SQLite's WAL is unsafe.
+bool on_network_filesystem(const std::filesystem::path& dir);
+
 struct IndexRow {
   std::string key, label, family;
   uint64_t size = 0;

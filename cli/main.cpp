@@ -16,6 +16,7 @@
 
 #include "cache/cache_store.h"
 #include "cache/entry_signature.h"
+#include "cache/remote_tier.h"
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
 #include "rewrite/pipeline.h"
@@ -96,6 +97,11 @@ const char* kCacheHelp = R"(usage: kiln cache SUBCOMMAND
   clear              remove every entry not in use, quarantine/, failed/ and abandoned
                      scratch folders (folders a live process works in stay)
   reindex            rebuild index.sqlite from objects/
+  remote status      the remote tier (KILN_REMOTE_CACHE): reachable? namespace, entries,
+                     trusted keys, whether this process may write (exit 1 if unreachable)
+  push [KEY...]      upload local entries (all when no KEY), signed with
+                     KILN_CACHE_SIGNING_KEY
+  pull KEY...        fetch entries from the remote tier, verify and store them locally
   keygen NAME [--out DIR]
                      make an Ed25519 key pair for signing entries: DIR/NAME.secret (mode
                      0600; for KILN_CACHE_SIGNING_KEY) and DIR/NAME.public (one line
@@ -360,11 +366,86 @@ std::string resolve_key(kiln::CacheStore& store, const std::string& prefix) {
   return keys[0];
 }
 
+// kiln cache remote status | push [KEY...] | pull KEY...
+int cmd_cache_remote(const Args& a) {
+  const std::string sub = a.positional[0];
+  kiln::RemoteTier* remote = kiln::RemoteTier::process_default();
+  if (!remote) throw kiln::UserError("kiln cache " + sub + ": KILN_REMOTE_CACHE is not set");
+  if (sub == "remote") {
+    if (a.positional.size() != 2 || a.positional[1] != "status")
+      throw UsageError{"kiln cache remote: expected 'status'"};
+    std::string why;
+    auto entries = remote->status(1000000, &why);
+    const auto& c = remote->config();
+    std::printf("remote     redis://%s\nnamespace  %s\nreachable  %s\n", c.url.describe().c_str(),
+                c.ns.c_str(), entries ? "yes" : ("no (" + why + ")").c_str());
+    if (entries) std::printf("entries    %lld\n", static_cast<long long>(*entries));
+    auto policy = kiln::SignaturePolicy::from_env();
+    std::string names;
+    for (const auto& k : policy.trusted) names += (names.empty() ? "" : ", ") + k.name;
+    const std::string trusted =
+        !names.empty()     ? names
+        : c.trust_unsigned ? "unsigned entries (KILN_REMOTE_CACHE_TRUST)"
+                           : "none: reads are refused";
+    const std::string writes = remote->can_write() ? "yes, signed by " + policy.signer->name
+                                                   : "no (no KILN_CACHE_SIGNING_KEY)";
+    std::printf("trusted    %s\nwrites     %s\n", trusted.c_str(), writes.c_str());
+    return entries ? 0 : 1;
+  }
+  auto store = kiln::CacheStore::open(kiln::cache_root());
+  store->set_patient(true);
+  std::vector<std::string> keys(a.positional.begin() + 1, a.positional.end());
+  for (const auto& k : keys) {
+    if (!kiln::is_cache_key(k))
+      throw kiln::UserError("'" + k + "' is not a cache key (64 hex digits)");
+  }
+  int done = 0, missing = 0;
+  if (sub == "push") {
+    if (!remote->can_write())
+      throw kiln::UserError("kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
+    if (keys.empty()) {
+      for (const auto& r : store->list()) keys.push_back(r.key);
+    }
+    for (const auto& k : keys) {
+      kiln::LookupResult r = store->lookup(k, false);  // verified before it is uploaded
+      if (!r.entry) {
+        std::fprintf(stderr, "kiln: %s: not in the local cache%s\n", k.c_str(),
+                     r.problem.empty() ? "" : (" (" + r.problem + ")").c_str());
+        ++missing;
+        continue;
+      }
+      auto before = remote->counters();
+      remote->upload(r.entry->meta, r.entry->dir);
+      if (remote->counters().errors > before.errors) return 1;
+      ++done;
+    }
+    std::printf("pushed %d entries to %s\n", done, remote->config().url.describe().c_str());
+    return missing ? 1 : 0;
+  }
+  if (keys.empty()) throw UsageError{"kiln cache pull: expected one or more KEYs"};
+  for (const auto& k : keys) {
+    auto fetched = remote->fetch(k);
+    if (!fetched) {
+      std::fprintf(stderr, "kiln: %s: not pulled (missing, rejected or unreachable)\n", k.c_str());
+      ++missing;
+      continue;
+    }
+    kiln::WorkFolder staging = store->new_staging(k);
+    for (const auto& [name, bytes] : fetched->files)
+      kiln::write_file_atomic(staging.path() / name, bytes, store->access().file_mode(), true);
+    store->publish(std::move(staging), std::move(fetched->meta));
+    ++done;
+  }
+  std::printf("pulled %d entries into %s\n", done, store->root().c_str());
+  return missing ? 1 : 0;
+}
+
 int cmd_cache(const Args& a) {
   if (a.positional.empty())
     throw UsageError{
         "kiln cache: missing subcommand (ls, show, stats, verify, gc, clear, reindex, keygen)"};
   const std::string sub = a.positional[0];
+  if (sub == "remote" || sub == "push" || sub == "pull") return cmd_cache_remote(a);
   const size_t want_args = sub == "show" || sub == "keygen" ? 2 : 1;
   if (a.positional.size() != want_args) {
     throw UsageError{sub == "show"     ? "kiln cache show: expected one KEY"

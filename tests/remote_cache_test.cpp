@@ -468,5 +468,37 @@ TEST(RemoteCache, ALeaseWhoseHolderWasKilledExpiresAndAnotherMachineCompiles) {
   EXPECT_EQ(only_entry_key(redis).empty(), false) << "the second machine uploads its build";
 }
 
+TEST(RemoteCache, StatusPushAndPull) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-cli");
+  Keys k = make_keys(base, "builders");
+  // Compiled with no remote configured, then pushed.
+  auto local = kiln_env({"KILN_CACHE_DIR=" + (base / "w").string()}, {"compile", kMlp});
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::string key = local.out.substr(local.out.find("key") + 8, 64);
+  auto push = kiln_env(writer_env(redis, base / "w", k, "builders"), {"cache", "push"});
+  EXPECT_EQ(push.exit_code, 0) << push.err;
+  EXPECT_NE(push.out.find("pushed 1 entries"), std::string::npos) << push.out;
+  auto status = kiln_env(reader_env(redis, base / "r", k), {"cache", "remote", "status"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  for (const char* word : {"reachable  yes", "entries    1", "namespace  kiln",
+                           "trusted    builders", "writes     no"})
+    EXPECT_NE(status.out.find(word), std::string::npos) << word << " not in\n" << status.out;
+  auto pull = kiln_env(reader_env(redis, base / "r", k), {"cache", "pull", key});
+  EXPECT_EQ(pull.exit_code, 0) << pull.err;
+  EXPECT_NE(pull.out.find("pulled 1 entries"), std::string::npos) << pull.out;
+  auto hit = kiln_env({"KILN_CACHE_DIR=" + (base / "r").string()}, {"compile", "-v", kMlp});
+  EXPECT_NE(hit.err.find("cache hit\n"), std::string::npos)
+      << "pulled entries hit locally: " << hit.err;
+  // A reader may not push; a server that is down makes status fail.
+  EXPECT_EQ(kiln_env(reader_env(redis, base / "r", k), {"cache", "push"}).exit_code, 1);
+  auto down = kiln_env({"KILN_CACHE_DIR=" + (base / "r").string(),
+                        "KILN_REMOTE_CACHE=redis://127.0.0.1:" + std::to_string(free_port())},
+                       {"cache", "remote", "status"});
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_NE(down.out.find("reachable  no"), std::string::npos) << down.out;
+}
+
 }  // namespace
 }  // namespace kiln
