@@ -6,6 +6,14 @@
 //  - index lookup with 100 000 entries (SQLite primary key), and a full store lookup (miss)
 //    at that size, which shows there is no scan of the cache.
 // Usage: cache_bench [--repeat N]
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,11 +25,15 @@
 
 #include "cache/cache_index.h"
 #include "cache/cache_store.h"
+#include "cache/entry_signature.h"
+#include "cache/redis_client.h"
 #include "compiler/compile.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
+#include "util/fs.h"
 #include "util/sha256.h"
+#include "util/strings.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
@@ -107,6 +119,124 @@ void compile_rows(const std::string& self, int repeat) {
   }
 }
 
+// A redis-server on a free loopback port for the remote rows; stopped with the bench.
+struct Redis {
+  pid_t pid = -1;
+  int port = 0;
+  Redis() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    port = ntohs(a.sin_port);
+    pid = ::fork();
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(devnull, 1);
+      std::string p = std::to_string(port);
+      ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save",
+               "", "--appendonly", "no", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    RedisClient c(RedisUrl::parse(url(), "bench"), 200, 500);
+    for (int i = 0; i < 100; ++i) {
+      try {
+        if (c.command({"PING"}).str == "PONG") return;
+      } catch (const RemoteError&) {
+      }
+      ::usleep(50000);
+    }
+    std::fprintf(stderr, "redis-server did not start\n");
+  }
+  ~Redis() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port); }
+};
+
+// Remote hits against a real Redis: a writer compiles and uploads; each reader is a fresh
+// process with an empty local cache. Then a simulated cluster: N processes with their own
+// caches compiling the same set of models at once.
+void remote_rows(const std::string& self, int repeat) {
+  if (run_process({"redis-server", "--version"}).exit_code != 0) {
+    std::printf("\nremote tier: skipped (no redis-server; scripts/setup installs it)\n");
+    return;
+  }
+  Redis redis;
+  const fs::path base = fs::temp_directory_path() / "kiln-cache-bench-remote";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  auto [secret, pub] = generate_key_pair("bench");
+  write_file_atomic(base / "bench.secret", secret + "\n", 0600, true);
+  ::setenv("KILN_REMOTE_CACHE", redis.url().c_str(), 1);
+  ::setenv("KILN_CACHE_TRUSTED_KEYS", pub.c_str(), 1);
+  std::printf("\nremote tier (redis-server on loopback; fresh process, empty local cache)\n");
+  // "toolchain known": the reader's local cache holds no entry but remembers the compiler
+  // probe (~28 ms of clang runs), as on any machine that has compiled before.
+  std::printf("%-22s %16s %26s\n", "graph", "remote hit ms", "remote hit, toolchain known");
+  for (std::string which : {"mlp", "g200"}) {
+    ::setenv("KILN_CACHE_SIGNING_KEY", (base / "bench.secret").c_str(), 1);
+    ProcessResult w = run_process({self, "--child", which, (base / ("w-" + which)).string()});
+    ::unsetenv("KILN_CACHE_SIGNING_KEY");
+    if (w.exit_code != 0) {
+      std::fprintf(stderr, "writer failed: %s\n", w.err.c_str());
+      continue;
+    }
+    std::vector<double> hits[2];
+    for (int known = 0; known < 2; ++known) {
+      for (int r = 0; r < 2 * repeat + 1; ++r) {
+        fs::path cache = base / (which + "-r" + std::to_string(r) + "-" + std::to_string(known));
+        if (known) {
+          fs::create_directories(cache);
+          fs::permissions(cache, fs::perms::owner_all);
+          fs::copy(base / ("w-" + which) / "toolchains", cache / "toolchains",
+                   fs::copy_options::recursive);
+        }
+        ProcessResult p = run_process({self, "--child", which, cache.string()});
+        if (p.exit_code != 0 || p.out.find("hit (remote)") == std::string::npos) {
+          std::fprintf(stderr, "reader missed: %s %s\n", p.out.c_str(), p.err.c_str());
+          continue;
+        }
+        hits[known].push_back(std::stod(p.out));
+      }
+    }
+    std::printf("%-22s %16.2f %26.2f\n", which.c_str(), hits[0].empty() ? -1.0 : median(hits[0]),
+                hits[1].empty() ? -1.0 : median(hits[1]));
+  }
+  // The cluster: 4 machines x {mlp, g200}, all writers, started together.
+  ::setenv("KILN_CACHE_SIGNING_KEY", (base / "bench.secret").c_str(), 1);
+  ::setenv("KILN_REMOTE_CACHE_NAMESPACE", "cluster", 1);
+  std::string script;
+  for (int m = 0; m < 4; ++m) {
+    for (std::string which : {"mlp", "g200"}) {
+      script += "'" + self + "' --child " + which + " '" +
+                (base / ("c" + std::to_string(m))).string() + "' & ";
+    }
+  }
+  script += "wait";
+  auto t = Clock::now();
+  ProcessResult c = run_process({"/bin/sh", "-c", script});
+  const double wall = since_ms(t);
+  int compiled = 0, remote = 0;
+  for (const auto& line : split_lines(c.out)) {
+    compiled += line.find(" miss") != std::string::npos;
+    remote += line.find("hit (remote)") != std::string::npos;
+  }
+  std::printf(
+      "\ncluster: 4 machines x 2 models at once: %d compiles (2 distinct keys), %d remote hits, "
+      "%.0f ms wall\n",
+      compiled, remote, wall);
+  for (const char* v : {"KILN_REMOTE_CACHE", "KILN_CACHE_TRUSTED_KEYS", "KILN_CACHE_SIGNING_KEY",
+                        "KILN_REMOTE_CACHE_NAMESPACE"})
+    ::unsetenv(v);
+  fs::remove_all(base);
+}
+
 void lookup_rows() {
   const int n = 100000;
   fs::path root = fs::temp_directory_path() / "kiln-cache-bench-index";
@@ -171,6 +301,7 @@ int main(int argc, char** argv) {
   }
   std::printf("kiln cache benchmark (%d repeats; medians)\n\n", repeat);
   compile_rows(fs::canonical("/proc/self/exe").string(), repeat);
+  remote_rows(fs::canonical("/proc/self/exe").string(), repeat);
   lookup_rows();
   return 0;
 }

@@ -25,6 +25,7 @@
 #include "runtime/npy.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -498,6 +499,32 @@ TEST(RemoteCache, StatusPushAndPull) {
                        {"cache", "remote", "status"});
   EXPECT_EQ(down.exit_code, 1);
   EXPECT_NE(down.out.find("reachable  no"), std::string::npos) << down.out;
+}
+
+TEST(RemoteCache, TheFirstWriterWinsAndADifferentBuildIsReportedAsNotReproducible) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-repro");
+  Keys k = make_keys(base, "builders");
+  ASSERT_EQ(kiln_env(writer_env(redis, base / "a", k, "builders"), {"compile", kMlp}).exit_code, 0);
+  const std::string rkey = only_entry_key(redis);
+  const std::string key = rkey.substr(rkey.rfind(':') + 1);
+  // Another machine's build of the same key with different bytes (consistent, unsigned).
+  RemoteEntry e = unpack_entry(redis.admin({"GET", rkey}).str, key);
+  std::vector<std::string> bytes;
+  for (auto& [name, b] : e.files)
+    bytes.push_back(name == "module.c" ? b + "/* other build */\n" : b);
+  for (size_t i = 0; i < e.meta.files.size(); ++i) {
+    e.meta.files[i].size = bytes[i].size();
+    e.meta.files[i].sha256 = sha256_hex(bytes[i]);
+  }
+  const std::string theirs = pack_entry(e.meta, bytes);
+  redis.admin({"SET", rkey, theirs});
+  auto b = kiln_env(writer_env(redis, base / "b", k, "builders"), {"compile", kMlp});
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("is not reproducible"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find(key), std::string::npos) << "names the key: " << b.err;
+  EXPECT_EQ(redis.admin({"GET", rkey}).str, theirs) << "SET NX: the first writer's entry stays";
 }
 
 }  // namespace
