@@ -57,6 +57,7 @@ struct Loaded {
 class Memo {
  public:
   std::optional<Loaded> find(const std::string& key) {
+    capacity();  // a bad KILN_MEMO_SIZE fails here, before any compile
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
     if (it == index_.end()) return std::nullopt;

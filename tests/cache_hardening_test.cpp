@@ -746,5 +746,28 @@ TEST(CacheHardening, NamesWithTrigraphsReachTheModuleVerbatim) {
   }
 }
 
+TEST(CacheHardening, BadCacheSettingsNameTheVariableBeforeAnyCompile) {
+  const fs::path base = temp_dir("hk-settings");
+  const std::string dir = "KILN_CACHE_DIR=" + (base / "cache").string();
+  struct Bad {
+    std::string setting, message;
+  };
+  for (const Bad& b :
+       std::vector<Bad>{{"KILN_CACHE_UMASK=9z", "KILN_CACHE_UMASK: '9z' is not an octal umask"},
+                        {"KILN_MEMO_SIZE=lots", "KILN_MEMO_SIZE: 'lots' is not a count of modules"},
+                        {"KILN_CACHE_REQUIRE_SIGNATURES=yes",
+                         "KILN_CACHE_REQUIRE_SIGNATURES: 'yes' is neither 0 nor 1"},
+                        {"KILN_CACHE_SIGNING_KEY=" + (base / "absent.secret").string(),
+                         "KILN_CACHE_SIGNING_KEY: cannot read"},
+                        {"KILN_CACHE_TRUSTED_KEYS=@" + (base / "absent.public").string(),
+                         "KILN_CACHE_TRUSTED_KEYS (" + (base / "absent.public").string() + ")"}}) {
+    SCOPED_TRACE(b.setting);
+    auto r = kiln_env({dir, b.setting}, {"compile", "-v", kMlp});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("cache miss"), std::string::npos) << "failed only after compiling";
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -527,5 +527,33 @@ TEST(RemoteCache, TheFirstWriterWinsAndADifferentBuildIsReportedAsNotReproducibl
   EXPECT_EQ(redis.admin({"GET", rkey}).str, theirs) << "SET NX: the first writer's entry stays";
 }
 
+TEST(RemoteCache, BadRemoteSettingsNameTheVariableBeforeAnyCompile) {
+  const fs::path base = temp_dir("remote-settings");
+  const std::string dir = "KILN_CACHE_DIR=" + (base / "cache").string();
+  const std::string url = "KILN_REMOTE_CACHE=redis://127.0.0.1:" + std::to_string(free_port());
+  struct Bad {
+    std::vector<std::string> settings;
+    std::string message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{"KILN_REMOTE_CACHE=http://host:6379"},
+            "KILN_REMOTE_CACHE: 'http://host:6379' is not a Redis URL (no redis:// scheme"},
+           {{"KILN_REMOTE_CACHE=redis://host:99999"}, "is not a Redis URL (bad port"},
+           {{url, "KILN_REMOTE_TIMEOUT=soon"},
+            "KILN_REMOTE_TIMEOUT: 'soon' is not a number of seconds"},
+           {{url, "KILN_REMOTE_CACHE_NAMESPACE=a:b"},
+            "KILN_REMOTE_CACHE_NAMESPACE: 'a:b' may not hold"},
+           {{url, "KILN_REMOTE_CACHE_TRUST=maybe"}, "KILN_REMOTE_CACHE_TRUST: 'maybe' is neither"},
+           {{url, "KILN_REMOTE_LEASE=-1"}, "KILN_REMOTE_LEASE: '-1' is not a number of seconds"}}) {
+    SCOPED_TRACE(b.message);
+    std::vector<std::string> env{dir};
+    env.insert(env.end(), b.settings.begin(), b.settings.end());
+    auto r = kiln_env(env, {"compile", "-v", kMlp});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("cache miss"), std::string::npos) << "failed only after compiling";
+  }
+}
+
 }  // namespace
 }  // namespace kiln
