@@ -181,36 +181,54 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
   std::unique_ptr<Toolchain> t(new Toolchain());
   std::string features;
   t->cc_ = cc;
-  // Probing costs a compiler run (~20 ms); remember the answer per compiler binary, in the
-  // cache folder this compile uses, read only when this user controls it: the remembered
-  // link command is executed.
+  // Probing costs a compiler run (~20 ms, most of it clang loading its libraries): remember
+  // the answer per compiler binary, in the cache folder this compile uses and in this user's
+  // default cache (the toolchain is a property of the host, so a process with a fresh cache
+  // folder, such as one filled from the remote tier, skips the probe). A memo is read only
+  // from a folder this user controls: the remembered link command is executed.
   std::string identity = probe_identity(cc);
-  std::shared_ptr<CacheStore> store;
-  std::filesystem::path memo_rel;
-  if (!identity.empty()) {
+  const std::filesystem::path memo_rel =
+      std::filesystem::path("toolchains") / (sha256_hex(identity).substr(0, 32) + ".txt");
+  std::vector<std::shared_ptr<CacheStore>> stores;
+  auto open_store = [&](const std::filesystem::path& dir) {
     try {
-      store = CacheStore::open(cache_dir);
+      stores.push_back(CacheStore::open(dir));
+      t->memo_.push_back(dir / memo_rel);
+      return true;
     } catch (const UserError& e) {
       if (debug_level() >= 2) log_line(std::string("toolchain memo not used: ") + e.what());
+      return false;
     }
-  }
-  if (store) {
-    memo_rel = std::filesystem::path("toolchains") / (sha256_hex(identity).substr(0, 32) + ".txt");
+  };
+  // Layout: version, cpu, extra feature flags, the link command (arguments separated by
+  // \x1f), then the identity it was probed for (checked, not trusted).
+  auto read_memo = [&](CacheStore& store) {
     std::vector<std::string> lines;
-    if (auto text = store->read_private(memo_rel)) lines = split_lines(*text);
-    // Layout: version, cpu, extra feature flags, the link command (arguments separated by
-    // \x1f), then the identity it was probed for (checked, not trusted).
-    if (lines.size() >= 5 &&
-        join(std::vector<std::string>(lines.begin() + 4, lines.end()), "\n") == identity) {
-      t->version_ = lines[0];
-      t->cpu_ = lines[1];
-      features = lines[2];
-      std::istringstream parts(lines[3]);
-      for (std::string a; std::getline(parts, a, '\x1f');) t->link_.push_back(a);
+    if (auto text = store.read_private(memo_rel)) lines = split_lines(*text);
+    if (lines.size() < 5 ||
+        join(std::vector<std::string>(lines.begin() + 4, lines.end()), "\n") != identity) {
+      return false;
     }
-    t->memo_ = cache_dir / memo_rel;
+    t->version_ = lines[0];
+    t->cpu_ = lines[1];
+    features = lines[2];
+    std::istringstream parts(lines[3]);
+    for (std::string a; std::getline(parts, a, '\x1f');) t->link_.push_back(a);
+    return true;
+  };
+  size_t known_in = 0;  // the stores before this one lack the memo
+  if (!identity.empty()) {
+    if (open_store(cache_dir) && read_memo(*stores.back())) known_in = 1;
+    const std::filesystem::path host_dir = default_cache_root();
+    std::error_code ec;
+    if (known_in == 0 && !std::filesystem::equivalent(host_dir, cache_dir, ec) &&
+        open_store(host_dir) && read_memo(*stores.back())) {
+      known_in = stores.size();
+    }
   }
-  if (t->cpu_.empty()) {
+  const bool known = known_in > 0;
+  if (known) stores.resize(known_in - 1);
+  if (!known) {
     Probe p = probe_native(cc);
     if (p.version.empty()) {
       ProcessResult v = run_process({cc, "--version"});
@@ -225,13 +243,13 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     t->cpu_ = p.cpu;
     features = p.features;
     t->link_ = p.link;
-    if (store) {
-      try {
-        store->write_private(memo_rel, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" +
-                                           join(t->link_, "\x1f") + "\n" + identity + "\n");
-      } catch (const std::exception& e) {
-        if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
-      }
+  }
+  for (const auto& store : stores) {
+    try {
+      store->write_private(memo_rel, t->version_ + "\n" + t->cpu_ + "\n" + features + "\n" +
+                                         join(t->link_, "\x1f") + "\n" + identity + "\n");
+    } catch (const std::exception& e) {
+      if (debug_level() >= 2) log_line(std::string("toolchain memo not written: ") + e.what());
     }
   }
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
@@ -308,7 +326,7 @@ CompileOutcome Toolchain::compile(const std::filesystem::path& source,
                           : l.err.substr(0, l.err.find('\n'))) +
            "); linking through " + cc_ + " instead, and probing again next time");
       std::error_code gone;
-      if (!memo_.empty()) std::filesystem::remove(memo_, gone);
+      for (const auto& m : memo_) std::filesystem::remove(m, gone);
       std::vector<std::string> driver{cc_,  "-shared",      "-fPIC", object.string(),
                                       "-o", output.string()};
       for (const auto& lib : libraries) driver.push_back("-l" + lib);

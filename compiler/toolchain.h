@@ -48,7 +48,8 @@ class Toolchain {
   // The driver's own link command for a shared object (see the probe); empty: the driver
   // compiles and links in one run.
   std::vector<std::string> link_;
-  std::filesystem::path memo_;  // where the probe is remembered (removed if link_ fails)
+  // Where the probe is remembered (removed if link_ fails).
+  std::vector<std::filesystem::path> memo_;
 };
 
 std::vector<std::string> split_flags(const std::string& text);

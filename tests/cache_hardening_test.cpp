@@ -275,6 +275,53 @@ TEST(CacheHardening, ALinkCommandSomeoneElsePlantedIsNeverRun) {
   EXPECT_NE(r.err.find("ignoring"), std::string::npos) << r.err;
 }
 
+// The probe is a property of the host: a process with a new cache folder (one filled from the
+// remote tier, say) reads it from this user's default cache instead of running clang again,
+// under the same trust rules as the memo in the cache folder.
+TEST(CacheHardening, TheToolchainProbeIsRememberedPerUserAndTrustedOnlyWhenPrivate) {
+  const fs::path base = temp_dir("hk-host-memo");
+  const fs::path host = base / "xdg", probes = base / "probes", marker = base / "planted-ran";
+  auto env = [&](const std::string& cache) {
+    return std::vector<std::string>{"KILN_CACHE_DIR=" + (base / cache).string(),
+                                    "XDG_CACHE_HOME=" + host.string(),
+                                    "KILN_CC=" + std::string(KILN_TEST_CC_WRAPPER),
+                                    "KILN_TEST_CC_PROBE_LOG=" + probes.string()};
+  };
+  auto probe_count = [&] {
+    return fs::exists(probes) ? split_lines(read_file(probes)).size() : size_t{0};
+  };
+  ASSERT_EQ(kiln_env(env("a"), {"compile", kMlp}).exit_code, 0);
+  const size_t first = probe_count();
+  EXPECT_GE(first, 1u);
+  std::vector<fs::path> memos;
+  for (const auto& e : fs::directory_iterator(host / "kiln" / "toolchains")) {
+    EXPECT_EQ(mode_of(e.path()), 0600u);
+    memos.push_back(e.path());
+  }
+  ASSERT_EQ(memos.size(), 1u);
+  // A new cache folder: a compile (a miss, so the remembered link command runs) and no probe.
+  auto b = kiln_env(env("b"), {"compile", "-v", kMlp});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("cache miss"), std::string::npos) << b.err;
+  EXPECT_EQ(probe_count(), first);
+  EXPECT_TRUE(fs::exists(base / "b" / "toolchains" / memos[0].filename()))
+      << "copied into the cache folder, so its next process reads one folder";
+  // A host memo others could have written is ignored: the compiler is probed, the planted
+  // link command never runs.
+  std::vector<std::string> lines = split_lines(read_file(memos[0]));
+  ASSERT_GE(lines.size(), 5u);
+  lines[3] = "/bin/sh\x1f-c\x1ftouch " + marker.string() + "; exit 1";
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  write_file_atomic(memos[0], text);
+  ::chmod(memos[0].c_str(), 0666);
+  auto c = kiln_env(env("c"), {"compile", kMlp});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_FALSE(fs::exists(marker)) << "the planted link command ran";
+  EXPECT_NE(c.err.find("ignoring"), std::string::npos) << c.err;
+  EXPECT_GT(probe_count(), first);
+}
+
 TEST(CacheHardening, AGroupSharedCacheServesASecondUser) {
   if (!is_root()) GTEST_SKIP() << "needs root to act as two users";
   const fs::path base = temp_dir("hk-group");
@@ -622,7 +669,9 @@ TEST(CacheHardening, AFullDiskIsAnErrorNamingThePathAndLeavesNothingBehind) {
   EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
   EXPECT_NE(run.err.find((out / "y.npy").string()), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("No space left on device"), std::string::npos) << run.err;
-  if (fs::exists(out)) EXPECT_TRUE(fs::is_empty(out)) << "a partial output was left";
+  if (fs::exists(out)) {
+    EXPECT_TRUE(fs::is_empty(out)) << "a partial output was left";
+  }
 
   fs::remove_all(cache);  // the run above stored its module: start empty so this one publishes
   auto compile_run =
@@ -741,7 +790,7 @@ TEST(CacheHardening, NamesWithTrigraphsReachTheModuleVerbatim) {
     Function f = compile(load_model((base / "m.json").string()), o);
     auto module = Module::load(f.info().module_path);
     ASSERT_EQ(module->info().n_thunks, 1);
-    EXPECT_NE(std::string(module->info().thunks[0].name).find("'n??/'"), std::string::npos)
+    EXPECT_NE(std::string(module->info().thunks[0].name).find("'n?\?/'"), std::string::npos)
         << module->info().thunks[0].name;
   }
 }

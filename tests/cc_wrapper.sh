@@ -6,8 +6,11 @@
 #                              started: only compiles that run at the same time pass it
 #   KILN_TEST_CC_STARTED=FIFO  write "start" to FIFO once the compile has begun
 #   KILN_TEST_CC_HOLD=FIFO     then block reading FIFO (the test kills the compile meanwhile)
+# KILN_TEST_CC_PROBE_LOG=FILE gets one "probe PID" line per toolchain probe.
 case " $* " in
-  *" -### "* | *" --version "* | *" -Q "*) exec clang "$@" ;;
+  *" -### "* | *" --version "* | *" -Q "*)
+    [ -n "$KILN_TEST_CC_PROBE_LOG" ] && echo "probe $$" >> "$KILN_TEST_CC_PROBE_LOG"
+    exec clang "$@" ;;
 esac
 [ -n "$KILN_TEST_CC_LOG" ] && echo "start $$" >> "$KILN_TEST_CC_LOG"
 if [ -n "$KILN_TEST_CC_BARRIER" ]; then

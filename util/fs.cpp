@@ -85,6 +85,10 @@ void make_dirs(const std::filesystem::path& path, mode_t mode) {
 
 std::filesystem::path cache_root() {
   if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) return dir;
+  return default_cache_root();
+}
+
+std::filesystem::path default_cache_root() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
     return std::filesystem::path(xdg) / "kiln";
   }

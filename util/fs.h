@@ -23,5 +23,7 @@ void make_dirs(const std::filesystem::path& path, mode_t mode);
 // entry), else a per-user folder in the temporary directory (kiln-cache-<uid>): never a
 // fixed name another user could create first.
 std::filesystem::path cache_root();
+// cache_root() without KILN_CACHE_DIR: this user's cache whatever folder a process uses.
+std::filesystem::path default_cache_root();
 
 }  // namespace kiln
