@@ -50,6 +50,9 @@ commands:
 options:
   -v, --verbose            print the time of each phase (load, rewrite, key, codegen,
                            compile, module load, run) to stderr
+  --device cpu|cuda        where nodes run (compile/run/source): cuda places every node
+                           with CUDA code on the GPU (KILN_CUDA_DEVICE=emulator: the CPU
+                           emulator), with transfers where values cross; default cpu
   --passes SPEC            rewrite passes for compile/run/source: "-fusion,-cse" disables
                            those, "none" all (default: $KILN_PASSES, else all of fold,
                            simplify, cse, fusion, epilogue, dce)
@@ -154,6 +157,7 @@ struct Args {
   bool explain = false;
   bool graph = false;
   std::optional<std::string> passes;
+  std::string device;
   std::string max_size, max_age;
 };
 
@@ -182,6 +186,10 @@ Args parse(int argc, char** argv) {
       a.passes = value(s);
     } else if (s.rfind("--passes=", 0) == 0) {
       a.passes = s.substr(9);
+    } else if (s == "--device") {
+      a.device = value(s);
+    } else if (s.rfind("--device=", 0) == 0) {
+      a.device = s.substr(9);
     } else if (s == "--max-size") {
       a.max_size = value(s);
     } else if (s == "--max-age") {
@@ -222,6 +230,7 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
   if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
+  if (!info.device.empty()) std::fprintf(stderr, "device  cuda: %s\n", info.device.c_str());
 }
 
 std::string one_model(const Args& a) {
@@ -242,6 +251,12 @@ kiln::CompileOptions compile_options(const Args& a) {
   if (a.passes) {
     kiln::select_passes(*a.passes, "--passes");  // reject a bad spec naming the flag
     options.passes = a.passes;
+  }
+  if (!a.device.empty()) {
+    if (a.device != "cpu" && a.device != "cuda") {
+      throw UsageError{"--device expects cpu or cuda, got '" + a.device + "'"};
+    }
+    options.device = a.device;
   }
   return options;
 }

@@ -16,6 +16,10 @@ struct LinkedModule {
   std::vector<std::string> libraries;    // -l names, deduplicated
   std::vector<std::string> compile_args; // from ops' c_compile_args, deduplicated
   std::vector<int> thunk_nodes;          // thunk i runs node thunk_nodes[i]
+  // Nodes placed on CUDA: their kernels as one CUDA translation unit (kernels.cu, with its
+  // own source map), and the kernel table the host thunks launch by index.
+  CodeWriter cuda;
+  std::vector<std::string> kernel_names;
 };
 
 // `key` is embedded in the module so a loaded module can say what it was built from.

@@ -15,10 +15,14 @@
 #include "cache/remote_tier.h"
 #include "compiler/c_linker.h"
 #include "compiler/compile_error.h"
+#include "compiler/cuda_toolchain.h"
 #include "compiler/diagnostics.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
+#include "ops/cop.h"
+#include "rewrite/passes.h"
 #include "rewrite/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/default_engine.h"
 #include "runtime/module.h"
 #include "util/error.h"
@@ -124,6 +128,23 @@ bool cacheable(const Graph& graph) {
   return ok;
 }
 
+bool has_cuda_nodes(const Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    const auto* op = dynamic_cast<const COp*>(node->op.get());
+    if (op && op->placed_on_cuda()) return true;
+  }
+  return false;
+}
+
+// The C toolchain's components, and the CUDA toolchain's when nodes run on the device.
+ModuleKey graph_module_key(const Graph& graph, const Toolchain& tc) {
+  KeyComponents components = tc.key_components();
+  if (has_cuda_nodes(graph)) {
+    for (auto& c : CudaToolchain::get().key_components()) components.push_back(c);
+  }
+  return module_key(graph, components);
+}
+
 // Slots: one per variable; steps: one per node (thunk i runs node i).
 Program build_program(const Graph& graph) {
   Program p;
@@ -131,6 +152,10 @@ Program build_program(const Graph& graph) {
   auto add_slot = [&](const Variable* v, SlotKind kind) {
     slot[v] = static_cast<int>(p.slots.size());
     p.slots.push_back(SlotSpec{v->name, v->type.dtype, v->type.dims, kind});
+    if (v->owner) {
+      const auto* op = dynamic_cast<const COp*>(v->owner->op.get());
+      p.slots.back().on_device = op && op->output_on_device();
+    }
     return slot[v];
   };
   for (const Variable* v : graph.inputs()) p.input_slots.push_back(add_slot(v, SlotKind::kInput));
@@ -196,6 +221,41 @@ fs::path keep_failed(CacheStore* store, const std::string& key, const std::strin
   return tmpl;
 }
 
+// The CUDA half of a module: kernels.cu and the device image beside module.so. A failed
+// build keeps its source and names each diagnostic's node, as for the C module.
+void build_kernels(const Graph& graph, const LinkedModule& linked, const std::string& key,
+                   const fs::path& dir, CacheStore* store, CompileInfo& info) {
+  const CudaToolchain& cuda = CudaToolchain::get();
+  write_file_atomic(dir / "kernels.cu", linked.cuda.str());
+  auto t = Clock::now();
+  CompileOutcome outcome = cuda.build(dir);
+  info.times.compile_ms += ms_since(t);
+  if (!outcome.log.empty()) info.compiler_log += outcome.log;
+  if (outcome.ok) return;
+  fs::path kept = keep_failed(store, key, linked.code.str(), outcome.log);
+  write_file_atomic(kept / "kernels.cu", linked.cuda.str());
+  std::vector<Diagnostic> diags = cuda_diagnostics(outcome.log, linked.cuda);
+  std::string msg = "CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
+                    (cuda.emulated() ? "emulator" : cuda.arch()) + ")";
+  int shown = 0;
+  for (const auto& d : diags) {
+    if (d.severity == "warning" || shown++ == 8) continue;
+    msg += "\n  ";
+    if (d.origin.node >= 0) {
+      const Node& node = *graph.nodes().at(static_cast<size_t>(d.origin.node));
+      msg += node.label() + ", " + d.origin.fragment + " line " +
+             std::to_string(d.origin.fragment_line) + ": ";
+    } else if (!d.origin.fragment.empty()) {
+      msg += d.origin.fragment + " line " + std::to_string(d.origin.fragment_line) + ": ";
+    }
+    msg += d.severity + ": " + d.message + " (kernels.cu:" + std::to_string(d.line) + ")";
+    if (!d.source_line.empty()) msg += "\n      " + d.source_line;
+  }
+  if (shown == 0) msg += "\n" + outcome.log;
+  msg += "\n  full source kept at " + (kept / "kernels.cu").string();
+  throw CompileError(msg, std::move(diags), kept / "kernels.cu");
+}
+
 // Generates and compiles the module into `dir` (module.c, module.so). On a compile error the
 // source and log are kept (see keep_failed) and a CompileError names the nodes.
 void build_module(const Graph& graph, const Toolchain& tc, const std::string& key,
@@ -222,6 +282,7 @@ void build_module(const Graph& graph, const Toolchain& tc, const std::string& ke
   }
   if (!outcome.log.empty())
     warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
+  if (!linked.kernel_names.empty()) build_kernels(graph, linked, key, dir, store, info);
 }
 
 std::string graph_summary(const Graph& graph) {
@@ -320,6 +381,10 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   meta.compile_ms = info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
   meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""}};
+  if (has_cuda_nodes(graph)) {
+    meta.files.push_back(FileRecord{"kernels.cu", 0, ""});
+    for (const auto& f : CudaToolchain::get().outputs()) meta.files.push_back(FileRecord{f, 0, ""});
+  }
   CacheEntry entry = store.publish(std::move(staging), std::move(meta));
   if (remote && remote->can_write()) {
     auto r0 = Clock::now();
@@ -365,7 +430,15 @@ void log_times(const Graph& graph, const CompileInfo& info) {
 
 Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
   check_graph(graph);
-  return optimize(graph, options.passes);
+  if (options.device == "cpu") return optimize(graph, options.passes);
+  if (options.device != "cuda") {
+    throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
+  }
+  // Packed GEMM weights, GEMM/conv epilogues and fused reductions are CPU forms with no CUDA
+  // kernels yet: those passes stay off so the nodes they would replace can go to the device.
+  std::string spec = passes_spec(options.passes);
+  if (spec != "none") spec += std::string(spec.empty() ? "" : ",") + "-pack,-epilogue,-reduction";
+  return place_on_cuda(optimize(graph, spec));
 }
 
 std::string generate_source(const Graph& source, const CompileOptions& options) {
@@ -373,7 +446,7 @@ std::string generate_source(const Graph& source, const CompileOptions& options) 
   ToolchainConfig tc_config = options.toolchain;
   if (tc_config.cache_dir.empty()) tc_config.cache_dir = options.cache_dir;
   const Toolchain& tc = Toolchain::get(tc_config);
-  return link_c_module(graph, module_key(graph, tc).key).code.str();
+  return link_c_module(graph, graph_module_key(graph, tc).key).code.str();
 }
 
 void clear_compile_memo() { memo().clear(); }
@@ -413,7 +486,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
   ToolchainConfig tc_config = options.toolchain;
   if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
   const Toolchain& tc = Toolchain::get(tc_config);
-  ModuleKey mk = module_key(graph, tc);
+  ModuleKey mk = graph_module_key(graph, tc);
   info.key = mk.key;
   info.times.key_ms = ms_since(t);
 
@@ -428,6 +501,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
     const std::string memo_key = root.string() + "\n" + mk.key;
     if (auto hit = memo().find(memo_key)) {
       info.cache = CacheStatus::kMemo;
+      if (hit->module->kernels()) info.device = cuda_device().describe();
       return make_function(graph, *hit, std::move(info), options);
     }
     auto store = CacheStore::open(root);
@@ -457,6 +531,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
   t = Clock::now();
   loaded.module = Module::load(loaded.module_path);
   info.times.load_ms = ms_since(t);
+  if (loaded.module->kernels()) info.device = cuda_device().describe();
   log_times(graph, info);
   if (memoize) memo().put(root.string() + "\n" + mk.key, loaded);
   return make_function(graph, loaded, std::move(info), options);

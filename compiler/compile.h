@@ -30,6 +30,9 @@ struct CompileOptions {
   // Rewrite passes to run, e.g. "-fusion,-cse" or "none" (see rewrite/pipeline.h);
   // empty: $KILN_PASSES, else all.
   std::optional<std::string> passes;
+  // "cpu", or "cuda": nodes with CUDA code run on the CUDA device (a GPU, or the emulator
+  // with KILN_CUDA_DEVICE=emulator), with transfers where values cross (rewrite/place_cuda).
+  std::string device = "cpu";
 };
 
 Function compile(const Graph& graph, const CompileOptions& options = {});

@@ -36,6 +36,9 @@ struct CompileInfo {
   std::filesystem::path module_path;
   std::string compiler_log;           // warnings, if any (empty for a clean compile)
   PhaseTimes times;
+  // Where its CUDA nodes run ("" for a CPU-only module): the GPU's name, or the emulator,
+  // which always says it is one.
+  std::string device;
 };
 
 class Function {

@@ -21,6 +21,24 @@ struct Sub {
   std::string state = "state";     // the module's state struct (pointer)
 };
 
+// One CUDA kernel of a node: a `__global__ void NAME(PARAMS)` with its device helpers. The
+// CUDA linker puts it in the module's kernels.cu (inside extern "C", so NAME is the symbol).
+struct CudaKernel {
+  std::string name;                 // starts with the node's prefix
+  std::vector<std::string> params;  // C types of its parameters, in order
+  std::string code;
+};
+
+// A node's CUDA code: its kernels, and the C fragment of the host thunk that computes the
+// launch (grid and block from the run-time shapes) and starts it with KILN_LAUNCH
+// (kiln_cuda_host.h). Inputs and outputs are device tensors: their data pointers are device
+// addresses the host passes on and never dereferences.
+struct CudaCode {
+  std::vector<CudaKernel> kernels;
+  std::string launch;
+  std::vector<std::string> preludes;  // device preludes ("kiln_math.h")
+};
+
 class COp : public Op {
  public:
   using Op::Op;
@@ -53,6 +71,17 @@ class COp : public Op {
   virtual int64_t c_split_unit(const Node& node) const { return 0; }
   // Each output element costs many operations, so small calls are worth splitting too.
   virtual bool c_heavy(const Node& node) const { return false; }
+
+  // True when this node (its dtypes and props) has CUDA code: placement asks this, never a
+  // list kept elsewhere.
+  virtual bool has_cuda_code(const Node& node) const { return false; }
+  virtual CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+    return {};
+  }
+  // True when the outputs live in device memory (CUDA nodes, to_device transfers).
+  virtual bool output_on_device() const { return false; }
+  // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.
+  virtual const COp* placed_on_cuda() const { return nullptr; }
 };
 
 }  // namespace kiln

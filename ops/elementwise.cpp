@@ -1,3 +1,4 @@
+#include "ops/cuda_kernels.h"
 #include "ops/elementwise.h"
 
 #include "ctemplate/template.h"
@@ -176,6 +177,16 @@ std::string Elementwise::c_code(const Node& node, const CodeNames& names, const 
   }
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(),
                                scalar_expr(data_dtype(dts), out.dtype), sub.ctx);
+}
+
+bool Elementwise::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
+
+CudaCode Elementwise::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  std::vector<DType> dts;
+  for (const auto* v : node.inputs) dts.push_back(v->type.dtype);
+  return cuda_elementwise(node, names, sub, {},
+                          scalar_expr(data_dtype(dts), node.outputs[0]->type.dtype),
+                          uses_math_prelude(def_));
 }
 
 }  // namespace kiln

@@ -20,6 +20,8 @@ class Elementwise : public COp {
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override;
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
   // The scalar expression for data dtype `in`, output dtype `out`, over ${0}..${n-1}.
   std::string scalar_expr(DType in, DType out) const;

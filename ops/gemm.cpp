@@ -1,3 +1,4 @@
+#include "ops/cuda_kernels.h"
 #include "ops/gemm.h"
 
 #include "ops/broadcast.h"
@@ -229,6 +230,15 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
        ", py + lo * N, N);\n";
   s += "}\n";
   return s;
+}
+
+// Packed weights (the pack pass) are a CPU layout: such a Gemm stays on the CPU.
+bool Gemm::has_cuda_code(const Node& node) const {
+  return packed_n_ == 0 && cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
+}
+
+CudaCode Gemm::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_);
 }
 
 }  // namespace kiln

@@ -21,6 +21,8 @@ class Gemm : public COp {
   int64_t c_split_unit(const Node&) const override { return packed_n_; }
   bool c_heavy(const Node&) const override { return packed_n_ > 0; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
  private:
   std::string c_code_packed(const Node& node, const CodeNames& names, const Sub& sub) const;

@@ -1,3 +1,4 @@
+#include "ops/cuda_kernels.h"
 #include "ops/matmul.h"
 
 #include "ops/broadcast.h"
@@ -188,6 +189,16 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "  }\n";
   s += "}\n";
   return s;
+}
+
+// 2-D only for now: batched and 1-D operands stay on the CPU.
+bool MatMul::has_cuda_code(const Node& node) const {
+  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) &&
+         node.inputs[0]->type.rank() == 2 && node.inputs[1]->type.rank() == 2;
+}
+
+CudaCode MatMul::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return cuda_gemm(node, names, sub, false, false, 1.0, 0.0);
 }
 
 }  // namespace kiln

@@ -15,6 +15,8 @@ class MatMul : public COp {
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 };
 
 // Checks a matmul/gemm operand dtype (float32, float64, int32, int64).

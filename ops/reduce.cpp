@@ -1,3 +1,4 @@
+#include "ops/cuda_kernels.h"
 #include "ops/reduce.h"
 
 #include <cmath>
@@ -160,6 +161,12 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
   op.dtype = in.dtype;
   op.rank = in.rank();
   return emit_reduce_loop(spec, {op}, "${0}", {}, names.outputs[0], sub.ctx);
+}
+
+bool Reduce::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
+
+CudaCode Reduce::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return cuda_reduce(node, names, sub, kind_, reduced_mask(node.inputs[0]->type.rank()));
 }
 
 }  // namespace kiln

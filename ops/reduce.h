@@ -20,6 +20,8 @@ class Reduce : public COp {
   bool c_splittable(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
   ReduceKind kind() const { return kind_; }
   bool keepdims() const { return keepdims_; }

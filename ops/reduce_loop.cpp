@@ -3,7 +3,6 @@
 #include "ctemplate/template.h"
 
 namespace kiln {
-namespace {
 
 std::string identity_of(ReduceKind kind, DType dt) {
   const bool fl = is_float(dt);
@@ -43,8 +42,6 @@ std::string combine(ReduceKind kind, DType dt, const std::string& a, const std::
   }
   return a;
 }
-
-}  // namespace
 
 std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOperand>& inputs,
                              const std::string& expr, const std::vector<std::string>& lets,

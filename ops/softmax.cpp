@@ -1,3 +1,4 @@
+#include "ops/cuda_kernels.h"
 #include "ops/softmax.h"
 
 #include <cmath>
@@ -155,6 +156,15 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "  }\n";
   s += "}\n";
   return s;
+}
+
+bool Softmax::has_cuda_code(const Node& node) const {
+  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
+}
+
+CudaCode Softmax::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const int axis = normalize_axis(axis_, node.inputs[0]->type.rank(), name());
+  return cuda_softmax(node, names, sub, axis, log_);
 }
 
 }  // namespace kiln

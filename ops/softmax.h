@@ -18,6 +18,8 @@ class Softmax : public COp {
   int64_t c_split_unit(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_math.h"}; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
  private:
   bool log_;

@@ -13,5 +13,8 @@ Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/tre
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation
 Graph remove_dead(const Graph& graph);       // dce.cpp: nodes no output needs
+// place_cuda.cpp: nodes with CUDA code -> CUDA, transfers at the boundaries. Not in the
+// default list: compile() runs it for CompileOptions::device == "cuda".
+Graph place_on_cuda(const Graph& graph);
 
 }  // namespace kiln

@@ -1,5 +1,8 @@
 #include "runtime/executor.h"
 
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_memory.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -145,7 +148,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   std::vector<int> request_slot;
   for (size_t s = 0; s < n; ++s) {
     if (program_.slots[s].kind != SlotKind::kTemp || is_output_[s]) continue;
-    if (step_of_output[s] < 0) continue;
+    if (step_of_output[s] < 0 || program_.slots[s].on_device) continue;
     BufferRequest r;
     r.bytes =
         static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
@@ -224,6 +227,16 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
       if (plan.offset[s] >= 0) {
         values[s] = Tensor(arena, static_cast<size_t>(plan.offset[s]), spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
+      } else if (spec.on_device) {
+        // Device memory, one buffer per value for now (no arena on the device yet).
+        CudaDevice& device = cuda_device();
+        const size_t bytes = static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(spec.dtype);
+        values[s] = Tensor(allocate_device_storage(device, bytes), 0, spec.dtype, plan.shapes[s],
+                           contiguous_strides(plan.shapes[s]));
+        if (poison_ && bytes) {
+          std::vector<unsigned char> ff(bytes, 0xFF);
+          device.copy_to_device(values[s].data(), ff.data(), bytes);
+        }
       } else {
         values[s] = Tensor::empty(spec.dtype, plan.shapes[s]);
         if (poison_) std::memset(values[s].data(), 0xFF, values[s].nbytes());
@@ -249,6 +262,7 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
   auto call = [&](int part, int n_parts) {
     ThunkContext ctx;
     ctx.set_part(part, n_parts);
+    ctx.set_kernels(module_->kernels());
     int rc = thunk.fn(module_->state(), ctx.abi(), ptrs.data(), ptrs.data() + step.inputs.size());
     if (rc != 0) {
       throw UserError(step.label + ": " +

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/support/support.h"
 #include "runtime/thunk_context.h"
 #include "util/error.h"
@@ -38,6 +39,13 @@ std::shared_ptr<Module> Module::load(const std::filesystem::path& path) {
     }
   }
   m->initialised_ = true;
+  if (m->info_->n_kernels > 0) {
+    // The device kernels sit beside the host module, in the image the device runs.
+    CudaDevice& device = cuda_device();
+    std::vector<std::string> names;
+    for (int i = 0; i < m->info_->n_kernels; ++i) names.emplace_back(m->info_->kernel_names[i]);
+    m->kernels_ = device.load(path.parent_path() / device.image_name(), names);
+  }
   return m;
 }
 

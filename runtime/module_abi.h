@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 5
+#define KILN_ABI_VERSION 6
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -30,7 +30,17 @@ struct kiln_ctx {
    * outputs. Every other thunk is called once with part = 0, n_parts = 1. */
   int32_t part;
   int32_t n_parts;
+  /* Device thunks (CUDA): enqueue kernel `kernel` of the module's kernel table with
+   * dims = {grid x, y, z, block x, y, z}, `shared` bytes of dynamic shared memory and CUDA's
+   * argument convention (args[i] points at argument i); and copy `bytes` between host and
+   * device (kind: KILN_COPY_*). Both return non-zero after ctx->fail. */
+  int (*launch)(kiln_ctx *ctx, int32_t kernel, const uint32_t dims[6], uint32_t shared,
+                void **args);
+  int (*copy)(kiln_ctx *ctx, void *dst, const void *src, size_t bytes, int32_t kind);
 };
+
+#define KILN_COPY_TO_DEVICE 1
+#define KILN_COPY_TO_HOST 2
 
 /* Geometry of a 2-D sliding window (1-D runs as H = 1), computed by the compiler. */
 typedef struct kiln_window {
@@ -131,6 +141,10 @@ typedef struct kiln_module_info {
   /* Run once after load / before unload; init returns non-zero and calls ctx->fail on error. */
   int (*state_init)(void *state, kiln_ctx *ctx);
   void (*state_cleanup)(void *state);
+  /* Device kernels the thunks launch by index (ctx->launch), by their names in the kernel
+   * image stored beside the module (kernels.cubin / kernels.emu.so); 0 on a CPU module. */
+  int32_t n_kernels;
+  const char *const *kernel_names;
 } kiln_module_info;
 
 /* The module's entry point. `support` outlives the module; the module keeps the pointer. */

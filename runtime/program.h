@@ -16,6 +16,7 @@ struct SlotSpec {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> dims;  // -1: dynamic
   SlotKind kind = SlotKind::kTemp;
+  bool on_device = false;  // written by a device thunk: its buffer is CUDA device memory
 };
 
 // Maps the input shapes of a step to its output shapes; throws UserError on a mismatch

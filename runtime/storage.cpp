@@ -37,6 +37,10 @@ int size_class(size_t bytes, size_t* rounded) {
 
 Storage::~Storage() {
   if (!data_) return;
+  if (release_) {
+    release_(data_);
+    return;
+  }
   if (!pooled_) {
     std::free(data_);
     return;

@@ -2,6 +2,7 @@
 // Pooled, 64-byte aligned host memory. Freed blocks go back to a per-size-class free list
 // so repeated runs with the same shapes never touch malloc.
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 namespace kiln {
@@ -9,16 +10,21 @@ namespace kiln {
 class Storage {
  public:
   Storage(void* data, size_t bytes, bool pooled) : data_(data), bytes_(bytes), pooled_(pooled) {}
+  // Memory of a device (CUDA): `release` gives it back; the host must not dereference it.
+  Storage(void* data, size_t bytes, std::function<void(void*)> release)
+      : data_(data), bytes_(bytes), pooled_(false), release_(std::move(release)) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  bool on_device() const { return static_cast<bool>(release_); }
 
  private:
   void* data_;
   size_t bytes_;
   bool pooled_;
+  std::function<void(void*)> release_;
 };
 
 // Contents are unspecified, like malloc.

@@ -3,11 +3,16 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "runtime/cuda/cuda_device.h"
+#include "util/error.h"
+
 namespace kiln {
 
 ThunkContext::ThunkContext() {
   ctx_.fail = &ThunkContext::fail;
   ctx_.workspace = &ThunkContext::workspace;
+  ctx_.launch = &ThunkContext::launch;
+  ctx_.copy = &ThunkContext::copy;
   ctx_.impl = this;
   ctx_.part = 0;
   ctx_.n_parts = 1;
@@ -36,6 +41,34 @@ void* ThunkContext::workspace(kiln_ctx* ctx, size_t bytes) {
     return self->scratch_.back()->data();
   } catch (...) {
     return nullptr;
+  }
+}
+
+int ThunkContext::launch(kiln_ctx* ctx, int32_t kernel, const uint32_t dims[6], uint32_t shared,
+                         void** args) {
+  auto* self = static_cast<ThunkContext*>(ctx->impl);
+  try {
+    if (!self->kernels_) throw Error("this module has no device kernels");
+    self->kernels_->launch(kernel, dims, shared, args);
+    return 0;
+  } catch (const std::exception& e) {
+    fail(ctx, "%s", e.what());
+    return 1;
+  }
+}
+
+int ThunkContext::copy(kiln_ctx* ctx, void* dst, const void* src, size_t bytes, int32_t kind) {
+  try {
+    CudaDevice& device = cuda_device();
+    if (kind == KILN_COPY_TO_DEVICE) {
+      device.copy_to_device(dst, src, bytes);
+    } else {
+      device.copy_to_host(dst, src, bytes);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fail(ctx, "%s", e.what());
+    return 1;
   }
 }
 

@@ -9,6 +9,8 @@
 
 namespace kiln {
 
+class KernelImage;
+
 class ThunkContext {
  public:
   ThunkContext();
@@ -17,12 +19,18 @@ class ThunkContext {
     ctx_.part = part;
     ctx_.n_parts = n_parts;
   }
+  // The kernels ctx->launch starts (a module's device kernels).
+  void set_kernels(KernelImage* kernels) { kernels_ = kernels; }
   const std::string& message() const { return message_; }
   void reset();  // drops the message and releases the workspace
 
  private:
   static void fail(kiln_ctx* ctx, const char* fmt, ...);
   static void* workspace(kiln_ctx* ctx, size_t bytes);
+  static int launch(kiln_ctx* ctx, int32_t kernel, const uint32_t dims[6], uint32_t shared,
+                    void** args);
+  static int copy(kiln_ctx* ctx, void* dst, const void* src, size_t bytes, int32_t kind);
+  KernelImage* kernels_ = nullptr;
   kiln_ctx ctx_{};
   std::string message_;
   std::vector<std::shared_ptr<Storage>> scratch_;

@@ -19,8 +19,10 @@
 #ifndef KILN_HELPER
 #define KILN_HELPER static inline __attribute__((unused))
 #endif
+#ifndef __CUDACC_RTC__ /* NVRTC has no C library: kiln_cuda.cuh stands in */
 #include <math.h>
 #include <stdint.h>
+#endif
 
 KILN_HELPER float kiln_bits_to_f32(int32_t i) {
   float f;

@@ -7,8 +7,10 @@
 /* Helpers a module does not call must not warn. */
 #define KILN_HELPER static inline __attribute__((unused))
 #endif
+#ifndef __CUDACC_RTC__ /* NVRTC has no C library: kiln_cuda.cuh stands in */
 #include <math.h>
 #include <stdint.h>
+#endif
 
 #define KILN_INT_HELPERS(T, S, UT)                                         \
   KILN_HELPER T kiln_div_##S(T a, T b) {                                 \

@@ -1,0 +1,17 @@
+/* kiln_cuda_types.h — launch parameters shared by a module's host thunks (C) and its CUDA
+ * kernels: the same struct on both sides of ctx->launch. */
+#ifndef KILN_CUDA_TYPES_H
+#define KILN_CUDA_TYPES_H
+#define KILN_CUDA_MAX_RANK 8
+#define KILN_CUDA_MAX_OPERANDS 12
+
+/* An index space (numel elements of `shape`, row-major) and, per operand, the element
+ * strides that map an index to that operand's offset (0 along broadcast dimensions). */
+typedef struct kiln_cuda_nd {
+  int64_t numel;
+  int32_t ndim;
+  int32_t contiguous; /* every operand's offset is the flat index itself */
+  int64_t shape[KILN_CUDA_MAX_RANK];
+  int64_t strides[KILN_CUDA_MAX_OPERANDS][KILN_CUDA_MAX_RANK];
+} kiln_cuda_nd;
+#endif

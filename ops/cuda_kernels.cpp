@@ -1,0 +1,276 @@
+#include "ops/cuda_kernels.h"
+
+#include "ctemplate/template.h"
+#include "ops/elementwise_loop.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+std::string ctype(DType dt) { return std::string(dtype_c_type(dt)); }
+
+// The launch's arguments as addresses of host locals: "&kiln_a0, &kiln_a1".
+std::string addresses(const std::vector<std::string>& locals) {
+  std::string s;
+  for (const auto& l : locals) s += (s.empty() ? "&" : ", &") + l;
+  return s;
+}
+
+// Fills a kiln_cuda_nd over some dimensions of contiguous input 0: shape and strides[0].
+std::string host_dims(const std::string& nd, const std::vector<bool>& mask, bool want,
+                      const std::string& tensor) {
+  std::string s;
+  s += "  " + nd + ".ndim = 0;\n  " + nd + ".numel = 1;\n  " + nd + ".contiguous = 0;\n";
+  s += "  {\n    int64_t kiln_stride = 1;\n";
+  s += "    int64_t kiln_strides[KILN_CUDA_MAX_RANK];\n";
+  s += "    for (int d = " + tensor + "->ndim - 1; d >= 0; --d) {\n";
+  s += "      kiln_strides[d] = kiln_stride;\n      kiln_stride *= " + tensor + "->shape[d];\n    }\n";
+  for (size_t d = 0; d < mask.size(); ++d) {
+    if (mask[d] != want) continue;
+    const std::string D = std::to_string(d);
+    s += "    " + nd + ".shape[" + nd + ".ndim] = " + tensor + "->shape[" + D + "];\n";
+    s += "    " + nd + ".strides[0][" + nd + ".ndim++] = kiln_strides[" + D + "];\n";
+    s += "    " + nd + ".numel *= " + tensor + "->shape[" + D + "];\n";
+  }
+  s += "  }\n";
+  return s;
+}
+
+}  // namespace
+
+bool cuda_dtypes_ok(const Node& node) {
+  for (const auto* list : {&node.inputs, &node.outputs}) {
+    for (const Variable* v : *list) {
+      if (v->type.dtype == DType::kFloat16 || v->type.dtype == DType::kBFloat16) return false;
+      if (v->type.rank() > 8) return false;
+    }
+  }
+  return true;
+}
+
+CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& sub,
+                          const std::vector<std::string>& lets, const std::string& expr,
+                          bool math) {
+  CudaCode c;
+  c.preludes = {"kiln_scalar.h"};
+  if (math) c.preludes.push_back("kiln_math.h");
+  const TensorType& out = node.outputs[0]->type;
+  const std::string OT = ctype(out.dtype);
+  CudaKernel k;
+  k.name = sub.prefix + "elementwise";
+  k.params = {"kiln_cuda_nd", OT + "*"};
+  std::string sig = "kiln_cuda_nd nd, " + OT + " *__restrict__ y";
+  std::string loads;
+  TemplateValues v;
+  std::vector<std::string> host_ops, locals{"kiln_nd", "kiln_y"};
+  std::string host_ptrs = "  void *kiln_y = " + names.outputs[0] + "->data;\n";
+  int nops = 0;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const LoopOperand lo = loop_operand(node.inputs[i], names.inputs[i], out);
+    const std::string I = std::to_string(i);
+    if (lo.literal) {
+      v[I] = *lo.literal;
+      continue;
+    }
+    const std::string T = ctype(node.inputs[i]->type.dtype);
+    k.params.push_back("const " + T + "*");
+    sig += ", const " + T + " *__restrict__ in" + I;
+    loads += "    const " + T + " a" + I + " = in" + I + "[kiln_cuda_offset(&nd, " +
+             std::to_string(nops) + ", i)];\n";
+    v[I] = "a" + I;
+    host_ops.push_back(names.inputs[i]);
+    host_ptrs += "  void *kiln_in" + I + " = " + names.inputs[i] + "->data;\n";
+    locals.push_back("kiln_in" + I);
+    ++nops;
+  }
+  std::string body = loads;
+  for (const auto& l : lets) body += "    " + render_template(l, v, "cuda elementwise") + "\n";
+  body += "    y[i] = (" + OT + ")(" + render_template(expr, v, "cuda elementwise") + ");\n";
+  k.code = "__global__ void " + k.name + "(" + sig + ") {\n" +
+           "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n" +
+           "  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nd.numel; "
+           "i += step) {\n" +
+           body + "  }\n}\n";
+  c.kernels.push_back(k);
+
+  std::string h = "kiln_cuda_nd kiln_nd;\n";
+  h += nops ? "const kiln_tensor *kiln_ops[] = {" + [&] {
+    std::string s;
+    for (const auto& o : host_ops) s += (s.empty() ? "" : ", ") + o;
+    return s;
+  }() + "};\n"
+            : "const kiln_tensor *const *kiln_ops = 0;\n";
+  h += "if (kiln_cuda_nd_init(&kiln_nd, " + names.outputs[0] + ", kiln_ops, " +
+       std::to_string(nops) + ")) " + sub.fail +
+       "(\"rank %d or %d operands: above the CUDA kernels' limits (8, 12)\", (int)" +
+       names.outputs[0] + "->ndim, " + std::to_string(nops) + ");\n";
+  h += "{\n" + host_ptrs;
+  h += "  if (kiln_nd.numel > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(kiln_nd.numel, 256, 4096), 1, 1, 256, 1, 1, 0, " + addresses(locals) +
+       ");\n}\n";
+  c.launch = h;
+  return c;
+}
+
+CudaCode cuda_reduce(const Node& node, const CodeNames& names, const Sub& sub, ReduceKind kind,
+                     const std::vector<bool>& mask) {
+  CudaCode c;
+  const DType dt = node.outputs[0]->type.dtype;
+  const std::string T = ctype(dt);
+  CudaKernel k;
+  k.name = sub.prefix + "reduce";
+  k.params = {"kiln_cuda_nd", "kiln_cuda_nd", T + "*", "const " + T + "*"};
+  const std::string ident = "(" + T + ")" + identity_of(kind, dt);
+  const std::string f = "[](" + T + " a, " + T + " x) { return (" + T + ")(" +
+                        combine(kind, dt, "a", "x") + "); }";
+  std::string finish = "acc";
+  if (kind == ReduceKind::kMean) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : acc / (" + T + ")0)";
+  if (kind == ReduceKind::kMean && !is_float(dt)) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : (" + T + ")0)";
+  k.code = "__global__ void " + k.name + "(kiln_cuda_nd keep, kiln_cuda_nd red, " + T +
+           " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
+           "  __shared__ " + T + " scratch[33];\n"
+           "  const auto f = " + f + ";\n"
+           "  for (int64_t o = blockIdx.x; o < keep.numel; o += gridDim.x) {\n"
+           "    const int64_t base = kiln_cuda_offset(&keep, 0, o);\n"
+           "    " + T + " acc = " + ident + ";\n"
+           "    for (int64_t r = threadIdx.x; r < red.numel; r += blockDim.x) {\n"
+           "      acc = f(acc, x[base + kiln_cuda_offset(&red, 0, r)]);\n"
+           "    }\n"
+           "    acc = kiln_block_reduce(acc, " + ident + ", f, scratch);\n"
+           "    if (threadIdx.x == 0) y[o] = " + finish + ";\n"
+           "  }\n}\n";
+  c.kernels.push_back(k);
+  std::string h = "kiln_cuda_nd kiln_keep, kiln_red;\n";
+  h += host_dims("kiln_keep", mask, false, names.inputs[0]);
+  h += host_dims("kiln_red", mask, true, names.inputs[0]);
+  h += "{\n  void *kiln_y = " + names.outputs[0] + "->data;\n  void *kiln_x = " + names.inputs[0] +
+       "->data;\n";
+  h += "  if (kiln_keep.numel > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(kiln_keep.numel, 1, 65535), 1, 1, 256, 1, 1, 0, &kiln_keep, "
+       "&kiln_red, &kiln_y, &kiln_x);\n}\n";
+  c.launch = h;
+  return c;
+}
+
+CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, int axis, bool log) {
+  CudaCode c;
+  c.preludes = {"kiln_math.h"};
+  const DType dt = node.outputs[0]->type.dtype;
+  const std::string T = ctype(dt);
+  const std::string sfx = dt == DType::kFloat32 ? "f" : "";
+  CudaKernel k;
+  k.name = sub.prefix + "softmax";
+  k.params = {"int64_t", "int64_t", "int64_t", T + "*", "const " + T + "*"};
+  const std::string max_f = "[](" + T + " a, " + T + " b) { return (b > a || b != b) ? b : a; }";
+  const std::string sum_f = "[](" + T + " a, " + T + " b) { return a + b; }";
+  std::string write = log ? "(v - m) - ls" : "kiln_exp" + sfx + "(v - m) / s";
+  k.code = "__global__ void " + k.name + "(int64_t slices, int64_t n, int64_t inner, " + T +
+           " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
+           "  __shared__ " + T + " scratch[33];\n"
+           "  for (int64_t sl = blockIdx.x; sl < slices; sl += gridDim.x) {\n"
+           "    const int64_t base = (sl / inner) * n * inner + sl % inner;\n"
+           "    " + T + " m = -INFINITY;\n"
+           "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {\n"
+           "      const " + T + " v = x[base + j * inner];\n"
+           "      m = (v > m || v != v) ? v : m;\n"
+           "    }\n"
+           "    m = kiln_block_reduce(m, (" + T + ")-INFINITY, " + max_f + ", scratch);\n"
+           "    " + T + " s = 0;\n"
+           "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += kiln_exp" + sfx +
+           "(x[base + j * inner] - m);\n"
+           "    s = kiln_block_reduce(s, (" + T + ")0, " + sum_f + ", scratch);\n"
+           "    const " + T + " ls = kiln_log" + sfx + "(s);\n"
+           "    (void)ls;\n"
+           "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {\n"
+           "      const " + T + " v = x[base + j * inner];\n"
+           "      y[base + j * inner] = " + write + ";\n"
+           "    }\n"
+           "  }\n}\n";
+  c.kernels.push_back(k);
+  const std::string A = std::to_string(axis);
+  std::string h = "{\n  int64_t kiln_outer = 1, kiln_inner = 1, kiln_n = " + names.inputs[0] +
+                  "->shape[" + A + "];\n";
+  h += "  for (int d = 0; d < " + A + "; ++d) kiln_outer *= " + names.inputs[0] + "->shape[d];\n";
+  h += "  for (int d = " + A + " + 1; d < " + names.inputs[0] + "->ndim; ++d) kiln_inner *= " +
+       names.inputs[0] + "->shape[d];\n";
+  h += "  int64_t kiln_slices = kiln_outer * kiln_inner;\n";
+  h += "  void *kiln_y = " + names.outputs[0] + "->data;\n  void *kiln_x = " + names.inputs[0] +
+       "->data;\n";
+  h += "  if (kiln_slices > 0 && kiln_n > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(kiln_slices, 1, 65535), 1, 1, 256, 1, 1, 0, &kiln_slices, &kiln_n, "
+       "&kiln_inner, &kiln_y, &kiln_x);\n}\n";
+  c.launch = h;
+  return c;
+}
+
+CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, bool trans_a,
+                   bool trans_b, double alpha, double beta) {
+  CudaCode c;
+  const DType dt = node.outputs[0]->type.dtype;
+  const std::string T = ctype(dt);
+  CudaKernel k;
+  k.name = sub.prefix + "gemm";
+  // M, N, K; A and its strides; B and its strides; C and its strides; alpha, beta; Y.
+  k.params = {"int64_t", "int64_t", "int64_t", "const " + T + "*", "int64_t", "int64_t",
+              "const " + T + "*", "int64_t", "int64_t", "const " + T + "*", "int64_t",
+              "int64_t", T, T, T + "*"};
+  k.code = "__global__ void " + k.name + "(int64_t M, int64_t N, int64_t K, const " + T +
+           " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
+           " *__restrict__ B, int64_t rsb, int64_t csb, const " + T +
+           " *__restrict__ C, int64_t rsc, int64_t csc, " + T + " alpha, " + T + " beta, " + T +
+           " *__restrict__ Y) {\n"
+           "  __shared__ " + T + " As[16][17];\n"
+           "  __shared__ " + T + " Bs[16][17];\n"
+           "  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;\n"
+           "  const int64_t row = (int64_t)blockIdx.y * 16 + ty, col = (int64_t)blockIdx.x * 16 + tx;\n"
+           "  " + T + " acc = 0;\n"
+           "  for (int64_t k0 = 0; k0 < K; k0 += 16) {\n"
+           "    As[ty][tx] = (row < M && k0 + tx < K) ? A[row * rsa + (k0 + tx) * csa] : (" + T + ")0;\n"
+           "    Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * rsb + col * csb] : (" + T + ")0;\n"
+           "    __syncthreads();\n"
+           "    for (int kk = 0; kk < 16; ++kk) acc += As[ty][kk] * Bs[kk][tx];\n"
+           "    __syncthreads();\n"
+           "  }\n"
+           "  if (row < M && col < N) {\n"
+           "    " + T + " r = alpha * acc;\n"
+           "    if (C) r += beta * C[row * rsc + col * csc];\n"
+           "    Y[row * N + col] = r;\n"
+           "  }\n}\n";
+  c.kernels.push_back(k);
+  const std::string& a = names.inputs[0];
+  const std::string& b = names.inputs[1];
+  std::string h = "{\n";
+  // Device tensors are contiguous: A is (M, K), or (K, M) when transposed.
+  h += "  int64_t kiln_m = " + a + "->shape[" + (trans_a ? "1" : "0") + "], kiln_k = " + a +
+       "->shape[" + (trans_a ? "0" : "1") + "];\n";
+  h += "  int64_t kiln_n = " + b + "->shape[" + (trans_b ? "0" : "1") + "];\n";
+  h += "  int64_t kiln_rsa = " + std::string(trans_a ? "1" : "kiln_k") +
+       ", kiln_csa = " + (trans_a ? "kiln_m" : "1") + ";\n";
+  h += "  int64_t kiln_rsb = " + std::string(trans_b ? "1" : "kiln_n") +
+       ", kiln_csb = " + (trans_b ? "kiln_k" : "1") + ";\n";
+  h += "  int64_t kiln_rsc = 0, kiln_csc = 0;\n  void *kiln_c = 0;\n";
+  if (names.inputs.size() > 2) {
+    const std::string& cc = names.inputs[2];
+    h += "  kiln_c = " + cc + "->data;\n";
+    h += "  if (" + cc + "->ndim == 2) {\n";
+    h += "    kiln_rsc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->shape[1];\n";
+    h += "    kiln_csc = " + cc + "->shape[1] == 1 ? 0 : 1;\n";
+    h += "  } else if (" + cc + "->ndim == 1) {\n";
+    h += "    kiln_csc = " + cc + "->shape[0] == 1 ? 0 : 1;\n  }\n";
+  }
+  h += "  " + T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T +
+       ")" + c_literal(dt, beta) + ";\n";
+  h += "  void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " +
+       names.outputs[0] + "->data;\n";
+  h += "  if (kiln_m > 0 && kiln_n > 0) {\n";
+  h += "    if ((kiln_m + 15) / 16 > 65535) " + sub.fail +
+       "(\"%lld rows: above the CUDA GEMM's limit\", (long long)kiln_m);\n";
+  h += "    KILN_LAUNCH(" + k.name +
+       ", (kiln_n + 15) / 16, (kiln_m + 15) / 16, 1, 16, 16, 1, 0, &kiln_m, &kiln_n, &kiln_k, "
+       "&kiln_a, &kiln_rsa, &kiln_csa, &kiln_b, &kiln_rsb, &kiln_csb, &kiln_c, &kiln_rsc, "
+       "&kiln_csc, &kiln_alpha, &kiln_beta, &kiln_y);\n  }\n}\n";
+  c.launch = h;
+  return c;
+}
+
+}  // namespace kiln

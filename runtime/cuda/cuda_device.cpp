@@ -1,0 +1,54 @@
+#include "runtime/cuda/cuda_device.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "runtime/cuda/driver_device.h"
+#include "runtime/cuda/emulator_device.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+struct Choice {
+  std::unique_ptr<CudaDevice> device;
+  std::string why;  // when there is none
+};
+
+Choice& choice() {
+  static Choice c = [] {
+    Choice r;
+    const char* env = std::getenv("KILN_CUDA_DEVICE");
+    const std::string want = env ? env : "";
+    if (want == "emulator") {
+      r.device = make_emulator_device();
+    } else if (want.empty() || want == "gpu") {
+      r.device = make_driver_device(&r.why);
+    } else {
+      r.why = "KILN_CUDA_DEVICE='" + want + "' is not a device (use 'gpu' or 'emulator')";
+    }
+    return r;
+  }();
+  return c;
+}
+
+}  // namespace
+
+std::string cuda_device_kind(std::string* why) {
+  Choice& c = choice();
+  if (why) *why = c.why;
+  if (!c.device) return "";
+  return c.device->emulated() ? "emulator" : "gpu";
+}
+
+CudaDevice& cuda_device() {
+  Choice& c = choice();
+  if (!c.device) {
+    throw UserError("--device cuda: " + c.why +
+                    "; on a machine without a GPU, KILN_CUDA_DEVICE=emulator runs the CUDA code "
+                    "on the CPU");
+  }
+  return *c.device;
+}
+
+}  // namespace kiln

@@ -1,0 +1,320 @@
+#include "runtime/cuda/emulator_device.h"
+
+#include <dlfcn.h>
+#include <ucontext.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#define KILN_EMU_HOST_ONLY 1
+#include "runtime/cuda/kiln_cuda_emu.h"
+#include "util/error.h"
+
+// Sanitizers must be told when the stack changes under them.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_EMU_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define KILN_EMU_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_EMU_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KILN_EMU_TSAN 1
+#endif
+#ifdef KILN_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+#ifdef KILN_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace kiln {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class FiberState { kRunning, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  ucontext_t context{};
+  kiln_emu_thread index{};
+  FiberState state = FiberState::kRunning;
+  char* stack = nullptr;
+#ifdef KILN_EMU_TSAN
+  void* tsan = nullptr;
+#endif
+};
+
+// One block in flight on this CPU thread.
+struct Block {
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler{};
+  size_t current = 0;
+  void (*entry)(void**) = nullptr;
+  void** args = nullptr;
+  std::vector<uint64_t> slots;  // shuffle exchange, one per thread
+#ifdef KILN_EMU_TSAN
+  void* scheduler_tsan = nullptr;
+  char barrier_sync = 0;  // the address barriers release and acquire
+#endif
+};
+
+thread_local Block* tl_block = nullptr;
+
+void switch_to_fiber(Block& b, Fiber& f) {
+#ifdef KILN_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+#endif
+#ifdef KILN_EMU_TSAN
+  // No implicit happens-before: only barriers order the threads of a block, so a race
+  // across a missing __syncthreads is reported as it would be between real threads.
+  __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+  swapcontext(&b.scheduler, &f.context);
+#ifdef KILN_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+void switch_to_scheduler(Block& b, Fiber& f) {
+#ifdef KILN_EMU_ASAN
+  void* fake = nullptr;
+  const void* bottom = nullptr;
+  size_t size = 0;
+  __sanitizer_start_switch_fiber(f.state == FiberState::kDone ? nullptr : &fake, nullptr, 0);
+#endif
+#ifdef KILN_EMU_TSAN
+  __tsan_switch_to_fiber(b.scheduler_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+  swapcontext(&f.context, &b.scheduler);
+#ifdef KILN_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+#endif
+}
+
+void fiber_main() {
+  Block& b = *tl_block;
+#ifdef KILN_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  b.entry(b.args);
+  Fiber& f = b.fibers[b.current];
+  f.state = FiberState::kDone;
+  switch_to_scheduler(b, f);
+}
+
+// Apart from the launch loop, whose locals getcontext would otherwise put at risk.
+__attribute__((noinline)) void prepare_fiber(Block& b, Fiber& f) {
+  f.state = FiberState::kRunning;
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = &b.scheduler;
+  makecontext(&f.context, fiber_main, 0);
+}
+
+Fiber& current_fiber() { return tl_block->fibers[tl_block->current]; }
+
+void wait_at(FiberState where) {
+  Block& b = *tl_block;
+  Fiber& f = b.fibers[b.current];
+#ifdef KILN_EMU_TSAN
+  __tsan_release(&b.barrier_sync);
+#endif
+  f.state = where;
+  switch_to_scheduler(b, f);
+#ifdef KILN_EMU_TSAN
+  __tsan_acquire(&b.barrier_sync);
+#endif
+}
+
+const kiln_emu_thread* host_self() { return &current_fiber().index; }
+void host_syncthreads() { wait_at(FiberState::kAtBlockBarrier); }
+void host_syncwarp() { wait_at(FiberState::kAtWarpBarrier); }
+void* host_lane_slot(unsigned lane) {
+  Block& b = *tl_block;
+  const size_t base = b.current / 32 * 32;
+  return &b.slots[std::min(base + lane, b.slots.size() - 1)];
+}
+unsigned host_warp_width() {
+  Block& b = *tl_block;
+  const size_t base = b.current / 32 * 32;
+  return static_cast<unsigned>(std::min<size_t>(32, b.fibers.size() - base));
+}
+
+const kiln_emu_host kHost = {KILN_EMU_HOST_ABI, host_self, host_syncthreads, host_syncwarp,
+                             host_lane_slot, host_warp_width};
+
+// Runs one block to completion: every runnable fiber in turn; when none can run, the warps
+// whose live threads all wait at a warp barrier go on, else (all waiting at __syncthreads)
+// the block does. Anything else is threads of a block waiting at different barriers.
+void run_block(Block& b, const std::string& kernel) {
+  for (;;) {
+    for (size_t i = 0; i < b.fibers.size(); ++i) {
+      if (b.fibers[i].state != FiberState::kRunning) continue;
+      b.current = i;
+      switch_to_fiber(b, b.fibers[i]);
+    }
+    bool all_done = true, released = false, block_barrier = false, warp_barrier = false;
+    for (size_t w = 0; w < b.fibers.size(); w += 32) {
+      const size_t end = std::min(w + 32, b.fibers.size());
+      bool waiting = false, ready = true;
+      for (size_t i = w; i < end; ++i) {
+        const FiberState s = b.fibers[i].state;
+        all_done = all_done && s == FiberState::kDone;
+        block_barrier = block_barrier || s == FiberState::kAtBlockBarrier;
+        waiting = waiting || s == FiberState::kAtWarpBarrier;
+        ready = ready && (s == FiberState::kAtWarpBarrier || s == FiberState::kDone);
+      }
+      warp_barrier = warp_barrier || waiting;
+      if (waiting && ready) {
+        for (size_t i = w; i < end; ++i) {
+          if (b.fibers[i].state == FiberState::kAtWarpBarrier) b.fibers[i].state = FiberState::kRunning;
+        }
+        released = true;
+      }
+    }
+    if (all_done) return;
+    if (released) continue;
+    if (block_barrier && !warp_barrier) {
+      // Threads that have exited count as arrived, as on the GPU.
+      for (auto& f : b.fibers) {
+        if (f.state == FiberState::kAtBlockBarrier) f.state = FiberState::kRunning;
+      }
+      continue;
+    }
+    throw Error("CUDA emulator: kernel '" + kernel +
+                "' deadlocked: threads of one block wait at different barriers "
+                "(__syncthreads in divergent code, or a shuffle some lanes skip)");
+  }
+}
+
+class EmulatedImage : public KernelImage {
+ public:
+  EmulatedImage(const std::filesystem::path& path, const std::vector<std::string>& names)
+      : path_(path), names_(names) {
+    handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* e = ::dlerror();
+      throw Error("CUDA emulator: cannot load kernel image " + path.string() + ": " +
+                  (e ? e : "unknown error"));
+    }
+    auto bind = reinterpret_cast<int (*)(const kiln_emu_host*)>(::dlsym(handle_, "kiln_emu_bind"));
+    if (!bind || bind(&kHost) != KILN_EMU_HOST_ABI) {
+      ::dlclose(handle_);
+      throw Error("CUDA emulator: " + path.string() + " is not a kernel image of this kiln");
+    }
+    for (const auto& n : names) {
+      auto fn = reinterpret_cast<void (*)(void**)>(::dlsym(handle_, ("kiln_emu_entry_" + n).c_str()));
+      if (!fn) {
+        ::dlclose(handle_);
+        throw Error("CUDA emulator: kernel '" + n + "' is missing from " + path.string());
+      }
+      entries_.push_back(fn);
+    }
+  }
+  ~EmulatedImage() override {
+    if (handle_) ::dlclose(handle_);
+  }
+
+  void launch(int kernel, const uint32_t dims[6], uint32_t shared, void** args) override {
+    if (kernel < 0 || static_cast<size_t>(kernel) >= entries_.size()) {
+      throw Error("CUDA emulator: no kernel " + std::to_string(kernel) + " in " + path_.string());
+    }
+    const std::string& name = names_[static_cast<size_t>(kernel)];
+    const uint64_t threads = uint64_t{dims[3]} * dims[4] * dims[5];
+    if (threads == 0 || threads > 1024 || dims[0] == 0 || dims[1] == 0 || dims[2] == 0 ||
+        dims[1] > 65535 || dims[2] > 65535) {
+      throw Error("CUDA emulator: kernel '" + name + "': invalid launch grid (" +
+                  std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " +
+                  std::to_string(dims[2]) + ") block (" + std::to_string(dims[3]) + ", " +
+                  std::to_string(dims[4]) + ", " + std::to_string(dims[5]) + ")");
+    }
+    if (shared > 0) throw Error("CUDA emulator: dynamic shared memory is not emulated");
+    Block b;
+    b.entry = entries_[static_cast<size_t>(kernel)];
+    b.args = args;
+    b.fibers.resize(threads);
+    b.slots.assign(threads, 0);
+    std::vector<std::unique_ptr<char[]>> stacks;
+    for (auto& f : b.fibers) {
+      stacks.emplace_back(new char[kStackBytes]);
+      f.stack = stacks.back().get();
+    }
+#ifdef KILN_EMU_TSAN
+    b.scheduler_tsan = __tsan_get_current_fiber();
+    for (auto& f : b.fibers) f.tsan = __tsan_create_fiber(0);
+#endif
+    Block* outer = tl_block;
+    tl_block = &b;
+    try {
+      for (uint32_t bz = 0; bz < dims[2]; ++bz)
+        for (uint32_t by = 0; by < dims[1]; ++by)
+          for (uint32_t bx = 0; bx < dims[0]; ++bx) {
+            size_t i = 0;
+            for (uint32_t tz = 0; tz < dims[5]; ++tz)
+              for (uint32_t ty = 0; ty < dims[4]; ++ty)
+                for (uint32_t tx = 0; tx < dims[3]; ++tx, ++i) {
+                  Fiber& f = b.fibers[i];
+                  f.index = {{tx, ty, tz}, {bx, by, bz}, {dims[3], dims[4], dims[5]},
+                             {dims[0], dims[1], dims[2]}};
+                  prepare_fiber(b, f);
+                }
+            run_block(b, name);
+          }
+    } catch (...) {
+      tl_block = outer;
+#ifdef KILN_EMU_TSAN
+      for (auto& f : b.fibers) __tsan_destroy_fiber(f.tsan);
+#endif
+      throw;
+    }
+    tl_block = outer;
+#ifdef KILN_EMU_TSAN
+    for (auto& f : b.fibers) __tsan_destroy_fiber(f.tsan);
+#endif
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::vector<std::string> names_;
+  void* handle_ = nullptr;
+  std::vector<void (*)(void**)> entries_;
+};
+
+class EmulatorDevice : public CudaDevice {
+ public:
+  bool emulated() const override { return true; }
+  std::string describe() const override { return "kiln CUDA emulator on the CPU (not a GPU)"; }
+  std::string arch() const override { return "emulator"; }
+  std::string image_name() const override { return "kernels.emu.so"; }
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    if (!p) throw Error("CUDA emulator: out of memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* ptr) override { std::free(ptr); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void synchronize() override {}
+  std::shared_ptr<KernelImage> load(const std::filesystem::path& image,
+                                    const std::vector<std::string>& names) override {
+    return std::make_shared<EmulatedImage>(image, names);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CudaDevice> make_emulator_device() { return std::make_unique<EmulatorDevice>(); }
+
+}  // namespace kiln
