@@ -1,0 +1,332 @@
+// The CUDA backend without a GPU: every kernel kind kiln emits runs on the emulator
+// (KILN_CUDA_DEVICE=emulator, set below before any device is chosen) and is checked
+// against each op's `perform`, on shapes with tails past the block size, broadcasts, empty
+// tensors and the values that break kernels (NaN, +-inf, -0.0); and the same kernels.cu
+// compiles under NVRTC for sm_80 and sm_90 with no register spills.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <regex>
+
+#include "compiler/c_linker.h"
+#include "compiler/compile.h"
+#include "compiler/cuda_toolchain.h"
+#include "compiler/nvrtc.h"
+#include "frontend/model_loader.h"
+#include "helpers.h"
+#include "ops/builders.h"
+#include "ops/reference.h"
+#include "ops/scalar_table.h"
+#include "runtime/npy.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+using testing::kiln_env;
+using testing::temp_dir;
+using testing::tensors_close;
+
+const bool kEmulator = [] {
+  ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
+  return true;
+}();
+
+CompileOptions on_cuda() {
+  CompileOptions o;
+  o.device = "cuda";
+  return o;
+}
+
+// Values that break kernels, then random ones.
+Tensor nasty(DType dt, const Shape& shape, std::mt19937& rng, double lo = -3, double hi = 3) {
+  Tensor t = testing::random_tensor(dt, shape, rng, lo, hi);
+  if (!is_float(dt)) return t;
+  const double special[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1.0, -1.0, 0.5};
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 8); ++i) t.store(i * 7 % t.numel(), special[i]);
+  return t;
+}
+
+// Compiles `g` for the CUDA emulator, runs it, and compares every output with perform.
+void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, double rtol,
+                              double atol) {
+  Function f = compile(g, on_cuda());
+  EXPECT_NE(f.info().device.find("emulator"), std::string::npos) << f.info().device;
+  std::vector<Tensor> got = f(inputs);
+  std::vector<Tensor> want = evaluate_reference(g, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(tensors_close(got[i], want[i], rtol, atol))
+        << "output " << i << " (" << g.outputs()[i]->name << ")";
+  }
+}
+
+// Every scalar-table op applied to (3, 257) against a (257,) broadcast operand: one node
+// per op (each an output), so the graph is one module.
+Graph scalar_ops_graph(DType dt, bool ints) {
+  Graph g(ints ? "cuda_int_ops" : "cuda_float_ops");
+  Var a = input(g, "a", dt, {3, 257});
+  Var b = input(g, "b", dt, {257});
+  Var c = input(g, "c", dt, {3, 1});
+  std::vector<Variable*> outs;
+  for (const auto& def : scalar_ops()) {
+    if (def.out == OutRule::kWhere || def.out == OutRule::kCast) continue;
+    if (def.domain == Domain::kBool) continue;
+    if (ints ? def.c_int.empty() || def.domain == Domain::kFloat : def.c_float.empty()) continue;
+    std::vector<Var> args{a, b, c};
+    args.resize(static_cast<size_t>(def.arity));
+    outs.push_back(kiln::apply(std::string(def.name), args).var());
+  }
+  g.set_outputs(outs);
+  return g;
+}
+
+TEST(CudaEmulator, EveryFloatElementwiseOpMatchesPerform) {
+  std::mt19937 rng(1);
+  Graph g = scalar_ops_graph(DType::kFloat32, false);
+  ASSERT_GT(g.outputs().size(), 40u);
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {3, 257}, rng), nasty(DType::kFloat32, {257}, rng),
+                            nasty(DType::kFloat32, {3, 1}, rng)},
+                           2e-5, 1e-6);
+}
+
+TEST(CudaEmulator, EveryIntegerElementwiseOpMatchesPerform) {
+  std::mt19937 rng(2);
+  Graph g = scalar_ops_graph(DType::kInt32, true);
+  ASSERT_GT(g.outputs().size(), 10u);
+  Tensor b = testing::random_tensor(DType::kInt32, {257}, rng, -9, 9);
+  b.store_int(0, 0);  // division and modulo by zero
+  b.store_int(1, -1);
+  Tensor a = testing::random_tensor(DType::kInt32, {3, 257}, rng, -50, 50);
+  a.store_int(1, INT32_MIN);  // INT_MIN / -1 wraps instead of trapping
+  expect_matches_reference(g, {a, b, testing::random_tensor(DType::kInt32, {3, 1}, rng, -5, 5)},
+                           0, 0);
+}
+
+TEST(CudaEmulator, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
+  std::mt19937 rng(3);
+  Graph g("cuda_fused");
+  Var x = input(g, "x", DType::kFloat64, {kDynamic, 1000});
+  Var w = input(g, "w", DType::kFloat64, {1, 1000});
+  Var y = tanh(x * w + 0.5) * sigmoid(x) - exp(x / 3.0);
+  g.set_outputs({y.var()});
+  expect_matches_reference(g, {nasty(DType::kFloat64, {5, 1000}, rng), nasty(DType::kFloat64, {1, 1000}, rng)},
+                           1e-12, 1e-13);
+  // An empty batch launches nothing and returns an empty tensor.
+  Function f = compile(g, on_cuda());
+  auto out = f({Tensor::zeros(DType::kFloat64, {0, 1000}), Tensor::zeros(DType::kFloat64, {1, 1000})});
+  EXPECT_EQ(out.at(0).shape(), (Shape{0, 1000}));
+}
+
+TEST(CudaEmulator, ReductionsOverAnyAxesMatchPerform) {
+  std::mt19937 rng(4);
+  Graph g("cuda_reduce");
+  Var x = input(g, "x", DType::kFloat32, {5, 7, 300});
+  Var n = input(g, "n", DType::kInt32, {6, 33});
+  g.set_outputs({sum(x, {2}).var(), mean(x, {0}, true).var(), max(x, {1, 2}).var(),
+                 sum(x).var(), kiln::apply("reduce_min", {x}, {{"axes", std::vector<int64_t>{0, 2}}}).var(),
+                 kiln::apply("reduce_prod", {x}, {{"axes", std::vector<int64_t>{1}}}).var(),
+                 sum(n, {1}).var(), max(n, {0}).var()});
+  Tensor xs = testing::random_tensor(DType::kFloat32, {5, 7, 300}, rng, 0.9, 1.1);
+  xs.store(301, NAN);  // one row's max and sum must be NaN
+  xs.store(5000, INFINITY);
+  expect_matches_reference(g, {xs, testing::random_tensor(DType::kInt32, {6, 33}, rng, -100, 100)},
+                           1e-4, 1e-5);
+}
+
+TEST(CudaEmulator, ReductionsOfEmptyAxesGiveTheIdentity) {
+  Graph g("cuda_reduce_empty");
+  Var x = input(g, "x", DType::kFloat32, {4, kDynamic});
+  g.set_outputs({sum(x, {1}).var(), mean(x, {1}).var()});
+  expect_matches_reference(g, {Tensor::zeros(DType::kFloat32, {4, 0})}, 0, 0);
+  // max has no identity: refused at run time as on the CPU, naming the node.
+  Graph h("cuda_max_empty");
+  Var y = input(h, "y", DType::kFloat32, {4, kDynamic});
+  h.set_outputs({max(y, {1}).var()});
+  Function f = compile(h, on_cuda());
+  EXPECT_NE(error_of([&] { f({Tensor::zeros(DType::kFloat32, {4, 0})}); }).find("cuda:reduce_max"),
+            std::string::npos);
+}
+
+TEST(CudaEmulator, SoftmaxAlongAnyAxisMatchesPerform) {
+  std::mt19937 rng(5);
+  Graph g("cuda_softmax");
+  Var x = input(g, "x", DType::kFloat32, {6, 300});
+  Var z = input(g, "z", DType::kFloat64, {4, 5, 3});
+  g.set_outputs({softmax(x).var(), log_softmax(x).var(), softmax(z, 1).var(), log_softmax(z, 0).var()});
+  Tensor xs = testing::random_tensor(DType::kFloat32, {6, 300}, rng, -30, 30);
+  xs.store(3, -INFINITY);  // a masked position
+  xs.store(310, 80);       // large values must not overflow
+  expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {4, 5, 3}, rng)}, 1e-5, 1e-7);
+}
+
+TEST(CudaEmulator, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
+  std::mt19937 rng(6);
+  Graph g("cuda_gemm");
+  Var a = input(g, "a", DType::kFloat32, {17, 33});
+  Var b = input(g, "b", DType::kFloat32, {33, 19});
+  Var at = input(g, "at", DType::kFloat32, {33, 17});
+  Var bt = input(g, "bt", DType::kFloat32, {19, 33});
+  Var row = input(g, "row", DType::kFloat32, {19});
+  Var col = input(g, "col", DType::kFloat32, {17, 1});
+  g.set_outputs({matmul(a, b).var(), gemm(at, bt, row, 0.5, 2.0, true, true).var(),
+                 gemm(a, bt, col, 1.0, -1.0, false, true).var()});
+  expect_matches_reference(
+      g,
+      {testing::random_tensor(DType::kFloat32, {17, 33}, rng), testing::random_tensor(DType::kFloat32, {33, 19}, rng),
+       testing::random_tensor(DType::kFloat32, {33, 17}, rng), testing::random_tensor(DType::kFloat32, {19, 33}, rng),
+       testing::random_tensor(DType::kFloat32, {19}, rng), testing::random_tensor(DType::kFloat32, {17, 1}, rng)},
+      1e-5, 1e-5);
+}
+
+TEST(CudaEmulator, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {
+  std::mt19937 rng(7);
+  Graph g("cuda_strided");
+  Var x = input(g, "x", DType::kFloat32, {40, 30});
+  g.set_outputs({(x * 2.0 + 1.0).var()});
+  Tensor t = testing::random_tensor(DType::kFloat32, {40, 30}, rng);
+  expect_matches_reference(g, {testing::non_contiguous(t)}, 1e-6, 1e-6);
+}
+
+TEST(CudaEmulator, TheMlpExampleMatchesTheCpuBackend) {
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  Graph g = load_model(dir + "/mlp.json");
+  Tensor x = read_npy(dir + "/input.npy");
+  Function cpu = compile(g);
+  Function cuda = compile(g, on_cuda());
+  EXPECT_TRUE(tensors_close(cuda({x}).at(0), cpu({x}).at(0), 1e-5, 1e-6));
+  EXPECT_TRUE(tensors_close(cuda({x}).at(0), read_npy(dir + "/expected.npy"), 1e-4, 1e-5));
+  EXPECT_NE(cuda.info().key, cpu.info().key);
+  // The module says where it runs; the emulator never passes for a GPU.
+  EXPECT_EQ(cuda.info().device, "kiln CUDA emulator on the CPU (not a GPU)");
+  EXPECT_TRUE(cpu.info().device.empty());
+}
+
+TEST(CudaEmulator, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
+  const fs::path cache = fs::path(temp_dir("cuda-cache")) / "cache";
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
+  const std::vector<std::string> env{"KILN_CACHE_DIR=" + cache.string(), "KILN_CUDA_DEVICE=emulator"};
+  auto first = kiln_env(env, {"compile", "-v", "--device", "cuda", model});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("cache miss"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("device  cuda: kiln CUDA emulator on the CPU (not a GPU)"), std::string::npos)
+      << first.err;
+  int entries = 0;
+  for (const auto& shard : fs::directory_iterator(cache / "objects"))
+    for (const auto& e : fs::directory_iterator(shard)) {
+      ++entries;
+      for (const char* f : {"module.so", "module.c", "kernels.cu", "kernels.emu.so"})
+        EXPECT_TRUE(fs::exists(e.path() / f)) << f;
+      const std::string meta = read_file(e.path() / "meta.json");
+      EXPECT_NE(meta.find("\"cuda.device\""), std::string::npos) << meta;
+      EXPECT_NE(meta.find("kernels.emu.so"), std::string::npos) << "the image is verified like the module";
+    }
+  EXPECT_EQ(entries, 1);
+  auto again = kiln_env(env, {"compile", "-v", "--device", "cuda", model});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("cache hit"), std::string::npos) << again.err;
+}
+
+TEST(Cuda, WithoutADeviceTheErrorSaysWhatIsMissingAndHowToEmulate) {
+  if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(h);
+    GTEST_SKIP() << "this machine has a CUDA driver";
+  }
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  auto r = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CACHE_DIR=" + temp_dir("cuda-none")},
+                    {"run", "--device", "cuda", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy",
+                     "--output-dir", temp_dir("cuda-none-out")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no CUDA driver"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KILN_CUDA_DEVICE=emulator"), std::string::npos) << r.err;
+  auto bad = kiln_env({}, {"compile", "--device", "tpu", dir + "/mlp.json"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--device expects cpu or cuda"), std::string::npos) << bad.err;
+}
+
+// kernels.cu of a graph placed on CUDA, as compile() writes it.
+std::string kernels_of(const Graph& g) {
+  CompileOptions o = on_cuda();
+  return link_c_module(optimized_graph(g, o), "test").cuda.str();
+}
+
+TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpills) {
+  const Nvrtc& nvrtc = Nvrtc::get();  // scripts/setup installs NVRTC: missing it fails here
+  std::vector<Graph> graphs;
+  graphs.push_back(scalar_ops_graph(DType::kFloat32, false));
+  graphs.push_back(scalar_ops_graph(DType::kFloat64, false));
+  graphs.push_back(scalar_ops_graph(DType::kInt32, true));
+  graphs.push_back(scalar_ops_graph(DType::kInt64, true));
+  {
+    Graph g("nvrtc_mixed");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 300});
+    Var w = input(g, "w", DType::kFloat32, {300, 64});
+    Var d = input(g, "d", DType::kFloat64, {kDynamic, 300});
+    Var i8 = input(g, "i8", DType::kInt8, {kDynamic, 300});
+    g.set_outputs({softmax(matmul(x, w)).var(), log_softmax(d).var(), sum(x, {1}).var(),
+                   max(d, {0}).var(), mean(x).var(), sum(i8, {1}).var(),
+                   (tanh(x * 2.0) + gelu(x)).var(), gemm(x, w, 1.0, false, false).var()});
+    graphs.push_back(std::move(g));
+  }
+  static const std::regex entry(R"(Compiling entry function '(\w+)')");
+  static const std::regex spills(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+  for (const auto& g : graphs) {
+    const std::string source = kernels_of(g);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      NvrtcResult r = nvrtc.compile(source, "kernels.cu", arch,
+                                    {"--std=c++17", "-default-device", "--diag-suppress=177", "-Xptxas=-v"});
+      ASSERT_TRUE(r.ok) << g.name() << " for " << arch << ":\n" << r.log;
+      EXPECT_FALSE(r.cubin.empty());
+      // Every entry's report: no spills.
+      int entries = 0;
+      std::string fn;
+      std::istringstream lines(r.log);
+      for (std::string line; std::getline(lines, line);) {
+        std::smatch m;
+        if (std::regex_search(line, m, entry)) {
+          fn = m[1];
+          ++entries;
+        } else if (std::regex_search(line, m, spills)) {
+          EXPECT_EQ(m[1], "0") << fn << " spills stores (" << arch << ")";
+          EXPECT_EQ(m[2], "0") << fn << " spills loads (" << arch << ")";
+        }
+      }
+      EXPECT_GT(entries, 0) << "ptxas reported no entry functions:\n" << r.log;
+    }
+  }
+}
+
+TEST(CudaNvrtc, ACompileErrorNamesTheNodeAndTheFragmentLine) {
+  // A graph placed normally, its kernels.cu edited as a broken op would emit it.
+  Graph g("broken");
+  Var x = input(g, "x", DType::kFloat32, {8});
+  g.set_outputs({relu(x).var()});
+  const Graph placed = optimized_graph(g, on_cuda());
+  LinkedModule m = link_c_module(placed, "test");
+  std::string source = m.cuda.str();
+  const size_t at = source.find("y[i] = ");
+  ASSERT_NE(at, std::string::npos);
+  source.replace(at, 7, "y[i] = undefined_name + ");
+  NvrtcResult r = Nvrtc::get().compile(source, "kernels.cu", "sm_90", {"--std=c++17", "-default-device"});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.log.find("undefined_name"), std::string::npos) << r.log;
+  // The edit kept every line where it was, so the source map still applies.
+  std::vector<Diagnostic> diags = cuda_diagnostics(r.log, m.cuda);
+  ASSERT_FALSE(diags.empty()) << r.log;
+  EXPECT_EQ(diags[0].severity, "error");
+  ASSERT_GE(diags[0].origin.node, 0);
+  EXPECT_EQ(placed.nodes().at(static_cast<size_t>(diags[0].origin.node))->op->name(), "cuda:relu");
+  EXPECT_EQ(diags[0].origin.fragment, "cuda_code");
+  EXPECT_GT(diags[0].origin.fragment_line, 1);
+  EXPECT_NE(diags[0].source_line.find("y[i] = "), std::string::npos) << diags[0].source_line;
+}
+
+}  // namespace
+}  // namespace kiln
