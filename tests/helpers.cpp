@@ -10,6 +10,15 @@
 
 namespace kiln::testing {
 
+namespace {
+// kiln remembers the compiler probe in the user's default cache: tests (and the kiln
+// processes they start) use a folder of the build instead, emptied by test_cache_reset.
+const bool kTestHomeCache = [] {
+  ::setenv("XDG_CACHE_HOME", KILN_TEST_HOME_CACHE, 1);
+  return true;
+}();
+}  // namespace
+
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo, double hi) {
   std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
