@@ -45,6 +45,7 @@ struct Fiber {
   kiln_emu_thread index{};
   FiberState state = FiberState::kRunning;
   char* stack = nullptr;
+  void* asan_fake = nullptr;  // ASan's fake stack of this fiber while it is switched out
 #ifdef KILN_EMU_TSAN
   void* tsan = nullptr;
 #endif
@@ -58,6 +59,10 @@ struct Block {
   void (*entry)(void**) = nullptr;
   void** args = nullptr;
   std::vector<uint64_t> slots;  // shuffle exchange, one per thread
+  // The scheduler's stack, as ASan must be told it when a fiber switches back to it.
+  void* asan_fake = nullptr;
+  const void* scheduler_bottom = nullptr;
+  size_t scheduler_size = 0;
 #ifdef KILN_EMU_TSAN
   void* scheduler_tsan = nullptr;
   char barrier_sync = 0;  // the address barriers release and acquire
@@ -66,10 +71,11 @@ struct Block {
 
 thread_local Block* tl_block = nullptr;
 
+// ASan follows each switch: start_switch_fiber names the stack being entered, and the code
+// that resumes calls finish_switch_fiber (a fiber learns the scheduler's stack bounds there).
 void switch_to_fiber(Block& b, Fiber& f) {
 #ifdef KILN_EMU_ASAN
-  void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+  __sanitizer_start_switch_fiber(&b.asan_fake, f.stack, kStackBytes);
 #endif
 #ifdef KILN_EMU_TSAN
   // No implicit happens-before: only barriers order the threads of a block, so a race
@@ -78,30 +84,29 @@ void switch_to_fiber(Block& b, Fiber& f) {
 #endif
   swapcontext(&b.scheduler, &f.context);
 #ifdef KILN_EMU_ASAN
-  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(b.asan_fake, nullptr, nullptr);
 #endif
 }
 
 void switch_to_scheduler(Block& b, Fiber& f) {
 #ifdef KILN_EMU_ASAN
-  void* fake = nullptr;
-  const void* bottom = nullptr;
-  size_t size = 0;
-  __sanitizer_start_switch_fiber(f.state == FiberState::kDone ? nullptr : &fake, nullptr, 0);
+  // A finished fiber's stack is gone: no fake stack to keep.
+  __sanitizer_start_switch_fiber(f.state == FiberState::kDone ? nullptr : &f.asan_fake,
+                                 b.scheduler_bottom, b.scheduler_size);
 #endif
 #ifdef KILN_EMU_TSAN
   __tsan_switch_to_fiber(b.scheduler_tsan, __tsan_switch_to_fiber_no_sync);
 #endif
   swapcontext(&f.context, &b.scheduler);
 #ifdef KILN_EMU_ASAN
-  __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+  __sanitizer_finish_switch_fiber(f.asan_fake, &b.scheduler_bottom, &b.scheduler_size);
 #endif
 }
 
 void fiber_main() {
   Block& b = *tl_block;
 #ifdef KILN_EMU_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_bottom, &b.scheduler_size);
 #endif
   b.entry(b.args);
   Fiber& f = b.fibers[b.current];
@@ -112,6 +117,7 @@ void fiber_main() {
 // Apart from the launch loop, whose locals getcontext would otherwise put at risk.
 __attribute__((noinline)) void prepare_fiber(Block& b, Fiber& f) {
   f.state = FiberState::kRunning;
+  f.asan_fake = nullptr;
   getcontext(&f.context);
   f.context.uc_stack.ss_sp = f.stack;
   f.context.uc_stack.ss_size = kStackBytes;
