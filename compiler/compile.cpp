@@ -175,9 +175,11 @@ Program build_program(const Graph& graph) {
   return p;
 }
 
-std::string format_compile_error(const Graph& graph, const std::vector<Diagnostic>& diags,
-                                 const std::string& log, const fs::path& kept) {
-  std::string msg = "module for graph '" + graph.name() + "' failed to compile";
+std::string format_compile_error(const std::string& title, const Graph& graph,
+                                 const std::vector<Diagnostic>& diags, const std::string& log,
+                                 const fs::path& kept) {
+  std::string msg = title;
+  const std::string file = kept.filename().string();
   int shown = 0;
   for (const auto& d : diags) {
     if (d.severity == "warning") continue;
@@ -193,8 +195,8 @@ std::string format_compile_error(const Graph& graph, const std::vector<Diagnosti
     } else if (!d.origin.fragment.empty()) {
       msg += d.origin.fragment + " line " + std::to_string(d.origin.fragment_line) + ": ";
     }
-    msg += d.severity + ": " + d.message + " (module.c:" + std::to_string(d.line) + ":" +
-           std::to_string(d.column) + ")";
+    msg += d.severity + ": " + d.message + " (" + file + ":" + std::to_string(d.line) +
+           (d.column > 0 ? ":" + std::to_string(d.column) : "") + ")";
     if (!d.source_line.empty()) msg += "\n      " + d.source_line;
   }
   if (shown == 0) msg += "\n" + log;  // e.g. a link error libclang cannot see
@@ -235,24 +237,10 @@ void build_kernels(const Graph& graph, const LinkedModule& linked, const std::st
   fs::path kept = keep_failed(store, key, linked.code.str(), outcome.log);
   write_file_atomic(kept / "kernels.cu", linked.cuda.str());
   std::vector<Diagnostic> diags = cuda_diagnostics(outcome.log, linked.cuda);
-  std::string msg = "CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
-                    (cuda.emulated() ? "emulator" : cuda.arch()) + ")";
-  int shown = 0;
-  for (const auto& d : diags) {
-    if (d.severity == "warning" || shown++ == 8) continue;
-    msg += "\n  ";
-    if (d.origin.node >= 0) {
-      const Node& node = *graph.nodes().at(static_cast<size_t>(d.origin.node));
-      msg += node.label() + ", " + d.origin.fragment + " line " +
-             std::to_string(d.origin.fragment_line) + ": ";
-    } else if (!d.origin.fragment.empty()) {
-      msg += d.origin.fragment + " line " + std::to_string(d.origin.fragment_line) + ": ";
-    }
-    msg += d.severity + ": " + d.message + " (kernels.cu:" + std::to_string(d.line) + ")";
-    if (!d.source_line.empty()) msg += "\n      " + d.source_line;
-  }
-  if (shown == 0) msg += "\n" + outcome.log;
-  msg += "\n  full source kept at " + (kept / "kernels.cu").string();
+  const std::string msg = format_compile_error(
+      "CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
+          (cuda.emulated() ? "emulator" : cuda.arch()) + ")",
+      graph, diags, outcome.log, kept / "kernels.cu");
   throw CompileError(msg, std::move(diags), kept / "kernels.cu");
 }
 
@@ -277,7 +265,8 @@ void build_module(const Graph& graph, const Toolchain& tc, const std::string& ke
     args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
     auto diags = parse_diagnostics(kept, args, linked.code);
     std::string message =
-        format_compile_error(graph, diags, outcome.log, kept);  // before diags is moved
+        format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
+                             diags, outcome.log, kept);  // before diags is moved
     throw CompileError(message, std::move(diags), kept);
   }
   if (!outcome.log.empty())

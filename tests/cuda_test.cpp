@@ -251,6 +251,70 @@ TEST(Cuda, WithoutADeviceTheErrorSaysWhatIsMissingAndHowToEmulate) {
   EXPECT_NE(bad.err.find("--device expects cpu or cuda"), std::string::npos) << bad.err;
 }
 
+// A kernel that does not compile (a C++ compiler for the emulator that breaks relu's line
+// the way a broken op would emit it): the error names the node and its fragment line, and
+// the failing kernels.cu is kept in the cache's failed/ folder.
+TEST(CudaEmulator, AKernelCompileErrorNamesTheNodeAndKeepsTheSource) {
+  const fs::path base = temp_dir("cuda-broken");
+  const fs::path cxx = base / "broken-cxx.sh";
+  write_file_atomic(cxx,
+                    "#!/bin/sh\n"
+                    "case \" $* \" in *\" --version \"*) exec clang++ --version ;; esac\n"
+                    "out=\"\"; for a; do case \"$a\" in *kernels.cu) src=\"$a\" ;; esac; done\n"
+                    "mkdir -p \"" + (base / "edit").string() + "\"\n"
+                    "sed 's/y\\[i\\] = /y[i] = undefined_name + /' \"$src\" > \"" +
+                        (base / "edit" / "kernels.cu").string() + "\"\n"
+                    "for a; do case \"$a\" in *kernels.cu) set -- \"$@\" \"" +
+                        (base / "edit" / "kernels.cu").string() + "\" ;; *) set -- \"$@\" \"$a\" ;; esac; shift; done\n"
+                    "exec clang++ \"$@\"\n",
+                    0700, true);
+  const fs::path model = base / "relu.json";
+  write_file_atomic(model, R"({"name": "relu", "inputs": [{"name": "x", "dtype": "float32", "shape": [8]}],
+ "nodes": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
+  const fs::path cache = base / "cache";
+  auto r = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CUDA_DEVICE=emulator",
+                     "KILN_CXX=" + cxx.string()},
+                    {"compile", "--device", "cuda", model.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("CUDA kernels for graph 'relu' failed to compile (emulator)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(cuda:relu), cuda_code line"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("undefined_name"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kernels.cu:"), std::string::npos) << r.err;
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(cache / "failed")) {
+    kept += fs::exists(e.path() / "kernels.cu") && fs::exists(e.path() / "module.c");
+  }
+  EXPECT_EQ(kept, 1);
+  EXPECT_FALSE(fs::exists(cache / "objects") && !fs::is_empty(cache / "objects") &&
+               [&] {
+                 for (const auto& shard : fs::directory_iterator(cache / "objects"))
+                   if (!fs::is_empty(shard)) return true;
+                 return false;
+               }())
+      << "nothing is stored for a failed build";
+}
+
+TEST(Cuda, BadCudaSettingsNameTheVariable) {
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
+  auto device = kiln_env({"KILN_CUDA_DEVICE=tpu"}, {"source", "--device", "cuda", model});
+  EXPECT_EQ(device.exit_code, 1);
+  EXPECT_NE(device.err.find("KILN_CUDA_DEVICE='tpu' is not a device"), std::string::npos) << device.err;
+  if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(h);
+    GTEST_SKIP() << "this machine has a CUDA driver: the GPU, not KILN_CUDA_ARCH, picks the arch";
+  }
+  auto arch = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_ARCH=volta"}, {"source", "--device", "cuda", model});
+  EXPECT_EQ(arch.exit_code, 1);
+  EXPECT_NE(arch.err.find("KILN_CUDA_ARCH='volta' is not an sm_XX architecture"), std::string::npos)
+      << arch.err;
+  auto nvrtc = kiln_env({"KILN_CUDA_DEVICE=", "KILN_NVRTC=/nonexistent/libnvrtc.so"},
+                        {"source", "--device", "cuda", model});
+  EXPECT_EQ(nvrtc.exit_code, 1);
+  EXPECT_NE(nvrtc.err.find("NVRTC not found (tried /nonexistent/libnvrtc.so)"), std::string::npos)
+      << nvrtc.err;
+}
+
 // kernels.cu of a graph placed on CUDA, as compile() writes it.
 std::string kernels_of(const Graph& g) {
   CompileOptions o = on_cuda();

@@ -13,6 +13,7 @@ namespace {
 struct Choice {
   std::unique_ptr<CudaDevice> device;
   std::string why;  // when there is none
+  bool bad_setting = false;  // KILN_CUDA_DEVICE names no device kind
 };
 
 Choice& choice() {
@@ -26,6 +27,7 @@ Choice& choice() {
       r.device = make_driver_device(&r.why);
     } else {
       r.why = "KILN_CUDA_DEVICE='" + want + "' is not a device (use 'gpu' or 'emulator')";
+      r.bad_setting = true;
     }
     return r;
   }();
@@ -36,6 +38,7 @@ Choice& choice() {
 
 std::string cuda_device_kind(std::string* why) {
   Choice& c = choice();
+  if (c.bad_setting) throw UserError(c.why);
   if (why) *why = c.why;
   if (!c.device) return "";
   return c.device->emulated() ? "emulator" : "gpu";

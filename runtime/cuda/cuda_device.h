@@ -46,7 +46,8 @@ class CudaDevice {
 // The device this process uses, chosen once: KILN_CUDA_DEVICE=emulator, else the first GPU.
 // Throws UserError saying what is missing (no libcuda, no GPU) and how to use the emulator.
 CudaDevice& cuda_device();
-// What cuda_device() would pick, without failing: "emulator", "gpu", or "" with `why` set.
+// What cuda_device() would pick: "emulator", "gpu", or "" with `why` set when there is no
+// device. A KILN_CUDA_DEVICE that names no device kind is a UserError here too.
 std::string cuda_device_kind(std::string* why = nullptr);
 
 }  // namespace kiln
