@@ -166,6 +166,10 @@ Program build_program(const Graph& graph) {
     step.thunk = node->id;
     for (const Variable* v : node->inputs) step.inputs.push_back(slot.at(v));
     for (const Variable* v : node->outputs) step.outputs.push_back(add_slot(v, SlotKind::kTemp));
+    const auto* cop = dynamic_cast<const COp*>(node->op.get());
+    if (const int k = cop && cop->output_on_device() ? cop->cuda_view_of(*node) : -1; k >= 0) {
+      p.slots[static_cast<size_t>(step.outputs.at(0))].view_of = step.inputs.at(static_cast<size_t>(k));
+    }
     step.label = node->label();
     std::shared_ptr<const Op> op = node->op;
     step.infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
@@ -423,10 +427,10 @@ Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
   if (options.device != "cuda") {
     throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
   }
-  // Packed GEMM weights, GEMM/conv epilogues and fused reductions are CPU forms with no CUDA
+  // Packed GEMM weights and fused reductions are CPU forms with no CUDA
   // kernels yet: those passes stay off so the nodes they would replace can go to the device.
   std::string spec = passes_spec(options.passes);
-  if (spec != "none") spec += std::string(spec.empty() ? "" : ",") + "-pack,-epilogue,-reduction";
+  if (spec != "none") spec += std::string(spec.empty() ? "" : ",") + "-pack,-reduction";
   return place_on_cuda(optimize(graph, spec));
 }
 

@@ -1,4 +1,6 @@
 #include "ops/conv.h"
+#include "ops/cuda_window.h"
+#include "ops/cuda_kernels.h"
 
 #include "util/error.h"
 #include "util/strings.h"
@@ -231,6 +233,32 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "    u += oc_end - oc;\n";
   s += "  }\n  }\n}\n";
   return s;
+}
+
+namespace {
+// The static dimensions of v with a dynamic batch read as 1 (the geometry ignores it).
+std::vector<int64_t> with_batch(const Variable* v) {
+  std::vector<int64_t> d = v->type.dims;
+  if (!d.empty() && d[0] == kDynamic) d[0] = 1;
+  return d;
+}
+}  // namespace
+
+bool Conv::has_cuda_code(const Node& node) const {
+  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && window_dims_static(node);
+}
+
+CudaCode Conv::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return cuda_conv(node, names, sub,
+                   window_c_init(geometry(with_batch(node.inputs[0]), node.inputs[1]->type.dims)),
+                   group_, nullptr);
+}
+
+CudaCode Conv::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                              const CudaEpilogue& epi) const {
+  return cuda_conv(node, names, sub,
+                   window_c_init(geometry(with_batch(node.inputs[0]), node.inputs[1]->type.dims)),
+                   group_, &epi);
 }
 
 }  // namespace kiln

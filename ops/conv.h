@@ -20,6 +20,11 @@ class Conv : public COp {
   bool c_splittable(const Node&) const override { return true; }
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
+  CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                          const CudaEpilogue& epi) const override;
 
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x,

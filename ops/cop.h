@@ -39,6 +39,8 @@ struct CudaCode {
   std::vector<std::string> preludes;  // device preludes ("kiln_math.h")
 };
 
+struct CudaEpilogue;  // ops/cuda_epilogue.h
+
 class COp : public Op {
  public:
   using Op::Op;
@@ -78,6 +80,16 @@ class COp : public Op {
   virtual CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
     return {};
   }
+  // The CUDA code with `epi` applied to each result before it is stored (the epilogue
+  // fusion), for ops whose has_cuda_epilogue says they can.
+  virtual bool has_cuda_epilogue(const Node& node) const { return false; }
+  virtual CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                                  const CudaEpilogue& epi) const {
+    return {};
+  }
+  // Output 0 on the device is input `k`'s bytes under a new shape (a reshape): the executor
+  // binds it as a view and the thunk copies nothing. -1: a buffer of its own.
+  virtual int cuda_view_of(const Node& node) const { return -1; }
   // True when the outputs live in device memory (CUDA nodes, to_device transfers).
   virtual bool output_on_device() const { return false; }
   // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.

@@ -1,6 +1,7 @@
 #include "ops/cuda_kernels.h"
 
 #include "ctemplate/template.h"
+#include "ops/cuda_epilogue.h"
 #include "ops/elementwise_loop.h"
 #include "util/error.h"
 
@@ -204,71 +205,139 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
 }
 
 CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, bool trans_a,
-                   bool trans_b, double alpha, double beta) {
+                   bool trans_b, double alpha, double beta, const CudaEpilogue* epi) {
   CudaCode c;
+  if (epi) c.preludes = epi->preludes;
   const DType dt = node.outputs[0]->type.dtype;
   const std::string T = ctype(dt);
   CudaKernel k;
   k.name = sub.prefix + "gemm";
-  // M, N, K; A and its strides; B and its strides; C and its strides; alpha, beta; Y.
-  k.params = {"int64_t", "int64_t", "int64_t", "const " + T + "*", "int64_t", "int64_t",
-              "const " + T + "*", "int64_t", "int64_t", "const " + T + "*", "int64_t",
+  // M, N, K; batch offsets; A and its strides; B and its strides; C and its strides;
+  // alpha, beta; Y.
+  k.params = {"int64_t", "int64_t", "int64_t", "kiln_cuda_nd", "const " + T + "*", "int64_t",
+              "int64_t", "const " + T + "*", "int64_t", "int64_t", "const " + T + "*", "int64_t",
               "int64_t", T, T, T + "*"};
-  k.code = "__global__ void " + k.name + "(int64_t M, int64_t N, int64_t K, const " + T +
+  if (epi) k.params.insert(k.params.end(), epi->params.begin(), epi->params.end());
+  // A 64x64 tile of Y per block of 16x16 threads, each thread 4x4 results spaced 16
+  // apart (conflict-free shared reads); K in steps of 16 through shared memory.
+  k.code = (epi ? epi->function : "") + "__global__ void " + k.name +
+           "(int64_t M, int64_t N, int64_t K, kiln_cuda_nd bnd, const " + T +
            " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
            " *__restrict__ B, int64_t rsb, int64_t csb, const " + T +
            " *__restrict__ C, int64_t rsc, int64_t csc, " + T + " alpha, " + T + " beta, " + T +
-           " *__restrict__ Y) {\n"
-           "  __shared__ " + T + " As[16][17];\n"
-           "  __shared__ " + T + " Bs[16][17];\n"
-           "  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;\n"
-           "  const int64_t row = (int64_t)blockIdx.y * 16 + ty, col = (int64_t)blockIdx.x * 16 + tx;\n"
-           "  " + T + " acc = 0;\n"
+           " *__restrict__ Y" + (epi ? epi->signature : "") + ") {\n"
+           "  __shared__ " + T + " As[16][65];\n"
+           "  __shared__ " + T + " Bs[16][64];\n"
+           "  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, tid = ty * 16 + tx;\n"
+           "  const int64_t z = blockIdx.z;\n"
+           "  const " + T + " *Az = A + kiln_cuda_offset(&bnd, 0, z);\n"
+           "  const " + T + " *Bz = B + kiln_cuda_offset(&bnd, 1, z);\n"
+           "  const int64_t row0 = (int64_t)blockIdx.y * 64, col0 = (int64_t)blockIdx.x * 64;\n"
+           "  " + T + " acc[4][4];\n"
+           "#pragma unroll\n"
+           "  for (int i = 0; i < 4; ++i)\n"
+           "#pragma unroll\n"
+           "    for (int j = 0; j < 4; ++j) acc[i][j] = 0;\n"
            "  for (int64_t k0 = 0; k0 < K; k0 += 16) {\n"
-           "    As[ty][tx] = (row < M && k0 + tx < K) ? A[row * rsa + (k0 + tx) * csa] : (" + T + ")0;\n"
-           "    Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * rsb + col * csb] : (" + T + ")0;\n"
+           "#pragma unroll\n"
+           "    for (int t = 0; t < 4; ++t) {\n"
+           "      const int idx = tid + 256 * t;\n"
+           "      const int ar = idx >> 4, ac = idx & 15, br = idx >> 6, bc = idx & 63;\n"
+           "      const int64_t gr = row0 + ar, ga = k0 + ac, gb = k0 + br, gc = col0 + bc;\n"
+           "      As[ac][ar] = (gr < M && ga < K) ? Az[gr * rsa + ga * csa] : (" + T + ")0;\n"
+           "      Bs[br][bc] = (gb < K && gc < N) ? Bz[gb * rsb + gc * csb] : (" + T + ")0;\n"
+           "    }\n"
            "    __syncthreads();\n"
-           "    for (int kk = 0; kk < 16; ++kk) acc += As[ty][kk] * Bs[kk][tx];\n"
+           "#pragma unroll\n"
+           "    for (int kk = 0; kk < 16; ++kk) {\n"
+           "      " + T + " a[4], b[4];\n"
+           "#pragma unroll\n"
+           "      for (int i = 0; i < 4; ++i) {\n"
+           "        a[i] = As[kk][ty + 16 * i];\n"
+           "        b[i] = Bs[kk][tx + 16 * i];\n"
+           "      }\n"
+           "#pragma unroll\n"
+           "      for (int i = 0; i < 4; ++i)\n"
+           "#pragma unroll\n"
+           "        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n"
+           "    }\n"
            "    __syncthreads();\n"
            "  }\n"
-           "  if (row < M && col < N) {\n"
-           "    " + T + " r = alpha * acc;\n"
-           "    if (C) r += beta * C[row * rsc + col * csc];\n"
-           "    Y[row * N + col] = r;\n"
+           "#pragma unroll\n"
+           "  for (int i = 0; i < 4; ++i) {\n"
+           "#pragma unroll\n"
+           "    for (int j = 0; j < 4; ++j) {\n"
+           "      const int64_t row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;\n"
+           "      if (row < M && col < N) {\n"
+           "        " + T + " r = alpha * acc[i][j];\n"
+           "        if (C) r += beta * C[row * rsc + col * csc];\n"
+           "        const int64_t o = (z * M + row) * N + col;\n"
+           "        Y[o] = " + cuda_store(epi, "r", "o") + ";\n"
+           "      }\n"
+           "    }\n"
            "  }\n}\n";
   c.kernels.push_back(k);
   const std::string& a = names.inputs[0];
   const std::string& b = names.inputs[1];
-  std::string h = "{\n";
-  // Device tensors are contiguous: A is (M, K), or (K, M) when transposed.
-  h += "  int64_t kiln_m = " + a + "->shape[" + (trans_a ? "1" : "0") + "], kiln_k = " + a +
-       "->shape[" + (trans_a ? "0" : "1") + "];\n";
-  h += "  int64_t kiln_n = " + b + "->shape[" + (trans_b ? "0" : "1") + "];\n";
-  h += "  int64_t kiln_rsa = " + std::string(trans_a ? "1" : "kiln_k") +
-       ", kiln_csa = " + (trans_a ? "kiln_m" : "1") + ";\n";
-  h += "  int64_t kiln_rsb = " + std::string(trans_b ? "1" : "kiln_n") +
-       ", kiln_csb = " + (trans_b ? "kiln_k" : "1") + ";\n";
+  const std::string& y = names.outputs[0];
+  const int ra = node.inputs[0]->type.rank(), rb = node.inputs[1]->type.rank();
+  const int nb = node.outputs[0]->type.rank() - (ra > 1) - (rb > 1);  // batch dimensions
+  auto dim = [](const std::string& t, int d) { return t + "->shape[" + std::to_string(d) + "]"; };
+  auto stride = [](const std::string& t, int d) {
+    return t + "->strides[" + std::to_string(d) + "]";
+  };
+  std::string h = "{\n" + (epi ? epi->host : "");
+  // A 1-D A is one row (1, K); a 1-D B one column (K, 1). Any strides work.
+  if (ra == 1) {
+    h += "  int64_t kiln_m = 1, kiln_k = " + dim(a, 0) + ", kiln_rsa = 0, kiln_csa = " +
+         stride(a, 0) + ";\n";
+  } else {
+    const int rd = trans_a ? ra - 1 : ra - 2, cd = trans_a ? ra - 2 : ra - 1;
+    h += "  int64_t kiln_m = " + dim(a, rd) + ", kiln_k = " + dim(a, cd) + ", kiln_rsa = " +
+         stride(a, rd) + ", kiln_csa = " + stride(a, cd) + ";\n";
+  }
+  if (rb == 1) {
+    h += "  int64_t kiln_n = 1, kiln_rsb = " + stride(b, 0) + ", kiln_csb = 0;\n";
+  } else {
+    const int rd = trans_b ? rb - 1 : rb - 2, cd = trans_b ? rb - 2 : rb - 1;
+    h += "  int64_t kiln_n = " + dim(b, cd) + ", kiln_rsb = " + stride(b, rd) +
+         ", kiln_csb = " + stride(b, cd) + ";\n";
+  }
+  // Batch dimensions broadcast: an operand lacking one, or of size 1 there, repeats.
+  h += "  kiln_cuda_nd kiln_bnd;\n  kiln_bnd.ndim = " + std::to_string(nb) +
+       ";\n  kiln_bnd.numel = 1;\n  kiln_bnd.contiguous = 0;\n";
+  for (int d = 0; d < nb; ++d) {
+    const std::string D = std::to_string(d);
+    h += "  kiln_bnd.shape[" + D + "] = " + dim(y, d) + ";\n  kiln_bnd.numel *= " + dim(y, d) + ";\n";
+    for (int op = 0; op < 2; ++op) {
+      const std::string& t = op ? b : a;
+      const int td = d - (nb - ((op ? rb : ra) - 2));
+      h += "  kiln_bnd.strides[" + std::to_string(op) + "][" + D + "] = " +
+           (td < 0 ? std::string("0") : dim(t, td) + " == 1 ? 0 : " + stride(t, td)) + ";\n";
+    }
+  }
   h += "  int64_t kiln_rsc = 0, kiln_csc = 0;\n  void *kiln_c = 0;\n";
   if (names.inputs.size() > 2) {
     const std::string& cc = names.inputs[2];
     h += "  kiln_c = " + cc + "->data;\n";
     h += "  if (" + cc + "->ndim == 2) {\n";
-    h += "    kiln_rsc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->shape[1];\n";
-    h += "    kiln_csc = " + cc + "->shape[1] == 1 ? 0 : 1;\n";
+    h += "    kiln_rsc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n";
+    h += "    kiln_csc = " + cc + "->shape[1] == 1 ? 0 : " + cc + "->strides[1];\n";
     h += "  } else if (" + cc + "->ndim == 1) {\n";
-    h += "    kiln_csc = " + cc + "->shape[0] == 1 ? 0 : 1;\n  }\n";
+    h += "    kiln_csc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n  }\n";
   }
   h += "  " + T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T +
        ")" + c_literal(dt, beta) + ";\n";
-  h += "  void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " +
-       names.outputs[0] + "->data;\n";
-  h += "  if (kiln_m > 0 && kiln_n > 0) {\n";
-  h += "    if ((kiln_m + 15) / 16 > 65535) " + sub.fail +
-       "(\"%lld rows: above the CUDA GEMM's limit\", (long long)kiln_m);\n";
+  h += "  void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " + y + "->data;\n";
+  h += "  if (kiln_m > 0 && kiln_n > 0 && kiln_bnd.numel > 0) {\n";
+  h += "    if ((kiln_m + 63) / 64 > 65535 || kiln_bnd.numel > 65535) " + sub.fail +
+       "(\"%lld rows in %lld batches: above the CUDA GEMM's limits (4194240, 65535)\", "
+       "(long long)kiln_m, (long long)kiln_bnd.numel);\n";
   h += "    KILN_LAUNCH(" + k.name +
-       ", (kiln_n + 15) / 16, (kiln_m + 15) / 16, 1, 16, 16, 1, 0, &kiln_m, &kiln_n, &kiln_k, "
-       "&kiln_a, &kiln_rsa, &kiln_csa, &kiln_b, &kiln_rsb, &kiln_csb, &kiln_c, &kiln_rsc, "
-       "&kiln_csc, &kiln_alpha, &kiln_beta, &kiln_y);\n  }\n}\n";
+       ", (kiln_n + 63) / 64, (kiln_m + 63) / 64, kiln_bnd.numel, 16, 16, 1, 0, &kiln_m, "
+       "&kiln_n, &kiln_k, &kiln_bnd, &kiln_a, &kiln_rsa, &kiln_csa, &kiln_b, &kiln_rsb, "
+       "&kiln_csb, &kiln_c, &kiln_rsc, &kiln_csc, &kiln_alpha, &kiln_beta, &kiln_y" +
+       (epi ? epi->launch_args : "") + ");\n  }\n}\n";
   c.launch = h;
   return c;
 }

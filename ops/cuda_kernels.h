@@ -11,6 +11,8 @@
 
 namespace kiln {
 
+struct CudaEpilogue;
+
 // True when every input and output dtype has CUDA code (no float16 / bfloat16 yet).
 bool cuda_dtypes_ok(const Node& node);
 
@@ -28,6 +30,6 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
 
 // Y[M,N] = alpha * op(A) op(B) + beta * C (C optional, broadcast to (M, N)) for 2-D A and B.
 CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, bool trans_a,
-                   bool trans_b, double alpha, double beta);
+                   bool trans_b, double alpha, double beta, const CudaEpilogue* epi = nullptr);
 
 }  // namespace kiln

@@ -26,7 +26,10 @@ class CudaPlaced : public COp {
   std::optional<int> cache_version() const override { return inner_->cache_version(); }
   // The launch fragment of the wrapped op's CUDA code (the linker takes its kernels).
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
-  std::vector<std::string> c_preludes() const override { return {"kiln_cuda_types.h", "kiln_cuda_host.h"}; }
+  std::vector<std::string> c_preludes() const override {
+    return {"kiln_index.h", "kiln_cuda_types.h", "kiln_cuda_host.h"};
+  }
+  int cuda_view_of(const Node& node) const override { return inner_->cuda_view_of(node); }
   bool output_on_device() const override { return true; }
   const COp* placed_on_cuda() const override { return inner_.get(); }
 

@@ -241,4 +241,9 @@ CudaCode Gemm::cuda_code(const Node& node, const CodeNames& names, const Sub& su
   return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_);
 }
 
+CudaCode Gemm::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                                 const CudaEpilogue& epi) const {
+  return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_, &epi);
+}
+
 }  // namespace kiln

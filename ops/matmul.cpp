@@ -191,14 +191,18 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   return s;
 }
 
-// 2-D only for now: batched and 1-D operands stay on the CPU.
+// Any ranks: 1-D operands as a row or a column, batch dimensions broadcast.
 bool MatMul::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) &&
-         node.inputs[0]->type.rank() == 2 && node.inputs[1]->type.rank() == 2;
+  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
 }
 
 CudaCode MatMul::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   return cuda_gemm(node, names, sub, false, false, 1.0, 0.0);
+}
+
+CudaCode MatMul::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                                 const CudaEpilogue& epi) const {
+  return cuda_gemm(node, names, sub, false, false, 1.0, 0.0, &epi);
 }
 
 }  // namespace kiln

@@ -17,6 +17,9 @@ class MatMul : public COp {
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
+  CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
+                          const CudaEpilogue& epi) const override;
 };
 
 // Checks a matmul/gemm operand dtype (float32, float64, int32, int64).

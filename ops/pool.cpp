@@ -1,4 +1,6 @@
 #include "ops/pool.h"
+#include "ops/cuda_window.h"
+#include "ops/cuda_kernels.h"
 
 #include <cmath>
 #include <limits>
@@ -113,6 +115,16 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
        "->data + p * " + std::to_string(ohw) + ");\n";
   s += "  }\n}\n";
   return s;
+}
+
+bool Pool::has_cuda_code(const Node& node) const {
+  return cuda_dtypes_ok(node) && window_dims_static(node);
+}
+
+CudaCode Pool::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  std::vector<int64_t> x = node.inputs[0]->type.dims;
+  if (x[0] == kDynamic) x[0] = 1;  // the geometry ignores the batch
+  return cuda_pool(node, names, sub, window_c_init(geometry(x)), is_max_, count_include_pad_);
 }
 
 }  // namespace kiln

@@ -16,6 +16,8 @@ class Pool : public COp {
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_window.h"}; }
   bool c_splittable(const Node& node) const override { return true; }
+  bool has_cuda_code(const Node& node) const override;
+  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;

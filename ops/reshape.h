@@ -15,6 +15,9 @@ class Reshape : public COp {
   std::optional<int> cache_version() const override { return 1; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  // On CUDA the output is a view of the input: no kernel, no copy.
+  bool has_cuda_code(const Node&) const override { return true; }
+  int cuda_view_of(const Node&) const override { return 0; }
 
  private:
   std::vector<int64_t> shape_;
@@ -29,6 +32,9 @@ class Flatten : public COp {
   std::optional<int> cache_version() const override { return 1; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  // On CUDA the output is a view of the input: no kernel, no copy.
+  bool has_cuda_code(const Node&) const override { return true; }
+  int cuda_view_of(const Node&) const override { return 0; }
 
  private:
   int64_t axis_;

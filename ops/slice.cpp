@@ -1,4 +1,6 @@
 #include "ops/slice.h"
+#include "ops/cuda_movement.h"
+#include "ops/cuda_kernels.h"
 
 #include <algorithm>
 
@@ -119,6 +121,33 @@ std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub&) 
   s += "  kiln_copy_strided(" + out + "->data, (const char *)" + in + "->data + off * " + es +
        ", " + std::to_string(rank) + ", " + out + "->shape, st, " + es + ");\n}\n";
   return s;
+}
+
+bool Slice::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
+
+CudaCode Slice::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const int rank = node.inputs[0]->type.rank();
+  const std::string& in = names.inputs[0];
+  const std::string& out = names.outputs[0];
+  CudaCode c;
+  c.kernels.push_back(cuda_copy_kernel(sub, node.inputs[0]->type.dtype));
+  // A strided view of the input (offset and stride per sliced axis), copied out.
+  std::string h = "{\n  int64_t kiln_st[KILN_CUDA_MAX_RANK], kiln_off = 0, kiln_first, kiln_count;\n";
+  h += "  for (int d = 0; d < " + std::to_string(rank) + "; ++d) kiln_st[d] = " + in + "->strides[d];\n";
+  for (const auto& a : per_axis(rank)) {
+    const std::string ax = std::to_string(a.axis);
+    h += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + i64(a.start) + ", " + i64(a.end) +
+         ", " + i64(a.step) + ", &kiln_first, &kiln_count);\n";
+    h += "  kiln_off += kiln_first * kiln_st[" + ax + "];\n  kiln_st[" + ax + "] *= " +
+         std::to_string(a.step) + ";\n";
+  }
+  h += "  (void)kiln_count;\n";
+  h += cuda_copy_launch(c.kernels[0].name, rank, out + "->shape",
+                        "(const char *)" + in + "->data + kiln_off * " +
+                            std::to_string(dtype_size(node.inputs[0]->type.dtype)),
+                        "kiln_st", out + "->data", out + "->strides");
+  c.launch = h + "}\n";
+  return c;
 }
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 
 #include "ops/cuda_placed.h"
 #include "ops/elementwise.h"
+#include "ops/epilogue.h"
 #include "ops/fused_elementwise.h"
 #include "ops/transfer.h"
 #include "rewrite/graph_copy.h"
@@ -46,12 +47,18 @@ Graph place_on_cuda(const Graph& graph) {
       copy.copy(*node);
       continue;
     }
-    // Elementwise code inlines rank-0 constants as literals: they need no device copy.
-    const bool literals = dynamic_cast<const Elementwise*>(op) ||
-                          dynamic_cast<const FusedElementwise*>(op);
+    // Elementwise code (epilogues included) inlines rank-0 constants as literals: they
+    // need no device copy.
+    size_t first_literal = node->inputs.size();
+    if (dynamic_cast<const Elementwise*>(op) || dynamic_cast<const FusedElementwise*>(op)) {
+      first_literal = 0;
+    } else if (const auto* e = dynamic_cast<const WithEpilogue*>(op)) {
+      first_literal = static_cast<size_t>(e->base_inputs());
+    }
     std::vector<Variable*> inputs;
-    for (const Variable* v : node->inputs) {
-      inputs.push_back(literals && is_inlined_scalar(v) ? copy.map(v) : device_value(v));
+    for (size_t k = 0; k < node->inputs.size(); ++k) {
+      const Variable* v = node->inputs[k];
+      inputs.push_back(k >= first_literal && is_inlined_scalar(v) ? copy.map(v) : device_value(v));
     }
     std::vector<std::string> names;
     for (const Variable* v : node->outputs) names.push_back(v->name + ".cuda");

@@ -227,6 +227,14 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
       if (plan.offset[s] >= 0) {
         values[s] = Tensor(arena, static_cast<size_t>(plan.offset[s]), spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
+      } else if (spec.view_of >= 0) {
+        // A reshape on the device: the source's buffer (kept alive by the view) and offset.
+        const Tensor& src = values[static_cast<size_t>(spec.view_of)];
+        check_internal(src.numel() == shape_numel(plan.shapes[s]),
+                       spec.name + ": a view of " + std::to_string(src.numel()) +
+                           " elements cannot have shape " + dims_to_string(plan.shapes[s]));
+        values[s] = Tensor(src.storage(), src.byte_offset(), spec.dtype, plan.shapes[s],
+                           contiguous_strides(plan.shapes[s]));
       } else if (spec.on_device) {
         // Device memory, one buffer per value for now (no arena on the device yet).
         CudaDevice& device = cuda_device();

@@ -19,6 +19,7 @@
 #include "frontend/model_loader.h"
 #include "helpers.h"
 #include "ops/builders.h"
+#include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
 #include "runtime/npy.h"
@@ -32,6 +33,7 @@ using testing::error_of;
 using testing::kiln_env;
 using testing::temp_dir;
 using testing::tensors_close;
+using Ints = std::vector<int64_t>;
 
 const bool kEmulator = [] {
   ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
@@ -184,6 +186,195 @@ TEST(CudaEmulator, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
        testing::random_tensor(DType::kFloat32, {33, 17}, rng), testing::random_tensor(DType::kFloat32, {19, 33}, rng),
        testing::random_tensor(DType::kFloat32, {19}, rng), testing::random_tensor(DType::kFloat32, {17, 1}, rng)},
       1e-5, 1e-5);
+}
+
+TEST(CudaEmulator, BatchedAndOneDimensionalMatmulsMatchPerform) {
+  std::mt19937 rng(16);
+  Graph g("cuda_bmm");
+  Var a = input(g, "a", DType::kFloat32, {3, 1, 70, 20});
+  Var b = input(g, "b", DType::kFloat32, {4, 20, 65});
+  Var v = input(g, "v", DType::kFloat32, {20});
+  Var d = input(g, "d", DType::kFloat64, {2, 5, 3});
+  Var e = input(g, "e", DType::kFloat64, {3, 0});
+  g.set_outputs({matmul(a, b).var(), matmul(v, b).var(), matmul(a, v).var(), matmul(v, v).var(),
+                 matmul(d, e).var()});
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {3, 1, 70, 20}, rng), nasty(DType::kFloat32, {4, 20, 65}, rng),
+                            nasty(DType::kFloat32, {20}, rng), nasty(DType::kFloat64, {2, 5, 3}, rng),
+                            Tensor::empty(DType::kFloat64, {3, 0})},
+                           1e-5, 1e-5);
+}
+
+// Every op that only moves data, on shapes with tails, several dtypes and an empty band.
+TEST(CudaEmulator, DataMovementOpsMatchPerform) {
+  std::mt19937 rng(17);
+  Graph g("cuda_movement");
+  Var x = input(g, "x", DType::kFloat32, {3, 5, 7, 11});
+  Var h = input(g, "h", DType::kFloat64, {3, 2, 7, 11});
+  Var none = input(g, "none", DType::kFloat64, {3, 0, 7, 11});
+  Var i8 = input(g, "i8", DType::kInt8, {37, 9});
+  Var i64 = input(g, "i64", DType::kInt64, {4, 1, 6});
+  Var ids = input(g, "ids", DType::kInt64, {2, 3});
+  Var ids32 = input(g, "ids32", DType::kInt32, {5});
+  Var xd = cast(x, DType::kFloat64);
+  g.set_outputs({
+      transpose(x, {2, 0, 3, 1}).var(),
+      transpose(i8).var(),
+      kiln::apply("slice", {x}, {{"starts", Ints{-1, 1}}, {"ends", Ints{-100, 9}}, {"axes", Ints{2, 3}},
+                                 {"steps", Ints{-2, 3}}}).var(),
+      kiln::apply("slice", {i8}, {{"starts", Ints{5}}, {"ends", Ints{5}}, {"axes", Ints{0}}}).var(),
+      concat({xd, h, none, xd}, 1).var(),
+      concat({i8, i8}, 0).var(),
+      kiln::apply("expand", {i64}, {{"shape", Ints{2, 4, 3, 6}}}).var(),
+      kiln::apply("gather", {x, ids}, {{"axis", int64_t{1}}}).var(),
+      kiln::apply("gather", {i8, ids32}, {{"axis", int64_t{0}}}).var(),
+  });
+  Tensor idx = Tensor::empty(DType::kInt64, {2, 3});
+  const int64_t iv[] = {0, 4, -1, 2, -5, 3};
+  for (int k = 0; k < 6; ++k) idx.store_int(k, iv[k]);
+  Tensor idx32 = Tensor::empty(DType::kInt32, {5});
+  const int64_t jv[] = {36, -37, 0, 12, 12};
+  for (int k = 0; k < 5; ++k) idx32.store_int(k, jv[k]);
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {3, 5, 7, 11}, rng), nasty(DType::kFloat64, {3, 2, 7, 11}, rng),
+                            Tensor::empty(DType::kFloat64, {3, 0, 7, 11}),
+                            testing::random_tensor(DType::kInt8, {37, 9}, rng, -100, 100),
+                            testing::random_tensor(DType::kInt64, {4, 1, 6}, rng, -1e9, 1e9), idx, idx32},
+                           0, 0);
+}
+
+TEST(CudaEmulator, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
+  Graph g("cuda_gather_bad");
+  Var x = input(g, "x", DType::kFloat32, {4, 3});
+  Var ids = input(g, "ids", DType::kInt64, {2});
+  g.set_outputs({kiln::apply("gather", {x, ids}, {{"axis", int64_t{0}}}).var()});
+  Function f = compile(g, on_cuda());
+  Tensor idx = Tensor::empty(DType::kInt64, {2});
+  idx.store_int(0, 1);
+  idx.store_int(1, 4);
+  const std::string err = error_of([&] { f({Tensor::zeros(DType::kFloat32, {4, 3}), idx}); });
+  EXPECT_NE(err.find("gather: index 4 is out of range for axis 0 of size 4"), std::string::npos) << err;
+  EXPECT_NE(err.find("cuda:gather"), std::string::npos) << err;
+}
+
+// Reshape and flatten bind their output to the input's device bytes: no kernel, no copy,
+// and the values read through the view are right.
+TEST(CudaEmulator, ReshapesAreViewsOfTheDeviceBuffer) {
+  std::mt19937 rng(18);
+  Graph g("cuda_views");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 6, 5});
+  Var y = exp(x);
+  Var r = reshape(y, {-1, 3, 10});
+  Var f = flatten(transpose(r, {0, 2, 1}), 1);
+  g.set_outputs({(r * 2.0).var(), sqrt(f).var(), reshape(f, {-1}).var()});
+  const Graph placed = optimized_graph(g, on_cuda());
+  int views = 0;
+  for (const auto& n : placed.nodes()) {
+    if (n->op->name() == "cuda:reshape" || n->op->name() == "cuda:flatten") {
+      ++views;
+      const auto* op = dynamic_cast<const COp*>(n->op.get());
+      EXPECT_EQ(op->cuda_view_of(*n), 0);
+      EXPECT_TRUE(op->cuda_code(*n, {{"x"}, {"y"}}, {}).kernels.empty());
+    }
+  }
+  EXPECT_EQ(views, 3) << "every reshape placed on the device";
+  expect_matches_reference(g, {nasty(DType::kFloat32, {4, 6, 5}, rng)}, 1e-6, 1e-6);
+}
+
+TEST(CudaEmulator, ConvolutionsAndPoolsMatchPerform) {
+  std::mt19937 rng(19);
+  Graph g("cuda_window");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 6, 13, 11});
+  Var w = input(g, "w", DType::kFloat32, {4, 3, 3, 2});
+  Var b = input(g, "b", DType::kFloat32, {4});
+  Var dw = input(g, "dw", DType::kFloat32, {6, 1, 3, 3});
+  Var l = input(g, "l", DType::kFloat64, {2, 3, 29});
+  Var lw = input(g, "lw", DType::kFloat64, {5, 3, 4});
+  g.set_outputs({
+      kiln::apply("conv", {x, w, b}, {{"group", int64_t{2}}, {"strides", Ints{2, 1}},
+                                      {"dilations", Ints{1, 2}}, {"pads", Ints{1, 0, 2, 1}}}).var(),
+      kiln::apply("conv", {x, dw}, {{"group", int64_t{6}}, {"pads", Ints{1, 1, 1, 1}}}).var(),
+      kiln::apply("conv", {l, lw}, {{"strides", Ints{3}}, {"auto_pad", std::string("SAME_UPPER")}}).var(),
+      kiln::apply("max_pool", {x}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
+                                    {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}}).var(),
+      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 2}},
+                                        {"pads", Ints{0, 1, 1, 1}}}).var(),
+      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{3, 2}}, {"pads", Ints{1, 1, 1, 1}},
+                                        {"count_include_pad", int64_t{1}}}).var(),
+      kiln::apply("max_pool", {l}, {{"kernel_shape", Ints{4}}, {"dilations", Ints{2}}}).var(),
+  });
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host") << op << " stayed on the CPU";
+  }
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {3, 6, 13, 11}, rng), nasty(DType::kFloat32, {4, 3, 3, 2}, rng),
+                            testing::random_tensor(DType::kFloat32, {4}, rng), nasty(DType::kFloat32, {6, 1, 3, 3}, rng),
+                            nasty(DType::kFloat64, {2, 3, 29}, rng), nasty(DType::kFloat64, {5, 3, 4}, rng)},
+                           1e-5, 1e-5);
+}
+
+// Bias and activation run inside the GEMM or convolution kernel, before the store.
+TEST(CudaEmulator, EpiloguesRunInsideTheProducerKernel) {
+  std::mt19937 rng(20);
+  Graph g("cuda_epilogue");
+  Var x = input(g, "x", DType::kFloat32, {37, 70});
+  Var w = input(g, "w", DType::kFloat32, {70, 66});
+  Var bias = input(g, "bias", DType::kFloat32, {66});
+  Var im = input(g, "im", DType::kFloat32, {2, 3, 9, 9});
+  Var k = input(g, "k", DType::kFloat32, {5, 3, 3, 3});
+  Var kb = input(g, "kb", DType::kFloat32, {5, 1, 1});
+  Var bm = input(g, "bm", DType::kFloat64, {3, 9, 4});
+  Var bn = input(g, "bn", DType::kFloat64, {4, 7});
+  g.set_outputs({relu(matmul(x, w) + bias).var(),
+                 sigmoid(kiln::apply("conv", {im, k}, {{"pads", Ints{1, 1, 1, 1}}}) + kb).var(),
+                 tanh(matmul(bm, bn) * 0.5).var()});
+  const Graph placed = optimized_graph(g, on_cuda());
+  int fused = 0;
+  for (const auto& n : placed.nodes()) fused += n->op->name() == "cuda:with_epilogue";
+  EXPECT_EQ(fused, 3) << "every producer took its epilogue on the device";
+  const std::string cu = link_c_module(placed, "test").cuda.str();
+  EXPECT_NE(cu.find("epilogue(r, o, &epi"), std::string::npos) << "the GEMM stores through its epilogue";
+  EXPECT_NE(cu.find("epilogue(acc, o, &epi"), std::string::npos) << "the conv stores through its epilogue";
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {37, 70}, rng), testing::random_tensor(DType::kFloat32, {70, 66}, rng),
+                            testing::random_tensor(DType::kFloat32, {66}, rng),
+                            nasty(DType::kFloat32, {2, 3, 9, 9}, rng), testing::random_tensor(DType::kFloat32, {5, 3, 3, 3}, rng),
+                            testing::random_tensor(DType::kFloat32, {5, 1, 1}, rng),
+                            testing::random_tensor(DType::kFloat64, {3, 9, 4}, rng),
+                            testing::random_tensor(DType::kFloat64, {4, 7}, rng)},
+                           1e-5, 1e-5);
+}
+
+// The held-out style check: every ONNX example runs on the emulator, its compute on the
+// device, and matches the CPU backend.
+TEST(CudaEmulator, TheOnnxExamplesMatchTheCpuBackend) {
+  for (const char* name : {"mlp", "lenet", "resblock", "attention"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = fs::path(KILN_EXAMPLES_DIR) / "onnx" / name;
+    Graph g = load_model((dir / "model.onnx").string());
+    const Graph placed = optimized_graph(g, on_cuda());
+    int on_host = 0;
+    for (const auto& n : placed.nodes()) {
+      const std::string& op = n->op->name();
+      if (op.rfind("cuda:", 0) != 0 && op != "to_device" && op != "to_host") {
+        ++on_host;
+        ADD_FAILURE() << op << " stayed on the CPU";
+      }
+    }
+    std::vector<Tensor> inputs;
+    std::mt19937 rng(21);
+    for (const Variable* v : g.inputs()) {
+      Shape s;
+      for (int64_t d : v->type.dims) s.push_back(d == kDynamic ? 2 : d);
+      inputs.push_back(testing::random_tensor(v->type.dtype, s, rng, -2, 2));
+    }
+    std::vector<Tensor> cpu = compile(g)(inputs);
+    std::vector<Tensor> cuda = compile(g, on_cuda())(inputs);
+    ASSERT_EQ(cpu.size(), cuda.size());
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(tensors_close(cuda[i], cpu[i], 1e-4, 1e-5)) << i;
+  }
 }
 
 TEST(CudaEmulator, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {

@@ -56,4 +56,22 @@ KILN_HELPER int kiln_cuda_nd_init(kiln_cuda_nd *nd, const kiln_tensor *out,
   }
   return 0;
 }
+
+/* The index space of a copy of `shape`: operand 0 is the source, operand 1 the
+ * destination, each with its own element strides. */
+KILN_HELPER void kiln_cuda_copy_init(kiln_cuda_nd *nd, int ndim, const int64_t *shape,
+                                     const int64_t *src_strides, const int64_t *dst_strides) {
+  int64_t expect = 1;
+  nd->ndim = ndim;
+  nd->numel = 1;
+  nd->contiguous = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    nd->shape[d] = shape[d];
+    nd->strides[0][d] = src_strides[d];
+    nd->strides[1][d] = dst_strides[d];
+    if (shape[d] != 1 && (src_strides[d] != expect || dst_strides[d] != expect)) nd->contiguous = 0;
+    expect *= shape[d];
+    nd->numel *= shape[d];
+  }
+}
 #endif

@@ -14,4 +14,9 @@ typedef struct kiln_cuda_nd {
   int64_t shape[KILN_CUDA_MAX_RANK];
   int64_t strides[KILN_CUDA_MAX_OPERANDS][KILN_CUDA_MAX_RANK];
 } kiln_cuda_nd;
+
+/* Geometry of a 2-D sliding window (1-D runs as H = 1): kiln_window's fields, in order. */
+typedef struct kiln_cuda_window {
+  int64_t h, w, kh, kw, sh, sw, dh, dw, ph, pw, eh, ew, oh, ow;
+} kiln_cuda_window;
 #endif
