@@ -302,6 +302,9 @@ TEST(CudaEmulator, ConvolutionsAndPoolsMatchPerform) {
       kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{3, 2}}, {"pads", Ints{1, 1, 1, 1}},
                                         {"count_include_pad", int64_t{1}}}).var(),
       kiln::apply("max_pool", {l}, {{"kernel_shape", Ints{4}}, {"dilations", Ints{2}}}).var(),
+      // The last window overhangs the input: only real and padded positions count.
+      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}},
+                                        {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}}).var(),
   });
   const Graph placed = optimized_graph(g, on_cuda());
   for (const auto& n : placed.nodes()) {
@@ -528,6 +531,26 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpills) {
     g.set_outputs({softmax(matmul(x, w)).var(), log_softmax(d).var(), sum(x, {1}).var(),
                    max(d, {0}).var(), mean(x).var(), sum(i8, {1}).var(),
                    (tanh(x * 2.0) + gelu(x)).var(), gemm(x, w, 1.0, false, false).var()});
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("nvrtc_movement_window");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 6, 13, 11});
+    Var w = input(g, "w", DType::kFloat32, {4, 3, 3, 3});
+    Var d = input(g, "d", DType::kFloat64, {kDynamic, 2, 13, 11});
+    Var ids = input(g, "ids", DType::kInt32, {5});
+    Var bias = input(g, "bias", DType::kFloat32, {4, 1, 1});
+    Var bm = input(g, "bm", DType::kFloat64, {3, 7, 11});
+    g.set_outputs({
+        relu(kiln::apply("conv", {x, w}, {{"group", int64_t{2}}}) + bias).var(),
+        kiln::apply("max_pool", {x}, {{"kernel_shape", Ints{3, 3}}}).var(),
+        kiln::apply("average_pool", {d}, {{"kernel_shape", Ints{2, 2}}}).var(),
+        transpose(x, {0, 2, 3, 1}).var(),
+        concat({d, d}, 1).var(),
+        kiln::apply("slice", {d}, {{"starts", Ints{-1}}, {"ends", Ints{0}}, {"steps", Ints{-2}}, {"axes", Ints{3}}}).var(),
+        kiln::apply("gather", {x, ids}, {{"axis", int64_t{1}}}).var(),
+        gelu(matmul(bm, transpose(bm, {0, 2, 1})) + 1.0).var(),
+    });
     graphs.push_back(std::move(g));
   }
   static const std::regex entry(R"(Compiling entry function '(\w+)')");
