@@ -16,6 +16,7 @@
 #include "compiler/compile.h"
 #include "compiler/cuda_toolchain.h"
 #include "compiler/nvrtc.h"
+#include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "helpers.h"
 #include "ops/builders.h"
@@ -378,6 +379,39 @@ TEST(CudaEmulator, TheOnnxExamplesMatchTheCpuBackend) {
     ASSERT_EQ(cpu.size(), cuda.size());
     for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(tensors_close(cuda[i], cpu[i], 1e-4, 1e-5)) << i;
   }
+}
+
+// The emulator built with ThreadSanitizer (tests/emulator_race.cpp) runs a softmax kernel
+// kiln emitted: clean as emitted, and a TSan data race in the block reduction once the
+// __syncthreads between the per-warp partials and their reader is deleted.
+TEST(CudaEmulator, ThreadSanitizerCatchesADeletedBarrier) {
+  Graph g("cuda_race");
+  Var x = input(g, "x", DType::kFloat32, {3, 300});
+  g.set_outputs({softmax(x).var()});
+  LinkedModule m = link_c_module(optimized_graph(g, on_cuda()), "test");
+  ASSERT_EQ(m.kernel_names.size(), 1u);
+  const std::string source = m.cuda.str();
+  const std::string barrier = "  if (lane == 0) scratch[warp] = v;\n  __syncthreads();\n";
+  const size_t at = source.find(barrier);
+  ASSERT_NE(at, std::string::npos) << "the block reduction's first barrier moved";
+  const fs::path dir = temp_dir("cuda-race");
+  auto run = [&](const std::string& text, const std::string& name) {
+    const fs::path out = dir / name;
+    fs::create_directories(out);
+    write_file_atomic(out / "kernels.cu", text);
+    return run_process({"/usr/bin/env", "TSAN_OPTIONS=halt_on_error=0 exitcode=66", KILN_EMULATOR_RACE,
+                        KILN_EMULATOR_SHIM, (out / "kernels.cu").string(), m.kernel_names[0],
+                        out.string()});
+  };
+  auto clean = run(source, "clean");
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_EQ(clean.err.find("ThreadSanitizer"), std::string::npos) << clean.err;
+  std::string broken = source;
+  broken.replace(at, barrier.size(), "  if (lane == 0) scratch[warp] = v;\n");
+  auto race = run(broken, "broken");
+  EXPECT_NE(race.exit_code, 0) << race.out;
+  EXPECT_NE(race.err.find("WARNING: ThreadSanitizer: data race"), std::string::npos) << race.err;
+  EXPECT_NE(race.err.find("kiln_block_reduce"), std::string::npos) << race.err;
 }
 
 TEST(CudaEmulator, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {

@@ -31,6 +31,11 @@
 #endif
 #ifdef KILN_EMU_TSAN
 #include <sanitizer/tsan_interface.h>
+// The scheduler's own bookkeeping (fiber states, the current fiber, thread indices) is
+// shared by the fibers without happens-before by design; only kernel code is checked.
+#define KILN_EMU_UNCHECKED __attribute__((no_sanitize("thread")))
+#else
+#define KILN_EMU_UNCHECKED
 #endif
 
 namespace kiln {
@@ -65,7 +70,15 @@ struct Block {
   size_t scheduler_size = 0;
 #ifdef KILN_EMU_TSAN
   void* scheduler_tsan = nullptr;
-  char barrier_sync = 0;  // the address barriers release and acquire
+  // The addresses barriers release and acquire: __syncthreads orders the whole block, a
+  // warp barrier (shuffles) only its warp, so a race across warps stays visible to TSan.
+  // Each is 8 bytes: TSan keeps one sync object per 8-byte cell, so neighbouring chars
+  // would be one object and every barrier would order every warp.
+  uint64_t block_sync = 0;
+  std::vector<uint64_t> warp_sync;
+  // Block boundaries: the launching thread releases start_sync before each block (its
+  // arguments and earlier blocks' writes), fibers release end_sync when they finish.
+  uint64_t start_sync = 0, end_sync = 0;
 #endif
 };
 
@@ -73,7 +86,7 @@ thread_local Block* tl_block = nullptr;
 
 // ASan follows each switch: start_switch_fiber names the stack being entered, and the code
 // that resumes calls finish_switch_fiber (a fiber learns the scheduler's stack bounds there).
-void switch_to_fiber(Block& b, Fiber& f) {
+KILN_EMU_UNCHECKED void switch_to_fiber(Block& b, Fiber& f) {
 #ifdef KILN_EMU_ASAN
   __sanitizer_start_switch_fiber(&b.asan_fake, f.stack, kStackBytes);
 #endif
@@ -88,7 +101,7 @@ void switch_to_fiber(Block& b, Fiber& f) {
 #endif
 }
 
-void switch_to_scheduler(Block& b, Fiber& f) {
+KILN_EMU_UNCHECKED void switch_to_scheduler(Block& b, Fiber& f) {
 #ifdef KILN_EMU_ASAN
   // A finished fiber's stack is gone: no fake stack to keep.
   __sanitizer_start_switch_fiber(f.state == FiberState::kDone ? nullptr : &f.asan_fake,
@@ -103,19 +116,25 @@ void switch_to_scheduler(Block& b, Fiber& f) {
 #endif
 }
 
-void fiber_main() {
+KILN_EMU_UNCHECKED void fiber_main() {
   Block& b = *tl_block;
 #ifdef KILN_EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_bottom, &b.scheduler_size);
 #endif
+#ifdef KILN_EMU_TSAN
+  __tsan_acquire(&b.start_sync);
+#endif
   b.entry(b.args);
+#ifdef KILN_EMU_TSAN
+  __tsan_release(&b.end_sync);
+#endif
   Fiber& f = b.fibers[b.current];
   f.state = FiberState::kDone;
   switch_to_scheduler(b, f);
 }
 
 // Apart from the launch loop, whose locals getcontext would otherwise put at risk.
-__attribute__((noinline)) void prepare_fiber(Block& b, Fiber& f) {
+KILN_EMU_UNCHECKED __attribute__((noinline)) void prepare_fiber(Block& b, Fiber& f) {
   f.state = FiberState::kRunning;
   f.asan_fake = nullptr;
   getcontext(&f.context);
@@ -125,30 +144,31 @@ __attribute__((noinline)) void prepare_fiber(Block& b, Fiber& f) {
   makecontext(&f.context, fiber_main, 0);
 }
 
-Fiber& current_fiber() { return tl_block->fibers[tl_block->current]; }
+KILN_EMU_UNCHECKED Fiber& current_fiber() { return tl_block->fibers[tl_block->current]; }
 
-void wait_at(FiberState where) {
+KILN_EMU_UNCHECKED void wait_at(FiberState where) {
   Block& b = *tl_block;
   Fiber& f = b.fibers[b.current];
 #ifdef KILN_EMU_TSAN
-  __tsan_release(&b.barrier_sync);
+  uint64_t* sync = where == FiberState::kAtBlockBarrier ? &b.block_sync : &b.warp_sync[b.current / 32];
+  __tsan_release(sync);
 #endif
   f.state = where;
   switch_to_scheduler(b, f);
 #ifdef KILN_EMU_TSAN
-  __tsan_acquire(&b.barrier_sync);
+  __tsan_acquire(sync);
 #endif
 }
 
-const kiln_emu_thread* host_self() { return &current_fiber().index; }
+KILN_EMU_UNCHECKED const kiln_emu_thread* host_self() { return &current_fiber().index; }
 void host_syncthreads() { wait_at(FiberState::kAtBlockBarrier); }
 void host_syncwarp() { wait_at(FiberState::kAtWarpBarrier); }
-void* host_lane_slot(unsigned lane) {
+KILN_EMU_UNCHECKED void* host_lane_slot(unsigned lane) {
   Block& b = *tl_block;
   const size_t base = b.current / 32 * 32;
   return &b.slots[std::min(base + lane, b.slots.size() - 1)];
 }
-unsigned host_warp_width() {
+KILN_EMU_UNCHECKED unsigned host_warp_width() {
   Block& b = *tl_block;
   const size_t base = b.current / 32 * 32;
   return static_cast<unsigned>(std::min<size_t>(32, b.fibers.size() - base));
@@ -160,7 +180,7 @@ const kiln_emu_host kHost = {KILN_EMU_HOST_ABI, host_self, host_syncthreads, hos
 // Runs one block to completion: every runnable fiber in turn; when none can run, the warps
 // whose live threads all wait at a warp barrier go on, else (all waiting at __syncthreads)
 // the block does. Anything else is threads of a block waiting at different barriers.
-void run_block(Block& b, const std::string& kernel) {
+KILN_EMU_UNCHECKED void run_block(Block& b, const std::string& kernel) {
   for (;;) {
     for (size_t i = 0; i < b.fibers.size(); ++i) {
       if (b.fibers[i].state != FiberState::kRunning) continue;
@@ -216,6 +236,7 @@ class EmulatedImage : public KernelImage {
       ::dlclose(handle_);
       throw Error("CUDA emulator: " + path.string() + " is not a kernel image of this kiln");
     }
+    touch_shared_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "kiln_emu_touch_shared"));
     for (const auto& n : names) {
       auto fn = reinterpret_cast<void (*)(void**)>(::dlsym(handle_, ("kiln_emu_entry_" + n).c_str()));
       if (!fn) {
@@ -229,7 +250,7 @@ class EmulatedImage : public KernelImage {
     if (handle_) ::dlclose(handle_);
   }
 
-  void launch(int kernel, const uint32_t dims[6], uint32_t shared, void** args) override {
+  KILN_EMU_UNCHECKED void launch(int kernel, const uint32_t dims[6], uint32_t shared, void** args) override {
     if (kernel < 0 || static_cast<size_t>(kernel) >= entries_.size()) {
       throw Error("CUDA emulator: no kernel " + std::to_string(kernel) + " in " + path_.string());
     }
@@ -255,8 +276,10 @@ class EmulatedImage : public KernelImage {
     }
 #ifdef KILN_EMU_TSAN
     b.scheduler_tsan = __tsan_get_current_fiber();
+    b.warp_sync.assign((threads + 31) / 32, 0);
     for (auto& f : b.fibers) f.tsan = __tsan_create_fiber(0);
 #endif
+    if (touch_shared_) touch_shared_();
     Block* outer = tl_block;
     tl_block = &b;
     try {
@@ -272,8 +295,15 @@ class EmulatedImage : public KernelImage {
                              {dims[0], dims[1], dims[2]}};
                   prepare_fiber(b, f);
                 }
+#ifdef KILN_EMU_TSAN
+            __tsan_acquire(&b.end_sync);
+            __tsan_release(&b.start_sync);
+#endif
             run_block(b, name);
           }
+#ifdef KILN_EMU_TSAN
+      __tsan_acquire(&b.end_sync);  // the caller reads what the blocks wrote
+#endif
     } catch (...) {
       tl_block = outer;
 #ifdef KILN_EMU_TSAN
@@ -292,6 +322,7 @@ class EmulatedImage : public KernelImage {
   std::vector<std::string> names_;
   void* handle_ = nullptr;
   std::vector<void (*)(void**)> entries_;
+  void (*touch_shared_)() = nullptr;
 };
 
 class EmulatorDevice : public CudaDevice {

@@ -37,6 +37,12 @@ extern "C" __attribute__((visibility("default"))) int kiln_emu_bind(const kiln_e
   kiln_emu_ = h;
   return KILN_EMU_HOST_ABI;
 }
+/* Touches this image's thread-local block (the __shared__ variables) on the launching
+ * thread, so the C library allocates it there before any fiber runs, not inside one. */
+extern "C" __attribute__((visibility("default"))) void kiln_emu_touch_shared(void) {
+  static thread_local volatile char touched;
+  touched = 1;
+}
 
 #define __global__
 #define __device__
