@@ -23,6 +23,7 @@
 #include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
+#include "runtime/cuda/device_memory.h"
 #include "runtime/npy.h"
 #include "util/fs.h"
 
@@ -435,6 +436,24 @@ TEST(CudaEmulator, TheMlpExampleMatchesTheCpuBackend) {
   // The module says where it runs; the emulator never passes for a GPU.
   EXPECT_EQ(cuda.info().device, "kiln CUDA emulator on the CPU (not a GPU)");
   EXPECT_TRUE(cpu.info().device.empty());
+}
+
+// Device buffers come from a pool: the second run of a function finds every block it
+// needs in the free lists and allocates nothing on the device.
+TEST(CudaEmulator, ASecondRunAllocatesNoDeviceMemory) {
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  Function f = compile(load_model(dir + "/mlp.json"), on_cuda());
+  Tensor x = read_npy(dir + "/input.npy");
+  const Tensor first = f({x}).at(0);
+  const DevicePoolStats before = device_pool_stats();
+  EXPECT_GT(before.cached_bytes, 0u) << "the first run's buffers went back to the pool";
+  const Tensor second = f({x}).at(0);
+  const DevicePoolStats after = device_pool_stats();
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_GT(after.reuses, before.reuses);
+  EXPECT_TRUE(tensors_close(second, first, 0, 0)) << "a reused block holds no stale result";
+  device_pool_trim();
+  EXPECT_EQ(device_pool_stats().cached_bytes, 0u);
 }
 
 TEST(CudaEmulator, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
