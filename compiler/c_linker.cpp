@@ -1,6 +1,8 @@
 #include "compiler/c_linker.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -101,11 +103,36 @@ void emit_state_hooks(CodeWriter& w, const Graph& graph, const std::string& what
 }  // namespace
 
 namespace {
+// A placed node's kernels: those it defines, and those whose code an earlier node's kernel
+// already holds (its name, that kernel's symbol).
+struct NodeKernels {
+  int id;
+  std::vector<CudaKernel> kernels;
+  std::vector<std::pair<std::string, std::string>> shared;
+};
+
+// `code` with every name that starts with `prefix` (at an identifier boundary) renamed to
+// start with '@': two nodes' kernels compare equal when only their prefixes differ.
+std::string without_prefix(const std::string& code, const std::string& prefix) {
+  std::string out;
+  out.reserve(code.size());
+  for (size_t i = 0; i < code.size();) {
+    const bool boundary = i == 0 || !(std::isalnum(static_cast<unsigned char>(code[i - 1])) || code[i - 1] == '_');
+    if (boundary && code.compare(i, prefix.size(), prefix) == 0) {
+      out += '@';
+      i += prefix.size();
+    } else {
+      out += code[i++];
+    }
+  }
+  return out;
+}
+
 // kernels.cu: the CUDA preludes, every placed node's kernels (banner per node, inside
 // extern "C" so each name is its symbol), and for the emulator one entry per kernel that
 // unpacks CUDA's argument array.
 void link_cuda_kernels(LinkedModule& m, const Graph& graph, const std::string& key,
-                       const std::vector<std::pair<int, std::vector<CudaKernel>>>& node_kernels,
+                       const std::vector<NodeKernels>& node_kernels,
                        const std::vector<std::string>& preludes) {
   CodeWriter& w = m.cuda;
   w.line("/* kiln CUDA kernels for graph '" + comment_safe(graph.name()) + "': " +
@@ -120,18 +147,19 @@ void link_cuda_kernels(LinkedModule& m, const Graph& graph, const std::string& k
   }
   w.line();
   w.line("extern \"C\" {");
-  for (const auto& [id, kernels] : node_kernels) {
+  for (const auto& [id, kernels, shared] : node_kernels) {
     const Node& node = *graph.nodes()[static_cast<size_t>(id)];
     w.line();
     w.line("/* " + node_banner(node) + " */");
     for (const auto& k : kernels) w.fragment(k.code, id, "cuda_code");
+    for (const auto& [name, symbol] : shared) w.line("/* " + name + ": the code of " + symbol + " */");
   }
   w.line();
   w.line("}  /* extern \"C\" */");
   w.line();
   w.line("#ifdef KILN_CUDA_EMULATOR");
-  for (const auto& [id, kernels] : node_kernels) {
-    for (const auto& k : kernels) {
+  for (const auto& nk : node_kernels) {
+    for (const auto& k : nk.kernels) {
       std::string args;
       for (size_t i = 0; i < k.params.size(); ++i) {
         args += (i ? ", " : "") + std::string("*(") + k.params[i] + " *)a[" + std::to_string(i) + "]";
@@ -230,7 +258,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
 
   // Bodies first: a CUDA node's launch names its kernels, whose table precedes the thunks.
   std::vector<std::string> bodies;
-  std::vector<std::pair<int, std::vector<CudaKernel>>> node_kernels;
+  std::vector<NodeKernels> node_kernels;
+  std::map<std::string, std::string> kernel_symbol;  // code without prefix -> symbol
   std::vector<std::string> cuda_preludes;
   for (const auto& node : graph.nodes()) {
     const COp& op = c_op(*node);
@@ -244,8 +273,20 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
         CudaCode cuda = inner->cuda_code(*node, names, sub);
         bodies.push_back(cuda.launch);
         for (const auto& p : cuda.preludes) add_unique(cuda_preludes, p);
-        for (const auto& k : cuda.kernels) m.kernel_names.push_back(k.name);
-        node_kernels.emplace_back(node->id, std::move(cuda.kernels));
+        // A kernel whose code matches an earlier one but for the node prefix is that
+        // kernel: one definition, compiled once, launched under both enum names.
+        NodeKernels nk{node->id, {}, {}};
+        for (auto& k : cuda.kernels) {
+          auto [it, fresh] = kernel_symbol.emplace(without_prefix(k.code, sub.prefix), k.name);
+          m.kernel_names.push_back(k.name);
+          m.kernel_symbols.push_back(it->second);
+          if (fresh) {
+            nk.kernels.push_back(std::move(k));
+          } else {
+            nk.shared.emplace_back(k.name, it->second);
+          }
+        }
+        node_kernels.push_back(std::move(nk));
       } else {
         bodies.push_back(op.c_code(*node, names, sub));
       }
@@ -266,7 +307,7 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key) {
     w.line("};");
     w.line("static const char *const kiln_kernel_names[] = {");
     w.indent();
-    for (const auto& k : m.kernel_names) w.line("\"" + k + "\",");
+    for (const auto& k : m.kernel_symbols) w.line("\"" + k + "\",");
     w.dedent();
     w.line("};");
     link_cuda_kernels(m, graph, key, node_kernels, cuda_preludes);

@@ -19,7 +19,8 @@ struct LinkedModule {
   // Nodes placed on CUDA: their kernels as one CUDA translation unit (kernels.cu, with its
   // own source map), and the kernel table the host thunks launch by index.
   CodeWriter cuda;
-  std::vector<std::string> kernel_names;
+  std::vector<std::string> kernel_names;    // per launch site: the enum names thunks use
+  std::vector<std::string> kernel_symbols;  // the symbol each runs (identical kernels share one)
 };
 
 // `key` is embedded in the module so a loaded module can say what it was built from.

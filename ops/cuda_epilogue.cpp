@@ -55,7 +55,7 @@ CudaEpilogue make_cuda_epilogue(const Node& node, const CodeNames& names, const 
   program.scalar_body(dts, lets, expr, "p");
   std::string body = loads;
   for (const auto& l : lets) body += "  " + render_template(l, v, "cuda epilogue") + "\n";
-  e.function = "static __device__ __forceinline__ " + OT + " " + e.name + "(" + fn_params +
+  e.function = "KILN_NOINLINE " + OT + " " + e.name + "(" + fn_params +
                ") {\n" + body + "  (void)nd;\n  return (" + OT + ")(" +
                render_template(expr, v, "cuda epilogue") + ");\n}\n";
   e.host = "kiln_cuda_nd kiln_epi;\n" +

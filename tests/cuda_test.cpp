@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <random>
 #include <regex>
+#include <string_view>
 
 #include "compiler/c_linker.h"
 #include "compiler/compile.h"
@@ -37,8 +38,23 @@ using testing::temp_dir;
 using testing::tensors_close;
 using Ints = std::vector<int64_t>;
 
-const bool kEmulator = [] {
-  ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
+// Built twice: cuda_test on the emulator, and cuda_gpu_test (ctest label `gpu`) with
+// KILN_CUDA_TEST_DEVICE="gpu", the same op checks on a real GPU. Tests about the emulator
+// itself or about NVRTC alone run in the first only.
+#ifndef KILN_CUDA_TEST_DEVICE
+#define KILN_CUDA_TEST_DEVICE "emulator"
+#define KILN_CUDA_SUITE CudaEmulator
+#else
+#define KILN_CUDA_SUITE CudaGpu
+#endif
+constexpr bool kOnGpu = std::string_view(KILN_CUDA_TEST_DEVICE) == "gpu";
+#define SKIP_ON_GPU()                                                   \
+  do {                                                                  \
+    if (kOnGpu) GTEST_SKIP() << "about the emulator or NVRTC alone";    \
+  } while (0)
+
+const bool kDevice = [] {
+  ::setenv("KILN_CUDA_DEVICE", KILN_CUDA_TEST_DEVICE, 1);
   return true;
 }();
 
@@ -61,7 +77,7 @@ Tensor nasty(DType dt, const Shape& shape, std::mt19937& rng, double lo = -3, do
 void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, double rtol,
                               double atol) {
   Function f = compile(g, on_cuda());
-  EXPECT_NE(f.info().device.find("emulator"), std::string::npos) << f.info().device;
+  EXPECT_NE(f.info().device.find(kOnGpu ? "sm_" : "emulator"), std::string::npos) << f.info().device;
   std::vector<Tensor> got = f(inputs);
   std::vector<Tensor> want = evaluate_reference(g, inputs);
   ASSERT_EQ(got.size(), want.size());
@@ -91,7 +107,7 @@ Graph scalar_ops_graph(DType dt, bool ints) {
   return g;
 }
 
-TEST(CudaEmulator, EveryFloatElementwiseOpMatchesPerform) {
+TEST(KILN_CUDA_SUITE, EveryFloatElementwiseOpMatchesPerform) {
   std::mt19937 rng(1);
   Graph g = scalar_ops_graph(DType::kFloat32, false);
   ASSERT_GT(g.outputs().size(), 40u);
@@ -101,7 +117,7 @@ TEST(CudaEmulator, EveryFloatElementwiseOpMatchesPerform) {
                            2e-5, 1e-6);
 }
 
-TEST(CudaEmulator, EveryIntegerElementwiseOpMatchesPerform) {
+TEST(KILN_CUDA_SUITE, EveryIntegerElementwiseOpMatchesPerform) {
   std::mt19937 rng(2);
   Graph g = scalar_ops_graph(DType::kInt32, true);
   ASSERT_GT(g.outputs().size(), 10u);
@@ -114,7 +130,7 @@ TEST(CudaEmulator, EveryIntegerElementwiseOpMatchesPerform) {
                            0, 0);
 }
 
-TEST(CudaEmulator, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
+TEST(KILN_CUDA_SUITE, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
   std::mt19937 rng(3);
   Graph g("cuda_fused");
   Var x = input(g, "x", DType::kFloat64, {kDynamic, 1000});
@@ -129,7 +145,7 @@ TEST(CudaEmulator, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
   EXPECT_EQ(out.at(0).shape(), (Shape{0, 1000}));
 }
 
-TEST(CudaEmulator, ReductionsOverAnyAxesMatchPerform) {
+TEST(KILN_CUDA_SUITE, ReductionsOverAnyAxesMatchPerform) {
   std::mt19937 rng(4);
   Graph g("cuda_reduce");
   Var x = input(g, "x", DType::kFloat32, {5, 7, 300});
@@ -145,7 +161,7 @@ TEST(CudaEmulator, ReductionsOverAnyAxesMatchPerform) {
                            1e-4, 1e-5);
 }
 
-TEST(CudaEmulator, ReductionsOfEmptyAxesGiveTheIdentity) {
+TEST(KILN_CUDA_SUITE, ReductionsOfEmptyAxesGiveTheIdentity) {
   Graph g("cuda_reduce_empty");
   Var x = input(g, "x", DType::kFloat32, {4, kDynamic});
   g.set_outputs({sum(x, {1}).var(), mean(x, {1}).var()});
@@ -159,7 +175,7 @@ TEST(CudaEmulator, ReductionsOfEmptyAxesGiveTheIdentity) {
             std::string::npos);
 }
 
-TEST(CudaEmulator, SoftmaxAlongAnyAxisMatchesPerform) {
+TEST(KILN_CUDA_SUITE, SoftmaxAlongAnyAxisMatchesPerform) {
   std::mt19937 rng(5);
   Graph g("cuda_softmax");
   Var x = input(g, "x", DType::kFloat32, {6, 300});
@@ -171,7 +187,7 @@ TEST(CudaEmulator, SoftmaxAlongAnyAxisMatchesPerform) {
   expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {4, 5, 3}, rng)}, 1e-5, 1e-7);
 }
 
-TEST(CudaEmulator, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
+TEST(KILN_CUDA_SUITE, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
   std::mt19937 rng(6);
   Graph g("cuda_gemm");
   Var a = input(g, "a", DType::kFloat32, {17, 33});
@@ -190,7 +206,7 @@ TEST(CudaEmulator, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
       1e-5, 1e-5);
 }
 
-TEST(CudaEmulator, BatchedAndOneDimensionalMatmulsMatchPerform) {
+TEST(KILN_CUDA_SUITE, BatchedAndOneDimensionalMatmulsMatchPerform) {
   std::mt19937 rng(16);
   Graph g("cuda_bmm");
   Var a = input(g, "a", DType::kFloat32, {3, 1, 70, 20});
@@ -208,7 +224,7 @@ TEST(CudaEmulator, BatchedAndOneDimensionalMatmulsMatchPerform) {
 }
 
 // Every op that only moves data, on shapes with tails, several dtypes and an empty band.
-TEST(CudaEmulator, DataMovementOpsMatchPerform) {
+TEST(KILN_CUDA_SUITE, DataMovementOpsMatchPerform) {
   std::mt19937 rng(17);
   Graph g("cuda_movement");
   Var x = input(g, "x", DType::kFloat32, {3, 5, 7, 11});
@@ -245,7 +261,7 @@ TEST(CudaEmulator, DataMovementOpsMatchPerform) {
                            0, 0);
 }
 
-TEST(CudaEmulator, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
+TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
   Graph g("cuda_gather_bad");
   Var x = input(g, "x", DType::kFloat32, {4, 3});
   Var ids = input(g, "ids", DType::kInt64, {2});
@@ -261,7 +277,7 @@ TEST(CudaEmulator, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
 
 // Reshape and flatten bind their output to the input's device bytes: no kernel, no copy,
 // and the values read through the view are right.
-TEST(CudaEmulator, ReshapesAreViewsOfTheDeviceBuffer) {
+TEST(KILN_CUDA_SUITE, ReshapesAreViewsOfTheDeviceBuffer) {
   std::mt19937 rng(18);
   Graph g("cuda_views");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6, 5});
@@ -283,7 +299,7 @@ TEST(CudaEmulator, ReshapesAreViewsOfTheDeviceBuffer) {
   expect_matches_reference(g, {nasty(DType::kFloat32, {4, 6, 5}, rng)}, 1e-6, 1e-6);
 }
 
-TEST(CudaEmulator, ConvolutionsAndPoolsMatchPerform) {
+TEST(KILN_CUDA_SUITE, ConvolutionsAndPoolsMatchPerform) {
   std::mt19937 rng(19);
   Graph g("cuda_window");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6, 13, 11});
@@ -321,7 +337,7 @@ TEST(CudaEmulator, ConvolutionsAndPoolsMatchPerform) {
 }
 
 // Bias and activation run inside the GEMM or convolution kernel, before the store.
-TEST(CudaEmulator, EpiloguesRunInsideTheProducerKernel) {
+TEST(KILN_CUDA_SUITE, EpiloguesRunInsideTheProducerKernel) {
   std::mt19937 rng(20);
   Graph g("cuda_epilogue");
   Var x = input(g, "x", DType::kFloat32, {37, 70});
@@ -354,7 +370,7 @@ TEST(CudaEmulator, EpiloguesRunInsideTheProducerKernel) {
 
 // The held-out style check: every ONNX example runs on the emulator, its compute on the
 // device, and matches the CPU backend.
-TEST(CudaEmulator, TheOnnxExamplesMatchTheCpuBackend) {
+TEST(KILN_CUDA_SUITE, TheOnnxExamplesMatchTheCpuBackend) {
   for (const char* name : {"mlp", "lenet", "resblock", "attention"}) {
     SCOPED_TRACE(name);
     const fs::path dir = fs::path(KILN_EXAMPLES_DIR) / "onnx" / name;
@@ -385,7 +401,8 @@ TEST(CudaEmulator, TheOnnxExamplesMatchTheCpuBackend) {
 // The emulator built with ThreadSanitizer (tests/emulator_race.cpp) runs a softmax kernel
 // kiln emitted: clean as emitted, and a TSan data race in the block reduction once the
 // __syncthreads between the per-warp partials and their reader is deleted.
-TEST(CudaEmulator, ThreadSanitizerCatchesADeletedBarrier) {
+TEST(KILN_CUDA_SUITE, ThreadSanitizerCatchesADeletedBarrier) {
+  SKIP_ON_GPU();
   Graph g("cuda_race");
   Var x = input(g, "x", DType::kFloat32, {3, 300});
   g.set_outputs({softmax(x).var()});
@@ -401,7 +418,7 @@ TEST(CudaEmulator, ThreadSanitizerCatchesADeletedBarrier) {
     fs::create_directories(out);
     write_file_atomic(out / "kernels.cu", text);
     return run_process({"/usr/bin/env", "TSAN_OPTIONS=halt_on_error=0 exitcode=66", KILN_EMULATOR_RACE,
-                        KILN_EMULATOR_SHIM, (out / "kernels.cu").string(), m.kernel_names[0],
+                        KILN_EMULATOR_SHIM, (out / "kernels.cu").string(), m.kernel_symbols[0],
                         out.string()});
   };
   auto clean = run(source, "clean");
@@ -415,7 +432,7 @@ TEST(CudaEmulator, ThreadSanitizerCatchesADeletedBarrier) {
   EXPECT_NE(race.err.find("kiln_block_reduce"), std::string::npos) << race.err;
 }
 
-TEST(CudaEmulator, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {
+TEST(KILN_CUDA_SUITE, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {
   std::mt19937 rng(7);
   Graph g("cuda_strided");
   Var x = input(g, "x", DType::kFloat32, {40, 30});
@@ -424,7 +441,7 @@ TEST(CudaEmulator, NonContiguousInputsAreGatheredOnTheWayToTheDevice) {
   expect_matches_reference(g, {testing::non_contiguous(t)}, 1e-6, 1e-6);
 }
 
-TEST(CudaEmulator, TheMlpExampleMatchesTheCpuBackend) {
+TEST(KILN_CUDA_SUITE, TheMlpExampleMatchesTheCpuBackend) {
   const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
   Graph g = load_model(dir + "/mlp.json");
   Tensor x = read_npy(dir + "/input.npy");
@@ -433,14 +450,24 @@ TEST(CudaEmulator, TheMlpExampleMatchesTheCpuBackend) {
   EXPECT_TRUE(tensors_close(cuda({x}).at(0), cpu({x}).at(0), 1e-5, 1e-6));
   EXPECT_TRUE(tensors_close(cuda({x}).at(0), read_npy(dir + "/expected.npy"), 1e-4, 1e-5));
   EXPECT_NE(cuda.info().key, cpu.info().key);
+  // Kernels equal but for their node's prefix are defined once: the MLP's first two
+  // layers (GEMM + bias + relu) share one.
+  LinkedModule m = link_c_module(optimized_graph(g, on_cuda()), "test");
+  const std::string cu = m.cuda.str();
+  size_t defined = 0;
+  for (size_t at = cu.find("__global__ void "); at != std::string::npos; at = cu.find("__global__ void ", at + 1)) ++defined;
+  EXPECT_EQ(m.kernel_names.size(), 4u);
+  EXPECT_EQ(defined, 3u) << cu;
+  EXPECT_EQ(m.kernel_symbols[0], m.kernel_symbols[1]);
+  EXPECT_NE(m.kernel_symbols[1], m.kernel_symbols[2]);
   // The module says where it runs; the emulator never passes for a GPU.
-  EXPECT_EQ(cuda.info().device, "kiln CUDA emulator on the CPU (not a GPU)");
+  if (!kOnGpu) EXPECT_EQ(cuda.info().device, "kiln CUDA emulator on the CPU (not a GPU)");
   EXPECT_TRUE(cpu.info().device.empty());
 }
 
 // Device buffers come from a pool: the second run of a function finds every block it
 // needs in the free lists and allocates nothing on the device.
-TEST(CudaEmulator, ASecondRunAllocatesNoDeviceMemory) {
+TEST(KILN_CUDA_SUITE, ASecondRunAllocatesNoDeviceMemory) {
   const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
   Function f = compile(load_model(dir + "/mlp.json"), on_cuda());
   Tensor x = read_npy(dir + "/input.npy");
@@ -456,7 +483,8 @@ TEST(CudaEmulator, ASecondRunAllocatesNoDeviceMemory) {
   EXPECT_EQ(device_pool_stats().cached_bytes, 0u);
 }
 
-TEST(CudaEmulator, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
+TEST(KILN_CUDA_SUITE, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
+  SKIP_ON_GPU();
   const fs::path cache = fs::path(temp_dir("cuda-cache")) / "cache";
   const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
   const std::vector<std::string> env{"KILN_CACHE_DIR=" + cache.string(), "KILN_CUDA_DEVICE=emulator"};
@@ -501,7 +529,8 @@ TEST(Cuda, WithoutADeviceTheErrorSaysWhatIsMissingAndHowToEmulate) {
 // A kernel that does not compile (a C++ compiler for the emulator that breaks relu's line
 // the way a broken op would emit it): the error names the node and its fragment line, and
 // the failing kernels.cu is kept in the cache's failed/ folder.
-TEST(CudaEmulator, AKernelCompileErrorNamesTheNodeAndKeepsTheSource) {
+TEST(KILN_CUDA_SUITE, AKernelCompileErrorNamesTheNodeAndKeepsTheSource) {
+  SKIP_ON_GPU();
   const fs::path base = temp_dir("cuda-broken");
   const fs::path cxx = base / "broken-cxx.sh";
   write_file_atomic(cxx,
@@ -569,6 +598,7 @@ std::string kernels_of(const Graph& g) {
 }
 
 TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpills) {
+  SKIP_ON_GPU();
   const Nvrtc& nvrtc = Nvrtc::get();  // scripts/setup installs NVRTC: missing it fails here
   std::vector<Graph> graphs;
   graphs.push_back(scalar_ops_graph(DType::kFloat32, false));
@@ -635,6 +665,7 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpills) {
 }
 
 TEST(CudaNvrtc, ACompileErrorNamesTheNodeAndTheFragmentLine) {
+  SKIP_ON_GPU();
   // A graph placed normally, its kernels.cu edited as a broken op would emit it.
   Graph g("broken");
   Var x = input(g, "x", DType::kFloat32, {8});

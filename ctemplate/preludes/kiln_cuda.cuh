@@ -26,4 +26,11 @@ typedef unsigned long long uint64_t;
 #define __builtin_fma fma
 #endif
 #define KILN_HELPER static __device__ __forceinline__
+/* Kept out of line: code a kernel calls at many unrolled sites (a GEMM's epilogue, 16 times
+ * per thread), which inlined would multiply NVRTC's and ptxas's work. */
+#ifdef __CUDACC_RTC__
+#define KILN_NOINLINE static __device__ __noinline__
+#else
+#define KILN_NOINLINE static __attribute__((noinline))
+#endif
 #endif

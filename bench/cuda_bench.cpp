@@ -1,0 +1,270 @@
+// CUDA backend numbers, in one run.
+// Without a GPU (always):
+//  - NVRTC cold compile of a module's kernels.cu (the toolchain's own options, cubin and
+//    PTX written), for the MLP example and a ResNet-18-sized graph (batch 1, 224x224; all
+//    20 convolutions, pools, residual adds and the classifier on the device);
+//  - the emulator's image build (clang++) of the same files;
+//  - a warm hit in a fresh process (--device cuda on the emulator): graph -> callable with
+//    the module and its kernel image in the cache; no compiler runs.
+// With a GPU (a CUDA driver and KILN_CUDA_DEVICE unset or "gpu"), also per-kernel times from
+// chains of R kernels ((t(R=11) - t(R=1)) / 10, transfers cancel): bandwidth of a large
+// elementwise op and of a row softmax against the copy kernel, the GEMM's GFLOP/s, and
+// MLP / ResNet-18 batch-1 latency.
+// Usage: cuda_bench [--repeat N]
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/c_linker.h"
+#include "compiler/compile.h"
+#include "compiler/cuda_toolchain.h"
+#include "compiler/subprocess.h"
+#include "frontend/model_loader.h"
+#include "ops/builders.h"
+#include "runtime/cuda/cuda_device.h"
+#include "util/fs.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+double since_ms(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Tensor random(const Shape& shape, std::mt19937& rng, double scale) {
+  std::normal_distribution<double> d(0.0, scale);
+  Tensor t = Tensor::empty(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.store(i, d(rng));
+  return t;
+}
+
+// conv (batch norm folded into weights and bias) + optional relu, as exporters leave it.
+Var conv_bn(Graph& g, Var x, int64_t cin, int64_t cout, int64_t k, int64_t stride, bool act,
+            std::mt19937& rng) {
+  const int64_t p = k / 2;
+  Var w = constant(g, random({cout, cin, k, k}, rng, 1.0 / std::sqrt(double(cin * k * k))));
+  Var b = constant(g, random({cout}, rng, 0.1));
+  Var y = kiln::apply("conv", {x, w, b},
+                      {{"strides", Ints{stride, stride}}, {"pads", Ints{p, p, p, p}}});
+  return act ? relu(y) : y;
+}
+
+// ResNet-18 at 224x224: stem, 4 stages of 2 basic blocks, global pool, classifier.
+Graph resnet18(int64_t batch) {
+  std::mt19937 rng(18);
+  Graph g("resnet18_like");
+  Var x = input(g, "x", DType::kFloat32, {batch, 3, 224, 224});
+  Var t = conv_bn(g, x, 3, 64, 7, 2, true, rng);
+  t = kiln::apply("max_pool", {t}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
+                                    {"pads", Ints{1, 1, 1, 1}}});
+  int64_t c = 64;
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    const int64_t out = 64 << stage;
+    for (int block = 0; block < 2; ++block) {
+      const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
+      Var y = conv_bn(g, t, c, out, 3, stride, true, rng);
+      y = conv_bn(g, y, out, out, 3, 1, false, rng);
+      Var skip = (stride != 1 || c != out) ? conv_bn(g, t, c, out, 1, stride, false, rng) : t;
+      t = relu(y + skip);
+      c = out;
+    }
+  }
+  t = flatten(mean(t, {2, 3}, true), 1);
+  Var w = constant(g, random({512, 1000}, rng, 0.05));
+  Var b = constant(g, random({1000}, rng, 0.1));
+  g.set_outputs({(matmul(t, w) + b).var()});
+  return g;
+}
+
+Graph mlp() { return load_model(KILN_MLP_JSON); }
+
+Graph make(const std::string& which) { return which == "mlp" ? mlp() : resnet18(1); }
+
+CompileOptions on_cuda(const std::string& cache = "") {
+  CompileOptions o;
+  o.device = "cuda";
+  if (!cache.empty()) o.cache_dir = cache;
+  return o;
+}
+
+// Child mode: one compile in a fresh process on the emulator, timed graph -> callable.
+int child(const std::string& which, const std::string& cache) {
+  Graph g = make(which);
+  auto t = Clock::now();
+  Function f = compile(g, on_cuda(cache));
+  std::printf("%.4f %s\n", since_ms(t), to_string(f.info().cache));
+  return 0;
+}
+
+// kernels.cu of `g` placed on CUDA, compiled by `toolchain` into a fresh folder per repeat.
+double build_ms(const Graph& placed, const CudaToolchain& toolchain, const fs::path& base,
+                int repeat, size_t* lines, size_t* kernels) {
+  LinkedModule m = link_c_module(placed, "bench");
+  const std::string source = m.cuda.str();
+  *lines = static_cast<size_t>(std::count(source.begin(), source.end(), '\n'));
+  *kernels = std::set<std::string>(m.kernel_symbols.begin(), m.kernel_symbols.end()).size();
+  std::vector<double> ms;
+  for (int r = 0; r < repeat; ++r) {
+    const fs::path dir = base / std::to_string(r);
+    fs::create_directories(dir);
+    write_file_atomic(dir / "kernels.cu", source);
+    auto t = Clock::now();
+    CompileOutcome out = toolchain.build(dir);
+    ms.push_back(since_ms(t));
+    if (!out.ok) {
+      std::fprintf(stderr, "kernels.cu of %s failed to compile:\n%s\n", placed.name().c_str(),
+                   out.log.c_str());
+      std::exit(1);
+    }
+  }
+  return median(ms);
+}
+
+void compile_rows(const fs::path& base, int repeat, const std::string& self) {
+  std::printf("%-16s %8s %8s %14s %16s %18s\n", "graph", "kernels", "lines", "NVRTC sm_90 ms",
+              "emulator cxx ms", "fresh-proc hit ms");
+  for (const std::string which : {"mlp", "resnet18"}) {
+    const Graph placed = optimized_graph(make(which), on_cuda());
+    size_t lines = 0, kernels = 0;
+    // The toolchain is chosen once per process: NVRTC here (no KILN_CUDA_DEVICE), the
+    // emulator's clang++ in a child.
+    const double nvrtc = build_ms(placed, CudaToolchain::get(), base / ("nvrtc-" + which), repeat,
+                                  &lines, &kernels);
+    ProcessResult emu = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
+                                     "--emulator-build", which, (base / ("emu-" + which)).string(),
+                                     std::to_string(repeat)});
+    const std::string cache = (base / ("cache-" + which)).string();
+    ProcessResult cold = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
+                                      "--child", which, cache});
+    std::vector<double> hits;
+    for (int r = 0; r < repeat; ++r) {
+      ProcessResult p = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
+                                     "--child", which, cache});
+      if (p.exit_code != 0 || p.out.find("hit") == std::string::npos) {
+        std::fprintf(stderr, "warm child failed: %s %s %s\n", cold.err.c_str(), p.out.c_str(),
+                     p.err.c_str());
+        std::exit(1);
+      }
+      hits.push_back(std::stod(p.out));
+    }
+    std::printf("%-16s %8zu %8zu %14.1f %16s %18.2f\n", which.c_str(), kernels, lines, nvrtc,
+                emu.out.empty() ? "?" : emu.out.substr(0, emu.out.find('\n')).c_str(),
+                median(hits));
+  }
+}
+
+int emulator_build(const std::string& which, const std::string& dir, int repeat) {
+  const Graph placed = optimized_graph(make(which), on_cuda());
+  size_t lines = 0, kernels = 0;
+  std::printf("%.1f\n", build_ms(placed, CudaToolchain::get(), dir, repeat, &lines, &kernels));
+  return 0;
+}
+
+// Median wall time of f(inputs) in ms, after a warm-up call.
+double run_ms(Function& f, const std::vector<Tensor>& inputs, int repeat) {
+  f(inputs);
+  std::vector<double> ms;
+  for (int r = 0; r < repeat; ++r) {
+    auto t = Clock::now();
+    f(inputs);
+    ms.push_back(since_ms(t));
+  }
+  return median(ms);
+}
+
+// Per-kernel time of `op` from chains of 1 and 11 (passes off, so each is its own kernel).
+template <class Op>
+double per_kernel_ms(const Shape& shape, Op op, int repeat) {
+  std::mt19937 rng(1);
+  Tensor x = random(shape, rng, 1.0);
+  double t[2];
+  for (int i = 0; i < 2; ++i) {
+    Graph g("chain");
+    Var v = input(g, "x", DType::kFloat32, shape);
+    for (int k = 0; k < (i ? 11 : 1); ++k) v = op(g, v);
+    g.set_outputs({v.var()});
+    CompileOptions o = on_cuda();
+    o.passes = "none";
+    Function f = compile(g, o);
+    t[i] = run_ms(f, {x}, repeat);
+  }
+  return (t[1] - t[0]) / 10.0;
+}
+
+void gpu_rows(int repeat) {
+  std::printf("\nGPU: %s\n", cuda_device().describe().c_str());
+  const Shape big{8192, 8192};  // 256 MiB of float32
+  const double bytes = 2.0 * 8192 * 8192 * 4;
+  const double copy = per_kernel_ms(big, [](Graph&, Var v) { return transpose(v, {0, 1}); }, repeat);
+  const double ew = per_kernel_ms(big, [](Graph&, Var v) { return relu(v * 0.5 + 0.25); }, repeat);
+  const double sm = per_kernel_ms(big, [](Graph&, Var v) { return softmax(v); }, repeat);
+  std::printf("%-30s %10s %10s %12s\n", "kernel", "ms", "GB/s", "vs copy");
+  std::printf("%-30s %10.3f %10.1f %12s\n", "copy (8192x8192 f32)", copy, bytes / copy / 1e6, "1.00");
+  std::printf("%-30s %10.3f %10.1f %12.2f\n", "fused elementwise", ew, bytes / ew / 1e6, copy / ew);
+  std::printf("%-30s %10.3f %10.1f %12.2f\n", "row softmax", sm, bytes / sm / 1e6, copy / sm);
+  const int64_t n = 4096;
+  std::mt19937 rng(2);
+  Tensor w = random({n, n}, rng, 1.0 / 64);
+  const double gemm = per_kernel_ms(
+      {n, n}, [&](Graph& g, Var v) { return matmul(v, constant(g, w)); }, repeat);
+  std::printf("%-30s %10.3f %10.1f GFLOP/s (kiln's own kernel; cuBLAS not wired)\n",
+              "GEMM 4096^3 f32", gemm, 2.0 * n * n * n / gemm / 1e6);
+  for (const std::string which : {"mlp", "resnet18"}) {
+    Graph g = make(which);
+    Function f = compile(g, on_cuda());
+    std::vector<Tensor> inputs;
+    for (const Variable* v : g.inputs()) {
+      Shape s;
+      for (int64_t d : v->type.dims) s.push_back(d < 0 ? 1 : d);
+      inputs.push_back(random(s, rng, 1.0));
+    }
+    std::printf("%-30s %10.3f ms batch-1 latency (with transfers)\n", which.c_str(),
+                run_ms(f, inputs, repeat));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
+  if (argc == 5 && std::strcmp(argv[1], "--emulator-build") == 0)
+    return emulator_build(argv[2], argv[3], std::atoi(argv[4]));
+  int repeat = 5;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  }
+  const std::string self = fs::canonical("/proc/self/exe").string();
+  const fs::path base = fs::temp_directory_path() / ("kiln-cuda-bench-" + std::to_string(::getpid()));
+  fs::create_directories(base);
+  ::setenv("KILN_CACHE_DIR", (base / "cache").c_str(), 1);
+  std::string why;
+  const std::string kind = cuda_device_kind(&why);
+  compile_rows(base, repeat, self);
+  if (kind == "gpu") {
+    gpu_rows(repeat);
+  } else {
+    std::printf("\nGPU rows not run: %s\n", kind.empty() ? why.c_str() : ("KILN_CUDA_DEVICE=" + kind).c_str());
+  }
+  fs::remove_all(base);
+  return 0;
+}
