@@ -33,6 +33,7 @@ const COp& c_op(const Node& node) {
 
 // The thunk's flags and split unit, as kiln_thunk_info initializers.
 std::string thunk_split(const COp& op, const Node& node) {
+  if (op.enqueues_device_work()) return "KILN_THUNK_DEVICE, 0";
   if (!op.c_splittable(node)) return "0, 0";
   return std::string(op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY" : "KILN_THUNK_SPLIT") +
          ", " + std::to_string(std::max<int64_t>(op.c_split_unit(node), 0));
@@ -164,8 +165,13 @@ void link_cuda_kernels(LinkedModule& m, const Graph& graph, const std::string& k
       for (size_t i = 0; i < k.params.size(); ++i) {
         args += (i ? ", " : "") + std::string("*(") + k.params[i] + " *)a[" + std::to_string(i) + "]";
       }
+      std::string sizes;
+      for (const auto& p : k.params) sizes += "sizeof(" + p + "), ";
       w.line("extern \"C\" __attribute__((visibility(\"default\"))) void kiln_emu_entry_" + k.name +
              "(void **a) { " + k.name + "(" + args + "); }");
+      // What a launch copies out of the caller's argument array (0-terminated).
+      w.line("extern \"C\" __attribute__((visibility(\"default\"))) const unsigned kiln_emu_sizes_" +
+             k.name + "[] = {" + sizes + "0u};");
     }
   }
   w.line("#endif");

@@ -155,6 +155,8 @@ Program build_program(const Graph& graph) {
     if (v->owner) {
       const auto* op = dynamic_cast<const COp*>(v->owner->op.get());
       p.slots.back().on_device = op && op->output_on_device();
+    } else {
+      p.slots.back().on_device = v->on_device;
     }
     return slot[v];
   };
@@ -431,7 +433,7 @@ Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
   // kernels yet: those passes stay off so the nodes they would replace can go to the device.
   std::string spec = passes_spec(options.passes);
   if (spec != "none") spec += std::string(spec.empty() ? "" : ",") + "-pack,-reduction";
-  return place_on_cuda(optimize(graph, spec));
+  return place_on_cuda(optimize(graph, spec), options.device_io);
 }
 
 std::string generate_source(const Graph& source, const CompileOptions& options) {

@@ -33,6 +33,10 @@ struct CompileOptions {
   // "cpu", or "cuda": nodes with CUDA code run on the CUDA device (a GPU, or the emulator
   // with KILN_CUDA_DEVICE=emulator), with transfers where values cross (rewrite/place_cuda).
   std::string device = "cpu";
+  // With device "cuda": the function takes its inputs and returns its outputs in device
+  // memory (runtime/cuda/device_tensor.h moves tensors there and back), so a caller
+  // chaining functions on the GPU copies nothing through the host.
+  bool device_io = false;
 };
 
 Function compile(const Graph& graph, const CompileOptions& options = {});

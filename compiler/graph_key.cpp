@@ -48,7 +48,11 @@ std::string signature_of(const Graph& graph, const Refs& refs) {
   std::string s;
   s.reserve(64 * (graph.nodes().size() + graph.inputs().size() + graph.constants().size() + 1));
   for (const Variable* v : graph.inputs())
-    s.append("input ").append(refs.of(v)).append(" ").append(v->type.to_string()).append("\n");
+    s.append("input ")
+        .append(refs.of(v))
+        .append(" ")
+        .append(v->type.to_string())
+        .append(v->on_device ? " on_device\n" : "\n");
   for (const Variable* v : graph.constants()) {
     s.append("constant ").append(refs.of(v)).append(" ").append(v->type.to_string());
     if (is_inlined_scalar(v)) {

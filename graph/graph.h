@@ -27,6 +27,8 @@ struct Variable {
   // A model weight (e.g. an ONNX initializer): bound at run time like any tensor constant
   // and never inlined into the source, so one module serves any weights.
   bool parameter = false;
+  // A graph input the caller passes in device (CUDA) memory; set by CUDA placement.
+  bool on_device = false;
 };
 
 // True for a rank-0 constant whose value is pasted into generated code (and so into the

@@ -94,6 +94,9 @@ class COp : public Op {
   virtual bool output_on_device() const { return false; }
   // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.
   virtual const COp* placed_on_cuda() const { return nullptr; }
+  // True when the thunk enqueues device work and completes with its stream
+  // (KILN_THUNK_DEVICE): CUDA nodes and transfers.
+  virtual bool enqueues_device_work() const { return false; }
 };
 
 }  // namespace kiln

@@ -32,6 +32,7 @@ class CudaPlaced : public COp {
   int cuda_view_of(const Node& node) const override { return inner_->cuda_view_of(node); }
   bool output_on_device() const override { return true; }
   const COp* placed_on_cuda() const override { return inner_.get(); }
+  bool enqueues_device_work() const override { return true; }
 
  private:
   std::shared_ptr<const COp> inner_;

@@ -49,7 +49,7 @@ std::string Transfer::c_code(const Node& node, const CodeNames& names, const Sub
     // Device tensors are always contiguous.
     s += "  (void)kiln_contiguous;\n";
     s += "  if (kiln_n > 0 && " + sub.ctx + "->copy(" + sub.ctx + ", " + y + "->data, " + x +
-         "->data, kiln_bytes, KILN_COPY_TO_HOST)) {\n";
+         "->data, kiln_bytes, KILN_COPY_TO_HOST_ASYNC)) {\n";
   }
   s += "    kiln_status = 1;\n    goto kiln_cleanup;\n  }\n}\n";
   return s;

@@ -16,6 +16,7 @@ class Transfer : public COp {
   std::optional<int> cache_version() const override { return 1; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool output_on_device() const override { return to_device_; }
+  bool enqueues_device_work() const override { return true; }
 
  private:
   bool to_device_;

@@ -8,7 +8,10 @@
 namespace kiln {
 
 GraphCopy::GraphCopy(const Graph& src) : src_(src), dst_(src.name()) {
-  for (const Variable* v : src.inputs()) map_[v] = dst_.add_input(v->name, v->type);
+  for (const Variable* v : src.inputs()) {
+    map_[v] = dst_.add_input(v->name, v->type);
+    map_[v]->on_device = v->on_device;
+  }
 }
 
 Variable* GraphCopy::map(const Variable* old) {

@@ -14,7 +14,8 @@ Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise pro
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation
 Graph remove_dead(const Graph& graph);       // dce.cpp: nodes no output needs
 // place_cuda.cpp: nodes with CUDA code -> CUDA, transfers at the boundaries. Not in the
-// default list: compile() runs it for CompileOptions::device == "cuda".
-Graph place_on_cuda(const Graph& graph);
+// default list: compile() runs it for CompileOptions::device == "cuda". device_io: the
+// graph's inputs arrive and its outputs leave in device memory.
+Graph place_on_cuda(const Graph& graph, bool device_io = false);
 
 }  // namespace kiln

@@ -1,7 +1,8 @@
 // Placement on CUDA: every node whose op has CUDA code for its dtypes and props runs on the
 // device; the rest stay on the CPU. A value crossing between the two gets one transfer
 // node per direction (to_device / to_host), shared by every reader. Graph inputs and
-// outputs stay host tensors. Device values are named "<name>.cuda".
+// outputs are host tensors, or all device tensors with device_io (then an output keeps its
+// name on the device). Other device values are named "<name>.cuda".
 #include <unordered_map>
 
 #include "ops/cuda_placed.h"
@@ -14,11 +15,22 @@
 
 namespace kiln {
 
-Graph place_on_cuda(const Graph& graph) {
+Graph place_on_cuda(const Graph& graph, bool device_io) {
   GraphCopy copy(graph);
   Graph& dst = copy.dst();
   std::unordered_map<const Variable*, Variable*> on_device;  // source var -> device var
   std::unordered_map<const Variable*, bool> on_host;         // source var has a host value
+  if (device_io) {
+    for (const Variable* v : graph.inputs()) {
+      Variable* in = copy.map(v);
+      in->on_device = true;
+      on_device[v] = in;
+      on_host[v] = false;
+    }
+  }
+  auto device_name = [&](const Variable* v) {
+    return device_io && is_graph_output(graph, v) ? v->name : v->name + ".cuda";
+  };
   auto to_host_op = std::make_shared<Transfer>(false);
   auto to_device_op = std::make_shared<Transfer>(true);
 
@@ -35,7 +47,7 @@ Graph place_on_cuda(const Graph& graph) {
     auto it = on_device.find(v);
     if (it != on_device.end()) return it->second;
     Variable* host = copy.map(v);
-    Variable* dev = dst.add_node(to_device_op, {host}, "", {v->name + ".cuda"})->outputs[0];
+    Variable* dev = dst.add_node(to_device_op, {host}, "", {device_name(v)})->outputs[0];
     on_device[v] = dev;
     return dev;
   };
@@ -61,13 +73,26 @@ Graph place_on_cuda(const Graph& graph) {
       inputs.push_back(k >= first_literal && is_inlined_scalar(v) ? copy.map(v) : device_value(v));
     }
     std::vector<std::string> names;
-    for (const Variable* v : node->outputs) names.push_back(v->name + ".cuda");
+    for (const Variable* v : node->outputs) names.push_back(device_name(v));
     auto shared = std::static_pointer_cast<const COp>(node->op);
     Node* placed = dst.add_node(std::make_shared<CudaPlaced>(shared), inputs, node->name, names);
     for (size_t i = 0; i < node->outputs.size(); ++i) on_device[node->outputs[i]] = placed->outputs[i];
   }
-  for (const Variable* v : graph.outputs()) host_value(v);
-  return copy.finish();
+  if (!device_io) {
+    for (const Variable* v : graph.outputs()) host_value(v);
+    return copy.finish();
+  }
+  for (const Variable* v : graph.outputs()) copy.replace(v, device_value(v));
+  Graph placed = copy.finish();
+  for (const Variable* v : placed.outputs()) {
+    // finish() names an output that repeats another (or an input) through a host copy.
+    const auto* op = v->owner ? dynamic_cast<const COp*>(v->owner->op.get()) : nullptr;
+    if (!(v->owner ? op && op->output_on_device() : v->on_device)) {
+      throw UserError("graph '" + graph.name() + "': output '" + v->name +
+                      "' repeats another output or an input, which device_io does not support");
+    }
+  }
+  return placed;
 }
 
 }  // namespace kiln

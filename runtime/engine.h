@@ -23,6 +23,9 @@ struct PushOptions {
   int device = 0;    // worker pool: 0 is the CPU
 };
 
+// The worker pool of CUDA steps: each of its workers enqueues on a stream of its own.
+constexpr int kCudaEngineDevice = 1;
+
 class Engine {
  public:
   using Fn = std::function<void()>;

@@ -1,7 +1,10 @@
 #include "runtime/executor.h"
 
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_completion.h"
 #include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/device_steps.h"
+#include "runtime/cuda/staged_copies.h"
 
 #include <algorithm>
 #include <cstring>
@@ -74,6 +77,19 @@ void Executor::validate(const std::vector<Tensor>& inputs) const {
                       ", got " + (t.defined() ? t.describe() : std::string("no tensor")));
     };
     if (!t.defined()) mismatch("missing");
+    if (t.storage()->on_device() != spec.on_device) {
+      // Device memory read on the host (or the reverse) would crash or read garbage.
+      throw UserError("input '" + spec.name + "': expected a " +
+                      (spec.on_device ? "CUDA device tensor (the function was compiled with "
+                                        "device inputs)"
+                                      : "host tensor") +
+                      ", got a " + (t.storage()->on_device() ? "device" : "host") + " tensor " +
+                      t.describe());
+    }
+    if (spec.on_device && !t.is_contiguous()) {
+      throw UserError("input '" + spec.name + "': a device input must be contiguous, got " +
+                      t.describe() + " with strides " + dims_to_string(t.strides()));
+    }
     if (t.dtype() != spec.dtype) mismatch("wrong dtype");
     if (t.ndim() != static_cast<int>(spec.dims.size())) mismatch("wrong rank");
     for (size_t d = 0; d < spec.dims.size(); ++d) {
@@ -239,7 +255,14 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
         // Device memory, one buffer per value for now (no arena on the device yet).
         CudaDevice& device = cuda_device();
         const size_t bytes = static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(spec.dtype);
-        values[s] = Tensor(allocate_device_storage(device, bytes), 0, spec.dtype, plan.shapes[s],
+        std::shared_ptr<Storage> storage;
+        try {
+          storage = allocate_device_storage(device, bytes);
+        } catch (const Error& e) {
+          // The device is too small for this run: a smaller batch or fewer runs at once fit.
+          throw UserError(step.label + ": output " + spec.name + ": " + e.what());
+        }
+        values[s] = Tensor(std::move(storage), 0, spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
         if (poison_ && bytes) {
           std::vector<unsigned char> ff(bytes, 0xFF);
@@ -254,7 +277,8 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
   return values;
 }
 
-void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
+void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream,
+                        StagedCopies* copies) {
   std::vector<kiln_tensor> views;
   views.reserve(step.inputs.size() + step.outputs.size());
   int64_t work = 0;
@@ -271,6 +295,7 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
     ThunkContext ctx;
     ctx.set_part(part, n_parts);
     ctx.set_kernels(module_->kernels());
+    ctx.set_device(stream, copies);
     int rc = thunk.fn(module_->state(), ctx.abi(), ptrs.data(), ptrs.data() + step.inputs.size());
     if (rc != 0) {
       throw UserError(step.label + ": " +
@@ -301,8 +326,29 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values) {
       *engine_, n_parts, [&](int part) { call(part, n_parts); }, step.label);
 }
 
+bool Executor::is_device_step(const StepSpec& step) const {
+  return (module_->info().thunks[step.thunk].flags & KILN_THUNK_DEVICE) != 0;
+}
+
 void Executor::run_steps(std::vector<Tensor>& values) {
-  for (const StepSpec& step : program_.steps) run_step(step, values);
+  DeviceSteps in_flight;  // declared first: waited for before anything else goes
+  for (const StepSpec& step : program_.steps) {
+    if (!is_device_step(step)) {
+      in_flight.wait();  // a host step may read what device steps copied back
+      run_step(step, values);
+      continue;
+    }
+    DeviceStream& stream = thread_stream();
+    auto copies = std::make_unique<StagedCopies>();
+    try {
+      run_step(step, values, &stream, copies.get());
+    } catch (...) {
+      drain_after_failure(stream);
+      throw;
+    }
+    in_flight.add(step.label, stream, std::move(copies));
+  }
+  in_flight.wait();
 }
 
 std::vector<Tensor> Executor::outputs_of(const std::vector<Tensor>& values) const {
@@ -320,6 +366,36 @@ struct PendingRun::State {
   std::vector<Tensor> outputs;
   bool waited = false;
 };
+
+void Executor::push_device_step(const StepSpec& step,
+                                const std::shared_ptr<PendingRun::State>& state,
+                                const std::vector<VarHandle>& reads,
+                                const std::vector<VarHandle>& writes) {
+  auto fn = [this, &step, state](const Engine::OnComplete& done) {
+    DeviceStream& stream = thread_stream();  // this worker's own
+    auto copies = std::make_shared<StagedCopies>();
+    std::shared_ptr<DeviceEvent> event;
+    try {
+      run_step(step, state->values, &stream, copies.get());
+      event = stream.record();
+    } catch (...) {
+      drain_after_failure(stream);
+      done(std::current_exception());
+      return;
+    }
+    // The run's buffers (state) stay alive until the device is done with them.
+    when_complete(std::move(event), [copies, done, state, &step](const std::string& error) {
+      if (error.empty()) {
+        copies->finish();
+        done(nullptr);
+        return;
+      }
+      copies->abandon();
+      done(std::make_exception_ptr(Error(step.label + ": " + error)));
+    });
+  };
+  engine_->push_async(std::move(fn), reads, writes, PushOptions{step.label, 0, kCudaEngineDevice});
+}
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   validate(inputs);
@@ -373,6 +449,10 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     for (int s : step.outputs) {
       writes.push_back(slot_var[s]);
       for (int a : plan->aliases[s]) writes.push_back(slot_var[a]);
+    }
+    if (is_device_step(step)) {
+      push_device_step(step, state, reads, writes);
+      continue;
     }
     engine_->push([this, &step, state] { run_step(step, state->values); }, reads, writes,
                   PushOptions{step.label});

@@ -17,7 +17,9 @@
 
 namespace kiln {
 
+class DeviceStream;
 class Executor;
+class StagedCopies;
 
 // The outcome of Executor::run_async: get() waits for the run and returns its outputs, or
 // rethrows the error of the step that failed. Destroying an unfinished run waits for it.
@@ -91,8 +93,15 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
   PendingRun start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan);
   std::vector<Tensor> bind(const std::vector<Tensor>& inputs, const Plan& plan) const;
-  void run_step(const StepSpec& step, std::vector<Tensor>& values);
+  // stream/copies: where a device step's work goes (see ThunkContext::set_device).
+  void run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream = nullptr,
+                StagedCopies* copies = nullptr);
   void run_steps(std::vector<Tensor>& values);
+  bool is_device_step(const StepSpec& step) const;
+  // Pushes a device step as an async engine function: it enqueues on its worker's stream
+  // and completes when the stream has done that work.
+  void push_device_step(const StepSpec& step, const std::shared_ptr<PendingRun::State>& state,
+                        const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes);
   std::vector<Tensor> outputs_of(const std::vector<Tensor>& values) const;
 
   std::shared_ptr<Module> module_;

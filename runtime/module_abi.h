@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 6
+#define KILN_ABI_VERSION 7
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -40,7 +40,8 @@ struct kiln_ctx {
 };
 
 #define KILN_COPY_TO_DEVICE 1
-#define KILN_COPY_TO_HOST 2
+#define KILN_COPY_TO_HOST 2       /* the host bytes are there when copy returns */
+#define KILN_COPY_TO_HOST_ASYNC 3 /* the host bytes are there once the step completes */
 
 /* Geometry of a 2-D sliding window (1-D runs as H = 1), computed by the compiler. */
 typedef struct kiln_window {
@@ -118,6 +119,9 @@ typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
 /* Each output element costs many operations (a convolution's taps), so the executor splits
  * the thunk at a far smaller size than an elementwise one. */
 #define KILN_THUNK_HEAVY 2
+/* The thunk enqueues device work (kernels, copies) on its context's stream and returns;
+ * the step completes when the stream has done that work. */
+#define KILN_THUNK_DEVICE 4
 
 typedef struct kiln_thunk_info {
   kiln_thunk_fn fn;

@@ -10,20 +10,23 @@ namespace kiln {
 class Storage {
  public:
   Storage(void* data, size_t bytes, bool pooled) : data_(data), bytes_(bytes), pooled_(pooled) {}
-  // Memory of a device (CUDA): `release` gives it back; the host must not dereference it.
-  Storage(void* data, size_t bytes, std::function<void(void*)> release)
-      : data_(data), bytes_(bytes), pooled_(false), release_(std::move(release)) {}
+  // Memory someone else owns: `release` gives it back. On a device (CUDA) unless
+  // `on_device` is false (pinned host memory); the host must not dereference device memory.
+  Storage(void* data, size_t bytes, std::function<void(void*)> release, bool on_device = true)
+      : data_(data), bytes_(bytes), pooled_(false), on_device_(on_device),
+        release_(std::move(release)) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  bool on_device() const { return static_cast<bool>(release_); }
+  bool on_device() const { return on_device_; }
 
  private:
   void* data_;
   size_t bytes_;
   bool pooled_;
+  bool on_device_ = false;
   std::function<void(void*)> release_;
 };
 

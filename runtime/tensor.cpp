@@ -138,6 +138,10 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 char* Tensor::element_ptr(int64_t flat) const {
+  if (storage_ && storage_->on_device()) {
+    throw UserError("reading or writing the elements of a device tensor (" + describe() +
+                    ") on the host: copy it to the host first (to_host)");
+  }
   int64_t off = 0;
   for (size_t i = shape_.size(); i-- > 0;) {
     int64_t d = shape_[i];
@@ -204,7 +208,8 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 std::string Tensor::describe() const {
-  return std::string(dtype_name(dtype_)) + " " + dims_to_string(shape_);
+  return std::string(dtype_name(dtype_)) + " " + dims_to_string(shape_) +
+         (storage_ && storage_->on_device() ? " on cuda" : "");
 }
 
 void copy_into(const Tensor& src, Tensor& dst) {
@@ -213,6 +218,11 @@ void copy_into(const Tensor& src, Tensor& dst) {
                     dims_to_string(dst.shape()));
   }
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    if ((src.storage() && src.storage()->on_device()) ||
+        (dst.storage() && dst.storage()->on_device())) {
+      throw UserError("copy: " + src.describe() + " into " + dst.describe() +
+                      ": device tensors move with to_device / to_host");
+    }
     if (src.nbytes()) std::memcpy(dst.data(), src.data(), src.nbytes());
     return;
   }

@@ -16,8 +16,7 @@ ThreadedEngine::~ThreadedEngine() {
 WorkerPool& ThreadedEngine::pool(int device) {
   std::lock_guard lock(pools_mutex_);
   auto& p = pools_[device];
-  // The CPU pool has a worker per core; a device pool one worker per device queue.
-  if (!p) p = std::make_unique<WorkerPool>(device == 0 ? cpu_workers_ : 1);
+  if (!p) p = std::make_unique<WorkerPool>(workers(device));
   return *p;
 }
 

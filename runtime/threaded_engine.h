@@ -23,7 +23,10 @@ class ThreadedEngine : public EngineCore {
   void wait_for_all() override;
   void delete_var(VarHandle var) override;
   const char* kind() const override { return "threaded"; }
-  int workers(int device) const override { return device == 0 ? cpu_workers_ : 1; }
+  int workers(int device) const override { return device == 0 ? cpu_workers_ : kDeviceWorkers; }
+  // A device's functions only enqueue work and return: two workers (two streams) let
+  // independent branches overlap on the device without a thread per branch.
+  static constexpr int kDeviceWorkers = 2;
 
  private:
   void enqueue(std::unique_ptr<Opr> opr);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/staged_copies.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -49,7 +50,8 @@ int ThunkContext::launch(kiln_ctx* ctx, int32_t kernel, const uint32_t dims[6], 
   auto* self = static_cast<ThunkContext*>(ctx->impl);
   try {
     if (!self->kernels_) throw Error("this module has no device kernels");
-    self->kernels_->launch(kernel, dims, shared, args);
+    self->kernels_->launch(self->stream_ ? *self->stream_ : thread_stream(), kernel, dims, shared,
+                           args);
     return 0;
   } catch (const std::exception& e) {
     fail(ctx, "%s", e.what());
@@ -58,12 +60,29 @@ int ThunkContext::launch(kiln_ctx* ctx, int32_t kernel, const uint32_t dims[6], 
 }
 
 int ThunkContext::copy(kiln_ctx* ctx, void* dst, const void* src, size_t bytes, int32_t kind) {
+  auto* self = static_cast<ThunkContext*>(ctx->impl);
   try {
     CudaDevice& device = cuda_device();
-    if (kind == KILN_COPY_TO_DEVICE) {
-      device.copy_to_device(dst, src, bytes);
-    } else {
-      device.copy_to_host(dst, src, bytes);
+    DeviceStream& stream = self->stream_ ? *self->stream_ : thread_stream();
+    StagedCopies local;
+    StagedCopies& copies = self->copies_ ? *self->copies_ : local;
+    switch (kind) {
+      case KILN_COPY_TO_DEVICE:
+        copies.to_device(device, stream, dst, src, bytes);
+        break;
+      case KILN_COPY_TO_HOST:
+        copies.to_host_now(device, stream, dst, src, bytes);
+        break;
+      case KILN_COPY_TO_HOST_ASYNC:
+        copies.to_host_later(device, stream, dst, src, bytes);
+        break;
+      default:
+        throw Error("ctx->copy: unknown copy kind " + std::to_string(kind));
+    }
+    if (&copies == &local && !local.empty()) {
+      // Nobody finishes these after the step: complete them before returning.
+      stream.synchronize();
+      local.finish();
     }
     return 0;
   } catch (const std::exception& e) {

@@ -9,7 +9,9 @@
 
 namespace kiln {
 
+class DeviceStream;
 class KernelImage;
+class StagedCopies;
 
 class ThunkContext {
  public:
@@ -21,6 +23,12 @@ class ThunkContext {
   }
   // The kernels ctx->launch starts (a module's device kernels).
   void set_kernels(KernelImage* kernels) { kernels_ = kernels; }
+  // Where a device thunk's launches and copies go (thread_stream() when unset), and what
+  // holds its staged copies until the step completes (synchronous copies when unset).
+  void set_device(DeviceStream* stream, StagedCopies* copies) {
+    stream_ = stream;
+    copies_ = copies;
+  }
   const std::string& message() const { return message_; }
   void reset();  // drops the message and releases the workspace
 
@@ -31,6 +39,8 @@ class ThunkContext {
                     void** args);
   static int copy(kiln_ctx* ctx, void* dst, const void* src, size_t bytes, int32_t kind);
   KernelImage* kernels_ = nullptr;
+  DeviceStream* stream_ = nullptr;
+  StagedCopies* copies_ = nullptr;
   kiln_ctx ctx_{};
   std::string message_;
   std::vector<std::shared_ptr<Storage>> scratch_;

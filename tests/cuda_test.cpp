@@ -24,7 +24,10 @@
 #include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
+#include "runtime/cuda/device_completion.h"
 #include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/device_tensor.h"
+#include "runtime/engine.h"
 #include "runtime/npy.h"
 #include "util/fs.h"
 
@@ -481,6 +484,166 @@ TEST(KILN_CUDA_SUITE, ASecondRunAllocatesNoDeviceMemory) {
   EXPECT_TRUE(tensors_close(second, first, 0, 0)) << "a reused block holds no stale result";
   device_pool_trim();
   EXPECT_EQ(device_pool_stats().cached_bytes, 0u);
+}
+
+// Two branches big enough to run apart: to_device, softmax and matmul on one side each,
+// then both copied back. Every step is device work.
+Graph branched_graph() {
+  Graph g("cuda_branches");
+  Var x = input(g, "x", DType::kFloat32, {300, 257});
+  Var w = input(g, "w", DType::kFloat32, {257, 70});
+  g.set_outputs({softmax(x).var(), matmul(x, w).var()});
+  return g;
+}
+
+// The threaded engine runs a branched program step by step: each device step is an async
+// engine function that enqueues on its worker's stream and completes through its event.
+// Two runs in flight at once keep their own buffers.
+TEST(KILN_CUDA_SUITE, BranchedRunsCompleteAsynchronouslyThroughDeviceEvents) {
+  std::mt19937 rng(41);
+  const Graph g = branched_graph();
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions o = on_cuda();
+  o.engine = engine.get();
+  Function f = compile(g, o);
+  const Tensor x1 = nasty(DType::kFloat32, {300, 257}, rng), x2 = nasty(DType::kFloat32, {300, 257}, rng);
+  const Tensor w = testing::random_tensor(DType::kFloat32, {257, 70}, rng);
+  const uint64_t before = completions_delivered();
+  PendingRun r1 = f.run_async({{"x", x1}, {"w", w}});
+  PendingRun r2 = f.run_async({{"x", x2}, {"w", w}});
+  const std::vector<Tensor> got2 = r2.get(), got1 = r1.get();
+  int device_steps = 0;
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const auto* op = dynamic_cast<const COp*>(n->op.get());
+    device_steps += op && op->enqueues_device_work();
+  }
+  EXPECT_EQ(device_steps, 6) << "x and w to the device, softmax, matmul, two copies back";
+  EXPECT_GE(completions_delivered() - before, static_cast<uint64_t>(2 * device_steps))
+      << "every device step of both runs completed through its stream's event";
+  for (const auto& [got, x] : {std::pair{got1, x1}, std::pair{got2, x2}}) {
+    const std::vector<Tensor> want = evaluate_reference(g, {x, w});
+    EXPECT_TRUE(tensors_close(got.at(0), want.at(0), 1e-5, 1e-6));
+    EXPECT_TRUE(tensors_close(got.at(1), want.at(1), 1e-4, 1e-4));
+  }
+}
+
+// Copies back to the host go through pinned staging blocks, held until the step's event
+// and then returned: a second run takes them from the pool.
+TEST(KILN_CUDA_SUITE, CopiesGoThroughPinnedStagingThatASecondRunReuses) {
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  Function f = compile(load_model(dir + "/mlp.json"), on_cuda());
+  const Tensor x = read_npy(dir + "/input.npy");
+  const Tensor first = f({x}).at(0);
+  const DevicePoolStats before = pinned_pool_stats();
+  EXPECT_GT(before.cached_bytes, 0u) << "staging blocks went back to the pool";
+  const Tensor second = f({x}).at(0);
+  const DevicePoolStats after = pinned_pool_stats();
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_GT(after.reuses, before.reuses);
+  EXPECT_TRUE(tensors_close(second, first, 0, 0));
+}
+
+// A kernel that fails on the device is reported at the step's event, asynchronously: the
+// run fails naming the node, in a chain (one thread) and on the engine, and the next run
+// without the fault is right.
+TEST(KILN_CUDA_SUITE, ADeviceFaultFailsTheRunNamingTheNodeAndTheNextRunWorks) {
+  SKIP_ON_GPU();
+  std::mt19937 rng(42);
+  const Graph g = branched_graph();
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions o = on_cuda();
+  o.engine = engine.get();
+  Function branched = compile(g, o);
+  Graph chain("cuda_chain");
+  Var cx = input(chain, "x", DType::kFloat32, {5, 9});
+  chain.set_outputs({exp(softmax(cx)).var()});
+  Function chained = compile(chain, on_cuda());
+  const Tensor x = nasty(DType::kFloat32, {300, 257}, rng);
+  const Tensor w = testing::random_tensor(DType::kFloat32, {257, 70}, rng);
+  const Tensor small = testing::random_tensor(DType::kFloat32, {5, 9}, rng);
+  // Not a UserError: the device failed, not the model.
+  auto device_error_of = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ::setenv("KILN_CUDA_EMULATOR_FAULT", "softmax", 1);
+  const std::string on_engine = device_error_of([&] { branched.run_async({{"x", x}, {"w", w}}).get(); });
+  const std::string in_chain = device_error_of([&] { chained({small}); });
+  ::unsetenv("KILN_CUDA_EMULATOR_FAULT");
+  for (const std::string& err : {on_engine, in_chain}) {
+    EXPECT_NE(err.find("(cuda:softmax)"), std::string::npos) << err;
+    EXPECT_NE(err.find("failed on the device"), std::string::npos) << err;
+  }
+  const std::vector<Tensor> want = evaluate_reference(g, {x, w});
+  const std::vector<Tensor> got = branched.run_async({{"x", x}, {"w", w}}).get();
+  EXPECT_TRUE(tensors_close(got.at(0), want.at(0), 1e-5, 1e-6));
+  EXPECT_TRUE(tensors_close(chained({small}).at(0), evaluate_reference(chain, {small}).at(0), 1e-5, 1e-6));
+}
+
+// A device too small for a run fails it naming the node whose output did not fit.
+TEST(KILN_CUDA_SUITE, OutOfDeviceMemoryFailsTheRunNamingTheNode) {
+  SKIP_ON_GPU();
+  std::mt19937 rng(43);
+  Graph g("cuda_oom");
+  Var x = input(g, "x", DType::kFloat32, {64, 1000});
+  g.set_outputs({softmax(x).var()});
+  Function f = compile(g, on_cuda());
+  const Tensor xs = testing::random_tensor(DType::kFloat32, {64, 1000}, rng);
+  device_pool_trim();  // no cached block may serve the run
+  ::setenv("KILN_CUDA_EMULATOR_MEMORY", "300000", 1);  // x fits (256 KB), its softmax does not
+  const std::string err = error_of([&] { f({xs}); });
+  ::unsetenv("KILN_CUDA_EMULATOR_MEMORY");
+  EXPECT_NE(err.find("(cuda:softmax)"), std::string::npos) << err;
+  EXPECT_NE(err.find("out of memory allocating"), std::string::npos) << err;
+  EXPECT_TRUE(tensors_close(f({xs}).at(0), evaluate_reference(g, {xs}).at(0), 1e-5, 1e-6));
+}
+
+// With device_io the caller passes device tensors and gets device tensors: no transfer
+// nodes at the edges, a CPU-only node in between still works, two functions chain on the
+// device, and a tensor on the wrong side is refused by name.
+TEST(KILN_CUDA_SUITE, DeviceInputsAndOutputsStayOnTheDevice) {
+  std::mt19937 rng(44);
+  Graph g("cuda_device_io");
+  Var x = input(g, "x", DType::kFloat32, {7, 33});
+  Var p = apply("pad", {exp(x)}, {{"pads", std::vector<int64_t>{1, 0, 2, 3}}, {"value", 1.0}});
+  g.set_outputs({softmax(p).var(), (x * 2.0).var()});
+  CompileOptions o = on_cuda();
+  o.device_io = true;
+  const Graph placed = optimized_graph(g, o);
+  int uploads = 0, downloads = 0;
+  for (const auto& n : placed.nodes()) {
+    uploads += n->op->name() == "to_device";
+    downloads += n->op->name() == "to_host";
+  }
+  EXPECT_EQ(downloads, 1) << "only into the CPU's pad";
+  EXPECT_EQ(uploads, 1) << "only out of the pad";
+  EXPECT_EQ(placed.outputs().at(0)->name, g.outputs().at(0)->name) << "outputs keep their names";
+  Function f = compile(g, o);
+  const Tensor xs = nasty(DType::kFloat32, {7, 33}, rng);
+  const std::vector<Tensor> got = f({to_device(xs)});
+  ASSERT_EQ(got.size(), 2u);
+  const std::vector<Tensor> want = evaluate_reference(g, {xs});
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i].storage()->on_device()) << i;
+    EXPECT_TRUE(tensors_close(to_host(got[i]), want[i], 1e-5, 1e-6)) << i;
+  }
+  // The second output feeds a second function without leaving the device.
+  Graph h("cuda_device_io_next");
+  Var y = input(h, "y", DType::kFloat32, {7, 33});
+  h.set_outputs({(y + 1.0).var()});
+  Function next = compile(h, o);
+  const Tensor chained = to_host(next({got[1]}).at(0));
+  EXPECT_TRUE(tensors_close(chained, evaluate_reference(h, {want[1]}).at(0), 1e-6, 1e-6));
+  EXPECT_NE(error_of([&] { f({xs}); }).find("input 'x': expected a CUDA device tensor"), std::string::npos);
+  Function on_host = compile(g, on_cuda());
+  EXPECT_NE(error_of([&] { on_host({to_device(xs)}); }).find("input 'x': expected a host tensor, got a device tensor"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { got[0].load(0); }).find("copy it to the host first"), std::string::npos);
 }
 
 TEST(KILN_CUDA_SUITE, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {

@@ -41,8 +41,10 @@ int main(int argc, char** argv) {
     // blocks of 64 threads keep every fiber tracked. The kernel takes any blockDim.x that
     // is a multiple of 32.
     const uint32_t dims[6] = {3, 1, 1, 64, 1, 1};
-    kernels->launch(0, dims, 0, args);
-    device->copy_to_host(y.data(), dy, y.size() * sizeof(float));
+    auto stream = device->create_stream();  // the kernel runs on the stream's thread
+    kernels->launch(*stream, 0, dims, 0, args);
+    stream->copy_to_host_async(y.data(), dy, y.size() * sizeof(float));
+    stream->synchronize();
     device->release(dx);
     device->release(dy);
     double worst = 0;

@@ -54,4 +54,11 @@ CudaDevice& cuda_device() {
   return *c.device;
 }
 
+DeviceStream& thread_stream() {
+  // Destroyed at thread exit (a worker's stream drains then), before the device itself.
+  thread_local std::unique_ptr<DeviceStream> stream;
+  if (!stream) stream = cuda_device().create_stream();
+  return *stream;
+}
+
 }  // namespace kiln

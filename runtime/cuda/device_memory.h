@@ -1,9 +1,12 @@
 #pragma once
-// Device memory as a runtime Storage, from a pool: a block freed by its last tensor goes to
-// a free list of its size class and serves the next request of that class, so a function
-// run again allocates nothing on the device. Reuse is safe in stream order: every launch
-// and copy of a process goes to the device's one stream, so work that read a block is
-// queued before work that writes it again.
+// Memory of the CUDA device and page-locked host staging memory, each from a pool: a block
+// freed by its last user goes to a free list of its size class and serves the next request
+// of that class, so a function run again allocates nothing.
+//
+// Device blocks are reused in stream order: the executor frees a run's device buffers only
+// after every step that used them has completed (the events of their streams fired), so a
+// block handed out again is never still read or written by queued work. Staging blocks are
+// held by a step's completion in the same way.
 #include <cstddef>
 #include <memory>
 
@@ -14,6 +17,8 @@ namespace kiln {
 class CudaDevice;
 
 std::shared_ptr<Storage> allocate_device_storage(CudaDevice& device, size_t bytes);
+// Host memory an async copy may use as its source or destination.
+std::shared_ptr<Storage> allocate_pinned_storage(CudaDevice& device, size_t bytes);
 
 struct DevicePoolStats {
   size_t allocations = 0;   // served by the device's allocator
@@ -21,7 +26,8 @@ struct DevicePoolStats {
   size_t cached_bytes = 0;  // held in free lists now
 };
 DevicePoolStats device_pool_stats();
-// Gives every cached block back to the device (also done once when an allocation fails).
+DevicePoolStats pinned_pool_stats();
+// Gives every cached block back (also done once when an allocation fails).
 void device_pool_trim();
 
 }  // namespace kiln

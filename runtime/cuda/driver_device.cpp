@@ -17,6 +17,9 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 constexpr int kComputeMajor = 75, kComputeMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 
 struct Driver {
@@ -39,6 +42,16 @@ struct Driver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned) = nullptr;
+  CUresult (*cuMemFreeHost)(void*) = nullptr;
+  CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*cuStreamDestroy)(CUstream) = nullptr;
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
 
   std::string error(CUresult r) const {
     const char* s = nullptr;
@@ -53,7 +66,65 @@ bool bind(Driver& d, F& fn, const char* name) {
   return fn != nullptr;
 }
 
-class DriverDevice;
+void check(const Driver& d, CUresult r, const std::string& what) {
+  if (r != 0) throw Error("CUDA: " + what + ": " + d.error(r));
+}
+
+class DriverEvent : public DeviceEvent {
+ public:
+  DriverEvent(const Driver& d, CUcontext ctx, CUevent event) : d_(d), ctx_(ctx), event_(event) {}
+  ~DriverEvent() override {
+    d_.cuCtxSetCurrent(ctx_);
+    d_.cuEventDestroy(event_);
+  }
+  void wait() override {
+    d_.cuCtxSetCurrent(ctx_);
+    check(d_, d_.cuEventSynchronize(event_), "waiting for device work");
+  }
+
+ private:
+  const Driver& d_;
+  CUcontext ctx_;
+  CUevent event_;
+};
+
+class DriverStream : public DeviceStream {
+ public:
+  DriverStream(const Driver& d, CUcontext ctx) : d_(d), ctx_(ctx) {
+    d_.cuCtxSetCurrent(ctx_);
+    // Non-blocking: no implicit ordering with the legacy default stream or other streams;
+    // the engine orders what depends on what.
+    check(d_, d_.cuStreamCreate(&stream_, kStreamNonBlocking), "creating a stream");
+  }
+  ~DriverStream() override {
+    d_.cuCtxSetCurrent(ctx_);
+    d_.cuStreamDestroy(stream_);
+  }
+  CUstream handle() const { return stream_; }
+  void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
+    d_.cuCtxSetCurrent(ctx_);
+    check(d_, d_.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, stream_),
+          "copy to device");
+  }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
+    d_.cuCtxSetCurrent(ctx_);
+    check(d_, d_.cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, stream_),
+          "copy to host");
+  }
+  std::shared_ptr<DeviceEvent> record() override {
+    d_.cuCtxSetCurrent(ctx_);
+    CUevent e = nullptr;
+    check(d_, d_.cuEventCreate(&e, kEventDisableTiming), "creating an event");
+    auto event = std::make_shared<DriverEvent>(d_, ctx_, e);
+    check(d_, d_.cuEventRecord(e, stream_), "recording an event");
+    return event;
+  }
+
+ private:
+  const Driver& d_;
+  CUcontext ctx_;
+  CUstream stream_ = nullptr;
+};
 
 class DriverImage : public KernelImage {
  public:
@@ -64,13 +135,8 @@ class DriverImage : public KernelImage {
     d_.cuCtxSetCurrent(ctx_);
     d_.cuModuleUnload(module_);
   }
-  void launch(int kernel, const uint32_t dims[6], uint32_t shared, void** args) override {
-    d_.cuCtxSetCurrent(ctx_);  // per thread: engine workers call this too
-    const CUresult r = d_.cuLaunchKernel(fns_.at(static_cast<size_t>(kernel)), dims[0], dims[1],
-                                         dims[2], dims[3], dims[4], dims[5], shared, nullptr,
-                                         args, nullptr);
-    if (r != 0) throw Error("launching kernel '" + names_.at(static_cast<size_t>(kernel)) + "': " + d_.error(r));
-  }
+  void launch(DeviceStream& stream, int kernel, const uint32_t dims[6], uint32_t shared,
+              void** args) override;
 
  private:
   const Driver& d_;
@@ -80,8 +146,19 @@ class DriverImage : public KernelImage {
   std::vector<std::string> names_;
 };
 
-// Launches and synchronous copies use the legacy default stream, which orders them: a copy
-// to the host waits for every kernel before it.
+// cuLaunchKernel copies the argument values, so args may point at the thunk's locals.
+void DriverImage::launch(DeviceStream& stream, int kernel, const uint32_t dims[6],
+                         uint32_t shared, void** args) {
+  d_.cuCtxSetCurrent(ctx_);  // per thread: engine workers call this too
+  const auto k = static_cast<size_t>(kernel);
+  const CUresult r = d_.cuLaunchKernel(fns_.at(k), dims[0], dims[1], dims[2], dims[3], dims[4],
+                                       dims[5], shared, static_cast<DriverStream&>(stream).handle(),
+                                       args, nullptr);
+  if (r != 0) throw Error("launching kernel '" + names_.at(k) + "': " + d_.error(r));
+}
+
+// Synchronous copies use the legacy default stream; kiln's own work runs on per-thread
+// non-blocking streams, and the engine orders the two.
 class DriverDevice : public CudaDevice {
  public:
   DriverDevice(Driver d, CUcontext ctx, std::string name, std::string arch)
@@ -107,14 +184,27 @@ class DriverDevice : public CudaDevice {
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     bind_thread();
     check(d_.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "copy to device");
+    // From pageable memory the call may return before the DMA lands, and kiln's streams
+    // do not wait for the legacy stream: finish it here.
+    check(d_.cuCtxSynchronize(), "copy to device");
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     bind_thread();
     check(d_.cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "copy to host");
   }
-  void synchronize() override {
+  void* allocate_pinned(size_t bytes) override {
     bind_thread();
-    check(d_.cuCtxSynchronize(), "synchronize");
+    void* p = nullptr;
+    check(d_.cuMemHostAlloc(&p, std::max<size_t>(bytes, 1), 0),
+          "allocating " + std::to_string(bytes) + " bytes of pinned host memory");
+    return p;
+  }
+  void release_pinned(void* ptr) override {
+    bind_thread();
+    d_.cuMemFreeHost(ptr);
+  }
+  std::unique_ptr<DeviceStream> create_stream() override {
+    return std::make_unique<DriverStream>(d_, ctx_);
   }
   std::shared_ptr<KernelImage> load(const std::filesystem::path& image,
                                     const std::vector<std::string>& names) override {
@@ -137,9 +227,7 @@ class DriverDevice : public CudaDevice {
 
  private:
   void bind_thread() { d_.cuCtxSetCurrent(ctx_); }
-  void check(CUresult r, const std::string& what) {
-    if (r != 0) throw Error("CUDA: " + what + ": " + d_.error(r));
-  }
+  void check(CUresult r, const std::string& what) { kiln::check(d_, r, what); }
   static std::string read_image(const std::filesystem::path& p) {
     FILE* f = std::fopen(p.c_str(), "rb");
     if (!f) throw Error("CUDA: cannot open kernel image " + p.string());
@@ -175,7 +263,17 @@ std::unique_ptr<CudaDevice> make_driver_device(std::string* why) {
             bind(d, d.cuModuleUnload, "cuModuleUnload") &&
             bind(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
             bind(d, d.cuLaunchKernel, "cuLaunchKernel") &&
-            bind(d, d.cuGetErrorString, "cuGetErrorString");
+            bind(d, d.cuGetErrorString, "cuGetErrorString") &&
+            bind(d, d.cuMemHostAlloc, "cuMemHostAlloc") &&
+            bind(d, d.cuMemFreeHost, "cuMemFreeHost") &&
+            bind(d, d.cuStreamCreate, "cuStreamCreate") &&
+            bind(d, d.cuStreamDestroy, "cuStreamDestroy_v2") &&
+            bind(d, d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") &&
+            bind(d, d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2") &&
+            bind(d, d.cuEventCreate, "cuEventCreate") &&
+            bind(d, d.cuEventRecord, "cuEventRecord") &&
+            bind(d, d.cuEventSynchronize, "cuEventSynchronize") &&
+            bind(d, d.cuEventDestroy, "cuEventDestroy_v2");
   if (!ok) {
     *why = "libcuda.so.1 lacks a driver API function kiln needs (driver too old)";
     return nullptr;

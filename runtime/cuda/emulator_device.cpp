@@ -3,9 +3,18 @@
 #include <dlfcn.h>
 #include <ucontext.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <new>
+#include <thread>
+#include <unordered_map>
+#include <utility>
 
 #define KILN_EMU_HOST_ONLY 1
 #include "runtime/cuda/kiln_cuda_emu.h"
@@ -221,7 +230,7 @@ KILN_EMU_UNCHECKED void run_block(Block& b, const std::string& kernel) {
   }
 }
 
-class EmulatedImage : public KernelImage {
+class EmulatedImage : public KernelImage, public std::enable_shared_from_this<EmulatedImage> {
  public:
   EmulatedImage(const std::filesystem::path& path, const std::vector<std::string>& names)
       : path_(path), names_(names) {
@@ -244,17 +253,35 @@ class EmulatedImage : public KernelImage {
         throw Error("CUDA emulator: kernel '" + n + "' is missing from " + path.string());
       }
       entries_.push_back(fn);
+      // The argument sizes, so a launch can copy the values as cuLaunchKernel does.
+      auto sizes = reinterpret_cast<const unsigned*>(::dlsym(handle_, ("kiln_emu_sizes_" + n).c_str()));
+      if (!sizes) {
+        ::dlclose(handle_);
+        throw Error("CUDA emulator: kernel '" + n + "' has no argument sizes in " + path.string());
+      }
+      arg_sizes_.push_back(sizes);
     }
   }
+  size_t kernels() const { return entries_.size(); }
+  const std::string& name(int kernel) const { return names_[static_cast<size_t>(kernel)]; }
+  const unsigned* arg_sizes(int kernel) const { return arg_sizes_[static_cast<size_t>(kernel)]; }
   ~EmulatedImage() override {
     if (handle_) ::dlclose(handle_);
   }
 
-  KILN_EMU_UNCHECKED void launch(int kernel, const uint32_t dims[6], uint32_t shared, void** args) override {
-    if (kernel < 0 || static_cast<size_t>(kernel) >= entries_.size()) {
-      throw Error("CUDA emulator: no kernel " + std::to_string(kernel) + " in " + path_.string());
-    }
+  void launch(DeviceStream& stream, int kernel, const uint32_t dims[6], uint32_t shared,
+              void** args) override;
+
+  // Runs one launch on the calling thread (the stream's), blocks one after another.
+  KILN_EMU_UNCHECKED void execute(int kernel, const uint32_t dims[6], uint32_t shared, void** args) {
     const std::string& name = names_[static_cast<size_t>(kernel)];
+    // Fault injection: the device failing while it runs a kernel, which a GPU reports only
+    // at the next synchronization point (as a sticky launch failure).
+    if (const char* fault = std::getenv("KILN_CUDA_EMULATOR_FAULT");
+        fault && *fault && name.find(fault) != std::string::npos) {
+      throw Error("CUDA emulator: kernel '" + name +
+                  "' failed on the device (injected by KILN_CUDA_EMULATOR_FAULT)");
+    }
     const uint64_t threads = uint64_t{dims[3]} * dims[4] * dims[5];
     if (threads == 0 || threads > 1024 || dims[0] == 0 || dims[1] == 0 || dims[2] == 0 ||
         dims[1] > 65535 || dims[2] > 65535) {
@@ -322,8 +349,122 @@ class EmulatedImage : public KernelImage {
   std::vector<std::string> names_;
   void* handle_ = nullptr;
   std::vector<void (*)(void**)> entries_;
+  std::vector<const unsigned*> arg_sizes_;  // per kernel, 0-terminated
   void (*touch_shared_)() = nullptr;
 };
+
+// Completion of what a stream held when it was recorded, and the first error in that work.
+class EmulatedEvent : public DeviceEvent {
+ public:
+  void complete(std::string error) {
+    std::lock_guard lock(mutex_);
+    error_ = std::move(error);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void wait() override {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    if (!error_.empty()) throw Error(error_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string error_;
+};
+
+// A stream is a CPU thread working through a queue, so device work really runs while the
+// host goes on, as on a GPU: a host that reads results without waiting reads stale bytes.
+// A failing operation's error goes to the next event recorded after it.
+class EmulatedStream : public DeviceStream {
+ public:
+  EmulatedStream() : thread_([this] { work(); }) {}
+  ~EmulatedStream() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  void enqueue(std::function<void()> task) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+    cv_.notify_all();
+  }
+  void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
+    enqueue([dst, src, bytes] { if (bytes) std::memcpy(dst, src, bytes); });
+  }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
+    enqueue([dst, src, bytes] { if (bytes) std::memcpy(dst, src, bytes); });
+  }
+  std::shared_ptr<DeviceEvent> record() override {
+    auto event = std::make_shared<EmulatedEvent>();
+    enqueue([this, event] { event->complete(std::exchange(error_, {})); });
+    return event;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and everything enqueued has run
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      try {
+        task();
+      } catch (const std::exception& e) {
+        if (error_.empty()) error_ = e.what();  // only this thread touches error_
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::string error_;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+// Copies the argument values now (args may point at the thunk's locals) and enqueues the
+// launch; its grid is checked when it runs, so a bad one fails asynchronously.
+void EmulatedImage::launch(DeviceStream& stream, int kernel, const uint32_t dims[6],
+                           uint32_t shared, void** args) {
+  if (kernel < 0 || static_cast<size_t>(kernel) >= kernels()) {
+    throw Error("CUDA emulator: no kernel " + std::to_string(kernel) + " in " + path_.string());
+  }
+  constexpr size_t kAlign = alignof(std::max_align_t);
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const unsigned* z = arg_sizes(kernel); *z; ++z) {
+    offsets.push_back(total);
+    total += (*z + kAlign - 1) / kAlign * kAlign;
+  }
+  struct Launch {
+    std::unique_ptr<std::max_align_t[]> values;
+    std::vector<void*> args;
+    uint32_t dims[6];
+  };
+  auto l = std::make_shared<Launch>();
+  l->values.reset(new std::max_align_t[total / kAlign + 1]);
+  auto* base = reinterpret_cast<unsigned char*>(l->values.get());
+  const unsigned* z = arg_sizes(kernel);
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    std::memcpy(base + offsets[i], args[i], z[i]);
+    l->args.push_back(base + offsets[i]);
+  }
+  std::copy(dims, dims + 6, l->dims);
+  auto self = shared_from_this();
+  static_cast<EmulatedStream&>(stream).enqueue(
+      [self, kernel, shared, l] { self->execute(kernel, l->dims, shared, l->args.data()); });
+}
 
 class EmulatorDevice : public CudaDevice {
  public:
@@ -331,23 +472,58 @@ class EmulatorDevice : public CudaDevice {
   std::string describe() const override { return "kiln CUDA emulator on the CPU (not a GPU)"; }
   std::string arch() const override { return "emulator"; }
   std::string image_name() const override { return "kernels.emu.so"; }
+  // KILN_CUDA_EMULATOR_MEMORY=bytes gives the emulated device that much memory, so a run
+  // that does not fit fails as it would on a small GPU.
   void* allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    std::lock_guard lock(mutex_);
+    if (const char* cap = std::getenv("KILN_CUDA_EMULATOR_MEMORY"); cap && *cap) {
+      const unsigned long long limit = std::strtoull(cap, nullptr, 10);
+      if (in_use_ + rounded > limit) {
+        throw Error("CUDA emulator: out of memory allocating " + std::to_string(bytes) +
+                    " bytes (" + std::to_string(in_use_) + " of " + std::to_string(limit) +
+                    " bytes in use; KILN_CUDA_EMULATOR_MEMORY)");
+      }
+    }
+    void* p = std::aligned_alloc(256, rounded);
     if (!p) throw Error("CUDA emulator: out of memory allocating " + std::to_string(bytes) + " bytes");
+    sizes_[p] = rounded;
+    in_use_ += rounded;
     return p;
   }
-  void release(void* ptr) override { std::free(ptr); }
+  void release(void* ptr) override {
+    std::lock_guard lock(mutex_);
+    auto it = sizes_.find(ptr);
+    if (it != sizes_.end()) {
+      in_use_ -= it->second;
+      sizes_.erase(it);
+    }
+    std::free(ptr);
+  }
+  void* allocate_pinned(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    if (!p) throw Error("CUDA emulator: out of host memory pinning " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release_pinned(void* ptr) override { std::free(ptr); }
+  std::unique_ptr<DeviceStream> create_stream() override {
+    return std::make_unique<EmulatedStream>();
+  }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
-  void synchronize() override {}
   std::shared_ptr<KernelImage> load(const std::filesystem::path& image,
                                     const std::vector<std::string>& names) override {
     return std::make_shared<EmulatedImage>(image, names);
   }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<void*, size_t> sizes_;  // device blocks: their rounded sizes
+  size_t in_use_ = 0;
 };
 
 }  // namespace
