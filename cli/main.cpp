@@ -20,6 +20,7 @@
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
 #include "rewrite/pipeline.h"
+#include "runtime/cuda/device_tensor.h"
 #include "runtime/npy.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -53,6 +54,9 @@ options:
   --device cpu|cuda        where nodes run (compile/run/source): cuda places every node
                            with CUDA code on the GPU (KILN_CUDA_DEVICE=emulator: the CPU
                            emulator), with transfers where values cross; default cpu
+  --device-io              with --device cuda: the module takes its inputs and gives its
+                           outputs in device memory (kiln run copies them there and back
+                           outside the timed run)
   --passes SPEC            rewrite passes for compile/run/source: "-fusion,-cse" disables
                            those, "none" all (default: $KILN_PASSES, else all of fold,
                            simplify, cse, fusion, epilogue, dce)
@@ -158,6 +162,7 @@ struct Args {
   bool graph = false;
   std::optional<std::string> passes;
   std::string device;
+  bool device_io = false;
   std::string max_size, max_age;
 };
 
@@ -186,6 +191,8 @@ Args parse(int argc, char** argv) {
       a.passes = value(s);
     } else if (s.rfind("--passes=", 0) == 0) {
       a.passes = s.substr(9);
+    } else if (s == "--device-io") {
+      a.device_io = true;
     } else if (s == "--device") {
       a.device = value(s);
     } else if (s.rfind("--device=", 0) == 0) {
@@ -258,6 +265,10 @@ kiln::CompileOptions compile_options(const Args& a) {
     }
     options.device = a.device;
   }
+  if (a.device_io && options.device != "cuda") {
+    throw UsageError{"--device-io needs --device cuda"};
+  }
+  options.device_io = a.device_io;
   return options;
 }
 
@@ -329,9 +340,15 @@ int cmd_run(const Args& a) {
   std::map<std::string, kiln::Tensor> inputs;
   for (const auto& [name, file] : files) inputs[name] = kiln::read_npy(file);
   kiln::Function f = kiln::compile(g, compile_options(a));
+  if (a.device_io) {
+    for (auto& [name, tensor] : inputs) tensor = kiln::to_device(tensor);
+  }
   t = Clock::now();
   auto outputs = f.run(inputs);
   double run_ms = ms(t);
+  if (a.device_io) {
+    for (auto& o : outputs) o = kiln::to_host(o);
+  }
   std::error_code ec;
   std::filesystem::create_directories(a.output_dir, ec);
   if (ec)

@@ -115,7 +115,9 @@ Variable* Graph::find_variable(const std::string& name) const {
 
 std::string Graph::to_string() const {
   std::string s = "graph " + name_ + "\n";
-  for (auto* v : inputs_) s += "  input " + v->name + ": " + v->type.to_string() + "\n";
+  for (auto* v : inputs_) {
+    s += "  input " + v->name + ": " + v->type.to_string() + (v->on_device ? " on cuda" : "") + "\n";
+  }
   for (auto* v : constants_) s += "  constant " + v->name + ": " + v->type.to_string() + "\n";
   for (const auto& n : nodes_) {
     std::vector<std::string> ins, outs;

@@ -43,6 +43,16 @@ Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engi
     check_internal(step.thunk >= 0 && step.thunk < module_->info().n_thunks,
                    "step '" + step.label + "' refers to a missing thunk");
   }
+  uploads_.assign(program_.steps.size(), false);
+  std::vector<bool> param(program_.slots.size(), false);
+  for (const auto& [slot, value] : program_.params) param[static_cast<size_t>(slot)] = true;
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    const StepSpec& step = program_.steps[si];
+    bool weights_only = is_device_step(step) && !step.inputs.empty();
+    for (int s : step.inputs) weights_only = weights_only && param[static_cast<size_t>(s)];
+    for (int s : step.outputs) weights_only = weights_only && program_.slots[s].on_device && !is_output_[s];
+    uploads_[si] = weights_only;
+  }
   if (!engine_) return;
   split_workers_ = engine_->workers(0);
   // A program whose steps form one chain (each depends on the one before) has nothing to
@@ -237,7 +247,10 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
   // temporaries.
   std::shared_ptr<Storage> arena = allocate_storage(plan.arena_bytes);
   if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
-  for (const StepSpec& step : program_.steps) {
+  for (const auto& [slot, value] : uploaded_values_) values[slot] = value;
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    if (uploads_[si]) continue;
+    const StepSpec& step = program_.steps[si];
     for (int s : step.outputs) {
       const SlotSpec& spec = program_.slots[s];
       if (plan.offset[s] >= 0) {
@@ -330,9 +343,52 @@ bool Executor::is_device_step(const StepSpec& step) const {
   return (module_->info().thunks[step.thunk].flags & KILN_THUNK_DEVICE) != 0;
 }
 
+void Executor::upload_weights() {
+  if (uploaded_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(upload_mutex_);
+  if (uploaded_.load(std::memory_order_relaxed)) return;
+  std::vector<Tensor> values(program_.slots.size());
+  for (const auto& [slot, value] : program_.params) values[slot] = value;
+  DeviceSteps in_flight;
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    if (!uploads_[si]) continue;
+    const StepSpec& step = program_.steps[si];
+    std::vector<Shape> in_shapes;
+    for (int s : step.inputs) in_shapes.push_back(values[s].shape());
+    const std::vector<Shape> out_shapes = step.infer_shape(in_shapes);
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const int s = step.outputs[k];
+      const SlotSpec& spec = program_.slots[s];
+      const size_t bytes = static_cast<size_t>(shape_numel(out_shapes[k])) * dtype_size(spec.dtype);
+      values[s] = Tensor(allocate_device_storage(cuda_device(), bytes), 0, spec.dtype, out_shapes[k],
+                         contiguous_strides(out_shapes[k]));
+      uploaded_values_.emplace_back(s, values[s]);
+    }
+    DeviceStream& stream = thread_stream();
+    auto copies = std::make_unique<StagedCopies>();
+    try {
+      run_step(step, values, &stream, copies.get());
+    } catch (...) {
+      drain_after_failure(stream);
+      uploaded_values_.clear();
+      throw;
+    }
+    in_flight.add(step.label, stream, std::move(copies));
+  }
+  try {
+    in_flight.wait();
+  } catch (...) {
+    uploaded_values_.clear();
+    throw;
+  }
+  uploaded_.store(true, std::memory_order_release);
+}
+
 void Executor::run_steps(std::vector<Tensor>& values) {
   DeviceSteps in_flight;  // declared first: waited for before anything else goes
-  for (const StepSpec& step : program_.steps) {
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    if (uploads_[si]) continue;
+    const StepSpec& step = program_.steps[si];
     if (!is_device_step(step)) {
       in_flight.wait();  // a host step may read what device steps copied back
       run_step(step, values);
@@ -399,6 +455,7 @@ void Executor::push_device_step(const StepSpec& step,
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   validate(inputs);
+  upload_weights();
   auto plan = plan_for(inputs);
   if (plan->parallel) return start(inputs, plan).get();
   std::vector<Tensor> values = bind(inputs, *plan);
@@ -409,6 +466,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
 
 PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
   validate(inputs);
+  upload_weights();
   return start(inputs, plan_for(inputs));
 }
 
@@ -435,13 +493,16 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     return PendingRun(std::move(state));
   }
   std::vector<VarHandle> slot_var(program_.slots.size(), nullptr);
-  for (const StepSpec& step : program_.steps) {
-    for (int s : step.outputs) {
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    if (uploads_[si]) continue;  // done before the run: nothing waits for them
+    for (int s : program_.steps[si].outputs) {
       slot_var[s] = engine_->new_var(program_.slots[s].name);
       st->vars.push_back(slot_var[s]);
     }
   }
-  for (const StepSpec& step : program_.steps) {
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    if (uploads_[si]) continue;
+    const StepSpec& step = program_.steps[si];
     std::vector<VarHandle> reads, writes;
     for (int s : step.inputs) {
       if (slot_var[s]) reads.push_back(slot_var[s]);

@@ -98,6 +98,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
                 StagedCopies* copies = nullptr);
   void run_steps(std::vector<Tensor>& values);
   bool is_device_step(const StepSpec& step) const;
+  // Runs the device steps that read nothing but weights (their uploads) once, keeping
+  // their outputs on the device for every later run; no-op after the first call.
+  void upload_weights();
   // Pushes a device step as an async engine function: it enqueues on its worker's stream
   // and completes when the stream has done that work.
   void push_device_step(const StepSpec& step, const std::shared_ptr<PendingRun::State>& state,
@@ -115,6 +118,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
+  std::vector<bool> uploads_;  // per step: a device step of weights alone
+  std::mutex upload_mutex_;
+  std::atomic<bool> uploaded_{false};
+  std::vector<std::pair<int, Tensor>> uploaded_values_;  // slot -> its device tensor
 };
 
 }  // namespace kiln

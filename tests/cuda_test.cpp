@@ -646,6 +646,44 @@ TEST(KILN_CUDA_SUITE, DeviceInputsAndOutputsStayOnTheDevice) {
   EXPECT_NE(error_of([&] { got[0].load(0); }).find("copy it to the host first"), std::string::npos);
 }
 
+// Weights go to the device once per function: with device inputs and outputs, a second
+// run of the MLP copies nothing through the host (no staging block is even taken).
+TEST(KILN_CUDA_SUITE, WeightsAreUploadedOncePerFunction) {
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  CompileOptions o = on_cuda();
+  o.device_io = true;
+  Function f = compile(load_model(dir + "/mlp.json"), o);
+  const Tensor x = to_device(read_npy(dir + "/input.npy"));
+  const Tensor first = to_host(f({x}).at(0));
+  const DevicePoolStats before = pinned_pool_stats();
+  const Tensor second = to_host(f({x}).at(0));
+  const DevicePoolStats after = pinned_pool_stats();
+  EXPECT_EQ(after.allocations + after.reuses, before.allocations + before.reuses);
+  EXPECT_TRUE(tensors_close(second, first, 0, 0));
+  Function cpu = compile(load_model(dir + "/mlp.json"));
+  EXPECT_TRUE(tensors_close(second, cpu({read_npy(dir + "/input.npy")}).at(0), 1e-5, 1e-6));
+}
+
+// kiln run --device-io: the module runs on device tensors (the CLI copies them there and
+// back) and writes what the CPU backend writes; the graph shows the input on the device.
+TEST(KILN_CUDA_SUITE, TheCliRunsAModuleOnDeviceInputsAndOutputs) {
+  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
+  const std::string out = temp_dir("cuda-device-io");
+  const std::vector<std::string> env{"KILN_CUDA_DEVICE=" KILN_CUDA_TEST_DEVICE};
+  auto r = kiln_env(env, {"run", "--device", "cuda", "--device-io", dir + "/mlp.json", "--input",
+                          "x=" + dir + "/input.npy", "--output-dir", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Function cpu = compile(load_model(dir + "/mlp.json"));
+  EXPECT_TRUE(tensors_close(read_npy(out + "/y.npy"), cpu({read_npy(dir + "/input.npy")}).at(0), 1e-5, 1e-6));
+  auto graph = kiln_env(env, {"source", "--graph", "--device", "cuda", "--device-io", dir + "/mlp.json"});
+  ASSERT_EQ(graph.exit_code, 0) << graph.err;
+  EXPECT_NE(graph.out.find("input x: float32 (?, 784) on cuda"), std::string::npos) << graph.out;
+  auto bad = kiln_env(env, {"run", "--device-io", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy",
+                            "--output-dir", out});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--device-io needs --device cuda"), std::string::npos) << bad.err;
+}
+
 TEST(KILN_CUDA_SUITE, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
   SKIP_ON_GPU();
   const fs::path cache = fs::path(temp_dir("cuda-cache")) / "cache";
