@@ -134,11 +134,13 @@ KILN_EMU_UNCHECKED void fiber_main() {
   __tsan_acquire(&b.start_sync);
 #endif
   b.entry(b.args);
-#ifdef KILN_EMU_TSAN
-  __tsan_release(&b.end_sync);
-#endif
   Fiber& f = b.fibers[b.current];
   f.state = FiberState::kDone;
+#ifdef KILN_EMU_TSAN
+  // Last: the launching thread reuses this block's memory for the next launch once it has
+  // acquired end_sync, so every read of it here must come before the release.
+  __tsan_release(&b.end_sync);
+#endif
   switch_to_scheduler(b, f);
 }
 
