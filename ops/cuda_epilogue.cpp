@@ -23,7 +23,7 @@ CudaEpilogue make_cuda_epilogue(const Node& node, const CodeNames& names, const 
   const std::string OT(dtype_c_type(out.dtype));
   e.name = sub.prefix + "epilogue";
   e.params = {"kiln_cuda_nd"};
-  e.signature = ", kiln_cuda_nd epi";
+  e.signature = ", const __grid_constant__ kiln_cuda_nd epi";
   e.launch_args = ", &kiln_epi";
   std::string fn_params = OT + " e0, int64_t o, const kiln_cuda_nd *nd";
   std::string loads, host_ops;

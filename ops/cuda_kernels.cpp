@@ -60,7 +60,9 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
   CudaKernel k;
   k.name = sub.prefix + "elementwise";
   k.params = {"kiln_cuda_nd", OT + "*"};
-  std::string sig = "kiln_cuda_nd nd, " + OT + " *__restrict__ y";
+  // __grid_constant__: kernels take these index maps' addresses; without it every thread
+  // copies the struct (hundreds of bytes) into local memory first.
+  std::string sig = "const __grid_constant__ kiln_cuda_nd nd, " + OT + " *__restrict__ y";
   std::string loads;
   TemplateValues v;
   std::vector<std::string> host_ops, locals{"kiln_nd", "kiln_y"};
@@ -127,7 +129,7 @@ CudaCode cuda_reduce(const Node& node, const CodeNames& names, const Sub& sub, R
   std::string finish = "acc";
   if (kind == ReduceKind::kMean) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : acc / (" + T + ")0)";
   if (kind == ReduceKind::kMean && !is_float(dt)) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : (" + T + ")0)";
-  k.code = "__global__ void " + k.name + "(kiln_cuda_nd keep, kiln_cuda_nd red, " + T +
+  k.code = "__global__ void " + k.name + "(const __grid_constant__ kiln_cuda_nd keep, const __grid_constant__ kiln_cuda_nd red, " + T +
            " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
            "  __shared__ " + T + " scratch[33];\n"
            "  const auto f = " + f + ";\n"
@@ -221,7 +223,7 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
   // A 64x64 tile of Y per block of 16x16 threads, each thread 4x4 results spaced 16
   // apart (conflict-free shared reads); K in steps of 16 through shared memory.
   k.code = (epi ? epi->function : "") + "__global__ void " + k.name +
-           "(int64_t M, int64_t N, int64_t K, kiln_cuda_nd bnd, const " + T +
+           "(int64_t M, int64_t N, int64_t K, const __grid_constant__ kiln_cuda_nd bnd, const " + T +
            " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
            " *__restrict__ B, int64_t rsb, int64_t csb, const " + T +
            " *__restrict__ C, int64_t rsc, int64_t csc, " + T + " alpha, " + T + " beta, " + T +

@@ -8,7 +8,7 @@ CudaKernel cuda_copy_kernel(const Sub& sub, DType dt) {
   k.name = sub.prefix + "copy";
   k.params = {"kiln_cuda_nd", "void*", "const void*"};
   k.code = "__global__ void " + k.name +
-           "(kiln_cuda_nd nd, void *y, const void *x) {\n"
+           "(const __grid_constant__ kiln_cuda_nd nd, void *y, const void *x) {\n"
            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
            "  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nd.numel; "
            "i += step) {\n"
