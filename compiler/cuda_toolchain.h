@@ -31,6 +31,7 @@ class CudaToolchain {
   CudaToolchain() = default;
   bool emulated_ = false;
   std::string arch_;  // "sm_90", or "emulator"
+  std::vector<std::string> options_;  // NVRTC's (KILN_CUDA_OPT=fast adds -Ofc=max)
   std::string cxx_;   // the emulator's compiler
   KeyComponents components_;
 };

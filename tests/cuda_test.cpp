@@ -801,6 +801,36 @@ std::string kernels_of(const Graph& g) {
 // sizeof(kiln_cuda_nd): numel, ndim, contiguous, shape[8], strides[12][8].
 constexpr int kIndexMapBytes = 8 + 4 + 4 + 8 * 8 + 12 * 8 * 8;
 
+// KILN_CUDA_OPT=fast compiles with NVRTC's fast-compile level: a different key (NVRTC's
+// options are a key component), kernels NVRTC accepts, and a bad level named.
+TEST(Cuda, TheNvrtcOptimisationLevelIsPartOfTheKey) {
+  if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(h);
+    GTEST_SKIP() << "this machine has a CUDA driver: kiln source would use the GPU's arch";
+  }
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
+  auto key_of = [&](const std::string& level) {
+    auto r = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=" + level}, {"source", "--device", "cuda", model});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::smatch m;
+    static const std::regex key(R"(/\* key ([0-9a-f]{64}) \*/)");
+    return std::regex_search(r.out, m, key) ? m[1].str() : std::string("none");
+  };
+  const std::string full = key_of("full"), fast = key_of("fast");
+  EXPECT_NE(full, "none");
+  EXPECT_NE(full, fast);
+  EXPECT_EQ(key_of(""), full) << "full is the default";
+  auto bad = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=turbo"}, {"source", "--device", "cuda", model});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("KILN_CUDA_OPT='turbo' is not a CUDA optimisation level (full or fast)"),
+            std::string::npos) << bad.err;
+  const std::string source = kernels_of(load_model(model));
+  NvrtcResult r = Nvrtc::get().compile(source, "kernels.cu", "sm_90",
+                                       {"--std=c++17", "-default-device", "--diag-suppress=177", "-Ofc=max"});
+  EXPECT_TRUE(r.ok) << r.log;
+  EXPECT_FALSE(r.cubin.empty());
+}
+
 TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) {
   SKIP_ON_GPU();
   const Nvrtc& nvrtc = Nvrtc::get();  // scripts/setup installs NVRTC: missing it fails here
