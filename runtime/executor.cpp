@@ -349,39 +349,43 @@ void Executor::upload_weights() {
   if (uploaded_.load(std::memory_order_relaxed)) return;
   std::vector<Tensor> values(program_.slots.size());
   for (const auto& [slot, value] : program_.params) values[slot] = value;
-  DeviceSteps in_flight;
-  for (size_t si = 0; si < program_.steps.size(); ++si) {
-    if (!uploads_[si]) continue;
-    const StepSpec& step = program_.steps[si];
-    std::vector<Shape> in_shapes;
-    for (int s : step.inputs) in_shapes.push_back(values[s].shape());
-    const std::vector<Shape> out_shapes = step.infer_shape(in_shapes);
-    for (size_t k = 0; k < step.outputs.size(); ++k) {
-      const int s = step.outputs[k];
-      const SlotSpec& spec = program_.slots[s];
-      const size_t bytes = static_cast<size_t>(shape_numel(out_shapes[k])) * dtype_size(spec.dtype);
-      values[s] = Tensor(allocate_device_storage(cuda_device(), bytes), 0, spec.dtype, out_shapes[k],
-                         contiguous_strides(out_shapes[k]));
-      uploaded_values_.emplace_back(s, values[s]);
-    }
-    DeviceStream& stream = thread_stream();
-    auto copies = std::make_unique<StagedCopies>();
-    try {
-      run_step(step, values, &stream, copies.get());
-    } catch (...) {
-      drain_after_failure(stream);
-      uploaded_values_.clear();
-      throw;
-    }
-    in_flight.add(step.label, stream, std::move(copies));
-  }
   try {
+    DeviceSteps in_flight;
+    for (size_t si = 0; si < program_.steps.size(); ++si) {
+      if (!uploads_[si]) continue;
+      const StepSpec& step = program_.steps[si];
+      std::vector<Shape> in_shapes;
+      for (int s : step.inputs) in_shapes.push_back(values[s].shape());
+      const std::vector<Shape> out_shapes = step.infer_shape(in_shapes);
+      for (size_t k = 0; k < step.outputs.size(); ++k) {
+        const int s = step.outputs[k];
+        const SlotSpec& spec = program_.slots[s];
+        const size_t bytes = static_cast<size_t>(shape_numel(out_shapes[k])) * dtype_size(spec.dtype);
+        values[s] = Tensor(allocate_device_storage(cuda_device(), bytes), 0, spec.dtype,
+                           out_shapes[k], contiguous_strides(out_shapes[k]));
+        uploaded_values_.emplace_back(s, values[s]);
+      }
+      enqueue_device_step(step, values, in_flight);
+    }
     in_flight.wait();
   } catch (...) {
-    uploaded_values_.clear();
+    uploaded_values_.clear();  // the next run tries again
     throw;
   }
   uploaded_.store(true, std::memory_order_release);
+}
+
+void Executor::enqueue_device_step(const StepSpec& step, std::vector<Tensor>& values,
+                                   DeviceSteps& in_flight) {
+  DeviceStream& stream = thread_stream();
+  auto copies = std::make_unique<StagedCopies>();
+  try {
+    run_step(step, values, &stream, copies.get());
+  } catch (...) {
+    drain_after_failure(stream);
+    throw;
+  }
+  in_flight.add(step.label, stream, std::move(copies));
 }
 
 void Executor::run_steps(std::vector<Tensor>& values) {
@@ -394,15 +398,7 @@ void Executor::run_steps(std::vector<Tensor>& values) {
       run_step(step, values);
       continue;
     }
-    DeviceStream& stream = thread_stream();
-    auto copies = std::make_unique<StagedCopies>();
-    try {
-      run_step(step, values, &stream, copies.get());
-    } catch (...) {
-      drain_after_failure(stream);
-      throw;
-    }
-    in_flight.add(step.label, stream, std::move(copies));
+    enqueue_device_step(step, values, in_flight);
   }
   in_flight.wait();
 }

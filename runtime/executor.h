@@ -18,6 +18,7 @@
 namespace kiln {
 
 class DeviceStream;
+class DeviceSteps;
 class Executor;
 class StagedCopies;
 
@@ -97,6 +98,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream = nullptr,
                 StagedCopies* copies = nullptr);
   void run_steps(std::vector<Tensor>& values);
+  // Runs a device step's thunk on this thread's stream; in_flight waits for its work.
+  void enqueue_device_step(const StepSpec& step, std::vector<Tensor>& values,
+                           DeviceSteps& in_flight);
   bool is_device_step(const StepSpec& step) const;
   // Runs the device steps that read nothing but weights (their uploads) once, keeping
   // their outputs on the device for every later run; no-op after the first call.

@@ -468,19 +468,23 @@ TEST(KILN_CUDA_SUITE, TheMlpExampleMatchesTheCpuBackend) {
   EXPECT_TRUE(cpu.info().device.empty());
 }
 
-// Device buffers come from a pool: the second run of a function finds every block it
-// needs in the free lists and allocates nothing on the device.
-TEST(KILN_CUDA_SUITE, ASecondRunAllocatesNoDeviceMemory) {
+// Device buffers and the pinned staging blocks of copies (held until the step's event,
+// then returned) come from pools: the second run of a function finds every block it needs
+// in the free lists and allocates nothing.
+TEST(KILN_CUDA_SUITE, ASecondRunAllocatesNoDeviceOrStagingMemory) {
   const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
   Function f = compile(load_model(dir + "/mlp.json"), on_cuda());
   Tensor x = read_npy(dir + "/input.npy");
   const Tensor first = f({x}).at(0);
-  const DevicePoolStats before = device_pool_stats();
+  const DevicePoolStats before = device_pool_stats(), staging_before = pinned_pool_stats();
   EXPECT_GT(before.cached_bytes, 0u) << "the first run's buffers went back to the pool";
+  EXPECT_GT(staging_before.cached_bytes, 0u) << "staging blocks went back to the pool";
   const Tensor second = f({x}).at(0);
-  const DevicePoolStats after = device_pool_stats();
+  const DevicePoolStats after = device_pool_stats(), staging_after = pinned_pool_stats();
   EXPECT_EQ(after.allocations, before.allocations);
   EXPECT_GT(after.reuses, before.reuses);
+  EXPECT_EQ(staging_after.allocations, staging_before.allocations);
+  EXPECT_GT(staging_after.reuses, staging_before.reuses);
   EXPECT_TRUE(tensors_close(second, first, 0, 0)) << "a reused block holds no stale result";
   device_pool_trim();
   EXPECT_EQ(device_pool_stats().cached_bytes, 0u);
@@ -526,22 +530,6 @@ TEST(KILN_CUDA_SUITE, BranchedRunsCompleteAsynchronouslyThroughDeviceEvents) {
     EXPECT_TRUE(tensors_close(got.at(0), want.at(0), 1e-5, 1e-6));
     EXPECT_TRUE(tensors_close(got.at(1), want.at(1), 1e-4, 1e-4));
   }
-}
-
-// Copies back to the host go through pinned staging blocks, held until the step's event
-// and then returned: a second run takes them from the pool.
-TEST(KILN_CUDA_SUITE, CopiesGoThroughPinnedStagingThatASecondRunReuses) {
-  const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
-  Function f = compile(load_model(dir + "/mlp.json"), on_cuda());
-  const Tensor x = read_npy(dir + "/input.npy");
-  const Tensor first = f({x}).at(0);
-  const DevicePoolStats before = pinned_pool_stats();
-  EXPECT_GT(before.cached_bytes, 0u) << "staging blocks went back to the pool";
-  const Tensor second = f({x}).at(0);
-  const DevicePoolStats after = pinned_pool_stats();
-  EXPECT_EQ(after.allocations, before.allocations);
-  EXPECT_GT(after.reuses, before.reuses);
-  EXPECT_TRUE(tensors_close(second, first, 0, 0));
 }
 
 // A kernel that fails on the device is reported at the step's event, asynchronously: the
@@ -644,6 +632,21 @@ TEST(KILN_CUDA_SUITE, DeviceInputsAndOutputsStayOnTheDevice) {
   EXPECT_NE(error_of([&] { on_host({to_device(xs)}); }).find("input 'x': expected a host tensor, got a device tensor"),
             std::string::npos);
   EXPECT_NE(error_of([&] { got[0].load(0); }).find("copy it to the host first"), std::string::npos);
+  // One value named by two outputs, and an output that is an input: each output is a
+  // device tensor of its own name.
+  Graph twice("cuda_device_io_twice");
+  Var in = input(twice, "t", DType::kFloat32, {3});
+  Var t = exp(in);
+  twice.set_outputs({t.var(), t.var(), in.var()});
+  Function twice_f = compile(twice, o);
+  const Tensor ts = nasty(DType::kFloat32, {3}, rng);
+  const std::vector<Tensor> outs = twice_f({to_device(ts)});
+  const std::vector<Tensor> outs_want = evaluate_reference(twice, {ts});
+  ASSERT_EQ(outs.size(), 3u);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_TRUE(outs[i].storage()->on_device()) << i;
+    EXPECT_TRUE(tensors_close(to_host(outs[i]), outs_want[i], 1e-6, 1e-6)) << i;
+  }
 }
 
 // Weights go to the device once per function: with device inputs and outputs, a second
