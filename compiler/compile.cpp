@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "cache/cache_store.h"
 #include "cache/remote_tier.h"
@@ -19,7 +20,9 @@
 #include "compiler/diagnostics.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
+#include "compiler/module_plan.h"
 #include "ops/cop.h"
+#include "ops/registry.h"
 #include "rewrite/passes.h"
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
@@ -48,12 +51,56 @@ void check_graph(const Graph& graph) {
   if (graph.outputs().empty()) throw UserError("graph '" + graph.name() + "' has no outputs");
 }
 
+// Prepared parameters of one plan, per weight set: the last few sets of the tensors that
+// preparation reads (by storage and offset: a weight set is its tensors, so new values mean
+// new tensors) and what preparing them gave. A memo hit with the same weights prepares nothing.
+class WeightSets {
+ public:
+  Program program(const ModulePlan& plan, const Graph& given) {
+    plan.check_sources(given);
+    if (plan.prep_steps() == 0) return plan.program(given, {});
+    Identity id;
+    for (int i : plan.prepared_from()) {
+      const Tensor& t = *given.constants()[static_cast<size_t>(i)]->value;
+      id.emplace_back(t.storage(), t.storage().get(), t.byte_offset());
+    }
+    std::lock_guard lock(mutex_);
+    for (auto it = sets_.begin(); it != sets_.end(); ++it) {
+      if (!same(it->first, id)) continue;
+      sets_.splice(sets_.begin(), sets_, it);
+      return plan.program(given, sets_.front().second);
+    }
+    sets_.emplace_front(std::move(id), plan.prepare(given));
+    if (sets_.size() > kSets) sets_.pop_back();
+    return plan.program(given, sets_.front().second);
+  }
+
+ private:
+  static constexpr size_t kSets = 2;
+  using Identity = std::vector<std::tuple<std::weak_ptr<Storage>, const void*, size_t>>;
+  static bool same(const Identity& a, const Identity& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      // A live storage at the same address is the same storage (a freed one expires).
+      if (std::get<1>(a[i]) != std::get<1>(b[i]) || std::get<2>(a[i]) != std::get<2>(b[i]) ||
+          std::get<0>(a[i]).expired()) {
+        return false;
+      }
+    }
+    return true;
+  }
+  std::mutex mutex_;
+  std::list<std::pair<Identity, std::vector<Tensor>>> sets_;  // most recent first
+};
+
 // A module loaded in this process, with what keeps its files alive: the pin on its cache
-// entry, or the scratch folder it was built in (removed when the last Function goes).
+// entry, or the scratch folder it was built in (removed when the last Function goes), and
+// its plan (the program and how to prepare weights for it).
 struct Loaded {
   std::shared_ptr<Module> module;
   std::shared_ptr<const void> pin;
   fs::path source_path, module_path;
+  std::shared_ptr<const ModulePlan> plan;
+  std::shared_ptr<WeightSets> weights = std::make_shared<WeightSets>();
 };
 
 // The most recently used modules of this process, "<cache dir>\n<key>" -> module. Bounded, so
@@ -111,74 +158,128 @@ bool cache_enabled(const CompileOptions& options) {
   return !(env && std::string(env) == "0");
 }
 
-// False when some op has no cache_version; warns once per op per process.
+// False when some op has no cache_version, or is not one a cache hit can rebuild by name
+// (the registry's ops; its plan names each step's op); warns once per op per process.
 bool cacheable(const Graph& graph) {
   static std::mutex mutex;
   static std::set<std::string> warned;
   bool ok = true;
   for (const auto& node : graph.nodes()) {
-    if (node->op->cache_version()) continue;
+    const std::string& name = node->op->name();
+    const char* why = nullptr;
+    if (!node->op->cache_version()) {
+      why = "has no cache_version";
+    } else if (!OpRegistry::instance().contains(name) && name != "to_device" &&
+               name != "to_host" && name.rfind("cuda:", 0) != 0) {
+      why = "is not in the op registry";
+    }
+    if (!why) continue;
     ok = false;
     std::lock_guard lock(mutex);
-    if (warned.insert(node->op->name()).second) {
-      warn("op '" + node->op->name() +
-           "' has no cache_version: graphs using it are compiled but never cached");
+    if (warned.insert(name).second) {
+      warn("op '" + name + "' " + why + ": graphs using it are compiled but never cached");
     }
   }
   return ok;
 }
 
-bool has_cuda_nodes(const Graph& graph) {
-  for (const auto& node : graph.nodes()) {
-    const auto* op = dynamic_cast<const COp*>(node->op.get());
-    if (op && op->placed_on_cuda()) return true;
+// Everything besides the graph that enters the key, for one set of options (and the
+// environment they defer to); resolved once per process for each distinct set.
+struct KeyContext {
+  fs::path root;
+  const Toolchain* toolchain = nullptr;
+  std::string device;
+  bool device_io = false;
+  std::string spec;  // the passes spec the pipeline runs (CUDA placement adds its own)
+  KeyComponents components;
+};
+
+const KeyContext& key_context(const CompileOptions& options) {
+  const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
+  const char* env_cc = std::getenv("KILN_CC");
+  const char* env_cflags = std::getenv("KILN_CFLAGS");
+  const std::string spec = passes_spec(options.passes);
+  std::string id = root.string();
+  for (const std::string& part :
+       {options.toolchain.cc, options.toolchain.cflags, options.toolchain.cache_dir.string(),
+        std::string(env_cc ? env_cc : ""), std::string(env_cflags ? env_cflags : ""),
+        options.device, std::string(options.device_io ? "io" : ""), spec,
+        std::string(options.passes ? "1" : "0")}) {
+    id.append("\n").append(part);
   }
-  return false;
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::unique_ptr<const KeyContext>> contexts;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = contexts.find(id); it != contexts.end()) return *it->second;
+  }
+  auto ctx = std::make_unique<KeyContext>();
+  ctx->root = root;
+  ctx->device = options.device;
+  ctx->device_io = options.device_io;
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
+  }
+  ctx->spec = spec;
+  // Packed GEMM weights and fused reductions are CPU forms with no CUDA kernels yet: those
+  // passes stay off so the nodes they would replace can go to the device.
+  if (options.device == "cuda" && spec != "none") {
+    ctx->spec += std::string(spec.empty() ? "" : ",") + "-pack,-reduction";
+  }
+  const std::string passes = passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES");
+  ToolchainConfig tc_config = options.toolchain;
+  if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
+  ctx->toolchain = &Toolchain::get(tc_config);
+  ctx->components = ctx->toolchain->key_components();
+  if (options.device == "cuda") {
+    for (auto& c : CudaToolchain::get().key_components()) ctx->components.push_back(c);
+  }
+  ctx->components.emplace_back("passes", passes);
+  ctx->components.emplace_back("device", options.device + (options.device_io ? " device_io" : ""));
+  std::lock_guard lock(mutex);
+  auto& slot = contexts[id];
+  if (!slot) slot = std::move(ctx);
+  return *slot;
 }
 
-// The C toolchain's components, and the CUDA toolchain's when nodes run on the device.
-ModuleKey graph_module_key(const Graph& graph, const Toolchain& tc) {
-  KeyComponents components = tc.key_components();
-  if (has_cuda_nodes(graph)) {
-    for (auto& c : CudaToolchain::get().key_components()) components.push_back(c);
-  }
-  return module_key(graph, components);
-}
-
-// Slots: one per variable; steps: one per node (thunk i runs node i).
-Program build_program(const Graph& graph) {
-  Program p;
-  std::map<const Variable*, int> slot;
-  auto add_slot = [&](const Variable* v, SlotKind kind) {
-    slot[v] = static_cast<int>(p.slots.size());
-    p.slots.push_back(SlotSpec{v->name, v->type.dtype, v->type.dims, kind});
-    if (v->owner) {
-      const auto* op = dynamic_cast<const COp*>(v->owner->op.get());
-      p.slots.back().on_device = op && op->output_on_device();
-    } else {
-      p.slots.back().on_device = v->on_device;
-    }
-    return slot[v];
+// The key of a graph as given. A graph object this process keyed before, unchanged since
+// (same generation, options and constant tensors), costs no hashing at all.
+std::shared_ptr<const ModuleKey> key_of(const Graph& graph, const KeyContext& ctx) {
+  struct Seen {
+    uint64_t generation = 0;
+    const KeyContext* ctx = nullptr;
+    std::vector<const void*> constants;
+    std::shared_ptr<const ModuleKey> key;
   };
-  for (const Variable* v : graph.inputs()) p.input_slots.push_back(add_slot(v, SlotKind::kInput));
-  for (const Variable* v : graph.constants())
-    p.params.emplace_back(add_slot(v, SlotKind::kParam), *v->value);
-  for (const auto& node : graph.nodes()) {
-    StepSpec step;
-    step.thunk = node->id;
-    for (const Variable* v : node->inputs) step.inputs.push_back(slot.at(v));
-    for (const Variable* v : node->outputs) step.outputs.push_back(add_slot(v, SlotKind::kTemp));
-    const auto* cop = dynamic_cast<const COp*>(node->op.get());
-    if (const int k = cop && cop->output_on_device() ? cop->cuda_view_of(*node) : -1; k >= 0) {
-      p.slots[static_cast<size_t>(step.outputs.at(0))].view_of = step.inputs.at(static_cast<size_t>(k));
+  static std::mutex mutex;
+  static std::unordered_map<uint64_t, Seen> seen;
+  auto constants = [&] {
+    std::vector<const void*> ids;
+    ids.reserve(graph.constants().size());
+    for (const Variable* c : graph.constants()) {
+      ids.push_back(c->value ? c->value->data() : nullptr);
     }
-    step.label = node->label();
-    std::shared_ptr<const Op> op = node->op;
-    step.infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
-    p.steps.push_back(std::move(step));
+    return ids;
+  };
+  {
+    std::lock_guard lock(mutex);
+    auto it = seen.find(graph.uid());
+    if (it != seen.end() && it->second.generation == graph.generation() &&
+        it->second.ctx == &ctx && it->second.constants == constants()) {
+      return it->second.key;
+    }
   }
-  for (const Variable* v : graph.outputs()) p.output_slots.push_back(slot.at(v));
-  return p;
+  auto key = std::make_shared<const ModuleKey>(module_key(graph, ctx.components));
+  std::lock_guard lock(mutex);
+  if (seen.size() >= 1024) seen.clear();  // a bound for processes that build many graphs
+  seen[graph.uid()] = Seen{graph.generation(), &ctx, constants(), key};
+  return key;
+}
+
+Graph optimize_for(const Graph& source, const KeyContext& ctx) {
+  Graph optimized = optimize(source, ctx.spec);
+  if (ctx.device == "cpu") return optimized;
+  return place_on_cuda(optimized, ctx.device_io);
 }
 
 std::string format_compile_error(const std::string& title, const Graph& graph,
@@ -250,35 +351,6 @@ void build_kernels(const Graph& graph, const LinkedModule& linked, const std::st
   throw CompileError(msg, std::move(diags), kept / "kernels.cu");
 }
 
-// Generates and compiles the module into `dir` (module.c, module.so). On a compile error the
-// source and log are kept (see keep_failed) and a CompileError names the nodes.
-void build_module(const Graph& graph, const Toolchain& tc, const std::string& key,
-                  const fs::path& dir, CacheStore* store, CompileInfo& info) {
-  auto t = Clock::now();
-  LinkedModule linked = link_c_module(graph, key);
-  info.times.codegen_ms = ms_since(t);
-  if (debug_level() >= 3) log_line("generated source:\n" + linked.code.str());
-  write_file_atomic(dir / "module.c", linked.code.str());
-
-  t = Clock::now();
-  CompileOutcome outcome =
-      tc.compile(dir / "module.c", dir / "module.so", linked.compile_args, linked.libraries);
-  info.times.compile_ms = ms_since(t);
-  info.compiler_log = outcome.log;
-  if (!outcome.ok) {
-    auto kept = keep_failed(store, key, linked.code.str(), outcome.log) / "module.c";
-    std::vector<std::string> args{"-std=gnu11", "-march=" + tc.cpu()};
-    args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
-    auto diags = parse_diagnostics(kept, args, linked.code);
-    std::string message =
-        format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
-                             diags, outcome.log, kept);  // before diags is moved
-    throw CompileError(message, std::move(diags), kept);
-  }
-  if (!outcome.log.empty())
-    warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
-  if (!linked.kernel_names.empty()) build_kernels(graph, linked, key, dir, store, info);
-}
 
 std::string graph_summary(const Graph& graph) {
   std::map<std::string, int> ops;
@@ -289,6 +361,55 @@ std::string graph_summary(const Graph& graph) {
   for (const Variable* v : graph.inputs()) ins.push_back(v->name + ": " + v->type.to_string());
   return std::to_string(graph.nodes().size()) + " nodes (" + join(parts, ", ") + "); inputs " +
          join(ins, ", ");
+}
+
+// What building a module gave besides its files.
+struct Built {
+  std::shared_ptr<const ModulePlan> plan;
+  bool kernels = false;  // it has a CUDA half (kernels.cu and the device image)
+  std::string summary;   // of the optimized graph, for `kiln cache ls`
+};
+
+// Runs the rewrites and generates and compiles the module into `dir` (module.c, module.so,
+// plan). On a compile error the source and log are kept (see keep_failed) and a CompileError
+// names the nodes.
+Built build_module(const Graph& source, const KeyContext& ctx, const std::string& key,
+                   const fs::path& dir, CacheStore* store, bool stored, CompileInfo& info) {
+  auto t = Clock::now();
+  const Graph graph = optimize_for(source, ctx);
+  info.times.rewrite_ms = ms_since(t);
+  t = Clock::now();
+  LinkedModule linked = link_c_module(graph, key);
+  Built built{ModulePlan::from_graph(graph, source), !linked.kernel_names.empty(),
+              graph_summary(graph)};
+  const std::string plan = built.plan->serialize();
+  // A stored module's plan goes through its text, so every miss runs the parser a hit runs.
+  // (An unstored one keeps the graph's ops, which need not be in the op registry.)
+  if (stored) built.plan = ModulePlan::parse(plan, (dir / "plan").string());
+  info.times.codegen_ms = ms_since(t);
+  if (debug_level() >= 3) log_line("generated source:\n" + linked.code.str());
+  write_file_atomic(dir / "plan", plan);
+  write_file_atomic(dir / "module.c", linked.code.str());
+
+  t = Clock::now();
+  CompileOutcome outcome = ctx.toolchain->compile(dir / "module.c", dir / "module.so",
+                                                  linked.compile_args, linked.libraries);
+  info.times.compile_ms = ms_since(t);
+  info.compiler_log = outcome.log;
+  if (!outcome.ok) {
+    auto kept = keep_failed(store, key, linked.code.str(), outcome.log) / "module.c";
+    std::vector<std::string> args{"-std=gnu11", "-march=" + ctx.toolchain->cpu()};
+    args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
+    auto diags = parse_diagnostics(kept, args, linked.code);
+    std::string message =
+        format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
+                             diags, outcome.log, kept);  // before diags is moved
+    throw CompileError(message, std::move(diags), kept);
+  }
+  if (!outcome.log.empty())
+    warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
+  if (built.kernels) build_kernels(graph, linked, key, dir, store, info);
+  return built;
 }
 
 // What one remote operation did, into the local index's counters (for `kiln cache stats`).
@@ -305,9 +426,12 @@ void record_remote(CacheStore& store, const RemoteCounters& a, const RemoteCount
   }
 }
 
-// Hit, or compile under the key's lock and publish. Returns the pinned entry.
-CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchain& tc,
-                           const ModuleKey& mk, const CompileOptions& options, CompileInfo& info) {
+
+// Hit, or compile under the key's lock and publish. Returns the pinned entry; nullopt for
+// a miss of a graph the cache cannot hold (see cacheable), which the caller builds unstored.
+std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
+                                          const KeyContext& ctx, const ModuleKey& mk,
+                                          const CompileOptions& options, CompileInfo& info) {
   auto t = Clock::now();
   LookupResult r = store.lookup(mk.key, false);
   info.cache = CacheStatus::kHit;
@@ -316,6 +440,8 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
     if (debug_level() >= 2) log_line("cache: hit " + r.entry->dir.string());
     return std::move(*r.entry);
   }
+  // Only a miss asks: no entry can exist for a graph the cache never stores.
+  if (!cacheable(graph)) return std::nullopt;
   // Miss: whoever holds the key's lock is compiling it; wait, then look again.
   auto w = Clock::now();
   FileLock lock = store.lock_key(mk.key);
@@ -366,17 +492,18 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   }
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
   WorkFolder staging = store.new_staging(mk.key);  // removed unless published
-  build_module(graph, tc, mk.key, staging.path(), &store, info);
+  const Built built = build_module(graph, ctx, mk.key, staging.path(), &store, true, info);
   EntryMeta meta;
   meta.key = mk.key;
   meta.label = graph.name();
   meta.family = mk.family;
-  meta.summary = graph_summary(graph);
+  meta.summary = built.summary;
   meta.created = unix_now();
-  meta.compile_ms = info.times.codegen_ms + info.times.compile_ms;
+  meta.compile_ms = info.times.rewrite_ms + info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
-  meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""}};
-  if (has_cuda_nodes(graph)) {
+  meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""},
+                FileRecord{"plan", 0, ""}};
+  if (built.kernels) {
     meta.files.push_back(FileRecord{"kernels.cu", 0, ""});
     for (const auto& f : CudaToolchain::get().outputs()) meta.files.push_back(FileRecord{f, 0, ""});
   }
@@ -391,20 +518,40 @@ CacheEntry lookup_or_build(CacheStore& store, const Graph& graph, const Toolchai
   return entry;
 }
 
+// The entry's plan, as its builder wrote it (the lookup has verified the file).
+std::shared_ptr<const ModulePlan> read_plan(const CacheEntry& entry) {
+  const fs::path file = entry.file("plan");
+  if (!entry.meta.file("plan")) throw CacheEntryError(entry.dir.string() + ": the entry has no plan");
+  return ModulePlan::parse(read_file(file), file.string());
+}
+
+Loaded loaded_from(const CacheEntry& entry) {
+  Loaded loaded;
+  loaded.source_path = entry.file("module.c");
+  loaded.module_path = entry.file("module.so");
+  loaded.pin = entry.pin;
+  loaded.plan = read_plan(entry);
+  return loaded;
+}
+
 Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info,
                        const CompileOptions& options) {
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
-  auto executor = std::make_shared<Executor>(loaded.module, build_program(graph),
+  auto executor = std::make_shared<Executor>(loaded.module,
+                                             loaded.weights->program(*loaded.plan, graph),
                                              options.engine ? options.engine : &default_engine());
   if (options.split_grain > 0) executor->set_split_grain(options.split_grain);
   executor->set_poison_buffers(options.poison_buffers);
   std::vector<std::string> in_names, out_names;
   std::vector<TensorType> in_types;
+  in_names.reserve(graph.inputs().size());
+  in_types.reserve(graph.inputs().size());
   for (const Variable* v : graph.inputs()) {
     in_names.push_back(v->name);
     in_types.push_back(v->type);
   }
+  out_names.reserve(graph.outputs().size());
   for (const Variable* v : graph.outputs()) out_names.push_back(v->name);
   return Function(std::move(executor), std::move(in_names), std::move(in_types),
                   std::move(out_names), std::move(info), loaded.pin);
@@ -412,45 +559,18 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
 
 void log_times(const Graph& graph, const CompileInfo& info) {
   if (debug_level() < 1) return;
-  log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; rewrite " +
-           format_double(info.times.rewrite_ms) + " ms, key " +
+  log_line("graph '" + graph.name() + "': cache " + to_string(info.cache) + "; key " +
            format_double(info.times.key_ms) + " ms, lookup " + format_double(info.times.lookup_ms) +
-           " ms, wait " + format_double(info.times.wait_ms) + " ms, codegen " +
+           " ms, wait " + format_double(info.times.wait_ms) + " ms, rewrite " +
+           format_double(info.times.rewrite_ms) + " ms, codegen " +
            format_double(info.times.codegen_ms) + " ms, compile " +
            format_double(info.times.compile_ms) + " ms, load " + format_double(info.times.load_ms) +
            " ms");
 }
 
-}  // namespace
-
-Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
-  if (options.device == "cpu") return optimize(graph, options.passes);
-  if (options.device != "cuda") {
-    throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
-  }
-  // Packed GEMM weights and fused reductions are CPU forms with no CUDA
-  // kernels yet: those passes stay off so the nodes they would replace can go to the device.
-  std::string spec = passes_spec(options.passes);
-  if (spec != "none") spec += std::string(spec.empty() ? "" : ",") + "-pack,-reduction";
-  return place_on_cuda(optimize(graph, spec), options.device_io);
-}
-
-std::string generate_source(const Graph& source, const CompileOptions& options) {
-  Graph graph = optimized_graph(source, options);
-  ToolchainConfig tc_config = options.toolchain;
-  if (tc_config.cache_dir.empty()) tc_config.cache_dir = options.cache_dir;
-  const Toolchain& tc = Toolchain::get(tc_config);
-  return link_c_module(graph, graph_module_key(graph, tc).key).code.str();
-}
-
-void clear_compile_memo() { memo().clear(); }
-
-namespace {
-
 // A build outside the cache (KILN_CACHE=0, an uncacheable graph, a read-only cache): its
 // folder lives as long as the functions that use the module, then goes.
-Loaded build_unstored(const Graph& graph, const Toolchain& tc, const ModuleKey& mk,
+Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey& mk,
                       CacheStore* store, CompileInfo& info) {
   std::shared_ptr<WorkFolder> folder;
   if (store && store->writable()) {
@@ -461,8 +581,8 @@ Loaded build_unstored(const Graph& graph, const Toolchain& tc, const ModuleKey& 
     folder = std::make_shared<WorkFolder>(
         WorkFolder::create(parent, mk.key.substr(0, 16), CacheAccess::private_access()));
   }
-  build_module(graph, tc, mk.key, folder->path(), store, info);
   Loaded loaded;
+  loaded.plan = build_module(graph, ctx, mk.key, folder->path(), store, false, info).plan;
   loaded.source_path = folder->path() / "module.c";
   loaded.module_path = folder->path() / "module.so";
   loaded.pin = folder;
@@ -471,55 +591,71 @@ Loaded build_unstored(const Graph& graph, const Toolchain& tc, const ModuleKey& 
 
 }  // namespace
 
+ModuleKey compile_key(const Graph& graph, const CompileOptions& options) {
+  check_graph(graph);
+  return *key_of(graph, key_context(options));
+}
+
+Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
+  check_graph(graph);
+  return optimize_for(graph, key_context(options));
+}
+
+std::string generate_source(const Graph& source, const CompileOptions& options) {
+  check_graph(source);
+  const KeyContext& ctx = key_context(options);
+  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key).code.str();
+}
+
+void clear_compile_memo() { memo().clear(); }
+
 Function compile(const Graph& source, const CompileOptions& options) {
   CompileInfo info;
+  check_graph(source);
   auto t = Clock::now();
-  const Graph graph = optimized_graph(source, options);
-  info.times.rewrite_ms = ms_since(t);
-  t = Clock::now();
-  const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
-  ToolchainConfig tc_config = options.toolchain;
-  if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
-  const Toolchain& tc = Toolchain::get(tc_config);
-  ModuleKey mk = graph_module_key(graph, tc);
-  info.key = mk.key;
+  const KeyContext& ctx = key_context(options);
+  const std::shared_ptr<const ModuleKey> mk = key_of(source, ctx);
+  info.key = mk->key;
   info.times.key_ms = ms_since(t);
 
   const bool use_cache = cache_enabled(options);
-  const bool storable = cacheable(graph);
-  Loaded loaded;
-  bool memoize = false;
-  if (!use_cache || !storable) {
-    info.cache = use_cache ? CacheStatus::kUncacheable : CacheStatus::kBypassed;
-    loaded = build_unstored(graph, tc, mk, CacheStore::open(root).get(), info);
-  } else {
-    const std::string memo_key = root.string() + "\n" + mk.key;
+  const std::string memo_key = ctx.root.string() + "\n" + mk->key;
+  if (use_cache) {
     if (auto hit = memo().find(memo_key)) {
       info.cache = CacheStatus::kMemo;
       if (hit->module->kernels()) info.device = cuda_device().describe();
-      return make_function(graph, *hit, std::move(info), options);
+      return make_function(source, *hit, std::move(info), options);
     }
-    auto store = CacheStore::open(root);
+  }
+  Loaded loaded;
+  bool memoize = false;
+  if (!use_cache) {
+    info.cache = CacheStatus::kBypassed;
+    loaded = build_unstored(source, ctx, *mk, CacheStore::open(ctx.root).get(), info);
+  } else {
+    auto store = CacheStore::open(ctx.root);
     if (std::string blocker = store->publish_blocker(); !blocker.empty()) {
       // Hits still load; a miss is compiled beside the cache and not stored.
-      LookupResult r = store->lookup(mk.key, false);
+      LookupResult r = store->lookup(mk->key, false);
       if (r.entry) {
         info.cache = CacheStatus::kHit;
-        loaded.source_path = r.entry->file("module.c");
-        loaded.module_path = r.entry->file("module.so");
+        loaded = loaded_from(*r.entry);
         memoize = true;
       } else {
-        warn(blocker + ": compiling without storing the module" +
-             (r.problem.empty() ? "" : " (the entry there: " + r.problem + ")"));
+        if (cacheable(source)) {
+          warn(blocker + ": compiling without storing the module" +
+               (r.problem.empty() ? "" : " (the entry there: " + r.problem + ")"));
+        }
         info.cache = CacheStatus::kUncacheable;
-        loaded = build_unstored(graph, tc, mk, store.get(), info);
+        loaded = build_unstored(source, ctx, *mk, store.get(), info);
       }
-    } else {
-      CacheEntry entry = lookup_or_build(*store, graph, tc, mk, options, info);
-      loaded.source_path = entry.file("module.c");
-      loaded.module_path = entry.file("module.so");
-      loaded.pin = entry.pin;
+    } else if (std::optional<CacheEntry> entry =
+                   lookup_or_build(*store, source, ctx, *mk, options, info)) {
+      loaded = loaded_from(*entry);
       memoize = true;
+    } else {
+      info.cache = CacheStatus::kUncacheable;
+      loaded = build_unstored(source, ctx, *mk, store.get(), info);
     }
   }
 
@@ -527,9 +663,9 @@ Function compile(const Graph& source, const CompileOptions& options) {
   loaded.module = Module::load(loaded.module_path);
   info.times.load_ms = ms_since(t);
   if (loaded.module->kernels()) info.device = cuda_device().describe();
-  log_times(graph, info);
-  if (memoize) memo().put(root.string() + "\n" + mk.key, loaded);
-  return make_function(graph, loaded, std::move(info), options);
+  log_times(source, info);
+  if (memoize) memo().put(memo_key, loaded);
+  return make_function(source, loaded, std::move(info), options);
 }
 
 }  // namespace kiln

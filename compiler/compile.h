@@ -1,10 +1,12 @@
 #pragma once
-// compile(): graph -> key -> (memo | cache hit | stitched C -> clang -> publish) -> Function.
+// compile(): graph -> key -> (memo | cache hit | rewrites -> stitched C -> clang -> publish)
+// -> Function.
 #include <filesystem>
 #include <optional>
 #include <string>
 
 #include "compiler/function.h"
+#include "compiler/graph_key.h"
 #include "compiler/toolchain.h"
 #include "graph/graph.h"
 
@@ -39,7 +41,14 @@ struct CompileOptions {
   bool device_io = false;
 };
 
+// The graph as given is keyed (compiler/graph_key.h) together with the toolchain, the rewrite
+// passes the options enable (with their versions) and the device; a memo or cache hit runs
+// no pass: the entry's plan rebuilds the program and prepares the graph's weights for it
+// (once per weight set; compiler/module_plan.h).
 Function compile(const Graph& graph, const CompileOptions& options = {});
+
+// The key compile() files a graph's module under.
+ModuleKey compile_key(const Graph& graph, const CompileOptions& options = {});
 
 // Forgets every module this process loaded (and unpins their cache entries once no
 // Function uses them); the next compile of a graph goes back to the disk cache.

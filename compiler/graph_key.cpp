@@ -61,6 +61,14 @@ std::string signature_of(const Graph& graph, const Refs& refs) {
           .append(std::to_string(v->value->load_int(0)))
           .append("/")
           .append(format_double(v->value->load(0)));
+    } else if (v->parameter) {
+      s.append(" parameter");
+    } else if (v->value) {
+      // The rewrites may read a plain constant's values (folding, x * 1, merging equal
+      // constants), so they are part of the code; a parameter's never are.
+      const Tensor t = v->value->contiguous();
+      s.append(" bytes=").append(
+          sha256_hex(std::string_view(static_cast<const char*>(t.data()), t.nbytes())));
     }
     s.append("\n");
   }

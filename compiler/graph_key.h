@@ -1,9 +1,10 @@
 #pragma once
-// The module key: SHA-256 over named components — the module ABI version, the linker's own
-// code (layout, ABI header, preludes), the toolchain (compiler, version, cpu, flags) and the
-// graph signature (op names, props, cache versions, types, edges). It is computed from the
-// graph alone, without generating source. Variable names do not enter it, and neither do
-// weight values (only inlined scalar constants do).
+// The module key: SHA-256 over named components — the module ABI version, the code
+// generators (ops, rewrites, linker, preludes), the toolchain, the rewrite passes with their
+// versions, the device, and the signature of the graph as given (op names, props, cache
+// versions, types, edges). It is computed from the graph alone, before any rewrite and
+// without generating source. Variable names do not enter it, and neither do parameters'
+// values (weights); a plain constant's values do, since the rewrites may read them.
 #include <string>
 
 #include "cache/entry_meta.h"

@@ -110,7 +110,14 @@ class Loader {
         std::string p = "parameters[" + std::to_string(i) + "]";
         std::string n = string_at(field(params[i], p, "name"), p + ".name");
         if (g.find_variable(n)) fail(p + ".name", "name '" + n + "' is already used");
-        g.add_constant(parameter_value(params[i], p), n);
+        // A weight read from a file is a parameter (bound at run time, never in the code or
+        // the cache key); a value written in the model is a constant of the program.
+        Tensor value = parameter_value(params[i], p);
+        if (field(params[i], p, "file", false).is_null()) {
+          g.add_constant(value, n);
+        } else {
+          g.add_parameter(value, n);
+        }
       }
     }
 

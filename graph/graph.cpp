@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <atomic>
+
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -11,7 +13,13 @@ std::string Node::label() const {
   return s + " (" + op->name() + ")";
 }
 
+uint64_t GraphUid::next() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
 Variable* Graph::new_variable(const std::string& name, TensorType type, VarKind kind) {
+  ++generation_;
   auto v = std::make_unique<Variable>();
   v->id = static_cast<int>(variables_.size());
   v->name = name.empty() ? "t" + std::to_string(v->id) : name;
@@ -92,16 +100,19 @@ Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>
     v->output_index = static_cast<int>(i);
     node->outputs.push_back(v);
   }
+  ++generation_;
   nodes_.push_back(std::move(node));
   return nodes_.back().get();
 }
 
 void Graph::add_output(Variable* v) {
   check_owned(v, "graph output");
+  ++generation_;
   outputs_.push_back(v);
 }
 
 void Graph::set_outputs(const std::vector<Variable*>& outputs) {
+  ++generation_;
   outputs_.clear();
   for (auto* v : outputs) add_output(v);
 }

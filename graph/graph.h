@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/constant_recipe.h"
 #include "graph/op.h"
 #include "graph/tensor_type.h"
 #include "runtime/tensor.h"
@@ -29,6 +30,9 @@ struct Variable {
   bool parameter = false;
   // A graph input the caller passes in device (CUDA) memory; set by CUDA placement.
   bool on_device = false;
+  // For a constant of a rewritten graph: how its value follows from the given graph's
+  // constants (null in a graph nobody rewrote).
+  RecipePtr recipe;
 };
 
 // True for a rank-0 constant whose value is pasted into generated code (and so into the
@@ -44,6 +48,25 @@ struct Node {
   std::vector<Variable*> outputs;
   std::string name;  // optional user-facing name (e.g. from a model file)
   std::string label() const;  // "node 3 'fc1' (matmul)"
+};
+
+// A process-unique number per graph object; a moved-from graph gets a fresh one.
+class GraphUid {
+ public:
+  GraphUid() : value_(next()) {}
+  GraphUid(const GraphUid&) = delete;
+  GraphUid& operator=(const GraphUid&) = delete;
+  GraphUid(GraphUid&& o) noexcept : value_(o.value_) { o.value_ = next(); }
+  GraphUid& operator=(GraphUid&& o) noexcept {
+    value_ = o.value_;
+    o.value_ = next();
+    return *this;
+  }
+  uint64_t value() const { return value_; }
+
+ private:
+  static uint64_t next();
+  uint64_t value_;
 };
 
 class Graph {
@@ -76,10 +99,18 @@ class Graph {
 
   std::string to_string() const;  // one line per input, node and output
 
+  // This graph object and the count of edits made through its methods: a compiler that saw
+  // (uid, generation) before knows the graph is unchanged without hashing it. Editing a
+  // Variable or Node through its pointer is not an edit the count sees.
+  uint64_t uid() const { return uid_.value(); }
+  uint64_t generation() const { return generation_; }
+
  private:
   Variable* new_variable(const std::string& name, TensorType type, VarKind kind);
   void check_owned(const Variable* v, const std::string& where) const;
   std::string name_;
+  GraphUid uid_;
+  uint64_t generation_ = 0;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Variable*> inputs_;

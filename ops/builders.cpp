@@ -18,6 +18,10 @@ Var constant(Graph& g, const Tensor& value, const std::string& name) {
   return Var(&g, g.add_constant(value, name));
 }
 
+Var parameter(Graph& g, const Tensor& value, const std::string& name) {
+  return Var(&g, g.add_parameter(value, name));
+}
+
 Var scalar(Graph& g, DType dtype, double value) {
   return Var(&g, g.add_constant(Tensor::scalar(dtype, value)));
 }

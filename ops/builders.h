@@ -32,7 +32,10 @@ class Var {
 };
 
 Var input(Graph& g, const std::string& name, DType dtype, std::vector<int64_t> dims);
+// A constant of the program: its value is part of the cache key and rewrites may read it.
 Var constant(Graph& g, const Tensor& value, const std::string& name = "");
+// A weight: bound at run time, never in the code or the key; one module serves any values.
+Var parameter(Graph& g, const Tensor& value, const std::string& name);
 Var scalar(Graph& g, DType dtype, double value);  // rank 0, inlined into elementwise code
 
 // Applies any op by name (as the model loaders do).

@@ -1,7 +1,9 @@
 // Constant folding: a node whose inputs are all constants is evaluated now, through its
 // op's reference `perform`, and becomes a constant. A result computed from a parameter is
 // itself a parameter (a module input, never pasted into the source), so one module still
-// serves any weights.
+// serves any weights. Each folded constant records its transform (the op's name and props),
+// so a module loaded from the cache computes it again from new weights.
+#include "rewrite/constant_recipe.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
 #include "util/error.h"
@@ -13,7 +15,7 @@ namespace {
 constexpr int64_t kMaxFoldElements = int64_t{1} << 22;
 
 bool foldable(const Node& node) {
-  if (node.inputs.empty()) return false;
+  if (node.inputs.empty() || !replayable(*node.op)) return false;
   for (const Variable* v : node.inputs) {
     if (v->kind != VarKind::kConstant || !v->value) return false;
   }
@@ -31,10 +33,12 @@ Graph fold_constants(const Graph& graph) {
     }
     std::vector<Tensor> inputs;
     std::vector<Shape> shapes;
+    std::vector<RecipePtr> recipes;
     bool from_parameter = false;
     for (const Variable* v : copy.map(node->inputs)) {
       inputs.push_back(*v->value);
       shapes.push_back(v->value->shape());
+      recipes.push_back(v->recipe);
       from_parameter = from_parameter || v->parameter;
     }
     std::vector<Tensor> outputs;
@@ -56,7 +60,9 @@ Graph fold_constants(const Graph& graph) {
       continue;
     }
     for (size_t i = 0; i < node->outputs.size(); ++i) {
-      copy.add_constant(node->outputs[i], outputs[i], from_parameter);
+      copy.add_constant(node->outputs[i], outputs[i], from_parameter,
+                        transform_recipe(node->op->name(), node->op->props(),
+                                         static_cast<int>(i), recipes));
     }
   }
   return copy.finish();

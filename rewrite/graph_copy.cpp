@@ -3,11 +3,16 @@
 #include <algorithm>
 
 #include "ops/registry.h"
+#include "rewrite/constant_recipe.h"
 #include "util/error.h"
 
 namespace kiln {
 
-GraphCopy::GraphCopy(const Graph& src) : src_(src), dst_(src.name()) {
+GraphCopy::GraphCopy(const Graph& src, bool number_sources) : src_(src), dst_(src.name()) {
+  if (number_sources) {
+    for (size_t i = 0; i < src.constants().size(); ++i)
+      source_index_[src.constants()[i]] = static_cast<int>(i);
+  }
   for (const Variable* v : src.inputs()) {
     map_[v] = dst_.add_input(v->name, v->type);
     map_[v]->on_device = v->on_device;
@@ -22,6 +27,11 @@ Variable* GraphCopy::map(const Variable* old) {
   }
   Variable* v = old->parameter ? dst_.add_parameter(*old->value, old->name)
                                : dst_.add_constant(*old->value, old->name);
+  if (auto it = source_index_.find(old); it != source_index_.end()) {
+    v->recipe = source_recipe(it->second);
+  } else {
+    v->recipe = old->recipe;
+  }
   map_[old] = v;
   return v;
 }
@@ -50,9 +60,11 @@ Node* GraphCopy::add(std::shared_ptr<const Op> op, const std::vector<Variable*>&
   return n;
 }
 
-Variable* GraphCopy::add_constant(const Variable* old, Tensor value, bool parameter) {
+Variable* GraphCopy::add_constant(const Variable* old, Tensor value, bool parameter,
+                                  RecipePtr recipe) {
   Variable* v = parameter ? dst_.add_parameter(std::move(value), old->name)
                           : dst_.add_constant(std::move(value), old->name);
+  v->recipe = std::move(recipe);
   map_[old] = v;
   return v;
 }

@@ -12,7 +12,10 @@ namespace kiln {
 
 class GraphCopy {
  public:
-  explicit GraphCopy(const Graph& src);
+  // With number_sources, each constant of `src` is recorded as the given graph's constant
+  // at its position (its recipe: the first copy of a pipeline); otherwise constants keep
+  // the recipes they have.
+  explicit GraphCopy(const Graph& src, bool number_sources = false);
 
   const Graph& src() const { return src_; }
   Graph& dst() { return dst_; }
@@ -29,8 +32,8 @@ class GraphCopy {
   // take those variables' names, and later uses of them read the new outputs.
   Node* add(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
             const std::vector<const Variable*>& replaces, const std::string& node_name);
-  // A constant standing for source variable `old`, under its name.
-  Variable* add_constant(const Variable* old, Tensor value, bool parameter);
+  // A constant standing for source variable `old`, under its name, computed as `recipe` says.
+  Variable* add_constant(const Variable* old, Tensor value, bool parameter, RecipePtr recipe);
 
   Graph finish();
 
@@ -38,6 +41,7 @@ class GraphCopy {
   const Graph& src_;
   Graph dst_;
   std::unordered_map<const Variable*, Variable*> map_;
+  std::unordered_map<const Variable*, int> source_index_;  // with number_sources
 };
 
 // How many nodes read each variable, plus one for each time it is a graph output.

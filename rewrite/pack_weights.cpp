@@ -10,6 +10,7 @@
 
 #include "ops/gemm_pack.h"
 #include "ops/registry.h"
+#include "rewrite/constant_recipe.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
 
@@ -55,6 +56,8 @@ Graph pack_weights(const Graph& graph) {
           (b->name.empty() ? "weight" : b->name) + (trans ? ".packed_t" : ".packed");
       pb = b->parameter ? copy.dst().add_parameter(panels, name)
                         : copy.dst().add_constant(panels, name);
+      pb->recipe = transform_recipe(kPackGemmPanels, {{"trans", int64_t{trans}}}, 0,
+                                    {b->recipe});
     }
     props["transB"] = int64_t{0};
     props["packed_n"] = b->value->shape()[trans ? 0 : 1];

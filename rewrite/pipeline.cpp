@@ -25,8 +25,9 @@ std::vector<std::string> split_items(const std::string& spec) {
   return items;
 }
 
+// The pipeline's first copy: it numbers the given graph's constants (their recipes).
 Graph plain_copy(const Graph& graph) {
-  GraphCopy copy(graph);
+  GraphCopy copy(graph, true);
   for (const auto& node : graph.nodes()) copy.copy(*node);
   return copy.finish();
 }
@@ -38,10 +39,12 @@ const std::vector<PassInfo>& all_passes() {
   // once weights are final and before epilogue fusion takes the gemm as its base; reduction
   // and epilogue fusion after elementwise fusion, so a whole chain lands in the reduction or
   // the epilogue; dead-code removal last, to drop what the others orphaned.
+  // A pass's version goes up whenever what it makes of a graph changes.
   static const std::vector<PassInfo> passes = {
-      {"fold", fold_constants},     {"simplify", simplify},      {"cse", merge_common},
-      {"pack", pack_weights},       {"fusion", fuse_elementwise}, {"reduction", fuse_reduce},
-      {"epilogue", fuse_epilogue}, {"dce", remove_dead},
+      {"fold", fold_constants, 2},     {"simplify", simplify, 1},
+      {"cse", merge_common, 1},        {"pack", pack_weights, 2},
+      {"fusion", fuse_elementwise, 1}, {"reduction", fuse_reduce, 1},
+      {"epilogue", fuse_epilogue, 1},  {"dce", remove_dead, 1},
   };
   return passes;
 }
@@ -80,6 +83,14 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
     if (std::find(off.begin(), off.end(), p.name) == off.end()) on.push_back(p);
   }
   return on;
+}
+
+std::string passes_component(const std::string& spec, const std::string& origin) {
+  std::string out;
+  for (const auto& p : select_passes(spec, origin)) {
+    out.append(out.empty() ? "" : ",").append(p.name).append("@").append(std::to_string(p.version));
+  }
+  return out.empty() ? "none" : out;
 }
 
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec) {

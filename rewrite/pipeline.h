@@ -12,6 +12,7 @@ namespace kiln {
 struct PassInfo {
   const char* name;
   Graph (*run)(const Graph&);
+  int version;
 };
 
 const std::vector<PassInfo>& all_passes();
@@ -22,6 +23,10 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
 
 // Runs the passes `spec` enables; nullopt spec: $KILN_PASSES, else all.
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec = std::nullopt);
+
+// The passes a spec enables with their versions, "fold@2,simplify@1,...", or "none": the
+// cache key's `passes` component.
+std::string passes_component(const std::string& spec, const std::string& origin);
 
 // The spec in effect: `spec` if given, else $KILN_PASSES, else "" (all).
 std::string passes_spec(const std::optional<std::string>& spec);

@@ -40,8 +40,15 @@ Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engi
   is_output_.assign(program_.slots.size(), false);
   for (int s : program_.output_slots) is_output_.at(s) = true;
   for (const auto& step : program_.steps) {
-    check_internal(step.thunk >= 0 && step.thunk < module_->info().n_thunks,
-                   "step '" + step.label + "' refers to a missing thunk");
+    // (Checked with `if`: the message is built only when it is needed.)
+    if (step.thunk < 0 || step.thunk >= module_->info().n_thunks) {
+      throw InternalError("step '" + step.label + "' refers to a missing thunk");
+    }
+    const kiln_thunk_info& thunk = module_->info().thunks[step.thunk];
+    if (thunk.n_in != static_cast<int32_t>(step.inputs.size()) ||
+        thunk.n_out != static_cast<int32_t>(step.outputs.size())) {
+      throw InternalError("step '" + step.label + "' does not match its thunk's inputs and outputs");
+    }
   }
   uploads_.assign(program_.steps.size(), false);
   std::vector<bool> param(program_.slots.size(), false);

@@ -23,6 +23,7 @@
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
+#include "ops/registry.h"
 #include "ops/cop.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
@@ -40,8 +41,21 @@ const std::string kWrapper = KILN_TEST_CC_WRAPPER;
 // Doubles a 1-D float32 tensor; its cache_version is whatever the test says.
 class VersionedOp : public COp {
  public:
+  // The version is a prop too, so the op registry can make it again (a cache hit does).
   explicit VersionedOp(std::optional<int> version, bool codegen_throws = false)
-      : COp("versioned_test_op", {}), version_(version), codegen_throws_(codegen_throws) {}
+      : COp("versioned_test_op", version ? Attrs{{"version", int64_t{*version}}} : Attrs{}),
+        version_(version),
+        codegen_throws_(codegen_throws) {
+    static const bool registered = [] {
+      OpRegistry::instance().add("versioned_test_op", [](const Attrs& a) {
+        auto it = a.find("version");
+        return std::make_shared<VersionedOp>(
+            it == a.end() ? std::nullopt : std::optional<int>(attr_int(a, "version")));
+      });
+      return true;
+    }();
+    (void)registered;
+  }
   std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
     return {in[0]};
   }
@@ -74,7 +88,7 @@ Graph small_graph(const std::string& name, DType dtype, int64_t width, double we
   Graph g(name);
   Var x = input(g, "x", dtype, {kDynamic, width});
   std::vector<double> w(static_cast<size_t>(width), weight);
-  Var c = constant(g, Tensor::from_doubles(dtype, {width}, w));
+  Var c = parameter(g, Tensor::from_doubles(dtype, {width}, w), "w");
   g.set_outputs({tanh(x * c) + exp(x)});
   return g;
 }
@@ -92,6 +106,15 @@ TEST(CacheKey, SameGraphSameKeyWhateverTheWeights) {
             key_of(small_graph("a", DType::kFloat64, 8)));
   EXPECT_NE(key_of(small_graph("a", DType::kFloat32, 8)),
             key_of(small_graph("a", DType::kFloat32, 9)));
+  // A plain constant is part of the program: the rewrites may read its values.
+  auto with_constant = [](double value) {
+    Graph g("c");
+    Var x = input(g, "x", DType::kFloat32, {4});
+    g.set_outputs({x * constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {1, 1, 1, value}))});
+    return key_of(g);
+  };
+  EXPECT_NE(with_constant(1), with_constant(2));
+  EXPECT_EQ(with_constant(2), with_constant(2));
 }
 
 TEST(CacheKey, OperandOrderOverIdenticalSubgraphsMatters) {
@@ -386,7 +409,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   EXPECT_EQ(show.exit_code, 0) << show.err;
   for (const std::string& word :
        {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
-        std::string("graph:"), std::string("node 0 with_epilogue"), std::string("module.so"),
+        std::string("graph:"), std::string("node 0 matmul"), std::string("fold@2,simplify@1,cse@1,pack@2"), std::string("with_epilogue"), std::string("module.so"), std::string("plan"),
         std::string("source     ") + (cache / "objects").string()}) {
     EXPECT_NE(show.out.find(word), std::string::npos) << word << " not in\n" << show.out;
   }

@@ -389,7 +389,7 @@ TEST(Compiler, KeyIgnoresNamesAndWeightsButNotStructure) {
   auto build = [](const std::string& in_name, double w, bool swap) {
     Graph g("k");
     Var a = input(g, in_name, DType::kFloat32, {kDynamic, 4});
-    Var c = constant(g, Tensor::from_doubles(DType::kFloat32, {4}, {w, w, w, w}));
+    Var c = parameter(g, Tensor::from_doubles(DType::kFloat32, {4}, {w, w, w, w}), "w");
     Var e = exp(a);
     g.set_outputs({swap ? sub(c, e) : sub(e, c)});
     return module_key(g, KeyComponents{{"toolchain", "tc"}}).key;

@@ -1,0 +1,483 @@
+#include "compiler/module_plan.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string_view>
+
+#include "cache/entry_meta.h"
+#include "ops/cop.h"
+#include "ops/cuda_placed.h"
+#include "ops/registry.h"
+#include "ops/transfer.h"
+#include "rewrite/constant_recipe.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::string_view kMagic = "kiln-plan 1\n";
+
+// The plan's text: words as "<length>:<bytes>", numbers in decimal, reals as C99 hex floats
+// (exact, and inf and nan survive), separated by blanks; newlines only for readers.
+class PlanWriter {
+ public:
+  void word(std::string_view s) {
+    out_.append(std::to_string(s.size())).append(":").append(s).append(" ");
+  }
+  void num(int64_t v) { out_.append(std::to_string(v)).append(" "); }
+  void real(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", v);
+    out_.append(buf).append(" ");
+  }
+  void ints(const std::vector<int>& v) {
+    num(static_cast<int64_t>(v.size()));
+    for (int i : v) num(i);
+  }
+  void props(const Attrs& attrs) {
+    num(static_cast<int64_t>(attrs.size()));
+    for (const auto& [name, value] : attrs) {
+      word(name);
+      if (const auto* i = std::get_if<int64_t>(&value)) {
+        word("i");
+        num(*i);
+      } else if (const auto* f = std::get_if<double>(&value)) {
+        word("f");
+        real(*f);
+      } else if (const auto* s = std::get_if<std::string>(&value)) {
+        word("s");
+        word(*s);
+      } else if (const auto* is = std::get_if<std::vector<int64_t>>(&value)) {
+        word("I");
+        num(static_cast<int64_t>(is->size()));
+        for (int64_t x : *is) num(x);
+      } else {
+        const auto& fs = std::get<std::vector<double>>(value);
+        word("F");
+        num(static_cast<int64_t>(fs.size()));
+        for (double x : fs) real(x);
+      }
+    }
+  }
+  void section(const char* name) {
+    out_.append("\n");
+    word(name);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_{kMagic};
+};
+
+class PlanReader {
+ public:
+  PlanReader(const std::string& text, const std::string& where) : text_(text), where_(where) {
+    if (text_.compare(0, kMagic.size(), kMagic) != 0) fail("not a kiln plan (format 1)");
+    pos_ = kMagic.size();
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw CacheEntryError(where_ + ": byte " + std::to_string(pos_) + ": " + what);
+  }
+  int64_t num(const char* what) {
+    std::string_view t = token(what);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || end != t.data() + t.size()) fail(std::string("bad number for ") + what);
+    return v;
+  }
+  int index(const char* what, int64_t limit) {
+    int64_t v = num(what);
+    if (v < 0 || v >= limit) fail(std::string(what) + " " + std::to_string(v) + " out of range");
+    return static_cast<int>(v);
+  }
+  // A count of items that each take at least two more bytes of the text.
+  size_t count(const char* what) {
+    int64_t n = num(what);
+    if (n < 0 || static_cast<size_t>(n) > (text_.size() - pos_) / 2 + 1)
+      fail(std::string("bad count for ") + what);
+    return static_cast<size_t>(n);
+  }
+  double real(const char* what) {
+    std::string t(token(what));
+    char* end = nullptr;
+    double v = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() + t.size()) fail(std::string("bad real for ") + what);
+    return v;
+  }
+  std::string word(const char* what) {
+    skip_blanks();
+    size_t colon = text_.find(':', pos_);
+    if (colon == std::string::npos || colon == pos_ || colon - pos_ > 12)
+      fail(std::string("expected ") + what);
+    int64_t n = 0;
+    for (size_t i = pos_; i < colon; ++i) {
+      if (text_[i] < '0' || text_[i] > '9') fail(std::string("expected ") + what);
+      n = n * 10 + (text_[i] - '0');
+    }
+    if (static_cast<size_t>(n) > text_.size() - colon - 1)
+      fail(std::string(what) + " runs past the end");
+    pos_ = colon + 1 + static_cast<size_t>(n);
+    return text_.substr(colon + 1, static_cast<size_t>(n));
+  }
+  void expect(const char* section) {
+    size_t at = pos_;
+    if (word(section) != section) {
+      pos_ = at;
+      fail(std::string("expected section '") + section + "'");
+    }
+  }
+  std::vector<int> ints(const char* what, int64_t limit) {
+    std::vector<int> v(count(what));
+    for (int& i : v) i = index(what, limit);
+    return v;
+  }
+  Attrs props() {
+    Attrs attrs;
+    size_t n = count("props");
+    for (size_t i = 0; i < n; ++i) {
+      std::string name = word("prop name");
+      std::string tag = word("prop type");
+      if (tag == "i") {
+        attrs[name] = num("prop");
+      } else if (tag == "f") {
+        attrs[name] = real("prop");
+      } else if (tag == "s") {
+        attrs[name] = word("prop");
+      } else if (tag == "I") {
+        std::vector<int64_t> v(count("prop"));
+        for (auto& x : v) x = num("prop");
+        attrs[name] = std::move(v);
+      } else if (tag == "F") {
+        std::vector<double> v(count("prop"));
+        for (auto& x : v) x = real("prop");
+        attrs[name] = std::move(v);
+      } else {
+        fail("unknown prop type '" + tag + "'");
+      }
+    }
+    return attrs;
+  }
+  DType dtype() {
+    int64_t d = num("dtype");
+    if (d < 0 || d > static_cast<int64_t>(DType::kFloat64)) fail("bad dtype " + std::to_string(d));
+    return static_cast<DType>(d);
+  }
+  std::vector<int64_t> dims() {
+    std::vector<int64_t> d(count("dims"));
+    for (auto& x : d) {
+      x = num("dim");
+      if (x < kDynamic) fail("bad dimension " + std::to_string(x));
+    }
+    return d;
+  }
+  void finish() {
+    skip_blanks();
+    if (pos_ != text_.size()) fail("unexpected text after the plan");
+  }
+
+ private:
+  void skip_blanks() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n')) ++pos_;
+  }
+  std::string_view token(const char* what) {
+    skip_blanks();
+    size_t end = pos_;
+    while (end < text_.size() && text_[end] != ' ' && text_[end] != '\n') ++end;
+    if (end == pos_) fail(std::string("expected ") + what);
+    std::string_view t(text_.data() + pos_, end - pos_);
+    pos_ = end;
+    return t;
+  }
+  const std::string& text_;
+  const std::string& where_;
+  size_t pos_ = 0;
+};
+
+// The op a step's shape rule comes from, from its name and props: the registry's ops,
+// CUDA placement's wrappers and transfers.
+std::shared_ptr<const Op> recreate_op(const std::string& name, const Attrs& props) {
+  if (name == "to_device" || name == "to_host") return std::make_shared<Transfer>(name == "to_device");
+  if (name.rfind("cuda:", 0) == 0) {
+    auto inner = std::dynamic_pointer_cast<const COp>(
+        OpRegistry::instance().create(name.substr(5), props));
+    if (!inner) throw UserError("op '" + name + "' has no code");
+    return std::make_shared<CudaPlaced>(std::move(inner));
+  }
+  return OpRegistry::instance().create(name, props);
+}
+
+// Flattens recipes into preparation steps, each distinct recipe once.
+class RecipeFlattener {
+ public:
+  RecipeFlattener(int n_sources, std::vector<PrepStep>& steps) : n_sources_(n_sources), steps_(steps) {}
+  int value_of(const RecipePtr& r) {
+    if (!r) throw InternalError("module plan: a constant has no recipe");
+    if (r->source >= 0) {
+      if (r->source >= n_sources_) throw InternalError("module plan: recipe source out of range");
+      return r->source;
+    }
+    auto it = done_.find(r.get());
+    if (it != done_.end()) return it->second;
+    PrepStep step;
+    step.op = r->op;
+    step.props = r->props;
+    step.output = r->output;
+    for (const auto& in : r->inputs) step.inputs.push_back(value_of(in));
+    steps_.push_back(std::move(step));
+    const int v = n_sources_ + static_cast<int>(steps_.size()) - 1;
+    done_[r.get()] = v;
+    return v;
+  }
+
+ private:
+  int n_sources_;
+  std::vector<PrepStep>& steps_;
+  std::map<const ConstantRecipe*, int> done_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, const Graph& sources) {
+  auto plan = std::shared_ptr<ModulePlan>(new ModulePlan());
+  for (const Variable* c : sources.constants()) plan->sources_.push_back(c->type);
+  Program& p = plan->skeleton_;
+  std::vector<int> slot(graph.variables().size(), -1);
+  auto add_slot = [&](const Variable* v, SlotKind kind) {
+    slot.at(static_cast<size_t>(v->id)) = static_cast<int>(p.slots.size());
+    p.slots.push_back(SlotSpec{v->name, v->type.dtype, v->type.dims, kind});
+    if (v->owner) {
+      const auto* op = dynamic_cast<const COp*>(v->owner->op.get());
+      p.slots.back().on_device = op && op->output_on_device();
+    } else {
+      p.slots.back().on_device = v->on_device;
+    }
+    return slot[static_cast<size_t>(v->id)];
+  };
+  auto slot_of = [&](const Variable* v) { return slot.at(static_cast<size_t>(v->id)); };
+  for (const Variable* v : graph.inputs()) p.input_slots.push_back(add_slot(v, SlotKind::kInput));
+  RecipeFlattener flatten(static_cast<int>(sources.constants().size()), plan->prep_);
+  for (const Variable* v : graph.constants()) {
+    const int s = add_slot(v, SlotKind::kParam);
+    plan->params_.emplace_back(s, flatten.value_of(v->recipe));
+  }
+  for (const auto& node : graph.nodes()) {
+    StepSpec step;
+    step.thunk = node->id;
+    for (const Variable* v : node->inputs) step.inputs.push_back(slot_of(v));
+    for (const Variable* v : node->outputs) step.outputs.push_back(add_slot(v, SlotKind::kTemp));
+    const auto* cop = dynamic_cast<const COp*>(node->op.get());
+    if (const int k = cop && cop->output_on_device() ? cop->cuda_view_of(*node) : -1; k >= 0) {
+      p.slots[static_cast<size_t>(step.outputs.at(0))].view_of =
+          step.inputs.at(static_cast<size_t>(k));
+    }
+    step.label = node->label();
+    std::shared_ptr<const Op> op = node->op;
+    step.infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
+    p.steps.push_back(std::move(step));
+    plan->step_ops_.push_back(StepOp{node->op->name(), node->op->props()});
+  }
+  for (const Variable* v : graph.outputs()) p.output_slots.push_back(slot_of(v));
+  plan->finish();
+  return plan;
+}
+
+std::string ModulePlan::serialize() const {
+  PlanWriter w;
+  const Program& p = skeleton_;
+  w.section("sources");
+  w.num(static_cast<int64_t>(sources_.size()));
+  for (const TensorType& t : sources_) {
+    w.num(static_cast<int64_t>(t.dtype));
+    w.num(t.rank());
+    for (int64_t d : t.dims) w.num(d);
+  }
+  w.section("slots");
+  w.num(static_cast<int64_t>(p.slots.size()));
+  for (const SlotSpec& s : p.slots) {
+    w.word(s.name);
+    w.num(static_cast<int64_t>(s.dtype));
+    w.num(static_cast<int64_t>(s.dims.size()));
+    for (int64_t d : s.dims) w.num(d);
+    w.num(static_cast<int64_t>(s.kind));
+    w.num(s.on_device ? 1 : 0);
+    w.num(s.view_of + 1);  // 0: not a view
+  }
+  w.section("inputs");
+  w.ints(p.input_slots);
+  w.section("outputs");
+  w.ints(p.output_slots);
+  w.section("prep");
+  w.num(static_cast<int64_t>(prep_.size()));
+  for (const PrepStep& s : prep_) {
+    w.word(s.op);
+    w.props(s.props);
+    w.num(s.output);
+    w.ints(s.inputs);
+  }
+  w.section("params");
+  w.num(static_cast<int64_t>(params_.size()));
+  for (const auto& [slot, value] : params_) {
+    w.num(slot);
+    w.num(value);
+  }
+  w.section("steps");
+  w.num(static_cast<int64_t>(p.steps.size()));
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepSpec& s = p.steps[i];
+    w.num(s.thunk);
+    w.word(s.label);
+    w.word(step_ops_[i].op);
+    w.props(step_ops_[i].props);
+    w.ints(s.inputs);
+    w.ints(s.outputs);
+  }
+  w.section("end");
+  return w.take();
+}
+
+std::shared_ptr<const ModulePlan> ModulePlan::parse(const std::string& text,
+                                                    const std::string& where) {
+  auto plan = std::shared_ptr<ModulePlan>(new ModulePlan());
+  PlanReader r(text, where);
+  Program& p = plan->skeleton_;
+  r.expect("sources");
+  plan->sources_.resize(r.count("sources"));
+  for (TensorType& t : plan->sources_) {
+    t.dtype = r.dtype();
+    t.dims = r.dims();
+  }
+  r.expect("slots");
+  p.slots.resize(r.count("slots"));
+  const auto n_slots = static_cast<int64_t>(p.slots.size());
+  for (SlotSpec& s : p.slots) {
+    s.name = r.word("slot name");
+    s.dtype = r.dtype();
+    s.dims = r.dims();
+    s.kind = static_cast<SlotKind>(r.index("slot kind", 3));
+    s.on_device = r.index("slot side", 2) == 1;
+    s.view_of = r.index("slot view", n_slots + 1) - 1;
+  }
+  r.expect("inputs");
+  p.input_slots = r.ints("input slot", n_slots);
+  r.expect("outputs");
+  p.output_slots = r.ints("output slot", n_slots);
+  r.expect("prep");
+  plan->prep_.resize(r.count("prep"));
+  const auto n_sources = static_cast<int64_t>(plan->sources_.size());
+  for (size_t i = 0; i < plan->prep_.size(); ++i) {
+    PrepStep& s = plan->prep_[i];
+    s.op = r.word("prep op");
+    s.props = r.props();
+    s.output = r.index("prep output", 1 << 20);
+    s.inputs = r.ints("prep input", n_sources + static_cast<int64_t>(i));
+  }
+  r.expect("params");
+  plan->params_.resize(r.count("params"));
+  for (auto& [slot, value] : plan->params_) {
+    slot = r.index("param slot", n_slots);
+    value = r.index("param value", n_sources + static_cast<int64_t>(plan->prep_.size()));
+  }
+  r.expect("steps");
+  p.steps.resize(r.count("steps"));
+  for (StepSpec& s : p.steps) {
+    s.thunk = r.index("thunk", 1 << 30);
+    s.label = r.word("step label");
+    StepOp op;
+    op.op = r.word("step op");
+    op.props = r.props();
+    plan->step_ops_.push_back(std::move(op));
+    s.inputs = r.ints("step input", n_slots);
+    s.outputs = r.ints("step output", n_slots);
+  }
+  r.expect("end");
+  r.finish();
+  try {
+    plan->finish();
+  } catch (const Error& e) {
+    throw CacheEntryError(where + ": " + e.what());
+  }
+  return plan;
+}
+
+void ModulePlan::finish() {
+  Program& p = skeleton_;
+  const auto n_slots = static_cast<int>(p.slots.size());
+  for (const SlotSpec& s : p.slots) {
+    if (s.view_of < -1 || s.view_of >= n_slots) throw UserError("a slot views a slot out of range");
+  }
+  std::vector<bool> read(sources_.size(), false);
+  for (const PrepStep& s : prep_) {
+    for (int i : s.inputs) {
+      if (i < static_cast<int>(sources_.size())) read[static_cast<size_t>(i)] = true;
+    }
+  }
+  prepared_from_.clear();
+  for (size_t i = 0; i < read.size(); ++i) {
+    if (read[i]) prepared_from_.push_back(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].infer_shape) continue;  // from_graph: the graph's own op
+    std::shared_ptr<const Op> op;
+    try {
+      op = recreate_op(step_ops_[i].op, step_ops_[i].props);
+    } catch (const Error& e) {
+      throw UserError(p.steps[i].label + ": " + e.what());
+    }
+    p.steps[i].infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
+  }
+}
+
+void ModulePlan::check_sources(const Graph& given) const {
+  const auto& constants = given.constants();
+  if (constants.size() != sources_.size()) {
+    throw UserError("graph '" + given.name() + "' has " + std::to_string(constants.size()) +
+                    " constants; its module was built for " + std::to_string(sources_.size()));
+  }
+  for (size_t i = 0; i < constants.size(); ++i) {
+    const Variable* c = constants[i];
+    const TensorType& want = sources_[i];
+    if (!c->value || c->value->dtype() != want.dtype || c->value->shape() != want.dims) {
+      throw UserError("constant '" + c->name + "' of graph '" + given.name() + "' holds " +
+                      (c->value ? c->value->describe() : std::string("no value")) +
+                      "; its module was built for " + want.to_string());
+    }
+  }
+}
+
+std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
+  std::vector<Tensor> values;
+  const auto n_sources = sources_.size();
+  values.reserve(prep_.size());
+  auto value = [&](int i) -> const Tensor& {
+    return static_cast<size_t>(i) < n_sources ? *given.constants()[static_cast<size_t>(i)]->value
+                                              : values[static_cast<size_t>(i) - n_sources];
+  };
+  for (size_t k = 0; k < prep_.size(); ++k) {
+    const PrepStep& s = prep_[k];
+    std::vector<Tensor> inputs;
+    for (int i : s.inputs) inputs.push_back(value(i));
+    try {
+      values.push_back(run_transform(s.op, s.props, s.output, inputs));
+    } catch (const Error& e) {
+      throw UserError("graph '" + given.name() + "': preparing its weights (step " +
+                      std::to_string(k) + ", " + s.op + attrs_to_string(s.props) + "): " + e.what());
+    }
+  }
+  return values;
+}
+
+Program ModulePlan::program(const Graph& given, const std::vector<Tensor>& prepared) const {
+  Program p = skeleton_;
+  const auto n_sources = sources_.size();
+  p.params.reserve(params_.size());
+  for (const auto& [slot, value] : params_) {
+    const auto i = static_cast<size_t>(value);
+    p.params.emplace_back(slot, i < n_sources ? *given.constants()[i]->value
+                                              : prepared.at(i - n_sources));
+  }
+  return p;
+}
+
+}  // namespace kiln

@@ -1,0 +1,62 @@
+#include "rewrite/constant_recipe.h"
+
+#include "ops/gemm_pack.h"
+#include "ops/registry.h"
+#include "util/error.h"
+
+namespace kiln {
+
+RecipePtr source_recipe(int index) {
+  auto r = std::make_shared<ConstantRecipe>();
+  r->source = index;
+  return r;
+}
+
+RecipePtr transform_recipe(std::string op, Attrs props, int output, std::vector<RecipePtr> inputs) {
+  auto r = std::make_shared<ConstantRecipe>();
+  r->op = std::move(op);
+  r->props = std::move(props);
+  r->output = output;
+  r->inputs = std::move(inputs);
+  return r;
+}
+
+bool replayable(const Op& op) {
+  const OpRegistry& registry = OpRegistry::instance();
+  if (!registry.contains(op.name())) return false;
+  try {
+    return *registry.create(op.name(), op.props()) == op;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+Tensor run_transform(const std::string& op, const Attrs& props, int output,
+                     const std::vector<Tensor>& inputs) {
+  if (op == kPackGemmPanels) {
+    if (inputs.size() != 1 || inputs[0].ndim() != 2 || output != 0) {
+      throw UserError(std::string(kPackGemmPanels) + " takes one matrix");
+    }
+    return pack_gemm_panels(inputs[0], attr_int(props, "trans") != 0);
+  }
+  std::shared_ptr<const Op> o = OpRegistry::instance().create(op, props);
+  std::vector<TensorType> types;
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) {
+    types.push_back(TensorType{t.dtype(), t.shape()});
+    shapes.push_back(t.shape());
+  }
+  std::vector<TensorType> out_types = o->infer_type(types);
+  std::vector<Shape> out_shapes = o->infer_shape(shapes);
+  if (output < 0 || static_cast<size_t>(output) >= out_types.size()) {
+    throw UserError("op " + op + " has no output " + std::to_string(output));
+  }
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < out_types.size(); ++i) {
+    outputs.push_back(Tensor::empty(out_types[i].dtype, out_shapes.at(i)));
+  }
+  o->perform(inputs, outputs);
+  return outputs[static_cast<size_t>(output)];
+}
+
+}  // namespace kiln

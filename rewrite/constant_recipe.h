@@ -1,0 +1,25 @@
+#pragma once
+// Building and replaying ConstantRecipes (graph/constant_recipe.h): the rewrites that make
+// constants (folding, weight packing) record how, and a module loaded from the cache replays
+// the same transforms on the weights it is given.
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+// The transform name weight packing records (props: trans = 0 or 1).
+inline constexpr const char* kPackGemmPanels = "pack_gemm_panels";
+
+RecipePtr source_recipe(int index);
+RecipePtr transform_recipe(std::string op, Attrs props, int output, std::vector<RecipePtr> inputs);
+// True when an op's transform can be replayed from its name and props alone (the op
+// registry recreates an equal op).
+bool replayable(const Op& op);
+// Output `output` of transform `op` over `inputs`: an op of the registry (its reference
+// perform) or kPackGemmPanels. Throws UserError naming the op when it does not apply.
+Tensor run_transform(const std::string& op, const Attrs& props, int output,
+                     const std::vector<Tensor>& inputs);
+
+}  // namespace kiln
