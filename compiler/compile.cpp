@@ -59,11 +59,7 @@ class WeightSets {
   Program program(const ModulePlan& plan, const Graph& given) {
     plan.check_sources(given);
     if (plan.prep_steps() == 0) return plan.program(given, {});
-    Identity id;
-    for (int i : plan.prepared_from()) {
-      const Tensor& t = *given.constants()[static_cast<size_t>(i)]->value;
-      id.emplace_back(t.storage(), t.storage().get(), t.byte_offset());
-    }
+    Identity id = identity(plan, given);
     std::lock_guard lock(mutex_);
     for (auto it = sets_.begin(); it != sets_.end(); ++it) {
       if (!same(it->first, id)) continue;
@@ -74,10 +70,25 @@ class WeightSets {
     if (sets_.size() > kSets) sets_.pop_back();
     return plan.program(given, sets_.front().second);
   }
+  // Records what a miss's rewrites prepared for the given graph's weights.
+  void seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared) {
+    if (plan.prep_steps() == 0) return;
+    std::lock_guard lock(mutex_);
+    sets_.emplace_front(identity(plan, given), std::move(prepared));
+    if (sets_.size() > kSets) sets_.pop_back();
+  }
 
  private:
   static constexpr size_t kSets = 2;
   using Identity = std::vector<std::tuple<std::weak_ptr<Storage>, const void*, size_t>>;
+  static Identity identity(const ModulePlan& plan, const Graph& given) {
+    Identity id;
+    for (int i : plan.prepared_from()) {
+      const Tensor& t = *given.constants()[static_cast<size_t>(i)]->value;
+      id.emplace_back(t.storage(), t.storage().get(), t.byte_offset());
+    }
+    return id;
+  }
   static bool same(const Identity& a, const Identity& b) {
     for (size_t i = 0; i < a.size(); ++i) {
       // A live storage at the same address is the same storage (a freed one expires).
@@ -366,6 +377,7 @@ std::string graph_summary(const Graph& graph) {
 // What building a module gave besides its files.
 struct Built {
   std::shared_ptr<const ModulePlan> plan;
+  std::vector<Tensor> prepared;  // the weight set the rewrites prepared (ModulePlan::prepared_in)
   bool kernels = false;  // it has a CUDA half (kernels.cu and the device image)
   std::string summary;   // of the optimized graph, for `kiln cache ls`
 };
@@ -380,12 +392,13 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   info.times.rewrite_ms = ms_since(t);
   t = Clock::now();
   LinkedModule linked = link_c_module(graph, key);
-  Built built{ModulePlan::from_graph(graph, source), !linked.kernel_names.empty(),
+  Built built{ModulePlan::from_graph(graph, source), {}, !linked.kernel_names.empty(),
               graph_summary(graph)};
   const std::string plan = built.plan->serialize();
   // A stored module's plan goes through its text, so every miss runs the parser a hit runs.
   // (An unstored one keeps the graph's ops, which need not be in the op registry.)
   if (stored) built.plan = ModulePlan::parse(plan, (dir / "plan").string());
+  built.prepared = built.plan->prepared_in(graph);
   info.times.codegen_ms = ms_since(t);
   if (debug_level() >= 3) log_line("generated source:\n" + linked.code.str());
   write_file_atomic(dir / "plan", plan);
@@ -431,7 +444,8 @@ void record_remote(CacheStore& store, const RemoteCounters& a, const RemoteCount
 // a miss of a graph the cache cannot hold (see cacheable), which the caller builds unstored.
 std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
                                           const KeyContext& ctx, const ModuleKey& mk,
-                                          const CompileOptions& options, CompileInfo& info) {
+                                          const CompileOptions& options, CompileInfo& info,
+                                          std::optional<Built>& built_here) {
   auto t = Clock::now();
   LookupResult r = store.lookup(mk.key, false);
   info.cache = CacheStatus::kHit;
@@ -492,7 +506,8 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   }
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
   WorkFolder staging = store.new_staging(mk.key);  // removed unless published
-  const Built built = build_module(graph, ctx, mk.key, staging.path(), &store, true, info);
+  const Built& built =
+      built_here.emplace(build_module(graph, ctx, mk.key, staging.path(), &store, true, info));
   EntryMeta meta;
   meta.key = mk.key;
   meta.label = graph.name();
@@ -582,7 +597,9 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
         WorkFolder::create(parent, mk.key.substr(0, 16), CacheAccess::private_access()));
   }
   Loaded loaded;
-  loaded.plan = build_module(graph, ctx, mk.key, folder->path(), store, false, info).plan;
+  Built built = build_module(graph, ctx, mk.key, folder->path(), store, false, info);
+  loaded.plan = built.plan;
+  loaded.weights->seed(*built.plan, graph, std::move(built.prepared));
   loaded.source_path = folder->path() / "module.c";
   loaded.module_path = folder->path() / "module.so";
   loaded.pin = folder;
@@ -649,9 +666,18 @@ Function compile(const Graph& source, const CompileOptions& options) {
         info.cache = CacheStatus::kUncacheable;
         loaded = build_unstored(source, ctx, *mk, store.get(), info);
       }
-    } else if (std::optional<CacheEntry> entry =
-                   lookup_or_build(*store, source, ctx, *mk, options, info)) {
-      loaded = loaded_from(*entry);
+    } else if (std::optional<Built> built; std::optional<CacheEntry> entry =
+                   lookup_or_build(*store, source, ctx, *mk, options, info, built)) {
+      if (built) {
+        // Built here: the plan and the weights its rewrites prepared are at hand.
+        loaded.source_path = entry->file("module.c");
+        loaded.module_path = entry->file("module.so");
+        loaded.pin = entry->pin;
+        loaded.plan = built->plan;
+        loaded.weights->seed(*built->plan, source, std::move(built->prepared));
+      } else {
+        loaded = loaded_from(*entry);
+      }
       memoize = true;
     } else {
       info.cache = CacheStatus::kUncacheable;

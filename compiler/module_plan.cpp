@@ -468,6 +468,17 @@ std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
   return values;
 }
 
+std::vector<Tensor> ModulePlan::prepared_in(const Graph& optimized) const {
+  std::vector<Tensor> values(prep_.size());
+  const auto& constants = optimized.constants();
+  if (constants.size() != params_.size()) throw InternalError("module plan: not this graph's plan");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto v = static_cast<size_t>(params_[i].second);
+    if (v >= sources_.size()) values[v - sources_.size()] = *constants[i]->value;
+  }
+  return values;
+}
+
 Program ModulePlan::program(const Graph& given, const std::vector<Tensor>& prepared) const {
   Program p = skeleton_;
   const auto n_sources = sources_.size();

@@ -42,6 +42,10 @@ class ModulePlan {
   // The positions of the given graph's constants that preparation reads: what identifies a
   // weight set whose prepared values can be reused.
   const std::vector<int>& prepared_from() const { return prepared_from_; }
+  // What preparing the given graph's constants gives, as the rewrites already computed it
+  // into `optimized` (the graph this plan was made from): the steps a parameter reads are
+  // filled in, the rest left empty. Seeds a miss's weight set, so it prepares nothing twice.
+  std::vector<Tensor> prepared_in(const Graph& optimized) const;
   // The program, its parameters bound: the given graph's constants and prepared values.
   Program program(const Graph& given, const std::vector<Tensor>& prepared) const;
   size_t prep_steps() const { return prep_.size(); }

@@ -64,13 +64,20 @@ class ProgramReader {
       pos_ = end + 1;
       return v;
     }
+    // format_double writes -inf as the C expression "(-INFINITY)".
+    const bool parenthesised = pos_ < s_.size() && s_[pos_] == '(';
+    if (parenthesised) ++pos_;
     std::string w = word();
-    try {
-      size_t used = 0;
-      if (w.find_first_of(".eEn") == std::string::npos) {
+    if (parenthesised) expect(')');
+    size_t used = 0;
+    if (w.find_first_of(".eEnIN") == std::string::npos) {  // not a real, INFINITY or NAN
+      try {
         int64_t i = std::stoll(w, &used);
         if (used == w.size()) return i;
+      } catch (const std::exception&) {
       }
+    }
+    try {
       double d = std::stod(w, &used);
       if (used == w.size()) return d;
     } catch (const std::exception&) {

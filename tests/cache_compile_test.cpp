@@ -259,6 +259,13 @@ TEST_F(CacheCompile, DamagedEntriesAreRecompiledNeverLoaded) {
          std::ofstream(d / "module.so", std::ios::binary | std::ios::trunc) << b;
        }},
       {"missing", [](const fs::path& d) { fs::remove(d / "module.so"); }},
+      {"plan edited",  // a plan that points a parameter at another slot would misbind weights
+       [](const fs::path& d) {
+         std::string b = read_file(d / "plan");
+         b[b.find("params") + 10] ^= 0x01;
+         std::ofstream(d / "plan", std::ios::binary | std::ios::trunc) << b;
+       }},
+      {"plan missing", [](const fs::path& d) { fs::remove(d / "plan"); }},
       {"garbled meta",
        [](const fs::path& d) {
          std::ofstream(d / "meta.json", std::ios::trunc) << "{\"format\": 1, \"ke";
@@ -288,7 +295,7 @@ TEST_F(CacheCompile, DamagedEntriesAreRecompiledNeverLoaded) {
   int quarantined = 0;
   for ([[maybe_unused]] const auto& q : fs::directory_iterator(opts_.cache_dir / "quarantine"))
     ++quarantined;
-  EXPECT_EQ(quarantined, 4);
+  EXPECT_EQ(quarantined, 6);
 }
 
 TEST_F(CacheCompile, OpWithoutCacheVersionIsCompiledButNeverStored) {

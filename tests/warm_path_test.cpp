@@ -1,0 +1,292 @@
+// The warm path: the key is the graph as given, a memo or cache hit runs no rewrite pass, and
+// weights are prepared (folded, packed) from the entry's plan once per weight set.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "cache/entry_meta.h"
+#include "compiler/compile.h"
+#include "compiler/module_plan.h"
+#include "helpers.h"
+#include "ops/builders.h"
+#include "ops/cop.h"
+#include "ops/registry.h"
+#include "runtime/npy.h"
+#include "util/fs.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kiln_env;
+using testing::temp_dir;
+using testing::tensors_close;
+
+// y = x + w elementwise, counting its reference runs: constant folding and weight
+// preparation are the only callers of perform here, so the count says how often weights
+// were prepared.
+std::atomic<int> g_performs{0};
+
+class CountedOp : public COp {
+ public:
+  CountedOp() : COp("counted_test_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    ++g_performs;
+    for (int64_t i = 0; i < in[0].numel(); ++i) out[0].store(i, 3 * in[0].load(i));
+  }
+  std::string c_code(const Node&, const CodeNames& n, const Sub&) const override {
+    return "for (int64_t i = 0; i < " + n.inputs[0] + "->shape[0]; ++i)\n  ((float *)" +
+           n.outputs[0] + "->data)[i] = 3 * ((const float *)" + n.inputs[0] + "->data)[i];\n";
+  }
+  std::optional<int> cache_version() const override { return 1; }
+};
+
+void register_counted() {
+  static const bool done = [] {
+    OpRegistry::instance().add("counted_test_op",
+                               [](const Attrs&) { return std::make_shared<CountedOp>(); });
+    return true;
+  }();
+  (void)done;
+}
+
+// y = x + counted(w), with w a parameter (folded: counted(w) is prepared from the weights).
+Graph counted_graph(const Tensor& w) {
+  register_counted();
+  Graph g("counted");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Var p = parameter(g, w, "w");
+  g.set_outputs({x + apply("counted_test_op", {p})});
+  return g;
+}
+
+Tensor vec4(double a, double b, double c, double d) {
+  return Tensor::from_doubles(DType::kFloat32, {4}, {a, b, c, d});
+}
+
+class WarmPath : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clear_compile_memo();
+    opts_.cache_dir = fs::path(temp_dir(std::string("warm-") +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name())) /
+                      "cache";
+  }
+  void TearDown() override { clear_compile_memo(); }
+  CompileOptions opts_;
+};
+
+TEST_F(WarmPath, WeightsArePreparedOncePerWeightSetAndHitsRunNoPass) {
+  const Tensor x = vec4(1, 2, 3, 4);
+  const Tensor wa = vec4(1, -1, 0.5, 0);
+  const Tensor wb = vec4(10, 20, 30, -40);
+  g_performs = 0;
+  Graph ga = counted_graph(wa);
+  Function miss = compile(ga, opts_);
+  EXPECT_EQ(miss.info().cache, CacheStatus::kMiss);
+  EXPECT_EQ(g_performs, 1);  // the fold, whose result seeds the weight set
+  EXPECT_TRUE(tensors_close(miss({x})[0], vec4(4, -1, 4.5, 4)));
+
+  Function again = compile(ga, opts_);  // the same Graph: no pass, no preparation
+  EXPECT_EQ(again.info().cache, CacheStatus::kMemo);
+  Graph ga2 = counted_graph(wa);  // built anew around the same weight tensor
+  Function rebuilt = compile(ga2, opts_);
+  EXPECT_EQ(rebuilt.info().cache, CacheStatus::kMemo);
+  EXPECT_EQ(rebuilt.info().key, miss.info().key);
+  EXPECT_EQ(g_performs, 1);
+  EXPECT_TRUE(tensors_close(rebuilt({x})[0], vec4(4, -1, 4.5, 4)));
+
+  Graph gb = counted_graph(wb);  // new weights, same shapes: one module, prepared once more
+  Function b = compile(gb, opts_);
+  EXPECT_EQ(b.info().cache, CacheStatus::kMemo);
+  EXPECT_EQ(g_performs, 2);
+  EXPECT_TRUE(tensors_close(b({x})[0], vec4(31, 62, 93, -116)));
+  compile(gb, opts_);
+  compile(ga, opts_);  // both sets stay prepared
+  EXPECT_EQ(g_performs, 2);
+  EXPECT_TRUE(tensors_close(miss({x})[0], vec4(4, -1, 4.5, 4)));  // A's function kept A's
+
+  clear_compile_memo();
+  Function hit = compile(gb, opts_);  // from the disk cache: the plan prepares, no pass runs
+  EXPECT_EQ(hit.info().cache, CacheStatus::kHit);
+  EXPECT_EQ(hit.info().times.rewrite_ms, 0.0);
+  EXPECT_EQ(g_performs, 3);
+  EXPECT_TRUE(tensors_close(hit({x})[0], vec4(31, 62, 93, -116)));
+}
+
+TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
+  Graph g("edited");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Var c = constant(g, vec4(1, 2, 3, 4), "c");
+  g.set_outputs({x * c});
+  const std::string k1 = compile(g, opts_).info().key;
+  EXPECT_EQ(compile(g, opts_).info().key, k1);
+  // A plain constant is part of the program: a new value through the pointer is a new key.
+  g.find_variable("c")->value = vec4(1, 2, 3, 5);
+  Function changed = compile(g, opts_);
+  EXPECT_NE(changed.info().key, k1);
+  EXPECT_TRUE(tensors_close(changed({vec4(1, 1, 1, 1)})[0], vec4(1, 2, 3, 5)));
+  // So is an edit through the graph's methods.
+  g.set_outputs({exp(x * c)});
+  Function edited = compile(g, opts_);
+  EXPECT_NE(edited.info().key, changed.info().key);
+  EXPECT_EQ(edited.info().cache, CacheStatus::kMiss);
+  EXPECT_TRUE(tensors_close(edited({vec4(0, 0, 0, 0)})[0], vec4(1, 1, 1, 1)));
+}
+
+TEST_F(WarmPath, PassesAreAKeyComponentThatExplainNames) {
+  Graph g = counted_graph(vec4(1, 2, 3, 4));
+  compile(g, opts_);
+  CompileOptions other = opts_;
+  other.passes = "-fusion";
+  other.explain = true;
+  Function f = compile(g, other);
+  EXPECT_EQ(f.info().cache, CacheStatus::kMiss);
+  const std::string& note = f.info().cache_note;
+  EXPECT_NE(note.find("passes: 'fold@2,simplify@1,cse@1,pack@2,fusion@1"), std::string::npos) << note;
+  EXPECT_NE(note.find("'fold@2,simplify@1,cse@1,pack@2,reduction@1"), std::string::npos) << note;
+  EXPECT_EQ(note.find("graph:"), std::string::npos) << note;
+}
+
+// A plan survives its text exactly, and any damage to the text is a CacheEntryError (or a
+// UserError from the ops it names), never a crash.
+TEST_F(WarmPath, PlansRoundTripAndDamagedPlansAreErrors) {
+  Graph g("plan");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 40});
+  Var w = parameter(g, Tensor::from_doubles(DType::kFloat32, {40, 32}, std::vector<double>(1280, 0.25)), "w");
+  Var s = apply("slice", {x}, {{"axes", std::vector<int64_t>{1}},
+                               {"starts", std::vector<int64_t>{std::numeric_limits<int64_t>::max()}},
+                               {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
+                               {"steps", std::vector<int64_t>{-1}}});
+  Var y = apply("gemm", {s, w * scalar(g, DType::kFloat32, 2)}, {{"alpha", 0.1}});
+  g.set_outputs({apply("leaky_relu", {y}, {{"alpha", -std::numeric_limits<double>::infinity()}})});
+  Function f = compile(g, opts_);
+  const fs::path file = f.info().module_path.parent_path() / "plan";
+  const std::string text = read_file(file);
+  auto plan = ModulePlan::parse(text, "plan");
+  EXPECT_EQ(plan->serialize(), text);
+  EXPECT_EQ(plan->prep_steps(), 2u) << text;  // w * 2 folded, then packed
+  EXPECT_NE(text.find("pack_gemm_panels"), std::string::npos) << text;
+
+  const size_t last = text.find_last_not_of(" \n") + 1;  // trailing blanks are optional
+  for (size_t n = 0; n < last; ++n) {
+    EXPECT_THROW(ModulePlan::parse(text.substr(0, n), "plan"), CacheEntryError) << n;
+  }
+  std::mt19937 rng(7);
+  int rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = text;
+    bad[rng() % bad.size()] = static_cast<char>(rng() % 256);
+    try {
+      ModulePlan::parse(bad, "plan");
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 1000);
+  try {
+    ModulePlan::parse(text.substr(0, text.find("steps")) + "steps 1 0 ", "plan");
+    ADD_FAILURE() << "no error";
+  } catch (const CacheEntryError& e) {
+    EXPECT_NE(std::string(e.what()).find("plan: byte "), std::string::npos) << e.what();
+  }
+}
+
+// Weights of the given graph that do not fit its key's types are refused by name.
+TEST_F(WarmPath, ConstantsThatNoLongerFitTheModuleAreNamed) {
+  Graph g = counted_graph(vec4(1, 2, 3, 4));
+  compile(g, opts_);
+  g.find_variable("w")->value = Tensor::from_doubles(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
+  const std::string msg = testing::error_of([&] { compile(g, opts_); });
+  EXPECT_NE(msg.find("constant 'w' of graph 'counted' holds float32 (5,)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("built for float32 (4,)"), std::string::npos) << msg;
+}
+
+// The weights as a new process sees them: compile with weights A and run; a new process with
+// weights B (same shapes) hits the cache, prepares B from the plan (a weight folded with a
+// constant, then packed for the GEMM kernel; another packed transposed) and gives exactly
+// what a cold compile with B gives, and what a plain reference computes.
+void write_model(const fs::path& dir, uint32_t seed) {
+  std::mt19937 rng(seed);
+  write_npy(dir / "w1.npy", testing::random_tensor(DType::kFloat32, {32, 24}, rng));
+  write_npy(dir / "b1.npy", testing::random_tensor(DType::kFloat32, {32}, rng));
+  write_npy(dir / "w2.npy", testing::random_tensor(DType::kFloat32, {32, 20}, rng));
+  std::ofstream(dir / "model.json") << R"({
+  "format": "kiln-graph", "version": 1, "name": "prepared",
+  "inputs": [{"name": "x", "dtype": "float32", "shape": [null, 24]}],
+  "parameters": [{"name": "w1", "file": "w1.npy"}, {"name": "b1", "file": "b1.npy"},
+                 {"name": "w2", "file": "w2.npy"}, {"name": "half", "value": 0.5}],
+  "nodes": [
+    {"op": "gemm", "inputs": ["x", "w1", "b1"], "outputs": ["h"], "attrs": {"transB": 1}},
+    {"op": "relu", "inputs": ["h"], "outputs": ["r"]},
+    {"op": "mul", "inputs": ["w2", "half"], "outputs": ["w2h"]},
+    {"op": "gemm", "inputs": ["r", "w2h"], "outputs": ["y"]}
+  ],
+  "outputs": ["y"]
+})";
+}
+
+Tensor reference(const fs::path& dir, const Tensor& x) {
+  Tensor w1 = read_npy(dir / "w1.npy"), b1 = read_npy(dir / "b1.npy"), w2 = read_npy(dir / "w2.npy");
+  const int64_t m = x.shape()[0];
+  Tensor y = Tensor::zeros(DType::kFloat32, {m, 20});
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<double> r(32);
+    for (int64_t j = 0; j < 32; ++j) {
+      double acc = b1.load(j);
+      for (int64_t k = 0; k < 24; ++k) acc += x.load(i * 24 + k) * w1.load(j * 24 + k);
+      r[static_cast<size_t>(j)] = std::max(acc, 0.0);
+    }
+    for (int64_t n = 0; n < 20; ++n) {
+      double acc = 0;
+      for (int64_t j = 0; j < 32; ++j) acc += r[static_cast<size_t>(j)] * 0.5 * w2.load(j * 20 + n);
+      y.store(i * 20 + n, acc);
+    }
+  }
+  return y;
+}
+
+TEST(WarmPathCli, NewWeightsInANewProcessArePreparedLikeAColdCompile) {
+  const fs::path dir = temp_dir("warm-cli");
+  const fs::path cache = dir / "cache", cold = dir / "cold";
+  std::mt19937 rng(3);
+  const Tensor x = testing::random_tensor(DType::kFloat32, {5, 24}, rng);  // 5 rows: a tail
+  write_npy(dir / "x.npy", x);
+  auto run = [&](const fs::path& cache_dir, const std::string& out) {
+    return kiln_env({"KILN_CACHE_DIR=" + cache_dir.string()},
+                    {"-v", "run", (dir / "model.json").string(), "--input",
+                     "x=" + (dir / "x.npy").string(), "--output-dir", (dir / out).string()});
+  };
+  write_model(dir, 1);
+  auto a = run(cache, "a");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("cache miss"), std::string::npos) << a.err;
+  Tensor ya = read_npy(dir / "a" / "y.npy");
+  EXPECT_TRUE(tensors_close(ya, reference(dir, x), 1e-4, 1e-5));
+
+  write_model(dir, 2);  // weights B
+  auto b = run(cache, "b");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("cache hit"), std::string::npos) << b.err;
+  auto c = run(cold, "c");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("cache miss"), std::string::npos) << c.err;
+  Tensor yb = read_npy(dir / "b" / "y.npy"), yc = read_npy(dir / "c" / "y.npy");
+  EXPECT_TRUE(tensors_close(yb, reference(dir, x), 1e-4, 1e-5));
+  ASSERT_EQ(yb.nbytes(), yc.nbytes());
+  EXPECT_EQ(std::memcmp(yb.data(), yc.data(), yb.nbytes()), 0) << "hit and cold compile differ";
+  EXPECT_FALSE(tensors_close(yb, ya)) << "weights B gave A's result";
+}
+
+}  // namespace
+}  // namespace kiln
