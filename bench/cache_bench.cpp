@@ -1,8 +1,10 @@
-// Kernel cache numbers on this machine, in one run, for the MLP example and a 200-node graph:
+// Kernel cache numbers on this machine, in one run, for the MLP example, a 200-node graph and
+// ResNet-18 (ONNX, bench/models/resnet18_onnx.py):
 //  - cold compile: graph -> callable with an empty cache;
 //  - warm hit in a fresh process: a new process builds the graph and times compile()
 //    (graph -> callable: key, lookup, verification, dlopen), with a populated cache;
-//  - in-process memo: compile() of a graph this process already compiled;
+//  - in-process memo: compile() of the same Graph again, of an identical graph built anew
+//    around the same weights, and of the model loaded again (new weights to prepare);
 //  - index lookup with 100 000 entries (SQLite primary key), and a full store lookup (miss)
 //    at that size, which shows there is no scan of the cache.
 // Usage: cache_bench [--repeat N]
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cache_index.h"
@@ -67,8 +70,48 @@ Graph graph200() {
   return g;
 }
 
+// The ResNet-18 ONNX model (torchvision's layout, seeded random weights), regenerated into
+// bench/data/ by bench/models/resnet18_onnx.py when missing.
+fs::path resnet18_file() {
+  const fs::path file = fs::path(KILN_BENCH_DATA) / "resnet18.onnx";
+  if (!fs::exists(file)) {
+    fs::create_directories(file.parent_path());
+    ProcessResult p = run_process({"/usr/bin/python3", KILN_BENCH_MODELS "/resnet18_onnx.py", file.string()});
+    if (p.exit_code != 0) {
+      std::fprintf(stderr, "could not write %s: %s\n", file.c_str(), p.err.c_str());
+      std::exit(1);
+    }
+  }
+  return file;
+}
+
 Graph make(const std::string& which) {
-  return which == "mlp" ? load_model(KILN_MLP_JSON) : graph200();
+  if (which == "mlp") return load_model(KILN_MLP_JSON);
+  if (which == "resnet18") return load_model(resnet18_file());
+  return graph200();
+}
+
+// An identical graph built anew around the same weight tensors (as a program that builds
+// its graph in code each time would).
+Graph rebuild(const Graph& g) {
+  Graph out(g.name());
+  std::unordered_map<const Variable*, Variable*> map;
+  for (const Variable* v : g.inputs()) map[v] = out.add_input(v->name, v->type);
+  for (const Variable* v : g.constants()) {
+    map[v] = v->parameter ? out.add_parameter(*v->value, v->name) : out.add_constant(*v->value, v->name);
+  }
+  for (const auto& node : g.nodes()) {
+    std::vector<Variable*> inputs;
+    for (const Variable* v : node->inputs) inputs.push_back(map.at(v));
+    std::vector<std::string> names;
+    for (const Variable* v : node->outputs) names.push_back(v->name);
+    Node* n = out.add_node(node->op, inputs, node->name, names);
+    for (size_t i = 0; i < n->outputs.size(); ++i) map[node->outputs[i]] = n->outputs[i];
+  }
+  std::vector<Variable*> outputs;
+  for (const Variable* v : g.outputs()) outputs.push_back(map.at(v));
+  out.set_outputs(outputs);
+  return out;
 }
 
 // Child mode: one compile in a fresh process, timed from graph to callable.
@@ -83,11 +126,15 @@ int child(const std::string& which, const std::string& cache) {
   return 0;
 }
 
+// Memo columns: compile() of the very Graph compiled before (no hashing); of an identical
+// graph built anew around the same weights (one signature hash); of the model loaded again
+// (new weight tensors, so its weights are prepared again: folded, packed).
 void compile_rows(const std::string& self, int repeat) {
-  std::printf("%-22s %12s %16s %14s\n", "graph", "cold ms", "fresh-proc hit ms", "memo us");
-  for (std::string which : {"mlp", "g200"}) {
+  std::printf("%-22s %9s %12s %12s %12s %12s\n", "graph", "cold ms", "fresh hit ms",
+              "memo same us", "memo new us", "reloaded us");
+  for (std::string which : {"mlp", "g200", "resnet18"}) {
     fs::path cache = fs::temp_directory_path() / ("kiln-cache-bench-" + which);
-    std::vector<double> cold, warm, memo;
+    std::vector<double> cold, warm, same, fresh, reloaded;
     std::string nodes;
     for (int r = 0; r < repeat; ++r) {
       fs::remove_all(cache);
@@ -102,7 +149,19 @@ void compile_rows(const std::string& self, int repeat) {
       for (int i = 0; i < 50; ++i) {
         auto m = Clock::now();
         Function again = compile(g, opts);
-        memo.push_back(since_ms(m) * 1000);
+        same.push_back(since_ms(m) * 1000);
+      }
+      for (int i = 0; i < 20; ++i) {
+        Graph built = rebuild(g);
+        auto m = Clock::now();
+        Function again = compile(built, opts);
+        fresh.push_back(since_ms(m) * 1000);
+      }
+      for (int i = 0; i < 3; ++i) {
+        Graph loaded = make(which);
+        auto m = Clock::now();
+        Function again = compile(loaded, opts);
+        reloaded.push_back(since_ms(m) * 1000);
       }
     }
     for (int r = 0; r < 2 * repeat + 1; ++r) {
@@ -113,8 +172,9 @@ void compile_rows(const std::string& self, int repeat) {
       }
       warm.push_back(std::stod(p.out));
     }
-    std::printf("%-22s %12.1f %16.2f %14.1f\n", (which + " (" + nodes + " nodes)").c_str(),
-                median(cold), warm.empty() ? -1.0 : median(warm), median(memo));
+    std::printf("%-22s %9.1f %12.2f %12.1f %12.1f %12.1f\n",
+                (which + " (" + nodes + " nodes)").c_str(), median(cold),
+                warm.empty() ? -1.0 : median(warm), median(same), median(fresh), median(reloaded));
     fs::remove_all(cache);
   }
 }

@@ -49,8 +49,8 @@ commands:
   help [COMMAND]           show help for a command
 
 options:
-  -v, --verbose            print the time of each phase (load, rewrite, key, codegen,
-                           compile, module load, run) to stderr
+  -v, --verbose            print the time of each phase (load, key, lookup, rewrite,
+                           codegen, compile, module load, prepare weights, run) to stderr
   --device cpu|cuda        where nodes run (compile/run/source): cuda places every node
                            with CUDA code on the GPU (KILN_CUDA_DEVICE=emulator: the CPU
                            emulator), with transfers where values cross; default cpu
@@ -59,7 +59,8 @@ options:
                            outside the timed run)
   --passes SPEC            rewrite passes for compile/run/source: "-fusion,-cse" disables
                            those, "none" all (default: $KILN_PASSES, else all of fold,
-                           simplify, cse, fusion, epilogue, dce)
+                           simplify, cse, pack, fusion, reduction, epilogue, dce);
+                           the passes are part of the cache key
   -h, --help               show help
 
 MODEL is a kiln JSON graph (.json; see docs/json-format.md).
@@ -230,10 +231,11 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
                          .c_str()
                    : "");
   std::fprintf(stderr,
-               "load %.2f ms | rewrite %.2f ms | key %.2f ms | lookup %.2f ms | codegen %.2f ms | "
-               "compile %.2f ms | module load %.2f ms",
-               load_ms, info.times.rewrite_ms, info.times.key_ms, info.times.lookup_ms, info.times.codegen_ms,
-               info.times.compile_ms, info.times.load_ms);
+               "load %.2f ms | key %.2f ms | lookup %.2f ms | rewrite %.2f ms | codegen %.2f ms | "
+               "compile %.2f ms | module load %.2f ms | prepare %.2f ms",
+               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.rewrite_ms,
+               info.times.codegen_ms, info.times.compile_ms, info.times.load_ms,
+               info.times.prepare_ms);
   if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");

@@ -16,6 +16,9 @@ struct PhaseTimes {
   // compiling the same key.
   double rewrite_ms = 0, key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
   double remote_ms = 0;  // the remote tier: fetch and verify, or upload
+  // Binding the graph's weights: preparing them from the plan (folding, packing) for a
+  // weight set this module has not seen, else only looking them up.
+  double prepare_ms = 0;
 };
 
 enum class CacheStatus {
