@@ -21,6 +21,7 @@
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
 #include "compiler/module_plan.h"
+#include "compiler/weight_sets.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
 #include "rewrite/passes.h"
@@ -50,58 +51,6 @@ double unix_now() {
 void check_graph(const Graph& graph) {
   if (graph.outputs().empty()) throw UserError("graph '" + graph.name() + "' has no outputs");
 }
-
-// Prepared parameters of one plan, per weight set: the last few sets of the tensors that
-// preparation reads (by storage and offset: a weight set is its tensors, so new values mean
-// new tensors) and what preparing them gave. A memo hit with the same weights prepares nothing.
-class WeightSets {
- public:
-  Program program(const ModulePlan& plan, const Graph& given) {
-    plan.check_sources(given);
-    if (plan.prep_steps() == 0) return plan.program(given, {});
-    Identity id = identity(plan, given);
-    std::lock_guard lock(mutex_);
-    for (auto it = sets_.begin(); it != sets_.end(); ++it) {
-      if (!same(it->first, id)) continue;
-      sets_.splice(sets_.begin(), sets_, it);
-      return plan.program(given, sets_.front().second);
-    }
-    sets_.emplace_front(std::move(id), plan.prepare(given));
-    if (sets_.size() > kSets) sets_.pop_back();
-    return plan.program(given, sets_.front().second);
-  }
-  // Records what a miss's rewrites prepared for the given graph's weights.
-  void seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared) {
-    if (plan.prep_steps() == 0) return;
-    std::lock_guard lock(mutex_);
-    sets_.emplace_front(identity(plan, given), std::move(prepared));
-    if (sets_.size() > kSets) sets_.pop_back();
-  }
-
- private:
-  static constexpr size_t kSets = 2;
-  using Identity = std::vector<std::tuple<std::weak_ptr<Storage>, const void*, size_t>>;
-  static Identity identity(const ModulePlan& plan, const Graph& given) {
-    Identity id;
-    for (int i : plan.prepared_from()) {
-      const Tensor& t = *given.constants()[static_cast<size_t>(i)]->value;
-      id.emplace_back(t.storage(), t.storage().get(), t.byte_offset());
-    }
-    return id;
-  }
-  static bool same(const Identity& a, const Identity& b) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      // A live storage at the same address is the same storage (a freed one expires).
-      if (std::get<1>(a[i]) != std::get<1>(b[i]) || std::get<2>(a[i]) != std::get<2>(b[i]) ||
-          std::get<0>(a[i]).expired()) {
-        return false;
-      }
-    }
-    return true;
-  }
-  std::mutex mutex_;
-  std::list<std::pair<Identity, std::vector<Tensor>>> sets_;  // most recent first
-};
 
 // A module loaded in this process, with what keeps its files alive: the pin on its cache
 // entry, or the scratch folder it was built in (removed when the last Function goes), and
@@ -554,7 +503,7 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
   auto t = Clock::now();
-  Program program = loaded.weights->program(*loaded.plan, graph);
+  std::shared_ptr<const Program> program = loaded.weights->program(*loaded.plan, graph);
   info.times.prepare_ms = ms_since(t);
   auto executor = std::make_shared<Executor>(loaded.module, std::move(program),
                                              options.engine ? options.engine : &default_engine());

@@ -35,8 +35,12 @@ kiln_tensor abi_view(const Tensor& t, const Shape& shape, const Shape& strides) 
 
 }  // namespace
 
-Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engine)
-    : module_(std::move(module)), program_(std::move(program)), engine_(engine) {
+Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program> program,
+                   Engine* engine)
+    : module_(std::move(module)),
+      shared_program_(std::move(program)),
+      program_(*shared_program_),
+      engine_(engine) {
   is_output_.assign(program_.slots.size(), false);
   for (int s : program_.output_slots) is_output_.at(s) = true;
   for (const auto& step : program_.steps) {
@@ -65,14 +69,18 @@ Executor::Executor(std::shared_ptr<Module> module, Program program, Engine* engi
   // A program whose steps form one chain (each depends on the one before) has nothing to
   // run in parallel: handing each step to a worker would only add thread wake-ups.
   std::vector<int> level(program_.slots.size(), 0);
-  std::set<int> levels;
+  std::vector<bool> seen(program_.steps.size() + 2, false);
+  size_t levels = 0;
   for (const auto& step : program_.steps) {
     int l = 0;
     for (int s : step.inputs) l = std::max(l, level[s]);
     for (int s : step.outputs) level[s] = l + 1;
-    levels.insert(l + 1);
+    if (!seen[static_cast<size_t>(l + 1)]) {
+      seen[static_cast<size_t>(l + 1)] = true;
+      ++levels;
+    }
   }
-  parallel_steps_ = levels.size() != program_.steps.size();
+  parallel_steps_ = levels != program_.steps.size();
 }
 
 ExecutorStats Executor::stats() const {

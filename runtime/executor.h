@@ -51,8 +51,10 @@ struct ExecutorStats {
 
 class Executor : public std::enable_shared_from_this<Executor> {
  public:
-  // Without an engine every step runs in the caller's thread and nothing is split.
-  Executor(std::shared_ptr<Module> module, Program program, Engine* engine = nullptr);
+  // Without an engine every step runs in the caller's thread and nothing is split. Executors
+  // of one module and weight set share their program.
+  Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program> program,
+           Engine* engine = nullptr);
   // Inputs in Program::input_slots order. Outputs are fresh tensors owned by the caller.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   // Starts a run and returns at once; input errors (count, dtype, shape) throw here, step
@@ -112,7 +114,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::vector<Tensor> outputs_of(const std::vector<Tensor>& values) const;
 
   std::shared_ptr<Module> module_;
-  Program program_;
+  std::shared_ptr<const Program> shared_program_;
+  const Program& program_;
   Engine* engine_;
   bool parallel_steps_ = false;  // the program branches: large runs push step by step
   int split_workers_ = 1;        // > 1: split large splittable thunks across workers
