@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "cache/entry_meta.h"
 #include "compiler/compile.h"
@@ -122,6 +123,28 @@ TEST_F(WarmPath, WeightsArePreparedOncePerWeightSetAndHitsRunNoPass) {
   EXPECT_EQ(hit.info().times.rewrite_ms, 0.0);
   EXPECT_EQ(g_performs, 3);
   EXPECT_TRUE(tensors_close(hit({x})[0], vec4(31, 62, 93, -116)));
+}
+
+TEST_F(WarmPath, ThreadsCompilingOneModuleWithTwoWeightSetsGetTheirOwnResults) {
+  const Tensor x = vec4(1, 2, 3, 4);
+  const Tensor weights[2] = {vec4(1, -1, 0.5, 0), vec4(10, 20, 30, -40)};
+  const Tensor expected[2] = {vec4(4, -1, 4.5, 4), vec4(31, 62, 93, -116)};
+  Graph shared = counted_graph(weights[0]);
+  compile(shared, opts_);  // the module exists; the threads hit the memo
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const int k = (t + i) % 2;
+        Graph g = counted_graph(weights[k]);
+        Function f = compile(i % 3 == 0 && k == 0 ? shared : g, opts_);
+        if (!tensors_close(f({x})[0], expected[k])) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
