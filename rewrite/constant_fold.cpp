@@ -14,12 +14,14 @@ namespace {
 // Larger results stay nodes: folding them would only trade run time for load time and memory.
 constexpr int64_t kMaxFoldElements = int64_t{1} << 22;
 
-bool foldable(const Node& node) {
-  if (node.inputs.empty() || !replayable(*node.op)) return false;
-  for (const Variable* v : node.inputs) {
+// `inputs`: the node's inputs in the new graph, so a chain folds whole in one pass (a node
+// reading what an earlier node folded into a constant folds too).
+bool foldable(const Node& node, const std::vector<Variable*>& inputs) {
+  if (inputs.empty()) return false;
+  for (const Variable* v : inputs) {
     if (v->kind != VarKind::kConstant || !v->value) return false;
   }
-  return true;
+  return replayable(*node.op);
 }
 
 }  // namespace
@@ -27,7 +29,7 @@ bool foldable(const Node& node) {
 Graph fold_constants(const Graph& graph) {
   GraphCopy copy(graph);
   for (const auto& node : graph.nodes()) {
-    if (!foldable(*node)) {
+    if (!foldable(*node, copy.map(node->inputs))) {
       copy.copy(*node);
       continue;
     }

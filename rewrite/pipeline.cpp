@@ -41,7 +41,7 @@ const std::vector<PassInfo>& all_passes() {
   // the epilogue; dead-code removal last, to drop what the others orphaned.
   // A pass's version goes up whenever what it makes of a graph changes.
   static const std::vector<PassInfo> passes = {
-      {"fold", fold_constants, 2},     {"simplify", simplify, 1},
+      {"fold", fold_constants, 3},     {"simplify", simplify, 1},
       {"cse", merge_common, 1},        {"pack", pack_weights, 2},
       {"fusion", fuse_elementwise, 1}, {"reduction", fuse_reduce, 1},
       {"epilogue", fuse_epilogue, 1},  {"dce", remove_dead, 1},

@@ -56,6 +56,22 @@ TEST(Rewrite, FoldingEvaluatesConstantSubgraphsAndKeepsParametersParameters) {
   expect_same_results(g, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6})}, "");
 }
 
+// Batch norm as the ONNX importer writes it: a chain over the statistics (parameters) that
+// one folding pass must evaluate whole, or every run recomputes it.
+TEST(Rewrite, FoldingEvaluatesAWholeChainOfParametersInOnePass) {
+  Graph g("chain");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 3, 2, 2});
+  Var var = parameter(g, Tensor::from_doubles(DType::kFloat32, {3}, {0.5, 1, 4}), "var");
+  Var gamma = parameter(g, Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3}), "gamma");
+  Var scale = reshape(gamma / sqrt(var + 1e-5), {-1, 1, 1});
+  g.set_outputs({x * scale});
+  Graph f = fold_constants(g);
+  EXPECT_EQ(f.nodes().size(), 1u) << f.to_string();
+  EXPECT_EQ(count_ops(f, "mul"), 1) << f.to_string();
+  std::mt19937 rng(1);
+  expect_same_results(g, {testing::random_tensor(DType::kFloat32, {2, 3, 2, 2}, rng)}, "");
+}
+
 TEST(Rewrite, SimplifyRemovesIdentities) {
   Graph g("simplify");
   Var x = input(g, "x", DType::kFloat32, {2, 3});
