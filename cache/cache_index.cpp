@@ -123,19 +123,9 @@ void CacheIndex::init(int busy_ms) {
   exec(
       "CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT "
       "ROWID");
-  find_ = prepare(
-      "SELECT key, label, family, size, created, last_used, compile_ms, hits FROM entries WHERE "
-      "key=?");
-  put_ = prepare(
-      "INSERT INTO entries(key, label, family, size, created, last_used, compile_ms, hits)"
-      " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, "
-      "family=excluded.family,"
-      " size=excluded.size, created=excluded.created, last_used=max(last_used, excluded.last_used),"
-      " compile_ms=excluded.compile_ms");
+  // The statements a hit does not use are prepared on first use: a fresh process that only
+  // hits (most kiln commands) saves compiling them.
   hit_ = prepare("UPDATE entries SET hits=hits+1, last_used=? WHERE key=? RETURNING compile_ms");
-  bump_ = prepare(
-      "INSERT INTO counters(name, value) VALUES(?, ?)"
-      " ON CONFLICT(name) DO UPDATE SET value=value+excluded.value");
 }
 
 void CacheIndex::close() {
@@ -188,8 +178,16 @@ std::vector<IndexRow> CacheIndex::rows(sqlite3_stmt* s) {
   return out;
 }
 
+sqlite3_stmt* CacheIndex::lazy(sqlite3_stmt*& slot, const char* sql) {
+  if (!slot) slot = prepare(sql);
+  return slot;
+}
+
 std::optional<IndexRow> CacheIndex::find(const std::string& key) {
   std::lock_guard lock(mutex_);
+  lazy(find_,
+       "SELECT key, label, family, size, created, last_used, compile_ms, hits FROM entries WHERE "
+       "key=?");
   StmtScope scope{find_};
   bind_text(find_, 1, key);
   auto r = rows(find_);
@@ -203,6 +201,12 @@ void CacheIndex::put(const IndexRow& row) {
 }
 
 void CacheIndex::put_locked(const IndexRow& row) {
+  lazy(put_,
+       "INSERT INTO entries(key, label, family, size, created, last_used, compile_ms, hits)"
+       " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, "
+       "family=excluded.family,"
+       " size=excluded.size, created=excluded.created, last_used=max(last_used, excluded.last_used),"
+       " compile_ms=excluded.compile_ms");
   StmtScope scope{put_};
   bind_text(put_, 1, row.key);
   bind_text(put_, 2, row.label);
@@ -223,6 +227,9 @@ void CacheIndex::remove(const std::string& key) {
 }
 
 void CacheIndex::bump(const char* counter, double by) {
+  lazy(bump_,
+       "INSERT INTO counters(name, value) VALUES(?, ?)"
+       " ON CONFLICT(name) DO UPDATE SET value=value+excluded.value");
   StmtScope scope{bump_};
   sqlite3_bind_text(bump_, 1, counter, -1, SQLITE_STATIC);
   sqlite3_bind_double(bump_, 2, by);

@@ -82,6 +82,7 @@ class CacheIndex {
   void init(int busy_ms);
   void close();
   sqlite3_stmt* prepare(const char* sql);
+  sqlite3_stmt* lazy(sqlite3_stmt*& slot, const char* sql);  // prepared on first use
   void exec(const char* sql);
   void put_locked(const IndexRow& row);
   [[noreturn]] void fail(const std::string& what);
