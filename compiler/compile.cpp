@@ -550,7 +550,7 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
   Loaded loaded;
   Built built = build_module(graph, ctx, mk.key, folder->path(), store, false, info);
   loaded.plan = built.plan;
-  loaded.weights->seed(*built.plan, graph, std::move(built.prepared));
+  loaded.weights->seed(graph, std::move(built.prepared));
   loaded.source_path = folder->path() / "module.c";
   loaded.module_path = folder->path() / "module.so";
   loaded.pin = folder;
@@ -558,11 +558,6 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
 }
 
 }  // namespace
-
-ModuleKey compile_key(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
-  return *key_of(graph, key_context(options));
-}
 
 Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
   check_graph(graph);
@@ -625,7 +620,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
         loaded.module_path = entry->file("module.so");
         loaded.pin = entry->pin;
         loaded.plan = built->plan;
-        loaded.weights->seed(*built->plan, source, std::move(built->prepared));
+        loaded.weights->seed(source, std::move(built->prepared));
       } else {
         loaded = loaded_from(*entry);
       }

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "compiler/function.h"
-#include "compiler/graph_key.h"
 #include "compiler/toolchain.h"
 #include "graph/graph.h"
 
@@ -46,9 +45,6 @@ struct CompileOptions {
 // no pass: the entry's plan rebuilds the program and prepares the graph's weights for it
 // (once per weight set; compiler/module_plan.h).
 Function compile(const Graph& graph, const CompileOptions& options = {});
-
-// The key compile() files a graph's module under.
-ModuleKey compile_key(const Graph& graph, const CompileOptions& options = {});
 
 // Forgets every module this process loaded (and unpins their cache entries once no
 // Function uses them); the next compile of a graph goes back to the disk cache.

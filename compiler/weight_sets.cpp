@@ -66,8 +66,7 @@ std::shared_ptr<const Program> WeightSets::program(const ModulePlan& plan, const
   return program;
 }
 
-void WeightSets::seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared) {
-  (void)plan;
+void WeightSets::seed(const Graph& given, std::vector<Tensor> prepared) {
   std::lock_guard lock(mutex_);
   remember(Set{sources_of(given), std::move(prepared), {}});
 }

@@ -17,7 +17,7 @@ class WeightSets {
   // constant otherwise).
   std::shared_ptr<const Program> program(const ModulePlan& plan, const Graph& given);
   // Records what a miss's rewrites prepared for `given`'s weights (ModulePlan::prepared_in).
-  void seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared);
+  void seed(const Graph& given, std::vector<Tensor> prepared);
 
  private:
   struct Source {

@@ -225,6 +225,18 @@ TEST_F(WarmPath, PlansRoundTripAndDamagedPlansAreErrors) {
   }
 }
 
+// Options the key is made of are checked before anything is keyed or built.
+TEST_F(WarmPath, AnUnknownDeviceOrPassIsNamed) {
+  Graph g = counted_graph(vec4(1, 2, 3, 4));
+  opts_.device = "tpu";
+  std::string msg = testing::error_of([&] { compile(g, opts_); });
+  EXPECT_NE(msg.find("device 'tpu' is not one kiln has (cpu, cuda)"), std::string::npos) << msg;
+  opts_.device = "cpu";
+  opts_.passes = "-fusoin";
+  msg = testing::error_of([&] { compile(g, opts_); });
+  EXPECT_NE(msg.find("passes: unknown pass 'fusoin'"), std::string::npos) << msg;
+}
+
 // Weights of the given graph that do not fit its key's types are refused by name.
 TEST_F(WarmPath, ConstantsThatNoLongerFitTheModuleAreNamed) {
   Graph g = counted_graph(vec4(1, 2, 3, 4));
