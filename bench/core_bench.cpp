@@ -44,9 +44,9 @@ struct Mlp {
 Graph mlp_graph(const Mlp& m) {
   Graph g("bench_mlp");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 784});
-  Var h1 = relu(matmul(x, constant(g, m.w1, "w1")) + constant(g, m.b1, "b1"));
-  Var h2 = relu(matmul(h1, constant(g, m.w2, "w2")) + constant(g, m.b2, "b2"));
-  g.set_outputs({softmax(matmul(h2, constant(g, m.w3, "w3")) + constant(g, m.b3, "b3"))});
+  Var h1 = relu(matmul(x, parameter(g, m.w1, "w1")) + parameter(g, m.b1, "b1"));
+  Var h2 = relu(matmul(h1, parameter(g, m.w2, "w2")) + parameter(g, m.b2, "b2"));
+  g.set_outputs({softmax(matmul(h2, parameter(g, m.w3, "w3")) + parameter(g, m.b3, "b3"))});
   return g;
 }
 

@@ -62,8 +62,8 @@ Tensor random(const Shape& shape, std::mt19937& rng, double scale) {
 Var conv_bn(Graph& g, Var x, int64_t cin, int64_t cout, int64_t k, int64_t stride, bool act,
             std::mt19937& rng) {
   const int64_t p = k / 2;
-  Var w = constant(g, random({cout, cin, k, k}, rng, 1.0 / std::sqrt(double(cin * k * k))));
-  Var b = constant(g, random({cout}, rng, 0.1));
+  Var w = parameter(g, random({cout, cin, k, k}, rng, 1.0 / std::sqrt(double(cin * k * k))), "");
+  Var b = parameter(g, random({cout}, rng, 0.1), "");
   Var y = kiln::apply("conv", {x, w, b},
                       {{"strides", Ints{stride, stride}}, {"pads", Ints{p, p, p, p}}});
   return act ? relu(y) : y;
@@ -90,8 +90,8 @@ Graph resnet18(int64_t batch) {
     }
   }
   t = flatten(mean(t, {2, 3}, true), 1);
-  Var w = constant(g, random({512, 1000}, rng, 0.05));
-  Var b = constant(g, random({1000}, rng, 0.1));
+  Var w = parameter(g, random({512, 1000}, rng, 0.05), "fc.w");
+  Var b = parameter(g, random({1000}, rng, 0.1), "fc.b");
   g.set_outputs({(matmul(t, w) + b).var()});
   return g;
 }
@@ -226,7 +226,7 @@ void gpu_rows(int repeat) {
   std::mt19937 rng(2);
   Tensor w = random({n, n}, rng, 1.0 / 64);
   const double gemm = per_kernel_ms(
-      {n, n}, [&](Graph& g, Var v) { return matmul(v, constant(g, w)); }, repeat);
+      {n, n}, [&](Graph& g, Var v) { return matmul(v, parameter(g, w, "w")); }, repeat);
   std::printf("%-30s %10.3f %10.1f GFLOP/s (kiln's own kernel; cuBLAS not wired)\n",
               "GEMM 4096^3 f32", gemm, 2.0 * n * n * n / gemm / 1e6);
   for (const std::string which : {"mlp", "resnet18"}) {

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   try {
     Graph g("mlp_cpp");
     Var x = input(g, "x", DType::kFloat32, {kDynamic, 784});
-    auto param = [&](const char* name) { return constant(g, read_npy(dir + "/" + name + ".npy"), name); };
+    auto param = [&](const char* name) { return parameter(g, read_npy(dir + "/" + name + ".npy"), name); };
     Var h1 = relu(matmul(x, param("w1")) + param("b1"));
     Var h2 = relu(matmul(h1, param("w2")) + param("b2"));
     Var y = softmax(matmul(h2, param("w3")) + param("b3"));
