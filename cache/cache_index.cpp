@@ -236,7 +236,7 @@ void CacheIndex::bump(const char* counter, double by) {
   if (sqlite3_step(bump_) != SQLITE_DONE) fail("update counters");
 }
 
-void CacheIndex::record_hit(const std::string& key, double now) {
+void CacheIndex::record_hit(const std::string& key, double now, const std::string& counter) {
   std::lock_guard lock(mutex_);
   exec("BEGIN IMMEDIATE");
   try {
@@ -251,8 +251,8 @@ void CacheIndex::record_hit(const std::string& key, double now) {
       else if (rc != SQLITE_DONE)
         fail("record hit");
     }
-    bump("hits", 1);
-    bump("saved_ms", saved);
+    bump(counter.c_str(), 1);
+    bump(counter == "hits" ? "saved_ms" : (counter + "_saved_ms").c_str(), saved);
     exec("COMMIT");
   } catch (...) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -342,6 +342,17 @@ IndexTotals CacheIndex::totals() {
       t.remote_uploads = static_cast<int64_t>(v);
     else if (name == "remote_bytes")
       t.remote_bytes = v;
+    else if (name == "kernel_hits")
+      t.kernel_hits = static_cast<int64_t>(v);
+    else if (name == "kernel_hits_saved_ms")
+      t.kernel_saved_ms = v;
+    else if (name == "kernel_compiles")
+      t.kernel_compiles = static_cast<int64_t>(v);
+  }
+  OwnedStmt kernels{prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'kernel'")};
+  if (sqlite3_step(kernels.s) == SQLITE_ROW) {
+    t.kernels = sqlite3_column_int64(kernels.s, 0);
+    t.kernel_bytes = static_cast<uint64_t>(sqlite3_column_int64(kernels.s, 1));
   }
   return t;
 }

@@ -41,6 +41,12 @@ struct IndexTotals {
   uint64_t bytes = 0;
   int64_t hits = 0, misses = 0, compiles = 0;
   double saved_ms = 0;  // compile time that hits did not spend
+  // Kernel objects (entries of family "kernel"): how many, their bytes, the times a module
+  // build found one here or compiled one, and the compile time those hits saved.
+  int64_t kernels = 0;
+  uint64_t kernel_bytes = 0;
+  int64_t kernel_hits = 0, kernel_compiles = 0;
+  double kernel_saved_ms = 0;
   // The remote tier, as this cache saw it: entries fetched, keys it lacked, entries refused,
   // faults, uploads, and bytes moved.
   int64_t remote_hits = 0, remote_misses = 0, remote_rejects = 0, remote_errors = 0,
@@ -61,7 +67,9 @@ class CacheIndex {
   std::optional<IndexRow> find(const std::string& key);
   void put(const IndexRow& row);  // insert, or update all but hits
   void remove(const std::string& key);
-  void record_hit(const std::string& key, double now);
+  // Counts the hit under "<counter>" and the compile time it saved under "<counter>_saved_ms"
+  // ("hits" and "saved_ms" for modules).
+  void record_hit(const std::string& key, double now, const std::string& counter = "hits");
   void record_miss();
   void record_compile();
   void add_to_counter(const char* counter, double by);

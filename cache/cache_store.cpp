@@ -379,7 +379,7 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
         auto meta_size = fs::file_size(dir / "meta.json", size_ec);
         idx->put(row_of(meta, size_ec ? 0 : meta_size, use_stamp()));
       }
-      idx->record_hit(key, use_stamp());
+      idx->record_hit(key, use_stamp(), meta.family == kKernelFamily ? "kernel_hits" : "hits");
     } catch (const CacheIndexError& e) {
       index_failed(std::string(e.what()) + " (the entry is used anyway)");
     }
@@ -452,7 +452,11 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
       if (fs::exists(root_ / "index.dirty", ec)) repair_index();
       IndexRow row = row_of(meta, meta_json.size(), use_stamp());
       idx->put(row);
-      idx->record_compile();
+      if (meta.family == kKernelFamily) {
+        idx->add_to_counter("kernel_compiles", 1);
+      } else {
+        idx->record_compile();
+      }
       uint64_t cap = default_max_size();
       if (idx->totals().bytes + debris_bytes() > cap) gc(cap, std::nullopt);
     } catch (const CacheIndexError& e) {

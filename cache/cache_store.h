@@ -22,6 +22,10 @@
 
 namespace kiln {
 
+// The family of kernel objects (compiled once, linked into many modules); their hits and
+// compiles are counted apart from modules'.
+inline constexpr const char* kKernelFamily = "kernel";
+
 // 64 lowercase hex digits: the only strings that ever become entry paths.
 bool is_cache_key(const std::string& s);
 

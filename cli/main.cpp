@@ -50,7 +50,8 @@ commands:
 
 options:
   -v, --verbose            print the time of each phase (load, key, lookup, rewrite,
-                           codegen, compile, module load, prepare weights, run) to stderr
+                           codegen, compile, module load, prepare weights, run) to stderr,
+                           and on a compile the kernels reused and compiled
   --device cpu|cuda        where nodes run (compile/run/source): cuda places every node
                            with CUDA code on the GPU (KILN_CUDA_DEVICE=emulator: the CPU
                            emulator), with transfers where values cross; default cpu
@@ -71,6 +72,9 @@ environment:
   KILN_CACHE_MAX_SIZE  size cap enforced after each publish (default 2G)
   KILN_CC          C compiler (default clang)
   KILN_CFLAGS      extra flags appended to kiln's own
+  KILN_JOBS        kernels compiled at once on a miss (default: the core count)
+  KILN_KERNELS     0: build each module as one translation unit with no shared
+                   kernels (the layout before kernels; slower cold compiles)
   KILN_DEBUG       1: phase timings, 2: cache decisions and the graph after each
                    rewrite pass, 3: generated source
   KILN_PASSES      default for --passes
@@ -81,7 +85,9 @@ exit codes: 0 success, 1 failure (bad model, compile or run error), 2 wrong usag
 const char* kCompileHelp = R"(usage: kiln compile [-v] [--explain] MODEL
 
 Compiles MODEL into one native module, through the kernel cache, and prints its key,
-the module's path and the path of its generated C source. Exits 1 with the error
+the module's path and the path of its generated C source. On a miss the module is linked
+from kernels: each distinct kernel is looked up in the cache by its own key and only the
+missing ones are compiled, KILN_JOBS at a time; -v says how many were reused. Exits 1 with the error
 (naming the node and the line of its code) when the model is invalid or the module does
 not compile.
 
@@ -239,6 +245,14 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
   if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
+  const kiln::KernelReport& k = info.kernels;
+  if (k.kernels > 0) {
+    std::fprintf(stderr,
+                 "kernels %d (%d reused, %d compiled, %d jobs) | kernel compiles %.2f ms | binding "
+                 "%.2f ms | link %.2f ms\n",
+                 k.kernels, k.reused, k.compiled, k.jobs, info.times.kernels_ms,
+                 info.times.binding_ms, info.times.link_ms);
+  }
   if (!info.device.empty()) std::fprintf(stderr, "device  cuda: %s\n", info.device.c_str());
 }
 
@@ -438,7 +452,10 @@ int cmd_cache_remote(const Args& a) {
     if (!remote->can_write())
       throw kiln::UserError("kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
     if (keys.empty()) {
-      for (const auto& r : store->list()) keys.push_back(r.key);
+      // Modules: the remote tier serves whole modules; kernel objects stay local.
+      for (const auto& r : store->list()) {
+        if (r.family != kiln::kKernelFamily) keys.push_back(r.key);
+      }
     }
     for (const auto& k : keys) {
       kiln::LookupResult r = store->lookup(k, false);  // verified before it is uploaded
@@ -518,6 +535,15 @@ int cmd_cache(const Args& a) {
   store->set_patient(true);  // maintenance may wait for a busy index; compiles never do
   if (sub == "ls") {
     auto rows = store->list();
+    // Kernel objects are many and named by hash: summed up, not listed.
+    size_t kernels = 0;
+    uint64_t kernel_bytes = 0;
+    std::erase_if(rows, [&](const kiln::IndexRow& r) {
+      if (r.family != kiln::kKernelFamily) return false;
+      ++kernels;
+      kernel_bytes += r.size;
+      return true;
+    });
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
     for (const auto& r : rows) {
       std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(),
@@ -525,7 +551,9 @@ int cmd_cache(const Args& a) {
                   age_text(r.created).c_str(), age_text(r.last_used).c_str(),
                   static_cast<long long>(r.hits));
     }
-    std::printf("%zu entries\n", rows.size());
+    std::printf("%zu entries", rows.size());
+    if (kernels) std::printf(" (and %zu kernel objects, %s)", kernels, kiln::format_size(kernel_bytes).c_str());
+    std::printf("\n");
   } else if (sub == "show") {
     std::string key = resolve_key(*store, a.positional[1]);
     auto meta = store->read_meta(key);
@@ -541,7 +569,7 @@ int cmd_cache(const Args& a) {
                   age_text(r->last_used).c_str());
     }
     std::printf("folder     %s\nsource     %s\nfiles\n", store->entry_dir(key).c_str(),
-                (store->entry_dir(key) / "module.c").c_str());
+                (store->entry_dir(key) / (meta->file("kernel.c") ? "kernel.c" : "module.c")).c_str());
     for (const auto& f : meta->files) {
       std::printf("  %-10s %10llu bytes  sha256 %s\n", f.name.c_str(),
                   static_cast<unsigned long long>(f.size), f.sha256.c_str());
@@ -562,12 +590,18 @@ int cmd_cache(const Args& a) {
         "cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     "
         "%lld\n"
         "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
-        store->root().c_str(), static_cast<long long>(t.entries),
+        store->root().c_str(), static_cast<long long>(t.entries - t.kernels),
         static_cast<unsigned long long>(t.bytes), kiln::format_size(t.bytes).c_str(),
         kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
         static_cast<long long>(t.hits), static_cast<long long>(t.misses),
         lookups > 0 ? 100.0 * static_cast<double>(t.hits) / lookups : 0.0,
         static_cast<long long>(t.compiles), t.saved_ms / 1000.0);
+    if (t.kernels || t.kernel_hits || t.kernel_compiles) {
+      std::printf("kernels    %lld objects (%s), %lld reused, %lld compiled, %.1f s saved\n",
+                  static_cast<long long>(t.kernels), kiln::format_size(t.kernel_bytes).c_str(),
+                  static_cast<long long>(t.kernel_hits), static_cast<long long>(t.kernel_compiles),
+                  t.kernel_saved_ms / 1000.0);
+    }
     if (std::getenv("KILN_REMOTE_CACHE") || t.remote_hits || t.remote_misses || t.remote_errors) {
       std::printf(
           "remote     %lld hits, %lld misses, %lld rejected, %lld errors, %lld uploads, %s moved\n",

@@ -11,8 +11,30 @@
 
 namespace kiln {
 
+// kModule: the whole graph as one translation unit, every node's code inline with its sizes
+// as literals (the way before kernels; KILN_KERNELS=0). kKernels: each distinct node code is
+// a kernel of its own unit, generic over the sizes the op lets it read at run time
+// (Sub::value), compiled and cached on its own; a thin binding unit calls them per node.
+enum class LinkMode { kModule, kKernels };
+
+// One kernel: a node's code as `int SYMBOL(state, ctx, in, out, const int64_t *kp)`, in a
+// translation unit that names no node, so any graph whose node has this code shares it.
+struct CKernel {
+  std::string symbol;     // kiln_k_<16 hex digits of the code's hash>
+  std::string op;         // the op of its first node
+  CodeWriter code;        // its translation unit, mapped to its first node's fragments
+  std::vector<int> nodes;  // the nodes of this graph that run it
+  std::vector<std::string> libraries, compile_args;
+};
+
 struct LinkedModule {
+  LinkMode mode = LinkMode::kModule;
+  // The whole module as one unit: what `kiln source` shows (kernels first, then the
+  // binding) and what kModule compiles.
   CodeWriter code;                       // source text plus its source map
+  // kKernels: the binding unit, compiled and linked with the kernels' objects.
+  CodeWriter binding;
+  std::vector<CKernel> c_kernels;
   std::vector<std::string> libraries;    // -l names, deduplicated
   std::vector<std::string> compile_args; // from ops' c_compile_args, deduplicated
   std::vector<int> thunk_nodes;          // thunk i runs node thunk_nodes[i]
@@ -24,7 +46,8 @@ struct LinkedModule {
 };
 
 // `key` is embedded in the module so a loaded module can say what it was built from.
-LinkedModule link_c_module(const Graph& graph, const std::string& key);
+LinkedModule link_c_module(const Graph& graph, const std::string& key,
+                           LinkMode mode = LinkMode::kKernels);
 
 // Identifies the code generators: the linker's layout version, the module ABI header, every
 // prelude, and a build-time hash of every source that emits or rewrites code (ops/, rewrite/,

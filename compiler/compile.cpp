@@ -20,6 +20,7 @@
 #include "compiler/diagnostics.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
+#include "compiler/kernel_build.h"
 #include "compiler/module_plan.h"
 #include "compiler/weight_sets.h"
 #include "ops/cop.h"
@@ -151,8 +152,17 @@ struct KeyContext {
   std::string device;
   bool device_io = false;
   std::string spec;  // the passes spec the pipeline runs (CUDA placement adds its own)
+  LinkMode link_mode = LinkMode::kKernels;
   KeyComponents components;
 };
+
+LinkMode link_mode(const CompileOptions& options) {
+  if (options.kernel_units) return *options.kernel_units ? LinkMode::kKernels : LinkMode::kModule;
+  const char* env = std::getenv("KILN_KERNELS");
+  if (!env || !*env || std::string(env) == "1") return LinkMode::kKernels;
+  if (std::string(env) == "0") return LinkMode::kModule;
+  throw UserError(std::string("KILN_KERNELS: '") + env + "' is not 0 or 1");
+}
 
 const KeyContext& key_context(const CompileOptions& options) {
   const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
@@ -164,7 +174,8 @@ const KeyContext& key_context(const CompileOptions& options) {
        {options.toolchain.cc, options.toolchain.cflags, options.toolchain.cache_dir.string(),
         std::string(env_cc ? env_cc : ""), std::string(env_cflags ? env_cflags : ""),
         options.device, std::string(options.device_io ? "io" : ""), spec,
-        std::string(options.passes ? "1" : "0")}) {
+        std::string(options.passes ? "1" : "0"),
+        std::string(link_mode(options) == LinkMode::kKernels ? "kernels" : "module")}) {
     id.append("\n").append(part);
   }
   static std::mutex mutex;
@@ -181,6 +192,7 @@ const KeyContext& key_context(const CompileOptions& options) {
     throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
   }
   ctx->spec = spec;
+  ctx->link_mode = link_mode(options);
   // Packed GEMM weights and fused reductions are CPU forms with no CUDA kernels yet: those
   // passes stay off so the nodes they would replace can go to the device.
   if (options.device == "cuda" && spec != "none") {
@@ -196,6 +208,8 @@ const KeyContext& key_context(const CompileOptions& options) {
   }
   ctx->components.emplace_back("passes", passes);
   ctx->components.emplace_back("device", options.device + (options.device_io ? " device_io" : ""));
+  // The two layouts are different code (sizes as literals, or read from kp).
+  ctx->components.emplace_back("link", ctx->link_mode == LinkMode::kKernels ? "kernels" : "module");
   std::lock_guard lock(mutex);
   auto& slot = contexts[id];
   if (!slot) slot = std::move(ctx);
@@ -274,9 +288,10 @@ std::string format_compile_error(const std::string& title, const Graph& graph,
 // Keeps a failed build's source and log for the user: in the cache's failed/<key>/, or, where
 // the cache cannot be written, in a private temporary folder.
 fs::path keep_failed(CacheStore* store, const std::string& key, const std::string& source,
-                     const std::string& log) {
-  std::vector<std::pair<std::string, std::string>> files{{"module.c", source},
-                                                         {"compiler.log", log}};
+                     const std::string& log,
+                     std::vector<std::pair<std::string, std::string>> files = {}) {
+  files.emplace_back("module.c", source);
+  files.emplace_back("compiler.log", log);
   if (store && store->writable()) {
     try {
       return store->keep_failed(key, files);
@@ -340,7 +355,7 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   const Graph graph = optimize_for(source, ctx);
   info.times.rewrite_ms = ms_since(t);
   t = Clock::now();
-  LinkedModule linked = link_c_module(graph, key);
+  LinkedModule linked = link_c_module(graph, key, ctx.link_mode);
   Built built{ModulePlan::from_graph(graph, source), {}, !linked.kernel_names.empty(),
               graph_summary(graph)};
   const std::string plan = built.plan->serialize();
@@ -354,6 +369,31 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   write_file_atomic(dir / "module.c", linked.code.str());
 
   t = Clock::now();
+  if (linked.mode == LinkMode::kKernels) {
+    // Kernels go to the cache only where modules could (not with KILN_CACHE=0, nor where
+    // publishing is blocked); elsewhere they are compiled for this module alone.
+    CacheStore* kernel_store =
+        info.cache != CacheStatus::kBypassed && store && store->publish_blocker().empty() ? store
+                                                                                          : nullptr;
+    std::optional<UnitFailure> failed =
+        build_from_kernels(linked, *ctx.toolchain, kernel_store, dir, info);
+    if (failed) {
+      auto kept = keep_failed(store, key, linked.code.str(), failed->log,
+                              {{failed->file, failed->code->str()}}) /
+                  failed->file;
+      std::vector<std::string> args{"-std=gnu11", "-march=" + ctx.toolchain->cpu()};
+      args.insert(args.end(), failed->compile_args.begin(), failed->compile_args.end());
+      auto diags = parse_diagnostics(kept, args, *failed->code);
+      std::string message =
+          format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
+                               diags, failed->log, kept);  // before diags is moved
+      throw CompileError(message, std::move(diags), kept);
+    }
+    if (!info.compiler_log.empty())
+      warn("compiler output for graph '" + graph.name() + "':\n" + info.compiler_log);
+    if (built.kernels) build_kernels(graph, linked, key, dir, store, info);
+    return built;
+  }
   CompileOutcome outcome = ctx.toolchain->compile(dir / "module.c", dir / "module.so",
                                                   linked.compile_args, linked.libraries);
   info.times.compile_ms = ms_since(t);
@@ -567,7 +607,7 @@ Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
 std::string generate_source(const Graph& source, const CompileOptions& options) {
   check_graph(source);
   const KeyContext& ctx = key_context(options);
-  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key).code.str();
+  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode).code.str();
 }
 
 void clear_compile_memo() { memo().clear(); }

@@ -38,6 +38,10 @@ struct CompileOptions {
   // memory (runtime/cuda/device_tensor.h moves tensors there and back), so a caller
   // chaining functions on the GPU copies nothing through the host.
   bool device_io = false;
+  // Build the module from kernels (compiler/kernel_build.h): each distinct node code is
+  // compiled once, in parallel, and cached on its own, so models share kernels. Off: the
+  // whole graph as one translation unit, as before kernels. Empty: on unless KILN_KERNELS=0.
+  std::optional<bool> kernel_units;
 };
 
 // The graph as given is keyed (compiler/graph_key.h) together with the toolchain, the rewrite

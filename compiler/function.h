@@ -19,6 +19,17 @@ struct PhaseTimes {
   // Binding the graph's weights: preparing them from the plan (folding, packing) for a
   // weight set this module has not seen, else only looking them up.
   double prepare_ms = 0;
+  // A module built from kernels (compile_ms covers all three): the kernels not yet cached,
+  // compiled concurrently (wall time), the binding unit, and the link.
+  double kernels_ms = 0, binding_ms = 0, link_ms = 0;
+};
+
+// A module built from kernels (LinkMode::kKernels): how many distinct kernels it binds, how
+// many came from the kernel cache and how many were compiled, and each compile's time.
+struct KernelReport {
+  int kernels = 0, reused = 0, compiled = 0;
+  int jobs = 0;  // compiles run at once
+  std::vector<std::pair<std::string, double>> compile_ms;  // symbol (op), ms
 };
 
 enum class CacheStatus {
@@ -42,6 +53,7 @@ struct CompileInfo {
   // Where its CUDA nodes run ("" for a CPU-only module): the GPU's name, or the emulator,
   // which always says it is one.
   std::string device;
+  KernelReport kernels;  // all zero for a module not built on this call, or built as one unit
 };
 
 class Function {

@@ -278,69 +278,124 @@ KeyComponents Toolchain::key_components() const {
           {"toolchain.flags", join(flags_, " ")}};
 }
 
-CompileOutcome Toolchain::compile(const std::filesystem::path& source,
-                                  const std::filesystem::path& output,
-                                  const std::vector<std::string>& extra_args,
-                                  const std::vector<std::string>& libraries) const {
-  const bool split = !link_.empty();
-  const std::filesystem::path object = output.string() + ".o";
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
+                                         const std::filesystem::path& object,
+                                         const std::vector<std::string>& extra_args) const {
   std::vector<std::string> argv{cc_};
   for (const auto& f : flags_) {
-    if (!split || f != "-shared") argv.push_back(f);
+    if (f != "-shared") argv.push_back(f);
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  if (split) argv.push_back("-c");
+  argv.push_back("-c");
   argv.push_back(source.string());
   argv.push_back("-o");
-  argv.push_back(split ? object.string() : output.string());
-  if (!split) {
-    for (const auto& lib : libraries) argv.push_back("-l" + lib);
-    argv.push_back("-lm");
-  }
+  argv.push_back(object.string());
   auto start = std::chrono::steady_clock::now();
   ProcessResult r = run_process(argv);
+  if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
   CompileOutcome outcome;
   outcome.ok = r.exit_code == 0;
   outcome.log = r.err + r.out;
-  if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
-  if (split && outcome.ok) {
-    std::vector<std::string> link;
+  outcome.seconds = seconds_since(start);
+  return outcome;
+}
+
+CompileOutcome Toolchain::link(const std::vector<std::filesystem::path>& objects,
+                               const std::filesystem::path& output,
+                               const std::vector<std::string>& libraries) const {
+  auto start = std::chrono::steady_clock::now();
+  auto driver_link = [&] {
+    std::vector<std::string> driver{cc_, "-shared", "-fPIC"};
+    // Extra flags (sanitizers) must reach the link too.
+    for (const auto& f : flags_) {
+      if (f.rfind("-fsanitize", 0) == 0 || f.rfind("-L", 0) == 0 || f.rfind("-Wl,", 0) == 0 ||
+          f.rfind("-l", 0) == 0 || f.rfind("-fuse-ld", 0) == 0 || f.rfind("--rtlib", 0) == 0)
+        driver.push_back(f);
+    }
+    for (const auto& o : objects) driver.push_back(o.string());
+    driver.push_back("-o");
+    driver.push_back(output.string());
+    for (const auto& lib : libraries) driver.push_back("-l" + lib);
+    driver.push_back("-lm");
+    if (debug_level() >= 2) log_line("link: " + join(driver, " "));
+    return run_process(driver);
+  };
+  ProcessResult l;
+  if (link_.empty()) {
+    l = driver_link();
+  } else {
+    std::vector<std::string> argv;
     for (const auto& a : link_) {
       if (a == "@OUT@") {
-        link.push_back(output.string());
+        argv.push_back(output.string());
       } else if (a == "@OBJ@") {
-        link.push_back(object.string());
-        for (const auto& lib : libraries) link.push_back("-l" + lib);
-        link.push_back("-lm");
+        for (const auto& o : objects) argv.push_back(o.string());
+        for (const auto& lib : libraries) argv.push_back("-l" + lib);
+        argv.push_back("-lm");
       } else {
-        link.push_back(a);
+        argv.push_back(a);
       }
     }
-    ProcessResult l = run_process(link);
-    if (debug_level() >= 2) log_line("link: " + join(link, " "));
+    l = run_process(argv);
+    if (debug_level() >= 2) log_line("link: " + join(argv, " "));
     if (l.exit_code != 0) {
       // A stale or damaged memo (a moved linker, an edited file) must not fail every
-      // compile: the driver links the object itself, and the reason is shown.
+      // compile: the driver links the objects itself, and the reason is shown.
       warn("the remembered link command failed (" +
            (l.err.empty() ? "exit " + std::to_string(l.exit_code)
                           : l.err.substr(0, l.err.find('\n'))) +
            "); linking through " + cc_ + " instead, and probing again next time");
       std::error_code gone;
       for (const auto& m : memo_) std::filesystem::remove(m, gone);
-      std::vector<std::string> driver{cc_,  "-shared",      "-fPIC", object.string(),
-                                      "-o", output.string()};
-      for (const auto& lib : libraries) driver.push_back("-l" + lib);
-      driver.push_back("-lm");
-      l = run_process(driver);
+      l = driver_link();
     }
-    outcome.ok = l.exit_code == 0;
-    outcome.log += l.err + l.out;
   }
-  if (split) {
-    std::error_code ec;
-    std::filesystem::remove(object, ec);
+  CompileOutcome outcome;
+  outcome.ok = l.exit_code == 0;
+  outcome.log = l.err + l.out;
+  outcome.seconds = seconds_since(start);
+  return outcome;
+}
+
+CompileOutcome Toolchain::compile(const std::filesystem::path& source,
+                                  const std::filesystem::path& output,
+                                  const std::vector<std::string>& extra_args,
+                                  const std::vector<std::string>& libraries) const {
+  auto start = std::chrono::steady_clock::now();
+  if (link_.empty()) {
+    // The driver compiles and links in one run (extra flags may change how it links).
+    std::vector<std::string> argv{cc_};
+    argv.insert(argv.end(), flags_.begin(), flags_.end());
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    argv.push_back(source.string());
+    argv.push_back("-o");
+    argv.push_back(output.string());
+    for (const auto& lib : libraries) argv.push_back("-l" + lib);
+    argv.push_back("-lm");
+    ProcessResult r = run_process(argv);
+    if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
+    CompileOutcome outcome;
+    outcome.ok = r.exit_code == 0;
+    outcome.log = r.err + r.out;
+    outcome.seconds = seconds_since(start);
+    return outcome;
   }
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::filesystem::path object = output.string() + ".o";
+  CompileOutcome outcome = compile_object(source, object, extra_args);
+  if (outcome.ok) {
+    CompileOutcome l = link({object}, output, libraries);
+    outcome.ok = l.ok;
+    outcome.log += l.log;
+  }
+  std::error_code ec;
+  std::filesystem::remove(object, ec);
+  outcome.seconds = seconds_since(start);
   return outcome;
 }
 

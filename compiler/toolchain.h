@@ -40,6 +40,15 @@ class Toolchain {
   CompileOutcome compile(const std::filesystem::path& source, const std::filesystem::path& output,
                          const std::vector<std::string>& extra_args,
                          const std::vector<std::string>& libraries) const;
+  // Compiles one C source to a position-independent object (kiln's flags, no link).
+  CompileOutcome compile_object(const std::filesystem::path& source,
+                                const std::filesystem::path& object,
+                                const std::vector<std::string>& extra_args) const;
+  // Links objects into a shared object with `libraries` (the probed link command when there
+  // is one, the driver otherwise).
+  CompileOutcome link(const std::vector<std::filesystem::path>& objects,
+                      const std::filesystem::path& output,
+                      const std::vector<std::string>& libraries) const;
 
  private:
   Toolchain() = default;

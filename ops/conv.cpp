@@ -158,12 +158,13 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string& w = names.inputs[1];
   const std::string& y = names.outputs[0];
   const std::string& ctx = sub.ctx;
-  auto s64 = [](int64_t v) { return std::to_string(v); };
+  auto s64 = [&](int64_t v) { return sub.value(v); };
+  auto lit = [](int64_t v) { return std::to_string(v); };
   const std::string sy = one_d ? "0" : x + "->strides[2]";
   const std::string sx = x + "->strides[" + (one_d ? "2" : "3") + "]";
   const bool has_bias = node.inputs.size() == 3;
   std::string s = "{\n";
-  s += "  static const kiln_window g = " + window_c_init(g) + ";\n";
+  s += "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
   s += "  (void)g;\n";
   s += "  int64_t lo, hi;\n";
   s += "  kiln_part_range(" + x + "->shape[0] * " + s64(m) + ", " + ctx + "->part, " + ctx +
@@ -171,14 +172,14 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  if (lo < hi) {\n";
   s += "  const " + T + " *W = (const " + T + " *)" + w + "->data;\n";
   s += "  int w_contig = 1;\n  {\n    int64_t c = 1;\n";
-  s += "    for (int d = " + s64(wt.rank() - 1) + "; d >= 0; --d) {\n";
+  s += "    for (int d = " + lit(wt.rank() - 1) + "; d >= 0; --d) {\n";
   s += "      if (" + w + "->shape[d] != 1 && " + w + "->strides[d] != c) w_contig = 0;\n";
   s += "      c *= " + w + "->shape[d];\n    }\n  }\n";
   s += "  if (!w_contig) {\n";
   s += "    " + T + " *packed = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
        s64(m * ckk) + " * sizeof(" + T + "));\n";
   s += "    if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
-  s += "    kiln_copy_strided(packed, " + w + "->data, " + s64(wt.rank()) + ", " + w + "->shape, " +
+  s += "    kiln_copy_strided(packed, " + w + "->data, " + lit(wt.rank()) + ", " + w + "->shape, " +
        w + "->strides, sizeof(" + T + "));\n    W = packed;\n  }\n";
   s += "  const " + T + " *bias = " +
        (has_bias ? "(const " + T + " *)" + names.inputs[2] + "->data" : std::string("0")) + ";\n";
@@ -189,8 +190,8 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(ckk) +
        " * sizeof(int32_t));\n";
   s += "  if (!buf || !off) " + sub.fail + "(\"conv: out of memory for the " +
-       (flat ? "padded image" : "im2col buffer") + " (" + s64(buf * (f32 ? 4 : 8)) +
-       " bytes)\");\n";
+       (flat ? "padded image" : "im2col buffer") + " (%lld bytes)\", (long long)" +
+       s64(buf * (f32 ? 4 : 8)) + ");\n";
   // The padding (flat) and the slack are zero once; each image group rewrites the rest.
   s += "  for (int64_t i = " + s64(flat ? 0 : buf) + "; i < " + s64(buf) +
        " + KILN_CONV_SLACK; ++i) buf[i] = 0;\n";

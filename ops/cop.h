@@ -1,6 +1,7 @@
 #pragma once
 // The code-emitting hooks of an op (Theano's COp). The C linker asks each node's op for
 // these; every string returned is C11 and may use the names handed in `CodeNames`/`Sub`.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,28 @@ struct CodeNames {
   std::vector<std::string> outputs;  // outputs arrive allocated and contiguous
 };
 
+// The run-time values of a kernel that is shared by nodes of different sizes (see Sub::value).
+struct KernelArgs {
+  std::vector<int64_t> values;
+};
+
 struct Sub {
   std::string fail = "KILN_FAIL";  // KILN_FAIL("fmt", ...) records a message and jumps to cleanup
   std::string prefix;              // unique per node, e.g. "n3_": prefix every file-scope name
   std::string ctx = "ctx";         // kiln_ctx *
   std::string state = "state";     // the module's state struct (pointer)
+  // Set when the code becomes a kernel shared by every node whose code differs only in these
+  // values (sizes, offsets, window geometry): value() then reads them from the kernel's
+  // argument array `kp`, which the module passes per node.
+  KernelArgs* args = nullptr;
+
+  // A size the code may read at run time: the literal, or the next slot of `kp`. Never use
+  // one where C needs a constant expression (array bounds, static initializers, case labels).
+  std::string value(int64_t v) const {
+    if (!args) return std::to_string(v);
+    args->values.push_back(v);
+    return "kp[" + std::to_string(args->values.size() - 1) + "]";
+  }
 };
 
 // One CUDA kernel of a node: a `__global__ void NAME(PARAMS)` with its device helpers. The
@@ -47,7 +65,9 @@ class COp : public Op {
 
   // The fragment computing the outputs from the inputs. Runs inside the node's thunk.
   virtual std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const = 0;
-  // File-scope helpers shared by every node of this op (deduplicated by text).
+  // File-scope helpers shared by every node of this op (deduplicated by text). Each kernel's
+  // unit has its own copy (LinkMode::kKernels): keep them static, and give data that nodes
+  // must share one weak definition.
   virtual std::string c_support_code() const { return ""; }
   // File-scope helpers for one node; names must start with `prefix`.
   virtual std::string c_support_code_apply(const Node& node, const std::string& prefix) const {

@@ -54,7 +54,7 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx, const std::vector<std::string>& lets,
-                                  bool interleave, int64_t split_unit) {
+                                  bool interleave, const std::string& split_unit) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
@@ -120,10 +120,10 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   // This call's share of the flat output range (the output is contiguous, so a flat index
   // is an output offset); with n_parts == 1 it is the whole range.
   s += "    int64_t lo, hi, idx[KILN_MAX_DIMS] = {0}, off[" + std::to_string(nops) + "];\n";
-  if (split_unit <= 0) {
+  if (split_unit.empty()) {
     s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";
   } else {
-    s += "    {\n      const int64_t unit = " + std::to_string(split_unit) + ";\n";
+    s += "    {\n      const int64_t unit = " + split_unit + ";\n";
     s += "      kiln_part_range(n / unit, " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
     s += "      lo *= unit;\n      hi *= unit;\n    }\n";
   }

@@ -37,12 +37,12 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor, const Ten
 // ctx->n_parts of the output (`ctx`: a kiln_ctx *), so its op may declare itself splittable.
 // `interleave`: the body is a long dependency chain (several transcendentals), so the loop
 // works on four vectors at once; one at a time it waits on latency (2.4x slower measured).
-// `split_unit` > 0: split the output in whole units of that many elements, as the op this
-// loop is the epilogue of splits it (COp::c_split_unit).
+// `split_unit` (a C expression; empty: none): split the output in whole units of that many
+// elements, as the op this loop is the epilogue of splits it (COp::c_split_unit).
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx, const std::vector<std::string>& lets = {},
-                                  bool interleave = false, int64_t split_unit = 0);
+                                  bool interleave = false, const std::string& split_unit = "");
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.

@@ -139,7 +139,7 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   // A split base op computed only its units of the output: the epilogue takes the same ones.
   const int64_t unit = c_splittable(node) ? base_->c_split_unit(view) : 0;
   s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                             program_->is_long_chain(), unit);
+                             program_->is_long_chain(), unit > 0 ? sub.value(unit) : "");
   return s;
 }
 

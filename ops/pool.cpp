@@ -104,7 +104,7 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string sx = x + "->strides[" + std::string(one_d ? "2" : "3") + "]";
   // Each part pools a contiguous range of (n, c) planes.
   std::string s = "{\n";
-  s += "  static const kiln_window g = " + window_c_init(g) + ";\n";
+  s += "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
   s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
   s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";
   s += "  const int64_t hi = planes * (" + sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
@@ -112,7 +112,7 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "    const " + T + " *xp = (const " + T + " *)" + x + "->data + (p / C) * " + x +
        "->strides[0] + (p % C) * " + x + "->strides[1];\n";
   s += "    kiln_pool_" + S + "(xp, " + sy + ", " + sx + ", &g, " + mode + ", (" + T + " *)" + y +
-       "->data + p * " + std::to_string(ohw) + ");\n";
+       "->data + p * " + sub.value(ohw) + ");\n";
   s += "  }\n}\n";
   return s;
 }

@@ -75,16 +75,26 @@ std::vector<WindowDims> resolve_window(const WindowAttrs& a, const std::vector<i
   return out;
 }
 
-std::string window_c_init(const std::vector<WindowDims>& dims) {
+namespace {
+template <class Format>
+std::string window_init(const std::vector<WindowDims>& dims, Format s) {
   WindowDims h;  // 1-D windows run as 2-D with a unit height
   h.in = h.out = 1;
   const WindowDims& y = dims.size() == 2 ? dims[0] : h;
   const WindowDims& x = dims.back();
-  auto s = [](int64_t v) { return std::to_string(v); };
   return "{" + s(y.in) + ", " + s(x.in) + ", " + s(y.kernel) + ", " + s(x.kernel) + ", " +
          s(y.stride) + ", " + s(x.stride) + ", " + s(y.dilation) + ", " + s(x.dilation) + ", " +
          s(y.pad_begin) + ", " + s(x.pad_begin) + ", " + s(y.pad_end) + ", " + s(x.pad_end) + ", " +
          s(y.out) + ", " + s(x.out) + "}";
+}
+}  // namespace
+
+std::string window_c_init(const std::vector<WindowDims>& dims) {
+  return window_init(dims, [](int64_t v) { return std::to_string(v); });
+}
+
+std::string window_c_init(const std::vector<WindowDims>& dims, const Sub& sub) {
+  return window_init(dims, [&](int64_t v) { return sub.value(v); });
 }
 
 }  // namespace kiln

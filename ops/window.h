@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "graph/attrs.h"
+#include "ops/cop.h"
 
 namespace kiln {
 
@@ -29,5 +30,7 @@ std::vector<WindowDims> resolve_window(const WindowAttrs& a, const std::vector<i
 
 // The kiln_window initializer for generated code (1-D windows get H = 1).
 std::string window_c_init(const std::vector<WindowDims>& dims);
+// The same with every field through sub.value() (an initializer for a local, not a static).
+std::string window_c_init(const std::vector<WindowDims>& dims, const Sub& sub);
 
 }  // namespace kiln

@@ -196,6 +196,15 @@ TEST(CacheHardening, NoFixedFallbackFolderWhenHomeIsUnset) {
 // Replaces an entry's module with one whose constructor leaves `marker`, fixes meta.json's
 // SHA-256 so the entry is consistent with itself, and hands the files to another owner (or,
 // without root, makes them writable by others): what a second user of a shared /tmp could do.
+// The one module entry in `cache` (kernel objects are entries too).
+fs::path module_entry(const fs::path& cache) {
+  fs::path entry;
+  for (const auto& shard : fs::directory_iterator(cache / "objects"))
+    for (const auto& e : fs::directory_iterator(shard))
+      if (!fs::exists(e.path() / "kernel.o")) entry = e.path();
+  return entry;
+}
+
 void plant_module(const fs::path& entry, const fs::path& marker, bool hand_over = true) {
   const fs::path src = entry.parent_path() / "planted.c";
   write_file_atomic(src,
@@ -235,14 +244,67 @@ TEST(CacheHardening, AModuleSomeoneElsePlantedIsNeverLoaded) {
       "run", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()};
   auto first = kiln_env(env, run);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  fs::path entry;
-  for (const auto& shard : fs::directory_iterator(cache / "objects"))
-    for (const auto& e : fs::directory_iterator(shard)) entry = e.path();
+  fs::path entry = module_entry(cache);
   plant_module(entry, marker);
   auto second = kiln_env(env, run);
   EXPECT_EQ(second.exit_code, 0) << second.err;
   EXPECT_FALSE(fs::exists(marker)) << "the planted constructor ran";
   EXPECT_NE(second.err.find("is not trusted"), std::string::npos) << second.err;
+  EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
+                                     1e-4, 1e-5));
+}
+
+// Kernel objects are linked into every module that uses them: a planted one must be refused
+// like a planted module, or its code would run in the next model that shares the kernel.
+TEST(CacheHardening, AKernelSomeoneElsePlantedIsNeverLinked) {
+  clear_compile_memo();
+  const fs::path base = temp_dir("hk-plant-kernel");
+  const fs::path cache = base / "cache", marker = base / "planted-code-ran", out = base / "out";
+  const std::vector<std::string> env{"KILN_CACHE_DIR=" + cache.string()};
+  const std::vector<std::string> run{
+      "run", "-v", kMlp, "--input", "x=" + kMlpDir + "/input.npy", "--output-dir", out.string()};
+  ASSERT_EQ(kiln_env(env, run).exit_code, 0);
+  int planted = 0;
+  for (const auto& shard : fs::directory_iterator(cache / "objects")) {
+    for (const auto& e : fs::directory_iterator(shard)) {
+      if (!fs::exists(e.path() / "kernel.o")) continue;
+      // The kernel's own symbol, so the module links, plus a constructor.
+      EntryMeta m = EntryMeta::parse(read_file(e.path() / "meta.json"), "meta.json");
+      const fs::path src = base / "planted.c";
+      write_file_atomic(src, "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
+                             " { creat(\"" + marker.string() + "\", 0600); }\n"
+                             "__attribute__((visibility(\"hidden\"))) int " + m.label +
+                             "(void *s, void *c, void *const *i, void *const *o, const long *kp)"
+                             " { return 0; }\n");
+      fs::remove(e.path() / "kernel.o");
+      ProcessResult cc = run_process({"clang", "-c", "-fPIC", "-o", (e.path() / "kernel.o").string(),
+                                      src.string()});
+      ASSERT_EQ(cc.exit_code, 0) << cc.err;
+      const std::string bytes = read_file(e.path() / "kernel.o");
+      for (auto& f : m.files) {
+        if (f.name != "kernel.o") continue;
+        f.size = bytes.size();
+        f.sha256 = sha256_hex(bytes);
+      }
+      write_file_atomic(e.path() / "meta.json", m.to_json(), 0600, true);
+      for (const char* name : {"kernel.o", "meta.json"}) {
+        if (is_root()) {
+          ASSERT_EQ(::chown((e.path() / name).c_str(), 65534, 65534), 0);
+          ::chmod((e.path() / name).c_str(), 0644);
+        } else {
+          ::chmod((e.path() / name).c_str(), 0666);
+        }
+      }
+      ++planted;
+    }
+  }
+  ASSERT_GT(planted, 0);
+  fs::remove_all(module_entry(cache));  // the next run links the module anew
+  auto second = kiln_env(env, run);
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_FALSE(fs::exists(marker)) << "the planted kernel was linked and ran";
+  EXPECT_NE(second.err.find("is not trusted"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("(0 reused, "), std::string::npos) << second.err;
   EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
                                      1e-4, 1e-5));
 }
@@ -339,7 +401,9 @@ TEST(CacheHardening, AGroupSharedCacheServesASecondUser) {
   for (const auto& shard : fs::directory_iterator(cache / "objects"))
     for (const auto& e : fs::directory_iterator(shard)) {
       EXPECT_EQ(mode_of(e.path()), 0775u);
-      EXPECT_EQ(mode_of(e.path() / "module.so"), 0664u);
+      // A module's entry, or a kernel's.
+      EXPECT_EQ(mode_of(e.path() / (fs::exists(e.path() / "kernel.o") ? "kernel.o" : "module.so")),
+                0664u);
     }
   // Without the shared mode the second user refuses a folder another user owns.
   auto c = kiln_as(61002, 61000, {"KILN_CACHE_DIR=" + cache.string()}, {"compile", kMlp});
@@ -377,9 +441,7 @@ TEST(CacheHardening, WithSignaturesRequiredNoWriterWithoutTheKeyCanPlantCode) {
   EXPECT_EQ(hit.exit_code, 0) << hit.err;
   EXPECT_NE(hit.err.find("cache hit"), std::string::npos) << "a signed entry loads: " << hit.err;
 
-  fs::path entry;
-  for (const auto& shard : fs::directory_iterator(cache / "objects"))
-    for (const auto& e : fs::directory_iterator(shard)) entry = e.path();
+  fs::path entry = module_entry(cache);
   EXPECT_NE(read_file(entry / "meta.json").find("\"builders-1\""), std::string::npos);
   // Files this user owns, consistent with meta.json, but not what the key holder signed.
   plant_module(entry, marker, /*hand_over=*/false);
@@ -651,7 +713,8 @@ TEST(CacheHardening, ABusyOrLockedIndexNeverStallsACompile) {
     bool listed = false;
     for (const auto& r : store->list()) listed = listed || r.key == new_key;
     EXPECT_TRUE(listed);
-    EXPECT_EQ(store->stats().entries, 2);
+    const IndexTotals t = store->stats();
+    EXPECT_EQ(t.entries - t.kernels, 2);  // modules
   }
 }
 
@@ -723,7 +786,8 @@ TEST(CacheHardening, UnstoredBuildsGoWithTheirFunctionAndDebrisCountsAgainstTheC
   clear_compile_memo();
   store->gc(uint64_t{512} << 10, std::nullopt);
   EXPECT_FALSE(fs::exists(fresh));
-  EXPECT_EQ(store->stats().entries, 1);
+  const IndexTotals t = store->stats();
+  EXPECT_EQ(t.entries - t.kernels, 1);  // modules
 }
 
 // --- also suspected -------------------------------------------------------------------------
@@ -772,7 +836,10 @@ TEST(CacheHardening, TheInProcessMemoIsBoundedSoGcCanReachTheCap) {
   ::unsetenv("KILN_MEMO_SIZE");
   GcReport r = CacheStore::open(cache)->gc(uint64_t{0}, std::nullopt);
   clear_compile_memo();
-  EXPECT_EQ(r.removed, 1) << "the memo pinned every module it ever held";
+  // The first module went (with the kernels' objects, which no module pins).
+  EXPECT_FALSE(fs::exists(CacheStore::open(cache)->entry_dir(first)))
+      << "the memo pinned every module it ever held";
+  EXPECT_GE(r.removed, 1);
   EXPECT_EQ(r.in_use, std::vector<std::string>{second});
 }
 

@@ -115,7 +115,10 @@ class RendezvousOp : public COp {
   void perform(const std::vector<Tensor>&, std::vector<Tensor>& out) const override {
     out[0].store_int(0, 1);
   }
-  std::string c_support_code() const override { return "static int kiln_rendezvous[2];"; }
+  // Shared by the two nodes' kernels, which are separate units: one weak definition.
+  std::string c_support_code() const override {
+    return "__attribute__((weak, visibility(\"hidden\"))) int kiln_rendezvous[2];";
+  }
   std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
     std::string me = std::to_string(side_), other = std::to_string(1 - side_);
     return "__atomic_store_n(&kiln_rendezvous[" + me +

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Exports the model zoo that kiln's compile and run benchmarks measure: real architectures
+from torchvision plus a ViT and a GPT-style decoder, with seeded random weights, as ONNX files
+(opset 17, fixed shapes) in bench/data/zoo/ (or OUT).
+
+Needs PyTorch and torchvision (PyPI), which kiln itself does not: keep them in a virtual
+environment outside the checkout, e.g.
+    python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install torch torchvision onnx
+    ~/venv-torch/bin/python bench/zoo/export.py
+
+Each model is written as NAME.onnx with NAME.input.npy (a seeded input) and
+NAME.expected.npy (PyTorch's output for it), so a runner can cross-check without torch.
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm GPT block: causal self-attention and a GELU MLP, both residual."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q = q.reshape(b, t, h, d // h).transpose(1, 2)
+        k = k.reshape(b, t, h, d // h).transpose(1, 2)
+        v = v.reshape(b, t, h, d // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=1000, d=256, heads=4, layers=4, t=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, t, d) * 0.02)
+        self.blocks = nn.Sequential(*[DecoderBlock(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos[:, : ids.shape[1]]
+        return self.head(self.ln(self.blocks(x)))
+
+
+def vit_small():
+    # A ViT-S/16-like encoder at 224x224 (torchvision's VisionTransformer, smaller widths).
+    return torchvision.models.VisionTransformer(
+        image_size=224, patch_size=16, num_layers=6, num_heads=6, hidden_dim=384, mlp_dim=1536,
+        num_classes=1000)
+
+
+def image(batch):
+    return lambda: torch.randn(batch, 3, 224, 224)
+
+
+# name -> (constructor, input maker, input name)
+MODELS = {
+    "resnet18": (lambda: torchvision.models.resnet18(), image(1), "input"),
+    "resnet18_b8": (lambda: torchvision.models.resnet18(), image(8), "input"),
+    "resnet34": (lambda: torchvision.models.resnet34(), image(1), "input"),
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(), image(1), "input"),
+    "efficientnet_b0": (lambda: torchvision.models.efficientnet_b0(), image(1), "input"),
+    "shufflenet_v2": (lambda: torchvision.models.shufflenet_v2_x1_0(), image(1), "input"),
+    "squeezenet": (lambda: torchvision.models.squeezenet1_1(), image(1), "input"),
+    "mnasnet": (lambda: torchvision.models.mnasnet1_0(), image(1), "input"),
+    "vit_small": (vit_small, image(1), "input"),
+    "gpt_decoder": (lambda: Gpt(), lambda: torch.randint(0, 1000, (1, 128)), "ids"),
+}
+
+
+def randomize_batchnorm(model, gen):
+    # Fresh batch norms are the identity; real ones are not, and folding them must be right.
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=gen) * 0.5 + 0.75)
+                m.weight.copy_(torch.rand(m.num_features, generator=gen) * 0.5 + 0.75)
+                m.bias.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+
+
+def export(name, out):
+    make, make_input, input_name = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    randomize_batchnorm(model, torch.Generator().manual_seed(1))
+    x = make_input()
+    with torch.no_grad():
+        y = model(x)
+    path = os.path.join(out, name + ".onnx")
+    torch.onnx.export(model, (x,), path, input_names=[input_name], output_names=["output"],
+                      opset_version=17, dynamo=False, do_constant_folding=True)
+    np.save(os.path.join(out, name + ".input.npy"), x.numpy())
+    np.save(os.path.join(out, name + ".expected.npy"), y.numpy())
+    print(f"{name:16s} {os.path.getsize(path) / 1e6:7.1f} MB  input {tuple(x.shape)}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(here, "..", "data", "zoo"))
+    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(MODELS)})")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.set_num_threads(2)
+    for name in a.models or MODELS:
+        if name not in MODELS:
+            sys.exit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
+        export(name, a.out)
+
+
+if __name__ == "__main__":
+    main()
