@@ -1,5 +1,6 @@
 #include "compiler/kernel_build.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -42,13 +43,13 @@ struct Job {
   CompileOutcome outcome;
 };
 
-// Runs every job's compile, `jobs` at a time.
-void run_jobs(std::vector<Job>& list, const Toolchain& toolchain, const LinkedModule& linked,
-              int jobs) {
+// Runs every job's compile in `order`, `jobs` at a time.
+void run_jobs(std::vector<Job>& list, const std::vector<size_t>& order, const Toolchain& toolchain,
+              const LinkedModule& linked, int jobs) {
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < list.size();) {
-      Job& job = list[i];
+      Job& job = list[order[i]];
       const auto& args = job.kernel < 0 ? linked.compile_args
                                         : linked.c_kernels[static_cast<size_t>(job.kernel)].compile_args;
       try {
@@ -133,8 +134,15 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
   write_file_atomic(binding.source, linked.binding.str());
   list.push_back(std::move(binding));
 
+  // Longest first (by source size, a fair proxy for compile time): the last job to start is
+  // a short one, so the cores finish together.
+  std::vector<size_t> sizes;
+  for (const Job& job : list) sizes.push_back(fs::file_size(job.source));
+  std::vector<size_t> order(list.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
   auto t = Clock::now();
-  run_jobs(list, toolchain, linked, report.jobs);
+  run_jobs(list, order, toolchain, linked, report.jobs);
   info.times.kernels_ms = ms_since(t);
 
   std::optional<UnitFailure> failure;
