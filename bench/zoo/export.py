@@ -25,8 +25,11 @@ import torchvision
 class DecoderBlock(nn.Module):
     """Pre-norm GPT block: causal self-attention and a GELU MLP, both residual."""
 
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, t):
         super().__init__()
+        # The causal mask as a constant (exported as an initializer, as deployment exports
+        # precompute it), not a Trilu computed per call.
+        self.register_buffer("mask", torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1))
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -43,8 +46,7 @@ class DecoderBlock(nn.Module):
         k = k.reshape(b, t, h, d // h).transpose(1, 2)
         v = v.reshape(b, t, h, d // h).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(self.mask[:t, :t], float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
@@ -55,7 +57,7 @@ class Gpt(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.randn(1, t, d) * 0.02)
-        self.blocks = nn.Sequential(*[DecoderBlock(d, heads) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[DecoderBlock(d, heads, t) for _ in range(layers)])
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
