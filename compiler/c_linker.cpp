@@ -5,10 +5,13 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
+#include "compiler/binding_asm.h"
 #include "ctemplate/prelude.h"
 #include "ops/cop.h"
+#include "runtime/module_abi.h"
 #include "util/error.h"
 #include "util/sha256.h"
 #include "util/strings.h"
@@ -29,6 +32,14 @@ const COp& c_op(const Node& node) {
   const auto* op = dynamic_cast<const COp*>(node.op.get());
   if (!op) throw UserError(node.label() + ": op '" + node.op->name() + "' has no C implementation");
   return *op;
+}
+
+// The thunk's flags (KILN_THUNK_*) and split unit.
+std::pair<int, int64_t> thunk_flags(const COp& op, const Node& node) {
+  if (op.enqueues_device_work()) return {KILN_THUNK_DEVICE, 0};
+  if (!op.c_splittable(node)) return {0, 0};
+  return {KILN_THUNK_SPLIT | (op.c_heavy(node) ? KILN_THUNK_HEAVY : 0),
+          std::max<int64_t>(op.c_split_unit(node), 0)};
 }
 
 // The thunk's flags and split unit, as kiln_thunk_info initializers.
@@ -568,6 +579,21 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
   if (mode == LinkMode::kKernels) {
     emit_head(m.binding, binding, false);
     emit_binding(m, m.binding, graph, key, codes);
+    std::vector<BoundNode> bound;
+    for (size_t i = 0; i < codes.size() && bound.size() == i; ++i) {
+      if (codes[i].kernel < 0) break;  // an inline node: the binding is C
+      const Node& node = *graph.nodes()[i];
+      BoundNode b;
+      b.id = node.id;
+      b.label = node.label();
+      b.n_in = static_cast<int>(node.inputs.size());
+      b.n_out = static_cast<int>(node.outputs.size());
+      std::tie(b.flags, b.split_unit) = thunk_flags(c_op(node), node);
+      b.kernel = m.c_kernels[static_cast<size_t>(codes[i].kernel)].symbol;
+      b.args = codes[i].args.values;
+      bound.push_back(std::move(b));
+    }
+    if (bound.size() == codes.size() && !bound.empty()) m.binding_asm = binding_assembly(key, bound);
   }
   emit_head(m.code, all, true);
   emit_binding(m, m.code, graph, key, codes);

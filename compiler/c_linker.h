@@ -34,6 +34,9 @@ struct LinkedModule {
   CodeWriter code;                       // source text plus its source map
   // kKernels: the binding unit, compiled and linked with the kernels' objects.
   CodeWriter binding;
+  // The same binding as assembler (compiler/binding_asm.h) when every node runs a kernel and
+  // kiln can emit it for this architecture; "" otherwise.
+  std::string binding_asm;
   std::vector<CKernel> c_kernels;
   std::vector<std::string> libraries;    // -l names, deduplicated
   std::vector<std::string> compile_args; // from ops' c_compile_args, deduplicated

@@ -38,6 +38,7 @@ KeyComponents kernel_components(const Toolchain& toolchain, const CKernel& kerne
 // One unit to compile: a kernel not in the cache, or the binding.
 struct Job {
   int kernel = -1;  // index into c_kernels; -1: the binding
+  bool assemble = false;  // the binding as assembler (binding.c stays as the fallback)
   fs::path source, object;
   std::unique_ptr<WorkFolder> staging;  // a kernel's cache staging folder, when it is stored
   CompileOutcome outcome;
@@ -53,6 +54,12 @@ void run_jobs(std::vector<Job>& list, const std::vector<size_t>& order, const To
       const auto& args = job.kernel < 0 ? linked.compile_args
                                         : linked.c_kernels[static_cast<size_t>(job.kernel)].compile_args;
       try {
+        if (job.assemble) {
+          job.outcome = toolchain.assemble(job.source.parent_path() / "binding.s", job.object);
+          if (job.outcome.ok) continue;
+          // No assembler, or one that refuses the text: the C binding says the same.
+          if (debug_level() >= 1) log_line("binding.s not assembled (" + job.outcome.log + "); compiling binding.c");
+        }
         job.outcome = toolchain.compile_object(job.source, job.object, args);
       } catch (const std::exception& e) {
         job.outcome.ok = false;
@@ -132,6 +139,10 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
   binding.source = dir / "binding.c";
   binding.object = dir / "binding.o";
   write_file_atomic(binding.source, linked.binding.str());
+  if (!linked.binding_asm.empty()) {
+    write_file_atomic(dir / "binding.s", linked.binding_asm);
+    binding.assemble = true;
+  }
   list.push_back(std::move(binding));
 
   // Longest first (by source size, a fair proxy for compile time): the last job to start is
@@ -191,6 +202,7 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
   std::error_code ec;
   fs::remove(dir / "binding.o", ec);
   fs::remove(dir / "binding.c", ec);
+  fs::remove(dir / "binding.s", ec);
   if (!cached) fs::remove_all(own, ec);
   if (!l.ok) return UnitFailure{"module.c", &linked.code, linked.compile_args, l.log};
   if (!l.log.empty()) info.compiler_log += l.log;

@@ -306,6 +306,22 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   return outcome;
 }
 
+CompileOutcome Toolchain::assemble(const std::filesystem::path& source,
+                                   const std::filesystem::path& object) const {
+  auto start = std::chrono::steady_clock::now();
+  CompileOutcome outcome;
+  try {
+    ProcessResult r = run_process({"as", source.string(), "-o", object.string()});
+    if (debug_level() >= 2) log_line("assemble: as " + source.string());
+    outcome.ok = r.exit_code == 0;
+    outcome.log = r.err + r.out;
+  } catch (const std::exception& e) {
+    outcome.log = e.what();
+  }
+  outcome.seconds = seconds_since(start);
+  return outcome;
+}
+
 CompileOutcome Toolchain::link(const std::vector<std::filesystem::path>& objects,
                                const std::filesystem::path& output,
                                const std::vector<std::string>& libraries) const {

@@ -44,6 +44,9 @@ class Toolchain {
   CompileOutcome compile_object(const std::filesystem::path& source,
                                 const std::filesystem::path& object,
                                 const std::vector<std::string>& extra_args) const;
+  // Assembles GNU assembler text with `as` (binutils, which the linker comes with).
+  CompileOutcome assemble(const std::filesystem::path& source,
+                          const std::filesystem::path& object) const;
   // Links objects into a shared object with `libraries` (the probed link command when there
   // is one, the driver otherwise).
   CompileOutcome link(const std::vector<std::filesystem::path>& objects,

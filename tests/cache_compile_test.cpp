@@ -553,7 +553,7 @@ TEST(CacheCli, EightProcessesStartedTogetherCompileOnce) {
   std::string key;
   for (int i = 1; i <= 8; ++i) {
     std::string err = read_file(dir / ("err" + std::to_string(i)));
-    if (err.find("cache miss") != std::string::npos) units = kernels_compiled(err) + 1;  // + binding
+    if (err.find("cache miss") != std::string::npos) units = kernels_compiled(err);
     misses += count_lines_starting(err, "cache miss");
     hits += count_lines_starting(err, "cache hit");
     std::string out = read_file(dir / ("out" + std::to_string(i)));
@@ -562,9 +562,12 @@ TEST(CacheCli, EightProcessesStartedTogetherCompileOnce) {
   }
   EXPECT_EQ(misses, 1);
   EXPECT_EQ(hits, 7);
-  // Only the one compiling process ran the compiler: once per kernel and for the binding.
-  EXPECT_GT(units, 1);
-  EXPECT_EQ(count_lines_starting(read_file(log), "start "), units) << read_file(log);
+  // Only the one compiling process ran the compiler: once per kernel (and for the binding
+  // where it is not assembled).
+  EXPECT_GT(units, 0);
+  const int starts = count_lines_starting(read_file(log), "start ");
+  EXPECT_GE(starts, units) << read_file(log);
+  EXPECT_LE(starts, units + 1) << read_file(log);
   auto stats = kiln_env(cache_env(dir / "cache"), {"cache", "stats"});
   EXPECT_NE(stats.out.find("compiles   1\n"), std::string::npos) << stats.out;
 }

@@ -18,6 +18,7 @@
 #include "helpers.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
+#include "runtime/npy.h"
 #include "util/fs.h"
 
 namespace kiln {
@@ -99,6 +100,31 @@ TEST(KernelUnits, NodesThatDifferOnlyInSizesShareOneKernel) {
     EXPECT_EQ(binding.find("kiln_cleanup: __attribute__((unused));\n  return kiln_status;\n}\n\n/* kernel"),
               std::string::npos);
   }
+}
+
+TEST(KernelUnits, TheBindingIsAssembledAndTheCBindingIsTheFallback) {
+#if defined(__x86_64__)
+  Graph g = conv_net("assembled", 4, 6, 12);
+  LinkedModule m = link_c_module(optimized_graph(g, in_cache(temp_dir("ku_asm"))), "k", LinkMode::kKernels);
+  ASSERT_FALSE(m.binding_asm.empty());
+  for (const auto& k : m.c_kernels) EXPECT_NE(m.binding_asm.find("jmp " + k.symbol), std::string::npos);
+  EXPECT_NE(m.binding_asm.find(".note.GNU-stack"), std::string::npos);
+  // A module on one unit, or with a node that must stay inline, has no assembler binding.
+  EXPECT_TRUE(link_c_module(optimized_graph(g), "k", LinkMode::kModule).binding_asm.empty());
+#endif
+  // With no `as` on the PATH the C binding is compiled instead, and the module is the same.
+  const fs::path empty = temp_dir("ku_no_as_path");
+  const std::string out = temp_dir("ku_no_as_out");
+  ProcessResult r = kiln_env({"PATH=" + empty.string(), "KILN_CC=/usr/bin/clang", "KILN_DEBUG=1",
+                              "KILN_CACHE_DIR=" + temp_dir("ku_no_as")},
+                             {"run", kMlp, "--input", "x=" + std::string(KILN_EXAMPLES_DIR) + "/mlp/input.npy",
+                              "--output-dir", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+#if defined(__x86_64__)
+  EXPECT_NE(r.err.find("binding.s not assembled"), std::string::npos) << r.err;
+#endif
+  EXPECT_TRUE(tensors_close(read_npy(out + "/y.npy"),
+                            read_npy(std::string(KILN_EXAMPLES_DIR) + "/mlp/expected.npy"), 1e-4, 1e-5));
 }
 
 TEST(KernelUnits, KernelModulesMatchOneUnitModulesAndTheReference) {

@@ -407,16 +407,19 @@ TEST(RemoteCache, EightMachinesMeetingANewModelCompileItOnce) {
   auto r = run_process({"/bin/sh", "-c", script});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(fs::exists(base / "failed")) << read_file(base / "failed");
-  // One machine compiled: the compiler ran once per kernel and for the binding, there only.
+  // One machine compiled: the compiler ran once per kernel, there only.
   int units = 0;
   for (int i = 0; i < 8; ++i) {
     std::smatch m;
     const std::string err = read_file(base / ("err" + std::to_string(i)));
     if (std::regex_search(err, m, std::regex(R"(kernels \d+ \(0 reused, (\d+) compiled)")))
-      units += std::stoi(m[1]) + 1;
+      units += std::stoi(m[1]);
   }
-  EXPECT_GT(units, 1);
-  EXPECT_EQ(count_lines_starting(read_file(log), "start "), units) << read_file(log);
+  EXPECT_GT(units, 0);
+  // (and for the binding where it is not assembled)
+  const int starts = count_lines_starting(read_file(log), "start ");
+  EXPECT_GE(starts, units) << read_file(log);
+  EXPECT_LE(starts, units + 1) << read_file(log);
   int remote_hits = 0;
   for (int i = 0; i < 8; ++i) {
     remote_hits += read_file(base / ("err" + std::to_string(i))).find("cache hit (remote)") !=
