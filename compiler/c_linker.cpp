@@ -96,6 +96,18 @@ std::string node_banner(const Node& node) {
 }
 
 namespace {
+// Ends a generated function body: the one cleanup label KILN_FAIL jumps to, and the status.
+void close_function(CodeWriter& w) {
+  w.dedent();
+  w.line("kiln_cleanup: __attribute__((unused));");
+  w.indent();
+  w.line("return kiln_status;");
+  w.dedent();
+  w.line("}");
+}
+}  // namespace
+
+namespace {
 // Emits one braced block per node whose op has state init (or cleanup) code.
 template <class Hook>
 void emit_state_hooks(CodeWriter& w, const Graph& graph, const std::string& what, const std::string& kind,
@@ -283,12 +295,7 @@ void emit_kernel_function(CodeWriter& w, const CKernel& k, const NodeCode& code,
   w.line("(void)out;");
   w.line("(void)kp;");
   w.fragment(code.body, node, "c_code");
-  w.dedent();
-  w.line("kiln_cleanup: __attribute__((unused));");
-  w.indent();
-  w.line("return kiln_status;");
-  w.dedent();
-  w.line("}");
+  close_function(w);
 }
 
 bool has_state(const COp& op, const Node& node) {
@@ -322,12 +329,7 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
   w.line("(void)ctx;");
   emit_state_hooks(w, graph, "init", "init_code_struct",
                    [](const COp& op, const Node& n, const Sub& sub) { return op.c_init_code_struct(n, sub); });
-  w.dedent();
-  w.line("kiln_cleanup: __attribute__((unused));");
-  w.indent();
-  w.line("return kiln_status;");
-  w.dedent();
-  w.line("}");
+  close_function(w);
   w.line();
   w.line("static void kiln_state_cleanup(void *state_) {");
   w.indent();
@@ -388,12 +390,7 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
     w.line("(void)in;");
     w.line("(void)out;");
     w.fragment(code.body, node->id, "c_code");
-    w.dedent();
-    w.line("kiln_cleanup: __attribute__((unused));");
-    w.indent();
-    w.line("return kiln_status;");
-    w.dedent();
-    w.line("}");
+    close_function(w);
   }
 
   w.line();

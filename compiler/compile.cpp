@@ -30,6 +30,7 @@
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/default_engine.h"
 #include "runtime/module.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -39,15 +40,6 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 void check_graph(const Graph& graph) {
   if (graph.outputs().empty()) throw UserError("graph '" + graph.name() + "' has no outputs");

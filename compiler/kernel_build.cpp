@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cache/cache_store.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -18,15 +19,6 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 KeyComponents kernel_components(const Toolchain& toolchain, const CKernel& kernel) {
   KeyComponents c = toolchain.key_components();

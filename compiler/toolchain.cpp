@@ -279,8 +279,14 @@ KeyComponents Toolchain::key_components() const {
 }
 
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// What one compiler, assembler or linker run gave, timed from `start`.
+CompileOutcome outcome_of(const ProcessResult& r, std::chrono::steady_clock::time_point start) {
+  CompileOutcome outcome;
+  outcome.ok = r.exit_code == 0;
+  outcome.log = r.err + r.out;
+  outcome.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return outcome;
 }
 }  // namespace
 
@@ -299,27 +305,20 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   auto start = std::chrono::steady_clock::now();
   ProcessResult r = run_process(argv);
   if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
-  CompileOutcome outcome;
-  outcome.ok = r.exit_code == 0;
-  outcome.log = r.err + r.out;
-  outcome.seconds = seconds_since(start);
-  return outcome;
+  return outcome_of(r, start);
 }
 
 CompileOutcome Toolchain::assemble(const std::filesystem::path& source,
                                    const std::filesystem::path& object) const {
   auto start = std::chrono::steady_clock::now();
-  CompileOutcome outcome;
+  ProcessResult r;
   try {
-    ProcessResult r = run_process({"as", source.string(), "-o", object.string()});
+    r = run_process({"as", source.string(), "-o", object.string()});
     if (debug_level() >= 2) log_line("assemble: as " + source.string());
-    outcome.ok = r.exit_code == 0;
-    outcome.log = r.err + r.out;
   } catch (const std::exception& e) {
-    outcome.log = e.what();
+    r.err = e.what();  // no `as` to start: the caller falls back to the C binding
   }
-  outcome.seconds = seconds_since(start);
-  return outcome;
+  return outcome_of(r, start);
 }
 
 CompileOutcome Toolchain::link(const std::vector<std::filesystem::path>& objects,
@@ -372,11 +371,7 @@ CompileOutcome Toolchain::link(const std::vector<std::filesystem::path>& objects
       l = driver_link();
     }
   }
-  CompileOutcome outcome;
-  outcome.ok = l.exit_code == 0;
-  outcome.log = l.err + l.out;
-  outcome.seconds = seconds_since(start);
-  return outcome;
+  return outcome_of(l, start);
 }
 
 CompileOutcome Toolchain::compile(const std::filesystem::path& source,
@@ -396,11 +391,7 @@ CompileOutcome Toolchain::compile(const std::filesystem::path& source,
     argv.push_back("-lm");
     ProcessResult r = run_process(argv);
     if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
-    CompileOutcome outcome;
-    outcome.ok = r.exit_code == 0;
-    outcome.log = r.err + r.out;
-    outcome.seconds = seconds_since(start);
-    return outcome;
+    return outcome_of(r, start);
   }
   const std::filesystem::path object = output.string() + ".o";
   CompileOutcome outcome = compile_object(source, object, extra_args);
@@ -411,7 +402,8 @@ CompileOutcome Toolchain::compile(const std::filesystem::path& source,
   }
   std::error_code ec;
   std::filesystem::remove(object, ec);
-  outcome.seconds = seconds_since(start);
+  outcome.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;
 }
 
