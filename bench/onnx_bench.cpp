@@ -1,8 +1,10 @@
 // Times kiln inference of an ONNX model on one input, for bench/onnx_peers.py, which runs
 // onnxruntime and PyTorch on the same file and data in the same run.
 // Usage: onnx_bench MODEL.onnx INPUT.npy... [--repeat N] [--out OUT.npy] [--passes SPEC]
+//                   [--profile TOP]
 // Prints "compile_ms <ms>" (model file -> callable, through the kernel cache) and
-// "run_ms <median> <min>" (one warm-up run first).
+// "run_ms <median> <min>" (one warm-up run first); --profile: then the TOP slowest steps
+// over a second set of runs with per-step timing on (so the timed runs above carry none).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,27 @@
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// The slowest steps, each with its share of the summed step time.
+void print_profile(const Function& f, const std::vector<Tensor>& inputs, int repeat, int top) {
+  f.set_profiling(true);
+  for (int r = 0; r < repeat; ++r) f(inputs);
+  auto steps = f.profile();
+  f.set_profiling(false);
+  double total = 0;
+  for (const auto& s : steps) total += static_cast<double>(s.total_ns);
+  std::sort(steps.begin(), steps.end(),
+            [](const StepTime& a, const StepTime& b) { return a.total_ns > b.total_ns; });
+  std::printf("profile: %zu steps, %.3f ms per run in steps\n", steps.size(), total / repeat / 1e6);
+  for (size_t i = 0; i < steps.size() && i < static_cast<size_t>(top); ++i) {
+    const auto& s = steps[i];
+    std::printf("%9.4f ms %5.1f%%  parts %3lld  %s\n", s.total_ns / 1e6 / repeat,
+                100.0 * s.total_ns / (total > 0 ? total : 1),
+                static_cast<long long>(s.calls ? s.parts / s.calls : 0), s.label.c_str());
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
@@ -26,6 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int repeat = 50;
+  int profile_top = 0;
   std::string out;
   CompileOptions options;
   std::vector<std::string> input_files;
@@ -35,6 +59,8 @@ int main(int argc, char** argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     } else if (i + 1 < argc && a == "--out") {
       out = argv[++i];
+    } else if (i + 1 < argc && a == "--profile") {
+      profile_top = std::max(1, std::atoi(argv[++i]));
     } else if (i + 1 < argc && a == "--passes") {
       options.passes = argv[++i];
     } else {
@@ -57,6 +83,7 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     if (!out.empty()) write_npy(out, result[0]);
     std::printf("compile_ms %.3f\nrun_ms %.4f %.4f\n", compile_ms, ms[ms.size() / 2], ms[0]);
+    if (profile_top > 0) print_profile(f, inputs, repeat, profile_top);
   } catch (const Error& e) {
     std::fprintf(stderr, "onnx_bench: %s\n", e.what());
     return 1;

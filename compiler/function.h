@@ -73,6 +73,9 @@ class Function {
   PendingRun run_async(const std::vector<Tensor>& inputs) const;
   PendingRun run_async(const std::map<std::string, Tensor>& inputs) const;
   ExecutorStats stats() const { return executor_->stats(); }
+  // Per-step wall time of the runs after set_profiling(true) (see Executor::profile).
+  void set_profiling(bool on) const { executor_->set_profiling(on); }
+  std::vector<StepTime> profile() const { return executor_->profile(); }
 
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<TensorType>& input_types() const { return input_types_; }

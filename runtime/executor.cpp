@@ -7,6 +7,7 @@
 #include "runtime/cuda/staged_copies.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -81,6 +82,29 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
     }
   }
   parallel_steps_ = levels != program_.steps.size();
+}
+
+void Executor::set_profiling(bool on) {
+  std::lock_guard lock(plan_mutex_);
+  if (!step_counters_) step_counters_ = std::make_unique<StepCounters[]>(program_.steps.size());
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    step_counters_[i].calls.store(0, std::memory_order_relaxed);
+    step_counters_[i].ns.store(0, std::memory_order_relaxed);
+    step_counters_[i].parts.store(0, std::memory_order_relaxed);
+  }
+  profiling_.store(on, std::memory_order_release);
+}
+
+std::vector<StepTime> Executor::profile() const {
+  std::vector<StepTime> out;
+  if (!profiling_.load(std::memory_order_acquire)) return out;
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const StepCounters& c = step_counters_[i];
+    out.push_back(StepTime{program_.steps[i].label, c.calls.load(std::memory_order_relaxed),
+                           c.ns.load(std::memory_order_relaxed),
+                           c.parts.load(std::memory_order_relaxed)});
+  }
+  return out;
 }
 
 ExecutorStats Executor::stats() const {
@@ -307,6 +331,22 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
 
 void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream,
                         StagedCopies* copies) {
+  if (!profiling_.load(std::memory_order_relaxed)) {
+    run_step_parts(step, values, stream, copies);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int parts = run_step_parts(step, values, stream, copies);
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  StepCounters& c = step_counters_[static_cast<size_t>(&step - program_.steps.data())];
+  c.calls.fetch_add(1, std::memory_order_relaxed);
+  c.ns.fetch_add(ns.count(), std::memory_order_relaxed);
+  if (parts > 1) c.parts.fetch_add(parts, std::memory_order_relaxed);
+}
+
+int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
+                             DeviceStream* stream, StagedCopies* copies) {
   std::vector<kiln_tensor> views;
   views.reserve(step.inputs.size() + step.outputs.size());
   int64_t work = 0;
@@ -346,12 +386,13 @@ void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values, Devic
   }
   if (n_parts == 1) {
     call(0, 1);
-    return;
+    return 1;
   }
   split_calls_.fetch_add(1, std::memory_order_relaxed);
   parts_.fetch_add(n_parts, std::memory_order_relaxed);
   parallel_for(
       *engine_, n_parts, [&](int part) { call(part, n_parts); }, step.label);
+  return n_parts;
 }
 
 bool Executor::is_device_step(const StepSpec& step) const {

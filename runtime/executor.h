@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -41,6 +42,15 @@ class PendingRun {
   explicit PendingRun(std::shared_ptr<State> state) : state_(std::move(state)) {}
   void finish() noexcept;
   std::shared_ptr<State> state_;
+};
+
+// Time spent in one step over the runs since profiling was switched on (wall time of the
+// thunk call, its split parts included).
+struct StepTime {
+  std::string label;
+  int64_t calls = 0;
+  int64_t total_ns = 0;
+  int64_t parts = 0;  // parts its split calls ran (0: never split)
 };
 
 struct ExecutorStats {
@@ -81,6 +91,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Fill outputs and temporaries with 0xFF bytes before each run, so an element a thunk
   // fails to write shows up (NaN, -1) instead of stale data from a reused buffer.
   void set_poison_buffers(bool on) { poison_ = on; }
+  // Per-step timing: off by default (one relaxed load per step then); switching it on
+  // clears what was recorded. Safe while runs are in flight.
+  void set_profiling(bool on);
+  std::vector<StepTime> profile() const;  // in program order; empty when profiling is off
 
  private:
   struct Plan {
@@ -99,6 +113,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // stream/copies: where a device step's work goes (see ThunkContext::set_device).
   void run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream = nullptr,
                 StagedCopies* copies = nullptr);
+  // The step itself; returns the parts it ran in.
+  int run_step_parts(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream,
+                     StagedCopies* copies);
   void run_steps(std::vector<Tensor>& values);
   // Runs a device step's thunk on this thread's stream; in_flight waits for its work.
   void enqueue_device_step(const StepSpec& step, std::vector<Tensor>& values,
@@ -125,6 +142,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
+  struct StepCounters {
+    std::atomic<int64_t> calls{0}, ns{0}, parts{0};
+  };
+  std::atomic<bool> profiling_{false};
+  std::unique_ptr<StepCounters[]> step_counters_;  // per step, allocated once
   std::vector<bool> uploads_;  // per step: a device step of weights alone
   std::mutex upload_mutex_;
   std::atomic<bool> uploaded_{false};
