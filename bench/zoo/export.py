@@ -112,13 +112,20 @@ def randomize_zero_layers(model, gen):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * 0.02)
 
 
-def export(name, out):
-    make, make_input, input_name = MODELS[name]
+def build(name):
+    """The seeded PyTorch model and input behind NAME.onnx (the runner rebuilds them to time
+    PyTorch on the same weights)."""
+    make, make_input, _ = MODELS[name]
     torch.manual_seed(0)
     model = make().eval()
     randomize_batchnorm(model, torch.Generator().manual_seed(1))
     randomize_zero_layers(model, torch.Generator().manual_seed(2))
-    x = make_input()
+    return model, make_input()
+
+
+def export(name, out):
+    input_name = MODELS[name][2]
+    model, x = build(name)
     with torch.no_grad():
         y = model(x)
     path = os.path.join(out, name + ".onnx")

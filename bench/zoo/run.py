@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Inference latency of kiln, onnxruntime and PyTorch on the model zoo (bench/zoo/export.py).
+
+For each model: kiln runs NAME.onnx through build/release/bench/onnx_bench (a fresh process per
+round, compiling through the kernel cache), onnxruntime loads the same file, and PyTorch runs
+the same seeded module rebuilt by export.build(). All three get the same input and the same
+thread count (--threads, default 2). The tools take --rounds rounds in turn (interleaved, so a
+noisy neighbour hits all of them alike); each round is the median of --repeat timed runs after
+a warm-up, and the median round is reported. Every output is checked against the PyTorch output
+saved at export (NAME.expected.npy) before its times count.
+
+Also measured in the same run: OpenBLAS SGEMM at 1024^3 on the same threads (the library kiln
+links), the yardstick for "machine speed"; each model's GFLOP/s uses the multiply-adds of its
+Conv, Gemm and MatMul nodes (2 FLOP each). Run through bench/zoo/run, which sets up the tools.
+"""
+import argparse
+import ctypes
+import ctypes.util
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import shape_inference
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import export  # noqa: E402  (the seeded models behind the ONNX files)
+from peers import machine, median_ms  # noqa: E402  (one timing rule for every bench)
+
+
+def model_flops(path):
+    """2 x the multiply-adds of the model's Conv, Gemm and MatMul nodes."""
+    m = shape_inference.infer_shapes(onnx.load(path))
+    g = m.graph
+    shapes = {}
+    for v in list(g.value_info) + list(g.input) + list(g.output):
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        shapes[v.name] = dims
+    for t in g.initializer:
+        shapes[t.name] = list(t.dims)
+    total = 0
+    for n in g.node:
+        if n.op_type == "Conv":
+            w, y = shapes.get(n.input[1]), shapes.get(n.output[0])
+            if w and y:
+                total += 2 * math.prod(y) * math.prod(w[1:])
+        elif n.op_type in ("Gemm", "MatMul"):
+            a, y = shapes.get(n.input[0]), shapes.get(n.output[0])
+            if a and y:
+                trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+                k = a[-2] if trans_a else a[-1]
+                total += 2 * math.prod(y) * k
+    return total
+
+
+def openblas_sgemm_gflops(threads, n=1024, repeat=20):
+    """GFLOP/s of cblas_sgemm at n^3 through the system OpenBLAS kiln links."""
+    name = ctypes.util.find_library("openblas")
+    if not name:
+        return None
+    lib = ctypes.CDLL(name)
+    if hasattr(lib, "openblas_set_num_threads"):
+        lib.openblas_set_num_threads(threads)
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    c = np.zeros((n, n), dtype=np.float32)
+    fp = ctypes.POINTER(ctypes.c_float)
+    args = [101, 111, 111, n, n, n, ctypes.c_float(1.0), a.ctypes.data_as(fp), n,
+            b.ctypes.data_as(fp), n, ctypes.c_float(0.0), c.ctypes.data_as(fp), n]
+    ms = median_ms(lambda: lib.cblas_sgemm(*args), repeat)
+    if not np.allclose(c, a @ b, rtol=1e-3, atol=1e-2):
+        raise SystemExit("OpenBLAS sgemm disagrees with numpy")
+    return 2 * n ** 3 / (ms * 1e6)
+
+
+def agrees(y, ref):
+    """Relative tolerance 1e-3 against the reference's scale."""
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return y.shape == ref.shape and float(np.max(np.abs(y - ref))) <= 1e-3 * scale
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "zoo.md"))
+    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(export.MODELS)})")
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    env = dict(os.environ, KILN_ENGINE_WORKERS=str(args.threads),
+               OPENBLAS_NUM_THREADS=str(args.threads))
+    sgemm = openblas_sgemm_gflops(args.threads)
+    print(f"OpenBLAS SGEMM 1024^3, {args.threads} threads: {sgemm:.1f} GFLOP/s" if sgemm else
+          "OpenBLAS not found: no SGEMM yardstick", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models or export.MODELS:
+            if name not in export.MODELS:
+                raise SystemExit(f"unknown model '{name}' (known: {', '.join(export.MODELS)})")
+            path = os.path.join(args.data, name + ".onnx")
+            xin = os.path.join(args.data, name + ".input.npy")
+            if not os.path.exists(path):
+                raise SystemExit(f"{path} is missing: run bench/zoo/export.py first")
+            x = np.load(xin)
+            ref = np.load(os.path.join(args.data, name + ".expected.npy"))
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = args.threads
+            so.inter_op_num_threads = 1
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            feed = {sess.get_inputs()[0].name: x}
+            if not agrees(sess.run(None, feed)[0], ref):
+                raise SystemExit(f"{name}: onnxruntime disagrees with PyTorch's saved output")
+            model = xt = None
+            if not args.no_torch:
+                model, _ = export.build(name)
+                xt = torch.from_numpy(x)
+                if not agrees(model(xt).numpy(), ref):
+                    raise SystemExit(f"{name}: the rebuilt PyTorch model differs from the export "
+                                     "(another torch version?): re-export the zoo")
+            kout = os.path.join(tmp, "y.npy")
+            times = {"kiln": [], "onnxruntime": [], "PyTorch": []}
+            compile_ms = None
+            for r in range(max(1, args.rounds)):
+                # The peers' thread pools spin for a while after their last call; kiln measured
+                # then would share the cores with them.
+                time.sleep(0.5)
+                out = subprocess.run([args.kiln_bench, path, xin, "--repeat", str(args.repeat),
+                                      "--out", kout], capture_output=True, text=True, env=env)
+                if out.returncode != 0:
+                    raise SystemExit(f"kiln failed on {name}: {out.stderr}")
+                fields = dict(l.split(None, 1) for l in out.stdout.splitlines() if " " in l)
+                times["kiln"].append(float(fields["run_ms"].split()[0]))
+                compile_ms = float(fields["compile_ms"]) if compile_ms is None else compile_ms
+                if r == 0 and not agrees(np.load(kout), ref):
+                    y = np.load(kout)
+                    raise SystemExit(f"{name}: kiln disagrees with PyTorch (max abs diff "
+                                     f"{float(np.max(np.abs(y - ref))):.3g}, scale {float(np.max(np.abs(ref))):.3g})")
+                times["onnxruntime"].append(median_ms(lambda: sess.run(None, feed), args.repeat))
+                if model is not None:
+                    times["PyTorch"].append(median_ms(lambda: model(xt), args.repeat))
+            med = {k: sorted(v)[len(v) // 2] if v else None for k, v in times.items()}
+            flops = model_flops(path)
+            rows.append((name, med, flops, compile_ms))
+            t = med["PyTorch"]
+            print(f"{name:16s} kiln {med['kiln']:8.2f} ms  onnxruntime {med['onnxruntime']:8.2f} ms  "
+                  + (f"PyTorch {t:8.2f} ms  " if t else "")
+                  + f"kiln/ort {med['kiln'] / med['onnxruntime']:5.2f}  "
+                  + (f"kiln/torch {med['kiln'] / t:5.2f}  " if t else "")
+                  + f"kiln {flops / med['kiln'] / 1e6:6.1f} GFLOP/s", flush=True)
+    geo_ort = math.exp(sum(math.log(m["kiln"] / m["onnxruntime"]) for _, m, _, _ in rows) / len(rows))
+    with_torch = [m for _, m, _, _ in rows if m["PyTorch"]]
+    geo_torch = (math.exp(sum(math.log(m["kiln"] / m["PyTorch"]) for m in with_torch) / len(with_torch))
+                 if with_torch else None)
+    print(f"geometric mean kiln/onnxruntime {geo_ort:.3f}" +
+          (f", kiln/PyTorch {geo_torch:.3f}" if geo_torch else ""))
+    lines = [
+        "# The model zoo: kiln vs onnxruntime and PyTorch",
+        "",
+        f"Machine: {machine()}. onnxruntime {ort.__version__}, PyTorch {torch.__version__}; "
+        f"{args.threads} threads each. Each time is the median of {args.repeat} runs after a warm-up; "
+        f"the tools took {args.rounds} rounds in turn and the median round is shown. Every output "
+        "matched PyTorch's (relative tolerance 1e-3). GFLOP/s counts the Conv, Gemm and MatMul "
+        "multiply-adds. Ratio < 1 means kiln is faster. Regenerate with `bench/zoo/run`.",
+        "",
+    ]
+    if sgemm:
+        lines += [f"OpenBLAS SGEMM at 1024³ in the same run: **{sgemm:.1f} GFLOP/s**.", ""]
+    lines += [
+        "| model | GFLOP | kiln ms | onnxruntime ms | PyTorch ms | kiln / onnxruntime | kiln / PyTorch | kiln GFLOP/s | onnxruntime GFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m, flops, _ in rows:
+        t = m["PyTorch"]
+        lines.append(f"| {name} | {flops / 1e9:.2f} | {m['kiln']:.2f} | {m['onnxruntime']:.2f} | "
+                     + (f"{t:.2f}" if t else "–") + f" | {m['kiln'] / m['onnxruntime']:.2f} | "
+                     + (f"{m['kiln'] / t:.2f}" if t else "–")
+                     + f" | {flops / m['kiln'] / 1e6:.1f} | {flops / m['onnxruntime'] / 1e6:.1f} |")
+    lines += ["", f"Geometric mean kiln / onnxruntime: **{geo_ort:.3f}**" +
+              (f"; kiln / PyTorch: **{geo_torch:.3f}**" if geo_torch else "") + "."]
+    b8 = next((r for r in rows if r[0] == "resnet18_b8"), None)
+    if b8 and sgemm:
+        g = b8[2] / b8[1]["kiln"] / 1e6
+        lines.append(f"ResNet-18 at batch 8 runs end to end at {g:.1f} GFLOP/s, {100 * g / sgemm:.0f}% of "
+                     "SGEMM at 1024³.")
+    with open(args.results, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"written to {args.results}")
+
+
+if __name__ == "__main__":
+    main()
