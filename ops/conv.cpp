@@ -1,4 +1,7 @@
 #include "ops/conv.h"
+
+#include <algorithm>
+
 #include "ops/cuda_window.h"
 #include "ops/cuda_kernels.h"
 
@@ -118,38 +121,68 @@ void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   }
 }
 
-int64_t Conv::c_split_unit(const Node& node) const {
-  int64_t unit = 1;
-  const auto& dims = node.outputs[0]->type.dims;
-  for (size_t d = 2; d < dims.size(); ++d) unit *= dims[d];
-  return unit;
+namespace {
+
+// Output rows per column unit of a split: enough padded-row positions (rows x wq) that the
+// tile kernel's vector blocks stay full, in near-equal units over the output's rows.
+int64_t rows_per_unit(int64_t oh, int64_t wq) {
+  const int64_t units = std::max<int64_t>(1, oh * wq / 48);
+  return (oh + units - 1) / units;
 }
 
-// Direct convolution through kiln_support.conv_tile (a register-blocked kernel over taps).
-// A stride-1 window reads the zero-padded image itself: output position (oy, ox) is flat
-// position oy*Wp + ox of the padded rows, and tap (c, i, j) is the fixed offset
-// c*Hp*Wp + i*dh*Wp + j*dw, so no unfolded matrix is built; the few positions that overhang
-// a row (ox >= OW) are computed and dropped. Strided windows are unfolded (im2col) first.
-// Each part of a split call computes whole output planes (image, channel).
+}  // namespace
+
+Conv::Plan Conv::plan(const Node& node) const {
+  const auto& xt = node.inputs[0]->type;
+  const auto& wt = node.inputs[1]->type;
+  Plan p;
+  p.g = geometry(xt.dims, wt.dims);
+  p.one_d = p.g.size() == 1;
+  if (p.one_d) p.g.insert(p.g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
+  const WindowDims& gy = p.g[0];
+  const WindowDims& gx = p.g[1];
+  p.m = wt.dims[0];
+  p.cg = xt.dims[1] / group_;
+  p.mg = p.m / group_;
+  p.ohw = gy.out * gx.out;
+  p.ckk = p.cg * gy.kernel * gx.kernel;
+  const int64_t hp = gy.in + gy.pad_begin + gy.pad_end, wp = gx.in + gx.pad_begin + gx.pad_end;
+  p.hq = (hp + gy.stride - 1) / gy.stride;
+  p.wq = (wp + gx.stride - 1) / gx.stride;
+  p.row_unit = p.mg >= 8 ? 8 : 1;
+  p.col_unit = rows_per_unit(gy.out, p.wq) * gx.out;
+  return p;
+}
+
+int64_t Conv::c_split_unit(const Node& node) const { return plan(node).col_unit; }
+
+std::optional<SplitTiles> Conv::c_split_tiles(const Node& node, const CodeNames&,
+                                              const Sub& sub) const {
+  const Plan p = plan(node);
+  return SplitTiles{sub.value(p.m), sub.value(p.ohw), sub.value(p.row_unit),
+                    sub.value(p.col_unit)};
+}
+
+// Direct convolution through kiln_support.conv_tile (a register-blocked kernel over taps),
+// with no unfolded matrix. The zero-padded image group is copied into a buffer split into
+// stride phases: padded pixel (py, px) goes to phase (py % sh, px % sw) at (py / sh, px / sw),
+// each phase a plane of hq x wq. Output position (oy, ox) is then flat position oy*wq + ox of
+// every phase, and tap (c, i, j) the fixed offset of its phase plus (i*dh / sh)*wq + j*dw / sw:
+// a strided window reads like a stride-1 one (stride 1 is one phase: the padded image
+// itself). The few positions that overhang a row (ox >= OW) are computed and dropped.
+// A part of a split call computes a tile of output channels by whole output rows
+// (kiln_tile_part), copying only the input rows its output rows read.
 std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& xt = node.inputs[0]->type;
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
   const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
-  auto g = geometry(xt.dims, wt.dims);
-  const bool one_d = g.size() == 1;
-  auto g2 = g;
-  if (one_d) g2.insert(g2.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
-  const WindowDims& gy = g2[0];
-  const WindowDims& gx = g2[1];
-  const bool flat = gy.stride == 1 && gx.stride == 1;
-  const int64_t c = xt.dims[1], m = wt.dims[0];
-  const int64_t cg = c / group_, mg = m / group_;
-  const int64_t khw = gy.kernel * gx.kernel, ohw = gy.out * gx.out, ckk = cg * khw;
-  const int64_t hp = gy.in + gy.pad_begin + gy.pad_end, wp = gx.in + gx.pad_begin + gx.pad_end;
-  // Elements of the per-part buffer before the slack: the padded image group, or the
-  // unfolded matrix.
-  const int64_t buf = flat ? cg * hp * wp : ckk * ohw;
+  const Plan p = plan(node);
+  const WindowDims& gy = p.g[0];
+  const WindowDims& gx = p.g[1];
+  const int64_t phases = gy.stride * gx.stride, plane = p.hq * p.wq;
+  // Elements of the per-part buffer before the slack: the image group's phase planes.
+  const int64_t buf = p.cg * phases * plane;
   if (buf + kConvSlackBound >= (int64_t(1) << 31)) {
     throw UnsupportedError("conv: an image group of " + std::to_string(buf) +
                            " elements (tap offsets are 32-bit)");
@@ -160,16 +193,15 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string& ctx = sub.ctx;
   auto s64 = [&](int64_t v) { return sub.value(v); };
   auto lit = [](int64_t v) { return std::to_string(v); };
-  const std::string sy = one_d ? "0" : x + "->strides[2]";
-  const std::string sx = x + "->strides[" + (one_d ? "2" : "3") + "]";
+  const std::string sy = p.one_d ? "0" : x + "->strides[2]";
+  const std::string sx = x + "->strides[" + (p.one_d ? "2" : "3") + "]";
   const bool has_bias = node.inputs.size() == 3;
+  const SplitTiles tiles = *c_split_tiles(node, names, sub);
   std::string s = "{\n";
-  s += "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
-  s += "  (void)g;\n";
-  s += "  int64_t lo, hi;\n";
-  s += "  kiln_part_range(" + x + "->shape[0] * " + s64(m) + ", " + ctx + "->part, " + ctx +
-       "->n_parts, 1, &lo, &hi);\n";
-  s += "  if (lo < hi) {\n";
+  s += "  int64_t r0, r1, c0, c1;\n";
+  s += "  kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
+       tiles.col_unit + ", " + ctx + "->part, " + ctx + "->n_parts, &r0, &r1, &c0, &c1);\n";
+  s += "  if (r0 < r1 && c0 < c1 && " + x + "->shape[0] > 0) {\n";
   s += "  const " + T + " *W = (const " + T + " *)" + w + "->data;\n";
   s += "  int w_contig = 1;\n  {\n    int64_t c = 1;\n";
   s += "    for (int d = " + lit(wt.rank() - 1) + "; d >= 0; --d) {\n";
@@ -177,7 +209,7 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "      c *= " + w + "->shape[d];\n    }\n  }\n";
   s += "  if (!w_contig) {\n";
   s += "    " + T + " *packed = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-       s64(m * ckk) + " * sizeof(" + T + "));\n";
+       s64(p.m * p.ckk) + " * sizeof(" + T + "));\n";
   s += "    if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
   s += "    kiln_copy_strided(packed, " + w + "->data, " + lit(wt.rank()) + ", " + w + "->shape, " +
        w + "->strides, sizeof(" + T + "));\n    W = packed;\n  }\n";
@@ -187,51 +219,50 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
        ";\n";
   s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
        " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(ckk) +
+  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk) +
        " * sizeof(int32_t));\n";
-  s += "  if (!buf || !off) " + sub.fail + "(\"conv: out of memory for the " +
-       (flat ? "padded image" : "im2col buffer") + " (%lld bytes)\", (long long)" +
+  s += "  if (!buf || !off) " + sub.fail +
+       "(\"conv: out of memory for the padded image (%lld bytes)\", (long long)" +
        s64(buf * (f32 ? 4 : 8)) + ");\n";
-  // The padding (flat) and the slack are zero once; each image group rewrites the rest.
-  s += "  for (int64_t i = " + s64(flat ? 0 : buf) + "; i < " + s64(buf) +
-       " + KILN_CONV_SLACK; ++i) buf[i] = 0;\n";
-  s += "  for (int64_t c = 0, t = 0; c < " + s64(cg) + "; ++c)\n";
-  s += "    for (int64_t i = 0; i < " + s64(gy.kernel) + "; ++i)\n";
-  s += "      for (int64_t j = 0; j < " + s64(gx.kernel) + "; ++j, ++t)\n";
-  if (flat) {
-    s += "        off[t] = (int32_t)(c * " + s64(hp * wp) + " + i * " + s64(gy.dilation * wp) +
-         " + j * " + s64(gx.dilation) + ");\n";
-  } else {
-    s += "        off[t] = (int32_t)(t * " + s64(ohw) + ");\n";
-  }
-  s += "  for (int64_t u = lo; u < hi;) {\n";
-  s += "    const int64_t n = u / " + s64(m) + ", oc = u % " + s64(m) + ", grp = oc / " + s64(mg) +
+  // This part's output rows, the phase rows they read, and the image rows behind those.
+  s += "  const int64_t ow = " + s64(gx.out) + ", wq = " + s64(p.wq) + ", plane = " + s64(plane) +
        ";\n";
-  s += "    const int64_t group_end = (grp + 1) * " + s64(mg) + ";\n";
-  s += "    const int64_t oc_end = oc + (hi - u) < group_end ? oc + (hi - u) : group_end;\n";
+  s += "  const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
+  s += "  const int64_t reach = " + s64((gy.kernel - 1) * gy.dilation) + ";\n";
+  s += "  const int64_t q_hi = (oy1 + reach / " + s64(gy.stride) + " + 1) * wq;\n";
+  s += "  int64_t y0 = oy0 * " + s64(gy.stride) + " - " + s64(gy.pad_begin) + ", y1 = (oy1 - 1) * " +
+       s64(gy.stride) + " + reach + 1 - " + s64(gy.pad_begin) + ";\n";
+  s += "  if (y0 < 0) y0 = 0;\n  if (y1 > " + s64(gy.in) + ") y1 = " + s64(gy.in) + ";\n";
+  // The padding those rows read is zero once; each image group rewrites the interior.
+  s += "  for (int64_t q = 0; q < " + s64(p.cg * phases) + "; ++q)\n";
+  s += "    for (int64_t i = oy0 * wq; i < q_hi && i < plane; ++i) buf[q * plane + i] = 0;\n";
+  s += "  for (int64_t i = 0; i < KILN_CONV_SLACK; ++i) buf[" + s64(buf) + " + i] = 0;\n";
+  s += "  for (int64_t c = 0, t = 0; c < " + s64(p.cg) + "; ++c)\n";
+  s += "    for (int64_t i = 0; i < " + s64(gy.kernel) + "; ++i)\n";
+  s += "      for (int64_t j = 0; j < " + s64(gx.kernel) + "; ++j, ++t) {\n";
+  s += "        const int64_t dy = i * " + s64(gy.dilation) + ", dx = j * " + s64(gx.dilation) +
+       ";\n";
+  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride) + " + dy % " + s64(gy.stride) +
+       ") * " + s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " +
+       s64(gy.stride) + " * wq + dx / " + s64(gx.stride) + ");\n";
+  s += "      }\n";
+  s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+  s += "  for (int64_t oc = r0; oc < r1;) {\n";
+  s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";
+  s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " + s64(p.mg) +
+       " : r1;\n";
   s += "    const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
-       "->strides[0] + grp * " + s64(cg) + " * " + x + "->strides[1];\n";
-  if (flat) {
-    s += "    for (int64_t c = 0; c < " + s64(cg) + "; ++c)\n";
-    s += "      for (int64_t yy = 0; yy < " + s64(gy.in) + "; ++yy) {\n";
-    s += "        const " + T + " *src = xg + c * " + x + "->strides[1] + yy * " + sy + ";\n";
-    s += "        " + T + " *restrict dst = buf + c * " + s64(hp * wp) + " + (yy + " +
-         s64(gy.pad_begin) + ") * " + s64(wp) + " + " + s64(gx.pad_begin) + ";\n";
-    s += "        if (" + sx + " == 1) for (int64_t xx = 0; xx < " + s64(gx.in) +
-         "; ++xx) dst[xx] = src[xx];\n";
-    s += "        else for (int64_t xx = 0; xx < " + s64(gx.in) + "; ++xx) dst[xx] = src[xx * " +
-         sx + "];\n";
-    s += "      }\n";
-  } else {
-    s += "    kiln_im2col_" + S + "(xg, " + s64(cg) + ", " + x + "->strides[1], " + sy + ", " + sx +
-         ", &g, buf, " + s64(ohw) + ");\n";
-  }
-  const int64_t npos = flat ? (gy.out - 1) * wp + gx.out : ohw;
-  s += "    kiln_conv_tile_" + S + "(oc_end - oc, " + s64(npos) + ", " + s64(ckk) +
-       ", buf, off, W + oc * " + s64(ckk) + ", " + s64(ckk) + ", bias ? bias + oc * bs : 0, bs, (" +
-       T + " *)" + y + "->data + u * " + s64(ohw) + ", " + s64(ohw) + ", " +
-       s64(flat ? wp : gx.out) + ", " + s64(gx.out) + ");\n";
-  s += "    u += oc_end - oc;\n";
+       "->strides[0] + grp * " + s64(p.cg) + " * " + x + "->strides[1];\n";
+  s += "    if (y1 > y0)\n";
+  s += "      kiln_phase_copy_" + S + "(xg + y0 * " + sy + ", " + s64(p.cg) + ", " + x +
+       "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) +
+       " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
+       s64(p.hq) + ", wq, buf);\n";
+  s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
+       ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +
+       ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
+       " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow);\n";
+  s += "    oc = oc_end;\n";
   s += "  }\n  }\n}\n";
   return s;
 }

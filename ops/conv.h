@@ -1,7 +1,7 @@
 #pragma once
 // ONNX Conv, 1-D and 2-D (props: group, kernel_shape, strides, dilations, pads, auto_pad):
 // inputs X (N, C, ...), W (M, C/group, ...) and an optional bias B (M). Each image group
-// is convolved directly by kiln_support's tile kernel (strided windows unfolded first).
+// is convolved directly by kiln_support's tile kernel over a copy split into stride phases.
 #include "ops/cop.h"
 #include "ops/window.h"
 
@@ -13,12 +13,14 @@ class Conv : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 5; }
+  std::optional<int> cache_version() const override { return 7; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
-  // Parts take whole output planes (image, channel): an epilogue follows the same split.
+  // Parts take tiles of output channels by output rows: an epilogue follows the same split.
   bool c_splittable(const Node&) const override { return true; }
   int64_t c_split_unit(const Node& node) const override;
+  std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
+                                          const Sub& sub) const override;
   bool c_heavy(const Node&) const override { return true; }
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
@@ -29,6 +31,14 @@ class Conv : public COp {
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x,
                                    const std::vector<int64_t>& w) const;
+  // The static sizes of a node's code: geometry (2-D; 1-D as height 1), channels per group,
+  // the phase planes (hq x wq) and the split's units.
+  struct Plan {
+    std::vector<WindowDims> g;
+    bool one_d = false;
+    int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
+  };
+  Plan plan(const Node& node) const;
   WindowAttrs window_;
   int64_t group_;
 };

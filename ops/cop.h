@@ -2,6 +2,7 @@
 // The code-emitting hooks of an op (Theano's COp). The C linker asks each node's op for
 // these; every string returned is C11 and may use the names handed in `CodeNames`/`Sub`.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ struct CudaCode {
   std::vector<std::string> preludes;  // device preludes ("kiln_math.h")
 };
 
+// How a tile-split op divides its output among the parts of a split call: the output is
+// images of rows x cols (C expressions), and part p computes the tile kiln_tile_part()
+// (kiln_index.h) gives it, of every image. An epilogue then walks the same tiles.
+struct SplitTiles {
+  std::string rows, cols, row_unit, col_unit;
+};
+
 struct CudaEpilogue;  // ops/cuda_epilogue.h
 
 class COp : public Op {
@@ -91,6 +99,13 @@ class COp : public Op {
   // p taking units kiln_part_range(numel / unit, p, n_parts, 1); 0: it splits the flat
   // output as the elementwise loop does. An epilogue must split the same way.
   virtual int64_t c_split_unit(const Node& node) const { return 0; }
+  // Set for a splittable op whose parts take tiles of its output rather than flat runs of
+  // units (c_split_unit then only caps how many parts a call gets). `names`: the node's, for
+  // expressions of run-time sizes.
+  virtual std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
+                                                  const Sub& sub) const {
+    return std::nullopt;
+  }
   // Each output element costs many operations, so small calls are worth splitting too.
   virtual bool c_heavy(const Node& node) const { return false; }
 

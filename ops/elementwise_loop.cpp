@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ctemplate/template.h"
+#include "ops/cop.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -54,7 +55,8 @@ std::string emit_odometer_step(int nops, const std::string& indent) {
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx, const std::vector<std::string>& lets,
-                                  bool interleave, const std::string& split_unit) {
+                                  bool interleave, const std::string& split_unit,
+                                  const SplitTiles* tiles) {
   // Operand 0 is the output; operand k+1 is input k. Literals take no operand slot.
   std::vector<int> slot(inputs.size(), -1);
   int nops = 1;
@@ -120,7 +122,17 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   // This call's share of the flat output range (the output is contiguous, so a flat index
   // is an output offset); with n_parts == 1 it is the whole range.
   s += "    int64_t lo, hi, idx[KILN_MAX_DIMS] = {0}, off[" + std::to_string(nops) + "];\n";
-  if (split_unit.empty()) {
+  if (tiles) {
+    // One segment per (image, row) of this part's tile, each a run of its columns.
+    s += "    int64_t t_r0, t_r1, t_c0, t_c1;\n";
+    s += "    const int64_t t_rows = " + tiles->rows + ", t_cols = " + tiles->cols + ";\n";
+    s += "    kiln_tile_part(t_rows, t_cols, " + tiles->row_unit + ", " + tiles->col_unit + ", " +
+         ctx + "->part, " + ctx + "->n_parts, &t_r0, &t_r1, &t_c0, &t_c1);\n";
+    s += "    const int64_t t_n = t_c1 > t_c0 ? (t_r1 - t_r0) * (n / (t_rows * t_cols)) : 0;\n";
+    s += "    for (int64_t seg = 0; seg < t_n; ++seg) {\n";
+    s += "    const int64_t t_base = ((seg / (t_r1 - t_r0)) * t_rows + t_r0 + seg % (t_r1 - t_r0)) * t_cols;\n";
+    s += "    lo = t_base + t_c0;\n    hi = t_base + t_c1;\n";
+  } else if (split_unit.empty()) {
     s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";
   } else {
     s += "    {\n      const int64_t unit = " + split_unit + ";\n";
@@ -183,6 +195,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "      j0 = 0;\n";
   s += emit_odometer_step(nops, "      ");
   s += "    }\n";
+  if (tiles) s += "    }\n";  // the segment loop
   s += "  }\n";
   s += "}\n";
   return s;

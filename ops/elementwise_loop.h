@@ -11,6 +11,8 @@
 
 namespace kiln {
 
+struct SplitTiles;  // ops/cop.h
+
 struct LoopOperand {
   std::string tensor;  // C expression of type kiln_tensor * (unused for literals)
   DType dtype = DType::kFloat32;
@@ -39,10 +41,12 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor, const Ten
 // works on four vectors at once; one at a time it waits on latency (2.4x slower measured).
 // `split_unit` (a C expression; empty: none): split the output in whole units of that many
 // elements, as the op this loop is the epilogue of splits it (COp::c_split_unit).
+// `tiles` (non-null): split as that op's tiles instead (COp::c_split_tiles).
 std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const std::string& out,
                                   DType out_dtype, int out_rank, const std::string& expr,
                                   const std::string& ctx, const std::vector<std::string>& lets = {},
-                                  bool interleave = false, const std::string& split_unit = "");
+                                  bool interleave = false, const std::string& split_unit = "",
+                                  const SplitTiles* tiles = nullptr);
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.

@@ -138,8 +138,10 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   s += "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
   // A split base op computed only its units of the output: the epilogue takes the same ones.
   const int64_t unit = c_splittable(node) ? base_->c_split_unit(view) : 0;
+  const auto tiles = c_splittable(node) ? base_->c_split_tiles(view, base_names, sub) : std::nullopt;
   s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                             program_->is_long_chain(), unit > 0 ? sub.value(unit) : "");
+                             program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit) : "",
+                             tiles ? &*tiles : nullptr);
   return s;
 }
 

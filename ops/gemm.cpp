@@ -16,10 +16,16 @@ struct Dims {
   int64_t m, k_a, k_b, n;
 };
 
-// B is (K, N), (N, K) when transposed, or packed panels (NP, K, P) for N = packed_n.
+// B is (K, N), (N, K) when transposed, or packed panels (NP, K, P) for N = packed_n; with
+// packed B, A may have leading dimensions, whose rows all count in M.
 Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool ta, bool tb,
                int64_t packed_n) {
-  if (packed_n > 0) return {ta ? a[1] : a[0], ta ? a[0] : a[1], b[1], packed_n};
+  if (packed_n > 0 && !ta) {
+    int64_t m = 1;
+    for (size_t d = 0; d + 1 < a.size(); ++d) m = (m == kDynamic || a[d] == kDynamic) ? kDynamic : m * a[d];
+    return {m, a.back(), b[1], packed_n};
+  }
+  if (packed_n > 0) return {a[1], a[0], b[1], packed_n};
   return {ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[1] : b[0], tb ? b[0] : b[1]};
 }
 
@@ -48,12 +54,17 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
       throw UserError("gemm: packed B needs float32 or float64, got " + a.to_string());
     }
     const Shape want = gemm_packed_shape(a.dtype, b.rank() == 3 ? b.dims[1] : 0, packed_n_);
-    if (a.rank() != 2 || b.rank() != 3 || (b.dims[0] != kDynamic && b.dims[0] != want[0]) ||
+    const bool a_ok = trans_a_ ? a.rank() == 2 : a.rank() >= 2;
+    if (!a_ok || b.rank() != 3 || (b.dims[0] != kDynamic && b.dims[0] != want[0]) ||
         b.dims[2] != want[2]) {
-      throw UserError("gemm: with packed_n=" + std::to_string(packed_n_) +
-                      ", A must be 2-D and B packed as (" + std::to_string(want[0]) + ", K, " +
-                      std::to_string(want[2]) + "), got " + a.to_string() + " and " +
-                      b.to_string());
+      throw UserError("gemm: with packed_n=" + std::to_string(packed_n_) + ", A must be " +
+                      (trans_a_ ? "2-D" : "at least 2-D") + " and B packed as (" +
+                      std::to_string(want[0]) + ", K, " + std::to_string(want[2]) + "), got " +
+                      a.to_string() + " and " + b.to_string());
+    }
+    if (a.rank() > 2 && inputs.size() == 3 && inputs[2].rank() > 1) {
+      throw UserError("gemm: with A " + a.to_string() + " of rank > 2, C must be a row (rank <= 1), got " +
+                      inputs[2].to_string());
     }
   } else if (a.rank() != 2 || b.rank() != 2) {
     throw UserError("gemm: A and B must be 2-D, got " + a.to_string() + " and " + b.to_string());
@@ -64,14 +75,19 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
                     std::to_string(d.k_b) + " (A " + a.to_string() + ", B " + b.to_string() + ")");
   }
   TensorType out{a.dtype, {d.m, d.n}};
+  if (a.rank() > 2) {  // packed B: A's leading dimensions stay in the output
+    out.dims.assign(a.dims.begin(), a.dims.end() - 1);
+    out.dims.push_back(d.n);
+  }
   if (inputs.size() == 3) {
     const auto& c = inputs[2];
     check_gemm_dtype("gemm", a.dtype, c.dtype);
     if (c.rank() > 2) throw UserError("gemm: C must have rank <= 2, got " + c.to_string());
     try {
-      auto bd = broadcast_dims({out.dims, c.dims});
-      if (bd.size() != 2 || (out.dims[0] != kDynamic && bd[0] != out.dims[0]) ||
-          (out.dims[1] != kDynamic && bd[1] != out.dims[1])) {
+      const std::vector<int64_t> mn{d.m, d.n};
+      auto bd = broadcast_dims({mn, c.dims});
+      if (bd.size() != 2 || (mn[0] != kDynamic && bd[0] != mn[0]) ||
+          (mn[1] != kDynamic && bd[1] != mn[1])) {
         throw UserError("C does not broadcast to the output");
       }
     } catch (const UserError& e) {
@@ -94,11 +110,14 @@ std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
     throw UserError("gemm: inner dimensions differ: " + dims_to_string(inputs[0]) + " and " +
                     dims_to_string(inputs[1]));
   }
-  Shape out{d.m, d.n};
-  if (inputs.size() == 3 && broadcast_shapes({out, inputs[2]}) != out) {
+  const Shape mn{d.m, d.n};
+  if (inputs.size() == 3 && broadcast_shapes({mn, inputs[2]}) != mn) {
     throw UserError("gemm: C " + dims_to_string(inputs[2]) + " does not broadcast to " +
-                    dims_to_string(out));
+                    dims_to_string(mn));
   }
+  if (inputs[0].size() <= 2) return {mn};
+  Shape out(inputs[0].begin(), inputs[0].end() - 1);
+  out.push_back(d.n);
   return {out};
 }
 
@@ -120,7 +139,7 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
       }
       double v = alpha_ * acc;
       if (inputs.size() == 3) {
-        v += beta_ * inputs[2].load(broadcast_source_index(i * d.n + j, y.shape(), inputs[2].shape()));
+        v += beta_ * inputs[2].load(broadcast_source_index(i * d.n + j, {d.m, d.n}, inputs[2].shape()));
       }
       if (is_integer(y.dtype())) {
         y.store_int(i * d.n + j, static_cast<int64_t>(v));
@@ -138,9 +157,10 @@ std::string Gemm::c_support_code_apply(const Node& node, const std::string&) con
   return "#define kiln_gemm_packed_" + s + " (KILN_SUPPORT->gemm_packed_" + s + ")\n";
 }
 
-// py[i, :] = beta * C broadcast, for output rows i in [lo, hi).
+// py[i, j] = beta * C broadcast, for output rows i in [lo, hi) and columns j in [c0, c1).
 std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const std::string& lo,
-                              const std::string& hi) const {
+                              const std::string& hi, const std::string& c0,
+                              const std::string& c1) const {
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
   const auto& ct = node.inputs[2]->type;
@@ -156,14 +176,16 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
   if (beta_ == 1.0) {
     // A plain broadcast copy: the host's copy loop, not one more loop for clang to compile.
     s += "  {\n";
-    s += "    const int64_t fill_shape[2] = {" + hi + " - " + lo + ", N}, dst_st[2] = {N, 1}, src_st[2] = {sci, scj};\n";
-    s += "    if (" + hi + " > " + lo + ") kiln_copy_nd(py + " + lo + " * N, dst_st, pc + " + lo +
-         " * sci, src_st, 2, fill_shape, sizeof(" + T + "));\n";
+    s += "    const int64_t fill_shape[2] = {" + hi + " - " + lo + ", " + c1 + " - " + c0 +
+         "}, dst_st[2] = {N, 1}, src_st[2] = {sci, scj};\n";
+    s += "    if (" + hi + " > " + lo + " && " + c1 + " > " + c0 + ") kiln_copy_nd(py + " + lo +
+         " * N + " + c0 + ", dst_st, pc + " + lo + " * sci + " + c0 +
+         " * scj, src_st, 2, fill_shape, sizeof(" + T + "));\n";
     s += "  }\n";
     return s;
   }
   s += "  for (int64_t i = " + lo + "; i < " + hi + "; ++i)\n";
-  s += "    for (int64_t j = 0; j < N; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
+  s += "    for (int64_t j = " + c0 + "; j < " + c1 + "; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
        " * pc[i * sci + j * scj]);\n";
   return s;
 }
@@ -206,10 +228,30 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   std::string s = "{\n";
   s += "  _Static_assert(KILN_GEMM_PANEL_BYTES == " + std::to_string(kGemmPanelBytes) +
        ", \"kiln packed these weights for another panel width\");\n";
-  s += "  const int64_t M = " + Y + "->shape[0], N = " + Y + "->shape[1];\n";
+  const int ra = node.inputs[0]->type.rank();
+  const std::string last = std::to_string(ra - 1);
+  s += "  const int64_t N = " + Y + "->shape[" + last + "];\n";
   s += "  const int64_t K = " + B + "->shape[1], P = " + B + "->shape[2];\n";
-  s += "  const int64_t rsa = " + A + "->strides[" + (trans_a_ ? "1" : "0") + "], csa = " + A +
-       "->strides[" + (trans_a_ ? "0" : "1") + "];\n";
+  s += "  int64_t rsa = " + A + "->strides[" + (trans_a_ ? "1" : std::to_string(ra - 2)) +
+       "], csa = " + A + "->strides[" + (trans_a_ ? "0" : last) + "];\n";
+  s += "  const " + T + " *pa = (const " + T + " *)" + A + "->data;\n";
+  if (ra == 2) {
+    s += "  const int64_t M = " + Y + "->shape[0];\n";
+  } else {
+    // Rows of every leading index: one row stride when the leading dimensions collapse onto
+    // the row dimension, else A is copied to a dense block first.
+    s += "  int64_t M = 1, rows_ok = 1, expect = rsa;\n";
+    s += "  for (int d = " + std::to_string(ra - 2) + "; d >= 0; --d) {\n";
+    s += "    if (" + A + "->shape[d] != 1 && " + A + "->strides[d] != expect) rows_ok = 0;\n";
+    s += "    expect *= " + A + "->shape[d];\n    M *= " + A + "->shape[d];\n  }\n";
+    s += "  if (!rows_ok && M > 0) {\n";
+    s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(M * K) * sizeof(" +
+         T + "));\n";
+    s += "    if (!dense) " + sub.fail + "(\"gemm: out of memory for a dense copy of A\");\n";
+    s += "    kiln_copy_strided(dense, pa, " + std::to_string(ra) + ", " + A + "->shape, " + A +
+         "->strides, sizeof(" + T + "));\n";
+    s += "    pa = dense;\n    rsa = K;\n    csa = 1;\n  }\n";
+  }
   s += "  const " + T + " *pb = (const " + T + " *)" + B + "->data;\n";
   // The kernel walks the panels as one dense block; any other layout is copied to one.
   s += "  if (" + B + "->strides[2] != 1 || (K > 1 && " + B + "->strides[1] != P) || (" + B +
@@ -220,16 +262,34 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "    kiln_copy_strided(dense, pb, 3, " + B + "->shape, " + B + "->strides, sizeof(" + T +
        "));\n";
   s += "    pb = dense;\n  }\n";
-  s += "  int64_t lo, hi;\n";
-  s += "  kiln_part_range(M, " + ctx + "->part, " + ctx + "->n_parts, 1, &lo, &hi);\n";
+  const SplitTiles tiles = *c_split_tiles(node, names, sub);
+  s += "  int64_t lo, hi, c0, c1;\n";
+  s += "  kiln_tile_part(M, N, " + tiles.row_unit + ", " + tiles.col_unit + ", " + ctx + "->part, " +
+       ctx + "->n_parts, &lo, &hi, &c0, &c1);\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
-  if (has_c) s += c_fill_bias(node, names, "lo", "hi");
-  s += "  if (lo < hi)\n";
-  s += "    kiln_gemm_packed_" + S + "(hi - lo, N, K, " + c_literal(dt, alpha_) + ", (const " + T +
-       " *)" + A + "->data + lo * rsa, rsa, csa, pb, (" + T + ")" + (has_c ? "1" : "0") +
-       ", py + lo * N, N);\n";
+  if (has_c) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
+  s += "  if (lo < hi && c0 < c1)\n";
+  s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) + ", (const " +
+       T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" + (has_c ? "1" : "0") +
+       ", py + lo * N + c0, N);\n";
   s += "}\n";
   return s;
+}
+
+// Parts take tiles of whole panels by blocks of the kernel's rows: splitting columns first
+// gives each part its own panels of B, which it streams once.
+std::optional<SplitTiles> Gemm::c_split_tiles(const Node& node, const CodeNames& names,
+                                              const Sub&) const {
+  if (packed_n_ == 0) return std::nullopt;
+  const auto& yt = node.outputs[0]->type;
+  const std::string& Y = names.outputs[0];
+  std::string rows;
+  for (int d = 0; d + 1 < yt.rank(); ++d) {
+    rows += (d ? " * " : "(") + Y + "->shape[" + std::to_string(d) + "]";
+  }
+  rows += ")";
+  return SplitTiles{rows, Y + "->shape[" + std::to_string(yt.rank() - 1) + "]", "6",
+                    std::to_string(gemm_panel_width(yt.dtype))};
 }
 
 // Packed weights (the pack pass) are a CPU layout: such a Gemm stays on the CPU.

@@ -2,8 +2,9 @@
 // ONNX-style Gemm: Y = alpha * op(A) op(B) + beta * C, with op() an optional transpose and
 // C (optional) broadcast to (M, N). Props: alpha, beta, transA, transB, and packed_n: when
 // set, B arrives packed in panels (ops/gemm_pack.h) for a product N = packed_n wide, and the
-// call runs kiln's own GEMM kernel, split over rows of the output. Model weights get there
-// through the `pack` rewrite.
+// call runs kiln's own GEMM kernel, split over rows of the output; A may then have leading
+// dimensions (a MatMul of activations by a weight), all of whose rows count in M. Model
+// weights get there through the `pack` rewrite.
 #include "ops/cop.h"
 
 namespace kiln {
@@ -14,11 +15,13 @@ class Gemm : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 4; }
+  std::optional<int> cache_version() const override { return 6; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   bool c_splittable(const Node&) const override { return packed_n_ > 0; }
   int64_t c_split_unit(const Node&) const override { return packed_n_; }
+  std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
+                                          const Sub& sub) const override;
   bool c_heavy(const Node&) const override { return packed_n_ > 0; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   bool has_cuda_code(const Node& node) const override;
@@ -30,7 +33,8 @@ class Gemm : public COp {
  private:
   std::string c_code_packed(const Node& node, const CodeNames& names, const Sub& sub) const;
   std::string c_fill_bias(const Node& node, const CodeNames& names, const std::string& lo,
-                          const std::string& hi) const;
+                          const std::string& hi, const std::string& c0 = "0",
+                          const std::string& c1 = "N") const;
   double alpha_, beta_;
   bool trans_a_, trans_b_;
   int64_t packed_n_;

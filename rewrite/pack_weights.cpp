@@ -1,4 +1,5 @@
-// Weight packing: a float gemm whose B is a constant (a model weight) has B packed now, once,
+// Weight packing: a float gemm or matmul whose B is a constant 2-D matrix (a model weight) has
+// B packed now, once,
 // into the panel layout of kiln's GEMM kernel (ops/gemm_pack.h), and runs that kernel split
 // over rows of the output: each run streams B as aligned panel rows, with no transpose or
 // packing pass of its own. The packed copy is a parameter when the weight is one (a module
@@ -19,8 +20,20 @@ namespace {
 
 constexpr int64_t kMinPackedN = 16;
 
+// A MatMul of activations (..., M, K) by a 2-D weight (K, N) is one GEMM over all rows of
+// the activations (a transformer's projections: (1, T, D) @ (D, 3D)); as a batched MatMul
+// it was one small product per leading index.
+bool packable_matmul(const Node& node) {
+  return node.op->name() == "matmul" && node.inputs.size() == 2 &&
+         node.inputs[0]->type.rank() >= 2 && node.inputs[1]->type.rank() == 2;
+}
+
 bool packable(const Node& node) {
-  if (node.op->name() != "gemm" || node.inputs.size() < 2 || node.outputs.size() != 1) return false;
+  const bool matmul = packable_matmul(node);
+  if ((node.op->name() != "gemm" && !matmul) || node.inputs.size() < 2 ||
+      node.outputs.size() != 1) {
+    return false;
+  }
   if (attr_int(node.op->props(), "packed_n", 0) != 0) return false;
   const Variable* b = node.inputs[1];
   const DType dt = node.outputs[0]->type.dtype;
@@ -46,7 +59,7 @@ Graph pack_weights(const Graph& graph) {
       copy.copy(*node);
       continue;
     }
-    Attrs props = node->op->props();
+    Attrs props = packable_matmul(*node) ? Attrs{} : node->op->props();
     const bool trans = attr_int(props, "transB", 0) != 0;
     const Variable* b = node->inputs[1];
     Variable*& pb = packed[{b, trans}];

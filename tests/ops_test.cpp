@@ -405,8 +405,8 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
   }
 }
 
-// Parts take whole output rows, so a one-row product is never split, however large its
-// weights; a many-row one is split, into no more parts than it has rows.
+// Parts take tiles of whole panels (64 columns) by rows, but a call gets no more parts than
+// its output has rows: a one-row product is never split, however large its weights.
 TEST(Gemm, PackedSplitNeverMakesMorePartsThanRows) {
   std::mt19937 rng(43);
   Graph g("gemm_rows");
@@ -644,6 +644,19 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       // plane end in a partial vector; pads make each padded row overhang by 2.
       {"blocks_and_tails", {3, 5, 17, 19}, {13, 5, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       {"one_d_flat", {2, 3, 40}, {9, 3, 5}, {{"pads", V{2, 2}}, {"dilations", V{3}}}, false},
+      // A ResNet stem in small: 7x7 over 2x2 stride phases, rows of output split into
+      // column units and 16 channels into row blocks of 8.
+      {"stem_phases", {2, 3, 23, 21}, {16, 3, 7, 7}, {{"pads", V{3, 3, 3, 3}}, {"strides", V{2, 2}}},
+       true},
+      // Three by two phases whose taps land in every phase, with dilations and uneven pads.
+      {"stride3_dilated",
+       {1, 4, 19, 20},
+       {9, 4, 3, 2},
+       {{"strides", V{3, 2}}, {"dilations", V{2, 3}}, {"pads", V{2, 1, 0, 3}}},
+       true},
+      // One channel per group, split by rows and by single channels.
+      {"depthwise_rows", {2, 12, 30, 9}, {12, 1, 3, 3}, {{"group", int64_t{12}}, {"pads", V{1, 1, 1, 1}}},
+       false},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -695,6 +708,67 @@ TEST(Conv, EpilogueFollowsTheSplitOverOutputPlanes) {
     ExecutorStats split = check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
                                       dt == DType::kFloat32 ? 1e-5 : 1e-12);
     EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
+  }
+}
+
+// A strided conv whose parts take tiles of channels by output rows, with a residual operand
+// that differs per element and a per-channel one: each part's epilogue must walk exactly its
+// tile of every image (a planted off-by-one in the tile split leaves poisoned elements).
+TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
+  std::mt19937 rng(37);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g("conv_tiles");
+    Var x = input(g, "x", dt, {kDynamic, 5, 40, 33});
+    Var w = input(g, "w", dt, {20, 5, 3, 3});
+    Var shift = input(g, "shift", dt, {20, 1, 1});
+    Var res = input(g, "res", dt, {kDynamic, 20, 20, 17});
+    Var y = apply("conv", {x, w},
+                  {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+    g.set_outputs({relu(add(add(y, shift), res))});
+    auto inputs = [&](int64_t n) {
+      return std::vector<Tensor>{random_tensor(dt, {n, 5, 40, 33}, rng), random_tensor(dt, {20, 5, 3, 3}, rng),
+                                 random_tensor(dt, {20, 1, 1}, rng), random_tensor(dt, {n, 20, 20, 17}, rng)};
+    };
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("/* epilogue: "), std::string::npos) << "the epilogue was not fused";
+    EXPECT_NE(source.find("kiln_tile_part"), std::string::npos);
+    ExecutorStats split = check_graph(g, {inputs(1), inputs(3)}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
+                                      dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
+  }
+}
+
+// A MatMul of activations (..., M, K) by a constant weight is packed into one GEMM over all
+// rows of the activations (a transformer's projections), with leading dimensions kept in the
+// output, an epilogue on the tiles, a transposed (non-collapsible) A copied first, and a
+// 10-wide weight left to OpenBLAS.
+TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
+  std::mt19937 rng(47);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("matmul_packed_") + std::string(dtype_name(dt)));
+    Var a = input(g, "a", dt, {kDynamic, 7, 40});
+    Var at = input(g, "at", dt, {3, 40, kDynamic});
+    Var w = constant(g, random_tensor(dt, {40, 130}, rng), "w");
+    Var narrow = constant(g, random_tensor(dt, {40, 10}, rng), "narrow");
+    Var bias = constant(g, random_tensor(dt, {130}, rng), "bias");
+    g.set_outputs({tanh(add(matmul(a, w), bias)), matmul(transpose(at, {0, 2, 1}), w),
+                   matmul(a, narrow)});
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("base=\"gemm\", base.packed_n=130"), std::string::npos) << source;
+    EXPECT_NE(source.find("gemm{packed_n=130"), std::string::npos) << "the transposed A";
+    EXPECT_NE(source.find("matmul(a, narrow)"), std::string::npos) << "10 wide stays a matmul";
+    auto inputs = [&](int64_t b, int64_t m) {
+      return std::vector<Tensor>{random_tensor(dt, {b, 7, 40}, rng), random_tensor(dt, {3, 40, m}, rng)};
+    };
+    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10, atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
+    ExecutorStats split = check_graph(g, {inputs(2, 5), inputs(1, 1), inputs(0, 3)}, rtol, atol);
+    EXPECT_GT(split.split_calls, 0);
   }
 }
 

@@ -172,4 +172,34 @@ KILN_INDEX_FN void kiln_slice_dim(int64_t dim, int64_t start, int64_t end, int64
 
 #endif /* KILN_MODULE */
 
+/* Part `part` of `n_parts` of a rows x cols grid (each image of an output laid out as
+ * [image][row][col]): the tile [*r0, *r1) x [*c0, *c1). Columns are split first, in whole
+ * units of col_unit, so parts share rows (a GEMM's A, a convolution's weights) rather than
+ * columns; when there are more parts than column units, rows are split too, in units of
+ * row_unit. Parts past the grid get an empty tile. An op and its epilogue call this with the
+ * same arguments, so the epilogue reads exactly the elements its part computed. */
+static __attribute__((unused)) void kiln_tile_part(int64_t rows, int64_t cols, int64_t row_unit,
+                                                   int64_t col_unit, int32_t part,
+                                                   int32_t n_parts, int64_t *r0, int64_t *r1,
+                                                   int64_t *c0, int64_t *c1) {
+  const int64_t cb_n = (cols + col_unit - 1) / col_unit, rb_n = (rows + row_unit - 1) / row_unit;
+  int64_t cb = n_parts < cb_n ? n_parts : cb_n, rb = 1;
+  if (cb < 1) cb = 1;
+  if (n_parts / cb > 1) rb = n_parts / cb < rb_n ? n_parts / cb : rb_n;
+  if (rb < 1) rb = 1;
+  if (part >= cb * rb) {
+    *r0 = *r1 = *c0 = *c1 = 0;
+    return;
+  }
+  const int64_t ci = part % cb, ri = part / cb;
+  *c0 = cb_n * ci / cb * col_unit;
+  *c1 = cb_n * (ci + 1) / cb * col_unit;
+  *r0 = rb_n * ri / rb * row_unit;
+  *r1 = rb_n * (ri + 1) / rb * row_unit;
+  if (*c1 > cols) *c1 = cols;
+  if (*r1 > rows) *r1 = rows;
+  if (*c0 > *c1) *c0 = *c1;
+  if (*r0 > *r1) *r0 = *r1;
+}
+
 #endif /* KILN_INDEX_H */

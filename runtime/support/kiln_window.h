@@ -176,4 +176,42 @@ KILN_POOL(float, f32)
 KILN_POOL(double, f64)
 #endif /* KILN_MODULE */
 
+/* Copies the interior of a zero-padded image group into its stride phases (the direct
+ * convolution's buffer, ops/conv.cpp): padded pixel (py, px) = (y + pt, x + pl) goes to
+ * plane ((c*sh + py % sh)*sw + px % sw) at (py / sh, px / sw), planes hq x wq apart. The
+ * padding is left as it is (the caller zeroes it once). x is addressed with element strides
+ * (sc, sy, sx); each phase row is one strided run, so there is no division per pixel. */
+#define KILN_PHASE_COPY(T, S)                                                                 \
+  static __attribute__((unused)) void kiln_phase_copy_##S(                                   \
+      const T *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx, int64_t h, int64_t w, \
+      int64_t pt, int64_t pl, int64_t sh, int64_t sw, int64_t hq, int64_t wq, T *buf) {      \
+    for (int64_t c = 0; c < channels; ++c)                                                   \
+      for (int64_t y = 0; y < h; ++y) {                                                      \
+        const int64_t py = y + pt;                                                           \
+        const T *src = x + c * sc + y * sy;                                                  \
+        T *row = buf + (c * sh + py % sh) * sw * hq * wq + py / sh * wq;                     \
+        if (sw == 1) {                                                                       \
+          T *restrict dst = row + pl;                                                        \
+          if (sx == 1) {                                                                     \
+            for (int64_t i = 0; i < w; ++i) dst[i] = src[i];                                 \
+          } else {                                                                           \
+            for (int64_t i = 0; i < w; ++i) dst[i] = src[i * sx];                            \
+          }                                                                                  \
+          continue;                                                                          \
+        }                                                                                    \
+        for (int64_t b = 0; b < sw; ++b) {                                                   \
+          /* The first padded column at or after pl in phase b, and its image column. */     \
+          const int64_t px0 = pl + ((b - pl % sw) % sw + sw) % sw, x0 = px0 - pl;            \
+          if (x0 >= w) continue;                                                             \
+          const int64_t n = (w - x0 + sw - 1) / sw;                                          \
+          T *restrict dst = row + b * hq * wq + px0 / sw;                                    \
+          const T *s0 = src + x0 * sx;                                                       \
+          const int64_t step = sw * sx;                                                      \
+          for (int64_t i = 0; i < n; ++i) dst[i] = s0[i * step];                             \
+        }                                                                                    \
+      }                                                                                      \
+  }
+KILN_PHASE_COPY(float, f32)
+KILN_PHASE_COPY(double, f64)
+
 #endif /* KILN_WINDOW_H */
