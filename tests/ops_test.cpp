@@ -40,7 +40,7 @@ Range range_for(const std::string& op, size_t input) {
   return {};
 }
 
-// Three workers and parts of a few elements: every splittable thunk is cut into up to 12
+// Three workers and parts of a few elements: every splittable thunk is cut into up to 6
 // parts, with boundaries inside rows, and the parts run on several threads.
 const CompileOptions& split_options() {
   static Engine* engine = make_engine(EngineKind::kThreaded, 3).release();

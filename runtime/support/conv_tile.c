@@ -28,7 +28,7 @@
   /* Accumulates rows [0, mr) x vectors [0, nv) of one block into tile (rows VW*NV_MAX apart). */  \
   static inline __attribute__((always_inline)) void KILN_CAT(block_, S)(                           \
       const int mr, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict off,  \
-      const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile) {             \
+      const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile, int64_t ldt) {             \
     typedef KILN_CAT(vec_, S) V;                                                                   \
     typedef KILN_CAT(vecu_, S) VU;                                                                 \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
@@ -48,13 +48,13 @@
     }                                                                                              \
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r)                                           \
             _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) *                                 \
-        (VU*)(tile + (r * KILN_NV_MAX + v) * VW) = acc[r][v];                                      \
+        (VU*)(tile + r * ldt + v * VW) = acc[r][v];                                      \
   }                                                                                                \
                                                                                                    \
   /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
   static void KILN_CAT(dispatch_, S)(int mr, int nv, int64_t taps, const T* b, const int32_t* off, \
                                      const T* w, int64_t ldw, const T* bias, int64_t bs,           \
-                                     T* tile) {                                                    \
+                                     T* tile, int64_t ldt) {                                                    \
     switch (mr * 8 + nv) {                                                                         \
       KILN_CASES_MR(S, 1)                                                                          \
       KILN_CASES_MR(S, 2) KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5)              \
@@ -73,16 +73,20 @@
       for (int64_t j0 = 0; j0 < npos; j0 += (int64_t)nv_max * VW) {                                \
         const int64_t n = npos - j0 < (int64_t)nv_max * VW ? npos - j0 : (int64_t)nv_max * VW;     \
         const int nv = (int)((n + VW - 1) / VW);                                                   \
+        /* Without row overhang (wp == ow) whole vectors go straight to the output. */            \
+        const int direct = wp == ow && n == (int64_t)nv * VW;                                      \
         KILN_CAT(dispatch_, S)                                                                     \
-        (mr, nv, taps, b + j0, off, w + r0 * ldw, ldw, bias ? bias + r0 * bs : 0, bs, tile);       \
-        KILN_CAT(store_, S)(mr, j0, n, tile, KILN_NV_MAX * VW, y + r0 * ldy, ldy, wp, ow);         \
+        (mr, nv, taps, b + j0, off, w + r0 * ldw, ldw, bias ? bias + r0 * bs : 0, bs,              \
+         direct ? y + r0 * ldy + j0 : tile, direct ? ldy : KILN_NV_MAX * VW);                      \
+        if (!direct)                                                                               \
+          KILN_CAT(store_, S)(mr, j0, n, tile, KILN_NV_MAX * VW, y + r0 * ldy, ldy, wp, ow);       \
       }                                                                                            \
     }                                                                                              \
   }
 
 #define KILN_CASE(S, MR, NV)                                           \
   case MR * 8 + NV:                                                    \
-    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile); \
+    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile, ldt); \
     break;
 /* Only the (mr, nv) pairs the register budget allows get code. */
 #define KILN_CASES_MR(S, MR)                   \
@@ -94,7 +98,7 @@
  * is never reached: it forwards to nv = 1, which keeps it small. */
 #define KILN_CASE_IF(ok, S, MR, NV)                                                       \
   case MR * 8 + NV:                                                                       \
-    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile); \
+    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile, ldt); \
     break;
 
 /* Writes positions [j0, j0 + n) of rows [0, mr) of the tile to y: position j is output
