@@ -246,6 +246,25 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
        ") * " + s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " +
        s64(gy.stride) + " * wq + dx / " + s64(gx.stride) + ");\n";
   s += "      }\n";
+  if (p.cg == 1 && p.mg == 1) {
+    // Depthwise: each channel straight from its plane when rows are contiguous.
+    s += "  if (" + sx + " == 1) {\n";
+    const int64_t wp_dw = (gx.out - 1) * gx.stride + (gx.kernel - 1) * gx.dilation + 1;
+    const int64_t scratch = std::max<int64_t>(1, (gy.kernel * gy.dilation + 1) * wp_dw);
+    s += "    " + T + " *scratch = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
+         s64(scratch) + " * sizeof(" + T + "));\n";
+    s += "    if (!scratch) " + sub.fail + "(\"conv: out of memory for the padded rows\");\n";
+    s += "    for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+    s += "      for (int64_t oc = r0; oc < r1; ++oc)\n";
+    s += "        kiln_depthwise_rows_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
+         "->strides[0] + oc * " + x + "->strides[1], " + sy + ", " + s64(gy.in) + ", " +
+         s64(gx.in) + ", W + oc * " + s64(p.ckk) + ", " + s64(gy.kernel) + ", " + s64(gx.kernel) +
+         ", bias ? bias[oc * bs] : (" + T + ")0, " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
+         s64(gy.dilation) + ", " + s64(gx.dilation) + ", " + s64(gy.pad_begin) + ", " +
+         s64(gx.pad_begin) + ", scratch, (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
+         s64(p.ohw) + ", ow, oy0, oy1);\n";
+    s += "  } else\n";
+  }
   s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += "  for (int64_t oc = r0; oc < r1;) {\n";
   s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";

@@ -654,6 +654,18 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {9, 4, 3, 2},
        {{"strides", V{3, 2}}, {"dilations", V{2, 3}}, {"pads", V{2, 1, 0, 3}}},
        true},
+      // Depthwise 5x5: strided and dilated, each output's taps summed in registers over the
+      // interior columns and tap by tap at the borders.
+      {"depthwise_5x5_strided",
+       {1, 6, 29, 31},
+       {6, 1, 5, 5},
+       {{"group", int64_t{6}}, {"pads", V{2, 2, 2, 2}}, {"strides", V{2, 2}}},
+       true},
+      {"depthwise_5x5_dilated",
+       {2, 4, 21, 40},
+       {4, 1, 5, 5},
+       {{"group", int64_t{4}}, {"pads", V{4, 3, 4, 5}}, {"dilations", V{2, 2}}},
+       false},
       // One channel per group, split by rows and by single channels.
       {"depthwise_rows", {2, 12, 30, 9}, {12, 1, 3, 3}, {{"group", int64_t{12}}, {"pads", V{1, 1, 1, 1}}},
        false},
@@ -678,6 +690,33 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       SCOPED_TRACE(c.name);
       check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
                   dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    }
+  }
+}
+
+// Padding is zero, never data: a depthwise filter whose taps overhang an image border of
+// +-inf and NaN must give inf or NaN only where a tap reads them (the reference skips the
+// padding), and the register path's stand-in rows for padded rows must be zeros.
+TEST(Conv, DepthwisePaddingNeverReadsTheBorderAsData) {
+  std::mt19937 rng(53);
+  for (int64_t k : {int64_t{3}, int64_t{5}}) {
+    for (int64_t stride : {int64_t{1}, int64_t{2}}) {
+      Graph g("dw_border");
+      Var x = input(g, "x", DType::kFloat32, {1, 3, 12, 20});
+      Var w = input(g, "w", DType::kFloat32, {3, 1, k, k});
+      g.set_outputs({apply("conv", {x, w},
+                           {{"group", int64_t{3}},
+                            {"pads", std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2}},
+                            {"strides", std::vector<int64_t>{stride, stride}}})});
+      Tensor xt = random_tensor(DType::kFloat32, {1, 3, 12, 20}, rng);
+      const float inf = std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < 3; ++c) {
+        xt.store((c * 12 + 0) * 20 + 5, c == 1 ? -inf : inf);   // top row
+        xt.store((c * 12 + 11) * 20 + 19, inf);                 // bottom-right corner
+        xt.store((c * 12 + 6) * 20 + 0, std::nan(""));          // left column
+      }
+      SCOPED_TRACE("k " + std::to_string(k) + " stride " + std::to_string(stride));
+      check_graph(g, {{xt, random_tensor(DType::kFloat32, {3, 1, k, k}, rng)}}, 1e-4, 1e-5);
     }
   }
 }

@@ -220,4 +220,106 @@ KILN_POOL(double, f64)
 KILN_PHASE_COPY(float, f32)
 KILN_PHASE_COPY(double, f64)
 
+/* Output rows [oy0, oy1) of one depthwise channel (one input plane, one kh x kw filter).
+ * Rows of x are sy elements apart, columns contiguous. A 3x3 or 5x5 filter of stride 1 or 2
+ * reads zero-padded copies of the input rows it needs, kept in a ring in `scratch` (each
+ * row copied once, padding zero once) plus a zero row for rows in the padding, and keeps
+ * each output's sum in a register over all its taps, vectorized over the row. At stride 2
+ * a copy holds its even columns, then its odd ones, so every tap still reads a contiguous
+ * run. Other filters add one tap at a time over the columns it reaches. Padding is never
+ * read as data. scratch: kiln_depthwise_scratch() elements. */
+static __attribute__((unused)) int64_t kiln_depthwise_width(int64_t ow, int64_t kw, int64_t sw,
+                                                            int64_t dw) {
+  return (ow - 1) * sw + (kw - 1) * dw + 1;
+}
+static __attribute__((unused)) int64_t kiln_depthwise_scratch(int64_t ow, int64_t kh, int64_t kw,
+                                                              int64_t sw, int64_t dh,
+                                                              int64_t dw) {
+  return (kh * dh + 1) * kiln_depthwise_width(ow, kw, sw, dw);
+}
+#define KILN_DW_FIXED(T, S, K)                                                                 \
+  static inline __attribute__((always_inline)) void kiln_dw##K##_##S(                         \
+      const T *const *rows, const int64_t *col, const T *k, T bias, T *restrict dst,           \
+      int64_t ow) {                                                                            \
+    /* Tap pointers and weights in locals: nothing in the loop is reloaded or may alias. */   \
+    const T *p[K * K];                                                                         \
+    T kv[K * K];                                                                               \
+    _Pragma("GCC unroll 25") for (int t = 0; t < K * K; ++t) {                                 \
+      p[t] = rows[t / K] + col[t % K];                                                         \
+      kv[t] = k[t];                                                                            \
+    }                                                                                          \
+    for (int64_t ox = 0; ox < ow; ++ox) {                                                      \
+      T acc = bias;                                                                            \
+      _Pragma("GCC unroll 25") for (int t = 0; t < K * K; ++t) acc += kv[t] * p[t][ox];        \
+      dst[ox] = acc;                                                                           \
+    }                                                                                          \
+  }
+#define KILN_DEPTHWISE(T, S)                                                                   \
+  KILN_DW_FIXED(T, S, 3)                                                                       \
+  KILN_DW_FIXED(T, S, 5)                                                                       \
+  static __attribute__((unused)) void kiln_depthwise_rows_##S(                                \
+      const T *x, int64_t sy, int64_t h, int64_t w, const T *k, int64_t kh, int64_t kw,        \
+      T bias, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl,          \
+      T *scratch, T *y, int64_t ow, int64_t oy0, int64_t oy1) {                                \
+    if (kh == kw && (kh == 3 || kh == 5) && (sw == 1 || sw == 2) && ow > 0) {                  \
+      const int64_t wp = kiln_depthwise_width(ow, kw, sw, dw), slots = kh * dh;                \
+      /* Padded columns [c0, c1) hold image columns [c0 - pl, c1 - pl). */                     \
+      const int64_t c0 = pl > 0 ? pl : 0, c1 = pl + w < wp ? pl + w : wp;                      \
+      T *zero = scratch, *ring = scratch + wp;                                                 \
+      const int64_t he = (wp + 1) / 2; /* stride 2: where the odd columns start */              \
+      int64_t held[25], col[5];                                                                \
+      for (int64_t j = 0; j < kw; ++j)                                                         \
+        col[j] = sw == 1 ? j * dw : (j * dw % 2 ? he : 0) + j * dw / 2;                        \
+      for (int64_t i = 0; i < (slots + 1) * wp; ++i) scratch[i] = 0;                           \
+      for (int64_t i = 0; i < slots; ++i) held[i] = -1;                                        \
+      for (int64_t oy = oy0; oy < oy1; ++oy) {                                                 \
+        const T *rows[5];                                                                      \
+        for (int64_t i = 0; i < kh; ++i) {                                                     \
+          const int64_t iy = oy * sh - pt + i * dh;                                            \
+          if (iy < 0 || iy >= h) {                                                             \
+            rows[i] = zero;                                                                    \
+            continue;                                                                          \
+          }                                                                                    \
+          T *r = ring + iy % slots * wp;                                                       \
+          if (held[iy % slots] != iy) {                                                        \
+            const T *src = x + iy * sy - pl;                                                   \
+            if (sw == 1) {                                                                     \
+              for (int64_t c = c0; c < c1; ++c) r[c] = src[c];                                 \
+            } else { /* padded column c at c / 2, in the even or the odd half */               \
+              for (int64_t q = (c0 + 1) / 2; q < (c1 + 1) / 2; ++q) r[q] = src[2 * q];         \
+              for (int64_t q = c0 / 2; q < c1 / 2; ++q) r[he + q] = src[2 * q + 1];            \
+            }                                                                                  \
+            held[iy % slots] = iy;                                                             \
+          }                                                                                    \
+          rows[i] = r;                                                                         \
+        }                                                                                      \
+        if (kh == 3)                                                                           \
+          kiln_dw3_##S(rows, col, k, bias, y + oy * ow, ow);                                   \
+        else                                                                                   \
+          kiln_dw5_##S(rows, col, k, bias, y + oy * ow, ow);                                   \
+      }                                                                                        \
+      return;                                                                                  \
+    }                                                                                          \
+    for (int64_t oy = oy0; oy < oy1; ++oy) {                                                   \
+      T *restrict dst = y + oy * ow;                                                           \
+      for (int64_t ox = 0; ox < ow; ++ox) dst[ox] = bias;                                      \
+      for (int64_t i = 0; i < kh; ++i) {                                                       \
+        const int64_t iy = oy * sh - pt + i * dh;                                              \
+        if (iy < 0 || iy >= h) continue;                                                       \
+        const T *row = x + iy * sy;                                                            \
+        for (int64_t j = 0; j < kw; ++j) {                                                     \
+          const T kv = k[i * kw + j];                                                          \
+          const int64_t o = j * dw - pl; /* input column of output ox: ox*sw + o */            \
+          int64_t lo = o >= 0 ? 0 : (-o + sw - 1) / sw;                                        \
+          int64_t hi = o >= w ? 0 : (w - 1 - o) / sw + 1;                                      \
+          if (hi > ow) hi = ow;                                                                \
+          const T *restrict src = row + o;                                                     \
+          for (int64_t ox = lo; ox < hi; ++ox) dst[ox] += kv * src[ox * sw];                   \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+  }
+KILN_DEPTHWISE(float, f32)
+KILN_DEPTHWISE(double, f64)
+
 #endif /* KILN_WINDOW_H */
