@@ -36,17 +36,13 @@
 #include "ops/builders.h"
 #include "util/fs.h"
 #include "util/sha256.h"
+#include "util/clock.h"
 #include "util/strings.h"
 
 using namespace kiln;
-using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 namespace {
-
-double since_ms(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -121,7 +117,7 @@ int child(const std::string& which, const std::string& cache) {
   opts.cache_dir = cache;
   auto t = Clock::now();
   Function f = compile(g, opts);
-  double ms = since_ms(t);
+  double ms = ms_since(t);
   std::printf("%.4f %s\n", ms, to_string(f.info().cache));
   return 0;
 }
@@ -145,23 +141,23 @@ void compile_rows(const std::string& self, int repeat) {
       opts.cache_dir = cache;
       auto t = Clock::now();
       Function f = compile(g, opts);
-      cold.push_back(since_ms(t));
+      cold.push_back(ms_since(t));
       for (int i = 0; i < 50; ++i) {
         auto m = Clock::now();
         Function again = compile(g, opts);
-        same.push_back(since_ms(m) * 1000);
+        same.push_back(ms_since(m) * 1000);
       }
       for (int i = 0; i < 20; ++i) {
         Graph built = rebuild(g);
         auto m = Clock::now();
         Function again = compile(built, opts);
-        fresh.push_back(since_ms(m) * 1000);
+        fresh.push_back(ms_since(m) * 1000);
       }
       for (int i = 0; i < 3; ++i) {
         Graph loaded = make(which);
         auto m = Clock::now();
         Function again = compile(loaded, opts);
-        reloaded.push_back(since_ms(m) * 1000);
+        reloaded.push_back(ms_since(m) * 1000);
       }
     }
     // The hits use a cache a child process filled: this process keeps its own cache's index
@@ -289,7 +285,7 @@ void remote_rows(const std::string& self, int repeat) {
   script += "wait";
   auto t = Clock::now();
   ProcessResult c = run_process({"/bin/sh", "-c", script});
-  const double wall = since_ms(t);
+  const double wall = ms_since(t);
   int compiled = 0, remote = 0;
   for (const auto& line : split_lines(c.out)) {
     compiled += line.find(" miss") != std::string::npos;
@@ -328,7 +324,7 @@ void lookup_rows() {
     CacheIndex index(root / "index.sqlite", 10000);
     index.replace_all(rows);
   }
-  double fill_s = since_ms(t) / 1000;
+  double fill_s = ms_since(t) / 1000;
   auto store = CacheStore::open(root);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> pick(0, n - 1);
@@ -339,17 +335,17 @@ void lookup_rows() {
   int found = 0;
   for (int i = 0; i < lookups; ++i)
     found += index.find(keys[static_cast<size_t>(pick(rng))]).has_value();
-  double find_us = since_ms(t) * 1000 / lookups;
+  double find_us = ms_since(t) * 1000 / lookups;
   t = Clock::now();
   for (int i = 0; i < lookups; ++i) index.find(sha256_hex("absent " + std::to_string(i)));
-  double absent_us = since_ms(t) * 1000 / lookups;
+  double absent_us = ms_since(t) * 1000 / lookups;
   t = Clock::now();
   for (int i = 0; i < 2000; ++i) store->lookup(sha256_hex("absent " + std::to_string(i)), false);
-  double store_us = since_ms(t) * 1000 / 2000;
+  double store_us = ms_since(t) * 1000 / 2000;
   t = Clock::now();
   CacheIndex reopened(root / "index.sqlite", 10000);
   reopened.find(keys[0]);
-  double open_ms = since_ms(t);
+  double open_ms = ms_since(t);
   std::printf("\nindex with %d entries (filled in %.1f s)\n", n, fill_s);
   std::printf("  lookup by key (hit)        %8.2f us   (%d/%d found)\n", find_us, found, lookups);
   std::printf("  lookup by key (absent)     %8.2f us\n", absent_us);

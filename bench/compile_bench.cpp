@@ -24,17 +24,13 @@
 #include "compiler/kernel_build.h"
 #include "frontend/model_loader.h"
 #include "runtime/npy.h"
+#include "util/clock.h"
 #include "util/strings.h"
 
 using namespace kiln;
-using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 namespace {
-
-double since_ms(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 struct Timed {
   double ms = 0;
@@ -55,7 +51,7 @@ Timed timed_compile(const Graph& g, const fs::path& cache, bool kernels) {
   auto t = Clock::now();
   Function f = compile(g, o);
   Timed r;
-  r.ms = since_ms(t);
+  r.ms = ms_since(t);
   r.info = f.info();
   return r;
 }
@@ -85,7 +81,7 @@ std::pair<double, double> run_time(const Function& f, const Tensor& x, const fs:
   for (int i = 0; i < 7; ++i) {
     auto t = Clock::now();
     y = f({x});
-    ms.push_back(since_ms(t));
+    ms.push_back(ms_since(t));
   }
   std::sort(ms.begin(), ms.end());
   double err = -1;
