@@ -150,7 +150,10 @@ Conv::Plan Conv::plan(const Node& node) const {
   p.hq = (hp + gy.stride - 1) / gy.stride;
   p.wq = (wp + gx.stride - 1) / gx.stride;
   p.row_unit = p.mg >= 8 ? 8 : 1;
-  p.col_unit = rows_per_unit(gy.out, p.wq) * gx.out;
+  // Depthwise parts take whole channels when there are enough: each part then copies
+  // every input row once.
+  const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
+  p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq) * gx.out;
   return p;
 }
 
@@ -247,23 +250,29 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
        s64(gy.stride) + " * wq + dx / " + s64(gx.stride) + ");\n";
   s += "      }\n";
   if (p.cg == 1 && p.mg == 1) {
-    // Depthwise: each channel straight from its plane when rows are contiguous.
-    s += "  if (" + sx + " == 1) {\n";
-    const int64_t wp_dw = (gx.out - 1) * gx.stride + (gx.kernel - 1) * gx.dilation + 1;
-    const int64_t scratch = std::max<int64_t>(1, (gy.kernel * gy.dilation + 1) * wp_dw);
-    s += "    " + T + " *scratch = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-         s64(scratch) + " * sizeof(" + T + "));\n";
-    s += "    if (!scratch) " + sub.fail + "(\"conv: out of memory for the padded rows\");\n";
-    s += "    for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-    s += "      for (int64_t oc = r0; oc < r1; ++oc)\n";
-    s += "        kiln_depthwise_rows_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
-         "->strides[0] + oc * " + x + "->strides[1], " + sy + ", " + s64(gy.in) + ", " +
-         s64(gx.in) + ", W + oc * " + s64(p.ckk) + ", " + s64(gy.kernel) + ", " + s64(gx.kernel) +
-         ", bias ? bias[oc * bs] : (" + T + ")0, " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
-         s64(gy.dilation) + ", " + s64(gx.dilation) + ", " + s64(gy.pad_begin) + ", " +
-         s64(gx.pad_begin) + ", scratch, (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
-         s64(p.ohw) + ", ow, oy0, oy1);\n";
-    s += "  } else\n";
+    // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
+    // (one vector loop however narrow the rows), then the rows without their overhang.
+    s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
+         s64(gy.out * p.wq) + " * sizeof(" + T + "));\n";
+    s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
+    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+    s += "    for (int64_t oc = r0; oc < r1; ++oc) {\n";
+    s += "      if (y1 > y0)\n";
+    s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
+         "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x +
+         "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " +
+         s64(gy.pad_begin) + " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " +
+         s64(gx.stride) + ", " + s64(p.hq) + ", wq, buf);\n";
+    s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel) + ", " +
+         s64(gx.kernel) + ", W + oc * " + s64(p.ckk) + ", bias ? bias[oc * bs] : (" + T +
+         ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
+    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
+         s64(p.ohw) + ";\n";
+    s += "      for (int64_t oy = oy0; oy < oy1; ++oy)\n";
+    s += "        for (int64_t ox = 0; ox < ow; ++ox) yo[oy * ow + ox] = flat[(oy - oy0) * wq + ox];\n";
+    s += "    }\n";
+    s += "  }\n}\n";
+    return s;
   }
   s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += "  for (int64_t oc = r0; oc < r1;) {\n";

@@ -654,8 +654,7 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {9, 4, 3, 2},
        {{"strides", V{3, 2}}, {"dilations", V{2, 3}}, {"pads", V{2, 1, 0, 3}}},
        true},
-      // Depthwise 5x5: strided and dilated, each output's taps summed in registers over the
-      // interior columns and tap by tap at the borders.
+      // Depthwise 5x5: strided and dilated, the taps as flat runs over the stride phases.
       {"depthwise_5x5_strided",
        {1, 6, 29, 31},
        {6, 1, 5, 5},
@@ -669,6 +668,20 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       // One channel per group, split by rows and by single channels.
       {"depthwise_rows", {2, 12, 30, 9}, {12, 1, 3, 3}, {{"group", int64_t{12}}, {"pads", V{1, 1, 1, 1}}},
        false},
+      // Rows of 67 and 70 split into even and odd columns two vectors at a time, then a tail;
+      // an odd leading pad puts the even image columns in the odd phase, an even one not.
+      {"depthwise_stride2_wide",
+       {1, 9, 11, 67},
+       {9, 1, 3, 3},
+       {{"group", int64_t{9}}, {"pads", V{1, 1, 1, 1}}, {"strides", V{2, 2}}},
+       true},
+      {"depthwise_stride2_even_pad",
+       {2, 8, 6, 70},
+       {8, 1, 3, 3},
+       {{"group", int64_t{8}}, {"pads", V{0, 2, 1, 0}}, {"strides", V{1, 2}}},
+       false},
+      {"strided_wide", {1, 3, 9, 40}, {5, 3, 3, 3}, {{"pads", V{1, 1, 1, 1}}, {"strides", V{2, 2}}},
+       true},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -696,24 +709,24 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
 
 // Padding is zero, never data: a depthwise filter whose taps overhang an image border of
 // +-inf and NaN must give inf or NaN only where a tap reads them (the reference skips the
-// padding), and the register path's stand-in rows for padded rows must be zeros.
+// padding). Rows of 40 take the vector path of the stride-2 column split.
 TEST(Conv, DepthwisePaddingNeverReadsTheBorderAsData) {
   std::mt19937 rng(53);
   for (int64_t k : {int64_t{3}, int64_t{5}}) {
     for (int64_t stride : {int64_t{1}, int64_t{2}}) {
       Graph g("dw_border");
-      Var x = input(g, "x", DType::kFloat32, {1, 3, 12, 20});
+      Var x = input(g, "x", DType::kFloat32, {1, 3, 12, 40});
       Var w = input(g, "w", DType::kFloat32, {3, 1, k, k});
       g.set_outputs({apply("conv", {x, w},
                            {{"group", int64_t{3}},
                             {"pads", std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2}},
                             {"strides", std::vector<int64_t>{stride, stride}}})});
-      Tensor xt = random_tensor(DType::kFloat32, {1, 3, 12, 20}, rng);
+      Tensor xt = random_tensor(DType::kFloat32, {1, 3, 12, 40}, rng);
       const float inf = std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < 3; ++c) {
-        xt.store((c * 12 + 0) * 20 + 5, c == 1 ? -inf : inf);   // top row
-        xt.store((c * 12 + 11) * 20 + 19, inf);                 // bottom-right corner
-        xt.store((c * 12 + 6) * 20 + 0, std::nan(""));          // left column
+        xt.store((c * 12 + 0) * 40 + 5, c == 1 ? -inf : inf);   // top row
+        xt.store((c * 12 + 11) * 40 + 39, inf);                 // bottom-right corner
+        xt.store((c * 12 + 6) * 40 + 0, std::nan(""));          // left column
       }
       SCOPED_TRACE("k " + std::to_string(k) + " stride " + std::to_string(stride));
       check_graph(g, {{xt, random_tensor(DType::kFloat32, {3, 1, k, k}, rng)}}, 1e-4, 1e-5);

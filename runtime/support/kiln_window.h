@@ -176,6 +176,44 @@ KILN_POOL(float, f32)
 KILN_POOL(double, f64)
 #endif /* KILN_MODULE */
 
+/* ev[i] = src[2i] for 2i < w, od[i] = src[2i + 1] for 2i + 1 < w: a row split into its even
+ * and odd columns (stride-2 phases), two vectors at a time through a shuffle, where a
+ * strided loop would be a scalar gather. */
+typedef float kiln_v16f_ __attribute__((vector_size(64), aligned(4), may_alias));
+typedef double kiln_v8d_ __attribute__((vector_size(64), aligned(8), may_alias));
+static inline void kiln_deinterleave_f32(const float *src, int64_t w, float *restrict ev,
+                                         float *restrict od) {
+  int64_t i = 0;
+  for (; 2 * i + 32 <= w; i += 16) {
+    const kiln_v16f_ a = *(const kiln_v16f_ *)(src + 2 * i);
+    const kiln_v16f_ b = *(const kiln_v16f_ *)(src + 2 * i + 16);
+    *(kiln_v16f_ *)(ev + i) = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                                      20, 22, 24, 26, 28, 30);
+    *(kiln_v16f_ *)(od + i) = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
+                                                      21, 23, 25, 27, 29, 31);
+  }
+  for (; 2 * i + 1 < w; ++i) {
+    ev[i] = src[2 * i];
+    od[i] = src[2 * i + 1];
+  }
+  if (2 * i < w) ev[i] = src[2 * i];
+}
+static inline void kiln_deinterleave_f64(const double *src, int64_t w, double *restrict ev,
+                                         double *restrict od) {
+  int64_t i = 0;
+  for (; 2 * i + 16 <= w; i += 8) {
+    const kiln_v8d_ a = *(const kiln_v8d_ *)(src + 2 * i);
+    const kiln_v8d_ b = *(const kiln_v8d_ *)(src + 2 * i + 8);
+    *(kiln_v8d_ *)(ev + i) = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+    *(kiln_v8d_ *)(od + i) = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+  }
+  for (; 2 * i + 1 < w; ++i) {
+    ev[i] = src[2 * i];
+    od[i] = src[2 * i + 1];
+  }
+  if (2 * i < w) ev[i] = src[2 * i];
+}
+
 /* Copies the interior of a zero-padded image group into its stride phases (the direct
  * convolution's buffer, ops/conv.cpp): padded pixel (py, px) = (y + pt, x + pl) goes to
  * plane ((c*sh + py % sh)*sw + px % sw) at (py / sh, px / sw), planes hq x wq apart. The
@@ -199,6 +237,13 @@ KILN_POOL(double, f64)
           }                                                                                  \
           continue;                                                                          \
         }                                                                                    \
+        if (sw == 2 && sx == 1) {                                                            \
+          /* Image column 2i is padded column 2i + pl: phase pl % 2 at i + pl / 2; column   \
+           * 2i + 1 the other phase at i + (pl + 1) / 2. */                                  \
+          kiln_deinterleave_##S(src, w, row + pl % 2 * hq * wq + pl / 2,                     \
+                                row + (pl + 1) % 2 * hq * wq + (pl + 1) / 2);                \
+          continue;                                                                          \
+        }                                                                                    \
         for (int64_t b = 0; b < sw; ++b) {                                                   \
           /* The first padded column at or after pl in phase b, and its image column. */     \
           const int64_t px0 = pl + ((b - pl % sw) % sw + sw) % sw, x0 = px0 - pl;            \
@@ -220,103 +265,46 @@ KILN_POOL(double, f64)
 KILN_PHASE_COPY(float, f32)
 KILN_PHASE_COPY(double, f64)
 
-/* Output rows [oy0, oy1) of one depthwise channel (one input plane, one kh x kw filter).
- * Rows of x are sy elements apart, columns contiguous. A 3x3 or 5x5 filter of stride 1 or 2
- * reads zero-padded copies of the input rows it needs, kept in a ring in `scratch` (each
- * row copied once, padding zero once) plus a zero row for rows in the padding, and keeps
- * each output's sum in a register over all its taps, vectorized over the row. At stride 2
- * a copy holds its even columns, then its odd ones, so every tap still reads a contiguous
- * run. Other filters add one tap at a time over the columns it reaches. Padding is never
- * read as data. scratch: kiln_depthwise_scratch() elements. */
-static __attribute__((unused)) int64_t kiln_depthwise_width(int64_t ow, int64_t kw, int64_t sw,
-                                                            int64_t dw) {
-  return (ow - 1) * sw + (kw - 1) * dw + 1;
-}
-static __attribute__((unused)) int64_t kiln_depthwise_scratch(int64_t ow, int64_t kh, int64_t kw,
-                                                              int64_t sw, int64_t dh,
-                                                              int64_t dw) {
-  return (kh * dh + 1) * kiln_depthwise_width(ow, kw, sw, dw);
-}
+/* Depthwise convolution of one channel over its phase buffer (the direct convolution's,
+ * ops/conv.cpp, for one input channel): flat output i = oy*wq + ox sums k[t] * buf[i + off[t]]
+ * over the taps, so every tap is one contiguous run at any stride and the loop runs over
+ * whole rows at once (rows as short as 7 still fill vectors). 3x3 and 5x5 filters keep each
+ * sum in a register over all taps; others add one tap at a time. The n outputs go to dst
+ * with the few overhanging columns (ox >= OW) that the caller drops. */
 #define KILN_DW_FIXED(T, S, K)                                                                 \
   static inline __attribute__((always_inline)) void kiln_dw##K##_##S(                         \
-      const T *const *rows, const int64_t *col, const T *k, T bias, T *restrict dst,           \
-      int64_t ow) {                                                                            \
+      const T *buf, const int32_t *off, const T *k, T bias, T *restrict dst, int64_t n) {      \
     /* Tap pointers and weights in locals: nothing in the loop is reloaded or may alias. */   \
     const T *p[K * K];                                                                         \
     T kv[K * K];                                                                               \
     _Pragma("GCC unroll 25") for (int t = 0; t < K * K; ++t) {                                 \
-      p[t] = rows[t / K] + col[t % K];                                                         \
+      p[t] = buf + off[t];                                                                     \
       kv[t] = k[t];                                                                            \
     }                                                                                          \
-    for (int64_t ox = 0; ox < ow; ++ox) {                                                      \
+    for (int64_t i = 0; i < n; ++i) {                                                          \
       T acc = bias;                                                                            \
-      _Pragma("GCC unroll 25") for (int t = 0; t < K * K; ++t) acc += kv[t] * p[t][ox];        \
-      dst[ox] = acc;                                                                           \
+      _Pragma("GCC unroll 25") for (int t = 0; t < K * K; ++t) acc += kv[t] * p[t][i];         \
+      dst[i] = acc;                                                                            \
     }                                                                                          \
   }
 #define KILN_DEPTHWISE(T, S)                                                                   \
   KILN_DW_FIXED(T, S, 3)                                                                       \
   KILN_DW_FIXED(T, S, 5)                                                                       \
-  static __attribute__((unused)) void kiln_depthwise_rows_##S(                                \
-      const T *x, int64_t sy, int64_t h, int64_t w, const T *k, int64_t kh, int64_t kw,        \
-      T bias, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl,          \
-      T *scratch, T *y, int64_t ow, int64_t oy0, int64_t oy1) {                                \
-    if (kh == kw && (kh == 3 || kh == 5) && (sw == 1 || sw == 2) && ow > 0) {                  \
-      const int64_t wp = kiln_depthwise_width(ow, kw, sw, dw), slots = kh * dh;                \
-      /* Padded columns [c0, c1) hold image columns [c0 - pl, c1 - pl). */                     \
-      const int64_t c0 = pl > 0 ? pl : 0, c1 = pl + w < wp ? pl + w : wp;                      \
-      T *zero = scratch, *ring = scratch + wp;                                                 \
-      const int64_t he = (wp + 1) / 2; /* stride 2: where the odd columns start */              \
-      int64_t held[25], col[5];                                                                \
-      for (int64_t j = 0; j < kw; ++j)                                                         \
-        col[j] = sw == 1 ? j * dw : (j * dw % 2 ? he : 0) + j * dw / 2;                        \
-      for (int64_t i = 0; i < (slots + 1) * wp; ++i) scratch[i] = 0;                           \
-      for (int64_t i = 0; i < slots; ++i) held[i] = -1;                                        \
-      for (int64_t oy = oy0; oy < oy1; ++oy) {                                                 \
-        const T *rows[5];                                                                      \
-        for (int64_t i = 0; i < kh; ++i) {                                                     \
-          const int64_t iy = oy * sh - pt + i * dh;                                            \
-          if (iy < 0 || iy >= h) {                                                             \
-            rows[i] = zero;                                                                    \
-            continue;                                                                          \
-          }                                                                                    \
-          T *r = ring + iy % slots * wp;                                                       \
-          if (held[iy % slots] != iy) {                                                        \
-            const T *src = x + iy * sy - pl;                                                   \
-            if (sw == 1) {                                                                     \
-              for (int64_t c = c0; c < c1; ++c) r[c] = src[c];                                 \
-            } else { /* padded column c at c / 2, in the even or the odd half */               \
-              for (int64_t q = (c0 + 1) / 2; q < (c1 + 1) / 2; ++q) r[q] = src[2 * q];         \
-              for (int64_t q = c0 / 2; q < c1 / 2; ++q) r[he + q] = src[2 * q + 1];            \
-            }                                                                                  \
-            held[iy % slots] = iy;                                                             \
-          }                                                                                    \
-          rows[i] = r;                                                                         \
-        }                                                                                      \
-        if (kh == 3)                                                                           \
-          kiln_dw3_##S(rows, col, k, bias, y + oy * ow, ow);                                   \
-        else                                                                                   \
-          kiln_dw5_##S(rows, col, k, bias, y + oy * ow, ow);                                   \
-      }                                                                                        \
+  static __attribute__((unused)) void kiln_depthwise_flat_##S(                                \
+      const T *buf, const int32_t *off, int64_t kh, int64_t kw, const T *k, T bias,           \
+      T *restrict dst, int64_t n) {                                                            \
+    if (kh == 3 && kw == 3) {                                                                  \
+      kiln_dw3_##S(buf, off, k, bias, dst, n);                                                 \
       return;                                                                                  \
     }                                                                                          \
-    for (int64_t oy = oy0; oy < oy1; ++oy) {                                                   \
-      T *restrict dst = y + oy * ow;                                                           \
-      for (int64_t ox = 0; ox < ow; ++ox) dst[ox] = bias;                                      \
-      for (int64_t i = 0; i < kh; ++i) {                                                       \
-        const int64_t iy = oy * sh - pt + i * dh;                                              \
-        if (iy < 0 || iy >= h) continue;                                                       \
-        const T *row = x + iy * sy;                                                            \
-        for (int64_t j = 0; j < kw; ++j) {                                                     \
-          const T kv = k[i * kw + j];                                                          \
-          const int64_t o = j * dw - pl; /* input column of output ox: ox*sw + o */            \
-          int64_t lo = o >= 0 ? 0 : (-o + sw - 1) / sw;                                        \
-          int64_t hi = o >= w ? 0 : (w - 1 - o) / sw + 1;                                      \
-          if (hi > ow) hi = ow;                                                                \
-          const T *restrict src = row + o;                                                     \
-          for (int64_t ox = lo; ox < hi; ++ox) dst[ox] += kv * src[ox * sw];                   \
-        }                                                                                      \
-      }                                                                                        \
+    if (kh == 5 && kw == 5) {                                                                  \
+      kiln_dw5_##S(buf, off, k, bias, dst, n);                                                 \
+      return;                                                                                  \
+    }                                                                                          \
+    for (int64_t i = 0; i < n; ++i) dst[i] = bias;                                             \
+    for (int64_t t = 0; t < kh * kw; ++t) {                                                    \
+      const T kv = k[t], *restrict src = buf + off[t];                                         \
+      for (int64_t i = 0; i < n; ++i) dst[i] += kv * src[i];                                   \
     }                                                                                          \
   }
 KILN_DEPTHWISE(float, f32)
