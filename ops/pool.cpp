@@ -89,6 +89,66 @@ void Pool::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   }
 }
 
+// 2-D max pooling as the direct convolution reads its input: each plane copied into stride
+// phases whose padding is -inf (filled once per part), every tap then a contiguous run of
+// the flat output positions oy*wq + ox, and the overhanging columns dropped at the end. A
+// ceil_mode window past the trailing pad reads -inf too, as the reference skips it.
+std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const CodeNames& names,
+                                     const Sub& sub, const std::string& T,
+                                     const std::string& S) const {
+  const WindowDims& gy = g[0];
+  const WindowDims& gx = g[1];
+  auto padded = [](const WindowDims& d) {
+    return std::max(d.in + d.pad_begin + d.pad_end,
+                    (d.out - 1) * d.stride + (d.kernel - 1) * d.dilation + 1);
+  };
+  const int64_t hq = (padded(gy) + gy.stride - 1) / gy.stride;
+  const int64_t wq = (padded(gx) + gx.stride - 1) / gx.stride;
+  const int64_t phases = gy.stride * gx.stride, plane = hq * wq;
+  if (phases * plane >= (int64_t(1) << 31)) {
+    throw UnsupportedError("max pool: a plane of " + std::to_string(phases * plane) +
+                           " padded elements (tap offsets are 32-bit)");
+  }
+  const std::string& x = names.inputs[0];
+  const std::string& y = names.outputs[0];
+  const std::string& ctx = sub.ctx;
+  auto v = [&](int64_t n) { return sub.value(n); };
+  std::string s;
+  s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
+  s += "  const int64_t lo = planes * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t hi = planes * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  s += "  if (lo < hi) {\n";
+  s += "  const int64_t sh = " + v(gy.stride) + ", sw = " + v(gx.stride) + ", dh = " +
+       v(gy.dilation) + ", dw = " + v(gx.dilation) + ", kw = " + v(gx.kernel) + ";\n";
+  s += "  const int64_t hq = " + v(hq) + ", wq = " + v(wq) + ", oh = " + v(gy.out) + ", ow = " +
+       v(gx.out) + ", taps = " + v(gy.kernel) + " * kw;\n";
+  s += "  const int64_t total = sh * sw * hq * wq;\n";
+  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)total * sizeof(" +
+       T + "));\n";
+  s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx +
+       ", (size_t)(oh * wq) * sizeof(" + T + "));\n";
+  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx +
+       ", (size_t)taps * sizeof(int32_t));\n";
+  s += "  if (!buf || !flat || !off) " + sub.fail +
+       "(\"max pool: out of memory for the padded plane (%lld elements)\", (long long)total);\n";
+  s += "  for (int64_t i = 0; i < total; ++i) buf[i] = -(" + T + ")__builtin_inf();\n";
+  s += "  for (int64_t t = 0; t < taps; ++t) {\n";
+  s += "    const int64_t ky = t / kw * dh, kx = t % kw * dw;\n";
+  s += "    off[t] = (int32_t)(((ky % sh) * sw + kx % sw) * hq * wq + ky / sh * wq + kx / sw);\n";
+  s += "  }\n";
+  s += "  for (int64_t p = lo; p < hi; ++p) {\n";
+  s += "    kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + (p / C) * " + x +
+       "->strides[0] + (p % C) * " + x + "->strides[1], 1, 0, " + x + "->strides[2], " + x +
+       "->strides[3], " + v(gy.in) + ", " + v(gx.in) + ", " + v(gy.pad_begin) + ", " +
+       v(gx.pad_begin) + ", sh, sw, hq, wq, buf);\n";
+  s += "    kiln_maxpool_flat_" + S + "(buf, off, taps, flat, (oh - 1) * wq + ow);\n";
+  s += "    " + T + " *yp = (" + T + " *)" + y + "->data + p * oh * ow;\n";
+  s += "    for (int64_t oy = 0; oy < oh; ++oy)\n";
+  s += "      for (int64_t ox = 0; ox < ow; ++ox) yp[oy * ow + ox] = flat[oy * wq + ox];\n";
+  s += "  }\n  }\n";
+  return s;
+}
+
 std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& xt = node.inputs[0]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
@@ -104,6 +164,10 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string sx = x + "->strides[" + std::string(one_d ? "2" : "3") + "]";
   // Each part pools a contiguous range of (n, c) planes.
   std::string s = "{\n";
+  if (is_max_ && g.size() == 2) {
+    s += max_pool_by_phases(g, names, sub, T, S);
+    return s + "}\n";
+  }
   s += "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
   s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
   s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";

@@ -12,7 +12,7 @@ class Pool : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 2; }
+  std::optional<int> cache_version() const override { return 3; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_window.h"}; }
   bool c_splittable(const Node& node) const override { return true; }
@@ -21,6 +21,8 @@ class Pool : public COp {
 
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
+  std::string max_pool_by_phases(const std::vector<WindowDims>& g, const CodeNames& names,
+                                 const Sub& sub, const std::string& T, const std::string& S) const;
   bool is_max_;
   bool count_include_pad_;
   WindowAttrs window_;

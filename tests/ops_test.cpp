@@ -897,6 +897,21 @@ TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
                     {non_contiguous(random_tensor(DType::kFloat32, {3, 2, 7, 8}, rng))},
                     {nan}});
   }
+  {
+    // Rows of 70 take the vector path of the stride-2 column split; the padding must act as
+    // -inf (a row of -inf stays -inf, not 0), NaN and +inf reach every window that holds them.
+    Graph wide("max_pool_wide");
+    Var xw = input(wide, "x", DType::kFloat64, {kDynamic, 2, 9, 70});
+    wide.set_outputs({apply("max_pool", {xw},
+                            {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}})});
+    Tensor special = random_tensor(DType::kFloat64, {1, 2, 9, 70}, rng);
+    for (int64_t l = 0; l < 70; ++l) special.store(l, -INFINITY);          // top row
+    for (int64_t r = 0; r < 9; ++r) special.store(r * 70 + 69, -INFINITY);  // right column
+    special.store(70 * 9 + 4 * 70 + 33, NAN);
+    special.store(70 * 9 + 8 * 70 + 0, INFINITY);
+    check_graph(wide, {{special}, {non_contiguous(random_tensor(DType::kFloat64, {2, 2, 9, 70}, rng))}},
+                0.0, 0.0);
+  }
   Graph g("pool_1d");
   Var x = input(g, "x", DType::kFloat64, {kDynamic, 2, 9});
   g.set_outputs({apply("max_pool", {x}, {{"kernel_shape", V{3}}, {"strides", V{2}}}),

@@ -265,6 +265,73 @@ static inline void kiln_deinterleave_f64(const double *src, int64_t w, double *r
 KILN_PHASE_COPY(float, f32)
 KILN_PHASE_COPY(double, f64)
 
+/* Max pooling of one plane over its stride phases (padding -inf, ops/pool.cpp): flat output
+ * i = oy*wq + ox is the largest of buf[i + off[t]] over the taps, NaN when any is NaN (as
+ * kiln_pool). 2x2 and 3x3 windows keep each output in registers over all taps; others go
+ * one tap at a time (a NaN tap replaces the running maximum, nothing replaces a NaN), each
+ * pass one contiguous vector loop. */
+#define KILN_MAXPOOL_TAP(b, m) (((b) > (m) || (b) != (b)) ? (b) : (m))
+/* The fixed windows take the plain maximum as a tree (each compare-and-select waits only on
+ * its pair) and mark NaN apart: an unordered compare per pair of taps, ORed, then NaN where
+ * any tap was. */
+#define KILN_MAXPOOL_FIXED(T, S)                                                               \
+  static inline __attribute__((always_inline)) T kiln_maxpool_max_##S(T a, T b) {             \
+    return b > a ? b : a;                                                                      \
+  }                                                                                            \
+  static inline __attribute__((always_inline)) int kiln_maxpool_nan_##S(T a, T b) {           \
+    return (a != a) | (b != b);                                                                \
+  }                                                                                            \
+  static inline __attribute__((always_inline)) void kiln_maxpool4_##S(                        \
+      const T *buf, const int32_t *off, T *restrict dst, int64_t n) {                          \
+    const T *p0 = buf + off[0], *p1 = buf + off[1], *p2 = buf + off[2], *p3 = buf + off[3];    \
+    for (int64_t i = 0; i < n; ++i) {                                                          \
+      const T m = kiln_maxpool_max_##S(kiln_maxpool_max_##S(p0[i], p1[i]),                    \
+                                       kiln_maxpool_max_##S(p2[i], p3[i]));                    \
+      const int bad = kiln_maxpool_nan_##S(p0[i], p1[i]) | kiln_maxpool_nan_##S(p2[i], p3[i]); \
+      dst[i] = bad ? (T)__builtin_nan("") : m;                                                 \
+    }                                                                                          \
+  }                                                                                            \
+  static inline __attribute__((always_inline)) void kiln_maxpool9_##S(                        \
+      const T *buf, const int32_t *off, T *restrict dst, int64_t n) {                          \
+    const T *p[9];                                                                             \
+    _Pragma("GCC unroll 9") for (int t = 0; t < 9; ++t) p[t] = buf + off[t];                   \
+    for (int64_t i = 0; i < n; ++i) {                                                          \
+      const T a = kiln_maxpool_max_##S(kiln_maxpool_max_##S(p[0][i], p[1][i]),                 \
+                                       kiln_maxpool_max_##S(p[2][i], p[3][i]));                \
+      const T b = kiln_maxpool_max_##S(kiln_maxpool_max_##S(p[4][i], p[5][i]),                 \
+                                       kiln_maxpool_max_##S(p[6][i], p[7][i]));                \
+      const int bad = kiln_maxpool_nan_##S(p[0][i], p[1][i]) |                                 \
+                      kiln_maxpool_nan_##S(p[2][i], p[3][i]) |                                 \
+                      kiln_maxpool_nan_##S(p[4][i], p[5][i]) |                                 \
+                      kiln_maxpool_nan_##S(p[6][i], p[7][i]) |                                 \
+                      kiln_maxpool_nan_##S(p[8][i], p[8][i]);                                  \
+      const T m = kiln_maxpool_max_##S(kiln_maxpool_max_##S(a, b), p[8][i]);                   \
+      dst[i] = bad ? (T)__builtin_nan("") : m;                                                 \
+    }                                                                                          \
+  }
+#define KILN_MAXPOOL_FLAT(T, S)                                                                \
+  KILN_MAXPOOL_FIXED(T, S)                                                                     \
+  static __attribute__((unused)) void kiln_maxpool_flat_##S(const T *buf, const int32_t *off, \
+                                                            int64_t taps, T *restrict dst,    \
+                                                            int64_t n) {                      \
+    if (taps == 9) {                                                                           \
+      kiln_maxpool9_##S(buf, off, dst, n);                                                     \
+      return;                                                                                  \
+    }                                                                                          \
+    if (taps == 4) {                                                                           \
+      kiln_maxpool4_##S(buf, off, dst, n);                                                     \
+      return;                                                                                  \
+    }                                                                                          \
+    const T *restrict first = buf + off[0];                                                    \
+    for (int64_t i = 0; i < n; ++i) dst[i] = first[i];                                         \
+    for (int64_t t = 1; t < taps; ++t) {                                                       \
+      const T *restrict src = buf + off[t];                                                    \
+      for (int64_t i = 0; i < n; ++i) dst[i] = KILN_MAXPOOL_TAP(src[i], dst[i]);              \
+    }                                                                                          \
+  }
+KILN_MAXPOOL_FLAT(float, f32)
+KILN_MAXPOOL_FLAT(double, f64)
+
 /* Depthwise convolution of one channel over its phase buffer (the direct convolution's,
  * ops/conv.cpp, for one input channel): flat output i = oy*wq + ox sums k[t] * buf[i + off[t]]
  * over the taps, so every tap is one contiguous run at any stride and the loop runs over
