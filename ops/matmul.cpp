@@ -125,8 +125,34 @@ void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
 }
 
 std::string MatMul::c_support_code_apply(const Node& node, const std::string&) const {
-  return gemm_support_code(node.inputs[0]->type.dtype);
+  const DType dt = node.inputs[0]->type.dtype;
+  if (!packs_b(node)) return gemm_support_code(dt);
+  const std::string s = dt == DType::kFloat32 ? "f32" : "f64";
+  return "#define kiln_gemm_packed_" + s + " (KILN_SUPPORT->gemm_packed_" + s + ")\n";
 }
+
+// Batched floating-point products run on kiln's packed kernel, split by whole matrices
+// across the engine's workers; the others go to BLAS.
+bool MatMul::packs_b(const Node& node) const {
+  const DType dt = node.inputs[0]->type.dtype;
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && c_split_unit(node) > 0;
+}
+
+// Batched products split into runs of whole matrices: one matrix of the output is the unit.
+int64_t MatMul::c_split_unit(const Node& node) const {
+  const auto& out = node.outputs[0]->type;
+  const int nb = out.rank() - (node.inputs[0]->type.rank() > 1 ? 1 : 0) -
+                 (node.inputs[1]->type.rank() > 1 ? 1 : 0);
+  if (nb <= 0) return 0;
+  int64_t unit = 1;
+  for (int d = nb; d < out.rank(); ++d) {
+    if (out.dims[static_cast<size_t>(d)] == kDynamic) return 0;
+    unit *= out.dims[static_cast<size_t>(d)];
+  }
+  return unit;
+}
+
+bool MatMul::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
 
 std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& at = node.inputs[0]->type;
@@ -174,10 +200,45 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "  nbatch *= bshape[" + ds + "];\n";
   }
   s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0};\n";
-  s += "  int64_t oa = 0, ob = 0;\n";
-  s += "  for (int64_t bi = 0; bi < nbatch; ++bi) {\n";
-  s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, (" + T + ")1, pa + oa, rsa, csa, pb + ob, rsb, csb, (" +
-       T + ")0, pc + bi * M * N, N) != 0) " + sub.fail + "(\"matmul failed\");\n";
+  s += "  int64_t oa = 0, ob = 0, lo = 0, hi = nbatch;\n";
+  // A split call's part takes a run of whole matrices (c_split_unit), starting from the
+  // operands' offsets of its first one.
+  s += "  if (" + sub.ctx + "->n_parts > 1) {\n";
+  s += "    kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "    for (int64_t d = " + i2s(nb) + " - 1, rem = lo; d >= 0; --d) {\n";
+  s += "      bidx[d] = rem % bshape[d];\n";
+  s += "      rem /= bshape[d];\n";
+  s += "      oa += bidx[d] * bsa[d];\n";
+  s += "      ob += bidx[d] * bsb[d];\n";
+  s += "    }\n";
+  s += "  }\n";
+  const bool packed = packs_b(node);
+  if (packed) {
+    // Each matrix of B copied into the panels of kiln's GEMM kernel (any strides, so a
+    // transposed view costs nothing more), in this part's thread: BLAS would start threads
+    // of its own beside the engine's.
+    const std::string S = at.dtype == DType::kFloat32 ? "f32" : "f64";
+    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T + "), np = (N + P - 1) / P;\n";
+    s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
+         ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
+    s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
+    s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
+    s += "    for (int64_t q = 0; q < np; ++q) {\n";
+    s += "      const int64_t n = N - q * P < P ? N - q * P : P;\n";
+    s += "      for (int64_t i = 0; i < K; ++i) {\n";
+    s += "        " + T + " *restrict dst = bp + (q * K + i) * P;\n";
+    s += "        const " + T + " *src = pb + ob + i * rsb + q * P * csb;\n";
+    s += "        if (csb == 1)\n          for (int64_t j = 0; j < n; ++j) dst[j] = src[j];\n";
+    s += "        else\n          for (int64_t j = 0; j < n; ++j) dst[j] = src[j * csb];\n";
+    s += "        for (int64_t j = n; j < P; ++j) dst[j] = 0;\n";
+    s += "      }\n    }\n";
+    s += "    kiln_gemm_packed_" + S + "(M, N, K, (" + T + ")1, pa + oa, rsa, csa, bp, (" + T +
+         ")0, pc + bi * M * N, N);\n";
+  } else {
+    s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
+    s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, (" + T + ")1, pa + oa, rsa, csa, pb + ob, rsb, csb, (" +
+         T + ")0, pc + bi * M * N, N) != 0) " + sub.fail + "(\"matmul failed\");\n";
+  }
   s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
   s += "      oa += bsa[d];\n";
   s += "      ob += bsb[d];\n";

@@ -276,6 +276,37 @@ TEST(Reduce, MaxOverEmptyDimensionIsAClearError) {
   }
 }
 
+// Batched products of static shape run on kiln's packed kernel, a run of whole matrices per
+// part: broadcast batches, 67 and 130 columns (panels and a ragged last one), a transposed
+// B read through its strides, NaN and inf in the operands.
+TEST(MatMul, StaticBatchesRunOnThePackedKernelSplitByMatrix) {
+  std::mt19937 rng(31);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g("mm_static_batches");
+    Var a = input(g, "a", dt, {2, 3, 5, 70});
+    Var b = input(g, "b", dt, {3, 70, 67});
+    Var c = input(g, "c", dt, {1, 70, 130});
+    g.set_outputs({matmul(a, b), matmul(a, c)});
+    Tensor special = random_tensor(dt, {2, 3, 5, 70}, rng);
+    special.store(0, std::nan(""));
+    special.store(3 * 5 * 70 + 2 * 70 + 9, INFINITY);
+    const double tol = dt == DType::kFloat32 ? 1e-4 : 1e-10;
+    ExecutorStats split = check_graph(
+        g,
+        {{special, random_tensor(dt, {3, 70, 67}, rng), random_tensor(dt, {1, 70, 130}, rng)},
+         {non_contiguous(random_tensor(dt, {2, 3, 5, 70}, rng)),
+          non_contiguous(random_tensor(dt, {3, 70, 67}, rng)),
+          non_contiguous(random_tensor(dt, {1, 70, 130}, rng))}},
+        tol, tol);
+    EXPECT_GT(split.split_calls, 0) << "the batched products were never split";
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("kiln_gemm_packed_"), std::string::npos);
+  }
+}
+
 TEST(MatMul, MatchesReferenceWithBatchingBroadcastAndStrides) {
   std::mt19937 rng(3);
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32}) {
