@@ -222,7 +222,10 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
          ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
     s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
+    // A broadcast B (batch stride 0) is packed once, not once per matrix of A.
+    s += "  int64_t packed_ob = -1;\n";
     s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
+    s += "    if (ob != packed_ob)\n";
     s += "    for (int64_t q = 0; q < np; ++q) {\n";
     s += "      const int64_t n = N - q * P < P ? N - q * P : P;\n";
     s += "      for (int64_t i = 0; i < K; ++i) {\n";
@@ -232,6 +235,7 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "        else\n          for (int64_t j = 0; j < n; ++j) dst[j] = src[j * csb];\n";
     s += "        for (int64_t j = n; j < P; ++j) dst[j] = 0;\n";
     s += "      }\n    }\n";
+    s += "    packed_ob = ob;\n";
     s += "    kiln_gemm_packed_" + S + "(M, N, K, (" + T + ")1, pa + oa, rsa, csa, bp, (" + T +
          ")0, pc + bi * M * N, N);\n";
   } else {

@@ -11,7 +11,7 @@ class MatMul : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 3; }
+  std::optional<int> cache_version() const override { return 4; }
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }

@@ -89,7 +89,8 @@ void Pool::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   }
 }
 
-// 2-D max pooling as the direct convolution reads its input: each plane copied into stride
+// 2-D max pooling of planes [lo, hi) (c_code sets them) as the direct convolution reads its
+// input: each plane copied into stride
 // phases whose padding is -inf (filled once per part), every tap then a contiguous run of
 // the flat output positions oy*wq + ox, and the overhanging columns dropped at the end. A
 // ceil_mode window past the trailing pad reads -inf too, as the reference skips it.
@@ -114,9 +115,6 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   const std::string& ctx = sub.ctx;
   auto v = [&](int64_t n) { return sub.value(n); };
   std::string s;
-  s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
-  s += "  const int64_t lo = planes * " + ctx + "->part / " + ctx + "->n_parts;\n";
-  s += "  const int64_t hi = planes * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
   s += "  if (lo < hi) {\n";
   s += "  const int64_t sh = " + v(gy.stride) + ", sw = " + v(gx.stride) + ", dh = " +
        v(gy.dilation) + ", dw = " + v(gx.dilation) + ", kw = " + v(gx.kernel) + ";\n";
@@ -164,14 +162,14 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   const std::string sx = x + "->strides[" + std::string(one_d ? "2" : "3") + "]";
   // Each part pools a contiguous range of (n, c) planes.
   std::string s = "{\n";
+  s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
+  s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";
+  s += "  const int64_t hi = planes * (" + sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
   if (is_max_ && g.size() == 2) {
     s += max_pool_by_phases(g, names, sub, T, S);
     return s + "}\n";
   }
   s += "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
-  s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
-  s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";
-  s += "  const int64_t hi = planes * (" + sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
   s += "  for (int64_t p = lo; p < hi; ++p) {\n";
   s += "    const " + T + " *xp = (const " + T + " *)" + x + "->data + (p / C) * " + x +
        "->strides[0] + (p % C) * " + x + "->strides[1];\n";

@@ -900,6 +900,18 @@ TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
   EXPECT_NE(err.find("conv: an image group of 2500000000 elements"), std::string::npos) << err;
 }
 
+// Max pooling reads its stride phases through the same 32-bit tap offsets: a plane past 2^31
+// padded elements is refused when compiling, naming its size.
+TEST(Pool, MaxPoolPlaneTooLargeForTapOffsetsIsNamed) {
+  Graph big("max_pool_big");
+  Var x = input(big, "x", DType::kFloat32, {kDynamic, 1, 50000, 50000});
+  big.set_outputs({apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                           {"pads", std::vector<int64_t>{1, 1, 1, 1}}})});
+  const std::string err = testing::error_of([&] { compile(big); });
+  EXPECT_NE(err.find("max pool: a plane of 2500200004 padded elements"), std::string::npos)
+      << err;
+}
+
 TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
   std::mt19937 rng(24);
   using V = std::vector<int64_t>;
