@@ -90,10 +90,10 @@ void Pool::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
 }
 
 // 2-D max pooling of planes [lo, hi) (c_code sets them) as the direct convolution reads its
-// input: each plane copied into stride
-// phases whose padding is -inf (filled once per part), every tap then a contiguous run of
-// the flat output positions oy*wq + ox, and the overhanging columns dropped at the end. A
-// ceil_mode window past the trailing pad reads -inf too, as the reference skips it.
+// input: each plane copied into stride phases whose padding is -inf (filled once per part),
+// every tap then a contiguous run of the flat output positions oy*wq + ox, and the
+// overhanging columns dropped at the end. A ceil_mode window past the trailing pad reads
+// -inf too, as the reference skips it.
 std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const CodeNames& names,
                                      const Sub& sub, const std::string& T,
                                      const std::string& S) const {
