@@ -19,6 +19,8 @@
 #include "cache/remote_tier.h"
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
+#include "ops/op_library.h"
+#include "ops/registry.h"
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/npy.h"
@@ -46,6 +48,8 @@ commands:
   source [--graph] MODEL   print the stitched C source of MODEL's module (--graph: the
                            graph after the rewrite passes instead)
   cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
+  ops                      list the ops kiln knows: built-in, and those of loaded op
+                           libraries with their ONNX names and forms
   help [COMMAND]           show help for a command
 
 options:
@@ -62,6 +66,8 @@ options:
                            those, "none" all (default: $KILN_PASSES, else all of fold,
                            simplify, cse, pack, fusion, reduction, epilogue, dce);
                            the passes are part of the cache key
+  --op-library PATH        load a custom-op library (repeatable; every command; see
+                           docs/op-libraries.md); with -v, print what it registered
   -h, --help               show help
 
 MODEL is a kiln JSON graph (.json; see docs/json-format.md).
@@ -78,6 +84,7 @@ environment:
   KILN_DEBUG       1: phase timings, 2: cache decisions and the graph after each
                    rewrite pass, 3: generated source
   KILN_PASSES      default for --passes
+  KILN_OP_LIBRARIES  custom-op libraries to load, colon-separated (as --op-library)
 
 exit codes: 0 success, 1 failure (bad model, compile or run error), 2 wrong usage
 )";
@@ -149,11 +156,21 @@ options:
   --passes SPEC   "-fusion,-cse" disables those passes, "none" all
 )";
 
+const char* kOpsHelp = R"(usage: kiln ops [--op-library PATH ...]
+
+Lists the ops kiln can build: the built-in ones, then for every loaded op library
+(--op-library, KILN_OP_LIBRARIES) its name, version, ABI, file and SHA-256, and each of
+its ops with the ONNX domain and type it loads from, its cache_version and its forms:
+c (C fragments stitched into the module), compute (a precompiled function the module
+calls), state (set up once per module), perform (a reference), cuda, grad.
+)";
+
 const char* help_for(const std::string& cmd) {
   if (cmd == "compile") return kCompileHelp;
   if (cmd == "run") return kRunHelp;
   if (cmd == "source") return kSourceHelp;
   if (cmd == "cache") return kCacheHelp;
+  if (cmd == "ops") return kOpsHelp;
   return nullptr;
 }
 
@@ -171,6 +188,7 @@ struct Args {
   std::string device;
   bool device_io = false;
   std::string max_size, max_age;
+  std::vector<std::string> op_libraries;
 };
 
 Args parse(int argc, char** argv) {
@@ -204,6 +222,10 @@ Args parse(int argc, char** argv) {
       a.device = value(s);
     } else if (s.rfind("--device=", 0) == 0) {
       a.device = s.substr(9);
+    } else if (s == "--op-library") {
+      a.op_libraries.push_back(value(s));
+    } else if (s.rfind("--op-library=", 0) == 0) {
+      a.op_libraries.push_back(s.substr(13));
     } else if (s == "--max-size") {
       a.max_size = value(s);
     } else if (s == "--max-age") {
@@ -641,6 +663,32 @@ int cmd_cache(const Args& a) {
 
 }  // namespace
 
+int cmd_ops(const Args& a) {
+  if (!a.positional.empty())
+    throw UsageError{"kiln ops: unexpected argument '" + a.positional[0] + "'"};
+  std::vector<std::string> builtin;
+  for (const auto& name : kiln::OpRegistry::instance().names()) {
+    if (!kiln::find_library_op(name)) builtin.push_back(name);
+  }
+  std::printf("built-in ops (%zu): %s\n", builtin.size(), kiln::join(builtin, ", ").c_str());
+  for (const auto& lib : kiln::loaded_op_libraries()) {
+    std::printf("\nop library %s%s%s\n  file     %s\n  sha256   %s\n  abi      %s\n", lib->name.c_str(),
+                lib->version.empty() ? "" : " ", lib->version.c_str(), lib->path.c_str(),
+                lib->sha256.c_str(), lib->abi().c_str());
+    std::printf("  %-28s %-28s %-8s %s\n", "OP", "ONNX", "VERSION", "FORMS");
+    for (const auto& name : lib->ops) {
+      auto d = kiln::find_library_op(name);
+      if (!d) continue;
+      const std::string onnx =
+          d->has_onnx ? (d->onnx_domain.empty() ? "" : d->onnx_domain + ":") + d->onnx_op_type
+                      : "-";
+      std::printf("  %-28s %-28s %-8d %s\n", name.c_str(), onnx.c_str(), d->def.cache_version,
+                  kiln::join(d->forms(), ", ").c_str());
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Args a;
   try {
@@ -664,6 +712,15 @@ int main(int argc, char** argv) {
       std::fputs(h, stdout);
       return 0;
     }
+    for (const auto& path : a.op_libraries) {
+      auto lib = kiln::load_op_library(path);
+      if (a.verbose) {
+        std::fprintf(stderr, "op library %s (%s, abi %s): %s\n", lib->name.c_str(),
+                     lib->path.c_str(), lib->abi().c_str(), kiln::join(lib->ops, ", ").c_str());
+      }
+    }
+    kiln::load_env_op_libraries();
+    if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "run") return cmd_run(a);
     if (a.command == "cache") return cmd_cache(a);

@@ -1,3 +1,4 @@
+#include "compiler/op_library_binding.h"
 #include "compiler/compile.h"
 
 #include <unistd.h>
@@ -605,6 +606,7 @@ std::string generate_source(const Graph& source, const CompileOptions& options) 
 void clear_compile_memo() { memo().clear(); }
 
 Function compile(const Graph& source, const CompileOptions& options) {
+  install_op_library_binder();  // modules with custom ops bind them as they load
   CompileInfo info;
   check_graph(source);
   auto t = Clock::now();

@@ -108,6 +108,9 @@ std::vector<std::string> component_differences(const KeyComponents& here,
       if (name == "graph") {
         auto g = graph_differences(value, it->second);
         out.insert(out.end(), g.begin(), g.end());
+      } else if (name.rfind(kOpLibraryComponent, 0) == 0) {
+        out.push_back(name + ": the library file changed (" + contrast(it->second, value) +
+                      "); modules using its ops are compiled again");
       } else if (name == "codegen") {
         out.push_back(
             "codegen: the code generators differ (a kiln build whose ops/, rewrite/, "

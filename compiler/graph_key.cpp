@@ -1,9 +1,11 @@
 #include "compiler/graph_key.h"
 
+#include <map>
 #include <vector>
 
 #include "compiler/c_linker.h"
 #include "compiler/toolchain.h"
+#include "ops/library_op.h"
 #include "runtime/module_abi.h"
 #include "util/sha256.h"
 #include "util/strings.h"
@@ -120,6 +122,16 @@ ModuleKey module_key(const Graph& graph, const KeyComponents& toolchain_componen
   k.components.insert(k.components.end(), toolchain_components.begin(), toolchain_components.end());
   Refs refs = variable_refs(graph);
   k.components.emplace_back("graph", signature_of(graph, refs));
+  // A custom op's code lives in its library: the file's hash is part of the key, so a
+  // rebuilt library recompiles exactly the modules that use its ops.
+  std::map<std::string, std::string> libraries;
+  for (const auto& node : graph.nodes()) {
+    if (const auto* op = dynamic_cast<const LibraryOp*>(node->op.get())) {
+      const OpLibrary& lib = *op->def().library;
+      libraries[kOpLibraryComponent + lib.name] = "abi " + lib.abi() + " sha256 " + lib.sha256;
+    }
+  }
+  for (const auto& [name, value] : libraries) k.components.emplace_back(name, value);
   k.key = artifact_key(k.components);
   k.family = family_of(graph, refs);
   return k;

@@ -22,6 +22,9 @@ struct ModuleKey {
   KeyComponents components;
 };
 
+// Key components of custom-op libraries are named this plus the library's name.
+inline constexpr const char* kOpLibraryComponent = "op_library ";
+
 std::string graph_signature(const Graph& graph);  // one line per input, constant, node, output
 std::string graph_family(const Graph& graph);
 ModuleKey module_key(const Graph& graph, const Toolchain& toolchain);

@@ -208,6 +208,15 @@ std::shared_ptr<const Op> recreate_op(const std::string& name, const Attrs& prop
   return OpRegistry::instance().create(name, props);
 }
 
+// A step's shape rule: its op's, given the dtypes of the slots it reads.
+ShapeRule shape_rule(std::shared_ptr<const Op> op, const Program& p, const std::vector<int>& inputs) {
+  std::vector<DType> dtypes;
+  for (int s : inputs) dtypes.push_back(p.slots.at(static_cast<size_t>(s)).dtype);
+  return [op = std::move(op), dtypes = std::move(dtypes)](const std::vector<Shape>& shapes) {
+    return op->infer_run_shape(shapes, dtypes);
+  };
+}
+
 // Flattens recipes into preparation steps, each distinct recipe once.
 class RecipeFlattener {
  public:
@@ -273,8 +282,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
           step.inputs.at(static_cast<size_t>(k));
     }
     step.label = node->label();
-    std::shared_ptr<const Op> op = node->op;
-    step.infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
+    step.infer_shape = shape_rule(node->op, p, step.inputs);
     p.steps.push_back(std::move(step));
     plan->step_ops_.push_back(StepOp{node->op->name(), node->op->props()});
   }
@@ -425,7 +433,7 @@ void ModulePlan::finish() {
     } catch (const Error& e) {
       throw UserError(p.steps[i].label + ": " + e.what());
     }
-    p.steps[i].infer_shape = [op](const std::vector<Shape>& shapes) { return op->infer_shape(shapes); };
+    p.steps[i].infer_shape = shape_rule(std::move(op), p, p.steps[i].inputs);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "frontend/onnx_importer.h"
 #include "frontend/onnx_ops.h"
 #include "frontend/onnx_tensor.h"
+#include "ops/op_library.h"
 #include "ops/registry.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -95,6 +96,8 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
     const auto& n = g.node(i);
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
     const OnnxOpSpec* spec = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+    // An op library's op checks its own attributes when the node is built.
+    if (!spec && find_library_onnx_op(n.domain(), n.op_type())) continue;
     if (!spec) {
       problems.push_back(node_where(n, i) + ": op " + n.op_type() + " is not supported");
       bad_ops.insert((default_domain ? "" : n.domain() + ".") + n.op_type());
@@ -122,6 +125,31 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
   msg += ":";
   for (const auto& p : problems) msg += "\n  " + p;
   throw UnsupportedError(msg);
+}
+
+// A node of a custom domain (or an op kiln lacks) that a loaded op library implements: every
+// given input in order, every attribute, and as many outputs as the op infers.
+std::vector<Var> convert_library_op(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  auto def = find_library_onnx_op(n.domain(), n.op_type());
+  check_internal(def != nullptr, "library op vanished");
+  for (const auto& at : n.attribute()) {
+    if (!a.count(at.name())) {
+      throw UnsupportedError("attribute '" + at.name() + "' is a tensor or graph, which ops from "
+                             "op libraries do not take");
+    }
+  }
+  std::vector<Variable*> inputs;
+  for (int i = 0; i < n.input_size(); ++i) {
+    if (n.input(i).empty()) {
+      throw UnsupportedError("input " + std::to_string(i) + " is omitted; " + def->where() +
+                             " takes its inputs in order");
+    }
+    inputs.push_back(im.in(n, i).var());
+  }
+  Node* node = im.graph().add_node(OpRegistry::instance().create(def->name, a), inputs, n.name());
+  std::vector<Var> outs;
+  for (Variable* v : node->outputs) outs.push_back(Var(&im.graph(), v));
+  return outs;
 }
 
 }  // namespace
@@ -162,11 +190,18 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
   std::set<Variable*> named;
   for (int i = 0; i < gp.node_size(); ++i) {
     const auto& n = gp.node(i);
-    const OnnxOpSpec& spec = *find_onnx_op(n.op_type());
     const Attrs attrs = attrs_of(n);
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+    const OnnxOpSpec library_spec{{}, nullptr, [&](OnnxImporter& im_, const onnx::NodeProto& node,
+                                                    const Attrs& a) {
+                                    return convert_library_op(im_, node, a);
+                                  }};
+    const OnnxOpSpec& spec = found ? *found : library_spec;
     try {
       auto convert = [&] { return spec.convert(im, n, attrs); };
-      if (n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
+      // Library ops are left to the rewrites' folding, which skips ops without a reference.
+      if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
           im.try_fold(n, convert))
         continue;
       std::vector<Var> outs = convert();

@@ -28,6 +28,12 @@ class Op {
   virtual std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const = 0;
   // Output shapes at run time; throws UserError on a mismatch only visible at run time.
   virtual std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const = 0;
+  // The same with the inputs' dtypes, which run-time callers always know: ops whose shape
+  // rule sees whole types (custom-op libraries' C hooks) need them; others ignore them.
+  virtual std::vector<Shape> infer_run_shape(const std::vector<Shape>& inputs,
+                                             const std::vector<DType>& dtypes) const {
+    return infer_shape(inputs);
+  }
   // Reference implementation: the oracle for tests. Outputs arrive allocated (contiguous)
   // with the shapes infer_shape gave; inputs may be non-contiguous.
   virtual void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const = 0;

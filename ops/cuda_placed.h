@@ -20,6 +20,10 @@ class CudaPlaced : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override {
     return inner_->infer_shape(inputs);
   }
+  std::vector<Shape> infer_run_shape(const std::vector<Shape>& inputs,
+                                     const std::vector<DType>& dtypes) const override {
+    return inner_->infer_run_shape(inputs, dtypes);
+  }
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override {
     inner_->perform(inputs, outputs);
   }

@@ -16,13 +16,15 @@ std::vector<Tensor> evaluate_reference(const Graph& graph, const std::vector<Ten
   for (const auto& node : graph.nodes()) {
     std::vector<Tensor> ins;
     std::vector<Shape> shapes;
+    std::vector<DType> dtypes;
     for (const Variable* v : node->inputs) {
       ins.push_back(values.at(v));
       shapes.push_back(ins.back().shape());
+      dtypes.push_back(ins.back().dtype());
     }
     std::vector<Shape> out_shapes;
     try {
-      out_shapes = node->op->infer_shape(shapes);
+      out_shapes = node->op->infer_run_shape(shapes, dtypes);
     } catch (const UserError& e) {
       throw UserError(node->label() + ": " + e.what());
     }

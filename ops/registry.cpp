@@ -16,6 +16,7 @@
 #include "ops/fused_reduce.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
+#include "ops/op_library.h"
 #include "ops/reduce.h"
 #include "ops/reshape.h"
 #include "ops/softmax.h"
@@ -80,6 +81,7 @@ bool OpRegistry::contains(const std::string& name) const {
 }
 
 std::shared_ptr<const Op> OpRegistry::create(const std::string& name, const Attrs& props) const {
+  load_env_op_libraries();  // ops a model names may come from $KILN_OP_LIBRARIES
   OpFactory factory;
   {
     std::lock_guard lock(g_mutex);
@@ -99,6 +101,7 @@ std::shared_ptr<const Op> OpRegistry::create(const std::string& name, const Attr
 }
 
 std::vector<std::string> OpRegistry::names() const {
+  load_env_op_libraries();
   std::lock_guard lock(g_mutex);
   std::vector<std::string> out;
   for (const auto& e : factories_) out.push_back(e.first);

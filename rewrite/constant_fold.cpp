@@ -35,17 +35,19 @@ Graph fold_constants(const Graph& graph) {
     }
     std::vector<Tensor> inputs;
     std::vector<Shape> shapes;
+    std::vector<DType> dtypes;
     std::vector<RecipePtr> recipes;
     bool from_parameter = false;
     for (const Variable* v : copy.map(node->inputs)) {
       inputs.push_back(*v->value);
       shapes.push_back(v->value->shape());
+      dtypes.push_back(v->value->dtype());
       recipes.push_back(v->recipe);
       from_parameter = from_parameter || v->parameter;
     }
     std::vector<Tensor> outputs;
     try {
-      std::vector<Shape> out_shapes = node->op->infer_shape(shapes);
+      std::vector<Shape> out_shapes = node->op->infer_run_shape(shapes, dtypes);
       int64_t total = 0;
       for (const Shape& s : out_shapes) total += shape_numel(s);
       if (total > kMaxFoldElements) {

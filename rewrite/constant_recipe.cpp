@@ -42,12 +42,14 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
   std::shared_ptr<const Op> o = OpRegistry::instance().create(op, props);
   std::vector<TensorType> types;
   std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
   for (const Tensor& t : inputs) {
     types.push_back(TensorType{t.dtype(), t.shape()});
     shapes.push_back(t.shape());
+    dtypes.push_back(t.dtype());
   }
   std::vector<TensorType> out_types = o->infer_type(types);
-  std::vector<Shape> out_shapes = o->infer_shape(shapes);
+  std::vector<Shape> out_shapes = o->infer_run_shape(shapes, dtypes);
   if (output < 0 || static_cast<size_t>(output) >= out_types.size()) {
     throw UserError("op " + op + " has no output " + std::to_string(output));
   }

@@ -106,6 +106,13 @@ typedef struct kiln_support {
   void (*gemm_packed_f64)(int64_t m, int64_t n, int64_t k, double alpha, const double *a,
                           int64_t rsa, int64_t csa, const double *bp, double beta, double *c,
                           int64_t ldc);
+  /* Compute functions outside the module (the precompiled ops of custom-op libraries):
+   * bound once when the module loads, from a description kiln wrote into it (NULL after
+   * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */
+  void *(*op_bind)(kiln_ctx *ctx, const char *spec);
+  int (*op_run)(kiln_ctx *ctx, void *op, kiln_tensor *const *in, int32_t n_in,
+                kiln_tensor *const *out, int32_t n_out);
+  void (*op_release)(void *op);
 } kiln_support;
 
 #define KILN_CONV_SLACK 64

@@ -43,7 +43,7 @@ static void build_host_table(void) {
       kiln_copy_nd,         kiln_copy_strided, kiln_slice_dim,  kiln_im2col_f32,
       kiln_im2col_f64,      kiln_pool_f32,     kiln_pool_f64,   kiln_support_gemm_f32,
       kiln_support_gemm_f64, 0,                0,               0,
-      0};
+      0,                    kiln_foreign_op_bind, kiln_foreign_op_run, kiln_foreign_op_release};
   host_table = pick_kernels(t);
 }
 

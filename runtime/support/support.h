@@ -8,6 +8,11 @@
 extern "C" {
 #endif
 const kiln_support* kiln_host_support(void);
+/* runtime/foreign_op.cpp */
+void* kiln_foreign_op_bind(kiln_ctx* ctx, const char* spec);
+int kiln_foreign_op_run(kiln_ctx* ctx, void* op, kiln_tensor* const* in, int32_t n_in,
+                        kiln_tensor* const* out, int32_t n_out);
+void kiln_foreign_op_release(void* op);
 #ifdef __cplusplus
 }
 #endif
