@@ -180,6 +180,33 @@ TEST(OpLibrary, HealthyLibraryUsesTheNewerHostServices) {
   EXPECT_EQ(load_op_library(KILN_OPLIB_HEALTHY), load_op_library(KILN_OPLIB_HEALTHY));
 }
 
+TEST(OpLibrary, CudaFragmentsArePlacedOnTheDeviceAndRunOnTheEmulator) {
+  ::setenv("KILN_CUDA_DEVICE", "emulator", 1);  // before any device is chosen
+  load_op_library(KILN_OPLIB_HEALTHY);
+  auto def = find_library_op("healthy.twice");
+  ASSERT_TRUE(def);
+  EXPECT_EQ(def->forms(), (std::vector<std::string>{"c", "cuda", "grad"}));
+  Graph g("on_device");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic});
+  // twice has CUDA code, add_one (a compute function) does not: a mixed graph.
+  g.set_outputs({apply("healthy.add_one", {apply("healthy.twice", {relu(x)})})});
+  CompileOptions o;
+  o.device = "cuda";
+  const std::string placed = optimized_graph(g, o).to_string();
+  EXPECT_HAS(placed, "cuda:healthy.twice");
+  EXPECT_HAS(placed, "to_host");
+  Function f = compile(g, o);
+  EXPECT_HAS(f.info().device, "emulator");
+  // 300 elements: past one block of 128 threads.
+  std::vector<double> xs(300), want(300);
+  for (int i = 0; i < 300; ++i) {
+    xs[i] = (i % 7) - 3.0;
+    want[i] = 2 * std::max(xs[i], 0.0) + 1;
+  }
+  EXPECT_TRUE(testing::tensors_close(f({Tensor::from_doubles(DType::kFloat32, {300}, xs)})[0],
+                                     Tensor::from_doubles(DType::kFloat32, {300}, want)));
+}
+
 TEST(OpLibrary, VersionMismatchesNameBothVersions) {
   const std::string host = std::to_string(KILN_OP_ABI_MAJOR) + "." + std::to_string(KILN_OP_ABI_MINOR);
   std::string msg = testing::error_of([] { load_op_library(KILN_OPLIB_MAJOR2); });

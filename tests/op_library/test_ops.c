@@ -60,6 +60,36 @@ static const char *twice_code(const kiln_op_node *node) {
 #endif
 }
 
+#if KILN_OP_ABI_MINOR >= 1
+/* CUDA code for LIB.twice (a minor-1 hook): one thread per element. */
+static const char *twice_cuda_kernel(const kiln_op_node *node) {
+  return node->host->format(node->call,
+                            "__global__ void %skernel(const float *x, int64_t xs, float *y, "
+                            "int64_t n) {\n"
+                            "  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                            "  if (i < n) y[i] = 2.0f * x[i * xs];\n"
+                            "}\n",
+                            node->prefix);
+}
+static const char *twice_cuda_params(const kiln_op_node *node) {
+  (void)node;
+  return "const float *, int64_t, float *, int64_t";
+}
+static const char *twice_cuda_launch(const kiln_op_node *node) {
+  return node->host->format(node->call,
+                            "{\n"
+                            "  const float *kx = (const float *)%s->data;\n"
+                            "  int64_t ks = %s->strides[0];\n"
+                            "  float *ky = (float *)%s->data;\n"
+                            "  int64_t kn = %s->shape[0];\n"
+                            "  if (kn > 0) KILN_LAUNCH(%skernel, (kn + 127) / 128, 1, 1, 128, 1, 1, 0, "
+                            "&kx, &ks, &ky, &kn);\n"
+                            "}\n",
+                            node->input_names[0], node->input_names[0], node->output_names[0],
+                            node->output_names[0], node->prefix);
+}
+#endif
+
 static int add_one(const kiln_op_run *run) {
   const kiln_op_tensor *x = run->inputs[0], *y = run->outputs[0];
 #if defined(FAULT_RUN_ERROR)
@@ -110,6 +140,12 @@ static int init(const kiln_op_registry *r) {
   twice.infer_shapes = same_shape;
 #endif
   twice.c_code = twice_code;
+#if KILN_OP_ABI_MINOR >= 1
+  twice.cuda_kernel = twice_cuda_kernel;
+  twice.cuda_kernel_params = twice_cuda_params;
+  twice.cuda_launch = twice_cuda_launch;
+  twice.grad_op = LIB_NAME ".twice";  /* d(2x) = 2 dy: twice again */
+#endif
   if (r->register_op(r->call, &twice) != KILN_OP_OK) return KILN_OP_ERROR;
 
   kiln_op_def add;
