@@ -395,6 +395,24 @@ TEST(OpLibraryCli, OpsListsLibrariesAndEnvironmentLoadsThem) {
   EXPECT_HAS(r.err, "built for op-library ABI 2.0");
 }
 
+// A library's own CMake project against an installed kiln: find_package(kiln), link
+// kiln::op_library, load the result.
+TEST(OpLibraryCli, ALibraryBuildsAgainstTheInstalledHeaderTarget) {
+  const std::string dir = testing::temp_dir("oplib_install");
+  ProcessResult r = run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", dir + "/prefix"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/prefix/include/kiln/op_library.h"));
+  r = run_process({"cmake", "-S", KILN_OPLIB_CONSUMER_DIR, "-B", dir + "/build",
+                   "-DCMAKE_PREFIX_PATH=" + dir + "/prefix", "-DCMAKE_BUILD_TYPE=Release"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_process({"cmake", "--build", dir + "/build"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = testing::kiln_env({}, {"--op-library", dir + "/build/libconsumer_ops.so", "ops"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_HAS(r.out, "op library consumer 1");
+  EXPECT_HAS(r.out, "consumer.twice");
+}
+
 TEST(OpLibraryCli, OnnxModelWithACustomDomainNodeRunsWithKilnRun) {
   const std::string ex = std::string(KILN_EXAMPLES_DIR) + "/op_library";
   const std::string dir = testing::temp_dir("oplib_onnx");
