@@ -19,7 +19,6 @@ static_assert(sizeof(kiln_op_tensor) == sizeof(kiln_tensor) &&
                   offsetof(kiln_op_tensor, dtype) == offsetof(kiln_tensor, dtype),
               "kiln_op_tensor must match kiln_tensor");
 
-
 // A compute-form node bound by a loaded module: its op, attributes and state.
 class BoundOp : public ForeignOp {
  public:

@@ -135,7 +135,9 @@ constexpr std::string_view kSpecMagic = "kiln-op-bind 1 ";
 
 class SpecWriter {
  public:
-  void word(std::string_view s) { out_.append(std::to_string(s.size())).append(":").append(s).append(" "); }
+  void word(std::string_view s) {
+    out_.append(std::to_string(s.size())).append(":").append(s).append(" ");
+  }
   void num(int64_t v) { out_.append(std::to_string(v)).append(" "); }
   void real(double v) {
     char buf[64];
@@ -278,7 +280,8 @@ std::vector<TensorType> LibraryOp::infer_type(const std::vector<TensorType>& inp
 }
 
 std::vector<Shape> LibraryOp::infer_shape(const std::vector<Shape>&) const {
-  throw InternalError(def_->where() + ": its shape rule needs the inputs' dtypes (infer_run_shape)");
+  throw InternalError(def_->where() +
+                      ": its shape rule needs the inputs' dtypes (infer_run_shape)");
 }
 
 std::vector<Shape> LibraryOp::infer_run_shape(const std::vector<Shape>& inputs,
@@ -349,7 +352,8 @@ void* create_library_state(const LibraryOpDef& d, const Attrs& attrs,
 void LibraryOp::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const LibraryOpDef& d = *def_;
   if (!d.def.perform && !d.def.forward) {
-    throw UnsupportedError(d.where() + " has no reference implementation (perform) or compute "
+    throw UnsupportedError(d.where() +
+                           " has no reference implementation (perform) or compute "
                            "function (forward): it runs only in compiled modules");
   }
   auto in_views = tensor_views(inputs);
@@ -387,12 +391,15 @@ std::string LibraryOp::c_code(const Node& node, const CodeNames& names, const Su
   const std::string n_in = std::to_string(names.inputs.size());
   const std::string n_out = std::to_string(names.outputs.size());
   return "{\n"
-         "  kiln_tensor *kiln_lib_in[" + std::to_string(std::max<size_t>(1, names.inputs.size())) +
-         "] = {" + list(names.inputs) + "};\n"
-         "  kiln_tensor *kiln_lib_out[" + std::to_string(std::max<size_t>(1, names.outputs.size())) +
-         "] = {" + list(names.outputs) + "};\n"
-         "  if (KILN_SUPPORT->op_run(ctx, " + sub.state + "->" + sub.prefix + "op, kiln_lib_in, " +
-         n_in + ", kiln_lib_out, " + n_out + ")) {\n"
+         "  kiln_tensor *kiln_lib_in[" +
+         std::to_string(std::max<size_t>(1, names.inputs.size())) + "] = {" + list(names.inputs) +
+         "};\n"
+         "  kiln_tensor *kiln_lib_out[" +
+         std::to_string(std::max<size_t>(1, names.outputs.size())) + "] = {" + list(names.outputs) +
+         "};\n"
+         "  if (KILN_SUPPORT->op_run(ctx, " +
+         sub.state + "->" + sub.prefix + "op, kiln_lib_in, " + n_in + ", kiln_lib_out, " + n_out +
+         ")) {\n"
          "    kiln_status = 1;\n"
          "    goto kiln_cleanup;\n"
          "  }\n"
@@ -436,8 +443,8 @@ std::string LibraryOp::c_state_fields(const Node& node, const std::string& prefi
 std::string LibraryOp::c_init_code_struct(const Node& node, const Sub& sub) const {
   const LibraryOpDef& d = *def_;
   if (d.compute_form()) {
-    BindSpec spec{d.name, d.library->name, d.library->sha256, props(), types_of(node.inputs),
-                  types_of(node.outputs)};
+    BindSpec spec{d.name,  d.library->name,       d.library->sha256,
+                  props(), types_of(node.inputs), types_of(node.outputs)};
     const std::string field = sub.state + "->" + sub.prefix + "op";
     return field + " = KILN_SUPPORT->op_bind(ctx, " + c_string_literal(encode_bind_spec(spec)) +
            ");\nif (!" + field + ") {\n  kiln_status = 1;\n  goto kiln_cleanup;\n}\n";

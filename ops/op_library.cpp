@@ -4,8 +4,8 @@
 
 #include <cctype>
 #include <cstddef>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -104,11 +104,12 @@ struct Registration {
                       f.c_state_fields || f.c_init_code || f.c_cleanup_code)) {
       throw UserError(op + " defines C fragment hooks without c_code");
     }
-    const int cuda = (f.cuda_kernel != nullptr) + (f.cuda_kernel_params != nullptr) +
-                     (f.cuda_launch != nullptr);
+    const int cuda =
+        (f.cuda_kernel != nullptr) + (f.cuda_kernel_params != nullptr) + (f.cuda_launch != nullptr);
     if (cuda != 0 && cuda != 3) {
-      throw UserError(op + " defines only some of cuda_kernel, cuda_kernel_params and "
-                           "cuda_launch (all three or none)");
+      throw UserError(op +
+                      " defines only some of cuda_kernel, cuda_kernel_params and "
+                      "cuda_launch (all three or none)");
     }
     if ((f.onnx_domain == nullptr) != (f.onnx_op_type == nullptr) ||
         (f.onnx_op_type && !*f.onnx_op_type)) {
@@ -180,8 +181,8 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
   void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = dlerror();
-    throw UserError(where + ": cannot be loaded as a shared library: " +
-                    (why ? why : "unknown dlopen error"));
+    throw UserError(
+        where + ": cannot be loaded as a shared library: " + (why ? why : "unknown dlopen error"));
   }
   auto entry = reinterpret_cast<kiln_op_library_fn>(dlsym(handle, KILN_OP_LIBRARY_ENTRY));
   auto refuse = [&](const std::string& why) {
@@ -266,8 +267,8 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
       if (auto it = st.onnx.find(key); it != st.onnx.end()) {
         throw UserError(lib_where + ": op '" + d->name + "' claims ONNX " +
                         onnx_name(d->onnx_domain, d->onnx_op_type) + ", which op '" +
-                        it->second->name + "' of op library '" + it->second->library->name +
-                        "' (" + it->second->library->path + ") already loads");
+                        it->second->name + "' of op library '" + it->second->library->name + "' (" +
+                        it->second->library->path + ") already loads");
       }
     }
   }

@@ -69,11 +69,16 @@ int32_t attr_kind(kiln_op_call* call, const char* name) {
   const AttrValue* v = find_attr(call, name);
   if (!v) return KILN_ATTR_NONE;
   switch (v->index()) {
-    case 0: return KILN_ATTR_INT;
-    case 1: return KILN_ATTR_FLOAT;
-    case 2: return KILN_ATTR_STRING;
-    case 3: return KILN_ATTR_INTS;
-    default: return KILN_ATTR_FLOATS;
+    case 0:
+      return KILN_ATTR_INT;
+    case 1:
+      return KILN_ATTR_FLOAT;
+    case 2:
+      return KILN_ATTR_STRING;
+    case 3:
+      return KILN_ATTR_INTS;
+    default:
+      return KILN_ATTR_FLOATS;
   }
 }
 
@@ -136,20 +141,10 @@ void* workspace(kiln_op_call* call, size_t bytes) {
   return p;
 }
 
-const kiln_op_host kHost = {sizeof(kiln_op_host),
-                            KILN_OP_ABI_MAJOR,
-                            KILN_OP_ABI_MINOR,
-                            host_error,
-                            host_format,
-                            attr_count,
-                            attr_name,
-                            attr_kind,
-                            get_int,
-                            get_float,
-                            get_string,
-                            get_ints,
-                            get_floats,
-                            workspace};
+const kiln_op_host kHost = {
+    sizeof(kiln_op_host), KILN_OP_ABI_MAJOR, KILN_OP_ABI_MINOR, host_error, host_format,
+    attr_count,           attr_name,         attr_kind,         get_int,    get_float,
+    get_string,           get_ints,          get_floats,        workspace};
 
 [[noreturn]] void fail_hook(const std::string& where, const char* hook, const std::string& what) {
   throw UserError(where + ": " + hook + ": " + what);

@@ -13,7 +13,7 @@
 struct kiln_op_call {
   const kiln::Attrs* attrs = nullptr;
   std::function<void*(size_t)> workspace;  // during a run in a module: scratch memory
-  void* host_data = nullptr;  // during a library's init: its registration
+  void* host_data = nullptr;               // during a library's init: its registration
   bool failed = false;
   std::string error;
   std::deque<std::string> texts;  // host->format results, freed with the call

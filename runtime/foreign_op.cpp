@@ -33,8 +33,9 @@ extern "C" void* kiln_foreign_op_bind(kiln_ctx* ctx, const char* spec) {
       b = kiln::binder();
     }
     if (!b) {
-      ctx->fail(ctx, "this module calls an op from a custom-op library, and no op library is "
-                     "loaded in this process");
+      ctx->fail(ctx,
+                "this module calls an op from a custom-op library, and no op library is "
+                "loaded in this process");
       return nullptr;
     }
     return b(spec ? spec : "").release();

@@ -23,7 +23,8 @@ namespace {
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-#define EXPECT_HAS(text, part) EXPECT_TRUE(has(text, part)) << "missing '" << (part) << "' in:\n" << (text)
+#define EXPECT_HAS(text, part) \
+  EXPECT_TRUE(has(text, part)) << "missing '" << (part) << "' in:\n" << (text)
 
 // Rows of x (last axis d): x / sqrt(mean(x^2) + eps) * g, in double.
 Tensor rms_norm_reference(const Tensor& x, const Tensor& g, double eps) {
@@ -78,10 +79,14 @@ TEST(OpLibrary, ExampleRmsNormIsStitchedIntoTheModuleAndMatchesAReference) {
   Graph bad("bad");
   Var bx = input(bad, "x", DType::kFloat32, {2, 5});
   Var bs = input(bad, "s", DType::kFloat32, {4});
-  EXPECT_HAS(testing::error_of([&] { apply("example.rms_norm", {bx, bs}); }),
+  EXPECT_HAS(testing::error_of([&] {
+               apply("example.rms_norm", {bx, bs});
+             }),
              "op library 'example' op 'example.rms_norm': infer_types: scale has 4 elements, "
              "x's last axis 5");
-  EXPECT_HAS(testing::error_of([&] { apply("example.rms_norm", {bx, bs}, {{"eps", 1.0}}); }),
+  EXPECT_HAS(testing::error_of([&] {
+               apply("example.rms_norm", {bx, bs}, {{"eps", 1.0}});
+             }),
              "check_attrs: unknown attribute 'eps'");
 }
 
@@ -92,7 +97,8 @@ TEST(OpLibrary, ExampleMatmulRunsTheLibrarysOwnCodeOnStridedInputs) {
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 70});
   Var bt = input(g, "bt", DType::kFloat32, {33, 70});
   // B arrives transposed: the library reads it by its strides.
-  g.set_outputs({apply("example.matmul", {a, apply("transpose", {bt}, {{"perm", std::vector<int64_t>{1, 0}}})},
+  g.set_outputs({apply("example.matmul",
+                       {a, apply("transpose", {bt}, {{"perm", std::vector<int64_t>{1, 0}}})},
                        {{"alpha", -0.5}})});
   EXPECT_HAS(generate_source(g), "KILN_SUPPORT->op_bind(ctx, ");
   Function f = compile(g);
@@ -138,17 +144,19 @@ TEST(OpLibrary, StatefulOpSetsUpOncePerModuleAndReportsRunErrorsByNode) {
   Tensor too_long = Tensor::zeros(DType::kFloat32, {2, 9, 6});
   const std::string msg = testing::error_of([&] { f({too_long}); });
   EXPECT_HAS(msg, "node 0 (example.rotary)");
-  EXPECT_HAS(msg, "op library 'example' op 'example.rotary': forward: sequence length 9 exceeds "
-                  "max_positions 5");
+  EXPECT_HAS(msg,
+             "op library 'example' op 'example.rotary': forward: sequence length 9 exceeds "
+             "max_positions 5");
   // The module stays usable after the failed run.
   EXPECT_TRUE(testing::tensors_close(f({Tensor::zeros(DType::kFloat32, {2, 3, 6})})[0],
                                      Tensor::zeros(DType::kFloat32, {2, 3, 6})));
   // The reference path (constant folding, perform) sets the state up for its one call.
   Graph folded("rope_const");
   Tensor c = Tensor::from_doubles(DType::kFloat32, {1, 2, 2}, {1, 0, 0, 1});
-  folded.set_outputs({apply("example.rotary", {constant(folded, c)}, {{"max_positions", int64_t{2}}})});
-  Tensor want = Tensor::from_doubles(DType::kFloat32, {1, 2, 2},
-                                     {1, 0, -std::sin(1.0), std::cos(1.0)});
+  folded.set_outputs(
+      {apply("example.rotary", {constant(folded, c)}, {{"max_positions", int64_t{2}}})});
+  Tensor want =
+      Tensor::from_doubles(DType::kFloat32, {1, 2, 2}, {1, 0, -std::sin(1.0), std::cos(1.0)});
   EXPECT_TRUE(testing::tensors_close(compile(folded)({})[0], want, 1e-6, 1e-6));
 }
 
@@ -208,7 +216,8 @@ TEST(OpLibrary, CudaFragmentsArePlacedOnTheDeviceAndRunOnTheEmulator) {
 }
 
 TEST(OpLibrary, VersionMismatchesNameBothVersions) {
-  const std::string host = std::to_string(KILN_OP_ABI_MAJOR) + "." + std::to_string(KILN_OP_ABI_MINOR);
+  const std::string host =
+      std::to_string(KILN_OP_ABI_MAJOR) + "." + std::to_string(KILN_OP_ABI_MINOR);
   std::string msg = testing::error_of([] { load_op_library(KILN_OPLIB_MAJOR2); });
   EXPECT_HAS(msg, "built for op-library ABI 2.0; this kiln has ABI " + host);
   msg = testing::error_of([] { load_op_library(KILN_OPLIB_MINOR_NEWER); });
@@ -243,7 +252,10 @@ TEST(OpLibrary, LoadChecksEveryOpAndRegistersAllOrNothing) {
   load_example();
   msg = testing::error_of([] { load_op_library(KILN_OPLIB_DUP_EXAMPLE); });
   EXPECT_HAS(msg, "op library 'dup_example' (" KILN_OPLIB_DUP_EXAMPLE ")");
-  EXPECT_HAS(msg, "op 'example.rms_norm' is already registered by op library 'example' (" KILN_OPLIB_EXAMPLE ")");
+  EXPECT_HAS(
+      msg,
+      "op 'example.rms_norm' is already registered by op library 'example' (" KILN_OPLIB_EXAMPLE
+      ")");
   EXPECT_FALSE(OpRegistry::instance().contains("dup_example.add_one"));
 }
 
@@ -260,13 +272,15 @@ TEST(OpLibrary, CompileTimeFaultsNameTheLibraryOpAndNode) {
   };
   std::string msg = testing::error_of([&] { compile(graph_of("null_code.twice", {3})); });
   EXPECT_HAS(msg, "node 1 (null_code.twice)");
-  EXPECT_HAS(msg, "op library 'null_code' op 'null_code.twice': c_code: returned NULL without an error");
+  EXPECT_HAS(msg,
+             "op library 'null_code' op 'null_code.twice': c_code: returned NULL without an error");
   msg = testing::error_of([&] { graph_of("bad_status.twice", {3}); });
   EXPECT_HAS(msg, "node 1 (bad_status.twice)");
   EXPECT_HAS(msg, "infer_types: returned status 7 without a message");
   msg = testing::error_of([&] { graph_of("garbage_types.twice", {3}); });
-  EXPECT_HAS(msg, "op library 'garbage_types' op 'garbage_types.twice': infer_types: output 0 has "
-                  "dtype 42, which is not a kiln dtype");
+  EXPECT_HAS(msg,
+             "op library 'garbage_types' op 'garbage_types.twice': infer_types: output 0 has "
+             "dtype 42, which is not a kiln dtype");
   msg = testing::error_of([&] { graph_of("throwing.op", {2, 2}); });
   EXPECT_HAS(msg, "node 1 (throwing.op)");
   EXPECT_HAS(msg, "infer_types: threw a C++ exception across the C ABI: boom in infer_types");
@@ -295,11 +309,13 @@ TEST(OpLibrary, RunTimeFaultsNameTheLibraryOpAndNode) {
   EXPECT_HAS(msg, "node 0 (run_error.add_one)");
   EXPECT_HAS(msg, "op library 'run_error' op 'run_error.add_one': forward: refusing 3 elements");
   msg = testing::error_of([&] { function_of("throwing.op")({xv}); });
-  EXPECT_HAS(msg, "op library 'throwing' op 'throwing.op': forward: threw a C++ exception across "
-                  "the C ABI: boom in forward");
+  EXPECT_HAS(msg,
+             "op library 'throwing' op 'throwing.op': forward: threw a C++ exception across "
+             "the C ABI: boom in forward");
   msg = testing::error_of([&] { function_of("state_error.add_one")({xv}); });
-  EXPECT_HAS(msg, "op library 'state_error' op 'state_error.add_one': create_state: cannot set up: "
-                  "no device here");
+  EXPECT_HAS(msg,
+             "op library 'state_error' op 'state_error.add_one': create_state: cannot set up: "
+             "no device here");
   // kiln stays usable.
   Graph ok("after_faults");
   Var y = input(ok, "y", DType::kFloat32, {3});
@@ -309,9 +325,14 @@ TEST(OpLibrary, RunTimeFaultsNameTheLibraryOpAndNode) {
 }
 
 TEST(OpLibrary, BindSpecsRoundTripAndRefuseMalformedText) {
-  BindSpec s{"lib.op", "lib", std::string(64, 'a'),
-             {{"f", 0.1}, {"i", int64_t{-3}}, {"s", std::string("a b:c \"q\"\n")},
-              {"I", std::vector<int64_t>{1, -2}}, {"F", std::vector<double>{NAN, -INFINITY}}},
+  BindSpec s{"lib.op",
+             "lib",
+             std::string(64, 'a'),
+             {{"f", 0.1},
+              {"i", int64_t{-3}},
+              {"s", std::string("a b:c \"q\"\n")},
+              {"I", std::vector<int64_t>{1, -2}},
+              {"F", std::vector<double>{NAN, -INFINITY}}},
              {TensorType{DType::kFloat32, {kDynamic, 4}}},
              {TensorType{DType::kInt64, {}}}};
   BindSpec r = decode_bind_spec(encode_bind_spec(s));
@@ -331,9 +352,11 @@ TEST(OpLibrary, BindSpecsRoundTripAndRefuseMalformedText) {
 std::string model_with(const std::string& dir, const std::string& name, const std::string& op) {
   const std::string path = dir + "/" + name + ".json";
   write_file_atomic(path,
-                    R"({"name": ")" + name + R"(", "inputs": [{"name": "x", "dtype": "float32", "shape": [null]}],
+                    R"({"name": ")" + name +
+                        R"(", "inputs": [{"name": "x", "dtype": "float32", "shape": [null]}],
   "nodes": [{"op": "relu", "inputs": ["x"], "outputs": ["r"]},
-            {"op": ")" + op + R"(", "inputs": ["r"], "outputs": ["y"]}],
+            {"op": ")" + op +
+                        R"(", "inputs": ["r"], "outputs": ["y"]}],
   "outputs": ["y"]})",
                     0644, false);
   return path;
@@ -381,13 +404,13 @@ TEST(OpLibraryCli, OpsListsLibrariesAndEnvironmentLoadsThem) {
   EXPECT_HAS(r.out, "com.example:RmsNorm");
   EXPECT_HAS(r.out, "compute, state");
   EXPECT_HAS(r.out, "built-in ops");
-  r = testing::kiln_env({std::string("KILN_OP_LIBRARIES=") + KILN_OPLIB_HEALTHY + ":" + KILN_OPLIB_EXAMPLE},
-                        {"ops"});
+  r = testing::kiln_env(
+      {std::string("KILN_OP_LIBRARIES=") + KILN_OPLIB_HEALTHY + ":" + KILN_OPLIB_EXAMPLE}, {"ops"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_HAS(r.out, "op library healthy");
   EXPECT_HAS(r.out, "op library example");
-  r = testing::kiln_env({std::string("KILN_OP_LIBRARIES=") + KILN_OPLIB_EXAMPLE + ":/nonexistent/lib.so"},
-                        {"ops"});
+  r = testing::kiln_env(
+      {std::string("KILN_OP_LIBRARIES=") + KILN_OPLIB_EXAMPLE + ":/nonexistent/lib.so"}, {"ops"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "KILN_OP_LIBRARIES: op library '/nonexistent/lib.so': no such file");
   r = testing::kiln_env({}, {"--op-library", KILN_OPLIB_MAJOR2, "ops"});
@@ -399,7 +422,8 @@ TEST(OpLibraryCli, OpsListsLibrariesAndEnvironmentLoadsThem) {
 // kiln::op_library, load the result.
 TEST(OpLibraryCli, ALibraryBuildsAgainstTheInstalledHeaderTarget) {
   const std::string dir = testing::temp_dir("oplib_install");
-  ProcessResult r = run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", dir + "/prefix"});
+  ProcessResult r =
+      run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", dir + "/prefix"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_TRUE(std::filesystem::exists(dir + "/prefix/include/kiln/op_library.h"));
   r = run_process({"cmake", "-S", KILN_OPLIB_CONSUMER_DIR, "-B", dir + "/build",
@@ -417,8 +441,15 @@ TEST(OpLibraryCli, OnnxModelWithACustomDomainNodeRunsWithKilnRun) {
   const std::string ex = std::string(KILN_EXAMPLES_DIR) + "/op_library";
   const std::string dir = testing::temp_dir("oplib_onnx");
   const std::vector<std::string> env{"KILN_CACHE_DIR=" + dir + "/cache"};
-  const std::vector<std::string> args{"-v", "--op-library", KILN_OPLIB_EXAMPLE, "run", ex + "/rms_mlp.onnx",
-                                      "--input", "x=" + ex + "/input.npy", "-o", dir + "/out"};
+  const std::vector<std::string> args{"-v",
+                                      "--op-library",
+                                      KILN_OPLIB_EXAMPLE,
+                                      "run",
+                                      ex + "/rms_mlp.onnx",
+                                      "--input",
+                                      "x=" + ex + "/input.npy",
+                                      "-o",
+                                      dir + "/out"};
   for (const char* status : {"cache miss", "cache hit"}) {  // the second process loads the entry
     ProcessResult r = testing::kiln_env(env, args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -426,8 +457,8 @@ TEST(OpLibraryCli, OnnxModelWithACustomDomainNodeRunsWithKilnRun) {
     EXPECT_TRUE(testing::tensors_close(read_npy(dir + "/out/y.npy"), read_npy(ex + "/expected.npy"),
                                        1e-4, 1e-5));
   }
-  ProcessResult r = testing::kiln_env(env, {"run", ex + "/rms_mlp.onnx", "--input",
-                                            "x=" + ex + "/input.npy", "-o", dir + "/out"});
+  ProcessResult r = testing::kiln_env(
+      env, {"run", ex + "/rms_mlp.onnx", "--input", "x=" + ex + "/input.npy", "-o", dir + "/out"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "com.example.RmsNorm");
   EXPECT_HAS(r.err, "is not supported");

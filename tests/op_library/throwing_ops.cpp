@@ -37,7 +37,7 @@ int init(const kiln_op_registry* r) {
 }  // namespace
 
 extern "C" KILN_OP_EXPORT const kiln_op_library_info* kiln_op_library(void) {
-  static const kiln_op_library_info info = {sizeof info, KILN_OP_ABI_MAJOR, KILN_OP_ABI_MINOR,
-                                            "throwing", "1", init};
+  static const kiln_op_library_info info = {
+      sizeof info, KILN_OP_ABI_MAJOR, KILN_OP_ABI_MINOR, "throwing", "1", init};
   return &info;
 }
