@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "compiler/compile.h"
 #include "compiler/compile_error.h"
@@ -158,6 +159,38 @@ TEST(OpLibrary, StatefulOpSetsUpOncePerModuleAndReportsRunErrorsByNode) {
   Tensor want =
       Tensor::from_doubles(DType::kFloat32, {1, 2, 2}, {1, 0, -std::sin(1.0), std::cos(1.0)});
   EXPECT_TRUE(testing::tensors_close(compile(folded)({})[0], want, 1e-6, 1e-6));
+}
+
+// One module, its bound compute ops and their state, called from several threads at once
+// (the TSan preset runs this too).
+TEST(OpLibrary, ComputeOpsRunFromSeveralThreadsAtOnce) {
+  load_example();
+  Graph g("rope_threads");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 3, 6});
+  Var w = input(g, "w", DType::kFloat32, {6, 6});
+  Var flat = apply("reshape", {x}, {{"shape", std::vector<int64_t>{-1, 6}}});
+  Var mixed = apply("reshape", {apply("example.matmul", {flat, w})},
+                    {{"shape", std::vector<int64_t>{-1, 3, 6}}});
+  g.set_outputs({apply("example.rotary", {mixed}, {{"max_positions", int64_t{3}}})});
+  Function f = compile(g);
+  std::mt19937 rng(5);
+  std::vector<Tensor> xs, wants;
+  const Tensor wv = testing::random_tensor(DType::kFloat32, {6, 6}, rng);
+  for (int t = 0; t < 4; ++t) {
+    xs.push_back(testing::random_tensor(DType::kFloat32, {t + 1, 3, 6}, rng));
+    wants.push_back(f({xs.back(), wv})[0]);
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        if (!testing::tensors_close(f({xs[t], wv})[0], wants[t], 0, 0)) ++bad[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
 TEST(OpLibrary, LibraryBuiltAgainstTheOlderMinorLoadsAndRuns) {
