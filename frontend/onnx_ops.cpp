@@ -70,8 +70,6 @@ Var reshape_to(Var x, const Ints& dims, const std::vector<int>& source) {
   return reshape(x, shape);
 }
 
-Var unary(const std::string& op, Var x, const Attrs& a = {}) { return apply(op, {x}, a); }
-
 OnnxOpSpec elementwise(const std::string& op, std::vector<std::string> attrs = {}) {
   return {attrs, nullptr, [op](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
             std::vector<Var> ins;
