@@ -1,4 +1,3 @@
-#include "compiler/op_library_binding.h"
 #include "compiler/compile.h"
 
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include "compiler/graph_key.h"
 #include "compiler/kernel_build.h"
 #include "compiler/module_plan.h"
+#include "compiler/op_library_binding.h"
 #include "compiler/weight_sets.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
