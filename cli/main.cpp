@@ -24,6 +24,7 @@
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/npy.h"
+#include "runtime/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -134,16 +135,22 @@ docs/cache.md, "Security model".
 )";
 
 const char* kRunHelp =
-    R"(usage: kiln run [-v] MODEL --input NAME=FILE.npy [--input ...] --output-dir DIR
+    R"(usage: kiln run [-v] MODEL --input NAME=FILE [--input ...] --output-dir DIR
 
-Compiles MODEL, reads every graph input from a .npy file, runs the module once and
-writes each graph output to DIR/<output name>.npy (DIR is created if needed).
-A missing, unknown or mis-shaped input is an error naming it and the expected
+Compiles MODEL, reads every graph input from a .npy or .safetensors file, runs the
+module once and writes each graph output to DIR/<output name>.npy (DIR is created if
+needed). A missing, unknown or mis-shaped input is an error naming it and the expected
 dtype and shape.
 
 options:
   -i, --input NAME=FILE.npy   one per graph input
+  -i, --input NAME=FILE.safetensors
+                              the file's tensor NAME, else its only tensor
+  -i, --input FILE.safetensors
+                              every tensor of the file named like a graph input
   -o, --output-dir DIR        where outputs are written (required)
+  --output-format FORMAT      npy (default), or safetensors: every output in
+                              DIR/outputs.safetensors under its name
 )";
 
 const char* kSourceHelp = R"(usage: kiln source [--graph] [--passes SPEC] MODEL
@@ -181,6 +188,7 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> inputs;
   std::string output_dir;
+  std::string output_format;  // kiln run: npy or safetensors
   std::string out_dir;  // kiln cache keygen --out
   bool explain = false;
   bool graph = false;
@@ -232,6 +240,8 @@ Args parse(int argc, char** argv) {
       a.max_age = value(s);
     } else if (s == "--out") {
       a.out_dir = value(s);
+    } else if (s == "--output-format") {
+      a.output_format = value(s);
     } else if (s == "-o" || s == "--output-dir") {
       a.output_dir = value(s);
     } else if (s.rfind("--output-dir=", 0) == 0) {
@@ -345,11 +355,20 @@ int cmd_run(const Args& a) {
   no_cache_flags(a);
   std::string model = one_model(a);
   if (a.output_dir.empty()) throw UsageError{"kiln run: --output-dir DIR is required"};
+  if (!a.output_format.empty() && a.output_format != "npy" && a.output_format != "safetensors") {
+    throw UsageError{"--output-format expects npy or safetensors, got '" + a.output_format + "'"};
+  }
   std::map<std::string, std::string> files;
+  std::vector<std::string> bundles;  // FILE.safetensors without NAME=: inputs by tensor name
   for (const auto& spec : a.inputs) {
     auto eq = spec.find('=');
+    if (eq == std::string::npos && kiln::is_safetensors_path(spec)) {
+      bundles.push_back(spec);
+      continue;
+    }
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      throw UsageError{"kiln run: --input expects NAME=FILE.npy, got '" + spec + "'"};
+      throw UsageError{"kiln run: --input expects NAME=FILE.npy, NAME=FILE.safetensors or "
+                       "FILE.safetensors, got '" + spec + "'"};
     }
     if (!files.emplace(spec.substr(0, eq), spec.substr(eq + 1)).second) {
       throw UsageError{"kiln run: input '" + spec.substr(0, eq) + "' given twice"};
@@ -358,6 +377,19 @@ int cmd_run(const Args& a) {
   auto t = Clock::now();
   kiln::Graph g = kiln::load_model(model);
   double load_ms = ms(t);
+  std::map<std::string, kiln::Tensor> inputs;
+  for (const auto& path : bundles) {
+    kiln::Safetensors st = kiln::read_safetensors(path);
+    for (auto& [name, tensor] : st.tensors) {
+      bool input = false;
+      for (const auto* v : g.inputs()) input = input || v->name == name;
+      if (!input) continue;  // a weights file may hold more than the inputs
+      if (files.count(name) || inputs.count(name)) {
+        throw UsageError{"kiln run: input '" + name + "' given twice (again in " + path + ")"};
+      }
+      inputs[name] = tensor;
+    }
+  }
   // Check names before compiling: a typo should not cost a compile.
   for (const auto& [name, file] : files) {
     bool known = false;
@@ -370,13 +402,12 @@ int cmd_run(const Args& a) {
     }
   }
   for (const auto* v : g.inputs()) {
-    if (!files.count(v->name)) {
+    if (!files.count(v->name) && !inputs.count(v->name)) {
       throw kiln::UserError("missing input '" + v->name + "': expected " + v->type.to_string() +
                             "; pass --input " + v->name + "=FILE.npy");
     }
   }
-  std::map<std::string, kiln::Tensor> inputs;
-  for (const auto& [name, file] : files) inputs[name] = kiln::read_npy(file);
+  for (const auto& [name, file] : files) inputs[name] = kiln::read_tensor_file(file, name);
   kiln::Function f = kiln::compile(g, compile_options(a));
   if (a.device_io) {
     for (auto& [name, tensor] : inputs) tensor = kiln::to_device(tensor);
@@ -391,10 +422,21 @@ int cmd_run(const Args& a) {
   std::filesystem::create_directories(a.output_dir, ec);
   if (ec)
     throw kiln::UserError("cannot create output directory '" + a.output_dir + "': " + ec.message());
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    auto path = std::filesystem::path(a.output_dir) / (f.output_names()[i] + ".npy");
-    kiln::write_npy(path, outputs[i]);
-    std::printf("%s  %s\n", path.c_str(), outputs[i].describe().c_str());
+  if (a.output_format == "safetensors") {
+    std::vector<std::pair<std::string, kiln::Tensor>> named;
+    for (size_t i = 0; i < outputs.size(); ++i) named.emplace_back(f.output_names()[i], outputs[i]);
+    auto path = std::filesystem::path(a.output_dir) / "outputs.safetensors";
+    kiln::write_safetensors(path, named);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::printf("%s#%s  %s\n", path.c_str(), f.output_names()[i].c_str(),
+                  outputs[i].describe().c_str());
+    }
+  } else {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      auto path = std::filesystem::path(a.output_dir) / (f.output_names()[i] + ".npy");
+      kiln::write_npy(path, outputs[i]);
+      std::printf("%s  %s\n", path.c_str(), outputs[i].describe().c_str());
+    }
   }
   if (a.verbose) print_times(f.info(), load_ms, run_ms);
   return 0;

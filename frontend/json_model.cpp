@@ -1,9 +1,11 @@
 #include "frontend/json_model.h"
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "ops/registry.h"
 #include "runtime/npy.h"
+#include "runtime/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -112,7 +114,7 @@ class Loader {
         if (g.find_variable(n)) fail(p + ".name", "name '" + n + "' is already used");
         // A weight read from a file is a parameter (bound at run time, never in the code or
         // the cache key); a value written in the model is a constant of the program.
-        Tensor value = parameter_value(params[i], p);
+        Tensor value = parameter_value(params[i], p, n);
         if (field(params[i], p, "file", false).is_null()) {
           g.add_constant(value, n);
         } else {
@@ -138,17 +140,31 @@ class Loader {
   }
 
  private:
-  Tensor parameter_value(const json& spec, const std::string& p) const {
+  Tensor parameter_value(const json& spec, const std::string& p, const std::string& name) {
     const json& file = field(spec, p, "file", false);
     const json& value = field(spec, p, "value", false);
-    if (file.is_null() == value.is_null()) fail(p, "give exactly one of \"file\" (a .npy path) or \"value\"");
+    if (file.is_null() == value.is_null()) {
+      fail(p, "give exactly one of \"file\" (a .npy or .safetensors path) or \"value\"");
+    }
+    const json& tensor = field(spec, p, "tensor", false);
     Tensor t;
     if (!file.is_null()) {
       std::filesystem::path f = string_at(file, p + ".file");
       if (f.is_relative()) f = base_ / f;
       if (!std::filesystem::exists(f)) fail(p + ".file", "no such file '" + f.string() + "'");
+      if (!tensor.is_null() && !is_safetensors_path(f)) {
+        fail(p + ".tensor", "only a .safetensors file holds named tensors");
+      }
       try {
-        t = read_npy(f);
+        if (is_safetensors_path(f)) {
+          // One mapping per file, however many parameters it holds.
+          auto& held = safetensors_[f.string()];
+          if (held.tensors.empty()) held = read_safetensors(f);
+          t = tensor.is_null() ? held.at(name, f.string())
+                               : held.at(string_at(tensor, p + ".tensor"), f.string());
+        } else {
+          t = read_npy(f);
+        }
       } catch (const UserError& e) {
         fail(p + ".file", e.what());
       }
@@ -243,6 +259,7 @@ class Loader {
 
   std::string origin_;
   std::filesystem::path base_;
+  std::map<std::string, Safetensors> safetensors_;  // by path: files parameters read
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "compiler/subprocess.h"
 #include "runtime/npy.h"
+#include "runtime/safetensors.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
@@ -109,6 +110,52 @@ TEST(Cli, BadInputsAndModelsExitOneWithTheReason) {
   EXPECT_NE(r.err.find("invalid JSON"), std::string::npos) << r.err;
   r = kiln({"compile", dir + "/absent.json"});
   EXPECT_EQ(r.exit_code, 1);
+}
+
+// The MLP with its weights in one .safetensors file (a JSON model's parameters by name and
+// by "tensor"), its input from one and its output written to one: the same numbers as .npy.
+TEST(Cli, SafetensorsWeightsInputsAndOutputs) {
+  std::string dir = testing::temp_dir("cli_safetensors");
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const char* n : {"w1", "b1", "w2", "b2", "w3"}) {
+    weights.emplace_back(n, read_npy(kExamples + "/mlp/" + n + ".npy"));
+  }
+  weights.emplace_back("last_bias", read_npy(kExamples + "/mlp/b3.npy"));
+  write_safetensors(dir + "/weights.safetensors", weights);
+  std::string json = read_file(kExamples + "/mlp/mlp.json");
+  for (const char* n : {"w1", "b1", "w2", "b2", "w3"}) {
+    std::string from = std::string("\"") + n + ".npy\"";
+    ASSERT_NE(json.find(from), std::string::npos) << n;
+    json.replace(json.find(from), from.size(), "\"weights.safetensors\"");
+  }
+  json.replace(json.find("\"b3.npy\""), 8, "\"weights.safetensors\", \"tensor\": \"last_bias\"");
+  write_file_atomic(dir + "/mlp.json", json);
+  write_safetensors(dir + "/in.safetensors", {{"x", read_npy(kExamples + "/mlp/input.npy")}});
+  Tensor expected = read_npy(kExamples + "/mlp/expected.npy");
+  for (const std::string& input : {"x=" + dir + "/in.safetensors", dir + "/in.safetensors"}) {
+    auto r = kiln({"run", dir + "/mlp.json", "--input", input, "--output-dir", dir + "/out",
+                   "--output-format", "safetensors"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    Safetensors out = read_safetensors(dir + "/out/outputs.safetensors");
+    EXPECT_TRUE(testing::tensors_close(out.at("y", "out"), expected, 1e-5, 1e-6));
+  }
+  // A file that does not hold the tensor a parameter names, and a truncated one.
+  json.replace(json.find("\"last_bias\""), 11, "\"b9\"");
+  write_file_atomic(dir + "/bad.json", json);
+  auto r = kiln({"compile", dir + "/bad.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("parameters[5].file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no tensor named 'b9'"), std::string::npos) << r.err;
+  std::string bytes = read_file(dir + "/weights.safetensors");
+  write_file_atomic(dir + "/weights.safetensors", bytes.substr(0, bytes.size() - 100));
+  r = kiln({"compile", dir + "/mlp.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("weights.safetensors: byte"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated?"), std::string::npos) << r.err;
+  r = kiln({"run", kExamples + "/mlp/mlp.json", "--input", dir + "/in.safetensors", "--output-dir",
+            dir, "--output-format", "csv"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--output-format expects npy or safetensors"), std::string::npos) << r.err;
 }
 
 }  // namespace
