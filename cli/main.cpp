@@ -18,6 +18,7 @@
 #include "cache/entry_signature.h"
 #include "cache/remote_tier.h"
 #include "compiler/compile.h"
+#include "compiler/export.h"
 #include "frontend/model_loader.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
@@ -48,6 +49,8 @@ commands:
                            compile and run MODEL; write DIR/<output name>.npy
   source [--graph] MODEL   print the stitched C source of MODEL's module (--graph: the
                            graph after the rewrite passes instead)
+  export MODEL -o DIR      write MODEL as a standalone C library: DIR/libNAME.so, NAME.h,
+                           README.txt (kiln help export)
   cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
   ops                      list the ops kiln knows: built-in, and those of loaded op
                            libraries with their ONNX names and forms
@@ -153,6 +156,26 @@ options:
                               DIR/outputs.safetensors under its name
 )";
 
+const char* kExportHelp =
+    R"(usage: kiln export [-v] MODEL -o DIR [--name NAME] [--weights embed|file] [--passes SPEC]
+
+Writes MODEL as a standalone shared library a C or C++ program links without kiln:
+  DIR/libNAME.so       the compiled model and the parts of kiln's runtime it needs
+                       (executor, memory plan, support kernels), statically linked;
+                       OpenBLAS only when the model calls it
+  DIR/NAME.h           its C API (C11 and C++): NAME_create / NAME_run / NAME_destroy,
+                       the inputs' and outputs' names, dtypes and shapes, error strings
+  DIR/NAME.safetensors the weights, with --weights file (default: embedded in the .so)
+  DIR/README.txt       the model's signature and how to build against it
+The code is compiled for this machine's CPU. Dynamic dimensions stay dynamic when each
+op's output shape follows them (batch and sequence axes do).
+
+options:
+  -o, --output-dir DIR    where the files go (created if needed)
+  --name NAME             a C identifier (default: the model's name made into one)
+  --weights embed|file    the weights inside libNAME.so, or NAME.safetensors beside it
+)";
+
 const char* kSourceHelp = R"(usage: kiln source [--graph] [--passes SPEC] MODEL
 
 Prints the stitched C source of MODEL's module: one thunk per node (a fused group is one
@@ -176,6 +199,7 @@ const char* help_for(const std::string& cmd) {
   if (cmd == "compile") return kCompileHelp;
   if (cmd == "run") return kRunHelp;
   if (cmd == "source") return kSourceHelp;
+  if (cmd == "export") return kExportHelp;
   if (cmd == "cache") return kCacheHelp;
   if (cmd == "ops") return kOpsHelp;
   return nullptr;
@@ -189,6 +213,7 @@ struct Args {
   std::vector<std::string> inputs;
   std::string output_dir;
   std::string output_format;  // kiln run: npy or safetensors
+  std::string name, weights;  // kiln export
   std::string out_dir;  // kiln cache keygen --out
   bool explain = false;
   bool graph = false;
@@ -240,6 +265,10 @@ Args parse(int argc, char** argv) {
       a.max_age = value(s);
     } else if (s == "--out") {
       a.out_dir = value(s);
+    } else if (s == "--name") {
+      a.name = value(s);
+    } else if (s == "--weights") {
+      a.weights = value(s);
     } else if (s == "--output-format") {
       a.output_format = value(s);
     } else if (s == "-o" || s == "--output-dir") {
@@ -318,6 +347,30 @@ kiln::CompileOptions compile_options(const Args& a) {
   }
   options.device_io = a.device_io;
   return options;
+}
+
+int cmd_export(const Args& a) {
+  if (!a.inputs.empty()) throw UsageError{"kiln export takes no --input"};
+  no_cache_flags(a);
+  std::string model = one_model(a);
+  if (a.output_dir.empty()) throw UsageError{"kiln export: -o DIR is required"};
+  if (!a.weights.empty() && a.weights != "embed" && a.weights != "file") {
+    throw UsageError{"--weights expects embed or file, got '" + a.weights + "'"};
+  }
+  if (!a.device.empty() && a.device != "cpu") throw UsageError{"kiln export makes CPU libraries only"};
+  kiln::ExportOptions options;
+  options.out_dir = a.output_dir;
+  options.name = a.name;
+  options.embed_weights = a.weights != "file";
+  options.compile = compile_options(a);
+  auto t = Clock::now();
+  kiln::ExportResult r = kiln::export_model(kiln::load_model(model), options);
+  std::printf("%s  %.1f MB%s\n%s\n", r.library.c_str(), r.library_bytes / 1e6,
+              r.links_blas ? "  (links libopenblas)" : "", r.header.c_str());
+  if (!r.weights.empty()) std::printf("%s\n", r.weights.c_str());
+  std::printf("%s\n", r.readme.c_str());
+  if (a.verbose) std::fprintf(stderr, "export %.0f ms\n", ms(t));
+  return 0;
 }
 
 int cmd_compile(const Args& a) {
@@ -764,6 +817,7 @@ int main(int argc, char** argv) {
     kiln::load_env_op_libraries();
     if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
+    if (a.command == "export") return cmd_export(a);
     if (a.command == "run") return cmd_run(a);
     if (a.command == "cache") return cmd_cache(a);
     return cmd_source(a);

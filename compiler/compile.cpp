@@ -605,6 +605,22 @@ std::string generate_source(const Graph& source, const CompileOptions& options) 
 
 void clear_compile_memo() { memo().clear(); }
 
+StandaloneModule standalone_module(const Graph& source, const CompileOptions& options) {
+  check_graph(source);
+  if (options.device != "cpu") {
+    throw UserError("only CPU modules can be exported (device '" + options.device + "' asked for)");
+  }
+  const KeyContext& ctx = key_context(options);
+  StandaloneModule out;
+  out.key = key_of(source, ctx)->key;
+  auto graph = std::make_shared<const Graph>(optimize_for(source, ctx));
+  out.linked = std::make_shared<const LinkedModule>(link_c_module(*graph, out.key, LinkMode::kModule));
+  auto plan = ModulePlan::from_graph(*graph, source);
+  out.program = plan->program(source, plan->prepared_in(*graph));
+  out.graph = std::move(graph);
+  return out;
+}
+
 Function compile(const Graph& source, const CompileOptions& options) {
   install_op_library_binder();  // modules with custom ops bind them as they load
   CompileInfo info;

@@ -60,4 +60,16 @@ std::string generate_source(const Graph& graph, const CompileOptions& options = 
 // The graph compile() builds a module from: `graph` after the rewrite passes.
 Graph optimized_graph(const Graph& graph, const CompileOptions& options = {});
 
+struct LinkedModule;
+// What `kiln export` ships (compiler/export.h): the module as one C unit (thunk i runs step
+// thunk i of the program), the program with its weights prepared (folded, packed), and the
+// optimized graph both came from. CPU only; nothing is cached.
+struct StandaloneModule {
+  std::string key;
+  std::shared_ptr<const LinkedModule> linked;
+  Program program;
+  std::shared_ptr<const Graph> graph;
+};
+StandaloneModule standalone_module(const Graph& graph, const CompileOptions& options = {});
+
 }  // namespace kiln

@@ -22,23 +22,7 @@ std::shared_ptr<Module> Module::load(const std::filesystem::path& path) {
   }
   auto fn = reinterpret_cast<kiln_module_fn>(::dlsym(m->handle_, "kiln_module"));
   if (!fn) throw UserError("'" + path.string() + "' is not a kiln module (no kiln_module symbol)");
-  m->info_ = fn(kiln_host_support());
-  if (!m->info_ || m->info_->abi_version != KILN_ABI_VERSION) {
-    throw UserError("module '" + path.string() + "' has ABI version " +
-                    std::to_string(m->info_ ? m->info_->abi_version : 0) + ", this kiln expects " +
-                    std::to_string(KILN_ABI_VERSION) + "; recompile it");
-  }
-  if (m->info_->state_size) {
-    m->state_ = std::calloc(1, m->info_->state_size);
-    if (!m->state_) throw std::bad_alloc();
-  }
-  if (m->info_->state_init) {
-    ThunkContext ctx;
-    if (m->info_->state_init(m->state_, ctx.abi()) != 0) {
-      throw UserError("module '" + path.string() + "' failed to initialise: " + ctx.message());
-    }
-  }
-  m->initialised_ = true;
+  m->start(fn);
   if (m->info_->n_kernels > 0) {
     // The device kernels sit beside the host module, in the image the device runs.
     CudaDevice& device = cuda_device();
@@ -47,6 +31,35 @@ std::shared_ptr<Module> Module::load(const std::filesystem::path& path) {
     m->kernels_ = device.load(path.parent_path() / device.image_name(), names);
   }
   return m;
+}
+
+std::shared_ptr<Module> Module::from_entry(kiln_module_fn entry, const std::string& name) {
+  std::shared_ptr<Module> m(new Module());
+  m->path_ = name;
+  m->start(entry);
+  if (m->info_->n_kernels > 0) throw UserError("module '" + name + "' launches device kernels");
+  return m;
+}
+
+void Module::start(kiln_module_fn entry) {
+  const std::string path = path_.string();
+  info_ = entry(kiln_host_support());
+  if (!info_ || info_->abi_version != KILN_ABI_VERSION) {
+    throw UserError("module '" + path + "' has ABI version " +
+                    std::to_string(info_ ? info_->abi_version : 0) + ", this kiln expects " +
+                    std::to_string(KILN_ABI_VERSION) + "; recompile it");
+  }
+  if (info_->state_size) {
+    state_ = std::calloc(1, info_->state_size);
+    if (!state_) throw std::bad_alloc();
+  }
+  if (info_->state_init) {
+    ThunkContext ctx;
+    if (info_->state_init(state_, ctx.abi()) != 0) {
+      throw UserError("module '" + path + "' failed to initialise: " + ctx.message());
+    }
+  }
+  initialised_ = true;
 }
 
 Module::~Module() {

@@ -14,6 +14,9 @@ class Module {
  public:
   // Loads `path`, checks the ABI version and runs the module's state initialisation.
   static std::shared_ptr<Module> load(const std::filesystem::path& path);
+  // A module linked into this process (an exported library): its entry point called the
+  // same way; `name` stands for the path in errors. CPU modules only.
+  static std::shared_ptr<Module> from_entry(kiln_module_fn entry, const std::string& name);
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -26,6 +29,7 @@ class Module {
 
  private:
   Module() = default;
+  void start(kiln_module_fn entry);  // the entry's table, ABI check, state init
   void* handle_ = nullptr;
   const kiln_module_info* info_ = nullptr;
   void* state_ = nullptr;
