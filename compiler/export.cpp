@@ -394,6 +394,11 @@ std::vector<fs::path> export_archives() {
 }
 
 ExportResult export_model(const Graph& graph, const ExportOptions& options) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Instrumented archives need the sanitizer's runtime in every program that loads them.
+  throw UserError("kiln export: this kiln is built with a sanitizer; its runtime archives cannot "
+                  "go into an exported library (use a release build)");
+#endif
   ExportResult r;
   r.name = options.name.empty() ? identifier_from(graph.name()) : options.name;
   if (!is_identifier(r.name)) {
@@ -446,7 +451,7 @@ ExportResult export_model(const Graph& graph, const ExportOptions& options) {
     h.update(t.data(), t.nbytes());
   }
   const std::string id = h.hex_digest();
-  const std::string weights = to_safetensors(tensors, {{"kiln.bundle", id}, {"kiln.name", graph.name()}});
+  const std::string weights = to_safetensors(tensors, {{"kiln.bundle", id}, {"kiln.name", r.name}});
 
   // Build in a private folder, then move the finished files into place.
   make_dirs(options.out_dir, 0777);
