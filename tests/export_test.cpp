@@ -273,5 +273,35 @@ TEST(Export, TiedDynamicDimensionsAndBadNames) {
   EXPECT_NE(r.err.find("--weights expects embed or file"), std::string::npos) << r.err;
 }
 
+// cmake --install into a prefix: a separate CMake project finds kiln, links kiln::kiln and
+// runs a model; the installed kiln exports with the installed runtime archives.
+TEST(Install, FindPackageKilnAndTheInstalledCli) {
+  SKIP_IF_SANITIZED();
+  const fs::path dir = testing::temp_dir("install");
+  const fs::path prefix = dir / "prefix";
+  ProcessResult r = run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", prefix.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* f : {"bin/kiln", "include/kiln/compiler/compile.h", "include/kiln/op_library.h",
+                        "lib/cmake/kiln/kilnConfig.cmake"}) {
+    EXPECT_TRUE(fs::exists(prefix / f)) << f;
+  }
+  r = run_process({"cmake", "-S", KILN_INSTALL_CONSUMER_DIR, "-B", (dir / "build").string(),
+                   "-DCMAKE_PREFIX_PATH=" + prefix.string(), "-DCMAKE_BUILD_TYPE=Release"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_process({"cmake", "--build", (dir / "build").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_process({(dir / "build" / "kiln_app").string(), kExamples + "/mlp/mlp.json",
+                   kExamples + "/mlp/input.npy", kExamples + "/mlp/expected.npy"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\nOK\n"), std::string::npos) << r.out;
+  // The installed CLI links the installed archives into what it exports.
+  r = run_process({"env", "KILN_DEBUG=2", (prefix / "bin" / "kiln").string(), "export",
+                   kExamples + "/mlp/mlp.json", "-o", (dir / "exported").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find((prefix / "bin" / ".." ).string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kiln/libkiln_runtime.a"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "exported" / "libmlp.so"));
+}
+
 }  // namespace
 }  // namespace kiln
