@@ -126,8 +126,9 @@ int main(int argc, char** argv) {
       }
     }
     const double km = median(kiln_ms), em = median(export_ms);
-    std::printf("| %s | %.2f MB | %.2f MB | %.2f ms | %.3f ms | %.3f ms | %.2f |\n",
-                fs::path(model).parent_path().filename().c_str(), r.library_bytes / 1e6,
+    fs::path mp(model);
+    const std::string label = mp.stem() == "model" ? mp.parent_path().filename().string() : mp.stem().string();
+    std::printf("| %s | %.2f MB | %.2f MB | %.2f ms | %.3f ms | %.3f ms | %.2f |\n", label.c_str(), r.library_bytes / 1e6,
                 weight_bytes / 1e6, median(loads), km, em, em / km);
   }
   std::error_code ec;
