@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
       void* h = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!h) return 1;
       double open_ms = ms_since(t);
-      auto create = reinterpret_cast<void* (*)(const char*)>(::dlsym(h, (name + "_create").c_str()));
+      auto create =
+          reinterpret_cast<void* (*)(const char*)>(::dlsym(h, (name + "_create").c_str()));
       t = Clock::now();
       void* m = create(nullptr);
       double create_ms = ms_since(t);
@@ -69,8 +70,11 @@ int main(int argc, char** argv) {
               {ex + "/onnx/resblock/model.onnx", ex + "/onnx/resblock/x.npy"},
               {ex + "/onnx/attention/model.onnx", ex + "/onnx/attention/x.npy"}};
   }
-  const fs::path work = fs::temp_directory_path() / ("kiln-export-bench-" + std::to_string(::getpid()));
-  std::printf("| model | library | weights | load (dlopen + create) | kiln run | exported run | exported / kiln |\n");
+  const fs::path work =
+      fs::temp_directory_path() / ("kiln-export-bench-" + std::to_string(::getpid()));
+  std::printf(
+      "| model | library | weights | load (dlopen + create) | kiln run | exported run | exported / "
+      "kiln |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   int index = 0;
   for (const auto& [model, input] : models) {
@@ -89,7 +93,8 @@ int main(int argc, char** argv) {
     // Load time in fresh processes (the page cache warm), median of five.
     std::vector<double> loads;
     for (int k = 0; k < 5; ++k) {
-      kiln::ProcessResult p = kiln::run_process({argv[0], "--load-child", r.library.string(), r.name});
+      kiln::ProcessResult p =
+          kiln::run_process({argv[0], "--load-child", r.library.string(), r.name});
       double open_ms = 0, create_ms = 0;
       if (p.exit_code != 0 || std::sscanf(p.out.c_str(), "%lf %lf", &open_ms, &create_ms) != 2) {
         std::fprintf(stderr, "load child failed: %s\n", p.err.c_str());
@@ -100,10 +105,13 @@ int main(int argc, char** argv) {
     kiln::Function f = kiln::compile(g);
     kiln::Tensor x = kiln::read_npy(input);
     void* h = ::dlopen(r.library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    auto create = reinterpret_cast<void* (*)(const char*)>(::dlsym(h, (r.name + "_create").c_str()));
-    auto run = reinterpret_cast<int (*)(void*, const kiln_bundle_tensor*, size_t, kiln_bundle_tensor*, size_t)>(
-        ::dlsym(h, (r.name + "_run").c_str()));
-    auto free_output = reinterpret_cast<void (*)(kiln_bundle_tensor*)>(::dlsym(h, (r.name + "_free_output").c_str()));
+    auto create =
+        reinterpret_cast<void* (*)(const char*)>(::dlsym(h, (r.name + "_create").c_str()));
+    auto run =
+        reinterpret_cast<int (*)(void*, const kiln_bundle_tensor*, size_t, kiln_bundle_tensor*,
+                                 size_t)>(::dlsym(h, (r.name + "_run").c_str()));
+    auto free_output = reinterpret_cast<void (*)(kiln_bundle_tensor*)>(
+        ::dlsym(h, (r.name + "_free_output").c_str()));
     void* m = create(nullptr);
     kiln_bundle_tensor in{};
     in.data = x.data();
@@ -127,9 +135,10 @@ int main(int argc, char** argv) {
     }
     const double km = median(kiln_ms), em = median(export_ms);
     fs::path mp(model);
-    const std::string label = mp.stem() == "model" ? mp.parent_path().filename().string() : mp.stem().string();
-    std::printf("| %s | %.2f MB | %.2f MB | %.2f ms | %.3f ms | %.3f ms | %.2f |\n", label.c_str(), r.library_bytes / 1e6,
-                weight_bytes / 1e6, median(loads), km, em, em / km);
+    const std::string label =
+        mp.stem() == "model" ? mp.parent_path().filename().string() : mp.stem().string();
+    std::printf("| %s | %.2f MB | %.2f MB | %.2f ms | %.3f ms | %.3f ms | %.2f |\n", label.c_str(),
+                r.library_bytes / 1e6, weight_bytes / 1e6, median(loads), km, em, em / km);
   }
   std::error_code ec;
   fs::remove_all(work, ec);

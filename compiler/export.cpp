@@ -30,8 +30,9 @@ namespace fs = std::filesystem;
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 std::string identifier_from(const std::string& s) {
@@ -64,13 +65,15 @@ std::optional<std::vector<Shape>> shapes_for(const Program& p, const std::vector
                                              std::string& why) {
   std::vector<Shape> shapes(p.slots.size());
   for (const auto& [slot, t] : p.params) shapes[static_cast<size_t>(slot)] = t.shape();
-  for (size_t i = 0; i < p.input_slots.size(); ++i) shapes[static_cast<size_t>(p.input_slots[i])] = inputs[i];
+  for (size_t i = 0; i < p.input_slots.size(); ++i)
+    shapes[static_cast<size_t>(p.input_slots[i])] = inputs[i];
   for (const StepSpec& step : p.steps) {
     std::vector<Shape> in;
     for (int s : step.inputs) in.push_back(shapes[static_cast<size_t>(s)]);
     try {
       std::vector<Shape> out = step.infer_shape(in);
-      for (size_t o = 0; o < step.outputs.size(); ++o) shapes[static_cast<size_t>(step.outputs[o])] = out.at(o);
+      for (size_t o = 0; o < step.outputs.size(); ++o)
+        shapes[static_cast<size_t>(step.outputs[o])] = out.at(o);
     } catch (const UserError& e) {
       why = step.label + ": " + e.what();
       return std::nullopt;
@@ -88,8 +91,8 @@ struct DynDim {
 // probes), a dimension that is constant stays a constant, and one that follows an input
 // dimension (times a fixed ratio) becomes that rule. `groups` says which dynamic input
 // dimensions had to be tied (equal) for the rules to accept the probes.
-std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
-                                                            std::vector<std::vector<DynDim>>& ties) {
+std::vector<std::vector<std::vector<DimRule>>> derive_rules(
+    const Program& p, std::vector<std::vector<DynDim>>& ties) {
   std::vector<DynDim> dyn;
   for (size_t i = 0; i < p.input_slots.size(); ++i) {
     const auto& dims = p.slots[static_cast<size_t>(p.input_slots[i])].dims;
@@ -105,9 +108,10 @@ std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
   for (size_t k = 0; k < dyn.size(); ++k) by_position[k] = dyn[k].dim;
   groupings.push_back(by_position);
   groupings.push_back(std::vector<int>(dyn.size(), 0));
-  static const int64_t kPrimes[] = {61,  67,  71,  73,  79,  83,  89,  97,  101, 103, 107, 109, 113,
-                                    127, 131, 137, 139, 149, 151, 157, 163, 167, 173, 179, 181, 191,
-                                    193, 197, 199, 211, 223, 227, 229, 233, 239, 241, 251, 257, 263};
+  static const int64_t kPrimes[] = {61,  67,  71,  73,  79,  83,  89,  97,  101, 103,
+                                    107, 109, 113, 127, 131, 137, 139, 149, 151, 157,
+                                    163, 167, 173, 179, 181, 191, 193, 197, 199, 211,
+                                    223, 227, 229, 233, 239, 241, 251, 257, 263};
   constexpr int kProbes = 3;
   std::vector<std::vector<Shape>> probes;  // per probe, per slot
   std::vector<int> chosen;
@@ -120,7 +124,8 @@ std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
       std::vector<Shape> inputs;
       for (int s : p.input_slots) inputs.push_back(p.slots[static_cast<size_t>(s)].dims);
       for (size_t j = 0; j < dyn.size(); ++j) {
-        inputs[static_cast<size_t>(dyn[j].input)][static_cast<size_t>(dyn[j].dim)] = kPrimes[k * groups + grouping[j]];
+        inputs[static_cast<size_t>(dyn[j].input)][static_cast<size_t>(dyn[j].dim)] =
+            kPrimes[k * groups + grouping[j]];
       }
       auto shapes = shapes_for(p, inputs, why);
       if (!shapes) break;
@@ -132,8 +137,10 @@ std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
     }
   }
   if (chosen.size() != dyn.size() || probes.empty()) {
-    throw UserError("cannot export: the model's shape rules reject every probe of its dynamic "
-                    "dimensions (" + why + ")");
+    throw UserError(
+        "cannot export: the model's shape rules reject every probe of its dynamic "
+        "dimensions (" +
+        why + ")");
   }
   ties.clear();
   for (int g = 0; g < static_cast<int>(dyn.size()); ++g) {
@@ -172,7 +179,8 @@ std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
               const int64_t mul = y0 / g, div = x0 / g;
               if (pass == 0 && (mul != 1 || div != 1)) continue;
               bool fits = true;
-              for (size_t k = 0; k < probes.size(); ++k) fits = fits && value(k) * div == probes[k][in][d] * mul;
+              for (size_t k = 0; k < probes.size(); ++k)
+                fits = fits && value(k) * div == probes[k][in][d] * mul;
               if (fits) {
                 rule.input = static_cast<int>(ii);
                 rule.dim = static_cast<int>(d);
@@ -203,15 +211,24 @@ std::vector<std::vector<std::vector<DimRule>>> derive_rules(const Program& p,
 
 const char* dtype_macro(DType dt) {
   switch (dt) {
-    case DType::kBool: return "BOOL";
-    case DType::kInt8: return "INT8";
-    case DType::kUInt8: return "UINT8";
-    case DType::kInt32: return "INT32";
-    case DType::kInt64: return "INT64";
-    case DType::kFloat16: return "FLOAT16";
-    case DType::kBFloat16: return "BFLOAT16";
-    case DType::kFloat32: return "FLOAT32";
-    case DType::kFloat64: return "FLOAT64";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kInt8:
+      return "INT8";
+    case DType::kUInt8:
+      return "UINT8";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
+    case DType::kFloat16:
+      return "FLOAT16";
+    case DType::kBFloat16:
+      return "BFLOAT16";
+    case DType::kFloat32:
+      return "FLOAT32";
+    case DType::kFloat64:
+      return "FLOAT64";
   }
   return "?";
 }
@@ -229,11 +246,17 @@ std::string header_text(const std::string& n, const BundleDescription& d, bool e
   std::transform(N.begin(), N.end(), N.begin(), [](unsigned char c) { return std::toupper(c); });
   std::string h;
   h += "/* " + n + ".h: the C API of model '" + d.name + "', exported by kiln.\n *\n";
-  for (int s : d.input_slots) h += " * input   " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
-  for (int s : d.output_slots) h += " * output  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+  for (int s : d.input_slots)
+    h += " * input   " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+  for (int s : d.output_slots)
+    h += " * output  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
   h += " * (? is a dimension given at run time)\n *\n";
-  h += " * Weights: " + std::string(embedded ? "embedded in lib" + n + ".so" : n + ".safetensors beside lib" + n + ".so") + ".\n */\n";
-  h += "#ifndef KILN_EXPORT_" + N + "_H\n#define KILN_EXPORT_" + N + "_H\n#include <stddef.h>\n#include <stdint.h>\n\n";
+  h += " * Weights: " +
+       std::string(embedded ? "embedded in lib" + n + ".so"
+                            : n + ".safetensors beside lib" + n + ".so") +
+       ".\n */\n";
+  h += "#ifndef KILN_EXPORT_" + N + "_H\n#define KILN_EXPORT_" + N +
+       "_H\n#include <stddef.h>\n#include <stdint.h>\n\n";
   h += "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
   h += "#define " + n + "_MAX_DIMS 16\n";
   for (DType dt : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64,
@@ -243,23 +266,32 @@ std::string header_text(const std::string& n, const BundleDescription& d, bool e
   h += "#define " + n + "_NUM_INPUTS " + std::to_string(d.input_slots.size()) + "\n";
   h += "#define " + n + "_NUM_OUTPUTS " + std::to_string(d.output_slots.size()) + "\n\n";
   h += "/* Row-major, contiguous. Outputs are allocated by the library: release each with\n"
-       " * " + n + "_free_output. */\n";
+       " * " +
+       n + "_free_output. */\n";
   h += "typedef struct " + n + "_tensor {\n  void *data;\n  int64_t shape[" + n +
-       "_MAX_DIMS];\n  int32_t ndim;\n  int32_t dtype; /* " + n + "_FLOAT32, ... */\n} " + n + "_tensor;\n\n";
+       "_MAX_DIMS];\n  int32_t ndim;\n  int32_t dtype; /* " + n + "_FLOAT32, ... */\n} " + n +
+       "_tensor;\n\n";
   h += "typedef struct " + n + "_model " + n + "_model;\n\n";
   h += "/* Loads the model. weights_path: NULL for the " +
        std::string(embedded ? "embedded weights" : n + ".safetensors beside the library") +
-       ", or a .safetensors file exported\n * with this model. NULL on failure: see " + n + "_last_error. */\n";
+       ", or a .safetensors file exported\n * with this model. NULL on failure: see " + n +
+       "_last_error. */\n";
   h += n + "_model *" + n + "_create(const char *weights_path);\n";
-  h += "/* Runs the model: 0 on success, else non-zero and " + n + "_last_error says why (a wrong\n"
+  h += "/* Runs the model: 0 on success, else non-zero and " + n +
+       "_last_error says why (a wrong\n"
        " * input count, dtype or shape names the input). Safe to call from several threads. */\n";
-  h += "int " + n + "_run(" + n + "_model *model, const " + n + "_tensor *inputs, size_t n_inputs,\n"
-       "    " + std::string(n.size() + 5, ' ') + n + "_tensor *outputs, size_t n_outputs);\n";
+  h += "int " + n + "_run(" + n + "_model *model, const " + n +
+       "_tensor *inputs, size_t n_inputs,\n"
+       "    " +
+       std::string(n.size() + 5, ' ') + n + "_tensor *outputs, size_t n_outputs);\n";
   h += "void " + n + "_free_output(" + n + "_tensor *output);\n";
   h += "void " + n + "_destroy(" + n + "_model *model);\n";
-  h += "/* The calling thread's last error (\"\" after a success). */\nconst char *" + n + "_last_error(void);\n\n";
-  h += "/* The signature: names, dtypes (" + n + "_FLOAT32, ...) and dimensions (-1: dynamic).\n"
-       " * *_shape writes up to " + n + "_MAX_DIMS dimensions and returns the rank; -1 for a bad index. */\n";
+  h += "/* The calling thread's last error (\"\" after a success). */\nconst char *" + n +
+       "_last_error(void);\n\n";
+  h += "/* The signature: names, dtypes (" + n +
+       "_FLOAT32, ...) and dimensions (-1: dynamic).\n"
+       " * *_shape writes up to " +
+       n + "_MAX_DIMS dimensions and returns the rank; -1 for a bad index. */\n";
   for (const char* io : {"input", "output"}) {
     h += "const char *" + n + "_" + io + "_name(size_t index);\n";
     h += "int32_t " + n + "_" + io + "_dtype(size_t index);\n";
@@ -283,12 +315,15 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
   if (embedded) g += "extern const char kiln_export_weights[], kiln_export_weights_end[];\n";
   g += "static const kiln_bundle_image image = {\n  " + c_string(n) + ", " + c_string(id) +
        ",\n  kiln_export_description, 0,\n";
-  g += embedded ? "  kiln_export_weights, 0, 0,\n" : "  0, 0, " + c_string(n + ".safetensors") + ",\n";
+  g += embedded ? "  kiln_export_weights, 0, 0,\n"
+                : "  0, 0, " + c_string(n + ".safetensors") + ",\n";
   g += "  kiln_module, (const void *)&image};\n";
-  g += "API " + n + "_model *" + n + "_create(const char *weights_path) {\n"
+  g += "API " + n + "_model *" + n +
+       "_create(const char *weights_path) {\n"
        "  kiln_bundle_image im = image;\n"
        "  im.description_size = (size_t)(kiln_export_description_end - kiln_export_description);\n";
-  if (embedded) g += "  im.weights_size = (size_t)(kiln_export_weights_end - kiln_export_weights);\n";
+  if (embedded)
+    g += "  im.weights_size = (size_t)(kiln_export_weights_end - kiln_export_weights);\n";
   g += "  return (" + n + "_model *)kiln_bundle_create(&im, weights_path);\n}\n";
   g += "API int " + n + "_run(" + n + "_model *m, const " + n + "_tensor *in, size_t n_in, " + n +
        "_tensor *out, size_t n_out) {\n  return kiln_bundle_run(m, in, n_in, out, n_out);\n}\n";
@@ -312,11 +347,13 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
     g += "static const int32_t " + std::string(io) + "_dtypes[] = {" + dtypes + "0};\n";
     g += "static const int32_t " + std::string(io) + "_ranks[] = {" + ranks + "0};\n";
     g += "static const int64_t " + std::string(io) + "_dims[][17] = {" + dims + "{0}};\n";
-    g += "API const char *" + n + "_" + io + "_name(size_t i) { return i < " + count + " ? " + io + "_names[i] : 0; }\n";
-    g += "API int32_t " + n + "_" + io + "_dtype(size_t i) { return i < " + count + " ? " + io + "_dtypes[i] : -1; }\n";
+    g += "API const char *" + n + "_" + io + "_name(size_t i) { return i < " + count + " ? " + io +
+         "_names[i] : 0; }\n";
+    g += "API int32_t " + n + "_" + io + "_dtype(size_t i) { return i < " + count + " ? " + io +
+         "_dtypes[i] : -1; }\n";
     g += "API int32_t " + n + "_" + io + "_shape(size_t i, int64_t *dims) {\n  if (i >= " + count +
-         ") return -1;\n  for (int32_t k = 0; dims && k < " + io + "_ranks[i]; ++k) dims[k] = " + io +
-         "_dims[i][k];\n  return " + io + "_ranks[i];\n}\n";
+         ") return -1;\n  for (int32_t k = 0; dims && k < " + io +
+         "_ranks[i]; ++k) dims[k] = " + io + "_dims[i][k];\n  return " + io + "_ranks[i];\n}\n";
   }
   if (!links_blas) {
     // kiln's GEMM table entries refer to OpenBLAS; this model never calls them.
@@ -338,8 +375,8 @@ std::string blobs_text(const fs::path& description, const std::optional<fs::path
       quoted += c;
     }
     return "  .balign " + std::to_string(align) + "\n  .globl " + symbol + "\n  .hidden " + symbol +
-           "\n" + symbol + ":\n  .incbin \"" + quoted + "\"\n  .globl " + symbol + "_end\n  .hidden " +
-           symbol + "_end\n" + symbol + "_end:\n  .byte 0\n";
+           "\n" + symbol + ":\n  .incbin \"" + quoted + "\"\n  .globl " + symbol +
+           "_end\n  .hidden " + symbol + "_end\n" + symbol + "_end:\n  .byte 0\n";
   };
   std::string s = "  .section .rodata.kiln_export,\"a\"\n";
   s += incbin("kiln_export_description", description, 8);
@@ -357,13 +394,16 @@ std::string readme_text(const std::string& n, const BundleDescription& d, const 
   t += "Outputs:\n";
   for (int s : d.output_slots) t += "  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
   t += "(? is a dimension given at run time";
-  t += ties ? "; dynamic dimensions at the same position in different inputs must be equal)\n" : ")\n";
+  t += ties ? "; dynamic dimensions at the same position in different inputs must be equal)\n"
+            : ")\n";
   t += "\nFiles:\n  " + n + ".h            the C API (C11 and C++)\n  lib" + n +
-       ".so        the model, kiln's runtime" + (r.weights.empty() ? " and the weights" : "") + "\n";
-  if (!r.weights.empty()) t += "  " + n + ".safetensors  the weights, read from beside the library\n";
+       ".so        the model, kiln's runtime" + (r.weights.empty() ? " and the weights" : "") +
+       "\n";
+  if (!r.weights.empty())
+    t += "  " + n + ".safetensors  the weights, read from beside the library\n";
   t += "\nBuild: cc app.c -I. -L. -l" + n + " -Wl,-rpath,'$ORIGIN'\n";
-  t += "Needs: libstdc++" + std::string(r.links_blas ? ", libopenblas" : "") + " and a CPU like " + cpu +
-       " (the code is compiled for it).\n";
+  t += "Needs: libstdc++" + std::string(r.links_blas ? ", libopenblas" : "") + " and a CPU like " +
+       cpu + " (the code is compiled for it).\n";
   t += "Threads: KILN_ENGINE_WORKERS sets how many run the model (default: the cores).\n";
   return t;
 }
@@ -379,7 +419,8 @@ fs::path self_exe() {
 std::vector<fs::path> export_archives() {
   std::vector<fs::path> dirs;
   if (const char* env = std::getenv("KILN_EXPORT_LIBDIR"); env && *env) dirs.emplace_back(env);
-  if (fs::path exe = self_exe(); !exe.empty()) dirs.push_back(exe.parent_path() / KILN_LIBDIR_FROM_BIN);
+  if (fs::path exe = self_exe(); !exe.empty())
+    dirs.push_back(exe.parent_path() / KILN_LIBDIR_FROM_BIN);
   for (const auto& dir : dirs) {
     if (fs::exists(dir / "libkiln_runtime.a") && fs::exists(dir / "libkiln_util.a")) {
       return {dir / "libkiln_runtime.a", dir / "libkiln_util.a"};
@@ -388,21 +429,25 @@ std::vector<fs::path> export_archives() {
   if (fs::exists(KILN_BUILD_RUNTIME_ARCHIVE) && fs::exists(KILN_BUILD_UTIL_ARCHIVE)) {
     return {KILN_BUILD_RUNTIME_ARCHIVE, KILN_BUILD_UTIL_ARCHIVE};
   }
-  throw UserError("kiln export needs kiln's runtime archives (libkiln_runtime.a, libkiln_util.a): "
-                  "not found in " + (dirs.empty() ? std::string("KILN_EXPORT_LIBDIR") : dirs.back().string()) +
-                  " nor in the build tree; set KILN_EXPORT_LIBDIR to their folder");
+  throw UserError(
+      "kiln export needs kiln's runtime archives (libkiln_runtime.a, libkiln_util.a): "
+      "not found in " +
+      (dirs.empty() ? std::string("KILN_EXPORT_LIBDIR") : dirs.back().string()) +
+      " nor in the build tree; set KILN_EXPORT_LIBDIR to their folder");
 }
 
 ExportResult export_model(const Graph& graph, const ExportOptions& options) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // Instrumented archives need the sanitizer's runtime in every program that loads them.
-  throw UserError("kiln export: this kiln is built with a sanitizer; its runtime archives cannot "
-                  "go into an exported library (use a release build)");
+  throw UserError(
+      "kiln export: this kiln is built with a sanitizer; its runtime archives cannot "
+      "go into an exported library (use a release build)");
 #endif
   ExportResult r;
   r.name = options.name.empty() ? identifier_from(graph.name()) : options.name;
   if (!is_identifier(r.name)) {
-    throw UserError("--name '" + r.name + "' is not a C identifier (letters, digits and _, not "
+    throw UserError("--name '" + r.name +
+                    "' is not a C identifier (letters, digits and _, not "
                     "starting with a digit)");
   }
   if (options.out_dir.empty()) throw UserError("kiln export: no output folder");
@@ -410,8 +455,9 @@ ExportResult export_model(const Graph& graph, const ExportOptions& options) {
   StandaloneModule sm = standalone_module(graph, options.compile);
   const std::string code = sm.linked->code.str();
   if (code.find("KILN_SUPPORT->op_bind(") != std::string::npos) {
-    throw UserError("cannot export: the model uses a precompiled compute function of an op library "
-                    "(kiln_op_def.forward); an exported library carries only generated C code");
+    throw UserError(
+        "cannot export: the model uses a precompiled compute function of an op library "
+        "(kiln_op_def.forward); an exported library carries only generated C code");
   }
   r.links_blas = code.find("(KILN_SUPPORT->gemm_f32)") != std::string::npos ||
                  code.find("(KILN_SUPPORT->gemm_f64)") != std::string::npos;
@@ -456,7 +502,8 @@ ExportResult export_model(const Graph& graph, const ExportOptions& options) {
   // Build in a private folder, then move the finished files into place.
   make_dirs(options.out_dir, 0777);
   std::string templ = (options.out_dir / ".kiln-export-XXXXXX").string();
-  if (!::mkdtemp(templ.data())) throw UserError("cannot create a build folder in '" + options.out_dir.string() + "'");
+  if (!::mkdtemp(templ.data()))
+    throw UserError("cannot create a build folder in '" + options.out_dir.string() + "'");
   const fs::path work = templ;
   struct Cleanup {
     fs::path dir;
@@ -469,24 +516,33 @@ ExportResult export_model(const Graph& graph, const ExportOptions& options) {
   write_file_atomic(work / "weights.safetensors", weights);
   write_file_atomic(work / "module.c", code);
   write_file_atomic(work / "glue.c", glue_text(r.name, d, id, options.embed_weights, r.links_blas));
-  write_file_atomic(work / "blobs.s",
-                    blobs_text(work / "description.json",
-                               options.embed_weights ? std::optional<fs::path>(work / "weights.safetensors")
-                                                     : std::nullopt));
+  write_file_atomic(
+      work / "blobs.s",
+      blobs_text(work / "description.json",
+                 options.embed_weights ? std::optional<fs::path>(work / "weights.safetensors")
+                                       : std::nullopt));
   const Toolchain& tc = Toolchain::get(options.compile.toolchain);
   auto must = [&](const CompileOutcome& o, const std::string& what) {
     if (!o.ok) throw UserError("kiln export: " + what + " failed:\n" + o.log);
   };
-  must(tc.compile_object(work / "module.c", work / "module.o", sm.linked->compile_args), "compiling the module");
+  must(tc.compile_object(work / "module.c", work / "module.o", sm.linked->compile_args),
+       "compiling the module");
   must(tc.compile_object(work / "glue.c", work / "glue.o", {}), "compiling the C API");
   must(tc.assemble(work / "blobs.s", work / "blobs.o"), "assembling the description and weights");
   write_file_atomic(work / "exports.map", "{\n  global: " + r.name + "_*;\n  local: *;\n};\n");
   const fs::path lib = work / ("lib" + r.name + ".so");
-  std::vector<std::string> argv{tc.cc(), "-shared", "-o", lib.string(), "-Wl,-soname,lib" + r.name + ".so",
+  std::vector<std::string> argv{tc.cc(),
+                                "-shared",
+                                "-o",
+                                lib.string(),
+                                "-Wl,-soname,lib" + r.name + ".so",
                                 "-Wl,--version-script=" + (work / "exports.map").string(),
-                                "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined", "-Wl,--gc-sections",
+                                "-Wl,--exclude-libs,ALL",
+                                "-Wl,--no-undefined",
+                                "-Wl,--gc-sections",
                                 "-Wl,--strip-debug",
-                                (work / "module.o").string(), (work / "glue.o").string(),
+                                (work / "module.o").string(),
+                                (work / "glue.o").string(),
                                 (work / "blobs.o").string()};
   for (const auto& a : archives) argv.push_back(a.string());
   for (const auto& l : sm.linked->libraries) argv.push_back("-l" + l);
@@ -494,7 +550,8 @@ ExportResult export_model(const Graph& graph, const ExportOptions& options) {
   for (const char* l : {"-lstdc++", "-lm", "-ldl", "-lpthread"}) argv.emplace_back(l);
   if (debug_level() >= 2) log_line("export link: " + join(argv, " "));
   ProcessResult link = run_process(argv);
-  if (link.exit_code != 0) throw UserError("kiln export: linking lib" + r.name + ".so failed:\n" + link.err);
+  if (link.exit_code != 0)
+    throw UserError("kiln export: linking lib" + r.name + ".so failed:\n" + link.err);
 
   r.library = options.out_dir / ("lib" + r.name + ".so");
   r.header = options.out_dir / (r.name + ".h");

@@ -11,9 +11,9 @@ namespace kiln {
 
 struct ExportOptions {
   std::filesystem::path out_dir;
-  std::string name;            // a C identifier; empty: the graph's name made into one
-  bool embed_weights = true;   // false: NAME.safetensors beside the library
-  CompileOptions compile;      // toolchain and passes (device must be cpu)
+  std::string name;           // a C identifier; empty: the graph's name made into one
+  bool embed_weights = true;  // false: NAME.safetensors beside the library
+  CompileOptions compile;     // toolchain and passes (device must be cpu)
 };
 
 struct ExportResult {

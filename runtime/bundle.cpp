@@ -28,7 +28,8 @@ Safetensors load_weights(const kiln_bundle_image& image, const char* weights_pat
   if (!weights_path && image.weights) {
     origin = std::string(image.name) + " (embedded weights)";
     void* bytes = const_cast<void*>(image.weights);
-    auto storage = std::make_shared<Storage>(bytes, image.weights_size, [](void*) {}, false);
+    auto storage = std::make_shared<Storage>(
+        bytes, image.weights_size, [](void*) {}, false);
     return parse_safetensors(storage, origin);
   }
   std::filesystem::path path;
@@ -48,19 +49,20 @@ Safetensors load_weights(const kiln_bundle_image& image, const char* weights_pat
 }  // namespace
 
 Bundle::Bundle(const kiln_bundle_image& image, const char* weights_path) : name_(image.name) {
-  description_ = BundleDescription::parse(
-      std::string_view(image.description, image.description_size), name_);
+  description_ =
+      BundleDescription::parse(std::string_view(image.description, image.description_size), name_);
   std::string origin;
   Safetensors weights = load_weights(image, weights_path, origin);
   auto id = weights.metadata.find("kiln.bundle");
   if (id == weights.metadata.end()) {
-    throw UserError("'" + origin + "' is not the weights of a model kiln exported (no kiln.bundle id)");
+    throw UserError("'" + origin +
+                    "' is not the weights of a model kiln exported (no kiln.bundle id)");
   }
   if (id->second != image.id) {
     auto other = weights.metadata.find("kiln.name");
     throw UserError("'" + origin + "' holds the weights of model '" +
-                    (other == weights.metadata.end() ? std::string("?") : other->second) + "' (id " +
-                    id->second.substr(0, 16) + "), not of " + name_ + " (id " +
+                    (other == weights.metadata.end() ? std::string("?") : other->second) +
+                    "' (id " + id->second.substr(0, 16) + "), not of " + name_ + " (id " +
                     std::string(image.id).substr(0, 16) + ")");
   }
   std::map<std::string, Tensor> by_name;
@@ -73,9 +75,8 @@ Bundle::Bundle(const kiln_bundle_image& image, const char* weights_path) : name_
   }
   auto entry = reinterpret_cast<kiln_module_fn>(image.module);
   auto module = Module::from_entry(entry, name_);
-  executor_ = std::make_shared<Executor>(std::move(module),
-                                         std::make_shared<const Program>(std::move(program)),
-                                         &default_engine());
+  executor_ = std::make_shared<Executor>(
+      std::move(module), std::make_shared<const Program>(std::move(program)), &default_engine());
 }
 
 std::vector<Tensor> Bundle::run(const std::vector<Tensor>& inputs) {
@@ -143,14 +144,17 @@ int kiln_bundle_run(void* bundle, const kiln_bundle_tensor* inputs, size_t n_inp
                             " inputs, got " + std::to_string(n_inputs));
     }
     if (n_outputs != d.output_slots.size()) {
-      throw kiln::UserError(b->name() + ": expected room for " + std::to_string(d.output_slots.size()) +
-                            " outputs, got " + std::to_string(n_outputs));
+      throw kiln::UserError(b->name() + ": expected room for " +
+                            std::to_string(d.output_slots.size()) + " outputs, got " +
+                            std::to_string(n_outputs));
     }
-    if ((n_inputs && !inputs) || (n_outputs && !outputs)) throw kiln::UserError("run: NULL tensor array");
+    if ((n_inputs && !inputs) || (n_outputs && !outputs))
+      throw kiln::UserError("run: NULL tensor array");
     std::vector<Tensor> in;
     for (size_t i = 0; i < n_inputs; ++i) {
       const kiln_bundle_tensor& t = inputs[i];
-      const std::string what = "input " + std::to_string(i) + " ('" + d.slots[d.input_slots[i]].name + "')";
+      const std::string what =
+          "input " + std::to_string(i) + " ('" + d.slots[d.input_slots[i]].name + "')";
       if (t.ndim < 0 || t.ndim > KILN_BUNDLE_MAX_DIMS) {
         throw kiln::UserError(what + ": rank " + std::to_string(t.ndim) + " is out of range");
       }
@@ -162,9 +166,11 @@ int kiln_bundle_run(void* bundle, const kiln_bundle_tensor* inputs, size_t n_inp
         if (s < 0) throw kiln::UserError(what + ": negative dimension " + std::to_string(s));
       const auto dtype = static_cast<kiln::DType>(t.dtype);
       auto bytes = kiln::checked_nbytes(shape, dtype);
-      if (!bytes) throw kiln::UserError(what + ": shape " + kiln::dims_to_string(shape) + " is too large");
+      if (!bytes)
+        throw kiln::UserError(what + ": shape " + kiln::dims_to_string(shape) + " is too large");
       if (*bytes && !t.data) throw kiln::UserError(what + ": data is NULL");
-      auto storage = std::make_shared<kiln::Storage>(t.data, *bytes, [](void*) {}, false);
+      auto storage = std::make_shared<kiln::Storage>(
+          t.data, *bytes, [](void*) {}, false);
       in.emplace_back(storage, 0, dtype, shape, kiln::contiguous_strides(shape));
     }
     std::vector<Tensor> out = b->run(in);

@@ -13,9 +13,12 @@ using nlohmann::json;
 
 const char* kind_name(SlotKind k) {
   switch (k) {
-    case SlotKind::kInput: return "input";
-    case SlotKind::kParam: return "param";
-    case SlotKind::kTemp: return "temp";
+    case SlotKind::kInput:
+      return "input";
+    case SlotKind::kParam:
+      return "param";
+    case SlotKind::kTemp:
+      return "temp";
   }
   return "?";
 }
@@ -30,7 +33,9 @@ json rule_json(const DimRule& r) {
 std::string BundleDescription::to_json() const {
   json slots_j = json::array();
   for (const auto& s : slots) {
-    slots_j.push_back({{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"dims", s.dims},
+    slots_j.push_back({{"name", s.name},
+                       {"dtype", dtype_name(s.dtype)},
+                       {"dims", s.dims},
                        {"kind", kind_name(s.kind)}});
   }
   json params_j = json::array();
@@ -43,10 +48,13 @@ std::string BundleDescription::to_json() const {
       for (const auto& r : out) dims.push_back(rule_json(r));
       shapes.push_back(dims);
     }
-    steps_j.push_back({{"thunk", st.thunk}, {"inputs", st.inputs}, {"outputs", st.outputs},
-                       {"label", st.label}, {"shapes", shapes}});
+    steps_j.push_back({{"thunk", st.thunk},
+                       {"inputs", st.inputs},
+                       {"outputs", st.outputs},
+                       {"label", st.label},
+                       {"shapes", shapes}});
   }
-  json doc = {{"format", "kiln-bundle"}, {"version", 1},        {"name", name},
+  json doc = {{"format", "kiln-bundle"}, {"version", 1},          {"name", name},
               {"slots", slots_j},        {"inputs", input_slots}, {"outputs", output_slots},
               {"params", params_j},      {"steps", steps_j},      {"ties", ties}};
   return doc.dump();
@@ -69,14 +77,17 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
       spec.dtype = *dt;
       spec.dims = s.at("dims").get<std::vector<int64_t>>();
       const std::string kind = s.at("kind").get<std::string>();
-      spec.kind = kind == "input" ? SlotKind::kInput : kind == "param" ? SlotKind::kParam : SlotKind::kTemp;
+      spec.kind = kind == "input"   ? SlotKind::kInput
+                  : kind == "param" ? SlotKind::kParam
+                                    : SlotKind::kTemp;
       d.slots.push_back(std::move(spec));
     }
     const int n = static_cast<int>(d.slots.size());
     auto slot_list = [&](const json& j, const std::string& where) {
       std::vector<int> v = j.get<std::vector<int>>();
       for (int s : v)
-        if (s < 0 || s >= n) throw bad(where + " names slot " + std::to_string(s) + " of " + std::to_string(n));
+        if (s < 0 || s >= n)
+          throw bad(where + " names slot " + std::to_string(s) + " of " + std::to_string(n));
       return v;
     };
     d.input_slots = slot_list(doc.at("inputs"), "inputs");
@@ -93,7 +104,8 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
       st.inputs = slot_list(s.at("inputs"), "step '" + st.label + "'");
       st.outputs = slot_list(s.at("outputs"), "step '" + st.label + "'");
       const json& shapes = s.at("shapes");
-      if (shapes.size() != st.outputs.size()) throw bad("step '" + st.label + "' has no shape per output");
+      if (shapes.size() != st.outputs.size())
+        throw bad("step '" + st.label + "' has no shape per output");
       for (size_t o = 0; o < shapes.size(); ++o) {
         std::vector<DimRule> dims;
         for (const auto& r : shapes[o]) {
@@ -105,8 +117,8 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
             rule.dim = r.at(1).get<int>();
             rule.mul = r.at(2).get<int64_t>();
             rule.div = r.at(3).get<int64_t>();
-            if (rule.input < 0 || rule.input >= static_cast<int>(st.inputs.size()) || rule.dim < 0 ||
-                rule.mul <= 0 || rule.div <= 0) {
+            if (rule.input < 0 || rule.input >= static_cast<int>(st.inputs.size()) ||
+                rule.dim < 0 || rule.mul <= 0 || rule.div <= 0) {
               throw bad("step '" + st.label + "' has a bad shape rule " + r.dump());
             }
           }
@@ -124,7 +136,8 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
       for (const auto& [input, dim] : group) {
         if (input < 0 || input >= static_cast<int>(d.input_slots.size()) || dim < 0 ||
             dim >= static_cast<int>(d.slots[d.input_slots[input]].dims.size())) {
-          throw bad("a tie names input " + std::to_string(input) + " dimension " + std::to_string(dim));
+          throw bad("a tie names input " + std::to_string(input) + " dimension " +
+                    std::to_string(dim));
         }
       }
     }
@@ -143,10 +156,10 @@ void BundleDescription::check_ties(const std::vector<Shape>& input_shapes) const
         continue;  // a wrong rank: the executor's own check names it
       }
       if (input_shapes[i][d] != input_shapes[i0][d0]) {
-        throw UserError("input '" + slots[input_slots[i]].name + "' dimension " + std::to_string(d) +
-                        " is " + std::to_string(input_shapes[i][d]) + " but input '" +
-                        slots[input_slots[i0]].name + "' dimension " + std::to_string(d0) + " is " +
-                        std::to_string(input_shapes[i0][d0]) +
+        throw UserError("input '" + slots[input_slots[i]].name + "' dimension " +
+                        std::to_string(d) + " is " + std::to_string(input_shapes[i][d]) +
+                        " but input '" + slots[input_slots[i0]].name + "' dimension " +
+                        std::to_string(d0) + " is " + std::to_string(input_shapes[i0][d0]) +
                         ": this exported model needs them equal");
       }
     }
@@ -193,7 +206,8 @@ ShapeRule shape_rule_of(const BundleStep& step) {
           s.push_back(r.value);
           continue;
         }
-        if (static_cast<size_t>(r.input) >= in.size() || static_cast<size_t>(r.dim) >= in[r.input].size()) {
+        if (static_cast<size_t>(r.input) >= in.size() ||
+            static_cast<size_t>(r.dim) >= in[r.input].size()) {
           throw UserError(label + ": an input has a smaller rank than the model was exported for");
         }
         const int64_t x = in[r.input][r.dim] * r.mul;

@@ -24,19 +24,18 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeader = 100u << 20;
 
 [[noreturn]] void bad(const std::string& origin, uint64_t offset, const std::string& what) {
-  throw UserError(origin + ": byte " + std::to_string(offset) + ": not a valid safetensors file: " +
-                  what);
+  throw UserError(origin + ": byte " + std::to_string(offset) +
+                  ": not a valid safetensors file: " + what);
 }
 
 struct Code {
   const char* name;
   DType dtype;
 };
-constexpr Code kCodes[] = {{"BOOL", DType::kBool},    {"I8", DType::kInt8},
-                           {"U8", DType::kUInt8},     {"I32", DType::kInt32},
-                           {"I64", DType::kInt64},    {"F16", DType::kFloat16},
-                           {"BF16", DType::kBFloat16}, {"F32", DType::kFloat32},
-                           {"F64", DType::kFloat64}};
+constexpr Code kCodes[] = {
+    {"BOOL", DType::kBool},     {"I8", DType::kInt8},     {"U8", DType::kUInt8},
+    {"I32", DType::kInt32},     {"I64", DType::kInt64},   {"F16", DType::kFloat16},
+    {"BF16", DType::kBFloat16}, {"F32", DType::kFloat32}, {"F64", DType::kFloat64}};
 
 const char* code_of(DType dt) {
   for (const auto& c : kCodes)
@@ -58,17 +57,20 @@ const Tensor& Safetensors::at(const std::string& name, const std::string& origin
 Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::string& origin) {
   const auto* base = static_cast<const unsigned char*>(bytes->data());
   const uint64_t size = bytes->bytes();
-  if (size < 8) bad(origin, 0, "shorter than its 8-byte header length (" + std::to_string(size) + " bytes)");
+  if (size < 8)
+    bad(origin, 0, "shorter than its 8-byte header length (" + std::to_string(size) + " bytes)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(base[i]) << (8 * i);
   if (n > kMaxHeader) bad(origin, 0, "header length " + std::to_string(n) + " exceeds 100 MiB");
   if (n > size - 8) {
-    bad(origin, 0, "header of " + std::to_string(n) + " bytes runs past the end of the file (" +
-                       std::to_string(size) + " bytes)");
+    bad(origin, 0,
+        "header of " + std::to_string(n) + " bytes runs past the end of the file (" +
+            std::to_string(size) + " bytes)");
   }
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(base) + 8, reinterpret_cast<const char*>(base) + 8 + n);
+    header = json::parse(reinterpret_cast<const char*>(base) + 8,
+                         reinterpret_cast<const char*>(base) + 8 + n);
   } catch (const json::parse_error& e) {
     bad(origin, 8 + (e.byte > 0 ? e.byte - 1 : 0), std::string("header is not JSON: ") + e.what());
   }
@@ -98,7 +100,8 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     auto shape_it = entry.find("shape");
     auto off_it = entry.find("data_offsets");
     if (dt_it == entry.end() || !dt_it->is_string()) bad(origin, 8, where + " has no dtype string");
-    if (shape_it == entry.end() || !shape_it->is_array()) bad(origin, 8, where + " has no shape list");
+    if (shape_it == entry.end() || !shape_it->is_array())
+      bad(origin, 8, where + " has no shape list");
     if (off_it == entry.end() || !off_it->is_array() || off_it->size() != 2 ||
         !(*off_it)[0].is_number_unsigned() || !(*off_it)[1].is_number_unsigned()) {
       bad(origin, 8, where + " has no data_offsets [begin, end]");
@@ -106,7 +109,8 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     const std::string code = dt_it->get<std::string>();
     const Code* c = std::find_if(std::begin(kCodes), std::end(kCodes),
                                  [&](const Code& k) { return code == k.name; });
-    if (c == std::end(kCodes)) bad(origin, 8, where + " has dtype '" + code + "', which kiln does not support");
+    if (c == std::end(kCodes))
+      bad(origin, 8, where + " has dtype '" + code + "', which kiln does not support");
     Shape shape;
     for (const auto& d : *shape_it) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 48)) {
@@ -116,16 +120,18 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     }
     const uint64_t begin = (*off_it)[0].get<uint64_t>(), end = (*off_it)[1].get<uint64_t>();
     auto need = checked_nbytes(shape, c->dtype);
-    if (!need) bad(origin, 8, where + " shape " + dims_to_string(shape) + " needs more than 2^64 bytes");
+    if (!need)
+      bad(origin, 8, where + " shape " + dims_to_string(shape) + " needs more than 2^64 bytes");
     if (begin > end || end - begin != *need) {
-      bad(origin, 8, where + " of " + std::string(dtype_name(c->dtype)) + " " + dims_to_string(shape) +
-                         " needs " + std::to_string(*need) + " bytes but data_offsets are [" +
-                         std::to_string(begin) + ", " + std::to_string(end) + "]");
+      bad(origin, 8,
+          where + " of " + std::string(dtype_name(c->dtype)) + " " + dims_to_string(shape) +
+              " needs " + std::to_string(*need) + " bytes but data_offsets are [" +
+              std::to_string(begin) + ", " + std::to_string(end) + "]");
     }
     if (end > data_size) {
-      bad(origin, data_start + begin, where + " ends at data byte " + std::to_string(end) +
-                                          " but the file has only " + std::to_string(data_size) +
-                                          " bytes of data (truncated?)");
+      bad(origin, data_start + begin,
+          where + " ends at data byte " + std::to_string(end) + " but the file has only " +
+              std::to_string(data_size) + " bytes of data (truncated?)");
     }
     ranges.push_back({begin, end, name});
     const unsigned char* p = base + data_start + begin;
@@ -153,8 +159,9 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     out.tensors.push_back(std::move(found[i]));
   }
   if (at != data_size) {
-    bad(origin, data_start + at, "the tensors cover " + std::to_string(at) + " bytes of data, the file has " +
-                                     std::to_string(data_size));
+    bad(origin, data_start + at,
+        "the tensors cover " + std::to_string(at) + " bytes of data, the file has " +
+            std::to_string(data_size));
   }
   return out;
 }
@@ -171,7 +178,8 @@ Safetensors read_safetensors(const std::filesystem::path& path) {
   const size_t size = static_cast<size_t>(st.st_size);
   std::shared_ptr<Storage> bytes;
   if (size == 0) {
-    bytes = std::make_shared<Storage>(nullptr, 0, [](void*) {}, false);
+    bytes = std::make_shared<Storage>(
+        nullptr, 0, [](void*) {}, false);
   } else {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -179,7 +187,8 @@ Safetensors read_safetensors(const std::filesystem::path& path) {
       ::close(fd);
       throw UserError("cannot map '" + path.string() + "': " + std::strerror(e));
     }
-    bytes = std::make_shared<Storage>(p, size, [size](void* q) { ::munmap(q, size); }, false);
+    bytes = std::make_shared<Storage>(
+        p, size, [size](void* q) { ::munmap(q, size); }, false);
   }
   ::close(fd);
   return parse_safetensors(bytes, path.string());

@@ -28,7 +28,9 @@ ProcessResult kiln(std::vector<std::string> args) {
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SKIP_IF_SANITIZED() GTEST_SKIP() << "kiln export refuses sanitizer builds (their archives need the sanitizer runtime)"
+#define SKIP_IF_SANITIZED()                                                                  \
+  GTEST_SKIP() << "kiln export refuses sanitizer builds (their archives need the sanitizer " \
+                  "runtime)"
 #else
 #define SKIP_IF_SANITIZED() (void)0
 #endif
@@ -74,21 +76,27 @@ TEST_P(ExportMatchesKiln, CAndCppConsumers) {
     runs.emplace_back(dir / ("x" + tag + ".npy"), dir / ("want" + tag + ".npy"));
   }
   const std::string examples = kExamples + "/export";
-  const std::vector<std::string> flags{"-DMODEL=" + c.name, "-DMODEL_H=\"" + c.name + ".h\"",
-                                       "-I" + out.string(), "-I" + examples, "-L" + out.string(),
-                                       "-l" + c.name, "-Wl,-rpath," + out.string(), "-Wall",
-                                       "-Wextra", "-Werror"};
+  const std::vector<std::string> flags{"-DMODEL=" + c.name,
+                                       "-DMODEL_H=\"" + c.name + ".h\"",
+                                       "-I" + out.string(),
+                                       "-I" + examples,
+                                       "-L" + out.string(),
+                                       "-l" + c.name,
+                                       "-Wl,-rpath," + out.string(),
+                                       "-Wall",
+                                       "-Wextra",
+                                       "-Werror"};
   for (const std::string lang : {"c", "cpp"}) {
-    std::vector<std::string> cmd{lang == "c" ? "cc" : "c++",
-                                 lang == "c" ? "-std=c11" : "-std=c++17",
-                                 examples + "/consumer." + lang, "-o",
-                                 (dir / ("consumer_" + lang)).string()};
+    std::vector<std::string> cmd{
+        lang == "c" ? "cc" : "c++", lang == "c" ? "-std=c11" : "-std=c++17",
+        examples + "/consumer." + lang, "-o", (dir / ("consumer_" + lang)).string()};
     cmd.insert(cmd.end(), flags.begin(), flags.end());
     if (lang == "c") cmd.push_back("-lm");
     ProcessResult b = run_process(cmd);
     ASSERT_EQ(b.exit_code, 0) << b.err;
     for (const auto& [x, want] : runs) {
-      ProcessResult p = run_process({(dir / ("consumer_" + lang)).string(), x.string(), "--", want.string()});
+      ProcessResult p =
+          run_process({(dir / ("consumer_" + lang)).string(), x.string(), "--", want.string()});
       EXPECT_EQ(p.exit_code, 0) << lang << ": " << p.out << p.err;
       EXPECT_NE(p.out.find("\nOK\n"), std::string::npos) << lang << ": " << p.out;
     }
@@ -97,8 +105,8 @@ TEST_P(ExportMatchesKiln, CAndCppConsumers) {
   Tensor wrong = read_npy(runs[0].second);
   wrong.store(wrong.numel() - 1, wrong.load(wrong.numel() - 1) + 0.01);
   write_npy(dir / "wrong.npy", wrong);
-  ProcessResult p = run_process({(dir / "consumer_c").string(), runs[0].first.string(), "--",
-                                 (dir / "wrong.npy").string()});
+  ProcessResult p = run_process(
+      {(dir / "consumer_c").string(), runs[0].first.string(), "--", (dir / "wrong.npy").string()});
   EXPECT_EQ(p.exit_code, 1) << p.out;
   EXPECT_NE(p.out.find("MISMATCH"), std::string::npos) << p.out;
 }
@@ -154,9 +162,14 @@ kiln_bundle_tensor view_of(const Tensor& t) {
 TEST(Export, MisuseIsAnErrorStringNeverACrash) {
   SKIP_IF_SANITIZED();
   const fs::path dir = testing::temp_dir("export_misuse");
-  ASSERT_EQ(kiln({"export", kExamples + "/mlp/mlp.json", "-o", (dir / "mlp").string(), "--weights", "file"}).exit_code, 0);
+  ASSERT_EQ(kiln({"export", kExamples + "/mlp/mlp.json", "-o", (dir / "mlp").string(), "--weights",
+                  "file"})
+                .exit_code,
+            0);
   ASSERT_EQ(kiln({"export", kExamples + "/onnx/resblock/model.onnx", "-o", (dir / "rb").string(),
-                  "--name", "rb", "--weights", "file"}).exit_code, 0);
+                  "--name", "rb", "--weights", "file"})
+                .exit_code,
+            0);
   Lib lib(dir / "mlp" / "libmlp.so", "mlp");
   EXPECT_STREQ(lib.input_name(0), "x");
   EXPECT_EQ(lib.input_name(1), nullptr);
@@ -188,7 +201,8 @@ TEST(Export, MisuseIsAnErrorStringNeverACrash) {
   expect_has(run_error({in, in}), "expected 1 inputs, got 2");
   expect_has(run_error({in}, 2), "expected room for 1 outputs, got 2");
   Tensor wide = Tensor::zeros(DType::kFloat32, {2, 100});
-  expect_has(run_error({view_of(wide)}), "input 'x': dimension 1 is 100: expected float32 (?, 784)");
+  expect_has(run_error({view_of(wide)}),
+             "input 'x': dimension 1 is 100: expected float32 (?, 784)");
   Tensor f64 = Tensor::zeros(DType::kFloat64, {2, 784});
   expect_has(run_error({view_of(f64)}), "input 'x': wrong dtype");
   kiln_bundle_tensor bad = in;
@@ -260,15 +274,18 @@ TEST(Export, TiedDynamicDimensionsAndBadNames) {
   lib.free_output(&out);
   ins[1] = view_of(b);
   EXPECT_NE(lib.run(m, ins, 2, &out, 1), 0);
-  EXPECT_NE(std::string(lib.error()).find("input 'y' dimension 0 is 3 but input 'x' dimension 0 is 2"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(lib.error()).find("input 'y' dimension 0 is 3 but input 'x' dimension 0 is 2"),
+      std::string::npos)
       << lib.error();
   lib.destroy(m);
 
-  r = kiln({"export", (dir / "add.json").string(), "-o", (dir / "o2").string(), "--name", "9lives"});
+  r = kiln(
+      {"export", (dir / "add.json").string(), "-o", (dir / "o2").string(), "--name", "9lives"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--name '9lives' is not a C identifier"), std::string::npos) << r.err;
-  r = kiln({"export", (dir / "add.json").string(), "-o", (dir / "o2").string(), "--weights", "zip"});
+  r = kiln(
+      {"export", (dir / "add.json").string(), "-o", (dir / "o2").string(), "--weights", "zip"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--weights expects embed or file"), std::string::npos) << r.err;
 }
@@ -279,7 +296,8 @@ TEST(Install, FindPackageKilnAndTheInstalledCli) {
   SKIP_IF_SANITIZED();
   const fs::path dir = testing::temp_dir("install");
   const fs::path prefix = dir / "prefix";
-  ProcessResult r = run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", prefix.string()});
+  ProcessResult r =
+      run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", prefix.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const char* f : {"bin/kiln", "include/kiln/compiler/compile.h", "include/kiln/op_library.h",
                         "lib/cmake/kiln/kilnConfig.cmake"}) {
@@ -298,7 +316,7 @@ TEST(Install, FindPackageKilnAndTheInstalledCli) {
   r = run_process({"env", "KILN_DEBUG=2", (prefix / "bin" / "kiln").string(), "export",
                    kExamples + "/mlp/mlp.json", "-o", (dir / "exported").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find((prefix / "bin" / ".." ).string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((prefix / "bin" / "..").string()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("kiln/libkiln_runtime.a"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(dir / "exported" / "libmlp.so"));
 }

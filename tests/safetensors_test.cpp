@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 // A file from a header text and raw data, as the format's definition lays it out.
 std::string file_of(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xff);
   return out + header + data;
 }
 
@@ -68,7 +69,7 @@ TEST(Safetensors, ReadsAHandBuiltFile) {
 TEST(Safetensors, WritesWhatItReadsAndAligns) {
   fs::path dir = testing::temp_dir("safetensors");
   Tensor odd = Tensor::from_doubles(DType::kFloat64, {3}, {1, -2, 0.5});  // 24 bytes
-  Tensor big = Tensor::empty(DType::kFloat32, {4, 16});                 // 256 bytes
+  Tensor big = Tensor::empty(DType::kFloat32, {4, 16});                   // 256 bytes
   for (int64_t i = 0; i < big.numel(); ++i) big.store(i, i * 0.25 - 3);
   Tensor flags = Tensor::from_doubles(DType::kBool, {2, 2}, {1, 0, 0, 1});
   Tensor scalar = Tensor::scalar(DType::kInt32, -5);
@@ -86,13 +87,16 @@ TEST(Safetensors, WritesWhatItReadsAndAligns) {
   EXPECT_EQ(back.at("flags", "").to_doubles(), flags.to_doubles());
   EXPECT_EQ(back.at("s", "").shape(), Shape{});
   EXPECT_EQ(back.at("view", "").to_doubles(), view.contiguous().to_doubles());
-  for (const auto& [n, t] : back.tensors) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u) << n;
+  for (const auto& [n, t] : back.tensors)
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u) << n;
   // The mapped bytes outlive the Safetensors object through the tensors' storage.
   Tensor kept = back.at("big", "");
   back = {};
   EXPECT_EQ(kept.to_doubles(), big.to_doubles());
 
-  std::string m = testing::error_of([&] { write_safetensors(dir / "u.safetensors", {{"a", odd}, {"a", big}}); });
+  std::string m = testing::error_of([&] {
+    write_safetensors(dir / "u.safetensors", {{"a", odd}, {"a", big}});
+  });
   EXPECT_NE(m.find("tensor 'a'"), std::string::npos) << m;
 }
 
@@ -124,11 +128,13 @@ TEST(Safetensors, BadFilesNameWhatIsWrongAndWhere) {
   expect(error_parsing("abc"), "shorter than its 8-byte header length");
   expect(error_parsing(file_of(ok, a24).substr(0, 30)), "runs past the end of the file");
   expect(error_parsing(file_of(ok, a24.substr(0, 20))), "truncated?");
-  expect(error_parsing(file_of(ok, a24 + "xx")), "the tensors cover 24 bytes of data, the file has 26");
+  expect(error_parsing(file_of(ok, a24 + "xx")),
+         "the tensors cover 24 bytes of data, the file has 26");
   expect(error_parsing(file_of("{\"a\": [", a24)), "header is not JSON");
   expect(error_parsing(file_of("[1]", "")), "not a JSON object");
-  expect(error_parsing(file_of(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", a24)),
-         "needs 24 bytes but data_offsets are [0, 20]");
+  expect(
+      error_parsing(file_of(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", a24)),
+      "needs 24 bytes but data_offsets are [0, 20]");
   expect(error_parsing(file_of(R"({"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", a24)),
          "dtype 'C64', which kiln does not support");
   expect(error_parsing(file_of(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", a24)),
@@ -137,13 +143,18 @@ TEST(Safetensors, BadFilesNameWhatIsWrongAndWhere) {
          "no data_offsets");
   expect(error_parsing(file_of(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", a24)), "no dtype");
   // A product of bounded dimensions that overflows 64 bits.
-  expect(error_parsing(file_of(R"({"a":{"dtype":"F64","shape":[281474976710656,281474976710656],"data_offsets":[0,8]}})", a24)),
-         "needs more than 2^64 bytes");
+  expect(
+      error_parsing(file_of(
+          R"({"a":{"dtype":"F64","shape":[281474976710656,281474976710656],"data_offsets":[0,8]}})",
+          a24)),
+      "needs more than 2^64 bytes");
   expect(error_parsing(file_of(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
-                               R"("b":{"dtype":"F32","shape":[3],"data_offsets":[8,20]}})", a24.substr(0, 20))),
+                               R"("b":{"dtype":"F32","shape":[3],"data_offsets":[8,20]}})",
+                               a24.substr(0, 20))),
          "(tensors overlap)");
   expect(error_parsing(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})", a24)),
+                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
+                               a24)),
          "(a hole in the data)");
   expect(error_parsing(file_of(R"({"__metadata__":{"k":1}})", "")), "'k' is not a string");
   std::string huge(8, '\0');

@@ -30,11 +30,16 @@ struct Output {
   size_t count() const { return npy_count(t.shape, t.ndim); }
   double at(size_t i) const {
     switch (t.dtype) {
-      case API(_FLOAT32): return static_cast<const float*>(t.data)[i];
-      case API(_FLOAT64): return static_cast<const double*>(t.data)[i];
-      case API(_INT64): return static_cast<double>(static_cast<const int64_t*>(t.data)[i]);
-      case API(_INT32): return static_cast<const int32_t*>(t.data)[i];
-      default: return static_cast<const uint8_t*>(t.data)[i];
+      case API(_FLOAT32):
+        return static_cast<const float*>(t.data)[i];
+      case API(_FLOAT64):
+        return static_cast<const double*>(t.data)[i];
+      case API(_INT64):
+        return static_cast<double>(static_cast<const int64_t*>(t.data)[i]);
+      case API(_INT32):
+        return static_cast<const int32_t*>(t.data)[i];
+      default:
+        return static_cast<const uint8_t*>(t.data)[i];
     }
   }
 };
@@ -111,7 +116,8 @@ int main(int argc, char** argv) try {
         const double a = outs[o].at(k), b = expected.at(k);
         const double diff = std::fabs(a - b);
         if (!(diff <= worst)) worst = diff;
-        if (!(diff <= 1e-5 + 1e-4 * std::fabs(b)) && !(std::isnan(a) && std::isnan(b)) && a != b) failed = true;
+        if (!(diff <= 1e-5 + 1e-4 * std::fabs(b)) && !(std::isnan(a) && std::isnan(b)) && a != b)
+          failed = true;
       }
       expected.t.data = nullptr;  // not the library's to free
       std::printf(", max |difference| %g", worst);

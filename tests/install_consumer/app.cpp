@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     double worst = 0;
-    for (int64_t i = 0; i < y.numel(); ++i) worst = std::fmax(worst, std::fabs(y.load(i) - want.load(i)));
+    for (int64_t i = 0; i < y.numel(); ++i)
+      worst = std::fmax(worst, std::fabs(y.load(i) - want.load(i)));
     std::printf("cache %s, max |difference| %g\n%s\n", kiln::to_string(f.info().cache), worst,
                 worst <= 1e-4 ? "OK" : "MISMATCH");
     return worst <= 1e-4 ? 0 : 1;
