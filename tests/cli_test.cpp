@@ -27,7 +27,7 @@ TEST(Cli, HelpForEveryCommand) {
                            "KILN_CACHE_MAX_SIZE", "-v"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
-  for (const char* cmd : {"compile", "run", "source", "cache"}) {
+  for (const char* cmd : {"compile", "run", "source", "cache", "export"}) {
     auto h = kiln({cmd, "--help"});
     EXPECT_EQ(h.exit_code, 0) << cmd;
     EXPECT_NE(h.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << h.out;
@@ -156,6 +156,27 @@ TEST(Cli, SafetensorsWeightsInputsAndOutputs) {
             dir, "--output-format", "csv"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--output-format expects npy or safetensors"), std::string::npos) << r.err;
+  // The same input from a file by name and from a whole .safetensors file.
+  r = kiln({"run", kExamples + "/mlp/mlp.json", "--input", dir + "/in.safetensors", "--input",
+            "x=" + dir + "/in.safetensors", "--output-dir", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("input 'x' given twice"), std::string::npos) << r.err;
+  // "tensor" names a tensor of a .safetensors file only.
+  std::string npy_json = read_file(kExamples + "/mlp/mlp.json");
+  for (size_t at = npy_json.find("\"file\": \""); at != std::string::npos;
+       at = npy_json.find("\"file\": \"", at + 1)) {
+    npy_json.insert(at + 9, kExamples + "/mlp/");  // the .npy files stay beside the example
+  }
+  npy_json.replace(npy_json.find("b3.npy\""), 7, "b3.npy\", \"tensor\": \"b3\"");
+  write_file_atomic(dir + "/npy_tensor.json", npy_json);
+  r = kiln({"compile", dir + "/npy_tensor.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("parameters[5].tensor: only a .safetensors file holds named tensors"),
+            std::string::npos)
+      << r.err;
+  r = kiln({"export", kExamples + "/mlp/mlp.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("kiln export: -o DIR is required"), std::string::npos) << r.err;
 }
 
 }  // namespace
