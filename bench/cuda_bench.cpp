@@ -4,12 +4,12 @@
 //    PTX written), for the MLP example and a ResNet-18-sized graph (batch 1, 224x224; all
 //    20 convolutions, pools, residual adds and the classifier on the device);
 //  - the emulator's image build (clang++) of the same files;
-//  - a warm hit in a fresh process (--device cuda on the emulator): graph -> callable with
-//    the module and its kernel image in the cache; no compiler runs.
-// With a GPU (a CUDA driver and KILN_CUDA_DEVICE unset or "gpu"), also per-kernel times from
-// chains of R kernels ((t(R=11) - t(R=1)) / 10, transfers cancel): bandwidth of a large
-// elementwise op and of a row softmax against the copy kernel, the GEMM's GFLOP/s, and
-// MLP / ResNet-18 batch-1 latency.
+//  - a warm hit in a fresh process (--device cuda on the GPU when there is one, else the
+//    emulator): graph -> callable with the module and its kernel image in the cache.
+// With a GPU (a CUDA driver and KILN_CUDA_DEVICE unset or "gpu"), also kernel times (runs
+// with device inputs and outputs, less the same graph on a tiny input): bandwidth of a
+// large fused elementwise op, a row softmax and a row sum against the copy kernel, the
+// GEMM's GFLOP/s, and MLP / ResNet-18 batch-1 latency.
 // Usage: cuda_bench [--repeat N]
 #include <unistd.h>
 
@@ -32,6 +32,7 @@
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/device_tensor.h"
 #include "util/fs.h"
 
 using namespace kiln;
@@ -107,7 +108,7 @@ CompileOptions on_cuda(const std::string& cache = "") {
   return o;
 }
 
-// Child mode: one compile in a fresh process on the emulator, timed graph -> callable.
+// Child mode: one compile in a fresh process (device from KILN_CUDA_DEVICE), timed graph -> callable.
 int child(const std::string& which, const std::string& cache) {
   Graph g = make(which);
   auto t = Clock::now();
@@ -140,9 +141,12 @@ double build_ms(const Graph& placed, const CudaToolchain& toolchain, const fs::p
   return median(ms);
 }
 
-void compile_rows(const fs::path& base, int repeat, const std::string& self) {
+// `hit_device`: where the fresh-process warm hits run (the GPU when there is one, so a
+// machine without clang++ still measures them; else the emulator).
+void compile_rows(const fs::path& base, int repeat, const std::string& self,
+                  const std::string& hit_device) {
   std::printf("%-16s %8s %8s %14s %16s %18s\n", "graph", "kernels", "lines", "NVRTC sm_90 ms",
-              "emulator cxx ms", "fresh-proc hit ms");
+              "emulator cxx ms", ("hit ms (" + hit_device + ")").c_str());
   for (const std::string which : {"mlp", "resnet18"}) {
     const Graph placed = optimized_graph(make(which), on_cuda());
     size_t lines = 0, kernels = 0;
@@ -154,12 +158,11 @@ void compile_rows(const fs::path& base, int repeat, const std::string& self) {
                                      "--emulator-build", which, (base / ("emu-" + which)).string(),
                                      std::to_string(repeat)});
     const std::string cache = (base / ("cache-" + which)).string();
-    ProcessResult cold = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
-                                      "--child", which, cache});
+    const std::string device_env = "KILN_CUDA_DEVICE=" + hit_device;
+    ProcessResult cold = run_process({"/usr/bin/env", device_env, self, "--child", which, cache});
     std::vector<double> hits;
     for (int r = 0; r < repeat; ++r) {
-      ProcessResult p = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
-                                     "--child", which, cache});
+      ProcessResult p = run_process({"/usr/bin/env", device_env, self, "--child", which, cache});
       if (p.exit_code != 0 || p.out.find("hit") == std::string::npos) {
         std::fprintf(stderr, "warm child failed: %s %s %s\n", cold.err.c_str(), p.out.c_str(),
                      p.err.c_str());
@@ -192,42 +195,58 @@ double run_ms(Function& f, const std::vector<Tensor>& inputs, int repeat) {
   return median(ms);
 }
 
-// Per-kernel time of `op` from chains of 1 and 11 (passes off, so each is its own kernel).
+// Device time of the kernels `op` makes on an input of `shape`: a run with the input and
+// output on the device (device_io: no transfers), less a run of the same graph on a (1, 32)
+// input. Launch, executor and wait cost the same in both, so the difference is the kernels.
 template <class Op>
-double per_kernel_ms(const Shape& shape, Op op, int repeat) {
+double kernel_ms(const Shape& shape, Op op, const std::string& passes, int repeat) {
   std::mt19937 rng(1);
-  Tensor x = random(shape, rng, 1.0);
   double t[2];
   for (int i = 0; i < 2; ++i) {
-    Graph g("chain");
-    Var v = input(g, "x", DType::kFloat32, shape);
-    for (int k = 0; k < (i ? 11 : 1); ++k) v = op(g, v);
-    g.set_outputs({v.var()});
+    const Shape s = i ? shape : Shape{1, 32};
+    Graph g("kernel");
+    Var v = input(g, "x", DType::kFloat32, s);
+    g.set_outputs({op(g, v, s).var()});
     CompileOptions o = on_cuda();
-    o.passes = "none";
+    o.passes = passes;
+    o.device_io = true;
     Function f = compile(g, o);
-    t[i] = run_ms(f, {x}, repeat);
+    t[i] = run_ms(f, {to_device(random(s, rng, 1.0))}, repeat);
   }
-  return (t[1] - t[0]) / 10.0;
+  return t[1] - t[0];
 }
 
 void gpu_rows(int repeat) {
   std::printf("\nGPU: %s\n", cuda_device().describe().c_str());
   const Shape big{8192, 8192};  // 256 MiB of float32
-  const double bytes = 2.0 * 8192 * 8192 * 4;
-  const double copy = per_kernel_ms(big, [](Graph&, Var v) { return transpose(v, {0, 1}); }, repeat);
-  const double ew = per_kernel_ms(big, [](Graph&, Var v) { return relu(v * 0.5 + 0.25); }, repeat);
-  const double sm = per_kernel_ms(big, [](Graph&, Var v) { return softmax(v); }, repeat);
-  std::printf("%-30s %10s %10s %12s\n", "kernel", "ms", "GB/s", "vs copy");
-  std::printf("%-30s %10.3f %10.1f %12s\n", "copy (8192x8192 f32)", copy, bytes / copy / 1e6, "1.00");
-  std::printf("%-30s %10.3f %10.1f %12.2f\n", "fused elementwise", ew, bytes / ew / 1e6, copy / ew);
-  std::printf("%-30s %10.3f %10.1f %12.2f\n", "row softmax", sm, bytes / sm / 1e6, copy / sm);
+  const double mib = 8192.0 * 8192 * 4;
+  const int r = std::max(repeat, 20);
+  // The copy: an identity transpose, kept as a node by running no passes.
+  const double copy = kernel_ms(big, [](Graph&, Var v, const Shape&) { return transpose(v, {0, 1}); },
+                                "none", r);
+  // One fused kernel: the default passes fuse the three ops.
+  const double ew = kernel_ms(big, [](Graph&, Var v, const Shape&) { return relu(v * 0.5 + 0.25); },
+                              "", r);
+  const double sm = kernel_ms(big, [](Graph&, Var v, const Shape&) { return softmax(v); }, "none", r);
+  const double rs = kernel_ms(big, [](Graph&, Var v, const Shape&) { return sum(v, {1}); }, "none", r);
+  std::printf("%-34s %10s %10s %12s\n", "kernel (8192x8192 f32)", "ms", "GB/s", "vs copy");
+  auto row = [&](const char* name, double ms, double bytes) {
+    std::printf("%-34s %10.3f %10.1f %12.2f\n", name, ms, bytes / ms / 1e6,
+                (bytes / ms) / (2 * mib / copy));
+  };
+  row("copy (read + write)", copy, 2 * mib);
+  row("fused relu(x*0.5+0.25)", ew, 2 * mib);
+  row("row softmax", sm, 2 * mib);
+  row("row sum (reads only)", rs, mib);
   const int64_t n = 4096;
   std::mt19937 rng(2);
-  Tensor w = random({n, n}, rng, 1.0 / 64);
-  const double gemm = per_kernel_ms(
-      {n, n}, [&](Graph& g, Var v) { return matmul(v, parameter(g, w, "w")); }, repeat);
-  std::printf("%-30s %10.3f %10.1f GFLOP/s (kiln's own kernel; cuBLAS not wired)\n",
+  const double gemm = kernel_ms(
+      {n, n},
+      [&](Graph& g, Var v, const Shape& s) {
+        return matmul(v, parameter(g, random({s[1], s[1]}, rng, 1.0 / 64), "w"));
+      },
+      "none", r);
+  std::printf("%-34s %10.3f %10.1f GFLOP/s (kiln's own kernel; cuBLAS not wired)\n",
               "GEMM 4096^3 f32", gemm, 2.0 * n * n * n / gemm / 1e6);
   for (const std::string which : {"mlp", "resnet18"}) {
     Graph g = make(which);
@@ -259,7 +278,7 @@ int main(int argc, char** argv) {
   ::setenv("KILN_CACHE_DIR", (base / "cache").c_str(), 1);
   std::string why;
   const std::string kind = cuda_device_kind(&why);
-  compile_rows(base, repeat, self);
+  compile_rows(base, repeat, self, kind == "gpu" ? "gpu" : "emulator");
   if (kind == "gpu") {
     gpu_rows(repeat);
   } else {

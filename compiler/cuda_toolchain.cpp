@@ -45,7 +45,6 @@ const CudaToolchain& CudaToolchain::get() {
         t->components_ = {{"cuda.device", "emulator"},
                           {"cuda.compiler", t->cxx_ + " " + v.out.substr(0, v.out.find('\n'))}};
       } else {
-        const Nvrtc& nvrtc = Nvrtc::get();
         if (kind == "gpu") {
           t->arch_ = cuda_device().arch();
         } else {
@@ -68,7 +67,7 @@ const CudaToolchain& CudaToolchain::get() {
         }
         // The options change the code: part of every key.
         t->components_ = {{"cuda.device", t->arch_},
-                          {"cuda.compiler", nvrtc.fingerprint()},
+                          {"cuda.compiler", Nvrtc::key_fingerprint()},
                           {"cuda.options", join(t->options_, " ")}};
       }
       tc = t;

@@ -1,13 +1,17 @@
 #include "compiler/nvrtc.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 
+#include "cache/cache_store.h"
 #include "util/error.h"
+#include "util/fs.h"
+#include "util/log.h"
 #include "util/sha256.h"
 #include "util/strings.h"
 
@@ -58,6 +62,24 @@ std::vector<std::string> candidates() {
   return c;
 }
 
+// The file dlopen would try first among the candidates given as paths, identified for the
+// fingerprint memo; "" when the first candidate that exists is a bare name (found through
+// the loader's search path, which only dlopen resolves).
+std::string first_library_identity(std::string* canonical) {
+  for (const auto& c : candidates()) {
+    if (c.find('/') == std::string::npos) return "";
+    std::error_code ec;
+    const auto path = std::filesystem::canonical(c, ec);
+    struct stat st {};
+    if (ec || ::stat(path.c_str(), &st) != 0) continue;
+    *canonical = path.string();
+    return path.string() + "\n" + std::to_string(st.st_size) + "\n" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "\n" +
+           std::to_string(st.st_ino);
+  }
+  return "";
+}
+
 template <class F>
 bool bind(void* h, F& fn, const char* name) {
   fn = reinterpret_cast<F>(::dlsym(h, name));
@@ -101,6 +123,7 @@ const Nvrtc& Nvrtc::get() {
       // The PTX header of an empty program names the compiler build exactly.
       NvrtcResult empty = n->compile("", "kiln_probe.cu", "compute_80", {});
       n->fingerprint_ = "nvrtc " + n->version_ + " " + sha256_hex(empty.ptx).substr(0, 16);
+      if (debug_level() >= 2) log_line("NVRTC " + n->version_ + " loaded from " + n->path_);
       loaded = n;
       return;
     }
@@ -110,6 +133,37 @@ const Nvrtc& Nvrtc::get() {
   });
   if (!loaded) throw UserError(failure);
   return *loaded;
+}
+
+std::string Nvrtc::key_fingerprint() {
+  std::string canonical;
+  const std::string identity = first_library_identity(&canonical);
+  if (identity.empty()) return get().fingerprint();
+  const std::filesystem::path memo =
+      std::filesystem::path("toolchains") / ("nvrtc-" + sha256_hex(identity).substr(0, 32) + ".txt");
+  std::shared_ptr<CacheStore> store;
+  try {
+    store = CacheStore::open(default_cache_root());
+  } catch (const UserError& e) {
+    if (debug_level() >= 2) log_line(std::string("NVRTC memo not used: ") + e.what());
+    return get().fingerprint();
+  }
+  // Layout: the fingerprint, then the identity it was taken for (checked, not trusted).
+  if (auto text = store->read_private(memo)) {
+    const size_t nl = text->find('\n');
+    if (nl != std::string::npos && text->substr(nl + 1) == identity) return text->substr(0, nl);
+  }
+  const Nvrtc& n = get();
+  std::error_code ec;
+  // Remember only when the library loaded is that file (it may have been skipped as broken).
+  if (std::filesystem::canonical(n.path(), ec).string() == canonical) {
+    try {
+      store->write_private(memo, n.fingerprint() + "\n" + identity);
+    } catch (const std::exception& e) {
+      if (debug_level() >= 2) log_line(std::string("NVRTC memo not written: ") + e.what());
+    }
+  }
+  return n.fingerprint();
 }
 
 NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,

@@ -26,6 +26,10 @@ class Nvrtc {
   // Identifies the compiler for cache keys: its version plus the PTX it writes for an empty
   // program (which names the exact build), hashed.
   const std::string& fingerprint() const { return fingerprint_; }
+  // fingerprint() for cache keys without loading NVRTC when this user's default cache
+  // remembers it for the exact library file kiln would load (its path, size, mtime and
+  // inode): a warm hit then never touches NVRTC. Loads it (and remembers) otherwise.
+  static std::string key_fingerprint();
   // Compiles one translation unit. `arch` is "sm_90" (cubin and PTX) or "compute_90" (PTX).
   NvrtcResult compile(const std::string& source, const std::string& name, const std::string& arch,
                       const std::vector<std::string>& options) const;

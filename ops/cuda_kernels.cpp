@@ -21,7 +21,7 @@ std::string addresses(const std::vector<std::string>& locals) {
 std::string host_dims(const std::string& nd, const std::vector<bool>& mask, bool want,
                       const std::string& tensor) {
   std::string s;
-  s += "  " + nd + ".ndim = 0;\n  " + nd + ".numel = 1;\n  " + nd + ".contiguous = 0;\n";
+  s += "  " + nd + ".ndim = 0;\n  " + nd + ".numel = 1;\n";
   s += "  {\n    int64_t kiln_stride = 1;\n";
   s += "    int64_t kiln_strides[KILN_CUDA_MAX_RANK];\n";
   s += "    for (int d = " + tensor + "->ndim - 1; d >= 0; --d) {\n";
@@ -33,6 +33,14 @@ std::string host_dims(const std::string& nd, const std::vector<bool>& mask, bool
     s += "    " + nd + ".strides[0][" + nd + ".ndim++] = kiln_strides[" + D + "];\n";
     s += "    " + nd + ".numel *= " + tensor + "->shape[" + D + "];\n";
   }
+  s += "    (void)kiln_strides;\n";
+  // Offsets equal flat indices when the chosen dimensions are packed (a row reduction's
+  // reduced axes, a column reduction's kept ones): kernels then skip the index division.
+  s += "    kiln_stride = 1;\n    " + nd + ".contiguous = 1;\n";
+  s += "    for (int d = " + nd + ".ndim - 1; d >= 0; --d) {\n";
+  s += "      if (" + nd + ".shape[d] != 1 && " + nd + ".strides[0][d] != kiln_stride) " + nd +
+       ".contiguous = 0;\n";
+  s += "      kiln_stride *= " + nd + ".shape[d];\n    }\n";
   s += "  }\n";
   return s;
 }
@@ -63,7 +71,7 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
   // __grid_constant__: kernels take these index maps' addresses; without it every thread
   // copies the struct (hundreds of bytes) into local memory first.
   std::string sig = "const __grid_constant__ kiln_cuda_nd nd, " + OT + " *__restrict__ y";
-  std::string loads;
+  std::string loads, vec_decl, vec_loads, vec_reads;
   TemplateValues v;
   std::vector<std::string> host_ops, locals{"kiln_nd", "kiln_y"};
   std::string host_ptrs = "  void *kiln_y = " + names.outputs[0] + "->data;\n";
@@ -80,20 +88,54 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
     sig += ", const " + T + " *__restrict__ in" + I;
     loads += "    const " + T + " a" + I + " = in" + I + "[kiln_cuda_offset(&nd, " +
              std::to_string(nops) + ", i)];\n";
+    vec_decl += "      " + T + " v" + I + "[4] = {};\n";
+    vec_loads += " v" + I + "[u] = in" + I + "[i];";
+    vec_reads += "          const " + T + " a" + I + " = v" + I + "[u];\n";
     v[I] = "a" + I;
     host_ops.push_back(names.inputs[i]);
     host_ptrs += "  void *kiln_in" + I + " = " + names.inputs[i] + "->data;\n";
     locals.push_back("kiln_in" + I);
     ++nops;
   }
-  std::string body = loads;
-  for (const auto& l : lets) body += "    " + render_template(l, v, "cuda elementwise") + "\n";
-  body += "    y[i] = (" + OT + ")(" + render_template(expr, v, "cuda elementwise") + ");\n";
-  k.code = "__global__ void " + k.name + "(" + sig + ") {\n" +
+  std::string compute;
+  for (const auto& l : lets) compute += render_template(l, v, "cuda elementwise") + "\n";
+  compute += "y[i] = (" + OT + ")(" + render_template(expr, v, "cuda elementwise") + ");\n";
+  auto indent = [&](const std::string& text, const std::string& pad) {
+    std::string out;
+    for (size_t at = 0; at < text.size();) {
+      const size_t nl = text.find('\n', at);
+      out += pad + text.substr(at, nl - at) + "\n";
+      at = nl + 1;
+    }
+    return out;
+  };
+  // Every operand indexed like y (no broadcast, no strides): four elements per thread,
+  // all loads issued before any compute, so each thread keeps four loads in flight and
+  // the kernel runs at the memory's speed rather than its latency.
+  const std::string contiguous =
+      "  if (nd.contiguous) {\n"
+      "    const int64_t n = nd.numel, bd = blockDim.x, step = (int64_t)gridDim.x * bd * 4;\n"
+      "    for (int64_t b = (int64_t)blockIdx.x * bd * 4 + threadIdx.x; b < n; b += step) {\n" +
+      vec_decl +
+      "#pragma unroll\n"
+      "      for (int u = 0; u < 4; ++u) {\n"
+      "        const int64_t i = b + u * bd;\n"
+      "        if (i < n) {" + vec_loads + " }\n"
+      "      }\n"
+      "#pragma unroll\n"
+      "      for (int u = 0; u < 4; ++u) {\n"
+      "        const int64_t i = b + u * bd;\n"
+      "        if (i < n) {\n" + vec_reads + indent(compute, "          ") +
+      "        }\n"
+      "      }\n"
+      "    }\n"
+      "    return;\n"
+      "  }\n";
+  k.code = "__global__ void " + k.name + "(" + sig + ") {\n" + contiguous +
            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n" +
            "  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nd.numel; "
            "i += step) {\n" +
-           body + "  }\n}\n";
+           loads + indent(compute, "    ") + "  }\n}\n";
   c.kernels.push_back(k);
 
   std::string h = "kiln_cuda_nd kiln_nd;\n";
@@ -109,7 +151,8 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
        names.outputs[0] + "->ndim, " + std::to_string(nops) + ");\n";
   h += "{\n" + host_ptrs;
   h += "  if (kiln_nd.numel > 0) KILN_LAUNCH(" + k.name +
-       ", kiln_cuda_blocks(kiln_nd.numel, 256, 4096), 1, 1, 256, 1, 1, 0, " + addresses(locals) +
+       ", kiln_cuda_blocks(kiln_nd.numel, kiln_nd.contiguous ? 1024 : 256, 4096), 1, 1, 256, 1, "
+       "1, 0, " + addresses(locals) +
        ");\n}\n";
   c.launch = h;
   return c;
@@ -136,9 +179,17 @@ CudaCode cuda_reduce(const Node& node, const CodeNames& names, const Sub& sub, R
            "  for (int64_t o = blockIdx.x; o < keep.numel; o += gridDim.x) {\n"
            "    const int64_t base = kiln_cuda_offset(&keep, 0, o);\n"
            "    " + T + " acc = " + ident + ";\n"
-           "    for (int64_t r = threadIdx.x; r < red.numel; r += blockDim.x) {\n"
-           "      acc = f(acc, x[base + kiln_cuda_offset(&red, 0, r)]);\n"
+           // Four loads in flight per thread, combined in the same order as one at a time.
+           "    const int64_t bd = blockDim.x;\n"
+           "    int64_t r = threadIdx.x;\n"
+           "    for (; r + 3 * bd < red.numel; r += 4 * bd) {\n"
+           "      const " + T + " v0 = x[base + kiln_cuda_offset(&red, 0, r)];\n"
+           "      const " + T + " v1 = x[base + kiln_cuda_offset(&red, 0, r + bd)];\n"
+           "      const " + T + " v2 = x[base + kiln_cuda_offset(&red, 0, r + 2 * bd)];\n"
+           "      const " + T + " v3 = x[base + kiln_cuda_offset(&red, 0, r + 3 * bd)];\n"
+           "      acc = f(f(f(f(acc, v0), v1), v2), v3);\n"
            "    }\n"
+           "    for (; r < red.numel; r += bd) acc = f(acc, x[base + kiln_cuda_offset(&red, 0, r)]);\n"
            "    acc = kiln_block_reduce(acc, " + ident + ", f, scratch);\n"
            "    if (threadIdx.x == 0) y[o] = " + finish + ";\n"
            "  }\n}\n";
@@ -167,11 +218,50 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
   const std::string max_f = "[](" + T + " a, " + T + " b) { return (b > a || b != b) ? b : a; }";
   const std::string sum_f = "[](" + T + " a, " + T + " b) { return a + b; }";
   std::string write = log ? "(v - m) - ls" : "kiln_exp" + sfx + "(v - m) / s";
+  // Rows up to 32 KB (8192 float32, 4096 float64 values) are kept in shared memory: x is
+  // read once and y written once. Each thread touches only its own elements of the row, in
+  // the same order as the streaming path below (so the same sums); loads go eight at a time
+  // and blocks are 512 threads, so enough loads are in flight to keep the memory busy.
+  const std::string cap = std::to_string(32768 / dtype_size(dt));
   k.code = "__global__ void " + k.name + "(int64_t slices, int64_t n, int64_t inner, " + T +
            " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
            "  __shared__ " + T + " scratch[33];\n"
+           "  __shared__ " + T + " row[" + cap + "];\n"
+           "  const int64_t bd = blockDim.x;\n"
            "  for (int64_t sl = blockIdx.x; sl < slices; sl += gridDim.x) {\n"
            "    const int64_t base = (sl / inner) * n * inner + sl % inner;\n"
+           "    if (n <= " + cap + ") {\n"
+           "      " + T + " m = -INFINITY;\n"
+           "      int64_t j = threadIdx.x;\n"
+           "      for (; j + 7 * bd < n; j += 8 * bd) {\n"
+           "        " + T + " v[8];\n"
+           "#pragma unroll\n"
+           "        for (int u = 0; u < 8; ++u) v[u] = x[base + (j + u * bd) * inner];\n"
+           "#pragma unroll\n"
+           "        for (int u = 0; u < 8; ++u) {\n"
+           "          row[j + u * bd] = v[u];\n"
+           "          m = (v[u] > m || v[u] != v[u]) ? v[u] : m;\n"
+           "        }\n"
+           "      }\n"
+           "      for (; j < n; j += bd) {\n"
+           "        const " + T + " v = x[base + j * inner];\n"
+           "        row[j] = v;\n"
+           "        m = (v > m || v != v) ? v : m;\n"
+           "      }\n"
+           "      m = kiln_block_reduce(m, (" + T + ")-INFINITY, " + max_f + ", scratch);\n"
+           "      " + T + " s = 0;\n"
+           "      for (j = threadIdx.x; j < n; j += bd) {\n"
+           "        const " + T + " e = kiln_exp" + sfx + "(row[j] - m);\n"
+           "        s += e;\n" +
+           (log ? "" : "        row[j] = e;\n") +
+           "      }\n"
+           "      s = kiln_block_reduce(s, (" + T + ")0, " + sum_f + ", scratch);\n"
+           "      const " + T + " ls = kiln_log" + sfx + "(s);\n"
+           "      (void)ls;\n"
+           "      for (j = threadIdx.x; j < n; j += bd) y[base + j * inner] = " +
+           (log ? "(row[j] - m) - ls" : "row[j] / s") + ";\n"
+           "      continue;\n"
+           "    }\n"
            "    " + T + " m = -INFINITY;\n"
            "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {\n"
            "      const " + T + " v = x[base + j * inner];\n"
@@ -200,7 +290,8 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
   h += "  void *kiln_y = " + names.outputs[0] + "->data;\n  void *kiln_x = " + names.inputs[0] +
        "->data;\n";
   h += "  if (kiln_slices > 0 && kiln_n > 0) KILN_LAUNCH(" + k.name +
-       ", kiln_cuda_blocks(kiln_slices, 1, 65535), 1, 1, 256, 1, 1, 0, &kiln_slices, &kiln_n, "
+       ", kiln_cuda_blocks(kiln_slices, 1, 65535), 1, 1, 512, 1, 1, 0, "
+       "&kiln_slices, &kiln_n, "
        "&kiln_inner, &kiln_y, &kiln_x);\n}\n";
   c.launch = h;
   return c;

@@ -20,6 +20,7 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
 constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
+constexpr CUresult kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
 constexpr int kComputeMajor = 75, kComputeMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 
 struct Driver {
@@ -52,6 +53,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;
   CUresult (*cuEventDestroy)(CUevent) = nullptr;
+  CUresult (*cuMemGetInfo)(size_t*, size_t*) = nullptr;  // optional: only for messages
 
   std::string error(CUresult r) const {
     const char* s = nullptr;
@@ -171,6 +173,15 @@ class DriverDevice : public CudaDevice {
     bind_thread();
     CUdeviceptr p = 0;
     const CUresult r = d_.cuMemAlloc(&p, std::max<size_t>(bytes, 1));
+    if (r == kOutOfMemory) {
+      size_t free = 0, total = 0;
+      std::string state;
+      if (d_.cuMemGetInfo && d_.cuMemGetInfo(&free, &total) == 0) {
+        state = " (" + std::to_string(free) + " of " + std::to_string(total) + " bytes free)";
+      }
+      throw Error("CUDA: out of memory allocating " + std::to_string(bytes) +
+                  " bytes of device memory" + state);
+    }
     if (r != 0) {
       throw Error("CUDA: allocating " + std::to_string(bytes) + " bytes of device memory: " +
                   d_.error(r));
@@ -274,6 +285,7 @@ std::unique_ptr<CudaDevice> make_driver_device(std::string* why) {
             bind(d, d.cuEventRecord, "cuEventRecord") &&
             bind(d, d.cuEventSynchronize, "cuEventSynchronize") &&
             bind(d, d.cuEventDestroy, "cuEventDestroy_v2");
+  bind(d, d.cuMemGetInfo, "cuMemGetInfo_v2");
   if (!ok) {
     *why = "libcuda.so.1 lacks a driver API function kiln needs (driver too old)";
     return nullptr;
