@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,8 +76,9 @@ Graph resnet18(int64_t batch) {
   Graph g("resnet18_like");
   Var x = input(g, "x", DType::kFloat32, {batch, 3, 224, 224});
   Var t = conv_bn(g, x, 3, 64, 7, 2, true, rng);
-  t = kiln::apply("max_pool", {t}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                    {"pads", Ints{1, 1, 1, 1}}});
+  t = kiln::apply(
+      "max_pool", {t},
+      {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
   int64_t c = 64;
   for (int64_t stage = 0; stage < 4; ++stage) {
     const int64_t out = 64 << stage;
@@ -108,7 +109,8 @@ CompileOptions on_cuda(const std::string& cache = "") {
   return o;
 }
 
-// Child mode: one compile in a fresh process (device from KILN_CUDA_DEVICE), timed graph -> callable.
+// Child mode: one compile in a fresh process (device from KILN_CUDA_DEVICE), timed graph ->
+// callable.
 int child(const std::string& which, const std::string& cache) {
   Graph g = make(which);
   auto t = Clock::now();
@@ -152,11 +154,11 @@ void compile_rows(const fs::path& base, int repeat, const std::string& self,
     size_t lines = 0, kernels = 0;
     // The toolchain is chosen once per process: NVRTC here (no KILN_CUDA_DEVICE), the
     // emulator's clang++ in a child.
-    const double nvrtc = build_ms(placed, CudaToolchain::get(), base / ("nvrtc-" + which), repeat,
-                                  &lines, &kernels);
-    ProcessResult emu = run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self,
-                                     "--emulator-build", which, (base / ("emu-" + which)).string(),
-                                     std::to_string(repeat)});
+    const double nvrtc =
+        build_ms(placed, CudaToolchain::get(), base / ("nvrtc-" + which), repeat, &lines, &kernels);
+    ProcessResult emu =
+        run_process({"/usr/bin/env", "KILN_CUDA_DEVICE=emulator", self, "--emulator-build", which,
+                     (base / ("emu-" + which)).string(), std::to_string(repeat)});
     const std::string cache = (base / ("cache-" + which)).string();
     const std::string device_env = "KILN_CUDA_DEVICE=" + hit_device;
     ProcessResult cold = run_process({"/usr/bin/env", device_env, self, "--child", which, cache});
@@ -222,13 +224,19 @@ void gpu_rows(int repeat) {
   const double mib = 8192.0 * 8192 * 4;
   const int r = std::max(repeat, 20);
   // The copy: an identity transpose, kept as a node by running no passes.
-  const double copy = kernel_ms(big, [](Graph&, Var v, const Shape&) { return transpose(v, {0, 1}); },
-                                "none", r);
+  const double copy = kernel_ms(
+      big,
+      [](Graph&, Var v, const Shape&) {
+        return transpose(v, {0, 1});
+      },
+      "none", r);
   // One fused kernel: the default passes fuse the three ops.
-  const double ew = kernel_ms(big, [](Graph&, Var v, const Shape&) { return relu(v * 0.5 + 0.25); },
-                              "", r);
-  const double sm = kernel_ms(big, [](Graph&, Var v, const Shape&) { return softmax(v); }, "none", r);
-  const double rs = kernel_ms(big, [](Graph&, Var v, const Shape&) { return sum(v, {1}); }, "none", r);
+  const double ew = kernel_ms(
+      big, [](Graph&, Var v, const Shape&) { return relu(v * 0.5 + 0.25); }, "", r);
+  const double sm = kernel_ms(
+      big, [](Graph&, Var v, const Shape&) { return softmax(v); }, "none", r);
+  const double rs = kernel_ms(
+      big, [](Graph&, Var v, const Shape&) { return sum(v, {1}); }, "none", r);
   std::printf("%-34s %10s %10s %12s\n", "kernel (8192x8192 f32)", "ms", "GB/s", "vs copy");
   auto row = [&](const char* name, double ms, double bytes) {
     std::printf("%-34s %10.3f %10.1f %12.2f\n", name, ms, bytes / ms / 1e6,
@@ -273,7 +281,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
   }
   const std::string self = fs::canonical("/proc/self/exe").string();
-  const fs::path base = fs::temp_directory_path() / ("kiln-cuda-bench-" + std::to_string(::getpid()));
+  const fs::path base =
+      fs::temp_directory_path() / ("kiln-cuda-bench-" + std::to_string(::getpid()));
   fs::create_directories(base);
   ::setenv("KILN_CACHE_DIR", (base / "cache").c_str(), 1);
   std::string why;
@@ -282,7 +291,8 @@ int main(int argc, char** argv) {
   if (kind == "gpu") {
     gpu_rows(repeat);
   } else {
-    std::printf("\nGPU rows not run: %s\n", kind.empty() ? why.c_str() : ("KILN_CUDA_DEVICE=" + kind).c_str());
+    std::printf("\nGPU rows not run: %s\n",
+                kind.empty() ? why.c_str() : ("KILN_CUDA_DEVICE=" + kind).c_str());
   }
   fs::remove_all(base);
   return 0;

@@ -63,7 +63,8 @@ const CudaToolchain& CudaToolchain::get() {
           // cold compile about 5x quicker. NVRTC older than 12.8 rejects it by name.
           t->options_.push_back("-Ofc=max");
         } else if (level != "full") {
-          throw UserError("KILN_CUDA_OPT='" + level + "' is not a CUDA optimisation level (full or fast)");
+          throw UserError("KILN_CUDA_OPT='" + level +
+                          "' is not a CUDA optimisation level (full or fast)");
         }
         // The options change the code: part of every key.
         t->components_ = {{"cuda.device", t->arch_},
@@ -91,10 +92,10 @@ CompileOutcome CudaToolchain::build(const std::filesystem::path& dir) const {
   if (emulated_) {
     const auto shim = dir / "kiln_cuda_emu.h";
     write_file_atomic(shim, std::string(prelude("kiln_cuda_emu.h")));
-    ProcessResult r = run_process({cxx_, "-std=c++17", "-O1", "-fPIC", "-shared", "-w",
-                                   "-DKILN_CUDA_EMULATOR=1", "-include", shim.string(), "-x",
-                                   "c++", (dir / "kernels.cu").string(), "-o",
-                                   (dir / "kernels.emu.so").string()});
+    ProcessResult r =
+        run_process({cxx_, "-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-DKILN_CUDA_EMULATOR=1",
+                     "-include", shim.string(), "-x", "c++", (dir / "kernels.cu").string(), "-o",
+                     (dir / "kernels.emu.so").string()});
     std::error_code ec;
     std::filesystem::remove(shim, ec);
     out.ok = r.exit_code == 0;
@@ -115,7 +116,8 @@ CompileOutcome CudaToolchain::build(const std::filesystem::path& dir) const {
 
 std::vector<Diagnostic> cuda_diagnostics(const std::string& log, const CodeWriter& map) {
   // NVRTC: "kernels.cu(12): error: ..."; clang++: "kernels.cu:12:5: error: ...".
-  static const std::regex nvrtc(R"(kernels\.cu\((\d+)\): (error|warning|catastrophic error): (.*))");
+  static const std::regex nvrtc(
+      R"(kernels\.cu\((\d+)\): (error|warning|catastrophic error): (.*))");
   static const std::regex clang(R"(kernels\.cu:(\d+):(\d+): (error|warning|fatal error): (.*))");
   std::vector<Diagnostic> out;
   std::vector<std::string> source_lines;

@@ -103,9 +103,10 @@ const Nvrtc& Nvrtc::get() {
       if (!(bind(h, api.version, "nvrtcVersion") && bind(h, api.create, "nvrtcCreateProgram") &&
             bind(h, api.destroy, "nvrtcDestroyProgram") &&
             bind(h, api.compile, "nvrtcCompileProgram") &&
-            bind(h, api.log_size, "nvrtcGetProgramLogSize") && bind(h, api.log, "nvrtcGetProgramLog") &&
-            bind(h, api.ptx_size, "nvrtcGetPTXSize") && bind(h, api.ptx, "nvrtcGetPTX") &&
-            bind(h, api.cubin_size, "nvrtcGetCUBINSize") && bind(h, api.cubin, "nvrtcGetCUBIN") &&
+            bind(h, api.log_size, "nvrtcGetProgramLogSize") &&
+            bind(h, api.log, "nvrtcGetProgramLog") && bind(h, api.ptx_size, "nvrtcGetPTXSize") &&
+            bind(h, api.ptx, "nvrtcGetPTX") && bind(h, api.cubin_size, "nvrtcGetCUBINSize") &&
+            bind(h, api.cubin, "nvrtcGetCUBIN") &&
             bind(h, api.error_string, "nvrtcGetErrorString"))) {
         tried.push_back(path + " (not NVRTC 11.1 or later)");
         ::dlclose(h);
@@ -139,8 +140,8 @@ std::string Nvrtc::key_fingerprint() {
   std::string canonical;
   const std::string identity = first_library_identity(&canonical);
   if (identity.empty()) return get().fingerprint();
-  const std::filesystem::path memo =
-      std::filesystem::path("toolchains") / ("nvrtc-" + sha256_hex(identity).substr(0, 32) + ".txt");
+  const std::filesystem::path memo = std::filesystem::path("toolchains") /
+                                     ("nvrtc-" + sha256_hex(identity).substr(0, 32) + ".txt");
   std::shared_ptr<CacheStore> store;
   try {
     store = CacheStore::open(default_cache_root());

@@ -25,7 +25,8 @@ std::string host_dims(const std::string& nd, const std::vector<bool>& mask, bool
   s += "  {\n    int64_t kiln_stride = 1;\n";
   s += "    int64_t kiln_strides[KILN_CUDA_MAX_RANK];\n";
   s += "    for (int d = " + tensor + "->ndim - 1; d >= 0; --d) {\n";
-  s += "      kiln_strides[d] = kiln_stride;\n      kiln_stride *= " + tensor + "->shape[d];\n    }\n";
+  s += "      kiln_strides[d] = kiln_stride;\n      kiln_stride *= " + tensor +
+       "->shape[d];\n    }\n";
   for (size_t d = 0; d < mask.size(); ++d) {
     if (mask[d] != want) continue;
     const std::string D = std::to_string(d);
@@ -120,12 +121,15 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
       "#pragma unroll\n"
       "      for (int u = 0; u < 4; ++u) {\n"
       "        const int64_t i = b + u * bd;\n"
-      "        if (i < n) {" + vec_loads + " }\n"
+      "        if (i < n) {" +
+      vec_loads +
+      " }\n"
       "      }\n"
       "#pragma unroll\n"
       "      for (int u = 0; u < 4; ++u) {\n"
       "        const int64_t i = b + u * bd;\n"
-      "        if (i < n) {\n" + vec_reads + indent(compute, "          ") +
+      "        if (i < n) {\n" +
+      vec_reads + indent(compute, "          ") +
       "        }\n"
       "      }\n"
       "    }\n"
@@ -139,11 +143,13 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
   c.kernels.push_back(k);
 
   std::string h = "kiln_cuda_nd kiln_nd;\n";
-  h += nops ? "const kiln_tensor *kiln_ops[] = {" + [&] {
-    std::string s;
-    for (const auto& o : host_ops) s += (s.empty() ? "" : ", ") + o;
-    return s;
-  }() + "};\n"
+  h += nops ? "const kiln_tensor *kiln_ops[] = {" +
+                  [&] {
+                    std::string s;
+                    for (const auto& o : host_ops) s += (s.empty() ? "" : ", ") + o;
+                    return s;
+                  }() +
+                  "};\n"
             : "const kiln_tensor *const *kiln_ops = 0;\n";
   h += "if (kiln_cuda_nd_init(&kiln_nd, " + names.outputs[0] + ", kiln_ops, " +
        std::to_string(nops) + ")) " + sub.fail +
@@ -152,8 +158,8 @@ CudaCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& s
   h += "{\n" + host_ptrs;
   h += "  if (kiln_nd.numel > 0) KILN_LAUNCH(" + k.name +
        ", kiln_cuda_blocks(kiln_nd.numel, kiln_nd.contiguous ? 1024 : 256, 4096), 1, 1, 256, 1, "
-       "1, 0, " + addresses(locals) +
-       ");\n}\n";
+       "1, 0, " +
+       addresses(locals) + ");\n}\n";
   c.launch = h;
   return c;
 }
@@ -167,32 +173,55 @@ CudaCode cuda_reduce(const Node& node, const CodeNames& names, const Sub& sub, R
   k.name = sub.prefix + "reduce";
   k.params = {"kiln_cuda_nd", "kiln_cuda_nd", T + "*", "const " + T + "*"};
   const std::string ident = "(" + T + ")" + identity_of(kind, dt);
-  const std::string f = "[](" + T + " a, " + T + " x) { return (" + T + ")(" +
-                        combine(kind, dt, "a", "x") + "); }";
+  const std::string f =
+      "[](" + T + " a, " + T + " x) { return (" + T + ")(" + combine(kind, dt, "a", "x") + "); }";
   std::string finish = "acc";
-  if (kind == ReduceKind::kMean) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : acc / (" + T + ")0)";
-  if (kind == ReduceKind::kMean && !is_float(dt)) finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : (" + T + ")0)";
-  k.code = "__global__ void " + k.name + "(const __grid_constant__ kiln_cuda_nd keep, const __grid_constant__ kiln_cuda_nd red, " + T +
-           " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
-           "  __shared__ " + T + " scratch[33];\n"
-           "  const auto f = " + f + ";\n"
-           "  for (int64_t o = blockIdx.x; o < keep.numel; o += gridDim.x) {\n"
-           "    const int64_t base = kiln_cuda_offset(&keep, 0, o);\n"
-           "    " + T + " acc = " + ident + ";\n"
-           // Four loads in flight per thread, combined in the same order as one at a time.
-           "    const int64_t bd = blockDim.x;\n"
-           "    int64_t r = threadIdx.x;\n"
-           "    for (; r + 3 * bd < red.numel; r += 4 * bd) {\n"
-           "      const " + T + " v0 = x[base + kiln_cuda_offset(&red, 0, r)];\n"
-           "      const " + T + " v1 = x[base + kiln_cuda_offset(&red, 0, r + bd)];\n"
-           "      const " + T + " v2 = x[base + kiln_cuda_offset(&red, 0, r + 2 * bd)];\n"
-           "      const " + T + " v3 = x[base + kiln_cuda_offset(&red, 0, r + 3 * bd)];\n"
-           "      acc = f(f(f(f(acc, v0), v1), v2), v3);\n"
-           "    }\n"
-           "    for (; r < red.numel; r += bd) acc = f(acc, x[base + kiln_cuda_offset(&red, 0, r)]);\n"
-           "    acc = kiln_block_reduce(acc, " + ident + ", f, scratch);\n"
-           "    if (threadIdx.x == 0) y[o] = " + finish + ";\n"
-           "  }\n}\n";
+  if (kind == ReduceKind::kMean)
+    finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : acc / (" + T + ")0)";
+  if (kind == ReduceKind::kMean && !is_float(dt))
+    finish = "(red.numel > 0 ? acc / (" + T + ")red.numel : (" + T + ")0)";
+  k.code =
+      "__global__ void " + k.name +
+      "(const __grid_constant__ kiln_cuda_nd keep, const __grid_constant__ kiln_cuda_nd red, " + T +
+      " *__restrict__ y, const " + T +
+      " *__restrict__ x) {\n"
+      "  __shared__ " +
+      T +
+      " scratch[33];\n"
+      "  const auto f = " +
+      f +
+      ";\n"
+      "  for (int64_t o = blockIdx.x; o < keep.numel; o += gridDim.x) {\n"
+      "    const int64_t base = kiln_cuda_offset(&keep, 0, o);\n"
+      "    " +
+      T + " acc = " + ident +
+      ";\n"
+      // Four loads in flight per thread, combined in the same order as one at a time.
+      "    const int64_t bd = blockDim.x;\n"
+      "    int64_t r = threadIdx.x;\n"
+      "    for (; r + 3 * bd < red.numel; r += 4 * bd) {\n"
+      "      const " +
+      T +
+      " v0 = x[base + kiln_cuda_offset(&red, 0, r)];\n"
+      "      const " +
+      T +
+      " v1 = x[base + kiln_cuda_offset(&red, 0, r + bd)];\n"
+      "      const " +
+      T +
+      " v2 = x[base + kiln_cuda_offset(&red, 0, r + 2 * bd)];\n"
+      "      const " +
+      T +
+      " v3 = x[base + kiln_cuda_offset(&red, 0, r + 3 * bd)];\n"
+      "      acc = f(f(f(f(acc, v0), v1), v2), v3);\n"
+      "    }\n"
+      "    for (; r < red.numel; r += bd) acc = f(acc, x[base + kiln_cuda_offset(&red, 0, r)]);\n"
+      "    acc = kiln_block_reduce(acc, " +
+      ident +
+      ", f, scratch);\n"
+      "    if (threadIdx.x == 0) y[o] = " +
+      finish +
+      ";\n"
+      "  }\n}\n";
   c.kernels.push_back(k);
   std::string h = "kiln_cuda_nd kiln_keep, kiln_red;\n";
   h += host_dims("kiln_keep", mask, false, names.inputs[0]);
@@ -206,7 +235,8 @@ CudaCode cuda_reduce(const Node& node, const CodeNames& names, const Sub& sub, R
   return c;
 }
 
-CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, int axis, bool log) {
+CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, int axis,
+                      bool log) {
   CudaCode c;
   c.preludes = {"kiln_math.h"};
   const DType dt = node.outputs[0]->type.dtype;
@@ -224,17 +254,28 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
   // and blocks are 512 threads, so enough loads are in flight to keep the memory busy.
   const std::string cap = std::to_string(32768 / dtype_size(dt));
   k.code = "__global__ void " + k.name + "(int64_t slices, int64_t n, int64_t inner, " + T +
-           " *__restrict__ y, const " + T + " *__restrict__ x) {\n"
-           "  __shared__ " + T + " scratch[33];\n"
-           "  __shared__ " + T + " row[" + cap + "];\n"
+           " *__restrict__ y, const " + T +
+           " *__restrict__ x) {\n"
+           "  __shared__ " +
+           T +
+           " scratch[33];\n"
+           "  __shared__ " +
+           T + " row[" + cap +
+           "];\n"
            "  const int64_t bd = blockDim.x;\n"
            "  for (int64_t sl = blockIdx.x; sl < slices; sl += gridDim.x) {\n"
            "    const int64_t base = (sl / inner) * n * inner + sl % inner;\n"
-           "    if (n <= " + cap + ") {\n"
-           "      " + T + " m = -INFINITY;\n"
+           "    if (n <= " +
+           cap +
+           ") {\n"
+           "      " +
+           T +
+           " m = -INFINITY;\n"
            "      int64_t j = threadIdx.x;\n"
            "      for (; j + 7 * bd < n; j += 8 * bd) {\n"
-           "        " + T + " v[8];\n"
+           "        " +
+           T +
+           " v[8];\n"
            "#pragma unroll\n"
            "        for (int u = 0; u < 8; ++u) v[u] = x[base + (j + u * bd) * inner];\n"
            "#pragma unroll\n"
@@ -244,39 +285,69 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
            "        }\n"
            "      }\n"
            "      for (; j < n; j += bd) {\n"
-           "        const " + T + " v = x[base + j * inner];\n"
+           "        const " +
+           T +
+           " v = x[base + j * inner];\n"
            "        row[j] = v;\n"
            "        m = (v > m || v != v) ? v : m;\n"
            "      }\n"
-           "      m = kiln_block_reduce(m, (" + T + ")-INFINITY, " + max_f + ", scratch);\n"
-           "      " + T + " s = 0;\n"
+           "      m = kiln_block_reduce(m, (" +
+           T + ")-INFINITY, " + max_f +
+           ", scratch);\n"
+           "      " +
+           T +
+           " s = 0;\n"
            "      for (j = threadIdx.x; j < n; j += bd) {\n"
-           "        const " + T + " e = kiln_exp" + sfx + "(row[j] - m);\n"
+           "        const " +
+           T + " e = kiln_exp" + sfx +
+           "(row[j] - m);\n"
            "        s += e;\n" +
            (log ? "" : "        row[j] = e;\n") +
            "      }\n"
-           "      s = kiln_block_reduce(s, (" + T + ")0, " + sum_f + ", scratch);\n"
-           "      const " + T + " ls = kiln_log" + sfx + "(s);\n"
+           "      s = kiln_block_reduce(s, (" +
+           T + ")0, " + sum_f +
+           ", scratch);\n"
+           "      const " +
+           T + " ls = kiln_log" + sfx +
+           "(s);\n"
            "      (void)ls;\n"
            "      for (j = threadIdx.x; j < n; j += bd) y[base + j * inner] = " +
-           (log ? "(row[j] - m) - ls" : "row[j] / s") + ";\n"
+           (log ? "(row[j] - m) - ls" : "row[j] / s") +
+           ";\n"
            "      continue;\n"
            "    }\n"
-           "    " + T + " m = -INFINITY;\n"
+           "    " +
+           T +
+           " m = -INFINITY;\n"
            "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {\n"
-           "      const " + T + " v = x[base + j * inner];\n"
+           "      const " +
+           T +
+           " v = x[base + j * inner];\n"
            "      m = (v > m || v != v) ? v : m;\n"
            "    }\n"
-           "    m = kiln_block_reduce(m, (" + T + ")-INFINITY, " + max_f + ", scratch);\n"
-           "    " + T + " s = 0;\n"
-           "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += kiln_exp" + sfx +
+           "    m = kiln_block_reduce(m, (" +
+           T + ")-INFINITY, " + max_f +
+           ", scratch);\n"
+           "    " +
+           T +
+           " s = 0;\n"
+           "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += kiln_exp" +
+           sfx +
            "(x[base + j * inner] - m);\n"
-           "    s = kiln_block_reduce(s, (" + T + ")0, " + sum_f + ", scratch);\n"
-           "    const " + T + " ls = kiln_log" + sfx + "(s);\n"
+           "    s = kiln_block_reduce(s, (" +
+           T + ")0, " + sum_f +
+           ", scratch);\n"
+           "    const " +
+           T + " ls = kiln_log" + sfx +
+           "(s);\n"
            "    (void)ls;\n"
            "    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {\n"
-           "      const " + T + " v = x[base + j * inner];\n"
-           "      y[base + j * inner] = " + write + ";\n"
+           "      const " +
+           T +
+           " v = x[base + j * inner];\n"
+           "      y[base + j * inner] = " +
+           write +
+           ";\n"
            "    }\n"
            "  }\n}\n";
   c.kernels.push_back(k);
@@ -284,8 +355,8 @@ CudaCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub, 
   std::string h = "{\n  int64_t kiln_outer = 1, kiln_inner = 1, kiln_n = " + names.inputs[0] +
                   "->shape[" + A + "];\n";
   h += "  for (int d = 0; d < " + A + "; ++d) kiln_outer *= " + names.inputs[0] + "->shape[d];\n";
-  h += "  for (int d = " + A + " + 1; d < " + names.inputs[0] + "->ndim; ++d) kiln_inner *= " +
-       names.inputs[0] + "->shape[d];\n";
+  h += "  for (int d = " + A + " + 1; d < " + names.inputs[0] +
+       "->ndim; ++d) kiln_inner *= " + names.inputs[0] + "->shape[d];\n";
   h += "  int64_t kiln_slices = kiln_outer * kiln_inner;\n";
   h += "  void *kiln_y = " + names.outputs[0] + "->data;\n  void *kiln_x = " + names.inputs[0] +
        "->data;\n";
@@ -307,26 +378,50 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
   k.name = sub.prefix + "gemm";
   // M, N, K; batch offsets; A and its strides; B and its strides; C and its strides;
   // alpha, beta; Y.
-  k.params = {"int64_t", "int64_t", "int64_t", "kiln_cuda_nd", "const " + T + "*", "int64_t",
-              "int64_t", "const " + T + "*", "int64_t", "int64_t", "const " + T + "*", "int64_t",
-              "int64_t", T, T, T + "*"};
+  k.params = {"int64_t",
+              "int64_t",
+              "int64_t",
+              "kiln_cuda_nd",
+              "const " + T + "*",
+              "int64_t",
+              "int64_t",
+              "const " + T + "*",
+              "int64_t",
+              "int64_t",
+              "const " + T + "*",
+              "int64_t",
+              "int64_t",
+              T,
+              T,
+              T + "*"};
   if (epi) k.params.insert(k.params.end(), epi->params.begin(), epi->params.end());
   // A 64x64 tile of Y per block of 16x16 threads, each thread 4x4 results spaced 16
   // apart (conflict-free shared reads); K in steps of 16 through shared memory.
   k.code = (epi ? epi->function : "") + "__global__ void " + k.name +
-           "(int64_t M, int64_t N, int64_t K, const __grid_constant__ kiln_cuda_nd bnd, const " + T +
-           " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
+           "(int64_t M, int64_t N, int64_t K, const __grid_constant__ kiln_cuda_nd bnd, const " +
+           T + " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
            " *__restrict__ B, int64_t rsb, int64_t csb, const " + T +
            " *__restrict__ C, int64_t rsc, int64_t csc, " + T + " alpha, " + T + " beta, " + T +
-           " *__restrict__ Y" + (epi ? epi->signature : "") + ") {\n"
-           "  __shared__ " + T + " As[16][65];\n"
-           "  __shared__ " + T + " Bs[16][64];\n"
+           " *__restrict__ Y" + (epi ? epi->signature : "") +
+           ") {\n"
+           "  __shared__ " +
+           T +
+           " As[16][65];\n"
+           "  __shared__ " +
+           T +
+           " Bs[16][64];\n"
            "  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, tid = ty * 16 + tx;\n"
            "  const int64_t z = blockIdx.z;\n"
-           "  const " + T + " *Az = A + kiln_cuda_offset(&bnd, 0, z);\n"
-           "  const " + T + " *Bz = B + kiln_cuda_offset(&bnd, 1, z);\n"
+           "  const " +
+           T +
+           " *Az = A + kiln_cuda_offset(&bnd, 0, z);\n"
+           "  const " +
+           T +
+           " *Bz = B + kiln_cuda_offset(&bnd, 1, z);\n"
            "  const int64_t row0 = (int64_t)blockIdx.y * 64, col0 = (int64_t)blockIdx.x * 64;\n"
-           "  " + T + " acc[4][4];\n"
+           "  " +
+           T +
+           " acc[4][4];\n"
            "#pragma unroll\n"
            "  for (int i = 0; i < 4; ++i)\n"
            "#pragma unroll\n"
@@ -337,13 +432,19 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
            "      const int idx = tid + 256 * t;\n"
            "      const int ar = idx >> 4, ac = idx & 15, br = idx >> 6, bc = idx & 63;\n"
            "      const int64_t gr = row0 + ar, ga = k0 + ac, gb = k0 + br, gc = col0 + bc;\n"
-           "      As[ac][ar] = (gr < M && ga < K) ? Az[gr * rsa + ga * csa] : (" + T + ")0;\n"
-           "      Bs[br][bc] = (gb < K && gc < N) ? Bz[gb * rsb + gc * csb] : (" + T + ")0;\n"
+           "      As[ac][ar] = (gr < M && ga < K) ? Az[gr * rsa + ga * csa] : (" +
+           T +
+           ")0;\n"
+           "      Bs[br][bc] = (gb < K && gc < N) ? Bz[gb * rsb + gc * csb] : (" +
+           T +
+           ")0;\n"
            "    }\n"
            "    __syncthreads();\n"
            "#pragma unroll\n"
            "    for (int kk = 0; kk < 16; ++kk) {\n"
-           "      " + T + " a[4], b[4];\n"
+           "      " +
+           T +
+           " a[4], b[4];\n"
            "#pragma unroll\n"
            "      for (int i = 0; i < 4; ++i) {\n"
            "        a[i] = As[kk][ty + 16 * i];\n"
@@ -362,10 +463,14 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
            "    for (int j = 0; j < 4; ++j) {\n"
            "      const int64_t row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;\n"
            "      if (row < M && col < N) {\n"
-           "        " + T + " r = alpha * acc[i][j];\n"
+           "        " +
+           T +
+           " r = alpha * acc[i][j];\n"
            "        if (C) r += beta * C[row * rsc + col * csc];\n"
            "        const int64_t o = (z * M + row) * N + col;\n"
-           "        Y[o] = " + cuda_store(epi, "r", "o") + ";\n"
+           "        Y[o] = " +
+           cuda_store(epi, "r", "o") +
+           ";\n"
            "      }\n"
            "    }\n"
            "  }\n}\n";
@@ -382,12 +487,12 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
   std::string h = "{\n" + (epi ? epi->host : "");
   // A 1-D A is one row (1, K); a 1-D B one column (K, 1). Any strides work.
   if (ra == 1) {
-    h += "  int64_t kiln_m = 1, kiln_k = " + dim(a, 0) + ", kiln_rsa = 0, kiln_csa = " +
-         stride(a, 0) + ";\n";
+    h += "  int64_t kiln_m = 1, kiln_k = " + dim(a, 0) +
+         ", kiln_rsa = 0, kiln_csa = " + stride(a, 0) + ";\n";
   } else {
     const int rd = trans_a ? ra - 1 : ra - 2, cd = trans_a ? ra - 2 : ra - 1;
-    h += "  int64_t kiln_m = " + dim(a, rd) + ", kiln_k = " + dim(a, cd) + ", kiln_rsa = " +
-         stride(a, rd) + ", kiln_csa = " + stride(a, cd) + ";\n";
+    h += "  int64_t kiln_m = " + dim(a, rd) + ", kiln_k = " + dim(a, cd) +
+         ", kiln_rsa = " + stride(a, rd) + ", kiln_csa = " + stride(a, cd) + ";\n";
   }
   if (rb == 1) {
     h += "  int64_t kiln_n = 1, kiln_rsb = " + stride(b, 0) + ", kiln_csb = 0;\n";
@@ -401,12 +506,14 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
        ";\n  kiln_bnd.numel = 1;\n  kiln_bnd.contiguous = 0;\n";
   for (int d = 0; d < nb; ++d) {
     const std::string D = std::to_string(d);
-    h += "  kiln_bnd.shape[" + D + "] = " + dim(y, d) + ";\n  kiln_bnd.numel *= " + dim(y, d) + ";\n";
+    h += "  kiln_bnd.shape[" + D + "] = " + dim(y, d) + ";\n  kiln_bnd.numel *= " + dim(y, d) +
+         ";\n";
     for (int op = 0; op < 2; ++op) {
       const std::string& t = op ? b : a;
       const int td = d - (nb - ((op ? rb : ra) - 2));
-      h += "  kiln_bnd.strides[" + std::to_string(op) + "][" + D + "] = " +
-           (td < 0 ? std::string("0") : dim(t, td) + " == 1 ? 0 : " + stride(t, td)) + ";\n";
+      h += "  kiln_bnd.strides[" + std::to_string(op) + "][" + D +
+           "] = " + (td < 0 ? std::string("0") : dim(t, td) + " == 1 ? 0 : " + stride(t, td)) +
+           ";\n";
     }
   }
   h += "  int64_t kiln_rsc = 0, kiln_csc = 0;\n  void *kiln_c = 0;\n";
@@ -419,8 +526,8 @@ CudaCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, boo
     h += "  } else if (" + cc + "->ndim == 1) {\n";
     h += "    kiln_csc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n  }\n";
   }
-  h += "  " + T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T +
-       ")" + c_literal(dt, beta) + ";\n";
+  h += "  " + T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T + ")" +
+       c_literal(dt, beta) + ";\n";
   h += "  void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " + y + "->data;\n";
   h += "  if (kiln_m > 0 && kiln_n > 0 && kiln_bnd.numel > 0) {\n";
   h += "    if ((kiln_m + 63) / 64 > 65535 || kiln_bnd.numel > 65535) " + sub.fail +

@@ -51,9 +51,9 @@ using Ints = std::vector<int64_t>;
 #define KILN_CUDA_SUITE CudaGpu
 #endif
 constexpr bool kOnGpu = std::string_view(KILN_CUDA_TEST_DEVICE) == "gpu";
-#define SKIP_ON_GPU()                                                   \
-  do {                                                                  \
-    if (kOnGpu) GTEST_SKIP() << "about the emulator or NVRTC alone";    \
+#define SKIP_ON_GPU()                                                \
+  do {                                                               \
+    if (kOnGpu) GTEST_SKIP() << "about the emulator or NVRTC alone"; \
   } while (0)
 
 const bool kDevice = [] {
@@ -72,7 +72,8 @@ Tensor nasty(DType dt, const Shape& shape, std::mt19937& rng, double lo = -3, do
   Tensor t = testing::random_tensor(dt, shape, rng, lo, hi);
   if (!is_float(dt)) return t;
   const double special[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1.0, -1.0, 0.5};
-  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 8); ++i) t.store(i * 7 % t.numel(), special[i]);
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 8); ++i)
+    t.store(i * 7 % t.numel(), special[i]);
   return t;
 }
 
@@ -80,7 +81,8 @@ Tensor nasty(DType dt, const Shape& shape, std::mt19937& rng, double lo = -3, do
 void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, double rtol,
                               double atol) {
   Function f = compile(g, on_cuda());
-  EXPECT_NE(f.info().device.find(kOnGpu ? "sm_" : "emulator"), std::string::npos) << f.info().device;
+  EXPECT_NE(f.info().device.find(kOnGpu ? "sm_" : "emulator"), std::string::npos)
+      << f.info().device;
   std::vector<Tensor> got = f(inputs);
   std::vector<Tensor> want = evaluate_reference(g, inputs);
   ASSERT_EQ(got.size(), want.size());
@@ -114,10 +116,11 @@ TEST(KILN_CUDA_SUITE, EveryFloatElementwiseOpMatchesPerform) {
   std::mt19937 rng(1);
   Graph g = scalar_ops_graph(DType::kFloat32, false);
   ASSERT_GT(g.outputs().size(), 40u);
-  expect_matches_reference(g,
-                           {nasty(DType::kFloat32, {3, 257}, rng), nasty(DType::kFloat32, {257}, rng),
-                            nasty(DType::kFloat32, {3, 1}, rng)},
-                           2e-5, 1e-6);
+  expect_matches_reference(
+      g,
+      {nasty(DType::kFloat32, {3, 257}, rng), nasty(DType::kFloat32, {257}, rng),
+       nasty(DType::kFloat32, {3, 1}, rng)},
+      2e-5, 1e-6);
 }
 
 TEST(KILN_CUDA_SUITE, EveryIntegerElementwiseOpMatchesPerform) {
@@ -129,8 +132,8 @@ TEST(KILN_CUDA_SUITE, EveryIntegerElementwiseOpMatchesPerform) {
   b.store_int(1, -1);
   Tensor a = testing::random_tensor(DType::kInt32, {3, 257}, rng, -50, 50);
   a.store_int(1, INT32_MIN);  // INT_MIN / -1 wraps instead of trapping
-  expect_matches_reference(g, {a, b, testing::random_tensor(DType::kInt32, {3, 1}, rng, -5, 5)},
-                           0, 0);
+  expect_matches_reference(g, {a, b, testing::random_tensor(DType::kInt32, {3, 1}, rng, -5, 5)}, 0,
+                           0);
 }
 
 TEST(KILN_CUDA_SUITE, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
@@ -140,11 +143,13 @@ TEST(KILN_CUDA_SUITE, FusedElementwiseChainsAndScalarLiteralsMatchPerform) {
   Var w = input(g, "w", DType::kFloat64, {1, 1000});
   Var y = tanh(x * w + 0.5) * sigmoid(x) - exp(x / 3.0);
   g.set_outputs({y.var()});
-  expect_matches_reference(g, {nasty(DType::kFloat64, {5, 1000}, rng), nasty(DType::kFloat64, {1, 1000}, rng)},
-                           1e-12, 1e-13);
+  expect_matches_reference(
+      g, {nasty(DType::kFloat64, {5, 1000}, rng), nasty(DType::kFloat64, {1, 1000}, rng)}, 1e-12,
+      1e-13);
   // An empty batch launches nothing and returns an empty tensor.
   Function f = compile(g, on_cuda());
-  auto out = f({Tensor::zeros(DType::kFloat64, {0, 1000}), Tensor::zeros(DType::kFloat64, {1, 1000})});
+  auto out =
+      f({Tensor::zeros(DType::kFloat64, {0, 1000}), Tensor::zeros(DType::kFloat64, {1, 1000})});
   EXPECT_EQ(out.at(0).shape(), (Shape{0, 1000}));
 }
 
@@ -153,8 +158,8 @@ TEST(KILN_CUDA_SUITE, ReductionsOverAnyAxesMatchPerform) {
   Graph g("cuda_reduce");
   Var x = input(g, "x", DType::kFloat32, {5, 7, 300});
   Var n = input(g, "n", DType::kInt32, {6, 33});
-  g.set_outputs({sum(x, {2}).var(), mean(x, {0}, true).var(), max(x, {1, 2}).var(),
-                 sum(x).var(), kiln::apply("reduce_min", {x}, {{"axes", std::vector<int64_t>{0, 2}}}).var(),
+  g.set_outputs({sum(x, {2}).var(), mean(x, {0}, true).var(), max(x, {1, 2}).var(), sum(x).var(),
+                 kiln::apply("reduce_min", {x}, {{"axes", std::vector<int64_t>{0, 2}}}).var(),
                  kiln::apply("reduce_prod", {x}, {{"axes", std::vector<int64_t>{1}}}).var(),
                  sum(n, {1}).var(), max(n, {0}).var()});
   Tensor xs = testing::random_tensor(DType::kFloat32, {5, 7, 300}, rng, 0.9, 1.1);
@@ -174,7 +179,9 @@ TEST(KILN_CUDA_SUITE, ReductionsOfEmptyAxesGiveTheIdentity) {
   Var y = input(h, "y", DType::kFloat32, {4, kDynamic});
   h.set_outputs({max(y, {1}).var()});
   Function f = compile(h, on_cuda());
-  EXPECT_NE(error_of([&] { f({Tensor::zeros(DType::kFloat32, {4, 0})}); }).find("cuda:reduce_max"),
+  EXPECT_NE(error_of([&] {
+              f({Tensor::zeros(DType::kFloat32, {4, 0})});
+            }).find("cuda:reduce_max"),
             std::string::npos);
 }
 
@@ -183,11 +190,13 @@ TEST(KILN_CUDA_SUITE, SoftmaxAlongAnyAxisMatchesPerform) {
   Graph g("cuda_softmax");
   Var x = input(g, "x", DType::kFloat32, {6, 300});
   Var z = input(g, "z", DType::kFloat64, {4, 5, 3});
-  g.set_outputs({softmax(x).var(), log_softmax(x).var(), softmax(z, 1).var(), log_softmax(z, 0).var()});
+  g.set_outputs(
+      {softmax(x).var(), log_softmax(x).var(), softmax(z, 1).var(), log_softmax(z, 0).var()});
   Tensor xs = testing::random_tensor(DType::kFloat32, {6, 300}, rng, -30, 30);
   xs.store(3, -INFINITY);  // a masked position
   xs.store(310, 80);       // large values must not overflow
-  expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {4, 5, 3}, rng)}, 1e-5, 1e-7);
+  expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {4, 5, 3}, rng)}, 1e-5,
+                           1e-7);
 }
 
 // Long rows take the other code paths: softmax rows held in registers (up to 8 values per
@@ -202,9 +211,9 @@ TEST(KILN_CUDA_SUITE, LongRowsMatchPerformOnEveryKernelPath) {
     g.set_outputs({softmax(x).var(), log_softmax(x).var(), softmax(z).var(), sum(x, {1}).var(),
                    max(x, {1}).var(), mean(z, {1}).var(), (exp(x) * 2.0 + 1.0).var()});
     Tensor xs = testing::random_tensor(DType::kFloat32, {3, n}, rng, -30, 30);
-    xs.store(n - 1, -INFINITY);       // the last element of row 0: the tail
-    xs.store(n + n / 2, 80);          // row 1: large values
-    xs.store(2 * n + n - 2, NAN);     // row 2: NaN near the end
+    xs.store(n - 1, -INFINITY);    // the last element of row 0: the tail
+    xs.store(n + n / 2, 80);       // row 1: large values
+    xs.store(2 * n + n - 2, NAN);  // row 2: NaN near the end
     SCOPED_TRACE("row length " + std::to_string(n));
     expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {2, n}, rng)}, 1e-5,
                              1e-6);
@@ -222,12 +231,14 @@ TEST(KILN_CUDA_SUITE, MatmulAndGemmWithTailsAndTransposesMatchPerform) {
   Var col = input(g, "col", DType::kFloat32, {17, 1});
   g.set_outputs({matmul(a, b).var(), gemm(at, bt, row, 0.5, 2.0, true, true).var(),
                  gemm(a, bt, col, 1.0, -1.0, false, true).var()});
-  expect_matches_reference(
-      g,
-      {testing::random_tensor(DType::kFloat32, {17, 33}, rng), testing::random_tensor(DType::kFloat32, {33, 19}, rng),
-       testing::random_tensor(DType::kFloat32, {33, 17}, rng), testing::random_tensor(DType::kFloat32, {19, 33}, rng),
-       testing::random_tensor(DType::kFloat32, {19}, rng), testing::random_tensor(DType::kFloat32, {17, 1}, rng)},
-      1e-5, 1e-5);
+  expect_matches_reference(g,
+                           {testing::random_tensor(DType::kFloat32, {17, 33}, rng),
+                            testing::random_tensor(DType::kFloat32, {33, 19}, rng),
+                            testing::random_tensor(DType::kFloat32, {33, 17}, rng),
+                            testing::random_tensor(DType::kFloat32, {19, 33}, rng),
+                            testing::random_tensor(DType::kFloat32, {19}, rng),
+                            testing::random_tensor(DType::kFloat32, {17, 1}, rng)},
+                           1e-5, 1e-5);
 }
 
 TEST(KILN_CUDA_SUITE, BatchedAndOneDimensionalMatmulsMatchPerform) {
@@ -240,11 +251,12 @@ TEST(KILN_CUDA_SUITE, BatchedAndOneDimensionalMatmulsMatchPerform) {
   Var e = input(g, "e", DType::kFloat64, {3, 0});
   g.set_outputs({matmul(a, b).var(), matmul(v, b).var(), matmul(a, v).var(), matmul(v, v).var(),
                  matmul(d, e).var()});
-  expect_matches_reference(g,
-                           {nasty(DType::kFloat32, {3, 1, 70, 20}, rng), nasty(DType::kFloat32, {4, 20, 65}, rng),
-                            nasty(DType::kFloat32, {20}, rng), nasty(DType::kFloat64, {2, 5, 3}, rng),
-                            Tensor::empty(DType::kFloat64, {3, 0})},
-                           1e-5, 1e-5);
+  expect_matches_reference(
+      g,
+      {nasty(DType::kFloat32, {3, 1, 70, 20}, rng), nasty(DType::kFloat32, {4, 20, 65}, rng),
+       nasty(DType::kFloat32, {20}, rng), nasty(DType::kFloat64, {2, 5, 3}, rng),
+       Tensor::empty(DType::kFloat64, {3, 0})},
+      1e-5, 1e-5);
 }
 
 // Every op that only moves data, on shapes with tails, several dtypes and an empty band.
@@ -262,8 +274,12 @@ TEST(KILN_CUDA_SUITE, DataMovementOpsMatchPerform) {
   g.set_outputs({
       transpose(x, {2, 0, 3, 1}).var(),
       transpose(i8).var(),
-      kiln::apply("slice", {x}, {{"starts", Ints{-1, 1}}, {"ends", Ints{-100, 9}}, {"axes", Ints{2, 3}},
-                                 {"steps", Ints{-2, 3}}}).var(),
+      kiln::apply("slice", {x},
+                  {{"starts", Ints{-1, 1}},
+                   {"ends", Ints{-100, 9}},
+                   {"axes", Ints{2, 3}},
+                   {"steps", Ints{-2, 3}}})
+          .var(),
       kiln::apply("slice", {i8}, {{"starts", Ints{5}}, {"ends", Ints{5}}, {"axes", Ints{0}}}).var(),
       concat({xd, h, none, xd}, 1).var(),
       concat({i8, i8}, 0).var(),
@@ -277,12 +293,13 @@ TEST(KILN_CUDA_SUITE, DataMovementOpsMatchPerform) {
   Tensor idx32 = Tensor::empty(DType::kInt32, {5});
   const int64_t jv[] = {36, -37, 0, 12, 12};
   for (int k = 0; k < 5; ++k) idx32.store_int(k, jv[k]);
-  expect_matches_reference(g,
-                           {nasty(DType::kFloat32, {3, 5, 7, 11}, rng), nasty(DType::kFloat64, {3, 2, 7, 11}, rng),
-                            Tensor::empty(DType::kFloat64, {3, 0, 7, 11}),
-                            testing::random_tensor(DType::kInt8, {37, 9}, rng, -100, 100),
-                            testing::random_tensor(DType::kInt64, {4, 1, 6}, rng, -1e9, 1e9), idx, idx32},
-                           0, 0);
+  expect_matches_reference(
+      g,
+      {nasty(DType::kFloat32, {3, 5, 7, 11}, rng), nasty(DType::kFloat64, {3, 2, 7, 11}, rng),
+       Tensor::empty(DType::kFloat64, {3, 0, 7, 11}),
+       testing::random_tensor(DType::kInt8, {37, 9}, rng, -100, 100),
+       testing::random_tensor(DType::kInt64, {4, 1, 6}, rng, -1e9, 1e9), idx, idx32},
+      0, 0);
 }
 
 TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
@@ -295,7 +312,8 @@ TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
   idx.store_int(0, 1);
   idx.store_int(1, 4);
   const std::string err = error_of([&] { f({Tensor::zeros(DType::kFloat32, {4, 3}), idx}); });
-  EXPECT_NE(err.find("gather: index 4 is out of range for axis 0 of size 4"), std::string::npos) << err;
+  EXPECT_NE(err.find("gather: index 4 is out of range for axis 0 of size 4"), std::string::npos)
+      << err;
   EXPECT_NE(err.find("cuda:gather"), std::string::npos) << err;
 }
 
@@ -333,31 +351,51 @@ TEST(KILN_CUDA_SUITE, ConvolutionsAndPoolsMatchPerform) {
   Var l = input(g, "l", DType::kFloat64, {2, 3, 29});
   Var lw = input(g, "lw", DType::kFloat64, {5, 3, 4});
   g.set_outputs({
-      kiln::apply("conv", {x, w, b}, {{"group", int64_t{2}}, {"strides", Ints{2, 1}},
-                                      {"dilations", Ints{1, 2}}, {"pads", Ints{1, 0, 2, 1}}}).var(),
+      kiln::apply("conv", {x, w, b},
+                  {{"group", int64_t{2}},
+                   {"strides", Ints{2, 1}},
+                   {"dilations", Ints{1, 2}},
+                   {"pads", Ints{1, 0, 2, 1}}})
+          .var(),
       kiln::apply("conv", {x, dw}, {{"group", int64_t{6}}, {"pads", Ints{1, 1, 1, 1}}}).var(),
-      kiln::apply("conv", {l, lw}, {{"strides", Ints{3}}, {"auto_pad", std::string("SAME_UPPER")}}).var(),
-      kiln::apply("max_pool", {x}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                    {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}}).var(),
-      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 2}},
-                                        {"pads", Ints{0, 1, 1, 1}}}).var(),
-      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{3, 2}}, {"pads", Ints{1, 1, 1, 1}},
-                                        {"count_include_pad", int64_t{1}}}).var(),
+      kiln::apply("conv", {l, lw}, {{"strides", Ints{3}}, {"auto_pad", std::string("SAME_UPPER")}})
+          .var(),
+      kiln::apply("max_pool", {x},
+                  {{"kernel_shape", Ints{3, 3}},
+                   {"strides", Ints{2, 2}},
+                   {"pads", Ints{1, 1, 1, 1}},
+                   {"ceil_mode", int64_t{1}}})
+          .var(),
+      kiln::apply(
+          "average_pool", {x},
+          {{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{0, 1, 1, 1}}})
+          .var(),
+      kiln::apply("average_pool", {x},
+                  {{"kernel_shape", Ints{3, 2}},
+                   {"pads", Ints{1, 1, 1, 1}},
+                   {"count_include_pad", int64_t{1}}})
+          .var(),
       kiln::apply("max_pool", {l}, {{"kernel_shape", Ints{4}}, {"dilations", Ints{2}}}).var(),
       // The last window overhangs the input: only real and padded positions count.
-      kiln::apply("average_pool", {x}, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}},
-                                        {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}}).var(),
+      kiln::apply("average_pool", {x},
+                  {{"kernel_shape", Ints{2, 2}},
+                   {"strides", Ints{2, 2}},
+                   {"ceil_mode", int64_t{1}},
+                   {"count_include_pad", int64_t{1}}})
+          .var(),
   });
   const Graph placed = optimized_graph(g, on_cuda());
   for (const auto& n : placed.nodes()) {
     const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host") << op << " stayed on the CPU";
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
   }
-  expect_matches_reference(g,
-                           {nasty(DType::kFloat32, {3, 6, 13, 11}, rng), nasty(DType::kFloat32, {4, 3, 3, 2}, rng),
-                            testing::random_tensor(DType::kFloat32, {4}, rng), nasty(DType::kFloat32, {6, 1, 3, 3}, rng),
-                            nasty(DType::kFloat64, {2, 3, 29}, rng), nasty(DType::kFloat64, {5, 3, 4}, rng)},
-                           1e-5, 1e-5);
+  expect_matches_reference(
+      g,
+      {nasty(DType::kFloat32, {3, 6, 13, 11}, rng), nasty(DType::kFloat32, {4, 3, 3, 2}, rng),
+       testing::random_tensor(DType::kFloat32, {4}, rng), nasty(DType::kFloat32, {6, 1, 3, 3}, rng),
+       nasty(DType::kFloat64, {2, 3, 29}, rng), nasty(DType::kFloat64, {5, 3, 4}, rng)},
+      1e-5, 1e-5);
 }
 
 // Bias and activation run inside the GEMM or convolution kernel, before the store.
@@ -380,12 +418,16 @@ TEST(KILN_CUDA_SUITE, EpiloguesRunInsideTheProducerKernel) {
   for (const auto& n : placed.nodes()) fused += n->op->name() == "cuda:with_epilogue";
   EXPECT_EQ(fused, 3) << "every producer took its epilogue on the device";
   const std::string cu = link_c_module(placed, "test").cuda.str();
-  EXPECT_NE(cu.find("epilogue(r, o, &epi"), std::string::npos) << "the GEMM stores through its epilogue";
-  EXPECT_NE(cu.find("epilogue(acc, o, &epi"), std::string::npos) << "the conv stores through its epilogue";
+  EXPECT_NE(cu.find("epilogue(r, o, &epi"), std::string::npos)
+      << "the GEMM stores through its epilogue";
+  EXPECT_NE(cu.find("epilogue(acc, o, &epi"), std::string::npos)
+      << "the conv stores through its epilogue";
   expect_matches_reference(g,
-                           {nasty(DType::kFloat32, {37, 70}, rng), testing::random_tensor(DType::kFloat32, {70, 66}, rng),
+                           {nasty(DType::kFloat32, {37, 70}, rng),
+                            testing::random_tensor(DType::kFloat32, {70, 66}, rng),
                             testing::random_tensor(DType::kFloat32, {66}, rng),
-                            nasty(DType::kFloat32, {2, 3, 9, 9}, rng), testing::random_tensor(DType::kFloat32, {5, 3, 3, 3}, rng),
+                            nasty(DType::kFloat32, {2, 3, 9, 9}, rng),
+                            testing::random_tensor(DType::kFloat32, {5, 3, 3, 3}, rng),
                             testing::random_tensor(DType::kFloat32, {5, 1, 1}, rng),
                             testing::random_tensor(DType::kFloat64, {3, 9, 4}, rng),
                             testing::random_tensor(DType::kFloat64, {4, 7}, rng)},
@@ -418,7 +460,8 @@ TEST(KILN_CUDA_SUITE, TheOnnxExamplesMatchTheCpuBackend) {
     std::vector<Tensor> cpu = compile(g)(inputs);
     std::vector<Tensor> cuda = compile(g, on_cuda())(inputs);
     ASSERT_EQ(cpu.size(), cuda.size());
-    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(tensors_close(cuda[i], cpu[i], 1e-4, 1e-5)) << i;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_TRUE(tensors_close(cuda[i], cpu[i], 1e-4, 1e-5)) << i;
   }
 }
 
@@ -441,9 +484,9 @@ TEST(KILN_CUDA_SUITE, ThreadSanitizerCatchesADeletedBarrier) {
     const fs::path out = dir / name;
     fs::create_directories(out);
     write_file_atomic(out / "kernels.cu", text);
-    return run_process({"/usr/bin/env", "TSAN_OPTIONS=halt_on_error=0 exitcode=66", KILN_EMULATOR_RACE,
-                        KILN_EMULATOR_SHIM, (out / "kernels.cu").string(), m.kernel_symbols[0],
-                        out.string()});
+    return run_process({"/usr/bin/env", "TSAN_OPTIONS=halt_on_error=0 exitcode=66",
+                        KILN_EMULATOR_RACE, KILN_EMULATOR_SHIM, (out / "kernels.cu").string(),
+                        m.kernel_symbols[0], out.string()});
   };
   auto clean = run(source, "clean");
   EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
@@ -479,7 +522,9 @@ TEST(KILN_CUDA_SUITE, TheMlpExampleMatchesTheCpuBackend) {
   LinkedModule m = link_c_module(optimized_graph(g, on_cuda()), "test");
   const std::string cu = m.cuda.str();
   size_t defined = 0;
-  for (size_t at = cu.find("__global__ void "); at != std::string::npos; at = cu.find("__global__ void ", at + 1)) ++defined;
+  for (size_t at = cu.find("__global__ void "); at != std::string::npos;
+       at = cu.find("__global__ void ", at + 1))
+    ++defined;
   EXPECT_EQ(m.kernel_names.size(), 4u);
   EXPECT_EQ(defined, 3u) << cu;
   EXPECT_EQ(m.kernel_symbols[0], m.kernel_symbols[1]);
@@ -533,7 +578,8 @@ TEST(KILN_CUDA_SUITE, BranchedRunsCompleteAsynchronouslyThroughDeviceEvents) {
   CompileOptions o = on_cuda();
   o.engine = engine.get();
   Function f = compile(g, o);
-  const Tensor x1 = nasty(DType::kFloat32, {300, 257}, rng), x2 = nasty(DType::kFloat32, {300, 257}, rng);
+  const Tensor x1 = nasty(DType::kFloat32, {300, 257}, rng),
+               x2 = nasty(DType::kFloat32, {300, 257}, rng);
   const Tensor w = testing::random_tensor(DType::kFloat32, {257, 70}, rng);
   const uint64_t before = completions_delivered();
   PendingRun r1 = f.run_async({{"x", x1}, {"w", w}});
@@ -583,7 +629,9 @@ TEST(KILN_CUDA_SUITE, ADeviceFaultFailsTheRunNamingTheNodeAndTheNextRunWorks) {
     return std::string("no error");
   };
   ::setenv("KILN_CUDA_EMULATOR_FAULT", "softmax", 1);
-  const std::string on_engine = device_error_of([&] { branched.run_async({{"x", x}, {"w", w}}).get(); });
+  const std::string on_engine = device_error_of([&] {
+    branched.run_async({{"x", x}, {"w", w}}).get();
+  });
   const std::string in_chain = device_error_of([&] { chained({small}); });
   ::unsetenv("KILN_CUDA_EMULATOR_FAULT");
   for (const std::string& err : {on_engine, in_chain}) {
@@ -593,7 +641,8 @@ TEST(KILN_CUDA_SUITE, ADeviceFaultFailsTheRunNamingTheNodeAndTheNextRunWorks) {
   const std::vector<Tensor> want = evaluate_reference(g, {x, w});
   const std::vector<Tensor> got = branched.run_async({{"x", x}, {"w", w}}).get();
   EXPECT_TRUE(tensors_close(got.at(0), want.at(0), 1e-5, 1e-6));
-  EXPECT_TRUE(tensors_close(chained({small}).at(0), evaluate_reference(chain, {small}).at(0), 1e-5, 1e-6));
+  EXPECT_TRUE(
+      tensors_close(chained({small}).at(0), evaluate_reference(chain, {small}).at(0), 1e-5, 1e-6));
 }
 
 // A device too small for a run fails it naming the node whose output did not fit.
@@ -605,7 +654,7 @@ TEST(KILN_CUDA_SUITE, OutOfDeviceMemoryFailsTheRunNamingTheNode) {
   g.set_outputs({softmax(x).var()});
   Function f = compile(g, on_cuda());
   const Tensor xs = testing::random_tensor(DType::kFloat32, {64, 1000}, rng);
-  device_pool_trim();  // no cached block may serve the run
+  device_pool_trim();                                  // no cached block may serve the run
   ::setenv("KILN_CUDA_EMULATOR_MEMORY", "300000", 1);  // x fits (256 KB), its softmax does not
   const std::string err = error_of([&] { f({xs}); });
   ::unsetenv("KILN_CUDA_EMULATOR_MEMORY");
@@ -678,9 +727,12 @@ TEST(KILN_CUDA_SUITE, DeviceInputsAndOutputsStayOnTheDevice) {
   Function next = compile(h, o);
   const Tensor chained = to_host(next({got[1]}).at(0));
   EXPECT_TRUE(tensors_close(chained, evaluate_reference(h, {want[1]}).at(0), 1e-6, 1e-6));
-  EXPECT_NE(error_of([&] { f({xs}); }).find("input 'x': expected a CUDA device tensor"), std::string::npos);
+  EXPECT_NE(error_of([&] { f({xs}); }).find("input 'x': expected a CUDA device tensor"),
+            std::string::npos);
   Function on_host = compile(g, on_cuda());
-  EXPECT_NE(error_of([&] { on_host({to_device(xs)}); }).find("input 'x': expected a host tensor, got a device tensor"),
+  EXPECT_NE(error_of([&] {
+              on_host({to_device(xs)});
+            }).find("input 'x': expected a host tensor, got a device tensor"),
             std::string::npos);
   EXPECT_NE(error_of([&] { got[0].load(0); }).find("copy it to the host first"), std::string::npos);
   // One value named by two outputs, and an output that is an input: each output is a
@@ -728,12 +780,14 @@ TEST(KILN_CUDA_SUITE, TheCliRunsAModuleOnDeviceInputsAndOutputs) {
                           "x=" + dir + "/input.npy", "--output-dir", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Function cpu = compile(load_model(dir + "/mlp.json"));
-  EXPECT_TRUE(tensors_close(read_npy(out + "/y.npy"), cpu({read_npy(dir + "/input.npy")}).at(0), 1e-5, 1e-6));
-  auto graph = kiln_env(env, {"source", "--graph", "--device", "cuda", "--device-io", dir + "/mlp.json"});
+  EXPECT_TRUE(tensors_close(read_npy(out + "/y.npy"), cpu({read_npy(dir + "/input.npy")}).at(0),
+                            1e-5, 1e-6));
+  auto graph =
+      kiln_env(env, {"source", "--graph", "--device", "cuda", "--device-io", dir + "/mlp.json"});
   ASSERT_EQ(graph.exit_code, 0) << graph.err;
   EXPECT_NE(graph.out.find("input x: float32 (?, 784) on cuda"), std::string::npos) << graph.out;
-  auto bad = kiln_env(env, {"run", "--device-io", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy",
-                            "--output-dir", out});
+  auto bad = kiln_env(env, {"run", "--device-io", dir + "/mlp.json", "--input",
+                            "x=" + dir + "/input.npy", "--output-dir", out});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--device-io needs --device cuda"), std::string::npos) << bad.err;
 }
@@ -769,7 +823,8 @@ TEST(KILN_CUDA_SUITE, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing)
       EXPECT_NE(meta.find("\"cuda.device\""), std::string::npos) << meta;
       for (const auto& f : image) {
         EXPECT_TRUE(fs::exists(e.path() / f)) << f;
-        EXPECT_NE(meta.find(f), std::string::npos) << "the image is verified like the module: " << f;
+        EXPECT_NE(meta.find(f), std::string::npos)
+            << "the image is verified like the module: " << f;
       }
     }
   EXPECT_EQ(entries, 1);
@@ -789,8 +844,8 @@ TEST(Cuda, WithoutADeviceTheErrorSaysWhatIsMissingAndHowToEmulate) {
   }
   const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
   auto r = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CACHE_DIR=" + temp_dir("cuda-none")},
-                    {"run", "--device", "cuda", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy",
-                     "--output-dir", temp_dir("cuda-none-out")});
+                    {"run", "--device", "cuda", dir + "/mlp.json", "--input",
+                     "x=" + dir + "/input.npy", "--output-dir", temp_dir("cuda-none-out")});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no CUDA driver"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("KILN_CUDA_DEVICE=emulator"), std::string::npos) << r.err;
@@ -810,22 +865,28 @@ TEST(KILN_CUDA_SUITE, AKernelCompileErrorNamesTheNodeAndKeepsTheSource) {
                     "#!/bin/sh\n"
                     "case \" $* \" in *\" --version \"*) exec clang++ --version ;; esac\n"
                     "out=\"\"; for a; do case \"$a\" in *kernels.cu) src=\"$a\" ;; esac; done\n"
-                    "mkdir -p \"" + (base / "edit").string() + "\"\n"
-                    "sed 's/y\\[i\\] = /y[i] = undefined_name + /' \"$src\" > \"" +
-                        (base / "edit" / "kernels.cu").string() + "\"\n"
-                    "for a; do case \"$a\" in *kernels.cu) set -- \"$@\" \"" +
-                        (base / "edit" / "kernels.cu").string() + "\" ;; *) set -- \"$@\" \"$a\" ;; esac; shift; done\n"
-                    "exec clang++ \"$@\"\n",
+                    "mkdir -p \"" +
+                        (base / "edit").string() +
+                        "\"\n"
+                        "sed 's/y\\[i\\] = /y[i] = undefined_name + /' \"$src\" > \"" +
+                        (base / "edit" / "kernels.cu").string() +
+                        "\"\n"
+                        "for a; do case \"$a\" in *kernels.cu) set -- \"$@\" \"" +
+                        (base / "edit" / "kernels.cu").string() +
+                        "\" ;; *) set -- \"$@\" \"$a\" ;; esac; shift; done\n"
+                        "exec clang++ \"$@\"\n",
                     0700, true);
   const fs::path model = base / "relu.json";
-  write_file_atomic(model, R"({"name": "relu", "inputs": [{"name": "x", "dtype": "float32", "shape": [8]}],
+  write_file_atomic(model,
+                    R"({"name": "relu", "inputs": [{"name": "x", "dtype": "float32", "shape": [8]}],
  "nodes": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}], "outputs": ["y"]})");
   const fs::path cache = base / "cache";
-  auto r = kiln_env({"KILN_CACHE_DIR=" + cache.string(), "KILN_CUDA_DEVICE=emulator",
-                     "KILN_CXX=" + cxx.string()},
-                    {"compile", "--device", "cuda", model.string()});
+  auto r = kiln_env(
+      {"KILN_CACHE_DIR=" + cache.string(), "KILN_CUDA_DEVICE=emulator", "KILN_CXX=" + cxx.string()},
+      {"compile", "--device", "cuda", model.string()});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("CUDA kernels for graph 'relu' failed to compile (emulator)"), std::string::npos)
+  EXPECT_NE(r.err.find("CUDA kernels for graph 'relu' failed to compile (emulator)"),
+            std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("(cuda:relu), cuda_code line"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("undefined_name"), std::string::npos) << r.err;
@@ -835,27 +896,27 @@ TEST(KILN_CUDA_SUITE, AKernelCompileErrorNamesTheNodeAndKeepsTheSource) {
     kept += fs::exists(e.path() / "kernels.cu") && fs::exists(e.path() / "module.c");
   }
   EXPECT_EQ(kept, 1);
-  EXPECT_FALSE(fs::exists(cache / "objects") && !fs::is_empty(cache / "objects") &&
-               [&] {
-                 // Good C kernels may be stored; no module is.
-                 for (const auto& shard : fs::directory_iterator(cache / "objects"))
-                   for (const auto& e : fs::directory_iterator(shard))
-                     if (!fs::exists(e.path() / "kernel.o")) return true;
-                 return false;
-               }())
-      << "nothing is stored for a failed build";
+  EXPECT_FALSE(fs::exists(cache / "objects") && !fs::is_empty(cache / "objects") && [&] {
+    // Good C kernels may be stored; no module is.
+    for (const auto& shard : fs::directory_iterator(cache / "objects"))
+      for (const auto& e : fs::directory_iterator(shard))
+        if (!fs::exists(e.path() / "kernel.o")) return true;
+    return false;
+  }()) << "nothing is stored for a failed build";
 }
 
 TEST(Cuda, BadCudaSettingsNameTheVariable) {
   const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
   auto device = kiln_env({"KILN_CUDA_DEVICE=tpu"}, {"source", "--device", "cuda", model});
   EXPECT_EQ(device.exit_code, 1);
-  EXPECT_NE(device.err.find("KILN_CUDA_DEVICE='tpu' is not a device"), std::string::npos) << device.err;
+  EXPECT_NE(device.err.find("KILN_CUDA_DEVICE='tpu' is not a device"), std::string::npos)
+      << device.err;
   if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     ::dlclose(h);
     GTEST_SKIP() << "this machine has a CUDA driver: the GPU, not KILN_CUDA_ARCH, picks the arch";
   }
-  auto arch = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_ARCH=volta"}, {"source", "--device", "cuda", model});
+  auto arch = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_ARCH=volta"},
+                       {"source", "--device", "cuda", model});
   EXPECT_EQ(arch.exit_code, 1);
   EXPECT_NE(arch.err.find("KILN_CUDA_ARCH='volta' is not an sm_XX architecture"), std::string::npos)
       << arch.err;
@@ -884,7 +945,8 @@ TEST(Cuda, TheNvrtcOptimisationLevelIsPartOfTheKey) {
   }
   const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
   auto key_of = [&](const std::string& level) {
-    auto r = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=" + level}, {"source", "--device", "cuda", model});
+    auto r = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=" + level},
+                      {"source", "--device", "cuda", model});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::smatch m;
     static const std::regex key(R"(/\* key ([0-9a-f]{64}) \*/)");
@@ -894,13 +956,16 @@ TEST(Cuda, TheNvrtcOptimisationLevelIsPartOfTheKey) {
   EXPECT_NE(full, "none");
   EXPECT_NE(full, fast);
   EXPECT_EQ(key_of(""), full) << "full is the default";
-  auto bad = kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=turbo"}, {"source", "--device", "cuda", model});
+  auto bad =
+      kiln_env({"KILN_CUDA_DEVICE=", "KILN_CUDA_OPT=turbo"}, {"source", "--device", "cuda", model});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("KILN_CUDA_OPT='turbo' is not a CUDA optimisation level (full or fast)"),
-            std::string::npos) << bad.err;
+            std::string::npos)
+      << bad.err;
   const std::string source = kernels_of(load_model(model));
-  NvrtcResult r = Nvrtc::get().compile(source, "kernels.cu", "sm_90",
-                                       {"--std=c++17", "-default-device", "--diag-suppress=177", "-Ofc=max"});
+  NvrtcResult r =
+      Nvrtc::get().compile(source, "kernels.cu", "sm_90",
+                           {"--std=c++17", "-default-device", "--diag-suppress=177", "-Ofc=max"});
   EXPECT_TRUE(r.ok) << r.log;
   EXPECT_FALSE(r.cubin.empty());
 }
@@ -925,7 +990,8 @@ TEST(CudaNvrtc, TheFingerprintIsRememberedPerLibraryFile) {
   const std::string text = read_file(memos[0]);
   const std::string identity = text.substr(text.find('\n') + 1);
   EXPECT_EQ(text.substr(0, text.find('\n')), real);
-  EXPECT_NE(identity.find(fs::canonical(Nvrtc::get().path()).string()), std::string::npos) << identity;
+  EXPECT_NE(identity.find(fs::canonical(Nvrtc::get().path()).string()), std::string::npos)
+      << identity;
   write_file_atomic(memos[0], "nvrtc forged\n" + identity);
   EXPECT_EQ(Nvrtc::key_fingerprint(), "nvrtc forged") << "read from the memo";
   write_file_atomic(memos[0], "nvrtc forged\n/elsewhere/libnvrtc.so\n1\n2.3\n4");
@@ -970,19 +1036,24 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
         kiln::apply("average_pool", {d}, {{"kernel_shape", Ints{2, 2}}}).var(),
         transpose(x, {0, 2, 3, 1}).var(),
         concat({d, d}, 1).var(),
-        kiln::apply("slice", {d}, {{"starts", Ints{-1}}, {"ends", Ints{0}}, {"steps", Ints{-2}}, {"axes", Ints{3}}}).var(),
+        kiln::apply(
+            "slice", {d},
+            {{"starts", Ints{-1}}, {"ends", Ints{0}}, {"steps", Ints{-2}}, {"axes", Ints{3}}})
+            .var(),
         kiln::apply("gather", {x, ids}, {{"axis", int64_t{1}}}).var(),
         gelu(matmul(bm, transpose(bm, {0, 2, 1})) + 1.0).var(),
     });
     graphs.push_back(std::move(g));
   }
   static const std::regex entry(R"(Compiling entry function '(\w+)')");
-  static const std::regex spills(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex spills(
+      R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   for (const auto& g : graphs) {
     const std::string source = kernels_of(g);
     for (const char* arch : {"sm_80", "sm_90"}) {
-      NvrtcResult r = nvrtc.compile(source, "kernels.cu", arch,
-                                    {"--std=c++17", "-default-device", "--diag-suppress=177", "-Xptxas=-v"});
+      NvrtcResult r =
+          nvrtc.compile(source, "kernels.cu", arch,
+                        {"--std=c++17", "-default-device", "--diag-suppress=177", "-Xptxas=-v"});
       ASSERT_TRUE(r.ok) << g.name() << " for " << arch << ":\n" << r.log;
       EXPECT_FALSE(r.cubin.empty());
       // Every function's report: no spills, and no stack frame that could hold an index
@@ -997,7 +1068,8 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
           fn = m[1];
           ++entries;
         } else if (std::regex_search(line, m, spills)) {
-          EXPECT_LT(std::stoi(m[1]), kIndexMapBytes) << fn << " copies an index map to local memory (" << arch << ")";
+          EXPECT_LT(std::stoi(m[1]), kIndexMapBytes)
+              << fn << " copies an index map to local memory (" << arch << ")";
           EXPECT_EQ(m[2], "0") << fn << " spills stores (" << arch << "): " << line;
           EXPECT_EQ(m[3], "0") << fn << " spills loads (" << arch << ")";
         }
@@ -1019,7 +1091,8 @@ TEST(CudaNvrtc, ACompileErrorNamesTheNodeAndTheFragmentLine) {
   const size_t at = source.find("y[i] = ");
   ASSERT_NE(at, std::string::npos);
   source.replace(at, 7, "y[i] = undefined_name + ");
-  NvrtcResult r = Nvrtc::get().compile(source, "kernels.cu", "sm_90", {"--std=c++17", "-default-device"});
+  NvrtcResult r =
+      Nvrtc::get().compile(source, "kernels.cu", "sm_90", {"--std=c++17", "-default-device"});
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.log.find("undefined_name"), std::string::npos) << r.log;
   // The edit kept every line where it was, so the source map still applies.

@@ -18,9 +18,9 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
-constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
-constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
-constexpr CUresult kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
+constexpr unsigned kStreamNonBlocking = 1;             // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventDisableTiming = 2;            // CU_EVENT_DISABLE_TIMING
+constexpr CUresult kOutOfMemory = 2;                   // CUDA_ERROR_OUT_OF_MEMORY
 constexpr int kComputeMajor = 75, kComputeMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 
 struct Driver {
@@ -40,8 +40,8 @@ struct Driver {
   CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
   CUresult (*cuModuleUnload)(CUmodule) = nullptr;
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned) = nullptr;
   CUresult (*cuMemFreeHost)(void*) = nullptr;
@@ -149,13 +149,13 @@ class DriverImage : public KernelImage {
 };
 
 // cuLaunchKernel copies the argument values, so args may point at the thunk's locals.
-void DriverImage::launch(DeviceStream& stream, int kernel, const uint32_t dims[6],
-                         uint32_t shared, void** args) {
+void DriverImage::launch(DeviceStream& stream, int kernel, const uint32_t dims[6], uint32_t shared,
+                         void** args) {
   d_.cuCtxSetCurrent(ctx_);  // per thread: engine workers call this too
   const auto k = static_cast<size_t>(kernel);
-  const CUresult r = d_.cuLaunchKernel(fns_.at(k), dims[0], dims[1], dims[2], dims[3], dims[4],
-                                       dims[5], shared, static_cast<DriverStream&>(stream).handle(),
-                                       args, nullptr);
+  const CUresult r =
+      d_.cuLaunchKernel(fns_.at(k), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], shared,
+                        static_cast<DriverStream&>(stream).handle(), args, nullptr);
   if (r != 0) throw Error("launching kernel '" + names_.at(k) + "': " + d_.error(r));
 }
 
@@ -183,8 +183,8 @@ class DriverDevice : public CudaDevice {
                   " bytes of device memory" + state);
     }
     if (r != 0) {
-      throw Error("CUDA: allocating " + std::to_string(bytes) + " bytes of device memory: " +
-                  d_.error(r));
+      throw Error("CUDA: allocating " + std::to_string(bytes) +
+                  " bytes of device memory: " + d_.error(r));
     }
     return reinterpret_cast<void*>(p);
   }
@@ -262,29 +262,28 @@ std::unique_ptr<CudaDevice> make_driver_device(std::string* why) {
     *why = "no CUDA driver (libcuda.so.1 not found: no NVIDIA driver is installed)";
     return nullptr;
   }
-  bool ok = bind(d, d.cuInit, "cuInit") && bind(d, d.cuDeviceGetCount, "cuDeviceGetCount") &&
-            bind(d, d.cuDeviceGet, "cuDeviceGet") && bind(d, d.cuDeviceGetName, "cuDeviceGetName") &&
-            bind(d, d.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
-            bind(d, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-            bind(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") &&
-            bind(d, d.cuCtxSynchronize, "cuCtxSynchronize") &&
-            bind(d, d.cuMemAlloc, "cuMemAlloc_v2") && bind(d, d.cuMemFree, "cuMemFree_v2") &&
-            bind(d, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2") && bind(d, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2") &&
-            bind(d, d.cuModuleLoadData, "cuModuleLoadData") &&
-            bind(d, d.cuModuleUnload, "cuModuleUnload") &&
-            bind(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
-            bind(d, d.cuLaunchKernel, "cuLaunchKernel") &&
-            bind(d, d.cuGetErrorString, "cuGetErrorString") &&
-            bind(d, d.cuMemHostAlloc, "cuMemHostAlloc") &&
-            bind(d, d.cuMemFreeHost, "cuMemFreeHost") &&
-            bind(d, d.cuStreamCreate, "cuStreamCreate") &&
-            bind(d, d.cuStreamDestroy, "cuStreamDestroy_v2") &&
-            bind(d, d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") &&
-            bind(d, d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2") &&
-            bind(d, d.cuEventCreate, "cuEventCreate") &&
-            bind(d, d.cuEventRecord, "cuEventRecord") &&
-            bind(d, d.cuEventSynchronize, "cuEventSynchronize") &&
-            bind(d, d.cuEventDestroy, "cuEventDestroy_v2");
+  bool ok =
+      bind(d, d.cuInit, "cuInit") && bind(d, d.cuDeviceGetCount, "cuDeviceGetCount") &&
+      bind(d, d.cuDeviceGet, "cuDeviceGet") && bind(d, d.cuDeviceGetName, "cuDeviceGetName") &&
+      bind(d, d.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
+      bind(d, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+      bind(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") &&
+      bind(d, d.cuCtxSynchronize, "cuCtxSynchronize") && bind(d, d.cuMemAlloc, "cuMemAlloc_v2") &&
+      bind(d, d.cuMemFree, "cuMemFree_v2") && bind(d, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+      bind(d, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2") &&
+      bind(d, d.cuModuleLoadData, "cuModuleLoadData") &&
+      bind(d, d.cuModuleUnload, "cuModuleUnload") &&
+      bind(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
+      bind(d, d.cuLaunchKernel, "cuLaunchKernel") &&
+      bind(d, d.cuGetErrorString, "cuGetErrorString") &&
+      bind(d, d.cuMemHostAlloc, "cuMemHostAlloc") && bind(d, d.cuMemFreeHost, "cuMemFreeHost") &&
+      bind(d, d.cuStreamCreate, "cuStreamCreate") &&
+      bind(d, d.cuStreamDestroy, "cuStreamDestroy_v2") &&
+      bind(d, d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") &&
+      bind(d, d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2") &&
+      bind(d, d.cuEventCreate, "cuEventCreate") && bind(d, d.cuEventRecord, "cuEventRecord") &&
+      bind(d, d.cuEventSynchronize, "cuEventSynchronize") &&
+      bind(d, d.cuEventDestroy, "cuEventDestroy_v2");
   bind(d, d.cuMemGetInfo, "cuMemGetInfo_v2");
   if (!ok) {
     *why = "libcuda.so.1 lacks a driver API function kiln needs (driver too old)";
