@@ -217,6 +217,20 @@ TEST(KILN_CUDA_SUITE, LongRowsMatchPerformOnEveryKernelPath) {
     SCOPED_TRACE("row length " + std::to_string(n));
     expect_matches_reference(g, {xs, testing::random_tensor(DType::kFloat64, {2, n}, rng)}, 1e-5,
                              1e-6);
+  }  // Rows of special values: all -inf (NaN, as perform gives), a +inf (NaN), NaN first,
+  // -inf then finite values, -0.0 among finite ones; float32 and float64.
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g("cuda_special_rows");
+    Var x = input(g, "x", dt, {5, 37});
+    g.set_outputs({softmax(x).var(), log_softmax(x).var()});
+    Tensor xs = testing::random_tensor(dt, {5, 37}, rng, -5, 5);
+    for (int64_t j = 0; j < 37; ++j) xs.store(j, -INFINITY);
+    xs.store(37 + 20, INFINITY);
+    xs.store(2 * 37, NAN);
+    for (int64_t j = 0; j < 30; ++j) xs.store(3 * 37 + j, -INFINITY);
+    xs.store(4 * 37 + 5, -0.0);
+    SCOPED_TRACE(dtype_name(dt));
+    expect_matches_reference(g, {xs}, 1e-5, 1e-7);
   }
 }
 
