@@ -25,6 +25,7 @@
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/npy.h"
+#include "runtime/profile_table.h"
 #include "runtime/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -154,6 +155,10 @@ options:
   -o, --output-dir DIR        where outputs are written (required)
   --output-format FORMAT      npy (default), or safetensors: every output in
                               DIR/outputs.safetensors under its name
+  --profile                   after the run, time --repeat more runs (default 10) and
+                              print each step's time, share, parts, bytes moved and
+                              GFLOP/s, slowest first, and how busy each thread was
+  --repeat N                  runs to profile
 )";
 
 const char* kExportHelp =
@@ -222,6 +227,8 @@ struct Args {
   bool device_io = false;
   std::string max_size, max_age;
   std::vector<std::string> op_libraries;
+  bool profile = false;
+  int repeat = 10;  // kiln run --profile
 };
 
 Args parse(int argc, char** argv) {
@@ -269,6 +276,16 @@ Args parse(int argc, char** argv) {
       a.name = value(s);
     } else if (s == "--weights") {
       a.weights = value(s);
+    } else if (s == "--profile") {
+      a.profile = true;
+    } else if (s == "--repeat") {
+      const std::string v = value(s);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 1000000) {
+        throw UsageError{"--repeat expects a number of runs from 1 to 1000000, got '" + v + "'"};
+      }
+      a.repeat = static_cast<int>(n);
     } else if (s == "--output-format") {
       a.output_format = value(s);
     } else if (s == "-o" || s == "--output-dir") {
@@ -492,6 +509,12 @@ int cmd_run(const Args& a) {
     }
   }
   if (a.verbose) print_times(f.info(), load_ms, run_ms);
+  if (a.profile) {
+    f.set_profiling(true);
+    for (int r = 0; r < a.repeat; ++r) f.run(inputs);
+    std::fputs(kiln::format_profile(f.profile(), f.run_profile()).c_str(), stdout);
+    f.set_profiling(false);
+  }
   return 0;
 }
 

@@ -76,6 +76,7 @@ class Function {
   // Per-step wall time of the runs after set_profiling(true) (see Executor::profile).
   void set_profiling(bool on) const { executor_->set_profiling(on); }
   std::vector<StepTime> profile() const { return executor_->profile(); }
+  RunProfile run_profile() const { return executor_->run_profile(); }
 
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<TensorType>& input_types() const { return input_types_; }

@@ -208,7 +208,15 @@ std::shared_ptr<const Op> recreate_op(const std::string& name, const Attrs& prop
   return OpRegistry::instance().create(name, props);
 }
 
+// A step's FLOP count: its op's.
+FlopRule flop_rule(std::shared_ptr<const Op> op) {
+  return [op = std::move(op)](const std::vector<Shape>& in, const std::vector<Shape>& out) {
+    return op->flops(in, out);
+  };
+}
+
 // A step's shape rule: its op's, given the dtypes of the slots it reads.
+
 ShapeRule shape_rule(std::shared_ptr<const Op> op, const Program& p, const std::vector<int>& inputs) {
   std::vector<DType> dtypes;
   for (int s : inputs) dtypes.push_back(p.slots.at(static_cast<size_t>(s)).dtype);
@@ -283,6 +291,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
     }
     step.label = node->label();
     step.infer_shape = shape_rule(node->op, p, step.inputs);
+    step.flops = flop_rule(node->op);
     p.steps.push_back(std::move(step));
     plan->step_ops_.push_back(StepOp{node->op->name(), node->op->props()});
   }
@@ -433,6 +442,7 @@ void ModulePlan::finish() {
     } catch (const Error& e) {
       throw UserError(p.steps[i].label + ": " + e.what());
     }
+    p.steps[i].flops = flop_rule(op);
     p.steps[i].infer_shape = shape_rule(std::move(op), p, p.steps[i].inputs);
   }
 }

@@ -37,6 +37,11 @@ class Op {
   // Reference implementation: the oracle for tests. Outputs arrive allocated (contiguous)
   // with the shapes infer_shape gave; inputs may be non-contiguous.
   virtual void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const = 0;
+  // Floating-point operations of one call with these shapes (a multiply-add counts two),
+  // or 0 when the op does not count them: the profiler's GFLOP/s column.
+  virtual double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+    return 0;
+  }
   // Version of the code this op emits; nullopt means "never cache across processes".
   virtual std::optional<int> cache_version() const { return std::nullopt; }
 

@@ -84,6 +84,13 @@ std::vector<Shape> Conv::infer_shape(const std::vector<Shape>& inputs) const {
   return {out};
 }
 
+double Conv::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+  // Each output element: a multiply-add per input channel of its group and kernel tap.
+  double taps = static_cast<double>(inputs[0][1] / group_);
+  for (const auto& g : geometry(inputs[0], inputs[1])) taps *= static_cast<double>(g.kernel);
+  return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
+}
+
 void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor& x = inputs[0];
   const Tensor& w = inputs[1];

@@ -12,6 +12,7 @@ class Conv : public COp {
   explicit Conv(Attrs props);
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 9; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;

@@ -28,6 +28,9 @@ class CudaPlaced : public COp {
     inner_->perform(inputs, outputs);
   }
   std::optional<int> cache_version() const override { return inner_->cache_version(); }
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
+    return inner_->flops(inputs, outputs);
+  }
   // The launch fragment of the wrapped op's CUDA code (the linker takes its kernels).
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override {

@@ -73,6 +73,12 @@ std::vector<TensorType> WithEpilogue::infer_type(const std::vector<TensorType>& 
   return out;
 }
 
+double WithEpilogue::flops(const std::vector<Shape>& inputs,
+                           const std::vector<Shape>& outputs) const {
+  // The base op's products; the epilogue's few operations per element are not counted.
+  return base_->flops(std::vector<Shape>(inputs.begin(), inputs.begin() + base_inputs_), outputs);
+}
+
 std::vector<Shape> WithEpilogue::infer_shape(const std::vector<Shape>& inputs) const {
   std::vector<Shape> base_in(inputs.begin(), inputs.begin() + base_inputs_);
   Shape y = base_->infer_shape(base_in).at(0);

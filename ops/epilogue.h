@@ -24,6 +24,7 @@ class WithEpilogue : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code() const override { return base_->c_support_code(); }
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;

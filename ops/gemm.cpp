@@ -98,6 +98,11 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
   return {out};
 }
 
+double Gemm::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+  const Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
+  return 2.0 * static_cast<double>(d.k_a) * static_cast<double>(shape_numel(outputs.at(0)));
+}
+
 std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
   Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
   if (packed_n_ > 0 && (inputs[1][2] <= 0 ||

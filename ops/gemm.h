@@ -14,6 +14,7 @@ class Gemm : public COp {
   explicit Gemm(Attrs props);
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 6; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;

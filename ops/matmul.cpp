@@ -79,6 +79,12 @@ std::vector<TensorType> MatMul::infer_type(const std::vector<TensorType>& inputs
   return {TensorType{a.dtype, result_dims(batch, a.dims, b.dims, s.m, s.n)}};
 }
 
+double MatMul::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+  // K is A's last dimension (a 1-D A is one row of K).
+  return 2.0 * static_cast<double>(inputs.at(0).back()) *
+         static_cast<double>(shape_numel(outputs.at(0)));
+}
+
 std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& inputs) const {
   Split s = split(inputs[0], inputs[1]);
   if (s.k_a != s.k_b) {

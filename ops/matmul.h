@@ -10,6 +10,7 @@ class MatMul : public COp {
   explicit MatMul(Attrs props);
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 4; }
   bool c_splittable(const Node& node) const override;

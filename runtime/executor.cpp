@@ -52,7 +52,8 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
     const kiln_thunk_info& thunk = module_->info().thunks[step.thunk];
     if (thunk.n_in != static_cast<int32_t>(step.inputs.size()) ||
         thunk.n_out != static_cast<int32_t>(step.outputs.size())) {
-      throw InternalError("step '" + step.label + "' does not match its thunk's inputs and outputs");
+      throw InternalError("step '" + step.label +
+                          "' does not match its thunk's inputs and outputs");
     }
   }
   uploads_.assign(program_.steps.size(), false);
@@ -62,7 +63,8 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
     const StepSpec& step = program_.steps[si];
     bool weights_only = is_device_step(step) && !step.inputs.empty();
     for (int s : step.inputs) weights_only = weights_only && param[static_cast<size_t>(s)];
-    for (int s : step.outputs) weights_only = weights_only && program_.slots[s].on_device && !is_output_[s];
+    for (int s : step.outputs)
+      weights_only = weights_only && program_.slots[s].on_device && !is_output_[s];
     uploads_[si] = weights_only;
   }
   if (!engine_) return;
@@ -84,9 +86,30 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
   parallel_steps_ = levels != program_.steps.size();
 }
 
+namespace {
+
+// A small number per thread, for the busy-time slots of profiled executors.
+int profile_thread_number() {
+  static std::atomic<int> next{0};
+  thread_local const int number = next.fetch_add(1, std::memory_order_relaxed);
+  return number;
+}
+
+int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              since)
+      .count();
+}
+
+}  // namespace
+
 void Executor::set_profiling(bool on) {
   std::lock_guard lock(plan_mutex_);
   if (!step_counters_) step_counters_ = std::make_unique<StepCounters[]>(program_.steps.size());
+  if (!thread_busy_ns_) thread_busy_ns_ = std::make_unique<std::atomic<int64_t>[]>(kProfileThreads);
+  for (int t = 0; t < kProfileThreads; ++t) thread_busy_ns_[t].store(0, std::memory_order_relaxed);
+  profiled_runs_.store(0, std::memory_order_relaxed);
+  profiled_wall_ns_.store(0, std::memory_order_relaxed);
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     step_counters_[i].calls.store(0, std::memory_order_relaxed);
     step_counters_[i].ns.store(0, std::memory_order_relaxed);
@@ -98,13 +121,44 @@ void Executor::set_profiling(bool on) {
 std::vector<StepTime> Executor::profile() const {
   std::vector<StepTime> out;
   if (!profiling_.load(std::memory_order_acquire)) return out;
+  std::shared_ptr<const Plan> plan;
+  {
+    std::lock_guard lock(plan_mutex_);
+    plan = plan_;
+  }
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     const StepCounters& c = step_counters_[i];
-    out.push_back(StepTime{program_.steps[i].label, c.calls.load(std::memory_order_relaxed),
-                           c.ns.load(std::memory_order_relaxed),
-                           c.parts.load(std::memory_order_relaxed)});
+    const StepSpec& step = program_.steps[i];
+    StepTime t{step.label, c.calls.load(std::memory_order_relaxed),
+               c.ns.load(std::memory_order_relaxed), c.parts.load(std::memory_order_relaxed)};
+    if (plan) {
+      std::vector<Shape> in, out_shapes;
+      for (int s : step.inputs) in.push_back(plan->shapes[static_cast<size_t>(s)]);
+      for (int s : step.outputs) out_shapes.push_back(plan->shapes[static_cast<size_t>(s)]);
+      for (const auto* list : {&step.inputs, &step.outputs}) {
+        for (int s : *list) {
+          t.bytes += static_cast<double>(shape_numel(plan->shapes[static_cast<size_t>(s)]) *
+                                         dtype_size(program_.slots[static_cast<size_t>(s)].dtype));
+        }
+      }
+      if (step.flops) t.flops = step.flops(in, out_shapes);
+    }
+    out.push_back(std::move(t));
   }
   return out;
+}
+
+RunProfile Executor::run_profile() const {
+  RunProfile r;
+  if (!profiling_.load(std::memory_order_acquire)) return r;
+  r.runs = profiled_runs_.load(std::memory_order_relaxed);
+  r.wall_ns = profiled_wall_ns_.load(std::memory_order_relaxed);
+  for (int t = 0; t < kProfileThreads; ++t) {
+    const int64_t ns = thread_busy_ns_[t].load(std::memory_order_relaxed);
+    if (ns > 0) r.thread_busy_ns.push_back(ns);
+  }
+  std::sort(r.thread_busy_ns.rbegin(), r.thread_busy_ns.rend());
+  return r;
 }
 
 ExecutorStats Executor::stats() const {
@@ -306,7 +360,8 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
       } else if (spec.on_device) {
         // Device memory, one buffer per value for now (no arena on the device yet).
         CudaDevice& device = cuda_device();
-        const size_t bytes = static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(spec.dtype);
+        const size_t bytes =
+            static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(spec.dtype);
         std::shared_ptr<Storage> storage;
         try {
           storage = allocate_device_storage(device, bytes);
@@ -359,7 +414,21 @@ int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
   std::vector<kiln_tensor*> ptrs;
   for (auto& v : views) ptrs.push_back(&v);
   const kiln_thunk_info& thunk = module_->info().thunks[step.thunk];
+  const bool profiling = profiling_.load(std::memory_order_relaxed);
   auto call = [&](int part, int n_parts) {
+    const auto t0 =
+        profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    struct Busy {  // adds this call's time to its thread's slot, thrown or not
+      const Executor* self;
+      bool on;
+      std::chrono::steady_clock::time_point t0;
+      ~Busy() {
+        if (on) {
+          self->thread_busy_ns_[profile_thread_number() % kProfileThreads].fetch_add(
+              elapsed_ns(t0), std::memory_order_relaxed);
+        }
+      }
+    } busy{this, profiling, t0};
     ThunkContext ctx;
     ctx.set_part(part, n_parts);
     ctx.set_kernels(module_->kernels());
@@ -418,7 +487,8 @@ void Executor::upload_weights() {
       for (size_t k = 0; k < step.outputs.size(); ++k) {
         const int s = step.outputs[k];
         const SlotSpec& spec = program_.slots[s];
-        const size_t bytes = static_cast<size_t>(shape_numel(out_shapes[k])) * dtype_size(spec.dtype);
+        const size_t bytes =
+            static_cast<size_t>(shape_numel(out_shapes[k])) * dtype_size(spec.dtype);
         values[s] = Tensor(allocate_device_storage(cuda_device(), bytes), 0, spec.dtype,
                            out_shapes[k], contiguous_strides(out_shapes[k]));
         uploaded_values_.emplace_back(s, values[s]);
@@ -508,6 +578,17 @@ void Executor::push_device_step(const StepSpec& step,
 }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  if (profiling_.load(std::memory_order_relaxed)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> out = run_unprofiled(inputs);
+    profiled_wall_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
+    profiled_runs_.fetch_add(1, std::memory_order_relaxed);
+    return out;
+  }
+  return run_unprofiled(inputs);
+}
+
+std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) {
   validate(inputs);
   upload_weights();
   auto plan = plan_for(inputs);

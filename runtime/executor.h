@@ -51,6 +51,17 @@ struct StepTime {
   int64_t calls = 0;
   int64_t total_ns = 0;
   int64_t parts = 0;  // parts its split calls ran (0: never split)
+  // Per call, at the shapes of the latest run: bytes of its inputs and outputs, and its
+  // floating-point operations (0 when its op does not count them).
+  double bytes = 0, flops = 0;
+};
+
+// How busy the threads were over the profiled runs of Executor::run: wall time of those
+// runs, and per thread that ran thunk calls or parts, the time it spent in them.
+struct RunProfile {
+  int64_t runs = 0;
+  int64_t wall_ns = 0;
+  std::vector<int64_t> thread_busy_ns;  // busiest first
 };
 
 struct ExecutorStats {
@@ -95,6 +106,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // clears what was recorded. Safe while runs are in flight.
   void set_profiling(bool on);
   std::vector<StepTime> profile() const;  // in program order; empty when profiling is off
+  RunProfile run_profile() const;         // empty when profiling is off
 
  private:
   struct Plan {
@@ -105,6 +117,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
     size_t arena_bytes = 0;
     bool parallel = false;  // push each step to the engine (else run them in order)
   };
+  std::vector<Tensor> run_unprofiled(const std::vector<Tensor>& inputs);
   void validate(const std::vector<Tensor>& inputs) const;
   std::shared_ptr<const Plan> make_plan(const std::vector<Tensor>& inputs) const;
   std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
@@ -139,7 +152,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   int64_t split_grain_ = kSplitGrain;
   bool poison_ = false;
   std::vector<bool> is_output_;
-  std::mutex plan_mutex_;
+  mutable std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
   struct StepCounters {
@@ -147,6 +160,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   };
   std::atomic<bool> profiling_{false};
   std::unique_ptr<StepCounters[]> step_counters_;  // per step, allocated once
+  // Busy time per thread (a process-wide thread number modulo kProfileThreads), wall time
+  // and count of profiled runs.
+  static constexpr int kProfileThreads = 64;
+  std::unique_ptr<std::atomic<int64_t>[]> thread_busy_ns_;
+  std::atomic<int64_t> profiled_runs_{0}, profiled_wall_ns_{0};
   std::vector<bool> uploads_;  // per step: a device step of weights alone
   std::mutex upload_mutex_;
   std::atomic<bool> uploaded_{false};

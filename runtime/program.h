@@ -23,6 +23,10 @@ struct SlotSpec {
 // Maps the input shapes of a step to its output shapes; throws UserError on a mismatch
 // that only shows at run time (e.g. broadcasting 3 against 4).
 using ShapeRule = std::function<std::vector<Shape>(const std::vector<Shape>&)>;
+// Floating-point operations of one step call from its input and output shapes (0: not
+// counted).
+using FlopRule =
+    std::function<double(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs)>;
 
 struct StepSpec {
   int thunk = 0;  // index into the module's thunk table
@@ -30,6 +34,7 @@ struct StepSpec {
   std::vector<int> outputs;
   std::string label;  // "node 3: softmax(t2) -> t3"
   ShapeRule infer_shape;
+  FlopRule flops;  // may be empty
 };
 
 struct Program {
