@@ -159,6 +159,8 @@ options:
                               print each step's time, share, parts, bytes moved and
                               GFLOP/s, slowest first, and how busy each thread was
   --repeat N                  runs to profile
+  --trace FILE.json           with --profile: every thunk call and split part of those
+                              runs, per thread, for chrome://tracing or Perfetto
 )";
 
 const char* kExportHelp =
@@ -228,6 +230,7 @@ struct Args {
   std::string max_size, max_age;
   std::vector<std::string> op_libraries;
   bool profile = false;
+  std::string trace;  // kiln run --trace FILE
   int repeat = 10;  // kiln run --profile
 };
 
@@ -278,6 +281,8 @@ Args parse(int argc, char** argv) {
       a.weights = value(s);
     } else if (s == "--profile") {
       a.profile = true;
+    } else if (s == "--trace") {
+      a.trace = value(s);
     } else if (s == "--repeat") {
       const std::string v = value(s);
       char* end = nullptr;
@@ -425,6 +430,7 @@ int cmd_run(const Args& a) {
   no_cache_flags(a);
   std::string model = one_model(a);
   if (a.output_dir.empty()) throw UsageError{"kiln run: --output-dir DIR is required"};
+  if (!a.trace.empty() && !a.profile) throw UsageError{"kiln run: --trace FILE needs --profile"};
   if (!a.output_format.empty() && a.output_format != "npy" && a.output_format != "safetensors") {
     throw UsageError{"--output-format expects npy or safetensors, got '" + a.output_format + "'"};
   }
@@ -513,6 +519,10 @@ int cmd_run(const Args& a) {
     f.set_profiling(true);
     for (int r = 0; r < a.repeat; ++r) f.run(inputs);
     std::fputs(kiln::format_profile(f.profile(), f.run_profile()).c_str(), stdout);
+    if (!a.trace.empty()) {
+      kiln::write_file_atomic(a.trace, f.trace_json());
+      std::printf("trace: %s\n", a.trace.c_str());
+    }
     f.set_profiling(false);
   }
   return 0;

@@ -1,5 +1,7 @@
 #include "compiler/function.h"
 
+#include "runtime/trace_json.h"
+
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -29,6 +31,10 @@ const char* to_string(CacheStatus status) {
 
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& inputs) const {
   return executor_->run(inputs);
+}
+
+std::string Function::trace_json() const {
+  return chrome_trace_json(executor_->program(), executor_->trace());
 }
 
 PendingRun Function::run_async(const std::vector<Tensor>& inputs) const {

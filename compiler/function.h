@@ -77,6 +77,10 @@ class Function {
   void set_profiling(bool on) const { executor_->set_profiling(on); }
   std::vector<StepTime> profile() const { return executor_->profile(); }
   RunProfile run_profile() const { return executor_->run_profile(); }
+  // The thunk calls and parts of the profiled runs (see Executor::trace), and the same as
+  // a Trace Event JSON document for chrome://tracing or Perfetto.
+  std::vector<TraceEvent> trace() const { return executor_->trace(); }
+  std::string trace_json() const;
 
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<TensorType>& input_types() const { return input_types_; }

@@ -110,6 +110,12 @@ void Executor::set_profiling(bool on) {
   for (int t = 0; t < kProfileThreads; ++t) thread_busy_ns_[t].store(0, std::memory_order_relaxed);
   profiled_runs_.store(0, std::memory_order_relaxed);
   profiled_wall_ns_.store(0, std::memory_order_relaxed);
+  if (on && !trace_) trace_ = std::make_unique<TraceEvent[]>(kMaxTraceEvents);
+  trace_next_.store(0, std::memory_order_relaxed);
+  trace_epoch_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count(),
+                        std::memory_order_relaxed);
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     step_counters_[i].calls.store(0, std::memory_order_relaxed);
     step_counters_[i].ns.store(0, std::memory_order_relaxed);
@@ -145,6 +151,15 @@ std::vector<StepTime> Executor::profile() const {
     }
     out.push_back(std::move(t));
   }
+  return out;
+}
+
+std::vector<TraceEvent> Executor::trace(int64_t* dropped) const {
+  std::vector<TraceEvent> out;
+  const size_t n = trace_next_.load(std::memory_order_acquire);
+  if (dropped) *dropped = n > kMaxTraceEvents ? static_cast<int64_t>(n - kMaxTraceEvents) : 0;
+  if (!profiling_.load(std::memory_order_acquire) || !trace_) return out;
+  out.assign(trace_.get(), trace_.get() + std::min(n, kMaxTraceEvents));
   return out;
 }
 
@@ -418,17 +433,31 @@ int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
   auto call = [&](int part, int n_parts) {
     const auto t0 =
         profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    struct Busy {  // adds this call's time to its thread's slot, thrown or not
-      const Executor* self;
+    // Adds this call's time to its thread's slot and the trace, thrown or not.
+    struct Busy {
+      Executor* self;
       bool on;
       std::chrono::steady_clock::time_point t0;
+      int step, part, parts;
       ~Busy() {
-        if (on) {
-          self->thread_busy_ns_[profile_thread_number() % kProfileThreads].fetch_add(
-              elapsed_ns(t0), std::memory_order_relaxed);
+        if (!on) return;
+        const auto t1 = std::chrono::steady_clock::now();
+        const int thread = profile_thread_number();
+        self->thread_busy_ns_[thread % kProfileThreads].fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(),
+            std::memory_order_relaxed);
+        const size_t at = self->trace_next_.fetch_add(1, std::memory_order_relaxed);
+        if (at < kMaxTraceEvents) {
+          const int64_t epoch = self->trace_epoch_ns_.load(std::memory_order_relaxed);
+          auto since = [&](std::chrono::steady_clock::time_point t) {
+            return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch())
+                       .count() -
+                   epoch;
+          };
+          self->trace_[at] = TraceEvent{step, part, parts, thread, since(t0), since(t1)};
         }
       }
-    } busy{this, profiling, t0};
+    } busy{this, profiling, t0, static_cast<int>(&step - program_.steps.data()), part, n_parts};
     ThunkContext ctx;
     ctx.set_part(part, n_parts);
     ctx.set_kernels(module_->kernels());

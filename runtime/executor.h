@@ -6,6 +6,7 @@
 // one thread. Large splittable thunks (KILN_THUNK_SPLIT) are divided across CPU workers.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,16 @@ struct RunProfile {
   std::vector<int64_t> thread_busy_ns;  // busiest first
 };
 
+// One thunk call or split part of a profiled run: which step, which part of how many, the
+// thread that ran it (a small process-wide number) and when, in ns since profiling was
+// switched on.
+struct TraceEvent {
+  int step = 0;
+  int part = 0, parts = 1;
+  int thread = 0;
+  int64_t start_ns = 0, end_ns = 0;
+};
+
 struct ExecutorStats {
   int64_t runs = 0;
   int64_t split_calls = 0;  // thunk calls divided into parts
@@ -107,6 +118,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void set_profiling(bool on);
   std::vector<StepTime> profile() const;  // in program order; empty when profiling is off
   RunProfile run_profile() const;         // empty when profiling is off
+  // The thunk calls and parts of the profiled runs, in the order they finished; at most
+  // kMaxTraceEvents (later ones are counted in *dropped). Read it between runs.
+  static constexpr size_t kMaxTraceEvents = size_t(1) << 18;
+  std::vector<TraceEvent> trace(int64_t* dropped = nullptr) const;
 
  private:
   struct Plan {
@@ -165,6 +180,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   static constexpr int kProfileThreads = 64;
   std::unique_ptr<std::atomic<int64_t>[]> thread_busy_ns_;
   std::atomic<int64_t> profiled_runs_{0}, profiled_wall_ns_{0};
+  std::unique_ptr<TraceEvent[]> trace_;  // kMaxTraceEvents, allocated on first switch-on
+  std::atomic<size_t> trace_next_{0};
+  std::atomic<int64_t> trace_epoch_ns_{0};  // steady_clock, when profiling was switched on
   std::vector<bool> uploads_;  // per step: a device step of weights alone
   std::mutex upload_mutex_;
   std::atomic<bool> uploaded_{false};

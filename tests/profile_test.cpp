@@ -2,6 +2,8 @@
 // thread accounting, nothing recorded while it is off, and `kiln run --profile`.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <random>
 #include <regex>
 #include <sstream>
@@ -10,6 +12,7 @@
 #include "helpers.h"
 #include "ops/builders.h"
 #include "runtime/profile_table.h"
+#include "util/fs.h"
 
 namespace kiln {
 namespace {
@@ -60,6 +63,20 @@ TEST(Profile, FlopCountsAndBytesMatchHandComputedValues) {
     EXPECT_EQ(s.calls, 2) << s.label;
     EXPECT_GT(s.total_ns, 0) << s.label;
   }
+  // The trace: one event per step call (nothing here is large enough to split), each step
+  // twice, inside the runs.
+  const auto events = f.trace();
+  ASSERT_EQ(events.size(), 8u);
+  std::vector<int> seen(4, 0);
+  for (const TraceEvent& e : events) {
+    ASSERT_GE(e.step, 0);
+    ASSERT_LT(e.step, 4);
+    ++seen[static_cast<size_t>(e.step)];
+    EXPECT_EQ(e.parts, 1);
+    EXPECT_LE(0, e.start_ns);
+    EXPECT_LE(e.start_ns, e.end_ns);
+  }
+  EXPECT_EQ(seen, std::vector<int>(4, 2));
   const RunProfile r = f.run_profile();
   EXPECT_EQ(r.runs, 2);
   int64_t in_steps = 0;
@@ -96,6 +113,38 @@ TEST(Profile, FusedStepsCountTheirBaseOpAndSwitchingOnClears) {
   EXPECT_NE(table.find("profile: 0 runs"), std::string::npos) << table;
 }
 
+// A step split across workers leaves one event per part, each part once per run, and the
+// JSON trace holds every event under its step's label.
+TEST(Profile, SplitPartsAreTracedPerThread) {
+  std::mt19937 rng(3);
+  Graph g("profile_split");
+  Var x = input(g, "x", DType::kFloat32, {1024, 1024});
+  g.set_outputs({exp(x).var()});
+  Function f = compile(g);
+  const Tensor xs = testing::random_tensor(DType::kFloat32, {1024, 1024}, rng);
+  f({xs});
+  f.set_profiling(true);
+  for (int r = 0; r < 3; ++r) f({xs});
+  const auto events = f.trace();
+  ASSERT_FALSE(events.empty());
+  const int parts = events[0].parts;
+  ASSERT_GT(parts, 1) << "a 1M-element exp splits";
+  ASSERT_EQ(events.size(), static_cast<size_t>(3 * parts));
+  std::vector<int> count(static_cast<size_t>(parts), 0);
+  for (const TraceEvent& e : events) {
+    EXPECT_EQ(e.parts, parts);
+    ++count.at(static_cast<size_t>(e.part));
+  }
+  EXPECT_EQ(count, std::vector<int>(static_cast<size_t>(parts), 3));
+  const auto doc = nlohmann::json::parse(f.trace_json());
+  ASSERT_EQ(doc.at("traceEvents").size(), events.size());
+  for (const auto& e : doc.at("traceEvents")) {
+    EXPECT_EQ(e.at("ph"), "X");
+    EXPECT_EQ(e.at("name"), f.profile().at(0).label);
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+  }
+}
+
 TEST(Profile, TheCliPrintsEveryStepSlowestFirst) {
   const std::string dir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
   auto r = testing::kiln_env(
@@ -117,8 +166,12 @@ TEST(Profile, TheCliPrintsEveryStepSlowestFirst) {
     ms.push_back(std::stod(m[1]));
     share += std::stod(m[2]);
     labels += m[4].str() + "\n";
-    if (m[4].str().find("'fc1'") != std::string::npos) EXPECT_NE(m[3], "-") << "fc1 counts FLOPs";
-    if (m[4].str().find("'probs'") != std::string::npos) EXPECT_EQ(m[3], "-") << line;
+    if (m[4].str().find("'fc1'") != std::string::npos) {
+      EXPECT_NE(m[3], "-") << "fc1 counts FLOPs";
+    }
+    if (m[4].str().find("'probs'") != std::string::npos) {
+      EXPECT_EQ(m[3], "-") << line;
+    }
   }
   ASSERT_EQ(ms.size(), 4u) << r.out;
   EXPECT_TRUE(std::is_sorted(ms.rbegin(), ms.rend())) << r.out;
@@ -126,6 +179,18 @@ TEST(Profile, TheCliPrintsEveryStepSlowestFirst) {
   for (const char* name : {"'fc1'", "'fc2'", "'fc3'", "'probs'"}) {
     EXPECT_NE(labels.find(name), std::string::npos) << name << "\n" << r.out;
   }
+  const std::string trace = testing::temp_dir("profile-trace") + "/t.json";
+  auto traced = testing::kiln_env(
+      {}, {"run", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy", "--output-dir",
+           testing::temp_dir("profile-out3"), "--profile", "--repeat", "2", "--trace", trace});
+  ASSERT_EQ(traced.exit_code, 0) << traced.err;
+  const auto doc = nlohmann::json::parse(read_file(trace));
+  EXPECT_GE(doc.at("traceEvents").size(), 8u) << "4 steps, 2 runs";
+  auto untimed =
+      testing::kiln_env({}, {"run", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy",
+                             "--output-dir", testing::temp_dir("profile-out4"), "--trace", trace});
+  EXPECT_EQ(untimed.exit_code, 2);
+  EXPECT_NE(untimed.err.find("--trace FILE needs --profile"), std::string::npos) << untimed.err;
   auto bad = testing::kiln_env(
       {}, {"run", dir + "/mlp.json", "--input", "x=" + dir + "/input.npy", "--output-dir",
            testing::temp_dir("profile-out2"), "--profile", "--repeat", "0"});
