@@ -19,6 +19,7 @@
 #include "cache/remote_tier.h"
 #include "compiler/compile.h"
 #include "compiler/export.h"
+#include "compiler/report.h"
 #include "frontend/model_loader.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
@@ -52,6 +53,9 @@ commands:
                            graph after the rewrite passes instead)
   export MODEL -o DIR      write MODEL as a standalone C library: DIR/libNAME.so, NAME.h,
                            README.txt (kiln help export)
+  report MODEL -o FILE.html
+                           one self-contained page: the optimized graph, each node's
+                           code, the passes, the cache story, a profile (kiln help report)
   cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
   ops                      list the ops kiln knows: built-in, and those of loaded op
                            libraries with their ONNX names and forms
@@ -202,7 +206,30 @@ c (C fragments stitched into the module), compute (a precompiled function the mo
 calls), state (set up once per module), perform (a reference), cuda, grad.
 )";
 
+const char* kReportHelp =
+    R"(usage: kiln report [-v] MODEL -o FILE.html [--input NAME=FILE ...] [--repeat N]
+                   [--passes SPEC] [--device cpu|cuda]
+
+Compiles MODEL and writes one self-contained HTML page (no network, no external file;
+open it from disk in any browser):
+  - the optimized graph as a picture: nodes coloured by kind (GEMM/conv, fused
+    elementwise, elementwise, reduction, data movement), edges labelled with dtype and
+    shape (? marks a dynamic dimension); click a node for its op, inputs and outputs,
+    and its generated code with the source-map origin of every fragment;
+  - the rewrite passes, each with its node counts and the ops it removed and added;
+  - the cache: key, hit or miss, key components, compile time per phase and per kernel;
+  - with every input given: a profile of --repeat runs (default 10) per node, sorted,
+    with the five slowest marked on the graph.
+#node=N at the end of the page's address selects node N.
+
+options:
+  -o, --output FILE.html      where the page goes (required)
+  -i, --input NAME=FILE       as for kiln run; all inputs or none
+  --repeat N                  profiled runs
+)";
+
 const char* help_for(const std::string& cmd) {
+  if (cmd == "report") return kReportHelp;
   if (cmd == "compile") return kCompileHelp;
   if (cmd == "run") return kRunHelp;
   if (cmd == "source") return kSourceHelp;
@@ -293,7 +320,7 @@ Args parse(int argc, char** argv) {
       a.repeat = static_cast<int>(n);
     } else if (s == "--output-format") {
       a.output_format = value(s);
-    } else if (s == "-o" || s == "--output-dir") {
+    } else if (s == "-o" || s == "--output-dir" || s == "--output") {
       a.output_dir = value(s);
     } else if (s.rfind("--output-dir=", 0) == 0) {
       a.output_dir = s.substr(13);
@@ -426,16 +453,18 @@ int cmd_source(const Args& a) {
   return 0;
 }
 
-int cmd_run(const Args& a) {
-  no_cache_flags(a);
-  std::string model = one_model(a);
-  if (a.output_dir.empty()) throw UsageError{"kiln run: --output-dir DIR is required"};
-  if (!a.trace.empty() && !a.profile) throw UsageError{"kiln run: --trace FILE needs --profile"};
-  if (!a.output_format.empty() && a.output_format != "npy" && a.output_format != "safetensors") {
-    throw UsageError{"--output-format expects npy or safetensors, got '" + a.output_format + "'"};
-  }
-  std::map<std::string, std::string> files;
+// The --input flags, read before the model loads (a malformed flag is a usage error).
+struct InputSpecs {
+  std::map<std::string, std::string> files;  // NAME=FILE
   std::vector<std::string> bundles;  // FILE.safetensors without NAME=: inputs by tensor name
+  bool any = false;
+};
+
+InputSpecs parse_input_specs(const Args& a, const std::string& command) {
+  InputSpecs specs;
+  auto& files = specs.files;
+  auto& bundles = specs.bundles;
+  specs.any = !a.inputs.empty();
   for (const auto& spec : a.inputs) {
     auto eq = spec.find('=');
     if (eq == std::string::npos && kiln::is_safetensors_path(spec)) {
@@ -443,30 +472,37 @@ int cmd_run(const Args& a) {
       continue;
     }
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      throw UsageError{"kiln run: --input expects NAME=FILE.npy, NAME=FILE.safetensors or "
+      throw UsageError{"kiln " + command +
+                       ": --input expects NAME=FILE.npy, NAME=FILE.safetensors or "
                        "FILE.safetensors, got '" + spec + "'"};
     }
     if (!files.emplace(spec.substr(0, eq), spec.substr(eq + 1)).second) {
-      throw UsageError{"kiln run: input '" + spec.substr(0, eq) + "' given twice"};
+      throw UsageError{"kiln " + command + ": input '" + spec.substr(0, eq) + "' given twice"};
     }
   }
-  auto t = Clock::now();
-  kiln::Graph g = kiln::load_model(model);
-  double load_ms = ms(t);
+  return specs;
+}
+
+// Every input the specs name, from .npy or .safetensors files, checked against the graph's
+// inputs before anything compiles (a typo should not cost a compile). `command` names the
+// CLI command in messages; with `optional`, giving no input at all is allowed.
+std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const kiln::Graph& g,
+                                                const std::string& command, bool optional) {
+  const auto& files = specs.files;
   std::map<std::string, kiln::Tensor> inputs;
-  for (const auto& path : bundles) {
+  for (const auto& path : specs.bundles) {
     kiln::Safetensors st = kiln::read_safetensors(path);
     for (auto& [name, tensor] : st.tensors) {
       bool input = false;
       for (const auto* v : g.inputs()) input = input || v->name == name;
       if (!input) continue;  // a weights file may hold more than the inputs
       if (files.count(name) || inputs.count(name)) {
-        throw UsageError{"kiln run: input '" + name + "' given twice (again in " + path + ")"};
+        throw UsageError{"kiln " + command + ": input '" + name + "' given twice (again in " +
+                         path + ")"};
       }
       inputs[name] = tensor;
     }
   }
-  // Check names before compiling: a typo should not cost a compile.
   for (const auto& [name, file] : files) {
     bool known = false;
     for (const auto* v : g.inputs()) known = known || v->name == name;
@@ -477,13 +513,31 @@ int cmd_run(const Args& a) {
                             kiln::join(names, ", "));
     }
   }
-  for (const auto* v : g.inputs()) {
-    if (!files.count(v->name) && !inputs.count(v->name)) {
-      throw kiln::UserError("missing input '" + v->name + "': expected " + v->type.to_string() +
-                            "; pass --input " + v->name + "=FILE.npy");
+  if (!(optional && !specs.any)) {
+    for (const auto* v : g.inputs()) {
+      if (!files.count(v->name) && !inputs.count(v->name)) {
+        throw kiln::UserError("missing input '" + v->name + "': expected " + v->type.to_string() +
+                              "; pass --input " + v->name + "=FILE.npy");
+      }
     }
   }
   for (const auto& [name, file] : files) inputs[name] = kiln::read_tensor_file(file, name);
+  return inputs;
+}
+
+int cmd_run(const Args& a) {
+  no_cache_flags(a);
+  std::string model = one_model(a);
+  if (a.output_dir.empty()) throw UsageError{"kiln run: --output-dir DIR is required"};
+  if (!a.trace.empty() && !a.profile) throw UsageError{"kiln run: --trace FILE needs --profile"};
+  if (!a.output_format.empty() && a.output_format != "npy" && a.output_format != "safetensors") {
+    throw UsageError{"--output-format expects npy or safetensors, got '" + a.output_format + "'"};
+  }
+  const InputSpecs specs = parse_input_specs(a, "run");
+  auto t = Clock::now();
+  kiln::Graph g = kiln::load_model(model);
+  double load_ms = ms(t);
+  std::map<std::string, kiln::Tensor> inputs = read_inputs(specs, g, "run", false);
   kiln::Function f = kiln::compile(g, compile_options(a));
   if (a.device_io) {
     for (auto& [name, tensor] : inputs) tensor = kiln::to_device(tensor);
@@ -525,6 +579,25 @@ int cmd_run(const Args& a) {
     }
     f.set_profiling(false);
   }
+  return 0;
+}
+
+int cmd_report(const Args& a) {
+  no_cache_flags(a);
+  std::string model = one_model(a);
+  if (a.output_dir.empty()) throw UsageError{"kiln report: -o FILE.html is required"};
+  const InputSpecs specs = parse_input_specs(a, "report");
+  auto t = Clock::now();
+  kiln::Graph g = kiln::load_model(model);
+  kiln::ReportOptions options;
+  options.inputs = read_inputs(specs, g, "report", true);
+  options.compile = compile_options(a);
+  options.repeat = a.repeat;
+  const std::string page = kiln::report_html(g, options);
+  kiln::write_file_atomic(a.output_dir, page);
+  std::printf("%s  %.2f MB%s\n", a.output_dir.c_str(), static_cast<double>(page.size()) / 1e6,
+              options.inputs.empty() ? "  (no profile: no inputs given)" : "");
+  if (a.verbose) std::fprintf(stderr, "report %.0f ms\n", ms(t));
   return 0;
 }
 
@@ -851,6 +924,7 @@ int main(int argc, char** argv) {
     if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "export") return cmd_export(a);
+    if (a.command == "report") return cmd_report(a);
     if (a.command == "run") return cmd_run(a);
     if (a.command == "cache") return cmd_cache(a);
     return cmd_source(a);

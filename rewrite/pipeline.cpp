@@ -1,5 +1,7 @@
 #include "rewrite/pipeline.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -94,10 +96,22 @@ std::string passes_component(const std::string& spec, const std::string& origin)
 }
 
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec) {
+  return optimize(graph, spec, nullptr);
+}
+
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
+               const PassObserver& observe) {
   auto passes = select_passes(passes_spec(spec), spec ? "passes" : "KILN_PASSES");
   Graph g = plain_copy(graph);
   for (const auto& pass : passes) {
-    g = pass.run(g);
+    const auto t = std::chrono::steady_clock::now();
+    Graph next = pass.run(g);
+    if (observe) {
+      observe(
+          pass, g, next,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    }
+    g = std::move(next);
     if (debug_level() >= 2)
       log_line("after pass " + std::string(pass.name) + ":\n" + g.to_string());
   }

@@ -2,6 +2,7 @@
 // The rewrite pipeline: a plain list of passes run in order. A spec such as "-fusion,-cse"
 // (KILN_PASSES) disables passes; "none" runs none. With KILN_DEBUG >= 2 the graph is
 // printed after each pass.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,12 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
 
 // Runs the passes `spec` enables; nullopt spec: $KILN_PASSES, else all.
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec = std::nullopt);
+// The same, calling `observe` after each pass with the graph before and after it and the
+// pass's time (kiln report shows what every pass changed).
+using PassObserver =
+    std::function<void(const PassInfo& pass, const Graph& before, const Graph& after, double ms)>;
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
+               const PassObserver& observe);
 
 // The passes a spec enables with their versions, "fold@2,simplify@1,...", or "none": the
 // cache key's `passes` component.

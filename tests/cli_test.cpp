@@ -27,7 +27,7 @@ TEST(Cli, HelpForEveryCommand) {
                            "KILN_CACHE_MAX_SIZE", "-v"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
-  for (const char* cmd : {"compile", "run", "source", "cache", "export"}) {
+  for (const char* cmd : {"compile", "run", "source", "cache", "export", "report"}) {
     auto h = kiln({cmd, "--help"});
     EXPECT_EQ(h.exit_code, 0) << cmd;
     EXPECT_NE(h.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << h.out;
@@ -48,6 +48,29 @@ TEST(Cli, WrongUsageExitsTwoWithOneLine) {
     EXPECT_EQ(r.exit_code, 2) << args.size();
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// kiln report: -o is required; inputs are all or none (a partial set names what is
+// missing); a page is written either way.
+TEST(Cli, ReportWritesOnePageAndChecksItsInputs) {
+  const std::string model = kExamples + "/onnx/resblock/model.onnx";
+  const std::string out = testing::temp_dir("cli-report") + "/r.html";
+  auto none = kiln({"report", model});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("-o FILE.html is required"), std::string::npos) << none.err;
+  auto bad = kiln({"report", model, "-o", out, "--input", "nope=x.npy"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown input 'nope'"), std::string::npos) << bad.err;
+  auto plain = kiln({"report", model, "-o", out});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("no profile"), std::string::npos) << plain.out;
+  const std::string page = read_file(out);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("\"profile\":null"), std::string::npos);
+  auto full = kiln({"report", model, "-o", out, "--input", "x=" + kExamples + "/onnx/resblock/x.npy",
+                    "--repeat", "2"});
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(read_file(out).find("\"runs\":2"), std::string::npos);
 }
 
 TEST(Cli, CompileRunAndSourceTheMlp) {
