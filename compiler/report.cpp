@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_store.h"
+#include "cache/remote_tier.h"
 #include "compiler/c_linker.h"
 #include "compiler/report_page.h"
 #include "ops/cop.h"
@@ -164,8 +165,31 @@ json cache_json(const Function& f, const CompileOptions& options) {
   } catch (const Error&) {
     // No readable store (e.g. KILN_CACHE=0): the page shows the key alone.
   }
+  // What each tier answered, from the one status the lookup ended with: memory (modules
+  // loaded in this process), the local disk cache, the remote tier when configured.
+  const CacheStatus st = info.cache;
+  const bool off = st == CacheStatus::kBypassed || st == CacheStatus::kUncacheable;
+  bool remote_configured = false;
+  try {
+    remote_configured = RemoteConfig::from_env().has_value();
+  } catch (const Error&) {
+    // A malformed KILN_REMOTE_CACHE fails the compile itself; here it reads as absent.
+  }
+  const std::string remote = !remote_configured              ? "not configured"
+                             : st == CacheStatus::kRemoteHit ? "hit"
+                             : st == CacheStatus::kMiss      ? "miss (uploaded)"
+                             : off                           ? "off"
+                                                             : "not asked";
+  json tiers = json::array(
+      {json::array({"memory (this process)", st == CacheStatus::kMemo ? "hit" : "miss"}),
+       json::array({"local disk", off                        ? "off"
+                                  : st == CacheStatus::kHit  ? "hit"
+                                  : st == CacheStatus::kMemo ? "not asked"
+                                                             : "miss"}),
+       json::array({"remote", remote})});
   return {{"key", info.key},
           {"status", to_string(info.cache)},
+          {"tiers", tiers},
           {"note", info.cache_note},
           {"device", info.device},
           {"times_ms", times},

@@ -61,9 +61,39 @@ if (D.profile) {
   [...D.profile.steps].sort((a, b) => b.ms - a.ms).slice(0, 5).forEach(s => slow.add(s.node));
 }
 
+// The given model's nodes a node of the optimized graph came from: walking up the given
+// graph from its outputs' names to its inputs' names (values keep their names through the
+// rewrites). Capped, in case a rewrite renamed an input.
+const GV = D.given.vars, gvByName = {}, gnode = {};
+for (const id in GV) gvByName[GV[id].name] = GV[id];
+for (const g of D.given.nodes) gnode[g.id] = g;
+function origins(n) {
+  const stop = new Set(n.inputs.map(i => V[i].name)), seen = new Set(), out = [];
+  const queue = n.outputs.map(o => V[o].name);
+  while (queue.length && out.length < 64) {
+    const name = queue.pop();
+    if (stop.has(name)) continue;
+    const v = gvByName[name];
+    if (!v || v.producer < 0 || seen.has(v.producer)) continue;
+    seen.add(v.producer);
+    const g = gnode[v.producer];
+    out.push(g);
+    for (const i of g.inputs) queue.push(GV[i].name);
+  }
+  return out.sort((a, b) => a.id - b.id);
+}
+
+// A node standing for several of the model's: "· 3 ops: conv+add+relu" in its box.
+function fused(n) {
+  const o = origins(n);
+  if (o.length < 2) return "";
+  const ops = o.map(g => g.op).join("+");
+  return " \u00b7 " + (ops.length > 22 ? o.length + " ops" : ops);
+}
+
 // Layered layout: graph inputs on layer 0, each node one below its deepest producer;
 // within a layer, nodes ordered by the mean position of their producers.
-const W = 190, H = 34, GX = 36, GY = 62;
+const W = 215, H = 34, GX = 36, GY = 62;
 const items = [], byVar = {}, pos = {};
 for (const id of Object.keys(V)) if (V[id].kind == "input") { const it = {key: "v" + id, kind: "input", label: V[id].name, layer: 0, preds: []}; items.push(it); byVar[id] = it; }
 for (const n of G.nodes) {
@@ -102,7 +132,7 @@ for (const it of items) {
   const ms = it.node && prof[it.node.id] ? " \u00b7 " + fmt(prof[it.node.id].ms) + " ms" : "";
   parts.push('<g class="' + cls + '"' + id + ' transform="translate(' + (it.x + 10) + ',' + (it.y + 10) + ')"><rect width="' + W + '" height="' + H + '"/>' +
     '<text x="6" y="14">' + esc(it.label.length > 30 ? it.label.slice(0, 29) + "\u2026" : it.label) + '</text>' +
-    '<text x="6" y="27" style="fill:#333">' + esc(it.node ? "node " + it.node.id + ms : "input " + shape(V[it.key.slice(1)])) + '</text></g>');
+    '<text x="6" y="27" style="fill:#333">' + esc(it.node ? "node " + it.node.id + ms + fused(it.node) : "input " + shape(V[it.key.slice(1)])) + '</text></g>');
 }
 svg.innerHTML = parts.join("");
 
@@ -116,28 +146,6 @@ function highlight(text) {
     else out += esc(m[3]).replace(KW, '<span class="k">$1</span>').replace(/\b(\d+(\.\d+)?([eE][-+]?\d+)?f?)\b/g, '<span class="d">$1</span>');
   }
   return out;
-}
-
-// The given model's nodes a node of the optimized graph came from: walking up the given
-// graph from its outputs' names to its inputs' names (values keep their names through the
-// rewrites). Capped, in case a rewrite renamed an input.
-const GV = D.given.vars, gvByName = {}, gnode = {};
-for (const id in GV) gvByName[GV[id].name] = GV[id];
-for (const g of D.given.nodes) gnode[g.id] = g;
-function origins(n) {
-  const stop = new Set(n.inputs.map(i => V[i].name)), seen = new Set(), out = [];
-  const queue = n.outputs.map(o => V[o].name);
-  while (queue.length && out.length < 64) {
-    const name = queue.pop();
-    if (stop.has(name)) continue;
-    const v = gvByName[name];
-    if (!v || v.producer < 0 || seen.has(v.producer)) continue;
-    seen.add(v.producer);
-    const g = gnode[v.producer];
-    out.push(g);
-    for (const i of g.inputs) queue.push(GV[i].name);
-  }
-  return out.sort((a, b) => a.id - b.id);
 }
 
 function select(id) {
@@ -176,6 +184,7 @@ document.getElementById("tab-passes").innerHTML = "<h3>Rewrite passes</h3><table
 // Cache: key, status, components, phases, kernels.
 const C = D.cache;
 document.getElementById("tab-cache").innerHTML = "<h3>Cache</h3><p><b>key</b> <code>" + esc(C.key) + "</code><br><b>status</b> " + esc(C.status) + (C.note ? " (" + esc(C.note) + ")" : "") + (C.device ? "<br><b>device</b> " + esc(C.device) : "") + "</p>" +
+  "<h4>Tiers</h4><table>" + C.tiers.map(([t, a]) => "<tr><td>" + esc(t) + "</td><td>" + esc(a) + "</td></tr>").join("") + "</table>" +
   "<h4>Compile time per phase (ms)</h4><table>" + Object.entries(C.times_ms).filter(([k, v]) => v > 0).map(([k, v]) => "<tr><td>" + esc(k) + "</td><td class=n>" + fmt(v, 2) + "</td></tr>").join("") + "</table>" +
   "<h4>Kernels</h4><p>" + C.kernels.count + " distinct, " + C.kernels.reused + " reused from the kernel cache, " + C.kernels.compiled + " compiled (" + C.kernels.jobs + " at once)</p><table>" +
   C.kernels.compile_ms.map(([s, ms]) => "<tr><td><code>" + esc(s) + "</code></td><td class=n>" + fmt(ms, 1) + " ms</td></tr>").join("") + "</table>" +

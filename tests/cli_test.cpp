@@ -67,8 +67,8 @@ TEST(Cli, ReportWritesOnePageAndChecksItsInputs) {
   const std::string page = read_file(out);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(page.find("\"profile\":null"), std::string::npos);
-  auto full = kiln({"report", model, "-o", out, "--input", "x=" + kExamples + "/onnx/resblock/x.npy",
-                    "--repeat", "2"});
+  auto full = kiln({"report", model, "-o", out, "--input",
+                    "x=" + kExamples + "/onnx/resblock/x.npy", "--repeat", "2"});
   ASSERT_EQ(full.exit_code, 0) << full.err;
   EXPECT_NE(read_file(out).find("\"runs\":2"), std::string::npos);
 }
@@ -99,7 +99,8 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
             std::string::npos)
       << s.out;
   EXPECT_NE(s.out.find("/* node 2: with_epilogue{base=\"matmul\""), std::string::npos) << s.out;
-  EXPECT_NE(s.out.find("kiln_gemm_f32(ctx"), std::string::npos) << "GEMM through kiln's OpenBLAS table";
+  EXPECT_NE(s.out.find("kiln_gemm_f32(ctx"), std::string::npos)
+      << "GEMM through kiln's OpenBLAS table";
 }
 
 TEST(Cli, BadPassesSpecNamesTheFlagAndThePasses) {

@@ -50,11 +50,16 @@ TEST(Report, TheMlpsGraphCodePassesCacheAndProfile) {
   EXPECT_EQ(passes.back().at("nodes_after"), 4);
   bool fused = false;
   for (size_t i = 0; i < passes.size(); ++i) {
-    if (i > 0) EXPECT_EQ(passes[i].at("nodes_before"), passes[i - 1].at("nodes_after"));
+    if (i > 0) {
+      EXPECT_EQ(passes[i].at("nodes_before"), passes[i - 1].at("nodes_after"));
+    }
     for (const json& c : passes[i].at("changes")) fused = fused || c == "+3 with_epilogue";
   }
   EXPECT_TRUE(fused) << passes.dump();
   EXPECT_EQ(d.at("cache").at("status"), "miss");
+  EXPECT_EQ(d.at("cache").at("tiers"),
+            json::parse(R"J([["memory (this process)","miss"],["local disk","miss"],)J"
+                        R"J(["remote","not configured"]])J"));
   EXPECT_EQ(d.at("cache").at("key").get<std::string>().size(), 64u);
   EXPECT_FALSE(d.at("cache").at("components").empty());
   const json& p = d.at("profile");
@@ -66,6 +71,7 @@ TEST(Report, TheMlpsGraphCodePassesCacheAndProfile) {
   o.inputs.clear();
   const json again = json::parse(report_json(g, o));
   EXPECT_NE(again.at("cache").at("status"), "miss") << "a hit, or memo in this process";
+  EXPECT_EQ(again.at("cache").at("tiers")[0][1], "hit") << "loaded in this process already";
   EXPECT_TRUE(again.at("profile").is_null());
 }
 
