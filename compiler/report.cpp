@@ -105,20 +105,22 @@ json passes_json(const Graph& graph, const CompileOptions& options) {
 
 // Each node's lines of the module source with their fragment origins. Identical segments
 // (the same kernel run by many nodes) are stored once in `texts`.
+// The lines of `w`'s text, as many as it has origins.
+std::vector<std::string> lines_of(const CodeWriter& w) {
+  std::vector<std::string> lines;
+  const std::string& text = w.str();
+  size_t at = 0;
+  while (at <= text.size() && lines.size() < w.origins().size()) {
+    const size_t nl = text.find('\n', at);
+    lines.push_back(text.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return lines;
+}
+
 json code_json(const Graph& optimized, const std::string& key) {
   const LinkedModule m = link_c_module(optimized, key, LinkMode::kModule);
-  const auto& origins = m.code.origins();
-  std::vector<std::string> lines;
-  {
-    const std::string& text = m.code.str();
-    size_t at = 0;
-    while (at <= text.size() && lines.size() < origins.size()) {
-      const size_t nl = text.find('\n', at);
-      lines.push_back(text.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
-      if (nl == std::string::npos) break;
-      at = nl + 1;
-    }
-  }
   json texts = json::array(), nodes = json::object();
   std::map<std::string, int> text_index;
   auto intern = [&](const std::string& t) {
@@ -126,25 +128,32 @@ json code_json(const Graph& optimized, const std::string& key) {
     if (fresh) texts.push_back(t);
     return it->second;
   };
-  // Consecutive lines of one node and fragment form a segment.
-  size_t i = 0;
-  while (i < lines.size()) {
-    const SourceOrigin& o = origins[i];
-    size_t j = i;
-    std::string body;
-    while (j < lines.size() && origins[j].node == o.node && origins[j].fragment == o.fragment) {
-      body += lines[j] + "\n";
-      ++j;
+  // Consecutive lines of one node and fragment form a segment: the C module's, then the
+  // CUDA unit's (kernels.cu) for nodes placed on the device.
+  auto add_segments = [&](const CodeWriter& w, const std::string& unit) {
+    const auto& origins = w.origins();
+    const std::vector<std::string> lines = lines_of(w);
+    size_t i = 0;
+    while (i < lines.size()) {
+      const SourceOrigin& o = origins[i];
+      size_t j = i;
+      std::string body;
+      while (j < lines.size() && origins[j].node == o.node && origins[j].fragment == o.fragment) {
+        body += lines[j] + "\n";
+        ++j;
+      }
+      if (o.node >= 0) {
+        nodes[std::to_string(o.node)].push_back({{"fragment", unit + o.fragment},
+                                                 {"line", o.fragment_line},
+                                                 {"module_line", i + 1},
+                                                 {"text", intern(body)}});
+      }
+      i = j;
     }
-    if (o.node >= 0) {
-      nodes[std::to_string(o.node)].push_back({{"fragment", o.fragment},
-                                               {"line", o.fragment_line},
-                                               {"module_line", i + 1},
-                                               {"text", intern(body)}});
-    }
-    i = j;
-  }
-  return {{"texts", texts}, {"nodes", nodes}, {"module_lines", origins.size()}};
+  };
+  add_segments(m.code, "");
+  add_segments(m.cuda, "kernels.cu: ");
+  return {{"texts", texts}, {"nodes", nodes}, {"module_lines", m.code.origins().size()}};
 }
 
 json cache_json(const Function& f, const CompileOptions& options) {

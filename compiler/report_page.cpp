@@ -167,7 +167,7 @@ function select(id) {
   const segs = (D.code.nodes[n.id] || []);
   const pane = document.getElementById("codepane");
   pane.dataset.node = n.id;
-  pane.innerHTML = segs.length ? segs.map(s => '<div class="frag">' + esc(s.fragment) + " from its line " + s.line + " \u2192 module line " + s.module_line + "</div><pre>" + highlight(D.code.texts[s.text]) + "</pre>").join("") : "<p>No code of its own (a view, or code shared with another node).</p>";
+  pane.innerHTML = segs.length ? segs.map(s => '<div class="frag">' + esc(s.fragment) + " from its line " + s.line + " \u2192 line " + s.module_line + (s.fragment.startsWith("kernels.cu") ? " of kernels.cu" : " of the module") + "</div><pre>" + highlight(D.code.texts[s.text]) + "</pre>").join("") : "<p>No code of its own (a view, or code shared with another node).</p>";
 }
 svg.addEventListener("click", e => { const g = e.target.closest("[data-node]"); if (g) select(+g.dataset.node); });
 

@@ -75,6 +75,35 @@ TEST(Report, TheMlpsGraphCodePassesCacheAndProfile) {
   EXPECT_TRUE(again.at("profile").is_null());
 }
 
+// On CUDA (the emulator here) a node's code is its host thunk and its kernel from
+// kernels.cu.
+TEST(Report, CudaNodesShowTheirKernels) {
+  ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
+  Graph g("report_cuda");
+  Var x = input(g, "x", DType::kFloat32, {4, 33});
+  g.set_outputs({softmax(x).var()});
+  ReportOptions o;
+  o.compile.cache_dir = testing::temp_dir("report-cache3");
+  o.compile.device = "cuda";
+  const json d = json::parse(report_json(g, o));
+  ::unsetenv("KILN_CUDA_DEVICE");
+  bool kernel = false, host = false;
+  for (const json& n : d.at("graph").at("nodes")) {
+    if (n.at("op") != "cuda:softmax") continue;
+    for (const json& s : d.at("code").at("nodes").at(std::to_string(n.at("id").get<int>()))) {
+      const std::string f = s.at("fragment");
+      const std::string text = d.at("code").at("texts").at(s.at("text").get<size_t>());
+      if (f.rfind("kernels.cu: ", 0) == 0)
+        kernel = kernel || text.find("__global__") != std::string::npos;
+      else
+        host = host || text.find("KILN_LAUNCH") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(kernel) << "the softmax kernel from kernels.cu";
+  EXPECT_TRUE(host) << "the host thunk that launches it";
+  EXPECT_EQ(d.at("cache").at("device"), "kiln CUDA emulator on the CPU (not a GPU)");
+}
+
 TEST(Report, ThePageEmbedsTheDataWithoutEndingItsScript) {
   Graph g("a</script><script>alert(1)</script>");
   Var x = input(g, "x</script>", DType::kFloat32, {3});
