@@ -204,7 +204,12 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
           im.try_fold(n, convert))
         continue;
+      const size_t first_new = graph.nodes().size();
       std::vector<Var> outs = convert();
+      // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
+      for (size_t k = first_new; k < graph.nodes().size(); ++k) {
+        if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
+      }
       if (static_cast<int>(outs.size()) < n.output_size()) {
         for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
           if (!n.output(k).empty())

@@ -1,7 +1,9 @@
 // The ONNX frontend: weights stay parameters, load-time values, external data, and a clear
 // error (never a crash) for truncated, corrupt, unsupported or inconsistent models.
 #include <gtest/gtest.h>
+
 #include <onnx/onnx_pb.h>
+#include <set>
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -149,6 +151,29 @@ TEST(OnnxFrontend, InitializersAreParametersSoOneModuleServesAnyWeights) {
   auto ya = a({x}), yb = b({x});
   EXPECT_FALSE(testing::tensors_close(ya[0], yb[0], 1e-3, 1e-6));
   EXPECT_TRUE(testing::tensors_close(yb[0], evaluate_reference(changed, {x})[0], 1e-4, 1e-6));
+}
+
+// Every node an ONNX node becomes carries its name, so labels, errors and kiln report say
+// which node of the file it came from (BatchNormalization becomes several kiln nodes).
+TEST(OnnxFrontend, NodesCarryTheirOnnxNodesNames) {
+  Graph g = load_onnx_model(kExamples + "/onnx/resblock/model.onnx");
+  const std::set<std::string> onnx_names{"/conv1/Conv",
+                                         "/bn1/BatchNormalization",
+                                         "/Relu",
+                                         "/conv2/Conv",
+                                         "/bn2/BatchNormalization",
+                                         "/Add",
+                                         "/Relu_1",
+                                         "/down/Conv",
+                                         "/ReduceMean"};
+  std::set<std::string> seen;
+  for (const auto& n : g.nodes()) {
+    EXPECT_TRUE(onnx_names.count(n->name)) << n->label();
+    seen.insert(n->name);
+  }
+  EXPECT_TRUE(seen.count("/bn1/BatchNormalization")) << "a node the normalization expanded into";
+  EXPECT_NE(g.nodes()[0]->label().find("'/conv1/Conv'"), std::string::npos)
+      << g.nodes()[0]->label();
 }
 
 TEST(OnnxFrontend, TruncatedOrCorruptFilesAreClearErrors) {
