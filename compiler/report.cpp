@@ -153,6 +153,31 @@ json code_json(const Graph& optimized, const std::string& key) {
   };
   add_segments(m.code, "");
   add_segments(m.cuda, "kernels.cu: ");
+  // A CUDA kernel identical to an earlier node's is defined once, under that node's name
+  // ("n3_gemm" launched as "n6_gemm"): the nodes that launch it show that definition too.
+  auto node_of = [](const std::string& kernel) {
+    if (kernel.size() < 3 || kernel[0] != 'n') return -1;
+    const size_t us = kernel.find('_');
+    try {
+      return us == std::string::npos ? -1 : std::stoi(kernel.substr(1, us - 1));
+    } catch (const std::exception&) {
+      return -1;
+    }
+  };
+  for (size_t i = 0; i < m.kernel_names.size() && i < m.kernel_symbols.size(); ++i) {
+    const int user = node_of(m.kernel_names[i]), owner = node_of(m.kernel_symbols[i]);
+    const std::string from = std::to_string(owner), to = std::to_string(user);
+    if (user < 0 || owner < 0 || user == owner || !nodes.contains(from)) continue;
+    for (const json& seg : json(nodes[from])) {
+      const std::string fragment = seg.at("fragment");
+      if (fragment.rfind("kernels.cu: ", 0) != 0) continue;
+      json shared = seg;
+      shared["fragment"] = fragment + " (node " + from + "'s: the same kernel)";
+      bool have = false;
+      for (const json& mine : nodes[to]) have = have || mine == shared;
+      if (!have) nodes[to].push_back(std::move(shared));
+    }
+  }
   return {{"texts", texts}, {"nodes", nodes}, {"module_lines", m.code.origins().size()}};
 }
 

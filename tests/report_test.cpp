@@ -100,6 +100,30 @@ TEST(Report, CudaNodesShowTheirKernels) {
     }
   }
   EXPECT_TRUE(kernel) << "the softmax kernel from kernels.cu";
+  // Two identical softmaxes: the second launches the first's kernel, and says so.
+  {
+    ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
+    Graph h("report_cuda_shared");
+    Var a = input(h, "a", DType::kFloat32, {4, 33});
+    Var b = input(h, "b", DType::kFloat32, {4, 33});
+    h.set_outputs({softmax(a).var(), softmax(b).var()});
+    const json e = json::parse(report_json(h, o));
+    ::unsetenv("KILN_CUDA_DEVICE");
+    int with_kernel = 0;
+    bool shared = false;
+    for (const json& n : e.at("graph").at("nodes")) {
+      if (n.at("op") != "cuda:softmax") continue;
+      bool has = false;
+      for (const json& s : e.at("code").at("nodes").at(std::to_string(n.at("id").get<int>()))) {
+        const std::string f = s.at("fragment");
+        has = has || f.rfind("kernels.cu: ", 0) == 0;
+        shared = shared || f.find("the same kernel") != std::string::npos;
+      }
+      with_kernel += has;
+    }
+    EXPECT_EQ(with_kernel, 2) << "both softmax nodes show the kernel they launch";
+    EXPECT_TRUE(shared);
+  }
   EXPECT_TRUE(host) << "the host thunk that launches it";
   EXPECT_EQ(d.at("cache").at("device"), "kiln CUDA emulator on the CPU (not a GPU)");
 }
