@@ -9,6 +9,7 @@
 #include "compiler/report_page.h"
 #include "ops/cop.h"
 #include "rewrite/pipeline.h"
+#include "runtime/cuda/device_tensor.h"
 #include "util/fs.h"
 
 namespace kiln {
@@ -241,7 +242,8 @@ json profile_json(const Function& f, const Graph& optimized, const ReportOptions
   for (const Variable* v : optimized.inputs()) {
     auto it = options.inputs.find(v->name);
     if (it == options.inputs.end()) return nullptr;
-    in.push_back(it->second);
+    // With --device-io the function takes device tensors: copy the inputs there once.
+    in.push_back(options.compile.device_io ? to_device(it->second) : it->second);
   }
   f(in);  // warm-up: plans memory, uploads weights
   f.set_profiling(true);

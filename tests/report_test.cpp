@@ -126,6 +126,15 @@ TEST(Report, CudaNodesShowTheirKernels) {
   }
   EXPECT_TRUE(host) << "the host thunk that launches it";
   EXPECT_EQ(d.at("cache").at("device"), "kiln CUDA emulator on the CPU (not a GPU)");
+  // With device inputs and outputs the profile's inputs go to the device first.
+  ::setenv("KILN_CUDA_DEVICE", "emulator", 1);
+  o.compile.device_io = true;
+  std::mt19937 rng(4);
+  o.inputs["x"] = testing::random_tensor(DType::kFloat32, {4, 33}, rng);
+  const json io = json::parse(report_json(g, o));
+  ::unsetenv("KILN_CUDA_DEVICE");
+  ASSERT_FALSE(io.at("profile").is_null());
+  EXPECT_EQ(io.at("profile").at("runs"), 10);
 }
 
 TEST(Report, ThePageEmbedsTheDataWithoutEndingItsScript) {
