@@ -3,6 +3,8 @@
 #include <onnx/onnx_pb.h>
 
 #include "ops/reference.h"
+#include "ops/registry.h"
+#include "util/strings.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -30,9 +32,89 @@ void OnnxImporter::add_known(const std::string& name, Tensor value, bool paramet
   known_is_parameter_[name] = parameter;
 }
 
+const SymValue* OnnxImporter::sym(const std::string& name) const {
+  auto it = sym_.find(name);
+  return it == sym_.end() ? nullptr : &it->second;
+}
+
+void OnnxImporter::add_sym(const std::string& name, SymValue v) {
+  bool constant = true;
+  for (const DimExpr& e : v.elems) constant = constant && e.value().has_value();
+  if (!constant) {
+    sym_[name] = std::move(v);
+    return;
+  }
+  Tensor t = Tensor::empty(v.dtype, v.scalar ? Shape{} : Shape{static_cast<int64_t>(v.elems.size())});
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const int64_t x = *v.elems[i].value();
+    if (is_float(v.dtype)) {
+      t.store(static_cast<int64_t>(i), static_cast<double>(x));
+    } else {
+      t.store_int(static_cast<int64_t>(i), x);
+    }
+  }
+  add_known(name, std::move(t), false);
+}
+
+int OnnxImporter::sym_source(Variable* v) {
+  for (size_t k = 0; k < sym_sources_.size(); ++k) {
+    if (sym_sources_[k] == v) return static_cast<int>(k);
+  }
+  sym_sources_.push_back(v);
+  return static_cast<int>(sym_sources_.size()) - 1;
+}
+
+std::optional<SymValue> OnnxImporter::sym_in(const onnx::NodeProto& n, int i) {
+  const std::string& name = input_name(n, i);
+  if (const SymValue* s = sym(name)) return *s;
+  const Tensor* t = known(name);
+  if (!t || is_float(t->dtype()) || t->ndim() > 1 || t->numel() > 64) return std::nullopt;
+  SymValue v{t->dtype(), t->ndim() == 0, {}};
+  for (int64_t k = 0; k < t->numel(); ++k) v.elems.push_back(DimExpr::constant(t->load_int(k)));
+  return v;
+}
+
+std::vector<DimExpr> OnnxImporter::to_node_inputs(const std::vector<DimExpr>& exprs,
+                                                  std::vector<Var>& inputs) {
+  std::vector<DimExpr> out;
+  for (const DimExpr& e : exprs) {
+    out.push_back(e.remap([&](int source) {
+      Variable* v = sym_sources_.at(static_cast<size_t>(source));
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        if (inputs[k].var() == v) return static_cast<int>(k);
+      }
+      inputs.push_back(Var(graph_, v));
+      return static_cast<int>(inputs.size()) - 1;
+    }));
+  }
+  return out;
+}
+
+std::optional<std::vector<DimExpr>> OnnxImporter::dims_in(const onnx::NodeProto& n, int i,
+                                                          std::vector<Var>& inputs) {
+  auto v = sym_in(n, i);
+  if (!v) return std::nullopt;
+  return to_node_inputs(v->elems, inputs);
+}
+
 Variable* OnnxImporter::variable(const std::string& name) {
   auto it = vars_.find(name);
   if (it != vars_.end()) return it->second;
+  if (auto s = sym_.find(name); s != sym_.end()) {
+    // A symbolic value used as data: computed at run time from its sources' shapes.
+    std::vector<Var> sources;
+    const auto exprs = to_node_inputs(s->second.elems, sources);
+    std::vector<Variable*> ins;
+    for (const Var& v : sources) ins.push_back(v.var());
+    Node* node = graph_->add_node(
+        OpRegistry::instance().create(
+            "dim_values", {{"dims", dim_exprs_to_string(exprs)},
+                           {"dtype", std::string(dtype_name(s->second.dtype))},
+                           {"scalar", int64_t{s->second.scalar}}}),
+        ins, name);
+    vars_[name] = node->outputs[0];
+    return node->outputs[0];
+  }
   auto k = known_.find(name);
   if (k == known_.end()) return nullptr;
   // Known values used as data become constants on first use; weights stay parameters.
@@ -54,6 +136,13 @@ Var OnnxImporter::in(const onnx::NodeProto& n, int i) {
 const Tensor& OnnxImporter::const_in(const onnx::NodeProto& n, int i, const std::string& what) {
   const std::string& name = input_name(n, i);
   const Tensor* t = known(name);
+  if (!t && sym(name)) {
+    std::vector<std::string> shown;
+    for (const DimExpr& e : sym(name)->elems) shown.push_back(e.value() ? e.str() : "?");
+    throw UnsupportedError("input " + std::to_string(i) + " '" + name + "' (" + what +
+                           ") follows a dynamic dimension ([" + join(shown, ", ") +
+                           "]), which this input cannot take");
+  }
   if (!t) {
     throw UnsupportedError(
         "input " + std::to_string(i) + " '" + name + "' (" + what +
@@ -78,6 +167,9 @@ std::vector<int64_t> OnnxImporter::const_ints(const onnx::NodeProto& n, int i,
 TensorType OnnxImporter::type_of(const onnx::NodeProto& n, int i) {
   const std::string& name = input_name(n, i);
   if (const Tensor* t = known(name)) return TensorType{t->dtype(), t->shape()};
+  if (const SymValue* s = sym(name)) {
+    return TensorType{s->dtype, s->scalar ? Shape{} : Shape{static_cast<int64_t>(s->elems.size())}};
+  }
   Variable* v = variable(name);
   if (!v)
     throw UserError("input " + std::to_string(i) + " '" + name +

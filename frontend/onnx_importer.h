@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/dim_expr.h"
 #include "graph/graph.h"
 #include "ops/builders.h"
 
@@ -16,6 +17,15 @@ class NodeProto;
 }
 
 namespace kiln {
+
+// A small integer tensor (0-D or 1-D) whose values follow dynamic dimensions: what ONNX's
+// Shape and its arithmetic yield when a dimension is known only at run time. Each element is
+// an expression whose leaf (k, d) is dimension d of the importer's source variable k.
+struct SymValue {
+  DType dtype = DType::kInt64;
+  bool scalar = false;
+  std::vector<DimExpr> elems;
+};
 
 class OnnxImporter {
  public:
@@ -45,6 +55,20 @@ class OnnxImporter {
   void bind(const std::string& name, Var v) { vars_[name] = v.var(); }
   Variable* variable(const std::string& name);  // nullptr when the name has no value yet
 
+  // Symbolic values (onnx_sym.h computes them). add_sym records an all-constant one as known.
+  const SymValue* sym(const std::string& name) const;
+  void add_sym(const std::string& name, SymValue v);
+  int sym_source(Variable* v);  // the leaf index of variable v's dimensions
+  // Input i as a symbolic value: known integer values become constant expressions. nullopt
+  // when the input is neither (a tensor computed at run time).
+  std::optional<SymValue> sym_in(const onnx::NodeProto& n, int i);
+  // Input i's values as dimension expressions over a node's inputs: `inputs` holds the
+  // node's inputs so far (the data first); the variables the leaves read are appended (once
+  // each) and the leaves renumbered to their positions. nullopt as for sym_in.
+  std::optional<std::vector<DimExpr>> dims_in(const onnx::NodeProto& n, int i,
+                                              std::vector<Var>& inputs);
+  std::vector<DimExpr> to_node_inputs(const std::vector<DimExpr>& exprs, std::vector<Var>& inputs);
+
   // Evaluates `convert` on known inputs at load time into known outputs (shape arithmetic).
   // Returns false when some input is not known or the inputs are too large to fold.
   template <class Convert>
@@ -63,6 +87,8 @@ class OnnxImporter {
   std::map<std::string, Variable*> vars_;
   std::map<std::string, Tensor> known_;
   std::map<std::string, bool> known_is_parameter_;
+  std::map<std::string, SymValue> sym_;
+  std::vector<Variable*> sym_sources_;
 };
 
 template <class Convert>

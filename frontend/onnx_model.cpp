@@ -8,6 +8,7 @@
 
 #include "frontend/onnx_importer.h"
 #include "frontend/onnx_ops.h"
+#include "frontend/onnx_sym.h"
 #include "frontend/onnx_tensor.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
@@ -199,6 +200,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                                   }};
     const OnnxOpSpec& spec = found ? *found : library_spec;
     try {
+      // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
+      if (found && fold_symbolic(im, n)) continue;
       auto convert = [&] { return spec.convert(im, n, attrs); };
       // Library ops are left to the rewrites' folding, which skips ops without a reference.
       if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&

@@ -9,6 +9,7 @@
 
 #include "frontend/onnx_tensor.h"
 #include "ops/broadcast.h"
+#include "ops/registry.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -68,6 +69,144 @@ Var reshape_to(Var x, const Ints& dims, const std::vector<int>& source) {
     }
   }
   return reshape(x, shape);
+}
+
+
+// ---- Consumers of symbolic shape values (onnx_sym.h) --------------------------------------
+
+// A symbolic input of a node that reads run-time dimensions: nullopt unless the input is
+// symbolic (known values take the ordinary, constant path).
+std::optional<SymValue> symbolic_in(OnnxImporter& im, const onnx::NodeProto& n, int i) {
+  if (!OnnxImporter::has_input(n, i) || !im.sym(n.input(i))) return std::nullopt;
+  return *im.sym(n.input(i));
+}
+
+// Bounds far past any dimension clamp the same way; these fit a dimension expression.
+int64_t clamp_bound(int64_t v) {
+  constexpr int64_t kFar = int64_t{1} << 62;
+  return std::clamp(v, -kFar, kFar);
+}
+
+// The op `name` on `data` (may be null) plus the variables the expressions read, with
+// `props` and each expression list in `lists` written as a prop string.
+Var apply_with_dims(OnnxImporter& im, const std::string& name, std::optional<Var> data,
+                    Attrs props, const std::vector<std::pair<std::string, std::vector<DimExpr>>>& lists) {
+  std::vector<Var> ins;
+  if (data) ins.push_back(*data);
+  for (const auto& [prop, exprs] : lists) props[prop] = dim_exprs_to_string(im.to_node_inputs(exprs, ins));
+  std::vector<Variable*> vars;
+  for (const Var& v : ins) vars.push_back(v.var());
+  Node* node = im.graph().add_node(OpRegistry::instance().create(name, props), vars);
+  return Var(&im.graph(), node->outputs[0]);
+}
+
+Var reshape_symbolic(OnnxImporter& im, Var x, const SymValue& target, bool allowzero) {
+  const int xs = im.sym_source(x.var());
+  const auto& xd = x.type().dims;
+  auto x_dim = [&](size_t k) {
+    return xd[k] == kDynamic ? DimExpr::dim(xs, static_cast<int>(k)) : DimExpr::constant(xd[k]);
+  };
+  // ONNX's 0 (copy the input's dimension) and -1 (infer one) first become expressions.
+  std::vector<DimExpr> dims;
+  int inferred = -1;
+  for (size_t i = 0; i < target.elems.size(); ++i) {
+    DimExpr e = target.elems[i];
+    if (e.value() == 0 && !allowzero) {
+      if (i >= xd.size()) throw UserError("shape entry " + std::to_string(i) + " is 0 (copy) but the input " + x.type().to_string() + " has no such dimension");
+      e = x_dim(i);
+    } else if (e.value() == -1) {
+      if (inferred >= 0) throw UserError("the shape has more than one -1");
+      inferred = static_cast<int>(i);
+    }
+    dims.push_back(e);
+  }
+  // The plain reshape when at most one entry is not a constant or the input's own dimension
+  // at the same place (that one is inferred).
+  Ints plain;
+  int unresolved = inferred;
+  bool fits = true;
+  for (size_t i = 0; i < dims.size() && fits; ++i) {
+    if (static_cast<int>(i) == inferred) {
+      plain.push_back(-1);
+    } else if (auto v = dims[i].value(); v && *v > 0) {
+      plain.push_back(*v);
+    } else if (i < xd.size() && dims[i] == x_dim(i)) {
+      plain.push_back(0);
+    } else if (unresolved < 0 && !dims[i].value()) {
+      unresolved = static_cast<int>(i);
+      plain.push_back(-1);
+    } else {
+      fits = false;
+    }
+  }
+  if (fits) return reshape(x, plain);
+  if (inferred >= 0) {
+    DimExpr numel = DimExpr::constant(1), rest = DimExpr::constant(1);
+    for (size_t k = 0; k < xd.size(); ++k) numel = DimExpr::binary('*', numel, x_dim(k));
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (static_cast<int>(i) != inferred) rest = DimExpr::binary('*', rest, dims[i]);
+    }
+    dims[static_cast<size_t>(inferred)] = DimExpr::binary('/', numel, rest);
+  }
+  return apply_with_dims(im, "reshape", x, {}, {{"dims", dims}});
+}
+
+Var expand_symbolic(OnnxImporter& im, Var x, const SymValue& target) {
+  const int xs = im.sym_source(x.var());
+  const int lead = static_cast<int>(target.elems.size()) - x.rank();
+  std::vector<DimExpr> dims;
+  Ints plain;
+  bool constant = true;
+  for (size_t i = 0; i < target.elems.size(); ++i) {
+    DimExpr e = target.elems[i];
+    // The input's own dimension at this place broadcasts to itself: 1 says the same.
+    const int k = static_cast<int>(i) - lead;
+    if (k >= 0 && e.leaf() == std::make_pair(xs, k)) e = DimExpr::constant(1);
+    constant = constant && e.value().has_value();
+    plain.push_back(e.value().value_or(0));
+    dims.push_back(e);
+  }
+  if (constant) return apply("expand", {x}, {{"shape", plain}});
+  return apply_with_dims(im, "expand", x, {}, {{"dims", dims}});
+}
+
+// Slice whose starts or ends follow dynamic dimensions; nullopt when axes or steps do too.
+std::optional<Var> slice_symbolic(OnnxImporter& im, const onnx::NodeProto& n, Var x) {
+  auto starts = im.sym_in(n, 1), ends = im.sym_in(n, 2);
+  if (!starts || !ends) return std::nullopt;
+  Attrs p;
+  if (OnnxImporter::has_input(n, 3)) p["axes"] = im.const_ints(n, 3, "axes");
+  if (OnnxImporter::has_input(n, 4)) p["steps"] = im.const_ints(n, 4, "steps");
+  const int xs = im.sym_source(x.var());
+  auto axes = p.count("axes") ? attr_ints(p, "axes") : Ints{};
+  auto steps = p.count("steps") ? attr_ints(p, "steps") : Ints{};
+  auto bounds = [&](const SymValue& v, bool is_end) {
+    std::vector<DimExpr> out;
+    for (size_t i = 0; i < v.elems.size(); ++i) {
+      const DimExpr& e = v.elems[i];
+      const int64_t axis = axes.empty() ? static_cast<int64_t>(i) : rank_axis(axes.at(i), x.rank());
+      const int64_t step = steps.empty() ? 1 : steps.at(i);
+      // An end at the axis' own size is the end of the axis.
+      if (is_end && step > 0 && e.leaf() == std::make_pair(xs, static_cast<int>(axis))) {
+        out.push_back(DimExpr::constant(int64_t{1} << 62));
+      } else {
+        out.push_back(e.value() ? DimExpr::constant(clamp_bound(*e.value())) : e);
+      }
+    }
+    return out;
+  };
+  return apply_with_dims(im, "slice", x, p, {{"starts_dims", bounds(*starts, false)}, {"ends_dims", bounds(*ends, true)}});
+}
+
+// A known or symbolic integral scalar for Range (a float value must be a whole number).
+std::optional<DimExpr> range_bound(OnnxImporter& im, const onnx::NodeProto& n, int i) {
+  if (const Tensor* t = im.known(n.input(i)); t && t->numel() == 1) {
+    const double v = t->load(0);
+    if (v != std::floor(v) || std::abs(v) > 1e15) return std::nullopt;
+    return DimExpr::constant(static_cast<int64_t>(v));
+  }
+  if (const SymValue* s = im.sym(n.input(i)); s && s->elems.size() == 1) return s->elems[0];
+  return std::nullopt;
 }
 
 OnnxOpSpec elementwise(const std::string& op, std::vector<std::string> attrs = {}) {
@@ -191,6 +330,9 @@ Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool up
 
 Outs convert_slice(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0);
+  if (im.opset() >= 10 && (symbolic_in(im, n, 1) || symbolic_in(im, n, 2))) {
+    if (auto y = slice_symbolic(im, n, x)) return Outs{*y};
+  }
   Attrs p;
   if (im.opset() < 10) {
     p["starts"] = attr_ints(a, "starts");
@@ -292,6 +434,8 @@ Outs convert_unsqueeze(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& 
 
 Outs convert_reshape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0);
+  if (auto target = im.opset() >= 5 ? symbolic_in(im, n, 1) : std::nullopt)
+    return Outs{reshape_symbolic(im, x, *target, attr_int(a, "allowzero", 0) != 0)};
   Ints shape = im.opset() < 5 ? attr_ints(a, "shape") : im.const_ints(n, 1, "shape");
   if (attr_int(a, "allowzero", 0) != 0 && std::count(shape.begin(), shape.end(), 0) > 0) {
     throw UnsupportedError("Reshape with allowzero=1 and a 0 in the shape");
@@ -443,12 +587,18 @@ Outs convert_constant(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a
 }
 
 Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
-  Ints shape = im.const_ints(n, 0, "shape");
   Tensor fill = Tensor::zeros(DType::kFloat32, {1});
   if (const auto* t = tensor_attr(n, "value"); t && t->has_t())
     fill = tensor_from_onnx(t->t(), {}, "attribute 'value'");
   if (fill.numel() != 1)
     throw UserError("attribute 'value' must hold one element, got " + fill.describe());
+  if (auto shape = symbolic_in(im, n, 0)) {
+    if (fill.dtype() == DType::kBool) throw UnsupportedError("ConstantOfShape of booleans with a dynamic shape");
+    return Outs{apply_with_dims(im, "fill", std::nullopt,
+                                {{"value", fill.load(0)}, {"dtype", std::string(dtype_name(fill.dtype()))}},
+                                {{"dims", shape->elems}})};
+  }
+  Ints shape = im.const_ints(n, 0, "shape");
   Tensor out = Tensor::empty(fill.dtype(), shape);
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (is_float(fill.dtype())) {
@@ -461,6 +611,16 @@ Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const
 }
 
 Outs convert_range(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  if (symbolic_in(im, n, 0) || symbolic_in(im, n, 1) || symbolic_in(im, n, 2)) {
+    auto start = range_bound(im, n, 0), limit = range_bound(im, n, 1), delta = range_bound(im, n, 2);
+    if (start && limit && delta) {
+      if (delta->value() == 0) throw UserError("Range with delta 0");
+      const DType dt = im.type_of(n, 0).dtype;
+      if (dt == DType::kBool) throw UserError("Range of booleans");
+      return Outs{apply_with_dims(im, "arange", std::nullopt, {{"dtype", std::string(dtype_name(dt))}},
+                                  {{"start", {*start}}, {"limit", {*limit}}, {"delta", {*delta}}})};
+    }
+  }
   const Tensor& s = im.const_in(n, 0, "start");
   const Tensor& l = im.const_in(n, 1, "limit");
   const Tensor& d = im.const_in(n, 2, "delta");
@@ -718,6 +878,7 @@ std::map<std::string, OnnxOpSpec> make_table() {
                  }};
   t["Expand"] = {
       {}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+        if (auto target = symbolic_in(im, n, 1)) return Outs{expand_symbolic(im, im.in(n, 0), *target)};
         return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
       }};
   t["Pad"] = {{"mode", "pads", "value"},

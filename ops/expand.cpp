@@ -2,13 +2,24 @@
 #include "ops/cuda_movement.h"
 #include "ops/cuda_kernels.h"
 
+#include <algorithm>
+
 #include "ops/broadcast.h"
 #include "util/error.h"
 
 namespace kiln {
 
 Expand::Expand(Attrs props) : COp("expand", std::move(props)) {
-  check_known_attrs(this->props(), {"shape"});
+  check_known_attrs(this->props(), {"shape", "dims"});
+  if (this->props().count("dims")) {
+    if (this->props().count("shape")) throw AttrError("dims", "given together with shape");
+    try {
+      dims_ = parse_dim_exprs(attr_string(this->props(), "dims"));
+    } catch (const UserError& e) {
+      throw AttrError("dims", e.what());
+    }
+    return;
+  }
   shape_ = attr_ints(this->props(), "shape");
   for (int64_t d : shape_) {
     if (d < 0) throw AttrError("shape", "dimensions must be >= 0");
@@ -16,14 +27,36 @@ Expand::Expand(Attrs props) : COp("expand", std::move(props)) {
 }
 
 std::vector<TensorType> Expand::infer_type(const std::vector<TensorType>& inputs) const {
-  if (inputs.size() != 1) throw UserError("expand takes 1 input");
-  if (std::max(inputs[0].rank(), static_cast<int>(shape_.size())) > 16)
+  std::vector<int64_t> target = shape_;
+  if (dims_) {
+    int needed = 0;
+    for (const DimExpr& e : *dims_) needed = std::max(needed, e.max_input());
+    if (static_cast<int>(inputs.size()) != needed + 1) {
+      throw UserError("expand with dims " + dim_exprs_to_string(*dims_) + " takes " +
+                      std::to_string(needed + 1) + " inputs, got " + std::to_string(inputs.size()));
+    }
+    target.clear();
+    for (const DimExpr& e : *dims_) {
+      const auto v = e.eval_static(inputs);
+      target.push_back(v ? *v : kDynamic);
+    }
+  } else if (inputs.size() != 1) {
+    throw UserError("expand takes 1 input");
+  }
+  if (std::max(inputs[0].rank(), static_cast<int>(target.size())) > 16)
     throw UserError("expand: rank > 16");
-  return {TensorType{inputs[0].dtype, broadcast_dims({inputs[0].dims, shape_})}};
+  return {TensorType{inputs[0].dtype, broadcast_dims({inputs[0].dims, target})}};
 }
 
 std::vector<Shape> Expand::infer_shape(const std::vector<Shape>& inputs) const {
-  return {broadcast_shapes({inputs[0], shape_})};
+  if (!dims_) return {broadcast_shapes({inputs[0], shape_})};
+  Shape target;
+  for (const DimExpr& e : *dims_) {
+    target.push_back(e.eval(inputs));
+    if (target.back() < 0)
+      throw UserError("expand: dimension " + e.str() + " is " + std::to_string(target.back()));
+  }
+  return {broadcast_shapes({inputs[0], target})};
 }
 
 void Expand::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {

@@ -1,6 +1,11 @@
 #pragma once
 // ONNX Expand with a constant target shape (props: shape): broadcasts the input to
-// broadcast(input shape, shape) by a copy with zero strides.
+// broadcast(input shape, shape) by a copy with zero strides. With props `dims` instead
+// (dimension expressions, graph/dim_expr.h) the target follows the run-time dimensions of
+// the inputs after the first, which are read only for their shapes.
+#include <optional>
+
+#include "graph/dim_expr.h"
 #include "ops/cop.h"
 
 namespace kiln {
@@ -19,6 +24,7 @@ class Expand : public COp {
 
  private:
   std::vector<int64_t> shape_;
+  std::optional<std::vector<DimExpr>> dims_;
 };
 
 }  // namespace kiln

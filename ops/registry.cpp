@@ -5,6 +5,7 @@
 
 #include "ops/concat.h"
 #include "ops/conv.h"
+#include "ops/dim_values.h"
 #include "ops/expand.h"
 #include "ops/gather.h"
 #include "ops/pad.h"
@@ -48,6 +49,9 @@ OpRegistry::OpRegistry() {
   add("log_softmax", [](const Attrs& a) { return std::make_shared<Softmax>(true, a); });
   add("slice", [](const Attrs& a) { return std::make_shared<Slice>(a); });
   add("expand", [](const Attrs& a) { return std::make_shared<Expand>(a); });
+  add("dim_values", [](const Attrs& a) { return std::make_shared<DimValues>(a); });
+  add("fill", [](const Attrs& a) { return std::make_shared<Fill>(a); });
+  add("arange", [](const Attrs& a) { return std::make_shared<Arange>(a); });
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });

@@ -1,5 +1,7 @@
 #include "ops/reshape.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -17,7 +19,17 @@ std::string copy_in_order(const Node& node, const CodeNames& names) {
 }  // namespace
 
 Reshape::Reshape(Attrs props) : COp("reshape", std::move(props)) {
-  check_known_attrs(this->props(), {"shape"});
+  check_known_attrs(this->props(), {"shape", "dims"});
+  if (this->props().count("dims")) {
+    if (this->props().count("shape")) throw AttrError("dims", "given together with shape");
+    try {
+      dims_ = parse_dim_exprs(attr_string(this->props(), "dims"));
+    } catch (const UserError& e) {
+      throw AttrError("dims", e.what());
+    }
+    if (dims_->size() > 16) throw AttrError("dims", "rank > 16");
+    return;
+  }
   shape_ = attr_ints(this->props(), "shape");
   int minus = 0;
   for (int64_t d : shape_) {
@@ -28,7 +40,45 @@ Reshape::Reshape(Attrs props) : COp("reshape", std::move(props)) {
   if (shape_.size() > 16) throw AttrError("shape", "rank > 16");
 }
 
+namespace {
+
+int64_t known_numel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d == kDynamic) return kDynamic;
+    n *= d;
+  }
+  return n;
+}
+
+int max_dims_input(const std::vector<DimExpr>& dims) {
+  int m = 0;
+  for (const DimExpr& e : dims) m = std::max(m, e.max_input());
+  return m;
+}
+
+}  // namespace
+
 std::vector<TensorType> Reshape::infer_type(const std::vector<TensorType>& inputs) const {
+  if (dims_) {
+    if (inputs.empty() || static_cast<int>(inputs.size()) != max_dims_input(*dims_) + 1) {
+      throw UserError("reshape with dims " + dim_exprs_to_string(*dims_) + " takes " +
+                      std::to_string(max_dims_input(*dims_) + 1) + " inputs (data, then inputs "
+                      "read for their shapes), got " + std::to_string(inputs.size()));
+    }
+    TensorType out{inputs[0].dtype, {}};
+    for (const DimExpr& e : *dims_) {
+      const auto v = e.eval_static(inputs);
+      if (v && *v < 0) throw UserError("reshape: dimension " + e.str() + " is negative");
+      out.dims.push_back(v ? *v : kDynamic);
+    }
+    const int64_t a = known_numel(inputs[0].dims), b = known_numel(out.dims);
+    if (a != kDynamic && b != kDynamic && a != b) {
+      throw UserError("reshape: cannot reshape " + inputs[0].to_string() + " to " +
+                      dims_to_string(out.dims));
+    }
+    return {out};
+  }
   if (inputs.size() != 1) throw UserError("reshape takes 1 input");
   const auto& in = inputs[0];
   TensorType out{in.dtype, {}};
@@ -77,6 +127,19 @@ std::vector<TensorType> Reshape::infer_type(const std::vector<TensorType>& input
 
 std::vector<Shape> Reshape::infer_shape(const std::vector<Shape>& inputs) const {
   const Shape& in = inputs[0];
+  if (dims_) {
+    Shape out;
+    for (const DimExpr& e : *dims_) {
+      out.push_back(e.eval(inputs));
+      if (out.back() < 0) {
+        throw UserError("reshape: dimension " + e.str() + " of the target is " +
+                        std::to_string(out.back()));
+      }
+    }
+    if (shape_numel(out) != shape_numel(in))
+      throw UserError("reshape: cannot reshape " + dims_to_string(in) + " to " + dims_to_string(out));
+    return {out};
+  }
   Shape out;
   int64_t product = 1;
   int minus_at = -1;

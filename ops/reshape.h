@@ -2,6 +2,11 @@
 // Reshape (props: shape; -1 infers one dimension, 0 copies the input's dimension) and
 // Flatten (props: axis; the result is 2-D). Both copy in row-major order, so any input
 // strides work.
+//
+// Reshape with props `dims` instead (dimension expressions, graph/dim_expr.h) takes the
+// target from the run-time dimensions of its inputs: input 0 is the data, later inputs are
+// only read for their shapes (a model's Shape -> Gather -> Concat -> Reshape).
+#include "graph/dim_expr.h"
 #include "ops/cop.h"
 
 namespace kiln {
@@ -21,6 +26,7 @@ class Reshape : public COp {
 
  private:
   std::vector<int64_t> shape_;
+  std::optional<std::vector<DimExpr>> dims_;
 };
 
 class Flatten : public COp {

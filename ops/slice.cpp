@@ -31,10 +31,28 @@ void slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* f
   *first = *count > 0 ? start : 0;
 }
 
+namespace {
+
+std::vector<DimExpr> bounds(const Attrs& props, const std::string& ints, const std::string& exprs) {
+  if (props.count(exprs)) {
+    if (props.count(ints)) throw AttrError(exprs, "given together with " + ints);
+    try {
+      return parse_dim_exprs(attr_string(props, exprs));
+    } catch (const UserError& e) {
+      throw AttrError(exprs, e.what());
+    }
+  }
+  std::vector<DimExpr> out;
+  for (int64_t v : attr_ints(props, ints)) out.push_back(DimExpr::constant(v));
+  return out;
+}
+
+}  // namespace
+
 Slice::Slice(Attrs props) : COp("slice", std::move(props)) {
-  check_known_attrs(this->props(), {"starts", "ends", "axes", "steps"});
-  starts_ = attr_ints(this->props(), "starts");
-  ends_ = attr_ints(this->props(), "ends");
+  check_known_attrs(this->props(), {"starts", "ends", "axes", "steps", "starts_dims", "ends_dims"});
+  starts_ = bounds(this->props(), "starts", "starts_dims");
+  ends_ = bounds(this->props(), "ends", "ends_dims");
   axes_ = attr_ints(this->props(), "axes", std::vector<int64_t>{});
   steps_ = attr_ints(this->props(), "steps", std::vector<int64_t>{});
   const size_t n = starts_.size();
@@ -45,6 +63,8 @@ Slice::Slice(Attrs props) : COp("slice", std::move(props)) {
   for (int64_t s : steps_) {
     if (s == 0) throw AttrError("steps", "a step of 0 is not allowed");
   }
+  for (size_t i = 0; i < n; ++i)
+    sources_ = std::max({sources_, starts_[i].max_input(), ends_[i].max_input()});
 }
 
 std::vector<Slice::AxisSlice> Slice::per_axis(int rank) const {
@@ -61,14 +81,23 @@ std::vector<Slice::AxisSlice> Slice::per_axis(int rank) const {
 }
 
 std::vector<TensorType> Slice::infer_type(const std::vector<TensorType>& inputs) const {
-  if (inputs.size() != 1) throw UserError("slice takes 1 input");
+  if (static_cast<int>(inputs.size()) != sources_ + 1) {
+    throw UserError("slice takes " + std::to_string(sources_ + 1) + " input" +
+                    (sources_ ? "s (data, then inputs read for their shapes)" : "") + ", got " +
+                    std::to_string(inputs.size()));
+  }
   TensorType out = inputs[0];
   if (out.rank() == 0) throw UserError("slice: input must have rank >= 1");
   for (const auto& a : per_axis(out.rank())) {
     int64_t& d = out.dims[static_cast<size_t>(a.axis)];
+    const auto start = a.start.eval_static(inputs), end = a.end.eval_static(inputs);
     if (d == kDynamic) continue;
+    if (!start || !end) {
+      d = kDynamic;
+      continue;
+    }
     int64_t first = 0, count = 0;
-    slice_dim(d, a.start, a.end, a.step, &first, &count);
+    slice_dim(d, *start, *end, a.step, &first, &count);
     d = count;
   }
   return {out};
@@ -78,7 +107,8 @@ std::vector<Shape> Slice::infer_shape(const std::vector<Shape>& inputs) const {
   Shape out = inputs[0];
   for (const auto& a : per_axis(static_cast<int>(out.size()))) {
     int64_t first = 0, count = 0;
-    slice_dim(out[static_cast<size_t>(a.axis)], a.start, a.end, a.step, &first, &count);
+    slice_dim(out[static_cast<size_t>(a.axis)], a.start.eval(inputs), a.end.eval(inputs), a.step,
+              &first, &count);
     out[static_cast<size_t>(a.axis)] = count;
   }
   return {out};
@@ -86,12 +116,14 @@ std::vector<Shape> Slice::infer_shape(const std::vector<Shape>& inputs) const {
 
 void Slice::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor& in = inputs[0];
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
   Shape strides = in.strides();
   int64_t offset = 0;
   for (const auto& a : per_axis(in.ndim())) {
     auto ax = static_cast<size_t>(a.axis);
     int64_t first = 0, count = 0;
-    slice_dim(in.shape()[ax], a.start, a.end, a.step, &first, &count);
+    slice_dim(in.shape()[ax], a.start.eval(shapes), a.end.eval(shapes), a.step, &first, &count);
     offset += first * strides[ax];
     strides[ax] *= a.step;
   }
@@ -100,24 +132,33 @@ void Slice::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outp
   copy_into(Tensor(in.storage(), byte_offset, in.dtype(), outputs[0].shape(), strides), outputs[0]);
 }
 
-namespace {
-std::string i64(int64_t v) { return c_literal_of(DType::kInt64, 0, v); }
-}  // namespace
+// The strided view's element offset and strides (`PREFIXoff`, `PREFIXst`) for the C and
+// CUDA host code alike.
+std::string Slice::c_offsets(const Node& node, const std::vector<std::string>& inputs,
+                             const std::string& p) const {
+  const int rank = node.inputs[0]->type.rank();
+  const std::string& in = inputs[0];
+  std::string s = "  int64_t " + p + "st[" + std::to_string(std::max(rank, 1)) + "], " + p +
+                  "off = 0, " + p + "first, " + p + "count;\n";
+  s += "  for (int d = 0; d < " + std::to_string(rank) + "; ++d) " + p + "st[d] = " + in +
+       "->strides[d];\n";
+  for (const auto& a : per_axis(rank)) {
+    const std::string ax = std::to_string(a.axis);
+    s += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + a.start.c_expr(inputs) + ", " +
+         a.end.c_expr(inputs) + ", INT64_C(" + std::to_string(a.step) + "), &" + p + "first, &" +
+         p + "count);\n";
+    s += "  " + p + "off += " + p + "first * " + p + "st[" + ax + "];\n  " + p + "st[" + ax +
+         "] *= " + std::to_string(a.step) + ";\n";
+  }
+  return s + "  (void)" + p + "count;\n";
+}
 
 std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub&) const {
   const int rank = node.inputs[0]->type.rank();
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
   const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
-  std::string s = "{\n  int64_t st[KILN_MAX_DIMS], off = 0, first, count;\n";
-  s += "  for (int d = 0; d < " + std::to_string(rank) + "; ++d) st[d] = " + in + "->strides[d];\n";
-  for (const auto& a : per_axis(rank)) {
-    const std::string ax = std::to_string(a.axis);
-    s += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + i64(a.start) + ", " + i64(a.end) +
-         ", " + i64(a.step) + ", &first, &count);\n";
-    s += "  off += first * st[" + ax + "];\n  st[" + ax + "] *= " + std::to_string(a.step) + ";\n";
-  }
-  s += "  (void)count;\n";
+  std::string s = "{\n" + c_offsets(node, names.inputs, "");
   s += "  kiln_copy_strided(" + out + "->data, (const char *)" + in + "->data + off * " + es +
        ", " + std::to_string(rank) + ", " + out + "->shape, st, " + es + ");\n}\n";
   return s;
@@ -132,16 +173,7 @@ CudaCode Slice::cuda_code(const Node& node, const CodeNames& names, const Sub& s
   CudaCode c;
   c.kernels.push_back(cuda_copy_kernel(sub, node.inputs[0]->type.dtype));
   // A strided view of the input (offset and stride per sliced axis), copied out.
-  std::string h = "{\n  int64_t kiln_st[KILN_CUDA_MAX_RANK], kiln_off = 0, kiln_first, kiln_count;\n";
-  h += "  for (int d = 0; d < " + std::to_string(rank) + "; ++d) kiln_st[d] = " + in + "->strides[d];\n";
-  for (const auto& a : per_axis(rank)) {
-    const std::string ax = std::to_string(a.axis);
-    h += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + i64(a.start) + ", " + i64(a.end) +
-         ", " + i64(a.step) + ", &kiln_first, &kiln_count);\n";
-    h += "  kiln_off += kiln_first * kiln_st[" + ax + "];\n  kiln_st[" + ax + "] *= " +
-         std::to_string(a.step) + ";\n";
-  }
-  h += "  (void)kiln_count;\n";
+  std::string h = "{\n" + c_offsets(node, names.inputs, "kiln_");
   h += cuda_copy_launch(c.kernels[0].name, rank, out + "->shape",
                         "(const char *)" + in + "->data + kiln_off * " +
                             std::to_string(dtype_size(node.inputs[0]->type.dtype)),

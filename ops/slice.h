@@ -1,6 +1,9 @@
 #pragma once
 // ONNX Slice with constant starts/ends/axes/steps (props): a strided view copied out, so
-// negative steps and clamped, out-of-range bounds follow ONNX exactly.
+// negative steps and clamped, out-of-range bounds follow ONNX exactly. Props `starts_dims` /
+// `ends_dims` (dimension expressions, graph/dim_expr.h) replace starts / ends with bounds
+// that follow the run-time dimensions of the inputs after the first (read for their shapes).
+#include "graph/dim_expr.h"
 #include "ops/cop.h"
 
 namespace kiln {
@@ -20,10 +23,15 @@ class Slice : public COp {
  private:
   struct AxisSlice {
     int axis;
-    int64_t start, end, step;
+    DimExpr start, end;
+    int64_t step;
   };
   std::vector<AxisSlice> per_axis(int rank) const;
-  std::vector<int64_t> starts_, ends_, axes_, steps_;
+  std::string c_offsets(const Node& node, const std::vector<std::string>& inputs,
+                        const std::string& prefix) const;
+  std::vector<DimExpr> starts_, ends_;
+  std::vector<int64_t> axes_, steps_;
+  int sources_ = 0;  // inputs after the data that the bounds read
 };
 
 // First index and count of one sliced dimension (ONNX clamping rules).

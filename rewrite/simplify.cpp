@@ -99,6 +99,8 @@ std::optional<Rewrite> rule(const Node& node) {
     bool static_same = x->type == out->type;
     for (int64_t d : out->type.dims) static_same = static_same && d >= 0;
     if (static_same) return keeps(x);
+    // A target that reads run-time dimensions (of the data or other inputs) stays as it is.
+    if (node.op->props().count("dims")) return std::nullopt;
     auto shape = attr_ints(node.op->props(), "shape");
     bool copies_dims = false;  // a 0 entry copies the input's dimension
     for (int64_t d : shape) copies_dims = copies_dims || d == 0;

@@ -1,0 +1,237 @@
+// Dynamic dimensions through shape arithmetic: dimension expressions (graph/dim_expr.h), and
+// ONNX models whose Shape -> Gather -> Concat -> Reshape / Expand / Slice / ConstantOfShape /
+// Range chains follow a dynamic batch and sequence, compiled once and run at several sizes
+// against values computed here by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "compiler/compile.h"
+#include "frontend/onnx_model.h"
+#include "graph/dim_expr.h"
+#include "tests/helpers.h"
+#include "tests/onnx_builder.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_message;
+using testing::ModelBuilder;
+using testing::set_int;
+
+TEST(DimExpr, ParsesPrintsAndEvaluatesWithOnnxIntegerSemantics) {
+  const std::vector<Shape> shapes{{7, 3}, {2, 5, 11}};
+  struct Case {
+    const char* text;
+    int64_t value;
+  };
+  for (const Case& c : std::vector<Case>{{"#0.0", 7},
+                                         {"#1.2*4", 44},
+                                         {"#0.0*#0.1/2", 10},    // left to right: 21 / 2
+                                         {"(#1.1-#0.0)/2", -1},  // truncates toward zero
+                                         {"-7/2", -3},
+                                         {"(#1.1-#0.0)%3", 1},  // -2 mod 3 takes the divisor's sign
+                                         {"7%-3", -2},
+                                         {"min(#0.0, #1.1)+max(2,#0.1)", 8},
+                                         {"9223372036854775807", INT64_MAX},
+                                         {"4611686018427387904", int64_t{1} << 62}}) {
+    const DimExpr e = DimExpr::parse(c.text);
+    EXPECT_EQ(e.eval(shapes), c.value) << c.text;
+    // The printed form parses back to the same expression.
+    EXPECT_EQ(DimExpr::parse(e.str()).eval(shapes), c.value) << e.str();
+    EXPECT_EQ(DimExpr::parse(e.str()).str(), e.str());
+  }
+  EXPECT_EQ(DimExpr::parse("2*3+1").value(), 7);  // constants fold
+  EXPECT_EQ(DimExpr::parse("#1.0*1+0").str(), "#1.0");
+  EXPECT_EQ(DimExpr::parse("#1.0").leaf(), std::make_pair(1, 0));
+  const auto list = parse_dim_exprs("#0.1;6;(#1.0*#1.1)");
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(dim_exprs_to_string(list), "#0.1;6;(#1.0*#1.1)");
+  EXPECT_EQ(list[2].max_input(), 1);
+  // Static evaluation: unknown when a leaf's dimension is dynamic.
+  const std::vector<TensorType> types{{DType::kFloat32, {kDynamic, 3}}};
+  EXPECT_EQ(DimExpr::parse("#0.1*2").eval_static(types), 6);
+  EXPECT_EQ(DimExpr::parse("#0.0*2").eval_static(types), std::nullopt);
+  // The C form computes the same value (checked by compiled modules below); it reads shapes.
+  EXPECT_EQ(DimExpr::parse("#1.2*4").c_expr({"a", "b"}), "(b->shape[2] * INT64_C(4))");
+}
+
+TEST(DimExpr, BadTextAndBadEvaluationsAreErrorsNamingTheProblem) {
+  for (const char* bad : {"", "#", "#1", "#1.", "(#0.0", "#0.0+", "min(1)", "1 2", "#0.99",
+                          "99999999999999999999", "x"}) {
+    const std::string m = error_message<UserError>([&] { DimExpr::parse(bad); });
+    EXPECT_NE(m.find("dimension expression '" + std::string(bad) + "' at offset"),
+              std::string::npos)
+        << bad << ": " << m;
+  }
+  std::string deep(200, '(');
+  EXPECT_NE(error_message<UserError>([&] {
+              DimExpr::parse(deep + "1" + std::string(200, ')'));
+            }).find("nested too deeply"),
+            std::string::npos);
+  const DimExpr div = DimExpr::parse("#0.0/#0.1");
+  EXPECT_NE(error_message<UserError>([&] {
+              div.eval({{4, 0}});
+            }).find("divides by zero"),
+            std::string::npos);
+  EXPECT_NE(error_message<UserError>([&] { div.eval({{4}}); }).find("does not exist"),
+            std::string::npos);
+}
+
+// x: float32 (batch, seq, 6), both dynamic. The outputs use the exporters' patterns:
+//   r:   Reshape(x, [b, t, 2, 3])             -> plain reshape (dims at their places)
+//   f:   Reshape(r, [b * t, -1])              -> a target that reads run-time dimensions
+//   e:   Concat(Expand(tok, [b, 1, 1]), x)    -> (b, t + 1, 6), a class token per batch
+//   s:   x + Slice(table, 0, t) over axis 0   -> a position table cut to the sequence
+//   g:   Cast(Range(0, t, 1)) * ConstantOfShape([t], 2) -> 0, 2, 4, ...
+//   sh:  Shape(x) used as data                -> [b, t, 6] (int64)
+std::string dynamic_model() {
+  ModelBuilder b;
+  b.input("x", {-1, -2, 6});
+  b.initializer("tok", {1, 1, 6}, {1, 2, 3, 4, 5, 6});
+  std::vector<float> table(16 * 6);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.5f;
+  b.initializer("table", {16, 6}, table);
+  b.ints_initializer("i0", {0});
+  b.ints_initializer("i1", {1});
+  b.ints_initializer("c23", {2, 3});
+  b.ints_initializer("one", {1});
+  b.ints_initializer("minus1", {-1});
+  // Scalars 0 and 1 as Constant nodes, as exporters write them.
+  auto scalar = [&](const std::string& name, int64_t v) {
+    auto* c = b.node("Constant", {}, {name});
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    auto* t = a->mutable_t();
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_int64_data(v);
+  };
+  scalar("zero", 0);
+  scalar("onei", 1);
+  b.node("Shape", {"x"}, {"s"});
+  set_int(b.node("Gather", {"s", "zero"}, {"bs"}), "axis", 0);
+  b.node("Gather", {"s", "onei"}, {"ts"});
+  b.node("Unsqueeze", {"bs", "i0"}, {"b1"});
+  b.node("Unsqueeze", {"ts", "i0"}, {"t1"});
+  set_int(b.node("Concat", {"b1", "t1", "c23"}, {"shape_r"}), "axis", 0);
+  b.node("Reshape", {"x", "shape_r"}, {"r"});
+  b.node("Mul", {"b1", "t1"}, {"bt"});
+  set_int(b.node("Concat", {"bt", "minus1"}, {"shape_f"}), "axis", 0);
+  b.node("Reshape", {"r", "shape_f"}, {"f"});
+  set_int(b.node("Concat", {"b1", "one", "one"}, {"shape_e"}), "axis", 0);
+  b.node("Expand", {"tok", "shape_e"}, {"tokens"});
+  set_int(b.node("Concat", {"tokens", "x"}, {"e"}), "axis", 1);
+  b.node("Slice", {"table", "i0", "t1", "i0"}, {"pos"});
+  b.node("Add", {"x", "pos"}, {"sx"});
+  b.node("Range", {"zero", "ts", "onei"}, {"ar"});
+  set_int(b.node("Cast", {"ar"}, {"arf"}), "to", onnx::TensorProto::FLOAT);
+  auto* cos = b.node("ConstantOfShape", {"t1"}, {"twos"});
+  auto* a = cos->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  a->mutable_t()->add_dims(1);
+  a->mutable_t()->add_float_data(2.0f);
+  b.node("Mul", {"arf", "twos"}, {"gr"});
+  b.node("Identity", {"s"}, {"sh"});
+  b.output("r", {-1, -2, 2, 3});
+  b.output("f", {-3, 6});
+  b.output("e", {-1, -4, 6});
+  b.output("sx", {-1, -2, 6});
+  b.output("gr", {-2});
+  b.output("sh", {3}, onnx::TensorProto::INT64);
+  return b.bytes();
+}
+
+TEST(DynamicShapes, OneModuleServesEverySizeThroughShapeArithmetic) {
+  Graph g = parse_onnx_model(dynamic_model(), "dynamic.onnx", ".");
+  EXPECT_EQ(g.inputs()[0]->type.to_string(), "float32 (?, ?, 6)");
+  Function f = compile(g);
+  for (auto [batch, seq] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 5}, {3, 16}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch) + ", seq " + std::to_string(seq));
+    std::mt19937 rng(static_cast<unsigned>(7 + batch * 16 + seq));
+    Tensor x = testing::random_tensor(DType::kFloat32, {batch, seq, 6}, rng);
+    auto out = f({x});
+    ASSERT_EQ(out.size(), 6u);
+    EXPECT_EQ(out[0].shape(), (Shape{batch, seq, 2, 3}));
+    EXPECT_EQ(out[1].shape(), (Shape{batch * seq, 6}));
+    EXPECT_EQ(out[2].shape(), (Shape{batch, seq + 1, 6}));
+    EXPECT_EQ(out[3].shape(), (Shape{batch, seq, 6}));
+    EXPECT_EQ(out[4].shape(), (Shape{seq}));
+    ASSERT_EQ(out[5].shape(), (Shape{3}));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      ASSERT_EQ(out[0].load(i), x.load(i));  // row-major reshapes keep the order
+      ASSERT_EQ(out[1].load(i), x.load(i));
+    }
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t k = 0; k < 6; ++k) {
+        EXPECT_EQ(out[2].load((n * (seq + 1)) * 6 + k), static_cast<double>(k + 1));
+        for (int64_t t = 0; t < seq; ++t) {
+          const int64_t xi = (n * seq + t) * 6 + k;
+          ASSERT_EQ(out[2].load((n * (seq + 1) + t + 1) * 6 + k), x.load(xi));
+          ASSERT_FLOAT_EQ(static_cast<float>(out[3].load(xi)),
+                          static_cast<float>(x.load(xi)) + static_cast<float>(t * 6 + k) * 0.5f);
+        }
+      }
+    }
+    for (int64_t t = 0; t < seq; ++t) EXPECT_EQ(out[4].load(t), 2.0 * static_cast<double>(t));
+    EXPECT_EQ(out[5].load_int(0), batch);
+    EXPECT_EQ(out[5].load_int(1), seq);
+    EXPECT_EQ(out[5].load_int(2), 6);
+  }
+  // An empty sequence: [b * t, -1] has no answer (0 / 0), as for a static reshape.
+  std::mt19937 rng(3);
+  Tensor empty = testing::random_tensor(DType::kFloat32, {2, 0, 6}, rng);
+  std::string m = error_message<UserError>([&] { f({empty}); });
+  EXPECT_NE(m.find("reshape): a dimension expression divides by zero: "), std::string::npos) << m;
+  EXPECT_NE(m.find("with input shapes (2, 0, 2, 3)"), std::string::npos) << m;
+  // A sequence longer than the table: the slice clamps to 16 rows and the add cannot
+  // broadcast, an error naming the node.
+  Tensor x = testing::random_tensor(DType::kFloat32, {1, 17, 6}, rng);
+  m = error_message<UserError>([&] { f({x}); });
+  EXPECT_NE(m.find("cannot broadcast"), std::string::npos) << m;
+  EXPECT_NE(m.find("node"), std::string::npos) << m;
+}
+
+TEST(DynamicShapes, TheRulesAreInTheCacheKeyAndTheSourceReadsShapes) {
+  auto model = [](int64_t split) {
+    ModelBuilder b;
+    b.input("x", {-1, 6});
+    b.ints_initializer("i0", {0});
+    b.ints_initializer("rest", {split, 6 / split});
+    b.node("Shape", {"x"}, {"s"});
+    b.ints_initializer("one", {1});
+    b.node("Slice", {"s", "i0", "one"}, {"b1"});
+    set_int(b.node("Concat", {"b1", "rest"}, {"shape"}), "axis", 0);
+    b.node("Reshape", {"x", "shape"}, {"y"});
+    b.output("y", {-1, split, 6 / split});
+    return parse_onnx_model(b.bytes(), "split.onnx", ".");
+  };
+  Graph a = model(2), b = model(3);
+  EXPECT_NE(compile(a).info().key, compile(b).info().key);
+  Function f = compile(a);
+  std::mt19937 rng(1);
+  Tensor x = testing::random_tensor(DType::kFloat32, {4, 6}, rng);
+  EXPECT_EQ(f({x})[0].shape(), (Shape{4, 2, 3}));
+  x = testing::random_tensor(DType::kFloat32, {9, 6}, rng);
+  EXPECT_EQ(f({x})[0].shape(), (Shape{9, 2, 3}));
+}
+
+TEST(DynamicShapes, AValueThatCannotFollowADynamicDimensionIsAClearError) {
+  ModelBuilder b;
+  b.input("x", {-1, 6});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("ReduceSum", {"x", "s"}, {"y"});  // axes from a shape: no single right answer
+  b.output("y", {-1});
+  const std::string m =
+      error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "axes.onnx", "."); });
+  EXPECT_NE(m.find("axes.onnx: node 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("input 1 's' (axes) follows a dynamic dimension ([?, 6])"), std::string::npos)
+      << m;
+}
+
+}  // namespace
+}  // namespace kiln
