@@ -673,6 +673,73 @@ Outs convert_mod(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   return Outs{x - div(x, y) * y};
 }
 
+// Input x with a dimension of size 1 inserted at `axis` (static or dynamic dimensions).
+Var unsqueeze_at(Var x, int axis) {
+  Ints dims;
+  std::vector<int> src;
+  for (int d = 0; d <= x.rank(); ++d) {
+    if (d == axis) {
+      dims.push_back(1);
+      src.push_back(-1);
+    }
+    if (d < x.rank()) {
+      dims.push_back(x.type().dims[static_cast<size_t>(d)]);
+      src.push_back(d);
+    }
+  }
+  return reshape_to(x, dims, src);
+}
+
+// NegativeLogLikelihoodLoss on log-probabilities x (N, C, d1...) and targets (N, d1...):
+// -x[n, t, d...] weighted by weight[t], ignored targets contributing nothing.
+Var nll_loss(OnnxImporter& im, Var x, Var target, std::optional<Var> weight, const Attrs& a) {
+  if (x.rank() < 2 || target.rank() != x.rank() - 1)
+    throw UserError("input " + x.type().to_string() + " and target " + target.type().to_string() +
+                    " must be (N, C, d1...) and (N, d1...)");
+  const std::string reduction = attr_string(a, "reduction", std::string("mean"));
+  if (reduction != "none" && reduction != "sum" && reduction != "mean")
+    throw UserError(attr_problem("reduction", reduction, "(none, sum or mean)"));
+  std::optional<Var> valid;
+  Var t = target;
+  if (a.count("ignore_index")) {
+    Var ignore = scalar(im.graph(), target.dtype(), static_cast<double>(attr_int(a, "ignore_index")));
+    valid = ne(target, ignore);
+    // An ignored target may be out of range: gather at class 0 instead, then drop it.
+    t = where(*valid, target, scalar(im.graph(), target.dtype(), 0));
+  }
+  Var picked = apply("gather_elements", {x, unsqueeze_at(t, 1)}, {{"axis", int64_t{1}}});
+  Ints dims = target.type().dims;
+  std::vector<int> src;
+  for (int d = 0; d < target.rank(); ++d) src.push_back(d == 0 ? 0 : d + 1);
+  Var loss = neg(reshape_to(picked, dims, src));
+  std::optional<Var> w;
+  if (weight) w = apply("gather", {*weight, t}, {{"axis", int64_t{0}}});
+  if (valid) {
+    Var zero = scalar_like(loss, 0.0);
+    w = where(*valid, w ? *w : scalar_like(loss, 1.0), zero);
+  }
+  if (w) loss = loss * *w;
+  if (reduction == "none") return loss;
+  if (reduction == "sum") return sum(loss);
+  if (!w) return mean(loss);
+  // The mean weighs each element: sum(loss) / sum(weight of each counted target).
+  return sum(loss) / sum(*w);
+}
+
+Outs convert_nll(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  std::optional<Var> weight;
+  if (OnnxImporter::has_input(n, 2)) weight = im.in(n, 2);
+  return Outs{nll_loss(im, im.in(n, 0), im.in(n, 1), weight, a)};
+}
+
+Outs convert_softmax_cross_entropy(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var scores = im.in(n, 0);
+  Var log_prob = apply("log_softmax", {scores}, {{"axis", int64_t{1}}});
+  std::optional<Var> weight;
+  if (OnnxImporter::has_input(n, 2)) weight = im.in(n, 2);
+  return Outs{nll_loss(im, log_prob, im.in(n, 1), weight, a), log_prob};
+}
+
 std::map<std::string, OnnxOpSpec> make_table() {
   std::map<std::string, OnnxOpSpec> t;
   const std::map<std::string, std::string> same{{"Add", "add"},
@@ -876,6 +943,18 @@ std::map<std::string, OnnxOpSpec> make_table() {
                    return Outs{apply("gather", {im.in(n, 0), im.in(n, 1)},
                                      {{"axis", attr_int(a, "axis", 0)}})};
                  }};
+  for (const auto& [onnx_name, kiln_name] :
+       std::map<std::string, std::string>{{"ArgMax", "arg_max"}, {"ArgMin", "arg_min"}}) {
+    t[onnx_name] = elementwise(kiln_name, {"axis", "keepdims", "select_last_index"});
+  }
+  t["GatherElements"] = {
+      {"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return Outs{apply("gather_elements", {im.in(n, 0), im.in(n, 1)},
+                          {{"axis", attr_int(a, "axis", 0)}})};
+      }};
+  t["NegativeLogLikelihoodLoss"] = {{"reduction", "ignore_index"}, nullptr, convert_nll};
+  t["SoftmaxCrossEntropyLoss"] = {
+      {"reduction", "ignore_index"}, nullptr, convert_softmax_cross_entropy};
   t["Expand"] = {
       {}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
         if (auto target = symbolic_in(im, n, 1)) return Outs{expand_symbolic(im, im.in(n, 0), *target)};

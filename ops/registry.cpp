@@ -7,7 +7,9 @@
 #include "ops/conv.h"
 #include "ops/dim_values.h"
 #include "ops/expand.h"
+#include "ops/arg_reduce.h"
 #include "ops/gather.h"
+#include "ops/gather_elements.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/slice.h"
@@ -54,6 +56,9 @@ OpRegistry::OpRegistry() {
   add("arange", [](const Attrs& a) { return std::make_shared<Arange>(a); });
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
+  add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
+  add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });
+  add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });

@@ -639,6 +639,68 @@ TEST(ShapeOps, ExpandPadAndGather) {
   }
 }
 
+// Hand-computed values (the ONNX spec's examples and numpy's NaN rule), then the compiled
+// code against perform on strided inputs with tails.
+TEST(IndexOps, GatherElementsAndArgMaxMinAgainstHandValues) {
+  auto run1 = [](const std::string& op, const Attrs& props, std::vector<Tensor> ins) {
+    Graph g(op);
+    std::vector<Var> vars;
+    for (size_t i = 0; i < ins.size(); ++i)
+      vars.push_back(input(g, "x" + std::to_string(i), ins[i].dtype(), ins[i].shape()));
+    g.set_outputs({apply(op, vars, props)});
+    return compile(g)(ins)[0];
+  };
+  auto values = [](const Tensor& t) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.load(i));
+    return v;
+  };
+  Tensor d2 = Tensor::from_doubles(DType::kFloat32, {2, 2}, {1, 2, 3, 4});
+  Tensor i2 = Tensor::from_doubles(DType::kInt64, {2, 2}, {0, 0, 1, 0});
+  EXPECT_EQ(values(run1("gather_elements", {{"axis", int64_t{1}}}, {d2, i2})),
+            (std::vector<double>{1, 1, 4, 3}));
+  Tensor d3 = Tensor::from_doubles(DType::kInt32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor i3 = Tensor::from_doubles(DType::kInt32, {2, 3}, {1, 2, 0, 2, 0, -3});
+  EXPECT_EQ(values(run1("gather_elements", {}, {d3, i3})), (std::vector<double>{4, 8, 3, 7, 2, 3}));
+  Tensor bad = Tensor::from_doubles(DType::kInt32, {1, 1}, {3});
+  EXPECT_NE(testing::error_of([&] { run1("gather_elements", {}, {d3, bad}); })
+                .find("gather_elements: index 3 is out of range for axis 0 of size 3"),
+            std::string::npos);
+
+  const double nan = std::nan("");
+  Tensor x = Tensor::from_doubles(DType::kFloat32, {3, 4},
+                                  {1, nan, 3, nan, /* ties */ 3, 1, 3, 1, -0.0, 0.0, -1, 2});
+  const Attrs last{{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}, {"keepdims", int64_t{0}}};
+  const Attrs first{{"axis", int64_t{1}}, {"keepdims", int64_t{0}}};
+  EXPECT_EQ(values(run1("arg_max", first, {x})), (std::vector<double>{1, 0, 3}));
+  EXPECT_EQ(values(run1("arg_max", last, {x})), (std::vector<double>{3, 2, 3}));
+  EXPECT_EQ(values(run1("arg_min", first, {x})), (std::vector<double>{1, 1, 2}));
+  EXPECT_EQ(values(run1("arg_min", last, {x})), (std::vector<double>{3, 3, 2}));
+  // -0.0 and 0.0 tie: the first (or last) of them wins, never by sign.
+  Tensor z = Tensor::from_doubles(DType::kFloat64, {1, 3}, {-0.0, 0.0, -0.0});
+  EXPECT_EQ(values(run1("arg_max", first, {z})), (std::vector<double>{0}));
+  EXPECT_EQ(values(run1("arg_max", last, {z})), (std::vector<double>{2}));
+  Tensor ints = Tensor::from_doubles(DType::kInt64, {2, 3}, {5, -2, 5, 9, 9, -7});
+  EXPECT_EQ(values(run1("arg_max", {{"axis", int64_t{0}}}, {ints})), (std::vector<double>{1, 1, 0}));
+  EXPECT_EQ(run1("arg_max", {{"axis", int64_t{0}}}, {ints}).shape(), (Shape{1, 3}));
+
+  std::mt19937 rng(31);
+  for (const char* op : {"arg_max", "arg_min"}) {
+    Graph g(op);
+    Var v = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
+    g.set_outputs({apply(op, {v}, {{"axis", int64_t{1}}}),
+                   apply(op, {v}, {{"axis", int64_t{-1}}, {"keepdims", int64_t{0}}})});
+    check_graph(g, {{random_tensor(DType::kFloat32, {3, 17, 5}, rng)},
+                    {non_contiguous(random_tensor(DType::kFloat32, {2, 9, 33}, rng))}});
+  }
+  Graph g("gather_elements");
+  Var v = input(g, "x", DType::kFloat64, {kDynamic, kDynamic});
+  Var i = input(g, "i", DType::kInt64, {kDynamic, kDynamic});
+  g.set_outputs({apply("gather_elements", {v, i}, {{"axis", int64_t{-1}}})});
+  Tensor idx = Tensor::from_doubles(DType::kInt64, {2, 3}, {0, -1, 2, 4, 1, -5});
+  check_graph(g, {{non_contiguous(random_tensor(DType::kFloat64, {3, 5}, rng)), idx}});
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {
