@@ -20,6 +20,7 @@
 #include "compiler/compile.h"
 #include "compiler/export.h"
 #include "compiler/report.h"
+#include "frontend/model_function.h"
 #include "frontend/model_loader.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
@@ -486,7 +487,8 @@ InputSpecs parse_input_specs(const Args& a, const std::string& command) {
 // Every input the specs name, from .npy or .safetensors files, checked against the graph's
 // inputs before anything compiles (a typo should not cost a compile). `command` names the
 // CLI command in messages; with `optional`, giving no input at all is allowed.
-std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const kiln::Graph& g,
+std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs,
+                                                const std::vector<kiln::ModelInput>& model_inputs,
                                                 const std::string& command, bool optional) {
   const auto& files = specs.files;
   std::map<std::string, kiln::Tensor> inputs;
@@ -494,7 +496,7 @@ std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const k
     kiln::Safetensors st = kiln::read_safetensors(path);
     for (auto& [name, tensor] : st.tensors) {
       bool input = false;
-      for (const auto* v : g.inputs()) input = input || v->name == name;
+      for (const auto& v : model_inputs) input = input || v.name == name;
       if (!input) continue;  // a weights file may hold more than the inputs
       if (files.count(name) || inputs.count(name)) {
         throw UsageError{"kiln " + command + ": input '" + name + "' given twice (again in " +
@@ -505,24 +507,31 @@ std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const k
   }
   for (const auto& [name, file] : files) {
     bool known = false;
-    for (const auto* v : g.inputs()) known = known || v->name == name;
+    for (const auto& v : model_inputs) known = known || v.name == name;
     if (!known) {
       std::vector<std::string> names;
-      for (const auto* v : g.inputs()) names.push_back(v->name + " (" + v->type.to_string() + ")");
+      for (const auto& v : model_inputs) names.push_back(v.name + " (" + v.type.to_string() + ")");
       throw kiln::UserError("unknown input '" + name + "'; the model takes " +
                             kiln::join(names, ", "));
     }
   }
   if (!(optional && !specs.any)) {
-    for (const auto* v : g.inputs()) {
-      if (!files.count(v->name) && !inputs.count(v->name)) {
-        throw kiln::UserError("missing input '" + v->name + "': expected " + v->type.to_string() +
-                              "; pass --input " + v->name + "=FILE.npy");
+    for (const auto& v : model_inputs) {
+      if (!files.count(v.name) && !inputs.count(v.name)) {
+        throw kiln::UserError("missing input '" + v.name + "': expected " + v.type.to_string() +
+                              "; pass --input " + v.name + "=FILE.npy");
       }
     }
   }
   for (const auto& [name, file] : files) inputs[name] = kiln::read_tensor_file(file, name);
   return inputs;
+}
+
+std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const kiln::Graph& g,
+                                                const std::string& command, bool optional) {
+  std::vector<kiln::ModelInput> model_inputs;
+  for (const auto* v : g.inputs()) model_inputs.push_back({v->name, v->type});
+  return read_inputs(specs, model_inputs, command, optional);
 }
 
 int cmd_run(const Args& a) {
@@ -535,16 +544,22 @@ int cmd_run(const Args& a) {
   }
   const InputSpecs specs = parse_input_specs(a, "run");
   auto t = Clock::now();
-  kiln::Graph g = kiln::load_model(model);
+  // A model whose graph depends on an input's value (Reshape's shape given as an input) is
+  // built once that value is read.
+  kiln::ModelFunction model_fn(model, compile_options(a));
   double load_ms = ms(t);
-  std::map<std::string, kiln::Tensor> inputs = read_inputs(specs, g, "run", false);
-  kiln::Function f = kiln::compile(g, compile_options(a));
+  std::map<std::string, kiln::Tensor> inputs = read_inputs(specs, model_fn.inputs(), "run", false);
   if (a.device_io) {
-    for (auto& [name, tensor] : inputs) tensor = kiln::to_device(tensor);
+    for (auto& [name, tensor] : inputs) {
+      bool value_input = false;
+      for (const auto& v : model_fn.value_inputs()) value_input = value_input || v == name;
+      if (!value_input) tensor = kiln::to_device(tensor);
+    }
   }
   t = Clock::now();
-  auto outputs = f.run(inputs);
+  auto outputs = model_fn.run(inputs);
   double run_ms = ms(t);
+  kiln::Function& f = model_fn.function();
   if (a.device_io) {
     for (auto& o : outputs) o = kiln::to_host(o);
   }

@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "frontend/onnx_model.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
 #include "util/strings.h"
@@ -142,6 +143,12 @@ const Tensor& OnnxImporter::const_in(const onnx::NodeProto& n, int i, const std:
     throw UnsupportedError("input " + std::to_string(i) + " '" + name + "' (" + what +
                            ") follows a dynamic dimension ([" + join(shown, ", ") +
                            "]), which this input cannot take");
+  }
+  if (!t && graph_inputs_.count(name)) {
+    throw InputValueNeeded(name, "input " + std::to_string(i) + " '" + name + "' (" + what +
+                                     ") is a graph input whose value decides the graph; it "
+                                     "must be given when the model loads (kiln run reads it "
+                                     "from the call's inputs)");
   }
   if (!t) {
     throw UnsupportedError(

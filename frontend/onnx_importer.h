@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ class OnnxImporter {
 
   // Registration, used by the loader.
   void add_input(const std::string& name, Variable* v) { vars_[name] = v; }
+  // A graph input: asking for its value at load time throws InputValueNeeded.
+  void add_graph_input(const std::string& name, Variable* v) {
+    vars_[name] = v;
+    graph_inputs_.insert(name);
+  }
   void add_known(const std::string& name, Tensor value, bool parameter);
   void bind(const std::string& name, Var v) { vars_[name] = v.var(); }
   Variable* variable(const std::string& name);  // nullptr when the name has no value yet
@@ -88,6 +94,7 @@ class OnnxImporter {
   std::map<std::string, Tensor> known_;
   std::map<std::string, bool> known_is_parameter_;
   std::map<std::string, SymValue> sym_;
+  std::set<std::string> graph_inputs_;
   std::vector<Variable*> sym_sources_;
 };
 

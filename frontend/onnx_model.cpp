@@ -153,10 +153,7 @@ std::vector<Var> convert_library_op(OnnxImporter& im, const onnx::NodeProto& n, 
   return outs;
 }
 
-}  // namespace
-
-Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
-                       const fs::path& base_dir) {
+onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& origin) {
   onnx::ModelProto model;
   if (bytes.empty()) throw UserError(origin + ": the file is empty");
   if (!model.ParseFromString(bytes)) {
@@ -166,6 +163,35 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
   }
   if (!model.has_graph())
     throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  return model;
+}
+
+}  // namespace
+
+std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin) {
+  const onnx::ModelProto model = parse_model_proto(bytes, origin);
+  const auto& gp = model.graph();
+  std::set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  std::vector<ModelInput> out;
+  for (int i = 0; i < gp.input_size(); ++i) {
+    const auto& v = gp.input(i);
+    if (init_names.count(v.name())) continue;
+    out.push_back({v.name(), value_type(v, origin + ": graph input " + std::to_string(i) + " '" +
+                                               v.name() + "'")});
+  }
+  return out;
+}
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir) {
+  return parse_onnx_model(bytes, origin, base_dir, {});
+}
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir,
+                       const std::map<std::string, Tensor>& input_values) {
+  const onnx::ModelProto model = parse_model_proto(bytes, origin);
   const int opset = default_opset(model, origin);
   const auto& gp = model.graph();
   check_supported(gp, opset, origin);
@@ -186,7 +212,16 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
     const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
-    im.add_input(v.name(), graph.add_input(v.name(), value_type(v, where)));
+    const TensorType type = value_type(v, where);
+    if (auto bound = input_values.find(v.name()); bound != input_values.end()) {
+      if (bound->second.dtype() != type.dtype || !type.accepts(bound->second.shape())) {
+        throw UserError(where + ": the value given is " + bound->second.describe() +
+                        ", the input is " + type.to_string());
+      }
+      im.add_known(v.name(), bound->second, false);
+      continue;
+    }
+    im.add_graph_input(v.name(), graph.add_input(v.name(), type));
   }
   std::set<Variable*> named;
   for (int i = 0; i < gp.node_size(); ++i) {
@@ -238,6 +273,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
           im.bind(n.output(k), v);
         }
       }
+    } catch (const InputValueNeeded& e) {
+      throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
     } catch (const UserError& e) {

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "compiler/compile.h"
+#include "frontend/model_function.h"
 #include "frontend/onnx_model.h"
 #include "graph/dim_expr.h"
 #include "tests/helpers.h"
@@ -231,6 +234,60 @@ TEST(DynamicShapes, AValueThatCannotFollowADynamicDimensionIsAClearError) {
   EXPECT_NE(m.find("axes.onnx: node 1"), std::string::npos) << m;
   EXPECT_NE(m.find("input 1 's' (axes) follows a dynamic dimension ([?, 6])"), std::string::npos)
       << m;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Reshape(x, shape) with `shape` a graph input: its value decides the graph, so the model is
+// built per distinct value set, read from each call (a cached module per set).
+TEST(InputValues, AModelIsBuiltPerValueSetOfItsShapeInputs) {
+  ModelBuilder b;
+  b.input("x", {2, 6});
+  b.input("shape", {2}, onnx::TensorProto::INT64);
+  b.node("Reshape", {"x", "shape"}, {"y"});
+  b.output("y", {-1, -2});
+  const std::filesystem::path path =
+      std::filesystem::path(testing::temp_dir("input_values")) / "reshape.onnx";
+  std::ofstream(path, std::ios::binary) << b.bytes();
+
+  const std::string direct = error_message<UnsupportedError>([&] { load_onnx_model(path); });
+  EXPECT_NE(direct.find("node 0 (Reshape): input 1 'shape' (shape) is a graph input whose value "
+                        "decides the graph"),
+            std::string::npos)
+      << direct;
+
+  ModelFunction f(path);
+  ASSERT_EQ(f.inputs().size(), 2u);
+  EXPECT_EQ(f.inputs()[1].type.to_string(), "int64 (2,)");
+  std::mt19937 rng(5);
+  Tensor x = testing::random_tensor(DType::kFloat32, {2, 6}, rng);
+  auto shape = [](int64_t a, int64_t c) {
+    return Tensor::from_doubles(DType::kInt64, {2},
+                                {static_cast<double>(a), static_cast<double>(c)});
+  };
+  // -1 infers a dimension and 0 copies the input's, as ONNX says.
+  for (auto [a, c] : std::vector<std::pair<int64_t, int64_t>>{{3, 4}, {-1, 2}, {3, 4}, {0, 6}}) {
+    auto y = f({x, shape(a, c)});
+    const Shape want = a == 3 ? Shape{3, 4} : a == -1 ? Shape{6, 2} : Shape{2, 6};
+    EXPECT_EQ(y[0].shape(), want);
+    for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(y[0].load(i), x.load(i));
+  }
+  EXPECT_EQ(f.value_inputs(), std::vector<std::string>{"shape"});
+  EXPECT_EQ(f.variants(), 3u);  // (3, 4) came twice
+  // A second instance reuses the compiled variant (from memory here, from the kernel cache in
+  // a new process): nothing compiles.
+  ModelFunction again(path);
+  again({x, shape(-1, 2)});
+  const CacheStatus status = again.function().info().cache;
+  EXPECT_TRUE(status == CacheStatus::kMemo || status == CacheStatus::kHit) << to_string(status);
+  // A value that cannot work is the loader's clear error, naming the node.
+  const std::string m = error_message<UserError>([&] { f({x, shape(5, 5)}); });
+  EXPECT_NE(m.find("node 0 (Reshape)"), std::string::npos) << m;
+  EXPECT_NE(m.find("cannot reshape"), std::string::npos) << m;
 }
 
 }  // namespace
