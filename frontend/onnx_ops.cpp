@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cctype>
 #include <map>
+#include <tuple>
 
 #include "frontend/onnx_tensor.h"
 #include "ops/broadcast.h"
@@ -740,6 +742,115 @@ Outs convert_softmax_cross_entropy(OnnxImporter& im, const onnx::NodeProto& n, c
   return Outs{nll_loss(im, log_prob, im.in(n, 1), weight, a), log_prob};
 }
 
+// ONNX's recurrent layers (LSTM, GRU, RNN) as kiln's lstm / gru / rnn op: optional inputs
+// filled with zeros, layout 1 transposed to layout 0 and back, activations resolved with
+// their alpha / beta (each consumed by an activation that takes one, in order; ONNX's
+// operator defaults otherwise).
+Outs convert_recurrent(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a,
+                       const std::string& kind) {
+  const bool lstm = kind == "lstm";
+  const int gates = lstm ? 4 : kind == "gru" ? 3 : 1;
+  const std::string direction = attr_string(a, "direction", std::string("forward"));
+  const int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  const bool batch_first = attr_int(a, "layout", 0) != 0;
+  Var x = im.in(n, 0), w = im.in(n, 1), r = im.in(n, 2);
+  if (x.rank() != 3 || w.rank() != 3 || r.rank() != 3)
+    throw UserError("X, W and R must be 3-D, got " + x.type().to_string() + ", " +
+                    w.type().to_string() + ", " + r.type().to_string());
+  if (batch_first) x = transpose(x, {1, 0, 2});
+  const int64_t hidden = a.count("hidden_size") ? attr_int(a, "hidden_size") : r.type().dims[2];
+  if (hidden == kDynamic || hidden < 1) throw UserError("hidden_size must be known and positive");
+  // The names as given (case-insensitive), per direction.
+  std::vector<std::string> names;
+  if (const auto* at = tensor_attr(n, "activations")) {
+    for (const auto& v : at->strings()) names.push_back(v);
+  }
+  const std::vector<std::string> defaults =
+      lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+           : kind == "gru" ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"};
+  if (names.empty()) {
+    for (int64_t d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+  }
+  const std::vector<double> alphas = a.count("activation_alpha")
+                                         ? std::get<std::vector<double>>(a.at("activation_alpha"))
+                                         : std::vector<double>{};
+  const std::vector<double> betas = a.count("activation_beta")
+                                        ? std::get<std::vector<double>>(a.at("activation_beta"))
+                                        : std::vector<double>{};
+  size_t next_alpha = 0, next_beta = 0;
+  std::vector<std::string> canonical;
+  std::vector<double> alpha, beta;
+  // name -> (takes alpha, default alpha, takes beta, default beta)
+  static const std::map<std::string, std::tuple<bool, double, bool, double>> kParams{
+      {"Sigmoid", {false, 0, false, 0}},   {"Tanh", {false, 0, false, 0}},
+      {"Relu", {false, 0, false, 0}},      {"Affine", {true, 1.0, true, 0.0}},
+      {"LeakyRelu", {true, 0.01, false, 0}}, {"ThresholdedRelu", {true, 1.0, false, 0}},
+      {"ScaledTanh", {true, 1.0, true, 1.0}}, {"HardSigmoid", {true, 0.2, true, 0.5}},
+      {"Elu", {true, 1.0, false, 0}},      {"Softsign", {false, 0, false, 0}},
+      {"Softplus", {false, 0, false, 0}}};
+  for (const std::string& name : names) {
+    auto it = std::find_if(kParams.begin(), kParams.end(), [&](const auto& kv) {
+      if (kv.first.size() != name.size()) return false;
+      for (size_t i = 0; i < name.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(kv.first[i])) !=
+            std::tolower(static_cast<unsigned char>(name[i])))
+          return false;
+      }
+      return true;
+    });
+    if (it == kParams.end()) throw UnsupportedError("activation '" + name + "' is not supported");
+    const auto& [takes_a, def_a, takes_b, def_b] = it->second;
+    canonical.push_back(it->first);
+    alpha.push_back(takes_a && next_alpha < alphas.size() ? alphas[next_alpha++] : def_a);
+    beta.push_back(takes_b && next_beta < betas.size() ? betas[next_beta++] : def_b);
+  }
+  const double zero = 0.0;
+  auto zeros = [&](Ints dims) {
+    return constant(im.graph(), Tensor::zeros(x.dtype(), std::move(dims)));
+  };
+  // Initial states default to zeros of (dirs, batch, hidden), batch possibly dynamic.
+  auto initial_state = [&](int i) -> Var {
+    if (OnnxImporter::has_input(n, i)) {
+      Var v = im.in(n, i);
+      return batch_first ? transpose(v, {1, 0, 2}) : v;
+    }
+    const int64_t batch = x.type().dims[1];
+    if (batch != kDynamic) return zeros({dirs, batch, hidden});
+    return apply_with_dims(im, "fill", std::nullopt,
+                           {{"value", zero}, {"dtype", std::string(dtype_name(x.dtype()))}},
+                           {{"dims", {DimExpr::constant(dirs), DimExpr::dim(im.sym_source(x.var()), 1),
+                                      DimExpr::constant(hidden)}}});
+  };
+  std::vector<Var> ins{x, w, r};
+  ins.push_back(OnnxImporter::has_input(n, 3) ? im.in(n, 3) : zeros({dirs, 2 * gates * hidden}));
+  ins.push_back(initial_state(5));
+  if (lstm) {
+    ins.push_back(initial_state(6));
+    ins.push_back(OnnxImporter::has_input(n, 7) ? im.in(n, 7) : zeros({dirs, 3 * hidden}));
+  }
+  const bool has_lens = OnnxImporter::has_input(n, 4);
+  if (has_lens) ins.push_back(cast(im.in(n, 4), DType::kInt32));
+  Attrs p{{"hidden_size", hidden},
+          {"direction", direction},
+          {"activations", join(canonical, ",")},
+          {"activation_alpha", alpha},
+          {"activation_beta", beta},
+          {"clip", attr_float(a, "clip", 0.0)},
+          {"has_lens", int64_t{has_lens}}};
+  if (lstm) p["input_forget"] = attr_int(a, "input_forget", 0);
+  if (kind == "gru") p["linear_before_reset"] = attr_int(a, "linear_before_reset", 0);
+  std::vector<Variable*> vars;
+  for (const Var& v : ins) vars.push_back(v.var());
+  Node* node = im.graph().add_node(OpRegistry::instance().create(kind, p), vars);
+  Outs outs;
+  for (Variable* v : node->outputs) outs.push_back(Var(&im.graph(), v));
+  if (batch_first) {
+    outs[0] = transpose(outs[0], {2, 0, 1, 3});
+    for (size_t k = 1; k < outs.size(); ++k) outs[k] = transpose(outs[k], {1, 0, 2});
+  }
+  return outs;
+}
+
 std::map<std::string, OnnxOpSpec> make_table() {
   std::map<std::string, OnnxOpSpec> t;
   const std::map<std::string, std::string> same{{"Add", "add"},
@@ -946,6 +1057,15 @@ std::map<std::string, OnnxOpSpec> make_table() {
   for (const auto& [onnx_name, kiln_name] :
        std::map<std::string, std::string>{{"ArgMax", "arg_max"}, {"ArgMin", "arg_min"}}) {
     t[onnx_name] = elementwise(kiln_name, {"axis", "keepdims", "select_last_index"});
+  }
+  for (const char* kind : {"LSTM", "GRU", "RNN"}) {
+    const std::string k = kind == std::string("LSTM") ? "lstm" : kind == std::string("GRU") ? "gru" : "rnn";
+    t[kind] = {{"hidden_size", "direction", "activations", "activation_alpha", "activation_beta",
+                "clip", "input_forget", "linear_before_reset", "layout"},
+               nullptr,
+               [k](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                 return convert_recurrent(im, n, a, k);
+               }};
   }
   t["GatherElements"] = {
       {"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {

@@ -9,6 +9,7 @@
 #include "ops/expand.h"
 #include "ops/arg_reduce.h"
 #include "ops/gather.h"
+#include "ops/rnn.h"
 #include "ops/gather_elements.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
@@ -58,6 +59,9 @@ OpRegistry::OpRegistry() {
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });
+  for (const char* kind : {"lstm", "gru", "rnn"}) {
+    add(kind, [kind](const Attrs& a) { return std::make_shared<Recurrent>(kind, a); });
+  }
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });

@@ -15,6 +15,7 @@
 #include "ops/scalar_table.h"
 #include "ops/slice.h"
 #include "runtime/engine.h"
+#include "ops/registry.h"
 #include "tests/helpers.h"
 
 namespace kiln {
@@ -699,6 +700,85 @@ TEST(IndexOps, GatherElementsAndArgMaxMinAgainstHandValues) {
   g.set_outputs({apply("gather_elements", {v, i}, {{"axis", int64_t{-1}}})});
   Tensor idx = Tensor::from_doubles(DType::kInt64, {2, 3}, {0, -1, 2, 4, 1, -5});
   check_graph(g, {{non_contiguous(random_tensor(DType::kFloat64, {3, 5}, rng)), idx}});
+}
+
+// The recurrent engine (OpenBLAS projections, per-step gates) against perform's direct
+// transcription of ONNX's equations: every direction, sequence lengths (0, partial, full)
+// with reverse starting at each sequence's last step, clip, the activations with alpha and
+// beta, GRU's two reset placements, LSTM's peepholes and coupled input-forget gate.
+TEST(Recurrent, EngineMatchesTheEquationsAcrossDirectionsLengthsAndActivations) {
+  std::mt19937 rng(41);
+  struct Case {
+    std::string kind, direction, activations;
+    double clip;
+    int64_t flag;  // input_forget (lstm) / linear_before_reset (gru)
+    bool lens;
+    DType dtype;
+  };
+  const std::vector<Case> cases{
+      {"lstm", "forward", "Sigmoid,Tanh,Tanh", 0, 0, false, DType::kFloat32},
+      {"lstm", "bidirectional", "Sigmoid,Tanh,Tanh,HardSigmoid,Elu,Softsign", 0, 0, true,
+       DType::kFloat32},
+      {"lstm", "reverse", "Sigmoid,Tanh,Relu", 0.7, 1, true, DType::kFloat64},
+      {"gru", "forward", "Sigmoid,Tanh", 0, 0, true, DType::kFloat32},
+      {"gru", "bidirectional", "Sigmoid,Tanh,LeakyRelu,ScaledTanh", 0, 1, false, DType::kFloat64},
+      {"gru", "reverse", "HardSigmoid,Softplus", 1.5, 0, true, DType::kFloat32},
+      {"rnn", "bidirectional", "Tanh,Affine", 0, 0, true, DType::kFloat32},
+      {"rnn", "reverse", "ThresholdedRelu", 0, 0, false, DType::kFloat64},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.kind + " " + c.direction + " " + c.activations);
+    const int64_t seq = 7, batch = 5, in = 6, hidden = 9;
+    const int64_t dirs = c.direction == "bidirectional" ? 2 : 1;
+    const int64_t g = c.kind == "lstm" ? 4 : c.kind == "gru" ? 3 : 1;
+    Graph gr(c.kind);
+    std::vector<Var> ins{input(gr, "x", c.dtype, {kDynamic, kDynamic, in}),
+                         input(gr, "w", c.dtype, {dirs, g * hidden, in}),
+                         input(gr, "r", c.dtype, {dirs, g * hidden, hidden}),
+                         input(gr, "b", c.dtype, {dirs, 2 * g * hidden}),
+                         input(gr, "h0", c.dtype, {dirs, kDynamic, hidden})};
+    if (c.kind == "lstm") {
+      ins.push_back(input(gr, "c0", c.dtype, {dirs, kDynamic, hidden}));
+      ins.push_back(input(gr, "p", c.dtype, {dirs, 3 * hidden}));
+    }
+    if (c.lens) ins.push_back(input(gr, "lens", DType::kInt32, {kDynamic}));
+    std::vector<double> alpha, beta;
+    const size_t count = std::count(c.activations.begin(), c.activations.end(), ',') + 1;
+    for (size_t i = 0; i < count; ++i) {
+      alpha.push_back(0.3 + 0.1 * static_cast<double>(i));
+      beta.push_back(0.5 - 0.05 * static_cast<double>(i));
+    }
+    Attrs p{{"hidden_size", hidden},      {"direction", c.direction},
+            {"activations", c.activations}, {"activation_alpha", alpha},
+            {"activation_beta", beta},    {"clip", c.clip},
+            {"has_lens", int64_t{c.lens}}};
+    if (c.kind == "lstm") p["input_forget"] = c.flag;
+    if (c.kind == "gru") p["linear_before_reset"] = c.flag;
+    Node* node = gr.add_node(OpRegistry::instance().create(c.kind, p), [&] {
+      std::vector<Variable*> v;
+      for (const Var& x : ins) v.push_back(x.var());
+      return v;
+    }());
+    gr.set_outputs(node->outputs);
+    std::vector<Tensor> values{non_contiguous(random_tensor(c.dtype, {seq, batch, in}, rng)),
+                               random_tensor(c.dtype, {dirs, g * hidden, in}, rng, -0.5, 0.5),
+                               random_tensor(c.dtype, {dirs, g * hidden, hidden}, rng, -0.5, 0.5),
+                               random_tensor(c.dtype, {dirs, 2 * g * hidden}, rng, -0.5, 0.5),
+                               random_tensor(c.dtype, {dirs, batch, hidden}, rng)};
+    if (c.kind == "lstm") {
+      values.push_back(random_tensor(c.dtype, {dirs, batch, hidden}, rng));
+      values.push_back(random_tensor(c.dtype, {dirs, 3 * hidden}, rng, -0.5, 0.5));
+    }
+    if (c.lens) values.push_back(Tensor::from_doubles(DType::kInt32, {batch}, {7, 0, 3, 1, 6}));
+    check_graph(gr, {values});
+    if (c.lens) {
+      // A length past the sequence is the run's clear error.
+      values.back() = Tensor::from_doubles(DType::kInt32, {batch}, {7, 8, 3, 1, 6});
+      EXPECT_NE(testing::error_of([&] { compile(gr)(values); })
+                    .find(c.kind + ": sequence_lens[1] is 8, outside [0, 7]"),
+                std::string::npos);
+    }
+  }
 }
 
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Models exported with dynamic axes: one compiled kiln module for every size.
 
-Exports ResNet-18 and the ViT (dynamic batch) and the GPT-style decoder (dynamic batch and
-sequence) from the seeded zoo models (export.build) the way deployment exports are made,
+Exports ResNet-18 and the ViT (dynamic batch), the GPT-style decoder and the LSTM and GRU
+sequence models (dynamic batch and sequence) from the seeded zoo models (export.build) the way deployment exports are made,
 torch.onnx.export(..., dynamic_axes=...), into bench/data/zoo/NAME.dynamic.onnx. Then, with a
 fresh kernel cache, runs each at three sizes through `kiln run -v` and checks that:
   - every output matches PyTorch on the same input (relative tolerance 1e-3);
@@ -31,6 +31,8 @@ CASES = {
     "resnet18": ({0: "batch"}, [(1, 3, 224, 224), (2, 3, 224, 224), (5, 3, 224, 224)]),
     "vit_small": ({0: "batch"}, [(1, 3, 224, 224), (2, 3, 224, 224), (3, 3, 224, 224)]),
     "gpt_decoder": ({0: "batch", 1: "sequence"}, [(1, 128), (3, 50), (2, 7)]),
+    "lstm": ({0: "batch", 1: "sequence"}, [(1, 50, 32), (4, 9, 32), (2, 1, 32)]),
+    "gru": ({0: "batch", 1: "sequence"}, [(1, 50, 32), (4, 9, 32), (2, 1, 32)]),
 }
 
 

@@ -66,6 +66,20 @@ class Gpt(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
+class Recurrent(nn.Module):
+    """A sequence classifier: two bidirectional recurrent layers (LSTM or GRU) and a
+    per-step linear head, batch first."""
+
+    def __init__(self, cell, features=32, hidden=64):
+        super().__init__()
+        self.rnn = cell(features, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, 10)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y)
+
+
 def vit_small():
     # A ViT-S/16-like encoder at 224x224 (torchvision's VisionTransformer, smaller widths).
     return torchvision.models.VisionTransformer(
@@ -89,6 +103,8 @@ MODELS = {
     "mnasnet": (lambda: torchvision.models.mnasnet1_0(), image(1), "input"),
     "vit_small": (vit_small, image(1), "input"),
     "gpt_decoder": (lambda: Gpt(), lambda: torch.randint(0, 1000, (1, 128)), "ids"),
+    "lstm": (lambda: Recurrent(nn.LSTM), lambda: torch.randn(1, 50, 32), "x"),
+    "gru": (lambda: Recurrent(nn.GRU), lambda: torch.randn(1, 50, 32), "x"),
 }
 
 
