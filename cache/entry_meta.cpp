@@ -52,6 +52,9 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw CacheEntryError(where + ": not valid JSON at byte " + std::to_string(e.byte));
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for any type is an out_of_range, not a parse_error.
+    throw CacheEntryError(where + ": not valid JSON: " + e.what());
   }
   EntryMeta m;
   try {

@@ -85,6 +85,9 @@ class Loader {
       doc = json::parse(text);
     } catch (const json::parse_error& e) {
       throw UserError(origin_ + ": byte " + std::to_string(e.byte) + ": invalid JSON: " + e.what());
+    } catch (const json::exception& e) {
+      // A number too large for any type ("1e92247") is an out_of_range, not a parse_error.
+      throw UserError(origin_ + ": invalid JSON: " + e.what());
     }
     if (!doc.is_object()) fail("(root)", "expected an object");
     const json& fmt = field(doc, "(root)", "format", false);

@@ -42,11 +42,21 @@ Reshape::Reshape(Attrs props) : COp("reshape", std::move(props)) {
 
 namespace {
 
+// a * b, or a UserError naming the shape when it overflows (a crafted model's dimensions).
+int64_t times(int64_t a, int64_t b, const std::vector<int64_t>& shape) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw UserError("reshape: shape " + dims_to_string(shape) +
+                    " has more elements than fit in 64 bits");
+  }
+  return r;
+}
+
 int64_t known_numel(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d == kDynamic) return kDynamic;
-    n *= d;
+    n = times(n, d, dims);
   }
   return n;
 }
@@ -86,7 +96,7 @@ std::vector<TensorType> Reshape::infer_type(const std::vector<TensorType>& input
   int64_t in_total = 1;
   for (int64_t d : in.dims) {
     if (d == kDynamic) in_known = false;
-    else in_total *= d;
+    else in_total = times(in_total, d, in.dims);
   }
   int64_t known_product = 1;
   bool all_known = true;
@@ -106,7 +116,7 @@ std::vector<TensorType> Reshape::infer_type(const std::vector<TensorType>& input
       continue;
     }
     if (d == kDynamic) all_known = false;
-    else known_product *= d;
+    else known_product = times(known_product, d, shape_);
     out.dims.push_back(d);
   }
   if (in_known && all_known) {
@@ -150,7 +160,7 @@ std::vector<Shape> Reshape::infer_shape(const std::vector<Shape>& inputs) const 
       out.push_back(0);
       continue;
     }
-    product *= d;
+    product = times(product, d, shape_);
     out.push_back(d);
   }
   int64_t total = shape_numel(in);

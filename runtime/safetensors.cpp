@@ -73,6 +73,9 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
                          reinterpret_cast<const char*>(base) + 8 + n);
   } catch (const json::parse_error& e) {
     bad(origin, 8 + (e.byte > 0 ? e.byte - 1 : 0), std::string("header is not JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // A number too large for any type is an out_of_range, not a parse_error.
+    bad(origin, 8, std::string("header is not JSON: ") + e.what());
   }
   if (!header.is_object()) bad(origin, 8, "header is not a JSON object");
   const uint64_t data_start = 8 + n;

@@ -44,6 +44,13 @@ TEST(JsonModel, LoadsAndRuns) {
   EXPECT_TRUE(testing::tensors_close(f({x})[0], evaluate_reference(g, {x})[0]));
 }
 
+// Found by fuzz_json_loader: an overflowing number is a clear error, not a foreign exception.
+TEST(JsonModel, NumbersTooLargeForAnyTypeAreInvalidJson) {
+  EXPECT_NE(load_error(R"({"format": "kiln-graph", "inputs": [5500000000000011E0021304699677]})")
+                .find("m.json: invalid JSON: "),
+            std::string::npos);
+}
+
 TEST(JsonModel, ErrorsNameTheJsonPath) {
   auto with_node = [](const std::string& node) {
     std::string s = kGood;

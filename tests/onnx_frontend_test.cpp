@@ -143,6 +143,19 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   EXPECT_EQ(m.find("ok_relu"), std::string::npos);
 }
 
+// Found by fuzz_onnx_loader: a target shape whose element count overflows 64 bits.
+TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
+  ModelBuilder b;
+  b.input("x", {4, 4});
+  b.ints_initializer("target", {16, 576460752303423492});
+  b.node("Reshape", {"x", "target"}, {"y"});
+  b.output("y", {16, 1});
+  const std::string m =
+      error_message<UserError>([&] { parse_onnx_model(b.bytes(), "big.onnx", "."); });
+  EXPECT_NE(m.find("big.onnx: node 0 (Reshape)"), std::string::npos) << m;
+  EXPECT_NE(m.find("more elements than fit in 64 bits"), std::string::npos) << m;
+}
+
 // A shape input that is a graph input is named as one whose value the loader needs
 // (frontend/model_function.h builds such models per value set).
 TEST(OnnxFrontend, ShapeInputsMustBeKnownAtLoadTime) {

@@ -37,6 +37,15 @@ std::string error_parsing(const std::string& s) {
 
 std::string raw(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
 
+// The same JSON library failure the fuzzers found in meta.json and the JSON loader.
+TEST(Safetensors, AHeaderNumberTooLargeForAnyTypeIsNamed) {
+  const std::string header = R"({"w": {"dtype": "F32", "shape": [1e92247], "data_offsets": [0, 4]}})";
+  uint64_t n = header.size();
+  const std::string file = raw(&n, 8) + header + std::string(4, '\0');
+  EXPECT_NE(error_parsing(file).find("w.safetensors"), std::string::npos) << error_parsing(file);
+  EXPECT_NE(error_parsing(file).find("header is not JSON"), std::string::npos);
+}
+
 TEST(Safetensors, ReadsAHandBuiltFile) {
   const float a[] = {1.5f, -0.0f, std::numeric_limits<float>::infinity(), NAN, 3.25f, -7.0f};
   const int64_t b[] = {-1, 1LL << 40};
