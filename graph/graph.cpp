@@ -43,6 +43,7 @@ Variable* Graph::add_input(const std::string& name, TensorType type) {
   for (int64_t d : type.dims) {
     if (d < kDynamic) throw UserError("graph input '" + name + "': bad dimension " + std::to_string(d));
   }
+  type.check_size("graph input '" + name + "'");
   Variable* v = new_variable(name, std::move(type), VarKind::kInput);
   inputs_.push_back(v);
   return v;
@@ -82,6 +83,7 @@ Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>
   std::vector<TensorType> out_types;
   try {
     out_types = node->op->infer_type(in_types);
+    for (size_t k = 0; k < out_types.size(); ++k) out_types[k].check_size("output " + std::to_string(k));
   } catch (const UserError& e) {
     std::vector<std::string> desc;
     for (auto* v : inputs) desc.push_back(v->name + ": " + v->type.to_string());

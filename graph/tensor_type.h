@@ -19,6 +19,9 @@ struct TensorType {
   std::string to_string() const;  // "float32 (?, 256)"
   // True when a concrete shape fits: same rank, equal wherever a dimension is known.
   bool accepts(const std::vector<int64_t>& shape) const;
+  // Throws UserError naming `what` when the known non-zero dimensions multiply past 2^62:
+  // no tensor can have that shape, and the shape rules' products must not overflow.
+  void check_size(const std::string& what) const;
 };
 
 }  // namespace kiln

@@ -154,6 +154,17 @@ TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
       error_message<UserError>([&] { parse_onnx_model(b.bytes(), "big.onnx", "."); });
   EXPECT_NE(m.find("big.onnx: node 0 (Reshape)"), std::string::npos) << m;
   EXPECT_NE(m.find("more elements than fit in 64 bits"), std::string::npos) << m;
+  // A declared input no tensor can have: refused before any shape rule multiplies it.
+  ModelBuilder c;
+  c.input("x", {44731444445077520, 32773});
+  c.node("Flatten", {"x"}, {"y"});
+  c.output("y", {-1, -1});
+  const std::string n =
+      error_message<UserError>([&] { parse_onnx_model(c.bytes(), "flat.onnx", "."); });
+  EXPECT_NE(n.find("graph input 'x': float32 (44731444445077520, 32773) has more elements than "
+                   "fit in 64 bits"),
+            std::string::npos)
+      << n;
 }
 
 // A shape input that is a graph input is named as one whose value the loader needs
