@@ -229,6 +229,14 @@ const char* dtype_macro(DType dt) {
       return "FLOAT32";
     case DType::kFloat64:
       return "FLOAT64";
+    case DType::kInt16:
+      return "INT16";
+    case DType::kUInt16:
+      return "UINT16";
+    case DType::kUInt32:
+      return "UINT32";
+    case DType::kUInt64:
+      return "UINT64";
   }
   return "?";
 }
@@ -260,7 +268,8 @@ std::string header_text(const std::string& n, const BundleDescription& d, bool e
   h += "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
   h += "#define " + n + "_MAX_DIMS 16\n";
   for (DType dt : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64,
-                   DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+                   DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64,
+                   DType::kInt16, DType::kUInt16, DType::kUInt32, DType::kUInt64}) {
     h += "#define " + n + "_" + dtype_macro(dt) + " " + std::to_string(static_cast<int>(dt)) + "\n";
   }
   h += "#define " + n + "_NUM_INPUTS " + std::to_string(d.input_slots.size()) + "\n";

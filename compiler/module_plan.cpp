@@ -161,7 +161,7 @@ class PlanReader {
   }
   DType dtype() {
     int64_t d = num("dtype");
-    if (d < 0 || d > static_cast<int64_t>(DType::kFloat64)) fail("bad dtype " + std::to_string(d));
+    if (d < 0 || d > static_cast<int64_t>(DType::kUInt64)) fail("bad dtype " + std::to_string(d));
     return static_cast<DType>(d);
   }
   std::vector<int64_t> dims() {

@@ -33,6 +33,42 @@ void OnnxImporter::add_known(const std::string& name, Tensor value, bool paramet
   known_is_parameter_[name] = parameter;
 }
 
+Tensor convert_tensor(const Tensor& t, DType to) {
+  Tensor out = Tensor::empty(to, t.shape());
+  std::vector<Tensor> outs{out};
+  OpRegistry::instance()
+      .create("convert", {{"to", std::string(dtype_name(to))}})
+      ->perform({t}, outs);
+  return out;
+}
+
+std::optional<DType> OnnxImporter::compute_type(DType storage) {
+  switch (storage) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return DType::kFloat32;
+    case DType::kInt16:
+    case DType::kUInt16:
+      return DType::kInt32;
+    case DType::kUInt32:
+    case DType::kUInt64:
+      return DType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<DType> OnnxImporter::storage(const std::string& name) const {
+  auto it = storage_.find(name);
+  if (it == storage_.end()) return std::nullopt;
+  return it->second;
+}
+
+DType OnnxImporter::logical_dtype(const onnx::NodeProto& n, int i) {
+  if (auto s = storage(input_name(n, i))) return *s;
+  return type_of(n, i).dtype;
+}
+
 const SymValue* OnnxImporter::sym(const std::string& name) const {
   auto it = sym_.find(name);
   return it == sym_.end() ? nullptr : &it->second;
@@ -227,8 +263,14 @@ void OnnxImporter::finish_fold(const onnx::NodeProto& n, Graph& scratch,
     }
   }
   for (size_t k = 0; k < results.size() && static_cast<int>(k) < n.output_size(); ++k) {
-    if (!n.output(static_cast<int>(k)).empty())
-      add_known(n.output(static_cast<int>(k)), results[k].clone(), false);
+    if (n.output(static_cast<int>(k)).empty()) continue;
+    Tensor value = results[k].clone();
+    if (auto compute = compute_type(value.dtype())) {
+      // A folded Cast to a storage type: kept in its compute type, like every such value.
+      set_storage(n.output(static_cast<int>(k)), value.dtype());
+      value = convert_tensor(value, *compute);
+    }
+    add_known(n.output(static_cast<int>(k)), std::move(value), false);
   }
 }
 

@@ -28,6 +28,9 @@ struct SymValue {
   std::vector<DimExpr> elems;
 };
 
+// A tensor in another dtype (storage <-> compute), with the convert op's semantics.
+Tensor convert_tensor(const Tensor& t, DType to);
+
 class OnnxImporter {
  public:
   OnnxImporter(Graph& graph, int opset, std::string origin)
@@ -75,6 +78,15 @@ class OnnxImporter {
                                               std::vector<Var>& inputs);
   std::vector<DimExpr> to_node_inputs(const std::vector<DimExpr>& exprs, std::vector<Var>& inputs);
 
+  // Storage-only types (float16, bfloat16, int16, uint16, uint32, uint64): kernels compute
+  // in compute_type() and each ONNX value of such a type is tracked here, by name, with its
+  // storage type (the loader converts at the graph's edges and rounds after each op).
+  static std::optional<DType> compute_type(DType storage);
+  std::optional<DType> storage(const std::string& name) const;
+  void set_storage(const std::string& name, DType storage) { storage_[name] = storage; }
+  // Input i's logical dtype: its storage type, or its kiln dtype.
+  DType logical_dtype(const onnx::NodeProto& n, int i);
+
   // Evaluates `convert` on known inputs at load time into known outputs (shape arithmetic).
   // Returns false when some input is not known or the inputs are too large to fold.
   template <class Convert>
@@ -95,6 +107,7 @@ class OnnxImporter {
   std::map<std::string, bool> known_is_parameter_;
   std::map<std::string, SymValue> sym_;
   std::set<std::string> graph_inputs_;
+  std::map<std::string, DType> storage_;
   std::vector<Variable*> sym_sources_;
 };
 

@@ -77,7 +77,7 @@ TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
     throw UnsupportedError(where + ": only tensor values are supported");
   const auto& tt = v.type().tensor_type();
   auto dt = dtype_from_onnx(tt.elem_type());
-  if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
+  if (!dt) {
     throw UnsupportedError(where + ": element type " + onnx_dtype_name(tt.elem_type()) +
                            " is not supported");
   }
@@ -126,6 +126,61 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
   msg += ":";
   for (const auto& p : problems) msg += "\n  " + p;
   throw UnsupportedError(msg);
+}
+
+bool is_onnx_op(const onnx::NodeProto& n, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (n.op_type() == name) return true;
+  }
+  return false;
+}
+
+// uint64 values compute as int64 (the same bits): sums, differences, products and moves
+// stay exact, but an order or a quotient of values past 2^63 would not. Such ops on uint64
+// are refused rather than answered wrongly.
+void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
+  bool u64 = false;
+  for (int i = 0; i < n.input_size(); ++i) {
+    u64 = u64 || (!n.input(i).empty() && im.storage(n.input(i)) == DType::kUInt64);
+  }
+  if (u64 && !is_onnx_op(n, {"Add", "Sub", "Mul", "Identity", "Reshape", "Flatten", "Squeeze",
+                             "Unsqueeze", "Transpose", "Concat", "Slice", "Split", "Gather",
+                             "Expand", "Cast", "CastLike", "Equal", "Where", "Sum"})) {
+    throw UnsupportedError(n.op_type() + " on uint64 values (computed as int64, so values past "
+                           "2^63 would order and divide wrongly)");
+  }
+}
+
+// After an op on storage-type values, its results are stored back in that type: rounded
+// to float16 / bfloat16, or wrapped to the narrow integer, as a storage-type kernel would
+// (ops that only move or select values need nothing). Outputs of ONNX's fixed types (indices,
+// shapes, booleans) are left alone; Cast decides its own type.
+void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Var>& outs) {
+  if (is_onnx_op(n, {"Cast", "CastLike", "ArgMax", "ArgMin", "Shape", "Size", "NonZero"})) return;
+  std::optional<DType> st;
+  for (int i = 0; i < n.input_size() && !st; ++i) {
+    if (!n.input(i).empty()) st = im.storage(n.input(i));
+  }
+  const bool moves_only = is_onnx_op(
+      n, {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+          "Slice", "Split", "Gather", "GatherElements", "Expand", "Tile", "Pad", "Max", "Min",
+          "Where", "Relu", "MaxPool", "ReduceMax", "ReduceMin", "Dropout", "Clip"});
+  for (size_t k = 0; k < outs.size() && static_cast<int>(k) < n.output_size(); ++k) {
+    const DType dt = outs[k].dtype();
+    if (auto compute = OnnxImporter::compute_type(dt)) {
+      // A converter made a storage-type value (Constant, Cast): enter its compute type.
+      outs[k] = apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*compute))}});
+      im.set_storage(n.output(static_cast<int>(k)), dt);
+      continue;
+    }
+    if (!st || OnnxImporter::compute_type(*st) != dt) continue;
+    if (n.op_type() == "TopK" && k == 1) continue;  // indices
+    if (!moves_only) {
+      outs[k] = apply("convert", {apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*st))}})},
+                      {{"to", std::string(dtype_name(dt))}});
+    }
+    im.set_storage(n.output(static_cast<int>(k)), *st);
+  }
 }
 
 // A node of a custom domain (or an op kiln lacks) that a loaded op library implements: every
@@ -203,7 +258,13 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     const auto& t = gp.initializer(i);
     const std::string where = origin + ": initializer " + std::to_string(i) + " '" + t.name() + "'";
     if (t.name().empty()) throw UserError(where + " has no name");
-    im.add_known(t.name(), tensor_from_onnx(t, base_dir, where), true);
+    Tensor value = tensor_from_onnx(t, base_dir, where);
+    if (auto compute = OnnxImporter::compute_type(value.dtype())) {
+      // Weights of a storage type are kept in their compute type (exactly).
+      im.set_storage(t.name(), value.dtype());
+      value = convert_tensor(value, *compute);
+    }
+    im.add_known(t.name(), std::move(value), true);
     init_names.insert(t.name());
   }
   if (gp.sparse_initializer_size() > 0)
@@ -218,10 +279,21 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
         throw UserError(where + ": the value given is " + bound->second.describe() +
                         ", the input is " + type.to_string());
       }
-      im.add_known(v.name(), bound->second, false);
+      if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+        im.set_storage(v.name(), type.dtype);
+        im.add_known(v.name(), convert_tensor(bound->second, *compute), false);
+      } else {
+        im.add_known(v.name(), bound->second, false);
+      }
       continue;
     }
-    im.add_graph_input(v.name(), graph.add_input(v.name(), type));
+    Variable* in = graph.add_input(v.name(), type);
+    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+      // A storage-type input enters in its compute type.
+      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
+      im.set_storage(v.name(), type.dtype);
+    }
+    im.add_graph_input(v.name(), in);
   }
   std::set<Variable*> named;
   for (int i = 0; i < gp.node_size(); ++i) {
@@ -242,8 +314,10 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
           im.try_fold(n, convert))
         continue;
+      check_storage_inputs(im, n);
       const size_t first_new = graph.nodes().size();
       std::vector<Var> outs = convert();
+      round_to_storage(im, n, outs);
       // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
       for (size_t k = first_new; k < graph.nodes().size(); ++k) {
         if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
@@ -261,7 +335,12 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
         // Values known at load time (Constant, Shape, ...) are recorded as values, so
         // later shape inputs can read them; they reach the graph only if used as data.
         if (v.var()->kind == VarKind::kConstant && !v.var()->parameter && v.var()->value) {
-          im.add_known(n.output(k), *v.var()->value, false);
+          Tensor value = *v.var()->value;
+          if (auto compute = OnnxImporter::compute_type(value.dtype())) {
+            im.set_storage(n.output(k), value.dtype());
+            value = convert_tensor(value, *compute);
+          }
+          im.add_known(n.output(k), value, false);
         } else {
           // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
           Variable* var = v.var();
@@ -293,6 +372,17 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       v = im.variable(name);
     }
     if (!v) throw UserError(origin + ": graph output '" + name + "' is not produced by any node");
+    if (auto st = im.storage(name)) {
+      // Back to the storage type the model declares, under the output's name (the value
+      // in its compute type gives the name up).
+      if (v->name == name) v->name = name + ":" + std::string(dtype_name(v->type.dtype));
+      Node* c = graph.add_node(
+          OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(*st))}}), {v},
+          "", {name});
+      used.insert(c->outputs[0]);
+      outputs.push_back(c->outputs[0]);
+      continue;
+    }
     // Every output gets its own node-computed variable carrying the ONNX name, so the CLI
     // can write DIR/<name>.npy and outputs that repeat a value stay distinct.
     const bool input_itself = v->kind == VarKind::kInput && v->name == name;

@@ -284,11 +284,26 @@ std::optional<DType> cast_target(const Attrs& a) {
 
 std::vector<std::string> check_cast(const Attrs& a, const onnx::NodeProto&, int) {
   auto dt = cast_target(a);
-  if (!dt || *dt == DType::kFloat16 || *dt == DType::kBFloat16) {
+  if (!dt) {
     return {attr_problem("to", onnx_dtype_name(static_cast<int>(attr_int(a, "to"))),
                          "(element type not supported)")};
   }
   return {};
+}
+
+// ONNX Cast of input 0 to `to`, storage types included: a storage-type source is first
+// restored to its own bits (uint64 past 2^63 stays unsigned), and a storage-type target is
+// produced in that type (the loader then takes it into its compute type).
+Var cast_logical(OnnxImporter& im, const onnx::NodeProto& n, DType to) {
+  Var x = im.in(n, 0);
+  const DType from = im.logical_dtype(n, 0);
+  if (OnnxImporter::compute_type(from)) {
+    x = apply("convert", {x}, {{"to", std::string(dtype_name(from))}});
+  }
+  if (x.dtype() == to) return x;
+  if (OnnxImporter::compute_type(to) || OnnxImporter::compute_type(x.dtype()))
+    return apply("convert", {x}, {{"to", std::string(dtype_name(to))}});
+  return cast(x, to);
 }
 
 Outs softmax_like(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bool log) {
@@ -902,10 +917,10 @@ std::map<std::string, OnnxOpSpec> make_table() {
   t["Pow"] = {{}, nullptr, convert_pow};
   t["Mod"] = {{"fmod"}, nullptr, convert_mod};
   t["Cast"] = {{"to"}, check_cast, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                 return Outs{cast(im.in(n, 0), *cast_target(a))};
+                 return Outs{cast_logical(im, n, *cast_target(a))};
                }};
   t["CastLike"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
-                     return Outs{cast(im.in(n, 0), im.type_of(n, 1).dtype)};
+                     return Outs{cast_logical(im, n, im.logical_dtype(n, 1))};
                    }};
   t["Clip"] = {
       {"min", "max"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {

@@ -33,6 +33,14 @@ std::optional<DType> dtype_from_onnx(int code) {
       return DType::kFloat16;
     case onnx::TensorProto::BFLOAT16:
       return DType::kBFloat16;
+    case onnx::TensorProto::INT16:
+      return DType::kInt16;
+    case onnx::TensorProto::UINT16:
+      return DType::kUInt16;
+    case onnx::TensorProto::UINT32:
+      return DType::kUInt32;
+    case onnx::TensorProto::UINT64:
+      return DType::kUInt64;
     default:
       return std::nullopt;
   }
@@ -176,6 +184,10 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
     case onnx::TensorProto::INT64:
       present = proto.int64_data_size(), field = "int64_data";
       break;
+    case onnx::TensorProto::UINT32:
+    case onnx::TensorProto::UINT64:
+      present = proto.uint64_data_size(), field = "uint64_data";
+      break;
     default:
       present = proto.int32_data_size();
       break;
@@ -200,7 +212,14 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
         p[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
       break;
     }
-    default:  // INT32, INT8, UINT8, BOOL
+    case onnx::TensorProto::UINT32:
+    case onnx::TensorProto::UINT64: {
+      // uint64_data: store_int keeps the low bits, so values past 2^63 survive.
+      for (int64_t i = 0; i < n; ++i)
+        t.store_int(i, static_cast<int64_t>(proto.uint64_data(static_cast<int>(i))));
+      break;
+    }
+    default:  // INT32, INT16, UINT16, INT8, UINT8, BOOL
       copy_field(proto.int32_data(), t);
       break;
   }

@@ -80,7 +80,7 @@ std::vector<TensorType> checked_types(const LibraryOpDef& d, int32_t n, const ki
   for (int32_t i = 0; i < n; ++i) {
     const kiln_op_type& t = outs[i];
     const std::string which = "output " + std::to_string(i);
-    if (t.dtype < 0 || t.dtype > static_cast<int32_t>(DType::kFloat64))
+    if (t.dtype < 0 || t.dtype > static_cast<int32_t>(DType::kUInt64))
       bad(which + " has dtype " + std::to_string(t.dtype) + ", which is not a kiln dtype");
     if (t.ndim < 0 || t.ndim > KILN_OP_MAX_DIMS)
       bad(which + " has " + std::to_string(t.ndim) + " dimensions (0 to " +
@@ -209,7 +209,7 @@ class SpecReader {
     std::vector<TensorType> ts(count(1024));
     for (auto& t : ts) {
       int64_t d = num();
-      if (d < 0 || d > static_cast<int64_t>(DType::kFloat64)) fail("bad dtype");
+      if (d < 0 || d > static_cast<int64_t>(DType::kUInt64)) fail("bad dtype");
       t.dtype = static_cast<DType>(d);
       t.dims.resize(count(KILN_OP_MAX_DIMS));
       for (auto& x : t.dims) {

@@ -8,6 +8,7 @@
 #include "ops/dim_values.h"
 #include "ops/expand.h"
 #include "ops/arg_reduce.h"
+#include "ops/convert.h"
 #include "ops/gather.h"
 #include "ops/rnn.h"
 #include "ops/gather_elements.h"
@@ -62,6 +63,7 @@ OpRegistry::OpRegistry() {
   for (const char* kind : {"lstm", "gru", "rnn"}) {
     add(kind, [kind](const Attrs& a) { return std::make_shared<Recurrent>(kind, a); });
   }
+  add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });

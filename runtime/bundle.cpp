@@ -158,7 +158,7 @@ int kiln_bundle_run(void* bundle, const kiln_bundle_tensor* inputs, size_t n_inp
       if (t.ndim < 0 || t.ndim > KILN_BUNDLE_MAX_DIMS) {
         throw kiln::UserError(what + ": rank " + std::to_string(t.ndim) + " is out of range");
       }
-      if (t.dtype < 0 || t.dtype > static_cast<int32_t>(kiln::DType::kFloat64)) {
+      if (t.dtype < 0 || t.dtype > static_cast<int32_t>(kiln::DType::kUInt64)) {
         throw kiln::UserError(what + ": unknown dtype code " + std::to_string(t.dtype));
       }
       kiln::Shape shape(t.shape, t.shape + t.ndim);

@@ -1,5 +1,7 @@
 #include "runtime/dtype.h"
 
+#include <iterator>
+
 #include "util/error.h"
 
 namespace kiln {
@@ -15,12 +17,14 @@ constexpr Info kInfo[] = {
     {DType::kUInt8, "uint8", "uint8_t", 1},       {DType::kInt32, "int32", "int32_t", 4},
     {DType::kInt64, "int64", "int64_t", 8},       {DType::kFloat16, "float16", "uint16_t", 2},
     {DType::kBFloat16, "bfloat16", "uint16_t", 2}, {DType::kFloat32, "float32", "float", 4},
-    {DType::kFloat64, "float64", "double", 8},
+    {DType::kFloat64, "float64", "double", 8},      {DType::kInt16, "int16", "int16_t", 2},
+    {DType::kUInt16, "uint16", "uint16_t", 2},     {DType::kUInt32, "uint32", "uint32_t", 4},
+    {DType::kUInt64, "uint64", "uint64_t", 8},
 };
 
 const Info& info(DType dt) {
   auto i = static_cast<int32_t>(dt);
-  check_internal(i >= 0 && i < 9, "bad dtype code " + std::to_string(i));
+  check_internal(i >= 0 && i < static_cast<int32_t>(std::size(kInfo)), "bad dtype code " + std::to_string(i));
   return kInfo[i];
 }
 }  // namespace
@@ -42,8 +46,12 @@ bool is_float(DType dt) {
 }
 bool is_integer(DType dt) {
   return dt == DType::kInt8 || dt == DType::kUInt8 || dt == DType::kInt32 ||
+         dt == DType::kInt64 || dt == DType::kInt16 || dt == DType::kUInt16 ||
+         dt == DType::kUInt32 || dt == DType::kUInt64;
+}
+bool is_signed(DType dt) {
+  return is_float(dt) || dt == DType::kInt8 || dt == DType::kInt16 || dt == DType::kInt32 ||
          dt == DType::kInt64;
 }
-bool is_signed(DType dt) { return is_float(dt) || (is_integer(dt) && dt != DType::kUInt8); }
 
 }  // namespace kiln

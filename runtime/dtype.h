@@ -18,6 +18,12 @@ enum class DType : int32_t {
   kBFloat16 = 6,
   kFloat32 = 7,
   kFloat64 = 8,
+  // Storage types ONNX models use; kernels compute them in a wider type (the frontend
+  // converts at the edges: int16 / uint16 in int32, uint32 / uint64 in int64).
+  kInt16 = 9,
+  kUInt16 = 10,
+  kUInt32 = 11,
+  kUInt64 = 12,
 };
 
 size_t dtype_size(DType dt);

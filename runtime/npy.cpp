@@ -28,6 +28,10 @@ DType dtype_from_descr(const std::string& descr, const std::string& origin, size
   if (code == "i4") return DType::kInt32;
   if (code == "i8") return DType::kInt64;
   if (code == "f2") return DType::kFloat16;
+  if (code == "i2") return DType::kInt16;
+  if (code == "u2") return DType::kUInt16;
+  if (code == "u4") return DType::kUInt32;
+  if (code == "u8") return DType::kUInt64;
   if (code == "f4") return DType::kFloat32;
   if (code == "f8") return DType::kFloat64;
   bad(origin, at, "unsupported dtype '" + descr + "'");
@@ -43,6 +47,10 @@ std::string descr_for(DType dt) {
     case DType::kFloat16: return "<f2";
     case DType::kFloat32: return "<f4";
     case DType::kFloat64: return "<f8";
+    case DType::kInt16: return "<i2";
+    case DType::kUInt16: return "<u2";
+    case DType::kUInt32: return "<u4";
+    case DType::kUInt64: return "<u8";
     case DType::kBFloat16: break;
   }
   throw UserError("bfloat16 tensors cannot be written as .npy (NumPy has no such dtype)");

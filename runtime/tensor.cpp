@@ -1,5 +1,7 @@
 #include "runtime/tensor.h"
 
+#include "runtime/support/kiln_half.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -39,7 +41,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // Only an empty tensor's other dimensions can multiply past 64 bits (a non-empty one's
+    // size was checked): its strides are never used, so they saturate.
+    if (__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s)) s = INT64_MAX;
   }
   return strides;
 }
@@ -161,9 +165,14 @@ double Tensor::load(int64_t flat) const {
     case DType::kInt64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
     case DType::kFloat32: return *reinterpret_cast<const float*>(p);
     case DType::kFloat64: return *reinterpret_cast<const double*>(p);
-    default: throw UserError(std::string("element access is not supported for ") +
-                             std::string(dtype_name(dtype_)));
+    case DType::kFloat16: return kiln_f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::kBFloat16: return kiln_bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::kInt16: return *reinterpret_cast<const int16_t*>(p);
+    case DType::kUInt16: return *reinterpret_cast<const uint16_t*>(p);
+    case DType::kUInt32: return *reinterpret_cast<const uint32_t*>(p);
+    case DType::kUInt64: return static_cast<double>(*reinterpret_cast<const uint64_t*>(p));
   }
+  throw InternalError("bad dtype");
 }
 
 int64_t Tensor::load_int(int64_t flat) const {
@@ -171,6 +180,11 @@ int64_t Tensor::load_int(int64_t flat) const {
   switch (dtype_) {
     case DType::kInt32: return *reinterpret_cast<const int32_t*>(p);
     case DType::kInt64: return *reinterpret_cast<const int64_t*>(p);
+    case DType::kInt16: return *reinterpret_cast<const int16_t*>(p);
+    case DType::kUInt16: return *reinterpret_cast<const uint16_t*>(p);
+    case DType::kUInt32: return *reinterpret_cast<const uint32_t*>(p);
+    // uint64 above 2^63 reads as its two's-complement int64 (the same 64 bits).
+    case DType::kUInt64: return static_cast<int64_t>(*reinterpret_cast<const uint64_t*>(p));
     default: return static_cast<int64_t>(load(flat));
   }
 }
@@ -185,8 +199,16 @@ void Tensor::store(int64_t flat, double v) {
     case DType::kInt64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
     case DType::kFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
     case DType::kFloat64: *reinterpret_cast<double*>(p) = v; break;
-    default: throw UserError(std::string("element access is not supported for ") +
-                             std::string(dtype_name(dtype_)));
+    case DType::kFloat16:
+      *reinterpret_cast<uint16_t*>(p) = kiln_f32_to_f16(static_cast<float>(v));
+      break;
+    case DType::kBFloat16:
+      *reinterpret_cast<uint16_t*>(p) = kiln_f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::kInt16:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64: store_int(flat, static_cast<int64_t>(v)); break;
   }
 }
 
@@ -197,6 +219,11 @@ void Tensor::store_int(int64_t flat, int64_t v) {
     case DType::kUInt8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
     case DType::kInt32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
     case DType::kInt64: *reinterpret_cast<int64_t*>(p) = v; break;
+    // Narrower integers keep the low bits (two's complement), as a C cast does.
+    case DType::kInt16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
+    case DType::kUInt16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
+    case DType::kUInt32: *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v); break;
+    case DType::kUInt64: *reinterpret_cast<uint64_t*>(p) = static_cast<uint64_t>(v); break;
     default: store(flat, static_cast<double>(v));
   }
 }

@@ -13,6 +13,7 @@
 #include "frontend/model_function.h"
 #include "frontend/onnx_model.h"
 #include "graph/dim_expr.h"
+#include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"
 #include "tests/onnx_builder.h"
 #include "util/error.h"
@@ -288,6 +289,80 @@ TEST(InputValues, AModelIsBuiltPerValueSetOfItsShapeInputs) {
   const std::string m = error_message<UserError>([&] { f({x, shape(5, 5)}); });
   EXPECT_NE(m.find("node 0 (Reshape)"), std::string::npos) << m;
   EXPECT_NE(m.find("cannot reshape"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Storage types: float16 models compute in float32 and round each op's result to float16;
+// narrow and unsigned integers compute wider and wrap on store; uint64 orderings are refused.
+TEST(StorageTypes, Float16ModelsRoundEachOpAndIntegersWrap) {
+  ModelBuilder b;
+  b.input("x", {2, 3}, onnx::TensorProto::FLOAT16);
+  b.input("w", {3, 2}, onnx::TensorProto::FLOAT16);
+  b.input("c", {2}, onnx::TensorProto::FLOAT16);
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Add", {"m", "c"}, {"a"});
+  b.node("Relu", {"a"}, {"y"});
+  b.output("y", {2, 2}, onnx::TensorProto::FLOAT16);
+  Graph g = parse_onnx_model(b.bytes(), "half.onnx", ".");
+  EXPECT_EQ(g.inputs()[0]->type.to_string(), "float16 (2, 3)");
+  EXPECT_EQ(g.outputs()[0]->type.to_string(), "float16 (2, 2)");
+  auto half = [](Shape shape, std::vector<double> v) {
+    return Tensor::from_doubles(DType::kFloat16, std::move(shape), v);
+  };
+  // 1/3 and 0.1 are not float16 values; 2049 needs 12 bits (float16 keeps 11).
+  Tensor x = half({2, 3}, {1.0 / 3, 0.1, 2049, -1, 2, 0.5});
+  Tensor w = half({3, 2}, {3, 1, 1, -1, 1, 0.25});
+  Tensor c = half({2}, {0.001, -600});
+  Tensor y = compile(g)({x, w, c})[0];
+  ASSERT_EQ(y.dtype(), DType::kFloat16);
+  auto r16 = [](double v) { return kiln_f16_to_f32(kiln_f32_to_f16(static_cast<float>(v))); };
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      double m = 0;
+      for (int64_t k = 0; k < 3; ++k) m += x.load(i * 3 + k) * w.load(k * 2 + j);
+      const double want = std::max(0.0, static_cast<double>(r16(r16(m) + c.load(j))));
+      EXPECT_EQ(y.load(i * 2 + j), want) << i << "," << j;
+    }
+  }
+
+  ModelBuilder n;
+  n.input("p", {3}, onnx::TensorProto::INT16);
+  n.input("q", {3}, onnx::TensorProto::INT16);
+  n.input("u", {2}, onnx::TensorProto::UINT32);
+  n.ints_initializer("one", {1});
+  n.node("Add", {"p", "q"}, {"s"});
+  n.node("Cast", {"one"}, {"one_u"})->add_attribute()->set_name("to");
+  auto* to = n.g->mutable_node(1)->mutable_attribute(0);
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::UINT32);
+  n.node("Sub", {"u", "one_u"}, {"d"});
+  n.output("s", {3}, onnx::TensorProto::INT16);
+  n.output("d", {2}, onnx::TensorProto::UINT32);
+  Function f = compile(parse_onnx_model(n.bytes(), "ints.onnx", "."));
+  auto out = f({Tensor::from_doubles(DType::kInt16, {3}, {32767, -32768, 5}),
+                Tensor::from_doubles(DType::kInt16, {3}, {1, -1, -7}),
+                Tensor::from_doubles(DType::kUInt32, {2}, {0, 7})});
+  ASSERT_EQ(out[0].dtype(), DType::kInt16);
+  EXPECT_EQ(out[0].load_int(0), -32768);  // wraps as int16 arithmetic does
+  EXPECT_EQ(out[0].load_int(1), 32767);
+  EXPECT_EQ(out[0].load_int(2), -2);
+  ASSERT_EQ(out[1].dtype(), DType::kUInt32);
+  EXPECT_EQ(out[1].load_int(0), 4294967295);
+  EXPECT_EQ(out[1].load_int(1), 6);
+
+  ModelBuilder u;
+  u.input("a", {2}, onnx::TensorProto::UINT64);
+  u.input("b", {2}, onnx::TensorProto::UINT64);
+  u.node("Div", {"a", "b"}, {"q"});
+  u.output("q", {2}, onnx::TensorProto::UINT64);
+  const std::string m =
+      error_message<UnsupportedError>([&] { parse_onnx_model(u.bytes(), "u64.onnx", "."); });
+  EXPECT_NE(m.find("u64.onnx: node 0 (Div): Div on uint64 values"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -779,6 +780,60 @@ TEST(Recurrent, EngineMatchesTheEquationsAcrossDirectionsLengthsAndActivations) 
                 std::string::npos);
     }
   }
+}
+
+// Every pair of dtypes the convert op joins, on the values that break conversions: NaN,
+// infinities, -0.0, ties, values past float16's range and past the narrow integers'.
+TEST(Convert, EveryDtypePairMatchesPerformOnEdgeValues) {
+  const std::vector<DType> all{DType::kBool,    DType::kInt8,    DType::kUInt8,   DType::kInt16,
+                               DType::kUInt16,  DType::kInt32,   DType::kUInt32,  DType::kInt64,
+                               DType::kUInt64,  DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                               DType::kFloat64};
+  const std::vector<double> floats{0.0, -0.0, 0.5, 1.5, -2.5, 1.0 + 1.0 / 2048, 65504, 65520,
+                                   -70000.5, 1e-8, 3e38, -1e10, INFINITY, -INFINITY, NAN,
+                                   300.75, -129.0};
+  const std::vector<double> ints{0, 1, -1, 127, 128, -129, 255, 256, 32767, 32768, -32769,
+                                 65535, 65536, 4294967295.0, 4294967296.0, -5, 1e15};
+  for (DType from : all) {
+    // One graph per source type, one output per target type.
+    Graph g("convert");
+    Var x = input(g, "x", from, {kDynamic});
+    std::vector<Variable*> outs;
+    for (DType to : all)
+      outs.push_back(apply("convert", {x}, {{"to", std::string(dtype_name(to))}}).var());
+    g.set_outputs(outs);
+    const auto& vals = is_float(from) ? floats : ints;
+    Tensor t = Tensor::empty(from, {static_cast<int64_t>(vals.size())});
+    for (size_t i = 0; i < vals.size(); ++i) {
+      if (is_float(from)) {
+        t.store(static_cast<int64_t>(i), vals[i]);
+      } else {
+        t.store_int(static_cast<int64_t>(i), static_cast<int64_t>(vals[i]));
+      }
+    }
+    Function f = compile(g);
+    auto got = f({t});
+    auto want = evaluate_reference(g, {t});
+    for (size_t k = 0; k < all.size(); ++k) {
+      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(all[k])));
+      ASSERT_EQ(got[k].nbytes(), want[k].nbytes());
+      // Bit for bit (NaN patterns included): both paths share one set of rules.
+      EXPECT_EQ(std::memcmp(got[k].data(), want[k].data(), got[k].nbytes()), 0);
+    }
+  }
+  // Spot values by hand: float16 saturates to infinity, integers wrap, floats truncate.
+  auto one = [](DType from, double v, DType to) {
+    Tensor t = Tensor::from_doubles(from, {1}, {v});
+    Tensor out = Tensor::empty(to, {1});
+    std::vector<Tensor> outs{out};
+    OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(to))}})->perform({t}, outs);
+    return out;
+  };
+  EXPECT_TRUE(std::isinf(one(DType::kFloat32, 65520, DType::kFloat16).load(0)));
+  EXPECT_EQ(one(DType::kInt32, 65536 + 7, DType::kUInt16).load_int(0), 7);
+  EXPECT_EQ(one(DType::kInt32, 32768, DType::kInt16).load_int(0), -32768);
+  EXPECT_EQ(one(DType::kFloat32, -2.75, DType::kInt32).load_int(0), -2);
+  EXPECT_EQ(one(DType::kFloat64, NAN, DType::kInt64).load_int(0), 0);
 }
 
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {

@@ -14,6 +14,7 @@
 #include "ops/gemm_pack.h"
 #include "runtime/module_abi.h"
 #include "runtime/npy.h"
+#include "runtime/support/kiln_half.h"
 #include "runtime/storage.h"
 #include "runtime/support/gemm_tile.h"
 #include "tests/helpers.h"
@@ -124,8 +125,9 @@ TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
   std::mt19937 rng(1);
-  for (DType dt : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64, DType::kFloat32,
-                   DType::kFloat64}) {
+  for (DType dt : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64,
+                   DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt16,
+                   DType::kUInt16, DType::kUInt32, DType::kUInt64}) {
     Tensor t = testing::random_tensor(dt, {3, 4}, rng, 0, 100);
     Tensor back = parse_npy(to_npy(t), "mem");
     EXPECT_TRUE(testing::tensors_close(back, t, 0, 0)) << dtype_name(dt);
@@ -140,6 +142,70 @@ TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
   size_t q = bytes.find("(3, 2)");
   bytes.replace(q, 6, "(2, 3)");
   EXPECT_EQ(parse_npy(bytes, "mem").to_doubles(), t.to_doubles());
+}
+
+// Found by fuzz_npy: an empty array whose other dimensions multiply past 64 bits.
+TEST(Npy, EmptyArraysWithHugeDimensionsRead) {
+  const std::string header =
+      "{'descr': '<i4', 'fortran_order': True, 'shape': (0, 43064666885385, 510384), }";
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size() + 1);
+  bytes.append(reinterpret_cast<const char*>(&len), 2);
+  bytes += header + "\n";
+  Tensor t = parse_npy(bytes, "empty.npy");
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.shape(), (Shape{0, 43064666885385, 510384}));
+}
+
+// float16 / bfloat16 rounding (round to nearest even), checked against hand-computed bit
+// patterns, and every one of the 65536 patterns converting back to itself.
+TEST(HalfFloats, RoundToNearestEvenWithSubnormalsInfinitiesAndNaN) {
+  struct Case {
+    float f;
+    uint16_t h;
+  };
+  for (const Case& c : std::vector<Case>{{1.0f, 0x3c00},
+                                         {-2.0f, 0xc000},
+                                         {65504.0f, 0x7bff},
+                                         {65519.99f, 0x7bff},
+                                         {65520.0f, 0x7c00},  // the first value rounding to inf
+                                         {1e9f, 0x7c00},
+                                         {-INFINITY, 0xfc00},
+                                         {std::ldexp(1.0f, -24), 0x0001},
+                                         {std::ldexp(1.0f, -25), 0x0000},  // tie: to even 0
+                                         {std::ldexp(3.0f, -25), 0x0002},  // tie: to even 2
+                                         {std::ldexp(1.0f, -14), 0x0400},
+                                         {std::ldexp(1023.0f, -24), 0x03ff},
+                                         {0.1f, 0x2e66},
+                                         {1.0f + std::ldexp(1.0f, -11), 0x3c00},  // tie
+                                         {1.0f + std::ldexp(3.0f, -11), 0x3c02},  // tie
+                                         {-0.0f, 0x8000}}) {
+    EXPECT_EQ(kiln_f32_to_f16(c.f), c.h) << c.f;
+  }
+  EXPECT_TRUE(std::isnan(kiln_f16_to_f32(kiln_f32_to_f16(NAN))));
+  EXPECT_EQ(kiln_f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(kiln_f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie: to even
+  EXPECT_EQ(kiln_f32_to_bf16(1.0f + std::ldexp(3.0f, -8)), 0x3f82);  // tie: to even
+  EXPECT_EQ(kiln_f32_to_bf16(-0.0f), 0x8000);
+  EXPECT_EQ(kiln_f32_to_bf16(3.4e38f), 0x7f80);  // rounds past the largest: infinity
+  EXPECT_TRUE(std::isnan(kiln_bf16_to_f32(kiln_f32_to_bf16(NAN))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = kiln_f16_to_f32(static_cast<uint16_t>(h)), b = kiln_bf16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(kiln_f16_to_f32(kiln_f32_to_f16(f))));
+    } else {
+      ASSERT_EQ(kiln_f32_to_f16(f), h) << std::hex << h;
+    }
+    if (!std::isnan(b)) {
+      ASSERT_EQ(kiln_f32_to_bf16(b), h) << std::hex << h;
+    }
+  }
+  // Element access rounds the same way.
+  Tensor t = Tensor::empty(DType::kFloat16, {2});
+  t.store(0, 0.1);
+  t.store(1, 70000.0);
+  EXPECT_EQ(static_cast<const uint16_t*>(t.data())[0], 0x2e66);
+  EXPECT_TRUE(std::isinf(t.load(1)));
 }
 
 TEST(Npy, MalformedFilesNameTheFileAndOffset) {

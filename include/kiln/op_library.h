@@ -51,6 +51,10 @@ extern "C" {
 #define KILN_DTYPE_BFLOAT16 6
 #define KILN_DTYPE_FLOAT32 7
 #define KILN_DTYPE_FLOAT64 8
+#define KILN_DTYPE_INT16 9
+#define KILN_DTYPE_UINT16 10
+#define KILN_DTYPE_UINT32 11
+#define KILN_DTYPE_UINT64 12
 
 /* Attribute kinds (host->attr_kind). */
 #define KILN_ATTR_NONE 0
