@@ -58,7 +58,8 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
   }
   EntryMeta m;
   try {
-    if (j.at("format").get<int>() != 1) throw CacheEntryError(where + ": unknown format");
+    // Compared as JSON: converting an arbitrary number to int first would be undefined.
+    if (j.at("format") != 1) throw CacheEntryError(where + ": unknown format");
     m.key = j.at("key").get<std::string>();
     m.label = j.at("label").get<std::string>();
     m.family = j.at("family").get<std::string>();
@@ -66,6 +67,8 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
     m.created = j.at("created").get<double>();
     m.compile_ms = j.at("compile_ms").get<double>();
     for (const auto& f : j.at("files")) {
+      if (!f.at("size").is_number_unsigned())
+        throw CacheEntryError(where + ": a file size is not a non-negative integer");
       m.files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
                          f.at("sha256").get<std::string>()});
     }

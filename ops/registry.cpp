@@ -10,6 +10,7 @@
 #include "ops/arg_reduce.h"
 #include "ops/convert.h"
 #include "ops/gather.h"
+#include "ops/scan_ops.h"
 #include "ops/rnn.h"
 #include "ops/gather_elements.h"
 #include "ops/pad.h"
@@ -63,6 +64,8 @@ OpRegistry::OpRegistry() {
   for (const char* kind : {"lstm", "gru", "rnn"}) {
     add(kind, [kind](const Attrs& a) { return std::make_shared<Recurrent>(kind, a); });
   }
+  add("cumsum", [](const Attrs& a) { return std::make_shared<CumSum>(a); });
+  add("top_k", [](const Attrs& a) { return std::make_shared<TopK>(a); });
   add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });

@@ -64,6 +64,16 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
   auto bad = [&](const std::string& what) -> UserError {
     return UserError(origin + ": bad program description: " + what);
   };
+  // An integer field: converting any other number (1e90) to an integer would be undefined.
+  auto int64_of = [&](const json& v) -> int64_t {
+    if (!v.is_number_integer()) throw bad("expected an integer, got " + v.dump());
+    return v.get<int64_t>();
+  };
+  auto int_of = [&](const json& v) -> int {
+    const int64_t i = int64_of(v);
+    if (i < INT32_MIN || i > INT32_MAX) throw bad("expected a 32-bit integer, got " + v.dump());
+    return static_cast<int>(i);
+  };
   BundleDescription d;
   try {
     json doc = json::parse(text);
@@ -93,13 +103,13 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
     d.input_slots = slot_list(doc.at("inputs"), "inputs");
     d.output_slots = slot_list(doc.at("outputs"), "outputs");
     for (const auto& p : doc.at("params")) {
-      int slot = p.at(0).get<int>();
+      int slot = int_of(p.at(0));
       if (slot < 0 || slot >= n) throw bad("a parameter names slot " + std::to_string(slot));
       d.params.emplace_back(slot, p.at(1).get<std::string>());
     }
     for (const auto& s : doc.at("steps")) {
       BundleStep st;
-      st.thunk = s.at("thunk").get<int>();
+      st.thunk = int_of(s.at("thunk"));
       st.label = s.at("label").get<std::string>();
       st.inputs = slot_list(s.at("inputs"), "step '" + st.label + "'");
       st.outputs = slot_list(s.at("outputs"), "step '" + st.label + "'");
@@ -111,12 +121,12 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
         for (const auto& r : shapes[o]) {
           DimRule rule;
           if (r.is_number_integer()) {
-            rule.value = r.get<int64_t>();
+            rule.value = int64_of(r);
           } else {
-            rule.input = r.at(0).get<int>();
-            rule.dim = r.at(1).get<int>();
-            rule.mul = r.at(2).get<int64_t>();
-            rule.div = r.at(3).get<int64_t>();
+            rule.input = int_of(r.at(0));
+            rule.dim = int_of(r.at(1));
+            rule.mul = int64_of(r.at(2));
+            rule.div = int64_of(r.at(3));
             if (rule.input < 0 || rule.input >= static_cast<int>(st.inputs.size()) ||
                 rule.dim < 0 || rule.mul <= 0 || rule.div <= 0) {
               throw bad("step '" + st.label + "' has a bad shape rule " + r.dump());

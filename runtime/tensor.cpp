@@ -93,6 +93,7 @@ void* Tensor::data() const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // (its other dimensions may multiply past 64 bits)
   int64_t expect = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;

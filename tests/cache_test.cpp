@@ -140,6 +140,17 @@ TEST(EntryMeta, RoundTripsAndRejectsGarbage) {
   EXPECT_NE(error_of([&] { EntryMeta::parse(R"({"format": 1e92247, "key": "k"})", "m"); })
                 .find("m: not valid JSON: "),
             std::string::npos);
+  // Found by fuzz_cache_meta: numbers of the wrong kind where integers belong (converting
+  // 7.7e90 to an integer is undefined behaviour).
+  EXPECT_NE(error_of([&] { EntryMeta::parse(R"({"format": 7.7e90, "key": "k"})", "m"); })
+                .find("m: unknown format"),
+            std::string::npos);
+  m.files[0].name = "module.so";
+  std::string sized = m.to_json();
+  const size_t at = sized.find(':', sized.find("\"size\"")) + 1;
+  sized.replace(at, sized.find_first_of(",}", at) - at, "7.7e90");
+  EXPECT_NE(error_of([&] { EntryMeta::parse(sized, "m"); }).find("a file size is not"),
+            std::string::npos);
 }
 
 TEST(EntryMeta, ArtifactKeyIsOrderedAndCollisionFree) {

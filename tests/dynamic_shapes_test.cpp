@@ -367,3 +367,73 @@ TEST(StorageTypes, Float16ModelsRoundEachOpAndIntegersWrap) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Einsum's attention forms against a direct sum over every letter.
+TEST(OnnxOps, EinsumAttentionFormsMatchADirectSum) {
+  struct Case {
+    std::string eq;
+    Shape a, b;
+  };
+  std::mt19937 rng(61);
+  for (const Case& c : std::vector<Case>{{"bhid,bhjd->bhij", {2, 3, 4, 5}, {2, 3, 6, 5}},
+                                         {"bhij,bhjd->bhid", {2, 3, 4, 6}, {2, 3, 6, 5}},
+                                         {"bid,jd->bij", {2, 4, 5}, {3, 5}},
+                                         {"...ij,...jk->...ik", {2, 3, 4}, {2, 4, 5}},
+                                         {"ij,kj", {3, 4}, {5, 4}},
+                                         {"bij,bjk->bk", {2, 3, 4}, {2, 4, 5}}}) {
+    SCOPED_TRACE(c.eq);
+    ModelBuilder m;
+    m.input("a", c.a);
+    m.input("b", c.b);
+    auto* node = m.node("Einsum", {"a", "b"}, {"y"});
+    testing::set_string(node, "equation", c.eq);
+    m.output("y", {-1});
+    Graph g = parse_onnx_model(m.bytes(), "einsum.onnx", ".");
+    Tensor a = testing::random_tensor(DType::kFloat32, c.a, rng);
+    Tensor b = testing::random_tensor(DType::kFloat32, c.b, rng);
+    Tensor y = compile(g)({a, b})[0];
+    // The reference: letters to sizes, then every assignment of every letter.
+    std::string lhs = c.eq.substr(0, c.eq.find("->"));
+    std::string ta = lhs.substr(0, lhs.find(',')), tb = lhs.substr(lhs.find(',') + 1);
+    std::string out = c.eq.find("->") == std::string::npos ? "" : c.eq.substr(c.eq.find("->") + 2);
+    if (ta == "...ij") {
+      ta = "Aij", tb = "Ajk", out = "Aik";
+    }
+    if (c.eq == "ij,kj") out = "ik";
+    std::map<char, int64_t> size;
+    for (size_t i = 0; i < ta.size(); ++i) size[ta[i]] = c.a[i];
+    for (size_t i = 0; i < tb.size(); ++i) size[tb[i]] = c.b[i];
+    std::vector<char> letters;
+    for (const auto& [l, s] : size) letters.push_back(l);
+    Shape oshape;
+    for (char l : out) oshape.push_back(size[l]);
+    ASSERT_EQ(y.shape(), oshape);
+    std::vector<double> want(static_cast<size_t>(shape_numel(oshape)), 0.0);
+    std::map<char, int64_t> at;
+    for (char l : letters) at[l] = 0;
+    auto flat = [&](const std::string& t, const Shape& s) {
+      int64_t f = 0;
+      for (size_t i = 0; i < t.size(); ++i) f = f * s[i] + at[t[i]];
+      return f;
+    };
+    for (bool done = false; !done;) {
+      want[static_cast<size_t>(flat(out, oshape))] += a.load(flat(ta, c.a)) * b.load(flat(tb, c.b));
+      done = true;
+      for (size_t k = letters.size(); k-- > 0;) {
+        if (++at[letters[k]] < size[letters[k]]) {
+          done = false;
+          break;
+        }
+        at[letters[k]] = 0;
+      }
+    }
+    for (int64_t i = 0; i < y.numel(); ++i)
+      EXPECT_NEAR(y.load(i), want[static_cast<size_t>(i)], 1e-4) << i;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -121,7 +121,7 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   b.input("x", {1, 3, 8, 8});
   b.node("Relu", {"x"}, {"r"}, "ok_relu");
   b.node("Det", {"r"}, {"l"}, "det1");
-  b.node("TopK", {"l"}, {"t"}, "top");
+  b.node("Unique", {"l"}, {"t"}, "top");
   set_int(b.node("MaxPool", {"r"}, {"p"}, "pool1"), "storage_order", 1);
   set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "reflect");
   set_int(b.node("Relu", {"q"}, {"y"}, "relu2"), "bogus", 3);
@@ -130,11 +130,11 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   std::string m =
       error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
   EXPECT_NE(
-      m.find("m.onnx: the model uses 6 unsupported features (ops: Det, TopK, com.example.Gelu)"),
+      m.find("m.onnx: the model uses 6 unsupported features (ops: Det, Unique, com.example.Gelu)"),
       std::string::npos)
       << m;
   for (const char* want :
-       {"node 1 'det1' (Det): op Det is not supported", "node 2 'top' (TopK)",
+       {"node 1 'det1' (Det): op Det is not supported", "node 2 'top' (Unique)",
         "node 3 'pool1' (MaxPool): attribute storage_order=1",
         "node 4 'pad1' (Pad): attribute mode=reflect", "node 5 'relu2' (Relu): attribute 'bogus'",
         "node 6 'custom' (com.example.Gelu)"}) {

@@ -836,6 +836,57 @@ TEST(Convert, EveryDtypePairMatchesPerformOnEdgeValues) {
   EXPECT_EQ(one(DType::kFloat64, NAN, DType::kInt64).load_int(0), 0);
 }
 
+// Running sums and top-k against hand values, then the compiled code against perform on
+// strided inputs with NaN and ties, every flag.
+TEST(ScanOps, CumSumAndTopKAgainstHandValuesAndPerform) {
+  auto run1 = [](const std::string& op, const Attrs& props, const Tensor& x) {
+    Graph g(op);
+    Var v = input(g, "x", x.dtype(), x.shape());
+    Node* node = g.add_node(OpRegistry::instance().create(op, props), {v.var()});
+    g.set_outputs(node->outputs);
+    return compile(g)({x});
+  };
+  Tensor x = Tensor::from_doubles(DType::kInt64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(run1("cumsum", {{"axis", int64_t{1}}}, x)[0].to_doubles(),
+            (std::vector<double>{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(run1("cumsum", {{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, x)[0]
+                .to_doubles(),
+            (std::vector<double>{4, 5, 6, 0, 0, 0}));
+  const double nan = std::nan("");
+  Tensor f = Tensor::from_doubles(DType::kFloat32, {1, 6}, {3, nan, 5, 3, -1, 5});
+  auto top = run1("top_k", {{"k", int64_t{4}}}, f);
+  EXPECT_TRUE(std::isnan(top[0].load(0)));  // NaN ranks first for largest
+  EXPECT_EQ(top[1].to_doubles(), (std::vector<double>{1, 2, 5, 0}));  // ties: lower index first
+  auto low = run1("top_k", {{"k", int64_t{3}}, {"largest", int64_t{0}}}, f);
+  EXPECT_EQ(low[1].to_doubles(), (std::vector<double>{4, 0, 3}));
+  EXPECT_NE(testing::error_of([&] { run1("top_k", {{"k", int64_t{7}}}, f); }).find("k = 7 exceeds"),
+            std::string::npos);
+
+  std::mt19937 rng(53);
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32}) {
+    Graph g("scan");
+    Var v = input(g, "x", dt, {kDynamic, kDynamic, kDynamic});
+    std::vector<Variable*> outs;
+    for (int64_t flags = 0; flags < 4; ++flags) {
+      outs.push_back(apply("cumsum", {v}, {{"axis", int64_t{1}}, {"exclusive", flags & 1},
+                                           {"reverse", flags >> 1}}).var());
+    }
+    for (int64_t largest : {0, 1}) {
+      Node* node = g.add_node(OpRegistry::instance().create(
+                                  "top_k", {{"k", int64_t{3}}, {"axis", int64_t{-1}}, {"largest", largest}}),
+                              {v.var()});
+      outs.insert(outs.end(), node->outputs.begin(), node->outputs.end());
+    }
+    g.set_outputs(outs);
+    Tensor a = random_tensor(dt, {3, 5, 7}, rng, -3, 3);  // integers: many ties
+    if (is_float(dt)) {
+      a.store(4, nan);
+      a.store(9, nan);
+    }
+    check_graph(g, {{a}, {non_contiguous(random_tensor(dt, {2, 9, 4}, rng, -3, 3))}});
+  }
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {

@@ -1,0 +1,222 @@
+#include "ops/scan_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/broadcast.h"
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+// outer * len * inner view of a shape around `axis`.
+void split_at(const Shape& s, size_t axis, int64_t* outer, int64_t* len, int64_t* inner) {
+  *outer = *inner = 1;
+  for (size_t d = 0; d < axis; ++d) *outer *= s[d];
+  *len = s[axis];
+  for (size_t d = axis + 1; d < s.size(); ++d) *inner *= s[d];
+}
+
+// The C prologue both ops share: a contiguous copy of input 0 as `x` and its
+// outer / len / inner around the axis.
+std::string contiguous_columns(const Node& node, const CodeNames& names, const Sub& sub, int axis,
+                               const std::string& what) {
+  const auto& t = node.inputs[0]->type;
+  const std::string ct(dtype_c_type(t.dtype)), in = names.inputs[0];
+  const std::string r = std::to_string(t.rank()), ax = std::to_string(axis);
+  std::string s = "  int64_t outer = 1, inner = 1, len = " + in + "->shape[" + ax + "], n = 1;\n";
+  s += "  for (int d = 0; d < " + r + "; ++d) n *= " + in + "->shape[d];\n";
+  s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + in + "->shape[d];\n";
+  s += "  for (int d = " + ax + " + 1; d < " + r + "; ++d) inner *= " + in + "->shape[d];\n";
+  s += "  " + ct + " *x = (" + ct + " *)" + sub.ctx + "->workspace(" + sub.ctx +
+       ", (size_t)(n > 0 ? n : 1) * sizeof(" + ct + "));\n";
+  s += "  if (!x) " + sub.fail + "(\"" + what + ": out of memory\");\n";
+  s += "  kiln_copy_strided(x, " + in + "->data, " + r + ", " + in + "->shape, " + in +
+       "->strides, sizeof(" + ct + "));\n";
+  return s;
+}
+
+void check_numeric(const TensorType& t, const std::string& what) {
+  if (t.dtype == DType::kBool || !(is_float(t.dtype) || is_integer(t.dtype)) ||
+      t.dtype == DType::kFloat16 || t.dtype == DType::kBFloat16) {
+    throw UserError(what + ": " + t.to_string() + " (a numeric dtype computed natively)");
+  }
+  if (t.rank() == 0) throw UserError(what + ": input must have rank >= 1");
+}
+
+}  // namespace
+
+CumSum::CumSum(Attrs props) : COp("cumsum", std::move(props)) {
+  check_known_attrs(this->props(), {"axis", "exclusive", "reverse"});
+  axis_ = attr_int(this->props(), "axis");
+  exclusive_ = attr_int(this->props(), "exclusive", 0) != 0;
+  reverse_ = attr_int(this->props(), "reverse", 0) != 0;
+}
+
+std::vector<TensorType> CumSum::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 1) throw UserError("cumsum takes 1 input");
+  check_numeric(inputs[0], "cumsum");
+  normalize_axis(axis_, inputs[0].rank(), "cumsum");
+  return {inputs[0]};
+}
+
+std::vector<Shape> CumSum::infer_shape(const std::vector<Shape>& inputs) const {
+  return {inputs[0]};
+}
+
+void CumSum::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& x = inputs[0];
+  const auto axis = static_cast<size_t>(normalize_axis(axis_, x.ndim(), "cumsum"));
+  int64_t outer, len, inner;
+  split_at(x.shape(), axis, &outer, &len, &inner);
+  const bool fl = is_float(x.dtype());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      double acc = 0;
+      int64_t iacc = 0;
+      for (int64_t s = 0; s < len; ++s) {
+        const int64_t k = reverse_ ? len - 1 - s : s;
+        const int64_t at = (o * len + k) * inner + i;
+        if (exclusive_) {
+          fl ? outputs[0].store(at, acc) : outputs[0].store_int(at, iacc);
+        }
+        if (fl) {
+          acc += x.load(at);
+        } else {
+          iacc = static_cast<int64_t>(static_cast<uint64_t>(iacc) +
+                                      static_cast<uint64_t>(x.load_int(at)));
+        }
+        if (!exclusive_) {
+          fl ? outputs[0].store(at, acc) : outputs[0].store_int(at, iacc);
+        }
+      }
+    }
+  }
+}
+
+std::string CumSum::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& t = node.inputs[0]->type;
+  const int axis = normalize_axis(axis_, t.rank(), "cumsum");
+  const std::string ct(dtype_c_type(t.dtype));
+  // Floats accumulate in double (as perform does); integers in their own type.
+  const std::string acc = is_float(t.dtype) ? "double" : ct;
+  std::string s = "{\n" + contiguous_columns(node, names, sub, axis, "cumsum");
+  s += "  " + ct + " *y = (" + ct + " *)" + names.outputs[0] + "->data;\n";
+  s += "  for (int64_t o = 0; o < outer; ++o) {\n    for (int64_t i = 0; i < inner; ++i) {\n";
+  s += "      " + acc + " acc = 0;\n      for (int64_t s = 0; s < len; ++s) {\n";
+  s += std::string("        const int64_t k = ") + (reverse_ ? "len - 1 - s" : "s") + ";\n";
+  s += "        const int64_t at = (o * len + k) * inner + i;\n";
+  if (exclusive_) s += "        y[at] = (" + ct + ")acc;\n";
+  s += "        acc = (" + acc + ")(acc + x[at]);\n";
+  if (!exclusive_) s += "        y[at] = (" + ct + ")acc;\n";
+  s += "      }\n    }\n  }\n}\n";
+  return s;
+}
+
+TopK::TopK(Attrs props) : COp("top_k", std::move(props)) {
+  check_known_attrs(this->props(), {"k", "axis", "largest", "sorted"});
+  k_ = attr_int(this->props(), "k");
+  if (k_ < 0) throw AttrError("k", "must not be negative");
+  axis_ = attr_int(this->props(), "axis", -1);
+  largest_ = attr_int(this->props(), "largest", 1) != 0;
+  sorted_ = attr_int(this->props(), "sorted", 1) != 0;
+}
+
+std::vector<TensorType> TopK::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 1) throw UserError("top_k takes 1 input");
+  check_numeric(inputs[0], "top_k");
+  const auto axis = static_cast<size_t>(normalize_axis(axis_, inputs[0].rank(), "top_k"));
+  TensorType v = inputs[0];
+  if (v.dims[axis] != kDynamic && v.dims[axis] < k_) {
+    throw UserError("top_k: k = " + std::to_string(k_) + " exceeds axis " + std::to_string(axis) +
+                    " of " + inputs[0].to_string());
+  }
+  v.dims[axis] = k_;
+  TensorType i{DType::kInt64, v.dims};
+  return {v, i};
+}
+
+std::vector<Shape> TopK::infer_shape(const std::vector<Shape>& inputs) const {
+  Shape s = inputs[0];
+  const auto axis = static_cast<size_t>(normalize_axis(axis_, static_cast<int>(s.size()), "top_k"));
+  if (s[axis] < k_) {
+    throw UserError("top_k: k = " + std::to_string(k_) + " exceeds axis " + std::to_string(axis) +
+                    " of " + dims_to_string(inputs[0]));
+  }
+  s[axis] = k_;
+  return {s, s};
+}
+
+void TopK::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& x = inputs[0];
+  const auto axis = static_cast<size_t>(normalize_axis(axis_, x.ndim(), "top_k"));
+  int64_t outer, len, inner;
+  split_at(x.shape(), axis, &outer, &len, &inner);
+  // a ranks before b: larger (smaller) first, NaN first (last), equal values by index.
+  auto before = [&](double a, int64_t ia, double b, int64_t ib) {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na || nb) {
+      if (na && nb) return ia < ib;
+      return largest_ ? na : nb;
+    }
+    if (a != b) return largest_ ? a > b : a < b;
+    return ia < ib;
+  };
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      std::vector<int64_t> idx(static_cast<size_t>(len));
+      for (int64_t k = 0; k < len; ++k) idx[static_cast<size_t>(k)] = k;
+      auto val = [&](int64_t k) { return x.load((o * len + k) * inner + i); };
+      std::stable_sort(idx.begin(), idx.end(),
+                       [&](int64_t a, int64_t b) { return before(val(a), a, val(b), b); });
+      for (int64_t j = 0; j < k_; ++j) {
+        const int64_t src = idx[static_cast<size_t>(j)], at = (o * k_ + j) * inner + i;
+        if (is_float(x.dtype())) {
+          outputs[0].store(at, val(src));
+        } else {
+          outputs[0].store_int(at, x.load_int((o * len + src) * inner + i));
+        }
+        outputs[1].store_int(at, src);
+      }
+    }
+  }
+}
+
+std::string TopK::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& t = node.inputs[0]->type;
+  const int axis = normalize_axis(axis_, t.rank(), "top_k");
+  const std::string ct(dtype_c_type(t.dtype));
+  const bool fl = is_float(t.dtype);
+  const std::string k = std::to_string(k_);
+  std::string s = "{\n" + contiguous_columns(node, names, sub, axis, "top_k");
+  s += "  " + ct + " *y = (" + ct + " *)" + names.outputs[0] + "->data;\n";
+  s += "  int64_t *yi = (int64_t *)" + names.outputs[1] + "->data;\n";
+  s += "  unsigned char *taken = (unsigned char *)" + sub.ctx + "->workspace(" + sub.ctx +
+       ", (size_t)(len > 0 ? len : 1));\n";
+  s += "  if (!taken) " + sub.fail + "(\"top_k: out of memory\");\n";
+  // k rounds of selection per column: the best untaken element, by the same order as
+  // perform (NaN first for largest, last for smallest; equal values by index).
+  const std::string nan_wins = largest_ ? "1" : "0";
+  const std::string better = largest_ ? ">" : "<";
+  s += "  for (int64_t o = 0; o < outer; ++o) {\n    for (int64_t i = 0; i < inner; ++i) {\n";
+  s += "      const " + ct + " *col = x + o * len * inner + i;\n";
+  s += "      memset(taken, 0, (size_t)len);\n";
+  s += "      for (int64_t j = 0; j < " + k + "; ++j) {\n        int64_t best = -1;\n";
+  s += "        for (int64_t m = 0; m < len; ++m) {\n          if (taken[m]) continue;\n";
+  s += "          if (best < 0) { best = m; continue; }\n";
+  s += "          const " + ct + " a = col[m * inner], b = col[best * inner];\n";
+  if (fl) {
+    s += "          const int na = a != a, nb = b != b;\n";
+    s += "          if (na || nb) { if (!(na && nb) && (" + nan_wins +
+         " ? na : nb)) best = m; continue; }\n";
+  }
+  s += "          if (a " + better + " b) best = m;\n        }\n";
+  s += "        taken[best] = 1;\n";
+  s += "        y[(o * " + k + " + j) * inner + i] = col[best * inner];\n";
+  s += "        yi[(o * " + k + " + j) * inner + i] = best;\n      }\n    }\n  }\n}\n";
+  (void)sorted_;  // always sorted: an order ONNX allows for sorted = 0 too
+  return s;
+}
+
+}  // namespace kiln
