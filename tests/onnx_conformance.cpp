@@ -2,8 +2,10 @@
 // test_data_set_*/input_*.pb and output_*.pb) whose ops kiln supports, compiles the model,
 // runs each data set and compares with the expected outputs (float32 and narrower: rtol
 // 1e-3, atol 1e-5; float64: rtol 1e-9, atol 1e-12; exact for integers and booleans).
-// Prints "N passed, N failed, N unsupported" and every failure; exits 1 when a supported
-// case fails.
+// Every case runs in a process of its own, so a crash is that case's failure. Prints
+// "N passed, N failed, N refused" — failed: a wrong value, an error that is not a clear
+// refusal, or a crash; refused: kiln's UnsupportedError naming what it lacks — and every
+// failure; exits 1 when a case fails.
 //
 // With --expect FILE (tests/onnx_expected.txt), the outcome of every case must be the one
 // listed: "pass NAME", or "refuse NAME: reason". A listed pass that fails or is refused, a
@@ -13,10 +15,14 @@
 //
 //   onnx_conformance [--jobs N] [--filter SUBSTR] [--list-unsupported]
 //                    [--expect FILE | --write-expected FILE] DIR
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -105,7 +111,7 @@ std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefi
 }
 
 Result run_case(const fs::path& dir) {
-  Result r{dir.filename().string()};
+  Result r{dir.filename().string(), Outcome::kPassed, ""};
   std::unique_ptr<ModelFunction> model;
   try {
     // A model whose graph depends on an input's value is built per data set's values.
@@ -168,6 +174,69 @@ Result run_case(const fs::path& dir) {
   return r;
 }
 
+// Each case runs in a child process of its own (up to `jobs` at once), so a crash in one
+// (a signal, an abort) becomes that case's failure instead of ending the run. The parent
+// stays single-threaded, so forking it is safe.
+std::vector<Result> run_isolated(const std::vector<fs::path>& cases, unsigned jobs) {
+  std::vector<Result> results(cases.size());
+  struct Child {
+    pid_t pid;
+    int fd;
+    size_t index;
+    std::string out;
+  };
+  std::vector<Child> running;
+  size_t next = 0;
+  auto start = [&](size_t i) {
+    int fds[2];
+    if (pipe(fds) != 0) throw Error("pipe failed");
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid < 0) throw Error("fork failed");
+    if (pid == 0) {
+      close(fds[0]);
+      const Result r = run_case(cases[i]);
+      // Kept under a pipe's buffer, so the child never waits for the parent to read.
+      const std::string msg =
+          std::to_string(static_cast<int>(r.outcome)) + "\n" + r.detail.substr(0, 16384);
+      for (size_t off = 0; off < msg.size();) {
+        const ssize_t w = write(fds[1], msg.data() + off, msg.size() - off);
+        if (w <= 0) break;
+        off += static_cast<size_t>(w);
+      }
+      _exit(0);
+    }
+    close(fds[1]);
+    running.push_back({pid, fds[0], i, ""});
+  };
+  while (next < cases.size() || !running.empty()) {
+    while (running.size() < jobs && next < cases.size()) start(next++);
+    // Reap whichever child ends first; its short message is already in its pipe.
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, 0);
+    auto it = std::find_if(running.begin(), running.end(), [&](const Child& ch) { return ch.pid == done; });
+    if (it == running.end()) continue;
+    Child c = *it;
+    running.erase(it);
+    char buf[4096];
+    for (ssize_t got; (got = read(c.fd, buf, sizeof buf)) > 0;) c.out.append(buf, static_cast<size_t>(got));
+    close(c.fd);
+    Result& r = results[c.index];
+    r.name = cases[c.index].filename().string();
+    const size_t nl = c.out.find('\n');
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && nl != std::string::npos) {
+      r.outcome = static_cast<Outcome>(std::stoi(c.out.substr(0, nl)));
+      r.detail = c.out.substr(nl + 1);
+    } else {
+      r.outcome = Outcome::kFailed;
+      r.detail = WIFSIGNALED(status) ? "crashed: " + std::string(strsignal(WTERMSIG(status)))
+                                     : "the case's process exited with status " +
+                                           std::to_string(WEXITSTATUS(status));
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,15 +282,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "onnx_conformance: no cases in %s\n", dir.c_str());
     return 2;
   }
-  std::vector<Result> results(cases.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned j = 0; j < jobs; ++j) {
-    pool.emplace_back([&] {
-      for (size_t i; (i = next++) < cases.size();) results[i] = run_case(cases[i]);
-    });
-  }
-  for (auto& t : pool) t.join();
+  std::vector<Result> results = run_isolated(cases, jobs);
   size_t passed = 0, failed = 0, unsupported = 0;
   for (const auto& r : results) {
     if (r.outcome == Outcome::kPassed) ++passed;
@@ -305,7 +366,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%zu passed, %zu failed, %zu unsupported\n", passed, failed, unsupported);
+  std::printf("%zu passed, %zu failed, %zu refused\n", passed, failed, unsupported);
   if (!expect_file.empty())
     std::printf("%zu outcomes differ from %s\n", unexpected, expect_file.c_str());
   return failed == 0 && unexpected == 0 ? 0 : 1;
