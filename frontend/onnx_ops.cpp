@@ -1343,6 +1343,47 @@ std::map<std::string, OnnxOpSpec> make_table() {
                }};
   }
   t["Trilu"] = {{"upper"}, nullptr, convert_trilu};
+  t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                  "exclude_outside", "extrapolation_value"},
+                 nullptr,
+                 [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                   Attrs p = a;
+                   // Opset 10: (X, scales); 11 and later: (X, roi, scales, sizes).
+                   const int scales_at = im.opset() < 11 ? 1 : 2;
+                   auto doubles = [&](int i, const char* what) {
+                     std::vector<double> v;
+                     if (!OnnxImporter::has_input(n, i)) return v;
+                     const Tensor& t = im.const_in(n, i, what);
+                     for (int64_t k = 0; k < t.numel(); ++k) v.push_back(t.load(k));
+                     return v;
+                   };
+                   const auto scales = doubles(scales_at, "scales");
+                   if (!scales.empty()) p["scales"] = scales;
+                   if (im.opset() >= 11 && OnnxImporter::has_input(n, 3)) {
+                     const Ints sizes = im.const_ints(n, 3, "sizes");
+                     if (!sizes.empty()) p["sizes"] = sizes;
+                   }
+                   if (im.opset() >= 11 && attr_string(a, "coordinate_transformation_mode",
+                                                       std::string()) == "tf_crop_and_resize")
+                     p["roi"] = doubles(1, "roi");
+                   return Outs{apply("resize", {im.in(n, 0)}, p)};
+                 }};
+  t["Upsample"] = {{"mode", "scales"}, nullptr,
+                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                     std::vector<double> scales;
+                     if (a.count("scales")) {
+                       scales = std::get<std::vector<double>>(a.at("scales"));
+                     } else {
+                       const Tensor& t = im.const_in(n, 1, "scales");
+                       for (int64_t k = 0; k < t.numel(); ++k) scales.push_back(t.load(k));
+                     }
+                     // Upsample is Resize with ONNX's asymmetric coordinates.
+                     return Outs{apply("resize", {im.in(n, 0)},
+                                       {{"mode", attr_string(a, "mode", std::string("nearest"))},
+                                        {"coordinate_transformation_mode", std::string("asymmetric")},
+                                        {"nearest_mode", std::string("floor")},
+                                        {"scales", scales}})};
+                   }};
   t["Einsum"] = {{"equation"}, nullptr, convert_einsum};
   t["CumSum"] = {{"exclusive", "reverse"}, nullptr,
                  [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {

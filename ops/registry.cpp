@@ -10,6 +10,7 @@
 #include "ops/arg_reduce.h"
 #include "ops/convert.h"
 #include "ops/gather.h"
+#include "ops/resize.h"
 #include "ops/scan_ops.h"
 #include "ops/rnn.h"
 #include "ops/gather_elements.h"
@@ -66,6 +67,7 @@ OpRegistry::OpRegistry() {
   }
   add("cumsum", [](const Attrs& a) { return std::make_shared<CumSum>(a); });
   add("top_k", [](const Attrs& a) { return std::make_shared<TopK>(a); });
+  add("resize", [](const Attrs& a) { return std::make_shared<Resize>(a); });
   add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });

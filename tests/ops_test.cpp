@@ -887,6 +887,46 @@ TEST(ScanOps, CumSumAndTopKAgainstHandValuesAndPerform) {
   }
 }
 
+// Resize's C engine against perform for every mode and coordinate transform, strided
+// inputs, dynamic dimensions (scales) and fixed sizes; a hand-checked bilinear value.
+TEST(Resize, EveryModeAndTransformMatchesPerform) {
+  std::mt19937 rng(71);
+  for (const char* mode : {"nearest", "linear", "cubic"}) {
+    for (const char* ctm : {"half_pixel", "asymmetric", "pytorch_half_pixel", "align_corners",
+                            "tf_half_pixel_for_nn"}) {
+      Graph g(std::string("resize_") + mode + "_" + ctm);
+      Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic, kDynamic});
+      Attrs p{{"mode", std::string(mode)}, {"coordinate_transformation_mode", std::string(ctm)}};
+      Attrs up = p, down = p;
+      up["scales"] = std::vector<double>{1.0, 1.0, 2.5, 1.75};
+      down["scales"] = std::vector<double>{1.0, 1.0, 0.6, 0.5};
+      down["exclude_outside"] = int64_t{1};
+      down["nearest_mode"] = std::string("ceil");
+      g.set_outputs({apply("resize", {x}, up).var(), apply("resize", {x}, down).var()});
+      check_graph(g, {{random_tensor(DType::kFloat32, {2, 3, 5, 4}, rng)},
+                      {non_contiguous(random_tensor(DType::kFloat32, {1, 2, 7, 9}, rng))}},
+                  1e-4, 1e-5);
+    }
+  }
+  Graph g("resize_crop");
+  Var x = input(g, "x", DType::kFloat64, {1, 1, 4, 4});
+  g.set_outputs({apply("resize", {x}, {{"mode", std::string("linear")},
+                                       {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
+                                       {"roi", std::vector<double>{0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7}},
+                                       {"extrapolation_value", 10.0},
+                                       {"sizes", std::vector<int64_t>{1, 1, 3, 3}}}).var()});
+  check_graph(g, {{random_tensor(DType::kFloat64, {1, 1, 4, 4}, rng)}});
+  // Bilinear, half_pixel, 2x2 -> 4x4: output (1, 1) sits at input (0.25, 0.25).
+  Graph h("resize_hand");
+  Var v = input(h, "x", DType::kFloat64, {1, 1, 2, 2});
+  h.set_outputs({apply("resize", {v}, {{"mode", std::string("linear")},
+                                       {"scales", std::vector<double>{1, 1, 2, 2}}}).var()});
+  Tensor y = compile(h)({Tensor::from_doubles(DType::kFloat64, {1, 1, 2, 2}, {1, 2, 3, 4})})[0];
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
+  EXPECT_DOUBLE_EQ(y.load(5), 0.75 * 0.75 * 1 + 0.75 * 0.25 * 2 + 0.25 * 0.75 * 3 + 0.25 * 0.25 * 4);
+  EXPECT_DOUBLE_EQ(y.load(0), 1.0);  // past the border: the edge value
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {
