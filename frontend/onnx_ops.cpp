@@ -1343,6 +1343,24 @@ std::map<std::string, OnnxOpSpec> make_table() {
                }};
   }
   t["Trilu"] = {{"upper"}, nullptr, convert_trilu};
+  t["GatherND"] = {{"batch_dims"}, nullptr,
+                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                     return Outs{apply("gather_nd", {im.in(n, 0), im.in(n, 1)},
+                                       {{"batch_dims", attr_int(a, "batch_dims", 0)}})};
+                   }};
+  t["ScatterND"] = {{"reduction"}, nullptr,
+                    [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                      return Outs{apply("scatter_nd", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
+                                        {{"reduction", attr_string(a, "reduction", std::string("none"))}})};
+                    }};
+  for (const char* op : {"ScatterElements", "Scatter"}) {
+    t[op] = {{"axis", "reduction"}, nullptr,
+             [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+               return Outs{apply("scatter_elements", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
+                                 {{"axis", attr_int(a, "axis", 0)},
+                                  {"reduction", attr_string(a, "reduction", std::string("none"))}})};
+             }};
+  }
   t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
                   "exclude_outside", "extrapolation_value"},
                  nullptr,

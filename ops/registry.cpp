@@ -10,6 +10,7 @@
 #include "ops/arg_reduce.h"
 #include "ops/convert.h"
 #include "ops/gather.h"
+#include "ops/scatter_gather.h"
 #include "ops/resize.h"
 #include "ops/scan_ops.h"
 #include "ops/rnn.h"
@@ -68,6 +69,9 @@ OpRegistry::OpRegistry() {
   add("cumsum", [](const Attrs& a) { return std::make_shared<CumSum>(a); });
   add("top_k", [](const Attrs& a) { return std::make_shared<TopK>(a); });
   add("resize", [](const Attrs& a) { return std::make_shared<Resize>(a); });
+  add("gather_nd", [](const Attrs& a) { return std::make_shared<GatherND>(a); });
+  add("scatter_nd", [](const Attrs& a) { return std::make_shared<Scatter>(false, a); });
+  add("scatter_elements", [](const Attrs& a) { return std::make_shared<Scatter>(true, a); });
   add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });

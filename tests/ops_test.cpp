@@ -927,6 +927,56 @@ TEST(Resize, EveryModeAndTransformMatchesPerform) {
   EXPECT_DOUBLE_EQ(y.load(0), 1.0);  // past the border: the edge value
 }
 
+// GatherND / ScatterND / ScatterElements: the ONNX spec's examples by hand, then compiled
+// code against perform on strided data with negative and repeated indices, every reduction.
+TEST(IndexOps, GatherNDAndScattersAgainstHandValuesAndPerform) {
+  auto run = [](const std::string& op, const Attrs& props, const std::vector<Tensor>& ins) {
+    Graph g(op);
+    std::vector<Var> vars;
+    for (size_t i = 0; i < ins.size(); ++i)
+      vars.push_back(input(g, "x" + std::to_string(i), ins[i].dtype(), ins[i].shape()));
+    g.set_outputs({apply(op, vars, props)});
+    return compile(g)(ins)[0].to_doubles();
+  };
+  Tensor d = Tensor::from_doubles(DType::kInt32, {2, 2}, {0, 1, 2, 3});
+  EXPECT_EQ(run("gather_nd", {}, {d, Tensor::from_doubles(DType::kInt64, {2, 1}, {1, 0})}),
+            (std::vector<double>{2, 3, 0, 1}));
+  EXPECT_EQ(run("gather_nd", {}, {d, Tensor::from_doubles(DType::kInt64, {2, 2}, {0, 0, -1, 1})}),
+            (std::vector<double>{0, 3}));
+  Tensor data = Tensor::from_doubles(DType::kFloat32, {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(run("scatter_nd", {},
+                {data, Tensor::from_doubles(DType::kInt64, {4, 1}, {4, 3, 1, 7}),
+                 Tensor::from_doubles(DType::kFloat32, {4}, {9, 10, 11, 12})}),
+            (std::vector<double>{1, 11, 3, 10, 9, 6, 7, 12}));
+  EXPECT_EQ(run("scatter_elements", {{"axis", int64_t{1}}, {"reduction", std::string("add")}},
+                {Tensor::from_doubles(DType::kFloat32, {1, 5}, {1, 2, 3, 4, 5}),
+                 Tensor::from_doubles(DType::kInt64, {1, 2}, {1, 1}),
+                 Tensor::from_doubles(DType::kFloat32, {1, 2}, {1.1, 2.1})}),
+            (std::vector<double>{1, 2 + 1.1f + 2.1f, 3, 4, 5}));
+  EXPECT_NE(testing::error_of([&] {
+              run("gather_nd", {}, {d, Tensor::from_doubles(DType::kInt64, {1, 1}, {2})});
+            }).find("gather_nd: index 2 is out of range for a dimension of size 2"),
+            std::string::npos);
+
+  std::mt19937 rng(83);
+  for (const char* red : {"none", "add", "mul", "max", "min"}) {
+    Graph g(std::string("scatter_") + red);
+    Var x = input(g, "x", DType::kFloat64, {kDynamic, kDynamic, kDynamic});
+    Var i = input(g, "i", DType::kInt64, {kDynamic, kDynamic, kDynamic});
+    Var u = input(g, "u", DType::kFloat64, {kDynamic, kDynamic, kDynamic});
+    Var ind = input(g, "n", DType::kInt32, {kDynamic, 2});
+    Var v = input(g, "v", DType::kFloat64, {kDynamic, kDynamic});
+    g.set_outputs({apply("scatter_elements", {x, i, u}, {{"axis", int64_t{-2}}, {"reduction", std::string(red)}}).var(),
+                   apply("scatter_nd", {x, ind, v}, {{"reduction", std::string(red)}}).var(),
+                   apply("gather_nd", {x, ind}).var()});
+    Tensor idx = Tensor::from_doubles(DType::kInt64, {2, 2, 3}, {0, -1, 2, 3, 1, 0, -4, 2, 2, 1, 1, 0});
+    Tensor nd = Tensor::from_doubles(DType::kInt32, {3, 2}, {0, 1, -1, -2, 1, 3});
+    check_graph(g, {{non_contiguous(random_tensor(DType::kFloat64, {2, 4, 3}, rng)), idx,
+                     random_tensor(DType::kFloat64, {2, 2, 3}, rng), nd,
+                     random_tensor(DType::kFloat64, {3, 3}, rng)}});
+  }
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {
