@@ -13,6 +13,7 @@
 #include "frontend/onnx_tensor.h"
 #include "ops/broadcast.h"
 #include "ops/registry.h"
+#include "ops/window.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -478,16 +479,86 @@ Outs convert_gemm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   return Outs{apply("gemm", ins, p)};
 }
 
+// The window attributes of the spatial dimensions `dims` (indices among the spatial ones),
+// with pads resolved (auto_pad and ceil_mode already applied to `w`).
+Attrs window_subset(const std::vector<WindowDims>& w, const std::vector<size_t>& dims, bool ceil_mode) {
+  Ints kernel, strides, dilations, begin, end;
+  for (size_t d : dims) {
+    kernel.push_back(w[d].kernel);
+    strides.push_back(w[d].stride);
+    dilations.push_back(w[d].dilation);
+    begin.push_back(w[d].pad_begin);
+    end.push_back(w[d].pad_end);
+  }
+  begin.insert(begin.end(), end.begin(), end.end());
+  return {{"kernel_shape", kernel}, {"strides", strides}, {"dilations", dilations}, {"pads", begin},
+          {"ceil_mode", int64_t{ceil_mode}}};
+}
+
+// 3-D convolution as 2-D ones: for each kernel depth offset, the depth slices it reads
+// (zero-padded in depth, strided) fold into the batch, a 2-D convolution with that depth's
+// weights runs over them, and the results add up.
+Var conv3d(Var x, Var w, std::optional<Var> bias, const Attrs& a) {
+  const Ints xd = static_dims(x.type(), "3-D Conv"), wd = static_dims(w.type(), "3-D Conv weights");
+  const auto win = resolve_window(WindowAttrs::from_props(a, "conv"), {xd[2], xd[3], xd[4]},
+                                  {wd[2], wd[3], wd[4]}, "conv");
+  const int64_t N = xd[0], C = xd[1], M = wd[0], Dout = win[0].out, Hout = win[1].out, Wout = win[2].out;
+  Attrs p2 = window_subset(win, {1, 2}, false);
+  p2.erase("ceil_mode");
+  p2["group"] = attr_int(a, "group", 1);
+  Var xp = apply("pad", {x}, {{"pads", Ints{0, 0, win[0].pad_begin, 0, 0, 0, 0, win[0].pad_end, 0, 0}}});
+  std::optional<Var> acc;
+  for (int64_t kd = 0; kd < wd[2]; ++kd) {
+    const int64_t start = kd * win[0].dilation;
+    Var xs = apply("slice", {xp}, {{"starts", Ints{start}}, {"ends", Ints{start + (Dout - 1) * win[0].stride + 1}},
+                                   {"axes", Ints{2}}, {"steps", Ints{win[0].stride}}});
+    Var x2 = reshape(transpose(xs, {0, 2, 1, 3, 4}), {N * Dout, C, xd[3], xd[4]});
+    Var w2 = reshape(apply("slice", {w}, {{"starts", Ints{kd}}, {"ends", Ints{kd + 1}}, {"axes", Ints{2}}}),
+                     {M, wd[1], wd[3], wd[4]});
+    Var y2 = apply("conv", {x2, w2}, p2);
+    acc = acc ? *acc + y2 : y2;
+  }
+  Var y = transpose(reshape(*acc, {N, Dout, M, Hout, Wout}), {0, 2, 1, 3, 4});
+  if (bias) y = y + reshape(*bias, {1, M, 1, 1, 1});
+  return y;
+}
+
 Outs convert_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   std::vector<Var> ins{im.in(n, 0), im.in(n, 1)};
   if (OnnxImporter::has_input(n, 2)) ins.push_back(im.in(n, 2));
+  if (ins[0].rank() == 5) {
+    return Outs{conv3d(ins[0], ins[1], ins.size() > 2 ? std::optional<Var>(ins[2]) : std::nullopt, a)};
+  }
   return Outs{apply("conv", ins, a)};
+}
+
+// 3-D pooling as a 2-D pool over (H, W) then a 1-D pool over D: max and average windows are
+// boxes, so both separate (an average's count of real elements is the product of each
+// dimension's count, whether or not pads count).
+Var pool3d(Var x, const Attrs& a, bool is_max) {
+  const Ints xd = static_dims(x.type(), "3-D pooling");
+  const WindowAttrs wa = WindowAttrs::from_props(a, is_max ? "max_pool" : "average_pool");
+  const auto win = resolve_window(wa, {xd[2], xd[3], xd[4]}, wa.kernel, "pool");
+  const int64_t N = xd[0], C = xd[1], D = xd[2];
+  const std::string op = is_max ? "max_pool" : "average_pool";
+  Attrs hw = window_subset(win, {1, 2}, wa.ceil_mode), dd = window_subset(win, {0}, wa.ceil_mode);
+  if (!is_max) {
+    hw["count_include_pad"] = attr_int(a, "count_include_pad", 0);
+    dd["count_include_pad"] = attr_int(a, "count_include_pad", 0);
+  }
+  const int64_t Ho = win[1].out, Wo = win[2].out, Do = win[0].out;
+  Var y = apply(op, {reshape(x, {N, C * D, xd[3], xd[4]})}, hw);
+  y = reshape(transpose(reshape(y, {N, C, D, Ho * Wo}), {0, 1, 3, 2}), {N, C * Ho * Wo, D});
+  y = apply(op, {y}, dd);
+  return transpose(reshape(y, {N, C, Ho, Wo, Do}), {0, 1, 4, 2, 3});
 }
 
 Outs convert_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bool is_max) {
   Attrs p = a;
   p.erase("storage_order");
-  return Outs{apply(is_max ? "max_pool" : "average_pool", {im.in(n, 0)}, p)};
+  Var x = im.in(n, 0);
+  if (x.rank() == 5) return Outs{pool3d(x, p, is_max)};
+  return Outs{apply(is_max ? "max_pool" : "average_pool", {x}, p)};
 }
 
 Outs convert_global_pool(OnnxImporter& im, const onnx::NodeProto& n, bool is_max) {
