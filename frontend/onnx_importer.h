@@ -51,6 +51,7 @@ class OnnxImporter {
   // Input i's static type (known values included).
   TensorType type_of(const onnx::NodeProto& n, int i);
   bool is_known(const std::string& name) const { return known_.count(name) != 0; }
+  bool is_graph_input(const std::string& name) const { return graph_inputs_.count(name) != 0; }
   const Tensor* known(const std::string& name) const;
 
   // Registration, used by the loader.

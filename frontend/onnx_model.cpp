@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -296,8 +297,53 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     im.add_graph_input(v.name(), in);
   }
   std::set<Variable*> named;
-  for (int i = 0; i < gp.node_size(); ++i) {
-    const auto& n = gp.node(i);
+  // Imports a graph's nodes (the model's, or an If branch inlined into it).
+  std::function<void(const onnx::GraphProto&)> import_nodes;
+  // An If whose condition is known at load time (exporters emit these for shape checks):
+  // the chosen branch's nodes join the graph and its outputs become the If's.
+  auto inline_if = [&](const onnx::NodeProto& n) {
+    const Tensor* cond = OnnxImporter::has_input(n, 0) ? im.known(n.input(0)) : nullptr;
+    // A condition given as a graph input: ModelFunction builds the model per its value.
+    if (!cond && OnnxImporter::has_input(n, 0) && im.is_graph_input(n.input(0)))
+      cond = &im.const_in(n, 0, "cond");
+    if (!cond || cond->numel() != 1) {
+      throw UnsupportedError(
+          "If with a condition known only at run time (kiln compiles one graph: the branch "
+          "must be chosen when the model loads)");
+    }
+    const std::string which = cond->load(0) != 0 ? "then_branch" : "else_branch";
+    const onnx::GraphProto* branch = nullptr;
+    for (const auto& at : n.attribute()) {
+      if (at.name() == which && at.has_g()) branch = &at.g();
+    }
+    if (!branch) throw UserError("If has no " + which);
+    for (int i = 0; i < branch->initializer_size(); ++i) {
+      const auto& t = branch->initializer(i);
+      im.add_known(t.name(), tensor_from_onnx(t, base_dir, origin + ": " + which + " initializer '" + t.name() + "'"), true);
+    }
+    import_nodes(*branch);
+    if (branch->output_size() != n.output_size()) {
+      throw UserError(which + " has " + std::to_string(branch->output_size()) + " outputs, the If " +
+                      std::to_string(n.output_size()));
+    }
+    for (int k = 0; k < n.output_size(); ++k) {
+      const std::string &from = branch->output(k).name(), &to = n.output(k);
+      if (to.empty()) continue;
+      if (auto st = im.storage(from)) im.set_storage(to, *st);
+      if (const Tensor* v = im.known(from)) {
+        im.add_known(to, *v, false);
+      } else if (const SymValue* sv = im.sym(from)) {
+        im.add_sym(to, *sv);
+      } else if (Variable* var = im.variable(from)) {
+        im.bind(to, Var(&graph, var));
+      } else {
+        throw UserError(which + " output '" + from + "' is not produced by any node");
+      }
+    }
+  };
+  import_nodes = [&](const onnx::GraphProto& gp_) {
+  for (int i = 0; i < gp_.node_size(); ++i) {
+    const auto& n = gp_.node(i);
     const Attrs attrs = attrs_of(n);
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
     const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
@@ -307,6 +353,13 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                                   }};
     const OnnxOpSpec& spec = found ? *found : library_spec;
     try {
+      // A subgraph's ops were not in the model-wide check.
+      if (!found && !find_library_onnx_op(n.domain(), n.op_type()))
+        throw UnsupportedError("op " + n.op_type() + " is not supported");
+      if (found && n.op_type() == "If") {
+        inline_if(n);
+        continue;
+      }
       // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
       if (found && fold_symbolic(im, n)) continue;
       auto convert = [&] { return spec.convert(im, n, attrs); };
@@ -360,6 +413,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       throw UserError(origin + ": " + node_where(n, i) + ": " + e.what());
     }
   }
+  };
+  import_nodes(gp);
   std::vector<Variable*> outputs;
   std::set<Variable*> used;
   for (int i = 0; i < gp.output_size(); ++i) {

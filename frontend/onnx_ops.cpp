@@ -1414,6 +1414,17 @@ std::map<std::string, OnnxOpSpec> make_table() {
                }};
   }
   t["Trilu"] = {{"upper"}, nullptr, convert_trilu};
+  // Inlined by the loader when the condition is known at load time (onnx_model.cpp).
+  t["If"] = {{"then_branch", "else_branch"}, nullptr,
+             [](OnnxImporter&, const onnx::NodeProto&, const Attrs&) -> Outs {
+               throw InternalError("If reached its converter");
+             }};
+  t["NonZero"] = {{}, nullptr, [](OnnxImporter&, const onnx::NodeProto&, const Attrs&) -> Outs {
+                    // Known inputs fold at load time (perform); others have no static size.
+                    throw UnsupportedError(
+                        "NonZero of a tensor known only at run time: its output size depends "
+                        "on the values, and kiln plans every size before a run");
+                  }};
   t["GatherND"] = {{"batch_dims"}, nullptr,
                    [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                      return Outs{apply("gather_nd", {im.in(n, 0), im.in(n, 1)},

@@ -544,3 +544,52 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// If: a condition known when the model loads (exporters test shapes this way) inlines the
+// chosen branch; one computed at run time is refused naming the construct.
+TEST(OnnxOps, IfWithALoadTimeConditionInlinesItsBranch) {
+  auto model = [](bool runtime_condition) {
+    ModelBuilder b;
+    b.input("x", {2, 3});
+    b.node("Shape", {"x"}, {"s"});
+    b.ints_initializer("two", {2});
+    b.ints_initializer("zero", {0});
+    set_int(b.node("Gather", {"s", "zero"}, {"rows"}), "axis", 0);
+    if (runtime_condition) {
+      b.node("ReduceSum", {"x"}, {"total"});
+      b.initializer("z", {}, {0.0f});
+      b.node("Greater", {"total", "z"}, {"cond"});
+    } else {
+      b.node("Equal", {"rows", "two"}, {"cond1"});
+      b.node("Squeeze", {"cond1"}, {"cond"});
+    }
+    auto* n = b.node("If", {"cond"}, {"y"});
+    for (const char* branch : {"then_branch", "else_branch"}) {
+      auto* a = n->add_attribute();
+      a->set_name(branch);
+      a->set_type(onnx::AttributeProto::GRAPH);
+      auto* g = a->mutable_g();
+      g->set_name(branch);
+      auto* node = g->add_node();
+      node->set_op_type(branch == std::string("then_branch") ? "Relu" : "Neg");
+      node->add_input("x");  // from the enclosing graph
+      node->add_output(std::string(branch) + "_out");
+      auto* out = g->add_output();
+      out->set_name(std::string(branch) + "_out");
+    }
+    b.output("y", {2, 3});
+    return b.bytes();
+  };
+  Graph g = parse_onnx_model(model(false), "if.onnx", ".");
+  Tensor x = Tensor::from_doubles(DType::kFloat32, {2, 3}, {-1, 2, -3, 4, -5, 6});
+  EXPECT_EQ(compile(g)({x})[0].to_doubles(), (std::vector<double>{0, 2, 0, 4, 0, 6}));  // Relu
+  const std::string m =
+      error_message<UnsupportedError>([&] { parse_onnx_model(model(true), "if.onnx", "."); });
+  EXPECT_NE(m.find("(If): If with a condition known only at run time"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace kiln
