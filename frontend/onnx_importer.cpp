@@ -42,6 +42,25 @@ Tensor convert_tensor(const Tensor& t, DType to) {
   return out;
 }
 
+void OnnxImporter::record_value_deps(const onnx::NodeProto& n) {
+  std::set<std::string> deps;
+  for (int i = 0; i < n.input_size(); ++i) {
+    const std::string& in = n.input(i);
+    if (in.empty() || known(in)) continue;
+    if (graph_inputs_.count(in)) {
+      deps.insert(in);
+    } else if (auto it = value_deps_.find(in); it != value_deps_.end()) {
+      deps.insert(it->second.begin(), it->second.end());
+    } else {
+      return;  // reads a value that no input's value alone decides
+    }
+  }
+  if (deps.empty()) return;
+  for (int k = 0; k < n.output_size(); ++k) {
+    if (!n.output(k).empty()) value_deps_[n.output(k)] = deps;
+  }
+}
+
 std::optional<DType> OnnxImporter::compute_type(DType storage) {
   switch (storage) {
     case DType::kFloat16:
@@ -179,6 +198,16 @@ const Tensor& OnnxImporter::const_in(const onnx::NodeProto& n, int i, const std:
     throw UnsupportedError("input " + std::to_string(i) + " '" + name + "' (" + what +
                            ") follows a dynamic dimension ([" + join(shown, ", ") +
                            "]), which this input cannot take");
+  }
+  if (!t && !graph_inputs_.count(name)) {
+    if (auto deps = value_deps_.find(name); deps != value_deps_.end() && !deps->second.empty()) {
+      const std::string& in = *deps->second.begin();
+      throw InputValueNeeded(in, "input " + std::to_string(i) + " '" + name + "' (" + what +
+                                     ") is computed from graph input '" + in +
+                                     "', whose value then decides the graph; it must be given "
+                                     "when the model loads (kiln run reads it from the call's "
+                                     "inputs)");
+    }
   }
   if (!t && graph_inputs_.count(name)) {
     throw InputValueNeeded(name, "input " + std::to_string(i) + " '" + name + "' (" + what +

@@ -52,6 +52,10 @@ class OnnxImporter {
   TensorType type_of(const onnx::NodeProto& n, int i);
   bool is_known(const std::string& name) const { return known_.count(name) != 0; }
   bool is_graph_input(const std::string& name) const { return graph_inputs_.count(name) != 0; }
+  // After a node is converted: outputs computed only from known values and graph inputs
+  // remember those inputs, so asking for such an output's value at load time names them
+  // (InputValueNeeded) and the model can be built with their values bound.
+  void record_value_deps(const onnx::NodeProto& n);
   const Tensor* known(const std::string& name) const;
 
   // Registration, used by the loader.
@@ -108,6 +112,7 @@ class OnnxImporter {
   std::map<std::string, bool> known_is_parameter_;
   std::map<std::string, SymValue> sym_;
   std::set<std::string> graph_inputs_;
+  std::map<std::string, std::set<std::string>> value_deps_;
   std::map<std::string, DType> storage_;
   std::vector<Variable*> sym_sources_;
 };

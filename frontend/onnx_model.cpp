@@ -371,6 +371,7 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       const size_t first_new = graph.nodes().size();
       std::vector<Var> outs = convert();
       round_to_storage(im, n, outs);
+      im.record_value_deps(n);
       // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
       for (size_t k = first_new; k < graph.nodes().size(); ++k) {
         if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();

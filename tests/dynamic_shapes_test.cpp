@@ -285,6 +285,21 @@ TEST(InputValues, AModelIsBuiltPerValueSetOfItsShapeInputs) {
   again({x, shape(-1, 2)});
   const CacheStatus status = again.function().info().cache;
   EXPECT_TRUE(status == CacheStatus::kMemo || status == CacheStatus::kHit) << to_string(status);
+  // A shape computed from a graph input's value (here half of it, doubled) names that input.
+  ModelBuilder c;
+  c.input("x", {2, 6});
+  c.input("half", {2}, onnx::TensorProto::INT64);
+  c.ints_initializer("two", {2, 1});
+  c.node("Mul", {"half", "two"}, {"shape"});
+  c.node("Reshape", {"x", "shape"}, {"y"});
+  c.output("y", {-1, -2});
+  const std::filesystem::path computed =
+      std::filesystem::path(testing::temp_dir("input_values")) / "computed.onnx";
+  std::ofstream(computed, std::ios::binary) << c.bytes();
+  ModelFunction g(computed);
+  auto z = g({x, Tensor::from_doubles(DType::kInt64, {2}, {2, 3})});
+  EXPECT_EQ(z[0].shape(), (Shape{4, 3}));
+  EXPECT_EQ(g.value_inputs(), std::vector<std::string>{"half"});
   // A value that cannot work is the loader's clear error, naming the node.
   const std::string m = error_message<UserError>([&] { f({x, shape(5, 5)}); });
   EXPECT_NE(m.find("node 0 (Reshape)"), std::string::npos) << m;
