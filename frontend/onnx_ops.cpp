@@ -731,7 +731,13 @@ Outs convert_range(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
 Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   if (OnnxImporter::has_input(n, 2)) {
     const Tensor& mode = im.const_in(n, 2, "training_mode");
-    if (mode.numel() != 1 || mode.load(0) != 0) throw UnsupportedError("Dropout in training mode");
+    // Training mode drops at random, except with ratio 0, where it is the identity.
+    if (mode.numel() != 1 || mode.load(0) != 0) {
+      const bool zero_ratio = OnnxImporter::has_input(n, 1) &&
+                              im.const_in(n, 1, "ratio").numel() == 1 &&
+                              im.const_in(n, 1, "ratio").load(0) == 0;
+      if (!zero_ratio) throw UnsupportedError("Dropout in training mode (random) with a ratio above 0");
+    }
   }
   Var x = im.in(n, 0);
   Outs outs{x};
