@@ -8,11 +8,20 @@
 
 namespace kiln {
 namespace fs = std::filesystem;
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
 
 ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     : origin_(path.string()), dir_(path.parent_path()), options_(std::move(options)) {
+  const auto start = std::chrono::steady_clock::now();
   if (path.extension() != ".onnx") {
     Variant v{load_model(path), nullptr};
+    load_ms_ = ms_since(start);
     for (const Variable* in : v.graph.inputs()) inputs_.push_back({in->name, in->type});
     v.function = std::make_unique<Function>(compile(v.graph, options_));
     last_ = &variants_.emplace("", std::move(v)).first->second;
@@ -26,6 +35,7 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
   inputs_ = onnx_model_inputs(bytes_, origin_);
   try {
     Variant v{parse_onnx_model(bytes_, origin_, dir_), nullptr};
+    load_ms_ = ms_since(start);
     v.function = std::make_unique<Function>(compile(v.graph, options_));
     last_ = &variants_.emplace("", std::move(v)).first->second;
   } catch (const InputValueNeeded& e) {
@@ -53,8 +63,10 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
     }
     if (auto it = variants_.find(key); it != variants_.end()) return it->second;
     Variant v;
+    const auto start = std::chrono::steady_clock::now();
     try {
       v.graph = parse_onnx_model(bytes_, origin_, dir_, bound);
+      load_ms_ = ms_since(start);
     } catch (const InputValueNeeded& e) {
       if (bound.count(e.input())) throw;  // cannot happen: bound inputs are values
       value_inputs_.push_back(e.input());

@@ -4,6 +4,7 @@
 // decides the graph — Reshape's target, Slice's bounds or a Reduce's axes given as inputs —
 // is built and compiled per distinct set of those values, read when a call arrives; each such
 // variant is a cached module like any other, keyed by the values.
+#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -33,6 +34,8 @@ class ModelFunction {
   const Graph& graph();
   std::vector<std::string> output_names();
   size_t variants() const { return variants_.size(); }
+  // Milliseconds the last variant built took to load (parse and import, before compiling).
+  double load_ms() const { return load_ms_; }
 
   static constexpr size_t kMaxVariants = 64;  // the oldest is dropped past this
 
@@ -51,6 +54,7 @@ class ModelFunction {
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
   Variant* last_ = nullptr;
+  double load_ms_ = 0;
 };
 
 }  // namespace kiln
