@@ -387,9 +387,12 @@ Outs convert_split(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Outs outs;
   int64_t start = 0;
   for (int64_t s : split) {
-    outs.push_back(apply(
-        "slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{start + s}}, {"axes", Ints{axis}}}));
-    start += s;
+    int64_t end = 0;
+    // A crafted size must not overflow the running sum (libFuzzer found this).
+    if (s < 0 || __builtin_add_overflow(start, s, &end))
+      throw UserError("split size " + std::to_string(s) + " is negative or too large");
+    outs.push_back(apply("slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}}));
+    start = end;
   }
   if (dim != kDynamic && start != dim) {
     throw UserError("split sizes add up to " + std::to_string(start) + ", the axis has " +

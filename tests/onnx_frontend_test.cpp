@@ -161,6 +161,18 @@ TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
   c.output("y", {-1, -1});
   const std::string n =
       error_message<UserError>([&] { parse_onnx_model(c.bytes(), "flat.onnx", "."); });
+  // Split sizes whose running sum overflows.
+  ModelBuilder sp;
+  sp.input("x", {4, 6});
+  sp.ints_initializer("sizes", {64, 9223372036854775796});
+  set_int(sp.node("Split", {"x", "sizes"}, {"a", "b"}), "axis", 1);
+  sp.output("a", {4, -1});
+  sp.output("b", {4, -1});
+  const std::string q =
+      error_message<UserError>([&] { parse_onnx_model(sp.bytes(), "split.onnx", "."); });
+  EXPECT_NE(q.find("split.onnx: node 0 (Split): split size 9223372036854775796 is negative or too large"),
+            std::string::npos)
+      << q;
   EXPECT_NE(n.find("graph input 'x': float32 (44731444445077520, 32773) has more elements than "
                    "fit in 64 bits"),
             std::string::npos)
