@@ -5,8 +5,8 @@
 #include "frontend/onnx_model.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
-#include "util/strings.h"
 #include "util/error.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -100,7 +100,8 @@ void OnnxImporter::add_sym(const std::string& name, SymValue v) {
     sym_[name] = std::move(v);
     return;
   }
-  Tensor t = Tensor::empty(v.dtype, v.scalar ? Shape{} : Shape{static_cast<int64_t>(v.elems.size())});
+  Tensor t =
+      Tensor::empty(v.dtype, v.scalar ? Shape{} : Shape{static_cast<int64_t>(v.elems.size())});
   for (size_t i = 0; i < v.elems.size(); ++i) {
     const int64_t x = *v.elems[i].value();
     if (is_float(v.dtype)) {
@@ -162,12 +163,12 @@ Variable* OnnxImporter::variable(const std::string& name) {
     const auto exprs = to_node_inputs(s->second.elems, sources);
     std::vector<Variable*> ins;
     for (const Var& v : sources) ins.push_back(v.var());
-    Node* node = graph_->add_node(
-        OpRegistry::instance().create(
-            "dim_values", {{"dims", dim_exprs_to_string(exprs)},
-                           {"dtype", std::string(dtype_name(s->second.dtype))},
-                           {"scalar", int64_t{s->second.scalar}}}),
-        ins, name);
+    Node* node =
+        graph_->add_node(OpRegistry::instance().create(
+                             "dim_values", {{"dims", dim_exprs_to_string(exprs)},
+                                            {"dtype", std::string(dtype_name(s->second.dtype))},
+                                            {"scalar", int64_t{s->second.scalar}}}),
+                         ins, name);
     vars_[name] = node->outputs[0];
     return node->outputs[0];
   }

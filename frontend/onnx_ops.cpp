@@ -3,10 +3,10 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <cctype>
 #include <map>
 #include <tuple>
 
@@ -75,7 +75,6 @@ Var reshape_to(Var x, const Ints& dims, const std::vector<int>& source) {
   return reshape(x, shape);
 }
 
-
 // ---- Consumers of symbolic shape values (onnx_sym.h) --------------------------------------
 
 // A symbolic input of a node that reads run-time dimensions: nullopt unless the input is
@@ -93,11 +92,12 @@ int64_t clamp_bound(int64_t v) {
 
 // The op `name` on `data` (may be null) plus the variables the expressions read, with
 // `props` and each expression list in `lists` written as a prop string.
-Var apply_with_dims(OnnxImporter& im, const std::string& name, std::optional<Var> data,
-                    Attrs props, const std::vector<std::pair<std::string, std::vector<DimExpr>>>& lists) {
+Var apply_with_dims(OnnxImporter& im, const std::string& name, std::optional<Var> data, Attrs props,
+                    const std::vector<std::pair<std::string, std::vector<DimExpr>>>& lists) {
   std::vector<Var> ins;
   if (data) ins.push_back(*data);
-  for (const auto& [prop, exprs] : lists) props[prop] = dim_exprs_to_string(im.to_node_inputs(exprs, ins));
+  for (const auto& [prop, exprs] : lists)
+    props[prop] = dim_exprs_to_string(im.to_node_inputs(exprs, ins));
   std::vector<Variable*> vars;
   for (const Var& v : ins) vars.push_back(v.var());
   Node* node = im.graph().add_node(OpRegistry::instance().create(name, props), vars);
@@ -116,7 +116,9 @@ Var reshape_symbolic(OnnxImporter& im, Var x, const SymValue& target, bool allow
   for (size_t i = 0; i < target.elems.size(); ++i) {
     DimExpr e = target.elems[i];
     if (e.value() == 0 && !allowzero) {
-      if (i >= xd.size()) throw UserError("shape entry " + std::to_string(i) + " is 0 (copy) but the input " + x.type().to_string() + " has no such dimension");
+      if (i >= xd.size())
+        throw UserError("shape entry " + std::to_string(i) + " is 0 (copy) but the input " +
+                        x.type().to_string() + " has no such dimension");
       e = x_dim(i);
     } else if (e.value() == -1) {
       if (inferred >= 0) throw UserError("the shape has more than one -1");
@@ -199,7 +201,9 @@ std::optional<Var> slice_symbolic(OnnxImporter& im, const onnx::NodeProto& n, Va
     }
     return out;
   };
-  return apply_with_dims(im, "slice", x, p, {{"starts_dims", bounds(*starts, false)}, {"ends_dims", bounds(*ends, true)}});
+  return apply_with_dims(
+      im, "slice", x, p,
+      {{"starts_dims", bounds(*starts, false)}, {"ends_dims", bounds(*ends, true)}});
 }
 
 // A known or symbolic integral scalar for Range (a float value must be a whole number).
@@ -391,7 +395,8 @@ Outs convert_split(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
     // A crafted size must not overflow the running sum (libFuzzer found this).
     if (s < 0 || __builtin_add_overflow(start, s, &end))
       throw UserError("split size " + std::to_string(s) + " is negative or too large");
-    outs.push_back(apply("slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}}));
+    outs.push_back(
+        apply("slice", {x}, {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}}));
     start = end;
   }
   if (dim != kDynamic && start != dim) {
@@ -484,7 +489,8 @@ Outs convert_gemm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
 
 // The window attributes of the spatial dimensions `dims` (indices among the spatial ones),
 // with pads resolved (auto_pad and ceil_mode already applied to `w`).
-Attrs window_subset(const std::vector<WindowDims>& w, const std::vector<size_t>& dims, bool ceil_mode) {
+Attrs window_subset(const std::vector<WindowDims>& w, const std::vector<size_t>& dims,
+                    bool ceil_mode) {
   Ints kernel, strides, dilations, begin, end;
   for (size_t d : dims) {
     kernel.push_back(w[d].kernel);
@@ -494,7 +500,10 @@ Attrs window_subset(const std::vector<WindowDims>& w, const std::vector<size_t>&
     end.push_back(w[d].pad_end);
   }
   begin.insert(begin.end(), end.begin(), end.end());
-  return {{"kernel_shape", kernel}, {"strides", strides}, {"dilations", dilations}, {"pads", begin},
+  return {{"kernel_shape", kernel},
+          {"strides", strides},
+          {"dilations", dilations},
+          {"pads", begin},
           {"ceil_mode", int64_t{ceil_mode}}};
 }
 
@@ -505,19 +514,25 @@ Var conv3d(Var x, Var w, std::optional<Var> bias, const Attrs& a) {
   const Ints xd = static_dims(x.type(), "3-D Conv"), wd = static_dims(w.type(), "3-D Conv weights");
   const auto win = resolve_window(WindowAttrs::from_props(a, "conv"), {xd[2], xd[3], xd[4]},
                                   {wd[2], wd[3], wd[4]}, "conv");
-  const int64_t N = xd[0], C = xd[1], M = wd[0], Dout = win[0].out, Hout = win[1].out, Wout = win[2].out;
+  const int64_t N = xd[0], C = xd[1], M = wd[0], Dout = win[0].out, Hout = win[1].out,
+                Wout = win[2].out;
   Attrs p2 = window_subset(win, {1, 2}, false);
   p2.erase("ceil_mode");
   p2["group"] = attr_int(a, "group", 1);
-  Var xp = apply("pad", {x}, {{"pads", Ints{0, 0, win[0].pad_begin, 0, 0, 0, 0, win[0].pad_end, 0, 0}}});
+  Var xp =
+      apply("pad", {x}, {{"pads", Ints{0, 0, win[0].pad_begin, 0, 0, 0, 0, win[0].pad_end, 0, 0}}});
   std::optional<Var> acc;
   for (int64_t kd = 0; kd < wd[2]; ++kd) {
     const int64_t start = kd * win[0].dilation;
-    Var xs = apply("slice", {xp}, {{"starts", Ints{start}}, {"ends", Ints{start + (Dout - 1) * win[0].stride + 1}},
-                                   {"axes", Ints{2}}, {"steps", Ints{win[0].stride}}});
+    Var xs = apply("slice", {xp},
+                   {{"starts", Ints{start}},
+                    {"ends", Ints{start + (Dout - 1) * win[0].stride + 1}},
+                    {"axes", Ints{2}},
+                    {"steps", Ints{win[0].stride}}});
     Var x2 = reshape(transpose(xs, {0, 2, 1, 3, 4}), {N * Dout, C, xd[3], xd[4]});
-    Var w2 = reshape(apply("slice", {w}, {{"starts", Ints{kd}}, {"ends", Ints{kd + 1}}, {"axes", Ints{2}}}),
-                     {M, wd[1], wd[3], wd[4]});
+    Var w2 = reshape(
+        apply("slice", {w}, {{"starts", Ints{kd}}, {"ends", Ints{kd + 1}}, {"axes", Ints{2}}}),
+        {M, wd[1], wd[3], wd[4]});
     Var y2 = apply("conv", {x2, w2}, p2);
     acc = acc ? *acc + y2 : y2;
   }
@@ -530,7 +545,8 @@ Outs convert_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   std::vector<Var> ins{im.in(n, 0), im.in(n, 1)};
   if (OnnxImporter::has_input(n, 2)) ins.push_back(im.in(n, 2));
   if (ins[0].rank() == 5) {
-    return Outs{conv3d(ins[0], ins[1], ins.size() > 2 ? std::optional<Var>(ins[2]) : std::nullopt, a)};
+    return Outs{
+        conv3d(ins[0], ins[1], ins.size() > 2 ? std::optional<Var>(ins[2]) : std::nullopt, a)};
   }
   return Outs{apply("conv", ins, a)};
 }
@@ -685,10 +701,12 @@ Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const
   if (fill.numel() != 1)
     throw UserError("attribute 'value' must hold one element, got " + fill.describe());
   if (auto shape = symbolic_in(im, n, 0)) {
-    if (fill.dtype() == DType::kBool) throw UnsupportedError("ConstantOfShape of booleans with a dynamic shape");
-    return Outs{apply_with_dims(im, "fill", std::nullopt,
-                                {{"value", fill.load(0)}, {"dtype", std::string(dtype_name(fill.dtype()))}},
-                                {{"dims", shape->elems}})};
+    if (fill.dtype() == DType::kBool)
+      throw UnsupportedError("ConstantOfShape of booleans with a dynamic shape");
+    return Outs{
+        apply_with_dims(im, "fill", std::nullopt,
+                        {{"value", fill.load(0)}, {"dtype", std::string(dtype_name(fill.dtype()))}},
+                        {{"dims", shape->elems}})};
   }
   Ints shape = im.const_ints(n, 0, "shape");
   Tensor out = Tensor::empty(fill.dtype(), shape);
@@ -704,12 +722,14 @@ Outs convert_constant_of_shape(OnnxImporter& im, const onnx::NodeProto& n, const
 
 Outs convert_range(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   if (symbolic_in(im, n, 0) || symbolic_in(im, n, 1) || symbolic_in(im, n, 2)) {
-    auto start = range_bound(im, n, 0), limit = range_bound(im, n, 1), delta = range_bound(im, n, 2);
+    auto start = range_bound(im, n, 0), limit = range_bound(im, n, 1),
+         delta = range_bound(im, n, 2);
     if (start && limit && delta) {
       if (delta->value() == 0) throw UserError("Range with delta 0");
       const DType dt = im.type_of(n, 0).dtype;
       if (dt == DType::kBool) throw UserError("Range of booleans");
-      return Outs{apply_with_dims(im, "arange", std::nullopt, {{"dtype", std::string(dtype_name(dt))}},
+      return Outs{apply_with_dims(im, "arange", std::nullopt,
+                                  {{"dtype", std::string(dtype_name(dt))}},
                                   {{"start", {*start}}, {"limit", {*limit}}, {"delta", {*delta}}})};
     }
   }
@@ -739,7 +759,8 @@ Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
       const bool zero_ratio = OnnxImporter::has_input(n, 1) &&
                               im.const_in(n, 1, "ratio").numel() == 1 &&
                               im.const_in(n, 1, "ratio").load(0) == 0;
-      if (!zero_ratio) throw UnsupportedError("Dropout in training mode (random) with a ratio above 0");
+      if (!zero_ratio)
+        throw UnsupportedError("Dropout in training mode (random) with a ratio above 0");
     }
   }
   Var x = im.in(n, 0);
@@ -800,7 +821,8 @@ Var nll_loss(OnnxImporter& im, Var x, Var target, std::optional<Var> weight, con
   std::optional<Var> valid;
   Var t = target;
   if (a.count("ignore_index")) {
-    Var ignore = scalar(im.graph(), target.dtype(), static_cast<double>(attr_int(a, "ignore_index")));
+    Var ignore =
+        scalar(im.graph(), target.dtype(), static_cast<double>(attr_int(a, "ignore_index")));
     valid = ne(target, ignore);
     // An ignored target may be out of range: gather at class 0 instead, then drop it.
     t = where(*valid, target, scalar(im.graph(), target.dtype(), 0));
@@ -862,8 +884,9 @@ Outs convert_recurrent(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& 
     for (const auto& v : at->strings()) names.push_back(v);
   }
   const std::vector<std::string> defaults =
-      lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-           : kind == "gru" ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"};
+      lstm            ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+      : kind == "gru" ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                      : std::vector<std::string>{"Tanh"};
   if (names.empty()) {
     for (int64_t d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
   }
@@ -878,11 +901,11 @@ Outs convert_recurrent(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& 
   std::vector<double> alpha, beta;
   // name -> (takes alpha, default alpha, takes beta, default beta)
   static const std::map<std::string, std::tuple<bool, double, bool, double>> kParams{
-      {"Sigmoid", {false, 0, false, 0}},   {"Tanh", {false, 0, false, 0}},
-      {"Relu", {false, 0, false, 0}},      {"Affine", {true, 1.0, true, 0.0}},
-      {"LeakyRelu", {true, 0.01, false, 0}}, {"ThresholdedRelu", {true, 1.0, false, 0}},
+      {"Sigmoid", {false, 0, false, 0}},      {"Tanh", {false, 0, false, 0}},
+      {"Relu", {false, 0, false, 0}},         {"Affine", {true, 1.0, true, 0.0}},
+      {"LeakyRelu", {true, 0.01, false, 0}},  {"ThresholdedRelu", {true, 1.0, false, 0}},
       {"ScaledTanh", {true, 1.0, true, 1.0}}, {"HardSigmoid", {true, 0.2, true, 0.5}},
-      {"Elu", {true, 1.0, false, 0}},      {"Softsign", {false, 0, false, 0}},
+      {"Elu", {true, 1.0, false, 0}},         {"Softsign", {false, 0, false, 0}},
       {"Softplus", {false, 0, false, 0}}};
   for (const std::string& name : names) {
     auto it = std::find_if(kParams.begin(), kParams.end(), [&](const auto& kv) {
@@ -914,8 +937,9 @@ Outs convert_recurrent(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& 
     if (batch != kDynamic) return zeros({dirs, batch, hidden});
     return apply_with_dims(im, "fill", std::nullopt,
                            {{"value", zero}, {"dtype", std::string(dtype_name(x.dtype()))}},
-                           {{"dims", {DimExpr::constant(dirs), DimExpr::dim(im.sym_source(x.var()), 1),
-                                      DimExpr::constant(hidden)}}});
+                           {{"dims",
+                             {DimExpr::constant(dirs), DimExpr::dim(im.sym_source(x.var()), 1),
+                              DimExpr::constant(hidden)}}});
   };
   std::vector<Var> ins{x, w, r};
   ins.push_back(OnnxImporter::has_input(n, 3) ? im.in(n, 3) : zeros({dirs, 2 * gates * hidden}));
@@ -950,7 +974,8 @@ Outs convert_recurrent(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& 
 // ---- Composites of kiln ops --------------------------------------------------------------
 
 // A constant tensor of `shape` whose element at `at` (row-major coordinates) is f(at).
-Var index_constant(Graph& g, DType dt, const Ints& shape, const std::function<double(const Ints&)>& f) {
+Var index_constant(Graph& g, DType dt, const Ints& shape,
+                   const std::function<double(const Ints&)>& f) {
   Tensor t = Tensor::empty(dt, shape);
   Ints at(shape.size(), 0);
   for (int64_t i = 0; i < t.numel(); ++i) {
@@ -983,15 +1008,17 @@ Outs convert_trilu(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
 // Hardmax: 1 where the first maximum along axis is, 0 elsewhere.
 Outs convert_hardmax(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0);
-  const int axis = static_cast<int>(rank_axis(attr_int(a, "axis", im.opset() >= 13 ? -1 : 1), x.rank()));
+  const int axis =
+      static_cast<int>(rank_axis(attr_int(a, "axis", im.opset() >= 13 ? -1 : 1), x.rank()));
   if (im.opset() < 13) throw UnsupportedError("Hardmax before opset 13 (2-D coercion)");
   const int64_t len = x.type().dims[static_cast<size_t>(axis)];
   if (len == kDynamic) throw UnsupportedError("Hardmax over a dynamic axis");
   Var idx = apply("arg_max", {x}, {{"axis", int64_t{axis}}, {"keepdims", int64_t{1}}});
   Ints shape(static_cast<size_t>(x.rank()), 1);
   shape[static_cast<size_t>(axis)] = len;
-  Var iota = index_constant(im.graph(), DType::kInt64, shape,
-                            [&](const Ints& at) { return static_cast<double>(at[static_cast<size_t>(axis)]); });
+  Var iota = index_constant(im.graph(), DType::kInt64, shape, [&](const Ints& at) {
+    return static_cast<double>(at[static_cast<size_t>(axis)]);
+  });
   return Outs{cast(eq(iota, idx), x.dtype())};
 }
 
@@ -1007,27 +1034,32 @@ Outs convert_one_hot(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a)
   const int out_rank = idx.rank() + 1;
   const int axis = static_cast<int>(rank_axis(attr_int(a, "axis", -1), out_rank));
   Var i = is_float(idx.dtype()) ? cast(floor(idx), DType::kInt64) : cast(idx, DType::kInt64);
-  i = where(lt(i, scalar(im.graph(), DType::kInt64, 0)), i + scalar(im.graph(), DType::kInt64, static_cast<double>(depth)), i);
+  i = where(lt(i, scalar(im.graph(), DType::kInt64, 0)),
+            i + scalar(im.graph(), DType::kInt64, static_cast<double>(depth)), i);
   Var ie = unsqueeze_at(i, axis);
   Ints shape(static_cast<size_t>(out_rank), 1);
   shape[static_cast<size_t>(axis)] = depth;
-  Var iota = index_constant(im.graph(), DType::kInt64, shape,
-                            [&](const Ints& at) { return static_cast<double>(at[static_cast<size_t>(axis)]); });
+  Var iota = index_constant(im.graph(), DType::kInt64, shape, [&](const Ints& at) {
+    return static_cast<double>(at[static_cast<size_t>(axis)]);
+  });
   Var off = apply("slice", {values}, {{"starts", Ints{0}}, {"ends", Ints{1}}});
   Var on = apply("slice", {values}, {{"starts", Ints{1}}, {"ends", Ints{2}}});
   return Outs{where(eq(iota, ie), reshape(on, {}), reshape(off, {}))};
 }
 
 // DepthToSpace / SpaceToDepth: reshape, transpose, reshape (static dimensions).
-Outs convert_depth_space(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bool to_space) {
+Outs convert_depth_space(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a,
+                         bool to_space) {
   Var x = im.in(n, 0);
   const Ints d = static_dims(x.type(), n.op_type());
-  if (d.size() != 4) throw UserError(n.op_type() + " needs (N, C, H, W), got " + x.type().to_string());
+  if (d.size() != 4)
+    throw UserError(n.op_type() + " needs (N, C, H, W), got " + x.type().to_string());
   const int64_t b = attr_int(a, "blocksize");
   if (b < 1) throw UserError("blocksize must be at least 1");
   const int64_t N = d[0], C = d[1], H = d[2], W = d[3];
   if (to_space) {
-    if (C % (b * b) != 0) throw UserError("channels " + std::to_string(C) + " do not divide by blocksize^2");
+    if (C % (b * b) != 0)
+      throw UserError("channels " + std::to_string(C) + " do not divide by blocksize^2");
     const bool crd = attr_string(a, "mode", std::string("DCR")) == "CRD";
     Var t = crd ? transpose(reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3})
                 : transpose(reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
@@ -1044,7 +1076,8 @@ Outs convert_tile(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   const Ints reps = im.const_ints(n, 1, "repeats");
   const Ints d = static_dims(x.type(), "Tile");
   if (reps.size() != d.size())
-    throw UserError("repeats has " + std::to_string(reps.size()) + " values for rank " + std::to_string(d.size()));
+    throw UserError("repeats has " + std::to_string(reps.size()) + " values for rank " +
+                    std::to_string(d.size()));
   Ints split, wide, out;
   for (size_t i = 0; i < d.size(); ++i) {
     if (reps[i] < 0) throw UserError("repeats must not be negative");
@@ -1068,7 +1101,9 @@ Outs convert_eye_like(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a
   DType dt = t.dtype;
   if (a.count("dtype")) {
     auto to = dtype_from_onnx(static_cast<int>(attr_int(a, "dtype")));
-    if (!to) throw UnsupportedError("EyeLike dtype " + onnx_dtype_name(static_cast<int>(attr_int(a, "dtype"))));
+    if (!to)
+      throw UnsupportedError("EyeLike dtype " +
+                             onnx_dtype_name(static_cast<int>(attr_int(a, "dtype"))));
     dt = *to;
   }
   const int64_t k = attr_int(a, "k", 0);
@@ -1091,7 +1126,8 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
   }
   std::vector<Var> ops;
   for (int i = 0; i < n.input_size(); ++i) ops.push_back(im.in(n, i));
-  if (ops.empty() || ops.size() > 2) throw UnsupportedError("Einsum with " + std::to_string(ops.size()) + " operands");
+  if (ops.empty() || ops.size() > 2)
+    throw UnsupportedError("Einsum with " + std::to_string(ops.size()) + " operands");
   const size_t arrow = eq.find("->");
   std::vector<std::string> terms;
   {
@@ -1099,12 +1135,15 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     size_t start = 0;
     for (;;) {
       const size_t comma = lhs.find(',', start);
-      terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      terms.push_back(
+          lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
   }
-  if (terms.size() != ops.size()) throw UserError("equation '" + eq + "' has " + std::to_string(terms.size()) + " terms for " + std::to_string(ops.size()) + " inputs");
+  if (terms.size() != ops.size())
+    throw UserError("equation '" + eq + "' has " + std::to_string(terms.size()) + " terms for " +
+                    std::to_string(ops.size()) + " inputs");
   // "..." becomes upper-case letters, aligned from the right across operands.
   int ell = 0;
   for (size_t i = 0; i < terms.size(); ++i) {
@@ -1124,7 +1163,8 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     if (static_cast<int>(terms[i].size()) != ops[i].rank())
       throw UserError("term '" + terms[i] + "' does not match input " + ops[i].type().to_string());
     for (size_t c = 0; c < terms[i].size(); ++c) {
-      if (terms[i].find(terms[i][c]) != c) throw UnsupportedError("Einsum diagonals ('" + terms[i] + "')");
+      if (terms[i].find(terms[i][c]) != c)
+        throw UnsupportedError("Einsum diagonals ('" + terms[i] + "')");
     }
   }
   std::string out;
@@ -1139,7 +1179,8 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     std::string all = terms.size() == 2 ? terms[0] + terms[1] : terms[0];
     std::string ups, lows;
     for (char c : all) {
-      if (std::count(all.begin(), all.end(), c) == 1) (std::isupper(static_cast<unsigned char>(c)) ? ups : lows) += c;
+      if (std::count(all.begin(), all.end(), c) == 1)
+        (std::isupper(static_cast<unsigned char>(c)) ? ups : lows) += c;
     }
     for (int k = 0; k < ell; ++k) ups = std::string(1, static_cast<char>('A' + k)) + ups;
     std::sort(lows.begin(), lows.end());
@@ -1150,7 +1191,10 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     const Ints d = static_dims(ops[i].type(), "Einsum");
     for (size_t c = 0; c < terms[i].size(); ++c) {
       auto [it, fresh] = size.emplace(terms[i][c], d[c]);
-      if (!fresh && it->second != d[c]) throw UnsupportedError("Einsum letter '" + std::string(1, terms[i][c]) + "' is " + std::to_string(it->second) + " and " + std::to_string(d[c]) + " (broadcasting)");
+      if (!fresh && it->second != d[c])
+        throw UnsupportedError("Einsum letter '" + std::string(1, terms[i][c]) + "' is " +
+                               std::to_string(it->second) + " and " + std::to_string(d[c]) +
+                               " (broadcasting)");
     }
   }
   auto has = [](const std::string& t, char c) { return t.find(c) != std::string::npos; };
@@ -1160,8 +1204,10 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     std::string kept;
     for (size_t c = 0; c < terms[i].size(); ++c) {
       const char l = terms[i][c];
-      if (!has(out, l) && !has(other, l)) axes.push_back(static_cast<int64_t>(c));
-      else kept += l;
+      if (!has(out, l) && !has(other, l))
+        axes.push_back(static_cast<int64_t>(c));
+      else
+        kept += l;
     }
     if (!axes.empty()) {
       ops[i] = sum(ops[i], axes, false);
@@ -1190,8 +1236,10 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
   sum_private(1, terms[0]);
   std::string batch, contract, left, right;
   for (char c : terms[0]) {
-    if (has(terms[1], c)) (has(out, c) ? batch : contract) += c;
-    else left += c;
+    if (has(terms[1], c))
+      (has(out, c) ? batch : contract) += c;
+    else
+      left += c;
   }
   for (char c : terms[1]) {
     if (!has(terms[0], c)) right += c;
@@ -1414,7 +1462,9 @@ std::map<std::string, OnnxOpSpec> make_table() {
     t[onnx_name] = elementwise(kiln_name, {"axis", "keepdims", "select_last_index"});
   }
   for (const char* kind : {"LSTM", "GRU", "RNN"}) {
-    const std::string k = kind == std::string("LSTM") ? "lstm" : kind == std::string("GRU") ? "gru" : "rnn";
+    const std::string k = kind == std::string("LSTM")  ? "lstm"
+                          : kind == std::string("GRU") ? "gru"
+                                                       : "rnn";
     t[kind] = {{"hidden_size", "direction", "activations", "activation_alpha", "activation_beta",
                 "clip", "input_forget", "linear_before_reset", "layout"},
                nullptr,
@@ -1424,7 +1474,8 @@ std::map<std::string, OnnxOpSpec> make_table() {
   }
   t["Trilu"] = {{"upper"}, nullptr, convert_trilu};
   // Inlined by the loader when the condition is known at load time (onnx_model.cpp).
-  t["If"] = {{"then_branch", "else_branch"}, nullptr,
+  t["If"] = {{"then_branch", "else_branch"},
+             nullptr,
              [](OnnxImporter&, const onnx::NodeProto&, const Attrs&) -> Outs {
                throw InternalError("If reached its converter");
              }};
@@ -1434,23 +1485,25 @@ std::map<std::string, OnnxOpSpec> make_table() {
                         "NonZero of a tensor known only at run time: its output size depends "
                         "on the values, and kiln plans every size before a run");
                   }};
-  t["GatherND"] = {{"batch_dims"}, nullptr,
-                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                     return Outs{apply("gather_nd", {im.in(n, 0), im.in(n, 1)},
-                                       {{"batch_dims", attr_int(a, "batch_dims", 0)}})};
-                   }};
-  t["ScatterND"] = {{"reduction"}, nullptr,
-                    [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                      return Outs{apply("scatter_nd", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
-                                        {{"reduction", attr_string(a, "reduction", std::string("none"))}})};
-                    }};
+  t["GatherND"] = {
+      {"batch_dims"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return Outs{apply("gather_nd", {im.in(n, 0), im.in(n, 1)},
+                          {{"batch_dims", attr_int(a, "batch_dims", 0)}})};
+      }};
+  t["ScatterND"] = {
+      {"reduction"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return Outs{apply("scatter_nd", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
+                          {{"reduction", attr_string(a, "reduction", std::string("none"))}})};
+      }};
   for (const char* op : {"ScatterElements", "Scatter"}) {
-    t[op] = {{"axis", "reduction"}, nullptr,
-             [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-               return Outs{apply("scatter_elements", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
-                                 {{"axis", attr_int(a, "axis", 0)},
-                                  {"reduction", attr_string(a, "reduction", std::string("none"))}})};
-             }};
+    t[op] = {
+        {"axis", "reduction"},
+        nullptr,
+        [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+          return Outs{apply("scatter_elements", {im.in(n, 0), im.in(n, 1), im.in(n, 2)},
+                            {{"axis", attr_int(a, "axis", 0)},
+                             {"reduction", attr_string(a, "reduction", std::string("none"))}})};
+        }};
   }
   t["Resize"] = {{"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
                   "exclude_outside", "extrapolation_value"},
@@ -1477,24 +1530,25 @@ std::map<std::string, OnnxOpSpec> make_table() {
                      p["roi"] = doubles(1, "roi");
                    return Outs{apply("resize", {im.in(n, 0)}, p)};
                  }};
-  t["Upsample"] = {{"mode", "scales"}, nullptr,
-                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                     std::vector<double> scales;
-                     if (a.count("scales")) {
-                       scales = std::get<std::vector<double>>(a.at("scales"));
-                     } else {
-                       const Tensor& t = im.const_in(n, 1, "scales");
-                       for (int64_t k = 0; k < t.numel(); ++k) scales.push_back(t.load(k));
-                     }
-                     // Upsample is Resize with ONNX's asymmetric coordinates.
-                     return Outs{apply("resize", {im.in(n, 0)},
-                                       {{"mode", attr_string(a, "mode", std::string("nearest"))},
-                                        {"coordinate_transformation_mode", std::string("asymmetric")},
-                                        {"nearest_mode", std::string("floor")},
-                                        {"scales", scales}})};
-                   }};
+  t["Upsample"] = {
+      {"mode", "scales"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        std::vector<double> scales;
+        if (a.count("scales")) {
+          scales = std::get<std::vector<double>>(a.at("scales"));
+        } else {
+          const Tensor& t = im.const_in(n, 1, "scales");
+          for (int64_t k = 0; k < t.numel(); ++k) scales.push_back(t.load(k));
+        }
+        // Upsample is Resize with ONNX's asymmetric coordinates.
+        return Outs{apply("resize", {im.in(n, 0)},
+                          {{"mode", attr_string(a, "mode", std::string("nearest"))},
+                           {"coordinate_transformation_mode", std::string("asymmetric")},
+                           {"nearest_mode", std::string("floor")},
+                           {"scales", scales}})};
+      }};
   t["Einsum"] = {{"equation"}, nullptr, convert_einsum};
-  t["CumSum"] = {{"exclusive", "reverse"}, nullptr,
+  t["CumSum"] = {{"exclusive", "reverse"},
+                 nullptr,
                  [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                    const Ints axis = im.const_ints(n, 1, "axis");
                    if (axis.size() != 1) throw UserError("axis must hold one value");
@@ -1503,50 +1557,55 @@ std::map<std::string, OnnxOpSpec> make_table() {
                                       {"exclusive", attr_int(a, "exclusive", 0)},
                                       {"reverse", attr_int(a, "reverse", 0)}})};
                  }};
-  t["TopK"] = {{"axis", "largest", "sorted", "k"}, nullptr,
-               [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                 const int64_t k = im.opset() < 10 ? attr_int(a, "k") : im.const_ints(n, 1, "k").at(0);
-                 Var x = im.in(n, 0);
-                 std::vector<Variable*> ins{x.var()};
-                 Node* node = im.graph().add_node(
-                     OpRegistry::instance().create(
-                         "top_k", {{"k", k},
-                                   {"axis", attr_int(a, "axis", -1)},
-                                   {"largest", attr_int(a, "largest", 1)},
-                                   {"sorted", attr_int(a, "sorted", 1)}}),
-                     ins);
-                 return Outs{Var(&im.graph(), node->outputs[0]), Var(&im.graph(), node->outputs[1])};
-               }};
+  t["TopK"] = {
+      {"axis", "largest", "sorted", "k"},
+      nullptr,
+      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        const int64_t k = im.opset() < 10 ? attr_int(a, "k") : im.const_ints(n, 1, "k").at(0);
+        Var x = im.in(n, 0);
+        std::vector<Variable*> ins{x.var()};
+        Node* node = im.graph().add_node(
+            OpRegistry::instance().create("top_k", {{"k", k},
+                                                    {"axis", attr_int(a, "axis", -1)},
+                                                    {"largest", attr_int(a, "largest", 1)},
+                                                    {"sorted", attr_int(a, "sorted", 1)}}),
+            ins);
+        return Outs{Var(&im.graph(), node->outputs[0]), Var(&im.graph(), node->outputs[1])};
+      }};
   t["Hardmax"] = {{"axis"}, nullptr, convert_hardmax};
   t["OneHot"] = {{"axis"}, nullptr, convert_one_hot};
-  t["DepthToSpace"] = {{"blocksize", "mode"}, nullptr,
+  t["DepthToSpace"] = {{"blocksize", "mode"},
+                       nullptr,
                        [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                          return convert_depth_space(im, n, a, true);
                        }};
-  t["SpaceToDepth"] = {{"blocksize"}, nullptr,
-                       [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                         return convert_depth_space(im, n, a, false);
-                       }};
+  t["SpaceToDepth"] = {
+      {"blocksize"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        return convert_depth_space(im, n, a, false);
+      }};
   t["Tile"] = {{}, nullptr, convert_tile};
   t["EyeLike"] = {{"dtype", "k"}, nullptr, convert_eye_like};
-  t["IsInf"] = {{"detect_positive", "detect_negative"}, nullptr,
+  t["IsInf"] = {{"detect_positive", "detect_negative"},
+                nullptr,
                 [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                   Var x = im.in(n, 0);
-                  Var pos = eq(x, scalar_like(x, INFINITY)), neg_inf = eq(x, scalar_like(x, -INFINITY));
-                  const bool p = attr_int(a, "detect_positive", 1) != 0, q = attr_int(a, "detect_negative", 1) != 0;
+                  Var pos = eq(x, scalar_like(x, INFINITY)),
+                      neg_inf = eq(x, scalar_like(x, -INFINITY));
+                  const bool p = attr_int(a, "detect_positive", 1) != 0,
+                             q = attr_int(a, "detect_negative", 1) != 0;
                   if (p && q) return Outs{logical_or(pos, neg_inf)};
                   if (p) return Outs{pos};
                   if (q) return Outs{neg_inf};
                   return Outs{logical_and(pos, neg_inf)};  // never both: all false
                 }};
-  t["Shrink"] = {{"lambd", "bias"}, nullptr,
-                 [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                   Var x = im.in(n, 0);
-                   const double l = attr_float(a, "lambd", 0.5), b = attr_float(a, "bias", 0.0);
-                   Var zero = scalar_like(x, 0.0);
-                   return Outs{where(lt(x, scalar_like(x, -l)), x + scalar_like(x, b),
-                                     where(gt(x, scalar_like(x, l)), x - scalar_like(x, b), zero))};
-                 }};
+  t["Shrink"] = {
+      {"lambd", "bias"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        Var x = im.in(n, 0);
+        const double l = attr_float(a, "lambd", 0.5), b = attr_float(a, "bias", 0.0);
+        Var zero = scalar_like(x, 0.0);
+        return Outs{where(lt(x, scalar_like(x, -l)), x + scalar_like(x, b),
+                          where(gt(x, scalar_like(x, l)), x - scalar_like(x, b), zero))};
+      }};
   t["GatherElements"] = {
       {"axis"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
         return Outs{apply("gather_elements", {im.in(n, 0), im.in(n, 1)},
@@ -1557,7 +1616,8 @@ std::map<std::string, OnnxOpSpec> make_table() {
       {"reduction", "ignore_index"}, nullptr, convert_softmax_cross_entropy};
   t["Expand"] = {
       {}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
-        if (auto target = symbolic_in(im, n, 1)) return Outs{expand_symbolic(im, im.in(n, 0), *target)};
+        if (auto target = symbolic_in(im, n, 1))
+          return Outs{expand_symbolic(im, im.in(n, 0), *target)};
         return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
       }};
   t["Pad"] = {{"mode", "pads", "value"},

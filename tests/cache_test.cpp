@@ -137,13 +137,15 @@ TEST(EntryMeta, RoundTripsAndRejectsGarbage) {
             std::string::npos);
   // Found by fuzz_cache_meta: a number no type holds is the JSON library's out_of_range,
   // which used to escape as a foreign exception.
-  EXPECT_NE(error_of([&] { EntryMeta::parse(R"({"format": 1e92247, "key": "k"})", "m"); })
-                .find("m: not valid JSON: "),
+  EXPECT_NE(error_of([&] {
+              EntryMeta::parse(R"({"format": 1e92247, "key": "k"})", "m");
+            }).find("m: not valid JSON: "),
             std::string::npos);
   // Found by fuzz_cache_meta: numbers of the wrong kind where integers belong (converting
   // 7.7e90 to an integer is undefined behaviour).
-  EXPECT_NE(error_of([&] { EntryMeta::parse(R"({"format": 7.7e90, "key": "k"})", "m"); })
-                .find("m: unknown format"),
+  EXPECT_NE(error_of([&] {
+              EntryMeta::parse(R"({"format": 7.7e90, "key": "k"})", "m");
+            }).find("m: unknown format"),
             std::string::npos);
   m.files[0].name = "module.so";
   std::string sized = m.to_json();

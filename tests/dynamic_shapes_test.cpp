@@ -500,22 +500,30 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
   // Convolution: out size (in + pads - dil * (k - 1) - 1) / stride + 1.
   Shape ys{2, 6};
   for (int i = 0; i < 3; ++i)
-    ys.push_back((xs[2 + i] + pads[i] + pads[3 + i] - dil[i] * (ws[2 + i] - 1) - 1) / strides[i] + 1);
+    ys.push_back((xs[2 + i] + pads[i] + pads[3 + i] - dil[i] * (ws[2 + i] - 1) - 1) / strides[i] +
+                 1);
   ASSERT_EQ(out[0].shape(), ys);
   for (int64_t i = 0; i < out[0].numel(); ++i) {
     int64_t r = i;
-    const int64_t ow = r % ys[4]; r /= ys[4];
-    const int64_t oh = r % ys[3]; r /= ys[3];
-    const int64_t od = r % ys[2]; r /= ys[2];
+    const int64_t ow = r % ys[4];
+    r /= ys[4];
+    const int64_t oh = r % ys[3];
+    r /= ys[3];
+    const int64_t od = r % ys[2];
+    r /= ys[2];
     const int64_t m = r % 6, n = r / 6, g0 = m / 3;
     double acc = bias[static_cast<size_t>(m)];
     for (int64_t c = 0; c < 2; ++c) {
-      for (int64_t kd = 0; kd < 3; ++kd) for (int64_t kh = 0; kh < 2; ++kh) for (int64_t kw = 0; kw < 3; ++kw) {
-        const int64_t d = od * strides[0] - pads[0] + kd * dil[0], h = oh * strides[1] - pads[1] + kh * dil[1],
-                      w_ = ow * strides[2] - pads[2] + kw * dil[2];
-        if (d < 0 || d >= xs[2] || h < 0 || h >= xs[3] || w_ < 0 || w_ >= xs[4]) continue;
-        acc += X(n, g0 * 2 + c, d, h, w_) * w[static_cast<size_t>((((m * 2 + c) * 3 + kd) * 2 + kh) * 3 + kw)];
-      }
+      for (int64_t kd = 0; kd < 3; ++kd)
+        for (int64_t kh = 0; kh < 2; ++kh)
+          for (int64_t kw = 0; kw < 3; ++kw) {
+            const int64_t d = od * strides[0] - pads[0] + kd * dil[0],
+                          h = oh * strides[1] - pads[1] + kh * dil[1],
+                          w_ = ow * strides[2] - pads[2] + kw * dil[2];
+            if (d < 0 || d >= xs[2] || h < 0 || h >= xs[3] || w_ < 0 || w_ >= xs[4]) continue;
+            acc += X(n, g0 * 2 + c, d, h, w_) *
+                   w[static_cast<size_t>((((m * 2 + c) * 3 + kd) * 2 + kh) * 3 + kw)];
+          }
     }
     ASSERT_NEAR(out[0].load(i), acc, 1e-4) << i;
   }
@@ -524,15 +532,21 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
   ASSERT_EQ(ms, (Shape{2, 4, 3, 4, 4}));
   for (int64_t i = 0; i < out[1].numel(); ++i) {
     int64_t r = i;
-    const int64_t ow = r % ms[4]; r /= ms[4];
-    const int64_t oh = r % ms[3]; r /= ms[3];
-    const int64_t od = r % ms[2]; r /= ms[2];
+    const int64_t ow = r % ms[4];
+    r /= ms[4];
+    const int64_t oh = r % ms[3];
+    r /= ms[3];
+    const int64_t od = r % ms[2];
+    r /= ms[2];
     const int64_t c = r % 4, n = r / 4;
     double best = -INFINITY;
-    for (int64_t kd = 0; kd < 2; ++kd) for (int64_t kh = 0; kh < 3; ++kh) for (int64_t kw = 0; kw < 2; ++kw) {
-      const int64_t d = od * 2 - 1 + kd, h = oh * 2 - 1 + kh, w_ = ow * 2 + kw;
-      if (d >= 0 && d < xs[2] && h >= 0 && h < xs[3] && w_ >= 0 && w_ < xs[4]) best = std::max(best, X(n, c, d, h, w_));
-    }
+    for (int64_t kd = 0; kd < 2; ++kd)
+      for (int64_t kh = 0; kh < 3; ++kh)
+        for (int64_t kw = 0; kw < 2; ++kw) {
+          const int64_t d = od * 2 - 1 + kd, h = oh * 2 - 1 + kh, w_ = ow * 2 + kw;
+          if (d >= 0 && d < xs[2] && h >= 0 && h < xs[3] && w_ >= 0 && w_ < xs[4])
+            best = std::max(best, X(n, c, d, h, w_));
+        }
     ASSERT_EQ(out[1].load(i), best) << i;
   }
   // Average pooling, pads not counted.
@@ -540,19 +554,24 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
   ASSERT_EQ(ps, (Shape{2, 4, 5, 6, 7}));
   for (int64_t i = 0; i < out[2].numel(); ++i) {
     int64_t r = i;
-    const int64_t ow = r % ps[4]; r /= ps[4];
-    const int64_t oh = r % ps[3]; r /= ps[3];
-    const int64_t od = r % ps[2]; r /= ps[2];
+    const int64_t ow = r % ps[4];
+    r /= ps[4];
+    const int64_t oh = r % ps[3];
+    r /= ps[3];
+    const int64_t od = r % ps[2];
+    r /= ps[2];
     const int64_t c = r % 4, n = r / 4;
     double sum = 0;
     int count = 0;
-    for (int64_t kd = 0; kd < 3; ++kd) for (int64_t kh = 0; kh < 2; ++kh) for (int64_t kw = 0; kw < 2; ++kw) {
-      const int64_t d = od - 1 + kd, h = oh + kh, w_ = ow - 1 + kw;
-      if (d >= 0 && d < xs[2] && h >= 0 && h < xs[3] && w_ >= 0 && w_ < xs[4]) {
-        sum += X(n, c, d, h, w_);
-        ++count;
-      }
-    }
+    for (int64_t kd = 0; kd < 3; ++kd)
+      for (int64_t kh = 0; kh < 2; ++kh)
+        for (int64_t kw = 0; kw < 2; ++kw) {
+          const int64_t d = od - 1 + kd, h = oh + kh, w_ = ow - 1 + kw;
+          if (d >= 0 && d < xs[2] && h >= 0 && h < xs[3] && w_ >= 0 && w_ < xs[4]) {
+            sum += X(n, c, d, h, w_);
+            ++count;
+          }
+        }
     ASSERT_NEAR(out[2].load(i), sum / count, 1e-5) << i;
   }
 }

@@ -60,7 +60,8 @@ Tensor as_bits(const Tensor& t, DType dtype) {
 }
 
 std::string compare(const Tensor& got_in, const Tensor& want_in) {
-  const Tensor got = got_in.dtype() == DType::kBFloat16 ? as_bits(got_in, DType::kBFloat16) : got_in;
+  const Tensor got =
+      got_in.dtype() == DType::kBFloat16 ? as_bits(got_in, DType::kBFloat16) : got_in;
   const Tensor want = as_bits(want_in, got_in.dtype());
   if (got.dtype() != want.dtype()) {
     return "dtype " + std::string(dtype_name(got.dtype())) + ", expected " +
@@ -214,12 +215,14 @@ std::vector<Result> run_isolated(const std::vector<fs::path>& cases, unsigned jo
     // Reap whichever child ends first; its short message is already in its pipe.
     int status = 0;
     const pid_t done = waitpid(-1, &status, 0);
-    auto it = std::find_if(running.begin(), running.end(), [&](const Child& ch) { return ch.pid == done; });
+    auto it = std::find_if(running.begin(), running.end(),
+                           [&](const Child& ch) { return ch.pid == done; });
     if (it == running.end()) continue;
     Child c = *it;
     running.erase(it);
     char buf[4096];
-    for (ssize_t got; (got = read(c.fd, buf, sizeof buf)) > 0;) c.out.append(buf, static_cast<size_t>(got));
+    for (ssize_t got; (got = read(c.fd, buf, sizeof buf)) > 0;)
+      c.out.append(buf, static_cast<size_t>(got));
     close(c.fd);
     Result& r = results[c.index];
     r.name = cases[c.index].filename().string();

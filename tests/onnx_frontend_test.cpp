@@ -170,8 +170,9 @@ TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
   sp.output("b", {4, -1});
   const std::string q =
       error_message<UserError>([&] { parse_onnx_model(sp.bytes(), "split.onnx", "."); });
-  EXPECT_NE(q.find("split.onnx: node 0 (Split): split size 9223372036854775796 is negative or too large"),
-            std::string::npos)
+  EXPECT_NE(
+      q.find("split.onnx: node 0 (Split): split size 9223372036854775796 is negative or too large"),
+      std::string::npos)
       << q;
   EXPECT_NE(n.find("graph input 'x': float32 (44731444445077520, 32773) has more elements than "
                    "fit in 64 bits"),
