@@ -69,13 +69,13 @@ void Convert::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& ou
 
 std::string Convert::c_support_code() const {
   return R"kiln(/* Float to integer: truncated, saturated at the 64-bit limits, NaN as 0. */
-static int64_t kiln_f2i64(double v) {
+static __attribute__((unused)) int64_t kiln_f2i64(double v) {
   if (v != v) return 0;
   if (v >= 9223372036854775807.0) return INT64_MAX;
   if (v <= -9223372036854775808.0) return INT64_MIN;
   return (int64_t)v;
 }
-static uint64_t kiln_f2u64(double v) {
+static __attribute__((unused)) uint64_t kiln_f2u64(double v) {
   if (v != v || v <= 0) return (uint64_t)kiln_f2i64(v);
   if (v >= 18446744073709551615.0) return UINT64_MAX;
   return (uint64_t)v;

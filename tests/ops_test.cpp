@@ -812,6 +812,7 @@ TEST(Convert, EveryDtypePairMatchesPerformOnEdgeValues) {
       }
     }
     Function f = compile(g);
+    EXPECT_EQ(f.info().compiler_log, "") << "generated module compiled with warnings";
     auto got = f({t});
     auto want = evaluate_reference(g, {t});
     for (size_t k = 0; k < all.size(); ++k) {

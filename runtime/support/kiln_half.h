@@ -8,7 +8,10 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float kiln_f16_to_f32(uint16_t h) {
+/* A module uses some of these: the others must not warn. */
+#define KILN_HALF_FN static inline __attribute__((unused))
+
+KILN_HALF_FN float kiln_f16_to_f32(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   uint32_t bits;
@@ -22,7 +25,7 @@ static inline float kiln_f16_to_f32(uint16_t h) {
   return f;
 }
 
-static inline uint16_t kiln_f32_to_f16(float f) {
+KILN_HALF_FN uint16_t kiln_f32_to_f16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
   const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -44,14 +47,14 @@ static inline uint16_t kiln_f32_to_f16(float f) {
   return (uint16_t)(sign | (x >> 13));
 }
 
-static inline float kiln_bf16_to_f32(uint16_t h) {
+KILN_HALF_FN float kiln_bf16_to_f32(uint16_t h) {
   const uint32_t bits = (uint32_t)h << 16;
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-static inline uint16_t kiln_f32_to_bf16(float f) {
+KILN_HALF_FN uint16_t kiln_f32_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
