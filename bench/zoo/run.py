@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "zoo.md"))
-    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(export.MODELS)})")
+    ap.add_argument("models", nargs="*", help=f"default: {', '.join(export.ZOO)}")
     args = ap.parse_args()
     import torch
     torch.set_num_threads(args.threads)
@@ -108,7 +108,7 @@ def main():
           "OpenBLAS not found: no SGEMM yardstick", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models or export.MODELS:
+        for name in args.models or export.ZOO:
             if name not in export.MODELS:
                 raise SystemExit(f"unknown model '{name}' (known: {', '.join(export.MODELS)})")
             path = os.path.join(args.data, name + ".onnx")
