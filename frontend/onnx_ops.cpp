@@ -1254,6 +1254,52 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
   return Outs{permute_to(z, batch + left + right, out)};
 }
 
+// InstanceNormalization: per (batch, channel), normalized over the spatial dimensions.
+Outs convert_instance_norm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  if (x.rank() < 3)
+    throw UserError("InstanceNormalization needs (N, C, D1, ...), got " + x.type().to_string());
+  Ints axes;
+  for (int d = 2; d < x.rank(); ++d) axes.push_back(d);
+  Var d = x - mean(x, axes, true);
+  Var inv = reciprocal(sqrt(mean(d * d, axes, true) + attr_float(a, "epsilon", 1e-5)));
+  return Outs{d * inv * per_channel(im.in(n, 1), x.rank()) + per_channel(im.in(n, 2), x.rank())};
+}
+
+// MeanVarianceNormalization: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over axes, as
+// ONNX's function body.
+Outs convert_mvn(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Ints axes = attr_ints(a, "axes", Ints{0, 2, 3});
+  Var m = mean(x, axes, true);
+  Var sd = sqrt(mean(x * x, axes, true) - m * m);
+  return Outs{(x - m) / (sd + 1e-9)};
+}
+
+// LRN: x / (bias + alpha / size * (sum of x^2 over `size` neighbouring channels))^beta.
+Outs convert_lrn(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  if (x.rank() < 3) throw UserError("LRN needs (N, C, D1, ...), got " + x.type().to_string());
+  const int64_t size = attr_int(a, "size");
+  if (size < 1) throw UserError("LRN size must be at least 1");
+  const int64_t channels = x.type().dims[1];
+  if (channels == kDynamic) throw UnsupportedError("LRN over a dynamic channel count");
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  Ints pads(static_cast<size_t>(2 * x.rank()), 0);
+  pads[1] = before;
+  pads[static_cast<size_t>(x.rank() + 1)] = after;
+  Var sq = apply("pad", {x * x}, {{"pads", pads}});
+  std::optional<Var> sum;
+  for (int64_t k = 0; k < size; ++k) {
+    Var s = apply("slice", {sq},
+                  {{"starts", Ints{k}}, {"ends", Ints{k + channels}}, {"axes", Ints{1}}});
+    sum = sum ? *sum + s : s;
+  }
+  Var base = *sum * (attr_float(a, "alpha", 1e-4) / static_cast<double>(size)) +
+             attr_float(a, "bias", 1.0);
+  return Outs{x / pow(base, scalar_like(x, attr_float(a, "beta", 0.75)))};
+}
+
 std::map<std::string, OnnxOpSpec> make_table() {
   std::map<std::string, OnnxOpSpec> t;
   const std::map<std::string, std::string> same{{"Add", "add"},
@@ -1473,6 +1519,9 @@ std::map<std::string, OnnxOpSpec> make_table() {
                }};
   }
   t["Trilu"] = {{"upper"}, nullptr, convert_trilu};
+  t["InstanceNormalization"] = {{"epsilon"}, nullptr, convert_instance_norm};
+  t["MeanVarianceNormalization"] = {{"axes"}, nullptr, convert_mvn};
+  t["LRN"] = {{"alpha", "beta", "bias", "size"}, nullptr, convert_lrn};
   // Inlined by the loader when the condition is known at load time (onnx_model.cpp).
   t["If"] = {{"then_branch", "else_branch"},
              nullptr,
