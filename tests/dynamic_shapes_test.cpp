@@ -4,6 +4,7 @@
 // against values computed here by hand.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -463,6 +464,12 @@ void set_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int
   for (int64_t x : v) a->add_ints(x);
 }
 
+// The output position of flat index i of a 5-D shape: (n * C + c, d, h, w).
+std::array<int64_t, 4> coords(int64_t i, const Shape& s) {
+  const int64_t w = i % s[4], h = i / s[4] % s[3], d = i / (s[4] * s[3]) % s[2];
+  return {i / (s[4] * s[3] * s[2]), d, h, w};
+}
+
 // 3-D convolution and pooling (decomposed into 2-D and 1-D ones) against direct loops over
 // every output element and window tap, with pads, strides, dilations, groups and ceil_mode.
 TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
@@ -504,14 +511,8 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
                  1);
   ASSERT_EQ(out[0].shape(), ys);
   for (int64_t i = 0; i < out[0].numel(); ++i) {
-    int64_t r = i;
-    const int64_t ow = r % ys[4];
-    r /= ys[4];
-    const int64_t oh = r % ys[3];
-    r /= ys[3];
-    const int64_t od = r % ys[2];
-    r /= ys[2];
-    const int64_t m = r % 6, n = r / 6, g0 = m / 3;
+    const auto [n_c, od, oh, ow] = coords(i, ys);
+    const int64_t m = n_c % 6, n = n_c / 6, g0 = m / 3;
     double acc = bias[static_cast<size_t>(m)];
     for (int64_t c = 0; c < 2; ++c) {
       for (int64_t kd = 0; kd < 3; ++kd)
@@ -531,14 +532,8 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
   const Shape ms = out[1].shape();
   ASSERT_EQ(ms, (Shape{2, 4, 3, 4, 4}));
   for (int64_t i = 0; i < out[1].numel(); ++i) {
-    int64_t r = i;
-    const int64_t ow = r % ms[4];
-    r /= ms[4];
-    const int64_t oh = r % ms[3];
-    r /= ms[3];
-    const int64_t od = r % ms[2];
-    r /= ms[2];
-    const int64_t c = r % 4, n = r / 4;
+    const auto [n_c, od, oh, ow] = coords(i, ms);
+    const int64_t c = n_c % 4, n = n_c / 4;
     double best = -INFINITY;
     for (int64_t kd = 0; kd < 2; ++kd)
       for (int64_t kh = 0; kh < 3; ++kh)
@@ -553,14 +548,8 @@ TEST(OnnxOps, ThreeDimensionalConvAndPoolingMatchDirectLoops) {
   const Shape ps = out[2].shape();
   ASSERT_EQ(ps, (Shape{2, 4, 5, 6, 7}));
   for (int64_t i = 0; i < out[2].numel(); ++i) {
-    int64_t r = i;
-    const int64_t ow = r % ps[4];
-    r /= ps[4];
-    const int64_t oh = r % ps[3];
-    r /= ps[3];
-    const int64_t od = r % ps[2];
-    r /= ps[2];
-    const int64_t c = r % 4, n = r / 4;
+    const auto [n_c, od, oh, ow] = coords(i, ps);
+    const int64_t c = n_c % 4, n = n_c / 4;
     double sum = 0;
     int count = 0;
     for (int64_t kd = 0; kd < 3; ++kd)
