@@ -580,12 +580,16 @@ void Executor::push_device_step(const StepSpec& step,
                                 const std::shared_ptr<PendingRun::State>& state,
                                 const std::vector<VarHandle>& reads,
                                 const std::vector<VarHandle>& writes) {
-  auto fn = [this, &step, state](const Engine::OnComplete& done) {
+  // Called once. It hands its reference to the run's buffers on to the completion, which
+  // drops both before telling the engine: the buffers and staging blocks are back in their
+  // pools by the time a waiter sees the run finish (the engine frees this closure later).
+  auto fn = [this, &step, state](const Engine::OnComplete& done) mutable {
+    std::shared_ptr<PendingRun::State> held = std::move(state);
     DeviceStream& stream = thread_stream();  // this worker's own
     auto copies = std::make_shared<StagedCopies>();
     std::shared_ptr<DeviceEvent> event;
     try {
-      run_step(step, state->values, &stream, copies.get());
+      run_step(step, held->values, &stream, copies.get());
       event = stream.record();
     } catch (...) {
       drain_after_failure(stream);
@@ -593,14 +597,16 @@ void Executor::push_device_step(const StepSpec& step,
       return;
     }
     // The run's buffers (state) stay alive until the device is done with them.
-    when_complete(std::move(event), [copies, done, state, &step](const std::string& error) {
+    when_complete(std::move(event), [copies = std::move(copies), done, held = std::move(held),
+                                     &step](const std::string& error) mutable {
       if (error.empty()) {
         copies->finish();
-        done(nullptr);
-        return;
+      } else {
+        copies->abandon();
       }
-      copies->abandon();
-      done(std::make_exception_ptr(Error(step.label + ": " + error)));
+      copies.reset();
+      held.reset();
+      done(error.empty() ? nullptr : std::make_exception_ptr(Error(step.label + ": " + error)));
     });
   };
   engine_->push_async(std::move(fn), reads, writes, PushOptions{step.label, 0, kCudaEngineDevice});
