@@ -585,10 +585,23 @@ int cmd_run(const Args& a) {
       std::printf("%s  %s\n", path.c_str(), outputs[i].describe().c_str());
     }
   }
-  if (a.verbose) print_times(f.info(), load_ms, run_ms);
+  if (a.verbose) {
+    print_times(f.info(), load_ms, run_ms);
+    // NonZero inputs computed before the model, each by a module of its own.
+    for (const auto& [value, prefix] : model_fn.stages()) {
+      if (!prefix) {
+        std::fprintf(stderr, "stage: NonZero of input '%s' on the host\n", value.c_str());
+        continue;
+      }
+      const kiln::CompileInfo& info = prefix->function().info();
+      std::fprintf(stderr, "stage: '%s' computed first by its own module (cache %s, compile %.2f ms)\n",
+                   value.c_str(), kiln::to_string(info.cache), info.times.compile_ms);
+    }
+  }
   if (a.profile) {
     f.set_profiling(true);
-    for (int r = 0; r < a.repeat; ++r) f.run(inputs);
+    // Through the model function: a staged model's module takes the stages' results too.
+    for (int r = 0; r < a.repeat; ++r) model_fn.run(inputs);
     std::fputs(kiln::format_profile(f.profile(), f.run_profile()).c_str(), stdout);
     if (!a.trace.empty()) {
       kiln::write_file_atomic(a.trace, f.trace_json());

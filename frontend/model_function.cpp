@@ -1,9 +1,11 @@
 #include "frontend/model_function.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "frontend/model_loader.h"
+#include "frontend/nonzero.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -32,14 +34,62 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
   std::stringstream buf;
   buf << in.rdbuf();
   bytes_ = buf.str();
+  init_onnx();
+}
+
+ModelFunction::ModelFunction(std::string bytes, std::string origin, fs::path dir,
+                             CompileOptions options)
+    : bytes_(std::move(bytes)),
+      origin_(std::move(origin)),
+      dir_(std::move(dir)),
+      options_(std::move(options)) {
+  init_onnx();
+}
+
+void ModelFunction::init_onnx() {
+  const auto start = std::chrono::steady_clock::now();
   inputs_ = onnx_model_inputs(bytes_, origin_);
   try {
-    Variant v{parse_onnx_model(bytes_, origin_, dir_), nullptr};
-    load_ms_ = ms_since(start);
+    Variant v{load({}), nullptr};
+    load_ms_ = ms_since(start) - stage_ms_;
     v.function = std::make_unique<Function>(compile(v.graph, options_));
     last_ = &variants_.emplace("", std::move(v)).first->second;
   } catch (const InputValueNeeded& e) {
     value_inputs_.push_back(e.input());  // the rest are found on the first call
+  }
+}
+
+Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
+  stage_ms_ = 0;
+  for (;;) {
+    OnnxBindings bindings{bound, {}};
+    for (const Stage& s : stages_) bindings.staged[s.output] = s.type;
+    try {
+      return parse_onnx_model(bytes_, origin_, dir_, bindings);
+    } catch (const RunTimeValueNeeded& e) {
+      for (const Stage& s : stages_) {
+        if (s.output == e.output()) throw InternalError("stage '" + s.output + "' met twice");
+      }
+      Stage s{e.value(), e.output(), e.type(), nullptr};
+      const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
+                                        [&](const ModelInput& in) { return in.name == s.value; });
+      if (!declared) {
+        const auto start = std::chrono::steady_clock::now();
+        s.prefix.reset(new ModelFunction(onnx_prefix_model(bytes_, origin_, s.value),
+                                         origin_ + " (the stage computing '" + s.value + "')",
+                                         dir_, options_));
+        stage_ms_ += ms_since(start);
+      }
+      stages_.push_back(std::move(s));
+    } catch (const InputValueNeeded& e) {
+      for (const Stage& s : stages_) {
+        if (s.output == e.input()) {
+          throw UnsupportedError(std::string(e.what()) + " ('" + s.output +
+                                 "' is NonZero's output, known only at run time)");
+        }
+      }
+      throw;
+    }
   }
 }
 
@@ -65,8 +115,8 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
     Variant v;
     const auto start = std::chrono::steady_clock::now();
     try {
-      v.graph = parse_onnx_model(bytes_, origin_, dir_, bound);
-      load_ms_ = ms_since(start);
+      v.graph = load(bound);
+      load_ms_ = ms_since(start) - stage_ms_;
     } catch (const InputValueNeeded& e) {
       if (bound.count(e.input())) throw;  // cannot happen: bound inputs are values
       value_inputs_.push_back(e.input());
@@ -86,12 +136,30 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
 std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inputs) {
   Variant& v = variant_for(inputs);
   last_ = &v;
-  std::map<std::string, Tensor> rest;
+  // The variant's inputs: the call's (less the value inputs it was built with), and the
+  // NonZero results its stages compute from them.
+  std::map<std::string, Tensor> args;
   for (const Variable* in : v.graph.inputs()) {
-    auto it = inputs.find(in->name);
-    if (it != inputs.end()) rest[in->name] = it->second;
+    if (auto it = inputs.find(in->name); it != inputs.end()) {
+      args[in->name] = it->second;
+      continue;
+    }
+    for (Stage& s : stages_) {
+      if (s.output != in->name) continue;
+      if (s.prefix) {
+        args[in->name] = nonzero_indices(s.prefix->run(inputs).at(0));
+      } else if (auto x = inputs.find(s.value); x != inputs.end()) {
+        args[in->name] = nonzero_indices(x->second);
+      }
+    }
   }
-  return v.function->run(rest.size() == inputs.size() ? inputs : rest);
+  // Names the model does not declare go on to Function::run, which reports them.
+  for (const auto& [name, t] : inputs) {
+    if (std::none_of(inputs_.begin(), inputs_.end(),
+                     [&](const ModelInput& in) { return in.name == name; }))
+      args[name] = t;
+  }
+  return v.function->run(args);
 }
 
 std::vector<Tensor> ModelFunction::operator()(const std::vector<Tensor>& inputs) {
@@ -112,6 +180,12 @@ Function& ModelFunction::function() {
 const Graph& ModelFunction::graph() {
   if (!last_) throw UserError(origin_ + ": the model is built when its input values arrive");
   return last_->graph;
+}
+
+std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
+  std::vector<std::pair<std::string, ModelFunction*>> out;
+  for (Stage& s : stages_) out.emplace_back(s.value, s.prefix.get());
+  return out;
 }
 
 std::vector<std::string> ModelFunction::output_names() { return function().output_names(); }

@@ -3,7 +3,10 @@
 // Most models build one graph. A model where a graph input's value (not just its shape)
 // decides the graph — Reshape's target, Slice's bounds or a Reduce's axes given as inputs —
 // is built and compiled per distinct set of those values, read when a call arrives; each such
-// variant is a cached module like any other, keyed by the values.
+// variant is a cached module like any other, keyed by the values. A model with a NonZero of
+// a tensor computed at run time runs in stages: a prefix model computes that tensor, the host
+// finds its non-zero indices, and the model takes them as an input of dynamic size (one
+// module for every count).
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -34,7 +37,11 @@ class ModelFunction {
   const Graph& graph();
   std::vector<std::string> output_names();
   size_t variants() const { return variants_.size(); }
-  // Milliseconds the last variant built took to load (parse and import, before compiling).
+  // The tensors computed before the model runs (NonZero inputs), each with the prefix model
+  // computing it (null for a model input).
+  std::vector<std::pair<std::string, ModelFunction*>> stages();
+  // Milliseconds the last variant built took to load (parse and import, before compiling;
+  // stages' prefixes excluded).
   double load_ms() const { return load_ms_; }
 
   static constexpr size_t kMaxVariants = 64;  // the oldest is dropped past this
@@ -44,6 +51,18 @@ class ModelFunction {
     Graph graph;
     std::unique_ptr<Function> function;
   };
+  // A NonZero's output computed between stages: from a declared input, or the output of the
+  // model cut after `value` (a ModelFunction of its own, so it may have stages too).
+  struct Stage {
+    std::string value, output;
+    TensorType type;
+    std::unique_ptr<ModelFunction> prefix;  // null when `value` is a model input
+  };
+  ModelFunction(std::string bytes, std::string origin, std::filesystem::path dir,
+                CompileOptions options);
+  void init_onnx();
+  // Parses with `bound` input values, adding a stage per NonZero met until the model loads.
+  Graph load(const std::map<std::string, Tensor>& bound);
   Variant& variant_for(const std::map<std::string, Tensor>& inputs);
 
   std::string bytes_, origin_;
@@ -53,8 +72,10 @@ class ModelFunction {
   std::vector<std::string> value_inputs_;
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
+  std::vector<Stage> stages_;
   Variant* last_ = nullptr;
   double load_ms_ = 0;
+  double stage_ms_ = 0;  // building prefixes, within the last load
 };
 
 }  // namespace kiln

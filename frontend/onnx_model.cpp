@@ -241,12 +241,39 @@ std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::s
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const fs::path& base_dir) {
-  return parse_onnx_model(bytes, origin, base_dir, {});
+  return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{});
 }
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const fs::path& base_dir,
                        const std::map<std::string, Tensor>& input_values) {
+  return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{input_values, {}});
+}
+
+std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
+                              const std::string& value) {
+  onnx::ModelProto model = parse_model_proto(bytes, origin);
+  auto* gp = model.mutable_graph();
+  int last = -1;
+  for (int i = 0; i < gp->node_size() && last < 0; ++i) {
+    for (const std::string& out : gp->node(i).output()) {
+      if (out == value) last = i;
+    }
+  }
+  bool is_input = false;
+  for (const auto& in : gp->input()) is_input = is_input || in.name() == value;
+  if (last < 0 && !is_input)
+    throw UserError(origin + ": no node produces '" + value + "'");
+  // Nodes are in topological order, so the prefix holds everything `value` needs.
+  gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
+  gp->clear_output();
+  gp->add_output()->set_name(value);
+  return model.SerializeAsString();
+}
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir, const OnnxBindings& bindings) {
+  const std::map<std::string, Tensor>& input_values = bindings.input_values;
   const onnx::ModelProto model = parse_model_proto(bytes, origin);
   const int opset = default_opset(model, origin);
   const auto& gp = model.graph();
@@ -360,6 +387,14 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
         inline_if(n);
         continue;
       }
+      // A NonZero whose input is computed at run time: its output, computed by the
+      // caller between stages, enters as a graph input.
+      if (n.output_size() == 1 && bindings.staged.count(n.output(0)) &&
+          !(OnnxImporter::has_input(n, 0) && im.known(n.input(0)))) {
+        im.add_graph_input(n.output(0),
+                           graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
+        continue;
+      }
       // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
       if (found && fold_symbolic(im, n)) continue;
       auto convert = [&] { return spec.convert(im, n, attrs); };
@@ -408,6 +443,9 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       }
     } catch (const InputValueNeeded& e) {
       throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
+    } catch (const RunTimeValueNeeded& e) {
+      throw RunTimeValueNeeded(e.value(), e.output(), e.type(),
+                               origin + ": " + node_where(n, i) + ": " + e.what());
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
     } catch (const UserError& e) {

@@ -35,11 +35,46 @@ class InputValueNeeded : public UnsupportedError {
   std::string input_;
 };
 
-// The same with the values of some graph inputs fixed: they become load-time values and
-// leave the graph's inputs.
+// A node whose output's size depends on the values of a tensor computed at run time
+// (NonZero). Thrown by the loader naming that tensor, so a caller can compute it first (a
+// compiled stage of its own, onnx_prefix_model), evaluate the node on the host, and load
+// again with the node's output entering as a graph input of `type` (OnnxBindings::staged).
+class RunTimeValueNeeded : public UnsupportedError {
+ public:
+  RunTimeValueNeeded(std::string value, std::string output, TensorType type,
+                     const std::string& what)
+      : UnsupportedError(what),
+        value_(std::move(value)),
+        output_(std::move(output)),
+        type_(std::move(type)) {}
+  const std::string& value() const { return value_; }
+  const std::string& output() const { return output_; }
+  const TensorType& type() const { return type_; }
+
+ private:
+  std::string value_, output_;
+  TensorType type_;
+};
+
+struct OnnxBindings {
+  // Graph inputs fixed to these values: they become load-time values and leave the inputs.
+  std::map<std::string, Tensor> input_values;
+  // Outputs of RunTimeValueNeeded nodes, by ONNX name: each enters as a graph input (after
+  // the model's own) unless its node's input is known at load time.
+  std::map<std::string, TensorType> staged;
+};
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const std::filesystem::path& base_dir, const OnnxBindings& bindings);
+// The same with only input values bound.
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const std::filesystem::path& base_dir,
                        const std::map<std::string, Tensor>& input_values);
+
+// The model cut after the node producing `value`, with `value` its only output: what a
+// stage computing that tensor loads.
+std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
+                              const std::string& value);
 
 struct ModelInput {
   std::string name;

@@ -10,6 +10,8 @@
 #include <map>
 #include <tuple>
 
+#include "frontend/nonzero.h"
+#include "frontend/onnx_model.h"
 #include "frontend/onnx_tensor.h"
 #include "ops/broadcast.h"
 #include "ops/registry.h"
@@ -1528,11 +1530,16 @@ std::map<std::string, OnnxOpSpec> make_table() {
              [](OnnxImporter&, const onnx::NodeProto&, const Attrs&) -> Outs {
                throw InternalError("If reached its converter");
              }};
-  t["NonZero"] = {{}, nullptr, [](OnnxImporter&, const onnx::NodeProto&, const Attrs&) -> Outs {
-                    // Known inputs fold at load time (perform); others have no static size.
-                    throw UnsupportedError(
-                        "NonZero of a tensor known only at run time: its output size depends "
-                        "on the values, and kiln plans every size before a run");
+  t["NonZero"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) -> Outs {
+                    if (const Tensor* x = im.known(n.input(0)))
+                      return Outs{constant(im.graph(), nonzero_indices(*x))};
+                    const int rank = std::max(1, im.type_of(n, 0).rank());
+                    throw RunTimeValueNeeded(
+                        n.input(0), n.output(0), TensorType{DType::kInt64, {rank, kDynamic}},
+                        "NonZero of '" + n.input(0) +
+                            "', a tensor known only at run time: its output size depends on "
+                            "the values, so it is computed between compiled stages (kiln run "
+                            "and ModelFunction do this)");
                   }};
   t["GatherND"] = {
       {"batch_dims"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {

@@ -616,3 +616,107 @@ TEST(OnnxOps, IfWithALoadTimeConditionInlinesItsBranch) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Rows of `idx` (rank, count) as flat row-major positions in `shape`.
+std::vector<int64_t> flat_positions(const Tensor& idx, const Shape& shape) {
+  std::vector<int64_t> out;
+  const int64_t count = idx.shape()[1];
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      flat = flat * shape[d] + idx.load_int(static_cast<int64_t>(d) * count + k);
+    }
+    out.push_back(flat);
+  }
+  return out;
+}
+
+// NonZero of a tensor computed at run time: its count depends on the values, so the model
+// runs in stages (a prefix computes the mask, the host finds its indices, the rest takes them
+// as an input of dynamic size): one compiled module serves every count, zero included.
+TEST(NonZero, ComputedMasksRunInStagesWithOneModuleForEveryCount) {
+  // x[x > 0] * 2 as PyTorch exports it (NonZero -> Transpose -> GatherND), and the positions
+  // among those picked values that are not 1 (a NonZero after the first one's result).
+  ModelBuilder b;
+  b.input("x", {-1, 5});
+  b.initializer("zero", {}, {0.0F});
+  b.initializer("one", {}, {1.0F});
+  b.initializer("two", {}, {2.0F});
+  b.node("Greater", {"x", "zero"}, {"mask"});
+  b.node("NonZero", {"mask"}, {"idx"}, "pick");
+  b.node("Transpose", {"idx"}, {"idx_t"});
+  b.node("GatherND", {"x", "idx_t"}, {"vals"});
+  b.node("Mul", {"vals", "two"}, {"y"});
+  b.node("Sub", {"vals", "one"}, {"off"});
+  b.node("NonZero", {"off"}, {"not_one"}, "again");
+  b.output("y", {-2});
+  b.output("idx", {2, -2}, onnx::TensorProto::INT64);
+  b.output("not_one", {1, -3}, onnx::TensorProto::INT64);
+  const std::filesystem::path path =
+      std::filesystem::path(testing::temp_dir("nonzero")) / "mask.onnx";
+  std::ofstream(path, std::ios::binary) << b.bytes();
+
+  // Loaded directly, the loader names the node and the tensor it needs.
+  const std::string direct = error_message<UnsupportedError>([&] { load_onnx_model(path); });
+  EXPECT_NE(direct.find("node 1 'pick' (NonZero): NonZero of 'mask', a tensor known only at run "
+                        "time"),
+            std::string::npos)
+      << direct;
+
+  ModelFunction f(path);
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  // NaN and -0.0 are not > 0; 1.0 is picked by the mask but not by the second NonZero.
+  const std::vector<std::vector<float>> cases{
+      {1.0F, -2.0F, nan, -0.0F, 3.0F, 0.0F, inf, 1.0F, -inf, 0.5F, 2.0F, -1.0F, 7.0F, 1.0F, 0.25F},
+      {-1.0F, -0.0F, 0.0F, nan, -inf},  // nothing picked: counts of zero
+      {4.0F, 1.0F, 1.0F, 1.0F, 9.0F, 5.0F, 6.0F, 1.0F, 8.0F, 3.0F}};
+  for (const auto& values : cases) {
+    const int64_t rows = static_cast<int64_t>(values.size()) / 5;
+    std::vector<double> as_double(values.begin(), values.end());
+    Tensor x = Tensor::from_doubles(DType::kFloat32, {rows, 5}, as_double);
+    auto out = f({x});
+    ASSERT_EQ(out.size(), 3u);
+    std::vector<int64_t> want_pos, want_not_one;
+    std::vector<float> want_y;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!(values[i] > 0)) continue;
+      if (values[i] != 1.0F) want_not_one.push_back(static_cast<int64_t>(want_y.size()));
+      want_pos.push_back(static_cast<int64_t>(i));
+      want_y.push_back(values[i] * 2);
+    }
+    const auto count = static_cast<int64_t>(want_pos.size());
+    ASSERT_EQ(out[1].shape(), (Shape{2, count}));
+    EXPECT_EQ(flat_positions(out[1], {rows, 5}), want_pos);
+    ASSERT_EQ(out[0].shape(), (Shape{count}));
+    for (int64_t k = 0; k < count; ++k) EXPECT_EQ(out[0].load(k), want_y[static_cast<size_t>(k)]);
+    ASSERT_EQ(out[2].shape(), (Shape{1, static_cast<int64_t>(want_not_one.size())}));
+    EXPECT_EQ(flat_positions(out[2], {count}), want_not_one);
+  }
+  EXPECT_EQ(f.variants(), 1u);  // one module for every batch and count
+  EXPECT_TRUE(f.value_inputs().empty());
+
+  // A NonZero of a model input needs no prefix; of a known value, it folds at load time.
+  ModelBuilder c;
+  c.input("m", {2, -1}, onnx::TensorProto::INT32);
+  c.node("NonZero", {"m"}, {"where"});
+  c.output("where", {2, -1}, onnx::TensorProto::INT64);
+  c.initializer("k", {5}, {0.0F, 3.0F, -0.0F, nan, 0.0F});
+  c.node("NonZero", {"k"}, {"kept"});
+  c.output("kept", {1, 2}, onnx::TensorProto::INT64);
+  const std::filesystem::path direct_path =
+      std::filesystem::path(testing::temp_dir("nonzero")) / "input.onnx";
+  std::ofstream(direct_path, std::ios::binary) << c.bytes();
+  ModelFunction g(direct_path);
+  auto r = g({Tensor::from_doubles(DType::kInt32, {2, 3}, {0, 5, 0, -1, 0, 2})});
+  ASSERT_EQ(r[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(flat_positions(r[0], {2, 3}), (std::vector<int64_t>{1, 3, 5}));
+  ASSERT_EQ(r[1].shape(), (Shape{1, 2}));
+  EXPECT_EQ(flat_positions(r[1], {5}), (std::vector<int64_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace kiln

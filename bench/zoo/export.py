@@ -80,6 +80,23 @@ class Recurrent(nn.Module):
         return self.head(y)
 
 
+class Masked(nn.Module):
+    """Keeps the tokens whose gate score is positive and classifies them, as detection and
+    routing heads do (x[mask]: NonZero and GatherND in the export, a count known only when
+    the model runs)."""
+
+    def __init__(self, features=32, hidden=64):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, hidden), nn.GELU(),
+                                  nn.Linear(hidden, hidden))
+        self.gate = nn.Linear(hidden, 1)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h[self.gate(h).squeeze(-1) > 0])
+
+
 def vit_small():
     # A ViT-S/16-like encoder at 224x224 (torchvision's VisionTransformer, smaller widths).
     return torchvision.models.VisionTransformer(
@@ -105,10 +122,11 @@ MODELS = {
     "gpt_decoder": (lambda: Gpt(), lambda: torch.randint(0, 1000, (1, 128)), "ids"),
     "lstm": (lambda: Recurrent(nn.LSTM), lambda: torch.randn(1, 50, 32), "x"),
     "gru": (lambda: Recurrent(nn.GRU), lambda: torch.randn(1, 50, 32), "x"),
+    "masked": (lambda: Masked(), lambda: torch.randn(1, 50, 32), "x"),
 }
-# The speed comparison (run.py) covers these; the sequence models are checked for dynamic
-# axes (dynamic.py) and timed only when named.
-ZOO = [name for name in MODELS if name not in ("lstm", "gru")]
+# The speed comparison (run.py) covers these; the sequence and masked models are checked for
+# dynamic axes (dynamic.py) and timed only when named.
+ZOO = [name for name in MODELS if name not in ("lstm", "gru", "masked")]
 
 
 def randomize_batchnorm(model, gen):
