@@ -1,0 +1,117 @@
+"""Graphs built in code, mirroring kiln's C++ builder (ops/builders.h):
+
+    from kiln import graph as kg
+    g = kg.Graph("mlp")
+    x = g.input("x", "float32", [None, 784])     # None: known only at run time
+    w = g.parameter(np.ones((784, 10), np.float32), "w")
+    g.set_outputs([kg.softmax(kg.relu(x @ w))])
+    f = kiln.compile(g)
+
+Every call runs the op's type inference at once, so a mismatch raises where it was made.
+Any kiln op is reachable by name through apply(op, inputs, **props).
+"""
+from ._kiln import Graph, Var
+from ._kiln import apply as _apply
+
+__all__ = ["Graph", "Var", "apply"]
+
+
+def apply(op, inputs, **props):
+    """Applies kiln op `op` to `inputs` (Vars) with props; one output is returned as a Var,
+    several as a list."""
+    outs = _apply(op, list(inputs), **props)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _unary(op):
+    def f(x, **props):
+        return apply(op, [x], **props)
+    f.__name__ = op
+    f.__doc__ = f"kiln op '{op}' on one input."
+    return f
+
+
+def _binary(op):
+    def f(a, b):
+        return apply(op, [a, b])
+    f.__name__ = op
+    f.__doc__ = f"kiln op '{op}' on two inputs (broadcasting)."
+    return f
+
+
+_UNARY = ["neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "reciprocal", "sin",
+          "cos", "tanh", "sigmoid", "relu", "softplus", "erf", "gelu", "floor", "ceil", "round",
+          "logical_not"]
+_BINARY = ["add", "sub", "mul", "div", "pow", "mod", "maximum", "minimum", "lt", "le", "gt",
+           "ge", "eq", "ne", "logical_and", "logical_or", "matmul"]
+for _op in _UNARY:
+    globals()[_op] = _unary(_op)
+for _op in _BINARY:
+    globals()[_op] = _binary(_op)
+__all__ += _UNARY + _BINARY
+
+
+def leaky_relu(x, alpha=0.01):
+    return apply("leaky_relu", [x], alpha=float(alpha))
+
+
+def elu(x, alpha=1.0):
+    return apply("elu", [x], alpha=float(alpha))
+
+
+def where(cond, a, b):
+    return apply("where", [cond, a, b])
+
+
+def cast(x, dtype):
+    return apply("cast", [x], to=dtype)
+
+
+def _reduce(op):
+    def f(x, axes=(), keepdims=False):
+        return apply(op, [x], axes=[int(a) for a in axes], keepdims=int(bool(keepdims)))
+    f.__name__ = op
+    return f
+
+
+sum = _reduce("reduce_sum")
+mean = _reduce("reduce_mean")
+max = _reduce("reduce_max")
+min = _reduce("reduce_min")
+prod = _reduce("reduce_prod")
+
+
+def transpose(x, perm=()):
+    return apply("transpose", [x], perm=[int(p) for p in perm])
+
+
+def reshape(x, shape):
+    return apply("reshape", [x], shape=[int(d) for d in shape])
+
+
+def flatten(x, axis=1):
+    return apply("flatten", [x], axis=int(axis))
+
+
+def concat(xs, axis):
+    return apply("concat", list(xs), axis=int(axis))
+
+
+def softmax(x, axis=-1):
+    return apply("softmax", [x], axis=int(axis))
+
+
+def log_softmax(x, axis=-1):
+    return apply("log_softmax", [x], axis=int(axis))
+
+
+def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    ins = [a, b] + ([c] if c is not None else [])
+    props = dict(alpha=float(alpha), transA=int(trans_a), transB=int(trans_b))
+    if c is not None:
+        props["beta"] = float(beta)
+    return apply("gemm", ins, **props)
+
+
+__all__ += ["leaky_relu", "elu", "where", "cast", "sum", "mean", "max", "min", "prod",
+            "transpose", "reshape", "flatten", "concat", "softmax", "log_softmax", "gemm"]

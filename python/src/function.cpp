@@ -1,0 +1,137 @@
+// kiln.compile's native half: a model file (through ModelFunction, so models built per
+// input value and staged NonZero work too) or a graph compiled through the kernel cache, called
+// with arrays; the GIL is released while a function runs.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+
+#include "compiler/compile.h"
+#include "frontend/model_function.h"
+#include "frontend/model_loader.h"
+#include "python/src/bindings.h"
+#include "python/src/graph_handle.h"
+#include "util/error.h"
+
+namespace kiln::python {
+namespace {
+
+struct PyFunction {
+  std::shared_ptr<ModelFunction> model;  // compiled from a file
+  std::shared_ptr<Function> function;    // compiled from a graph
+  std::shared_ptr<std::mutex> model_mutex = std::make_shared<std::mutex>();
+
+  const Function& current() const { return model ? model->function() : *function; }
+  std::vector<std::string> input_names() const {
+    if (!model) return function->input_names();
+    std::vector<std::string> out;
+    for (const ModelInput& in : model->inputs()) out.push_back(in.name);
+    return out;
+  }
+};
+
+CompileOptions options_of(const std::string& device, const std::optional<std::string>& passes) {
+  CompileOptions o;
+  o.device = device;
+  if (passes) o.passes = *passes;
+  return o;
+}
+
+nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
+  const std::vector<std::string> names = self.input_names();
+  if (args.size() > names.size()) {
+    throw UserError(std::to_string(args.size()) + " inputs given, the function takes " +
+                    std::to_string(names.size()) + " (" + [&] {
+                      std::string s;
+                      for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+                      return s;
+                    }() + ")");
+  }
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = tensor_from_python(args[i]);
+  for (auto [key, value] : kwargs) {
+    const std::string name = nb::cast<std::string>(key);
+    if (inputs.count(name)) throw UserError("input '" + name + "' given twice");
+    inputs[name] = tensor_from_python(value);
+  }
+  std::vector<Tensor> outputs;
+  {
+    nb::gil_scoped_release release;
+    if (self.model) {
+      std::lock_guard lock(*self.model_mutex);  // ModelFunction builds variants as calls come
+      outputs = self.model->run(inputs);
+    } else {
+      outputs = self.function->run(inputs);
+    }
+    inputs.clear();  // the producers' memory is released with the GIL held (nanobind does)
+  }
+  nb::list out;
+  for (Tensor& t : outputs) out.append(tensor_to_python(std::move(t)));
+  return out;
+}
+
+Graph graph_of(nb::handle path_or_graph) {
+  if (nb::isinstance<PyGraph>(path_or_graph)) {
+    throw InternalError("graph_of is for paths");  // callers handle graphs
+  }
+  const std::string path = nb::cast<std::string>(nb::str(path_or_graph));
+  nb::gil_scoped_release release;
+  return load_model(path);
+}
+
+}  // namespace
+
+void bind_function(nb::module_& m) {
+  nb::class_<PyFunction>(m, "Function", "A compiled model or graph: call it with arrays.")
+      .def("__call__", &call)
+      .def_prop_ro("input_names", &PyFunction::input_names)
+      .def_prop_ro("output_names",
+                   [](const PyFunction& f) { return f.current().output_names(); })
+      .def_prop_ro("cache_status",
+                   [](const PyFunction& f) { return std::string(to_string(f.current().info().cache)); })
+      .def_prop_ro("key", [](const PyFunction& f) { return f.current().info().key; })
+      .def_prop_ro("source_path",
+                   [](const PyFunction& f) { return f.current().info().source_path.string(); })
+      .def_prop_ro("compile_ms", [](const PyFunction& f) {
+        const PhaseTimes& t = f.current().info().times;
+        return t.key_ms + t.lookup_ms + t.rewrite_ms + t.codegen_ms + t.compile_ms + t.load_ms +
+               t.prepare_ms;
+      });
+
+  m.def(
+      "compile_path",
+      [](const std::string& path, const std::string& device, std::optional<std::string> passes) {
+        PyFunction f;
+        nb::gil_scoped_release release;
+        f.model = std::make_shared<ModelFunction>(path, options_of(device, passes));
+        return f;
+      },
+      nb::arg("path"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+  m.def(
+      "compile_graph",
+      [](const PyGraph& g, const std::string& device, std::optional<std::string> passes) {
+        PyFunction f;
+        nb::gil_scoped_release release;
+        f.function = std::make_shared<Function>(compile(*g.graph, options_of(device, passes)));
+        return f;
+      },
+      nb::arg("graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+  m.def(
+      "source",
+      [](nb::handle path_or_graph, const std::string& device, std::optional<std::string> passes) {
+        const CompileOptions o = options_of(device, passes);
+        if (nb::isinstance<PyGraph>(path_or_graph)) {
+          const PyGraph& g = nb::cast<const PyGraph&>(path_or_graph);
+          nb::gil_scoped_release release;
+          return generate_source(*g.graph, o);
+        }
+        Graph g = graph_of(path_or_graph);
+        nb::gil_scoped_release release;
+        return generate_source(g, o);
+      },
+      nb::arg("path_or_graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+}
+
+}  // namespace kiln::python

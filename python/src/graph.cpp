@@ -1,0 +1,150 @@
+// kiln.graph's native half: the C++ builder (ops/builders.h) from Python. Every call runs
+// the op's type inference at once, so a mismatch raises where it was made.
+#include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/src/bindings.h"
+#include "python/src/graph_handle.h"
+#include "util/error.h"
+
+namespace kiln::python {
+namespace {
+
+DType dtype_arg(const std::string& name) {
+  auto d = dtype_from_name(name);
+  if (!d) throw UserError("unknown dtype '" + name + "'");
+  return *d;
+}
+
+PyVar wrap(const PyGraph& g, Var v) { return PyVar{g.graph, v}; }
+PyVar wrap(const PyVar& like, Var v) { return PyVar{like.graph, v}; }
+
+// Python values as op props: int, float, str, or lists of ints / floats.
+AttrValue attr_of(const std::string& name, nb::handle v) {
+  if (nb::isinstance<nb::bool_>(v) || nb::isinstance<nb::int_>(v)) return nb::cast<int64_t>(v);
+  if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
+  if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
+  if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+    bool floats = false;
+    for (nb::handle e : v) floats = floats || nb::isinstance<nb::float_>(e);
+    if (floats) return nb::cast<std::vector<double>>(v);
+    return nb::cast<std::vector<int64_t>>(v);
+  }
+  throw UserError("prop '" + name + "': expected an int, float, str or a list of them, got " +
+                  std::string(nb::type_name(v.type()).c_str()));
+}
+
+Var operand(const PyVar& like, nb::handle other) {
+  if (nb::isinstance<PyVar>(other)) return nb::cast<const PyVar&>(other).var;
+  return scalar(*like.graph, like.var.dtype(), nb::cast<double>(other));
+}
+
+std::vector<int64_t> dims_arg(const std::vector<std::optional<int64_t>>& dims) {
+  std::vector<int64_t> out;
+  for (const auto& d : dims) out.push_back(d ? *d : kDynamic);  // None: dynamic
+  return out;
+}
+
+}  // namespace
+
+void bind_graph(nb::module_& m) {
+  nb::class_<PyGraph>(m, "Graph", "A kiln graph under construction.")
+      .def("__init__",
+           [](PyGraph* self, const std::string& name) {
+             new (self) PyGraph{std::make_shared<Graph>(name)};
+           },
+           nb::arg("name") = "graph")
+      .def("input",
+           [](const PyGraph& g, const std::string& name, const std::string& dtype,
+              const std::vector<std::optional<int64_t>>& dims) {
+             return wrap(g, input(*g.graph, name, dtype_arg(dtype), dims_arg(dims)));
+           },
+           nb::arg("name"), nb::arg("dtype"), nb::arg("shape"),
+           "A graph input; None in the shape is a dimension known only at run time.")
+      .def("constant",
+           [](const PyGraph& g, nb::handle value, const std::string& name) {
+             return wrap(g, constant(*g.graph, tensor_from_python(value).clone(), name));
+           },
+           nb::arg("value"), nb::arg("name") = "",
+           "A constant of the program (its value is in the code and the cache key).")
+      .def("parameter",
+           [](const PyGraph& g, nb::handle value, const std::string& name) {
+             return wrap(g, parameter(*g.graph, tensor_from_python(value).clone(), name));
+           },
+           nb::arg("value"), nb::arg("name"),
+           "A weight: bound when the function runs, never in the code or the key.")
+      .def("scalar",
+           [](const PyGraph& g, double value, const std::string& dtype) {
+             return wrap(g, scalar(*g.graph, dtype_arg(dtype), value));
+           },
+           nb::arg("value"), nb::arg("dtype") = "float32")
+      .def("set_outputs",
+           [](const PyGraph& g, const std::vector<PyVar>& outs) {
+             std::vector<Variable*> vars;
+             for (const PyVar& v : outs) {
+               if (v.graph != g.graph) throw UserError("an output belongs to another graph");
+               vars.push_back(v.var.var());
+             }
+             g.graph->set_outputs(vars);
+           })
+      .def_prop_ro("name", [](const PyGraph& g) { return g.graph->name(); })
+      .def("__repr__", [](const PyGraph& g) {
+        return "kiln.graph.Graph('" + g.graph->name() + "', " +
+               std::to_string(g.graph->nodes().size()) + " nodes)";
+      });
+
+  nb::class_<PyVar>(m, "Var", "A value of a graph: an input, a constant or an op's output.")
+      .def_prop_ro("dtype", [](const PyVar& v) { return std::string(dtype_name(v.var.dtype())); })
+      .def_prop_ro("shape",
+                   [](const PyVar& v) {
+                     nb::list out;
+                     for (int64_t d : v.var.type().dims) {
+                       if (d == kDynamic) {
+                         out.append(nb::none());
+                       } else {
+                         out.append(d);
+                       }
+                     }
+                     return nb::tuple(out);
+                   })
+      .def_prop_ro("ndim", [](const PyVar& v) { return v.var.rank(); })
+      .def("__add__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var + operand(a, b)); })
+      .def("__radd__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) + a.var); })
+      .def("__sub__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var - operand(a, b)); })
+      .def("__rsub__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) - a.var); })
+      .def("__mul__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var * operand(a, b)); })
+      .def("__rmul__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) * a.var); })
+      .def("__truediv__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var / operand(a, b)); })
+      .def("__rtruediv__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) / a.var); })
+      .def("__matmul__", [](const PyVar& a, const PyVar& b) { return wrap(a, matmul(a.var, b.var)); })
+      .def("__neg__", [](const PyVar& a) { return wrap(a, -a.var); })
+      .def("__repr__", [](const PyVar& v) {
+        return "kiln.graph.Var(" + v.var.var()->name + ": " + v.var.type().to_string() + ")";
+      });
+
+  m.def(
+      "apply",
+      [](const std::string& op, const std::vector<PyVar>& inputs, nb::kwargs props) {
+        if (inputs.empty()) throw UserError("op '" + op + "' needs at least one input");
+        Attrs attrs;
+        for (auto [k, v] : props) {
+          const std::string key = nb::cast<std::string>(k);
+          attrs[key] = attr_of(key, v);
+        }
+        std::vector<Var> vars;
+        for (const PyVar& v : inputs) {
+          if (v.graph != inputs[0].graph) throw UserError("op '" + op + "': inputs from two graphs");
+          vars.push_back(v.var);
+        }
+        std::vector<Var> outs = apply_multi(op, vars, attrs);
+        nb::list result;
+        for (Var& o : outs) result.append(wrap(inputs[0], o));
+        return result;
+      },
+      nb::arg("op"), nb::arg("inputs"), nb::arg("props"),
+      "Applies any kiln op by name with props; returns its outputs.");
+}
+
+}  // namespace kiln::python
