@@ -43,11 +43,13 @@ nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
   const std::vector<std::string> names = self.input_names();
   if (args.size() > names.size()) {
     throw UserError(std::to_string(args.size()) + " inputs given, the function takes " +
-                    std::to_string(names.size()) + " (" + [&] {
+                    std::to_string(names.size()) + " (" +
+                    [&] {
                       std::string s;
                       for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
                       return s;
-                    }() + ")");
+                    }() +
+                    ")");
   }
   std::map<std::string, Tensor> inputs;
   for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = tensor_from_python(args[i]);
@@ -87,10 +89,10 @@ void bind_function(nb::module_& m) {
   nb::class_<PyFunction>(m, "Function", "A compiled model or graph: call it with arrays.")
       .def("__call__", &call)
       .def_prop_ro("input_names", &PyFunction::input_names)
-      .def_prop_ro("output_names",
-                   [](const PyFunction& f) { return f.current().output_names(); })
-      .def_prop_ro("cache_status",
-                   [](const PyFunction& f) { return std::string(to_string(f.current().info().cache)); })
+      .def_prop_ro("output_names", [](const PyFunction& f) { return f.current().output_names(); })
+      .def_prop_ro(
+          "cache_status",
+          [](const PyFunction& f) { return std::string(to_string(f.current().info().cache)); })
       .def_prop_ro("key", [](const PyFunction& f) { return f.current().info().key; })
       .def_prop_ro("source_path",
                    [](const PyFunction& f) { return f.current().info().source_path.string(); })

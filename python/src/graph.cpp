@@ -51,35 +51,40 @@ std::vector<int64_t> dims_arg(const std::vector<std::optional<int64_t>>& dims) {
 
 void bind_graph(nb::module_& m) {
   nb::class_<PyGraph>(m, "Graph", "A kiln graph under construction.")
-      .def("__init__",
-           [](PyGraph* self, const std::string& name) {
-             new (self) PyGraph{std::make_shared<Graph>(name)};
-           },
-           nb::arg("name") = "graph")
-      .def("input",
-           [](const PyGraph& g, const std::string& name, const std::string& dtype,
-              const std::vector<std::optional<int64_t>>& dims) {
-             return wrap(g, input(*g.graph, name, dtype_arg(dtype), dims_arg(dims)));
-           },
-           nb::arg("name"), nb::arg("dtype"), nb::arg("shape"),
-           "A graph input; None in the shape is a dimension known only at run time.")
-      .def("constant",
-           [](const PyGraph& g, nb::handle value, const std::string& name) {
-             return wrap(g, constant(*g.graph, tensor_from_python(value).clone(), name));
-           },
-           nb::arg("value"), nb::arg("name") = "",
-           "A constant of the program (its value is in the code and the cache key).")
-      .def("parameter",
-           [](const PyGraph& g, nb::handle value, const std::string& name) {
-             return wrap(g, parameter(*g.graph, tensor_from_python(value).clone(), name));
-           },
-           nb::arg("value"), nb::arg("name"),
-           "A weight: bound when the function runs, never in the code or the key.")
-      .def("scalar",
-           [](const PyGraph& g, double value, const std::string& dtype) {
-             return wrap(g, scalar(*g.graph, dtype_arg(dtype), value));
-           },
-           nb::arg("value"), nb::arg("dtype") = "float32")
+      .def(
+          "__init__",
+          [](PyGraph* self, const std::string& name) {
+            new (self) PyGraph{std::make_shared<Graph>(name)};
+          },
+          nb::arg("name") = "graph")
+      .def(
+          "input",
+          [](const PyGraph& g, const std::string& name, const std::string& dtype,
+             const std::vector<std::optional<int64_t>>& dims) {
+            return wrap(g, input(*g.graph, name, dtype_arg(dtype), dims_arg(dims)));
+          },
+          nb::arg("name"), nb::arg("dtype"), nb::arg("shape"),
+          "A graph input; None in the shape is a dimension known only at run time.")
+      .def(
+          "constant",
+          [](const PyGraph& g, nb::handle value, const std::string& name) {
+            return wrap(g, constant(*g.graph, tensor_from_python(value).clone(), name));
+          },
+          nb::arg("value"), nb::arg("name") = "",
+          "A constant of the program (its value is in the code and the cache key).")
+      .def(
+          "parameter",
+          [](const PyGraph& g, nb::handle value, const std::string& name) {
+            return wrap(g, parameter(*g.graph, tensor_from_python(value).clone(), name));
+          },
+          nb::arg("value"), nb::arg("name"),
+          "A weight: bound when the function runs, never in the code or the key.")
+      .def(
+          "scalar",
+          [](const PyGraph& g, double value, const std::string& dtype) {
+            return wrap(g, scalar(*g.graph, dtype_arg(dtype), value));
+          },
+          nb::arg("value"), nb::arg("dtype") = "float32")
       .def("set_outputs",
            [](const PyGraph& g, const std::vector<PyVar>& outs) {
              std::vector<Variable*> vars;
@@ -116,9 +121,12 @@ void bind_graph(nb::module_& m) {
       .def("__rsub__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) - a.var); })
       .def("__mul__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var * operand(a, b)); })
       .def("__rmul__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) * a.var); })
-      .def("__truediv__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var / operand(a, b)); })
-      .def("__rtruediv__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) / a.var); })
-      .def("__matmul__", [](const PyVar& a, const PyVar& b) { return wrap(a, matmul(a.var, b.var)); })
+      .def("__truediv__",
+           [](const PyVar& a, nb::handle b) { return wrap(a, a.var / operand(a, b)); })
+      .def("__rtruediv__",
+           [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) / a.var); })
+      .def("__matmul__",
+           [](const PyVar& a, const PyVar& b) { return wrap(a, matmul(a.var, b.var)); })
       .def("__neg__", [](const PyVar& a) { return wrap(a, -a.var); })
       .def("__repr__", [](const PyVar& v) {
         return "kiln.graph.Var(" + v.var.var()->name + ": " + v.var.type().to_string() + ")";
@@ -135,7 +143,8 @@ void bind_graph(nb::module_& m) {
         }
         std::vector<Var> vars;
         for (const PyVar& v : inputs) {
-          if (v.graph != inputs[0].graph) throw UserError("op '" + op + "': inputs from two graphs");
+          if (v.graph != inputs[0].graph)
+            throw UserError("op '" + op + "': inputs from two graphs");
           vars.push_back(v.var);
         }
         std::vector<Var> outs = apply_multi(op, vars, attrs);

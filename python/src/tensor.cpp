@@ -30,19 +30,32 @@ struct PyTensor {
 
 DLDataType dl_dtype(DType d) {
   switch (d) {
-    case DType::kBool: return {kDLBool, 8, 1};
-    case DType::kInt8: return {kDLInt, 8, 1};
-    case DType::kInt16: return {kDLInt, 16, 1};
-    case DType::kInt32: return {kDLInt, 32, 1};
-    case DType::kInt64: return {kDLInt, 64, 1};
-    case DType::kUInt8: return {kDLUInt, 8, 1};
-    case DType::kUInt16: return {kDLUInt, 16, 1};
-    case DType::kUInt32: return {kDLUInt, 32, 1};
-    case DType::kUInt64: return {kDLUInt, 64, 1};
-    case DType::kFloat16: return {kDLFloat, 16, 1};
-    case DType::kBFloat16: return {kDLBfloat, 16, 1};
-    case DType::kFloat32: return {kDLFloat, 32, 1};
-    case DType::kFloat64: return {kDLFloat, 64, 1};
+    case DType::kBool:
+      return {kDLBool, 8, 1};
+    case DType::kInt8:
+      return {kDLInt, 8, 1};
+    case DType::kInt16:
+      return {kDLInt, 16, 1};
+    case DType::kInt32:
+      return {kDLInt, 32, 1};
+    case DType::kInt64:
+      return {kDLInt, 64, 1};
+    case DType::kUInt8:
+      return {kDLUInt, 8, 1};
+    case DType::kUInt16:
+      return {kDLUInt, 16, 1};
+    case DType::kUInt32:
+      return {kDLUInt, 32, 1};
+    case DType::kUInt64:
+      return {kDLUInt, 64, 1};
+    case DType::kFloat16:
+      return {kDLFloat, 16, 1};
+    case DType::kBFloat16:
+      return {kDLBfloat, 16, 1};
+    case DType::kFloat32:
+      return {kDLFloat, 32, 1};
+    case DType::kFloat64:
+      return {kDLFloat, 64, 1};
   }
   throw InternalError("dtype without a DLPack code");
 }
@@ -115,8 +128,9 @@ nb::object dlpack(const PyTensor& self, nb::object stream, nb::object max_versio
   }
   // A legacy capsule cannot say read-only: refuse rather than hand out writable memory.
   if (self.read_only)
-    throw nb::buffer_error("kiln.Tensor is read-only; legacy DLPack cannot mark it so (ask "
-                           "for max_version=(1, 0))");
+    throw nb::buffer_error(
+        "kiln.Tensor is read-only; legacy DLPack cannot mark it so (ask "
+        "for max_version=(1, 0))");
   auto* m = new DLManagedTensor{};
   fill(m, self.tensor);
   return nb::steal(PyCapsule_New(m, "dltensor", capsule_destructor<DLManagedTensor>));
@@ -184,11 +198,13 @@ void bind_tensor(nb::module_& m) {
                      for (int64_t d : t.tensor.strides()) out.append(d);
                      return nb::tuple(out);
                    })
-      .def_prop_ro("dtype", [](const PyTensor& t) { return std::string(dtype_name(t.tensor.dtype())); })
+      .def_prop_ro("dtype",
+                   [](const PyTensor& t) { return std::string(dtype_name(t.tensor.dtype())); })
       .def_prop_ro("ndim", [](const PyTensor& t) { return t.tensor.ndim(); })
       .def_prop_ro("read_only", [](const PyTensor& t) { return t.read_only; })
-      .def("set_read_only", [](PyTensor& t) { t.read_only = true; },
-           "From now on, exports carry DLPack's read-only flag (legacy capsules are refused).")
+      .def(
+          "set_read_only", [](PyTensor& t) { t.read_only = true; },
+          "From now on, exports carry DLPack's read-only flag (legacy capsules are refused).")
       .def("__dlpack__", &dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
            nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(),
            nb::arg("copy") = nb::none())
@@ -196,25 +212,29 @@ void bind_tensor(nb::module_& m) {
            [](const PyTensor& t) {
              return std::make_pair(t.tensor.storage()->on_device() ? int(kDLCUDA) : int(kDLCPU), 0);
            })
-      .def("__array__",
-           [](nb::handle self, nb::object dtype, nb::object copy) {
-             nb::object np = nb::module_::import_("numpy");
-             nb::object a = np.attr("from_dlpack")(self);
-             if (!dtype.is_none()) a = a.attr("astype")(dtype, "copy"_a = false);
-             if (!copy.is_none() && nb::cast<bool>(copy)) a = a.attr("copy")();
-             return a;
-           },
-           nb::arg("dtype") = nb::none(), nb::kw_only(), nb::arg("copy") = nb::none())
+      .def(
+          "__array__",
+          [](nb::handle self, nb::object dtype, nb::object copy) {
+            nb::object np = nb::module_::import_("numpy");
+            nb::object a = np.attr("from_dlpack")(self);
+            if (!dtype.is_none()) a = a.attr("astype")(dtype, "copy"_a = false);
+            if (!copy.is_none() && nb::cast<bool>(copy)) a = a.attr("copy")();
+            return a;
+          },
+          nb::arg("dtype") = nb::none(), nb::kw_only(), nb::arg("copy") = nb::none())
       .def("__len__",
            [](const PyTensor& t) {
              if (t.tensor.ndim() == 0) throw nb::type_error("len() of a 0-d kiln.Tensor");
              return t.tensor.shape()[0];
            })
-      .def("__repr__", [](const PyTensor& t) { return "kiln.Tensor(" + t.tensor.describe() + ")"; });
-  m.def("_as_tensor", [](nb::handle obj) { return tensor_to_python(tensor_from_python(obj)); },
-        "Views an array as a kiln.Tensor (sharing memory where the layout allows).");
-  m.def("_live_exports", [] { return live_exports.load(); },
-        "DLPack capsules kiln handed out whose deleter has not run yet.");
+      .def("__repr__",
+           [](const PyTensor& t) { return "kiln.Tensor(" + t.tensor.describe() + ")"; });
+  m.def(
+      "_as_tensor", [](nb::handle obj) { return tensor_to_python(tensor_from_python(obj)); },
+      "Views an array as a kiln.Tensor (sharing memory where the layout allows).");
+  m.def(
+      "_live_exports", [] { return live_exports.load(); },
+      "DLPack capsules kiln handed out whose deleter has not run yet.");
 }
 
 }  // namespace kiln::python
