@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "compiler/compile.h"
@@ -102,6 +103,21 @@ void bind_function(nb::module_& m) {
                t.prepare_ms;
       });
 
+  m.def(
+      "_native_call_seconds",
+      [](PyFunction& f, nb::args args, int calls) {
+        // The same calls from C++, for the Python call overhead benchmark (bench/python).
+        std::vector<Tensor> inputs;
+        for (nb::handle a : args) inputs.push_back(tensor_from_python(a));
+        nb::gil_scoped_release release;
+        const Function& fn = f.current();
+        fn(inputs);
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) fn(inputs);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+               calls;
+      },
+      nb::arg("f"), nb::arg("args"), nb::arg("calls"));
   m.def(
       "compile_path",
       [](const std::string& path, const std::string& device, std::optional<std::string> passes) {
