@@ -5,8 +5,8 @@ from torchvision plus a ViT and a GPT-style decoder, with seeded random weights,
 
 Needs PyTorch and torchvision (PyPI), which kiln itself does not: keep them in a virtual
 environment outside the checkout, e.g.
-    python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install torch torchvision onnx
-    ~/venv-torch/bin/python bench/zoo/export.py
+    bash scripts/setup    # PyTorch in ~/.cache/kiln-python ($KILN_TORCH_VENV)
+    ~/.cache/kiln-python/bin/python bench/zoo/export.py
 
 Each model is written as NAME.onnx with NAME.input.npy (a seeded input) and
 NAME.expected.npy (PyTorch's output for it), so a runner can cross-check without torch.

@@ -75,11 +75,7 @@ nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
   return out;
 }
 
-Graph graph_of(nb::handle path_or_graph) {
-  if (nb::isinstance<PyGraph>(path_or_graph)) {
-    throw InternalError("graph_of is for paths");  // callers handle graphs
-  }
-  const std::string path = nb::cast<std::string>(nb::str(path_or_graph));
+Graph load_path(const std::string& path) {
   nb::gil_scoped_release release;
   return load_model(path);
 }
@@ -105,7 +101,7 @@ void bind_function(nb::module_& m) {
 
   m.def(
       "_native_call_seconds",
-      [](PyFunction& f, nb::args args, int calls) {
+      [](PyFunction& f, nb::tuple args, int calls) {
         // The same calls from C++, for the Python call overhead benchmark (bench/python).
         std::vector<Tensor> inputs;
         for (nb::handle a : args) inputs.push_back(tensor_from_python(a));
@@ -145,7 +141,7 @@ void bind_function(nb::module_& m) {
           nb::gil_scoped_release release;
           return generate_source(*g.graph, o);
         }
-        Graph g = graph_of(path_or_graph);
+        Graph g = load_path(nb::cast<std::string>(path_or_graph));
         nb::gil_scoped_release release;
         return generate_source(g, o);
       },

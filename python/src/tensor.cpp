@@ -160,7 +160,6 @@ Tensor tensor_from_python(nb::handle obj) {
   for (size_t i = 0; i < a.ndim(); ++i) {
     shape[i] = static_cast<int64_t>(a.shape(i));
     strides[i] = a.stride(i);
-    if (shape[i] == 0) lo = hi = 0;
   }
   bool empty = false;
   for (int64_t d : shape) empty = empty || d == 0;

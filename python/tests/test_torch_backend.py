@@ -56,7 +56,7 @@ CASES = {
                     + F.hardtanh(a) + F.relu6(a) + F.hardswish(a) + F.hardsigmoid(a), (x34,)),
     "logical_not": (lambda a: torch.logical_not(a > 0).float(), (x34,)),
     "views": (lambda a: a.view(4, 3).permute(1, 0).reshape(12).unsqueeze(0).expand(2, 12)
-              .squeeze(0 if False else 1 - 1).clone(), (x34,)),
+              .squeeze(0).clone(), (x34,)),
     "cat_slice_select": (lambda a: torch.cat([a[:, 1:3], a[1:, ::2].sum(0, keepdim=True).expand(3, 2)], 1)
                          + a.select(1, 2).unsqueeze(1), (x34,)),
     "to_copy": (lambda a: (a > 0).to(torch.float32) + a.to(torch.float64).to(torch.float32), (x34,)),
