@@ -12,6 +12,19 @@
 
 namespace kiln {
 
+class Graph;
+struct Node;
+struct Variable;
+
+// What an op's grad hook receives: the node, the gradient of the cost with respect to each
+// of its outputs (null: that output's gradient is zero), and which inputs need a gradient.
+struct GradArgs {
+  Graph& graph;
+  const Node& node;
+  std::vector<Variable*> output_grads;
+  std::vector<bool> wanted;
+};
+
 class Op {
  public:
   Op(std::string name, Attrs props) : name_(std::move(name)), props_(std::move(props)) {}
@@ -42,6 +55,11 @@ class Op {
   virtual double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
     return 0;
   }
+  // Vector-Jacobian product (autodiff, rewrite/grad.h): new nodes in args.graph computing,
+  // per input, the gradient of the cost with respect to it (the input's type), or null for
+  // an input whose gradient is zero or not wanted. Throws UserError (not_differentiable(),
+  // graph/gradient.h) for a wanted input the op cannot differentiate. Default: no gradient.
+  virtual std::vector<Variable*> grad(const GradArgs& args) const;
   // Version of the code this op emits; nullopt means "never cache across processes".
   virtual std::optional<int> cache_version() const { return std::nullopt; }
 

@@ -16,6 +16,12 @@ struct TensorType {
 
   int rank() const { return static_cast<int>(dims.size()); }
   bool operator==(const TensorType&) const = default;
+  bool is_static() const {
+    for (int64_t d : dims) {
+      if (d == kDynamic) return false;
+    }
+    return true;
+  }
   std::string to_string() const;  // "float32 (?, 256)"
   // True when a concrete shape fits: same rank, equal wherever a dimension is known.
   bool accepts(const std::vector<int64_t>& shape) const;

@@ -10,6 +10,7 @@ namespace kiln {
 class Conv : public COp {
  public:
   explicit Conv(Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;

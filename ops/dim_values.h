@@ -19,6 +19,7 @@ class DimValuesBase : public COp {
  public:
   DimValuesBase(std::string name, Attrs props, const std::vector<std::string>& known,
                 const std::vector<std::string>& expr_props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::optional<int> cache_version() const override { return 1; }
 
  protected:

@@ -3,6 +3,8 @@
 
 #include "ctemplate/template.h"
 #include "ops/broadcast.h"
+#include "ops/derivative.h"
+#include "ops/grad_support.h"
 #include "ops/elementwise_loop.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -187,6 +189,38 @@ CudaCode Elementwise::cuda_code(const Node& node, const CodeNames& names, const 
   return cuda_elementwise(node, names, sub, {},
                           scalar_expr(data_dtype(dts), node.outputs[0]->type.dtype),
                           uses_math_prelude(def_));
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+std::vector<Variable*> Elementwise::grad(const GradArgs& args) const {
+  const size_t n = args.node.inputs.size();
+  std::vector<Variable*> out(n, nullptr);
+  if (def_.derivative.empty()) {
+    Op::grad(args);  // throws for any wanted input
+    return out;
+  }
+  Var g = grad_of_out(args, 0);
+  if (cast_to_) {
+    // A float -> float conversion passes the gradient back in the input's dtype.
+    Var x = grad_in(args, 0);
+    if (args.wanted[0]) out[0] = cast(g, x.dtype()).var();
+    return out;
+  }
+  DerivativeEnv env{g, grad_out(args, 0), {}, {}};
+  for (size_t i = 0; i < n; ++i) env.x.push_back(grad_in(args, static_cast<int>(i)));
+  for (size_t i = 0; i < def_.params.size(); ++i) env.params[std::string(def_.params[i].name)] = params_[i];
+  const auto exprs = split_derivatives(def_.derivative);
+  check_internal(exprs.size() == n, name() + ": the derivative column lists " +
+                                        std::to_string(exprs.size()) + " inputs, the op has " +
+                                        std::to_string(n));
+  for (size_t i = 0; i < n; ++i) {
+    if (!args.wanted[i] || exprs[i] == "0") continue;
+    out[i] = sum_to(build_derivative(exprs[i], env), env.x[i]).var();
+  }
+  return out;
 }
 
 }  // namespace kiln

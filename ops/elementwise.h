@@ -15,6 +15,8 @@ class Elementwise : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 7; }
+  // From the table's derivative column (ops/derivative.h); cast converts the gradient back.
+  std::vector<Variable*> grad(const GradArgs& args) const override;
 
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node&) const override { return true; }

@@ -9,6 +9,7 @@ namespace kiln {
 class Reduce : public COp {
  public:
   Reduce(ReduceKind kind, Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   static std::string op_name(ReduceKind kind);  // "reduce_sum", ...
 
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;

@@ -14,6 +14,7 @@ namespace kiln {
 class Reshape : public COp {
  public:
   explicit Reshape(Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
@@ -32,6 +33,7 @@ class Reshape : public COp {
 class Flatten : public COp {
  public:
   explicit Flatten(Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;

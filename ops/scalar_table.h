@@ -32,6 +32,10 @@ struct ScalarOpDef {
   double (*ref)(const double* x, const double* params);
   int64_t (*ref_int)(const int64_t* x, const double* params);  // exact integer semantics
   std::vector<ScalarParam> params;
+  // The vector-Jacobian product per input, ';'-separated, over g (the output's gradient),
+  // y (the output), x0.. (the inputs) and the params (ops/derivative.h); "0": a zero
+  // gradient; "" for the whole entry: not differentiable (boolean results).
+  std::string_view derivative;
 };
 
 const std::vector<ScalarOpDef>& scalar_ops();

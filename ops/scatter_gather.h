@@ -15,6 +15,7 @@ namespace kiln {
 class GatherND : public COp {
  public:
   explicit GatherND(Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
@@ -30,6 +31,7 @@ class Scatter : public COp {
  public:
   // elements: scatter_elements (props axis, reduction); else scatter_nd (reduction).
   Scatter(bool elements, Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;

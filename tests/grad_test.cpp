@@ -1,0 +1,359 @@
+// Autodiff: every op's gradient against central finite differences in float64 (random
+// shapes, broadcasting, non-contiguous inputs), computed by the compiled module; the
+// finite differences come from the reference interpreter (ops/reference.h), so neither side
+// checks itself. Also: ties, zero and summed gradients, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "compiler/compile.h"
+#include "ops/builders.h"
+#include "ops/reference.h"
+#include "ops/scalar_table.h"
+#include "rewrite/grad.h"
+#include "tests/helpers.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+using testing::non_contiguous;
+using testing::random_tensor;
+
+struct In {
+  std::string name;
+  Shape shape;
+  double lo = -2, hi = 2;
+  DType dtype = DType::kFloat64;
+  bool differentiate = true;  // false: an index, a mask, a bound we hold still
+};
+
+using Body = std::function<std::vector<Var>(const std::vector<Var>&)>;
+
+// cost = sum_k sum(out_k * r_k) with random r_k, so every output element has its own weight.
+Var build(Graph& g, const std::vector<In>& ins, const Body& body, std::vector<Var>& xs,
+          std::vector<Var>& rs) {
+  for (const In& in : ins) xs.push_back(input(g, in.name, in.dtype, in.shape));
+  std::vector<Var> outs = body(xs);
+  Var cost;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    rs.push_back(input(g, "r" + std::to_string(k), outs[k].dtype(), outs[k].type().dims));
+    Var term = sum(outs[k] * rs.back());
+    cost = cost.var() ? cost + term : term;
+  }
+  g.set_outputs({cost.var()});
+  return cost;
+}
+
+// The analytic gradients (compiled, non-contiguous inputs) against central differences.
+void check_gradients(const std::string& what, const std::vector<In>& ins, const Body& body,
+                     double tol = 1e-6) {
+  SCOPED_TRACE(what);
+  Graph fwd(what);
+  std::vector<Var> fx, fr;
+  build(fwd, ins, body, fx, fr);
+  Graph bwd(what + "_grad");
+  std::vector<Var> bx, br;
+  Var cost = build(bwd, ins, body, bx, br);
+  std::vector<Variable*> wrt;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (ins[i].differentiate) {
+      wrt.push_back(bx[i].var());
+      which.push_back(i);
+    }
+  }
+  std::vector<Variable*> grads = grad(bwd, cost.var(), wrt);
+  bwd.set_outputs(grads);
+
+  std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(what)));
+  std::vector<Tensor> values;
+  for (const In& in : ins) values.push_back(random_tensor(in.dtype, in.shape, rng, in.lo, in.hi));
+  for (const Var& r : fr) {
+    values.push_back(random_tensor(DType::kFloat64, r.type().dims, rng, -1.5, 1.5));
+  }
+  std::vector<Tensor> strided;
+  for (const Tensor& v : values) strided.push_back(non_contiguous(v));
+  const std::vector<Tensor> analytic = compile(bwd)(strided);
+
+  const double h = 1e-6;
+  for (size_t w = 0; w < which.size(); ++w) {
+    const size_t i = which[w];
+    Tensor x = values[i].clone();
+    values[i] = x;
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      const double x0 = x.load(j);
+      x.store(j, x0 + h);
+      const double up = evaluate_reference(fwd, values)[0].load(0);
+      x.store(j, x0 - h);
+      const double down = evaluate_reference(fwd, values)[0].load(0);
+      x.store(j, x0);
+      const double fd = (up - down) / (2 * h);
+      const double got = analytic[w].load(j);
+      EXPECT_NEAR(got, fd, tol * std::max(1.0, std::fabs(fd)))
+          << "d cost / d " << ins[i].name << "[" << j << "] at " << x0;
+    }
+  }
+}
+
+std::vector<double> values_of(const Tensor& t) { return t.to_doubles(); }
+
+// The value range each elementwise op is smooth on.
+In unary_input(const std::string& op) {
+  In in{op, {3, 4}};
+  if (op == "log" || op == "sqrt" || op == "reciprocal") in.lo = 0.3;
+  if (op == "log1p") in.lo = -0.7;
+  if (op == "asin" || op == "acos" || op == "atanh") in.lo = -0.9, in.hi = 0.9;
+  if (op == "acosh") in.lo = 1.2, in.hi = 3;
+  return in;
+}
+
+TEST(Grad, EveryUnaryElementwiseOpMatchesFiniteDifferences) {
+  std::vector<In> ins;
+  std::vector<std::string> ops;
+  for (const ScalarOpDef& def : scalar_ops()) {
+    if (def.arity != 1 || def.derivative.empty() || def.domain == Domain::kBool || def.name == "cast") continue;
+    ops.emplace_back(def.name);
+    ins.push_back(unary_input(ops.back()));
+  }
+  ASSERT_GE(ops.size(), 30u);
+  check_gradients("unary", ins, [&](const std::vector<Var>& x) {
+    std::vector<Var> out;
+    for (size_t k = 0; k < ops.size(); ++k) out.push_back(apply(ops[k], {x[k]}));
+    return out;
+  });
+}
+
+TEST(Grad, BinaryOpsWithBroadcastingMatchFiniteDifferences) {
+  std::vector<In> ins;
+  std::vector<std::string> ops;
+  for (const ScalarOpDef& def : scalar_ops()) {
+    if (def.arity != 2 || def.derivative.empty()) continue;
+    const std::string op(def.name);
+    ops.push_back(op);
+    In a{op + "_a", {2, 1, 3}}, b{op + "_b", {4, 3}};
+    if (op == "pow") a.lo = 0.5;
+    if (op == "div" || op == "mod" || op == "fmod") b.lo = 0.5, a.lo = -5, a.hi = 5;
+    ins.push_back(a);
+    ins.push_back(b);
+  }
+  ASSERT_EQ(ops.size(), 9u);  // add sub mul div pow mod fmod maximum minimum
+  check_gradients("binary", ins, [&](const std::vector<Var>& x) {
+    std::vector<Var> out;
+    for (size_t k = 0; k < ops.size(); ++k) out.push_back(apply(ops[k], {x[2 * k], x[2 * k + 1]}));
+    return out;
+  });
+}
+
+TEST(Grad, ClipWhereAndCastMatchFiniteDifferences) {
+  check_gradients("clip_where",
+                  {{"x", {3, 4}},
+                   {"lo", {4}, -1.5, 0},
+                   {"hi", {3, 1}, 0, 1.5},
+                   {"cond", {3, 4}, 0, 2, DType::kBool, false},
+                   {"a", {3, 4}},
+                   {"b", {4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{clip(x[0], x[1], x[2]), where(x[3], x[4], x[5]),
+                                            cast(cast(x[4], DType::kFloat64), DType::kFloat64)};
+                  });
+}
+
+TEST(Grad, ReductionsMatchFiniteDifferences) {
+  check_gradients("reduce",
+                  {{"sum", {2, 3, 4}}, {"mean", {2, 3, 4}}, {"max", {2, 3, 4}}, {"min", {3, 5}},
+                   {"prod", {2, 3}, 0.5, 1.5}, {"all", {3, 4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{sum(x[0], {0, 2}), mean(x[1], {1}, true),
+                                            max(x[2], {2}), min(x[3], {0}, true),
+                                            prod(x[4], {1}), mean(x[5])};
+                  });
+}
+
+TEST(Grad, SoftmaxAndLogSoftmaxMatchFiniteDifferences) {
+  check_gradients("softmax", {{"a", {3, 5}}, {"b", {2, 4, 3}}, {"c", {3, 5}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{softmax(x[0]), softmax(x[1], 1), log_softmax(x[2], 0)};
+                  });
+}
+
+TEST(Grad, MatmulAndGemmMatchFiniteDifferences) {
+  check_gradients("matmul",
+                  {{"a", {3, 4}}, {"b", {4, 5}}, {"ba", {2, 3, 4}}, {"bb", {4, 2}},
+                   {"c", {2, 1, 3, 4}}, {"d", {3, 4, 2}}, {"v", {4}}, {"m", {3, 4}}, {"u", {4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{matmul(x[0], x[1]), matmul(x[2], x[3]),
+                                            matmul(x[4], x[5]), matmul(x[6], x[1]),
+                                            matmul(x[7], x[6]), matmul(x[8], x[6])};
+                  });
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const Shape a = ta ? Shape{4, 3} : Shape{3, 4}, b = tb ? Shape{5, 4} : Shape{4, 5};
+      check_gradients("gemm" + std::to_string(ta) + std::to_string(tb),
+                      {{"a", a}, {"b", b}, {"c", {5}}}, [&](const std::vector<Var>& x) {
+                        return std::vector<Var>{gemm(x[0], x[1], x[2], 0.7, 1.3, ta, tb)};
+                      });
+    }
+  }
+}
+
+TEST(Grad, MovementOpsMatchFiniteDifferences) {
+  check_gradients(
+      "movement",
+      {{"t", {2, 3, 4}}, {"r", {2, 6}}, {"f", {2, 3, 2}}, {"c0", {2, 1}}, {"c1", {2, 3}},
+       {"s", {5, 7}}, {"p", {2, 3}}, {"e", {3, 1}}, {"cs", {3, 4}}},
+      [](const std::vector<Var>& x) {
+        return std::vector<Var>{
+            transpose(x[0], {2, 0, 1}),
+            reshape(x[1], {3, 4}),
+            flatten(x[2], 2),
+            concat({x[3], x[4], x[3]}, 1),
+            apply("slice", {x[5]}, {{"starts", std::vector<int64_t>{1, -1}}, {"ends", std::vector<int64_t>{5, -8}},
+                                    {"axes", std::vector<int64_t>{0, 1}}, {"steps", std::vector<int64_t>{2, -2}}}),
+            apply("pad", {x[6]}, {{"pads", std::vector<int64_t>{1, 0, 0, 2}}, {"value", 0.5}}),
+            apply("expand", {x[7]}, {{"shape", std::vector<int64_t>{2, 3, 4}}}),
+            apply("cumsum", {x[8]}, {{"axis", int64_t(1)}, {"exclusive", int64_t(1)}}),
+            apply("cumsum", {x[8]}, {{"axis", int64_t(0)}, {"reverse", int64_t(1)}}),
+        };
+      });
+}
+
+TEST(Grad, IndexingOpsMatchFiniteDifferences) {
+  // Indices repeat (their gradients add) and count from the end.
+  check_gradients(
+      "indexing",
+      {{"g", {5, 3}}, {"gi", {2, 3}, -5, 4.4, DType::kInt64, false},
+       {"ge", {3, 4}}, {"gei", {3, 2}, 0, 3.4, DType::kInt64, false},
+       {"nd", {3, 4}}, {"ndi", {5, 2}, 0, 2.4, DType::kInt64, false},
+       {"sd", {4, 3}}, {"su", {2, 3}}, {"sa", {4, 3}}, {"sau", {2, 3}},
+       {"tk", {3, 6}}},
+      [](const std::vector<Var>& x) {
+        Tensor si = Tensor::from_doubles(DType::kInt64, {2, 3}, {3, 0, 1, 1, 2, 0});
+        Var sidx = constant(x[0].graph(), si);
+        return std::vector<Var>{
+            apply("gather", {x[0], x[1]}, {{"axis", int64_t(0)}}),
+            apply("gather", {x[0], apply("cast", {x[3]}, {{"to", std::string("int64")}})}, {{"axis", int64_t(1)}}),
+            apply("gather_elements", {x[2], x[3]}, {{"axis", int64_t(1)}}),
+            apply("gather_nd", {x[4], x[5]}),
+            apply("scatter_elements", {x[6], sidx, x[7]}, {{"axis", int64_t(0)}}),
+            apply("scatter_elements", {x[8], sidx, x[9]}, {{"axis", int64_t(0)}, {"reduction", std::string("add")}}),
+            apply_multi("top_k", {x[10]}, {{"k", int64_t(3)}, {"axis", int64_t(1)}})[0],
+        };
+      });
+}
+
+TEST(Grad, ConvolutionsMatchFiniteDifferences) {
+  // Stride, asymmetric padding, dilation, groups, a floor-mode tail the forward never reads.
+  check_gradients("conv2d", {{"x", {2, 4, 7, 6}}, {"w", {6, 2, 3, 2}}, {"b", {6}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv", {x[0], x[1], x[2]},
+                                                  {{"group", int64_t(2)},
+                                                   {"strides", std::vector<int64_t>{2, 3}},
+                                                   {"dilations", std::vector<int64_t>{1, 2}},
+                                                   {"pads", std::vector<int64_t>{1, 0, 2, 1}}})};
+                  });
+  check_gradients("depthwise", {{"x", {1, 3, 5, 5}}, {"w", {3, 1, 3, 3}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv", {x[0], x[1]},
+                                                  {{"group", int64_t(3)},
+                                                   {"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
+                  });
+  check_gradients("conv1d", {{"x", {2, 3, 9}}, {"w", {2, 3, 4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv", {x[0], x[1]},
+                                                  {{"strides", std::vector<int64_t>{2}},
+                                                   {"pads", std::vector<int64_t>{3, 0}}})};
+                  });
+}
+
+TEST(Grad, PoolsMatchFiniteDifferences) {
+  check_gradients(
+      "pools",
+      {{"m", {2, 2, 7, 6}}, {"a", {1, 2, 6, 5}}, {"ai", {1, 2, 6, 5}}, {"m1", {2, 3, 8}}},
+      [](const std::vector<Var>& x) {
+        return std::vector<Var>{
+            apply("max_pool", {x[0]}, {{"kernel_shape", std::vector<int64_t>{3, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}},
+                                       {"pads", std::vector<int64_t>{1, 0, 1, 1}},
+                                       {"ceil_mode", int64_t(1)}}),
+            apply("average_pool", {x[1]}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                           {"strides", std::vector<int64_t>{2, 2}},
+                                           {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+            apply("average_pool", {x[2]}, {{"kernel_shape", std::vector<int64_t>{2, 3}},
+                                            {"pads", std::vector<int64_t>{1, 1, 0, 1}},
+                                            {"count_include_pad", int64_t(1)}}),
+            apply("max_pool", {x[3]}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                       {"strides", std::vector<int64_t>{2}}}),
+        };
+      });
+}
+
+// Exact ties: shared evenly by maximum and the max reduction, taken by the first tap of a
+// max pool (as the forward keeps the first maximum).
+TEST(Grad, TiesFollowTheForwardsChoice) {
+  Graph g("ties");
+  Var x = input(g, "x", DType::kFloat64, {1, 1, 2, 2});
+  Var c = sum(maximum(x, x)) + sum(max(x)) +
+          sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}));
+  auto gx = grad(g, c.var(), {x.var()});
+  g.set_outputs(gx);
+  Tensor v = Tensor::from_doubles(DType::kFloat64, {1, 1, 2, 2}, {3, 3, 1, 3});
+  // maximum(x, x): 0.5 + 0.5 per element; max: 1/3 to each of the three 3s; pool: first 3.
+  const std::vector<double> want{1 + 1.0 / 3 + 1, 1 + 1.0 / 3, 1, 1 + 1.0 / 3};
+  const auto got = values_of(compile(g)({v})[0]);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+TEST(Grad, UsesAreSummedAndUnusedInputsGetZeros) {
+  Graph g("uses");
+  Var x = input(g, "x", DType::kFloat32, {3});
+  Var unused = input(g, "unused", DType::kFloat32, {2, 2});
+  Var c = sum(x * x + x + exp(x) * 0.0);
+  auto gs = grad(g, c.var(), {x.var(), unused.var()});
+  g.set_outputs(gs);
+  // -0.0 and the infinities too: d/dx (x^2 + x) = 2x + 1.
+  Tensor xv = Tensor::from_doubles(DType::kFloat32, {3}, {-0.0, 2.5, -4});
+  Tensor uv = Tensor::from_doubles(DType::kFloat32, {2, 2}, {NAN, INFINITY, -INFINITY, 1});
+  auto out = compile(g)({xv, uv});
+  EXPECT_EQ(values_of(out[0]), (std::vector<double>{1, 6, -7}));
+  EXPECT_EQ(values_of(out[1]), (std::vector<double>{0, 0, 0, 0}));
+  // The backward reads the forward's exp: one exp node, not two.
+  int exps = 0;
+  for (const auto& n : g.nodes()) exps += n->op->name() == "exp";
+  EXPECT_EQ(exps, 1);
+}
+
+TEST(Grad, ErrorsNameTheNodeOpAndInput) {
+  {
+    Graph g("argmax");
+    Var x = input(g, "x", DType::kFloat32, {4});
+    Var c = sum(cast(apply("arg_max", {x}, {{"axis", int64_t(0)}}), DType::kFloat32));
+    const std::string e = error_of([&] { grad(g, c.var(), {x.var()}); });
+    EXPECT_NE(e.find("only through values without a gradient"), std::string::npos) << e;
+    EXPECT_NE(e.find("cast"), std::string::npos) << e;
+    EXPECT_NE(e.find("int64"), std::string::npos) << e;
+  }
+  {
+    Graph g("resize");
+    Var x = input(g, "x", DType::kFloat32, {1, 1, 2, 2});
+    Var y = apply("resize", {x}, {{"scales", std::vector<double>{1, 1, 2, 2}}, {"mode", std::string("nearest")}});
+    Var c = sum(y);
+    const std::string e = error_of([&] { grad(g, c.var(), {x.var()}); });
+    EXPECT_NE(e.find("resize"), std::string::npos) << e;
+    EXPECT_NE(e.find("input 0 'x' is not differentiable"), std::string::npos) << e;
+  }
+  {
+    Graph g("vector_cost");
+    Var x = input(g, "x", DType::kFloat32, {4});
+    const std::string e = error_of([&] { grad(g, exp(x).var(), {x.var()}); });
+    EXPECT_NE(e.find("must be a scalar"), std::string::npos) << e;
+    Var i = input(g, "i", DType::kInt64, {4});
+    const std::string e2 = error_of([&] { grad(g, sum(x).var(), {i.var()}); });
+    EXPECT_NE(e2.find("only floating-point values have gradients"), std::string::npos) << e2;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
