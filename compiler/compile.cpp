@@ -1,4 +1,5 @@
 #include "compiler/compile.h"
+#include "compiler/updates.h"
 
 #include <unistd.h>
 
@@ -532,12 +533,15 @@ Loaded loaded_from(const CacheEntry& entry) {
 }
 
 Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo info,
-                       const CompileOptions& options) {
+                       const CompileOptions& options,
+                       const std::vector<std::pair<int, int>>& updates) {
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
   auto t = Clock::now();
-  std::shared_ptr<const Program> program = loaded.weights->program(*loaded.plan, graph);
+  std::shared_ptr<const Program> program =
+      program_with_updates(loaded.weights->program(*loaded.plan, graph), *loaded.plan, updates);
   info.times.prepare_ms = ms_since(t);
+  for (const ProgramUpdate& u : program->updates) ++(u.in_place ? info.updates_in_place : info.updates_copied);
   auto executor = std::make_shared<Executor>(loaded.module, std::move(program),
                                              options.engine ? options.engine : &default_engine());
   if (options.split_grain > 0) executor->set_split_grain(options.split_grain);
@@ -550,8 +554,10 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
     in_names.push_back(v->name);
     in_types.push_back(v->type);
   }
-  out_names.reserve(graph.outputs().size());
-  for (const Variable* v : graph.outputs()) out_names.push_back(v->name);
+  // The update values are outputs of the module, not of the function.
+  const size_t n_out = graph.outputs().size() - updates.size();
+  out_names.reserve(n_out);
+  for (size_t i = 0; i < n_out; ++i) out_names.push_back(graph.outputs()[i]->name);
   return Function(std::move(executor), std::move(in_names), std::move(in_types),
                   std::move(out_names), std::move(info), loaded.pin);
 }
@@ -592,13 +598,15 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
 
 }  // namespace
 
-Graph optimized_graph(const Graph& graph, const CompileOptions& options) {
-  check_graph(graph);
-  return optimize_for(graph, key_context(options));
+Graph optimized_graph(const Graph& given, const CompileOptions& options) {
+  check_graph(given);
+  if (!given.updates().empty()) return optimized_graph(with_update_outputs(given), options);
+  return optimize_for(given, key_context(options));
 }
 
 std::string generate_source(const Graph& source, const CompileOptions& options) {
   check_graph(source);
+  if (!source.updates().empty()) return generate_source(with_update_outputs(source), options);
   const KeyContext& ctx = key_context(options);
   return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode).code.str();
 }
@@ -621,7 +629,12 @@ StandaloneModule standalone_module(const Graph& source, const CompileOptions& op
   return out;
 }
 
-Function compile(const Graph& source, const CompileOptions& options) {
+namespace {
+
+// compile() of a graph without updates (`updates` says which of its outputs are update
+// values of the caller's graph, and which inputs they overwrite).
+Function compile_graph(const Graph& source, const CompileOptions& options,
+                       const std::vector<std::pair<int, int>>& updates) {
   install_op_library_binder();  // modules with custom ops bind them as they load
   CompileInfo info;
   check_graph(source);
@@ -637,7 +650,7 @@ Function compile(const Graph& source, const CompileOptions& options) {
     if (auto hit = memo().find(memo_key)) {
       info.cache = CacheStatus::kMemo;
       if (hit->module->kernels()) info.device = cuda_device().describe();
-      return make_function(source, *hit, std::move(info), options);
+      return make_function(source, *hit, std::move(info), options, updates);
     }
   }
   Loaded loaded;
@@ -687,7 +700,18 @@ Function compile(const Graph& source, const CompileOptions& options) {
   if (loaded.module->kernels()) info.device = cuda_device().describe();
   log_times(source, info);
   if (memoize) memo().put(memo_key, loaded);
-  return make_function(source, loaded, std::move(info), options);
+  return make_function(source, loaded, std::move(info), options, updates);
+}
+
+}  // namespace
+
+Function compile(const Graph& source, const CompileOptions& options) {
+  if (source.updates().empty()) return compile_graph(source, options, {});
+  if (options.device != "cpu") {
+    throw UnsupportedError("graph '" + source.name() + "' updates its inputs: state updates run on "
+                           "the CPU device only for now (device '" + options.device + "' asked for)");
+  }
+  return compile_graph(with_update_outputs(source), options, update_positions(source));
 }
 
 }  // namespace kiln

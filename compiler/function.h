@@ -54,6 +54,8 @@ struct CompileInfo {
   // which always says it is one.
   std::string device;
   KernelReport kernels;  // all zero for a module not built on this call, or built as one unit
+  // State updates (Graph::add_update): written in place by their step, or copied after.
+  int updates_in_place = 0, updates_copied = 0;
 };
 
 class Function {

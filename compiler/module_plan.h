@@ -49,6 +49,7 @@ class ModulePlan {
   // The program, its parameters bound: the given graph's constants and prepared values.
   Program program(const Graph& given, const std::vector<Tensor>& prepared) const;
   size_t prep_steps() const { return prep_.size(); }
+  const std::string& step_op(size_t step) const { return step_ops_.at(step).op; }
 
  private:
   struct StepOp {

@@ -119,6 +119,23 @@ void Graph::set_outputs(const std::vector<Variable*>& outputs) {
   for (auto* v : outputs) add_output(v);
 }
 
+void Graph::add_update(Variable* state, Variable* value) {
+  check_owned(state, "update");
+  check_owned(value, "update");
+  if (state->kind != VarKind::kInput) {
+    throw UserError("update of '" + state->name + "': only a graph input can be updated");
+  }
+  for (const auto& [s, v] : updates_) {
+    if (s == state) throw UserError("update of '" + state->name + "': already updated once");
+  }
+  if (value->type.dtype != state->type.dtype || value->type.dims != state->type.dims) {
+    throw UserError("update of '" + state->name + "' (" + state->type.to_string() + ") by '" +
+                    value->name + "' (" + value->type.to_string() + "): the types differ");
+  }
+  ++generation_;
+  updates_.emplace_back(state, value);
+}
+
 Variable* Graph::find_variable(const std::string& name) const {
   for (const auto& v : variables_) {
     if (v->name == name) return v.get();

@@ -87,6 +87,13 @@ class Graph {
                  const std::vector<std::string>& output_names = {});
   void add_output(Variable* v);
   void set_outputs(const std::vector<Variable*>& outputs);
+  // A state update (Theano's `updates`): after each run of the compiled function, graph
+  // input `state` holds `value` (same type), written in place where the engine can order it
+  // after every read of the old value. An optimizer step updates its parameters and moments
+  // this way. Throws UserError for a state that is not an input, updated twice, or a type
+  // mismatch.
+  void add_update(Variable* state, Variable* value);
+  const std::vector<std::pair<Variable*, Variable*>>& updates() const { return updates_; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -116,6 +123,7 @@ class Graph {
   std::vector<Variable*> inputs_;
   std::vector<Variable*> constants_;
   std::vector<Variable*> outputs_;
+  std::vector<std::pair<Variable*, Variable*>> updates_;
 };
 
 }  // namespace kiln

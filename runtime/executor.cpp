@@ -44,6 +44,12 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
       engine_(engine) {
   is_output_.assign(program_.slots.size(), false);
   for (int s : program_.output_slots) is_output_.at(s) = true;
+  is_update_output_.assign(program_.output_slots.size(), false);
+  for (const ProgramUpdate& u : program_.updates) {
+    is_update_output_.at(static_cast<size_t>(u.output)) = true;
+    if (u.in_place) in_place_slot_.emplace_back(program_.output_slots.at(static_cast<size_t>(u.output)),
+                                                program_.input_slots.at(static_cast<size_t>(u.input)));
+  }
   for (const auto& step : program_.steps) {
     // (Checked with `if`: the message is built only when it is needed.)
     if (step.thunk < 0 || step.thunk >= module_->info().n_thunks) {
@@ -216,6 +222,21 @@ void Executor::validate(const std::vector<Tensor>& inputs) const {
       }
     }
   }
+  for (const ProgramUpdate& u : program_.updates) {
+    const Tensor& t = inputs[static_cast<size_t>(u.input)];
+    const std::string& name = program_.slots[program_.input_slots[static_cast<size_t>(u.input)]].name;
+    // The step writes the state's buffer as if it were a fresh contiguous output.
+    if (u.in_place && !t.is_contiguous()) {
+      throw UserError("input '" + name + "' is updated in place and must be contiguous, got " +
+                      t.describe() + " with strides " + dims_to_string(t.strides()));
+    }
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (j != static_cast<size_t>(u.input) && inputs[j].defined() && t.storage() == inputs[j].storage()) {
+        throw UserError("input '" + name + "' is updated by the run and shares its buffer with input '" +
+                        program_.slots[program_.input_slots[j]].name + "'");
+      }
+    }
+  }
 }
 
 std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tensor>& inputs) const {
@@ -361,7 +382,11 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
     const StepSpec& step = program_.steps[si];
     for (int s : step.outputs) {
       const SlotSpec& spec = program_.slots[s];
-      if (plan.offset[s] >= 0) {
+      const auto in_place = std::find_if(in_place_slot_.begin(), in_place_slot_.end(),
+                                         [s](const auto& p) { return p.first == s; });
+      if (in_place != in_place_slot_.end()) {
+        values[s] = values[static_cast<size_t>(in_place->second)];  // the state's own buffer
+      } else if (plan.offset[s] >= 0) {
         values[s] = Tensor(arena, static_cast<size_t>(plan.offset[s]), spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
       } else if (spec.view_of >= 0) {
@@ -545,6 +570,15 @@ void Executor::enqueue_device_step(const StepSpec& step, std::vector<Tensor>& va
   in_flight.add(step.label, stream, std::move(copies));
 }
 
+void Executor::copy_updates(std::vector<Tensor>& values) const {
+  for (const ProgramUpdate& u : program_.updates) {
+    if (u.in_place) continue;
+    // A handle on the caller's tensor: the copy writes its buffer.
+    Tensor state = values[static_cast<size_t>(program_.input_slots[static_cast<size_t>(u.input)])];
+    copy_into(values[static_cast<size_t>(program_.output_slots[static_cast<size_t>(u.output)])], state);
+  }
+}
+
 void Executor::run_steps(std::vector<Tensor>& values) {
   DeviceSteps in_flight;  // declared first: waited for before anything else goes
   for (size_t si = 0; si < program_.steps.size(); ++si) {
@@ -558,12 +592,15 @@ void Executor::run_steps(std::vector<Tensor>& values) {
     enqueue_device_step(step, values, in_flight);
   }
   in_flight.wait();
+  copy_updates(values);
 }
 
 std::vector<Tensor> Executor::outputs_of(const std::vector<Tensor>& values) const {
   std::vector<Tensor> outputs;
   outputs.reserve(program_.output_slots.size());
-  for (int s : program_.output_slots) outputs.push_back(values[s]);
+  for (size_t i = 0; i < program_.output_slots.size(); ++i) {
+    if (!is_update_output_[i]) outputs.push_back(values[program_.output_slots[i]]);
+  }
   return outputs;
 }
 
@@ -670,6 +707,13 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
       st->vars.push_back(slot_var[s]);
     }
   }
+  // An updated input's old value is read by steps the engine must finish before the step
+  // (or the copy) that overwrites it.
+  for (const ProgramUpdate& u : program_.updates) {
+    const int s = program_.input_slots[static_cast<size_t>(u.input)];
+    slot_var[s] = engine_->new_var(program_.slots[s].name);
+    st->vars.push_back(slot_var[s]);
+  }
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     if (uploads_[si]) continue;
     const StepSpec& step = program_.steps[si];
@@ -680,6 +724,9 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     for (int s : step.outputs) {
       writes.push_back(slot_var[s]);
       for (int a : plan->aliases[s]) writes.push_back(slot_var[a]);
+      for (const auto& [value, state] : in_place_slot_) {
+        if (value == s) writes.push_back(slot_var[state]);
+      }
     }
     if (is_device_step(step)) {
       push_device_step(step, state, reads, writes);
@@ -687,6 +734,18 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     }
     engine_->push([this, &step, state] { run_step(step, state->values); }, reads, writes,
                   PushOptions{step.label});
+  }
+  for (const ProgramUpdate& u : program_.updates) {
+    if (u.in_place) continue;
+    const int value = program_.output_slots[static_cast<size_t>(u.output)];
+    const int input = program_.input_slots[static_cast<size_t>(u.input)];
+    engine_->push(
+        [state, value, input] {
+          Tensor dst = state->values[static_cast<size_t>(input)];
+          copy_into(state->values[static_cast<size_t>(value)], dst);
+        },
+        slot_var[value] ? std::vector<VarHandle>{slot_var[value]} : std::vector<VarHandle>{},
+        {slot_var[input]}, PushOptions{"update " + program_.slots[input].name});
   }
   return PendingRun(std::move(state));
 }

@@ -157,6 +157,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void push_device_step(const StepSpec& step, const std::shared_ptr<PendingRun::State>& state,
                         const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes);
   std::vector<Tensor> outputs_of(const std::vector<Tensor>& values) const;
+  // The updates that are not in place: each value copied into its input (after the steps).
+  void copy_updates(std::vector<Tensor>& values) const;
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<const Program> shared_program_;
@@ -167,6 +169,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   int64_t split_grain_ = kSplitGrain;
   bool poison_ = false;
   std::vector<bool> is_output_;
+  std::vector<bool> is_update_output_;               // per output position
+  std::vector<std::pair<int, int>> in_place_slot_;  // update value slot -> its input's slot
   mutable std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};

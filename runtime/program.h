@@ -37,12 +37,25 @@ struct StepSpec {
   FlopRule flops;  // may be empty
 };
 
+// A state update: after a run, user input `input` holds the value of output `output` (a
+// position in output_slots; the caller does not get it back as an output). In place: the
+// step writing that output writes the input's buffer directly, ordered after every other
+// step reading the old value (the program's step order puts it there; the engine sees the
+// write). Otherwise the value is copied into the input after the last step. Runs of a
+// program with updates must not overlap.
+struct ProgramUpdate {
+  int output = 0;
+  int input = 0;
+  bool in_place = false;
+};
+
 struct Program {
   std::vector<SlotSpec> slots;
   std::vector<int> input_slots;                  // user inputs, in call order
   std::vector<std::pair<int, Tensor>> params;    // bound weights and tensor constants
   std::vector<int> output_slots;
   std::vector<StepSpec> steps;
+  std::vector<ProgramUpdate> updates;
 };
 
 }  // namespace kiln
