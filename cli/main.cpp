@@ -22,6 +22,8 @@
 #include "compiler/report.h"
 #include "frontend/model_function.h"
 #include "frontend/model_loader.h"
+#include "ops/builders.h"
+#include "rewrite/grad.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
 #include "rewrite/pipeline.h"
@@ -58,6 +60,9 @@ commands:
                            one self-contained page: the optimized graph, each node's
                            code, the passes, the cache story, a profile (kiln help report)
   cache SUBCOMMAND         inspect and maintain the kernel cache (kiln help cache)
+  grad MODEL --input NAME=FILE.npy ... --output-dir DIR [--wrt NAME ...]
+                           the gradient of the sum of MODEL's first output with respect
+                           to its weights (or the named values): DIR/grad_<name>.npy
   ops                      list the ops kiln knows: built-in, and those of loaded op
                            libraries with their ONNX names and forms
   help [COMMAND]           show help for a command
@@ -168,6 +173,23 @@ options:
                               runs, per thread, for chrome://tracing or Perfetto
 )";
 
+const char* kGradHelp =
+    R"(usage: kiln grad [-v] MODEL --input NAME=FILE [--input ...] --output-dir DIR [--wrt NAME ...]
+
+Builds the gradient of sum(first output of MODEL) with respect to each --wrt value (a graph
+input or an initializer / parameter; default: every floating-point initializer) by
+reverse-mode autodiff, compiles forward and backward into one module, runs it on the inputs
+and writes each gradient to DIR/grad_<name>.npy, where characters of <name> other than
+letters, digits, '_' and '.' become '_'. The cost's value goes to stdout. A value the cost
+reaches only through integers, comparisons or ops without a gradient is an error naming
+the node, the op and the input.
+
+options:
+  -i, --input NAME=FILE.npy   one per graph input (as for kiln run)
+  -o, --output-dir DIR        where the gradients are written (required)
+  --wrt NAME                  a value to differentiate with respect to (repeatable)
+)";
+
 const char* kExportHelp =
     R"(usage: kiln export [-v] MODEL -o DIR [--name NAME] [--weights embed|file] [--passes SPEC]
 
@@ -233,6 +255,7 @@ const char* help_for(const std::string& cmd) {
   if (cmd == "report") return kReportHelp;
   if (cmd == "compile") return kCompileHelp;
   if (cmd == "run") return kRunHelp;
+  if (cmd == "grad") return kGradHelp;
   if (cmd == "source") return kSourceHelp;
   if (cmd == "export") return kExportHelp;
   if (cmd == "cache") return kCacheHelp;
@@ -246,6 +269,7 @@ struct Args {
   bool help = false;
   std::vector<std::string> positional;
   std::vector<std::string> inputs;
+  std::vector<std::string> wrt;  // kiln grad
   std::string output_dir;
   std::string output_format;  // kiln run: npy or safetensors
   std::string name, weights;  // kiln export
@@ -279,6 +303,8 @@ Args parse(int argc, char** argv) {
       a.inputs.push_back(value(s));
     } else if (s.rfind("--input=", 0) == 0) {
       a.inputs.push_back(s.substr(8));
+    } else if (s == "--wrt") {
+      a.wrt.push_back(value(s));
     } else if (s == "--explain") {
       a.explain = true;
     } else if (s == "--graph") {
@@ -609,6 +635,74 @@ int cmd_run(const Args& a) {
     }
     f.set_profiling(false);
   }
+  return 0;
+}
+
+std::string grad_file_name(const std::string& name) {
+  std::string out = "grad_";
+  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ? c : '_';
+  return out + ".npy";
+}
+
+int cmd_grad(const Args& a) {
+  no_cache_flags(a);
+  const std::string model = one_model(a);
+  if (a.output_dir.empty()) throw UsageError{"kiln grad: --output-dir DIR is required"};
+  const InputSpecs specs = parse_input_specs(a, "grad");
+  auto t = Clock::now();
+  kiln::Graph g = kiln::load_model(model);
+  const double load_ms = ms(t);
+  if (g.outputs().empty()) throw kiln::UserError(model + ": the model has no outputs");
+  kiln::Variable* first = g.outputs()[0];
+  if (!kiln::is_float(first->type.dtype)) {
+    throw kiln::UserError(model + ": the first output '" + first->name + "' is " +
+                          first->type.to_string() + "; its sum has no gradient");
+  }
+  std::vector<kiln::Variable*> wrt;
+  if (a.wrt.empty()) {
+    for (kiln::Variable* c : g.constants()) {
+      if (c->parameter && kiln::is_float(c->type.dtype)) wrt.push_back(c);
+    }
+    if (wrt.empty()) {
+      throw kiln::UserError(model + ": the model has no floating-point initializers; name the "
+                                    "values to differentiate with --wrt NAME");
+    }
+  }
+  for (const std::string& name : a.wrt) {
+    kiln::Variable* v = g.find_variable(name);
+    if (!v || v->kind == kiln::VarKind::kNodeOutput) {
+      std::vector<std::string> names;
+      for (const auto* i : g.inputs()) names.push_back(i->name);
+      for (const auto* c : g.constants()) {
+        if (c->parameter) names.push_back(c->name);
+      }
+      throw UsageError{"--wrt " + name + ": " + model + " has no input or initializer named so (it has " +
+                       kiln::join(names, ", ") + ")"};
+    }
+    wrt.push_back(v);
+  }
+  kiln::Var cost = kiln::sum(kiln::Var(&g, first));
+  std::vector<kiln::Variable*> grads = kiln::grad(g, cost.var(), wrt);
+  std::vector<kiln::Variable*> outs{cost.var()};
+  outs.insert(outs.end(), grads.begin(), grads.end());
+  g.set_outputs(outs);
+  const kiln::CompileOptions options = compile_options(a);
+  kiln::Function f = kiln::compile(g, options);
+  std::map<std::string, kiln::Tensor> inputs = read_inputs(specs, g, "grad", false);
+  t = Clock::now();
+  const std::vector<kiln::Tensor> values = f.run(inputs);
+  const double run_ms = ms(t);
+  std::error_code ec;
+  std::filesystem::create_directories(a.output_dir, ec);
+  if (ec)
+    throw kiln::UserError("cannot create output directory '" + a.output_dir + "': " + ec.message());
+  std::printf("cost sum(%s) = %.9g\n", first->name.c_str(), values[0].load(0));
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    const auto path = std::filesystem::path(a.output_dir) / grad_file_name(wrt[i]->name);
+    kiln::write_npy(path, values[i + 1]);
+    std::printf("%s  %s\n", path.c_str(), values[i + 1].describe().c_str());
+  }
+  if (a.verbose) print_times(f.info(), load_ms, run_ms);
   return 0;
 }
 
@@ -956,6 +1050,7 @@ int main(int argc, char** argv) {
     if (a.command == "export") return cmd_export(a);
     if (a.command == "report") return cmd_report(a);
     if (a.command == "run") return cmd_run(a);
+    if (a.command == "grad") return cmd_grad(a);
     if (a.command == "cache") return cmd_cache(a);
     return cmd_source(a);
   } catch (const UsageError& e) {

@@ -1,8 +1,8 @@
 // Gradients of the sliding-window ops, built from convolutions, strided slices and pads:
 //   conv, input:  the output gradient dilated by the stride, convolved with the flipped
 //                 weights (channels regrouped), cropped or padded back to the input;
-//   conv, weight: the padded input convolved with the output gradient as the kernel, batch
-//                 and channels swapped (stride and dilation trade places);
+//   conv, weight: per kernel tap, a batched GEMM of the output gradient with the strided
+//                 input that tap reads (the batch and the positions summed; any batch size);
 //   pools:        each kernel tap's share (the first maximum, or 1/divisor) placed back at
 //                 its strided positions and summed.
 #include <cmath>
@@ -169,35 +169,37 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
   }
   if (args.wanted[1]) {
     require_static(args, 1, x, "the weight gradient of conv");
-    const int64_t n = x.type().dims[0];
-    if (n == kDynamic) not_differentiable(args, 1, "the weight gradient of conv needs a static batch");
-    // X (N, G*cg, S) -> (cg, G*N, S); g (N, G*mg, O) -> (G*mg, N, O).
-    Var xs = apply_dims("reshape", {x}, {{"dims", dims_with("#0.0;" + std::to_string(G) + ";" + std::to_string(cg), 2)}});
-    xs = transpose(xs, perm_swap({2, 1, 0}));
-    xs = apply_dims("reshape", {xs}, {{"dims", dims_with("#0.0;#0.1*#0.2", 3)}});
-    Var gs = apply_dims("reshape", {g}, {{"dims", dims_with("#0.0;" + std::to_string(G) + ";" + std::to_string(mg), 2)}});
-    gs = transpose(gs, perm_swap({1, 2, 0}));
-    gs = apply_dims("reshape", {gs}, {{"dims", dims_with("#0.0*#0.1;#0.2", 3)}});
-    std::vector<int64_t> pads = pb;
+    // Per kernel tap, the strided input it meets times the output gradient, summed over
+    // the batch and the output positions: one batched GEMM per tap (groups as the batch).
     std::vector<int64_t> ends;
-    for (const auto& d : geo) ends.push_back(std::max<int64_t>(padded_end(d), 0));
-    // A floor-mode end pad the forward never reads is cropped from the input instead.
-    std::vector<int64_t> crop_b(k, 0), crop_e;
-    for (const auto& d : geo) crop_e.push_back(std::min<int64_t>(padded_end(d), 0));
-    xs = pad_all(xs, crop_b, crop_e);
-    pads.insert(pads.end(), ends.begin(), ends.end());
-    Var gw = apply("conv", {xs, gs},
-                   {{"group", G}, {"strides", dilations}, {"dilations", strides}, {"pads", pads}});
-    // (cg, M, K') -> the first K taps -> (M, cg, K).
-    std::vector<int64_t> starts(k, 0), kends, axes;
-    for (size_t i = 0; i < k; ++i) {
-      kends.push_back(geo[i].kernel);
-      axes.push_back(static_cast<int64_t>(i + 2));
+    int64_t positions = 1;
+    for (const auto& d : geo) {
+      ends.push_back(padded_end(d));
+      positions *= d.out;
     }
-    gw = apply_dims("slice", {gw}, {{"starts", starts}, {"ends", kends}, {"axes", axes}});
-    std::vector<int64_t> perm{1, 0};
-    for (int d = 2; d < r; ++d) perm.push_back(d);
-    out[1] = transpose(gw, perm).var();
+    const std::string G_ = std::to_string(G), P_ = std::to_string(positions);
+    Var gg = apply_dims("reshape", {g}, {{"dims", "#0.0;" + G_ + ";" + std::to_string(mg) + ";" + P_}});
+    gg = transpose(gg, {1, 2, 0, 3});
+    gg = apply_dims("reshape", {gg}, {{"dims", G_ + ";" + std::to_string(mg) + ";#0.2*" + P_}});
+    Var xp = pad_all(x, pb, ends);
+    std::vector<Var> per_tap;
+    std::vector<int64_t> tap(k, 0);
+    for (;;) {
+      std::vector<int64_t> start;
+      for (size_t i = 0; i < k; ++i) start.push_back(tap[i] * geo[i].dilation);
+      Var xs = apply_dims("reshape", {taps(xp, start, geo)},
+                          {{"dims", "#0.0;" + G_ + ";" + std::to_string(cg) + ";" + P_}});
+      xs = transpose(xs, {1, 0, 3, 2});
+      xs = apply_dims("reshape", {xs}, {{"dims", G_ + ";#0.1*" + P_ + ";" + std::to_string(cg)}});
+      per_tap.push_back(reshape(matmul(gg, xs), {M, cg, 1}));
+      size_t i = k;
+      while (i-- > 0 && ++tap[i] == geo[i].kernel) tap[i] = 0;
+      if (i == static_cast<size_t>(-1)) break;
+    }
+    std::vector<int64_t> wdims{M, cg};
+    for (const auto& d : geo) wdims.push_back(d.kernel);
+    Var gw = per_tap.size() == 1 ? per_tap[0] : concat(per_tap, 2);
+    out[1] = reshape(gw, wdims).var();
   }
   if (args.wanted[0]) {
     require_static(args, 0, x, "the input gradient of conv");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 
@@ -13,6 +14,7 @@
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
 #include "rewrite/grad.h"
+#include "runtime/npy.h"
 #include "tests/helpers.h"
 
 namespace kiln {
@@ -353,6 +355,53 @@ TEST(Grad, ErrorsNameTheNodeOpAndInput) {
     const std::string e2 = error_of([&] { grad(g, sum(x).var(), {i.var()}); });
     EXPECT_NE(e2.find("only floating-point values have gradients"), std::string::npos) << e2;
   }
+}
+
+// `kiln grad` on the ONNX examples against PyTorch autograd's gradients of y.sum()
+// (examples/onnx/export_gradients.py). The MLP ends in a softmax, whose sum is constant:
+// both sides' gradients there are rounding noise below 1e-7, which the tolerance admits.
+TEST(Grad, CliGradientsOfTheOnnxExamplesMatchPyTorch) {
+  namespace fs = std::filesystem;
+  for (const std::string model : {"mlp", "lenet", "resblock", "attention"}) {
+    SCOPED_TRACE(model);
+    const fs::path dir = fs::path(KILN_EXAMPLES_DIR) / "onnx" / model;
+    const std::string out = testing::temp_dir("grad_" + model);
+    const auto r = testing::kiln_env({}, {"grad", (dir / "model.onnx").string(), "--input",
+                                          "x=" + (dir / "x.npy").string(), "--output-dir", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    int compared = 0;
+    for (const auto& e : fs::directory_iterator(dir / "expected")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("grad_", 0) != 0) continue;
+      const Tensor want = read_npy(e.path()), got = read_npy(fs::path(out) / name);
+      ASSERT_EQ(got.shape(), want.shape()) << name;
+      double scale = 0;
+      for (double v : want.to_doubles()) scale = std::max(scale, std::fabs(v));
+      const auto w = want.to_doubles(), g = got.to_doubles();
+      for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_NEAR(g[i], w[i], 1e-4 * scale + 1e-6) << name << "[" << i << "]";
+      }
+      ++compared;
+    }
+    EXPECT_GE(compared, 6);
+  }
+}
+
+TEST(Grad, CliErrorsNameTheValue) {
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/onnx/mlp/model.onnx";
+  const std::string x = std::string(KILN_EXAMPLES_DIR) + "/onnx/mlp/x.npy";
+  const std::string out = testing::temp_dir("grad_errors");
+  auto r = testing::kiln_env({}, {"grad", model, "-i", "x=" + x, "-o", out, "--wrt", "nope"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--wrt nope"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("net.0.weight"), std::string::npos) << r.err;
+  r = testing::kiln_env({}, {"grad", model, "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("'x'"), std::string::npos) << r.err;
+  // The gradient with respect to the input too, by name.
+  r = testing::kiln_env({}, {"grad", model, "-i", "x=" + x, "-o", out, "--wrt", "x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(out) / "grad_x.npy"));
 }
 
 }  // namespace
