@@ -28,6 +28,16 @@ TEST(Examples, CppMlpProgramMatchesNumpy) {
   EXPECT_NE(r.out.find("matches NumPy"), std::string::npos) << r.out;
 }
 
+// examples/train: a CNN trained by one compiled step learns the generated strokes.
+TEST(Examples, TrainingProgramLearnsTheStrokes) {
+  ProcessResult r = run_process({KILN_TRAIN_EXAMPLE, "--epochs", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("epoch  1/5"), std::string::npos) << r.out;
+  const size_t last = r.out.rfind("test accuracy");
+  ASSERT_NE(last, std::string::npos) << r.out;
+  EXPECT_GE(std::stod(r.out.substr(last + 14)), 90.0) << r.out;
+}
+
 // Models exported from PyTorch (examples/onnx/export_models.py) match PyTorch's outputs.
 class OnnxExample : public ::testing::TestWithParam<std::string> {};
 
