@@ -3,7 +3,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "ops/builders.h"
 #include "ops/registry.h"
+#include "rewrite/grad.h"
 #include "runtime/npy.h"
 #include "runtime/safetensors.h"
 #include "util/error.h"
@@ -130,6 +132,12 @@ class Loader {
     if (!nodes.is_array()) fail("nodes", "expected an array");
     for (size_t i = 0; i < nodes.size(); ++i) load_node(g, nodes[i], "nodes[" + std::to_string(i) + "]");
 
+    const json& gradients = field(doc, "(root)", "gradients", false);
+    if (!gradients.is_null()) {
+      if (!gradients.is_array()) fail("gradients", "expected an array");
+      for (size_t i = 0; i < gradients.size(); ++i) load_gradient(g, gradients[i], "gradients[" + std::to_string(i) + "]");
+    }
+
     const json& outputs = field(doc, "(root)", "outputs");
     if (!outputs.is_array() || outputs.empty()) fail("outputs", "expected a non-empty array of names");
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -208,6 +216,41 @@ class Loader {
                              std::string(dtype_name(t.dtype())));
     }
     return t;
+  }
+
+  // {"cost": NAME, "wrt": [NAME, ...], "outputs": [NAME, ...]}: reverse-mode gradients of
+  // the scalar cost (rewrite/grad.h), named for later use (outputs, nodes after them).
+  void load_gradient(Graph& g, const json& spec, const std::string& p) const {
+    const std::string cost_name = string_at(field(spec, p, "cost"), p + ".cost");
+    Variable* cost = g.find_variable(cost_name);
+    if (!cost) fail(p + ".cost", "unknown variable '" + cost_name + "'");
+    const json& wj = field(spec, p, "wrt");
+    const json& oj = field(spec, p, "outputs");
+    if (!wj.is_array() || wj.empty()) fail(p + ".wrt", "expected a non-empty array of names");
+    if (!oj.is_array() || oj.size() != wj.size()) fail(p + ".outputs", "expected one name per wrt entry");
+    std::vector<Variable*> wrt;
+    for (size_t k = 0; k < wj.size(); ++k) {
+      const std::string wp = p + ".wrt[" + std::to_string(k) + "]";
+      const std::string n = string_at(wj[k], wp);
+      Variable* v = g.find_variable(n);
+      if (!v) fail(wp, "unknown variable '" + n + "'");
+      wrt.push_back(v);
+    }
+    std::vector<Variable*> grads;
+    try {
+      grads = grad(g, cost, wrt);
+    } catch (const UserError& e) {
+      fail(p, e.what());
+    }
+    for (size_t k = 0; k < grads.size(); ++k) {
+      const std::string op = p + ".outputs[" + std::to_string(k) + "]";
+      const std::string n = string_at(oj[k], op);
+      if (g.find_variable(n)) fail(op, "name '" + n + "' is already used");
+      // A gradient that is an existing value (the seed, an input) gets a copy to carry the name.
+      Variable* v = grads[k];
+      if (v->kind != VarKind::kNodeOutput || v == cost) v = reshape(Var(&g, v), v->type.dims).var();
+      v->name = n;
+    }
   }
 
   void load_node(Graph& g, const json& spec, const std::string& p) const {

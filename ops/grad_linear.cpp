@@ -91,13 +91,19 @@ std::vector<Variable*> Softmax::grad(const GradArgs& args) const {
 
 std::vector<Variable*> MatMul::grad(const GradArgs& args) const {
   Var a = grad_in(args, 0), b = grad_in(args, 1), g = grad_of_out(args, 0);
+  std::vector<Variable*> out(2, nullptr);
+  if (a.rank() == 2 && b.rank() == 2) {
+    // GEMM reads the transposes in place: no transposed copies.
+    if (args.wanted[0]) out[0] = gemm(g, b, 1.0, false, true).var();
+    if (args.wanted[1]) out[1] = gemm(a, g, 1.0, true, false).var();
+    return out;
+  }
   // Vectors become matrices (a row, b a column) and g gets the axis they dropped back.
   Var a2 = a.rank() == 1 ? unsqueeze(a, 0) : a;
   Var b2 = b.rank() == 1 ? unsqueeze(b, 1) : b;
   Var g2 = g;
   if (a.rank() == 1) g2 = unsqueeze(g2, std::max(g2.rank() - (b.rank() == 1 ? 0 : 1), 0));
   if (b.rank() == 1) g2 = unsqueeze(g2, g2.rank());
-  std::vector<Variable*> out(2, nullptr);
   if (args.wanted[0]) out[0] = reshape_like(sum_to(matmul(g2, swap_last(b2)), a2), a).var();
   if (args.wanted[1]) out[1] = reshape_like(sum_to(matmul(swap_last(a2), g2), b2), b).var();
   return out;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "compiler/compile.h"
+#include "frontend/json_model.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
@@ -355,6 +356,32 @@ TEST(Grad, ErrorsNameTheNodeOpAndInput) {
     const std::string e2 = error_of([&] { grad(g, sum(x).var(), {i.var()}); });
     EXPECT_NE(e2.find("only floating-point values have gradients"), std::string::npos) << e2;
   }
+}
+
+TEST(Grad, JsonGraphsNameTheirGradients) {
+  const std::string text = R"({
+    "inputs": [{"name": "x", "dtype": "float64", "shape": [3]},
+               {"name": "w", "dtype": "float64", "shape": [3]}],
+    "nodes": [{"op": "mul", "inputs": ["x", "w"], "outputs": ["xw"]},
+              {"op": "tanh", "inputs": ["xw"], "outputs": ["t"]},
+              {"op": "reduce_sum", "inputs": ["t"], "outputs": ["y"], "attrs": {"keepdims": 0}}],
+    "gradients": [{"cost": "y", "wrt": ["w", "x"], "outputs": ["dy_dw", "dy_dx"]}],
+    "outputs": ["y", "dy_dw", "dy_dx"]
+  })";
+  Graph g = parse_json_model(text, "grad.json", ".");
+  const std::vector<double> x{0.5, -1, 2}, w{1.5, 0.25, -0.75};
+  auto out = compile(g)({Tensor::from_doubles(DType::kFloat64, {3}, x),
+                         Tensor::from_doubles(DType::kFloat64, {3}, w)});
+  for (int i = 0; i < 3; ++i) {
+    const double d = 1 - std::tanh(x[i] * w[i]) * std::tanh(x[i] * w[i]);
+    EXPECT_NEAR(out[1].load(i), d * x[i], 1e-14);
+    EXPECT_NEAR(out[2].load(i), d * w[i], 1e-14);
+  }
+  std::string bad = text;
+  bad.replace(bad.find(R"("cost": "y")"), 11, R"("cost": "z")");
+  const std::string e = error_of([&] { parse_json_model(bad, "grad.json", "."); });
+  EXPECT_NE(e.find("gradients[0].cost"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown variable 'z'"), std::string::npos) << e;
 }
 
 // `kiln grad` on the ONNX examples against PyTorch autograd's gradients of y.sum()

@@ -10,10 +10,10 @@
 Every call runs the op's type inference at once, so a mismatch raises where it was made.
 Any kiln op is reachable by name through apply(op, inputs, **props).
 """
-from ._kiln import Graph, Var
+from ._kiln import Graph, Var, add_optimizer_step, grad
 from ._kiln import apply as _apply
 
-__all__ = ["Graph", "Var", "apply"]
+__all__ = ["Graph", "Var", "apply", "grad", "add_optimizer_step"]
 
 
 def apply(op, inputs, **props):

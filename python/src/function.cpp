@@ -123,6 +123,8 @@ void bind_function(nb::module_& m) {
         return f;
       },
       nb::arg("path"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+  m.def("clear_compile_memo", [] { clear_compile_memo(); },
+        "Forgets the modules this process loaded: the next compile goes to the disk cache.");
   m.def(
       "compile_graph",
       [](const PyGraph& g, const std::string& device, std::optional<std::string> passes) {

@@ -7,6 +7,8 @@
 
 #include "python/src/bindings.h"
 #include "python/src/graph_handle.h"
+#include "rewrite/grad.h"
+#include "rewrite/optimizer.h"
 #include "util/error.h"
 
 namespace kiln::python {
@@ -94,6 +96,15 @@ void bind_graph(nb::module_& m) {
              }
              g.graph->set_outputs(vars);
            })
+      .def(
+          "add_update",
+          [](const PyGraph& g, const PyVar& state, const PyVar& value) {
+            if (state.graph != g.graph || value.graph != g.graph)
+              throw UserError("add_update: a value belongs to another graph");
+            g.graph->add_update(state.var.var(), value.var.var());
+          },
+          nb::arg("state"), nb::arg("value"),
+          "After each run, graph input `state` holds `value` (written in place where it can be).")
       .def_prop_ro("name", [](const PyGraph& g) { return g.graph->name(); })
       .def("__repr__", [](const PyGraph& g) {
         return "kiln.graph.Graph('" + g.graph->name() + "', " +
@@ -115,6 +126,7 @@ void bind_graph(nb::module_& m) {
                      return nb::tuple(out);
                    })
       .def_prop_ro("ndim", [](const PyVar& v) { return v.var.rank(); })
+      .def_prop_ro("name", [](const PyVar& v) { return v.var.var()->name; })
       .def("__add__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var + operand(a, b)); })
       .def("__radd__", [](const PyVar& a, nb::handle b) { return wrap(a, operand(a, b) + a.var); })
       .def("__sub__", [](const PyVar& a, nb::handle b) { return wrap(a, a.var - operand(a, b)); })
@@ -132,6 +144,34 @@ void bind_graph(nb::module_& m) {
         return "kiln.graph.Var(" + v.var.var()->name + ": " + v.var.type().to_string() + ")";
       });
 
+  m.def(
+      "grad",
+      [](const PyVar& cost, const std::vector<PyVar>& wrt) {
+        std::vector<Variable*> vars;
+        for (const PyVar& v : wrt) {
+          if (v.graph != cost.graph) throw UserError("grad: a wrt value belongs to another graph");
+          vars.push_back(v.var.var());
+        }
+        nb::list out;
+        for (Variable* gv : grad(*cost.graph, cost.var.var(), vars)) out.append(PyVar{cost.graph, Var(cost.graph.get(), gv)});
+        return out;
+      },
+      nb::arg("cost"), nb::arg("wrt"),
+      "Reverse-mode gradients of the scalar `cost` with respect to each of `wrt`, as new Vars.");
+  m.def(
+      "add_optimizer_step",
+      [](const PyVar& loss, const std::vector<PyVar>& params, const std::string& spec) {
+        std::vector<Variable*> vars;
+        for (const PyVar& v : params) vars.push_back(v.var.var());
+        nb::list out;
+        for (Variable* s : add_optimizer_step(*loss.graph, loss.var.var(), vars, OptimizerOptions::parse(spec))) {
+          out.append(PyVar{loss.graph, Var(loss.graph.get(), s)});
+        }
+        return out;
+      },
+      nb::arg("loss"), nb::arg("params"), nb::arg("optimizer"),
+      "Adds the gradients and an optimizer's updates (\"sgd:lr=0.1,momentum=0.9\", "
+      "\"adam:lr=1e-3\"); returns the optimizer-state inputs it created (start them at 0).");
   m.def(
       "apply",
       [](const std::string& op, const std::vector<PyVar>& inputs, nb::kwargs props) {
