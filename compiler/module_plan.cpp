@@ -290,6 +290,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
           step.inputs.at(static_cast<size_t>(k));
     }
     step.label = node->label();
+    step.exclusive = cop && cop->c_threads_itself();
     step.infer_shape = shape_rule(node->op, p, step.inputs);
     step.flops = flop_rule(node->op);
     p.steps.push_back(std::move(step));
@@ -443,6 +444,8 @@ void ModulePlan::finish() {
       throw UserError(p.steps[i].label + ": " + e.what());
     }
     p.steps[i].flops = flop_rule(op);
+    const auto* cop = dynamic_cast<const COp*>(op.get());
+    p.steps[i].exclusive = cop && cop->c_threads_itself();
     p.steps[i].infer_shape = shape_rule(std::move(op), p, p.steps[i].inputs);
   }
 }

@@ -108,6 +108,9 @@ class COp : public Op {
   }
   // Each output element costs many operations, so small calls are worth splitting too.
   virtual bool c_heavy(const Node& node) const { return false; }
+  // The code calls a library that runs threads of its own (OpenBLAS): the engine runs no
+  // other step beside it, or the two would fight over the same cores.
+  virtual bool c_threads_itself() const { return false; }
 
   // True when this node (its dtypes and props) has CUDA code: placement asks this, never a
   // list kept elsewhere.

@@ -39,6 +39,7 @@ class WithEpilogue : public COp {
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node& node) const override { return base_->c_heavy(base_view(node)); }
+  bool c_threads_itself() const override { return base_->c_threads_itself(); }
   // On CUDA the program runs inside the base op's kernel, on each result before the store.
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;

@@ -12,6 +12,7 @@ namespace kiln {
 class Gemm : public COp {
  public:
   explicit Gemm(Attrs props);
+  bool c_threads_itself() const override { return packed_n_ == 0; }  // OpenBLAS, unless packed
   std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;

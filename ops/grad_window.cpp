@@ -1,8 +1,8 @@
 // Gradients of the sliding-window ops, built from convolutions, strided slices and pads:
 //   conv, input:  the output gradient dilated by the stride, convolved with the flipped
 //                 weights (channels regrouped), cropped or padded back to the input;
-//   conv, weight: per kernel tap, a batched GEMM of the output gradient with the strided
-//                 input that tap reads (the batch and the positions summed; any batch size);
+//   conv, weight: the strided input each kernel tap reads, stacked (im2col), times the
+//                 output gradient: one GEMM per group sums the batch and the positions;
 //   pools:        each kernel tap's share (the first maximum, or 1/divisor) placed back at
 //                 its strided positions and summed.
 #include <cmath>
@@ -62,11 +62,64 @@ int64_t padded_end(const WindowDims& w) {
 
 }  // namespace
 
+namespace {
+
+// Windows that tile the input exactly (kernel == stride, no padding or dilation): each input
+// element is in one window, so the gradient is the output gradient spread over its window
+// (max: onto the window's first maximum, as the forward keeps it) with a few reshapes.
+Var tiled_pool_grad(Var x, Var y, Var g, const std::vector<WindowDims>& geo, bool is_max) {
+  const size_t k = geo.size();
+  int64_t window = 1;
+  std::string split = "#0.0;#0.1", lead = "#0.0;#0.1";
+  std::vector<int64_t> perm{0, 1}, back{0, 1};
+  for (size_t i = 0; i < k; ++i) {
+    split += ";" + std::to_string(geo[i].out) + ";" + std::to_string(geo[i].kernel);
+    lead += ";" + std::to_string(geo[i].out);
+    window *= geo[i].kernel;
+  }
+  // (N, C, o0, k0, o1, k1) -> (N, C, o0, o1, k0, k1): the window's elements last.
+  for (size_t i = 0; i < k; ++i) perm.push_back(static_cast<int64_t>(2 + 2 * i));
+  for (size_t i = 0; i < k; ++i) perm.push_back(static_cast<int64_t>(3 + 2 * i));
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  auto windows = [&](Var v) {  // (N, C, spatial) -> (N, C, outs..., window)
+    Var w = apply_dims("reshape", {v}, {{"dims", split}});
+    if (k > 1) w = transpose(w, perm);
+    return apply_dims("reshape", {w}, {{"dims", lead + ";" + std::to_string(window)}});
+  };
+  Var gk = apply_dims("reshape", {g}, {{"dims", lead + ";1"}});
+  Var part;
+  if (is_max) {
+    Var yk = apply_dims("reshape", {y}, {{"dims", lead + ";1"}});
+    Var hit = cast(eq(windows(x), yk), x.dtype());
+    const int64_t last = static_cast<int64_t>(k + 2);
+    Var first = apply("cumsum", {hit}, {{"axis", last}});
+    part = where(logical_and(cast(hit, DType::kBool), eq(first, lit_like(first, 1.0))), gk,
+                 lit_like(gk, 0.0));
+  } else {
+    part = apply_dims("expand", {gk / static_cast<double>(window), windows(x)},
+                      {{"dims", dims_of_input(1, static_cast<int>(k + 3))}});
+  }
+  std::string full = lead;
+  for (size_t i = 0; i < k; ++i) full += ";" + std::to_string(geo[i].kernel);
+  Var w = apply_dims("reshape", {part}, {{"dims", full}});
+  if (k > 1) w = transpose(w, inverse);
+  return reshape_like(w, x);
+}
+
+}  // namespace
+
 std::vector<Variable*> Pool::grad(const GradArgs& args) const {
   Var x = grad_in(args, 0), y = grad_out(args, 0), g = grad_of_out(args, 0);
   require_static(args, 0, x, name());
   const auto geo = geometry(x.type().dims);
   const size_t k = geo.size();
+  bool tiled = true;
+  for (const auto& d : geo) {
+    tiled = tiled && d.kernel == d.stride && d.dilation == 1 && d.pad_begin == 0 &&
+            d.pad_end == 0 && d.out * d.kernel == d.in;
+  }
+  if (tiled) return {tiled_pool_grad(x, y, g, geo, is_max_).var()};
   std::vector<int64_t> pb, pe, full;
   for (const auto& w : geo) {
     pb.push_back(w.pad_begin);
@@ -169,36 +222,47 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
   }
   if (args.wanted[1]) {
     require_static(args, 1, x, "the weight gradient of conv");
-    // Per kernel tap, the strided input it meets times the output gradient, summed over
-    // the batch and the output positions: one batched GEMM per tap (groups as the batch).
+    // im2col: each kernel tap's strided view of the padded input, (G, cg, N*P) per tap,
+    // stacked into (G, K*cg, N*P); then one GEMM per group with the output gradient
+    // (G, mg, N*P) sums over the batch and the output positions at once.
     std::vector<int64_t> ends;
-    int64_t positions = 1;
+    int64_t positions = 1, taps_n = 1;
     for (const auto& d : geo) {
       ends.push_back(padded_end(d));
       positions *= d.out;
+      taps_n *= d.kernel;
     }
     const std::string G_ = std::to_string(G), P_ = std::to_string(positions);
     Var gg = apply_dims("reshape", {g}, {{"dims", "#0.0;" + G_ + ";" + std::to_string(mg) + ";" + P_}});
     gg = transpose(gg, {1, 2, 0, 3});
     gg = apply_dims("reshape", {gg}, {{"dims", G_ + ";" + std::to_string(mg) + ";#0.2*" + P_}});
     Var xp = pad_all(x, pb, ends);
-    std::vector<Var> per_tap;
+    std::vector<Var> columns;
     std::vector<int64_t> tap(k, 0);
     for (;;) {
       std::vector<int64_t> start;
       for (size_t i = 0; i < k; ++i) start.push_back(tap[i] * geo[i].dilation);
       Var xs = apply_dims("reshape", {taps(xp, start, geo)},
                           {{"dims", "#0.0;" + G_ + ";" + std::to_string(cg) + ";" + P_}});
-      xs = transpose(xs, {1, 0, 3, 2});
-      xs = apply_dims("reshape", {xs}, {{"dims", G_ + ";#0.1*" + P_ + ";" + std::to_string(cg)}});
-      per_tap.push_back(reshape(matmul(gg, xs), {M, cg, 1}));
+      xs = transpose(xs, {1, 2, 0, 3});
+      columns.push_back(apply_dims("reshape", {xs}, {{"dims", G_ + ";" + std::to_string(cg) + ";#0.2*" + P_}}));
       size_t i = k;
       while (i-- > 0 && ++tap[i] == geo[i].kernel) tap[i] = 0;
       if (i == static_cast<size_t>(-1)) break;
     }
+    Var cols = columns.size() == 1 ? columns[0] : concat(columns, 1);  // (G, K*cg, N*P)
+    Var gw;
+    if (G == 1) {
+      // 2-D: GEMM reads the columns transposed in place.
+      gw = gemm(apply_dims("reshape", {gg}, {{"dims", "#0.1;#0.2"}}),
+                apply_dims("reshape", {cols}, {{"dims", "#0.1;#0.2"}}), 1.0, false, true);
+    } else {
+      gw = matmul(gg, transpose(cols, {0, 2, 1}));  // (G, mg, K*cg)
+    }
+    // (.., K*cg) is tap-major: -> (M, K, cg) -> (M, cg, K) -> (M, cg, kernel dims).
+    gw = transpose(reshape(gw, {M, taps_n, cg}), {0, 2, 1});
     std::vector<int64_t> wdims{M, cg};
     for (const auto& d : geo) wdims.push_back(d.kernel);
-    Var gw = per_tap.size() == 1 ? per_tap[0] : concat(per_tap, 2);
     out[1] = reshape(gw, wdims).var();
   }
   if (args.wanted[0]) {

@@ -8,6 +8,7 @@ namespace kiln {
 class MatMul : public COp {
  public:
   explicit MatMul(Attrs props);
+  bool c_threads_itself() const override { return true; }  // OpenBLAS
   std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;

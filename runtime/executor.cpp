@@ -714,6 +714,10 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     slot_var[s] = engine_->new_var(program_.slots[s].name);
     st->vars.push_back(slot_var[s]);
   }
+  // A step that runs its own threads (BLAS) writes `cores`, every other step reads it: the
+  // engine then runs such a step alone, after the steps pushed before it.
+  VarHandle cores = engine_->new_var("cores");
+  st->vars.push_back(cores);
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     if (uploads_[si]) continue;
     const StepSpec& step = program_.steps[si];
@@ -728,6 +732,7 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
         if (value == s) writes.push_back(slot_var[state]);
       }
     }
+    (step.exclusive ? writes : reads).push_back(cores);
     if (is_device_step(step)) {
       push_device_step(step, state, reads, writes);
       continue;

@@ -35,6 +35,8 @@ struct StepSpec {
   std::string label;  // "node 3: softmax(t2) -> t3"
   ShapeRule infer_shape;
   FlopRule flops;  // may be empty
+  // The thunk runs threads of its own (a BLAS call): a parallel run gives it the cores alone.
+  bool exclusive = false;
 };
 
 // A state update: after a run, user input `input` holds the value of output `output` (a

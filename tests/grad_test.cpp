@@ -274,7 +274,8 @@ TEST(Grad, ConvolutionsMatchFiniteDifferences) {
 TEST(Grad, PoolsMatchFiniteDifferences) {
   check_gradients(
       "pools",
-      {{"m", {2, 2, 7, 6}}, {"a", {1, 2, 6, 5}}, {"ai", {1, 2, 6, 5}}, {"m1", {2, 3, 8}}},
+      {{"m", {2, 2, 7, 6}}, {"a", {1, 2, 6, 5}}, {"ai", {1, 2, 6, 5}}, {"m1", {2, 3, 8}},
+       {"tm", {2, 2, 6, 4}}, {"ta", {1, 2, 4, 6}}, {"tm1", {2, 3, 8}}},
       [](const std::vector<Var>& x) {
         return std::vector<Var>{
             apply("max_pool", {x[0]}, {{"kernel_shape", std::vector<int64_t>{3, 2}},
@@ -289,6 +290,13 @@ TEST(Grad, PoolsMatchFiniteDifferences) {
                                             {"count_include_pad", int64_t(1)}}),
             apply("max_pool", {x[3]}, {{"kernel_shape", std::vector<int64_t>{3}},
                                        {"strides", std::vector<int64_t>{2}}}),
+            // Windows that tile the input (the reshape path).
+            apply("max_pool", {x[4]}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}}}),
+            apply("average_pool", {x[5]}, {{"kernel_shape", std::vector<int64_t>{2, 3}},
+                                           {"strides", std::vector<int64_t>{2, 3}}}),
+            apply("max_pool", {x[6]}, {{"kernel_shape", std::vector<int64_t>{2}},
+                                       {"strides", std::vector<int64_t>{2}}}),
         };
       });
 }
@@ -299,12 +307,15 @@ TEST(Grad, TiesFollowTheForwardsChoice) {
   Graph g("ties");
   Var x = input(g, "x", DType::kFloat64, {1, 1, 2, 2});
   Var c = sum(maximum(x, x)) + sum(max(x)) +
-          sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}));
+          sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}})) +
+          sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                      {"strides", std::vector<int64_t>{2, 2}}}));
   auto gx = grad(g, c.var(), {x.var()});
   g.set_outputs(gx);
   Tensor v = Tensor::from_doubles(DType::kFloat64, {1, 1, 2, 2}, {3, 3, 1, 3});
-  // maximum(x, x): 0.5 + 0.5 per element; max: 1/3 to each of the three 3s; pool: first 3.
-  const std::vector<double> want{1 + 1.0 / 3 + 1, 1 + 1.0 / 3, 1, 1 + 1.0 / 3};
+  // maximum(x, x): 0.5 + 0.5 per element; max: 1/3 to each of the three 3s; each pool
+  // (sliding and tiling): the first 3.
+  const std::vector<double> want{1 + 1.0 / 3 + 2, 1 + 1.0 / 3, 1, 1 + 1.0 / 3};
   const auto got = values_of(compile(g)({v})[0]);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
 }
