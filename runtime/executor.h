@@ -4,6 +4,8 @@
 // A program with parallel branches pushes each step to the dependency engine with a
 // variable per buffer, so independent branches run at the same time; a pure chain runs in
 // one thread. Large splittable thunks (KILN_THUNK_SPLIT) are divided across CPU workers.
+// A step that runs threads of its own (StepSpec::exclusive: a BLAS call) runs alone.
+// Program::updates overwrite inputs after (or, in place, during) the run.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

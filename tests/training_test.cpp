@@ -171,6 +171,40 @@ TEST(Training, UpdateErrorsNameTheState) {
   EXPECT_NE(e.find("input 's' is updated in place and must be contiguous"), std::string::npos) << e;
 }
 
+TEST(Training, BadOptimizerSpecsAndBatchesAreNamed) {
+  EXPECT_NE(error_of([] { OptimizerOptions::parse("rmsprop"); }).find("optimizer 'rmsprop': expected sgd or adam"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { OptimizerOptions::parse("sgd:lr=fast"); }).find("'lr=fast' is not NAME=NUMBER"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { OptimizerOptions::parse("adam:gamma=0.5"); }).find("unknown setting 'gamma'"),
+            std::string::npos);
+  Linear m;
+  Trainer tr = m.trainer(OptimizerOptions::parse("sgd"));
+  auto batch = m.batch();
+  batch.erase("t");
+  EXPECT_NE(error_of([&] { tr.step(batch); }).find("the batch has no input 't'"), std::string::npos);
+  batch = m.batch();
+  batch["z"] = batch["t"];
+  EXPECT_NE(error_of([&] { tr.step(batch); }).find("no data input 'z'"), std::string::npos);
+  // A parameter is the trainer's own: a batch cannot replace it.
+  batch = m.batch();
+  batch["w"] = tr.parameter("w");
+  EXPECT_NE(error_of([&] { tr.step(batch); }).find("no data input 'w'"), std::string::npos);
+}
+
+TEST(Training, AnUpdatedInputMayNotShareItsBufferWithAnother) {
+  Graph g("shared");
+  Var s = input(g, "s", DType::kFloat32, {3});
+  Var x = input(g, "x", DType::kFloat32, {3});
+  g.add_update(s.var(), (s + x).var());
+  g.set_outputs({sum(x).var()});
+  Function f = compile(g);
+  Tensor a = Tensor::zeros(DType::kFloat32, {3});
+  const std::string e = error_of([&] { f({a, a}); });
+  EXPECT_NE(e.find("input 's' is updated by the run and shares its buffer with input 'x'"), std::string::npos) << e;
+  EXPECT_EQ(a.to_doubles(), (std::vector<double>{0, 0, 0}));  // nothing was written
+}
+
 // Two gaussian blobs per class in 2-D, labels one-hot.
 void blobs(std::vector<double>& x, std::vector<double>& y, int n, std::mt19937& rng) {
   std::normal_distribution<double> noise(0, 0.35);
