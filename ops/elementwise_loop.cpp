@@ -185,7 +185,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") +
            ";";
   };
-  s += std::string("        ") + (interleave ? "KILN_ILP " : "") +
+  s += std::string("        KILN_SAME_INDEX ") + (interleave ? "KILN_ILP " : "") +
        "for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
   s += "      } else {\n";
   s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) { " +

@@ -14,12 +14,18 @@
  * KILN_LANES goes on the 16-step loop over a reduction's lane accumulators: unrolled, the
  * lanes live in one vector register; left rolled (modules build with -fno-unroll-loops) they
  * stay in memory, a store-to-load chain on every step, 8x slower. */
+/* KILN_SAME_INDEX goes on unit-stride elementwise loops, whose step j reads and writes index j
+ * only: an output written in place over an input (a training step's update) aliases it at the
+ * same index, which is safe to vectorize, but clang cannot prove it and would take the scalar
+ * fallback behind its run-time overlap checks (8x slower with sqrt or division). */
 #if defined(__clang__)
 #define KILN_NOVEC _Pragma("clang loop vectorize(disable)")
+#define KILN_SAME_INDEX _Pragma("clang loop vectorize(assume_safety)")
 #define KILN_ILP _Pragma("clang loop interleave_count(4)")
 #define KILN_LANES _Pragma("clang loop unroll(full)")
 #else
 #define KILN_NOVEC
+#define KILN_SAME_INDEX _Pragma("GCC ivdep")
 #define KILN_ILP
 #define KILN_LANES _Pragma("GCC unroll 16")
 #endif
