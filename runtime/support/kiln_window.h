@@ -30,6 +30,14 @@
       for (int64_t i = 0; i < g->kh; ++i)                                                    \
         for (int64_t j = 0; j < g->kw; ++j) {                                                \
           T *row = col + ((c * g->kh + i) * g->kw + j) * ldc;                                \
+          /* Outputs [lo, hi) read inside the row, the rest the padding: per tap, not per    \
+           * row (the divisions cost more than a short row's copy). */                       \
+          const int64_t x0 = j * g->dw - g->pw;                                              \
+          int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;                              \
+          int64_t hi = x0 >= g->w ? 0 : (g->w - x0 + g->sw - 1) / g->sw;                     \
+          if (lo > g->ow) lo = g->ow;                                                        \
+          if (hi > g->ow) hi = g->ow;                                                        \
+          if (hi < lo) hi = lo;                                                              \
           for (int64_t oy = 0; oy < g->oh; ++oy) {                                           \
             const int64_t y = oy * g->sh - g->ph + i * g->dh;                                \
             T *dst = row + oy * g->ow;                                                       \
@@ -38,13 +46,6 @@
               continue;                                                                      \
             }                                                                                \
             const T *src = x + c * sc + y * sy;                                              \
-            /* Outputs [lo, hi) read inside the row; the rest read the padding. */            \
-            const int64_t x0 = j * g->dw - g->pw;                                            \
-            int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;                            \
-            int64_t hi = x0 >= g->w ? 0 : (g->w - x0 + g->sw - 1) / g->sw;                   \
-            if (lo > g->ow) lo = g->ow;                                                      \
-            if (hi > g->ow) hi = g->ow;                                                      \
-            if (hi < lo) hi = lo;                                                            \
             for (int64_t ox = 0; ox < lo; ++ox) dst[ox] = 0;                                 \
             if (g->sw == 1 && sx == 1) {                                                     \
               for (int64_t ox = lo; ox < hi; ++ox) dst[ox] = src[x0 + ox];                   \
