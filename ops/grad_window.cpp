@@ -1,10 +1,11 @@
 // Gradients of the sliding-window ops, built from convolutions, strided slices and pads:
 //   conv, input:  the output gradient dilated by the stride, convolved with the flipped
 //                 weights (channels regrouped), cropped or padded back to the input;
-//   conv, weight: the strided input each kernel tap reads, stacked (im2col), times the
-//                 output gradient: one GEMM per group sums the batch and the positions;
-//   pools:        each kernel tap's share (the first maximum, or 1/divisor) placed back at
-//                 its strided positions and summed.
+//   conv, weight: conv_weight_grad (ops/window_grad.h), one kernel;
+//   max pool:     max_pool_grad (ops/window_grad.h), one kernel;
+//   average pool: each kernel tap's share (1/divisor) placed back at its strided positions
+//                 and summed, or reshapes when the windows tile the input.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -15,16 +16,13 @@
 namespace kiln {
 namespace {
 
-std::vector<int64_t> spatial_of(const Var& v) {
-  return std::vector<int64_t>(v.type().dims.begin() + 2, v.type().dims.end());
-}
-
 // The static spatial dims a window gradient needs, or a clear error.
 void require_static(const GradArgs& args, int input, const Var& v, const std::string& what) {
   for (size_t d = 1; d < v.type().dims.size(); ++d) {
     if (v.type().dims[d] == kDynamic) {
-      not_differentiable(args, input, what + " needs static channel and spatial dimensions, got " +
-                                          v.type().to_string());
+      not_differentiable(
+          args, input,
+          what + " needs static channel and spatial dimensions, got " + v.type().to_string());
     }
   }
 }
@@ -42,36 +40,20 @@ Var pad_all(Var x, const std::vector<int64_t>& begin, const std::vector<int64_t>
   return any ? apply("pad", {x}, {{"pads", pads}, {"value", value}}) : x;
 }
 
-// Strided slice of the spatial axes: taps start at `start`, every `stride`, `count` of them.
-Var taps(Var x, const std::vector<int64_t>& start, const std::vector<WindowDims>& g) {
-  std::vector<int64_t> starts, ends, axes, steps;
-  for (size_t i = 0; i < g.size(); ++i) {
-    starts.push_back(start[i]);
-    ends.push_back(start[i] + (g[i].out - 1) * g[i].stride + 1);
-    axes.push_back(static_cast<int64_t>(i + 2));
-    steps.push_back(g[i].stride);
-  }
-  return apply_dims("slice", {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}});
-}
-
 // The padded extent every window reads: begin pad, input, and an end pad that covers the
 // last window (ceil_mode may reach past pad_end; floor mode may leave rows unread).
 int64_t padded_end(const WindowDims& w) {
   return (w.out - 1) * w.stride + (w.kernel - 1) * w.dilation + 1 - w.in - w.pad_begin;
 }
 
-}  // namespace
-
-namespace {
-
-// Windows that tile the input exactly (kernel == stride, no padding or dilation): each input
-// element is in one window, so the gradient is the output gradient spread over its window
-// (max: onto the window's first maximum, as the forward keeps it) with a few reshapes.
-Var tiled_pool_grad(Var x, Var y, Var g, const std::vector<WindowDims>& geo, bool is_max) {
+// Average windows that tile the input exactly (kernel == stride, no padding or dilation):
+// each input element is in one window, so the gradient is the output gradient divided by the
+// window's size and spread over it, with a few reshapes.
+Var tiled_average_grad(Var x, Var g, const std::vector<WindowDims>& geo) {
   const size_t k = geo.size();
   int64_t window = 1;
   std::string split = "#0.0;#0.1", lead = "#0.0;#0.1";
-  std::vector<int64_t> perm{0, 1}, back{0, 1};
+  std::vector<int64_t> perm{0, 1};
   for (size_t i = 0; i < k; ++i) {
     split += ";" + std::to_string(geo[i].out) + ";" + std::to_string(geo[i].kernel);
     lead += ";" + std::to_string(geo[i].out);
@@ -81,25 +63,14 @@ Var tiled_pool_grad(Var x, Var y, Var g, const std::vector<WindowDims>& geo, boo
   for (size_t i = 0; i < k; ++i) perm.push_back(static_cast<int64_t>(2 + 2 * i));
   for (size_t i = 0; i < k; ++i) perm.push_back(static_cast<int64_t>(3 + 2 * i));
   std::vector<int64_t> inverse(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-  auto windows = [&](Var v) {  // (N, C, spatial) -> (N, C, outs..., window)
-    Var w = apply_dims("reshape", {v}, {{"dims", split}});
-    if (k > 1) w = transpose(w, perm);
-    return apply_dims("reshape", {w}, {{"dims", lead + ";" + std::to_string(window)}});
-  };
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  Var windows = apply_dims("reshape", {x}, {{"dims", split}});
+  if (k > 1) windows = transpose(windows, perm);
+  windows = apply_dims("reshape", {windows}, {{"dims", lead + ";" + std::to_string(window)}});
   Var gk = apply_dims("reshape", {g}, {{"dims", lead + ";1"}});
-  Var part;
-  if (is_max) {
-    Var yk = apply_dims("reshape", {y}, {{"dims", lead + ";1"}});
-    Var hit = cast(eq(windows(x), yk), x.dtype());
-    const int64_t last = static_cast<int64_t>(k + 2);
-    Var first = apply("cumsum", {hit}, {{"axis", last}});
-    part = where(logical_and(cast(hit, DType::kBool), eq(first, lit_like(first, 1.0))), gk,
-                 lit_like(gk, 0.0));
-  } else {
-    part = apply_dims("expand", {gk / static_cast<double>(window), windows(x)},
-                      {{"dims", dims_of_input(1, static_cast<int>(k + 3))}});
-  }
+  Var part = apply_dims("expand", {gk / static_cast<double>(window), windows},
+                        {{"dims", dims_of_input(1, static_cast<int>(k + 3))}});
   std::string full = lead;
   for (size_t i = 0; i < k; ++i) full += ";" + std::to_string(geo[i].kernel);
   Var w = apply_dims("reshape", {part}, {{"dims", full}});
@@ -110,8 +81,10 @@ Var tiled_pool_grad(Var x, Var y, Var g, const std::vector<WindowDims>& geo, boo
 }  // namespace
 
 std::vector<Variable*> Pool::grad(const GradArgs& args) const {
-  Var x = grad_in(args, 0), y = grad_out(args, 0), g = grad_of_out(args, 0);
+  Var x = grad_in(args, 0), g = grad_of_out(args, 0);
   require_static(args, 0, x, name());
+  // Max: one kernel finds each window's first maximum and adds its gradient there.
+  if (is_max_) return {apply("max_pool_grad", {x, grad_out(args, 0), g}, props()).var()};
   const auto geo = geometry(x.type().dims);
   const size_t k = geo.size();
   bool tiled = true;
@@ -119,62 +92,47 @@ std::vector<Variable*> Pool::grad(const GradArgs& args) const {
     tiled = tiled && d.kernel == d.stride && d.dilation == 1 && d.pad_begin == 0 &&
             d.pad_end == 0 && d.out * d.kernel == d.in;
   }
-  if (tiled) return {tiled_pool_grad(x, y, g, geo, is_max_).var()};
+  if (tiled) return {tiled_average_grad(x, g, geo).var()};
   std::vector<int64_t> pb, pe, full;
   for (const auto& w : geo) {
     pb.push_back(w.pad_begin);
     pe.push_back(padded_end(w));
     full.push_back(w.pad_begin + w.in + padded_end(w));
   }
-  Var share = g;
-  if (!is_max_) {
-    // The divisor of each output position, exactly as the forward counts it.
-    std::vector<int64_t> out_dims;
-    for (const auto& w : geo) out_dims.push_back(w.out);
-    Tensor div = Tensor::empty(x.dtype(), out_dims);
-    const WindowDims one{1, 1, 1, 1, 0, 0, 1};
-    const WindowDims& gy = k == 2 ? geo[0] : one;
-    const WindowDims& gx = geo[k - 1];
-    for (int64_t oy = 0, flat = 0; oy < gy.out; ++oy) {
-      for (int64_t ox = 0; ox < gx.out; ++ox, ++flat) {
-        int64_t count = 0, padded = 0;
-        for (int64_t i = 0; i < gy.kernel; ++i) {
-          const int64_t yy = oy * gy.stride - gy.pad_begin + i * gy.dilation;
-          if (yy >= gy.in + gy.pad_end) break;
-          for (int64_t j = 0; j < gx.kernel; ++j) {
-            const int64_t xx = ox * gx.stride - gx.pad_begin + j * gx.dilation;
-            if (xx >= gx.in + gx.pad_end) break;
-            ++padded;
-            if (yy >= 0 && yy < gy.in && xx >= 0 && xx < gx.in) ++count;
-          }
+  // The divisor of each output position, exactly as the forward counts it.
+  std::vector<int64_t> out_dims;
+  for (const auto& w : geo) out_dims.push_back(w.out);
+  Tensor div = Tensor::empty(x.dtype(), out_dims);
+  const WindowDims one{1, 1, 1, 1, 0, 0, 1};
+  const WindowDims& gy = k == 2 ? geo[0] : one;
+  const WindowDims& gx = geo[k - 1];
+  for (int64_t oy = 0, flat = 0; oy < gy.out; ++oy) {
+    for (int64_t ox = 0; ox < gx.out; ++ox, ++flat) {
+      int64_t count = 0, padded = 0;
+      for (int64_t i = 0; i < gy.kernel; ++i) {
+        const int64_t yy = oy * gy.stride - gy.pad_begin + i * gy.dilation;
+        if (yy >= gy.in + gy.pad_end) break;
+        for (int64_t j = 0; j < gx.kernel; ++j) {
+          const int64_t xx = ox * gx.stride - gx.pad_begin + j * gx.dilation;
+          if (xx >= gx.in + gx.pad_end) break;
+          ++padded;
+          if (yy >= 0 && yy < gy.in && xx >= 0 && xx < gx.in) ++count;
         }
-        div.store(flat, static_cast<double>(count_include_pad_ ? padded : std::max<int64_t>(count, 1)));
       }
+      div.store(flat,
+                static_cast<double>(count_include_pad_ ? padded : std::max<int64_t>(count, 1)));
     }
-    share = g / constant(x.graph(), div);
   }
-  Var xp = is_max_ ? pad_all(x, pb, pe, -std::numeric_limits<double>::infinity()) : x;
-  Var taken;
+  Var share = g / constant(x.graph(), div);
   Var total;
   std::vector<int64_t> tap(k, 0);
   for (;;) {
     std::vector<int64_t> start;
     for (size_t i = 0; i < k; ++i) start.push_back(tap[i] * geo[i].dilation);
     Var part = share;
-    if (is_max_) {
-      // The first tap holding the maximum takes the gradient, as the forward keeps it.
-      Var hit = eq(taps(xp, start, geo), y);
-      if (taken.var()) {
-        Var first = logical_and(hit, logical_not(taken));
-        taken = logical_or(taken, hit);
-        hit = first;
-      } else {
-        taken = hit;
-      }
-      part = where(hit, g, lit_like(g, 0.0));
-    }
     for (size_t i = 0; i < k; ++i) {
-      part = place_strided(part, static_cast<int>(i + 2), start[i], geo[i].stride, geo[i].out, full[i]);
+      part = place_strided(part, static_cast<int>(i + 2), start[i], geo[i].stride, geo[i].out,
+                           full[i]);
     }
     total = total.var() ? total + part : part;
     size_t i = k;
@@ -222,48 +180,13 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
   }
   if (args.wanted[1]) {
     require_static(args, 1, x, "the weight gradient of conv");
-    // im2col: each kernel tap's strided view of the padded input, (G, cg, N*P) per tap,
-    // stacked into (G, K*cg, N*P); then one GEMM per group with the output gradient
-    // (G, mg, N*P) sums over the batch and the output positions at once.
-    std::vector<int64_t> ends;
-    int64_t positions = 1, taps_n = 1;
-    for (const auto& d : geo) {
-      ends.push_back(padded_end(d));
-      positions *= d.out;
-      taps_n *= d.kernel;
-    }
-    const std::string G_ = std::to_string(G), P_ = std::to_string(positions);
-    Var gg = apply_dims("reshape", {g}, {{"dims", "#0.0;" + G_ + ";" + std::to_string(mg) + ";" + P_}});
-    gg = transpose(gg, {1, 2, 0, 3});
-    gg = apply_dims("reshape", {gg}, {{"dims", G_ + ";" + std::to_string(mg) + ";#0.2*" + P_}});
-    Var xp = pad_all(x, pb, ends);
-    std::vector<Var> columns;
-    std::vector<int64_t> tap(k, 0);
-    for (;;) {
-      std::vector<int64_t> start;
-      for (size_t i = 0; i < k; ++i) start.push_back(tap[i] * geo[i].dilation);
-      Var xs = apply_dims("reshape", {taps(xp, start, geo)},
-                          {{"dims", "#0.0;" + G_ + ";" + std::to_string(cg) + ";" + P_}});
-      xs = transpose(xs, {1, 2, 0, 3});
-      columns.push_back(apply_dims("reshape", {xs}, {{"dims", G_ + ";" + std::to_string(cg) + ";#0.2*" + P_}}));
-      size_t i = k;
-      while (i-- > 0 && ++tap[i] == geo[i].kernel) tap[i] = 0;
-      if (i == static_cast<size_t>(-1)) break;
-    }
-    Var cols = columns.size() == 1 ? columns[0] : concat(columns, 1);  // (G, K*cg, N*P)
-    Var gw;
-    if (G == 1) {
-      // 2-D: GEMM reads the columns transposed in place.
-      gw = gemm(apply_dims("reshape", {gg}, {{"dims", "#0.1;#0.2"}}),
-                apply_dims("reshape", {cols}, {{"dims", "#0.1;#0.2"}}), 1.0, false, true);
-    } else {
-      gw = matmul(gg, transpose(cols, {0, 2, 1}));  // (G, mg, K*cg)
-    }
-    // (.., K*cg) is tap-major: -> (M, K, cg) -> (M, cg, K) -> (M, cg, kernel dims).
-    gw = transpose(reshape(gw, {M, taps_n, cg}), {0, 2, 1});
-    std::vector<int64_t> wdims{M, cg};
-    for (const auto& d : geo) wdims.push_back(d.kernel);
-    out[1] = reshape(gw, wdims).var();
+    // One kernel sums slices of the output rows apart (the cores share the work), a
+    // reduction adds the slices; a big weight takes fewer slices, to bound their memory.
+    Attrs props = this->props();
+    props["kernel_shape"] = std::vector<int64_t>(w.type().dims.begin() + 2, w.type().dims.end());
+    const int64_t weights = shape_numel(w.type().dims);
+    props["slices"] = std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(weights, 1), 1, 8);
+    out[1] = sum(apply("conv_weight_grad", {x, g}, props), {0}).var();
   }
   if (args.wanted[0]) {
     require_static(args, 0, x, "the input gradient of conv");
@@ -280,7 +203,8 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
     std::string split = std::to_string(G) + ";" + std::to_string(mg) + ";" + std::to_string(cg);
     wf = apply_dims("reshape", {wf}, {{"dims", dims_with(split, 2)}});
     wf = transpose(wf, perm_swap({0, 2, 1}));
-    wf = apply_dims("reshape", {wf}, {{"dims", dims_with(std::to_string(C) + ";" + std::to_string(mg), 3)}});
+    wf = apply_dims("reshape", {wf},
+                    {{"dims", dims_with(std::to_string(C) + ";" + std::to_string(mg), 3)}});
     std::vector<int64_t> begin, end, crop_b, crop_e;
     for (size_t i = 0; i < k; ++i) {
       const int64_t span = (geo[i].kernel - 1) * geo[i].dilation;

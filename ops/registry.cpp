@@ -17,6 +17,7 @@
 #include "ops/gather_elements.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
+#include "ops/window_grad.h"
 #include "ops/slice.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
@@ -77,6 +78,8 @@ OpRegistry::OpRegistry() {
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
+  add("max_pool_grad", [](const Attrs& a) { return std::make_shared<MaxPoolGrad>(a); });
+  add("conv_weight_grad", [](const Attrs& a) { return std::make_shared<ConvWeightGrad>(a); });
   add("fused_elementwise", [](const Attrs& a) { return std::make_shared<FusedElementwise>(a); });
   add("fused_reduce", [](const Attrs& a) { return std::make_shared<FusedReduce>(a); });
   add("with_epilogue", [](const Attrs& a) { return std::make_shared<WithEpilogue>(a); });

@@ -13,15 +13,17 @@
 #include "compiler/compile.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
+#include "ops/registry.h"
 #include "ops/scalar_table.h"
 #include "ops/slice.h"
 #include "runtime/engine.h"
-#include "ops/registry.h"
 #include "tests/helpers.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::non_contiguous;
 using testing::random_tensor;
 using testing::tensors_close;
@@ -431,9 +433,10 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
       return std::vector<Tensor>{strided ? non_contiguous(x) : x, random_tensor(dt, {5, m}, rng),
                                  random_tensor(dt, {m, 20}, rng)};
     };
-    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10, atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
-    ExecutorStats split =
-        check_graph(g, {inputs(13, false), inputs(1, false), inputs(7, true), inputs(0, false)}, rtol, atol);
+    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10,
+                 atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
+    ExecutorStats split = check_graph(
+        g, {inputs(13, false), inputs(1, false), inputs(7, true), inputs(0, false)}, rtol, atol);
     EXPECT_GT(split.split_calls, 0) << "no packed gemm was split over rows";
   }
 }
@@ -470,7 +473,8 @@ TEST(Gemm, PackedOperandErrorsNameTheShapes) {
   });
   EXPECT_NE(err.find("(2, K, 64)"), std::string::npos) << err;
   err = testing::error_of([&] {
-    apply("gemm", {input(g, "ai", DType::kInt32, {3, 8}), input(g, "bi", DType::kInt32, {2, 8, 64})},
+    apply("gemm",
+          {input(g, "ai", DType::kInt32, {3, 8}), input(g, "bi", DType::kInt32, {2, 8, 64})},
           {{"packed_n", int64_t{100}}});
   });
   EXPECT_NE(err.find("packed B needs float32 or float64"), std::string::npos) << err;
@@ -480,8 +484,9 @@ TEST(Gemm, PackedOperandErrorsNameTheShapes) {
   Var ha = input(h, "a", DType::kFloat64, {kDynamic, 8});
   Var hb = input(h, "bp", DType::kFloat64, {4, 8, 32});
   h.set_outputs({apply("gemm", {ha, hb}, {{"packed_n", int64_t{100}}})});
-  check_graph(h, {{random_tensor(DType::kFloat64, {9, 8}, rng),
-                   non_contiguous(random_tensor(DType::kFloat64, {4, 8, 32}, rng))}},
+  check_graph(h,
+              {{random_tensor(DType::kFloat64, {9, 8}, rng),
+                non_contiguous(random_tensor(DType::kFloat64, {4, 8, 32}, rng))}},
               1e-12, 1e-12);
 }
 
@@ -501,13 +506,15 @@ TEST(Softmax, SplitOverRowsMatchesReference) {
     special.store(2 * 40 + 17, NAN);
     special.store(3 * 40 + 39, INFINITY);
     // Far below 0: exp without the max shift would underflow to 0 / 0.
-    for (int64_t l = 0; l < 40; ++l) special.store(4 * 40 + l, -1000.0 + 0.25 * static_cast<double>(l));
-    ExecutorStats split = check_graph(
-        g,
-        {{random_tensor(dt, {7, 5, 37}, rng, -20, 20), special},
-         {non_contiguous(random_tensor(dt, {3, 5, 37}, rng)), non_contiguous(random_tensor(dt, {9, 40}, rng))},
-         {random_tensor(dt, {0, 5, 37}, rng), random_tensor(dt, {1, 40}, rng)}},
-        dt == DType::kFloat32 ? 1e-5 : 1e-12, dt == DType::kFloat32 ? 1e-6 : 1e-14);
+    for (int64_t l = 0; l < 40; ++l)
+      special.store(4 * 40 + l, -1000.0 + 0.25 * static_cast<double>(l));
+    ExecutorStats split =
+        check_graph(g,
+                    {{random_tensor(dt, {7, 5, 37}, rng, -20, 20), special},
+                     {non_contiguous(random_tensor(dt, {3, 5, 37}, rng)),
+                      non_contiguous(random_tensor(dt, {9, 40}, rng))},
+                     {random_tensor(dt, {0, 5, 37}, rng), random_tensor(dt, {1, 40}, rng)}},
+                    dt == DType::kFloat32 ? 1e-5 : 1e-12, dt == DType::kFloat32 ? 1e-6 : 1e-14);
     EXPECT_GT(split.split_calls, 0) << "softmax was not split over rows";
   }
 }
@@ -665,14 +672,16 @@ TEST(IndexOps, GatherElementsAndArgMaxMinAgainstHandValues) {
   Tensor i3 = Tensor::from_doubles(DType::kInt32, {2, 3}, {1, 2, 0, 2, 0, -3});
   EXPECT_EQ(values(run1("gather_elements", {}, {d3, i3})), (std::vector<double>{4, 8, 3, 7, 2, 3}));
   Tensor bad = Tensor::from_doubles(DType::kInt32, {1, 1}, {3});
-  EXPECT_NE(testing::error_of([&] { run1("gather_elements", {}, {d3, bad}); })
-                .find("gather_elements: index 3 is out of range for axis 0 of size 3"),
+  EXPECT_NE(testing::error_of([&] {
+              run1("gather_elements", {}, {d3, bad});
+            }).find("gather_elements: index 3 is out of range for axis 0 of size 3"),
             std::string::npos);
 
   const double nan = std::nan("");
   Tensor x = Tensor::from_doubles(DType::kFloat32, {3, 4},
                                   {1, nan, 3, nan, /* ties */ 3, 1, 3, 1, -0.0, 0.0, -1, 2});
-  const Attrs last{{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}, {"keepdims", int64_t{0}}};
+  const Attrs last{
+      {"axis", int64_t{1}}, {"select_last_index", int64_t{1}}, {"keepdims", int64_t{0}}};
   const Attrs first{{"axis", int64_t{1}}, {"keepdims", int64_t{0}}};
   EXPECT_EQ(values(run1("arg_max", first, {x})), (std::vector<double>{1, 0, 3}));
   EXPECT_EQ(values(run1("arg_max", last, {x})), (std::vector<double>{3, 2, 3}));
@@ -683,7 +692,8 @@ TEST(IndexOps, GatherElementsAndArgMaxMinAgainstHandValues) {
   EXPECT_EQ(values(run1("arg_max", first, {z})), (std::vector<double>{0}));
   EXPECT_EQ(values(run1("arg_max", last, {z})), (std::vector<double>{2}));
   Tensor ints = Tensor::from_doubles(DType::kInt64, {2, 3}, {5, -2, 5, 9, 9, -7});
-  EXPECT_EQ(values(run1("arg_max", {{"axis", int64_t{0}}}, {ints})), (std::vector<double>{1, 1, 0}));
+  EXPECT_EQ(values(run1("arg_max", {{"axis", int64_t{0}}}, {ints})),
+            (std::vector<double>{1, 1, 0}));
   EXPECT_EQ(run1("arg_max", {{"axis", int64_t{0}}}, {ints}).shape(), (Shape{1, 3}));
 
   std::mt19937 rng(31);
@@ -749,9 +759,9 @@ TEST(Recurrent, EngineMatchesTheEquationsAcrossDirectionsLengthsAndActivations) 
       alpha.push_back(0.3 + 0.1 * static_cast<double>(i));
       beta.push_back(0.5 - 0.05 * static_cast<double>(i));
     }
-    Attrs p{{"hidden_size", hidden},      {"direction", c.direction},
+    Attrs p{{"hidden_size", hidden},        {"direction", c.direction},
             {"activations", c.activations}, {"activation_alpha", alpha},
-            {"activation_beta", beta},    {"clip", c.clip},
+            {"activation_beta", beta},      {"clip", c.clip},
             {"has_lens", int64_t{c.lens}}};
     if (c.kind == "lstm") p["input_forget"] = c.flag;
     if (c.kind == "gru") p["linear_before_reset"] = c.flag;
@@ -775,8 +785,9 @@ TEST(Recurrent, EngineMatchesTheEquationsAcrossDirectionsLengthsAndActivations) 
     if (c.lens) {
       // A length past the sequence is the run's clear error.
       values.back() = Tensor::from_doubles(DType::kInt32, {batch}, {7, 8, 3, 1, 6});
-      EXPECT_NE(testing::error_of([&] { compile(gr)(values); })
-                    .find(c.kind + ": sequence_lens[1] is 8, outside [0, 7]"),
+      EXPECT_NE(testing::error_of([&] {
+                  compile(gr)(values);
+                }).find(c.kind + ": sequence_lens[1] is 8, outside [0, 7]"),
                 std::string::npos);
     }
   }
@@ -785,15 +796,16 @@ TEST(Recurrent, EngineMatchesTheEquationsAcrossDirectionsLengthsAndActivations) 
 // Every pair of dtypes the convert op joins, on the values that break conversions: NaN,
 // infinities, -0.0, ties, values past float16's range and past the narrow integers'.
 TEST(Convert, EveryDtypePairMatchesPerformOnEdgeValues) {
-  const std::vector<DType> all{DType::kBool,    DType::kInt8,    DType::kUInt8,   DType::kInt16,
-                               DType::kUInt16,  DType::kInt32,   DType::kUInt32,  DType::kInt64,
-                               DType::kUInt64,  DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+  const std::vector<DType> all{DType::kBool,   DType::kInt8,    DType::kUInt8,    DType::kInt16,
+                               DType::kUInt16, DType::kInt32,   DType::kUInt32,   DType::kInt64,
+                               DType::kUInt64, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
                                DType::kFloat64};
-  const std::vector<double> floats{0.0, -0.0, 0.5, 1.5, -2.5, 1.0 + 1.0 / 2048, 65504, 65520,
-                                   -70000.5, 1e-8, 3e38, -1e10, INFINITY, -INFINITY, NAN,
-                                   300.75, -129.0};
-  const std::vector<double> ints{0, 1, -1, 127, 128, -129, 255, 256, 32767, 32768, -32769,
-                                 65535, 65536, 4294967295.0, 4294967296.0, -5, 1e15};
+  const std::vector<double> floats{0.0,      -0.0,      0.5,      1.5,    -2.5,  1.0 + 1.0 / 2048,
+                                   65504,    65520,     -70000.5, 1e-8,   3e38,  -1e10,
+                                   INFINITY, -INFINITY, NAN,      300.75, -129.0};
+  const std::vector<double> ints{
+      0,     1,      -1,    127,   128,          -129,         255, 256, 32767,
+      32768, -32769, 65535, 65536, 4294967295.0, 4294967296.0, -5,  1e15};
   for (DType from : all) {
     // One graph per source type, one output per target type.
     Graph g("convert");
@@ -827,7 +839,9 @@ TEST(Convert, EveryDtypePairMatchesPerformOnEdgeValues) {
     Tensor t = Tensor::from_doubles(from, {1}, {v});
     Tensor out = Tensor::empty(to, {1});
     std::vector<Tensor> outs{out};
-    OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(to))}})->perform({t}, outs);
+    OpRegistry::instance()
+        .create("convert", {{"to", std::string(dtype_name(to))}})
+        ->perform({t}, outs);
     return out;
   };
   EXPECT_TRUE(std::isinf(one(DType::kFloat32, 65520, DType::kFloat16).load(0)));
@@ -850,17 +864,20 @@ TEST(ScanOps, CumSumAndTopKAgainstHandValuesAndPerform) {
   Tensor x = Tensor::from_doubles(DType::kInt64, {2, 3}, {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(run1("cumsum", {{"axis", int64_t{1}}}, x)[0].to_doubles(),
             (std::vector<double>{1, 3, 6, 4, 9, 15}));
-  EXPECT_EQ(run1("cumsum", {{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, x)[0]
+  EXPECT_EQ(run1("cumsum",
+                 {{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, x)[0]
                 .to_doubles(),
             (std::vector<double>{4, 5, 6, 0, 0, 0}));
   const double nan = std::nan("");
   Tensor f = Tensor::from_doubles(DType::kFloat32, {1, 6}, {3, nan, 5, 3, -1, 5});
   auto top = run1("top_k", {{"k", int64_t{4}}}, f);
-  EXPECT_TRUE(std::isnan(top[0].load(0)));  // NaN ranks first for largest
+  EXPECT_TRUE(std::isnan(top[0].load(0)));                            // NaN ranks first for largest
   EXPECT_EQ(top[1].to_doubles(), (std::vector<double>{1, 2, 5, 0}));  // ties: lower index first
   auto low = run1("top_k", {{"k", int64_t{3}}, {"largest", int64_t{0}}}, f);
   EXPECT_EQ(low[1].to_doubles(), (std::vector<double>{4, 0, 3}));
-  EXPECT_NE(testing::error_of([&] { run1("top_k", {{"k", int64_t{7}}}, f); }).find("k = 7 exceeds"),
+  EXPECT_NE(testing::error_of([&] {
+              run1("top_k", {{"k", int64_t{7}}}, f);
+            }).find("k = 7 exceeds"),
             std::string::npos);
 
   std::mt19937 rng(53);
@@ -869,13 +886,16 @@ TEST(ScanOps, CumSumAndTopKAgainstHandValuesAndPerform) {
     Var v = input(g, "x", dt, {kDynamic, kDynamic, kDynamic});
     std::vector<Variable*> outs;
     for (int64_t flags = 0; flags < 4; ++flags) {
-      outs.push_back(apply("cumsum", {v}, {{"axis", int64_t{1}}, {"exclusive", flags & 1},
-                                           {"reverse", flags >> 1}}).var());
+      outs.push_back(
+          apply("cumsum", {v},
+                {{"axis", int64_t{1}}, {"exclusive", flags & 1}, {"reverse", flags >> 1}})
+              .var());
     }
     for (int64_t largest : {0, 1}) {
-      Node* node = g.add_node(OpRegistry::instance().create(
-                                  "top_k", {{"k", int64_t{3}}, {"axis", int64_t{-1}}, {"largest", largest}}),
-                              {v.var()});
+      Node* node =
+          g.add_node(OpRegistry::instance().create(
+                         "top_k", {{"k", int64_t{3}}, {"axis", int64_t{-1}}, {"largest", largest}}),
+                     {v.var()});
       outs.insert(outs.end(), node->outputs.begin(), node->outputs.end());
     }
     g.set_outputs(outs);
@@ -904,27 +924,33 @@ TEST(Resize, EveryModeAndTransformMatchesPerform) {
       down["exclude_outside"] = int64_t{1};
       down["nearest_mode"] = std::string("ceil");
       g.set_outputs({apply("resize", {x}, up).var(), apply("resize", {x}, down).var()});
-      check_graph(g, {{random_tensor(DType::kFloat32, {2, 3, 5, 4}, rng)},
-                      {non_contiguous(random_tensor(DType::kFloat32, {1, 2, 7, 9}, rng))}},
+      check_graph(g,
+                  {{random_tensor(DType::kFloat32, {2, 3, 5, 4}, rng)},
+                   {non_contiguous(random_tensor(DType::kFloat32, {1, 2, 7, 9}, rng))}},
                   1e-4, 1e-5);
     }
   }
   Graph g("resize_crop");
   Var x = input(g, "x", DType::kFloat64, {1, 1, 4, 4});
-  g.set_outputs({apply("resize", {x}, {{"mode", std::string("linear")},
-                                       {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
-                                       {"roi", std::vector<double>{0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7}},
-                                       {"extrapolation_value", 10.0},
-                                       {"sizes", std::vector<int64_t>{1, 1, 3, 3}}}).var()});
+  g.set_outputs({apply("resize", {x},
+                       {{"mode", std::string("linear")},
+                        {"coordinate_transformation_mode", std::string("tf_crop_and_resize")},
+                        {"roi", std::vector<double>{0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7}},
+                        {"extrapolation_value", 10.0},
+                        {"sizes", std::vector<int64_t>{1, 1, 3, 3}}})
+                     .var()});
   check_graph(g, {{random_tensor(DType::kFloat64, {1, 1, 4, 4}, rng)}});
   // Bilinear, half_pixel, 2x2 -> 4x4: output (1, 1) sits at input (0.25, 0.25).
   Graph h("resize_hand");
   Var v = input(h, "x", DType::kFloat64, {1, 1, 2, 2});
-  h.set_outputs({apply("resize", {v}, {{"mode", std::string("linear")},
-                                       {"scales", std::vector<double>{1, 1, 2, 2}}}).var()});
+  h.set_outputs(
+      {apply("resize", {v},
+             {{"mode", std::string("linear")}, {"scales", std::vector<double>{1, 1, 2, 2}}})
+           .var()});
   Tensor y = compile(h)({Tensor::from_doubles(DType::kFloat64, {1, 1, 2, 2}, {1, 2, 3, 4})})[0];
   EXPECT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
-  EXPECT_DOUBLE_EQ(y.load(5), 0.75 * 0.75 * 1 + 0.75 * 0.25 * 2 + 0.25 * 0.75 * 3 + 0.25 * 0.25 * 4);
+  EXPECT_DOUBLE_EQ(y.load(5),
+                   0.75 * 0.75 * 1 + 0.75 * 0.25 * 2 + 0.25 * 0.75 * 3 + 0.25 * 0.25 * 4);
   EXPECT_DOUBLE_EQ(y.load(0), 1.0);  // past the border: the edge value
 }
 
@@ -967,10 +993,13 @@ TEST(IndexOps, GatherNDAndScattersAgainstHandValuesAndPerform) {
     Var u = input(g, "u", DType::kFloat64, {kDynamic, kDynamic, kDynamic});
     Var ind = input(g, "n", DType::kInt32, {kDynamic, 2});
     Var v = input(g, "v", DType::kFloat64, {kDynamic, kDynamic});
-    g.set_outputs({apply("scatter_elements", {x, i, u}, {{"axis", int64_t{-2}}, {"reduction", std::string(red)}}).var(),
+    g.set_outputs({apply("scatter_elements", {x, i, u},
+                         {{"axis", int64_t{-2}}, {"reduction", std::string(red)}})
+                       .var(),
                    apply("scatter_nd", {x, ind, v}, {{"reduction", std::string(red)}}).var(),
                    apply("gather_nd", {x, ind}).var()});
-    Tensor idx = Tensor::from_doubles(DType::kInt64, {2, 2, 3}, {0, -1, 2, 3, 1, 0, -4, 2, 2, 1, 1, 0});
+    Tensor idx =
+        Tensor::from_doubles(DType::kInt64, {2, 2, 3}, {0, -1, 2, 3, 1, 0, -4, 2, 2, 1, 1, 0});
     Tensor nd = Tensor::from_doubles(DType::kInt32, {3, 2}, {0, 1, -1, -2, 1, 3});
     check_graph(g, {{non_contiguous(random_tensor(DType::kFloat64, {2, 4, 3}, rng)), idx,
                      random_tensor(DType::kFloat64, {2, 2, 3}, rng), nd,
@@ -1016,7 +1045,10 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       {"one_d_flat", {2, 3, 40}, {9, 3, 5}, {{"pads", V{2, 2}}, {"dilations", V{3}}}, false},
       // A ResNet stem in small: 7x7 over 2x2 stride phases, rows of output split into
       // column units and 16 channels into row blocks of 8.
-      {"stem_phases", {2, 3, 23, 21}, {16, 3, 7, 7}, {{"pads", V{3, 3, 3, 3}}, {"strides", V{2, 2}}},
+      {"stem_phases",
+       {2, 3, 23, 21},
+       {16, 3, 7, 7},
+       {{"pads", V{3, 3, 3, 3}}, {"strides", V{2, 2}}},
        true},
       // Three by two phases whose taps land in every phase, with dilations and uneven pads.
       {"stride3_dilated",
@@ -1036,7 +1068,10 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {{"group", int64_t{4}}, {"pads", V{4, 3, 4, 5}}, {"dilations", V{2, 2}}},
        false},
       // One channel per group, split by rows and by single channels.
-      {"depthwise_rows", {2, 12, 30, 9}, {12, 1, 3, 3}, {{"group", int64_t{12}}, {"pads", V{1, 1, 1, 1}}},
+      {"depthwise_rows",
+       {2, 12, 30, 9},
+       {12, 1, 3, 3},
+       {{"group", int64_t{12}}, {"pads", V{1, 1, 1, 1}}},
        false},
       // Rows of 67 and 70 split into even and odd columns two vectors at a time, then a tail;
       // an odd leading pad puts the even image columns in the odd phase, an even one not.
@@ -1050,7 +1085,10 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {8, 1, 3, 3},
        {{"group", int64_t{8}}, {"pads", V{0, 2, 1, 0}}, {"strides", V{1, 2}}},
        false},
-      {"strided_wide", {1, 3, 9, 40}, {5, 3, 3, 3}, {{"pads", V{1, 1, 1, 1}}, {"strides", V{2, 2}}},
+      {"strided_wide",
+       {1, 3, 9, 40},
+       {5, 3, 3, 3},
+       {{"pads", V{1, 1, 1, 1}}, {"strides", V{2, 2}}},
        true},
   };
   for (const auto& c : cases) {
@@ -1094,9 +1132,9 @@ TEST(Conv, DepthwisePaddingNeverReadsTheBorderAsData) {
       Tensor xt = random_tensor(DType::kFloat32, {1, 3, 12, 40}, rng);
       const float inf = std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < 3; ++c) {
-        xt.store((c * 12 + 0) * 40 + 5, c == 1 ? -inf : inf);   // top row
-        xt.store((c * 12 + 11) * 40 + 39, inf);                 // bottom-right corner
-        xt.store((c * 12 + 6) * 40 + 0, std::nan(""));          // left column
+        xt.store((c * 12 + 0) * 40 + 5, c == 1 ? -inf : inf);  // top row
+        xt.store((c * 12 + 11) * 40 + 39, inf);                // bottom-right corner
+        xt.store((c * 12 + 6) * 40 + 0, std::nan(""));         // left column
       }
       SCOPED_TRACE("k " + std::to_string(k) + " stride " + std::to_string(stride));
       check_graph(g, {{xt, random_tensor(DType::kFloat32, {3, 1, k, k}, rng)}}, 1e-4, 1e-5);
@@ -1144,12 +1182,14 @@ TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
     Var w = input(g, "w", dt, {20, 5, 3, 3});
     Var shift = input(g, "shift", dt, {20, 1, 1});
     Var res = input(g, "res", dt, {kDynamic, 20, 20, 17});
-    Var y = apply("conv", {x, w},
-                  {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+    Var y = apply(
+        "conv", {x, w},
+        {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
     g.set_outputs({relu(add(add(y, shift), res))});
     auto inputs = [&](int64_t n) {
-      return std::vector<Tensor>{random_tensor(dt, {n, 5, 40, 33}, rng), random_tensor(dt, {20, 5, 3, 3}, rng),
-                                 random_tensor(dt, {20, 1, 1}, rng), random_tensor(dt, {n, 20, 20, 17}, rng)};
+      return std::vector<Tensor>{
+          random_tensor(dt, {n, 5, 40, 33}, rng), random_tensor(dt, {20, 5, 3, 3}, rng),
+          random_tensor(dt, {20, 1, 1}, rng), random_tensor(dt, {n, 20, 20, 17}, rng)};
     };
     Function f = compile(g);
     std::ifstream in(f.info().source_path);
@@ -1157,8 +1197,9 @@ TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
                              std::istreambuf_iterator<char>());
     EXPECT_NE(source.find("/* epilogue: "), std::string::npos) << "the epilogue was not fused";
     EXPECT_NE(source.find("kiln_tile_part"), std::string::npos);
-    ExecutorStats split = check_graph(g, {inputs(1), inputs(3)}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
-                                      dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    ExecutorStats split =
+        check_graph(g, {inputs(1), inputs(3)}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
+                    dt == DType::kFloat32 ? 1e-5 : 1e-12);
     EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
   }
 }
@@ -1176,8 +1217,8 @@ TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
     Var w = constant(g, random_tensor(dt, {40, 130}, rng), "w");
     Var narrow = constant(g, random_tensor(dt, {40, 10}, rng), "narrow");
     Var bias = constant(g, random_tensor(dt, {130}, rng), "bias");
-    g.set_outputs({tanh(add(matmul(a, w), bias)), matmul(transpose(at, {0, 2, 1}), w),
-                   matmul(a, narrow)});
+    g.set_outputs(
+        {tanh(add(matmul(a, w), bias)), matmul(transpose(at, {0, 2, 1}), w), matmul(a, narrow)});
     Function f = compile(g);
     std::ifstream in(f.info().source_path);
     const std::string source((std::istreambuf_iterator<char>(in)),
@@ -1186,9 +1227,11 @@ TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
     EXPECT_NE(source.find("gemm{packed_n=130"), std::string::npos) << "the transposed A";
     EXPECT_NE(source.find("matmul(a, narrow)"), std::string::npos) << "10 wide stays a matmul";
     auto inputs = [&](int64_t b, int64_t m) {
-      return std::vector<Tensor>{random_tensor(dt, {b, 7, 40}, rng), random_tensor(dt, {3, 40, m}, rng)};
+      return std::vector<Tensor>{random_tensor(dt, {b, 7, 40}, rng),
+                                 random_tensor(dt, {3, 40, m}, rng)};
     };
-    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10, atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
+    const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10,
+                 atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
     ExecutorStats split = check_graph(g, {inputs(2, 5), inputs(1, 1), inputs(0, 3)}, rtol, atol);
     EXPECT_GT(split.split_calls, 0);
   }
@@ -1244,11 +1287,11 @@ TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
 TEST(Pool, MaxPoolPlaneTooLargeForTapOffsetsIsNamed) {
   Graph big("max_pool_big");
   Var x = input(big, "x", DType::kFloat32, {kDynamic, 1, 50000, 50000});
-  big.set_outputs({apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                                           {"pads", std::vector<int64_t>{1, 1, 1, 1}}})});
+  big.set_outputs({apply(
+      "max_pool", {x},
+      {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})});
   const std::string err = testing::error_of([&] { compile(big); });
-  EXPECT_NE(err.find("max pool: a plane of 2500200004 padded elements"), std::string::npos)
-      << err;
+  EXPECT_NE(err.find("max pool: a plane of 2500200004 padded elements"), std::string::npos) << err;
 }
 
 TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
@@ -1284,14 +1327,16 @@ TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
     // -inf (a row of -inf stays -inf, not 0), NaN and +inf reach every window that holds them.
     Graph wide("max_pool_wide");
     Var xw = input(wide, "x", DType::kFloat64, {kDynamic, 2, 9, 70});
-    wide.set_outputs({apply("max_pool", {xw},
-                            {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}})});
+    wide.set_outputs(
+        {apply("max_pool", {xw},
+               {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}})});
     Tensor special = random_tensor(DType::kFloat64, {1, 2, 9, 70}, rng);
-    for (int64_t l = 0; l < 70; ++l) special.store(l, -INFINITY);          // top row
+    for (int64_t l = 0; l < 70; ++l) special.store(l, -INFINITY);           // top row
     for (int64_t r = 0; r < 9; ++r) special.store(r * 70 + 69, -INFINITY);  // right column
     special.store(70 * 9 + 4 * 70 + 33, NAN);
     special.store(70 * 9 + 8 * 70 + 0, INFINITY);
-    check_graph(wide, {{special}, {non_contiguous(random_tensor(DType::kFloat64, {2, 2, 9, 70}, rng))}},
+    check_graph(wide,
+                {{special}, {non_contiguous(random_tensor(DType::kFloat64, {2, 2, 9, 70}, rng))}},
                 0.0, 0.0);
   }
   Graph g("pool_1d");
@@ -1299,6 +1344,156 @@ TEST(Pool, MaxAndAverageWithPadsCeilModeAndDilations) {
   g.set_outputs({apply("max_pool", {x}, {{"kernel_shape", V{3}}, {"strides", V{2}}}),
                  apply("average_pool", {x}, {{"kernel_shape", V{4}}, {"pads", V{2, 1}}})});
   check_graph(g, {{random_tensor(DType::kFloat64, {3, 2, 9}, rng)}}, 1e-12, 1e-12);
+}
+
+// max_pool_grad against perform (and hand values): ties go to the window's first maximum,
+// a NaN maximum sends its gradient nowhere, overlapping windows add up, the padding never
+// takes a gradient; 1-D and 2-D, strided inputs, split into parts.
+TEST(WindowGrad, MaxPoolGradFollowsTheFirstMaximum) {
+  std::mt19937 rng(31);
+  using V = std::vector<int64_t>;
+  {
+    // Hand values: a 2x2 window of equal values gives all to the first; a NaN window, none.
+    Graph g("max_pool_grad_hand");
+    Var x = input(g, "x", DType::kFloat64, {1, 2, 2, 2});
+    Var dy = input(g, "dy", DType::kFloat64, {1, 2, 1, 1});
+    const Attrs pool{{"kernel_shape", V{2, 2}}};
+    g.set_outputs({apply("max_pool_grad", {x, apply("max_pool", {x}, pool), dy}, pool)});
+    Function f = compile(g);
+    const auto got =
+        f({Tensor::from_doubles(DType::kFloat64, {1, 2, 2, 2}, {3, 3, 3, 3, 1, NAN, 2, 0}),
+           Tensor::from_doubles(DType::kFloat64, {1, 2, 1, 1}, {5, 7})})[0]
+            .to_doubles();
+    EXPECT_EQ(got, (std::vector<double>{5, 0, 0, 0, 0, 0, 0, 0}));
+  }
+  const std::vector<Attrs> cases{
+      {{"kernel_shape", V{2, 2}}, {"strides", V{2, 2}}},
+      {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
+      {{"kernel_shape", V{3, 2}},
+       {"strides", V{2, 1}},
+       {"ceil_mode", int64_t{1}},
+       {"dilations", V{1, 2}}},
+      {{"kernel_shape", V{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}},
+  };
+  for (const auto& attrs : cases) {
+    SCOPED_TRACE(attrs_to_string(attrs));
+    Graph g("max_pool_grad");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 3, 7, 8});
+    Var y = apply("max_pool", {x}, attrs);
+    Var dy = input(g, "dy", DType::kFloat32, y.type().dims);
+    g.set_outputs({apply("max_pool_grad", {x, y, dy}, attrs)});
+    const Shape ys{2, 3, y.type().dims[2], y.type().dims[3]};
+    // Integers in [-2, 2]: most windows hold ties. Then NaN, +inf and -inf among them.
+    Tensor ties = random_tensor(DType::kFloat32, {2, 3, 7, 8}, rng);
+    for (int64_t i = 0; i < ties.numel(); ++i) ties.store(i, std::round(ties.load(i)));
+    Tensor special = random_tensor(DType::kFloat32, {2, 3, 7, 8}, rng);
+    special.store(9, NAN);
+    special.store(20, INFINITY);
+    for (int64_t i = 56; i < 72; ++i) special.store(i, -INFINITY);
+    check_graph(g,
+                {{ties, random_tensor(DType::kFloat32, ys, rng)},
+                 {special, non_contiguous(random_tensor(DType::kFloat32, ys, rng))},
+                 {non_contiguous(random_tensor(DType::kFloat32, {2, 3, 7, 8}, rng)),
+                  random_tensor(DType::kFloat32, ys, rng)}},
+                0.0, 0.0);
+  }
+  Graph g("max_pool_grad_1d");
+  Var x = input(g, "x", DType::kFloat64, {kDynamic, 2, 9});
+  const Attrs pool{{"kernel_shape", V{3}}, {"strides", V{2}}, {"pads", V{1, 1}}};
+  Var y = apply("max_pool", {x}, pool);
+  g.set_outputs(
+      {apply("max_pool_grad", {x, y, input(g, "dy", DType::kFloat64, y.type().dims)}, pool)});
+  check_graph(g,
+              {{random_tensor(DType::kFloat64, {3, 2, 9}, rng),
+                random_tensor(DType::kFloat64, {3, 2, 5}, rng)}},
+              0.0, 0.0);
+}
+
+// conv_weight_grad's im2col chunks and two-by-two dot products against perform's direct
+// sums: chunks that end inside an image and span images, odd channel counts and lengths
+// past the vector width, groups, stride, dilation, padding, 1-D, slices, strided inputs.
+TEST(WindowGrad, ConvWeightGradMatchesDirectSums) {
+  std::mt19937 rng(32);
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x;
+    int64_t m;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases{
+      {{3, 16, 20, 20},
+       16,
+       {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}, {"slices", int64_t{8}}}},
+      {{2, 3, 9, 11},
+       5,
+       {{"kernel_shape", V{3, 3}}, {"strides", V{2, 2}}, {"pads", V{1, 0, 2, 1}}}},
+      {{2, 4, 10, 9},
+       6,
+       {{"kernel_shape", V{2, 3}},
+        {"dilations", V{2, 1}},
+        {"group", int64_t{2}},
+        {"slices", int64_t{3}}}},
+      {{3, 6, 8, 8},
+       6,
+       {{"kernel_shape", V{3, 3}},
+        {"pads", V{1, 1, 1, 1}},
+        {"group", int64_t{6}},
+        {"slices", int64_t{2}}}},
+      {{2, 1, 16, 16},
+       8,
+       {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}, {"slices", int64_t{8}}}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(dims_to_string(c.x) + attrs_to_string(c.attrs));
+    Attrs conv = c.attrs;
+    conv.erase("slices");
+    Graph probe("probe");
+    Var xp = input(probe, "x", DType::kFloat32, c.x);
+    Shape w{c.m, c.x[1] / attr_int(c.attrs, "group", 1), attr_ints(c.attrs, "kernel_shape")[0],
+            attr_ints(c.attrs, "kernel_shape")[1]};
+    const Shape ys = apply("conv", {xp, input(probe, "w", DType::kFloat32, w)}, conv).type().dims;
+    Graph g("conv_weight_grad");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, c.x[1], c.x[2], c.x[3]});
+    Var dy = input(g, "dy", DType::kFloat32, {kDynamic, ys[1], ys[2], ys[3]});
+    g.set_outputs({apply("conv_weight_grad", {x, dy}, c.attrs)});
+    check_graph(
+        g,
+        {{random_tensor(DType::kFloat32, c.x, rng), random_tensor(DType::kFloat32, ys, rng)},
+         {non_contiguous(random_tensor(DType::kFloat32, c.x, rng)),
+          non_contiguous(random_tensor(DType::kFloat32, ys, rng))}},
+        1e-4, 1e-4);
+  }
+  Graph g("conv_weight_grad_1d");
+  Var x = input(g, "x", DType::kFloat64, {kDynamic, 2, 37});
+  const Attrs attrs{
+      {"kernel_shape", V{5}}, {"strides", V{3}}, {"pads", V{2, 2}}, {"slices", int64_t{4}}};
+  g.set_outputs(
+      {apply("conv_weight_grad", {x, input(g, "dy", DType::kFloat64, {kDynamic, 3, 13})}, attrs)});
+  check_graph(g,
+              {{random_tensor(DType::kFloat64, {3, 2, 37}, rng),
+                random_tensor(DType::kFloat64, {3, 3, 13}, rng)}},
+              1e-12, 1e-12);
+}
+
+TEST(WindowGrad, ShapeMismatchesNameTheInput) {
+  using V = std::vector<int64_t>;
+  Graph g("bad");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 8, 8});
+  const Attrs pool{{"kernel_shape", V{2, 2}}, {"strides", V{2, 2}}};
+  EXPECT_NE(error_of([&] {
+              apply("max_pool_grad", {x, x, x}, pool);
+            }).find("pooled output"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply("conv_weight_grad", {x, input(g, "dy", DType::kFloat32, {2, 4, 5, 5})},
+                    {{"kernel_shape", V{3, 3}}});
+            }).find("does not match the convolution"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        apply("conv_weight_grad", {x, x}, {{"kernel_shape", V{1, 1}}, {"slices", int64_t{0}}});
+      }).find("slices"),
+      std::string::npos);
 }
 
 }  // namespace
