@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "ops/cuda_window.h"
 #include "ops/cuda_kernels.h"
+#include "ops/cuda_window.h"
 
 #include "util/error.h"
 #include "util/strings.h"
@@ -166,11 +166,22 @@ Conv::Plan Conv::plan(const Node& node) const {
 
 int64_t Conv::c_split_unit(const Node& node) const { return plan(node).col_unit; }
 
+bool Conv::pointwise(const Plan& p) {
+  for (const auto& d : p.g) {
+    if (d.kernel != 1 || d.stride != 1 || d.pad_begin != 0 || d.pad_end != 0) return false;
+  }
+  return true;
+}
+
+std::string Conv::c_support_code() const {
+  return "#define kiln_gemm_packed_f32 (KILN_SUPPORT->gemm_packed_f32)\n"
+         "#define kiln_gemm_packed_f64 (KILN_SUPPORT->gemm_packed_f64)\n";
+}
+
 std::optional<SplitTiles> Conv::c_split_tiles(const Node& node, const CodeNames&,
                                               const Sub& sub) const {
   const Plan p = plan(node);
-  return SplitTiles{sub.value(p.m), sub.value(p.ohw), sub.value(p.row_unit),
-                    sub.value(p.col_unit)};
+  return SplitTiles{sub.value(p.m), sub.value(p.ohw), sub.value(p.row_unit), sub.value(p.col_unit)};
 }
 
 // Direct convolution through kiln_support.conv_tile (a register-blocked kernel over taps),
@@ -227,6 +238,55 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
        (has_bias ? "(const " + T + " *)" + names.inputs[2] + "->data" : std::string("0")) + ";\n";
   s += "  const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
        ";\n";
+  if (pointwise(p)) {
+    // A 1x1 convolution is a GEMM: this part's positions of each image group are packed
+    // into kiln's panel layout (the copy the phase split would make anyway) and the packed
+    // kernel multiplies the weight rows by them, bias first in the output when there is one.
+    const std::string W_in = s64(gx.in);
+    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + "), npos = c1 - c0;\n";
+    s +=
+        "  const int64_t panels = (npos + P - 1) / P, cg = " + s64(p.cg) + ", wd = " + W_in + ";\n";
+    s += "  " + T + " *bp = (" + T + " *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(panels * cg * P) * sizeof(" + T + "));\n";
+    s += "  if (!bp) " + sub.fail + "(\"conv: out of memory for the packed positions\");\n";
+    s += "  const int rows_contig = " + sx + " == 1 && (" +
+         (p.one_d ? std::string("1") : sy + " == wd") + ");\n";
+    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+    s += "  for (int64_t oc = r0, packed = -1; oc < r1;) {\n";
+    s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";
+    s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " +
+         s64(p.mg) + " : r1;\n";
+    s += "    if (packed != grp) {\n";
+    s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
+         "->strides[0] + grp * cg * " + x + "->strides[1];\n";
+    s += "      for (int64_t pn = 0; pn < panels; ++pn) {\n";
+    s += "        const int64_t j0 = c0 + pn * P, cnt = c1 - j0 < P ? c1 - j0 : P;\n";
+    s += "        for (int64_t i = 0; i < cg; ++i) {\n";
+    s += "          " + T + " *dst = bp + (pn * cg + i) * P;\n";
+    s += "          const " + T + " *src = xg + i * " + x + "->strides[1];\n";
+    s += "          if (rows_contig) {\n";
+    s += "            for (int64_t k = 0; k < cnt; ++k) dst[k] = src[j0 + k];\n";
+    s += "          } else {\n";
+    s += "            for (int64_t k = 0; k < cnt; ++k)\n";
+    s += "              dst[k] = src[(j0 + k) / wd * " + sy + " + (j0 + k) % wd * " + sx + "];\n";
+    s += "          }\n";
+    s += "          for (int64_t k = cnt; k < P; ++k) dst[k] = 0;\n";
+    s += "        }\n";
+    s += "      }\n";
+    s += "      packed = grp;\n";
+    s += "    }\n";
+    s += "    " + T + " *yo = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
+         s64(p.ohw) + " + c0;\n";
+    s += "    if (bias)\n";
+    s += "      for (int64_t r = oc; r < oc_end; ++r)\n";
+    s += "        for (int64_t j = 0; j < npos; ++j) yo[(r - oc) * " + s64(p.ohw) +
+         " + j] = bias[r * bs];\n";
+    s += "    kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
+         ")1, W + oc * cg, cg, 1, bp, (" + T + ")(bias ? 1 : 0), yo, " + s64(p.ohw) + ");\n";
+    s += "    oc = oc_end;\n";
+    s += "  }\n  }\n}\n";
+    return s;
+  }
   s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
        " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk) +
@@ -240,8 +300,8 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
   s += "  const int64_t reach = " + s64((gy.kernel - 1) * gy.dilation) + ";\n";
   s += "  const int64_t q_hi = (oy1 + reach / " + s64(gy.stride) + " + 1) * wq;\n";
-  s += "  int64_t y0 = oy0 * " + s64(gy.stride) + " - " + s64(gy.pad_begin) + ", y1 = (oy1 - 1) * " +
-       s64(gy.stride) + " + reach + 1 - " + s64(gy.pad_begin) + ";\n";
+  s += "  int64_t y0 = oy0 * " + s64(gy.stride) + " - " + s64(gy.pad_begin) +
+       ", y1 = (oy1 - 1) * " + s64(gy.stride) + " + reach + 1 - " + s64(gy.pad_begin) + ";\n";
   s += "  if (y0 < 0) y0 = 0;\n  if (y1 > " + s64(gy.in) + ") y1 = " + s64(gy.in) + ";\n";
   // The padding those rows read is zero once; each image group rewrites the interior.
   s += "  for (int64_t q = 0; q < " + s64(p.cg * phases) + "; ++q)\n";
@@ -252,9 +312,9 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "      for (int64_t j = 0; j < " + s64(gx.kernel) + "; ++j, ++t) {\n";
   s += "        const int64_t dy = i * " + s64(gy.dilation) + ", dx = j * " + s64(gx.dilation) +
        ";\n";
-  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride) + " + dy % " + s64(gy.stride) +
-       ") * " + s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " +
-       s64(gy.stride) + " * wq + dx / " + s64(gx.stride) + ");\n";
+  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride) + " + dy % " + s64(gy.stride) + ") * " +
+       s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " + s64(gy.stride) +
+       " * wq + dx / " + s64(gx.stride) + ");\n";
   s += "      }\n";
   if (p.cg == 1 && p.mg == 1) {
     // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
@@ -266,17 +326,18 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
     s += "    for (int64_t oc = r0; oc < r1; ++oc) {\n";
     s += "      if (y1 > y0)\n";
     s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
-         "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x +
-         "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " +
-         s64(gy.pad_begin) + " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " +
-         s64(gx.stride) + ", " + s64(p.hq) + ", wq, buf);\n";
+         "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x + "->strides[1], " +
+         sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) + " + y0, " +
+         s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " + s64(p.hq) +
+         ", wq, buf);\n";
     s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel) + ", " +
          s64(gx.kernel) + ", W + oc * " + s64(p.ckk) + ", bias ? bias[oc * bs] : (" + T +
          ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
     s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
          s64(p.ohw) + ";\n";
     s += "      for (int64_t oy = oy0; oy < oy1; ++oy)\n";
-    s += "        for (int64_t ox = 0; ox < ow; ++ox) yo[oy * ow + ox] = flat[(oy - oy0) * wq + ox];\n";
+    s += "        for (int64_t ox = 0; ox < ow; ++ox) yo[oy * ow + ox] = flat[(oy - oy0) * wq + "
+         "ox];\n";
     s += "    }\n";
     s += "  }\n}\n";
     return s;

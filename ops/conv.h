@@ -15,9 +15,10 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 9; }
+  std::optional<int> cache_version() const override { return 10; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
+  std::string c_support_code() const override;  // the packed GEMM of pointwise convolutions
   // Parts take tiles of output channels by output rows: an epilogue follows the same split.
   bool c_splittable(const Node&) const override { return true; }
   int64_t c_split_unit(const Node& node) const override;
@@ -41,6 +42,8 @@ class Conv : public COp {
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;
+  // 1x1, stride 1, no padding: the convolution runs as a packed GEMM.
+  static bool pointwise(const Plan& p);
   WindowAttrs window_;
   int64_t group_;
 };

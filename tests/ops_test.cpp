@@ -443,17 +443,25 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
 
 // Parts take tiles of whole panels (64 columns) by rows, but a call gets no more parts than
 // its output has rows: a one-row product is never split, however large its weights.
-TEST(Gemm, PackedSplitNeverMakesMorePartsThanRows) {
+// A packed product splits by column panels, a quarter MiB of weights or more per part: a
+// one-row product over a 1 MiB weight streams it on several cores; a small one stays whole.
+TEST(Gemm, PackedSplitTakesPanelsWorthTheirWeights) {
   std::mt19937 rng(43);
   Graph g("gemm_rows");
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 512});
   g.set_outputs({gemm(a, constant(g, random_tensor(DType::kFloat32, {512, 512}, rng), "w"))});
   Function f = compile(g, split_options());
-  f({random_tensor(DType::kFloat32, {1, 512}, rng)});
-  EXPECT_EQ(f.stats().split_calls, 0);
-  f({random_tensor(DType::kFloat32, {3, 512}, rng)});
+  const Tensor one = random_tensor(DType::kFloat32, {1, 512}, rng);
+  const auto want = evaluate_reference(g, {one});
+  EXPECT_TRUE(tensors_close(f({one})[0], want[0], 1e-4, 1e-4));
   EXPECT_EQ(f.stats().split_calls, 1);
-  EXPECT_EQ(f.stats().parts, 3);
+  EXPECT_EQ(f.stats().parts, 4);  // 512 columns in units of 128 (128 x 512 floats = 256 KiB)
+  Graph small("gemm_small");
+  Var s = input(small, "a", DType::kFloat32, {kDynamic, 64});
+  small.set_outputs({gemm(s, constant(small, random_tensor(DType::kFloat32, {64, 64}, rng), "w"))});
+  Function fs = compile(small, split_options());
+  fs({random_tensor(DType::kFloat32, {1, 64}, rng)});
+  EXPECT_EQ(fs.stats().split_calls, 0);
 }
 
 TEST(Gemm, PackedOperandErrorsNameTheShapes) {
@@ -1034,6 +1042,12 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {{"group", int64_t{3}}, {"auto_pad", std::string("SAME_UPPER")}, {"strides", V{2, 2}}},
        true},
       {"pointwise", {2, 5, 4, 3}, {7, 5, 1, 1}, {}, true},
+      // Pointwise convolutions run on the packed GEMM: 150 positions fill two 64-column
+      // panels and part of a third, 11 rows leave a tail of the kernel's row blocks; groups
+      // repack per group; 1-D; without a bias the output starts unread.
+      {"pointwise_panels", {2, 6, 10, 15}, {11, 6, 1, 1}, {}, true},
+      {"pointwise_groups", {2, 6, 9, 9}, {9, 2, 1, 1}, {{"group", int64_t{3}}}, false},
+      {"pointwise_one_d", {3, 4, 70}, {5, 4, 1}, {}, true},
       {"one_d",
        {2, 3, 10},
        {4, 3, 3},
