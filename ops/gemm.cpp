@@ -1,5 +1,7 @@
-#include "ops/cuda_kernels.h"
 #include "ops/gemm.h"
+#include "ops/cuda_kernels.h"
+
+#include <algorithm>
 
 #include "ops/broadcast.h"
 #include "ops/elementwise_loop.h"
@@ -22,7 +24,8 @@ Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, boo
                int64_t packed_n) {
   if (packed_n > 0 && !ta) {
     int64_t m = 1;
-    for (size_t d = 0; d + 1 < a.size(); ++d) m = (m == kDynamic || a[d] == kDynamic) ? kDynamic : m * a[d];
+    for (size_t d = 0; d + 1 < a.size(); ++d)
+      m = (m == kDynamic || a[d] == kDynamic) ? kDynamic : m * a[d];
     return {m, a.back(), b[1], packed_n};
   }
   if (packed_n > 0) return {a[1], a[0], b[1], packed_n};
@@ -38,7 +41,8 @@ Gemm::Gemm(Attrs props) : COp("gemm", std::move(props)) {
   trans_a_ = attr_int(this->props(), "transA", 0) != 0;
   trans_b_ = attr_int(this->props(), "transB", 0) != 0;
   packed_n_ = attr_int(this->props(), "packed_n", 0);
-  if (packed_n_ < 0) throw UserError("gemm: packed_n must be >= 0, got " + std::to_string(packed_n_));
+  if (packed_n_ < 0)
+    throw UserError("gemm: packed_n must be >= 0, got " + std::to_string(packed_n_));
   if (packed_n_ > 0 && trans_b_) {
     throw UserError("gemm: packed_n takes B already packed, so transB must be 0");
   }
@@ -63,8 +67,8 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
                       a.to_string() + " and " + b.to_string());
     }
     if (a.rank() > 2 && inputs.size() == 3 && inputs[2].rank() > 1) {
-      throw UserError("gemm: with A " + a.to_string() + " of rank > 2, C must be a row (rank <= 1), got " +
-                      inputs[2].to_string());
+      throw UserError("gemm: with A " + a.to_string() +
+                      " of rank > 2, C must be a row (rank <= 1), got " + inputs[2].to_string());
     }
   } else if (a.rank() != 2 || b.rank() != 2) {
     throw UserError("gemm: A and B must be 2-D, got " + a.to_string() + " and " + b.to_string());
@@ -105,8 +109,8 @@ double Gemm::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& o
 
 std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
   Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
-  if (packed_n_ > 0 && (inputs[1][2] <= 0 ||
-                        inputs[1][0] != (packed_n_ + inputs[1][2] - 1) / inputs[1][2])) {
+  if (packed_n_ > 0 &&
+      (inputs[1][2] <= 0 || inputs[1][0] != (packed_n_ + inputs[1][2] - 1) / inputs[1][2])) {
     throw UserError("gemm: packed B " + dims_to_string(inputs[1]) + " does not hold " +
                     std::to_string(packed_n_) + " columns in panels of " +
                     std::to_string(inputs[1][2]));
@@ -138,13 +142,14 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
       for (int64_t k = 0; k < d.k_a; ++k) {
         double x = a.load(trans_a_ ? k * d.m + i : i * d.k_a + k);
         double w = b.load(packed_n_ > 0 ? gemm_packed_index(k, j, d.k_b, p)
-                          : trans_b_     ? j * d.k_b + k
-                                         : k * d.n + j);
+                          : trans_b_    ? j * d.k_b + k
+                                        : k * d.n + j);
         acc += x * w;
       }
       double v = alpha_ * acc;
       if (inputs.size() == 3) {
-        v += beta_ * inputs[2].load(broadcast_source_index(i * d.n + j, {d.m, d.n}, inputs[2].shape()));
+        v += beta_ *
+             inputs[2].load(broadcast_source_index(i * d.n + j, {d.m, d.n}, inputs[2].shape()));
       }
       if (is_integer(y.dtype())) {
         y.store_int(i * d.n + j, static_cast<int64_t>(v));
@@ -173,9 +178,10 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
   const int rc = ct.rank();
   // C's element strides against (M, N); size-1 or missing dimensions broadcast (stride 0).
   std::string sci = rc == 2 ? "(" + Cn + "->shape[0] == 1 ? 0 : " + Cn + "->strides[0])" : "0";
-  std::string scj = rc >= 1 ? "(" + Cn + "->shape[" + std::to_string(rc - 1) + "] == 1 ? 0 : " +
-                                  Cn + "->strides[" + std::to_string(rc - 1) + "])"
-                            : "0";
+  std::string scj = rc >= 1
+                        ? "(" + Cn + "->shape[" + std::to_string(rc - 1) + "] == 1 ? 0 : " + Cn +
+                              "->strides[" + std::to_string(rc - 1) + "])"
+                        : "0";
   std::string s = "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
   s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
   if (beta_ == 1.0) {
@@ -190,8 +196,8 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
     return s;
   }
   s += "  for (int64_t i = " + lo + "; i < " + hi + "; ++i)\n";
-  s += "    for (int64_t j = " + c0 + "; j < " + c1 + "; ++j) py[i * N + j] = (" + T + ")(" + c_literal(dt, beta_) +
-       " * pc[i * sci + j * scj]);\n";
+  s += "    for (int64_t j = " + c0 + "; j < " + c1 + "; ++j) py[i * N + j] = (" + T + ")(" +
+       c_literal(dt, beta_) + " * pc[i * sci + j * scj]);\n";
   return s;
 }
 
@@ -213,9 +219,9 @@ std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& su
        "->strides[" + (trans_b_ ? "0" : "1") + "];\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
   if (has_c) s += c_fill_bias(node, names, "0", "M");
-  s += "  if (" + gemm_fn_name(dt) + "(ctx, M, N, K, " + c_literal(dt, alpha_) + ", (const " + T + " *)" + A +
-       "->data, rsa, csa, (const " + T + " *)" + B + "->data, rsb, csb, (" + T + ")" + (has_c ? "1" : "0") +
-       ", py, N) != 0) " + sub.fail + "(\"gemm failed\");\n";
+  s += "  if (" + gemm_fn_name(dt) + "(ctx, M, N, K, " + c_literal(dt, alpha_) + ", (const " + T +
+       " *)" + A + "->data, rsa, csa, (const " + T + " *)" + B + "->data, rsb, csb, (" + T + ")" +
+       (has_c ? "1" : "0") + ", py, N) != 0) " + sub.fail + "(\"gemm failed\");\n";
   s += "}\n";
   return s;
 }
@@ -250,8 +256,8 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
     s += "    if (" + A + "->shape[d] != 1 && " + A + "->strides[d] != expect) rows_ok = 0;\n";
     s += "    expect *= " + A + "->shape[d];\n    M *= " + A + "->shape[d];\n  }\n";
     s += "  if (!rows_ok && M > 0) {\n";
-    s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(M * K) * sizeof(" +
-         T + "));\n";
+    s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(M * K) * sizeof(" + T + "));\n";
     s += "    if (!dense) " + sub.fail + "(\"gemm: out of memory for a dense copy of A\");\n";
     s += "    kiln_copy_strided(dense, pa, " + std::to_string(ra) + ", " + A + "->shape, " + A +
          "->strides, sizeof(" + T + "));\n";
@@ -269,16 +275,24 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "    pb = dense;\n  }\n";
   const SplitTiles tiles = *c_split_tiles(node, names, sub);
   s += "  int64_t lo, hi, c0, c1;\n";
-  s += "  kiln_tile_part(M, N, " + tiles.row_unit + ", " + tiles.col_unit + ", " + ctx + "->part, " +
-       ctx + "->n_parts, &lo, &hi, &c0, &c1);\n";
+  s += "  kiln_tile_part(M, N, " + tiles.row_unit + ", " + tiles.col_unit + ", " + ctx +
+       "->part, " + ctx + "->n_parts, &lo, &hi, &c0, &c1);\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
   if (has_c) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
   s += "  if (lo < hi && c0 < c1)\n";
-  s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) + ", (const " +
-       T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" + (has_c ? "1" : "0") +
-       ", py + lo * N + c0, N);\n";
+  s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) +
+       ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" +
+       (has_c ? "1" : "0") + ", py + lo * N + c0, N);\n";
   s += "}\n";
   return s;
+}
+
+int64_t Gemm::c_split_unit(const Node& node) const {
+  if (packed_n_ == 0) return 0;
+  const DType dt = node.outputs[0]->type.dtype;
+  const int64_t pw = gemm_panel_width(dt), k = std::max<int64_t>(node.inputs[1]->type.dims[1], 1);
+  const int64_t elements = (int64_t(1) << 18) / static_cast<int64_t>(dtype_size(dt));
+  return pw * std::max<int64_t>(1, (elements + k * pw - 1) / (k * pw));
 }
 
 // Parts take tiles of whole panels by blocks of the kernel's rows: splitting columns first
@@ -307,7 +321,7 @@ CudaCode Gemm::cuda_code(const Node& node, const CodeNames& names, const Sub& su
 }
 
 CudaCode Gemm::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                                 const CudaEpilogue& epi) const {
+                              const CudaEpilogue& epi) const {
   return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_, &epi);
 }
 

@@ -18,11 +18,14 @@ class Gemm : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 6; }
+  std::optional<int> cache_version() const override { return 7; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   bool c_splittable(const Node&) const override { return packed_n_ > 0; }
-  int64_t c_split_unit(const Node&) const override { return packed_n_; }
+  // Packed: parts take tiles (c_split_tiles); the unit only caps their count, at whole
+  // panels worth a quarter MiB of weights each, so a one-row product (a classifier at
+  // batch 1, memory-bound) still streams its weights on every core.
+  int64_t c_split_unit(const Node& node) const override;
   std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
                                           const Sub& sub) const override;
   bool c_heavy(const Node&) const override { return packed_n_ > 0; }
