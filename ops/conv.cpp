@@ -4,6 +4,7 @@
 
 #include "ops/cuda_kernels.h"
 #include "ops/cuda_window.h"
+#include "ops/gemm_pack.h"
 
 #include "util/error.h"
 #include "util/strings.h"
@@ -161,6 +162,8 @@ Conv::Plan Conv::plan(const Node& node) const {
   // every input row once.
   const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
   p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq) * gx.out;
+  // The packed GEMM of a pointwise convolution takes its columns in panels.
+  if (pointwise(p)) p.col_unit = gemm_panel_width(xt.dtype);
   return p;
 }
 

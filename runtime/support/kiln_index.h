@@ -182,7 +182,9 @@ KILN_INDEX_FN void kiln_slice_dim(int64_t dim, int64_t start, int64_t end, int64
  * [image][row][col]): the tile [*r0, *r1) x [*c0, *c1). Columns are split first, in whole
  * units of col_unit, so parts share rows (a GEMM's A, a convolution's weights) rather than
  * columns; when there are more parts than column units, rows are split too, in units of
- * row_unit. Parts past the grid get an empty tile. An op and its epilogue call this with the
+ * row_unit. The column blocks divide n_parts, so the tiles come out even: 3 column units
+ * and 4 parts make 2 x 2 tiles, not 3 tiles of which one worker of two runs two. Parts past
+ * the grid get an empty tile. An op and its epilogue call this with the
  * same arguments, so the epilogue reads exactly the elements its part computed. */
 static __attribute__((unused)) void kiln_tile_part(int64_t rows, int64_t cols, int64_t row_unit,
                                                    int64_t col_unit, int32_t part,
@@ -191,6 +193,7 @@ static __attribute__((unused)) void kiln_tile_part(int64_t rows, int64_t cols, i
   const int64_t cb_n = (cols + col_unit - 1) / col_unit, rb_n = (rows + row_unit - 1) / row_unit;
   int64_t cb = n_parts < cb_n ? n_parts : cb_n, rb = 1;
   if (cb < 1) cb = 1;
+  while (n_parts % cb) --cb;
   if (n_parts / cb > 1) rb = n_parts / cb < rb_n ? n_parts / cb : rb_n;
   if (rb < 1) rb = 1;
   if (part >= cb * rb) {
