@@ -1042,6 +1042,14 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {{"group", int64_t{3}}, {"auto_pad", std::string("SAME_UPPER")}, {"strides", V{2, 2}}},
        true},
       {"pointwise", {2, 5, 4, 3}, {7, 5, 1, 1}, {}, true},
+      // 360 taps go in blocks of 128, 128 and 104, each adding to the last one's sums; 13
+      // rows, padded rows that overhang, a bias only in the first block.
+      {"many_taps", {2, 40, 9, 11}, {13, 40, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      {"many_taps_pointwise_stride",
+       {1, 300, 6, 7},
+       {10, 300, 1, 1},
+       {{"strides", V{2, 2}}},
+       false},
       // Pointwise convolutions run on the packed GEMM: 150 positions fill two 64-column
       // panels and part of a third, 11 rows leave a tail of the kernel's row blocks; groups
       // repack per group; 1-D; without a bias the output starts unread.

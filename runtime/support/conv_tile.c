@@ -4,6 +4,7 @@
  * block of output vectors in registers while it walks the taps, so each tap costs NV vector
  * loads and MR broadcasts for MR * NV fused multiply-adds. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "runtime/support/conv_tile.h"
 
@@ -15,6 +16,8 @@
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
 #define KILN_MR_MAX 8
 #define KILN_NV_MAX 4
+/* Taps per block when a convolution has many (see kiln_conv_tile). */
+#define KILN_CONV_KC 128
 /* The most vectors per row a block of mr rows keeps in registers (accumulators, the NV input
  * vectors and one broadcast must fit the register file). */
 #define KILN_NV_FOR(mr) \
@@ -28,14 +31,17 @@
   /* Accumulates rows [0, mr) x vectors [0, nv) of one block into tile (rows VW*NV_MAX apart). */  \
   static inline __attribute__((always_inline)) void KILN_CAT(block_, S)(                           \
       const int mr, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict off,  \
-      const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile, int64_t ldt) {             \
+      const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile, int64_t ldt,  \
+      int acc_in) {                                                                                \
     typedef KILN_CAT(vec_, S) V;                                                                   \
     typedef KILN_CAT(vecu_, S) VU;                                                                 \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
     V acc[KILN_MR_MAX][KILN_NV_MAX];                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
       const V init = (V){0} + (bias ? bias[r * bs] : (T)0);                                        \
-      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = init;                       \
+      /* acc_in: a later block of taps adds to the sums the earlier ones left in tile. */         \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] =                             \
+          acc_in ? *(const VU*)(tile + r * ldt + v * VW) : init;                                   \
     }                                                                                              \
     for (int64_t t = 0; t < taps; ++t) {                                                           \
       const T* p = b + off[t];                                                                     \
@@ -54,7 +60,7 @@
   /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
   static void KILN_CAT(dispatch_, S)(int mr, int nv, int64_t taps, const T* b, const int32_t* off, \
                                      const T* w, int64_t ldw, const T* bias, int64_t bs,           \
-                                     T* tile, int64_t ldt) {                                                    \
+                                     T* tile, int64_t ldt, int acc_in) {                            \
     switch (mr * 8 + nv) {                                                                         \
       KILN_CASES_MR(S, 1)                                                                          \
       KILN_CASES_MR(S, 2) KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5)              \
@@ -69,27 +75,41 @@
     T tile[KILN_MR_MAX * KILN_NV_MAX * VW] __attribute__((aligned(64)));                           \
     /* Column blocks outside, row blocks inside: a block's slice of b (taps x jw) stays in L1      \
      * while every row block of w passes over it, instead of b streaming from L2 once per          \
-     * row block (1.5-2x on pointwise convolutions). */                                            \
-    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR_MAX) * VW;                                     \
+     * row block (1.5-2x on pointwise convolutions). Many taps (a deep layer's C x 3 x 3)          \
+     * go in blocks of KILN_CONV_KC, each adding to the sums the last one left in `part`, so       \
+     * that slice still fits L1 and the weights' block L2. */                                      \
+    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR_MAX) * VW, ldp = KILN_NV_MAX * VW;             \
+    const int64_t kc = taps > 2 * KILN_CONV_KC ? KILN_CONV_KC : taps;                              \
+    T* part = kc < taps ? (T*)malloc((size_t)((m + KILN_MR_MAX) * ldp) * sizeof(T)) : NULL;        \
+    const int64_t step = part ? kc : taps;                                                         \
     for (int64_t j0 = 0; j0 < npos; j0 += jw) {                                                    \
       const int64_t n = npos - j0 < jw ? npos - j0 : jw;                                           \
       const int nv = (int)((n + VW - 1) / VW);                                                     \
       /* Without row overhang (wp == ow) whole vectors go straight to the output. */               \
-      const int direct = wp == ow && n == (int64_t)nv * VW;                                        \
-      for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX) {                                            \
-        const int mr = (int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX);                         \
-        KILN_CAT(dispatch_, S)                                                                     \
-        (mr, nv, taps, b + j0, off, w + r0 * ldw, ldw, bias ? bias + r0 * bs : 0, bs,              \
-         direct ? y + r0 * ldy + j0 : tile, direct ? ldy : KILN_NV_MAX * VW);                      \
-        if (!direct)                                                                               \
-          KILN_CAT(store_, S)(mr, j0, n, tile, KILN_NV_MAX * VW, y + r0 * ldy, ldy, wp, ow);       \
+      const int direct = !part && wp == ow && n == (int64_t)nv * VW;                               \
+      for (int64_t t0 = 0; t0 < taps; t0 += step) {                                                \
+        const int64_t tk = taps - t0 < step ? taps - t0 : step;                                    \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX) {                                          \
+          const int mr = (int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX);                       \
+          T* dst = part ? part + r0 * ldp : direct ? y + r0 * ldy + j0 : tile;                     \
+          KILN_CAT(dispatch_, S)                                                                   \
+          (mr, nv, tk, b + j0, off + t0, w + r0 * ldw + t0, ldw,                                   \
+           bias && t0 == 0 ? bias + r0 * bs : 0, bs, dst, part || !direct ? ldp : ldy, t0 > 0);    \
+          if (!part && !direct)                                                                    \
+            KILN_CAT(store_, S)(mr, j0, n, tile, ldp, y + r0 * ldy, ldy, wp, ow);                  \
+        }                                                                                          \
       }                                                                                            \
+      if (part)                                                                                    \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX)                                            \
+          KILN_CAT(store_, S)((int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX), j0, n,           \
+                              part + r0 * ldp, ldp, y + r0 * ldy, ldy, wp, ow);                    \
     }                                                                                              \
+    free(part);                                                                                    \
   }
 
 #define KILN_CASE(S, MR, NV)                                           \
   case MR * 8 + NV:                                                    \
-    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile, ldt); \
+    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in); \
     break;
 /* Only the (mr, nv) pairs the register budget allows get code. */
 #define KILN_CASES_MR(S, MR)                   \
@@ -101,7 +121,7 @@
  * is never reached: it forwards to nv = 1, which keeps it small. */
 #define KILN_CASE_IF(ok, S, MR, NV)                                                       \
   case MR * 8 + NV:                                                                       \
-    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile, ldt); \
+    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in); \
     break;
 
 /* Writes positions [j0, j0 + n) of rows [0, mr) of the tile to y: position j is output
