@@ -133,12 +133,13 @@ namespace {
 
 // Output rows per column unit of a split: enough padded-row positions (rows x wq) that the
 // tile kernel's vector blocks stay full, in near-equal units over the output's rows. A big
-// image takes fine units (at least 48 positions), so parts of many units come out even; a
-// small one (under 1536 positions, 38 x 38) coarse ones (192: four whole blocks), so a part
-// is not mostly a partial block: the split then goes by output channels instead (14 x 14
-// 3x3 convolutions: 290 -> 360 GFLOP/s).
-int64_t rows_per_unit(int64_t oh, int64_t wq) {
-  const int64_t grain = oh * wq >= 1536 ? 48 : 192;
+// image takes fine units (at least 48 positions), so parts of many units come out even. A
+// small one (under 1536 positions, 38 x 38) with channels for four row blocks takes coarse
+// ones (192: four whole vector blocks), so a part is not mostly a partial block and the
+// split goes by output channels instead (14 x 14 3x3 convolutions: 290 -> 360 GFLOP/s);
+// with fewer channels the positions are all there is to split.
+int64_t rows_per_unit(int64_t oh, int64_t wq, int64_t row_blocks) {
+  const int64_t grain = oh * wq >= 1536 || row_blocks < 4 ? 48 : 192;
   const int64_t units = std::max<int64_t>(1, oh * wq / grain);
   return (oh + units - 1) / units;
 }
@@ -166,7 +167,7 @@ Conv::Plan Conv::plan(const Node& node) const {
   // Depthwise parts take whole channels when there are enough: each part then copies
   // every input row once.
   const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
-  p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq) * gx.out;
+  p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq, p.m / p.row_unit) * gx.out;
   // The packed GEMM of a pointwise convolution takes its columns in panels.
   if (pointwise(p)) p.col_unit = gemm_panel_width(xt.dtype);
   return p;
