@@ -1,0 +1,164 @@
+// Convolution layers of the zoo's shapes (batch 1), compiled and run by kiln on the engine's
+// threads, against the cores' FMA peak (measured here: independent vector multiply-adds on
+// every thread) and against OpenBLAS's SGEMM on the equivalent GEMM (M x OH*OW x C*KH*KW,
+// the same threads; an im2col that OpenBLAS would also need is not counted). The rounds take
+// turns; each figure is the median round of the median of runs. Depthwise layers have no
+// equivalent GEMM. Usage: conv_bench [--rounds R]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "ops/builders.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+struct Layer {
+  const char* name;
+  int64_t c, m, h, k, stride, group;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median us of `runs` calls, after one.
+template <class F>
+double median_us(F&& f, int runs) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+// GFLOP/s of 16 independent chains of 16-float multiply-adds per thread (about half a
+// second, long enough for the clocks to settle), on `threads`
+// threads at once: what the cores' FMA units give (the compiler's widest vectors).
+double fma_peak(int threads) {
+  typedef float V __attribute__((vector_size(64)));
+  constexpr int kChains = 16;
+  volatile int64_t steps_v = 200'000'000;  // a run-time count: the chains cannot be folded
+  const int64_t kSteps = steps_v;
+  std::vector<double> sink(static_cast<size_t>(threads));
+  auto body = [&](int id) {
+    V acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = (V){} + static_cast<float>(c + id);
+    const V a = (V){} + 0.999999f, b = (V){} + 1e-7f;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;
+    }
+    double total = 0;
+    for (int c = 0; c < kChains; ++c) total += acc[c][0];
+    sink[static_cast<size_t>(id)] = total;
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(body, i);
+  for (auto& t : pool) t.join();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return 2.0 * 16 * kChains * kSteps * threads / s / 1e9 + 0 * sink[0];
+}
+
+Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = u(rng);
+  return Tensor::from_doubles(DType::kFloat32, shape, v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: conv_bench [--rounds R]\n");
+      return 2;
+    }
+  }
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(threads);
+  const std::vector<Layer> layers{
+      {"mobilenet expand 16->96 112x112", 16, 96, 112, 1, 1, 1},
+      {"mobilenet project 144->24 56x56", 144, 24, 56, 1, 1, 1},
+      {"mobilenet expand 64->384 14x14", 64, 384, 14, 1, 1, 1},
+      {"mobilenet project 960->160 7x7", 960, 160, 7, 1, 1, 1},
+      {"squeezenet classifier 512->1000 13x13", 512, 1000, 13, 1, 1, 1},
+      {"resnet stem 3->64 7x7/2 224x224", 3, 64, 224, 7, 2, 1},
+      {"resnet 3x3 64->64 56x56", 64, 64, 56, 3, 1, 1},
+      {"resnet 3x3/2 64->128 56x56", 64, 128, 56, 3, 2, 1},
+      {"resnet 3x3 128->128 28x28", 128, 128, 28, 3, 1, 1},
+      {"resnet 3x3 256->256 14x14", 256, 256, 14, 3, 1, 1},
+      {"resnet 3x3 512->512 7x7", 512, 512, 7, 3, 1, 1},
+      {"depthwise 3x3 144 56x56", 144, 144, 56, 3, 1, 144},
+      {"depthwise 3x3/2 96 112x112", 96, 96, 112, 3, 2, 96},
+      {"depthwise 5x5 480 14x14", 480, 480, 14, 5, 1, 480},
+  };
+  const double peak = fma_peak(threads);
+  std::printf("%d threads; FMA peak (measured): %.1f GFLOP/s\n\n", threads, peak);
+  std::printf("%-40s %9s %9s %9s %8s %9s\n", "layer", "kiln us", "GFLOP/s", "of peak", "BLAS us",
+              "kiln/BLAS");
+  std::mt19937 rng(3);
+  for (const Layer& l : layers) {
+    const int64_t pad = l.k / 2, oh = (l.h + 2 * pad - l.k) / l.stride + 1;
+    Graph g("conv");
+    Var x = input(g, "x", DType::kFloat32, {1, l.c, l.h, l.h});
+    Var w = parameter(g, random_tensor({l.m, l.c / l.group, l.k, l.k}, rng), "w");
+    g.set_outputs({apply("conv", {x, w},
+                         {{"pads", std::vector<int64_t>(4, pad)},
+                          {"strides", std::vector<int64_t>{l.stride, l.stride}},
+                          {"group", l.group}})});
+    Function f = compile(g);
+    const std::vector<Tensor> in{random_tensor({1, l.c, l.h, l.h}, rng)};
+    const int64_t gm = l.m, gn = oh * oh, gk = l.c / l.group * l.k * l.k;
+    const double flops = 2.0 * static_cast<double>(gm * gn * gk);
+    std::vector<float> a(static_cast<size_t>(gm * gk), 0.5f),
+        b(static_cast<size_t>(gk * gn), 0.25f), c(static_cast<size_t>(gm * gn));
+    const bool gemm_like = l.group == 1;
+    const int runs = std::clamp(static_cast<int>(2e8 / flops), 5, 200);
+    std::vector<double> kiln_us, blas_us;
+    for (int r = 0; r < rounds; ++r) {
+      kiln_us.push_back(median_us([&] { f(in); }, runs));
+      if (gemm_like) {
+        blas_us.push_back(median_us(
+            [&] {
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(gm),
+                          static_cast<int>(gn), static_cast<int>(gk), 1.f, a.data(),
+                          static_cast<int>(gk), b.data(), static_cast<int>(gn), 0.f, c.data(),
+                          static_cast<int>(gn));
+            },
+            runs));
+      }
+    }
+    const double k_us = median(kiln_us), gf = flops / k_us / 1e3;
+    if (gemm_like) {
+      const double b_us = median(blas_us);
+      std::printf("%-40s %9.1f %9.1f %8.0f%% %8.1f %9.2f\n", l.name, k_us, gf, 100 * gf / peak,
+                  b_us, k_us / b_us);
+    } else {
+      std::printf("%-40s %9.1f %9.1f %8.0f%% %8s %9s\n", l.name, k_us, gf, 100 * gf / peak, "-",
+                  "-");
+    }
+  }
+}
