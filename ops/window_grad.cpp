@@ -230,7 +230,8 @@ double ConvWeightGrad::flops(const std::vector<Shape>& inputs,
   // A multiply-add per weight element, image and output position.
   double positions = static_cast<double>(inputs[1][0]);
   for (size_t d = 2; d < inputs[1].size(); ++d) positions *= static_cast<double>(inputs[1][d]);
-  return 2.0 * positions * static_cast<double>(shape_numel(outputs.at(0)) / slices_);
+  return 2.0 * positions * static_cast<double>(shape_numel(outputs.at(0))) /
+         static_cast<double>(slices_);
 }
 
 void ConvWeightGrad::perform(const std::vector<Tensor>& inputs,
