@@ -48,12 +48,19 @@ double median_us(F&& f, int runs) {
   return median(t);
 }
 
-// GFLOP/s of 16 independent chains of 16-float multiply-adds per thread (about half a
-// second, long enough for the clocks to settle), on `threads`
-// threads at once: what the cores' FMA units give (the compiler's widest vectors).
+// GFLOP/s of independent chains of vector multiply-adds per thread (about half a second,
+// long enough for the clocks to settle), on `threads` threads at once: what the cores' FMA
+// units give at the widest vectors this build targets. The chains must fit in the
+// registers (16 ymm under AVX2, 32 zmm under AVX-512) or the loop measures spills.
 double fma_peak(int threads) {
-  typedef float V __attribute__((vector_size(64)));
-  constexpr int kChains = 16;
+#if defined(__AVX512F__)
+  constexpr int kLanes = 16, kChains = 16;
+#elif defined(__AVX__)
+  constexpr int kLanes = 8, kChains = 12;
+#else
+  constexpr int kLanes = 4, kChains = 12;
+#endif
+  typedef float V __attribute__((vector_size(4 * kLanes)));
   volatile int64_t steps_v = 200'000'000;  // a run-time count: the chains cannot be folded
   const int64_t kSteps = steps_v;
   std::vector<double> sink(static_cast<size_t>(threads));
@@ -73,7 +80,7 @@ double fma_peak(int threads) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(body, i);
   for (auto& t : pool) t.join();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return 2.0 * 16 * kChains * kSteps * threads / s / 1e9 + 0 * sink[0];
+  return 2.0 * kLanes * kChains * kSteps * threads / s / 1e9 + 0 * sink[0];
 }
 
 Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
@@ -89,11 +96,14 @@ Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   int rounds = 5;
+  const char* only = nullptr;  // --only: the layers whose name holds this
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: conv_bench [--rounds R]\n");
+      std::fprintf(stderr, "usage: conv_bench [--rounds R] [--only SUBSTRING]\n");
       return 2;
     }
   }
@@ -121,6 +131,7 @@ int main(int argc, char** argv) {
               "kiln/BLAS");
   std::mt19937 rng(3);
   for (const Layer& l : layers) {
+    if (only && !std::strstr(l.name, only)) continue;
     const int64_t pad = l.k / 2, oh = (l.h + 2 * pad - l.k) / l.stride + 1;
     Graph g("conv");
     Var x = input(g, "x", DType::kFloat32, {1, l.c, l.h, l.h});

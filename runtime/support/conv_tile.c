@@ -14,6 +14,11 @@
 
 #define KILN_CAT2(a, b) a##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
+/* Rows per block: 8 where 32 vector registers hold 8 x 3 sums, 4 where 16 hold 4 x 3 (two
+ * blocks per 8-row split unit). An 8 x 1 block under AVX2 re-read all the weights for every
+ * 8 positions and ran at a fifth of the FMA peak. */
+#define KILN_MR (KILN_VEC_REGS >= 32 ? 8 : 4)
+/* The block kernel's array bounds: the dispatch switch instantiates every (mr, nv) case. */
 #define KILN_MR_MAX 8
 #define KILN_NV_MAX 4
 /* Taps per block when a convolution has many (see kiln_conv_tile). */
@@ -21,7 +26,10 @@
 /* The most vectors per row a block of mr rows keeps in registers (accumulators, the NV input
  * vectors and one broadcast must fit the register file). */
 #define KILN_NV_FOR(mr) \
-  (KILN_VEC_REGS >= 32 ? ((mr) <= 6 ? 4 : 3) : ((mr) <= 3 ? 3 : (mr) <= 6 ? 2 : 1))
+  (KILN_VEC_REGS >= 32 ? ((mr) <= 6 ? 4 : 3) : ((mr) <= 2 ? 4 : (mr) <= 4 ? 3 : (mr) <= 6 ? 2 : 1))
+/* A broadcast: s + -0.0 is s for every s (+0.0 would turn -0.0 into +0.0), so it folds to one
+ * vbroadcastss where (V){0} + s costs a scalar add first. */
+#define KILN_SPLAT(V, s) ((s) + -(V){0})
 
 #define KILN_CONV_TILE(T, S)                                                                       \
   typedef T KILN_CAT(vec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                        \
@@ -38,7 +46,7 @@
     enum { VW = KILN_CAT(VW_, S) };                                                                \
     V acc[KILN_MR_MAX][KILN_NV_MAX];                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
-      const V init = (V){0} + (bias ? bias[r * bs] : (T)0);                                        \
+      const V init = KILN_SPLAT(V, bias ? bias[r * bs] : (T)0);                                      \
       /* acc_in: a later block of taps adds to the sums the earlier ones left in tile. */         \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] =                             \
           acc_in ? *(const VU*)(tile + r * ldt + v * VW) : init;                                   \
@@ -48,7 +56,7 @@
       V x[KILN_NV_MAX];                                                                            \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] = *(const VU*)(p + v * VW);        \
       _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                       \
-        const V ws = (V){0} + w[r * ldw + t];                                                      \
+        const V ws = KILN_SPLAT(V, w[r * ldw + t]);                                                    \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += ws * x[v];               \
       }                                                                                            \
     }                                                                                              \
@@ -72,15 +80,15 @@
       int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* off, const T* w,           \
       int64_t ldw, const T* bias, int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow) {         \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
-    T tile[KILN_MR_MAX * KILN_NV_MAX * VW] __attribute__((aligned(64)));                           \
+    T tile[KILN_MR * KILN_NV_MAX * VW] __attribute__((aligned(64)));                           \
     /* Column blocks outside, row blocks inside: a block's slice of b (taps x jw) stays in L1      \
      * while every row block of w passes over it, instead of b streaming from L2 once per          \
      * row block (1.5-2x on pointwise convolutions). Many taps (a deep layer's C x 3 x 3)          \
      * go in blocks of KILN_CONV_KC, each adding to the sums the last one left in `part`, so       \
      * that slice still fits L1 and the weights' block L2. */                                      \
-    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR_MAX) * VW, ldp = KILN_NV_MAX * VW;             \
+    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR) * VW, ldp = KILN_NV_MAX * VW;             \
     const int64_t kc = taps > 2 * KILN_CONV_KC ? KILN_CONV_KC : taps;                              \
-    T* part = kc < taps ? (T*)malloc((size_t)((m + KILN_MR_MAX) * ldp) * sizeof(T)) : NULL;        \
+    T* part = kc < taps ? (T*)malloc((size_t)((m + KILN_MR) * ldp) * sizeof(T)) : NULL;        \
     const int64_t step = part ? kc : taps;                                                         \
     for (int64_t j0 = 0; j0 < npos; j0 += jw) {                                                    \
       const int64_t n = npos - j0 < jw ? npos - j0 : jw;                                           \
@@ -89,8 +97,8 @@
       const int direct = !part && wp == ow && n == (int64_t)nv * VW;                               \
       for (int64_t t0 = 0; t0 < taps; t0 += step) {                                                \
         const int64_t tk = taps - t0 < step ? taps - t0 : step;                                    \
-        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX) {                                          \
-          const int mr = (int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX);                       \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR) {                                              \
+          const int mr = (int)(m - r0 < KILN_MR ? m - r0 : KILN_MR);                               \
           T* dst = part ? part + r0 * ldp : direct ? y + r0 * ldy + j0 : tile;                     \
           KILN_CAT(dispatch_, S)                                                                   \
           (mr, nv, tk, b + j0, off + t0, w + r0 * ldw + t0, ldw,                                   \
@@ -100,8 +108,8 @@
         }                                                                                          \
       }                                                                                            \
       if (part)                                                                                    \
-        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR_MAX)                                            \
-          KILN_CAT(store_, S)((int)(m - r0 < KILN_MR_MAX ? m - r0 : KILN_MR_MAX), j0, n,           \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR)                                                \
+          KILN_CAT(store_, S)((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, n,                   \
                               part + r0 * ldp, ldp, y + r0 * ldy, ldy, wp, ow);                    \
     }                                                                                              \
     free(part);                                                                                    \
