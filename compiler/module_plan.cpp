@@ -285,7 +285,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
     for (const Variable* v : node->inputs) step.inputs.push_back(slot_of(v));
     for (const Variable* v : node->outputs) step.outputs.push_back(add_slot(v, SlotKind::kTemp));
     const auto* cop = dynamic_cast<const COp*>(node->op.get());
-    if (const int k = cop && cop->output_on_device() ? cop->cuda_view_of(*node) : -1; k >= 0) {
+    if (const int k = cop ? cop->view_of(*node) : -1; k >= 0) {
       p.slots[static_cast<size_t>(step.outputs.at(0))].view_of =
           step.inputs.at(static_cast<size_t>(k));
     }

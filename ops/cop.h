@@ -125,9 +125,10 @@ class COp : public Op {
                                   const CudaEpilogue& epi) const {
     return {};
   }
-  // Output 0 on the device is input `k`'s bytes under a new shape (a reshape): the executor
-  // binds it as a view and the thunk copies nothing. -1: a buffer of its own.
-  virtual int cuda_view_of(const Node& node) const { return -1; }
+  // Output 0 is input `k`'s bytes under a new shape (a reshape): the executor binds it as a
+  // view where it can (on the device always; on the CPU when input k is a temporary of the
+  // run, which is contiguous) and the thunk copies nothing. -1: a buffer of its own.
+  virtual int view_of(const Node& node) const { return -1; }
   // True when the outputs live in device memory (CUDA nodes, to_device transfers).
   virtual bool output_on_device() const { return false; }
   // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.

@@ -36,7 +36,7 @@ class CudaPlaced : public COp {
   std::vector<std::string> c_preludes() const override {
     return {"kiln_index.h", "kiln_cuda_types.h", "kiln_cuda_host.h"};
   }
-  int cuda_view_of(const Node& node) const override { return inner_->cuda_view_of(node); }
+  int view_of(const Node& node) const override { return inner_->view_of(node); }
   bool output_on_device() const override { return true; }
   const COp* placed_on_cuda() const override { return inner_.get(); }
   bool enqueues_device_work() const override { return true; }

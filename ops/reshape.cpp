@@ -9,9 +9,11 @@ namespace kiln {
 namespace {
 
 // Row-major copy of the input into the (contiguous) output: shared by reshape and flatten.
+// Bound as a view of its input (Executor::bind), the output already holds the elements.
 std::string copy_in_order(const Node& node, const CodeNames& names) {
   const auto& t = node.inputs[0]->type;
-  return "kiln_copy_strided(" + names.outputs[0] + "->data, " + names.inputs[0] + "->data, " +
+  return "if (" + names.outputs[0] + "->data != " + names.inputs[0] + "->data)\n" +
+         "  kiln_copy_strided(" + names.outputs[0] + "->data, " + names.inputs[0] + "->data, " +
          std::to_string(t.rank()) + ", " + names.inputs[0] + "->shape, " + names.inputs[0] +
          "->strides, " + std::to_string(dtype_size(t.dtype)) + ");\n";
 }

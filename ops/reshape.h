@@ -18,12 +18,13 @@ class Reshape : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  // On CUDA the output is a view of the input: no kernel, no copy.
+  // The output is a view of the input where the executor can bind one (ops/cop.h): no
+  // kernel, no copy.
   bool has_cuda_code(const Node&) const override { return true; }
-  int cuda_view_of(const Node&) const override { return 0; }
+  int view_of(const Node&) const override { return 0; }
 
  private:
   std::vector<int64_t> shape_;
@@ -37,12 +38,13 @@ class Flatten : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  // On CUDA the output is a view of the input: no kernel, no copy.
+  // The output is a view of the input where the executor can bind one (ops/cop.h): no
+  // kernel, no copy.
   bool has_cuda_code(const Node&) const override { return true; }
-  int cuda_view_of(const Node&) const override { return 0; }
+  int view_of(const Node&) const override { return 0; }
 
  private:
   int64_t axis_;

@@ -53,19 +53,34 @@ void Transpose::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   copy_into(inputs[0].permute(perm_for(inputs[0].ndim())), outputs[0]);
 }
 
-std::string Transpose::c_code(const Node& node, const CodeNames& names, const Sub&) const {
+// Parts split the output's first dimension longer than 1 (a transpose of attention heads
+// splits by head, a matrix transpose by rows); each copies its sub-box.
+std::string Transpose::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const int rank = node.inputs[0]->type.rank();
   auto p = perm_for(rank);
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
+  const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
   std::string s = "{\n";
-  s += "  int64_t st[KILN_MAX_DIMS];\n";
+  s += "  int64_t st[KILN_MAX_DIMS], shp[KILN_MAX_DIMS];\n";
   for (int d = 0; d < rank; ++d) {
-    s += "  st[" + std::to_string(d) + "] = " + in + "->strides[" + std::to_string(p[static_cast<size_t>(d)]) +
-         "];\n";
+    s += "  st[" + std::to_string(d) + "] = " + in + "->strides[" +
+         std::to_string(p[static_cast<size_t>(d)]) + "];\n";
   }
-  s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, " + std::to_string(rank) + ", " + out +
-       "->shape, st, " + std::to_string(dtype_size(node.inputs[0]->type.dtype)) + ");\n";
+  if (rank == 0) {
+    s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, 0, " + out + "->shape, st, " +
+         es + ");\n}\n";
+    return s;
+  }
+  const std::string r = std::to_string(rank);
+  s += "  for (int d = 0; d < " + r + "; ++d) shp[d] = " + out + "->shape[d];\n";
+  s += "  int sd = 0;\n  while (sd < " + r + " - 1 && shp[sd] == 1) ++sd;\n";
+  s += "  int64_t lo, hi;\n";
+  s += "  kiln_part_range(shp[sd], " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "  if (lo < hi) {\n    shp[sd] = hi - lo;\n";
+  s += "    kiln_copy_nd((char *)" + out + "->data + lo * " + out + "->strides[sd] * " + es +
+       ", " + out + "->strides, (const char *)" + in + "->data + lo * st[sd] * " + es +
+       ", st, " + r + ", shp, " + es + ");\n  }\n";
   s += "}\n";
   return s;
 }

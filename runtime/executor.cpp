@@ -183,7 +183,7 @@ RunProfile Executor::run_profile() const {
 }
 
 ExecutorStats Executor::stats() const {
-  return ExecutorStats{runs_.load(), split_calls_.load(), parts_.load()};
+  return ExecutorStats{runs_.load(), split_calls_.load(), parts_.load(), views_.load()};
 }
 
 void Executor::validate(const std::vector<Tensor>& inputs) const {
@@ -296,6 +296,26 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
     }
     total_work += work;
   }
+  // A CPU reshape of an arena temporary views its bytes: the root (the temporary that owns
+  // them) then lives until the view's last reader, and counts the view's readers as its own.
+  plan.view_root.assign(n, -1);
+  for (size_t si = 0; si < program_.steps.size(); ++si) {
+    for (int s : program_.steps[si].outputs) {
+      const SlotSpec& spec = program_.slots[s];
+      if (spec.view_of < 0 || spec.on_device || is_output_[s]) continue;
+      int root = spec.view_of;
+      if (plan.view_root[root] >= 0) root = plan.view_root[root];
+      const SlotSpec& rs = program_.slots[root];
+      if (rs.kind != SlotKind::kTemp || rs.on_device || is_output_[root] ||
+          step_of_output[root] < 0 || rs.dtype != spec.dtype ||
+          shape_numel(plan.shapes[root]) != shape_numel(plan.shapes[s])) {
+        continue;
+      }
+      plan.view_root[s] = root;
+      last_use[root] = std::max(last_use[root], last_use[s]);
+      readers[root].insert(readers[root].end(), readers[s].begin(), readers[s].end());
+    }
+  }
   // Branches too small to be worth a thread wake-up each run in the caller, in step order.
   plan.parallel = parallel_steps_ && total_work >= kParallelWork;
   // Temporaries (not inputs, params or outputs) share one arena by liveness.
@@ -303,7 +323,7 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   std::vector<int> request_slot;
   for (size_t s = 0; s < n; ++s) {
     if (program_.slots[s].kind != SlotKind::kTemp || is_output_[s]) continue;
-    if (step_of_output[s] < 0 || program_.slots[s].on_device) continue;
+    if (step_of_output[s] < 0 || program_.slots[s].on_device || plan.view_root[s] >= 0) continue;
     BufferRequest r;
     r.bytes =
         static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
@@ -356,6 +376,15 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       if (a0 < b1 && b0 < a1) plan.aliases[request_slot[i]].push_back(request_slot[j]);
     }
   }
+  // A view shares its root's bytes, so it shares the root's aliases both ways.
+  for (size_t s = 0; s < n; ++s) {
+    const int root = plan.view_root[s];
+    if (root < 0) continue;
+    plan.aliases[s] = plan.aliases[static_cast<size_t>(root)];
+    for (int a : plan.aliases[static_cast<size_t>(root)]) {
+      plan.aliases[static_cast<size_t>(a)].push_back(static_cast<int>(s));
+    }
+  }
   return owned;
 }
 
@@ -389,14 +418,16 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
       } else if (plan.offset[s] >= 0) {
         values[s] = Tensor(arena, static_cast<size_t>(plan.offset[s]), spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
-      } else if (spec.view_of >= 0) {
-        // A reshape on the device: the source's buffer (kept alive by the view) and offset.
-        const Tensor& src = values[static_cast<size_t>(spec.view_of)];
+      } else if (plan.view_root[s] >= 0 || (spec.view_of >= 0 && spec.on_device)) {
+        // A reshape: the source's buffer (kept alive by the view) and offset.
+        const Tensor& src = values[static_cast<size_t>(
+            plan.view_root[s] >= 0 ? plan.view_root[s] : spec.view_of)];
         check_internal(src.numel() == shape_numel(plan.shapes[s]),
                        spec.name + ": a view of " + std::to_string(src.numel()) +
                            " elements cannot have shape " + dims_to_string(plan.shapes[s]));
         values[s] = Tensor(src.storage(), src.byte_offset(), spec.dtype, plan.shapes[s],
                            contiguous_strides(plan.shapes[s]));
+        if (plan.view_root[s] >= 0) views_.fetch_add(1, std::memory_order_relaxed);
       } else if (spec.on_device) {
         // Device memory, one buffer per value for now (no arena on the device yet).
         CudaDevice& device = cuda_device();

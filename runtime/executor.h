@@ -81,6 +81,7 @@ struct ExecutorStats {
   int64_t runs = 0;
   int64_t split_calls = 0;  // thunk calls divided into parts
   int64_t parts = 0;        // parts those calls ran
+  int64_t views = 0;        // CPU reshapes bound as views of a temporary (nothing copied)
 };
 
 class Executor : public std::enable_shared_from_this<Executor> {
@@ -131,6 +132,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
     std::vector<Shape> shapes;              // per slot
     std::vector<int64_t> offset;            // per slot: arena offset for temps, -1 otherwise
     std::vector<std::vector<int>> aliases;  // per temp slot: other temps sharing arena bytes
+    // Per slot: the arena temporary whose bytes this CPU view (a reshape) binds, else -1.
+    std::vector<int> view_root;
     size_t arena_bytes = 0;
     bool parallel = false;  // push each step to the engine (else run them in order)
   };
@@ -176,6 +179,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   mutable std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
+  mutable std::atomic<int64_t> views_{0};  // counted in bind
   struct StepCounters {
     std::atomic<int64_t> calls{0}, ns{0}, parts{0};
   };

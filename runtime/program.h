@@ -17,7 +17,7 @@ struct SlotSpec {
   std::vector<int64_t> dims;  // -1: dynamic
   SlotKind kind = SlotKind::kTemp;
   bool on_device = false;  // written by a device thunk: its buffer is CUDA device memory
-  int view_of = -1;        // >= 0: a device view of that slot's bytes under this slot's shape
+  int view_of = -1;        // >= 0: a view of that slot's bytes under this slot's shape
 };
 
 // Maps the input shapes of a step to its output shapes; throws UserError on a mismatch

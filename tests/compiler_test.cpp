@@ -219,6 +219,42 @@ TEST(Executor, SplitsOnlyLargeSplittableCallsAndNeverAFullReduction) {
   for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
 }
 
+// A CPU reshape of a temporary binds its bytes (nothing copied), so the temporary must stay
+// alive while the view is read: here d is born after the reshapes, and would take a's bytes
+// if a died at its last direct reader. A reshape of an input (possibly strided), of an
+// output, or into an output copies. Serial and parallel (split) runs, with poisoned buffers.
+TEST(Executor, CpuReshapesOfTemporariesAreViewsThatKeepTheirBytesAlive) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  for (Engine* e : {static_cast<Engine*>(nullptr), engine.get()}) {
+    CompileOptions options;
+    options.engine = e;
+    options.split_grain = 4;
+    options.poison_buffers = true;
+    options.passes = "none";  // no fusion: each op is a step with a buffer of its own
+    Graph g("cpu_views");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 12});
+    Var a = exp(x);
+    Var c = reshape(reshape(a, {-1, 3, 4}), {-1, 12});  // a view of a view of a
+    Var d = mul(x, constant(g, Tensor::scalar(DType::kFloat32, 3.0)));
+    Var r = relu(x);  // an output: a reshape of it copies
+    g.set_outputs({add(c, d), reshape(x, {-1}), r, neg(reshape(r, {2, -1})),
+                   flatten(exp(d), 0)});
+    Function f = compile(g, options);
+    std::mt19937 rng(5);
+    for (const Tensor& in : {testing::random_tensor(DType::kFloat32, {4, 12}, rng),
+                             testing::non_contiguous(testing::random_tensor(DType::kFloat32, {6, 12}, rng))}) {
+      auto out = f({in});
+      auto want = evaluate_reference(g, {in});
+      ASSERT_EQ(out.size(), want.size());
+      for (size_t k = 0; k < out.size(); ++k) {
+        EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-5, 1e-6)) << "output " << k;
+      }
+    }
+    // Two views per run (the reshapes of a); every other reshape copies.
+    EXPECT_EQ(f.stats().views, 2 * f.stats().runs);
+  }
+}
+
 TEST(Executor, OverlappingAsyncRunsEachGetTheirOwnResults) {
   auto engine = make_engine(EngineKind::kThreaded, 2);
   CompileOptions options;

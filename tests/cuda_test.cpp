@@ -347,7 +347,7 @@ TEST(KILN_CUDA_SUITE, ReshapesAreViewsOfTheDeviceBuffer) {
     if (n->op->name() == "cuda:reshape" || n->op->name() == "cuda:flatten") {
       ++views;
       const auto* op = dynamic_cast<const COp*>(n->op.get());
-      EXPECT_EQ(op->cuda_view_of(*n), 0);
+      EXPECT_EQ(op->view_of(*n), 0);
       EXPECT_TRUE(op->cuda_code(*n, {{"x"}, {"y"}}, {}).kernels.empty());
     }
   }

@@ -105,6 +105,61 @@ KILN_INDEX_FN void kiln_seek(int r, int nops, const int64_t *shape,
   }
 }
 
+/* One row of kiln_copy_nd: n elements at strides sd (dst) and ss (src), typed so a strided
+ * row costs a load and a store per element (a memcpy call per element cost ~5 ns). */
+#define KILN_COPY_ROW(U)                                     \
+  do {                                                       \
+    U *restrict d_ = (U *)d;                                 \
+    const U *restrict s_ = (const U *)s;                     \
+    for (int64_t j = 0; j < n; ++j) d_[j * sd] = s_[j * ss]; \
+  } while (0)
+KILN_INDEX_FN void kiln_copy_row(char *d, int64_t sd, const char *s, int64_t ss, int64_t n,
+                                 size_t esize) {
+  const int64_t es = (int64_t)esize;
+  if (sd == 1 && ss == 1) {
+    memcpy(d, s, (size_t)n * esize);
+  } else if (esize == 4) {
+    KILN_COPY_ROW(uint32_t);
+  } else if (esize == 8) {
+    KILN_COPY_ROW(uint64_t);
+  } else if (esize == 2) {
+    KILN_COPY_ROW(uint16_t);
+  } else if (esize == 1) {
+    KILN_COPY_ROW(uint8_t);
+  } else {
+    for (int64_t j = 0; j < n; ++j) memcpy(d + j * sd * es, s + j * ss * es, esize);
+  }
+}
+#undef KILN_COPY_ROW
+
+/* A transpose tile: rows [0, h) x columns [0, w) of dst (row stride dr, contiguous rows) from
+ * src, whose rows run contiguously down dst's columns (src element (i, j) at i + j * sc). An
+ * 8 x 8 tile reads 8 runs of src and writes 8 runs of dst, where a row at a time would touch
+ * a new cache line of src on every element. */
+#define KILN_COPY_TILE(U)                                                         \
+  do {                                                                            \
+    U *restrict d_ = (U *)d;                                                      \
+    const U *restrict s_ = (const U *)s;                                          \
+    for (int64_t i0 = 0; i0 < h; i0 += 8)                                         \
+      for (int64_t j0 = 0; j0 < w; j0 += 8) {                                     \
+        const int64_t i1 = i0 + 8 < h ? i0 + 8 : h, j1 = j0 + 8 < w ? j0 + 8 : w; \
+        for (int64_t i = i0; i < i1; ++i)                                         \
+          for (int64_t j = j0; j < j1; ++j) d_[i * dr + j] = s_[i + j * sc];      \
+      }                                                                           \
+  } while (0)
+/* esize is 2, 4 or 8. */
+KILN_INDEX_FN void kiln_copy_tile(char *d, int64_t dr, const char *s, int64_t sc, int64_t h,
+                                  int64_t w, size_t esize) {
+  if (esize == 4) {
+    KILN_COPY_TILE(uint32_t);
+  } else if (esize == 8) {
+    KILN_COPY_TILE(uint64_t);
+  } else {
+    KILN_COPY_TILE(uint16_t);
+  }
+}
+#undef KILN_COPY_TILE
+
 /* Copies `shape` elements from src to dst, both with arbitrary element strides. */
 KILN_INDEX_FN void kiln_copy_nd(void *dst, const int64_t *dst_strides, const void *src,
                                 const int64_t *src_strides, int ndim, const int64_t *shape,
@@ -120,22 +175,25 @@ KILN_INDEX_FN void kiln_copy_nd(void *dst, const int64_t *dst_strides, const voi
   }
   if (n == 0) return;
   const int r = kiln_collapse(ndim, 2, shp, st);
-  const int64_t inner = shp[r - 1];
-  const int64_t outer = n / inner;
   const int64_t es = (int64_t)esize;
-  int64_t idx[KILN_MAX_DIMS] = {0};
-  int64_t od = 0, os = 0;
   char *d8 = (char *)dst;
   const char *s8 = (const char *)src;
+  /* A transpose (dst's rows contiguous, src contiguous down dst's columns) goes by tiles of
+   * the last two dimensions, and the loop below walks the dimensions outside them. */
+  const int tile = r >= 2 && st[0][r - 1] == 1 && st[1][r - 2] == 1 && st[1][r - 1] != 1 &&
+                   (esize == 2 || esize == 4 || esize == 8);
+  const int loop_r = tile ? r - 1 : r; /* dimensions [0, loop_r - 1) are walked */
+  const int64_t w = shp[r - 1], h = tile ? shp[r - 2] : 1;
+  const int64_t outer = n / (w * h);
+  int64_t idx[KILN_MAX_DIMS] = {0};
+  int64_t od = 0, os = 0;
   for (int64_t it = 0; it < outer; ++it) {
-    if (st[0][r - 1] == 1 && st[1][r - 1] == 1) {
-      memcpy(d8 + od * es, s8 + os * es, (size_t)inner * esize);
+    if (tile) {
+      kiln_copy_tile(d8 + od * es, st[0][r - 2], s8 + os * es, st[1][r - 1], h, w, esize);
     } else {
-      for (int64_t j = 0; j < inner; ++j) {
-        memcpy(d8 + (od + j * st[0][r - 1]) * es, s8 + (os + j * st[1][r - 1]) * es, esize);
-      }
+      kiln_copy_row(d8 + od * es, st[0][r - 1], s8 + os * es, st[1][r - 1], w, esize);
     }
-    for (int d = r - 2; d >= 0; --d) {
+    for (int d = loop_r - 2; d >= 0; --d) {
       od += st[0][d];
       os += st[1][d];
       if (++idx[d] < shp[d]) break;
