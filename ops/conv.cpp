@@ -328,8 +328,9 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   if (p.cg == 1 && p.mg == 1) {
     // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
     // (one vector loop however narrow the rows), then the rows without their overhang.
-    s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-         s64(gy.out * p.wq) + " * sizeof(" + T + "));\n";
+    // The fixed-size kernels store whole vectors: room for one past the rows.
+    s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
+         s64(gy.out * p.wq) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
     s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
     s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
     s += "    for (int64_t oc = r0; oc < r1; ++oc) {\n";
