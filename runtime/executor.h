@@ -82,6 +82,7 @@ struct ExecutorStats {
   int64_t split_calls = 0;  // thunk calls divided into parts
   int64_t parts = 0;        // parts those calls ran
   int64_t views = 0;        // CPU reshapes bound as views of a temporary (nothing copied)
+  int64_t stepwise_runs = 0;  // runs whose steps went to the engine one by one (branches)
 };
 
 class Executor : public std::enable_shared_from_this<Executor> {
@@ -180,6 +181,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
   mutable std::atomic<int64_t> views_{0};  // counted in bind
+  std::atomic<int64_t> stepwise_runs_{0};
   struct StepCounters {
     std::atomic<int64_t> calls{0}, ns{0}, parts{0};
   };
