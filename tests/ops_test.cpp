@@ -1070,6 +1070,9 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       // 360 taps go in blocks of 128, 128 and 104, each adding to the last one's sums; 13
       // rows, padded rows that overhang, a bias only in the first block.
       {"many_taps", {2, 40, 9, 11}, {13, 40, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      // A 7 x 7 map under 360 taps: few column blocks (61 positions), so row blocks go
+      // outside and each column block keeps its sums apart across the tap blocks.
+      {"many_taps_small_map", {1, 40, 7, 7}, {13, 40, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       {"many_taps_pointwise_stride",
        {1, 300, 6, 7},
        {10, 300, 1, 1},
