@@ -178,12 +178,20 @@ def median_ms(fn, repeat):
 
 
 def machine():
-    cpu = "unknown CPU"
+    cpu, family, flags = "unknown CPU", "", set()
     with open("/proc/cpuinfo") as f:
         for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and cpu == "unknown CPU":
+                cpu = value.strip()
+            elif key == "cpu family" and not family:
+                family = value.strip()
+            elif key == "flags" and not flags:
+                flags = set(value.split())
+    # The vector ISA decides which kernels run (and how far peak is): say it.
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    cpu += f" (family {family}, {isa})" if family else f" ({isa})"
     mem = ""
     with open("/proc/meminfo") as f:
         kb = int(f.readline().split()[1])
