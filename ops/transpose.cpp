@@ -76,11 +76,12 @@ std::string Transpose::c_code(const Node& node, const CodeNames& names, const Su
   s += "  for (int d = 0; d < " + r + "; ++d) shp[d] = " + out + "->shape[d];\n";
   s += "  int sd = 0;\n  while (sd < " + r + " - 1 && shp[sd] == 1) ++sd;\n";
   s += "  int64_t lo, hi;\n";
-  s += "  kiln_part_range(shp[sd], " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s +=
+      "  kiln_part_range(shp[sd], " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
   s += "  if (lo < hi) {\n    shp[sd] = hi - lo;\n";
-  s += "    kiln_copy_nd((char *)" + out + "->data + lo * " + out + "->strides[sd] * " + es +
-       ", " + out + "->strides, (const char *)" + in + "->data + lo * st[sd] * " + es +
-       ", st, " + r + ", shp, " + es + ");\n  }\n";
+  s += "    kiln_copy_nd((char *)" + out + "->data + lo * " + out + "->strides[sd] * " + es + ", " +
+       out + "->strides, (const char *)" + in + "->data + lo * st[sd] * " + es + ", st, " + r +
+       ", shp, " + es + ");\n  }\n";
   s += "}\n";
   return s;
 }

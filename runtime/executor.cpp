@@ -428,8 +428,8 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
                            contiguous_strides(plan.shapes[s]));
       } else if (plan.view_root[s] >= 0 || (spec.view_of >= 0 && spec.on_device)) {
         // A reshape: the source's buffer (kept alive by the view) and offset.
-        const Tensor& src = values[static_cast<size_t>(
-            plan.view_root[s] >= 0 ? plan.view_root[s] : spec.view_of)];
+        const Tensor& src =
+            values[static_cast<size_t>(plan.view_root[s] >= 0 ? plan.view_root[s] : spec.view_of)];
         check_internal(src.numel() == shape_numel(plan.shapes[s]),
                        spec.name + ": a view of " + std::to_string(src.numel()) +
                            " elements cannot have shape " + dims_to_string(plan.shapes[s]));

@@ -260,12 +260,12 @@ TEST(Executor, CpuReshapesOfTemporariesAreViewsThatKeepTheirBytesAlive) {
     Var c = reshape(reshape(a, {-1, 3, 4}), {-1, 12});  // a view of a view of a
     Var d = mul(x, constant(g, Tensor::scalar(DType::kFloat32, 3.0)));
     Var r = relu(x);  // an output: a reshape of it copies
-    g.set_outputs({add(c, d), reshape(x, {-1}), r, neg(reshape(r, {2, -1})),
-                   flatten(exp(d), 0)});
+    g.set_outputs({add(c, d), reshape(x, {-1}), r, neg(reshape(r, {2, -1})), flatten(exp(d), 0)});
     Function f = compile(g, options);
     std::mt19937 rng(5);
-    for (const Tensor& in : {testing::random_tensor(DType::kFloat32, {4, 12}, rng),
-                             testing::non_contiguous(testing::random_tensor(DType::kFloat32, {6, 12}, rng))}) {
+    for (const Tensor& in :
+         {testing::random_tensor(DType::kFloat32, {4, 12}, rng),
+          testing::non_contiguous(testing::random_tensor(DType::kFloat32, {6, 12}, rng))}) {
       auto out = f({in});
       auto want = evaluate_reference(g, {in});
       ASSERT_EQ(out.size(), want.size());

@@ -557,20 +557,20 @@ TEST(ShapeOps, TransposeReshapeFlattenConcat) {
 // than 1) are covered, against perform.
 TEST(ShapeOps, TransposesOfEveryElementSizeMatchPerform) {
   std::mt19937 rng(12);
-  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8,
-                   DType::kInt64}) {
+  for (DType dt :
+       {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kInt64}) {
     Graph g(std::string("transposes_") + std::string(dtype_name(dt)));
     Var x = input(g, "x", dt, {kDynamic, kDynamic, kDynamic});
     g.set_outputs({transpose(x, {0, 2, 1}), transpose(x, {2, 1, 0}), transpose(x, {1, 0, 2}),
                    transpose(x, {2, 0, 1}), transpose(x, {1, 2, 0})});
-    ExecutorStats split = check_graph(
-        g, {
-               {random_tensor(dt, {3, 19, 21}, rng, -100, 100)},
-               {random_tensor(dt, {1, 8, 16}, rng, -100, 100)},
-               {non_contiguous(random_tensor(dt, {2, 13, 9}, rng, -100, 100))},
-               {random_tensor(dt, {4, 1, 11}, rng, -100, 100)},
-               {random_tensor(dt, {2, 0, 5}, rng, -100, 100)},
-           });
+    ExecutorStats split =
+        check_graph(g, {
+                           {random_tensor(dt, {3, 19, 21}, rng, -100, 100)},
+                           {random_tensor(dt, {1, 8, 16}, rng, -100, 100)},
+                           {non_contiguous(random_tensor(dt, {2, 13, 9}, rng, -100, 100))},
+                           {random_tensor(dt, {4, 1, 11}, rng, -100, 100)},
+                           {random_tensor(dt, {2, 0, 5}, rng, -100, 100)},
+                       });
     EXPECT_GT(split.split_calls, 0) << "no transpose was split into parts";
   }
 }
