@@ -29,6 +29,44 @@ int main(void) {
       assert(next == n);
     }
   }
+  /* Tiles cover the grid exactly once, start on unit boundaries, and the largest is never
+   * bigger than a plain columns-first cut's. */
+  for (int64_t rows = 0; rows <= 70; rows += 7) {
+    for (int64_t cols = 0; cols <= 300; cols += 49) {
+      for (int32_t parts = 1; parts <= 8; ++parts) {
+        static unsigned char seen[71 * 301];
+        memset(seen, 0, sizeof seen);
+        int64_t largest = 0;
+        for (int32_t p = 0; p < parts; ++p) {
+          int64_t r0, r1, c0, c1;
+          kiln_tile_part(rows, cols, 8, 64, p, parts, &r0, &r1, &c0, &c1);
+          assert(r0 <= r1 && r1 <= rows && c0 <= c1 && c1 <= cols);
+          if (r0 == r1 || c0 == c1) continue;
+          assert(r0 % 8 == 0 && c0 % 64 == 0);
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c) assert(seen[r * 301 + c]++ == 0);
+          if ((r1 - r0) * (c1 - c0) > largest) largest = (r1 - r0) * (c1 - c0);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) assert(seen[r * 301 + c] == 1);
+        const int64_t cb_n = (cols + 63) / 64, rb_n = (rows + 7) / 8;
+        int64_t cb = parts < cb_n ? parts : cb_n, rb = 1;
+        if (cb < 1) cb = 1;
+        while (parts % cb) --cb;
+        if (parts / cb > 1) rb = parts / cb < rb_n ? parts / cb : rb_n;
+        if (rb < 1) rb = 1;
+        assert(largest <= kiln_tile_widest(cols, 64, cb_n, cb) *
+                              kiln_tile_widest(rows, 8, rb_n, rb));
+      }
+    }
+  }
+  /* 196 positions (a 14 x 14 map) in units of 64 over 4 parts: a cut by columns gave parts
+   * of 64, 64, 64 and 4; rows of 96 channels split evenly instead. */
+  for (int32_t p = 0; p < 4; ++p) {
+    int64_t r0, r1, c0, c1;
+    kiln_tile_part(96, 196, 8, 64, p, 4, &r0, &r1, &c0, &c1);
+    assert(c0 == 0 && c1 == 196 && r1 - r0 == 24 && r0 == 24 * p);
+  }
   /* Seeking row 5 of a (3, 4, x) nest: idx (1, 1); offsets follow each operand's strides. */
   {
     int64_t sshape[KILN_MAX_DIMS] = {3, 4, 8};

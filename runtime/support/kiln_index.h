@@ -236,24 +236,47 @@ KILN_INDEX_FN void kiln_slice_dim(int64_t dim, int64_t start, int64_t end, int64
 
 #endif /* KILN_MODULE */
 
+/* The largest of `blocks` near-equal blocks of `n_units` units of `unit` over `total`: block b
+ * spans units [n_units * b / blocks, n_units * (b + 1) / blocks), the last one clipped. */
+static __attribute__((unused)) int64_t kiln_tile_widest(int64_t total, int64_t unit,
+                                                        int64_t n_units, int64_t blocks) {
+  int64_t widest = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    int64_t lo = n_units * b / blocks * unit, hi = n_units * (b + 1) / blocks * unit;
+    if (hi > total) hi = total;
+    if (hi - lo > widest) widest = hi - lo;
+  }
+  return widest;
+}
+
 /* Part `part` of `n_parts` of a rows x cols grid (each image of an output laid out as
- * [image][row][col]): the tile [*r0, *r1) x [*c0, *c1). Columns are split first, in whole
- * units of col_unit, so parts share rows (a GEMM's A, a convolution's weights) rather than
- * columns; when there are more parts than column units, rows are split too, in units of
- * row_unit. The column blocks divide n_parts, so the tiles come out even: 3 column units
- * and 4 parts make 2 x 2 tiles, not 3 tiles of which one worker of two runs two. Parts past
- * the grid get an empty tile. An op and its epilogue call this with the
- * same arguments, so the epilogue reads exactly the elements its part computed. */
+ * [image][row][col]): the tile [*r0, *r1) x [*c0, *c1). The grid is cut into cb column
+ * blocks (whole units of col_unit, cb dividing n_parts) times rb row blocks (units of
+ * row_unit); of those cuts the one whose largest tile is smallest wins, columns first among
+ * equals so parts share rows (a GEMM's A, a convolution's weights) rather than columns.
+ * Measuring the tiles, not counting units, matters for a clipped last unit: 196 positions in
+ * units of 64 cut by columns gave three parts of 64 and one of 4, so one of two workers ran
+ * two parts and the other one (77% of both cores); by rows all four are equal. Parts past
+ * the grid get an empty tile. An op and its epilogue call this with the same arguments, so
+ * the epilogue reads exactly the elements its part computed. */
 static __attribute__((unused)) void kiln_tile_part(int64_t rows, int64_t cols, int64_t row_unit,
                                                    int64_t col_unit, int32_t part,
                                                    int32_t n_parts, int64_t *r0, int64_t *r1,
                                                    int64_t *c0, int64_t *c1) {
   const int64_t cb_n = (cols + col_unit - 1) / col_unit, rb_n = (rows + row_unit - 1) / row_unit;
-  int64_t cb = n_parts < cb_n ? n_parts : cb_n, rb = 1;
-  if (cb < 1) cb = 1;
-  while (n_parts % cb) --cb;
-  if (n_parts / cb > 1) rb = n_parts / cb < rb_n ? n_parts / cb : rb_n;
-  if (rb < 1) rb = 1;
+  int64_t cb = 1, rb = 1, best = -1;
+  for (int64_t c = n_parts < cb_n ? n_parts : cb_n; c >= 1; --c) {
+    if (n_parts % c) continue;
+    int64_t r = n_parts / c < rb_n ? n_parts / c : rb_n;
+    if (r < 1) r = 1;
+    const int64_t cost = kiln_tile_widest(cols, col_unit, cb_n, c) *
+                         kiln_tile_widest(rows, row_unit, rb_n, r);
+    if (best < 0 || cost < best) {
+      best = cost;
+      cb = c;
+      rb = r;
+    }
+  }
   if (part >= cb * rb) {
     *r0 = *r1 = *c0 = *c1 = 0;
     return;
