@@ -203,6 +203,18 @@ std::optional<SplitTiles> Conv::c_split_tiles(const Node& node, const CodeNames&
 // A part of a split call computes a tile of output channels by whole output rows
 // (kiln_tile_part), copying only the input rows its output rows read.
 std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return code(node, names, sub, "");
+}
+
+bool Conv::c_inline_epilogue(const Node& node) const { return pointwise(plan(node)); }
+
+std::string Conv::c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                       const std::string& epilogue) const {
+  return code(node, names, sub, epilogue);
+}
+
+std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
+                       const std::string& epilogue) const {
   const auto& xt = node.inputs[0]->type;
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
@@ -248,28 +260,36 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
        ";\n";
   if (pointwise(p)) {
-    // A 1x1 convolution is a GEMM: this part's positions of each image group are packed
-    // into kiln's panel layout (the copy the phase split would make anyway) and the packed
-    // kernel multiplies the weight rows by them, bias first in the output when there is one.
+    // A 1x1 convolution is a GEMM. The part's positions go in pieces of whole panels, each
+    // about 128 KB of output: a piece's positions are packed into kiln's panel layout (the
+    // copy the phase split would make anyway), its rows start as the bias, the packed kernel
+    // adds the weight rows times the panels, and an inline epilogue runs on the piece while
+    // it is still in L2. A whole part's tile of an expand layer (1.2 MB at 112 x 112) went
+    // to memory and back once for the bias, once for the product and once for the epilogue.
     const std::string W_in = s64(gx.in);
-    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + "), npos = c1 - c0;\n";
-    s +=
-        "  const int64_t panels = (npos + P - 1) / P, cg = " + s64(p.cg) + ", wd = " + W_in + ";\n";
+    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
+    s += "  const int64_t cg = " + s64(p.cg) + ", wd = " + W_in + ", ohw = " + s64(p.ohw) + ";\n";
+    s += "  const int64_t widest = r1 - r0 > cg ? r1 - r0 : cg;\n";
+    s += "  int64_t piece = 131072 / sizeof(" + T + ") / widest / P * P;\n";
+    s += "  if (piece < P) piece = P;\n";
+    s += "  if (piece > c1 - c0) piece = (c1 - c0 + P - 1) / P * P;\n";
     s += "  " + T + " *bp = (" + T + " *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(panels * cg * P) * sizeof(" + T + "));\n";
+         ", (size_t)(piece * cg) * sizeof(" + T + "));\n";
     s += "  if (!bp) " + sub.fail + "(\"conv: out of memory for the packed positions\");\n";
     s += "  const int rows_contig = " + sx + " == 1 && (" +
          (p.one_d ? std::string("1") : sy + " == wd") + ");\n";
-    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-    s += "  for (int64_t oc = r0, packed = -1; oc < r1;) {\n";
-    s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";
-    s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " +
+    s += "  for (int64_t e_n = 0; e_n < " + x + "->shape[0]; ++e_n)\n";
+    s += "  for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
+    s += "    const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece, npos = e_c1 - e_c0;\n";
+    s += "    const int64_t panels = (npos + P - 1) / P;\n";
+    s += "    for (int64_t oc = r0; oc < r1;) {\n";
+    s += "      const int64_t grp = oc / " + s64(p.mg) + ";\n";
+    s += "      const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " +
          s64(p.mg) + " : r1;\n";
-    s += "    if (packed != grp) {\n";
-    s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
+    s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + e_n * " + x +
          "->strides[0] + grp * cg * " + x + "->strides[1];\n";
     s += "      for (int64_t pn = 0; pn < panels; ++pn) {\n";
-    s += "        const int64_t j0 = c0 + pn * P, cnt = c1 - j0 < P ? c1 - j0 : P;\n";
+    s += "        const int64_t j0 = e_c0 + pn * P, cnt = e_c1 - j0 < P ? e_c1 - j0 : P;\n";
     s += "        for (int64_t i = 0; i < cg; ++i) {\n";
     s += "          " + T + " *dst = bp + (pn * cg + i) * P;\n";
     s += "          const " + T + " *src = xg + i * " + x + "->strides[1];\n";
@@ -282,20 +302,22 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
     s += "          for (int64_t k = cnt; k < P; ++k) dst[k] = 0;\n";
     s += "        }\n";
     s += "      }\n";
-    s += "      packed = grp;\n";
+    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (e_n * " + s64(p.m) +
+         " + oc) * ohw + e_c0;\n";
+    s += "      if (bias)\n";
+    s += "        for (int64_t r = oc; r < oc_end; ++r)\n";
+    s += "          for (int64_t j = 0; j < npos; ++j) yo[(r - oc) * ohw + j] = bias[r * bs];\n";
+    s += "      kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
+         ")1, W + oc * cg, cg, 1, bp, (" + T + ")(bias ? 1 : 0), yo, ohw);\n";
+    s += "      oc = oc_end;\n";
     s += "    }\n";
-    s += "    " + T + " *yo = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
-         s64(p.ohw) + " + c0;\n";
-    s += "    if (bias)\n";
-    s += "      for (int64_t r = oc; r < oc_end; ++r)\n";
-    s += "        for (int64_t j = 0; j < npos; ++j) yo[(r - oc) * " + s64(p.ohw) +
-         " + j] = bias[r * bs];\n";
-    s += "    kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
-         ")1, W + oc * cg, cg, 1, bp, (" + T + ")(bias ? 1 : 0), yo, " + s64(p.ohw) + ");\n";
-    s += "    oc = oc_end;\n";
+    if (!epilogue.empty()) {
+      s += "    {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "    }\n";
+    }
     s += "  }\n  }\n}\n";
     return s;
   }
+  if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
   s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
        " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk) +

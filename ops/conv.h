@@ -15,8 +15,12 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 11; }
+  std::optional<int> cache_version() const override { return 12; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  // Pointwise convolutions run an epilogue on each piece of columns they finish.
+  bool c_inline_epilogue(const Node& node) const override;
+  std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                   const std::string& epilogue) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
   std::string c_support_code() const override;  // the packed GEMM of pointwise convolutions
   // Parts take tiles of output channels by output rows: an epilogue follows the same split.
@@ -42,6 +46,9 @@ class Conv : public COp {
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;
+  // c_code, running `epilogue` on each piece of a pointwise convolution's output.
+  std::string code(const Node& node, const CodeNames& names, const Sub& sub,
+                   const std::string& epilogue) const;
   // 1x1, stride 1, no padding: the convolution runs as a packed GEMM.
   static bool pointwise(const Plan& p);
   WindowAttrs window_;

@@ -63,6 +63,10 @@ struct CudaCode {
 // (kiln_index.h) gives it, of every image. An epilogue then walks the same tiles.
 struct SplitTiles {
   std::string rows, cols, row_unit, col_unit;
+  // An epilogue run by the op itself on each piece of its tile while the piece is still in
+  // cache (COp::c_code_with_epilogue): the piece is image e_n's [e_r0, e_r1) x [e_c0, e_c1),
+  // variables of the enclosing code, not the part's whole tile.
+  bool piece_in_scope = false;
 };
 
 struct CudaEpilogue;  // ops/cuda_epilogue.h
@@ -105,6 +109,17 @@ class COp : public Op {
   virtual std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
                                                   const Sub& sub) const {
     return std::nullopt;
+  }
+  // True when c_code_with_epilogue runs an in-place epilogue on pieces of its output as it
+  // goes: the epilogue then reads the piece from cache rather than the part's whole tile
+  // from memory after it (an expand convolution's 1.2 MB tile: three more passes).
+  virtual bool c_inline_epilogue(const Node& node) const { return false; }
+  // c_code that runs `epilogue` after each piece of output it computes, with int64_t e_n,
+  // e_r0, e_r1, e_c0, e_c1 declared around it: image e_n's rows [e_r0, e_r1) and columns
+  // [e_c0, e_c1) of the grid c_split_tiles describes. The pieces cover this part's tile once.
+  virtual std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                           const std::string& epilogue) const {
+    return "";
   }
   // Each output element costs many operations, so small calls are worth splitting too.
   virtual bool c_heavy(const Node& node) const { return false; }

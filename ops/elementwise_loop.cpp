@@ -124,13 +124,22 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "    int64_t lo, hi, idx[KILN_MAX_DIMS] = {0}, off[" + std::to_string(nops) + "];\n";
   if (tiles) {
     // One segment per (image, row) of this part's tile, each a run of its columns.
-    s += "    int64_t t_r0, t_r1, t_c0, t_c1;\n";
     s += "    const int64_t t_rows = " + tiles->rows + ", t_cols = " + tiles->cols + ";\n";
-    s += "    kiln_tile_part(t_rows, t_cols, " + tiles->row_unit + ", " + tiles->col_unit + ", " +
-         ctx + "->part, " + ctx + "->n_parts, &t_r0, &t_r1, &t_c0, &t_c1);\n";
-    s += "    const int64_t t_n = t_c1 > t_c0 ? (t_r1 - t_r0) * (n / (t_rows * t_cols)) : 0;\n";
+    if (tiles->piece_in_scope) {
+      // One image's piece, given by the op running this epilogue inside its loops.
+      s += "    const int64_t t_r0 = e_r0, t_r1 = e_r1, t_c0 = e_c0, t_c1 = e_c1;\n";
+      s += "    const int64_t t_n = t_c1 > t_c0 ? t_r1 - t_r0 : 0, t_img = e_n;\n";
+    } else {
+      s += "    int64_t t_r0, t_r1, t_c0, t_c1;\n";
+      s += "    kiln_tile_part(t_rows, t_cols, " + tiles->row_unit + ", " + tiles->col_unit + ", " +
+           ctx + "->part, " + ctx + "->n_parts, &t_r0, &t_r1, &t_c0, &t_c1);\n";
+      s += "    const int64_t t_n = t_c1 > t_c0 ? (t_r1 - t_r0) * (n / (t_rows * t_cols)) : 0, "
+           "t_img = 0;\n";
+    }
     s += "    for (int64_t seg = 0; seg < t_n; ++seg) {\n";
-    s += "    const int64_t t_base = ((seg / (t_r1 - t_r0)) * t_rows + t_r0 + seg % (t_r1 - t_r0)) * t_cols;\n";
+    s +=
+        "    const int64_t t_base = ((t_img + seg / (t_r1 - t_r0)) * t_rows + t_r0 + seg % (t_r1 - "
+        "t_r0)) * t_cols;\n";
     s += "    lo = t_base + t_c0;\n    hi = t_base + t_c1;\n";
   } else if (split_unit.empty()) {
     s += "    kiln_part_range(n, " + ctx + "->part, " + ctx + "->n_parts, 64, &lo, &hi);\n";

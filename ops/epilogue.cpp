@@ -122,9 +122,8 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   CodeNames base_names;
   base_names.inputs.assign(names.inputs.begin(), names.inputs.begin() + base_inputs_);
   base_names.outputs = names.outputs;
-  std::string s = base_->c_code(view, base_names, sub);
 
-  // The epilogue: one in-place pass over the output, reading it as $0.
+  // The epilogue: an in-place pass over the output, reading it as $0.
   std::vector<LoopOperand> ops;
   std::vector<DType> dts;
   const TensorType& out = node.outputs[0]->type;
@@ -141,10 +140,21 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   std::vector<std::string> lets;
   std::string expr;
   program_->scalar_body(dts, lets, expr, "e");
-  s += "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
+  const std::string banner = "/* epilogue: " + attr_string(program_->props(), "program") + " */\n";
   // A split base op computed only its units of the output: the epilogue takes the same ones.
-  const int64_t unit = c_splittable(node) ? base_->c_split_unit(view) : 0;
-  const auto tiles = c_splittable(node) ? base_->c_split_tiles(view, base_names, sub) : std::nullopt;
+  const bool split = c_splittable(node);
+  const int64_t unit = split ? base_->c_split_unit(view) : 0;
+  auto tiles = split ? base_->c_split_tiles(view, base_names, sub) : std::nullopt;
+  if (tiles && base_->c_inline_epilogue(view)) {
+    // The base op runs the epilogue on each piece it finishes, while the piece is in cache.
+    tiles->piece_in_scope = true;
+    return base_->c_code_with_epilogue(
+        view, base_names, sub,
+        banner + emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx,
+                                       lets, program_->is_long_chain(), "", &*tiles));
+  }
+  std::string s = base_->c_code(view, base_names, sub);
+  s += banner;
   s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
                              program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit) : "",
                              tiles ? &*tiles : nullptr);

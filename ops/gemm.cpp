@@ -202,7 +202,7 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
 }
 
 std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  if (packed_n_ > 0) return c_code_packed(node, names, sub);
+  if (packed_n_ > 0) return c_code_packed(node, names, sub, "");
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
   const std::string& A = names.inputs[0];
@@ -227,7 +227,8 @@ std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& su
 }
 
 // Packed B: kiln's kernel, on this part's rows of the output (and of A).
-std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const Sub& sub) const {
+std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const Sub& sub,
+                                const std::string& epilogue) const {
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
   const std::string S = dt == DType::kFloat32 ? "f32" : "f64";
@@ -278,13 +279,38 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "  kiln_tile_part(M, N, " + tiles.row_unit + ", " + tiles.col_unit + ", " + ctx +
        "->part, " + ctx + "->n_parts, &lo, &hi, &c0, &c1);\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
-  if (has_c) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
-  s += "  if (lo < hi && c0 < c1)\n";
-  s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) +
-       ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" +
-       (has_c ? "1" : "0") + ", py + lo * N + c0, N);\n";
+  if (epilogue.empty()) {
+    if (has_c) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
+    s += "  if (lo < hi && c0 < c1)\n";
+    s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) +
+         ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" +
+         (has_c ? "1" : "0") + ", py + lo * N + c0, N);\n";
+    s += "}\n";
+    return s;
+  }
+  // With an epilogue: the tile in pieces of whole panels, about 128 KB of output each (the
+  // kernel walks panels outermost anyway), each filled with the bias, multiplied and run
+  // through the epilogue while it is in L2. A transformer's 197 x 384 tile went to L3 and
+  // back once per pass.
+  s += "  int64_t piece = 131072 / sizeof(" + T + ") / (hi - lo > 1 ? hi - lo : 1) / P * P;\n";
+  s += "  if (piece < P) piece = P;\n";
+  s += "  for (int64_t e_c0 = c0; lo < hi && e_c0 < c1; e_c0 += piece) {\n";
+  s += "    const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
+  if (has_c) s += c_fill_bias(node, names, "lo", "hi", "e_c0", "e_c1");
+  s += "    kiln_gemm_packed_" + S + "(hi - lo, e_c1 - e_c0, K, " + c_literal(dt, alpha_) +
+       ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + e_c0 / P * K * P, (" + T + ")" +
+       (has_c ? "1" : "0") + ", py + lo * N + e_c0, N);\n";
+  s += "    {\n      const int64_t e_n = 0, e_r0 = lo, e_r1 = hi;\n" + epilogue + "    }\n";
+  s += "  }\n";
   s += "}\n";
   return s;
+}
+
+bool Gemm::c_inline_epilogue(const Node&) const { return packed_n_ > 0; }
+
+std::string Gemm::c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                       const std::string& epilogue) const {
+  return c_code_packed(node, names, sub, epilogue);
 }
 
 int64_t Gemm::c_split_unit(const Node& node) const {

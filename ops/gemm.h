@@ -18,7 +18,7 @@ class Gemm : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 7; }
+  std::optional<int> cache_version() const override { return 8; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   bool c_splittable(const Node&) const override { return packed_n_ > 0; }
@@ -29,6 +29,10 @@ class Gemm : public COp {
   std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
                                           const Sub& sub) const override;
   bool c_heavy(const Node&) const override { return packed_n_ > 0; }
+  // Packed: the epilogue runs on pieces of whole panels as they are finished.
+  bool c_inline_epilogue(const Node& node) const override;
+  std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                   const std::string& epilogue) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
@@ -37,7 +41,9 @@ class Gemm : public COp {
                           const CudaEpilogue& epi) const override;
 
  private:
-  std::string c_code_packed(const Node& node, const CodeNames& names, const Sub& sub) const;
+  // `epilogue` (may be empty): run on pieces of panels as they are finished.
+  std::string c_code_packed(const Node& node, const CodeNames& names, const Sub& sub,
+                            const std::string& epilogue) const;
   std::string c_fill_bias(const Node& node, const CodeNames& names, const std::string& lo,
                           const std::string& hi, const std::string& c0 = "0",
                           const std::string& c1 = "N") const;

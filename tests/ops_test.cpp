@@ -1272,10 +1272,49 @@ TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
   }
 }
 
+// A pointwise convolution runs its epilogue itself, on each piece of columns it finishes
+// (about 128 KB of output): 200 output channels over 930 positions make pieces of 128
+// columns, so a whole call takes eight and a part two with a ragged last one. Images, a
+// grouped weight, a strided input (the unpacked row path), a per-element residual and a
+// per-channel operand must all land on exactly the elements of their piece.
+TEST(Conv, PointwiseEpilogueRunsOnEachPieceOfColumns) {
+  std::mt19937 rng(43);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("pointwise_pieces_") + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, 12, 30, 31});
+    Var w = input(g, "w", dt, {200, 12, 1, 1});
+    Var wg = input(g, "wg", dt, {200, 6, 1, 1});
+    Var bias = input(g, "bias", dt, {200});
+    Var shift = input(g, "shift", dt, {200, 1, 1});
+    Var res = input(g, "res", dt, {kDynamic, 200, 30, 31});
+    Var y = apply("conv", {x, w, bias}, {});
+    Var yg = apply("conv", {x, wg}, {{"group", int64_t{2}}});
+    g.set_outputs({clip(add(add(y, shift), res), 0.0, 0.5), relu(sub(yg, shift))});
+    auto inputs = [&](int64_t n, bool strided) {
+      Tensor xt = random_tensor(dt, {n, 12, 30, 31}, rng);
+      return std::vector<Tensor>{
+          strided ? non_contiguous(xt) : xt,      random_tensor(dt, {200, 12, 1, 1}, rng),
+          random_tensor(dt, {200, 6, 1, 1}, rng), random_tensor(dt, {200}, rng),
+          random_tensor(dt, {200, 1, 1}, rng),    random_tensor(dt, {n, 200, 30, 31}, rng)};
+    };
+    Function f = compile(g);
+    std::ifstream in(f.info().source_path);
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(source.find("const int64_t e_r0 = r0, e_r1 = r1;"), std::string::npos)
+        << "the epilogue did not run inside the convolution";
+    ExecutorStats split =
+        check_graph(g, {inputs(1, false), inputs(3, false), inputs(2, true)},
+                    dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
+  }
+}
+
 // A MatMul of activations (..., M, K) by a constant weight is packed into one GEMM over all
 // rows of the activations (a transformer's projections), with leading dimensions kept in the
-// output, an epilogue on the tiles, a transposed (non-collapsible) A copied first, and a
-// 10-wide weight left to OpenBLAS.
+// output, an epilogue run on pieces of panels (each part's tile in several once there are
+// many rows), a transposed (non-collapsible) A copied first, and a 10-wide weight left to
+// OpenBLAS.
 TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
   std::mt19937 rng(47);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -1300,7 +1339,11 @@ TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
     };
     const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10,
                  atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
-    ExecutorStats split = check_graph(g, {inputs(2, 5), inputs(1, 1), inputs(0, 3)}, rtol, atol);
+    // 280 rows make pieces of one panel for the inline epilogue: three over 130 columns.
+    EXPECT_NE(source.find("const int64_t e_n = 0, e_r0 = lo, e_r1 = hi;"), std::string::npos)
+        << "the epilogue did not run inside the packed GEMM";
+    ExecutorStats split =
+        check_graph(g, {inputs(2, 5), inputs(1, 1), inputs(0, 3), inputs(40, 2)}, rtol, atol);
     EXPECT_GT(split.split_calls, 0);
   }
 }
