@@ -206,7 +206,10 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
   return code(node, names, sub, "");
 }
 
-bool Conv::c_inline_epilogue(const Node& node) const { return pointwise(plan(node)); }
+bool Conv::c_inline_epilogue(const Node& node) const {
+  const Plan p = plan(node);
+  return pointwise(p) || (p.cg == 1 && p.mg == 1);
+}
 
 std::string Conv::c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                        const std::string& epilogue) const {
@@ -317,7 +320,6 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "  }\n  }\n}\n";
     return s;
   }
-  if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
   s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
        " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk) +
@@ -355,7 +357,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
          s64(gy.out * p.wq) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
     s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
     s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-    s += "    for (int64_t oc = r0; oc < r1; ++oc) {\n";
+    s += "    for (int64_t oc = r0, e_r0 = r0; oc < r1; ++oc) {\n";
     s += "      if (y1 > y0)\n";
     s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
          "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x + "->strides[1], " +
@@ -370,10 +372,18 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      for (int64_t oy = oy0; oy < oy1; ++oy)\n";
     s += "        for (int64_t ox = 0; ox < ow; ++ox) yo[oy * ow + ox] = flat[(oy - oy0) * wq + "
          "ox];\n";
+    if (!epilogue.empty()) {
+      // The epilogue on runs of whole channels of at least 16 KB, still in L1 or L2.
+      s += "      if ((oc + 1 - e_r0) * (c1 - c0) * (int64_t)sizeof(" + T +
+           ") >= 16384 || oc + 1 == r1) {\n";
+      s += "        const int64_t e_n = n, e_r1 = oc + 1, e_c0 = c0, e_c1 = c1;\n" + epilogue;
+      s += "        e_r0 = oc + 1;\n      }\n";
+    }
     s += "    }\n";
     s += "  }\n}\n";
     return s;
   }
+  if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
   s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += "  for (int64_t oc = r0; oc < r1;) {\n";
   s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";

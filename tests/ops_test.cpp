@@ -1273,11 +1273,12 @@ TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
 }
 
 // A pointwise convolution runs its epilogue itself, on each piece of columns it finishes
-// (about 128 KB of output): 200 output channels over 930 positions make pieces of 128
+// (about 128 KB of output), and a depthwise one on runs of channels: 200 output channels
+// over 930 positions make pieces of 128
 // columns, so a whole call takes eight and a part two with a ragged last one. Images, a
 // grouped weight, a strided input (the unpacked row path), a per-element residual and a
 // per-channel operand must all land on exactly the elements of their piece.
-TEST(Conv, PointwiseEpilogueRunsOnEachPieceOfColumns) {
+TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
   std::mt19937 rng(43);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     Graph g(std::string("pointwise_pieces_") + std::string(dtype_name(dt)));
@@ -1285,16 +1286,23 @@ TEST(Conv, PointwiseEpilogueRunsOnEachPieceOfColumns) {
     Var w = input(g, "w", dt, {200, 12, 1, 1});
     Var wg = input(g, "wg", dt, {200, 6, 1, 1});
     Var bias = input(g, "bias", dt, {200});
+    Var wd = input(g, "wd", dt, {12, 1, 3, 3});
+    Var bd = input(g, "bd", dt, {12});
     Var shift = input(g, "shift", dt, {200, 1, 1});
     Var res = input(g, "res", dt, {kDynamic, 200, 30, 31});
     Var y = apply("conv", {x, w, bias}, {});
     Var yg = apply("conv", {x, wg}, {{"group", int64_t{2}}});
-    g.set_outputs({clip(add(add(y, shift), res), 0.0, 0.5), relu(sub(yg, shift))});
+    // Depthwise: runs of whole channels of at least 16 KB, 5 of 12 here (930 positions).
+    Var yd = apply("conv", {x, wd, bd},
+                   {{"group", int64_t{12}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    g.set_outputs({clip(add(add(y, shift), res), 0.0, 0.5), relu(sub(yg, shift)),
+                   clip(add(yd, x), -0.5, 0.5)});
     auto inputs = [&](int64_t n, bool strided) {
       Tensor xt = random_tensor(dt, {n, 12, 30, 31}, rng);
       return std::vector<Tensor>{
           strided ? non_contiguous(xt) : xt,      random_tensor(dt, {200, 12, 1, 1}, rng),
           random_tensor(dt, {200, 6, 1, 1}, rng), random_tensor(dt, {200}, rng),
+          random_tensor(dt, {12, 1, 3, 3}, rng),  random_tensor(dt, {12}, rng),
           random_tensor(dt, {200, 1, 1}, rng),    random_tensor(dt, {n, 200, 30, 31}, rng)};
     };
     Function f = compile(g);
@@ -1302,7 +1310,9 @@ TEST(Conv, PointwiseEpilogueRunsOnEachPieceOfColumns) {
     const std::string source((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
     EXPECT_NE(source.find("const int64_t e_r0 = r0, e_r1 = r1;"), std::string::npos)
-        << "the epilogue did not run inside the convolution";
+        << "the epilogue did not run inside the pointwise convolution";
+    EXPECT_NE(source.find("e_r1 = oc + 1"), std::string::npos)
+        << "the epilogue did not run inside the depthwise convolution";
     ExecutorStats split =
         check_graph(g, {inputs(1, false), inputs(3, false), inputs(2, true)},
                     dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 1e-5 : 1e-12);
