@@ -357,7 +357,8 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
          s64(gy.out * p.wq) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
     s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
     s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-    s += "    for (int64_t oc = r0, e_r0 = r0; oc < r1; ++oc) {\n";
+    s += std::string("    for (int64_t oc = r0") + (epilogue.empty() ? "" : ", e_r0 = r0") +
+         "; oc < r1; ++oc) {\n";
     s += "      if (y1 > y0)\n";
     s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
          "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x + "->strides[1], " +
