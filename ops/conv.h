@@ -47,7 +47,8 @@ class Conv : public COp {
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;
-  // c_code, running `epilogue` on each piece of a pointwise convolution's output.
+  // c_code, running `epilogue` on each piece of a pointwise convolution's output or each
+  // run of a depthwise one's channels (empty: none).
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue) const;
   // 1x1, stride 1, no padding: the convolution runs as a packed GEMM.

@@ -58,6 +58,12 @@ const CompileOptions& split_options() {
   return options;
 }
 
+// The C source a compiled function's module was built from (to check what the code took).
+std::string module_source(const Function& f) {
+  std::ifstream in(f.info().source_path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Compiles graph once, then checks every input set against the reference, both with each
 // thunk called whole and with splittable thunks split into parts. Returns how the split
 // function's calls were divided.
@@ -304,9 +310,7 @@ TEST(MatMul, StaticBatchesRunOnThePackedKernelSplitByMatrix) {
         tol, tol);
     EXPECT_GT(split.split_calls, 0) << "the batched products were never split";
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("kiln_gemm_packed_"), std::string::npos);
   }
 }
@@ -424,9 +428,7 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
                    gemm(a, w3, b3, -1.0, 0.25), gemm(a, w3, 1.5),
                    gemm(at, w4, c2, 1.0, -1.0, true, true)});
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("kiln_gemm_packed_"), std::string::npos) << "the weights were not packed";
     auto inputs = [&](int64_t m, bool strided) {
       Tensor x = random_tensor(dt, {m, 300}, rng);
@@ -1229,9 +1231,7 @@ TEST(Conv, EpilogueFollowsTheSplitOverOutputPlanes) {
     std::vector<Tensor> strided = one;
     strided[2] = non_contiguous(random_tensor(dt, {10, 1, 1}, rng));
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("/* epilogue: "), std::string::npos) << "the epilogue was not fused";
     ExecutorStats split = check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
                                       dt == DType::kFloat32 ? 1e-5 : 1e-12);
@@ -1260,9 +1260,7 @@ TEST(Conv, EpilogueFollowsTheTilesOfAStridedConv) {
           random_tensor(dt, {20, 1, 1}, rng), random_tensor(dt, {n, 20, 20, 17}, rng)};
     };
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("/* epilogue: "), std::string::npos) << "the epilogue was not fused";
     EXPECT_NE(source.find("kiln_tile_part"), std::string::npos);
     ExecutorStats split =
@@ -1306,9 +1304,7 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
           random_tensor(dt, {200, 1, 1}, rng),    random_tensor(dt, {n, 200, 30, 31}, rng)};
     };
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("const int64_t e_r0 = r0, e_r1 = r1;"), std::string::npos)
         << "the epilogue did not run inside the pointwise convolution";
     EXPECT_NE(source.find("e_r1 = oc + 1"), std::string::npos)
@@ -1337,9 +1333,7 @@ TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
     g.set_outputs(
         {tanh(add(matmul(a, w), bias)), matmul(transpose(at, {0, 2, 1}), w), matmul(a, narrow)});
     Function f = compile(g);
-    std::ifstream in(f.info().source_path);
-    const std::string source((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+    const std::string source = module_source(f);
     EXPECT_NE(source.find("base=\"gemm\", base.packed_n=130"), std::string::npos) << source;
     EXPECT_NE(source.find("gemm{packed_n=130"), std::string::npos) << "the transposed A";
     EXPECT_NE(source.find("matmul(a, narrow)"), std::string::npos) << "10 wide stays a matmul";
