@@ -14,6 +14,7 @@
 #include "runtime/memory_plan.h"
 #include "runtime/parallel_for.h"
 #include "runtime/thunk_context.h"
+#include "runtime/worker_pool.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -706,6 +707,9 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   if (plan->parallel) return start(inputs, plan).get();
   std::vector<Tensor> values = bind(inputs, *plan);
   runs_.fetch_add(1, std::memory_order_relaxed);
+  // This thread runs every step, between split steps too: a worker polling beside it and
+  // the one running helper parts would put three threads on two cores.
+  WorkerPool::CallerBusy busy;
   run_steps(values);
   return outputs_of(values);
 }

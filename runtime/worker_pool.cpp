@@ -3,9 +3,26 @@
 #include <algorithm>
 
 namespace kiln {
+namespace {
 
-WorkerPool::WorkerPool(int threads) {
-  max_busy_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+thread_local bool tls_pool_worker = false;
+thread_local int tls_caller_depth = 0;
+
+}  // namespace
+
+WorkerPool::CallerBusy::CallerBusy() : counted_(!tls_pool_worker && tls_caller_depth++ == 0) {
+  if (counted_) callers_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+WorkerPool::CallerBusy::~CallerBusy() {
+  if (tls_pool_worker) return;
+  --tls_caller_depth;
+  if (counted_) callers_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+WorkerPool::WorkerPool(int threads, int cores, std::chrono::microseconds spin) : spin_(spin) {
+  max_busy_ =
+      std::max(1, cores > 0 ? cores : static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
 }
 
@@ -30,7 +47,33 @@ void WorkerPool::submit(Task task, int priority) {
   if (wake) cv_.notify_one();  // busy workers will find it when they come back
 }
 
+int WorkerPool::polling() {
+  std::lock_guard lock(mutex_);
+  return spinning_;
+}
+
+bool WorkerPool::poll() {
+  const auto until = std::chrono::steady_clock::now() + spin_;
+  while (queued_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < until) {
+    if (busy_.load(std::memory_order_acquire) + callers_.load(std::memory_order_acquire) >
+        max_busy_) {
+      // A caller took a core since this poll began (a run, a split step): a poller beyond
+      // the core count would preempt the threads doing the work. The surplus leaves, one
+      // poller at a time, so the pollers within the count go on.
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) >
+          max_busy_) {
+        return false;
+      }
+      busy_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 void WorkerPool::work() {
+  tls_pool_worker = true;
   std::unique_lock lock(mutex_);
   for (;;) {
     if (queue_.empty()) {
@@ -39,15 +82,13 @@ void WorkerPool::work() {
           max_busy_) {
         ++spinning_;
         lock.unlock();
-        const auto until = std::chrono::steady_clock::now() + kSpin;
-        while (queued_.load(std::memory_order_acquire) == 0 &&
-               std::chrono::steady_clock::now() < until) {
-          std::this_thread::yield();
-        }
+        const bool counted = poll();
         lock.lock();
         --spinning_;
+        if (counted) busy_.fetch_sub(1, std::memory_order_acq_rel);
+      } else {
+        busy_.fetch_sub(1, std::memory_order_acq_rel);
       }
-      busy_.fetch_sub(1, std::memory_order_acq_rel);
       if (!queue_.empty() || stop_) continue;
       ++idle_;
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });

@@ -19,24 +19,30 @@ namespace kiln {
 class WorkerPool {
  public:
   using Task = std::function<void()>;
-  explicit WorkerPool(int threads);
+  static constexpr std::chrono::microseconds kSpin{100};
+  // cores: how many threads may run or poll at once (0: the machine's count).
+  explicit WorkerPool(int threads, int cores = 0, std::chrono::microseconds spin = kSpin);
   ~WorkerPool();  // runs what is queued, then joins
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void submit(Task task, int priority);
   int size() const { return static_cast<int>(threads_.size()); }
-  // A thread outside the pool running parts of a split step (parallel_for's caller) holds a
-  // core as a worker would: while one does, one fewer worker polls. A caller that only waits
-  // (a branched program's) does not count, so every worker may poll for its steps.
+  int polling();  // workers polling for a task now
+  // A thread outside the pool running steps or split parts (a run on its caller's thread,
+  // parallel_for's caller) holds a core as a worker would: while one does, one fewer worker
+  // polls. A caller that only waits (a branched program's) does not count, so every worker
+  // may poll for its steps. Nests; a pool worker is counted already and adds nothing.
   class CallerBusy {
    public:
-    CallerBusy() { callers_.fetch_add(1, std::memory_order_acq_rel); }
-    ~CallerBusy() { callers_.fetch_sub(1, std::memory_order_acq_rel); }
+    CallerBusy();
+    ~CallerBusy();
     CallerBusy(const CallerBusy&) = delete;
     CallerBusy& operator=(const CallerBusy&) = delete;
+
+   private:
+    bool counted_;
   };
-  static constexpr std::chrono::microseconds kSpin{100};
 
  private:
   struct Item {
@@ -48,6 +54,7 @@ class WorkerPool {
     }
   };
   void work();
+  bool poll();  // false: left early and no longer counted in busy_
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -55,9 +62,10 @@ class WorkerPool {
   uint64_t seq_ = 0;
   int idle_ = 0;      // asleep on cv_
   int spinning_ = 0;  // polling; each will take a task without a wake-up
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // also read by polling workers, without the mutex
   std::atomic<int> busy_{0};  // polling or running a task
   int max_busy_ = 1;          // the core count
+  std::chrono::microseconds spin_;
   static inline std::atomic<int> callers_{0};
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
   std::vector<std::thread> threads_;

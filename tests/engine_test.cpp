@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "runtime/engine.h"
+#include "runtime/worker_pool.h"
 #include "tests/helpers.h"
 #include "util/error.h"
 
@@ -244,6 +245,53 @@ TEST(ThreadedEngine, ReadersOfOneVariableRunConcurrently) {
   engine->push(reader, {v}, {});
   engine->wait_for_all();
   EXPECT_TRUE(overlapped);
+}
+
+// How many of the pool's workers poll once that count has held for 20 ms (5 s at most).
+int settled_pollers(WorkerPool& pool, int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (pool.polling() != expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(20ms);
+  return pool.polling();
+}
+
+// Pollers, running workers and callers running steps stay within the core count: a caller
+// that takes a core while two workers poll on two cores ends one poll, and only one.
+TEST(WorkerPool, ACallerTakingACoreEndsOnlyTheSurplusPoll) {
+  WorkerPool pool(2, /*cores=*/2, /*spin=*/30s);
+  ASSERT_EQ(settled_pollers(pool, 2), 2);
+  {
+    WorkerPool::CallerBusy caller;
+    EXPECT_EQ(settled_pollers(pool, 1), 1);
+    WorkerPool::CallerBusy nested;  // the same thread holds the same core
+    EXPECT_EQ(settled_pollers(pool, 1), 1);
+  }
+  // The poller left takes a task without a wake-up.
+  std::promise<void> ran;
+  pool.submit([&] { ran.set_value(); }, 0);
+  EXPECT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
+}
+
+// A worker running a task is counted already: a split step it runs (parallel_for takes a
+// CallerBusy) must not also count as a caller, or the other worker would stop polling.
+TEST(WorkerPool, AWorkersOwnCallerBusyTakesNoSecondCore) {
+  WorkerPool pool(2, /*cores=*/2, /*spin=*/30s);
+  ASSERT_EQ(settled_pollers(pool, 2), 2);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> inside;
+  pool.submit(
+      [&, released] {
+        WorkerPool::CallerBusy busy;
+        inside.set_value();
+        released.wait();
+      },
+      0);
+  ASSERT_EQ(inside.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(settled_pollers(pool, 1), 1);
+  release.set_value();
 }
 
 TEST(Engine, KindFromEnvironment) {
