@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/conv_pack.h"
 #include "ops/cuda_kernels.h"
 #include "ops/cuda_window.h"
 #include "ops/gemm_pack.h"
@@ -17,11 +18,33 @@ constexpr int64_t kConvSlackBound = 1024;
 }  // namespace
 
 Conv::Conv(Attrs props) : COp("conv", std::move(props)) {
-  check_known_attrs(this->props(),
-                    {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"});
+  check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "dilations", "pads",
+                                    "auto_pad", "packed_m"});
   window_ = WindowAttrs::from_props(this->props(), "conv");
   group_ = attr_int(this->props(), "group", 1);
   if (group_ < 1) throw AttrError("group", "must be >= 1");
+  packed_m_ = attr_int(this->props(), "packed_m", 0);
+  if (packed_m_ < 0) throw AttrError("packed_m", "must be >= 0");
+  if (packed_m_ > 0 && (group_ != 1 || window_.kernel.empty())) {
+    throw AttrError("packed_m", "takes group 1 and a kernel_shape");
+  }
+}
+
+std::vector<int64_t> Conv::weight_dims(const std::vector<int64_t>& x,
+                                       const std::vector<int64_t>& w) const {
+  if (packed_m_ == 0) return w;
+  int64_t taps = x.size() > 1 ? x[1] : 0;
+  for (int64_t k : window_.kernel) taps *= k;
+  const Shape want = conv_blocks_shape(packed_m_, taps);
+  if (w != std::vector<int64_t>(want.begin(), want.end())) {
+    throw UserError("conv: with packed_m=" + std::to_string(packed_m_) + ", W must be " +
+                    dims_to_string(want) + " (blocks of " + std::to_string(kConvBlock) +
+                    " output channels by " + std::to_string(taps) + " taps), got " +
+                    dims_to_string(w));
+  }
+  std::vector<int64_t> d{packed_m_, x[1]};
+  d.insert(d.end(), window_.kernel.begin(), window_.kernel.end());
+  return d;
 }
 
 std::vector<WindowDims> Conv::geometry(const std::vector<int64_t>& x,
@@ -39,7 +62,6 @@ std::vector<TensorType> Conv::infer_type(const std::vector<TensorType>& inputs) 
   if (inputs.size() != 2 && inputs.size() != 3)
     throw UserError("conv takes 2 or 3 inputs (X, W[, B])");
   const auto& x = inputs[0];
-  const auto& w = inputs[1];
   if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64) {
     throw UnsupportedError("conv: " + x.to_string() + " input (float32 and float64 are supported)");
   }
@@ -47,6 +69,11 @@ std::vector<TensorType> Conv::infer_type(const std::vector<TensorType>& inputs) 
     throw UnsupportedError("conv: rank-" + std::to_string(x.rank()) +
                            " input (1-D and 2-D convolutions are supported)");
   }
+  if (packed_m_ > 0 && (x.dims[1] == kDynamic || inputs[1].dtype != x.dtype)) {
+    throw UserError("conv: a packed weight " + inputs[1].to_string() + " needs input " +
+                    x.to_string() + " of static channels and its dtype");
+  }
+  const TensorType w{inputs[1].dtype, weight_dims(x.dims, inputs[1].dims)};
   if (w.dtype != x.dtype || w.rank() != x.rank()) {
     throw UserError("conv: weight " + w.to_string() + " does not match input " + x.to_string());
   }
@@ -76,19 +103,22 @@ std::vector<TensorType> Conv::infer_type(const std::vector<TensorType>& inputs) 
 }
 
 std::vector<Shape> Conv::infer_shape(const std::vector<Shape>& inputs) const {
-  if (inputs.size() == 3 && inputs[2][0] != inputs[1][0]) {
+  const std::vector<int64_t> w = weight_dims(inputs[0], inputs[1]);
+  if (inputs.size() == 3 && inputs[2][0] != w[0]) {
     throw UserError("conv: bias has " + std::to_string(inputs[2][0]) + " entries for " +
-                    std::to_string(inputs[1][0]) + " output channels");
+                    std::to_string(w[0]) + " output channels");
   }
-  Shape out{inputs[0][0], inputs[1][0]};
-  for (const auto& g : geometry(inputs[0], inputs[1])) out.push_back(g.out);
+  Shape out{inputs[0][0], w[0]};
+  for (const auto& g : geometry(inputs[0], w)) out.push_back(g.out);
   return {out};
 }
 
 double Conv::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
   // Each output element: a multiply-add per input channel of its group and kernel tap.
   double taps = static_cast<double>(inputs[0][1] / group_);
-  for (const auto& g : geometry(inputs[0], inputs[1])) taps *= static_cast<double>(g.kernel);
+  for (const auto& g : geometry(inputs[0], weight_dims(inputs[0], inputs[1]))) {
+    taps *= static_cast<double>(g.kernel);
+  }
   return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
 }
 
@@ -96,9 +126,10 @@ void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   const Tensor& x = inputs[0];
   const Tensor& w = inputs[1];
   Tensor& y = outputs[0];
-  auto g = geometry(x.shape(), w.shape());
+  const std::vector<int64_t> wd_all = weight_dims(x.shape(), w.shape());
+  auto g = geometry(x.shape(), wd_all);
   if (g.size() == 1) g.insert(g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
-  const int64_t n_batch = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
+  const int64_t n_batch = x.shape()[0], c = x.shape()[1], m = wd_all[0];
   const int64_t cg = c / group_, mg = m / group_;
   const int64_t h = g[0].in, wd = g[1].in, oh = g[0].out, ow = g[1].out;
   const int64_t kh = g[0].kernel, kw = g[1].kernel;
@@ -117,7 +148,9 @@ void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
                 const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
                 if (xx < 0 || xx >= wd) continue;
                 const int64_t xi = ((n * c + grp * cg + ic) * h + yy) * wd + xx;
-                const int64_t wi = ((oc * cg + ic) * kh + i) * kw + j;
+                const int64_t t = (ic * kh + i) * kw + j;
+                const int64_t wi =
+                    packed_m_ > 0 ? conv_blocks_index(oc, t, cg * kh * kw) : oc * cg * kh * kw + t;
                 acc += x.load(xi) * w.load(wi);
               }
             }
@@ -148,14 +181,14 @@ int64_t rows_per_unit(int64_t oh, int64_t wq, int64_t row_blocks) {
 
 Conv::Plan Conv::plan(const Node& node) const {
   const auto& xt = node.inputs[0]->type;
-  const auto& wt = node.inputs[1]->type;
+  const std::vector<int64_t> wd = weight_dims(xt.dims, node.inputs[1]->type.dims);
   Plan p;
-  p.g = geometry(xt.dims, wt.dims);
+  p.g = geometry(xt.dims, wd);
   p.one_d = p.g.size() == 1;
   if (p.one_d) p.g.insert(p.g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
   const WindowDims& gy = p.g[0];
   const WindowDims& gx = p.g[1];
-  p.m = wt.dims[0];
+  p.m = wd[0];
   p.cg = xt.dims[1] / group_;
   p.mg = p.m / group_;
   p.ohw = gy.out * gx.out;
@@ -163,7 +196,8 @@ Conv::Plan Conv::plan(const Node& node) const {
   const int64_t hp = gy.in + gy.pad_begin + gy.pad_end, wp = gx.in + gx.pad_begin + gx.pad_end;
   p.hq = (hp + gy.stride - 1) / gy.stride;
   p.wq = (wp + gx.stride - 1) / gx.stride;
-  p.row_unit = p.mg >= 8 ? 8 : 1;
+  // Packed weights come in blocks of output channels: a part takes whole blocks.
+  p.row_unit = packed_m_ > 0 ? kConvBlock : p.mg >= 8 ? 8 : 1;
   // Depthwise parts take whole channels when there are enough: each part then copies
   // every input row once.
   const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
@@ -385,6 +419,17 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     return s;
   }
   if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
+  if (packed_m_ > 0) {
+    // Packed weights: the part's own positions, each at its place in the phase rows, so
+    // no overhang is computed. Parts start on whole blocks (row_unit).
+    s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
+         ", \"kiln packed these weights for another block size\");\n";
+    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(c1 - c0) * sizeof(int32_t));\n";
+    s += "  if (!pos) " + sub.fail + "(\"conv: out of memory for the positions\");\n";
+    s += "  for (int64_t j = c0; j < c1; ++j) pos[j - c0] = (int32_t)((j / ow - oy0) * wq + j % "
+         "ow);\n";
+  }
   s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += "  for (int64_t oc = r0; oc < r1;) {\n";
   s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";
@@ -397,10 +442,17 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
        "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) +
        " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
        s64(p.hq) + ", wq, buf);\n";
-  s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
-       ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +
-       ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
-       " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow);\n";
+  if (packed_m_ > 0) {
+    s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk) +
+         ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk) +
+         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
+         " + oc) * " + s64(p.ohw) + " + c0, " + s64(p.ohw) + ");\n";
+  } else {
+    s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
+         ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +
+         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
+         " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow);\n";
+  }
   s += "    oc = oc_end;\n";
   s += "  }\n  }\n}\n";
   return s;
@@ -415,8 +467,10 @@ std::vector<int64_t> with_batch(const Variable* v) {
 }
 }  // namespace
 
+// Packed weights (the pack pass) are a CPU layout: such a Conv stays on the CPU.
 bool Conv::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && window_dims_static(node);
+  return packed_m_ == 0 && cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) &&
+         window_dims_static(node);
 }
 
 CudaCode Conv::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {

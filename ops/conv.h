@@ -2,6 +2,8 @@
 // ONNX Conv, 1-D and 2-D (props: group, kernel_shape, strides, dilations, pads, auto_pad):
 // inputs X (N, C, ...), W (M, C/group, ...) and an optional bias B (M). Each image group
 // is convolved directly by kiln_support's tile kernel over a copy split into stride phases.
+// packed_m = M (the pack pass, group 1 only, with kernel_shape set) takes W packed in
+// blocks of output channels (ops/conv_pack.h), for kiln_support's conv_blocks kernel.
 #include "ops/cop.h"
 #include "ops/window.h"
 
@@ -15,7 +17,7 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 13; }
+  std::optional<int> cache_version() const override { return 14; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Pointwise convolutions run an epilogue on each piece of columns they finish, depthwise
   // ones on each run of channels.
@@ -39,6 +41,10 @@ class Conv : public COp {
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x,
                                    const std::vector<int64_t>& w) const;
+  // W's dims as (M, C/group, k...): a packed weight's (blocks, taps, B) read through
+  // packed_m and kernel_shape, checked against the input's channels.
+  std::vector<int64_t> weight_dims(const std::vector<int64_t>& x,
+                                   const std::vector<int64_t>& w) const;
   // The static sizes of a node's code: geometry (2-D; 1-D as height 1), channels per group,
   // the phase planes (hq x wq) and the split's units.
   struct Plan {
@@ -55,6 +61,7 @@ class Conv : public COp {
   static bool pointwise(const Plan& p);
   WindowAttrs window_;
   int64_t group_;
+  int64_t packed_m_;
 };
 
 }  // namespace kiln

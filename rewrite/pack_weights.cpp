@@ -2,13 +2,16 @@
 // B packed now, once,
 // into the panel layout of kiln's GEMM kernel (ops/gemm_pack.h), and runs that kernel split
 // over rows of the output: each run streams B as aligned panel rows, with no transpose or
-// packing pass of its own. The packed copy is a parameter when the weight is one (a module
+// packing pass of its own. A direct convolution (group 1, not 1x1 stride 1, which runs as
+// a GEMM) has its weight packed in blocks of output channels (ops/conv_pack.h) for the
+// conv_blocks kernel. The packed copy is a parameter when the weight is one (a module
 // input, never pasted into the source), so one module still serves any weights. It runs after
 // folding, so weights computed from constants are packed too, and before epilogue fusion,
 // which takes the packed gemm as its base.
 #include <map>
 #include <utility>
 
+#include "ops/conv_pack.h"
 #include "ops/gemm_pack.h"
 #include "ops/registry.h"
 #include "rewrite/constant_recipe.h"
@@ -19,6 +22,10 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kMinPackedN = 16;
+// Each group of positions ends with its sums transposed into the channel-major output, one
+// scalar store per sum: a few taps (an RGB stem's 27) do not pay for that, and MobileNetV2's
+// 3 -> 32 stem ran slower packed.
+constexpr int64_t kMinPackedTaps = 64;
 
 // A MatMul of activations (..., M, K) by a 2-D weight (K, N) is one GEMM over all rows of
 // the activations (a transformer's projections: (1, T, D) @ (D, 3D)); as a batched MatMul
@@ -48,13 +55,58 @@ bool packable(const Node& node) {
   return b->value->shape()[trans ? 0 : 1] >= kMinPackedN && b->value->shape()[trans ? 1 : 0] > 0;
 }
 
+// A direct convolution's weight packs: a float constant, group 1, at least one whole block of
+// output channels (fewer would leave most lanes idle), enough taps, and not a pointwise
+// convolution, which runs as a packed GEMM.
+bool packable_conv(const Node& node) {
+  if (node.op->name() != "conv" || node.inputs.size() < 2 || node.outputs.size() != 1) {
+    return false;
+  }
+  const Attrs& props = node.op->props();
+  if (attr_int(props, "packed_m", 0) != 0 || attr_int(props, "group", 1) != 1) return false;
+  const Variable* w = node.inputs[1];
+  const DType dt = node.outputs[0]->type.dtype;
+  if (!(dt == DType::kFloat32 || dt == DType::kFloat64) || w->kind != VarKind::kConstant ||
+      !w->value || w->value->ndim() < 3 || w->value->dtype() != dt ||
+      w->value->shape()[0] < kConvBlock || node.inputs[0]->type.rank() != w->value->ndim() ||
+      w->value->numel() / w->value->shape()[0] < kMinPackedTaps) {
+    return false;
+  }
+  bool pointwise = true;
+  for (size_t d = 2; d < w->value->shape().size(); ++d) pointwise &= w->value->shape()[d] == 1;
+  for (int64_t v : attr_ints(props, "strides", std::vector<int64_t>{})) pointwise &= v == 1;
+  for (int64_t v : attr_ints(props, "pads", std::vector<int64_t>{})) pointwise &= v == 0;
+  return !pointwise;  // (auto_pad pads a 1x1 stride-1 window by nothing)
+}
+
 }  // namespace
 
 Graph pack_weights(const Graph& graph) {
   GraphCopy copy(graph);
   std::map<std::pair<const Variable*, bool>, Variable*>
       packed;  // a weight two gemms share packs once
+  std::map<const Variable*, Variable*> conv_packed;
   for (const auto& node : graph.nodes()) {
+    if (packable_conv(*node)) {
+      const Variable* w = node->inputs[1];
+      Variable*& pw = conv_packed[w];
+      if (!pw) {
+        Tensor blocks = pack_conv_blocks(*w->value);
+        const std::string name = (w->name.empty() ? "weight" : w->name) + ".blocks";
+        pw = w->parameter ? copy.dst().add_parameter(blocks, name)
+                          : copy.dst().add_constant(blocks, name);
+        pw->recipe = transform_recipe(kPackConvBlocks, {}, 0, {w->recipe});
+      }
+      Attrs props = node->op->props();
+      props["packed_m"] = w->value->shape()[0];
+      props["kernel_shape"] =
+          std::vector<int64_t>(w->value->shape().begin() + 2, w->value->shape().end());
+      std::vector<Variable*> inputs = copy.map(node->inputs);
+      inputs[1] = pw;
+      copy.add(OpRegistry::instance().create("conv", props), inputs, {node->outputs[0]},
+               node->name);
+      continue;
+    }
     if (!packable(*node)) {
       copy.copy(*node);
       continue;

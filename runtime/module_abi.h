@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 7
+#define KILN_ABI_VERSION 8
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -106,6 +106,16 @@ typedef struct kiln_support {
   void (*gemm_packed_f64)(int64_t m, int64_t n, int64_t k, double alpha, const double *a,
                           int64_t rsa, int64_t csa, const double *bp, double beta, double *c,
                           int64_t ldc);
+  /* Direct convolution with packed weights: for r < m, i < npos,
+   *   y[r*ldy + i] = bias[r*bs] + sum_{t < taps} W[r][t] * b[off[t] + pos[i]]
+   * (bias may be NULL: 0), the weights packed in blocks of KILN_CONV_BLOCK rows: W[r][t] sits
+   * at wb[(r/B)*taps*B + t*B + r%B], B = KILN_CONV_BLOCK, the last block's rows past m zero. */
+  void (*conv_blocks_f32)(int64_t m, int64_t npos, int64_t taps, const float* b, const int32_t* pos,
+                          const int32_t* off, const float* wb, const float* bias, int64_t bs,
+                          float* y, int64_t ldy);
+  void (*conv_blocks_f64)(int64_t m, int64_t npos, int64_t taps, const double* b,
+                          const int32_t* pos, const int32_t* off, const double* wb,
+                          const double* bias, int64_t bs, double* y, int64_t ldy);
   /* Compute functions outside the module (the precompiled ops of custom-op libraries):
    * bound once when the module loads, from a description kiln wrote into it (NULL after
    * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */
@@ -116,6 +126,7 @@ typedef struct kiln_support {
 } kiln_support;
 
 #define KILN_CONV_SLACK 64
+#define KILN_CONV_BLOCK 16
 #define KILN_GEMM_PANEL_BYTES 256
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,

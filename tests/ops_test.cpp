@@ -1188,6 +1188,66 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
 // Padding is zero, never data: a depthwise filter whose taps overhang an image border of
 // +-inf and NaN must give inf or NaN only where a tap reads them (the reference skips the
 // padding). Rows of 40 take the vector path of the stride-2 column split.
+// Convolutions over a constant weight run packed (the pack pass): blocks of 16 output
+// channels, the conv_blocks kernel over each part's own positions. The cases end blocks
+// early (20 and 33 channels), end position groups early (99 positions, 6 per group under
+// AVX2), stride, dilate and pad unevenly, run 1-D, and put NaN, +-inf and -0.0 in the
+// image (the padding must stay zero: a tap over it reads nothing).
+TEST(Conv, PackedWeightsMatchReferenceAcrossGeometry) {
+  std::mt19937 rng(61);
+  using V = std::vector<int64_t>;
+  // A sum of T products of values in [-1, 1] rounds to about T ulps of its terms.
+  auto taps_error = [](const V& w, DType dt) {
+    const double taps = static_cast<double>(shape_numel(w) / w[0]);
+    return taps * (dt == DType::kFloat32 ? 1e-6 : 1e-14);
+  };
+  struct Case {
+    std::string name;
+    V x, w;
+    Attrs attrs;
+    bool bias;
+  };
+  const std::vector<Case> cases{
+      {"tail_block_and_positions", {2, 8, 9, 11}, {20, 8, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      {"strided_dilated",
+       {1, 16, 13, 10},
+       {16, 16, 3, 3},
+       {{"strides", V{2, 2}}, {"dilations", V{2, 2}}, {"pads", V{2, 1, 1, 2}}},
+       false},
+      {"stem",
+       {2, 3, 23, 21},
+       {16, 3, 7, 7},
+       {{"pads", V{3, 3, 3, 3}}, {"strides", V{2, 2}}},
+       true},
+      {"one_d", {3, 16, 30}, {33, 16, 5}, {{"pads", V{2, 2}}}, true},
+      {"blocks_over_a_small_map", {1, 64, 7, 7}, {48, 64, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+  };
+  for (const auto& c : cases) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      Graph g("conv_packed_" + c.name);
+      V xdims = c.x;
+      xdims[0] = kDynamic;
+      std::vector<Var> ins{input(g, "x", dt, xdims), constant(g, random_tensor(dt, c.w, rng), "w")};
+      if (c.bias) ins.push_back(constant(g, random_tensor(dt, {c.w[0]}, rng), "b"));
+      g.set_outputs({apply("conv", ins, c.attrs)});
+      Tensor special = random_tensor(dt, c.x, rng);
+      const double inf = std::numeric_limits<double>::infinity();
+      const int64_t n = special.numel();
+      special.store(0, inf);
+      special.store(n / 3, -inf);
+      special.store(n / 2, std::nan(""));
+      special.store(n - 1, -0.0);
+      check_graph(
+          g,
+          {{random_tensor(dt, c.x, rng)}, {special}, {non_contiguous(random_tensor(dt, c.x, rng))}},
+          dt == DType::kFloat32 ? 1e-4 : 1e-10, taps_error(c.w, dt));
+      const std::string source = module_source(compile(g));
+      EXPECT_NE(source.find("kiln_conv_blocks_"), std::string::npos) << "not packed";
+    }
+  }
+}
+
 TEST(Conv, DepthwisePaddingNeverReadsTheBorderAsData) {
   std::mt19937 rng(53);
   for (int64_t k : {int64_t{3}, int64_t{5}}) {

@@ -264,6 +264,75 @@ TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   }
 }
 
+// Direct convolutions over constant weights get them in blocks of 16 output channels; a
+// pointwise one (a GEMM), a grouped one, one of fewer than 16 channels or 64 taps and one
+// whose weight is an input keep theirs. The packed graph's reference (Conv::perform on the
+// blocks) and compiled module match the original's.
+TEST(Rewrite, PackingGivesDirectConvolutionsWeightBlocks) {
+  std::mt19937 rng(67);
+  using V = std::vector<int64_t>;
+  const DType f = DType::kFloat32;
+  Graph g("pack_conv");
+  Var x = input(g, "x", f, {kDynamic, 8, 9, 7});
+  Var wi = input(g, "wi", f, {20, 8, 3, 3});
+  Var w(&g, g.add_parameter(testing::random_tensor(f, {20, 8, 3, 3}, rng), "w"));
+  Var b = constant(g, testing::random_tensor(f, {20}, rng), "b");
+  const Attrs pad{{"pads", V{1, 1, 1, 1}}};
+  const Attrs strided{{"pads", V{0, 1, 1, 0}}, {"strides", V{2, 1}}};
+  Var pointwise = constant(g, testing::random_tensor(f, {24, 8, 1, 1}, rng), "pointwise");
+  Var grouped = constant(g, testing::random_tensor(f, {20, 4, 3, 3}, rng), "grouped");
+  Var narrow = constant(g, testing::random_tensor(f, {8, 8, 3, 3}, rng), "narrow");
+  Var few = constant(g, testing::random_tensor(f, {16, 8, 1, 7}, rng), "few_taps");
+  g.set_outputs({apply("conv", {x, w, b}, pad), apply("conv", {x, w}, strided),
+                 apply("conv", {x, pointwise}),
+                 apply("conv", {x, grouped}, {{"group", int64_t{2}}}), apply("conv", {x, narrow}),
+                 apply("conv", {x, few}), apply("conv", {x, wi})});
+  Graph p = pack_weights(g);
+  int packed = 0;
+  for (const auto& node : p.nodes()) {
+    const int64_t m = attr_int(node->op->props(), "packed_m", 0);
+    if (m == 0) continue;
+    ++packed;
+    EXPECT_EQ(m, 20);
+    EXPECT_EQ(attr_ints(node->op->props(), "kernel_shape"), (V{3, 3}));
+    const Variable* pw = node->inputs[1];
+    EXPECT_EQ(pw->name, "w.blocks");
+    EXPECT_TRUE(pw->parameter) << "a packed weight must stay a parameter";
+    EXPECT_EQ(pw->type.dims, (V{2, 72, 16}));
+  }
+  EXPECT_EQ(packed, 2) << p.to_string();
+  int blocks = 0;
+  for (const Variable* v : p.constants()) blocks += v->name == "w.blocks";
+  EXPECT_EQ(blocks, 1) << "the shared weight was packed twice";
+  const std::vector<Tensor> in{testing::random_tensor(f, {2, 8, 9, 7}, rng),
+                               testing::random_tensor(f, {20, 8, 3, 3}, rng)};
+  const auto want = evaluate_reference(g, in);
+  const auto got = evaluate_reference(p, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 1e-5, 1e-6)) << "output " << i;
+  }
+  expect_same_results(g, in, "");
+}
+
+// A packed weight of the wrong shape is an error naming the shape it must have.
+TEST(Rewrite, PackedConvolutionWeightOfTheWrongShapeIsNamed) {
+  Graph g("bad_blocks");
+  Var x = input(g, "x", DType::kFloat32, {1, 8, 9, 7});
+  Var w = input(g, "w", DType::kFloat32, {2, 70, 16});
+  EXPECT_EQ(testing::error_of([&] {
+              apply("conv", {x, w},
+                    {{"packed_m", int64_t{20}}, {"kernel_shape", std::vector<int64_t>{3, 3}}});
+            }),
+            "node 0 (conv): conv: with packed_m=20, W must be (2, 72, 16) (blocks of 16 output "
+            "channels by 72 taps), got (2, 70, 16) [inputs: x: float32 (1, 8, 9, 7); w: float32 "
+            "(2, 70, 16)]");
+  EXPECT_NE(testing::error_of([&] {
+              apply("conv", {x, w}, {{"packed_m", int64_t{20}}});
+            }).find("packed_m"),
+            std::string::npos);
+}
+
 TEST(Rewrite, PassSpecsDisablePassesAndRejectUnknownNames) {
   EXPECT_EQ(select_passes("", "KILN_PASSES").size(), all_passes().size());
   EXPECT_EQ(select_passes("none", "KILN_PASSES").size(), 0u);

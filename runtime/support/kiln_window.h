@@ -17,6 +17,8 @@
 #define kiln_pool_f64 (KILN_SUPPORT->pool_f64)
 #define kiln_conv_tile_f32 (KILN_SUPPORT->conv_tile_f32)
 #define kiln_conv_tile_f64 (KILN_SUPPORT->conv_tile_f64)
+#define kiln_conv_blocks_f32 (KILN_SUPPORT->conv_blocks_f32)
+#define kiln_conv_blocks_f64 (KILN_SUPPORT->conv_blocks_f64)
 #else
 
 /* im2col for one image group: col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][y][x] or 0 in the

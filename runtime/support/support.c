@@ -1,24 +1,27 @@
 /* The host side of kiln_support: the loop-nest helpers compiled once into kiln. */
 #include <pthread.h>
 
-#include "runtime/support/support.h"
 #include "runtime/module_abi.h"
+#include "runtime/support/conv_blocks.h"
 #include "runtime/support/conv_tile.h"
 #include "runtime/support/gemm.h"
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_index.h"
 #include "runtime/support/kiln_window.h"
+#include "runtime/support/support.h"
 
 _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [][16]");
 
 /* The widest copy of the convolution and GEMM kernels this CPU runs (decided once, at first
  * use). */
-#define KILN_USE_ISA(t, ISA)                           \
-  do {                                                 \
-    (t).conv_tile_f32 = kiln_conv_tile_f32_##ISA;      \
-    (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;      \
-    (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA;  \
-    (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA;  \
+#define KILN_USE_ISA(t, ISA)                          \
+  do {                                                \
+    (t).conv_tile_f32 = kiln_conv_tile_f32_##ISA;     \
+    (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;     \
+    (t).conv_blocks_f32 = kiln_conv_blocks_f32_##ISA; \
+    (t).conv_blocks_f64 = kiln_conv_blocks_f64_##ISA; \
+    (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA; \
+    (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA; \
   } while (0)
 
 static kiln_support pick_kernels(kiln_support t) {
@@ -38,12 +41,28 @@ static kiln_support host_table;
 static pthread_once_t host_table_once = PTHREAD_ONCE_INIT;
 
 static void build_host_table(void) {
-  const kiln_support t = {
-      sizeof(kiln_support), kiln_collapse,     kiln_part_range, kiln_seek,
-      kiln_copy_nd,         kiln_copy_strided, kiln_slice_dim,  kiln_im2col_f32,
-      kiln_im2col_f64,      kiln_pool_f32,     kiln_pool_f64,   kiln_support_gemm_f32,
-      kiln_support_gemm_f64, 0,                0,               0,
-      0,                    kiln_foreign_op_bind, kiln_foreign_op_run, kiln_foreign_op_release};
+  const kiln_support t = {sizeof(kiln_support),
+                          kiln_collapse,
+                          kiln_part_range,
+                          kiln_seek,
+                          kiln_copy_nd,
+                          kiln_copy_strided,
+                          kiln_slice_dim,
+                          kiln_im2col_f32,
+                          kiln_im2col_f64,
+                          kiln_pool_f32,
+                          kiln_pool_f64,
+                          kiln_support_gemm_f32,
+                          kiln_support_gemm_f64,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          kiln_foreign_op_bind,
+                          kiln_foreign_op_run,
+                          kiln_foreign_op_release};
   host_table = pick_kernels(t);
 }
 
