@@ -17,6 +17,7 @@
 #include "helpers.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
+#include "ops/reference.h"
 #include "ops/registry.h"
 #include "runtime/npy.h"
 #include "util/fs.h"
@@ -145,6 +146,31 @@ TEST_F(WarmPath, ThreadsCompilingOneModuleWithTwoWeightSetsGetTheirOwnResults) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong, 0);
+}
+
+// A convolution's weight is packed into blocks by the plan's recorded transform: a module
+// from the disk cache given other weights packs those, and its results are theirs.
+TEST_F(WarmPath, ConvolutionWeightBlocksAreRepackedForANewWeightSet) {
+  std::mt19937 rng(71);
+  auto conv_graph = [](const Tensor& w) {
+    Graph g("conv_blocks");
+    Var x = input(g, "x", DType::kFloat32, {1, 8, 6, 5});
+    g.set_outputs(
+        {apply("conv", {x, parameter(g, w, "w")}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})});
+    return g;
+  };
+  const Tensor x = testing::random_tensor(DType::kFloat32, {1, 8, 6, 5}, rng);
+  Graph ga = conv_graph(testing::random_tensor(DType::kFloat32, {18, 8, 3, 3}, rng));
+  Function a = compile(ga, opts_);
+  EXPECT_EQ(a.info().cache, CacheStatus::kMiss);
+  EXPECT_NE(read_file(a.info().module_path.parent_path() / "plan").find("pack_conv_blocks"),
+            std::string::npos);
+  clear_compile_memo();
+  Graph gb = conv_graph(testing::random_tensor(DType::kFloat32, {18, 8, 3, 3}, rng));
+  Function b = compile(gb, opts_);
+  EXPECT_EQ(b.info().cache, CacheStatus::kHit);
+  EXPECT_TRUE(tensors_close(b({x})[0], evaluate_reference(gb, {x})[0], 1e-4, 1e-5));
+  EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
 }
 
 TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
