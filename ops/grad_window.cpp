@@ -148,6 +148,13 @@ std::vector<Variable*> Pool::grad(const GradArgs& args) const {
 }
 
 std::vector<Variable*> Conv::grad(const GradArgs& args) const {
+  // Packing runs after differentiation; a packed graph read back (kiln's JSON) is not
+  // differentiated through its blocks.
+  if (packed_m_ > 0) {
+    throw UnsupportedError(
+        "conv: the gradient of a packed-weight convolution (packed_m); "
+        "differentiate the graph before the pack pass");
+  }
   Var x = grad_in(args, 0), w = grad_in(args, 1), g = grad_of_out(args, 0);
   std::vector<Variable*> out(args.node.inputs.size(), nullptr);
   const auto geo = geometry(x.type().dims, w.type().dims);

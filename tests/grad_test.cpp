@@ -367,6 +367,15 @@ TEST(Grad, ErrorsNameTheNodeOpAndInput) {
     const std::string e2 = error_of([&] { grad(g, sum(x).var(), {i.var()}); });
     EXPECT_NE(e2.find("only floating-point values have gradients"), std::string::npos) << e2;
   }
+  {
+    Graph g("packed_conv");  // as the pack pass leaves it, read back from kiln's JSON
+    Var x = input(g, "x", DType::kFloat32, {1, 8, 5, 5});
+    Var w = input(g, "w", DType::kFloat32, {1, 72, 16});
+    Var c = sum(apply("conv", {x, w},
+                      {{"packed_m", int64_t{16}}, {"kernel_shape", std::vector<int64_t>{3, 3}}}));
+    const std::string e = error_of([&] { grad(g, c.var(), {x.var()}); });
+    EXPECT_NE(e.find("packed-weight convolution"), std::string::npos) << e;
+  }
 }
 
 TEST(Grad, JsonGraphsNameTheirGradients) {
