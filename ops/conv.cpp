@@ -202,8 +202,15 @@ Conv::Plan Conv::plan(const Node& node) const {
   // every input row once.
   const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
   p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq, p.m / p.row_unit) * gx.out;
-  // The packed GEMM of a pointwise convolution takes its columns in panels.
-  if (pointwise(p)) p.col_unit = gemm_panel_width(xt.dtype);
+  // The packed GEMM of a pointwise convolution takes its columns in panels. Each part packs
+  // the input columns it multiplies, so parts split by output channels packed the same
+  // columns again: MobileNetV2's project layers (24-64 channels, 144-960 deep) went 4 ways
+  // by rows of 8, each part packing the whole input. With 8 panels or more the columns
+  // alone go round evenly.
+  if (pointwise(p)) {
+    p.col_unit = gemm_panel_width(xt.dtype);
+    if (p.ohw >= 8 * p.col_unit) p.row_unit = p.m;
+  }
   return p;
 }
 
