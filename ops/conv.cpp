@@ -185,6 +185,7 @@ Conv::Plan Conv::plan(const Node& node) const {
   Plan p;
   p.g = geometry(xt.dims, wd);
   p.one_d = p.g.size() == 1;
+  p.packed = packed_m_ > 0;
   if (p.one_d) p.g.insert(p.g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
   const WindowDims& gy = p.g[0];
   const WindowDims& gx = p.g[1];
@@ -197,11 +198,11 @@ Conv::Plan Conv::plan(const Node& node) const {
   p.hq = (hp + gy.stride - 1) / gy.stride;
   p.wq = (wp + gx.stride - 1) / gx.stride;
   // Packed weights come in blocks of output channels: a part takes whole blocks.
-  p.row_unit = packed_m_ > 0 ? kConvBlock : p.mg >= 8 ? 8 : 1;
+  p.row_unit = p.packed ? kConvBlock : p.mg >= 8 ? 8 : 1;
   // Depthwise parts take whole channels when there are enough: each part then copies
   // every input row once.
-  const bool depthwise = p.cg == 1 && p.mg == 1 && p.m >= 8;
-  p.col_unit = depthwise ? p.ohw : rows_per_unit(gy.out, p.wq, p.m / p.row_unit) * gx.out;
+  const bool many_channels = depthwise(p) && p.m >= 8;
+  p.col_unit = many_channels ? p.ohw : rows_per_unit(gy.out, p.wq, p.m / p.row_unit) * gx.out;
   // The packed GEMM of a pointwise convolution takes its columns in panels. Each part packs
   // the input columns it multiplies, so parts split by output channels packed the same
   // columns again: MobileNetV2's project layers (24-64 channels, 144-960 deep) went 4 ways
@@ -217,6 +218,7 @@ Conv::Plan Conv::plan(const Node& node) const {
 int64_t Conv::c_split_unit(const Node& node) const { return plan(node).col_unit; }
 
 bool Conv::pointwise(const Plan& p) {
+  if (p.packed) return false;
   for (const auto& d : p.g) {
     if (d.kernel != 1 || d.stride != 1 || d.pad_begin != 0 || d.pad_end != 0) return false;
   }
@@ -249,7 +251,7 @@ std::string Conv::c_code(const Node& node, const CodeNames& names, const Sub& su
 
 bool Conv::c_inline_epilogue(const Node& node) const {
   const Plan p = plan(node);
-  return pointwise(p) || (p.cg == 1 && p.mg == 1);
+  return pointwise(p) || depthwise(p);
 }
 
 std::string Conv::c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
@@ -390,7 +392,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
        s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " + s64(gy.stride) +
        " * wq + dx / " + s64(gx.stride) + ");\n";
   s += "      }\n";
-  if (p.cg == 1 && p.mg == 1) {
+  if (depthwise(p)) {
     // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
     // (one vector loop however narrow the rows), then the rows without their overhang.
     // The fixed-size kernels store whole vectors: room for one past the rows.
@@ -425,8 +427,10 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "  }\n}\n";
     return s;
   }
+  // (A packed convolution's epilogue inline, block by block, measured no faster than the
+  // separate pass: ResNet's part tiles fit L2.)
   if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
-  if (packed_m_ > 0) {
+  if (p.packed) {
     // Packed weights: the part's own positions, each at its place in the phase rows, so
     // no overhang is computed. Parts start on whole blocks (row_unit).
     s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
@@ -449,7 +453,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
        "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) +
        " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
        s64(p.hq) + ", wq, buf);\n";
-  if (packed_m_ > 0) {
+  if (p.packed) {
     s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk) +
          ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk) +
          ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +

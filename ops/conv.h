@@ -17,7 +17,7 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 15; }
+  std::optional<int> cache_version() const override { return 16; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Pointwise convolutions run an epilogue on each piece of columns they finish, depthwise
   // ones on each run of channels.
@@ -50,6 +50,7 @@ class Conv : public COp {
   struct Plan {
     std::vector<WindowDims> g;
     bool one_d = false;
+    bool packed = false;  // W in blocks of output channels (packed_m): the conv_blocks kernel
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;
@@ -57,8 +58,10 @@ class Conv : public COp {
   // run of a depthwise one's channels (empty: none).
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue) const;
-  // 1x1, stride 1, no padding: the convolution runs as a packed GEMM.
+  // 1x1, stride 1, no padding, W not packed: the convolution runs as a packed GEMM.
   static bool pointwise(const Plan& p);
+  // One input and one output channel per group, W not packed: the depthwise kernel.
+  static bool depthwise(const Plan& p) { return p.cg == 1 && p.mg == 1 && !p.packed; }
   WindowAttrs window_;
   int64_t group_;
   int64_t packed_m_;

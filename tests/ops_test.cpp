@@ -1376,6 +1376,39 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
   }
 }
 
+// A packed convolution's epilogue follows its split: parts take whole blocks of 16 output
+// channels (40 channels: blocks of 16, 16 and 8) by whole output rows, and a per-channel
+// shift, a per-element residual and a second output's activation must land on exactly the
+// part's tile, over images and parts (split thunks poison every output first).
+TEST(Conv, PackedConvolutionEpilogueFollowsTheSplit) {
+  std::mt19937 rng(73);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("packed_epilogue_") + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, 8, 13, 11});
+    Var w = constant(g, random_tensor(dt, {40, 8, 3, 3}, rng), "w");
+    Var bias = constant(g, random_tensor(dt, {40}, rng), "bias");
+    Var shift = input(g, "shift", dt, {40, 1, 1});
+    Var res = input(g, "res", dt, {kDynamic, 40, 7, 6});
+    const Attrs strided{{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                        {"strides", std::vector<int64_t>{2, 2}}};
+    Var y = apply("conv", {x, w, bias}, strided);
+    g.set_outputs({clip(add(add(y, shift), res), 0.0, 0.5),
+                   relu(apply("conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}))});
+    auto inputs = [&](int64_t n, bool strided_x) {
+      Tensor xt = random_tensor(dt, {n, 8, 13, 11}, rng);
+      return std::vector<Tensor>{strided_x ? non_contiguous(xt) : xt,
+                                 random_tensor(dt, {40, 1, 1}, rng),
+                                 random_tensor(dt, {n, 40, 7, 6}, rng)};
+    };
+    const std::string source = module_source(compile(g));
+    EXPECT_NE(source.find("kiln_conv_blocks_"), std::string::npos) << "not packed";
+    ExecutorStats split =
+        check_graph(g, {inputs(1, false), inputs(3, false), inputs(2, true)},
+                    dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 1e-4 : 1e-12);
+    EXPECT_GT(split.split_calls, 0) << "the conv thunk was not split";
+  }
+}
+
 // A MatMul of activations (..., M, K) by a constant weight is packed into one GEMM over all
 // rows of the activations (a transformer's projections), with leading dimensions kept in the
 // output, an epilogue run on pieces of panels (each part's tile in several once there are

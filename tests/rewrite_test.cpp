@@ -7,6 +7,7 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
+#include "ops/conv_pack.h"
 #include "ops/fused_elementwise.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
@@ -313,6 +314,31 @@ TEST(Rewrite, PackingGivesDirectConvolutionsWeightBlocks) {
     EXPECT_TRUE(testing::tensors_close(got[i], want[i], 1e-5, 1e-6)) << "output " << i;
   }
   expect_same_results(g, in, "");
+}
+
+// A packed 1x1 convolution or one of a single channel (a graph read back from kiln's JSON;
+// the pack pass makes neither) runs the packed kernel, not the GEMM or depthwise code,
+// which would read the blocks as rows.
+TEST(Rewrite, HandPackedPointwiseAndSingleChannelConvolutionsRunPacked) {
+  std::mt19937 rng(79);
+  using V = std::vector<int64_t>;
+  for (const V& wdims : {V{20, 8, 1, 1}, V{1, 1, 3, 3}}) {
+    const int64_t c = wdims[1];
+    const Tensor w = testing::random_tensor(DType::kFloat32, wdims, rng);
+    Graph plain("plain"), packed("packed");
+    Var xp = input(plain, "x", DType::kFloat32, {2, c, 6, 5});
+    const int64_t pad = wdims[2] / 2;  // the 1x1 one unpadded: what the GEMM path would take
+    plain.set_outputs({apply("conv", {xp, constant(plain, w, "w")}, {{"pads", V(4, pad)}})});
+    Var xk = input(packed, "x", DType::kFloat32, {2, c, 6, 5});
+    packed.set_outputs({apply(
+        "conv", {xk, constant(packed, pack_conv_blocks(w), "w.blocks")},
+        {{"pads", V(4, pad)}, {"packed_m", wdims[0]}, {"kernel_shape", V{wdims[2], wdims[3]}}})});
+    const std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {2, c, 6, 5}, rng)};
+    const Tensor want = evaluate_reference(plain, in)[0];
+    EXPECT_TRUE(testing::tensors_close(evaluate_reference(packed, in)[0], want, 1e-5, 1e-6));
+    EXPECT_TRUE(testing::tensors_close(compile(packed)(in)[0], want, 1e-5, 1e-6))
+        << "weight of " << wdims[0] << " channels";
+  }
 }
 
 // A packed weight of the wrong shape is an error naming the shape it must have.
