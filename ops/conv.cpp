@@ -164,6 +164,11 @@ void Conv::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
 
 namespace {
 
+// Positions per split unit of a packed 1x1 convolution: two of the AVX2 kernel's groups of
+// 6 (conv_blocks.c), which the gather lays out one after another.
+constexpr int64_t kGatherGroup = 6;
+constexpr int64_t kPackedPositionUnit = 2 * kGatherGroup;
+
 // Output rows per column unit of a split: enough padded-row positions (rows x wq) that the
 // tile kernel's vector blocks stay full, in near-equal units over the output's rows. A big
 // image takes fine units (at least 48 positions), so parts of many units come out even. A
@@ -171,6 +176,7 @@ namespace {
 // ones (192: four whole vector blocks), so a part is not mostly a partial block and the
 // split goes by output channels instead (14 x 14 3x3 convolutions: 290 -> 360 GFLOP/s);
 // with fewer channels the positions are all there is to split.
+
 int64_t rows_per_unit(int64_t oh, int64_t wq, int64_t row_blocks) {
   const int64_t grain = oh * wq >= 1536 || row_blocks < 4 ? 48 : 192;
   const int64_t units = std::max<int64_t>(1, oh * wq / grain);
@@ -186,6 +192,8 @@ Conv::Plan Conv::plan(const Node& node) const {
   p.g = geometry(xt.dims, wd);
   p.one_d = p.g.size() == 1;
   p.packed = packed_m_ > 0;
+  p.window_1x1 = true;
+  for (const auto& d : p.g) p.window_1x1 &= d.kernel == 1 && d.pad_begin == 0 && d.pad_end == 0;
   if (p.one_d) p.g.insert(p.g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
   const WindowDims& gy = p.g[0];
   const WindowDims& gx = p.g[1];
@@ -212,6 +220,8 @@ Conv::Plan Conv::plan(const Node& node) const {
     p.col_unit = gemm_panel_width(xt.dtype);
     if (p.ohw >= 8 * p.col_unit) p.row_unit = p.m;
   }
+  // A packed 1x1 window reads its positions in place: parts need no whole rows.
+  if (p.packed && p.window_1x1) p.col_unit = kPackedPositionUnit;
   return p;
 }
 
@@ -360,6 +370,74 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     if (!epilogue.empty()) {
       s += "    {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "    }\n";
     }
+    s += "  }\n  }\n}\n";
+    return s;
+  }
+  if (p.packed && p.window_1x1) {
+    // A packed 1x1 window (any stride) needs no padded or phase copy. The part's positions
+    // go in chunks of about 128 KB of input, each gathered into groups of kGatherGroup
+    // positions whose taps (input channels) lie one after another, so the kernel streams
+    // each group's input: read in place, each tap of a group was a new cache line (a 7 x 7
+    // map's channels are 196 bytes apart). Every block of output channels then passes over
+    // the chunk while it is in L2.
+    if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a packed convolution");
+    const std::string G = lit(kGatherGroup);
+    s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
+         ", \"kiln packed these weights for another block size\");\n";
+    s += "  const int64_t cg = " + s64(p.cg) + ", ow = " + s64(gx.out) + ";\n";
+    s += "  const int64_t sc = " + x + "->strides[1], sy = " + sy + " * " + s64(gy.stride) +
+         ", sx = " + sx + " * " + s64(gx.stride) + ";\n";
+    s += "  int64_t chunk = 131072 / (int64_t)sizeof(" + T + ") / cg / " + G + " * " + G + ";\n";
+    s += "  if (chunk < 2 * " + G + ") chunk = 2 * " + G + ";\n";
+    s += "  if (chunk > c1 - c0) chunk = (c1 - c0 + " + G + " - 1) / " + G + " * " + G + ";\n";
+    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)chunk * sizeof(int32_t));\n";
+    s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)cg * sizeof(int32_t));\n";
+    s += "  " + T + " *gbuf = (" + T + " *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(chunk * cg) * sizeof(" + T + "));\n";
+    s += "  int64_t *src = (int64_t *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)chunk * sizeof(int64_t));\n";
+    s += "  if (!pos || !off || !gbuf || !src) " + sub.fail +
+         "(\"conv: out of memory for the gathered positions\");\n";
+    s += "  for (int64_t t = 0; t < cg; ++t) off[t] = (int32_t)(t * " + G + ");\n";
+    s += "  for (int64_t i = 0; i < chunk; ++i) pos[i] = (int32_t)(i / " + G + " * cg * " + G +
+         " + i % " + G + ");\n";
+    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n) {\n";
+    s += "    const " + T + " *xn = (const " + T + " *)" + x + "->data + n * " + x +
+         "->strides[0];\n";
+    s += "    " + T + " *yn = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + r0) * " +
+         s64(p.ohw) + ";\n";
+    s += "    for (int64_t j0 = c0; j0 < c1; j0 += chunk) {\n";
+    s += "      const int64_t cnt = c1 - j0 < chunk ? c1 - j0 : chunk;\n";
+    // Channel by channel, so each input row's run of positions is read in order.
+    s += "      if (sx == 1 && sy == ow) {\n";
+    s += "        for (int64_t t = 0; t < cg; ++t) {\n";
+    s += "          const " + T + " *row = xn + t * sc + j0;\n";
+    s += "          for (int64_t g = 0; g * " + G + " < cnt; ++g) {\n";
+    s += "            " + T + " *dst = gbuf + (g * cg + t) * " + G + ";\n";
+    s += "            const int64_t jn = cnt - g * " + G + " < " + G + " ? cnt - g * " + G + " : " +
+         G + ";\n";
+    s += "            if (jn == " + G + ")\n";
+    s += "              for (int i = 0; i < " + G + "; ++i) dst[i] = row[g * " + G + " + i];\n";
+    s += "            else\n";
+    s += "              for (int i = 0; i < jn; ++i) dst[i] = row[g * " + G + " + i];\n";
+    s += "          }\n";
+    s += "        }\n";
+    s += "      } else {\n";
+    s += "        for (int64_t j = 0; j < cnt; ++j) src[j] = (j0 + j) / ow * sy + (j0 + j) % ow * "
+         "sx;\n";
+    s += "        for (int64_t t = 0; t < cg; ++t) {\n";
+    s += "          const " + T + " *row = xn + t * sc;\n";
+    s += "          for (int64_t j = 0; j < cnt; ++j)\n";
+    s += "            gbuf[(j / " + G + " * cg + t) * " + G + " + j % " + G + "] = row[src[j]];\n";
+    s += "        }\n";
+    s += "      }\n";
+    s += "      kiln_conv_blocks_" + S +
+         "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? "
+         "bias + r0 * bs : 0, bs, yn + j0, " +
+         s64(p.ohw) + ");\n";
+    s += "    }\n";
     s += "  }\n  }\n}\n";
     return s;
   }

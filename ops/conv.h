@@ -17,7 +17,7 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 16; }
+  std::optional<int> cache_version() const override { return 17; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Pointwise convolutions run an epilogue on each piece of columns they finish, depthwise
   // ones on each run of channels.
@@ -51,6 +51,7 @@ class Conv : public COp {
     std::vector<WindowDims> g;
     bool one_d = false;
     bool packed = false;  // W in blocks of output channels (packed_m): the conv_blocks kernel
+    bool window_1x1 = false;  // a 1x1 window with no padding (any stride): no image copy needed
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;

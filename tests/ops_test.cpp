@@ -1221,6 +1221,11 @@ TEST(Conv, PackedWeightsMatchReferenceAcrossGeometry) {
        true},
       {"one_d", {3, 16, 30}, {33, 16, 5}, {{"pads", V{2, 2}}}, true},
       {"blocks_over_a_small_map", {1, 64, 7, 7}, {48, 64, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      // A strided 1x1 window is gathered, not phase-copied: 24 channels end in a half block,
+      // 42 positions in a part group, and 600 channels need several chunks per part.
+      {"strided_1x1", {2, 64, 13, 11}, {24, 64, 1, 1}, {{"strides", V{2, 2}}}, true},
+      {"strided_1x1_one_d", {2, 64, 31}, {16, 64, 1}, {{"strides", V{3}}}, false},
+      {"strided_1x1_chunks", {1, 600, 40, 40}, {16, 600, 1, 1}, {{"strides", V{2, 2}}}, true},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {

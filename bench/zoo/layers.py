@@ -40,7 +40,7 @@ def conv_kind(weight_dims, group):
     return "Conv direct"
 
 
-def node_kinds(model):
+def node_kinds(model, per_node=False):
     """ONNX node name -> kind, and output name -> the kind of the Conv behind it, through the
     activations and adds a peer fuses into the Conv (onnxruntime names a fused node after
     its last output), else that output's own kind."""
@@ -51,6 +51,8 @@ def node_kinds(model):
         if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in init:
             group = next((a.i for a in n.attribute if a.name == "group"), 1)
             kind = conv_kind(init[n.input[1]], group)
+            if per_node:  # one row per convolution: its name and weight shape
+                kind = f"{n.name} {'x'.join(map(str, init[n.input[1]]))}"
         by_name[n.name] = kind
         for o in n.output:
             producer[o] = n
@@ -73,9 +75,9 @@ def node_kinds(model):
     return by_name, by_output
 
 
-def kiln_times(model_path, input_path, repeat, threads):
+def kiln_times(model_path, input_path, repeat, threads, per_node):
     """kind -> ms per run from kiln's profile."""
-    by_name, _ = node_kinds(onnx.load(model_path))
+    by_name, _ = node_kinds(onnx.load(model_path), per_node)
     env = dict(os.environ, KILN_ENGINE_WORKERS=str(threads))
     with tempfile.TemporaryDirectory() as out:
         text = subprocess.run(
@@ -94,10 +96,10 @@ def kiln_times(model_path, input_path, repeat, threads):
     return times, wall
 
 
-def ort_times(model_path, input_path, repeat, threads):
+def ort_times(model_path, input_path, repeat, threads, per_node):
     """kind -> ms per run from onnxruntime's profile."""
     model = onnx.load(model_path)
-    by_name, by_output = node_kinds(model)
+    by_name, by_output = node_kinds(model, per_node)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -119,7 +121,7 @@ def ort_times(model_path, input_path, repeat, threads):
         op = e["args"].get("op_name", "?")
         if op in ("Conv", "FusedConv"):
             kind = by_name.get(name, "")
-            if not kind.startswith("Conv "):
+            if kind not in by_output.values():
                 kind = by_output.get(re.sub(r"_nchwc$", "", name)) or "Conv (unmatched)"
         else:
             kind = op  # the peer's op type (a fused or layout node keeps its own)
@@ -133,16 +135,17 @@ def main():
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--nodes", action="store_true", help="one row per convolution, not per kind")
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
     args = ap.parse_args()
     model_path = os.path.join(args.data, args.model + ".onnx")
     input_path = os.path.join(args.data, args.model + ".input.npy")
     kiln_rounds, walls, peer_rounds = [], [], []
     for _ in range(max(1, args.rounds)):
-        k, w = kiln_times(model_path, input_path, args.repeat, args.threads)
+        k, w = kiln_times(model_path, input_path, args.repeat, args.threads, args.nodes)
         kiln_rounds.append(k)
         walls.append(w)
-        peer_rounds.append(ort_times(model_path, input_path, args.repeat, args.threads))
+        peer_rounds.append(ort_times(model_path, input_path, args.repeat, args.threads, args.nodes))
 
     def median_by_kind(rounds):
         kinds = set().union(*rounds)
@@ -152,11 +155,13 @@ def main():
     print(f"{args.model}: {args.threads} threads, {args.rounds} rounds of {args.repeat} runs; kiln "
           f"{float(np.median(walls)):.2f} ms per run (wall), steps {sum(kiln.values()):.2f} ms; "
           f"onnxruntime nodes {sum(peer.values()):.2f} ms")
-    print(f"{'kind':40s} {'kiln ms':>9s} {'ort ms':>9s} {'kiln/ort':>9s}")
-    for kind in sorted(set(kiln) | set(peer), key=lambda k: -max(kiln.get(k, 0), peer.get(k, 0))):
+    kinds = set(kiln) | set(peer)
+    wid = max([40] + [len(k) for k in kinds])
+    print(f"{'kind':{wid}s} {'kiln ms':>9s} {'ort ms':>9s} {'kiln/ort':>9s}")
+    for kind in sorted(kinds, key=lambda k: -max(kiln.get(k, 0), peer.get(k, 0))):
         k, o = kiln.get(kind, 0.0), peer.get(kind, 0.0)
         ratio = f"{k / o:9.2f}" if k and o else f"{'-':>9s}"
-        print(f"{kind:40s} {k:9.3f} {o:9.3f} {ratio}")
+        print(f"{kind:{wid}s} {k:9.3f} {o:9.3f} {ratio}")
 
 
 if __name__ == "__main__":

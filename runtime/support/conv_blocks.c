@@ -34,46 +34,63 @@
   enum {                                                                                           \
     KILN_CB_CAT(CBW_, S) = KILN_VEC_BYTES / (int)sizeof(T),                                        \
     KILN_CB_CAT(CBV_, S) =                                                                         \
-        KILN_CONV_BLOCK / KILN_CB_CAT(CBW_, S) > 0 ? KILN_CONV_BLOCK / KILN_CB_CAT(CBW_, S) : 1,   \
-    KILN_CB_CAT(CBP_, S) = KILN_CB_NP(KILN_CB_CAT(CBV_, S))                                        \
+        KILN_CONV_BLOCK / KILN_CB_CAT(CBW_, S) > 0 ? KILN_CONV_BLOCK / KILN_CB_CAT(CBW_, S) : 1    \
   };                                                                                               \
                                                                                                    \
-  /* Positions pos[0, np) x one block's rows [0, rows) into y (rows ldy apart). */                 \
+  /* Positions pos[0, np) x one block's rows [0, rows) into y (rows ldy apart), nv of the          \
+   * block's vectors computed (one for a tail block of VW rows or fewer).                          \
+   */                                                                                              \
   static inline __attribute__((always_inline)) void KILN_CB_CAT(cblock_, S)(                       \
-      const int np, int64_t taps, const T* restrict b, const int32_t* restrict pos,                \
+      const int np, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict pos,  \
       const int32_t* restrict off, const T* restrict wb, const T* restrict init, int rows,         \
       T* restrict y, int64_t ldy) {                                                                \
     typedef KILN_CB_CAT(cbv_, S) V;                                                                \
     typedef KILN_CB_CAT(cbvu_, S) VU; /* a weight blob need not be vector-aligned */               \
-    enum { VW = KILN_CB_CAT(CBW_, S), NV = KILN_CB_CAT(CBV_, S) };                                 \
+    enum { VW = KILN_CB_CAT(CBW_, S) };                                                            \
     V acc[KILN_CB_NP_MAX][KILN_CB_NV_MAX];                                                         \
     /* One base per position and one index per tap: each broadcast is one addressed load. */       \
     const T* bp[KILN_CB_NP_MAX];                                                                   \
     _Pragma("GCC unroll 12") for (int i = 0; i < np; ++i) {                                        \
       bp[i] = b + pos[i];                                                                          \
-      _Pragma("GCC unroll 8") for (int v = 0; v < NV; ++v) acc[i][v] = *(const V*)(init + v * VW); \
+      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) acc[i][v] = *(const V*)(init + v * VW); \
     }                                                                                              \
     for (int64_t t = 0; t < taps; ++t) {                                                           \
       const int64_t o = off[t];                                                                    \
       const T* wt = wb + t * KILN_CONV_BLOCK;                                                      \
       _Pragma("GCC unroll 12") for (int i = 0; i < np; ++i) {                                      \
         const V x = KILN_CB_SPLAT(V, bp[i][o]);                                                    \
-        _Pragma("GCC unroll 8") for (int v = 0; v < NV; ++v) acc[i][v] +=                          \
+        _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) acc[i][v] +=                          \
             x * *(const VU*)(wt + v * VW);                                                         \
       }                                                                                            \
     }                                                                                              \
-    /* y is channel-major: each sum vector's lanes go to NV * VW rows. */                          \
+    /* y is channel-major: each sum vector's lanes go to nv * VW rows. */                          \
     _Pragma("GCC unroll 12") for (int i = 0; i < np; ++i) {                                        \
       T lanes[KILN_CONV_BLOCK] __attribute__((aligned(64)));                                       \
-      _Pragma("GCC unroll 8") for (int v = 0; v < NV; ++v) * (V*)(lanes + v * VW) = acc[i][v];     \
+      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) * (V*)(lanes + v * VW) = acc[i][v];     \
       for (int r = 0; r < rows; ++r) y[r * ldy + i] = lanes[r];                                    \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* One block's positions, np at a time: the whole block's NV vectors, or (rows <= VW) one.       \
+   */                                                                                              \
+  static inline __attribute__((always_inline)) void KILN_CB_CAT(cblocks_, S)(                      \
+      const int nv, int64_t npos, int64_t taps, const T* b, const int32_t* pos,                    \
+      const int32_t* off, const T* wblk, const T* init, int rows, T* yr, int64_t ldy) {            \
+    const int NP = KILN_CB_NP(nv);                                                                 \
+    int64_t i0 = 0;                                                                                \
+    for (; i0 + NP <= npos; i0 += NP)                                                              \
+      KILN_CB_CAT(cblock_, S)(NP, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy);     \
+    switch ((int)(npos - i0)) {                                                                    \
+      KILN_CB_TAILS(S)                                                                             \
+      default:                                                                                     \
+        break;                                                                                     \
     }                                                                                              \
   }                                                                                                \
                                                                                                    \
   void KILN_CB_CAT(KILN_CB_CAT(kiln_conv_blocks_, S), KILN_CB_CAT(_, KILN_ISA))(                   \
       int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* pos, const int32_t* off,   \
       const T* wb, const T* bias, int64_t bs, T* y, int64_t ldy) {                                 \
-    enum { NP = KILN_CB_CAT(CBP_, S) };                                                            \
+    enum { VW = KILN_CB_CAT(CBW_, S), NV = KILN_CB_CAT(CBV_, S) };                                 \
     /* One block's weights (KILN_CONV_BLOCK x taps: 73 KB for 128 channels of 3 x 3) stay in       \
      * L2 while every group of positions passes over them. */                                      \
     for (int64_t r0 = 0; r0 < m; r0 += KILN_CONV_BLOCK) {                                          \
@@ -82,24 +99,20 @@
       for (int r = 0; r < KILN_CONV_BLOCK; ++r)                                                    \
         init[r] = bias && r < rows ? bias[(r0 + r) * bs] : (T)0;                                   \
       const T* wblk = wb + r0 * taps;                                                              \
-      T* yr = y + r0 * ldy;                                                                        \
-      int64_t i0 = 0;                                                                              \
-      for (; i0 + NP <= npos; i0 += NP)                                                            \
-        KILN_CB_CAT(cblock_, S)(NP, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy);       \
-      switch ((int)(npos - i0)) {                                                                  \
-        KILN_CB_TAILS(S)                                                                           \
-        default:                                                                                   \
-          break;                                                                                   \
-      }                                                                                            \
+      /* A tail block of 24 channels' second half (8 rows) need not compute 8 zero rows. */        \
+      if (NV > 1 && rows <= VW)                                                                    \
+        KILN_CB_CAT(cblocks_, S)(1, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy, ldy); \
+      else                                                                                         \
+        KILN_CB_CAT(cblocks_, S)                                                                   \
+        (NV, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy, ldy);                        \
     }                                                                                              \
   }
 
 /* The last group's positions (1 to NP - 1), each count with its own code. */
-#define KILN_CB_TAIL(S, K)                                                      \
-  case K:                                                                       \
-    if (K < NP)                                                                 \
-      KILN_CB_CAT(cblock_, S)                                                   \
-      (K < NP ? K : 1, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy); \
+#define KILN_CB_TAIL(S, K)                                                        \
+  case K:                                                                         \
+    if (K < NP) KILN_CB_CAT(cblock_, S)                                           \
+    (K < NP ? K : 1, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy); \
     break;
 #define KILN_CB_TAILS(S)                                                                         \
   KILN_CB_TAIL(S, 1)                                                                             \
