@@ -411,27 +411,12 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "    for (int64_t j0 = c0; j0 < c1; j0 += chunk) {\n";
     s += "      const int64_t cnt = c1 - j0 < chunk ? c1 - j0 : chunk;\n";
     // Channel by channel, so each input row's run of positions is read in order.
-    s += "      if (sx == 1 && sy == ow) {\n";
-    s += "        for (int64_t t = 0; t < cg; ++t) {\n";
-    s += "          const " + T + " *row = xn + t * sc + j0;\n";
-    s += "          for (int64_t g = 0; g * " + G + " < cnt; ++g) {\n";
-    s += "            " + T + " *dst = gbuf + (g * cg + t) * " + G + ";\n";
-    s += "            const int64_t jn = cnt - g * " + G + " < " + G + " ? cnt - g * " + G + " : " +
-         G + ";\n";
-    s += "            if (jn == " + G + ")\n";
-    s += "              for (int i = 0; i < " + G + "; ++i) dst[i] = row[g * " + G + " + i];\n";
-    s += "            else\n";
-    s += "              for (int i = 0; i < jn; ++i) dst[i] = row[g * " + G + " + i];\n";
-    s += "          }\n";
-    s += "        }\n";
-    s += "      } else {\n";
-    s += "        for (int64_t j = 0; j < cnt; ++j) src[j] = (j0 + j) / ow * sy + (j0 + j) % ow * "
+    s += "      for (int64_t j = 0; j < cnt; ++j) src[j] = (j0 + j) / ow * sy + (j0 + j) % ow * "
          "sx;\n";
-    s += "        for (int64_t t = 0; t < cg; ++t) {\n";
-    s += "          const " + T + " *row = xn + t * sc;\n";
-    s += "          for (int64_t j = 0; j < cnt; ++j)\n";
-    s += "            gbuf[(j / " + G + " * cg + t) * " + G + " + j % " + G + "] = row[src[j]];\n";
-    s += "        }\n";
+    s += "      for (int64_t t = 0; t < cg; ++t) {\n";
+    s += "        const " + T + " *row = xn + t * sc;\n";
+    s += "        for (int64_t j = 0; j < cnt; ++j)\n";
+    s += "          gbuf[(j / " + G + " * cg + t) * " + G + " + j % " + G + "] = row[src[j]];\n";
     s += "      }\n";
     s += "      kiln_conv_blocks_" + S +
          "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? "

@@ -51,7 +51,7 @@ class Conv : public COp {
     std::vector<WindowDims> g;
     bool one_d = false;
     bool packed = false;  // W in blocks of output channels (packed_m): the conv_blocks kernel
-    bool window_1x1 = false;  // a 1x1 window with no padding (any stride): no image copy needed
+    bool window_1x1 = false;  // a 1x1 window, no padding (any stride): positions gathered
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };
   Plan plan(const Node& node) const;
