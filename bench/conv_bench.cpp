@@ -127,6 +127,9 @@ int main(int argc, char** argv) {
       {"depthwise 3x3 144 56x56", 144, 144, 56, 3, 1, 144},
       {"depthwise 3x3/2 96 112x112", 96, 96, 112, 3, 2, 96},
       {"depthwise 5x5 480 14x14", 480, 480, 14, 5, 1, 480},
+      {"depthwise 3x3 32 112x112", 32, 32, 112, 3, 1, 32},
+      {"depthwise 3x3 576 14x14", 576, 576, 14, 3, 1, 576},
+      {"depthwise 3x3 960 7x7", 960, 960, 7, 3, 1, 960},
   };
   const double peak = fma_peak(threads);
   std::printf("%d threads; FMA peak (measured): %.1f GFLOP/s\n\n", threads, peak);

@@ -474,11 +474,8 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel) + ", " +
          s64(gx.kernel) + ", W + oc * " + s64(p.ckk) + ", bias ? bias[oc * bs] : (" + T +
          ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
-    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + oc) * " +
-         s64(p.ohw) + ";\n";
-    s += "      for (int64_t oy = oy0; oy < oy1; ++oy)\n";
-    s += "        for (int64_t ox = 0; ox < ow; ++ox) yo[oy * ow + ox] = flat[(oy - oy0) * wq + "
-         "ox];\n";
+    s += "      kiln_rows_copy_" + S + "(flat, wq, (" + T + " *)" + y + "->data + (n * " +
+         s64(p.m) + " + oc) * " + s64(p.ohw) + " + oy0 * ow, ow, oy1 - oy0);\n";
     if (!epilogue.empty()) {
       // The epilogue on runs of whole channels of at least 16 KB, still in L1 or L2.
       s += "      if ((oc + 1 - e_r0) * (c1 - c0) * (int64_t)sizeof(" + T +

@@ -1277,6 +1277,70 @@ TEST(Conv, DepthwisePaddingNeverReadsTheBorderAsData) {
   }
 }
 
+// The depthwise kernel sums each channel's taps over flat runs of its phase rows, then copies
+// the kept columns to the output rows a vector at a time, a row's last vector spilling into the
+// next row: maps narrower than a vector (7, 5, 1 wide), widths a whole number of vectors (16),
+// 5x5, generic (7x1, 2x2) and dilated filters, uneven pads, strides, 1-D, 40 channels (parts
+// take whole channels) and 3 (parts take rows: a spill across a part's last row would land in
+// another part's rows, which split thunks poison first), with NaN, +-inf and -0.0 in the image.
+TEST(Conv, DepthwiseMatchesReferenceAcrossGeometry) {
+  std::mt19937 rng(67);
+  using V = std::vector<int64_t>;
+  struct Case {
+    std::string name;
+    V x, w;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases{
+      {"small_map", {2, 40, 7, 7}, {40, 1, 3, 3}, {{"pads", V{1, 1, 1, 1}}}},
+      {"whole_vectors", {1, 3, 16, 16}, {3, 1, 3, 3}, {{"pads", V{1, 1, 1, 1}}}},
+      {"five_wide_5x5", {2, 3, 9, 5}, {3, 1, 5, 5}, {{"pads", V{2, 2, 2, 2}}}},
+      {"one_column", {1, 40, 9, 1}, {40, 1, 3, 3}, {{"pads", V{1, 1, 1, 1}}}},
+      {"strided_uneven",
+       {2, 3, 20, 13},
+       {3, 1, 3, 3},
+       {{"strides", V{2, 1}}, {"pads", V{0, 1, 2, 1}}}},
+      {"dilated",
+       {1, 40, 13, 11},
+       {40, 1, 3, 3},
+       {{"dilations", V{2, 2}}, {"pads", V{2, 2, 2, 2}}}},
+      {"generic_7x1", {1, 3, 15, 9}, {3, 1, 7, 1}, {{"pads", V{3, 0, 3, 0}}}},
+      {"generic_2x2_strided", {2, 40, 11, 10}, {40, 1, 2, 2}, {{"strides", V{2, 2}}}},
+      {"one_d", {2, 3, 37}, {3, 1, 5}, {{"pads", V{2, 2}}, {"strides", V{2}}}},
+  };
+  for (const auto& c : cases) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      Graph g("conv_dw_" + c.name);
+      Attrs attrs = c.attrs;
+      attrs["group"] = c.x[1];
+      V xdims = c.x;
+      xdims[0] = kDynamic;
+      Var x = input(g, "x", dt, xdims);
+      Var w = input(g, "w", dt, c.w);
+      Var b = input(g, "b", dt, {c.w[0]});
+      g.set_outputs({apply("conv", {x, w, b}, attrs)});
+      Tensor special = random_tensor(dt, c.x, rng);
+      const double inf = std::numeric_limits<double>::infinity();
+      const int64_t n = special.numel();
+      special.store(1, inf);
+      special.store(n / 3, -inf);
+      special.store(n / 2, std::nan(""));
+      special.store(n - 1, -0.0);
+      auto args = [&](Tensor xt) {
+        return std::vector<Tensor>{std::move(xt), random_tensor(dt, c.w, rng),
+                                   random_tensor(dt, {c.w[0]}, rng)};
+      };
+      check_graph(g,
+                  {args(random_tensor(dt, c.x, rng)), args(special),
+                   args(non_contiguous(random_tensor(dt, c.x, rng)))},
+                  dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 1e-5 : 1e-12);
+      EXPECT_NE(module_source(compile(g)).find("kiln_depthwise_flat_"), std::string::npos)
+          << "not the depthwise kernel";
+    }
+  }
+}
+
 // conv -> per-channel scale and shift -> relu, as a folded batch norm exports: the
 // epilogue is fused into the conv thunk, which splits over output planes, and the epilogue
 // must take exactly the planes its part computed (split thunks poison every output first).

@@ -223,47 +223,52 @@ static inline void kiln_deinterleave_f64(const double *src, int64_t w, double *r
  * padding is left as it is (the caller zeroes it once). x is addressed with element strides
  * (sc, sy, sx); each phase row is one strided run, so there is no division per pixel. */
 #define KILN_PHASE_COPY(T, S)                                                                 \
-  static __attribute__((unused)) void kiln_phase_copy_##S(                                   \
-      const T *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx, int64_t h, int64_t w, \
-      int64_t pt, int64_t pl, int64_t sh, int64_t sw, int64_t hq, int64_t wq, T *buf) {      \
-    for (int64_t c = 0; c < channels; ++c)                                                   \
-      for (int64_t y = 0; y < h; ++y) {                                                      \
-        const int64_t py = y + pt;                                                           \
-        const T *src = x + c * sc + y * sy;                                                  \
-        T *row = buf + (c * sh + py % sh) * sw * hq * wq + py / sh * wq;                     \
-        if (sw == 1) {                                                                       \
-          T *restrict dst = row + pl;                                                        \
-          if (sx == 1) {                                                                     \
-            for (int64_t i = 0; i < w; ++i) dst[i] = src[i];                                 \
-          } else {                                                                           \
-            for (int64_t i = 0; i < w; ++i) dst[i] = src[i * sx];                            \
-          }                                                                                  \
-          continue;                                                                          \
-        }                                                                                    \
-        if (sw == 2 && sx == 1) {                                                            \
-          /* Image column 2i is padded column 2i + pl: phase pl % 2 at i + pl / 2; column   \
-           * 2i + 1 the other phase at i + (pl + 1) / 2. */                                  \
-          kiln_deinterleave_##S(src, w, row + pl % 2 * hq * wq + pl / 2,                     \
-                                row + (pl + 1) % 2 * hq * wq + (pl + 1) / 2);                \
-          continue;                                                                          \
-        }                                                                                    \
-        for (int64_t b = 0; b < sw; ++b) {                                                   \
-          /* The first padded column at or after pl in phase b, and its image column. */     \
-          const int64_t px0 = pl + ((b - pl % sw) % sw + sw) % sw, x0 = px0 - pl;            \
-          if (x0 >= w) continue;                                                             \
-          const int64_t n = (w - x0 + sw - 1) / sw;                                          \
-          T *restrict dst = row + b * hq * wq + px0 / sw;                                    \
-          const T *s0 = src + x0 * sx;                                                       \
-          const int64_t step = sw * sx;                                                      \
-          /* Stride 2 of a contiguous row, the common case, with a constant step the         \
+  static __attribute__((unused)) void kiln_phase_copy_##S(                                    \
+      const T* x, int64_t channels, int64_t sc, int64_t sy, int64_t sx, int64_t h, int64_t w, \
+      int64_t pt, int64_t pl, int64_t sh, int64_t sw, int64_t hq, int64_t wq, T* buf) {       \
+    for (int64_t c = 0; c < channels; ++c)                                                    \
+      /* (py % sh, py / sh) stepped along, not divided: a depthwise call copies a 7-pixel     \
+       * row per division otherwise. */                                                       \
+      for (int64_t y = 0, ph = pt % sh, qy = pt / sh; y < h; ++y) {                           \
+        const T* src = x + c * sc + y * sy;                                                   \
+        T* row = buf + (c * sh + ph) * sw * hq * wq + qy * wq;                                \
+        if (++ph == sh) {                                                                     \
+          ph = 0;                                                                             \
+          ++qy;                                                                               \
+        }                                                                                     \
+        if (sw == 1) {                                                                        \
+          T* restrict dst = row + pl;                                                         \
+          if (sx == 1) {                                                                      \
+            for (int64_t i = 0; i < w; ++i) dst[i] = src[i];                                  \
+          } else {                                                                            \
+            for (int64_t i = 0; i < w; ++i) dst[i] = src[i * sx];                             \
+          }                                                                                   \
+          continue;                                                                           \
+        }                                                                                     \
+        if (sw == 2 && sx == 1) {                                                             \
+          /* Image column 2i is padded column 2i + pl: phase pl % 2 at i + pl / 2; column     \
+           * 2i + 1 the other phase at i + (pl + 1) / 2. */                                   \
+          kiln_deinterleave_##S(src, w, row + pl % 2 * hq * wq + pl / 2,                      \
+                                row + (pl + 1) % 2 * hq * wq + (pl + 1) / 2);                 \
+          continue;                                                                           \
+        }                                                                                     \
+        for (int64_t b = 0; b < sw; ++b) {                                                    \
+          /* The first padded column at or after pl in phase b, and its image column. */      \
+          const int64_t px0 = pl + ((b - pl % sw) % sw + sw) % sw, x0 = px0 - pl;             \
+          if (x0 >= w) continue;                                                              \
+          const int64_t n = (w - x0 + sw - 1) / sw;                                           \
+          T* restrict dst = row + b * hq * wq + px0 / sw;                                     \
+          const T* s0 = src + x0 * sx;                                                        \
+          const int64_t step = sw * sx;                                                       \
+          /* Stride 2 of a contiguous row, the common case, with a constant step the          \
            * compiler vectorizes (a variable one is a scalar gather). */                      \
-          if (step == 2) {                                                                   \
-            for (int64_t i = 0; i < n; ++i) dst[i] = s0[2 * i];                              \
-          } else {                                                                           \
-            for (int64_t i = 0; i < n; ++i) dst[i] = s0[i * step];                           \
-          }                                                                                  \
-        }                                                                                    \
-      }                                                                                      \
+          if (step == 2) {                                                                    \
+            for (int64_t i = 0; i < n; ++i) dst[i] = s0[2 * i];                               \
+          } else {                                                                            \
+            for (int64_t i = 0; i < n; ++i) dst[i] = s0[i * step];                            \
+          }                                                                                   \
+        }                                                                                     \
+      }                                                                                       \
   }
 KILN_PHASE_COPY(float, f32)
 KILN_PHASE_COPY(double, f64)
@@ -401,5 +406,26 @@ KILN_MAXPOOL_FLAT(double, f64)
   }
 KILN_DEPTHWISE(float, f32, kiln_v16f_, 16)
 KILN_DEPTHWISE(double, f64, kiln_v8d_, 8)
+
+/* Rows of a flat phase-row buffer (rows wq apart) to output rows (ow apart), a vector at a
+ * time: a row's last vector is stored whole, spilling into the next row, which is stored
+ * after it; only the last row stops at ow, so parts never write each other's rows. The
+ * source has a vector's slack past its last row (KILN_CONV_SLACK). */
+#define KILN_ROWS_COPY(T, S, V, VW)                                          \
+  static __attribute__((unused)) void kiln_rows_copy_##S(                    \
+      const T* src, int64_t wq, T* restrict dst, int64_t ow, int64_t rows) { \
+    for (int64_t r = 0; r < rows; ++r) {                                     \
+      const T* s = src + r * wq;                                             \
+      T* d = dst + r * ow;                                                   \
+      const int64_t n = r + 1 < rows ? ow : ow / VW * VW;                    \
+      int64_t i = 0;                                                         \
+      for (; i < n; i += VW) *(V*)(d + i) = *(const V*)(s + i);              \
+      for (; i < ow; ++i) d[i] = s[i];                                       \
+    }                                                                        \
+  }
+typedef float kiln_v8f_ __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double kiln_v4d_ __attribute__((vector_size(32), aligned(8), may_alias));
+KILN_ROWS_COPY(float, f32, kiln_v8f_, 8)
+KILN_ROWS_COPY(double, f64, kiln_v4d_, 4)
 
 #endif /* KILN_WINDOW_H */
