@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
       {"squeezenet classifier 512->1000 13x13", 512, 1000, 13, 1, 1, 1},
       {"resnet stem 3->64 7x7/2 224x224", 3, 64, 224, 7, 2, 1},
       {"shufflenet stem 3->24 3x3/2 224x224", 3, 24, 224, 3, 2, 1},
+      {"mobilenet stem 3->32 3x3/2 224x224", 3, 32, 224, 3, 2, 1},
+      {"squeezenet stem 3->64 3x3/2 224x224", 3, 64, 224, 3, 2, 1},
       {"resnet downsample 64->128 1x1/2 56x56", 64, 128, 56, 1, 2, 1},
       {"resnet downsample 256->512 1x1/2 14x14", 256, 512, 14, 1, 2, 1},
       {"resnet 3x3 64->64 56x56", 64, 64, 56, 3, 1, 1},
