@@ -408,20 +408,21 @@ KILN_DEPTHWISE(float, f32, kiln_v16f_, 16)
 KILN_DEPTHWISE(double, f64, kiln_v8d_, 8)
 
 /* Rows of a flat phase-row buffer (rows wq apart) to output rows (ow apart), a vector at a
- * time: a row's last vector is stored whole, spilling into the next row, which is stored
- * after it; only the last row stops at ow, so parts never write each other's rows. The
- * source has a vector's slack past its last row (KILN_CONV_SLACK). */
-#define KILN_ROWS_COPY(T, S, V, VW)                                          \
-  static __attribute__((unused)) void kiln_rows_copy_##S(                    \
-      const T* src, int64_t wq, T* restrict dst, int64_t ow, int64_t rows) { \
-    for (int64_t r = 0; r < rows; ++r) {                                     \
-      const T* s = src + r * wq;                                             \
-      T* d = dst + r * ow;                                                   \
-      const int64_t n = r + 1 < rows ? ow : ow / VW * VW;                    \
-      int64_t i = 0;                                                         \
-      for (; i < n; i += VW) *(V*)(d + i) = *(const V*)(s + i);              \
-      for (; i < ow; ++i) d[i] = s[i];                                       \
-    }                                                                        \
+ * time: a vector may run past its row into the rows after it, which are copied later, but
+ * never past the last row, so parts never write each other's rows (a row narrower than half
+ * a vector would otherwise reach two rows on, into another part's channel). The source has a
+ * vector's slack past its last row (KILN_CONV_SLACK). */
+#define KILN_ROWS_COPY(T, S, V, VW)                                                      \
+  static __attribute__((unused)) void kiln_rows_copy_##S(                                \
+      const T* src, int64_t wq, T* restrict dst, int64_t ow, int64_t rows) {             \
+    for (int64_t r = 0; r < rows; ++r) {                                                 \
+      const T* s = src + r * wq;                                                         \
+      T* d = dst + r * ow;                                                               \
+      const int64_t room = (rows - r) * ow; /* elements from d to the end of the rows */ \
+      int64_t i = 0;                                                                     \
+      for (; i < ow && i + VW <= room; i += VW) *(V*)(d + i) = *(const V*)(s + i);       \
+      for (; i < ow; ++i) d[i] = s[i];                                                   \
+    }                                                                                    \
   }
 typedef float kiln_v8f_ __attribute__((vector_size(32), aligned(4), may_alias));
 typedef double kiln_v4d_ __attribute__((vector_size(32), aligned(8), may_alias));
