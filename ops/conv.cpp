@@ -269,8 +269,20 @@ std::string Conv::c_code_with_epilogue(const Node& node, const CodeNames& names,
   return code(node, names, sub, epilogue);
 }
 
+bool Conv::c_store_clamp(const Node& node) const {
+  const DType dt = node.outputs[0]->type.dtype;
+  const Plan p = plan(node);
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && (pointwise(p) || p.packed);
+}
+
+std::string Conv::c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                    const StoreClamp& clamp) const {
+  if (!c_store_clamp(node)) throw InternalError("conv: a store clamp on a convolution without one");
+  return code(node, names, sub, "", &clamp);
+}
+
 std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
-                       const std::string& epilogue) const {
+                       const std::string& epilogue, const StoreClamp* clamp) const {
   const auto& xt = node.inputs[0]->type;
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
@@ -295,6 +307,9 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
   const std::string sx = x + "->strides[" + (p.one_d ? "2" : "3") + "]";
   const bool has_bias = node.inputs.size() == 3;
   const SplitTiles tiles = *c_split_tiles(node, names, sub);
+  // The kernels' store bounds: -inf and +inf clamp nothing.
+  const std::string lo_hi = clamp ? clamp->lo + ", " + clamp->hi
+                                  : "-(" + T + ")__builtin_inf(), (" + T + ")__builtin_inf()";
   std::string s = "{\n";
   s += "  int64_t r0, r1, c0, c1;\n";
   s += "  kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
@@ -360,11 +375,10 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      }\n";
     s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (e_n * " + s64(p.m) +
          " + oc) * ohw + e_c0;\n";
-    s += "      if (bias)\n";
-    s += "        for (int64_t r = oc; r < oc_end; ++r)\n";
-    s += "          for (int64_t j = 0; j < npos; ++j) yo[(r - oc) * ohw + j] = bias[r * bs];\n";
+    // The bias and a clamp go in as the kernel stores: no passes of their own over the piece.
     s += "      kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
-         ")1, W + oc * cg, cg, 1, bp, (" + T + ")(bias ? 1 : 0), yo, ohw);\n";
+         ")1, W + oc * cg, cg, 1, bp, (" + T + ")0, yo, ohw, bias ? bias + oc * bs : 0, bs, 0, " +
+         lo_hi + ");\n";
     s += "      oc = oc_end;\n";
     s += "    }\n";
     if (!epilogue.empty()) {
@@ -421,7 +435,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      kiln_conv_blocks_" + S +
          "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? "
          "bias + r0 * bs : 0, bs, yn + j0, " +
-         s64(p.ohw) + ");\n";
+         s64(p.ohw) + ", " + lo_hi + ");\n";
     s += "    }\n";
     s += "  }\n  }\n}\n";
     return s;
@@ -517,7 +531,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk) +
          ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk) +
          ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
-         " + oc) * " + s64(p.ohw) + " + c0, " + s64(p.ohw) + ");\n";
+         " + oc) * " + s64(p.ohw) + " + c0, " + s64(p.ohw) + ", " + lo_hi + ");\n";
   } else {
     s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
          ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +

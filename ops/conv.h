@@ -17,13 +17,17 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 18; }
+  std::optional<int> cache_version() const override { return 19; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Pointwise convolutions run an epilogue on each piece of columns they finish, depthwise
   // ones on each run of channels.
   bool c_inline_epilogue(const Node& node) const override;
   std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                    const std::string& epilogue) const override;
+  // Pointwise and packed-weight convolutions clamp (relu, clip) in their kernel's stores.
+  bool c_store_clamp(const Node& node) const override;
+  std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                const StoreClamp& clamp) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
   std::string c_support_code() const override;  // the packed GEMM of pointwise convolutions
   // Parts take tiles of output channels by output rows: an epilogue follows the same split.
@@ -56,9 +60,10 @@ class Conv : public COp {
   };
   Plan plan(const Node& node) const;
   // c_code, running `epilogue` on each piece of a pointwise convolution's output or each
-  // run of a depthwise one's channels (empty: none).
+  // run of a depthwise one's channels (empty: none), or clamping in the stores (`clamp`,
+  // where c_store_clamp).
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
-                   const std::string& epilogue) const;
+                   const std::string& epilogue, const StoreClamp* clamp = nullptr) const;
   // 1x1, stride 1, no padding, W not packed: the convolution runs as a packed GEMM.
   static bool pointwise(const Plan& p);
   // One input and one output channel per group, W not packed: the depthwise kernel.

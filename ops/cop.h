@@ -69,6 +69,13 @@ struct SplitTiles {
   bool piece_in_scope = false;
 };
 
+// An epilogue that only clamps (relu: 0 and +inf; clip by two scalars), as C expressions of
+// the output's type for its bounds: an op whose kernel stores through a clamp applies it there
+// and needs no pass of its own over the output.
+struct StoreClamp {
+  std::string lo, hi;
+};
+
 struct CudaEpilogue;  // ops/cuda_epilogue.h
 
 class COp : public Op {
@@ -119,6 +126,12 @@ class COp : public Op {
   // [e_c0, e_c1) of the grid c_split_tiles describes. The pieces cover this part's tile once.
   virtual std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                            const std::string& epilogue) const {
+    return "";
+  }
+  // True when c_code_with_clamp applies a StoreClamp in its kernel's stores.
+  virtual bool c_store_clamp(const Node& node) const { return false; }
+  virtual std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                        const StoreClamp& clamp) const {
     return "";
   }
   // Each output element costs many operations, so small calls are worth splitting too.

@@ -117,11 +117,42 @@ Node WithEpilogue::base_view(const Node& node) const {
   return view;
 }
 
+std::optional<StoreClamp> WithEpilogue::store_clamp(const Node& node,
+                                                    const CodeNames& names) const {
+  const auto& steps = program_->steps();
+  const TensorType& out = node.outputs[0]->type;
+  if (steps.size() != 1 || !is_float(out.dtype)) return std::nullopt;
+  const std::string T(dtype_c_type(out.dtype));
+  const std::string& name = steps[0].op->name();
+  if (name == "relu" && steps[0].args == std::vector<int>{0}) {
+    return StoreClamp{"(" + T + ")0", "(" + T + ")__builtin_inf()"};
+  }
+  if (name != "clip" || steps[0].args != std::vector<int>{0, 1, 2}) return std::nullopt;
+  // clip's bounds: two one-element inputs of the output's type, read when the step runs.
+  std::string bound[2];
+  for (int k = 0; k < 2; ++k) {
+    const size_t i = static_cast<size_t>(base_inputs_ + k);
+    const TensorType& t = node.inputs[i]->type;
+    if (t.dtype != out.dtype) return std::nullopt;
+    for (int64_t d : t.dims) {
+      if (d != 1) return std::nullopt;  // (a dynamic dimension too)
+    }
+    bound[k] = "((const " + T + " *)" + names.inputs[i] + "->data)[0]";
+  }
+  return StoreClamp{bound[0], bound[1]};
+}
+
 std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   Node view = base_view(node);
   CodeNames base_names;
   base_names.inputs.assign(names.inputs.begin(), names.inputs.begin() + base_inputs_);
   base_names.outputs = names.outputs;
+  if (base_->c_store_clamp(view)) {
+    if (auto clamp = store_clamp(node, names)) {
+      return "/* epilogue, in the stores: " + attr_string(program_->props(), "program") + " */\n" +
+             base_->c_code_with_clamp(view, base_names, sub, *clamp);
+    }
+  }
 
   // The epilogue: an in-place pass over the output, reading it as $0.
   std::vector<LoopOperand> ops;

@@ -6,6 +6,7 @@
 // and whose $k, k >= 1, is extra input base_inputs + k - 1), and the base op's own props
 // prefixed "base.".
 #include <memory>
+#include <optional>
 
 #include "ops/fused_elementwise.h"
 
@@ -46,6 +47,8 @@ class WithEpilogue : public COp {
 
  private:
   Node base_view(const Node& node) const;  // the node as the base op sees it
+  // The program as a clamp of $0 (relu, or clip by one-element inputs), or nothing.
+  std::optional<StoreClamp> store_clamp(const Node& node, const CodeNames& names) const;
   std::shared_ptr<const COp> base_;
   std::shared_ptr<const FusedElementwise> program_;
   int base_inputs_ = 0;

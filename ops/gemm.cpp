@@ -184,6 +184,7 @@ std::string Gemm::c_fill_bias(const Node& node, const CodeNames& names, const st
                         : "0";
   std::string s = "  const " + T + " *pc = (const " + T + " *)" + Cn + "->data;\n";
   s += "  const int64_t sci = " + sci + ", scj = " + scj + ";\n";
+  if (lo.empty()) return s;  // the view only: the packed kernel adds it as it stores
   if (beta_ == 1.0) {
     // A plain broadcast copy: the host's copy loop, not one more loop for clang to compile.
     s += "  {\n";
@@ -228,7 +229,7 @@ std::string Gemm::c_code(const Node& node, const CodeNames& names, const Sub& su
 
 // Packed B: kiln's kernel, on this part's rows of the output (and of A).
 std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const Sub& sub,
-                                const std::string& epilogue) const {
+                                const std::string& epilogue, const StoreClamp* clamp) const {
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
   const std::string S = dt == DType::kFloat32 ? "f32" : "f64";
@@ -279,12 +280,22 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "  kiln_tile_part(M, N, " + tiles.row_unit + ", " + tiles.col_unit + ", " + ctx +
        "->part, " + ctx + "->n_parts, &lo, &hi, &c0, &c1);\n";
   s += "  " + T + " *py = (" + T + " *)" + Y + "->data;\n";
+  // C at beta 1 is the kernel's bias, added as it stores; another beta scales a copy first.
+  const bool c_in_kernel = has_c && beta_ == 1.0;
+  if (c_in_kernel) s += c_fill_bias(node, names, "", "", "", "");
+  const std::string lo_hi = clamp ? clamp->lo + ", " + clamp->hi
+                                  : "-(" + T + ")__builtin_inf(), (" + T + ")__builtin_inf()";
+  auto bias_args = [&](const std::string& c0) {
+    return c_in_kernel ? "pc + lo * sci + " + c0 + " * scj, sci, scj, " + lo_hi
+                       : "0, 0, 0, " + lo_hi;
+  };
+  const std::string beta = has_c && !c_in_kernel ? "1" : "0";
   if (epilogue.empty()) {
-    if (has_c) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
+    if (has_c && !c_in_kernel) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
     s += "  if (lo < hi && c0 < c1)\n";
     s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) +
-         ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" +
-         (has_c ? "1" : "0") + ", py + lo * N + c0, N);\n";
+         ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" + beta +
+         ", py + lo * N + c0, N, " + bias_args("c0") + ");\n";
     s += "}\n";
     return s;
   }
@@ -296,10 +307,10 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "  if (piece < P) piece = P;\n";
   s += "  for (int64_t e_c0 = c0; lo < hi && e_c0 < c1; e_c0 += piece) {\n";
   s += "    const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
-  if (has_c) s += c_fill_bias(node, names, "lo", "hi", "e_c0", "e_c1");
+  if (has_c && !c_in_kernel) s += c_fill_bias(node, names, "lo", "hi", "e_c0", "e_c1");
   s += "    kiln_gemm_packed_" + S + "(hi - lo, e_c1 - e_c0, K, " + c_literal(dt, alpha_) +
-       ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + e_c0 / P * K * P, (" + T + ")" +
-       (has_c ? "1" : "0") + ", py + lo * N + e_c0, N);\n";
+       ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + e_c0 / P * K * P, (" + T + ")" + beta +
+       ", py + lo * N + e_c0, N, " + bias_args("e_c0") + ");\n";
   s += "    {\n      const int64_t e_n = 0, e_r0 = lo, e_r1 = hi;\n" + epilogue + "    }\n";
   s += "  }\n";
   s += "}\n";
@@ -307,6 +318,17 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
 }
 
 bool Gemm::c_inline_epilogue(const Node&) const { return packed_n_ > 0; }
+
+bool Gemm::c_store_clamp(const Node& node) const {
+  const DType dt = node.outputs[0]->type.dtype;
+  return packed_n_ > 0 && (dt == DType::kFloat32 || dt == DType::kFloat64);
+}
+
+std::string Gemm::c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                    const StoreClamp& clamp) const {
+  if (!c_store_clamp(node)) throw InternalError("gemm: a store clamp on a gemm without one");
+  return c_code_packed(node, names, sub, "", &clamp);
+}
 
 std::string Gemm::c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                        const std::string& epilogue) const {

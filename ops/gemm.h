@@ -18,7 +18,7 @@ class Gemm : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   bool c_splittable(const Node&) const override { return packed_n_ > 0; }
@@ -33,6 +33,10 @@ class Gemm : public COp {
   bool c_inline_epilogue(const Node& node) const override;
   std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                    const std::string& epilogue) const override;
+  // Packed: a relu or clip epilogue clamps in the kernel's stores.
+  bool c_store_clamp(const Node& node) const override;
+  std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                const StoreClamp& clamp) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
@@ -41,9 +45,12 @@ class Gemm : public COp {
                           const CudaEpilogue& epi) const override;
 
  private:
-  // `epilogue` (may be empty): run on pieces of panels as they are finished.
+  // `epilogue` (may be empty): run on pieces of panels as they are finished; `clamp`: the
+  // kernel clamps as it stores.
   std::string c_code_packed(const Node& node, const CodeNames& names, const Sub& sub,
-                            const std::string& epilogue) const;
+                            const std::string& epilogue, const StoreClamp* clamp = nullptr) const;
+  // C's view (pc, sci, scj), then beta * C copied into rows [lo, hi) x columns [c0, c1) of
+  // the output; with lo empty, the view only.
   std::string c_fill_bias(const Node& node, const CodeNames& names, const std::string& lo,
                           const std::string& hi, const std::string& c0 = "0",
                           const std::string& c1 = "N") const;

@@ -243,7 +243,8 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "      }\n    }\n";
     s += "    packed_ob = ob;\n";
     s += "    kiln_gemm_packed_" + S + "(M, N, K, (" + T + ")1, pa + oa, rsa, csa, bp, (" + T +
-         ")0, pc + bi * M * N, N);\n";
+         ")0, pc + bi * M * N, N, 0, 0, 0, -(" + T + ")__builtin_inf(), (" + T +
+         ")__builtin_inf());\n";
   } else {
     s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
     s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, (" + T + ")1, pa + oa, rsa, csa, pb + ob, rsb, csb, (" +

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 8
+#define KILN_ABI_VERSION 9
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -96,26 +96,33 @@ typedef struct kiln_support {
   void (*conv_tile_f64)(int64_t m, int64_t npos, int64_t taps, const double *b,
                         const int32_t *off, const double *w, int64_t ldw, const double *bias,
                         int64_t bs, double *y, int64_t ldy, int64_t wp, int64_t ow);
-  /* C[m,n] = alpha * A B + beta * C (C unread when beta is 0), with A by (row, column)
-   * element strides and B packed: panel p holds columns [p*P, p*P + P) as k rows of P
-   * elements, P = KILN_GEMM_PANEL_BYTES / sizeof(element), so B[i][j] sits at
-   * bp[(j/P)*k*P + i*P + j%P], and the last panel's columns past n are zero padding. */
-  void (*gemm_packed_f32)(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                          int64_t rsa, int64_t csa, const float *bp, float beta, float *c,
-                          int64_t ldc);
-  void (*gemm_packed_f64)(int64_t m, int64_t n, int64_t k, double alpha, const double *a,
-                          int64_t rsa, int64_t csa, const double *bp, double beta, double *c,
-                          int64_t ldc);
+  /* C[m,n] = clamp(alpha * A B + beta * C + bias, lo, hi) (C unread when beta is 0), with A
+   * by (row, column) element strides and B packed: panel p holds columns [p*P, p*P + P) as k
+   * rows of P elements, P = KILN_GEMM_PANEL_BYTES / sizeof(element), so B[i][j] sits at
+   * bp[(j/P)*k*P + i*P + j%P], and the last panel's columns past n are zero padding. The bias
+   * of C[i][j] is bias[i*rsb + j*csb] (bias may be NULL: none); clamp(x, lo, hi) is
+   * x < lo ? lo : x, then > hi ? hi : x, so a NaN stays, and -inf, +inf clamp nothing. The
+   * bias and clamp are how a convolution's or linear layer's bias and relu or clip need no
+   * pass of their own over C. */
+  void (*gemm_packed_f32)(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa,
+                          int64_t csa, const float* bp, float beta, float* c, int64_t ldc,
+                          const float* bias, int64_t rsb, int64_t csb, float lo, float hi);
+  void (*gemm_packed_f64)(int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                          int64_t rsa, int64_t csa, const double* bp, double beta, double* c,
+                          int64_t ldc, const double* bias, int64_t rsb, int64_t csb, double lo,
+                          double hi);
   /* Direct convolution with packed weights: for r < m, i < npos,
-   *   y[r*ldy + i] = bias[r*bs] + sum_{t < taps} W[r][t] * b[off[t] + pos[i]]
-   * (bias may be NULL: 0), the weights packed in blocks of KILN_CONV_BLOCK rows: W[r][t] sits
-   * at wb[(r/B)*taps*B + t*B + r%B], B = KILN_CONV_BLOCK, the last block's rows past m zero. */
+   *   y[r*ldy + i] = clamp(bias[r*bs] + sum_{t < taps} W[r][t] * b[off[t] + pos[i]], lo, hi)
+   * (bias may be NULL: 0; clamp as gemm_packed's), the weights packed in blocks of KILN_CONV_BLOCK
+   * rows: W[r][t] sits at wb[(r/B)*taps*B + t*B + r%B], B = KILN_CONV_BLOCK, the last block's rows
+   * past m zero. */
   void (*conv_blocks_f32)(int64_t m, int64_t npos, int64_t taps, const float* b, const int32_t* pos,
                           const int32_t* off, const float* wb, const float* bias, int64_t bs,
-                          float* y, int64_t ldy);
+                          float* y, int64_t ldy, float lo, float hi);
   void (*conv_blocks_f64)(int64_t m, int64_t npos, int64_t taps, const double* b,
                           const int32_t* pos, const int32_t* off, const double* wb,
-                          const double* bias, int64_t bs, double* y, int64_t ldy);
+                          const double* bias, int64_t bs, double* y, int64_t ldy, double lo,
+                          double hi);
   /* Compute functions outside the module (the precompiled ops of custom-op libraries):
    * bound once when the module loads, from a description kiln wrote into it (NULL after
    * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */

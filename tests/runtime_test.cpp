@@ -25,7 +25,7 @@ namespace {
 
 template <class T>
 using GemmPacked = void (*)(int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t, const T*, T,
-                            T*, int64_t);
+                            T*, int64_t, const T*, int64_t, int64_t, T, T);
 
 // Every copy of the packed GEMM this CPU can run (the loader picks the widest), by name.
 template <class T>
@@ -47,39 +47,56 @@ std::vector<std::pair<std::string, GemmPacked<T>>> gemm_copies() {
   return copies;
 }
 
-// C = alpha * A B + beta * C against a long-double loop, for each ISA's copy: row blocks with
-// remainders, partial vectors and panels, k past one 256-step block, A read transposed
-// (column stride != 1), beta 0 over a NaN-filled C (which must not be read), and ldc > n.
+// C = clamp(alpha * A B + beta * C + bias, lo, hi) against a long-double loop, for each ISA's
+// copy: row blocks with remainders, partial vectors and panels, k past one 256-step block, A
+// read transposed (column stride != 1), beta 0 over a NaN-filled C (which must not be read),
+// ldc > n; a bias per row, per column, per element (columns 2 apart) or none; no clamp, a
+// relu and a clip (which must apply once, after the last k block, and let a NaN through).
 template <class T>
 void check_gemm_packed(DType dt, double tol) {
   ASSERT_EQ(kGemmPanelBytes, KILN_GEMM_PANEL_BYTES);
   std::mt19937 rng(53);
   std::uniform_real_distribution<double> u(-1, 1);
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  const std::pair<T, T> clamps[] = {{-inf, inf}, {T(0), inf}, {T(-0.25), T(0.5)}};
   for (auto [isa, fn] : gemm_copies<T>()) {
+    int variant = 0;
     for (int64_t m : {1, 5, 6, 13}) {
       for (int64_t n : {1, 7, 17, 64, 65, 130}) {
         for (int64_t k : {1, 9, 300}) {
           for (bool trans_a : {false, true}) {
+            const int bias_mode = variant % 4;  // none, per row, per column, per element
+            const auto [lo, hi] = clamps[variant / 4 % 3];
+            ++variant;
             const T alpha = static_cast<T>(0.75), beta = trans_a ? T(0) : static_cast<T>(-0.5);
             std::vector<T> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
             for (auto& x : a) x = static_cast<T>(u(rng));
             for (auto& x : b) x = static_cast<T>(u(rng));
             const int64_t rsa = trans_a ? 1 : k, csa = trans_a ? m : 1, ldc = n + 3;
+            if (m > 1 && lo > -inf) a[static_cast<size_t>((m - 1) * rsa)] = nan;  // a NaN row
+            std::vector<T> bias(static_cast<size_t>(m * 2 * n));
+            for (auto& x : bias) x = static_cast<T>(u(rng));
+            const int64_t rsb = bias_mode == 1 ? 1 : bias_mode == 3 ? 2 * n : 0;
+            const int64_t csb = bias_mode == 2 ? 1 : bias_mode == 3 ? 2 : 0;
             std::vector<T> c(static_cast<size_t>(m * ldc));
-            for (auto& x : c) x = beta == 0 ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(u(rng));
+            for (auto& x : c) x = beta == 0 ? nan : static_cast<T>(u(rng));
             std::vector<T> want = c;
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < n; ++j) {
                 long double acc = 0;
                 for (int64_t t = 0; t < k; ++t) acc += (long double)a[i * rsa + t * csa] * b[t * n + j];
                 T& w = want[static_cast<size_t>(i * ldc + j)];
-                w = static_cast<T>(alpha * acc + (beta == 0 ? 0 : (long double)beta * w));
+                long double x = alpha * acc + (beta == 0 ? 0 : (long double)beta * w);
+                if (bias_mode) x += bias[static_cast<size_t>(i * rsb + j * csb)];
+                x = x < lo ? lo : x;
+                w = static_cast<T>(x > hi ? hi : x);
               }
             }
             Tensor bt = Tensor::empty(dt, {k, n});
             std::memcpy(bt.data(), b.data(), b.size() * sizeof(T));
             Tensor bp = pack_gemm_panels(bt, false);
-            fn(m, n, k, alpha, a.data(), rsa, csa, static_cast<const T*>(bp.data()), beta, c.data(), ldc);
+            fn(m, n, k, alpha, a.data(), rsa, csa, static_cast<const T*>(bp.data()), beta, c.data(),
+               ldc, bias_mode ? bias.data() : nullptr, rsb, csb, lo, hi);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < ldc; ++j) {
                 const T got = c[static_cast<size_t>(i * ldc + j)], exp = want[static_cast<size_t>(i * ldc + j)];
@@ -87,9 +104,17 @@ void check_gemm_packed(DType dt, double tol) {
                   ASSERT_TRUE(std::memcmp(&got, &exp, sizeof(T)) == 0) << isa << " wrote past column " << n;
                   continue;
                 }
-                ASSERT_NEAR(got, exp, tol * (1 + std::abs(exp)))
-                    << isa << " m=" << m << " n=" << n << " k=" << k << " trans_a=" << trans_a << " at ("
-                    << i << ", " << j << ")";
+                const std::string where =
+                    isa + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k) + " trans_a=" + std::to_string(trans_a) +
+                    " bias=" + std::to_string(bias_mode) + " clamp=[" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "] at (" + std::to_string(i) + ", " + std::to_string(j) +
+                    ")";
+                if (std::isnan(exp)) {
+                  ASSERT_TRUE(std::isnan(got)) << where << ": " << got;
+                  continue;
+                }
+                ASSERT_NEAR(got, exp, tol * (1 + std::abs(exp))) << where;
               }
             }
           }

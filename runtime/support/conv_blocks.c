@@ -27,8 +27,9 @@
   ((KILN_VEC_REGS - 4) / (nv) > KILN_CB_NP_MAX ? KILN_CB_NP_MAX : (KILN_VEC_REGS - 4) / (nv))
 #define KILN_CB_SPLAT(V, s) ((s) + -(V){0})
 
-#define KILN_CONV_BLOCKS(T, S)                                                                     \
+#define KILN_CONV_BLOCKS(T, IT, S)                                                                 \
   typedef T KILN_CB_CAT(cbv_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                     \
+  typedef IT KILN_CB_CAT(cbvi_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                   \
   typedef T KILN_CB_CAT(cbvu_, S)                                                                  \
       __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));                            \
   enum {                                                                                           \
@@ -43,8 +44,9 @@
   static inline __attribute__((always_inline)) void KILN_CB_CAT(cblock_, S)(                       \
       const int np, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict pos,  \
       const int32_t* restrict off, const T* restrict wb, const T* restrict init, int rows,         \
-      T* restrict y, int64_t ldy) {                                                                \
+      T* restrict y, int64_t ldy, T lo, T hi, int clamps) {                                        \
     typedef KILN_CB_CAT(cbv_, S) V;                                                                \
+    typedef KILN_CB_CAT(cbvi_, S) VI;                                                              \
     typedef KILN_CB_CAT(cbvu_, S) VU; /* a weight blob need not be vector-aligned */               \
     enum { VW = KILN_CB_CAT(CBW_, S) };                                                            \
     V acc[KILN_CB_NP_MAX][KILN_CB_NV_MAX];                                                         \
@@ -66,7 +68,17 @@
     /* y is channel-major: each sum vector's lanes go to nv * VW rows. */                          \
     _Pragma("GCC unroll 12") for (int i = 0; i < np; ++i) {                                        \
       T lanes[KILN_CONV_BLOCK] __attribute__((aligned(64)));                                       \
-      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) * (V*)(lanes + v * VW) = acc[i][v];     \
+      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) {                                       \
+        V x = acc[i][v];                                                                           \
+        if (clamps) { /* as gemm_tile.c's clamp: a NaN and -0.0 stay */                            \
+          const V l = KILN_CB_SPLAT(V, lo), h = KILN_CB_SPLAT(V, hi);                              \
+          VI m = (VI)(x < l);                                                                      \
+          x = (V)(((VI)l & m) | ((VI)x & ~m));                                                     \
+          m = (VI)(x > h);                                                                         \
+          x = (V)(((VI)h & m) | ((VI)x & ~m));                                                     \
+        }                                                                                          \
+        *(V*)(lanes + v * VW) = x;                                                                 \
+      }                                                                                            \
       for (int r = 0; r < rows; ++r) y[r * ldy + i] = lanes[r];                                    \
     }                                                                                              \
   }                                                                                                \
@@ -75,11 +87,12 @@
    */                                                                                              \
   static inline __attribute__((always_inline)) void KILN_CB_CAT(cblocks_, S)(                      \
       const int nv, int64_t npos, int64_t taps, const T* b, const int32_t* pos,                    \
-      const int32_t* off, const T* wblk, const T* init, int rows, T* yr, int64_t ldy) {            \
+      const int32_t* off, const T* wblk, const T* init, int rows, T* yr, int64_t ldy, T lo, T hi,  \
+      int clamps) {                                                                                \
     const int NP = KILN_CB_NP(nv);                                                                 \
     int64_t i0 = 0;                                                                                \
-    for (; i0 + NP <= npos; i0 += NP)                                                              \
-      KILN_CB_CAT(cblock_, S)(NP, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy);     \
+    for (; i0 + NP <= npos; i0 += NP) KILN_CB_CAT(cblock_, S)                                      \
+    (NP, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy, lo, hi, clamps);              \
     switch ((int)(npos - i0)) {                                                                    \
       KILN_CB_TAILS(S)                                                                             \
       default:                                                                                     \
@@ -89,8 +102,9 @@
                                                                                                    \
   void KILN_CB_CAT(KILN_CB_CAT(kiln_conv_blocks_, S), KILN_CB_CAT(_, KILN_ISA))(                   \
       int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* pos, const int32_t* off,   \
-      const T* wb, const T* bias, int64_t bs, T* y, int64_t ldy) {                                 \
+      const T* wb, const T* bias, int64_t bs, T* y, int64_t ldy, T lo, T hi) {                     \
     enum { VW = KILN_CB_CAT(CBW_, S), NV = KILN_CB_CAT(CBV_, S) };                                 \
+    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
     /* One block's weights (KILN_CONV_BLOCK x taps: 73 KB for 128 channels of 3 x 3) stay in       \
      * L2 while every group of positions passes over them. */                                      \
     for (int64_t r0 = 0; r0 < m; r0 += KILN_CONV_BLOCK) {                                          \
@@ -100,19 +114,18 @@
         init[r] = bias && r < rows ? bias[(r0 + r) * bs] : (T)0;                                   \
       const T* wblk = wb + r0 * taps;                                                              \
       /* A tail block of 24 channels' second half (8 rows) need not compute 8 zero rows. */        \
-      if (NV > 1 && rows <= VW)                                                                    \
-        KILN_CB_CAT(cblocks_, S)(1, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy, ldy); \
-      else                                                                                         \
-        KILN_CB_CAT(cblocks_, S)                                                                   \
-        (NV, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy, ldy);                        \
+      if (NV > 1 && rows <= VW) KILN_CB_CAT(cblocks_, S)                                           \
+      (1, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy, ldy, lo, hi, clamps);           \
+      else KILN_CB_CAT(cblocks_, S)(NV, npos, taps, b, pos, off, wblk, init, rows, y + r0 * ldy,   \
+                                    ldy, lo, hi, clamps);                                          \
     }                                                                                              \
   }
 
 /* The last group's positions (1 to NP - 1), each count with its own code. */
-#define KILN_CB_TAIL(S, K)                                                        \
-  case K:                                                                         \
-    if (K < NP) KILN_CB_CAT(cblock_, S)                                           \
-    (K < NP ? K : 1, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy); \
+#define KILN_CB_TAIL(S, K)                                                                        \
+  case K:                                                                                         \
+    if (K < NP) KILN_CB_CAT(cblock_, S)                                                           \
+    (K < NP ? K : 1, nv, taps, b, pos + i0, off, wblk, init, rows, yr + i0, ldy, lo, hi, clamps); \
     break;
 #define KILN_CB_TAILS(S)                                                                         \
   KILN_CB_TAIL(S, 1)                                                                             \
@@ -120,5 +133,5 @@
   KILN_CB_TAIL(S, 3) KILN_CB_TAIL(S, 4) KILN_CB_TAIL(S, 5) KILN_CB_TAIL(S, 6) KILN_CB_TAIL(S, 7) \
       KILN_CB_TAIL(S, 8) KILN_CB_TAIL(S, 9) KILN_CB_TAIL(S, 10) KILN_CB_TAIL(S, 11)
 
-KILN_CONV_BLOCKS(float, f32)
-KILN_CONV_BLOCKS(double, f64)
+KILN_CONV_BLOCKS(float, int32_t, f32)
+KILN_CONV_BLOCKS(double, int64_t, f64)

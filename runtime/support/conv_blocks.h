@@ -13,7 +13,7 @@ extern "C" {
 #define KILN_CONV_BLOCKS_DECL(T, S, ISA)                                                 \
   void kiln_conv_blocks_##S##_##ISA(int64_t m, int64_t npos, int64_t taps, const T* b,   \
                                     const int32_t* pos, const int32_t* off, const T* wb, \
-                                    const T* bias, int64_t bs, T* y, int64_t ldy);
+                                    const T* bias, int64_t bs, T* y, int64_t ldy, T lo, T hi);
 KILN_CONV_BLOCKS_DECL(float, f32, base)
 KILN_CONV_BLOCKS_DECL(double, f64, base)
 #if defined(__x86_64__)

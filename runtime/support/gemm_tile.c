@@ -32,9 +32,30 @@
  * costs a scalar add first (+0.0 would turn -0.0 into +0.0). */
 #define KILN_SPLAT(V, s) ((s) + -(V){0})
 
-#define KILN_GEMM_TILE(T, S)                                                                       \
+#define KILN_GEMM_TILE(T, IT, S)                                                                   \
   typedef T KILN_CAT(gvec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                       \
   typedef T KILN_CAT(gvecu_, S) __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));  \
+  typedef IT KILN_CAT(gveci_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                     \
+  /* What the last store adds and clamps (see kiln_support.gemm_packed). */                        \
+  typedef struct {                                                                                 \
+    const T* bias;                                                                                 \
+    int64_t rsb, csb;                                                                              \
+    T lo, hi;                                                                                      \
+    int fin; /* this k block is the last and the bounds clamp something */                         \
+  } KILN_CAT(gepi_, S);                                                                            \
+                                                                                                   \
+  /* x < lo ? lo : x, then > hi ? hi : x, lane by lane: a NaN fails both tests and stays, as       \
+   * in the scalar relu and clip; -0.0 is not below 0.0 and stays -0.0. */                         \
+  static inline __attribute__((always_inline)) KILN_CAT(gvec_, S)                                  \
+      KILN_CAT(gclamp_, S)(KILN_CAT(gvec_, S) x, T lo, T hi) {                                     \
+    typedef KILN_CAT(gvec_, S) V;                                                                  \
+    typedef KILN_CAT(gveci_, S) VI;                                                                \
+    const V l = KILN_SPLAT(V, lo), h = KILN_SPLAT(V, hi);                                          \
+    VI m = (VI)(x < l);                                                                            \
+    x = (V)(((VI)l & m) | ((VI)x & ~m));                                                           \
+    m = (VI)(x > h);                                                                               \
+    return (V)(((VI)h & m) | ((VI)x & ~m));                                                        \
+  }                                                                                                \
   enum {                                                                                           \
     KILN_CAT(GVW_, S) = KILN_VEC_BYTES / (int)sizeof(T),                                           \
     KILN_CAT(GP_, S) = KILN_GEMM_PANEL_BYTES / (int)sizeof(T)                                      \
@@ -45,11 +66,12 @@
    * padding and are not stored. */                                                                \
   static inline __attribute__((always_inline)) void KILN_CAT(gblock_, S)(                          \
       const int mr, const int nv, int64_t kc, const T* restrict a, int64_t rsa, int64_t csa,       \
-      const T* restrict b, T alpha, T beta, int first, int64_t cols, T* restrict c, int64_t ldc) { \
+      const T* restrict b, T alpha, T beta, int first, int64_t cols, T* restrict c, int64_t ldc,   \
+      const KILN_CAT(gepi_, S) * e) {                                                              \
     typedef KILN_CAT(gvec_, S) V;                                                                  \
     typedef KILN_CAT(gvecu_, S) VU;                                                                \
     enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
-    V acc[KILN_GEMM_MR_MAX][KILN_GEMM_NV_MAX];                                                         \
+    V acc[KILN_GEMM_MR_MAX][KILN_GEMM_NV_MAX];                                                     \
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r)                                           \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = (V){0};                   \
     for (int64_t t = 0; t < kc; ++t) {                                                             \
@@ -57,29 +79,49 @@
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] =                                  \
           *(const VU*)(b + t * P + v * VW);                                                        \
       _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                       \
-        const V as = KILN_SPLAT(V, a[r * rsa + t * csa]);                                              \
+        const V as = KILN_SPLAT(V, a[r * rsa + t * csa]);                                          \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += as * x[v];               \
       }                                                                                            \
     }                                                                                              \
+    /* The bias joins on the first k block, the clamp on the last (e->fin). */                     \
+    const T* bias = first ? e->bias : 0;                                                           \
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                         \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) {                                       \
-        const V val = acc[r][v] * alpha;                                                           \
+        V val = acc[r][v] * alpha;                                                                 \
         T* d = c + r * ldc + v * VW;                                                               \
+        const T* bv = bias ? bias + r * e->rsb + v * VW * e->csb : 0;                              \
         if ((int64_t)(v + 1) * VW <= cols) {                                                       \
           VU* dv = (VU*)d;                                                                         \
-          *dv = !first ? *dv + val : beta == 0 ? val : val + beta * *dv;                           \
+          V x = !first ? *dv + val : beta == 0 ? val : val + beta * *dv;                           \
+          if (bv) {                                                                                \
+            if (e->csb == 0)                                                                       \
+              x += KILN_SPLAT(V, bv[0]);                                                           \
+            else if (e->csb == 1)                                                                  \
+              x += *(const VU*)bv;                                                                 \
+            else                                                                                   \
+              for (int i = 0; i < VW; ++i) x[i] += bv[i * e->csb];                                 \
+          }                                                                                        \
+          if (e->fin) x = KILN_CAT(gclamp_, S)(x, e->lo, e->hi);                                   \
+          *dv = x;                                                                                 \
         } else {                                                                                   \
-          for (int i = 0; i < VW && (int64_t)v * VW + i < cols; ++i)                               \
-            d[i] = !first ? d[i] + val[i] : beta == 0 ? val[i] : val[i] + beta * d[i];             \
+          for (int i = 0; i < VW && (int64_t)v * VW + i < cols; ++i) {                             \
+            T x = !first ? d[i] + val[i] : beta == 0 ? val[i] : val[i] + beta * d[i];              \
+            if (bv) x += bv[i * e->csb];                                                           \
+            if (e->fin) {                                                                          \
+              x = x < e->lo ? e->lo : x;                                                           \
+              x = x > e->hi ? e->hi : x;                                                           \
+            }                                                                                      \
+            d[i] = x;                                                                              \
+          }                                                                                        \
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \
   }                                                                                                \
                                                                                                    \
   /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
-  static void KILN_CAT(gdispatch_, S)(int mr, int nv, int64_t kc, const T* a, int64_t rsa,         \
-                                      int64_t csa, const T* b, T alpha, T beta, int first,         \
-                                      int64_t cols, T* c, int64_t ldc) {                           \
+  static void KILN_CAT(gdispatch_, S)(                                                             \
+      int mr, int nv, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, T alpha,       \
+      T beta, int first, int64_t cols, T* c, int64_t ldc, const KILN_CAT(gepi_, S) * e) {          \
     switch (mr * 8 + nv) {                                                                         \
       KILN_GCASES_MR(S, 1)                                                                         \
       KILN_GCASES_MR(S, 2)                                                                         \
@@ -94,12 +136,21 @@
                                                                                                    \
   void KILN_CAT(KILN_CAT(kiln_gemm_packed_, S), KILN_CAT(_, KILN_ISA))(                            \
       int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t rsa, int64_t csa, const T* bp, \
-      T beta, T* c, int64_t ldc) {                                                                 \
+      T beta, T* c, int64_t ldc, const T* bias, int64_t rsb, int64_t csb, T lo, T hi) {            \
     enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
     if (m <= 0 || n <= 0) return;                                                                  \
+    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
     if (k <= 0) {                                                                                  \
       for (int64_t i = 0; i < m; ++i)                                                              \
-        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? (T)0 : beta * c[i * ldc + j]; \
+        for (int64_t j = 0; j < n; ++j) {                                                          \
+          T x = beta == 0 ? (T)0 : beta * c[i * ldc + j];                                          \
+          if (bias) x += bias[i * rsb + j * csb];                                                  \
+          if (clamps) {                                                                            \
+            x = x < lo ? lo : x;                                                                   \
+            x = x > hi ? hi : x;                                                                   \
+          }                                                                                        \
+          c[i * ldc + j] = x;                                                                      \
+        }                                                                                          \
       return;                                                                                      \
     }                                                                                              \
     for (int64_t j0 = 0; j0 < n; j0 += P) {                                                        \
@@ -113,26 +164,31 @@
           for (int64_t v0 = 0; v0 * VW < pcols; v0 += nvb) {                                       \
             const int64_t cols = pcols - v0 * VW;                                                  \
             const int nv = (int)((cols + VW - 1) / VW < nvb ? (cols + VW - 1) / VW : nvb);         \
+            const KILN_CAT(gepi_, S) e = {bias ? bias + r0 * rsb + (j0 + v0 * VW) * csb : 0,       \
+                                          rsb,                                                     \
+                                          csb,                                                     \
+                                          lo,                                                      \
+                                          hi,                                                      \
+                                          clamps && k0 + kc == k};                                 \
             KILN_CAT(gdispatch_, S)                                                                \
             (mr, nv, kc, a + r0 * rsa + k0 * csa, rsa, csa, panel + k0 * P + v0 * VW, alpha, beta, \
-             k0 == 0, cols, c + r0 * ldc + j0 + v0 * VW, ldc);                                     \
+             k0 == 0, cols, c + r0 * ldc + j0 + v0 * VW, ldc, &e);                                 \
           }                                                                                        \
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \
   }
 
-#define KILN_GCASE(S, MR, NV)                                                           \
-  case MR * 8 + NV:                                                                     \
-    KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc); \
+#define KILN_GCASE(S, MR, NV)                                                              \
+  case MR * 8 + NV:                                                                        \
+    KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc, e); \
     break;
 /* A pair past the register budget still needs its constant label, but is never reached; it
  * forwards to nv = 1, which keeps it small. */
-#define KILN_GCASE_IF(ok, S, MR, NV)                                             \
-  case MR * 8 + NV:                                                              \
-    if (ok)                                                                      \
-      KILN_CAT(gblock_, S)                                                       \
-      (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc); \
+#define KILN_GCASE_IF(ok, S, MR, NV)                                              \
+  case MR * 8 + NV:                                                               \
+    if (ok) KILN_CAT(gblock_, S)                                                  \
+    (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc, e); \
     break;
 #define KILN_GCASES_MR(S, MR)                        \
   KILN_GCASE(S, MR, 1)                               \
@@ -140,5 +196,5 @@
   KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 3, S, MR, 3) \
   KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 4, S, MR, 4)
 
-KILN_GEMM_TILE(float, f32)
-KILN_GEMM_TILE(double, f64)
+KILN_GEMM_TILE(float, int32_t, f32)
+KILN_GEMM_TILE(double, int64_t, f64)

@@ -9,10 +9,10 @@
 extern "C" {
 #endif
 
-#define KILN_GEMM_TILE_DECL(T, S, ISA)                                                    \
-  void kiln_gemm_packed_##S##_##ISA(int64_t m, int64_t n, int64_t k, T alpha, const T* a, \
-                                    int64_t rsa, int64_t csa, const T* bp, T beta, T* c,  \
-                                    int64_t ldc);
+#define KILN_GEMM_TILE_DECL(T, S, ISA)                                                             \
+  void kiln_gemm_packed_##S##_##ISA(                                                               \
+      int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t rsa, int64_t csa, const T* bp, \
+      T beta, T* c, int64_t ldc, const T* bias, int64_t rsb, int64_t csb, T lo, T hi);
 KILN_GEMM_TILE_DECL(float, f32, base)
 KILN_GEMM_TILE_DECL(double, f64, base)
 #if defined(__x86_64__)
