@@ -272,7 +272,7 @@ std::string Conv::c_code_with_epilogue(const Node& node, const CodeNames& names,
 bool Conv::c_store_clamp(const Node& node) const {
   const DType dt = node.outputs[0]->type.dtype;
   const Plan p = plan(node);
-  return (dt == DType::kFloat32 || dt == DType::kFloat64) && (pointwise(p) || p.packed);
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && !depthwise(p);
 }
 
 std::string Conv::c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
@@ -536,7 +536,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
          ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +
          ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
-         " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow);\n";
+         " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow, " + lo_hi + ");\n";
   }
   s += "    oc = oc_end;\n";
   s += "  }\n  }\n}\n";

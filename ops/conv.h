@@ -24,7 +24,8 @@ class Conv : public COp {
   bool c_inline_epilogue(const Node& node) const override;
   std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
                                    const std::string& epilogue) const override;
-  // Pointwise and packed-weight convolutions clamp (relu, clip) in their kernel's stores.
+  // Every kernel but the depthwise one (whose epilogue runs inline) clamps (relu, clip) as
+  // it stores.
   bool c_store_clamp(const Node& node) const override;
   std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
                                 const StoreClamp& clamp) const override;

@@ -87,15 +87,17 @@ typedef struct kiln_support {
                   int64_t rsa, int64_t csa, const double *B, int64_t rsb, int64_t csb,
                   double beta, double *C, int64_t ldc);
   /* Direct convolution of m output rows over npos positions: for r < m, j < npos,
-   *   y[r*ldy + (j/wp)*ow + j%wp] = bias[r*bs] + sum_{t < taps} w[r*ldw + t] * b[off[t] + j]
-   * for every j whose j % wp < ow (bias may be NULL: 0). b must stay readable KILN_CONV_SLACK
-   * elements past b[off[t] + npos - 1]; what it reads there only reaches dropped positions. */
-  void (*conv_tile_f32)(int64_t m, int64_t npos, int64_t taps, const float *b,
-                        const int32_t *off, const float *w, int64_t ldw, const float *bias,
-                        int64_t bs, float *y, int64_t ldy, int64_t wp, int64_t ow);
-  void (*conv_tile_f64)(int64_t m, int64_t npos, int64_t taps, const double *b,
-                        const int32_t *off, const double *w, int64_t ldw, const double *bias,
-                        int64_t bs, double *y, int64_t ldy, int64_t wp, int64_t ow);
+   *   y[r*ldy + (j/wp)*ow + j%wp] = clamp(bias[r*bs] + sum_{t < taps} w[r*ldw + t] * b[off[t] + j],
+   *                                       lo, hi)
+   * for every j whose j % wp < ow (bias may be NULL: 0; clamp as gemm_packed's). b must stay
+   * readable KILN_CONV_SLACK elements past b[off[t] + npos - 1]; what it reads there only reaches
+   * dropped positions. */
+  void (*conv_tile_f32)(int64_t m, int64_t npos, int64_t taps, const float* b, const int32_t* off,
+                        const float* w, int64_t ldw, const float* bias, int64_t bs, float* y,
+                        int64_t ldy, int64_t wp, int64_t ow, float lo, float hi);
+  void (*conv_tile_f64)(int64_t m, int64_t npos, int64_t taps, const double* b, const int32_t* off,
+                        const double* w, int64_t ldw, const double* bias, int64_t bs, double* y,
+                        int64_t ldy, int64_t wp, int64_t ow, double lo, double hi);
   /* C[m,n] = clamp(alpha * A B + beta * C + bias, lo, hi) (C unread when beta is 0), with A
    * by (row, column) element strides and B packed: panel p holds columns [p*P, p*P + P) as k
    * rows of P elements, P = KILN_GEMM_PANEL_BYTES / sizeof(element), so B[i][j] sits at

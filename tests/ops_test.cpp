@@ -1457,7 +1457,8 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
 // kernel as it stores (with the bias added there too): no pass of its own. NaN and +-inf in
 // the image must come out as the scalar relu and clip give them (a NaN stays NaN), the clip's
 // bounds are inputs read at run time (two bound pairs), and the
-// clamp must come after the last block of a 300-deep sum, not on a partial one.
+// clamp must come after the last block of a deep sum (300 deep in the GEMM, 2700 taps in the
+// tile kernel), not on a partial one.
 TEST(Conv, ReluAndClipClampInTheKernelStores) {
   std::mt19937 rng(89);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -1469,26 +1470,40 @@ TEST(Conv, ReluAndClipClampInTheKernelStores) {
     Var cm = input(g, "cm", dt, {5, 24});
     Var w1 = input(g, "w1", dt, {24, 300, 1, 1});
     Var b1 = input(g, "b1", dt, {24});
+    Var x3 = input(g, "x3", dt, {kDynamic, 3, 30, 17});
+    Var wt = input(g, "wt", dt, {10, 300, 3, 3});
     Var wp = constant(g, random_tensor(dt, {20, 300, 3, 3}, rng), "wp");
     Var bp = constant(g, random_tensor(dt, {20}, rng), "bp");
     Var ws = constant(g, random_tensor(dt, {33, 300, 1, 1}, rng), "ws");
     Var wg = constant(g, random_tensor(dt, {40, 24}, rng), "wg");
     Var bg = constant(g, random_tensor(dt, {24}, rng), "bg");
+    Var wt3 = constant(g, random_tensor(dt, {32, 3, 3, 3}, rng), "wt3");
+    Var bt3 = constant(g, random_tensor(dt, {32}, rng), "bt3");
     const Attrs stride2{{"strides", std::vector<int64_t>{2, 2}}};
     g.set_outputs({relu(apply("conv", {x, w1, b1})),      // pointwise
                    clip(apply("conv", {x, w1}), lo, hi),  // no bias
                    relu(apply("conv", {x, wp, bp}, {{"pads", std::vector<int64_t>{1, 0, 1, 2}}})),
                    clip(apply("conv", {x, ws}, stride2), lo, hi),  // packed 1x1 /2
                    relu(gemm(a, wg, bg)),                          // bias per column
-                   clip(gemm(a, wg, cm, 1.0, 1.0), lo, hi)});      // C per element
+                   clip(gemm(a, wg, cm, 1.0, 1.0), lo, hi),        // C per element
+                   // The tile kernel: 2700 taps in blocks of 128, and 27 taps with overhang.
+                   relu(apply("conv", {x, wt}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})),
+                   clip(apply("conv", {x3, wt3, bt3},
+                              {{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                               {"strides", std::vector<int64_t>{2, 2}}}),
+                        lo, hi)});
     auto inputs = [&](int64_t n, double l, double h) {
       Tensor xt = random_tensor(dt, {n, 300, 9, 7}, rng);
       Tensor at = random_tensor(dt, {5, 40}, rng);
-      return std::vector<Tensor>{
-          with_special_values(xt, 0),        Tensor::from_doubles(dt, {1}, {l}),
-          Tensor::from_doubles(dt, {}, {h}), with_special_values(at, 1),
-          random_tensor(dt, {5, 24}, rng),   random_tensor(dt, {24, 300, 1, 1}, rng),
-          random_tensor(dt, {24}, rng)};
+      return std::vector<Tensor>{with_special_values(xt, 0),
+                                 Tensor::from_doubles(dt, {1}, {l}),
+                                 Tensor::from_doubles(dt, {}, {h}),
+                                 with_special_values(at, 1),
+                                 random_tensor(dt, {5, 24}, rng),
+                                 random_tensor(dt, {24, 300, 1, 1}, rng),
+                                 random_tensor(dt, {24}, rng),
+                                 with_special_values(random_tensor(dt, {n, 3, 30, 17}, rng), 2),
+                                 random_tensor(dt, {10, 300, 3, 3}, rng)};
     };
     const std::string source = module_source(compile(g));
     EXPECT_EQ(source.find("/* epilogue: "), std::string::npos) << "a clamp ran as its own pass";
@@ -1497,7 +1512,8 @@ TEST(Conv, ReluAndClipClampInTheKernelStores) {
          at = source.find("/* epilogue, in the stores: ", at + 1)) {
       ++in_stores;
     }
-    EXPECT_EQ(in_stores, 6u);
+    EXPECT_EQ(in_stores, 8u);
+    EXPECT_NE(source.find("kiln_conv_tile_"), std::string::npos) << "no tile-kernel case";
     check_graph(g, {inputs(1, -0.5, 0.25), inputs(3, 0.0, 1.0)},
                 dt == DType::kFloat32 ? 1e-4 : 1e-10, dt == DType::kFloat32 ? 2e-4 : 1e-12);
   }

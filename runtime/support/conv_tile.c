@@ -33,8 +33,9 @@
  * vbroadcastss where (V){0} + s costs a scalar add first. */
 #define KILN_SPLAT(V, s) ((s) + -(V){0})
 
-#define KILN_CONV_TILE(T, S)                                                                       \
+#define KILN_CONV_TILE(T, IT, S)                                                                   \
   typedef T KILN_CAT(vec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                        \
+  typedef IT KILN_CAT(veci_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                      \
   typedef T KILN_CAT(vecu_, S) __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));   \
   enum { KILN_CAT(VW_, S) = KILN_VEC_BYTES / (int)sizeof(T) };                                     \
                                                                                                    \
@@ -42,14 +43,14 @@
   static inline __attribute__((always_inline)) void KILN_CAT(block_, S)(                           \
       const int mr, const int nv, int64_t taps, const T* restrict b, const int32_t* restrict off,  \
       const T* restrict w, int64_t ldw, const T* bias, int64_t bs, T* restrict tile, int64_t ldt,  \
-      int acc_in) {                                                                                \
+      int acc_in, T lo, T hi, int fin) {                                                           \
     typedef KILN_CAT(vec_, S) V;                                                                   \
     typedef KILN_CAT(vecu_, S) VU;                                                                 \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
     V acc[KILN_MR_MAX][KILN_NV_MAX];                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
-      const V init = KILN_SPLAT(V, bias ? bias[r * bs] : (T)0);                                      \
-      /* acc_in: a later block of taps adds to the sums the earlier ones left in tile. */         \
+      const V init = KILN_SPLAT(V, bias ? bias[r * bs] : (T)0);                                    \
+      /* acc_in: a later block of taps adds to the sums the earlier ones left in tile. */          \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] =                             \
           acc_in ? *(const VU*)(tile + r * ldt + v * VW) : init;                                   \
     }                                                                                              \
@@ -58,43 +59,58 @@
       V x[KILN_NV_MAX];                                                                            \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] = *(const VU*)(p + v * VW);        \
       _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                       \
-        const V ws = KILN_SPLAT(V, w[r * ldw + t]);                                                    \
+        const V ws = KILN_SPLAT(V, w[r * ldw + t]);                                                \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += ws * x[v];               \
       }                                                                                            \
     }                                                                                              \
-    _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r)                                           \
-            _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) *                                 \
-        (VU*)(tile + r * ldt + v * VW) = acc[r][v];                                      \
+    /* fin: the last block of taps, which clamps as gemm_tile.c does (a NaN stays). */             \
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
+      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) {                                       \
+        V x = acc[r][v];                                                                           \
+        if (fin) {                                                                                 \
+          typedef KILN_CAT(veci_, S) VI;                                                           \
+          const V l = KILN_SPLAT(V, lo), h = KILN_SPLAT(V, hi);                                    \
+          VI q = (VI)(x < l);                                                                      \
+          x = (V)(((VI)l & q) | ((VI)x & ~q));                                                     \
+          q = (VI)(x > h);                                                                         \
+          x = (V)(((VI)h & q) | ((VI)x & ~q));                                                     \
+        }                                                                                          \
+        *(VU*)(tile + r * ldt + v * VW) = x;                                                       \
+      }                                                                                            \
+    }                                                                                              \
   }                                                                                                \
                                                                                                    \
   /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
   static void KILN_CAT(dispatch_, S)(int mr, int nv, int64_t taps, const T* b, const int32_t* off, \
-                                     const T* w, int64_t ldw, const T* bias, int64_t bs,           \
-                                     T* tile, int64_t ldt, int acc_in) {                            \
+                                     const T* w, int64_t ldw, const T* bias, int64_t bs, T* tile,  \
+                                     int64_t ldt, int acc_in, T lo, T hi, int fin) {               \
     switch (mr * 8 + nv) {                                                                         \
       KILN_CASES_MR(S, 1)                                                                          \
-      KILN_CASES_MR(S, 2) KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5)              \
-          KILN_CASES_MR(S, 6) KILN_CASES_MR(S, 7) KILN_CASES_MR(S, 8) default : break;             \
+      KILN_CASES_MR(S, 2)                                                                          \
+      KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5) KILN_CASES_MR(S, 6)              \
+          KILN_CASES_MR(S, 7) KILN_CASES_MR(S, 8) default : break;                                 \
     }                                                                                              \
   }                                                                                                \
                                                                                                    \
   void KILN_CAT(KILN_CAT(kiln_conv_tile_, S), KILN_CAT(_, KILN_ISA))(                              \
       int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* off, const T* w,           \
-      int64_t ldw, const T* bias, int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow) {         \
+      int64_t ldw, const T* bias, int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow, T lo,     \
+      T hi) {                                                                                      \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
-    T tile[KILN_MR * KILN_NV_MAX * VW] __attribute__((aligned(64)));                           \
+    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
+    T tile[KILN_MR * KILN_NV_MAX * VW] __attribute__((aligned(64)));                               \
     /* Column blocks outside, row blocks inside: a block's slice of b (taps x jw) stays in L1      \
      * while every row block of w passes over it, instead of b streaming from L2 once per          \
      * row block (1.5-2x on pointwise convolutions). Many taps (a deep layer's C x 3 x 3)          \
      * go in blocks of KILN_CONV_KC, each adding to the sums the last one left in `part`, so       \
      * that slice still fits L1 and the weights' block L2. */                                      \
-    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR) * VW, ldp = KILN_NV_MAX * VW;             \
+    const int64_t jw = (int64_t)KILN_NV_FOR(KILN_MR) * VW, ldp = KILN_NV_MAX * VW;                 \
     const int64_t kc = taps > 2 * KILN_CONV_KC ? KILN_CONV_KC : taps;                              \
-    /* Few positions (a 7 x 7 map) under many taps: the weights, not b's slice, are the big      \
-     * operand, and with column blocks outside they streamed from L3 once per column block.      \
-     * Then row blocks go outside and each block's weights stay in L1 across the column          \
-     * blocks, which keep their sums side by side in `part` (512 -> 512 at 7 x 7 under AVX2:     \
-     * 34% -> 60% of the FMA peak). */                                                           \
+    /* Few positions (a 7 x 7 map) under many taps: the weights, not b's slice, are the big        \
+     * operand, and with column blocks outside they streamed from L3 once per column block.        \
+     * Then row blocks go outside and each block's weights stay in L1 across the column            \
+     * blocks, which keep their sums side by side in `part` (512 -> 512 at 7 x 7 under AVX2:       \
+     * 34% -> 60% of the FMA peak). */                                                             \
     const int64_t ncb = (npos + jw - 1) / jw;                                                      \
     const int few = kc < taps && ncb <= KILN_CONV_FEW_COLS;                                        \
     T* part = kc < taps ? (T*)malloc((size_t)((m + KILN_MR) * (few ? ncb : 1) * ldp) * sizeof(T))  \
@@ -111,46 +127,52 @@
             KILN_CAT(dispatch_, S)                                                                 \
             ((int)mr, (int)((n + VW - 1) / VW), tk, b + j0, off + t0, w + r0 * ldw + t0, ldw,      \
              bias && t0 == 0 ? bias + r0 * bs : 0, bs, part + r0 * lda + j0 / jw * ldp, lda,       \
-             t0 > 0);                                                                              \
+             t0 > 0, lo, hi, clamps && t0 + tk == taps);                                           \
           }                                                                                        \
         }                                                                                          \
       }                                                                                            \
       for (int64_t r0 = 0; r0 < m; r0 += KILN_MR)                                                  \
         for (int64_t j0 = 0; j0 < npos; j0 += jw)                                                  \
-          KILN_CAT(store_, S)((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0,                      \
-                              npos - j0 < jw ? npos - j0 : jw, part + r0 * lda + j0 / jw * ldp,    \
-                              lda, y + r0 * ldy, ldy, wp, ow);                                     \
+          KILN_CAT(store_, S)                                                                      \
+          ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, npos - j0 < jw ? npos - j0 : jw,        \
+           part + r0 * lda + j0 / jw * ldp, lda, y + r0 * ldy, ldy, wp, ow);                       \
       free(part);                                                                                  \
       return;                                                                                      \
     }                                                                                              \
     for (int64_t j0 = 0; j0 < npos; j0 += jw) {                                                    \
       const int64_t n = npos - j0 < jw ? npos - j0 : jw;                                           \
       const int nv = (int)((n + VW - 1) / VW);                                                     \
-      /* Without row overhang (wp == ow) whole vectors go straight to the output. */               \
-      const int direct = !part && wp == ow && n == (int64_t)nv * VW;                               \
+      /* Whole vectors go straight to the output when they skip no overhang: always without        \
+       * (wp == ow), else when the block ends inside its first row's kept columns (4 of 5          \
+       * blocks of a 112-wide phase row). Through the tile, every block of a 27-tap RGB stem       \
+       * was copied out by a scalar loop (with the clamp here too: stems 0.82x). */                \
+      const int64_t oy = j0 / wp, col = j0 - oy * wp;                                              \
+      const int direct = !part && n == (int64_t)nv * VW && (wp == ow || col + n <= ow);            \
       for (int64_t t0 = 0; t0 < taps; t0 += step) {                                                \
         const int64_t tk = taps - t0 < step ? taps - t0 : step;                                    \
         for (int64_t r0 = 0; r0 < m; r0 += KILN_MR) {                                              \
           const int mr = (int)(m - r0 < KILN_MR ? m - r0 : KILN_MR);                               \
-          T* dst = part ? part + r0 * ldp : direct ? y + r0 * ldy + j0 : tile;                     \
+          T* dst = part ? part + r0 * ldp : direct ? y + r0 * ldy + oy * ow + col : tile;          \
           KILN_CAT(dispatch_, S)                                                                   \
           (mr, nv, tk, b + j0, off + t0, w + r0 * ldw + t0, ldw,                                   \
-           bias && t0 == 0 ? bias + r0 * bs : 0, bs, dst, part || !direct ? ldp : ldy, t0 > 0);    \
+           bias && t0 == 0 ? bias + r0 * bs : 0, bs, dst, part || !direct ? ldp : ldy, t0 > 0, lo, \
+           hi, clamps && t0 + tk == taps);                                                         \
           if (!part && !direct)                                                                    \
             KILN_CAT(store_, S)(mr, j0, n, tile, ldp, y + r0 * ldy, ldy, wp, ow);                  \
         }                                                                                          \
       }                                                                                            \
       if (part)                                                                                    \
         for (int64_t r0 = 0; r0 < m; r0 += KILN_MR)                                                \
-          KILN_CAT(store_, S)((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, n,                   \
-                              part + r0 * ldp, ldp, y + r0 * ldy, ldy, wp, ow);                    \
+          KILN_CAT(store_, S)                                                                      \
+          ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, n, part + r0 * ldp, ldp, y + r0 * ldy,  \
+           ldy, wp, ow);                                                                           \
     }                                                                                              \
     free(part);                                                                                    \
   }
 
-#define KILN_CASE(S, MR, NV)                                           \
-  case MR * 8 + NV:                                                    \
-    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in); \
+#define KILN_CASE(S, MR, NV)                                                                     \
+  case MR * 8 + NV:                                                                              \
+    KILN_CAT(block_, S)(MR, NV, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in, lo, hi, fin); \
     break;
 /* Only the (mr, nv) pairs the register budget allows get code. */
 #define KILN_CASES_MR(S, MR)                   \
@@ -160,9 +182,11 @@
   KILN_CASE_IF(KILN_NV_FOR(MR) >= 4, S, MR, 4)
 /* A case whose pair exceeds the budget still compiles (the switch needs a constant label) but
  * is never reached: it forwards to nv = 1, which keeps it small. */
-#define KILN_CASE_IF(ok, S, MR, NV)                                                       \
-  case MR * 8 + NV:                                                                       \
-    if (ok) KILN_CAT(block_, S)(MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in); \
+#define KILN_CASE_IF(ok, S, MR, NV)                                                        \
+  case MR * 8 + NV:                                                                        \
+    if (ok)                                                                                \
+      KILN_CAT(block_, S)                                                                  \
+      (MR, (ok) ? NV : 1, taps, b, off, w, ldw, bias, bs, tile, ldt, acc_in, lo, hi, fin); \
     break;
 
 /* Writes positions [j0, j0 + n) of rows [0, mr) of the tile to y: position j is output
@@ -189,5 +213,5 @@
 
 KILN_CONV_STORE(float, f32)
 KILN_CONV_STORE(double, f64)
-KILN_CONV_TILE(float, f32)
-KILN_CONV_TILE(double, f64)
+KILN_CONV_TILE(float, int32_t, f32)
+KILN_CONV_TILE(double, int64_t, f64)

@@ -9,10 +9,11 @@
 extern "C" {
 #endif
 
-#define KILN_CONV_TILE_DECL(T, S, ISA)                                                        \
-  void kiln_conv_tile_##S##_##ISA(int64_t m, int64_t npos, int64_t taps, const T* b,          \
-                                  const int32_t* off, const T* w, int64_t ldw, const T* bias, \
-                                  int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow);
+#define KILN_CONV_TILE_DECL(T, S, ISA)                                                         \
+  void kiln_conv_tile_##S##_##ISA(int64_t m, int64_t npos, int64_t taps, const T* b,           \
+                                  const int32_t* off, const T* w, int64_t ldw, const T* bias,  \
+                                  int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow, T lo, \
+                                  T hi);
 KILN_CONV_TILE_DECL(float, f32, base)
 KILN_CONV_TILE_DECL(double, f64, base)
 #if defined(__x86_64__)
