@@ -141,8 +141,8 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
        v(gx.pad_begin) + ", sh, sw, hq, wq, buf);\n";
   s += "    kiln_maxpool_flat_" + S + "(buf, off, taps, flat, (oh - 1) * wq + ow);\n";
   s += "    " + T + " *yp = (" + T + " *)" + y + "->data + p * oh * ow;\n";
-  s += "    for (int64_t oy = 0; oy < oh; ++oy)\n";
-  s += "      for (int64_t ox = 0; ox < ow; ++ox) yp[oy * ow + ox] = flat[oy * wq + ox];\n";
+  // The kept columns a vector at a time (the scalar copy was a fifth of a 3x3/2 pool's time).
+  s += "    kiln_rows_copy_" + S + "(flat, wq, yp, ow, oh);\n";
   s += "  }\n  }\n";
   return s;
 }
