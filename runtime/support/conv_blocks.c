@@ -11,6 +11,7 @@
 
 #include "runtime/module_abi.h"
 #include "runtime/support/conv_blocks.h"
+#include "runtime/support/kiln_clamp.h"
 
 #if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
 #error "conv_blocks.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
@@ -30,6 +31,7 @@
 #define KILN_CONV_BLOCKS(T, IT, S)                                                                 \
   typedef T KILN_CB_CAT(cbv_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                     \
   typedef IT KILN_CB_CAT(cbvi_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                   \
+  KILN_CLAMP_FN(KILN_CB_CAT(cbclamp_, S), KILN_CB_CAT(cbv_, S), KILN_CB_CAT(cbvi_, S), T)          \
   typedef T KILN_CB_CAT(cbvu_, S)                                                                  \
       __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));                            \
   enum {                                                                                           \
@@ -46,7 +48,6 @@
       const int32_t* restrict off, const T* restrict wb, const T* restrict init, int rows,         \
       T* restrict y, int64_t ldy, T lo, T hi, int clamps) {                                        \
     typedef KILN_CB_CAT(cbv_, S) V;                                                                \
-    typedef KILN_CB_CAT(cbvi_, S) VI;                                                              \
     typedef KILN_CB_CAT(cbvu_, S) VU; /* a weight blob need not be vector-aligned */               \
     enum { VW = KILN_CB_CAT(CBW_, S) };                                                            \
     V acc[KILN_CB_NP_MAX][KILN_CB_NV_MAX];                                                         \
@@ -70,13 +71,7 @@
       T lanes[KILN_CONV_BLOCK] __attribute__((aligned(64)));                                       \
       _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) {                                       \
         V x = acc[i][v];                                                                           \
-        if (clamps) { /* as gemm_tile.c's clamp: a NaN and -0.0 stay */                            \
-          const V l = KILN_CB_SPLAT(V, lo), h = KILN_CB_SPLAT(V, hi);                              \
-          VI m = (VI)(x < l);                                                                      \
-          x = (V)(((VI)l & m) | ((VI)x & ~m));                                                     \
-          m = (VI)(x > h);                                                                         \
-          x = (V)(((VI)h & m) | ((VI)x & ~m));                                                     \
-        }                                                                                          \
+        if (clamps) x = KILN_CB_CAT(cbclamp_, S)(x, lo, hi);                                       \
         *(V*)(lanes + v * VW) = x;                                                                 \
       }                                                                                            \
       for (int r = 0; r < rows; ++r) y[r * ldy + i] = lanes[r];                                    \
@@ -104,7 +99,7 @@
       int64_t m, int64_t npos, int64_t taps, const T* b, const int32_t* pos, const int32_t* off,   \
       const T* wb, const T* bias, int64_t bs, T* y, int64_t ldy, T lo, T hi) {                     \
     enum { VW = KILN_CB_CAT(CBW_, S), NV = KILN_CB_CAT(CBV_, S) };                                 \
-    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
+    const int clamps = KILN_CLAMPS_ANY(T, lo, hi);                                                 \
     /* One block's weights (KILN_CONV_BLOCK x taps: 73 KB for 128 channels of 3 x 3) stay in       \
      * L2 while every group of positions passes over them. */                                      \
     for (int64_t r0 = 0; r0 < m; r0 += KILN_CONV_BLOCK) {                                          \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "runtime/support/conv_tile.h"
+#include "runtime/support/kiln_clamp.h"
 
 #if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
 #error "conv_tile.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
@@ -36,6 +37,7 @@
 #define KILN_CONV_TILE(T, IT, S)                                                                   \
   typedef T KILN_CAT(vec_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                        \
   typedef IT KILN_CAT(veci_, S) __attribute__((vector_size(KILN_VEC_BYTES)));                      \
+  KILN_CLAMP_FN(KILN_CAT(cclamp_, S), KILN_CAT(vec_, S), KILN_CAT(veci_, S), T)                    \
   typedef T KILN_CAT(vecu_, S) __attribute__((vector_size(KILN_VEC_BYTES), aligned(sizeof(T))));   \
   enum { KILN_CAT(VW_, S) = KILN_VEC_BYTES / (int)sizeof(T) };                                     \
                                                                                                    \
@@ -63,18 +65,11 @@
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += ws * x[v];               \
       }                                                                                            \
     }                                                                                              \
-    /* fin: the last block of taps, which clamps as gemm_tile.c does (a NaN stays). */             \
+    /* fin: the last block of taps, which clamps (kiln_clamp.h). */                                \
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; ++r) {                                         \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) {                                       \
         V x = acc[r][v];                                                                           \
-        if (fin) {                                                                                 \
-          typedef KILN_CAT(veci_, S) VI;                                                           \
-          const V l = KILN_SPLAT(V, lo), h = KILN_SPLAT(V, hi);                                    \
-          VI q = (VI)(x < l);                                                                      \
-          x = (V)(((VI)l & q) | ((VI)x & ~q));                                                     \
-          q = (VI)(x > h);                                                                         \
-          x = (V)(((VI)h & q) | ((VI)x & ~q));                                                     \
-        }                                                                                          \
+        if (fin) x = KILN_CAT(cclamp_, S)(x, lo, hi);                                              \
         *(VU*)(tile + r * ldt + v * VW) = x;                                                       \
       }                                                                                            \
     }                                                                                              \
@@ -87,8 +82,9 @@
     switch (mr * 8 + nv) {                                                                         \
       KILN_CASES_MR(S, 1)                                                                          \
       KILN_CASES_MR(S, 2)                                                                          \
-      KILN_CASES_MR(S, 3) KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5) KILN_CASES_MR(S, 6)              \
-          KILN_CASES_MR(S, 7) KILN_CASES_MR(S, 8) default : break;                                 \
+      KILN_CASES_MR(S, 3)                                                                          \
+      KILN_CASES_MR(S, 4) KILN_CASES_MR(S, 5) KILN_CASES_MR(S, 6) KILN_CASES_MR(S, 7)              \
+          KILN_CASES_MR(S, 8) default : break;                                                     \
     }                                                                                              \
   }                                                                                                \
                                                                                                    \
@@ -97,7 +93,7 @@
       int64_t ldw, const T* bias, int64_t bs, T* y, int64_t ldy, int64_t wp, int64_t ow, T lo,     \
       T hi) {                                                                                      \
     enum { VW = KILN_CAT(VW_, S) };                                                                \
-    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
+    const int clamps = KILN_CLAMPS_ANY(T, lo, hi);                                                 \
     T tile[KILN_MR * KILN_NV_MAX * VW] __attribute__((aligned(64)));                               \
     /* Column blocks outside, row blocks inside: a block's slice of b (taps x jw) stays in L1      \
      * while every row block of w passes over it, instead of b streaming from L2 once per          \
@@ -132,10 +128,9 @@
         }                                                                                          \
       }                                                                                            \
       for (int64_t r0 = 0; r0 < m; r0 += KILN_MR)                                                  \
-        for (int64_t j0 = 0; j0 < npos; j0 += jw)                                                  \
-          KILN_CAT(store_, S)                                                                      \
-          ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, npos - j0 < jw ? npos - j0 : jw,        \
-           part + r0 * lda + j0 / jw * ldp, lda, y + r0 * ldy, ldy, wp, ow);                       \
+        for (int64_t j0 = 0; j0 < npos; j0 += jw) KILN_CAT(store_, S)                              \
+      ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, npos - j0 < jw ? npos - j0 : jw,            \
+       part + r0 * lda + j0 / jw * ldp, lda, y + r0 * ldy, ldy, wp, ow);                           \
       free(part);                                                                                  \
       return;                                                                                      \
     }                                                                                              \
@@ -162,10 +157,9 @@
         }                                                                                          \
       }                                                                                            \
       if (part)                                                                                    \
-        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR)                                                \
-          KILN_CAT(store_, S)                                                                      \
-          ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, n, part + r0 * ldp, ldp, y + r0 * ldy,  \
-           ldy, wp, ow);                                                                           \
+        for (int64_t r0 = 0; r0 < m; r0 += KILN_MR) KILN_CAT(store_, S)                            \
+      ((int)(m - r0 < KILN_MR ? m - r0 : KILN_MR), j0, n, part + r0 * ldp, ldp, y + r0 * ldy, ldy, \
+       wp, ow);                                                                                    \
     }                                                                                              \
     free(part);                                                                                    \
   }

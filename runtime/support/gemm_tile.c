@@ -9,6 +9,7 @@
 
 #include "runtime/module_abi.h"
 #include "runtime/support/gemm_tile.h"
+#include "runtime/support/kiln_clamp.h"
 
 #if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
 #error "gemm_tile.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
@@ -44,18 +45,7 @@
     int fin; /* this k block is the last and the bounds clamp something */                         \
   } KILN_CAT(gepi_, S);                                                                            \
                                                                                                    \
-  /* x < lo ? lo : x, then > hi ? hi : x, lane by lane: a NaN fails both tests and stays, as       \
-   * in the scalar relu and clip; -0.0 is not below 0.0 and stays -0.0. */                         \
-  static inline __attribute__((always_inline)) KILN_CAT(gvec_, S)                                  \
-      KILN_CAT(gclamp_, S)(KILN_CAT(gvec_, S) x, T lo, T hi) {                                     \
-    typedef KILN_CAT(gvec_, S) V;                                                                  \
-    typedef KILN_CAT(gveci_, S) VI;                                                                \
-    const V l = KILN_SPLAT(V, lo), h = KILN_SPLAT(V, hi);                                          \
-    VI m = (VI)(x < l);                                                                            \
-    x = (V)(((VI)l & m) | ((VI)x & ~m));                                                           \
-    m = (VI)(x > h);                                                                               \
-    return (V)(((VI)h & m) | ((VI)x & ~m));                                                        \
-  }                                                                                                \
+  KILN_CLAMP_FN(KILN_CAT(gclamp_, S), KILN_CAT(gvec_, S), KILN_CAT(gveci_, S), T)                  \
   enum {                                                                                           \
     KILN_CAT(GVW_, S) = KILN_VEC_BYTES / (int)sizeof(T),                                           \
     KILN_CAT(GP_, S) = KILN_GEMM_PANEL_BYTES / (int)sizeof(T)                                      \
@@ -139,7 +129,7 @@
       T beta, T* c, int64_t ldc, const T* bias, int64_t rsb, int64_t csb, T lo, T hi) {            \
     enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
     if (m <= 0 || n <= 0) return;                                                                  \
-    const int clamps = lo > -(T)__builtin_inf() || hi < (T)__builtin_inf();                        \
+    const int clamps = KILN_CLAMPS_ANY(T, lo, hi);                                                 \
     if (k <= 0) {                                                                                  \
       for (int64_t i = 0; i < m; ++i)                                                              \
         for (int64_t j = 0; j < n; ++j) {                                                          \
