@@ -5,7 +5,8 @@
  * libm's NaN, infinity, signed-zero, overflow and subnormal behaviour.
  *
  * Method: exp reduces x = n ln2 + r (two-constant Cody-Waite) and scales a degree-6
- * polynomial by 2^n in two steps, so subnormal results and overflow to inf come out right;
+ * polynomial by 2^n in two steps, so subnormal results and overflow to inf come out right
+ * (sigmoid scales by 2^(n+64) in one and divides by 2^64 + e 2^64 instead);
  * log splits x = m 2^e with m in [sqrt(1/2), sqrt(2)) and evaluates a degree-9 polynomial in
  * m - 1; log1p and expm1 correct log(1+x) and exp(x)-1 by the rounding of 1+x (Goldberg,
  * Kahan); tanh uses an odd polynomial below 0.625 and 1 - 2/(e^2x + 1) above; erf uses
@@ -38,24 +39,31 @@ KILN_HELPER float kiln_pow2i_f32(int32_t n) { /* 2^n for n in [-126, 127] */
   return kiln_bits_to_f32((int32_t)((uint32_t)(n + 127) << 23));
 }
 
+/* e^x = p 2^n for x in [-104, 89] (NaN passes through): n = round(x / ln2) by the
+ * 1.5 * 2^23 shifter (no float-to-int conversion of NaN), r = x - n ln2 in two steps, and
+ * p = e^r by a degree-6 polynomial in Estrin's scheme, whose three fma levels (Horner's
+ * take five) matter because exp-heavy loops (silu, softmax) are bound by this chain. */
+KILN_HELPER float kiln_exp_reduce_f32(float x, int32_t* n) {
+  const float shifter = 12582912.0f;
+  float t = x * 1.44269504088896341f + shifter;
+  *n = kiln_f32_to_bits(t) - kiln_f32_to_bits(shifter);
+  float nf = t - shifter;
+  float r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  float r2 = r * r;
+  float pa = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  float pb = 8.3334519073e-3f * r + 4.1665795894e-2f;
+  float pc = 1.6666665459e-1f * r + 5.0000001201e-1f;
+  float p = (pa * r2 + pb) * r2 + pc;
+  return p * r2 + r + 1.0f;
+}
+
 KILN_HELPER float kiln_expf(float x) {
   /* Clamped (NaN passes through the compares) so n stays in [-150, 128]. */
   float xc = x > 89.0f ? 89.0f : x;
   xc = xc < -104.0f ? -104.0f : xc;
-  /* n = round(x / ln2) via the 1.5 * 2^23 shifter: no float-to-int conversion of NaN. */
-  const float shifter = 12582912.0f;
-  float t = xc * 1.44269504088896341f + shifter;
-  int32_t n = kiln_f32_to_bits(t) - kiln_f32_to_bits(shifter);
-  float nf = t - shifter;
-  float r = xc - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  int32_t n;
+  float p = kiln_exp_reduce_f32(xc, &n);
   /* 2^n as two factors in the normal range: subnormal results and inf come out of the
    * final products with one rounding. */
   int32_t n1 = n >> 1;
@@ -131,9 +139,18 @@ KILN_HELPER float kiln_tanhf(float x) {
 }
 
 KILN_HELPER float kiln_sigmoidf(float x) {
-  /* e = e^-|x| never overflows: 1/(1+e) for x >= 0, e/(1+e) below (subnormal results too). */
-  float e = kiln_expf(-fabsf(x));
-  float y = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+  /* e = e^a for a = -|x| <= 0 never overflows: 1/(1+e) for x >= 0, e/(1+e) below. e is
+   * carried as q = e 2^64, so 2^n (n in [-150, 0], shifted to [-86, 64]) is one factor in
+   * the normal range; 2^64/(2^64+q) and q/(2^64+q) round exactly as 1/(1+e) and e/(1+e)
+   * would, subnormal results included, since the scaling by 2^64 is exact. A silu or swish
+   * epilogue spends most of its time here, hence no general exp (two-factor 2^n, overflow
+   * clamp, NaN select). */
+  float a = -fabsf(x);
+  a = a < -104.0f ? -104.0f : a; /* NaN passes through */
+  int32_t n;
+  float q = kiln_exp_reduce_f32(a, &n) * kiln_pow2i_f32(n + 64);
+  const float two64 = 18446744073709551616.0f;
+  float y = (x >= 0.0f ? two64 : q) / (two64 + q);
   return x != x ? x : y;
 }
 
