@@ -130,8 +130,21 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
     s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - lse;\n";
     s += "      }\n";
   } else {
+    // x - mx <= 0 (or NaN): the cheaper exp. Whole blocks of 8 vectorize without a scalar
+    // tail; the last partial block goes through a block padded with -inf (whose exp is 0),
+    // since a scalar tail of 5 of ViT's 197 columns cost as much as 25 columns in vectors.
+    // src may be row itself (a strided input copied in first), read at the index written.
+    const std::string e = m + "exp_nonpos" + (f.empty() ? "" : "_f32");
     s += "      if (inner == 1) {\n";
-    s += "        for (l = 0; l < len; ++l) row[l] = " + m + "exp" + f + "(src[l] - mx);\n";
+    s += "        for (l = 0; l + 8 <= len; l += 8)\n";
+    s += "          KILN_SAME_INDEX for (int k = 0; k < 8; ++k) row[l + k] = " + e +
+         "(src[l + k] - mx);\n";
+    s += "        if (l < len) {\n";
+    s += "          " + T + " t[8];\n";
+    s += "          for (int k = 0; k < 8; ++k) t[k] = l + k < len ? src[l + k] : -INFINITY;\n";
+    s += "          for (int k = 0; k < 8; ++k) t[k] = " + e + "(t[k] - mx);\n";
+    s += "          for (int k = 0; l + k < len; ++k) row[l + k] = t[k];\n";
+    s += "        }\n";
     s += "        " + T + " lane[16] = {0};\n";
     s += "        for (l = 0; l + 16 <= len; l += 16)\n";
     s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";

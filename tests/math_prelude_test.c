@@ -20,6 +20,9 @@ static double ref_gelu(double x) {
   return isinf(x) && x < 0 ? -0.0 : (double)(0.5L * l * erfcl(-l * 0.707106781186547524400844362104849L));
 }
 static double ref_softplus(double x) { return (x > 0 ? x : 0.0) + log1p(exp(-fabs(x))); }
+/* kiln_exp_nonpos_f32 takes x <= 0 only: both signs of every pattern map onto its domain. */
+static float exp_nonpos_neg_abs(float x) { return kiln_exp_nonpos_f32(-fabsf(x)); }
+static double ref_exp_neg_abs(double x) { return exp(-fabs(x)); }
 
 typedef struct {
   const char *name;
@@ -98,6 +101,7 @@ int main(int argc, char **argv) {
   int all = argc > 1 && strcmp(argv[1], "--all") == 0;
   const Case cases[] = {
       {"exp", kiln_expf, exp, 2.0},
+      {"exp<=0", exp_nonpos_neg_abs, ref_exp_neg_abs, 2.0},
       {"log", kiln_logf, log, 2.0},
       {"log1p", kiln_log1pf, log1p, 3.0},
       {"expm1", kiln_expm1f, expm1, 3.0},

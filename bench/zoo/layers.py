@@ -77,12 +77,16 @@ def node_kinds(model, per_node=False):
 
 def kiln_times(model_path, input_path, repeat, threads, per_node):
     """kind -> ms per run from kiln's profile."""
-    by_name, _ = node_kinds(onnx.load(model_path), per_node)
+    model = onnx.load(model_path)
+    by_name, _ = node_kinds(model, per_node)
+    # The graph's one input that is not an initializer (gpt_decoder's is `ids`).
+    init = {t.name for t in model.graph.initializer}
+    feed = next(i.name for i in model.graph.input if i.name not in init)
     env = dict(os.environ, KILN_ENGINE_WORKERS=str(threads))
     with tempfile.TemporaryDirectory() as out:
         text = subprocess.run(
             [os.path.join(ROOT, "build", "release", "cli", "kiln"), "run", model_path, "--input",
-             "input=" + input_path, "--output-dir", out, "--profile", "--repeat", str(repeat)],
+             feed + "=" + input_path, "--output-dir", out, "--profile", "--repeat", str(repeat)],
             check=True, capture_output=True, text=True, env=env).stdout
     times = collections.defaultdict(float)
     wall = None

@@ -71,6 +71,16 @@ KILN_HELPER float kiln_expf(float x) {
   return x != x ? x : y;
 }
 
+/* e^x for x <= 0 or NaN (softmax's x - max): nothing overflows, so no upper clamp and no
+ * NaN select (NaN flows through the polynomial); 2^n, n in [-150, 0], is taken as
+ * 2^(n+64), exact, times 2^-64, so a subnormal result rounds once. */
+KILN_HELPER float kiln_exp_nonpos_f32(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  int32_t n;
+  float p = kiln_exp_reduce_f32(xc, &n);
+  return p * kiln_pow2i_f32(n + 64) * 5.42101086242752217e-20f;
+}
+
 KILN_HELPER float kiln_logf(float x) {
   /* Subnormals are scaled into the normal range first. */
   const int sub = x < 1.17549435e-38f;
@@ -264,6 +274,9 @@ KILN_HELPER double kiln_exp(double x) {
   double y = p * kiln_pow2i_f64(n1) * kiln_pow2i_f64(n - n1);
   return x != x ? x : y;
 }
+
+/* The float64 twin of kiln_exp_nonpos_f32 is plain exp: softmax calls one name for both. */
+KILN_HELPER double kiln_exp_nonpos(double x) { return kiln_exp(x); }
 
 KILN_HELPER double kiln_log(double x) {
   const int sub = x < 2.2250738585072014e-308;
