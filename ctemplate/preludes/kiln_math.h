@@ -191,7 +191,7 @@ KILN_HELPER float kiln_erfc_tail_f32(float a, float hi, float lo) {
   q = q * t + 2.833128956203074e-1f;
   q = q * t + 2.8200649988209936e-1f;
   q = q * t + 2.803751257886256e-06f;
-  return kiln_expf(-hi) * (1.0f - lo) * q;
+  return kiln_exp_nonpos_f32(-hi) * (1.0f - lo) * q;
 }
 
 KILN_HELPER float kiln_erff(float x) {
