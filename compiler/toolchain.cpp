@@ -253,11 +253,20 @@ const Toolchain& Toolchain::get(const ToolchainConfig& config) {
     }
   }
   // -fno-math-errno lets sqrt and friends vectorize (generated code never reads errno).
+  // -fno-trapping-math lets gcc if-convert the selects in kiln_math.h's functions, as clang
+  // does by default (no results change; kiln never reads the FP exception flags): without it
+  // gcc 12 kept a silu loop scalar, 3.7 ns per element against 0.58.
   // -fno-unroll-loops halves clang's time on loop-heavy modules; the loops stay vectorized
   // and are memory-bound, so unrolling buys little at run time.
-  t->flags_ = {"-std=gnu11",      "-O3",     "-fno-unroll-loops",
-               "-fPIC",           "-shared", "-march=" + t->cpu_,
-               "-fno-math-errno", "-Wall"};
+  t->flags_ = {"-std=gnu11",
+               "-O3",
+               "-fno-unroll-loops",
+               "-fPIC",
+               "-shared",
+               "-march=" + t->cpu_,
+               "-fno-math-errno",
+               "-fno-trapping-math",
+               "-Wall"};
   // KILN_SAME_INDEX asks clang to vectorize loops it may not manage (integer division): the
   // request is a hint, its failure no defect worth a warning.
   if (t->version_.find("clang") != std::string::npos) t->flags_.push_back("-Wno-pass-failed");

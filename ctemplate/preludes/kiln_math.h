@@ -1,6 +1,7 @@
 /* kiln_math.h — kiln's own transcendentals: branch-free polynomial approximations
  * built from integer bit tricks, selects and fused multiply-adds only, so loops that call
- * them vectorize under clang as well as gcc (scalar libm calls do not). Accurate to a few
+ * them vectorize under clang, and under gcc with -fno-trapping-math as kiln compiles modules
+ * (scalar libm calls do not). Accurate to a few
  * ulp over the whole float range (tests/math_prelude_test.c measures it against libm), with
  * libm's NaN, infinity, signed-zero, overflow and subnormal behaviour.
  *
