@@ -131,8 +131,9 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
     s += "      }\n";
   } else {
     // x - mx <= 0 (or NaN): the cheaper exp. Whole blocks of 8 vectorize without a scalar
-    // tail; the last partial block goes through a block padded with -inf (whose exp is 0),
-    // since a scalar tail of 5 of ViT's 197 columns cost as much as 25 columns in vectors.
+    // tail; the last partial block goes through a block padded with -inf (whose exp is 0):
+    // the scalar exp of a tail (5 of ViT's 197 columns) runs several times slower per
+    // element than the vector loop.
     // src may be row itself (a strided input copied in first), read at the index written.
     const std::string e = m + "exp_nonpos" + (f.empty() ? "" : "_f32");
     s += "      if (inner == 1) {\n";

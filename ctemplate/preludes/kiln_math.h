@@ -1,13 +1,14 @@
 /* kiln_math.h — kiln's own transcendentals: branch-free polynomial approximations
  * built from integer bit tricks, selects and fused multiply-adds only, so loops that call
  * them vectorize under clang, and under gcc with -fno-trapping-math as kiln compiles modules
- * (scalar libm calls do not). Accurate to a few
- * ulp over the whole float range (tests/math_prelude_test.c measures it against libm), with
- * libm's NaN, infinity, signed-zero, overflow and subnormal behaviour.
+ * (scalar libm calls do not). Accurate to a few ulp over the whole float range
+ * (tests/math_prelude_test.c measures it against libm), with libm's NaN, infinity,
+ * signed-zero, overflow and subnormal behaviour.
  *
  * Method: exp reduces x = n ln2 + r (two-constant Cody-Waite) and scales a degree-6
  * polynomial by 2^n in two steps, so subnormal results and overflow to inf come out right
- * (sigmoid scales by 2^(n+64) in one and divides by 2^64 + e 2^64 instead);
+ * (where the argument is never positive, exp_nonpos and sigmoid scale by 2^(n+64), one
+ * normal-range factor, and take the 2^64 back out exactly);
  * log splits x = m 2^e with m in [sqrt(1/2), sqrt(2)) and evaluates a degree-9 polynomial in
  * m - 1; log1p and expm1 correct log(1+x) and exp(x)-1 by the rounding of 1+x (Goldberg,
  * Kahan); tanh uses an odd polynomial below 0.625 and 1 - 2/(e^2x + 1) above; erf uses
@@ -276,7 +277,8 @@ KILN_HELPER double kiln_exp(double x) {
   return x != x ? x : y;
 }
 
-/* The float64 twin of kiln_exp_nonpos_f32 is plain exp: softmax calls one name for both. */
+/* The float64 twin of kiln_exp_nonpos_f32 is plain exp, so softmax's code names both
+ * widths alike. */
 KILN_HELPER double kiln_exp_nonpos(double x) { return kiln_exp(x); }
 
 KILN_HELPER double kiln_log(double x) {
