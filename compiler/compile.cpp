@@ -190,7 +190,7 @@ const KeyContext& key_context(const CompileOptions& options) {
   // Packed GEMM weights and fused reductions are CPU forms with no CUDA kernels yet: those
   // passes stay off so the nodes they would replace can go to the device.
   if (options.device == "cuda" && spec != "none") {
-    ctx->spec += std::string(spec.empty() ? "" : ",") + "-pack,-reduction";
+    ctx->spec += std::string(spec.empty() ? "" : ",") + "-layout,-pack,-reduction";
   }
   const std::string passes = passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES");
   ToolchainConfig tc_config = options.toolchain;

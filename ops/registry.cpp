@@ -3,33 +3,34 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ops/arg_reduce.h"
 #include "ops/concat.h"
 #include "ops/conv.h"
-#include "ops/dim_values.h"
-#include "ops/expand.h"
-#include "ops/arg_reduce.h"
+#include "ops/conv_nchwc.h"
 #include "ops/convert.h"
-#include "ops/gather.h"
-#include "ops/scatter_gather.h"
-#include "ops/resize.h"
-#include "ops/scan_ops.h"
-#include "ops/rnn.h"
-#include "ops/gather_elements.h"
-#include "ops/pad.h"
-#include "ops/pool.h"
-#include "ops/window_grad.h"
-#include "ops/slice.h"
+#include "ops/dim_values.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
+#include "ops/expand.h"
 #include "ops/fused_elementwise.h"
 #include "ops/fused_reduce.h"
+#include "ops/gather.h"
+#include "ops/gather_elements.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
 #include "ops/op_library.h"
+#include "ops/pad.h"
+#include "ops/pool.h"
 #include "ops/reduce.h"
 #include "ops/reshape.h"
+#include "ops/resize.h"
+#include "ops/rnn.h"
+#include "ops/scan_ops.h"
+#include "ops/scatter_gather.h"
+#include "ops/slice.h"
 #include "ops/softmax.h"
 #include "ops/transpose.h"
+#include "ops/window_grad.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -76,6 +77,7 @@ OpRegistry::OpRegistry() {
   add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
+  add("conv_nchwc", [](const Attrs& a) { return std::make_shared<ConvNchwc>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
   add("max_pool_grad", [](const Attrs& a) { return std::make_shared<MaxPoolGrad>(a); });

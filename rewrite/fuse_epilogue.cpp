@@ -15,8 +15,8 @@ namespace {
 
 bool takes_epilogue(const Node& node) {
   const std::string& n = node.op->name();
-  return (n == "gemm" || n == "matmul" || n == "conv") && node.outputs.size() == 1 &&
-         dynamic_cast<const COp*>(node.op.get());
+  return (n == "gemm" || n == "matmul" || n == "conv" || n == "conv_nchwc") &&
+         node.outputs.size() == 1 && dynamic_cast<const COp*>(node.op.get());
 }
 
 }  // namespace

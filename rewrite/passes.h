@@ -8,6 +8,7 @@ namespace kiln {
 Graph fold_constants(const Graph& graph);    // constant_fold.cpp: nodes of constants -> constants
 Graph simplify(const Graph& graph);          // simplify.cpp: x*1, x+0, neg(neg x), ...
 Graph merge_common(const Graph& graph);      // cse.cpp: identical nodes and constants, once
+Graph layout_nchwc(const Graph& graph);      // layout_nchwc.cpp: conv chains -> blocked NCHW8c
 Graph pack_weights(const Graph& graph);      // pack_weights.cpp: gemm weights -> GEMM panels
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction

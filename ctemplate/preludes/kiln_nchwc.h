@@ -1,0 +1,203 @@
+/* kiln_nchwc.h — float32 convolution kernels over the blocked channel layout NCHW8c: a
+ * tensor (N, C, H, W) is held as (N, C/8, H, W, 8), the 8 channels of a block side by side
+ * at each position. A vector then holds 8 channels of one position, so the kernels vectorize
+ * over channels and never over a row (a 7 x 7 map's rows fill no vector in NCHW). The layout
+ * pass (rewrite/layout_nchwc.cpp) puts MobileNet-style chains of pointwise and depthwise
+ * convolutions into it and reorders once at the chain's edges (ops/conv_nchwc.h).
+ *
+ * Stores clamp to [lo, hi] lane by lane by compare and select, as kiln_clamp.h's kernels do:
+ * a NaN fails both tests and stays. */
+#ifndef KILN_NCHWC_H
+#define KILN_NCHWC_H
+#ifndef KILN_HELPER
+#define KILN_HELPER static inline __attribute__((unused))
+#endif
+#include <stdint.h>
+
+#define KILN_NCHWC_B 8
+typedef float kiln_v8f __attribute__((vector_size(32)));
+typedef float kiln_v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t kiln_v8i __attribute__((vector_size(32)));
+/* s + -0.0 is s for every s, so this folds to one broadcast (0.0 + s would add first). */
+#define KILN_V8_SPLAT(s) ((s) + -(kiln_v8f){0})
+#define KILN_V8_LOAD(p) (*(const kiln_v8fu*)(p))
+#define KILN_V8_STORE(p, v) (*(kiln_v8fu*)(p) = (v))
+
+static inline __attribute__((always_inline)) kiln_v8f kiln_v8_clamp(kiln_v8f x, float lo,
+                                                                    float hi) {
+  const kiln_v8f l = KILN_V8_SPLAT(lo), h = KILN_V8_SPLAT(hi);
+  kiln_v8i m = (kiln_v8i)(x < l);
+  x = (kiln_v8f)(((kiln_v8i)l & m) | ((kiln_v8i)x & ~m));
+  m = (kiln_v8i)(x > h);
+  return (kiln_v8f)(((kiln_v8i)h & m) | ((kiln_v8i)x & ~m));
+}
+
+/* Pointwise block: MR positions by NB (1 or 2) blocks of 8 output channels, their sums in
+ * registers over all C input channels (12 + 2 + 1 of AVX2's 16 vector registers at 6 x 2).
+ * x: the first position of input block 0, blocks `plane` floats apart; w0/w1: the output
+ * blocks' weights (C x 8 each); y0/y1: their first output position. */
+static inline __attribute__((always_inline)) void kiln_nchwc_pw_block(
+    const int mr, const int nb, const float* restrict x, int64_t c, int64_t plane,
+    const float* restrict w0, const float* restrict w1, const float* bias0, const float* bias1,
+    float* restrict y0, float* restrict y1, float lo, float hi, int clamps) {
+  kiln_v8f a0[6], a1[6];
+  const kiln_v8f b0 = bias0 ? KILN_V8_LOAD(bias0) : (kiln_v8f){0};
+  const kiln_v8f b1 = nb > 1 && bias1 ? KILN_V8_LOAD(bias1) : (kiln_v8f){0};
+  for (int r = 0; r < mr; ++r) {
+    a0[r] = b0;
+    if (nb > 1) a1[r] = b1;
+  }
+  for (int64_t ic = 0; ic < c; ic += KILN_NCHWC_B) {
+    const float* xp = x + ic / KILN_NCHWC_B * plane;
+    const float *wa = w0 + ic * KILN_NCHWC_B, *wb = w1 + ic * KILN_NCHWC_B;
+#pragma GCC unroll 8
+    for (int k = 0; k < KILN_NCHWC_B; ++k) {
+      const kiln_v8f va = KILN_V8_LOAD(wa + k * KILN_NCHWC_B);
+      const kiln_v8f vb = nb > 1 ? KILN_V8_LOAD(wb + k * KILN_NCHWC_B) : va;
+#pragma GCC unroll 6
+      for (int r = 0; r < mr; ++r) {
+        const kiln_v8f s = KILN_V8_SPLAT(xp[r * KILN_NCHWC_B + k]);
+        a0[r] += s * va;
+        if (nb > 1) a1[r] += s * vb;
+      }
+    }
+  }
+  for (int r = 0; r < mr; ++r) {
+    KILN_V8_STORE(y0 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a0[r], lo, hi) : a0[r]);
+    if (nb > 1) KILN_V8_STORE(y1 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a1[r], lo, hi) : a1[r]);
+  }
+}
+
+/* Each (mr, nb) pair gets its own code: the block's loops unroll fully. */
+static void kiln_nchwc_pw_dispatch(int mr, int nb, const float* x, int64_t c, int64_t plane,
+                                   const float* w0, const float* w1, const float* bias0,
+                                   const float* bias1, float* y0, float* y1, float lo, float hi,
+                                   int clamps) {
+#define KILN_NCHWC_PW_CASE(MR, NB)                                                          \
+  case MR * 2 + NB - 1:                                                                     \
+    kiln_nchwc_pw_block(MR, NB, x, c, plane, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
+    break;
+  switch (mr * 2 + nb - 1) {
+    KILN_NCHWC_PW_CASE(1, 1)
+    KILN_NCHWC_PW_CASE(1, 2) KILN_NCHWC_PW_CASE(2, 1) KILN_NCHWC_PW_CASE(2, 2)
+        KILN_NCHWC_PW_CASE(3, 1) KILN_NCHWC_PW_CASE(3, 2) KILN_NCHWC_PW_CASE(4, 1)
+            KILN_NCHWC_PW_CASE(4, 2) KILN_NCHWC_PW_CASE(5, 1) KILN_NCHWC_PW_CASE(5, 2)
+                KILN_NCHWC_PW_CASE(6, 1) KILN_NCHWC_PW_CASE(6, 2) default : break;
+  }
+#undef KILN_NCHWC_PW_CASE
+}
+
+/* A 1x1 convolution of one image: output blocks [mb0, mb1) at positions [p0, p1).
+ * x (C/8, hw, 8), w (M/8, C, 8), bias (M) or null, y (M/8, hw, 8). The output blocks go in
+ * pairs over runs of 6 positions; the positions go in chunks whose input (chunk x C floats)
+ * stays in L1/L2 while every pair passes over it. */
+KILN_HELPER void kiln_nchwc_pointwise(const float* x, int64_t c, int64_t hw, const float* w,
+                                      const float* bias, float* y, int64_t mb0, int64_t mb1,
+                                      int64_t p0, int64_t p1, float lo, float hi) {
+  const int clamps = lo > -__builtin_inff() || hi < __builtin_inff();
+  const int64_t plane = hw * KILN_NCHWC_B;
+  int64_t chunk = 65536 / 4 / (c > 0 ? c : 1) / 6 * 6;
+  if (chunk < 6) chunk = 6;
+  for (int64_t q0 = p0; q0 < p1; q0 += chunk) {
+    const int64_t q1 = p1 - q0 < chunk ? p1 : q0 + chunk;
+    for (int64_t mb = mb0; mb < mb1; mb += 2) {
+      const int nb = mb1 - mb >= 2 ? 2 : 1;
+      const float *w0 = w + mb * c * KILN_NCHWC_B, *w1 = w0 + c * KILN_NCHWC_B;
+      const float* bias0 = bias ? bias + mb * KILN_NCHWC_B : 0;
+      const float* bias1 = bias ? bias0 + KILN_NCHWC_B : 0;
+      float *y0 = y + mb * plane, *y1 = y0 + plane;
+      for (int64_t p = q0; p < q1; p += 6) {
+        const int mr = q1 - p < 6 ? (int)(q1 - p) : 6;
+        kiln_nchwc_pw_dispatch(mr, nb, x + p * KILN_NCHWC_B, c, plane, w0, w1, bias0, bias1,
+                               y0 + p * KILN_NCHWC_B, y1 + p * KILN_NCHWC_B, lo, hi, clamps);
+      }
+    }
+  }
+}
+
+/* Depthwise: G consecutive output positions of one row, every tap in bounds (no checks).
+ * xr: the input row of tap row 0 at the group's first position's column 0 tap; sx: input
+ * floats between neighbouring output positions (stride x 8); wv: the block's taps. */
+static inline __attribute__((always_inline)) void kiln_nchwc_dw_group(
+    const int g, const float* restrict xr, int64_t row_step, int64_t sx, int kh, int kw,
+    const int32_t* rows_ok, const float* restrict wv, kiln_v8f b, float* restrict yo, float lo,
+    float hi, int clamps) {
+  kiln_v8f acc[8];
+  for (int q = 0; q < g; ++q) acc[q] = b;
+  for (int i = 0; i < kh; ++i) {
+    if (!rows_ok[i]) continue;
+    const float* xi = xr + i * row_step;
+    for (int j = 0; j < kw; ++j) {
+      const kiln_v8f wt = KILN_V8_LOAD(wv + (i * kw + j) * KILN_NCHWC_B);
+#pragma GCC unroll 8
+      for (int q = 0; q < g; ++q) acc[q] += KILN_V8_LOAD(xi + q * sx + j * KILN_NCHWC_B) * wt;
+    }
+  }
+  for (int q = 0; q < g; ++q)
+    KILN_V8_STORE(yo + q * KILN_NCHWC_B, clamps ? kiln_v8_clamp(acc[q], lo, hi) : acc[q]);
+}
+
+/* A depthwise convolution of one image: channel blocks [cb0, cb1), output rows [oy0, oy1).
+ * x (C/8, h, wd, 8), w (C/8, kh, kw, 8), bias (C) or null, y (C/8, oh, ow, 8). Interior
+ * columns (every tap inside the row) go in groups of 8 and 4 without bounds checks; the
+ * few at the edges test each tap. */
+KILN_HELPER void kiln_nchwc_depthwise(const float* x, int64_t h, int64_t wd, const float* w,
+                                      const float* bias, float* y, int64_t oh, int64_t ow, int kh,
+                                      int kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                      int64_t cb0, int64_t cb1, int64_t oy0, int64_t oy1, float lo,
+                                      float hi) {
+  const int clamps = lo > -__builtin_inff() || hi < __builtin_inff();
+  int32_t rows_ok[64];
+  /* Interior output columns [ox_lo, ox_hi): ox*sw - pw >= 0 and ox*sw - pw + kw - 1 < wd. */
+  int64_t ox_lo = (pw + sw - 1) / sw, ox_hi = wd - kw + pw >= 0 ? (wd - kw + pw) / sw + 1 : 0;
+  if (ox_hi > ow) ox_hi = ow;
+  if (ox_lo > ox_hi) ox_lo = ox_hi;
+  const int64_t row = wd * KILN_NCHWC_B, sx = sw * KILN_NCHWC_B;
+  for (int64_t cb = cb0; cb < cb1; ++cb) {
+    const float* xc = x + cb * h * row;
+    const float* wv = w + cb * kh * kw * KILN_NCHWC_B;
+    const kiln_v8f b = bias ? KILN_V8_LOAD(bias + cb * KILN_NCHWC_B) : (kiln_v8f){0};
+    float* yc = y + cb * oh * ow * KILN_NCHWC_B;
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      const int64_t iy0 = oy * sh - ph;
+      for (int i = 0; i < kh && i < 64; ++i) rows_ok[i] = iy0 + i >= 0 && iy0 + i < h;
+      /* Row pointer of tap row 0 (may lie outside x; only rows_ok rows are read). */
+      const float* xr = xc + iy0 * row;
+      float* yr = yc + oy * ow * KILN_NCHWC_B;
+      int64_t ox = 0;
+      for (; ox < ow; ++ox) {
+        if (ox >= ox_lo && ox < ox_hi) {
+          const float* xs = xr + (ox * sw - pw) * KILN_NCHWC_B;
+          if (ox_hi - ox >= 8) {
+            kiln_nchwc_dw_group(8, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
+                                hi, clamps);
+            ox += 7;
+            continue;
+          }
+          if (ox_hi - ox >= 4) {
+            kiln_nchwc_dw_group(4, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
+                                hi, clamps);
+            ox += 3;
+            continue;
+          }
+          kiln_nchwc_dw_group(1, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
+                              hi, clamps);
+          continue;
+        }
+        kiln_v8f acc = b;
+        for (int i = 0; i < kh; ++i) {
+          if (!rows_ok[i]) continue;
+          for (int j = 0; j < kw; ++j) {
+            const int64_t ix = ox * sw - pw + j;
+            if (ix < 0 || ix >= wd) continue;
+            acc += KILN_V8_LOAD(xr + i * row + ix * KILN_NCHWC_B) *
+                   KILN_V8_LOAD(wv + (i * kw + j) * KILN_NCHWC_B);
+          }
+        }
+        KILN_V8_STORE(yr + ox * KILN_NCHWC_B, clamps ? kiln_v8_clamp(acc, lo, hi) : acc);
+      }
+    }
+  }
+}
+
+#endif /* KILN_NCHWC_H */

@@ -1,0 +1,247 @@
+#include "ops/conv_nchwc.h"
+
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+// Positions per column unit of a pointwise split: four of the kernel's runs of 6.
+constexpr int64_t kPointwiseUnit = 24;
+
+std::vector<int64_t> ints_of(const Attrs& props, const std::string& name, size_t n) {
+  std::vector<int64_t> v = attr_ints(props, name);
+  if (v.size() != n) {
+    throw AttrError(name,
+                    "takes " + std::to_string(n) + " values, got " + std::to_string(v.size()));
+  }
+  for (int64_t e : v) {
+    if (e < (name == "pads" ? 0 : 1)) throw AttrError(name, "has " + std::to_string(e));
+  }
+  return v;
+}
+
+}  // namespace
+
+ConvNchwc::ConvNchwc(Attrs props) : COp("conv_nchwc", std::move(props)) {
+  check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "pads"});
+  group_ = attr_int(this->props(), "group", 1);
+  kernel_ = ints_of(this->props(), "kernel_shape", 2);
+  strides_ = ints_of(this->props(), "strides", 2);
+  pads_ = ints_of(this->props(), "pads", 4);
+  if (group_ < 1) throw AttrError("group", "must be >= 1");
+  if (kernel_[0] > 64 || kernel_[1] > 64) throw AttrError("kernel_shape", "is over 64");
+  if (group_ == 1 &&
+      (kernel_ != std::vector<int64_t>{1, 1} || strides_ != std::vector<int64_t>{1, 1} ||
+       pads_ != std::vector<int64_t>{0, 0, 0, 0})) {
+    throw AttrError("group", "1 (pointwise) takes a 1x1 kernel, stride 1 and no padding");
+  }
+}
+
+ConvNchwc::Geometry ConvNchwc::geometry(const std::vector<int64_t>& x,
+                                        const std::vector<int64_t>& w) const {
+  Geometry g;
+  g.c = x[1] * kNchwcBlock;
+  g.h = x[2];
+  g.w = x[3];
+  g.m = depthwise() ? g.c : w[0] * kNchwcBlock;
+  g.oh = (g.h + pads_[0] + pads_[2] - kernel_[0]) / strides_[0] + 1;
+  g.ow = (g.w + pads_[1] + pads_[3] - kernel_[1]) / strides_[1] + 1;
+  return g;
+}
+
+std::vector<TensorType> ConvNchwc::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2 && inputs.size() != 3)
+    throw UserError("conv_nchwc takes 2 or 3 inputs (X, W[, B])");
+  const TensorType& x = inputs[0];
+  const TensorType& w = inputs[1];
+  for (const TensorType& t : inputs) {
+    if (t.dtype != DType::kFloat32) {
+      throw UnsupportedError("conv_nchwc: " + t.to_string() + " (only float32)");
+    }
+  }
+  if (x.rank() != 5 || x.dims[4] != kNchwcBlock) {
+    throw UserError("conv_nchwc: input " + x.to_string() + " is not (N, C/8, H, W, 8)");
+  }
+  for (int d = 1; d < 4; ++d) {
+    if (x.dims[static_cast<size_t>(d)] == kDynamic)
+      throw UnsupportedError("conv_nchwc: input " + x.to_string() + " needs static C, H and W");
+  }
+  const int64_t c = x.dims[1] * kNchwcBlock;
+  std::vector<int64_t> want;
+  if (depthwise()) {
+    if (group_ != c) {
+      throw UserError("conv_nchwc: group " + std::to_string(group_) + " for " + std::to_string(c) +
+                      " channels (1 or the channels)");
+    }
+    want = {x.dims[1], kernel_[0], kernel_[1], kNchwcBlock};
+  } else {
+    if (w.rank() != 3 || w.dims[0] == kDynamic) {
+      throw UserError("conv_nchwc: weight " + w.to_string() + " is not (M/8, C, 8)");
+    }
+    want = {w.dims[0], c, kNchwcBlock};
+  }
+  if (w.dims != want) {
+    throw UserError("conv_nchwc: weight " + w.to_string() + " for input " + x.to_string() +
+                    " must be " + dims_to_string(want));
+  }
+  const Geometry g = geometry(x.dims, w.dims);
+  if (inputs.size() == 3 && (inputs[2].rank() != 1 || inputs[2].dims[0] != g.m)) {
+    throw UserError("conv_nchwc: bias " + inputs[2].to_string() + " must be (" +
+                    std::to_string(g.m) + ")");
+  }
+  if (g.oh < 1 || g.ow < 1) {
+    throw UserError("conv_nchwc: a " + dims_to_string(kernel_) + " window does not fit input " +
+                    x.to_string());
+  }
+  return {TensorType{x.dtype, {x.dims[0], g.m / kNchwcBlock, g.oh, g.ow, kNchwcBlock}}};
+}
+
+std::vector<Shape> ConvNchwc::infer_shape(const std::vector<Shape>& inputs) const {
+  const Geometry g = geometry(inputs[0], inputs[1]);
+  return {Shape{inputs[0][0], g.m / kNchwcBlock, g.oh, g.ow, kNchwcBlock}};
+}
+
+double ConvNchwc::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+  const double taps = depthwise() ? static_cast<double>(kernel_[0] * kernel_[1])
+                                  : static_cast<double>(inputs[0][1] * kNchwcBlock);
+  return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
+}
+
+void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& x = inputs[0];
+  const Tensor& w = inputs[1];
+  const Geometry g = geometry(x.shape(), w.shape());
+  const int64_t B = kNchwcBlock, cb = g.c / B;
+  // Element (n, c, y, x) of the blocked input.
+  auto xin = [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
+    return x.load((((n * cb + c / B) * g.h + y) * g.w + xx) * B + c % B);
+  };
+  for (int64_t n = 0; n < x.shape()[0]; ++n) {
+    for (int64_t oc = 0; oc < g.m; ++oc) {
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          double acc = inputs.size() == 3 ? inputs[2].load(oc) : 0.0;
+          if (depthwise()) {
+            for (int64_t i = 0; i < kernel_[0]; ++i) {
+              const int64_t iy = oy * strides_[0] - pads_[0] + i;
+              if (iy < 0 || iy >= g.h) continue;
+              for (int64_t j = 0; j < kernel_[1]; ++j) {
+                const int64_t ix = ox * strides_[1] - pads_[1] + j;
+                if (ix < 0 || ix >= g.w) continue;
+                acc += xin(n, oc, iy, ix) *
+                       w.load(((oc / B * kernel_[0] + i) * kernel_[1] + j) * B + oc % B);
+              }
+            }
+          } else {
+            for (int64_t ic = 0; ic < g.c; ++ic)
+              acc += xin(n, ic, oy, ox) * w.load((oc / B * g.c + ic) * B + oc % B);
+          }
+          outputs[0].store((((n * (g.m / B) + oc / B) * g.oh + oy) * g.ow + ox) * B + oc % B, acc);
+        }
+      }
+    }
+  }
+}
+
+int64_t ConvNchwc::c_split_unit(const Node& node) const {
+  const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);
+  return depthwise() ? g.ow * kNchwcBlock : kPointwiseUnit * kNchwcBlock;
+}
+
+std::optional<SplitTiles> ConvNchwc::c_split_tiles(const Node& node, const CodeNames&,
+                                                   const Sub& sub) const {
+  const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);
+  return SplitTiles{sub.value(g.m / kNchwcBlock), sub.value(g.oh * g.ow * kNchwcBlock),
+                    sub.value(depthwise() ? 1 : 2), sub.value(c_split_unit(node))};
+}
+
+std::string ConvNchwc::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return code(node, names, sub, "", nullptr);
+}
+
+std::string ConvNchwc::c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                         const StoreClamp& clamp) const {
+  return code(node, names, sub, "", &clamp);
+}
+
+std::string ConvNchwc::c_code_with_epilogue(const Node& node, const CodeNames& names,
+                                            const Sub& sub, const std::string& epilogue) const {
+  return code(node, names, sub, epilogue, nullptr);
+}
+
+// Each part runs its tile of every image: output blocks [r0, r1) by columns [c0, c1)
+// (positions x 8). Operands that are not contiguous (a view the executor bound) are copied
+// first; the kernels index dense blocks.
+std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub& sub,
+                            const std::string& epilogue, const StoreClamp* clamp) const {
+  const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);
+  const SplitTiles tiles = *c_split_tiles(node, names, sub);
+  const std::string& ctx = sub.ctx;
+  const std::string& y = names.outputs[0];
+  auto v = [&](int64_t n) { return sub.value(n); };
+  const std::string lo_hi =
+      clamp ? clamp->lo + ", " + clamp->hi : "-__builtin_inff(), __builtin_inff()";
+  std::string s = "{\n";
+  s += "  int64_t r0, r1, c0, c1;\n";
+  s += "  kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
+       tiles.col_unit + ", " + ctx + "->part, " + ctx + "->n_parts, &r0, &r1, &c0, &c1);\n";
+  s += "  if (r0 < r1 && c0 < c1) {\n";
+  // Dense operands: each input as it is, or a packed copy in the workspace.
+  const char* what[] = {"input", "weight", "bias"};
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const std::string& t = names.inputs[k];
+    const std::string p = "d" + std::to_string(k);
+    const int rank = node.inputs[k]->type.rank();
+    s += "  const float *" + p + " = (const float *)" + t + "->data;\n";
+    s += "  {\n    int dense = 1;\n    int64_t c = 1, n = 1;\n";
+    s += "    for (int d = " + std::to_string(rank - 1) + "; d >= 0; --d) {\n";
+    s += "      if (" + t + "->shape[d] != 1 && " + t + "->strides[d] != c) dense = 0;\n";
+    s += "      c *= " + t + "->shape[d];\n      n *= " + t + "->shape[d];\n    }\n";
+    s += "    if (!dense) {\n";
+    s += "      float *copy = (float *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)n * sizeof(float));\n";
+    s += "      if (!copy) " + sub.fail + "(\"conv_nchwc: out of memory for a dense copy of the " +
+         what[k] + "\");\n";
+    s += "      kiln_copy_strided(copy, " + t + "->data, " + std::to_string(rank) + ", " + t +
+         "->shape, " + t + "->strides, sizeof(float));\n";
+    s += "      " + p + " = copy;\n    }\n  }\n";
+  }
+  const std::string bias = node.inputs.size() == 3 ? "d2" : "0";
+  const std::string img_in = v(g.c * g.h * g.w), img_out = v(g.m * g.oh * g.ow);
+  s += "  for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";
+  s += "    const float *xi = d0 + e_n * " + img_in + ";\n";
+  s += "    float *yi = (float *)" + y + "->data + e_n * " + img_out + ";\n";
+  if (!depthwise()) {
+    // Pieces of about 128 KB of output, each finished (and its epilogue run) while in L2.
+    s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
+    s += "    if (piece < 48) piece = 48;\n";
+    s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
+    s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
+    s += "      kiln_nchwc_pointwise(xi, " + v(g.c) + ", " + v(g.h * g.w) + ", d1, " + bias +
+         ", yi, r0, r1, e_c0 / 8, e_c1 / 8, " + lo_hi + ");\n";
+    if (!epilogue.empty())
+      s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
+    s += "    }\n";
+  } else {
+    s += "    const int64_t oy0 = c0 / " + v(g.ow * kNchwcBlock) + ", oy1 = c1 / " +
+         v(g.ow * kNchwcBlock) + ";\n";
+    s += std::string("    for (int64_t cb = r0") + (epilogue.empty() ? "" : ", e_r0 = r0") +
+         "; cb < r1; ++cb) {\n";
+    s += "      kiln_nchwc_depthwise(xi, " + v(g.h) + ", " + v(g.w) + ", d1, " + bias + ", yi, " +
+         v(g.oh) + ", " + v(g.ow) + ", " + v(kernel_[0]) + ", " + v(kernel_[1]) + ", " +
+         v(strides_[0]) + ", " + v(strides_[1]) + ", " + v(pads_[0]) + ", " + v(pads_[1]) +
+         ", cb, cb + 1, oy0, oy1, " + lo_hi + ");\n";
+    if (!epilogue.empty()) {
+      // The epilogue on runs of whole blocks of at least 16 KB, still in L1 or L2.
+      s += "      if ((cb + 1 - e_r0) * (c1 - c0) * 4 >= 16384 || cb + 1 == r1) {\n";
+      s += "        const int64_t e_r1 = cb + 1, e_c0 = c0, e_c1 = c1;\n" + epilogue;
+      s += "        e_r0 = cb + 1;\n      }\n";
+    }
+    s += "    }\n";
+  }
+  s += "  }\n  }\n}\n";
+  return s;
+}
+
+}  // namespace kiln

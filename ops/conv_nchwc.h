@@ -1,0 +1,58 @@
+#pragma once
+// A float32 convolution in the blocked channel layout NCHW8c (ctemplate/preludes/
+// kiln_nchwc.h): X (N, C/8, H, W, 8) to Y (N, M/8, OH, OW, 8), channel c of position (y, x)
+// at [c / 8, y, x, c % 8]. The layout pass (rewrite/layout_nchwc.cpp) makes these from ONNX
+// convolutions; vectors then hold 8 channels of one position, so small maps (7 x 7, 14 x 14)
+// fill them as well as large ones.
+//
+// Props: group (1: a pointwise 1x1 convolution, stride 1, no padding; C: a depthwise one),
+// kernel_shape (kh, kw), strides (sh, sw), pads (top, left, bottom, right). Inputs:
+//   pointwise  W (M/8, C, 8): output block b's weights for input channel c at [b, c];
+//   depthwise  W (C/8, kh, kw, 8): channel block b's taps;
+// and an optional bias B (M).
+#include "ops/cop.h"
+
+namespace kiln {
+
+// The channels of one block (KILN_NCHWC_B of kiln_nchwc.h).
+constexpr int64_t kNchwcBlock = 8;
+
+class ConvNchwc : public COp {
+ public:
+  explicit ConvNchwc(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
+  bool c_store_clamp(const Node&) const override { return true; }
+  std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
+                                const StoreClamp& clamp) const override;
+  bool c_inline_epilogue(const Node&) const override { return true; }
+  std::string c_code_with_epilogue(const Node& node, const CodeNames& names, const Sub& sub,
+                                   const std::string& epilogue) const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_nchwc.h"}; }
+  // Parts take tiles of output blocks (rows) by positions x 8 (columns): pairs of blocks by
+  // runs of positions (pointwise), single blocks by whole output rows (depthwise).
+  bool c_splittable(const Node&) const override { return true; }
+  int64_t c_split_unit(const Node& node) const override;
+  std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
+                                          const Sub& sub) const override;
+  bool c_heavy(const Node&) const override { return true; }
+
+  bool depthwise() const { return group_ != 1; }
+
+ private:
+  struct Geometry {
+    int64_t c = 0, m = 0, h = 0, w = 0, oh = 0, ow = 0;
+  };
+  Geometry geometry(const std::vector<int64_t>& x, const std::vector<int64_t>& w) const;
+  std::string code(const Node& node, const CodeNames& names, const Sub& sub,
+                   const std::string& epilogue, const StoreClamp* clamp) const;
+  int64_t group_;
+  std::vector<int64_t> kernel_, strides_, pads_;
+};
+
+}  // namespace kiln

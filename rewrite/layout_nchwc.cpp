@@ -1,0 +1,292 @@
+// Layout: chains of float32 pointwise and depthwise convolutions (MobileNet's inverted
+// residual blocks) run in the blocked channel layout NCHW8c (ops/conv_nchwc.h), with the
+// elementwise work between them (activations, residual adds, per-channel scales) and their
+// global pooling on the same blocked tensors. Tensors are reordered once where a region
+// meets the rest of the graph, not around each convolution. In NCHW a 7 x 7 or 14 x 14 map
+// fills vectors along its rows badly; blocked, a vector is 8 channels of one position.
+//
+// A region is a set of 4-D values of one shape class linked by convertible convolutions and
+// elementwise nodes; it converts when it holds a depthwise convolution (a chain of 1x1
+// convolutions alone runs as well as a packed GEMM in NCHW, and a plain direct convolution
+// between them would cost two reorders). Reorders are reshape + transpose nodes: those of
+// constants (the weights, per-channel operands) fold now.
+#include <map>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "ops/conv_nchwc.h"
+#include "ops/registry.h"
+#include "ops/window.h"
+#include "rewrite/fused_steps.h"
+#include "rewrite/graph_copy.h"
+#include "rewrite/passes.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t B = kNchwcBlock;
+
+// A float32 (N, C, H, W) value with static C, H, W and C a multiple of the block.
+bool blockable(const Variable* v) {
+  const TensorType& t = v->type;
+  return t.dtype == DType::kFloat32 && t.rank() == 4 && t.dims[1] != kDynamic &&
+         t.dims[1] % B == 0 && t.dims[2] != kDynamic && t.dims[3] != kDynamic;
+}
+
+const Tensor* constant_value(const Variable* v) {
+  return v->kind == VarKind::kConstant && v->value ? &*v->value : nullptr;
+}
+
+// A convolution the blocked kernels run: its props for conv_nchwc, or nothing.
+std::optional<Attrs> nchwc_props(const Node& node) {
+  if (node.op->name() != "conv" || node.outputs.size() != 1 || node.inputs.size() < 2) return {};
+  const Variable* x = node.inputs[0];
+  const Variable* w = node.inputs[1];
+  const Tensor* wv = constant_value(w);
+  if (!blockable(x) || !blockable(node.outputs[0]) || !wv || wv->ndim() != 4 ||
+      wv->dtype() != DType::kFloat32) {
+    return {};
+  }
+  if (node.inputs.size() == 3) {
+    const Tensor* b = constant_value(node.inputs[2]);
+    if (!b || b->ndim() != 1 || b->dtype() != DType::kFloat32) return {};
+  }
+  const Attrs& props = node.op->props();
+  if (attr_int(props, "packed_m", 0) != 0) return {};
+  const int64_t group = attr_int(props, "group", 1), c = x->type.dims[1];
+  const std::vector<int64_t> kernel(wv->shape().begin() + 2, wv->shape().end());
+  std::vector<WindowDims> g;
+  try {
+    g = resolve_window(WindowAttrs::from_props(props, "conv"), {x->type.dims[2], x->type.dims[3]},
+                       kernel, "conv");
+  } catch (const Error&) {
+    return {};
+  }
+  for (const WindowDims& d : g) {
+    if (d.dilation != 1) return {};
+  }
+  const bool pointwise = group == 1 && kernel == std::vector<int64_t>{1, 1} && g[0].stride == 1 &&
+                         g[1].stride == 1 && g[0].pad_begin + g[0].pad_end == 0 &&
+                         g[1].pad_begin + g[1].pad_end == 0;
+  const bool depthwise = group == c && wv->shape()[0] == c && wv->shape()[1] == 1 &&
+                         kernel[0] <= 64 && kernel[1] <= 64;
+  if (!pointwise && !depthwise) return {};
+  return Attrs{
+      {"group", group},
+      {"kernel_shape", kernel},
+      {"strides", std::vector<int64_t>{g[0].stride, g[1].stride}},
+      {"pads", std::vector<int64_t>{g[0].pad_begin, g[1].pad_begin, g[0].pad_end, g[1].pad_end}}};
+}
+
+// A global pooling (reduce_mean or reduce_max over H and W, dimensions kept).
+bool spatial_pool(const Node& node) {
+  const std::string& n = node.op->name();
+  if ((n != "reduce_mean" && n != "reduce_max") || node.inputs.size() != 1) return false;
+  const Attrs& p = node.op->props();
+  return attr_int(p, "keepdims", 1) == 1 &&
+         attr_ints(p, "axes", std::vector<int64_t>{}) == std::vector<int64_t>{2, 3};
+}
+
+// The operand's dimensions right-aligned to rank 4 (missing leading ones are 1), or nothing
+// for a higher rank.
+std::optional<std::vector<int64_t>> as_rank4(const Variable* v) {
+  const auto& d = v->type.dims;
+  if (d.size() > 4) return {};
+  std::vector<int64_t> r(4 - d.size(), 1);
+  r.insert(r.end(), d.begin(), d.end());
+  return r;
+}
+
+class Union {
+ public:
+  const Variable* find(const Variable* v) {
+    auto it = parent_.find(v);
+    if (it == parent_.end() || it->second == v) return v;
+    return it->second = find(it->second);
+  }
+  void join(const Variable* a, const Variable* b) { parent_[find(a)] = find(b); }
+
+ private:
+  std::unordered_map<const Variable*, const Variable*> parent_;
+};
+
+class Layout {
+ public:
+  explicit Layout(const Graph& g) : src_(g), copy_(g) {}
+
+  Graph run() {
+    choose_regions();
+    if (converting_.empty()) {
+      for (const auto& node : src_.nodes()) copy_.copy(*node);
+      return copy_.finish();
+    }
+    for (const auto& node : src_.nodes()) {
+      if (!convert(*node)) {
+        for (const Variable* v : node->inputs) plain(v);
+        copy_.copy(*node);
+      }
+    }
+    for (const Variable* v : src_.outputs()) plain(v);
+    return fold_constants(copy_.finish());
+  }
+
+ private:
+  // Regions: values joined through candidate convolutions and elementwise nodes whose
+  // operands are all blockable or broadcast per channel. A region converts when it holds a
+  // depthwise convolution.
+  void choose_regions() {
+    Union u;
+    std::vector<const Node*> convs;
+    for (const auto& node : src_.nodes()) {
+      if (nchwc_props(*node)) {
+        convs.push_back(node.get());
+        u.join(node->inputs[0], node->outputs[0]);
+      } else if (is_elementwise_node(*node) && blockable(node->outputs[0])) {
+        for (const Variable* v : node->inputs) {
+          if (v->type.dims == node->outputs[0]->type.dims) u.join(v, node->outputs[0]);
+        }
+      }
+    }
+    std::set<const Variable*> with_depthwise;
+    for (const Node* n : convs) {
+      if (attr_int(n->op->props(), "group", 1) != 1) with_depthwise.insert(u.find(n->inputs[0]));
+    }
+    for (const Node* n : convs) {
+      if (with_depthwise.count(u.find(n->inputs[0]))) converting_.insert(n);
+    }
+    for (const auto& node : src_.nodes()) {
+      for (const Variable* v : node->outputs) {
+        if (with_depthwise.count(u.find(v))) in_region_.insert(v);
+      }
+      for (const Variable* v : node->inputs) {
+        if (with_depthwise.count(u.find(v))) in_region_.insert(v);
+      }
+    }
+  }
+
+  Node* add(const std::string& op, Attrs props, std::vector<Variable*> inputs,
+            const std::string& name, const std::string& out_name) {
+    return copy_.dst().add_node(OpRegistry::instance().create(op, std::move(props)), inputs, name,
+                                {out_name});
+  }
+
+  // (N, C, H, W) -> (N, C/8, H, W, 8) of a dst value with those dims (after right-aligning).
+  Variable* reorder_in(Variable* v, const std::vector<int64_t>& d4, const std::string& name) {
+    const int64_t n = d4[0] == kDynamic ? 0 : d4[0];
+    Variable* r = add("reshape", {{"shape", std::vector<int64_t>{n, d4[1] / B, B, d4[2], d4[3]}}},
+                      {v}, name + ".to_nchwc", name + ".blocks")
+                      ->outputs[0];
+    return add("transpose", {{"perm", std::vector<int64_t>{0, 1, 3, 4, 2}}}, {r},
+               name + ".to_nchwc_t", name + ".nchwc")
+        ->outputs[0];
+  }
+
+  // The blocked form of source value v (a region value): made once.
+  Variable* blocked(const Variable* v) {
+    auto it = blocked_.find(v);
+    if (it != blocked_.end()) return it->second;
+    has_plain_.insert(v);  // the reorder's source
+    return blocked_[v] = reorder_in(copy_.map(v), v->type.dims, v->name);
+  }
+
+  // Makes source value v readable in NCHW (its plain form) when only its blocked form exists.
+  void plain(const Variable* v) {
+    if (!blocked_.count(v) || has_plain_.count(v)) return;
+    has_plain_.insert(v);
+    Variable* t = add("transpose", {{"perm", std::vector<int64_t>{0, 1, 4, 2, 3}}}, {blocked_[v]},
+                      v->name + ".from_nchwc_t", v->name + ".unblocked")
+                      ->outputs[0];
+    const auto& d = v->type.dims;
+    Variable* r = add("reshape", {{"shape", std::vector<int64_t>{0, d[1], d[2], d[3]}}}, {t},
+                      v->name + ".from_nchwc", v->name)
+                      ->outputs[0];
+    copy_.replace(v, r);
+  }
+
+  // An elementwise operand against a blocked (N, C, H, W) result: its blocked form, or
+  // nothing when it broadcasts in a way the blocked shape cannot follow.
+  std::optional<Variable*> operand(const Variable* v, int64_t c) {
+    if (blocked_.count(v)) return blocked_[v];
+    auto d = as_rank4(v);
+    if (!d) return {};
+    const int64_t numel = std::accumulate(d->begin(), d->end(), int64_t{1},
+                                          [](int64_t a, int64_t b) { return a * b; });
+    if (numel == 1) return copy_.map(v);  // a scalar broadcasts against any rank
+    for (int64_t e : *d) {
+      if (e == kDynamic) return {};
+    }
+    if ((*d)[1] == 1) {
+      return add("reshape", {{"shape", std::vector<int64_t>{(*d)[0], 1, (*d)[2], (*d)[3], 1}}},
+                 {copy_.map(v)}, v->name + ".to_nchwc", v->name + ".nchwc_b")
+          ->outputs[0];
+    }
+    if ((*d)[1] != c) return {};
+    has_plain_.insert(v);
+    return blocked_[v] = reorder_in(copy_.map(v), *d, v->name);
+  }
+
+  bool convert(const Node& node) {
+    if (converting_.count(&node)) {
+      const Attrs props = *nchwc_props(node);
+      const Tensor& w = *constant_value(node.inputs[1]);
+      const int64_t m = w.shape()[0], c = node.inputs[0]->type.dims[1];
+      const bool depthwise = attr_int(props, "group", 1) != 1;
+      // The weight in the kernel's order: (M/8, C, 8) or (C/8, kh, kw, 8).
+      const std::vector<int64_t> split =
+          depthwise ? std::vector<int64_t>{m / B, B, w.shape()[2], w.shape()[3]}
+                    : std::vector<int64_t>{m / B, B, c};
+      const std::vector<int64_t> perm =
+          depthwise ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
+      const std::string& wn = node.inputs[1]->name;
+      Variable*& wb = weights_[node.inputs[1]];
+      if (!wb) {
+        Variable* wr = add("reshape", {{"shape", split}}, {copy_.map(node.inputs[1])},
+                           wn + ".to_nchwc", wn + ".nchwc_r")
+                           ->outputs[0];
+        wb =
+            add("transpose", {{"perm", perm}}, {wr}, wn + ".to_nchwc_t", wn + ".nchwc")->outputs[0];
+      }
+      std::vector<Variable*> inputs{blocked(node.inputs[0]), wb};
+      if (node.inputs.size() == 3) inputs.push_back(copy_.map(node.inputs[2]));
+      const Variable* out = node.outputs[0];
+      blocked_[out] = add("conv_nchwc", props, inputs, node.name, out->name + ".nchwc")->outputs[0];
+      return true;
+    }
+    const Variable* out = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
+    if (!out) return false;
+    if (spatial_pool(node) && blocked_.count(node.inputs[0])) {
+      blocked_[out] = add(node.op->name(), node.op->props(), {blocked_[node.inputs[0]]}, node.name,
+                          out->name + ".nchwc")
+                          ->outputs[0];
+      return true;
+    }
+    bool any_blocked = false;
+    for (const Variable* v : node.inputs) any_blocked |= blocked_.count(v) > 0;
+    if (!any_blocked || !in_region_.count(out)) return false;
+    if (!is_elementwise_node(node) || !blockable(out)) return false;
+    std::vector<Variable*> inputs;
+    for (const Variable* v : node.inputs) {
+      auto b = operand(v, out->type.dims[1]);
+      if (!b) return false;
+      inputs.push_back(*b);
+    }
+    blocked_[out] =
+        copy_.dst().add_node(node.op, inputs, node.name, {out->name + ".nchwc"})->outputs[0];
+    return true;
+  }
+
+  const Graph& src_;
+  GraphCopy copy_;
+  std::set<const Node*> converting_;
+  std::set<const Variable*> in_region_;
+  std::unordered_map<const Variable*, Variable*> blocked_;
+  std::set<const Variable*> has_plain_;
+  std::unordered_map<const Variable*, Variable*> weights_;  // a weight two convolutions share
+};
+
+}  // namespace
+
+Graph layout_nchwc(const Graph& graph) { return Layout(graph).run(); }
+
+}  // namespace kiln
