@@ -5,10 +5,10 @@
 // meets the rest of the graph, not around each convolution. In NCHW a 7 x 7 or 14 x 14 map
 // fills vectors along its rows badly; blocked, a vector is 8 channels of one position.
 //
-// A region is a set of 4-D values of one shape class linked by convertible convolutions and
-// elementwise nodes; it converts when it holds a depthwise convolution (a chain of 1x1
-// convolutions alone runs as well as a packed GEMM in NCHW, and a plain direct convolution
-// between them would cost two reorders). Reorders are reshape + transpose nodes: those of
+// A region is a set of 4-D values linked by convertible convolutions and elementwise nodes;
+// it converts when it holds a depthwise and a pointwise convolution (a chain of 1x1
+// convolutions alone runs as well as a packed GEMM in NCHW, and a lone depthwise one is not
+// worth its two reorders). Reorders are reshape + transpose nodes: those of
 // constants (the weights, per-channel operands) fold now.
 #include <map>
 #include <numeric>
@@ -134,7 +134,7 @@ class Layout {
  private:
   // Regions: values joined through candidate convolutions and elementwise nodes whose
   // operands are all blockable or broadcast per channel. A region converts when it holds a
-  // depthwise convolution.
+  // depthwise and a pointwise convolution.
   void choose_regions() {
     Union u;
     std::vector<const Node*> convs;
@@ -148,9 +148,13 @@ class Layout {
         }
       }
     }
-    std::set<const Variable*> with_depthwise;
+    std::set<const Variable*> depthwise, pointwise, with_depthwise;
     for (const Node* n : convs) {
-      if (attr_int(n->op->props(), "group", 1) != 1) with_depthwise.insert(u.find(n->inputs[0]));
+      (attr_int(n->op->props(), "group", 1) != 1 ? depthwise : pointwise)
+          .insert(u.find(n->inputs[0]));
+    }
+    for (const Variable* r : depthwise) {
+      if (pointwise.count(r)) with_depthwise.insert(r);
     }
     for (const Node* n : convs) {
       if (with_depthwise.count(u.find(n->inputs[0]))) converting_.insert(n);

@@ -1453,6 +1453,46 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
   }
 }
 
+// The layout pass runs chains with a depthwise convolution in the blocked layout NCHW8c
+// (ops/conv_nchwc.h). Against the NCHW reference: maps whose rows end inside a vector group
+// of the depthwise kernel (13 x 11, 7 x 5), stride 2 with unequal pads (the interior
+// columns shift), a 5 x 5 window wider than a 4-column map (no interior at all), output
+// blocks in a pair and an odd one (24 and 40 channels: 3 and 5 blocks), relu and clip in the
+// stores, a residual add and an SE-style per-channel scale on the blocked tensors, a global
+// mean, a blocked value that is also a graph output, and NaN, +-inf and -0.0 in the image.
+TEST(Conv, BlockedLayoutChainsMatchTheReference) {
+  std::mt19937 rng(71);
+  for (const Shape& hw : {Shape{13, 11}, Shape{7, 5}, Shape{4, 4}}) {
+    Graph g("nchwc_" + dims_to_string(hw));
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 16, hw[0], hw[1]});
+    auto cst = [&](const Shape& s, const std::string& name) {
+      return constant(g, random_tensor(DType::kFloat32, s, rng, -0.5, 0.5), name);
+    };
+    Var e = clip(apply("conv", {x, cst({24, 16, 1, 1}, "we"), cst({24}, "be")}, {}), 0.0, 6.0);
+    Var d = relu(apply("conv", {e, cst({24, 1, 3, 3}, "wd"), cst({24}, "bd")},
+                       {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+    Var s2 = apply("conv", {d, cst({24, 1, 5, 5}, "ws")},
+                   {{"group", int64_t{24}},
+                    {"strides", std::vector<int64_t>{2, 2}},
+                    {"pads", std::vector<int64_t>{2, 1, 1, 2}}});
+    Var se = sigmoid(mean(s2, {2, 3}, true));
+    Var p = apply("conv", {mul(s2, se), cst({40, 24, 1, 1}, "wp"), cst({40}, "bp")}, {});
+    Var back = apply("conv", {d, cst({16, 24, 1, 1}, "wb")}, {});
+    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d});
+    auto image = [&](int64_t n) {
+      Tensor t = random_tensor(DType::kFloat32, {n, 16, hw[0], hw[1]}, rng);
+      const double special[] = {std::nan(""), HUGE_VAL, -HUGE_VAL, -0.0};
+      for (int k = 0; k < 4; ++k) t.store(7 + 29 * k, special[k]);
+      return t;
+    };
+    const std::string source = module_source(compile(g));
+    EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
+    EXPECT_NE(source.find("kiln_nchwc_depthwise("), std::string::npos) << "no blocked depthwise";
+    EXPECT_NE(source.find("/* epilogue, in the stores: clip"), std::string::npos);
+    check_graph(g, {{image(1)}, {image(3)}}, 1e-4, 1e-5);
+  }
+}
+
 // A relu or clip after a pointwise or packed convolution, or a packed Gemm, is applied by the
 // kernel as it stores (with the bias added there too): no pass of its own. NaN and +-inf in
 // the image must come out as the scalar relu and clip give them (a NaN stays NaN), the clip's

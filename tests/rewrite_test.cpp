@@ -223,6 +223,52 @@ TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
 // copy stays a parameter when the weight was one, a weight two gemms share packs once, and
 // runtime, integer or narrower-than-a-vector B is left alone. Results match the unpacked
 // graph.
+// The layout pass converts a region of 4-D values holding a depthwise convolution: its
+// convolutions become conv_nchwc, the elementwise nodes between them run on the blocked
+// tensors, and activations are reordered only where the region meets the rest (the image in,
+// the graph output out); weights are reordered now, a parameter staying a parameter. A chain
+// of 1x1 convolutions alone, a depthwise one alone (12 channels around it are not whole
+// blocks) and float64 stay as they were.
+TEST(Rewrite, LayoutPassBlocksRegionsWithADepthwiseConvolution) {
+  std::mt19937 rng(67);
+  auto chain = [&](DType dt, int64_t c, bool with_depthwise) {
+    Graph g("layout");
+    Var x = input(g, "x", dt, {kDynamic, c, 9, 10});
+    Var we(&g, g.add_parameter(testing::random_tensor(dt, {2 * c, c, 1, 1}, rng), "we"));
+    Var y = relu(apply("conv", {x, we}, {}));
+    if (with_depthwise) {
+      Var wd = constant(g, testing::random_tensor(dt, {2 * c, 1, 3, 3}, rng), "wd");
+      y = clip(
+          apply("conv", {y, wd}, {{"group", 2 * c}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+          0.0, 6.0);
+    }
+    Var wp = constant(g, testing::random_tensor(dt, {c, 2 * c, 1, 1}, rng), "wp");
+    g.set_outputs({add(apply("conv", {y, wp}, {}), x)});
+    return g;
+  };
+  Graph g = chain(DType::kFloat32, 16, true);
+  Graph l = layout_nchwc(g);
+  EXPECT_EQ(count_ops(l, "conv_nchwc"), 3) << l.to_string();
+  EXPECT_EQ(count_ops(l, "conv"), 0) << l.to_string();
+  EXPECT_EQ(count_ops(l, "transpose"), 2) << "one reorder in, one out:\n" << l.to_string();
+  int parameters = 0;
+  for (const auto& node : l.nodes()) {
+    if (node->op->name() == "conv_nchwc") {
+      EXPECT_EQ(node->inputs[1]->kind, VarKind::kConstant) << "a weight was not reordered now";
+      parameters += node->inputs[1]->parameter;
+    }
+  }
+  EXPECT_EQ(parameters, 1) << "the reordered parameter weight is no longer a parameter";
+  for (const Graph& same : {chain(DType::kFloat32, 16, false), chain(DType::kFloat32, 12, true),
+                            chain(DType::kFloat64, 16, true)}) {
+    EXPECT_EQ(count_ops(layout_nchwc(same), "conv_nchwc"), 0) << same.to_string();
+  }
+  EXPECT_EQ(count_ops(optimize(g, std::string("-layout")), "conv_nchwc"), 0);
+  const std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {2, 16, 9, 10}, rng)};
+  expect_same_results(g, in, "");
+  expect_same_results(g, in, "-epilogue,-fusion");
+}
+
 TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   std::mt19937 rng(59);
   Graph g("pack");
