@@ -198,6 +198,35 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
        " a = " + comb + "; }\n";
   s += "        }\n";
   s += "        p0[o0] = a;\n";
+  // A short kept row under a reduced dimension (a blocked layout's global pool: 8 channels
+  // of each position): the whole reduced run in one go, the row's sums held locally, not
+  // one odometer step per row of 8 (0.88 ms for EfficientNet's first 112 x 112 pool).
+  std::string run_ptrs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (slot[k] < 0) continue;
+    std::string ct(dtype_c_type(inputs[k].dtype));
+    std::string sk = std::to_string(slot[k]);
+    run_ptrs += "            const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk +
+                " + i2 * st[" + sk + "][r - 2];\n";
+  }
+  s += "      } else if (s0 == 1 && " + unit_inputs +
+       " && inner <= 32 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n";
+  s += "        " + T + " run[32];\n";
+  s += "        for (int64_t j = 0; j < inner; ++j) run[j] = p0[o0 + j];\n";
+  s += "        const int64_t m2 = shp[r - 2];\n";
+  s += "        for (int64_t i2 = 0; i2 < m2; ++i2) {\n";
+  s += run_ptrs;
+  s += "          for (int64_t j = 0; j < inner; ++j) { " + value(true, "j") + " const " + T +
+       " a = run[j]; run[j] = " + comb + "; }\n";
+  s += "        }\n";
+  s += "        for (int64_t j = 0; j < inner; ++j) p0[o0 + j] = run[j];\n";
+  // As if the run's rows had been stepped through one by one: the odometer below carries.
+  for (int k = 0; k < nops; ++k) {
+    std::string sk = std::to_string(k);
+    s += "        o" + sk + " += st[" + sk + "][r - 2] * (m2 - 1);\n";
+  }
+  s += "        idx[r - 2] = m2 - 1;\n";
+  s += "        it += m2 - 1;\n";
   s += "      } else if (s0 == 1 && " + unit_inputs + ") {\n";
   s += "        " + T + " *restrict q0 = p0 + o0;\n";
   s += unit_ptrs;

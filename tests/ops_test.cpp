@@ -262,6 +262,8 @@ TEST_P(ReduceTest, MatchesReferenceOverAxes) {
         {random_tensor(dt, {2, 3, 4}, rng, lo, hi)},
         {random_tensor(dt, {1, 5, 1}, rng, lo, hi)},
         {random_tensor(dt, {7, 33, 9}, rng, lo, hi)},
+        // Axis 1 of this is a blocked layout's global pool: 300 positions of 8 lanes.
+        {random_tensor(dt, {5, 300, 8}, rng, lo, hi)},
         {non_contiguous(random_tensor(dt, {3, 4, 5}, rng, lo, hi))},
     };
     if (op != "reduce_max" && op != "reduce_min")
