@@ -31,11 +31,6 @@ ConvNchwc::ConvNchwc(Attrs props) : COp("conv_nchwc", std::move(props)) {
   pads_ = ints_of(this->props(), "pads", 4);
   if (group_ < 1) throw AttrError("group", "must be >= 1");
   if (kernel_[0] > 64 || kernel_[1] > 64) throw AttrError("kernel_shape", "is over 64");
-  if (group_ == 1 &&
-      (kernel_ != std::vector<int64_t>{1, 1} || strides_ != std::vector<int64_t>{1, 1} ||
-       pads_ != std::vector<int64_t>{0, 0, 0, 0})) {
-    throw AttrError("group", "1 (pointwise) takes a 1x1 kernel, stride 1 and no padding");
-  }
 }
 
 ConvNchwc::Geometry ConvNchwc::geometry(const std::vector<int64_t>& x,
@@ -77,9 +72,9 @@ std::vector<TensorType> ConvNchwc::infer_type(const std::vector<TensorType>& inp
     want = {x.dims[1], kernel_[0], kernel_[1], kNchwcBlock};
   } else {
     if (w.rank() != 3 || w.dims[0] == kDynamic) {
-      throw UserError("conv_nchwc: weight " + w.to_string() + " is not (M/8, C, 8)");
+      throw UserError("conv_nchwc: weight " + w.to_string() + " is not (M/8, C x kh x kw, 8)");
     }
-    want = {w.dims[0], c, kNchwcBlock};
+    want = {w.dims[0], c * kernel_[0] * kernel_[1], kNchwcBlock};
   }
   if (w.dims != want) {
     throw UserError("conv_nchwc: weight " + w.to_string() + " for input " + x.to_string() +
@@ -103,8 +98,8 @@ std::vector<Shape> ConvNchwc::infer_shape(const std::vector<Shape>& inputs) cons
 }
 
 double ConvNchwc::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
-  const double taps = depthwise() ? static_cast<double>(kernel_[0] * kernel_[1])
-                                  : static_cast<double>(inputs[0][1] * kNchwcBlock);
+  const double taps = static_cast<double>(kernel_[0] * kernel_[1]) *
+                      (depthwise() ? 1.0 : static_cast<double>(inputs[0][1] * kNchwcBlock));
   return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
 }
 
@@ -134,8 +129,21 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
               }
             }
           } else {
-            for (int64_t ic = 0; ic < g.c; ++ic)
-              acc += xin(n, ic, oy, ox) * w.load((oc / B * g.c + ic) * B + oc % B);
+            // W (M/8, taps x 8, 8): tap (c / 8, i, j), input channel c % 8, output oc % 8.
+            const int64_t kk = kernel_[0] * kernel_[1];
+            for (int64_t ic = 0; ic < g.c; ++ic) {
+              for (int64_t i = 0; i < kernel_[0]; ++i) {
+                const int64_t iy = oy * strides_[0] - pads_[0] + i;
+                if (iy < 0 || iy >= g.h) continue;
+                for (int64_t j = 0; j < kernel_[1]; ++j) {
+                  const int64_t ix = ox * strides_[1] - pads_[1] + j;
+                  if (ix < 0 || ix >= g.w) continue;
+                  const int64_t t = (ic / B * kernel_[0] + i) * kernel_[1] + j;
+                  acc += xin(n, ic, iy, ix) *
+                         w.load(((oc / B * (g.c / B) * kk + t) * B + ic % B) * B + oc % B);
+                }
+              }
+            }
           }
           outputs[0].store((((n * (g.m / B) + oc / B) * g.oh + oy) * g.ow + ox) * B + oc % B, acc);
         }
@@ -209,10 +217,71 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
   }
   const std::string bias = node.inputs.size() == 3 ? "d2" : "0";
   const std::string img_in = v(g.c * g.h * g.w), img_out = v(g.m * g.oh * g.ow);
+  const bool direct = !depthwise() && !pointwise();
+  if (direct) {
+    // The input rows this part's positions read, zero-padded, per image: offsets of each
+    // position and tap in that buffer (32-bit: the whole padded image must fit).
+    const int64_t hp = g.h + pads_[0] + pads_[2], wp = g.w + pads_[1] + pads_[3];
+    if (g.c * hp * wp >= (int64_t{1} << 31)) {
+      throw UnsupportedError("conv_nchwc: a padded image of " + std::to_string(g.c * hp * wp) +
+                             " elements (offsets are 32-bit)");
+    }
+    const int64_t taps = g.c / kNchwcBlock * kernel_[0] * kernel_[1];
+    s += "  const int64_t pp0 = c0 / 8, pp1 = c1 / 8, ow = " + v(g.ow) +
+         ", sh = " + v(strides_[0]) + ", sw = " + v(strides_[1]) + ";\n";
+    s += "  const int64_t oya = pp0 / ow, wpad = " + v(wp) + ", kh = " + v(kernel_[0]) +
+         ", kw = " + v(kernel_[1]) + ", cb = " + v(g.c / kNchwcBlock) + ";\n";
+    s += "  const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
+         v(pads_[0]) + ";\n";
+    s += "  float *buf = (float *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(cb * rows * wpad * 8) * sizeof(float));\n";
+    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
+         ", (size_t)(pp1 - pp0) * sizeof(int32_t));\n";
+    s += "  int32_t *toff = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + v(taps) +
+         " * sizeof(int32_t));\n";
+    s += "  if (!buf || !pos || !toff) " + sub.fail +
+         "(\"conv_nchwc: out of memory for the padded input rows\");\n";
+    s += "  for (int64_t c = 0, t = 0; c < cb; ++c)\n";
+    s += "    for (int64_t i = 0; i < kh; ++i)\n";
+    s += "      for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(((c * rows + i) * wpad + "
+         "j) * 8);\n";
+    s += "  for (int64_t p = pp0; p < pp1; ++p)\n";
+    s += "    pos[p - pp0] = (int32_t)(((p / ow - oya) * sh * wpad + p % ow * sw) * 8);\n";
+  }
   s += "  for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";
   s += "    const float *xi = d0 + e_n * " + img_in + ";\n";
   s += "    float *yi = (float *)" + y + "->data + e_n * " + img_out + ";\n";
-  if (!depthwise()) {
+  if (direct) {
+    // The rows, padding zeroed, then pieces as for a pointwise convolution.
+    const std::string left = v(pads_[1] * kNchwcBlock), width = v(g.w * kNchwcBlock);
+    s += "    for (int64_t c = 0; c < cb; ++c)\n";
+    s += "      for (int64_t rr = 0; rr < rows; ++rr) {\n";
+    s += "        float *dst = buf + (c * rows + rr) * wpad * 8;\n";
+    s += "        const int64_t iy = iy0 + rr;\n";
+    s += "        if (iy < 0 || iy >= " + v(g.h) + ") {\n";
+    s += "          for (int64_t k = 0; k < wpad * 8; ++k) dst[k] = 0;\n";
+    s += "          continue;\n        }\n";
+    s += "        const float *src = xi + (c * " + v(g.h) + " + iy) * " + width + ";\n";
+    s += "        for (int64_t k = 0; k < " + left + "; ++k) dst[k] = 0;\n";
+    s += "        for (int64_t k = 0; k < " + width + "; ++k) dst[" + left + " + k] = src[k];\n";
+    s += "        for (int64_t k = " + left + " + " + width + "; k < wpad * 8; ++k) dst[k] = 0;\n";
+    s += "      }\n";
+    s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
+    s += "    if (piece < 48) piece = 48;\n";
+    // A window's positions share their input rows: the chunk whose weights pass once is all
+    // positions whose rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer re-read
+    // 9 MB of weights per 6 positions).
+    s += "    const int64_t row_bytes = cb * wpad * 8 * 4 * sh;\n";
+    s += "    int64_t chunk = 262144 / (row_bytes > 0 ? row_bytes : 1) * ow / 6 * 6;\n";
+    s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
+    s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
+    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " +
+         v(g.c / kNchwcBlock * kernel_[0] * kernel_[1]) + ", d1, " + bias + ", yi, " +
+         v(g.oh * g.ow) + ", r0, r1, e_c0 / 8, e_c1 / 8, chunk, " + lo_hi + ");\n";
+    if (!epilogue.empty())
+      s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
+    s += "    }\n";
+  } else if (!depthwise()) {
     // Pieces of about 128 KB of output, each finished (and its epilogue run) while in L2.
     s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
     s += "    if (piece < 48) piece = 48;\n";

@@ -5,9 +5,11 @@
 // convolutions; vectors then hold 8 channels of one position, so small maps (7 x 7, 14 x 14)
 // fill them as well as large ones.
 //
-// Props: group (1: a pointwise 1x1 convolution, stride 1, no padding; C: a depthwise one),
-// kernel_shape (kh, kw), strides (sh, sw), pads (top, left, bottom, right). Inputs:
-//   pointwise  W (M/8, C, 8): output block b's weights for input channel c at [b, c];
+// Props: group (1: a full convolution; C: a depthwise one), kernel_shape (kh, kw), strides
+// (sh, sw), pads (top, left, bottom, right); dilation 1. Inputs:
+//   group 1    W (M/8, C/8 x kh x kw x 8, 8): output block b's weights for tap (c / 8, i, j)
+//              and input channel c % 8 at [b, ((c / 8 x kh + i) x kw + j) x 8 + c % 8]
+//              (a 1x1 window: [b, c]);
 //   depthwise  W (C/8, kh, kw, 8): channel block b's taps;
 // and an optional bias B (M).
 #include "ops/cop.h"
@@ -24,7 +26,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }
@@ -43,6 +45,11 @@ class ConvNchwc : public COp {
   bool c_heavy(const Node&) const override { return true; }
 
   bool depthwise() const { return group_ != 1; }
+  // A 1x1 window, stride 1, no padding: the positions read in place, no padded rows.
+  bool pointwise() const {
+    return group_ == 1 && kernel_ == std::vector<int64_t>{1, 1} &&
+           strides_ == std::vector<int64_t>{1, 1} && pads_ == std::vector<int64_t>{0, 0, 0, 0};
+  }
 
  private:
   struct Geometry {

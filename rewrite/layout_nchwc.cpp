@@ -1,15 +1,17 @@
-// Layout: chains of float32 pointwise and depthwise convolutions (MobileNet's inverted
-// residual blocks) run in the blocked channel layout NCHW8c (ops/conv_nchwc.h), with the
-// elementwise work between them (activations, residual adds, per-channel scales) and their
-// global pooling on the same blocked tensors. Tensors are reordered once where a region
-// meets the rest of the graph, not around each convolution. In NCHW a 7 x 7 or 14 x 14 map
-// fills vectors along its rows badly; blocked, a vector is 8 channels of one position.
+// Layout: chains of float32 convolutions (ResNet's blocks, MobileNet's inverted residuals,
+// SqueezeNet's fire modules) run in the blocked channel layout NCHW8c (ops/conv_nchwc.h),
+// with the elementwise work between them (activations, residual adds, per-channel scales),
+// channel concatenations and global pooling on the same blocked tensors. Tensors are
+// reordered once where a region meets the rest of the graph, not around each convolution.
+// In NCHW a 7 x 7 or 14 x 14 map fills vectors along its rows badly; blocked, a vector is 8
+// channels of one position, and the register-blocked kernels reach SGEMM's rate on 3x3
+// layers.
 //
-// A region is a set of 4-D values linked by convertible convolutions and elementwise nodes;
-// it converts when it holds a depthwise and a pointwise convolution (a chain of 1x1
-// convolutions alone runs as well as a packed GEMM in NCHW, and a lone depthwise one is not
-// worth its two reorders). Reorders are reshape + transpose nodes: those of
-// constants (the weights, per-channel operands) fold now.
+// A region is a set of 4-D values linked by convertible convolutions (group 1 or depthwise,
+// channels in whole blocks, dilation 1), elementwise nodes and channel concatenations; it
+// converts when it holds two convolutions or more (a lone one is not worth its two
+// reorders). Reorders are reshape + transpose nodes: those of constants (the weights,
+// per-channel operands) fold now.
 #include <map>
 #include <numeric>
 #include <set>
@@ -66,17 +68,25 @@ std::optional<Attrs> nchwc_props(const Node& node) {
   for (const WindowDims& d : g) {
     if (d.dilation != 1) return {};
   }
-  const bool pointwise = group == 1 && kernel == std::vector<int64_t>{1, 1} && g[0].stride == 1 &&
-                         g[1].stride == 1 && g[0].pad_begin + g[0].pad_end == 0 &&
-                         g[1].pad_begin + g[1].pad_end == 0;
-  const bool depthwise = group == c && wv->shape()[0] == c && wv->shape()[1] == 1 &&
-                         kernel[0] <= 64 && kernel[1] <= 64;
-  if (!pointwise && !depthwise) return {};
+  const bool depthwise = group == c && wv->shape()[0] == c && wv->shape()[1] == 1;
+  if ((group != 1 && !depthwise) || kernel[0] > 64 || kernel[1] > 64) return {};
   return Attrs{
       {"group", group},
       {"kernel_shape", kernel},
       {"strides", std::vector<int64_t>{g[0].stride, g[1].stride}},
       {"pads", std::vector<int64_t>{g[0].pad_begin, g[1].pad_begin, g[0].pad_end, g[1].pad_end}}};
+}
+
+// A concatenation along the channels of blockable values (SqueezeNet's fire modules).
+bool channel_concat(const Node& node) {
+  if (node.op->name() != "concat" || node.outputs.size() != 1 || !blockable(node.outputs[0]))
+    return false;
+  const int64_t axis = attr_int(node.op->props(), "axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  for (const Variable* v : node.inputs) {
+    if (!blockable(v)) return false;
+  }
+  return true;
 }
 
 // A global pooling (reduce_mean or reduce_max over H and W, dimensions kept).
@@ -133,8 +143,8 @@ class Layout {
 
  private:
   // Regions: values joined through candidate convolutions and elementwise nodes whose
-  // operands are all blockable or broadcast per channel. A region converts when it holds a
-  // depthwise and a pointwise convolution.
+  // operands are all blockable or broadcast per channel. A region converts when it holds two
+  // convolutions or more.
   void choose_regions() {
     Union u;
     std::vector<const Node*> convs;
@@ -142,29 +152,28 @@ class Layout {
       if (nchwc_props(*node)) {
         convs.push_back(node.get());
         u.join(node->inputs[0], node->outputs[0]);
+      } else if (channel_concat(*node)) {
+        for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && blockable(node->outputs[0])) {
         for (const Variable* v : node->inputs) {
           if (v->type.dims == node->outputs[0]->type.dims) u.join(v, node->outputs[0]);
         }
       }
     }
-    std::set<const Variable*> depthwise, pointwise, with_depthwise;
+    std::map<const Variable*, int> count;
+    std::set<const Variable*> converts;
     for (const Node* n : convs) {
-      (attr_int(n->op->props(), "group", 1) != 1 ? depthwise : pointwise)
-          .insert(u.find(n->inputs[0]));
-    }
-    for (const Variable* r : depthwise) {
-      if (pointwise.count(r)) with_depthwise.insert(r);
+      if (++count[u.find(n->inputs[0])] == 2) converts.insert(u.find(n->inputs[0]));
     }
     for (const Node* n : convs) {
-      if (with_depthwise.count(u.find(n->inputs[0]))) converting_.insert(n);
+      if (converts.count(u.find(n->inputs[0]))) converting_.insert(n);
     }
     for (const auto& node : src_.nodes()) {
       for (const Variable* v : node->outputs) {
-        if (with_depthwise.count(u.find(v))) in_region_.insert(v);
+        if (converts.count(u.find(v))) in_region_.insert(v);
       }
       for (const Variable* v : node->inputs) {
-        if (with_depthwise.count(u.find(v))) in_region_.insert(v);
+        if (converts.count(u.find(v))) in_region_.insert(v);
       }
     }
   }
@@ -236,20 +245,27 @@ class Layout {
       const Tensor& w = *constant_value(node.inputs[1]);
       const int64_t m = w.shape()[0], c = node.inputs[0]->type.dims[1];
       const bool depthwise = attr_int(props, "group", 1) != 1;
-      // The weight in the kernel's order: (M/8, C, 8) or (C/8, kh, kw, 8).
-      const std::vector<int64_t> split =
-          depthwise ? std::vector<int64_t>{m / B, B, w.shape()[2], w.shape()[3]}
-                    : std::vector<int64_t>{m / B, B, c};
+      // The weight in the kernel's order: (M/8, C/8, kh, kw, 8, 8) read as (M/8, C x kh x kw,
+      // 8), or (C/8, kh, kw, 8).
+      const int64_t kh = w.shape()[2], kw = w.shape()[3];
+      const std::vector<int64_t> split = depthwise
+                                             ? std::vector<int64_t>{m / B, B, kh, kw}
+                                             : std::vector<int64_t>{m / B, B, c / B, B, kh, kw};
       const std::vector<int64_t> perm =
-          depthwise ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
+          depthwise ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 4, 5, 3, 1};
       const std::string& wn = node.inputs[1]->name;
       Variable*& wb = weights_[node.inputs[1]];
       if (!wb) {
         Variable* wr = add("reshape", {{"shape", split}}, {copy_.map(node.inputs[1])},
                            wn + ".to_nchwc", wn + ".nchwc_r")
                            ->outputs[0];
-        wb =
-            add("transpose", {{"perm", perm}}, {wr}, wn + ".to_nchwc_t", wn + ".nchwc")->outputs[0];
+        wb = add("transpose", {{"perm", perm}}, {wr}, wn + ".to_nchwc_t", wn + ".nchwc_t")
+                 ->outputs[0];
+        if (!depthwise) {
+          wb = add("reshape", {{"shape", std::vector<int64_t>{m / B, c * kh * kw, B}}}, {wb},
+                   wn + ".to_nchwc_m", wn + ".nchwc")
+                   ->outputs[0];
+        }
       }
       std::vector<Variable*> inputs{blocked(node.inputs[0]), wb};
       if (node.inputs.size() == 3) inputs.push_back(copy_.map(node.inputs[2]));
@@ -268,6 +284,13 @@ class Layout {
     bool any_blocked = false;
     for (const Variable* v : node.inputs) any_blocked |= blocked_.count(v) > 0;
     if (!any_blocked || !in_region_.count(out)) return false;
+    if (channel_concat(node)) {
+      std::vector<Variable*> inputs;
+      for (const Variable* v : node.inputs) inputs.push_back(blocked(v));
+      blocked_[out] = add("concat", {{"axis", int64_t{1}}}, inputs, node.name, out->name + ".nchwc")
+                          ->outputs[0];
+      return true;
+    }
     if (!is_elementwise_node(node) || !blockable(out)) return false;
     std::vector<Variable*> inputs;
     for (const Variable* v : node.inputs) {

@@ -1455,10 +1455,12 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
   }
 }
 
-// The layout pass runs chains with a depthwise convolution in the blocked layout NCHW8c
+// The layout pass runs chains of convolutions in the blocked layout NCHW8c
 // (ops/conv_nchwc.h). Against the NCHW reference: maps whose rows end inside a vector group
 // of the depthwise kernel (13 x 11, 7 x 5), stride 2 with unequal pads (the interior
-// columns shift), a 5 x 5 window wider than a 4-column map (no interior at all), output
+// columns shift), a 5 x 5 window wider than a 4-column map (no interior at all), direct
+// convolutions (3x3, strided, 1x1 strided, 5x3 with unequal pads: runs of 6 positions that
+// cross output rows), a channel concatenation, output
 // blocks in a pair and an odd one (24 and 40 channels: 3 and 5 blocks), relu and clip in the
 // stores, a residual add and an SE-style per-channel scale on the blocked tensors, a global
 // mean, a blocked value that is also a graph output, and NaN, +-inf and -0.0 in the image.
@@ -1480,7 +1482,20 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     Var se = sigmoid(mean(s2, {2, 3}, true));
     Var p = apply("conv", {mul(s2, se), cst({40, 24, 1, 1}, "wp"), cst({40}, "bp")}, {});
     Var back = apply("conv", {d, cst({16, 24, 1, 1}, "wb")}, {});
-    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d});
+    // Direct convolutions: 3x3 same, 3x3 stride 2, 1x1 stride 2, 5x3 with unequal pads; and
+    // a channel concatenation of blocked values.
+    Var r1 = relu(apply("conv", {x, cst({16, 16, 3, 3}, "w3"), cst({16}, "b3")},
+                        {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+    Var r2 = apply(
+        "conv", {r1, cst({32, 16, 3, 3}, "w3s")},
+        {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    Var r3 =
+        apply("conv", {x, cst({32, 16, 1, 1}, "w1s")}, {{"strides", std::vector<int64_t>{2, 2}}});
+    Var r4 = apply("conv", {r1, cst({8, 16, 5, 3}, "w53")},
+                   {{"pads", std::vector<int64_t>{2, 0, 2, 2}}});
+    Var cat = concat({r1, r4}, 1);
+    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)),
+                   apply("conv", {cat, cst({16, 24, 1, 1}, "wc")}, {})});
     auto image = [&](int64_t n) {
       Tensor t = random_tensor(DType::kFloat32, {n, 16, hw[0], hw[1]}, rng);
       const double special[] = {std::nan(""), HUGE_VAL, -HUGE_VAL, -0.0};
@@ -1490,6 +1505,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     const std::string source = module_source(compile(g));
     EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
     EXPECT_NE(source.find("kiln_nchwc_depthwise("), std::string::npos) << "no blocked depthwise";
+    EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
     EXPECT_NE(source.find("/* epilogue, in the stores: clip"), std::string::npos);
     check_graph(g, {{image(1)}, {image(3)}}, 1e-4, 1e-5);
   }
@@ -1564,13 +1580,14 @@ TEST(Conv, ReluAndClipClampInTheKernelStores) {
 // A packed convolution's epilogue follows its split: parts take whole blocks of 16 output
 // channels (40 channels: blocks of 16, 16 and 8) by whole output rows, and a per-channel
 // shift, a per-element residual and a second output's activation must land on exactly the
-// part's tile, over images and parts (split thunks poison every output first).
+// part's tile, over images and parts (split thunks poison every output first). 12 input
+// channels (not whole blocks of 8) keep the pair out of the blocked layout.
 TEST(Conv, PackedConvolutionEpilogueFollowsTheSplit) {
   std::mt19937 rng(73);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     Graph g(std::string("packed_epilogue_") + std::string(dtype_name(dt)));
-    Var x = input(g, "x", dt, {kDynamic, 8, 13, 11});
-    Var w = constant(g, random_tensor(dt, {40, 8, 3, 3}, rng), "w");
+    Var x = input(g, "x", dt, {kDynamic, 12, 13, 11});
+    Var w = constant(g, random_tensor(dt, {40, 12, 3, 3}, rng), "w");
     Var bias = constant(g, random_tensor(dt, {40}, rng), "bias");
     Var shift = input(g, "shift", dt, {40, 1, 1});
     Var res = input(g, "res", dt, {kDynamic, 40, 7, 6});
@@ -1580,7 +1597,7 @@ TEST(Conv, PackedConvolutionEpilogueFollowsTheSplit) {
     g.set_outputs({clip(add(add(y, shift), res), 0.0, 0.5),
                    relu(apply("conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}))});
     auto inputs = [&](int64_t n, bool strided_x) {
-      Tensor xt = random_tensor(dt, {n, 8, 13, 11}, rng);
+      Tensor xt = random_tensor(dt, {n, 12, 13, 11}, rng);
       return std::vector<Tensor>{strided_x ? non_contiguous(xt) : xt,
                                  random_tensor(dt, {40, 1, 1}, rng),
                                  random_tensor(dt, {n, 40, 7, 6}, rng)};

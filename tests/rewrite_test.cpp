@@ -223,13 +223,13 @@ TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
 // copy stays a parameter when the weight was one, a weight two gemms share packs once, and
 // runtime, integer or narrower-than-a-vector B is left alone. Results match the unpacked
 // graph.
-// The layout pass converts a region of 4-D values holding a depthwise convolution: its
-// convolutions become conv_nchwc, the elementwise nodes between them run on the blocked
-// tensors, and activations are reordered only where the region meets the rest (the image in,
-// the graph output out); weights are reordered now, a parameter staying a parameter. A chain
-// of 1x1 convolutions alone, a depthwise one alone (12 channels around it are not whole
-// blocks) and float64 stay as they were.
-TEST(Rewrite, LayoutPassBlocksRegionsWithADepthwiseConvolution) {
+// The layout pass converts a region of 4-D values holding two convolutions or more: they
+// become conv_nchwc, the elementwise nodes between them run on the blocked tensors, and
+// activations are reordered only where the region meets the rest (the image in, the graph
+// output out); weights are reordered now, a parameter staying a parameter. A convolution
+// alone (12 channels around the depthwise one are not whole blocks) and float64 stay as
+// they were.
+TEST(Rewrite, LayoutPassBlocksRegionsOfConvolutions) {
   std::mt19937 rng(67);
   auto chain = [&](DType dt, int64_t c, bool with_depthwise) {
     Graph g("layout");
@@ -259,8 +259,8 @@ TEST(Rewrite, LayoutPassBlocksRegionsWithADepthwiseConvolution) {
     }
   }
   EXPECT_EQ(parameters, 1) << "the reordered parameter weight is no longer a parameter";
-  for (const Graph& same : {chain(DType::kFloat32, 16, false), chain(DType::kFloat32, 12, true),
-                            chain(DType::kFloat64, 16, true)}) {
+  EXPECT_EQ(count_ops(layout_nchwc(chain(DType::kFloat32, 16, false)), "conv_nchwc"), 2);
+  for (const Graph& same : {chain(DType::kFloat32, 12, true), chain(DType::kFloat64, 16, true)}) {
     EXPECT_EQ(count_ops(layout_nchwc(same), "conv_nchwc"), 0) << same.to_string();
   }
   EXPECT_EQ(count_ops(optimize(g, std::string("-layout")), "conv_nchwc"), 0);
