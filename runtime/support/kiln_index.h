@@ -132,20 +132,68 @@ KILN_INDEX_FN void kiln_copy_row(char *d, int64_t sd, const char *s, int64_t ss,
 }
 #undef KILN_COPY_ROW
 
+/* A whole 8 x 8 tile of 4-byte elements transposed in vector registers (three rounds of
+ * shuffles): eight vector loads and stores instead of 64 scalar ones. The blocked layout's
+ * reorders (ops/conv_nchwc.h) are all such tiles: 8 channels by 8 positions. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+typedef uint32_t kiln_tile8_v __attribute__((vector_size(32), aligned(4)));
+#define KILN_TILE8(U, rows, cols) (sizeof(U) == 4 && (rows) == 8 && (cols) == 8)
+/* The host library is built for baseline x86-64: an AVX2 clone runs where the CPU has it. */
+#if defined(__x86_64__) && !defined(__clang__)
+#define KILN_TILE8_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KILN_TILE8_CLONES
+#endif
+KILN_TILE8_CLONES static __attribute__((unused, noinline)) void kiln_tile8_u32(uint32_t* d,
+                                                                               int64_t dr,
+                                                                               const uint32_t* s,
+                                                                               int64_t sc) {
+  kiln_tile8_v v[8], t[8], u[8];
+  for (int j = 0; j < 8; ++j) v[j] = *(const kiln_tile8_v*)(s + j * sc);
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = __builtin_shufflevector(v[j], v[j + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[j + 1] = __builtin_shufflevector(v[j], v[j + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = __builtin_shufflevector(t[j], t[j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[j + 1] = __builtin_shufflevector(t[j], t[j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[j + 2] = __builtin_shufflevector(t[j + 1], t[j + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[j + 3] = __builtin_shufflevector(t[j + 1], t[j + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int i = 0; i < 4; ++i) {
+    *(kiln_tile8_v*)(d + i * dr) =
+        __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    *(kiln_tile8_v*)(d + (i + 4) * dr) =
+        __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+#else
+#define KILN_TILE8(U, rows, cols) 0
+KILN_INDEX_FN void kiln_tile8_u32(uint32_t* d, int64_t dr, const uint32_t* s, int64_t sc) {
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) d[i * dr + j] = s[i + j * sc];
+}
+#endif
+
 /* A transpose tile: rows [0, h) x columns [0, w) of dst (row stride dr, contiguous rows) from
  * src, whose rows run contiguously down dst's columns (src element (i, j) at i + j * sc). An
  * 8 x 8 tile reads 8 runs of src and writes 8 runs of dst, where a row at a time would touch
  * a new cache line of src on every element. */
-#define KILN_COPY_TILE(U)                                                         \
-  do {                                                                            \
-    U *restrict d_ = (U *)d;                                                      \
-    const U *restrict s_ = (const U *)s;                                          \
-    for (int64_t i0 = 0; i0 < h; i0 += 8)                                         \
-      for (int64_t j0 = 0; j0 < w; j0 += 8) {                                     \
-        const int64_t i1 = i0 + 8 < h ? i0 + 8 : h, j1 = j0 + 8 < w ? j0 + 8 : w; \
-        for (int64_t i = i0; i < i1; ++i)                                         \
-          for (int64_t j = j0; j < j1; ++j) d_[i * dr + j] = s_[i + j * sc];      \
-      }                                                                           \
+#define KILN_COPY_TILE(U)                                                                          \
+  do {                                                                                             \
+    U* restrict d_ = (U*)d;                                                                        \
+    const U* restrict s_ = (const U*)s;                                                            \
+    for (int64_t i0 = 0; i0 < h; i0 += 8)                                                          \
+      for (int64_t j0 = 0; j0 < w; j0 += 8) {                                                      \
+        const int64_t i1 = i0 + 8 < h ? i0 + 8 : h, j1 = j0 + 8 < w ? j0 + 8 : w;                  \
+        if (KILN_TILE8(U, i1 - i0, j1 - j0)) {                                                     \
+          kiln_tile8_u32((uint32_t*)(d_ + i0 * dr + j0), dr, (const uint32_t*)(s_ + i0 + j0 * sc), \
+                         sc);                                                                      \
+          continue;                                                                                \
+        }                                                                                          \
+        for (int64_t i = i0; i < i1; ++i)                                                          \
+          for (int64_t j = j0; j < j1; ++j) d_[i * dr + j] = s_[i + j * sc];                       \
+      }                                                                                            \
   } while (0)
 /* esize is 2, 4 or 8. */
 KILN_INDEX_FN void kiln_copy_tile(char *d, int64_t dr, const char *s, int64_t sc, int64_t h,
