@@ -1,9 +1,11 @@
 // Convolution layers of the zoo's shapes (batch 1), compiled and run by kiln on the engine's
 // threads, against the cores' FMA peak (measured here: independent vector multiply-adds on
 // every thread) and against OpenBLAS's SGEMM on the equivalent GEMM (M x OH*OW x C*KH*KW,
-// the same threads; an im2col that OpenBLAS would also need is not counted). The rounds take
-// turns; each figure is the median round of the median of runs. Depthwise layers have no
-// equivalent GEMM. Usage: conv_bench [--rounds R]
+// the same threads; an im2col that OpenBLAS would also need is not counted). Layers whose
+// channels come in whole blocks of 8 run a second time as the layout pass runs them inside a
+// model: conv_nchwc on a blocked (1, C/8, H, W, 8) input (ops/conv_nchwc.h; the reorders at a
+// region's edges are not counted). The rounds take turns; each figure is the median round of
+// the median of runs. Depthwise layers have no equivalent GEMM. Usage: conv_bench [--rounds R]
 #include <cblas.h>
 
 #include <algorithm>
@@ -135,8 +137,9 @@ int main(int argc, char** argv) {
   };
   const double peak = fma_peak(threads);
   std::printf("%d threads; FMA peak (measured): %.1f GFLOP/s\n\n", threads, peak);
-  std::printf("%-40s %9s %9s %9s %8s %9s\n", "layer", "kiln us", "GFLOP/s", "of peak", "BLAS us",
-              "kiln/BLAS");
+  std::printf("%-40s %9s %9s %9s %10s %9s %9s %8s %9s %10s\n", "layer", "kiln us", "GFLOP/s",
+              "of peak", "blocked us", "GFLOP/s", "of peak", "BLAS us", "kiln/BLAS",
+              "blocked/BLAS");
   std::mt19937 rng(3);
   for (const Layer& l : layers) {
     if (only && !std::strstr(l.name, only)) continue;
@@ -150,15 +153,32 @@ int main(int argc, char** argv) {
                           {"group", l.group}})});
     Function f = compile(g);
     const std::vector<Tensor> in{random_tensor({1, l.c, l.h, l.h}, rng)};
+    const bool blockable = l.c % 8 == 0 && l.m % 8 == 0;
+    Graph gb("conv_nchwc");
+    std::vector<Tensor> in_b;
+    if (blockable) {
+      Var xb = input(gb, "x", DType::kFloat32, {1, l.c / 8, l.h, l.h, 8});
+      const Shape ws =
+          l.group == 1 ? Shape{l.m / 8, l.c * l.k * l.k, 8} : Shape{l.c / 8, l.k, l.k, 8};
+      Var wb = parameter(gb, random_tensor(ws, rng), "w");
+      gb.set_outputs({apply("conv_nchwc", {xb, wb},
+                            {{"group", l.group},
+                             {"kernel_shape", std::vector<int64_t>{l.k, l.k}},
+                             {"strides", std::vector<int64_t>{l.stride, l.stride}},
+                             {"pads", std::vector<int64_t>(4, pad)}})});
+      in_b.push_back(random_tensor({1, l.c / 8, l.h, l.h, 8}, rng));
+    }
+    Function fb = blockable ? compile(gb) : compile(g);
     const int64_t gm = l.m, gn = oh * oh, gk = l.c / l.group * l.k * l.k;
     const double flops = 2.0 * static_cast<double>(gm * gn * gk);
     std::vector<float> a(static_cast<size_t>(gm * gk), 0.5f),
         b(static_cast<size_t>(gk * gn), 0.25f), c(static_cast<size_t>(gm * gn));
     const bool gemm_like = l.group == 1;
     const int runs = std::clamp(static_cast<int>(2e8 / flops), 5, 200);
-    std::vector<double> kiln_us, blas_us;
+    std::vector<double> kiln_us, blocked_us, blas_us;
     for (int r = 0; r < rounds; ++r) {
       kiln_us.push_back(median_us([&] { f(in); }, runs));
+      if (blockable) blocked_us.push_back(median_us([&] { fb(in_b); }, runs));
       if (gemm_like) {
         blas_us.push_back(median_us(
             [&] {
@@ -171,13 +191,24 @@ int main(int argc, char** argv) {
       }
     }
     const double k_us = median(kiln_us), gf = flops / k_us / 1e3;
+    std::printf("%-40s %9.1f %9.1f %8.0f%%", l.name, k_us, gf, 100 * gf / peak);
+    const double kb_us = blockable ? median(blocked_us) : 0,
+                 gfb = blockable ? flops / kb_us / 1e3 : 0;
+    if (blockable) {
+      std::printf(" %10.1f %9.1f %8.0f%%", kb_us, gfb, 100 * gfb / peak);
+    } else {
+      std::printf(" %10s %9s %9s", "-", "-", "-");
+    }
     if (gemm_like) {
       const double b_us = median(blas_us);
-      std::printf("%-40s %9.1f %9.1f %8.0f%% %8.1f %9.2f\n", l.name, k_us, gf, 100 * gf / peak,
-                  b_us, k_us / b_us);
+      std::printf(" %8.1f %9.2f", b_us, k_us / b_us);
+      if (blockable) {
+        std::printf(" %10.2f\n", kb_us / b_us);
+      } else {
+        std::printf(" %10s\n", "-");
+      }
     } else {
-      std::printf("%-40s %9.1f %9.1f %8.0f%% %8s %9s\n", l.name, k_us, gf, 100 * gf / peak, "-",
-                  "-");
+      std::printf(" %8s %9s %10s\n", "-", "-", "-");
     }
   }
 }
