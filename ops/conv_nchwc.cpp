@@ -36,7 +36,8 @@ ConvNchwc::ConvNchwc(Attrs props) : COp("conv_nchwc", std::move(props)) {
 ConvNchwc::Geometry ConvNchwc::geometry(const std::vector<int64_t>& x,
                                         const std::vector<int64_t>& w) const {
   Geometry g;
-  g.c = x[1] * kNchwcBlock;
+  g.plain = x.size() == 4;
+  g.c = g.plain ? x[1] : x[1] * kNchwcBlock;
   g.h = x[2];
   g.w = x[3];
   g.m = depthwise() ? g.c : w[0] * kNchwcBlock;
@@ -55,14 +56,16 @@ std::vector<TensorType> ConvNchwc::infer_type(const std::vector<TensorType>& inp
       throw UnsupportedError("conv_nchwc: " + t.to_string() + " (only float32)");
     }
   }
-  if (x.rank() != 5 || x.dims[4] != kNchwcBlock) {
-    throw UserError("conv_nchwc: input " + x.to_string() + " is not (N, C/8, H, W, 8)");
+  const bool plain = x.rank() == 4;
+  if ((x.rank() != 5 || x.dims[4] != kNchwcBlock) && !(plain && !depthwise())) {
+    throw UserError("conv_nchwc: input " + x.to_string() +
+                    " is not (N, C/8, H, W, 8) (or, with group 1, (N, C, H, W))");
   }
   for (int d = 1; d < 4; ++d) {
     if (x.dims[static_cast<size_t>(d)] == kDynamic)
       throw UnsupportedError("conv_nchwc: input " + x.to_string() + " needs static C, H and W");
   }
-  const int64_t c = x.dims[1] * kNchwcBlock;
+  const int64_t c = plain ? x.dims[1] : x.dims[1] * kNchwcBlock;
   std::vector<int64_t> want;
   if (depthwise()) {
     if (group_ != c) {
@@ -98,8 +101,10 @@ std::vector<Shape> ConvNchwc::infer_shape(const std::vector<Shape>& inputs) cons
 }
 
 double ConvNchwc::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
-  const double taps = static_cast<double>(kernel_[0] * kernel_[1]) *
-                      (depthwise() ? 1.0 : static_cast<double>(inputs[0][1] * kNchwcBlock));
+  const double taps =
+      static_cast<double>(kernel_[0] * kernel_[1]) *
+      (depthwise() ? 1.0
+                   : static_cast<double>(inputs[0][1] * (inputs[0].size() == 4 ? 1 : kNchwcBlock)));
   return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
 }
 
@@ -108,8 +113,9 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   const Tensor& w = inputs[1];
   const Geometry g = geometry(x.shape(), w.shape());
   const int64_t B = kNchwcBlock, cb = g.c / B;
-  // Element (n, c, y, x) of the blocked input.
+  // Element (n, c, y, x) of the blocked (or plain) input.
   auto xin = [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
+    if (g.plain) return x.load(((n * g.c + c) * g.h + y) * g.w + xx);
     return x.load((((n * cb + c / B) * g.h + y) * g.w + xx) * B + c % B);
   };
   for (int64_t n = 0; n < x.shape()[0]; ++n) {
@@ -129,7 +135,8 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
               }
             }
           } else {
-            // W (M/8, taps x 8, 8): tap (c / 8, i, j), input channel c % 8, output oc % 8.
+            // W (M/8, taps x 8, 8): tap (c / 8, i, j), input channel c % 8, output oc % 8;
+            // from a plain input (M/8, taps, 8): tap (c, i, j).
             const int64_t kk = kernel_[0] * kernel_[1];
             for (int64_t ic = 0; ic < g.c; ++ic) {
               for (int64_t i = 0; i < kernel_[0]; ++i) {
@@ -138,9 +145,12 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
                 for (int64_t j = 0; j < kernel_[1]; ++j) {
                   const int64_t ix = ox * strides_[1] - pads_[1] + j;
                   if (ix < 0 || ix >= g.w) continue;
-                  const int64_t t = (ic / B * kernel_[0] + i) * kernel_[1] + j;
-                  acc += xin(n, ic, iy, ix) *
-                         w.load(((oc / B * (g.c / B) * kk + t) * B + ic % B) * B + oc % B);
+                  const int64_t wi =
+                      g.plain ? (oc / B * g.c * kk + (ic * kernel_[0] + i) * kernel_[1] + j) * B
+                              : (oc / B * g.c * kk +
+                                 ((ic / B * kernel_[0] + i) * kernel_[1] + j) * B + ic % B) *
+                                    B;
+                  acc += xin(n, ic, iy, ix) * w.load(wi + oc % B);
                 }
               }
             }
@@ -217,7 +227,11 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
   }
   const std::string bias = node.inputs.size() == 3 ? "d2" : "0";
   const std::string img_in = v(g.c * g.h * g.w), img_out = v(g.m * g.oh * g.ow);
-  const bool direct = !depthwise() && !pointwise();
+  const bool direct = !depthwise() && (!pointwise() || g.plain);
+  // Channels side by side at a position of the padded rows: a block, or one of a plain input.
+  const int64_t kb = g.plain ? 1 : kNchwcBlock;
+  const std::string K = std::to_string(kb);
+  const int64_t taps = g.c / kb * kernel_[0] * kernel_[1];
   if (direct) {
     // The input rows this part's positions read, zero-padded, per image: offsets of each
     // position and tap in that buffer (32-bit: the whole padded image must fit).
@@ -226,15 +240,14 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
       throw UnsupportedError("conv_nchwc: a padded image of " + std::to_string(g.c * hp * wp) +
                              " elements (offsets are 32-bit)");
     }
-    const int64_t taps = g.c / kNchwcBlock * kernel_[0] * kernel_[1];
     s += "  const int64_t pp0 = c0 / 8, pp1 = c1 / 8, ow = " + v(g.ow) +
          ", sh = " + v(strides_[0]) + ", sw = " + v(strides_[1]) + ";\n";
     s += "  const int64_t oya = pp0 / ow, wpad = " + v(wp) + ", kh = " + v(kernel_[0]) +
-         ", kw = " + v(kernel_[1]) + ", cb = " + v(g.c / kNchwcBlock) + ";\n";
+         ", kw = " + v(kernel_[1]) + ", cb = " + v(g.c / kb) + ";\n";
     s += "  const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
          v(pads_[0]) + ";\n";
     s += "  float *buf = (float *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(cb * rows * wpad * 8) * sizeof(float));\n";
+         ", (size_t)(cb * rows * wpad * " + K + ") * sizeof(float));\n";
     s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
          ", (size_t)(pp1 - pp0) * sizeof(int32_t));\n";
     s += "  int32_t *toff = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + v(taps) +
@@ -244,40 +257,42 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     s += "  for (int64_t c = 0, t = 0; c < cb; ++c)\n";
     s += "    for (int64_t i = 0; i < kh; ++i)\n";
     s += "      for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(((c * rows + i) * wpad + "
-         "j) * 8);\n";
+         "j) * " +
+         K + ");\n";
     s += "  for (int64_t p = pp0; p < pp1; ++p)\n";
-    s += "    pos[p - pp0] = (int32_t)(((p / ow - oya) * sh * wpad + p % ow * sw) * 8);\n";
+    s += "    pos[p - pp0] = (int32_t)(((p / ow - oya) * sh * wpad + p % ow * sw) * " + K + ");\n";
   }
   s += "  for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";
   s += "    const float *xi = d0 + e_n * " + img_in + ";\n";
   s += "    float *yi = (float *)" + y + "->data + e_n * " + img_out + ";\n";
   if (direct) {
     // The rows, padding zeroed, then pieces as for a pointwise convolution.
-    const std::string left = v(pads_[1] * kNchwcBlock), width = v(g.w * kNchwcBlock);
+    const std::string left = v(pads_[1] * kb), width = v(g.w * kb);
     s += "    for (int64_t c = 0; c < cb; ++c)\n";
     s += "      for (int64_t rr = 0; rr < rows; ++rr) {\n";
-    s += "        float *dst = buf + (c * rows + rr) * wpad * 8;\n";
+    s += "        float *dst = buf + (c * rows + rr) * wpad * " + K + ";\n";
     s += "        const int64_t iy = iy0 + rr;\n";
     s += "        if (iy < 0 || iy >= " + v(g.h) + ") {\n";
-    s += "          for (int64_t k = 0; k < wpad * 8; ++k) dst[k] = 0;\n";
+    s += "          for (int64_t k = 0; k < wpad * " + K + "; ++k) dst[k] = 0;\n";
     s += "          continue;\n        }\n";
     s += "        const float *src = xi + (c * " + v(g.h) + " + iy) * " + width + ";\n";
     s += "        for (int64_t k = 0; k < " + left + "; ++k) dst[k] = 0;\n";
     s += "        for (int64_t k = 0; k < " + width + "; ++k) dst[" + left + " + k] = src[k];\n";
-    s += "        for (int64_t k = " + left + " + " + width + "; k < wpad * 8; ++k) dst[k] = 0;\n";
+    s += "        for (int64_t k = " + left + " + " + width + "; k < wpad * " + K +
+         "; ++k) dst[k] = 0;\n";
     s += "      }\n";
     s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
     s += "    if (piece < 48) piece = 48;\n";
     // A window's positions share their input rows: the chunk whose weights pass once is all
     // positions whose rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer re-read
     // 9 MB of weights per 6 positions).
-    s += "    const int64_t row_bytes = cb * wpad * 8 * 4 * sh;\n";
+    s += "    const int64_t row_bytes = cb * wpad * " + K + " * 4 * sh;\n";
     s += "    int64_t chunk = 262144 / (row_bytes > 0 ? row_bytes : 1) * ow / 6 * 6;\n";
     s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
     s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
-    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " +
-         v(g.c / kNchwcBlock * kernel_[0] * kernel_[1]) + ", d1, " + bias + ", yi, " +
-         v(g.oh * g.ow) + ", r0, r1, e_c0 / 8, e_c1 / 8, chunk, " + lo_hi + ");\n";
+    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " + v(taps) + ", d1, " + bias +
+         ", yi, " + v(g.oh * g.ow) + ", r0, r1, e_c0 / 8, e_c1 / 8, chunk, " + K + ", " + lo_hi +
+         ");\n";
     if (!epilogue.empty())
       s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
     s += "    }\n";

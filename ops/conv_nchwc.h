@@ -11,6 +11,8 @@
 //              and input channel c % 8 at [b, ((c / 8 x kh + i) x kw + j) x 8 + c % 8]
 //              (a 1x1 window: [b, c]);
 //   depthwise  W (C/8, kh, kw, 8): channel block b's taps;
+// X may also be a plain (N, C, H, W) image with group 1 (a stem: C under 8), W then
+// (M/8, C x kh x kw, 8) with tap (c, i, j) at [b, (c x kh + i) x kw + j];
 // and an optional bias B (M).
 #include "ops/cop.h"
 
@@ -26,7 +28,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 2; }
+  std::optional<int> cache_version() const override { return 3; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }
@@ -54,6 +56,7 @@ class ConvNchwc : public COp {
  private:
   struct Geometry {
     int64_t c = 0, m = 0, h = 0, w = 0, oh = 0, ow = 0;
+    bool plain = false;  // X in NCHW: each tap one channel (a few-channel image's stem)
   };
   Geometry geometry(const std::vector<int64_t>& x, const std::vector<int64_t>& w) const;
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,

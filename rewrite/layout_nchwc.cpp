@@ -8,7 +8,8 @@
 // layers.
 //
 // A region is a set of 4-D values linked by convertible convolutions (group 1 or depthwise,
-// channels in whole blocks, dilation 1), elementwise nodes and channel concatenations; it
+// channels in whole blocks, dilation 1; a stem reading an image of fewer channels than a
+// block in NCHW), elementwise nodes and channel concatenations; it
 // converts when it holds two convolutions or more (a lone one is not worth its two
 // reorders). Reorders are reshape + transpose nodes: those of constants (the weights,
 // per-channel operands) fold now.
@@ -40,13 +41,21 @@ const Tensor* constant_value(const Variable* v) {
   return v->kind == VarKind::kConstant && v->value ? &*v->value : nullptr;
 }
 
+// A float32 image of fewer channels than a block (RGB): a group-1 convolution reads it in
+// NCHW, one channel per tap, and writes blocks (a network's stem).
+bool plain_image(const Variable* v) {
+  const TensorType& t = v->type;
+  return t.dtype == DType::kFloat32 && t.rank() == 4 && t.dims[1] != kDynamic && t.dims[1] < B &&
+         t.dims[2] != kDynamic && t.dims[3] != kDynamic;
+}
+
 // A convolution the blocked kernels run: its props for conv_nchwc, or nothing.
 std::optional<Attrs> nchwc_props(const Node& node) {
   if (node.op->name() != "conv" || node.outputs.size() != 1 || node.inputs.size() < 2) return {};
   const Variable* x = node.inputs[0];
   const Variable* w = node.inputs[1];
   const Tensor* wv = constant_value(w);
-  if (!blockable(x) || !blockable(node.outputs[0]) || !wv || wv->ndim() != 4 ||
+  if (!(blockable(x) || plain_image(x)) || !blockable(node.outputs[0]) || !wv || wv->ndim() != 4 ||
       wv->dtype() != DType::kFloat32) {
     return {};
   }
@@ -69,7 +78,10 @@ std::optional<Attrs> nchwc_props(const Node& node) {
     if (d.dilation != 1) return {};
   }
   const bool depthwise = group == c && wv->shape()[0] == c && wv->shape()[1] == 1;
-  if ((group != 1 && !depthwise) || kernel[0] > 64 || kernel[1] > 64) return {};
+  if ((group != 1 && !depthwise) || (depthwise && !blockable(x)) || kernel[0] > 64 ||
+      kernel[1] > 64) {
+    return {};
+  }
   return Attrs{
       {"group", group},
       {"kernel_shape", kernel},
@@ -151,7 +163,7 @@ class Layout {
     for (const auto& node : src_.nodes()) {
       if (nchwc_props(*node)) {
         convs.push_back(node.get());
-        u.join(node->inputs[0], node->outputs[0]);
+        if (blockable(node->inputs[0])) u.join(node->inputs[0], node->outputs[0]);
       } else if (channel_concat(*node)) {
         for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && blockable(node->outputs[0])) {
@@ -163,10 +175,10 @@ class Layout {
     std::map<const Variable*, int> count;
     std::set<const Variable*> converts;
     for (const Node* n : convs) {
-      if (++count[u.find(n->inputs[0])] == 2) converts.insert(u.find(n->inputs[0]));
+      if (++count[u.find(n->outputs[0])] == 2) converts.insert(u.find(n->outputs[0]));
     }
     for (const Node* n : convs) {
-      if (converts.count(u.find(n->inputs[0]))) converting_.insert(n);
+      if (converts.count(u.find(n->outputs[0]))) converting_.insert(n);
     }
     for (const auto& node : src_.nodes()) {
       for (const Variable* v : node->outputs) {
@@ -246,13 +258,17 @@ class Layout {
       const int64_t m = w.shape()[0], c = node.inputs[0]->type.dims[1];
       const bool depthwise = attr_int(props, "group", 1) != 1;
       // The weight in the kernel's order: (M/8, C/8, kh, kw, 8, 8) read as (M/8, C x kh x kw,
-      // 8), or (C/8, kh, kw, 8).
+      // 8), or (C/8, kh, kw, 8); a plain image's (M/8, C x kh x kw, 8), one channel per tap.
       const int64_t kh = w.shape()[2], kw = w.shape()[3];
-      const std::vector<int64_t> split = depthwise
-                                             ? std::vector<int64_t>{m / B, B, kh, kw}
-                                             : std::vector<int64_t>{m / B, B, c / B, B, kh, kw};
-      const std::vector<int64_t> perm =
-          depthwise ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 4, 5, 3, 1};
+      const bool plain = !blockable(node.inputs[0]);
+      std::vector<int64_t> split{m / B, B, c / B, B, kh, kw}, perm{0, 2, 4, 5, 3, 1};
+      if (depthwise) {
+        split = {m / B, B, kh, kw};
+        perm = {0, 2, 3, 1};
+      } else if (plain) {
+        split = {m / B, B, c * kh * kw};
+        perm = {0, 2, 1};
+      }
       const std::string& wn = node.inputs[1]->name;
       Variable*& wb = weights_[node.inputs[1]];
       if (!wb) {
@@ -267,7 +283,8 @@ class Layout {
                    ->outputs[0];
         }
       }
-      std::vector<Variable*> inputs{blocked(node.inputs[0]), wb};
+      std::vector<Variable*> inputs{plain ? copy_.map(node.inputs[0]) : blocked(node.inputs[0]),
+                                    wb};
       if (node.inputs.size() == 3) inputs.push_back(copy_.map(node.inputs[2]));
       const Variable* out = node.outputs[0];
       blocked_[out] = add("conv_nchwc", props, inputs, node.name, out->name + ".nchwc")->outputs[0];

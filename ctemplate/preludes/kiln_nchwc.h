@@ -116,12 +116,13 @@ KILN_HELPER void kiln_nchwc_pointwise(const float* x, int64_t c, int64_t hw, con
 }
 
 /* Direct block: MR output positions anywhere in an image by NB (1 or 2) blocks of 8 output
- * channels. Position r reads tap t at xs[r] + toff[t] (a channel block at one window offset:
- * 8 input channels side by side); w0/w1 hold each tap's 8 x 8 weights, input channel major. */
+ * channels. Position r reads tap t at xs[r] + toff[t]: KB input channels side by side (8, a
+ * channel block of a blocked input; 1, a channel of a plain NCHW one); w0/w1 hold each tap's
+ * KB x 8 weights, input channel major. */
 static inline __attribute__((always_inline)) void kiln_nchwc_dc_block(
-    const int mr, const int nb, const float* const* xs, const int32_t* restrict toff, int64_t taps,
-    const float* restrict w0, const float* restrict w1, const float* bias0, const float* bias1,
-    float* restrict y0, float* restrict y1, float lo, float hi, int clamps) {
+    const int mr, const int nb, const int kb, const float* const* xs, const int32_t* restrict toff,
+    int64_t taps, const float* restrict w0, const float* restrict w1, const float* bias0,
+    const float* bias1, float* restrict y0, float* restrict y1, float lo, float hi, int clamps) {
   kiln_v8f a0[6], a1[6];
   const float* x[6];
   const kiln_v8f b0 = bias0 ? KILN_V8_LOAD(bias0) : (kiln_v8f){0};
@@ -133,10 +134,9 @@ static inline __attribute__((always_inline)) void kiln_nchwc_dc_block(
   }
   for (int64_t t = 0; t < taps; ++t) {
     const int32_t o = toff[t];
-    const float *wa = w0 + t * KILN_NCHWC_B * KILN_NCHWC_B,
-                *wb = w1 + t * KILN_NCHWC_B * KILN_NCHWC_B;
+    const float *wa = w0 + t * kb * KILN_NCHWC_B, *wb = w1 + t * kb * KILN_NCHWC_B;
 #pragma GCC unroll 8
-    for (int k = 0; k < KILN_NCHWC_B; ++k) {
+    for (int k = 0; k < kb; ++k) {
       const kiln_v8f va = KILN_V8_LOAD(wa + k * KILN_NCHWC_B);
       const kiln_v8f vb = nb > 1 ? KILN_V8_LOAD(wb + k * KILN_NCHWC_B) : va;
 #pragma GCC unroll 6
@@ -153,15 +153,18 @@ static inline __attribute__((always_inline)) void kiln_nchwc_dc_block(
   }
 }
 
-static void kiln_nchwc_dc_dispatch(int mr, int nb, const float* const* xs, const int32_t* toff,
-                                   int64_t taps, const float* w0, const float* w1,
-                                   const float* bias0, const float* bias1, float* y0, float* y1,
-                                   float lo, float hi, int clamps) {
-#define KILN_NCHWC_DC_CASE(MR, NB)                                                             \
-  case MR * 2 + NB - 1:                                                                        \
-    kiln_nchwc_dc_block(MR, NB, xs, toff, taps, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
+static void kiln_nchwc_dc_dispatch(int mr, int nb, int kb, const float* const* xs,
+                                   const int32_t* toff, int64_t taps, const float* w0,
+                                   const float* w1, const float* bias0, const float* bias1,
+                                   float* y0, float* y1, float lo, float hi, int clamps) {
+#define KILN_NCHWC_DC_CASE(MR, NB)                                                                \
+  case (MR * 2 + NB - 1) * 2:                                                                     \
+    kiln_nchwc_dc_block(MR, NB, 8, xs, toff, taps, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
+    break;                                                                                        \
+  case (MR * 2 + NB - 1) * 2 + 1:                                                                 \
+    kiln_nchwc_dc_block(MR, NB, 1, xs, toff, taps, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
     break;
-  switch (mr * 2 + nb - 1) {
+  switch ((mr * 2 + nb - 1) * 2 + (kb == 1)) {
     KILN_NCHWC_DC_CASE(1, 1)
     KILN_NCHWC_DC_CASE(1, 2)
     KILN_NCHWC_DC_CASE(2, 1) KILN_NCHWC_DC_CASE(2, 2) KILN_NCHWC_DC_CASE(3, 1)
@@ -175,15 +178,16 @@ static void kiln_nchwc_dc_dispatch(int mr, int nb, const float* const* xs, const
 /* A direct convolution (any window, stride and padding) of one image: output blocks
  * [mb0, mb1) at positions [p0, p1) of y (M/8, hw, 8). buf holds the input rows the positions
  * read, zero-padded; pos[p - p0] is position p's offset in it and toff[t] tap t's (taps of
- * (C/8) x kh x kw); w (M/8, taps x 8, 8). The output blocks go in pairs over runs of 6
+ * (C/kb) x kh x kw, kb channels each: 8 from a blocked input, 1 from a plain one); w (M/8,
+ * taps x kb, 8). The output blocks go in pairs over runs of 6
  * positions (which may span output rows: each has its own offset), in chunks of `chunk`
  * positions whose input rows stay in L2 while every pair passes over them. */
 KILN_HELPER void kiln_nchwc_direct(const float* buf, const int32_t* pos, const int32_t* toff,
                                    int64_t taps, const float* w, const float* bias, float* y,
                                    int64_t hw, int64_t mb0, int64_t mb1, int64_t p0, int64_t p1,
-                                   int64_t chunk, float lo, float hi) {
+                                   int64_t chunk, int kb, float lo, float hi) {
   const int clamps = lo > -__builtin_inff() || hi < __builtin_inff();
-  const int64_t plane = hw * KILN_NCHWC_B, wblock = taps * KILN_NCHWC_B * KILN_NCHWC_B;
+  const int64_t plane = hw * KILN_NCHWC_B, wblock = taps * kb * KILN_NCHWC_B;
   if (chunk < 6) chunk = 6;
   const float* xs[6];
   for (int64_t q0 = p0; q0 < p1; q0 += chunk) {
@@ -197,8 +201,8 @@ KILN_HELPER void kiln_nchwc_direct(const float* buf, const int32_t* pos, const i
       for (int64_t p = q0; p < q1; p += 6) {
         const int mr = q1 - p < 6 ? (int)(q1 - p) : 6;
         for (int r = 0; r < mr; ++r) xs[r] = buf + pos[p - p0 + r];
-        kiln_nchwc_dc_dispatch(mr, nb, xs, toff, taps, w0, w1, bias0, bias1, y0 + p * KILN_NCHWC_B,
-                               y1 + p * KILN_NCHWC_B, lo, hi, clamps);
+        kiln_nchwc_dc_dispatch(mr, nb, kb, xs, toff, taps, w0, w1, bias0, bias1,
+                               y0 + p * KILN_NCHWC_B, y1 + p * KILN_NCHWC_B, lo, hi, clamps);
       }
     }
   }
