@@ -21,6 +21,7 @@
 #include "ops/op_library.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
+#include "ops/pool_nchwc.h"
 #include "ops/reduce.h"
 #include "ops/reshape.h"
 #include "ops/resize.h"
@@ -78,6 +79,7 @@ OpRegistry::OpRegistry() {
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
   add("conv_nchwc", [](const Attrs& a) { return std::make_shared<ConvNchwc>(a); });
+  add("max_pool_nchwc", [](const Attrs& a) { return std::make_shared<MaxPoolNchwc>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
   add("max_pool_grad", [](const Attrs& a) { return std::make_shared<MaxPoolGrad>(a); });

@@ -1,7 +1,7 @@
 // Layout: chains of float32 convolutions (ResNet's blocks, MobileNet's inverted residuals,
 // SqueezeNet's fire modules) run in the blocked channel layout NCHW8c (ops/conv_nchwc.h),
 // with the elementwise work between them (activations, residual adds, per-channel scales),
-// channel concatenations and global pooling on the same blocked tensors. Tensors are
+// channel concatenations, max pools and global pooling on the same blocked tensors. Tensors are
 // reordered once where a region meets the rest of the graph, not around each convolution.
 // In NCHW a 7 x 7 or 14 x 14 map fills vectors along its rows badly; blocked, a vector is 8
 // channels of one position, and the register-blocked kernels reach SGEMM's rate on 3x3
@@ -9,10 +9,11 @@
 //
 // A region is a set of 4-D values linked by convertible convolutions (group 1 or depthwise,
 // channels in whole blocks, dilation 1; a stem reading an image of fewer channels than a
-// block in NCHW), elementwise nodes and channel concatenations; it
+// block in NCHW), elementwise nodes, max pools and channel concatenations; it
 // converts when it holds two convolutions or more (a lone one is not worth its two
 // reorders). Reorders are reshape + transpose nodes: those of constants (the weights,
 // per-channel operands) fold now.
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
@@ -101,6 +102,33 @@ bool channel_concat(const Node& node) {
   return true;
 }
 
+// A 2-D max pool the blocked kernel runs: its props for max_pool_nchwc, or nothing.
+std::optional<Attrs> max_pool_props(const Node& node) {
+  if (node.op->name() != "max_pool" || node.outputs.size() != 1 || node.inputs.size() != 1 ||
+      !blockable(node.inputs[0]) || !blockable(node.outputs[0])) {
+    return {};
+  }
+  const WindowAttrs w = WindowAttrs::from_props(node.op->props(), "max_pool");
+  if (w.kernel.size() != 2) return {};
+  std::vector<WindowDims> g;
+  try {
+    g = resolve_window(w, {node.inputs[0]->type.dims[2], node.inputs[0]->type.dims[3]}, w.kernel,
+                       "max_pool");
+  } catch (const Error&) {
+    return {};
+  }
+  if (g[0].dilation != 1 || g[1].dilation != 1) return {};
+  // Rounding up (ceil_mode) is the floor rule over more end padding: the pool skips padding,
+  // so the extra reads nothing.
+  for (WindowDims& d : g) {
+    d.pad_end = std::max(d.pad_end, (d.out - 1) * d.stride + d.kernel - d.in - d.pad_begin);
+  }
+  return Attrs{
+      {"kernel_shape", w.kernel},
+      {"strides", std::vector<int64_t>{g[0].stride, g[1].stride}},
+      {"pads", std::vector<int64_t>{g[0].pad_begin, g[1].pad_begin, g[0].pad_end, g[1].pad_end}}};
+}
+
 // A global pooling (reduce_mean or reduce_max over H and W, dimensions kept).
 bool spatial_pool(const Node& node) {
   const std::string& n = node.op->name();
@@ -164,6 +192,8 @@ class Layout {
       if (nchwc_props(*node)) {
         convs.push_back(node.get());
         if (blockable(node->inputs[0])) u.join(node->inputs[0], node->outputs[0]);
+      } else if (max_pool_props(*node)) {
+        u.join(node->inputs[0], node->outputs[0]);
       } else if (channel_concat(*node)) {
         for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && blockable(node->outputs[0])) {
@@ -301,6 +331,12 @@ class Layout {
     bool any_blocked = false;
     for (const Variable* v : node.inputs) any_blocked |= blocked_.count(v) > 0;
     if (!any_blocked || !in_region_.count(out)) return false;
+    if (auto pool = max_pool_props(node)) {
+      blocked_[out] =
+          add("max_pool_nchwc", *pool, {blocked(node.inputs[0])}, node.name, out->name + ".nchwc")
+              ->outputs[0];
+      return true;
+    }
     if (channel_concat(node)) {
       std::vector<Variable*> inputs;
       for (const Variable* v : node.inputs) inputs.push_back(blocked(v));

@@ -1460,7 +1460,8 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
 // of the depthwise kernel (13 x 11, 7 x 5), stride 2 with unequal pads (the interior
 // columns shift), a 5 x 5 window wider than a 4-column map (no interior at all), direct
 // convolutions (3x3, strided, 1x1 strided, 5x3 with unequal pads: runs of 6 positions that
-// cross output rows), a channel concatenation, a 3-channel stem read in NCHW, output
+// cross output rows), a channel concatenation, a 3-channel stem read in NCHW, max pools
+// (padded; rounding up, whose last window overhangs the map; NaN wins), output
 // blocks in a pair and an odd one (24 and 40 channels: 3 and 5 blocks), relu and clip in the
 // stores, a residual add and an SE-style per-channel scale on the blocked tensors, a global
 // mean, a blocked value that is also a graph output, and NaN, +-inf and -0.0 in the image.
@@ -1501,7 +1502,16 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
         {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
     g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)),
                    apply("conv", {cat, cst({16, 24, 1, 1}, "wc")}, {}),
-                   apply("conv", {stem, cst({8, 16, 1, 1}, "wsp")}, {})});
+                   apply("conv", {stem, cst({8, 16, 1, 1}, "wsp")}, {}),
+                   // Max pools between blocked convolutions: padded, and rounding up.
+                   apply("max_pool", {r1},
+                         {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                          {"strides", std::vector<int64_t>{2, 2}},
+                          {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+                   apply("max_pool", {d},
+                         {{"kernel_shape", std::vector<int64_t>{3, 2}},
+                          {"strides", std::vector<int64_t>{2, 2}},
+                          {"ceil_mode", int64_t{1}}})});
     auto image = [&](int64_t n) {
       Tensor t = random_tensor(DType::kFloat32, {n, 16, hw[0], hw[1]}, rng);
       const double special[] = {std::nan(""), HUGE_VAL, -HUGE_VAL, -0.0};
@@ -1513,6 +1523,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     EXPECT_NE(source.find("kiln_nchwc_depthwise("), std::string::npos) << "no blocked depthwise";
     EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
     EXPECT_NE(source.find("chunk, 1, "), std::string::npos) << "the stem was not read in NCHW";
+    EXPECT_NE(source.find("kiln_nchwc_max_pool("), std::string::npos) << "no blocked max pool";
     EXPECT_NE(source.find("/* epilogue, in the stores: clip"), std::string::npos);
     auto rgb_image = [&](int64_t n) {
       return random_tensor(DType::kFloat32, {n, 3, hw[0], hw[1]}, rng);

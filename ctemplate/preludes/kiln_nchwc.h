@@ -293,4 +293,36 @@ KILN_HELPER void kiln_nchwc_depthwise(const float* x, int64_t h, int64_t wd, con
   }
 }
 
+/* Max pooling of one image: channel blocks [cb0, cb1), output rows [oy0, oy1). x (C/8, h, wd,
+ * 8), y (C/8, oh, ow, 8). Padding is skipped, not read as -inf; a NaN wins and stays, as in
+ * the NCHW pool (v > m or v is NaN). */
+KILN_HELPER void kiln_nchwc_max_pool(const float* x, int64_t h, int64_t wd, float* y, int64_t oh,
+                                     int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                     int64_t ph, int64_t pw, int64_t cb0, int64_t cb1, int64_t oy0,
+                                     int64_t oy1) {
+  const int64_t row = wd * KILN_NCHWC_B;
+  for (int64_t cb = cb0; cb < cb1; ++cb) {
+    const float* xc = x + cb * h * row;
+    float* yc = y + cb * oh * ow * KILN_NCHWC_B;
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      int64_t i0 = oy * sh - ph, i1 = i0 + kh;
+      if (i0 < 0) i0 = 0;
+      if (i1 > h) i1 = h;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t j0 = ox * sw - pw, j1 = j0 + kw;
+        if (j0 < 0) j0 = 0;
+        if (j1 > wd) j1 = wd;
+        kiln_v8f m = KILN_V8_SPLAT(-__builtin_inff());
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) {
+            const kiln_v8f v = KILN_V8_LOAD(xc + i * row + j * KILN_NCHWC_B);
+            const kiln_v8i take = (kiln_v8i)(v > m) | (kiln_v8i)(v != v);
+            m = (kiln_v8f)(((kiln_v8i)v & take) | ((kiln_v8i)m & ~take));
+          }
+        KILN_V8_STORE(yc + (oy * ow + ox) * KILN_NCHWC_B, m);
+      }
+    }
+  }
+}
+
 #endif /* KILN_NCHWC_H */
