@@ -118,40 +118,31 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
     if (g.plain) return x.load(((n * g.c + c) * g.h + y) * g.w + xx);
     return x.load((((n * cb + c / B) * g.h + y) * g.w + xx) * B + c % B);
   };
+  const int64_t kk = kernel_[0] * kernel_[1];
+  // W's element for output oc, input channel ic (its own channel when depthwise), tap (i, j):
+  //   depthwise (C/8, kh, kw, 8);
+  //   group 1 (M/8, taps x 8, 8): tap (ic / 8, i, j), input channel ic % 8, output oc % 8;
+  //   from a plain input (M/8, taps, 8): tap (ic, i, j).
+  auto weight = [&](int64_t oc, int64_t ic, int64_t i, int64_t j) {
+    if (depthwise()) return w.load(((oc / B * kernel_[0] + i) * kernel_[1] + j) * B + oc % B);
+    const int64_t t = g.plain ? ((ic * kernel_[0] + i) * kernel_[1] + j)
+                              : ((ic / B * kernel_[0] + i) * kernel_[1] + j) * B + ic % B;
+    return w.load((oc / B * g.c * kk + t) * B + oc % B);
+  };
   for (int64_t n = 0; n < x.shape()[0]; ++n) {
     for (int64_t oc = 0; oc < g.m; ++oc) {
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           double acc = inputs.size() == 3 ? inputs[2].load(oc) : 0.0;
-          if (depthwise()) {
+          const int64_t ic0 = depthwise() ? oc : 0, ic1 = depthwise() ? oc + 1 : g.c;
+          for (int64_t ic = ic0; ic < ic1; ++ic) {
             for (int64_t i = 0; i < kernel_[0]; ++i) {
               const int64_t iy = oy * strides_[0] - pads_[0] + i;
               if (iy < 0 || iy >= g.h) continue;
               for (int64_t j = 0; j < kernel_[1]; ++j) {
                 const int64_t ix = ox * strides_[1] - pads_[1] + j;
                 if (ix < 0 || ix >= g.w) continue;
-                acc += xin(n, oc, iy, ix) *
-                       w.load(((oc / B * kernel_[0] + i) * kernel_[1] + j) * B + oc % B);
-              }
-            }
-          } else {
-            // W (M/8, taps x 8, 8): tap (c / 8, i, j), input channel c % 8, output oc % 8;
-            // from a plain input (M/8, taps, 8): tap (c, i, j).
-            const int64_t kk = kernel_[0] * kernel_[1];
-            for (int64_t ic = 0; ic < g.c; ++ic) {
-              for (int64_t i = 0; i < kernel_[0]; ++i) {
-                const int64_t iy = oy * strides_[0] - pads_[0] + i;
-                if (iy < 0 || iy >= g.h) continue;
-                for (int64_t j = 0; j < kernel_[1]; ++j) {
-                  const int64_t ix = ox * strides_[1] - pads_[1] + j;
-                  if (ix < 0 || ix >= g.w) continue;
-                  const int64_t wi =
-                      g.plain ? (oc / B * g.c * kk + (ic * kernel_[0] + i) * kernel_[1] + j) * B
-                              : (oc / B * g.c * kk +
-                                 ((ic / B * kernel_[0] + i) * kernel_[1] + j) * B + ic % B) *
-                                    B;
-                  acc += xin(n, ic, iy, ix) * w.load(wi + oc % B);
-                }
+                acc += xin(n, ic, iy, ix) * weight(oc, ic, i, j);
               }
             }
           }
