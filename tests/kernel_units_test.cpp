@@ -50,10 +50,13 @@ Graph conv_net(const std::string& name, int64_t channels, int64_t size, uint32_t
   return g;
 }
 
+// The nets here are NCHW convolutions: without the layout pass, which would put the stem
+// (3 channels, read in NCHW) and the 8-channel convolution in different blocked kernels.
 CompileOptions in_cache(const std::string& dir, bool kernels = true) {
   CompileOptions o;
   o.cache_dir = dir;
   o.kernel_units = kernels;
+  o.passes = "-layout";
   return o;
 }
 
@@ -137,6 +140,16 @@ TEST(KernelUnits, KernelModulesMatchOneUnitModulesAndTheReference) {
     auto one_unit = compile(g, in_cache(dir, false))({x});
     EXPECT_TRUE(tensors_close(with_kernels[0], expected[0], 1e-4, 1e-4)) << size;
     EXPECT_TRUE(tensors_close(with_kernels[0], one_unit[0], 0, 0)) << size;  // the same code
+    // With the layout pass: 8 channels put the net in blocks (a stem read in NCHW, a blocked
+    // convolution and max pool), whose kernels take their sizes from kp the same way.
+    Graph b = conv_net("match_blocked_" + std::to_string(size), 8, size, 2);
+    CompileOptions blocked = in_cache(dir, true), blocked_one = in_cache(dir, false);
+    blocked.passes = blocked_one.passes = "";
+    auto want = evaluate_reference(b, {x});
+    auto split = compile(b, blocked)({x});
+    EXPECT_TRUE(tensors_close(split[0], want[0], 1e-4, 1e-4)) << size;
+    EXPECT_TRUE(tensors_close(split[0], compile(b, blocked_one)({x})[0], 0, 0)) << size;
+    EXPECT_NE(optimized_graph(b, blocked).to_string().find("conv_nchwc"), std::string::npos);
   }
 }
 
