@@ -35,7 +35,9 @@ static inline __attribute__((always_inline)) kiln_v8f kiln_v8_clamp(kiln_v8f x, 
 /* Pointwise block: MR positions by NB (1 or 2) blocks of 8 output channels, their sums in
  * registers over all C input channels (12 + 2 + 1 of AVX2's 16 vector registers at 6 x 2).
  * x: the first position of input block 0, blocks `plane` floats apart; w0/w1: the output
- * blocks' weights (C x 8 each); y0/y1: their first output position. */
+ * blocks' weights (C x 8 each); y0/y1: their first output position. The direct block below
+ * computes the same with an offset per position and tap; this one's computed offsets
+ * measured 1-4% faster on MobileNetV2 and MNASNet, so pointwise layers keep it. */
 static inline __attribute__((always_inline)) void kiln_nchwc_pw_block(
     const int mr, const int nb, const float* restrict x, int64_t c, int64_t plane,
     const float* restrict w0, const float* restrict w1, const float* bias0, const float* bias1,
