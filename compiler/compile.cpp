@@ -187,8 +187,9 @@ const KeyContext& key_context(const CompileOptions& options) {
   }
   ctx->spec = spec;
   ctx->link_mode = link_mode(options);
-  // Packed GEMM weights and fused reductions are CPU forms with no CUDA kernels yet: those
-  // passes stay off so the nodes they would replace can go to the device.
+  // The blocked channel layout, packed GEMM weights and fused reductions are CPU forms with
+  // no CUDA kernels yet: those passes stay off so the nodes they would replace can go to the
+  // device.
   if (options.device == "cuda" && spec != "none") {
     ctx->spec += std::string(spec.empty() ? "" : ",") + "-layout,-pack,-reduction";
   }
