@@ -3,9 +3,10 @@
 // every thread) and against OpenBLAS's SGEMM on the equivalent GEMM (M x OH*OW x C*KH*KW,
 // the same threads; an im2col that OpenBLAS would also need is not counted). Layers whose
 // channels come in whole blocks of 8 run a second time as the layout pass runs them inside a
-// model: conv_nchwc on a blocked (1, C/8, H, W, 8) input (ops/conv_nchwc.h; the reorders at a
-// region's edges are not counted). The rounds take turns; each figure is the median round of
-// the median of runs. Depthwise layers have no equivalent GEMM. Usage: conv_bench [--rounds R]
+// model: conv_nchwc on a blocked (1, C/8, H, W, 8) input, or an RGB stem's plain image
+// (ops/conv_nchwc.h; the reorders at a region's edges are not counted). The rounds take turns; each
+// figure is the median round of the median of runs. Depthwise layers have no equivalent GEMM.
+// Usage: conv_bench [--rounds R]
 #include <cblas.h>
 
 #include <algorithm>
@@ -153,11 +154,14 @@ int main(int argc, char** argv) {
                           {"group", l.group}})});
     Function f = compile(g);
     const std::vector<Tensor> in{random_tensor({1, l.c, l.h, l.h}, rng)};
-    const bool blockable = l.c % 8 == 0 && l.m % 8 == 0;
+    // An RGB stem reads its image in NCHW and writes blocks (a plain input to conv_nchwc).
+    const bool stem = l.c < 8 && l.group == 1;
+    const bool blockable = (l.c % 8 == 0 || stem) && l.m % 8 == 0;
+    const Shape xb_shape = stem ? Shape{1, l.c, l.h, l.h} : Shape{1, l.c / 8, l.h, l.h, 8};
     Graph gb("conv_nchwc");
     std::vector<Tensor> in_b;
     if (blockable) {
-      Var xb = input(gb, "x", DType::kFloat32, {1, l.c / 8, l.h, l.h, 8});
+      Var xb = input(gb, "x", DType::kFloat32, xb_shape);
       const Shape ws =
           l.group == 1 ? Shape{l.m / 8, l.c * l.k * l.k, 8} : Shape{l.c / 8, l.k, l.k, 8};
       Var wb = parameter(gb, random_tensor(ws, rng), "w");
@@ -166,7 +170,7 @@ int main(int argc, char** argv) {
                              {"kernel_shape", std::vector<int64_t>{l.k, l.k}},
                              {"strides", std::vector<int64_t>{l.stride, l.stride}},
                              {"pads", std::vector<int64_t>(4, pad)}})});
-      in_b.push_back(random_tensor({1, l.c / 8, l.h, l.h, 8}, rng));
+      in_b.push_back(random_tensor(xb_shape, rng));
     }
     Function fb = blockable ? compile(gb) : compile(g);
     const int64_t gm = l.m, gn = oh * oh, gk = l.c / l.group * l.k * l.k;
