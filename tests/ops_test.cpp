@@ -1539,6 +1539,46 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
   }
 }
 
+// The blocked ops are in the registry (a JSON model may name them): a wrong shape or prop
+// is an error naming the op, what was given and what it must be, not a crash.
+TEST(Conv, BlockedOpsRejectBadShapesAndProps) {
+  Graph g("nchwc_errors");
+  Var x = input(g, "x", DType::kFloat32, {1, 2, 5, 5, 8});
+  Var w_bad = input(g, "w", DType::kFloat32, {2, 16, 8});
+  const Attrs three{{"group", int64_t{1}},
+                    {"kernel_shape", std::vector<int64_t>{3, 3}},
+                    {"strides", std::vector<int64_t>{1, 1}},
+                    {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  std::string m = error_of([&] { apply("conv_nchwc", {x, w_bad}, three); });
+  EXPECT_NE(m.find("conv_nchwc: weight float32 (2, 16, 8)"), std::string::npos) << m;
+  EXPECT_NE(m.find("must be (2, 144, 8)"), std::string::npos) << m;
+  Var x4 = input(g, "x4", DType::kFloat32, {1, 16, 5, 5});
+  Attrs dw = three;
+  dw["group"] = int64_t{16};
+  m = error_of([&] {
+    apply("conv_nchwc", {x4, input(g, "wd", DType::kFloat32, {2, 3, 3, 8})}, dw);
+  });
+  EXPECT_NE(m.find("is not (N, C/8, H, W, 8)"), std::string::npos) << m;
+  Attrs wide = three;
+  wide["kernel_shape"] = std::vector<int64_t>{65, 3};
+  m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wide); });
+  EXPECT_NE(m.find("kernel_shape"), std::string::npos) << m;
+  m = error_of([&] {
+    apply("max_pool_nchwc", {x4},
+          {{"kernel_shape", std::vector<int64_t>{2, 2}},
+           {"strides", std::vector<int64_t>{2, 2}},
+           {"pads", std::vector<int64_t>{0, 0, 0, 0}}});
+  });
+  EXPECT_NE(m.find("max_pool_nchwc: input float32 (1, 16, 5, 5)"), std::string::npos) << m;
+  m = error_of([&] {
+    apply("max_pool_nchwc", {x},
+          {{"kernel_shape", std::vector<int64_t>{9, 2}},
+           {"strides", std::vector<int64_t>{1, 1}},
+           {"pads", std::vector<int64_t>{0, 0, 0, 0}}});
+  });
+  EXPECT_NE(m.find("window does not fit"), std::string::npos) << m;
+}
+
 // A relu or clip after a pointwise or packed convolution, or a packed Gemm, is applied by the
 // kernel as it stores (with the bias added there too): no pass of its own. NaN and +-inf in
 // the image must come out as the scalar relu and clip give them (a NaN stays NaN), the clip's
