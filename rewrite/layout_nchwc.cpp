@@ -182,8 +182,9 @@ class Layout {
   }
 
  private:
-  // Regions: values joined through candidate convolutions and elementwise nodes whose
-  // operands are all blockable or broadcast per channel. A region converts when it holds two
+  // Regions: values joined through candidate convolutions, max pools, channel
+  // concatenations and elementwise nodes (operands of the output's own shape join; broadcast
+  // ones are reordered when the node converts). A region converts when it holds two
   // convolutions or more.
   void choose_regions() {
     Union u;
