@@ -547,6 +547,9 @@ int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
     if (thunk.split_unit > 0 && !step.outputs.empty()) {
       most = std::min(most, values[step.outputs[0]].numel() / thunk.split_unit);
     }
+    // Whole rounds of parts per worker: three equal parts on two workers leave one worker
+    // two of them, so the step takes 2/3 of its one-core time instead of 1/2.
+    if (most > split_workers_) most -= most % split_workers_;
     n_parts = static_cast<int>(std::max<int64_t>(most, 1));
   }
   if (n_parts == 1) {

@@ -240,6 +240,14 @@ TEST(Executor, SplitsOnlyLargeSplittableCallsAndNeverAFullReduction) {
   EXPECT_EQ(f.stats().parts, 8);
   auto want = evaluate_reference(g, {big});
   for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
+  // 384 x 512 = 3 grains: 3 parts would leave one of the 2 workers two of them, so each
+  // call takes 2.
+  Tensor three = testing::random_tensor(DType::kFloat32, {384, 512}, rng);
+  out = f({three});
+  EXPECT_EQ(f.stats().split_calls, 4);
+  EXPECT_EQ(f.stats().parts, 12);
+  want = evaluate_reference(g, {three});
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
 }
 
 // A CPU reshape of a temporary binds its bytes (nothing copied), so the temporary must stay
