@@ -103,6 +103,13 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
        std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
   s += "      xo = yo;\n";
   s += "    }\n";
+  if (!log_ && t.dtype == DType::kFloat32) {
+    // Rows along the last axis: the vector row of kiln_softmax.h.
+    s += "    if (inner == 1) {\n";
+    s += "      kiln_softmax_row_f32(xo, yo, len);\n";
+    s += "      continue;\n";
+    s += "    }\n";
+  }
   s += "    for (int64_t i = 0; i < inner; ++i) {\n";
   s += "      const " + T + " *src = xo + i;\n";
   s += "      " + T + " *row = yo + i;\n";

@@ -12,13 +12,18 @@ class Softmax : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 5; }
+  std::optional<int> cache_version() const override { return 6; }
+  // Each element costs an exponential: a 128 x 128 attention softmax per head is worth
+  // splitting, where a copy of that size is not.
+  bool c_heavy(const Node&) const override { return true; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Parts take whole slices along the axis (static sizes from the axis on), e.g. rows.
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
-  std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_math.h"}; }
+  std::vector<std::string> c_preludes() const override {
+    return {"kiln_index.h", "kiln_math.h", "kiln_softmax.h"};
+  }
   bool has_cuda_code(const Node& node) const override;
   CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kiln_math.h"
+#include "kiln_softmax.h"
 
 typedef float (*fn32)(float);
 typedef double (*fn64)(double);
@@ -23,6 +24,12 @@ static double ref_softplus(double x) { return (x > 0 ? x : 0.0) + log1p(exp(-fab
 /* kiln_exp_nonpos_f32 takes x <= 0 only: both signs of every pattern map onto its domain. */
 static float exp_nonpos_neg_abs(float x) { return kiln_exp_nonpos_f32(-fabsf(x)); }
 static double ref_exp_neg_abs(double x) { return exp(-fabs(x)); }
+/* kiln_softmax.h's 8-lane copy of it, one lane of a vector whose other lanes differ. */
+static float exp_nonpos_v8_neg_abs(float x) {
+  kiln_sv8f v = {-1.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, -8.0f};
+  v[5] = -fabsf(x);
+  return kiln_sv8_exp_nonpos(v)[5];
+}
 
 typedef struct {
   const char *name;
@@ -102,6 +109,7 @@ int main(int argc, char **argv) {
   const Case cases[] = {
       {"exp", kiln_expf, exp, 2.0},
       {"exp<=0", exp_nonpos_neg_abs, ref_exp_neg_abs, 2.0},
+      {"exp<=0 x8", exp_nonpos_v8_neg_abs, ref_exp_neg_abs, 2.0},
       {"log", kiln_logf, log, 2.0},
       {"log1p", kiln_log1pf, log1p, 3.0},
       {"expm1", kiln_expm1f, expm1, 3.0},

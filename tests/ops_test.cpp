@@ -459,7 +459,9 @@ TEST(Gemm, PackedSplitTakesPanelsWorthTheirWeights) {
   const auto want = evaluate_reference(g, {one});
   EXPECT_TRUE(tensors_close(f({one})[0], want[0], 1e-4, 1e-4));
   EXPECT_EQ(f.stats().split_calls, 1);
-  EXPECT_EQ(f.stats().parts, 4);  // 512 columns in units of 128 (128 x 512 floats = 256 KiB)
+  // 512 columns in units of 128 (128 x 512 floats = 256 KiB): 4 parts, taken down to whole
+  // rounds of the 3 workers (units of 64 would give 6, of 256 only 2).
+  EXPECT_EQ(f.stats().parts, 3);
   Graph small("gemm_small");
   Var s = input(small, "a", DType::kFloat32, {kDynamic, 64});
   small.set_outputs({gemm(s, constant(small, random_tensor(DType::kFloat32, {64, 64}, rng), "w"))});
@@ -512,7 +514,12 @@ TEST(Softmax, SplitOverRowsMatchesReference) {
     Graph g(std::string("softmax_rows_") + std::string(dtype_name(dt)));
     Var x = input(g, "x", dt, {kDynamic, 5, 37});
     Var r = input(g, "r", dt, {kDynamic, 40});
-    g.set_outputs({softmax(x), softmax(x, 1), log_softmax(x), softmax(r), log_softmax(r)});
+    // Rows shorter than one vector of 8, one vector, and one plus a tail.
+    Var s3 = input(g, "s3", dt, {kDynamic, 3});
+    Var s8 = input(g, "s8", dt, {kDynamic, 8});
+    Var s13 = input(g, "s13", dt, {kDynamic, 13});
+    g.set_outputs({softmax(x), softmax(x, 1), log_softmax(x), softmax(r), log_softmax(r),
+                   softmax(s3), softmax(s8), softmax(s13)});
     Tensor special = random_tensor(dt, {6, 40}, rng, -30, 30);
     for (int64_t l = 0; l < 40; ++l) special.store(40 + l, -INFINITY);
     special.store(2 * 40 + 17, NAN);
@@ -520,12 +527,26 @@ TEST(Softmax, SplitOverRowsMatchesReference) {
     // Far below 0: exp without the max shift would underflow to 0 / 0.
     for (int64_t l = 0; l < 40; ++l)
       special.store(4 * 40 + l, -1000.0 + 0.25 * static_cast<double>(l));
+    // NaN, +inf and an all -inf row in the short rows too, one in the padded tail.
+    Tensor s3v = random_tensor(dt, {5, 3}, rng, -30, 30);
+    for (int64_t l = 0; l < 3; ++l) s3v.store(3 + l, -INFINITY);
+    s3v.store(2 * 3 + 1, NAN);
+    s3v.store(3 * 3 + 2, INFINITY);
+    Tensor s13v = random_tensor(dt, {4, 13}, rng, -30, 30);
+    s13v.store(13 + 11, NAN);
+    s13v.store(2 * 13 + 4, NAN);
     ExecutorStats split =
         check_graph(g,
-                    {{random_tensor(dt, {7, 5, 37}, rng, -20, 20), special},
+                    {{random_tensor(dt, {7, 5, 37}, rng, -20, 20), special, s3v,
+                      random_tensor(dt, {6, 8}, rng, -20, 20), s13v},
                      {non_contiguous(random_tensor(dt, {3, 5, 37}, rng)),
-                      non_contiguous(random_tensor(dt, {9, 40}, rng))},
-                     {random_tensor(dt, {0, 5, 37}, rng), random_tensor(dt, {1, 40}, rng)}},
+                      non_contiguous(random_tensor(dt, {9, 40}, rng)),
+                      non_contiguous(random_tensor(dt, {4, 3}, rng)),
+                      non_contiguous(random_tensor(dt, {3, 8}, rng)),
+                      non_contiguous(random_tensor(dt, {5, 13}, rng))},
+                     {random_tensor(dt, {0, 5, 37}, rng), random_tensor(dt, {1, 40}, rng),
+                      random_tensor(dt, {1, 3}, rng), random_tensor(dt, {0, 8}, rng),
+                      random_tensor(dt, {2, 13}, rng)}},
                     dt == DType::kFloat32 ? 1e-5 : 1e-12, dt == DType::kFloat32 ? 1e-6 : 1e-14);
     EXPECT_GT(split.split_calls, 0) << "softmax was not split over rows";
   }
