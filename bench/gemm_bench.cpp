@@ -47,13 +47,22 @@ int main(int argc, char** argv) {
     const char* what;
     int m, n, k;
   };
-  const Shape3 shapes[] = {
-      {"MLP layer 1, batch 32", 32, 256, 784}, {"MLP layer 2, batch 32", 32, 128, 256},
-      {"MLP layer 3, batch 32", 32, 10, 128},  {"MLP layer 1, batch 1", 1, 256, 784},
-      {"square 512", 512, 512, 512},           {"100 x 1000 x 4096", 100, 1000, 4096},
-      {"pw 144->24 piece", 24, 192, 144},      {"pw 144->24 part", 24, 784, 144},
-      {"pw 576->96 14x14", 96, 196, 576},      {"pw 960->160 7x7", 160, 49, 960},
-      {"pw 64->384 14x14", 384, 196, 64},      {"pw 16->96 piece", 96, 1344, 16}};
+  const Shape3 shapes[] = {{"MLP layer 1, batch 32", 32, 256, 784},
+                           {"MLP layer 2, batch 32", 32, 128, 256},
+                           {"MLP layer 3, batch 32", 32, 10, 128},
+                           {"MLP layer 1, batch 1", 1, 256, 784},
+                           {"square 512", 512, 512, 512},
+                           {"100 x 1000 x 4096", 100, 1000, 4096},
+                           {"pw 144->24 piece", 24, 192, 144},
+                           {"pw 144->24 part", 24, 784, 144},
+                           {"pw 576->96 14x14", 96, 196, 576},
+                           {"pw 960->160 7x7", 160, 49, 960},
+                           {"pw 64->384 14x14", 384, 196, 64},
+                           {"pw 16->96 piece", 96, 1344, 16},
+                           {"vit qkv", 197, 1152, 384},
+                           {"vit mlp up", 197, 1536, 384},
+                           {"vit mlp down", 197, 384, 1536},
+                           {"vit mlp up, half rows", 99, 1536, 384}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   std::printf("%-24s %18s %12s %12s %10s %9s\n", "shape", "M x N x K", "kiln us", "OpenBLAS us",

@@ -17,10 +17,11 @@
 
 #define KILN_CAT2(a, b) a##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
-/* Rows per block: 6 x 4 vectors fill 32 registers; with 16, 6 x 2 sums plus the two panel
- * vectors and a broadcast leave gcc one register short, and the accumulator it spills
- * halves the speed (43 -> 87 GFLOP/s at 5 rows on one Zen 3 core). */
-#define KILN_GEMM_MR (KILN_VEC_REGS >= 32 ? 6 : 5)
+/* Rows per block: 6 x 4 vectors fill AVX-512's 32 registers; with AVX2's 16, 6 x 2 sums, the
+ * two panel vectors and a broadcast make 15, and gcc 12 keeps them all in registers (no
+ * stack access in the loop; an older form of this loop spilled one and kept 5 rows). Six
+ * rows measured 3-5% faster than five on one Zen 3 core (gemm_bench, best of six runs). */
+#define KILN_GEMM_MR 6
 #define KILN_GEMM_MR_MAX 6
 #define KILN_GEMM_NV_MAX 4
 /* The most vectors per row a block of mr rows keeps in registers: accumulators, the NV
