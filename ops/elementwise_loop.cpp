@@ -176,26 +176,57 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
       strided_args[key] = "p" + sk + "[o" + sk + " + j * s" + sk + "]";
     }
   }
-  s += "      if (" + unit_test + ") {\n";
-  s += "        " + T + " *restrict q0 = p0 + o0;\n";
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (slot[k] < 0) continue;
-    std::string ct(dtype_c_type(inputs[k].dtype));
-    std::string sk = std::to_string(slot[k]);
-    if (inputs[k].row_invariant) {
-      s += "        const " + ct + " r" + sk + " = p" + sk + "[o" + sk + "];\n";
-      continue;
-    }
-    s += "        const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + ";\n";
-  }
   auto body = [&](const TemplateValues& args, const std::string& store) {
     std::string b;
     for (const auto& let : lets) b += render_template(let, args, "elementwise expression") + " ";
     return b + store + " = (" + T + ")" + render_template(expr, args, "elementwise expression") +
            ";";
   };
+  // Each operand's row pointer (or row-invariant value), `row` rows of dimension r - 2 on.
+  auto row_ptrs = [&](const std::string& indent, const std::string& row) {
+    std::string b = indent + T + " *restrict q0 = p0 + o0" + row + ";\n";
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (slot[k] < 0) continue;
+      std::string ct(dtype_c_type(inputs[k].dtype));
+      std::string sk = std::to_string(slot[k]);
+      const std::string at = row.empty() ? "" : " + i2 * st[" + sk + "][r - 2]";
+      if (inputs[k].row_invariant) {
+        b += indent + "const " + ct + " r" + sk + " = p" + sk + "[o" + sk + at + "];\n";
+        continue;
+      }
+      b += indent + "const " + ct + " *restrict q" + sk + " = p" + sk + " + o" + sk + at + ";\n";
+    }
+    return b;
+  };
+  s += "      if (" + unit_test + ") {\n";
+  if (out_rank >= 5) {
+    // Rows of 8 (the blocked layout's channel block, e.g. x * s with s per channel): a run
+    // of rows along dimension r - 2 in one loop of fixed-length rows, not one odometer
+    // step per row of 8 (27 GB/s on EfficientNet's squeeze-excite products).
+    s += "        if (inner == 8 && r >= 2 && j0 == 0 && j1 == 8) {\n";
+    s += "          int64_t rows = shp[r - 2] - idx[r - 2];\n";
+    s += "          if (rows > (hi - pos) / 8) rows = (hi - pos) / 8;\n";
+    s += "          for (int64_t i2 = 0; i2 < rows; ++i2) {\n";
+    s += row_ptrs("            ", " + i2 * st[0][r - 2]");
+    s += "            KILN_SAME_INDEX for (int64_t j = 0; j < 8; ++j) { " +
+         body(unit_args, "q0[j]") + " }\n";
+    s += "          }\n";
+    // As if the rows before the last had been stepped through: the step below carries.
+    s += "          rows -= 1;\n";
+    for (int k = 0; k < nops; ++k) {
+      std::string sk = std::to_string(k);
+      s += "          o" + sk + " += st[" + sk + "][r - 2] * rows;\n";
+    }
+    s += "          idx[r - 2] += rows;\n";
+    s += "          pos += rows * 8;\n";
+    s += "        } else {\n";
+  } else {
+    s += "        {\n";
+  }
+  s += row_ptrs("        ", "");
   s += std::string("        KILN_SAME_INDEX ") + (interleave ? "KILN_ILP " : "") +
        "for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
+  s += "        }\n";
   s += "      } else {\n";
   s += "        KILN_NOVEC for (int64_t j = j0; j < j1; ++j) { " +
        body(strided_args, "p0[o0 + j * s0]") + " }\n";
