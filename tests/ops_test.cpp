@@ -264,8 +264,17 @@ TEST_P(ReduceTest, MatchesReferenceOverAxes) {
         {random_tensor(dt, {7, 33, 9}, rng, lo, hi)},
         // Axis 1 of this is a blocked layout's global pool: 300 positions of 8 lanes.
         {random_tensor(dt, {5, 300, 8}, rng, lo, hi)},
+        // Runs of 7 and 10 rows of 8: whole groups of four rows and a tail.
+        {random_tensor(dt, {3, 7, 8}, rng, lo, hi)},
         {non_contiguous(random_tensor(dt, {3, 4, 5}, rng, lo, hi))},
     };
+    if (dt == DType::kFloat32) {
+      Tensor special = random_tensor(dt, {2, 10, 8}, rng, lo, hi);
+      special.store((1 * 10 + 6) * 8 + 3, NAN);       // in the second row of a group of four
+      special.store((0 * 10 + 9) * 8 + 2, INFINITY);  // in the tail
+      special.store((0 * 10 + 1) * 8 + 5, -INFINITY);
+      cases.push_back({special});
+    }
     if (op != "reduce_max" && op != "reduce_min")
       cases.push_back({random_tensor(dt, {0, 3, 2}, rng)});
     ExecutorStats split = check_graph(g, cases, 1e-4, 1e-5);
@@ -1757,6 +1766,34 @@ TEST(Elementwise, PerChannelOperandsAgainstImageRows) {
       SCOPED_TRACE("last dimension " + std::to_string(last));
       check_graph(g, {plain, strided}, 1e-6, 1e-7);
     }
+  }
+}
+
+// Rows of 8 in a 5-D output (the blocked layout's channel blocks) run a whole stretch of
+// rows of one block per loop: per-block operands (1, C/8, 1, 1, 8), per-position ones
+// (N, 1, H, W, 1), same-shape ones, a stretch cut by a part's end in the middle of a block
+// (parts split the flat range), a row-invariant operand, strided inputs and NaN.
+TEST(Elementwise, BlockedRowsOfEightMatchTheReference) {
+  std::mt19937 rng(33);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("blocked_rows_") + std::string(dtype_name(dt)));
+    Var x = input(g, "x", dt, {kDynamic, 3, 5, 7, 8});
+    Var s = input(g, "s", dt, {1, 3, 1, 1, 8});
+    Var p = input(g, "p", dt, {kDynamic, 1, 5, 7, 1});
+    Var y = input(g, "y", dt, {kDynamic, 3, 5, 7, 8});
+    g.set_outputs({mul(x, s), add(mul(x, sigmoid(s)), y), sub(x, p), mul(add(x, s), p)});
+    Tensor xs = random_tensor(dt, {2, 3, 5, 7, 8}, rng, -4, 4);
+    xs.store(((1 * 3 + 2) * 5 + 4) * 56 + 5 * 8 + 3, NAN);
+    const std::vector<Tensor> plain{xs, random_tensor(dt, {1, 3, 1, 1, 8}, rng),
+                                    random_tensor(dt, {2, 1, 5, 7, 1}, rng),
+                                    random_tensor(dt, {2, 3, 5, 7, 8}, rng)};
+    const std::vector<Tensor> strided{non_contiguous(random_tensor(dt, {1, 3, 5, 7, 8}, rng)),
+                                      non_contiguous(random_tensor(dt, {1, 3, 1, 1, 8}, rng)),
+                                      random_tensor(dt, {1, 1, 5, 7, 1}, rng),
+                                      non_contiguous(random_tensor(dt, {1, 3, 5, 7, 8}, rng))};
+    const bool f32 = dt == DType::kFloat32;
+    ExecutorStats split = check_graph(g, {plain, strided}, f32 ? 1e-5 : 1e-12, f32 ? 1e-6 : 1e-13);
+    EXPECT_GT(split.split_calls, 0) << "no product was split into parts";
   }
 }
 

@@ -269,6 +269,55 @@ TEST(Rewrite, LayoutPassBlocksRegionsOfConvolutions) {
   expect_same_results(g, in, "-epilogue,-fusion");
 }
 
+// Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the
+// convolution alone, scales the weights (C x M per run) instead of the activation; a 3x3
+// convolution's weights too (s per input channel of every tap). Not where the weights
+// outnumber the map (a 2 x 2 map under 64 -> 32 weights), nor where the product has another
+// reader, nor for s per image of a batch. Results match the unrewritten graph's.
+TEST(Rewrite, LayoutPassMovesPerChannelScalesOntoTheWeights) {
+  std::mt19937 rng(71);
+  const DType f = DType::kFloat32;
+  auto se_block = [&](int64_t hw, int64_t kernel, bool second_reader, int64_t s_batch) {
+    Graph g("se");
+    Var x = input(g, "x", f, {kDynamic, 16, hw, hw});
+    Var we = constant(g, testing::random_tensor(f, {48, 16, 1, 1}, rng), "we");
+    Var y = relu(apply("conv", {x, we}, {}));
+    Var s = sigmoid(input(g, "s", f, {s_batch, 48, 1, 1}));
+    Var ys = mul(y, s);
+    Var wp = constant(g, testing::random_tensor(f, {32, 48, kernel, kernel}, rng), "wp");
+    const int64_t pad = kernel / 2;
+    Var out = apply("conv", {ys, wp}, {{"pads", std::vector<int64_t>{pad, pad, pad, pad}}});
+    g.set_outputs(second_reader ? std::vector<Variable*>{out.var(), ys.var()}
+                                : std::vector<Variable*>{out.var()});
+    return g;
+  };
+  auto scaled = [](const Graph& l) {
+    int n = 0;
+    for (const auto& node : l.nodes()) n += node->name.find(".scale_weights") != std::string::npos;
+    return n;
+  };
+  for (int64_t kernel : {1, 3}) {
+    const int64_t hw = kernel == 1 ? 9 : 18;  // 32 x 9 weights per channel need 288 positions
+    Graph g = se_block(hw, kernel, false, 1);
+    Graph l = layout_nchwc(g);
+    EXPECT_EQ(scaled(l), 1) << l.to_string();
+    EXPECT_EQ(count_ops(l, "mul"), 1) << "the activation is still scaled:\n" << l.to_string();
+    for (int64_t n : {1, 2}) {
+      const std::vector<Tensor> in{testing::random_tensor(f, {n, 16, hw, hw}, rng),
+                                   testing::random_tensor(f, {1, 48, 1, 1}, rng, -3, 3)};
+      // Sums of up to 432 float32 products of size ~4 that cancel to ~0.1.
+      expect_same_results(g, in, "", 1e-4, 2e-4);
+    }
+  }
+  EXPECT_EQ(scaled(layout_nchwc(se_block(2, 1, false, 1))), 0)
+      << "32 weights a channel, 4 positions";
+  EXPECT_EQ(scaled(layout_nchwc(se_block(9, 3, false, 1))), 0)
+      << "288 weights a channel, 81 positions";
+  EXPECT_EQ(scaled(layout_nchwc(se_block(9, 1, true, 1))), 0) << "the product is an output";
+  EXPECT_EQ(scaled(layout_nchwc(se_block(9, 1, false, 2))), 0) << "a scale per image";
+  EXPECT_EQ(count_ops(optimize(se_block(9, 1, false, 1), std::string("-layout")), "conv_nchwc"), 0);
+}
+
 TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   std::mt19937 rng(59);
   Graph g("pack");
