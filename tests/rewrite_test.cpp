@@ -318,6 +318,52 @@ TEST(Rewrite, LayoutPassMovesPerChannelScalesOntoTheWeights) {
   EXPECT_EQ(count_ops(optimize(se_block(9, 1, false, 1), std::string("-layout")), "conv_nchwc"), 0);
 }
 
+// A convolution whose windows tile the image (a ViT's patch embedding, a ConvNeXt stem)
+// becomes a GEMM over rows of patches, packed like any other: float32 and float64, a
+// batch, a bias, a parameter weight (still a parameter after the reshape). Padding, a
+// stride other than the window, a map the window does not divide, too few taps (48) and a
+// 1 x 1 window stay convolutions.
+TEST(Rewrite, LayoutPassRunsPatchConvolutionsAsGemms) {
+  std::mt19937 rng(73);
+  using V = std::vector<int64_t>;
+  auto patch = [&](DType dt, int64_t c, int64_t k, int64_t hw, Attrs extra, bool bias) {
+    Graph g("patch");
+    Var x = input(g, "x", dt, {kDynamic, c, hw, hw});
+    Var w(&g, g.add_parameter(testing::random_tensor(dt, {24, c, k, k}, rng), "w"));
+    Attrs a{{"strides", V{k, k}}};
+    for (auto& [key, v] : extra) a[key] = v;
+    std::vector<Var> in{x, w};
+    if (bias) in.push_back(constant(g, testing::random_tensor(dt, {24}, rng), "b"));
+    g.set_outputs({relu(apply("conv", in, a))});
+    return g;
+  };
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (bool bias : {true, false}) {
+      Graph g = patch(dt, 4, 4, 12, {}, bias);  // 64 taps
+      Graph l = optimize(g, std::string(""));
+      EXPECT_EQ(count_ops(l, "conv"), 0) << l.to_string();
+      int packed = 0;
+      for (const auto& node : l.nodes()) {
+        if (attr_int(node->op->props(), "packed_n", 0) == 24) {
+          ++packed;
+          EXPECT_TRUE(node->inputs[1]->parameter) << "the weight is no longer a parameter";
+        }
+      }
+      EXPECT_EQ(packed, 1) << l.to_string();
+      for (int64_t n : {1, 3}) {
+        expect_same_results(g, {testing::random_tensor(dt, {n, 4, 12, 12}, rng)}, "");
+      }
+    }
+  }
+  const DType f = DType::kFloat32;
+  for (const Graph& same :
+       {patch(f, 4, 4, 12, {{"pads", V{1, 1, 1, 1}}}, true),
+        patch(f, 4, 4, 12, {{"strides", V{2, 2}}}, true), patch(f, 4, 4, 14, {}, true),
+        patch(f, 3, 4, 12, {}, true), patch(f, 64, 1, 12, {}, true)}) {
+    EXPECT_EQ(count_ops(layout_nchwc(same), "gemm"), 0) << same.to_string();
+  }
+}
+
 TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   std::mt19937 rng(59);
   Graph g("pack");
