@@ -3,8 +3,9 @@
 // Usage: onnx_bench MODEL.onnx INPUT.npy... [--repeat N] [--out OUT.npy] [--passes SPEC]
 //                   [--profile TOP]
 // Prints "compile_ms <ms>" (model file -> callable, through the kernel cache) and
-// "run_ms <median> <min>" (one warm-up run first); --profile: then the TOP slowest steps
-// over a second set of runs with per-step timing on (so the timed runs above carry none).
+// "run_ms <median> <min>" (one warm-up run first), "run_quartiles_ms <p25> <p75> <p90>"; --profile:
+// then the TOP slowest steps over a second set of runs with per-step timing on (so the timed runs
+// above carry none).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,6 +84,9 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     if (!out.empty()) write_npy(out, result[0]);
     std::printf("compile_ms %.3f\nrun_ms %.4f %.4f\n", compile_ms, ms[ms.size() / 2], ms[0]);
+    // The spread: a long tail (a worker slow to wake on a busy host) shows here first.
+    std::printf("run_quartiles_ms %.4f %.4f %.4f\n", ms[ms.size() / 4], ms[ms.size() * 3 / 4],
+                ms[ms.size() * 9 / 10]);
     if (profile_top > 0) print_profile(f, inputs, repeat, profile_top);
   } catch (const Error& e) {
     std::fprintf(stderr, "onnx_bench: %s\n", e.what());
