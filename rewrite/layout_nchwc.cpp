@@ -443,7 +443,6 @@ class Layout {
         // W (M/8, C/8 x kh x kw, 8) as (M/8, C/8, kh x kw, 8 in, 8 out) times s as
         // (1, C/8, 1, 8, 1): input channel c = block * 8 + lane, as in the blocked input.
         x = it->second.first;
-        const std::string& sn = it->second.second->name;
         Variable* w5 =
             add("reshape", {{"shape", std::vector<int64_t>{m / B, c / B, kh * kw, B, B}}}, {wb},
                 node.name + ".weight_5d", node.name + ".weight_5d")
@@ -453,7 +452,7 @@ class Layout {
         const Variable* scale = it->second.second;
         Variable* sv = blocked_.count(scale) ? blocked_[scale] : copy_.map(scale);
         Variable* s5 = add("reshape", {{"shape", std::vector<int64_t>{1, c / B, 1, B, 1}}}, {sv},
-                           sn + ".to_weights", node.name + ".scale_5d")
+                           node.name + ".scale_to_weights", node.name + ".scale_5d")
                            ->outputs[0];
         Variable* ws =
             add("mul", {}, {w5, s5}, node.name + ".scale_weights", node.name + ".weight_scaled_5d")
