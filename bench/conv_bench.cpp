@@ -165,10 +165,21 @@ int main(int argc, char** argv) {
       const Shape ws =
           l.group == 1 ? Shape{l.m / 8, l.c * l.k * l.k, 8} : Shape{l.c / 8, l.k, l.k, 8};
       Var wb = parameter(gb, random_tensor(ws, rng), "w");
+      // A strided 1x1 layer reads a strided copy of its input through the pointwise kernel,
+      // as the layout pass runs it.
+      const bool strided_1x1 = l.k == 1 && l.stride > 1 && l.group == 1 && !stem;
+      if (strided_1x1) {
+        xb = apply("slice", {xb},
+                   {{"starts", std::vector<int64_t>{0, 0}},
+                    {"ends", std::vector<int64_t>{l.h, l.h}},
+                    {"axes", std::vector<int64_t>{2, 3}},
+                    {"steps", std::vector<int64_t>{l.stride, l.stride}}});
+      }
+      const int64_t sb = strided_1x1 ? 1 : l.stride;
       gb.set_outputs({apply("conv_nchwc", {xb, wb},
                             {{"group", l.group},
                              {"kernel_shape", std::vector<int64_t>{l.k, l.k}},
-                             {"strides", std::vector<int64_t>{l.stride, l.stride}},
+                             {"strides", std::vector<int64_t>{sb, sb}},
                              {"pads", std::vector<int64_t>(4, pad)}})});
       in_b.push_back(random_tensor(xb_shape, rng));
     }
