@@ -8,9 +8,9 @@ namespace kiln {
 
 // KILN_GEMM_PANEL_BYTES of module_abi.h (ops/ does not see the ABI; each packed gemm's code
 // asserts the two agree when its module compiles).
-constexpr int64_t kGemmPanelBytes = 256;
+constexpr int64_t kGemmPanelBytes = 64;
 
-// Columns per panel for a floating dtype (64 for float32, 32 for float64).
+// Columns per panel for a floating dtype (16 for float32, 8 for float64): one cache line.
 int64_t gemm_panel_width(DType dtype);
 // The packed shape (panels, K, P) of a K x N operand.
 Shape gemm_packed_shape(DType dtype, int64_t k, int64_t n);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 9
+#define KILN_ABI_VERSION 10
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -136,7 +136,7 @@ typedef struct kiln_support {
 
 #define KILN_CONV_SLACK 64
 #define KILN_CONV_BLOCK 16
-#define KILN_GEMM_PANEL_BYTES 256
+#define KILN_GEMM_PANEL_BYTES 64
 
 typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
                              kiln_tensor *const *out);

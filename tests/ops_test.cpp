@@ -454,7 +454,7 @@ TEST(Gemm, PackedConstantWeightsMatchReferenceAcrossShapes) {
   }
 }
 
-// Parts take tiles of whole panels (64 columns) by rows, but a call gets no more parts than
+// Parts take tiles of whole panels (16 float columns) by rows, but a call gets no more parts than
 // its output has rows: a one-row product is never split, however large its weights.
 // A packed product splits by column panels, a quarter MiB of weights or more per part: a
 // one-row product over a 1 MiB weight streams it on several cores; a small one stays whole.
@@ -482,19 +482,19 @@ TEST(Gemm, PackedSplitTakesPanelsWorthTheirWeights) {
 TEST(Gemm, PackedOperandErrorsNameTheShapes) {
   Graph g("gemm_packed_bad");
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 8});
-  Var bp = input(g, "bp", DType::kFloat32, {2, 8, 64});
+  Var bp = input(g, "bp", DType::kFloat32, {2, 8, 16});
   std::string err = testing::error_of([&] {
     apply("gemm", {a, bp}, {{"packed_n", int64_t{100}}, {"transB", int64_t{1}}});
   });
   EXPECT_NE(err.find("transB must be 0"), std::string::npos) << err;
   err = testing::error_of([&] { apply("gemm", {a, bp}, {{"packed_n", int64_t{200}}}); });
-  EXPECT_NE(err.find("B packed as (4, K, 64), got float32 (?, 8) and float32 (2, 8, 64)"),
+  EXPECT_NE(err.find("B packed as (13, K, 16), got float32 (?, 8) and float32 (2, 8, 16)"),
             std::string::npos)
       << err;
   err = testing::error_of([&] {
     apply("gemm", {a, input(g, "b32", DType::kFloat32, {2, 8, 32})}, {{"packed_n", int64_t{100}}});
   });
-  EXPECT_NE(err.find("(2, K, 64)"), std::string::npos) << err;
+  EXPECT_NE(err.find("(7, K, 16)"), std::string::npos) << err;
   err = testing::error_of([&] {
     apply("gemm",
           {input(g, "ai", DType::kInt32, {3, 8}), input(g, "bi", DType::kInt32, {2, 8, 64})},
@@ -505,11 +505,11 @@ TEST(Gemm, PackedOperandErrorsNameTheShapes) {
   std::mt19937 rng(47);
   Graph h("gemm_packed_by_hand");
   Var ha = input(h, "a", DType::kFloat64, {kDynamic, 8});
-  Var hb = input(h, "bp", DType::kFloat64, {4, 8, 32});
+  Var hb = input(h, "bp", DType::kFloat64, {13, 8, 8});
   h.set_outputs({apply("gemm", {ha, hb}, {{"packed_n", int64_t{100}}})});
   check_graph(h,
               {{random_tensor(DType::kFloat64, {9, 8}, rng),
-                non_contiguous(random_tensor(DType::kFloat64, {4, 8, 32}, rng))}},
+                non_contiguous(random_tensor(DType::kFloat64, {13, 8, 8}, rng))}},
               1e-12, 1e-12);
 }
 
@@ -1112,8 +1112,8 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
        {10, 300, 1, 1},
        {{"strides", V{2, 2}}},
        false},
-      // Pointwise convolutions run on the packed GEMM: 150 positions fill two 64-column
-      // panels and part of a third, 11 rows leave a tail of the kernel's row blocks; groups
+      // Pointwise convolutions run on the packed GEMM: 150 positions fill nine 16-column
+      // panels and part of a tenth, 11 rows leave a tail of the kernel's row blocks; groups
       // repack per group; 1-D; without a bias the output starts unread.
       {"pointwise_panels", {2, 6, 10, 15}, {11, 6, 1, 1}, {}, true},
       {"pointwise_groups", {2, 6, 9, 9}, {9, 2, 1, 1}, {{"group", int64_t{3}}}, false},

@@ -387,7 +387,7 @@ TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
     const Variable* b = node->inputs[1];
     EXPECT_EQ(b->name, "w.packed_t");
     EXPECT_TRUE(b->parameter) << "a packed weight must stay a parameter";
-    EXPECT_EQ(b->type.dims, (std::vector<int64_t>{1, 6, 64}));
+    EXPECT_EQ(b->type.dims, (std::vector<int64_t>{2, 6, 16}));  // 20 columns: 16 + 4 padded
   }
   EXPECT_EQ(packed, 2) << p.to_string();
   int packed_constants = 0;

@@ -20,6 +20,18 @@
 #include "tests/helpers.h"
 #include "util/fs.h"
 
+// The AVX-512-shaped copy built for this test alone (tests/CMakeLists.txt).
+extern "C" {
+void kiln_gemm_packed_f32_wide(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                               int64_t rsa, int64_t csa, const float* bp, float beta, float* c,
+                               int64_t ldc, const float* bias, int64_t rsb, int64_t csb, float lo,
+                               float hi);
+void kiln_gemm_packed_f64_wide(int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                               int64_t rsa, int64_t csa, const double* bp, double beta, double* c,
+                               int64_t ldc, const double* bias, int64_t rsb, int64_t csb, double lo,
+                               double hi);
+}
+
 namespace kiln {
 namespace {
 
@@ -27,13 +39,16 @@ template <class T>
 using GemmPacked = void (*)(int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t, const T*, T,
                             T*, int64_t, const T*, int64_t, int64_t, T, T);
 
-// Every copy of the packed GEMM this CPU can run (the loader picks the widest), by name.
+// Every copy of the packed GEMM this CPU can run (the loader picks the widest), by name, and
+// the AVX-512-shaped copy this test builds from generic vectors (tests/CMakeLists.txt).
 template <class T>
 std::vector<std::pair<std::string, GemmPacked<T>>> gemm_copies() {
   constexpr bool f32 = sizeof(T) == 4;
   std::vector<std::pair<std::string, GemmPacked<T>>> copies;
   copies.emplace_back("base", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_base
                                   : (GemmPacked<T>)kiln_gemm_packed_f64_base);
+  copies.emplace_back("wide", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_wide
+                                  : (GemmPacked<T>)kiln_gemm_packed_f64_wide);
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     copies.emplace_back("avx2", f32 ? (GemmPacked<T>)kiln_gemm_packed_f32_avx2
@@ -133,19 +148,28 @@ TEST(GemmPacked, EveryIsaCopyMatchesALongDoubleLoop) {
 // the last panel's missing columns zero.
 TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
   Tensor b = Tensor::from_doubles(DType::kFloat64, {2, 3}, {1, 2, 3, 4, 5, 6});  // N x K when trans
+  // A panel is one 64-byte cache line: 8 doubles, 16 floats.
   for (bool trans : {false, true}) {
     Tensor p = pack_gemm_panels(b, trans);
     const int64_t k = trans ? 3 : 2, n = trans ? 2 : 3;
-    ASSERT_EQ(p.shape(), (Shape{1, k, 32}));
+    ASSERT_EQ(p.shape(), (Shape{1, k, 8}));
     for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < 32; ++j) {
+      for (int64_t j = 0; j < 8; ++j) {
         const double want = j >= n ? 0 : trans ? b.load(j * 3 + i) : b.load(i * 3 + j);
-        EXPECT_EQ(p.load(gemm_packed_index(i, j, k, 32)), want) << trans << " " << i << " " << j;
+        EXPECT_EQ(p.load(gemm_packed_index(i, j, k, 8)), want) << trans << " " << i << " " << j;
       }
     }
   }
-  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 784, 256), (Shape{4, 784, 64}));
-  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 5, 65), (Shape{2, 5, 64}));
+  // Columns past the first panel land in the next one, k rows further on.
+  Tensor wide = Tensor::empty(DType::kFloat32, {2, 20});
+  for (int64_t i = 0; i < 40; ++i) wide.store(i, static_cast<double>(i));
+  Tensor wp = pack_gemm_panels(wide, false);
+  ASSERT_EQ(wp.shape(), (Shape{2, 2, 16}));
+  EXPECT_EQ(wp.load(1 * 2 * 16 + 1 * 16 + 3), wide.load(1 * 20 + 19));
+  EXPECT_EQ(wp.load(1 * 2 * 16 + 1 * 16 + 4), 0.0);
+  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 784, 256), (Shape{16, 784, 16}));
+  EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 5, 65), (Shape{5, 5, 16}));
+  EXPECT_EQ(gemm_packed_shape(DType::kFloat64, 5, 65), (Shape{9, 5, 8}));
 }
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {

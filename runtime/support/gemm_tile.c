@@ -1,10 +1,12 @@
 /* The packed-panel GEMM behind kiln_support.gemm_packed_f32/f64. This file is compiled once
  * per vector ISA (KILN_ISA: avx512, avx2 or base), each copy with that ISA's flags; support.c
  * picks the copy the running CPU can execute. B arrives packed in panels of
- * KILN_GEMM_PANEL_BYTES columns (module_abi.h), so every k step of a block reads whole
- * aligned vectors of one panel row, and the padding means no read runs off the end. A block
- * keeps MR x NV output vectors in registers while it walks k: NV vector loads and MR
- * broadcasts of A buy MR * NV fused multiply-adds. */
+ * KILN_GEMM_PANEL_BYTES columns (module_abi.h): one cache line per k step, so a block's slice
+ * of B is one sequential stream that stays in L1 while every row block of A passes over it.
+ * A block keeps MR x NV output vectors in registers while it walks k: NV vector loads and MR
+ * broadcasts of A buy MR * NV fused multiply-adds. Its NV vectors share a panel where
+ * vectors are narrower than a panel (AVX2: two per panel) and take one panel each where they
+ * are as wide (AVX-512). */
 #include <stdint.h>
 
 #include "runtime/module_abi.h"
@@ -13,6 +15,9 @@
 
 #if !defined(KILN_ISA) || !defined(KILN_VEC_BYTES) || !defined(KILN_VEC_REGS)
 #error "gemm_tile.c is compiled with KILN_ISA, KILN_VEC_BYTES and KILN_VEC_REGS defined"
+#endif
+#if KILN_GEMM_PANEL_BYTES % KILN_VEC_BYTES != 0
+#error "a packed panel holds whole vectors"
 #endif
 
 #define KILN_CAT2(a, b) a##b
@@ -24,11 +29,12 @@
 #define KILN_GEMM_MR 6
 #define KILN_GEMM_MR_MAX 6
 #define KILN_GEMM_NV_MAX 4
-/* The most vectors per row a block of mr rows keeps in registers: accumulators, the NV
- * panel vectors and one broadcast must fit the register file. */
-#define KILN_GEMM_NV_FOR(mr) (KILN_VEC_REGS >= 32 ? 4 : ((mr) <= 3 ? 3 : 2))
-/* k is walked in blocks of this many steps, so a block's slice of the panel (KC x 256
- * bytes) stays in L2 while every row block of A passes over it. */
+/* Vectors per row of a block (a column block's width): MR x CBV sums, the CBV panel vectors
+ * and one broadcast must fit the register file. Blocks of fewer rows keep the same width, so
+ * that column blocks line up with panels. */
+#define KILN_GEMM_CBV (KILN_VEC_REGS >= 32 ? 4 : 2)
+/* k is walked in blocks of this many steps, so a column block's slice of B (KC x CBV
+ * vectors) stays in L1 while every row block of A passes over it. */
 #define KILN_GEMM_KC 256
 /* A broadcast: s + -0.0 is s for every s, so it folds to one vbroadcastss where (V){0} + s
  * costs a scalar add first (+0.0 would turn -0.0 into +0.0). */
@@ -49,26 +55,32 @@
   KILN_CLAMP_FN(KILN_CAT(gclamp_, S), KILN_CAT(gvec_, S), KILN_CAT(gveci_, S), T)                  \
   enum {                                                                                           \
     KILN_CAT(GVW_, S) = KILN_VEC_BYTES / (int)sizeof(T),                                           \
-    KILN_CAT(GP_, S) = KILN_GEMM_PANEL_BYTES / (int)sizeof(T)                                      \
+    KILN_CAT(GP_, S) = KILN_GEMM_PANEL_BYTES / (int)sizeof(T),                                     \
+    KILN_CAT(GVPP_, S) = KILN_GEMM_PANEL_BYTES / KILN_VEC_BYTES                                    \
   };                                                                                               \
+  /* A column block is whole panels, or a whole fraction of one: never straddles two. */           \
+  _Static_assert(                                                                                  \
+      KILN_CAT(GVPP_, S) % KILN_GEMM_CBV == 0 || KILN_GEMM_CBV % KILN_CAT(GVPP_, S) == 0,          \
+      "column blocks must line up with panels");                                                   \
                                                                                                    \
   /* Rows [0, mr) x vectors [0, nv) of C: c = alpha * A B + beta * c on the first k block          \
    * (c unread when beta is 0), c += alpha * A B on later ones. Columns from `cols` on are         \
-   * padding and are not stored. */                                                                \
+   * padding and are not stored. Vector v of B's rows sits at b + (v / VPP) * pk +                 \
+   * (v % VPP) * VW (pk: elements from one panel to the next). */                                  \
   static inline __attribute__((always_inline)) void KILN_CAT(gblock_, S)(                          \
       const int mr, const int nv, int64_t kc, const T* restrict a, int64_t rsa, int64_t csa,       \
-      const T* restrict b, T alpha, T beta, int first, int64_t cols, T* restrict c, int64_t ldc,   \
-      const KILN_CAT(gepi_, S) * e) {                                                              \
+      const T* restrict b, int64_t pk, T alpha, T beta, int first, int64_t cols, T* restrict c,    \
+      int64_t ldc, const KILN_CAT(gepi_, S) * e) {                                                 \
     typedef KILN_CAT(gvec_, S) V;                                                                  \
     typedef KILN_CAT(gvecu_, S) VU;                                                                \
-    enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S) };                                         \
+    enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S), VPP = KILN_CAT(GVPP_, S) };               \
     V acc[KILN_GEMM_MR_MAX][KILN_GEMM_NV_MAX];                                                     \
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r)                                           \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = (V){0};                   \
     for (int64_t t = 0; t < kc; ++t) {                                                             \
       V x[KILN_GEMM_NV_MAX];                                                                       \
       _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] =                                  \
-          *(const VU*)(b + t * P + v * VW);                                                        \
+          *(const VU*)(b + t * P + v / VPP * pk + v % VPP * VW);                                   \
       _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                       \
         const V as = KILN_SPLAT(V, a[r * rsa + t * csa]);                                          \
         _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += as * x[v];               \
@@ -111,8 +123,8 @@
                                                                                                    \
   /* Calls the block kernel with mr and nv as constants, so each pair gets its own code. */        \
   static void KILN_CAT(gdispatch_, S)(                                                             \
-      int mr, int nv, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, T alpha,       \
-      T beta, int first, int64_t cols, T* c, int64_t ldc, const KILN_CAT(gepi_, S) * e) {          \
+      int mr, int nv, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t pk,    \
+      T alpha, T beta, int first, int64_t cols, T* c, int64_t ldc, const KILN_CAT(gepi_, S) * e) { \
     switch (mr * 8 + nv) {                                                                         \
       KILN_GCASES_MR(S, 1)                                                                         \
       KILN_GCASES_MR(S, 2)                                                                         \
@@ -144,48 +156,44 @@
         }                                                                                          \
       return;                                                                                      \
     }                                                                                              \
-    for (int64_t j0 = 0; j0 < n; j0 += P) {                                                        \
-      const T* panel = bp + j0 / P * k * P;                                                        \
-      const int64_t pcols = n - j0 < P ? n - j0 : P;                                               \
+    /* Column blocks outermost: each block's panels are streamed from memory once per k block,     \
+     * then served from L1 to every row block. */                                                  \
+    for (int64_t j0 = 0; j0 < n; j0 += KILN_GEMM_CBV * VW) {                                       \
+      const T* panel = bp + j0 / P * k * P + j0 % P;                                               \
+      const int64_t cols = n - j0;                                                                 \
+      const int nv =                                                                               \
+          (int)((cols + VW - 1) / VW < KILN_GEMM_CBV ? (cols + VW - 1) / VW : KILN_GEMM_CBV);      \
       for (int64_t k0 = 0; k0 < k; k0 += KILN_GEMM_KC) {                                           \
         const int64_t kc = k - k0 < KILN_GEMM_KC ? k - k0 : KILN_GEMM_KC;                          \
+        const KILN_CAT(gepi_, S) e0 = {0, rsb, csb, lo, hi, clamps && k0 + kc == k};               \
         for (int64_t r0 = 0; r0 < m; r0 += KILN_GEMM_MR) {                                         \
           const int mr = (int)(m - r0 < KILN_GEMM_MR ? m - r0 : KILN_GEMM_MR);                     \
-          const int nvb = KILN_GEMM_NV_FOR(mr);                                                    \
-          for (int64_t v0 = 0; v0 * VW < pcols; v0 += nvb) {                                       \
-            const int64_t cols = pcols - v0 * VW;                                                  \
-            const int nv = (int)((cols + VW - 1) / VW < nvb ? (cols + VW - 1) / VW : nvb);         \
-            const KILN_CAT(gepi_, S) e = {bias ? bias + r0 * rsb + (j0 + v0 * VW) * csb : 0,       \
-                                          rsb,                                                     \
-                                          csb,                                                     \
-                                          lo,                                                      \
-                                          hi,                                                      \
-                                          clamps && k0 + kc == k};                                 \
-            KILN_CAT(gdispatch_, S)                                                                \
-            (mr, nv, kc, a + r0 * rsa + k0 * csa, rsa, csa, panel + k0 * P + v0 * VW, alpha, beta, \
-             k0 == 0, cols, c + r0 * ldc + j0 + v0 * VW, ldc, &e);                                 \
-          }                                                                                        \
+          KILN_CAT(gepi_, S) e = e0;                                                               \
+          e.bias = bias ? bias + r0 * rsb + j0 * csb : 0;                                          \
+          KILN_CAT(gdispatch_, S)                                                                  \
+          (mr, nv, kc, a + r0 * rsa + k0 * csa, rsa, csa, panel + k0 * P, k * P, alpha, beta,      \
+           k0 == 0, cols, c + r0 * ldc + j0, ldc, &e);                                             \
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \
   }
 
-#define KILN_GCASE(S, MR, NV)                                                              \
-  case MR * 8 + NV:                                                                        \
-    KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc, e); \
+#define KILN_GCASE(S, MR, NV)                                                                  \
+  case MR * 8 + NV:                                                                            \
+    KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, pk, alpha, beta, first, cols, c, ldc, e); \
     break;
 /* A pair past the register budget still needs its constant label, but is never reached; it
  * forwards to nv = 1, which keeps it small. */
-#define KILN_GCASE_IF(ok, S, MR, NV)                                              \
-  case MR * 8 + NV:                                                               \
-    if (ok) KILN_CAT(gblock_, S)                                                  \
-    (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, alpha, beta, first, cols, c, ldc, e); \
+#define KILN_GCASE_IF(ok, S, MR, NV)                                                  \
+  case MR * 8 + NV:                                                                   \
+    if (ok) KILN_CAT(gblock_, S)                                                      \
+    (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, pk, alpha, beta, first, cols, c, ldc, e); \
     break;
-#define KILN_GCASES_MR(S, MR)                        \
-  KILN_GCASE(S, MR, 1)                               \
-  KILN_GCASE(S, MR, 2)                               \
-  KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 3, S, MR, 3) \
-  KILN_GCASE_IF(KILN_GEMM_NV_FOR(MR) >= 4, S, MR, 4)
+#define KILN_GCASES_MR(S, MR)                 \
+  KILN_GCASE(S, MR, 1)                        \
+  KILN_GCASE(S, MR, 2)                        \
+  KILN_GCASE_IF(KILN_GEMM_CBV >= 3, S, MR, 3) \
+  KILN_GCASE_IF(KILN_GEMM_CBV >= 4, S, MR, 4)
 
 KILN_GEMM_TILE(float, int32_t, f32)
 KILN_GEMM_TILE(double, int64_t, f64)
