@@ -13,6 +13,7 @@
 
 #include "runtime/memory_plan.h"
 #include "runtime/parallel_for.h"
+#include "runtime/split_parts.h"
 #include "runtime/thunk_context.h"
 #include "runtime/worker_pool.h"
 #include "util/error.h"
@@ -544,13 +545,12 @@ int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
   if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * grain) {
     int64_t most = std::min<int64_t>(2 * split_workers_, work / grain);
     // Parts take whole units (a GEMM's output rows): no more parts than units.
+    int64_t units = 0;
     if (thunk.split_unit > 0 && !step.outputs.empty()) {
-      most = std::min(most, values[step.outputs[0]].numel() / thunk.split_unit);
+      units = values[step.outputs[0]].numel() / thunk.split_unit;
+      most = std::min(most, units);
     }
-    // Whole rounds of parts per worker: three equal parts on two workers leave one worker
-    // two of them, so the step takes 2/3 of its one-core time instead of 1/2.
-    if (most > split_workers_) most -= most % split_workers_;
-    n_parts = static_cast<int>(std::max<int64_t>(most, 1));
+    n_parts = static_cast<int>(split_part_count(units, split_workers_, most));
   }
   if (n_parts == 1) {
     call(0, 1);

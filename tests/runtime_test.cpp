@@ -10,13 +10,14 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
-#include "runtime/memory_plan.h"
 #include "ops/gemm_pack.h"
+#include "runtime/memory_plan.h"
 #include "runtime/module_abi.h"
 #include "runtime/npy.h"
-#include "runtime/support/kiln_half.h"
+#include "runtime/split_parts.h"
 #include "runtime/storage.h"
 #include "runtime/support/gemm_tile.h"
+#include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
@@ -170,6 +171,31 @@ TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
   EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 784, 256), (Shape{16, 784, 16}));
   EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 5, 65), (Shape{5, 5, 16}));
   EXPECT_EQ(gemm_packed_shape(DType::kFloat64, 5, 65), (Shape{9, 5, 8}));
+}
+
+// Part counts: whole rounds per worker, then the count whose parts end soonest.
+TEST(SplitParts, CountsBalanceWholeUnitsOverTheWorkers) {
+  // Six attention heads on two workers: 2 parts of 3 heads, not 4 parts of 1, 2, 1, 2.
+  EXPECT_EQ(split_part_count(6, 2, 4), 2);
+  // Eight units split 4 ways evenly: the larger count wins the tie.
+  EXPECT_EQ(split_part_count(8, 2, 4), 4);
+  // Five units: 4 parts (1, 1, 1, 2) end when 2 parts (2, 3) do; the larger count stays.
+  EXPECT_EQ(split_part_count(5, 2, 4), 4);
+  // Units unknown (0) or plentiful: the most, in whole rounds.
+  EXPECT_EQ(split_part_count(0, 2, 4), 4);
+  EXPECT_EQ(split_part_count(0, 2, 3), 2);
+  EXPECT_EQ(split_part_count(1000, 3, 6), 6);
+  // Seven units on three workers: 6 parts (1, 1, 1, 1, 1, 2) end at 3, 3 parts (2, 2, 3) at
+  // 3 as well: 6.
+  EXPECT_EQ(split_part_count(7, 3, 6), 6);
+  // Nine units on four workers: 8 parts (1 or 2) end at 3, 4 parts (2, 2, 2, 3) at 3: 8.
+  EXPECT_EQ(split_part_count(9, 4, 8), 8);
+  // Six units on four workers: 4 parts (1, 2, 1, 2) end at 2; no larger round fits.
+  EXPECT_EQ(split_part_count(6, 4, 6), 4);
+  // No more parts than the most allowed, at least one.
+  EXPECT_EQ(split_part_count(3, 2, 1), 1);
+  EXPECT_EQ(split_part_count(0, 4, 0), 1);
+  EXPECT_EQ(split_part_count(2, 4, 2), 2);
 }
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
