@@ -9,6 +9,8 @@
 // folding, so weights computed from constants are packed too, and before epilogue fusion,
 // which takes the packed gemm as its base.
 #include <map>
+#include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "ops/conv_pack.h"
@@ -79,6 +81,31 @@ bool packable_conv(const Node& node) {
   return !pointwise;  // (auto_pad pads a 1x1 stride-1 window by nothing)
 }
 
+// The add that a packed product's bias can become: `y` (the product's output) read only by
+// an add of a constant or parameter vector of y's last size N, which the kernel then adds
+// as it stores each tile (kiln_support.gemm_packed's bias) instead of a pass of its own
+// over the output. A transformer's every Linear layer exports as MatMul + Add. A gemm that
+// has its own C keeps it.
+const Node* bias_add_of(const Node& node, const Variable* y,
+                        const std::unordered_map<const Variable*, int>& uses,
+                        const std::unordered_map<const Variable*, const Node*>& reader) {
+  if (node.inputs.size() != 2) return nullptr;
+  auto u = uses.find(y);
+  auto r = reader.find(y);
+  if (u == uses.end() || u->second != 1 || r == reader.end()) return nullptr;
+  const Node& add = *r->second;
+  if (add.op->name() != "add" || add.inputs.size() != 2 || add.outputs.size() != 1) {
+    return nullptr;
+  }
+  const Variable* b = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+  if (b == y || b->kind != VarKind::kConstant || b->type.dtype != y->type.dtype ||
+      b->type.rank() != 1 || y->type.rank() < 1 || b->type.dims[0] != y->type.dims.back() ||
+      add.outputs[0]->type.dims != y->type.dims) {
+    return nullptr;
+  }
+  return &add;
+}
+
 }  // namespace
 
 Graph pack_weights(const Graph& graph) {
@@ -86,7 +113,14 @@ Graph pack_weights(const Graph& graph) {
   std::map<std::pair<const Variable*, bool>, Variable*>
       packed;  // a weight two gemms share packs once
   std::map<const Variable*, Variable*> conv_packed;
+  const auto uses = count_uses(graph);
+  std::unordered_map<const Variable*, const Node*> reader;  // the last node reading each
   for (const auto& node : graph.nodes()) {
+    for (const Variable* v : node->inputs) reader[v] = node.get();
+  }
+  std::set<const Node*> absorbed;  // bias adds a packed product took in
+  for (const auto& node : graph.nodes()) {
+    if (absorbed.count(node.get())) continue;
     if (packable_conv(*node)) {
       const Variable* w = node->inputs[1];
       Variable*& pw = conv_packed[w];
@@ -128,7 +162,14 @@ Graph pack_weights(const Graph& graph) {
     props["packed_n"] = b->value->shape()[trans ? 0 : 1];
     std::vector<Variable*> inputs = copy.map(node->inputs);
     inputs[1] = pb;
-    copy.add(OpRegistry::instance().create("gemm", props), inputs, {node->outputs[0]}, node->name);
+    const Variable* out = node->outputs[0];
+    if (const Node* add = bias_add_of(*node, out, uses, reader)) {
+      inputs.push_back(copy.map(add->inputs[0] == out ? add->inputs[1] : add->inputs[0]));
+      props["beta"] = 1.0;
+      out = add->outputs[0];
+      absorbed.insert(add);
+    }
+    copy.add(OpRegistry::instance().create("gemm", props), inputs, {out}, node->name);
   }
   return copy.finish();
 }

@@ -91,13 +91,15 @@ TEST(Cli, CompileRunAndSourceTheMlp) {
   EXPECT_TRUE(testing::tensors_close(y, expected, 1e-5, 1e-6));
   auto s = kiln({"source", model});
   ASSERT_EQ(s.exit_code, 0);
-  // The rewrites pack each wide layer's weight for kiln's GEMM kernel and fold its bias and
-  // relu into the epilogue; the 10-wide output layer stays a matmul through OpenBLAS.
-  EXPECT_NE(s.out.find("/* node 0: with_epilogue{base=\"gemm\", base.packed_n=256, base.transB=0, "
-                       "base_inputs=2, program=\"add($0, $1); relu(%0)\"}(x, w1.packed, b1) -> h1  "
-                       "[float32 (?, 256)]  'fc1' */"),
+  // The rewrites pack each wide layer's weight for kiln's GEMM kernel, which adds its bias
+  // (the gemm's C) and clamps for its relu as it stores; the 10-wide output layer stays a
+  // matmul through OpenBLAS.
+  EXPECT_NE(s.out.find("/* node 0: with_epilogue{base=\"gemm\", base.beta=1.0, base.packed_n=256, "
+                       "base.transB=0, base_inputs=3, program=\"relu($0)\"}(x, w1.packed, b1) -> "
+                       "h1  [float32 (?, 256)]  'fc1' */"),
             std::string::npos)
       << s.out;
+  EXPECT_NE(s.out.find("/* epilogue, in the stores: relu($0) */"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("/* node 2: with_epilogue{base=\"matmul\""), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("kiln_gemm_f32(ctx"), std::string::npos)
       << "GEMM through kiln's OpenBLAS table";

@@ -406,6 +406,61 @@ TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   }
 }
 
+// A packed product's bias add goes into the kernel (the gemm's C at beta 1), from either side
+// of the add and for a parameter bias; an add the product shares, one whose other operand
+// is an input, a matrix or a bias that broadcasts the output, and a product that is also an
+// output keep their adds. Values with NaN and infinities in the bias match the reference.
+TEST(Rewrite, PackingTakesBiasAddsIntoTheKernel) {
+  std::mt19937 rng(71);
+  const DType f = DType::kFloat32;
+  Graph g("pack_bias");
+  Var x = input(g, "x", f, {kDynamic, 5, 24});
+  Var xi = input(g, "xi", f, {20});
+  auto weight = [&](const char* name) {
+    return constant(g, testing::random_tensor(f, {24, 20}, rng), name);
+  };
+  Tensor bias_value = testing::random_tensor(f, {20}, rng);
+  bias_value.store(3, std::numeric_limits<double>::quiet_NaN());
+  bias_value.store(7, std::numeric_limits<double>::infinity());
+  bias_value.store(18, -0.0);
+  Var bias = constant(g, bias_value, "bias");
+  Var pbias(&g, g.add_parameter(testing::random_tensor(f, {20}, rng), "pbias"));
+  Var shared = matmul(x, weight("w_shared"));
+  Var wide = constant(g, testing::random_tensor(f, {5, 20}, rng), "wide");
+  Var out_too = matmul(x, weight("w_out"));
+  g.set_outputs({
+      add(matmul(x, weight("w1")), bias),         // absorbed
+      relu(add(pbias, matmul(x, weight("w2")))),  // absorbed, bias on the left
+      add(shared, bias), relu(shared),            // the product has two readers
+      add(matmul(x, weight("w3")), xi),           // an input, not a weight
+      add(matmul(x, weight("w4")), wide),         // a matrix, not a vector
+      add(out_too, bias), out_too,                // the product is an output too
+  });
+  const Graph p = pack_weights(g);
+  int with_bias = 0;
+  for (const auto& node : p.nodes()) {
+    if (node->op->name() != "gemm") continue;
+    EXPECT_GT(attr_int(node->op->props(), "packed_n", 0), 0) << p.to_string();
+    if (node->inputs.size() == 3) {
+      ++with_bias;
+      EXPECT_TRUE(node->inputs[2]->name == "bias" || node->inputs[2]->name == "pbias")
+          << p.to_string();
+      EXPECT_EQ(attr_float(node->op->props(), "beta", 0.0), 1.0) << p.to_string();
+    }
+  }
+  EXPECT_EQ(with_bias, 2) << p.to_string();
+  EXPECT_EQ(count_ops(p, "add"), 4) << p.to_string();
+  std::vector<Tensor> in{testing::random_tensor(f, {3, 5, 24}, rng),
+                         testing::random_tensor(f, {20}, rng)};
+  const auto want = evaluate_reference(g, in);
+  const auto got = evaluate_reference(p, in);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 1e-5, 1e-5)) << "output " << i;
+  }
+  expect_same_results(g, in, "");
+  expect_same_results(g, in, "-pack");
+}
+
 // Direct convolutions over constant weights get them in blocks of 16 output channels; a
 // pointwise one (a GEMM), a grouped one, one of fewer than 16 channels or 64 taps and one
 // whose weight is an input keep theirs. The packed graph's reference (Conv::perform on the
