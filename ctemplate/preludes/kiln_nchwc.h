@@ -279,15 +279,20 @@ KILN_HELPER void kiln_nchwc_depthwise(const float* x, int64_t h, int64_t wd, con
                               hi, clamps);
           continue;
         }
+        /* The taps inside the row [j0, j1), each tap row summed on its own and then added:
+         * one running sum made every edge position a chain of kh x kw dependent
+         * multiply-adds (36 cycles for 3 x 3, 100 for 5 x 5). */
+        const int64_t c0 = ox * sw - pw;
+        const int j0 = c0 < 0 ? (int)-c0 : 0, j1 = c0 + kw > wd ? (int)(wd - c0) : kw;
         kiln_v8f acc = b;
         for (int i = 0; i < kh; ++i) {
-          if (!rows_ok[i]) continue;
-          for (int j = 0; j < kw; ++j) {
-            const int64_t ix = ox * sw - pw + j;
-            if (ix < 0 || ix >= wd) continue;
-            acc += KILN_V8_LOAD(xr + i * row + ix * KILN_NCHWC_B) *
-                   KILN_V8_LOAD(wv + (i * kw + j) * KILN_NCHWC_B);
-          }
+          if (!rows_ok[i] || j0 >= j1) continue;
+          const float* xi = xr + i * row + c0 * KILN_NCHWC_B;
+          const float* wi = wv + i * kw * KILN_NCHWC_B;
+          kiln_v8f r = KILN_V8_LOAD(xi + j0 * KILN_NCHWC_B) * KILN_V8_LOAD(wi + j0 * KILN_NCHWC_B);
+          for (int j = j0 + 1; j < j1; ++j)
+            r += KILN_V8_LOAD(xi + j * KILN_NCHWC_B) * KILN_V8_LOAD(wi + j * KILN_NCHWC_B);
+          acc += r;
         }
         KILN_V8_STORE(yr + ox * KILN_NCHWC_B, clamps ? kiln_v8_clamp(acc, lo, hi) : acc);
       }
