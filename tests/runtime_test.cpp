@@ -175,27 +175,27 @@ TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
 
 // Part counts: whole rounds per worker, then the count whose parts end soonest.
 TEST(SplitParts, CountsBalanceWholeUnitsOverTheWorkers) {
-  // Six attention heads on two workers: 2 parts of 3 heads, not 4 parts of 1, 2, 1, 2.
-  EXPECT_EQ(split_part_count(6, 2, 4), 2);
-  // Eight units split 4 ways evenly: the larger count wins the tie.
-  EXPECT_EQ(split_part_count(8, 2, 4), 4);
-  // Five units: 4 parts (1, 1, 1, 2) end when 2 parts (2, 3) do; the larger count stays.
-  EXPECT_EQ(split_part_count(5, 2, 4), 4);
-  // Units unknown (0) or plentiful: the most, in whole rounds.
-  EXPECT_EQ(split_part_count(0, 2, 4), 4);
-  EXPECT_EQ(split_part_count(0, 2, 3), 2);
-  EXPECT_EQ(split_part_count(1000, 3, 6), 6);
-  // Seven units on three workers: 6 parts (1, 1, 1, 1, 1, 2) end at 3, 3 parts (2, 2, 3) at
-  // 3 as well: 6.
-  EXPECT_EQ(split_part_count(7, 3, 6), 6);
-  // Nine units on four workers: 8 parts (1 or 2) end at 3, 4 parts (2, 2, 2, 3) at 3: 8.
-  EXPECT_EQ(split_part_count(9, 4, 8), 8);
-  // Six units on four workers: 4 parts (1, 2, 1, 2) end at 2; no larger round fits.
-  EXPECT_EQ(split_part_count(6, 4, 6), 4);
-  // No more parts than the most allowed, at least one.
-  EXPECT_EQ(split_part_count(3, 2, 1), 1);
-  EXPECT_EQ(split_part_count(0, 4, 0), 1);
-  EXPECT_EQ(split_part_count(2, 4, 2), 2);
+  struct Case {
+    int64_t units, workers, most, want;
+    const char* why;
+  };
+  const Case cases[] = {
+      {6, 2, 4, 2, "six heads on two workers: 2 parts of 3, not 4 of 1, 2, 1, 2"},
+      {8, 2, 4, 4, "8 units split 4 ways evenly: the larger count wins the tie"},
+      {5, 2, 4, 4, "4 parts (1, 1, 1, 2) end when 2 parts (2, 3) do: the larger stays"},
+      {0, 2, 4, 4, "units unknown: the most"},
+      {0, 2, 3, 2, "units unknown: the most in whole rounds"},
+      {1000, 3, 6, 6, "plenty of units: the most"},
+      {7, 3, 6, 6, "6 parts (1, 1, 1, 1, 1, 2) and 3 parts (2, 2, 3) both end at 3"},
+      {9, 4, 8, 8, "8 parts (1 or 2) and 4 parts (2, 2, 2, 3) both end at 3"},
+      {6, 4, 6, 4, "4 parts (1, 2, 1, 2) end at 2; no larger round fits"},
+      {3, 2, 1, 1, "no more parts than the most allowed"},
+      {0, 4, 0, 1, "at least one part"},
+      {2, 4, 2, 2, "fewer units than workers: one part each"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(split_part_count(c.units, c.workers, c.most), c.want) << c.why;
+  }
 }
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
