@@ -52,10 +52,13 @@ int WorkerPool::polling() {
   return spinning_;
 }
 
-bool WorkerPool::poll() {
+WorkerPool::PollEnd WorkerPool::poll() {
   const auto until = std::chrono::steady_clock::now() + spin_;
-  while (queued_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_acquire) &&
-         std::chrono::steady_clock::now() < until) {
+  for (;;) {
+    if (queued_.load(std::memory_order_acquire) != 0 || stop_.load(std::memory_order_acquire)) {
+      return PollEnd::kSawTask;
+    }
+    if (std::chrono::steady_clock::now() >= until) return PollEnd::kTimedOut;
     if (busy_.load(std::memory_order_acquire) + callers_.load(std::memory_order_acquire) >
         max_busy_) {
       // A caller took a core since this poll began (a run, a split step): a poller beyond
@@ -63,13 +66,12 @@ bool WorkerPool::poll() {
       // poller at a time, so the pollers within the count go on.
       if (busy_.fetch_sub(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) >
           max_busy_) {
-        return false;
+        return PollEnd::kLeft;
       }
       busy_.fetch_add(1, std::memory_order_acq_rel);
     }
     std::this_thread::yield();
   }
-  return true;
 }
 
 void WorkerPool::work() {
@@ -82,10 +84,13 @@ void WorkerPool::work() {
           max_busy_) {
         ++spinning_;
         lock.unlock();
-        const bool counted = poll();
+        const PollEnd end = poll();
         lock.lock();
         --spinning_;
-        if (counted) busy_.fetch_sub(1, std::memory_order_acq_rel);
+        if (end != PollEnd::kLeft) busy_.fetch_sub(1, std::memory_order_acq_rel);
+        // A task another poller took first: poll again rather than sleep, or one submit
+        // seen by two pollers left none polling.
+        if (end == PollEnd::kSawTask) continue;
       } else {
         busy_.fetch_sub(1, std::memory_order_acq_rel);
       }

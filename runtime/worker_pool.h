@@ -57,7 +57,10 @@ class WorkerPool {
     }
   };
   void work();
-  bool poll();  // false: left early and no longer counted in busy_
+  // How a poll ended: kLeft, early and no longer counted in busy_; kTimedOut; kSawTask, a
+  // task queued or the pool stopping (both counted still).
+  enum class PollEnd { kLeft, kTimedOut, kSawTask };
+  PollEnd poll();
 
   std::mutex mutex_;
   std::condition_variable cv_;
