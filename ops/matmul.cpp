@@ -2,6 +2,7 @@
 #include "ops/matmul.h"
 
 #include "ops/broadcast.h"
+#include "ops/elementwise_loop.h"
 #include "ops/gemm_support.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -56,13 +57,38 @@ void check_gemm_dtype(const std::string& op, DType a, DType b) {
   }
 }
 
-MatMul::MatMul(Attrs props) : COp("matmul", std::move(props)) { check_known_attrs(this->props(), {}); }
+MatMul::MatMul(Attrs props) : COp("matmul", std::move(props)) {
+  check_known_attrs(this->props(), {"a_view", "b_view", "alpha"});
+  views_[0] = OperandView::from_props(this->props(), "a_view");
+  views_[1] = OperandView::from_props(this->props(), "b_view");
+  alpha_ = attr_float(this->props(), "alpha", 1.0);
+}
+
+std::vector<TensorType> MatMul::operand_types(const std::vector<TensorType>& inputs) const {
+  std::vector<TensorType> ops = inputs;
+  for (size_t k = 0; k < 2 && k < ops.size(); ++k) {
+    if (!views_[k]) continue;
+    views_[k]->check_within(inputs[k], std::string("matmul: ") + (k == 0 ? "a_view" : "b_view"));
+    ops[k].dims = views_[k]->dims;
+  }
+  return ops;
+}
+
+std::vector<Shape> MatMul::operand_shapes(const std::vector<Shape>& inputs) const {
+  std::vector<Shape> ops = inputs;
+  for (size_t k = 0; k < 2 && k < ops.size(); ++k) {
+    if (views_[k]) ops[k] = views_[k]->dims;
+  }
+  return ops;
+}
 
 std::vector<TensorType> MatMul::infer_type(const std::vector<TensorType>& inputs) const {
   if (inputs.size() != 2) throw UserError("matmul takes 2 inputs");
-  const auto& a = inputs[0];
-  const auto& b = inputs[1];
+  const auto operands = operand_types(inputs);
+  const auto& a = operands[0];
+  const auto& b = operands[1];
   check_gemm_dtype("matmul", a.dtype, b.dtype);
+  if (alpha_ != 1.0 && !is_float(a.dtype)) throw UserError("matmul: alpha needs float operands");
   if (a.rank() < 1 || b.rank() < 1) throw UserError("matmul: operands must have rank >= 1");
   if (a.rank() > 16 || b.rank() > 16) throw UserError("matmul: rank > 16");
   Split s = split(a.dims, b.dims);
@@ -81,11 +107,12 @@ std::vector<TensorType> MatMul::infer_type(const std::vector<TensorType>& inputs
 
 double MatMul::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
   // K is A's last dimension (a 1-D A is one row of K).
-  return 2.0 * static_cast<double>(inputs.at(0).back()) *
+  return 2.0 * static_cast<double>(operand_shapes(inputs).at(0).back()) *
          static_cast<double>(shape_numel(outputs.at(0)));
 }
 
-std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& inputs) const {
+std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& given) const {
+  const auto inputs = operand_shapes(given);
   Split s = split(inputs[0], inputs[1]);
   if (s.k_a != s.k_b) {
     throw UserError("matmul: inner dimensions differ: " + dims_to_string(inputs[0]) + " @ " +
@@ -96,8 +123,8 @@ std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& inputs) const {
 }
 
 void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
-  const Tensor& a = inputs[0];
-  const Tensor& b = inputs[1];
+  const Tensor a = views_[0] ? views_[0]->of(inputs[0]) : inputs[0];
+  const Tensor b = views_[1] ? views_[1]->of(inputs[1]) : inputs[1];
   Tensor& out = outputs[0];
   Split s = split(a.shape(), b.shape());
   Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
@@ -123,7 +150,7 @@ void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
         if (ints) {
           out.store_int(o, acci);
         } else {
-          out.store(o, acc);
+          out.store(o, alpha_ * acc);
         }
       }
     }
@@ -147,8 +174,8 @@ bool MatMul::packs_b(const Node& node) const {
 // Batched products split into runs of whole matrices: one matrix of the output is the unit.
 int64_t MatMul::c_split_unit(const Node& node) const {
   const auto& out = node.outputs[0]->type;
-  const int nb = out.rank() - (node.inputs[0]->type.rank() > 1 ? 1 : 0) -
-                 (node.inputs[1]->type.rank() > 1 ? 1 : 0);
+  const int nb =
+      out.rank() - (operand_rank(node, 0) > 1 ? 1 : 0) - (operand_rank(node, 1) > 1 ? 1 : 0);
   if (nb <= 0) return 0;
   int64_t unit = 1;
   for (int d = nb; d < out.rank(); ++d) {
@@ -161,8 +188,9 @@ int64_t MatMul::c_split_unit(const Node& node) const {
 bool MatMul::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
 
 std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const auto& at = node.inputs[0]->type;
-  const auto& bt = node.inputs[1]->type;
+  const auto types = operand_types({node.inputs[0]->type, node.inputs[1]->type});
+  const auto& at = types[0];
+  const auto& bt = types[1];
   const int ra = at.rank(), rb = bt.rank();
   const int ro = node.outputs[0]->type.rank();
   const int nb = ro - (ra > 1 ? 1 : 0) - (rb > 1 ? 1 : 0);  // batch rank of the output
@@ -171,24 +199,49 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   const std::string& B = names.inputs[1];
   const std::string& C = names.outputs[0];
   auto i2s = [](int v) { return std::to_string(v); };
+  // An operand's sizes and strides: the input's own, or its view's (compile-time values
+  // over the input's contiguous elements).
+  const std::string X[2] = {A, B};
+  auto dim = [&](int k, int d) {
+    return views_[k] ? std::to_string(views_[k]->dims[static_cast<size_t>(d)])
+                     : X[k] + "->shape[" + i2s(d) + "]";
+  };
+  auto stride = [&](int k, int d) {
+    return views_[k] ? std::to_string(views_[k]->strides[static_cast<size_t>(d)])
+                     : X[k] + "->strides[" + i2s(d) + "]";
+  };
   std::string s = "{\n";
-  s += "  const " + T + " *pa = (const " + T + " *)" + A + "->data;\n";
-  s += "  const " + T + " *pb = (const " + T + " *)" + B + "->data;\n";
+  for (int k = 0; k < 2; ++k) {
+    if (!views_[k]) continue;
+    // A view counts elements of a contiguous input (every value a step makes is).
+    const auto& dims = node.inputs[static_cast<size_t>(k)]->type.dims;
+    int64_t step = 1;
+    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+      if (dims[static_cast<size_t>(d)] > 1) {
+        s += "  if (" + X[k] + "->strides[" + i2s(d) + "] != " + std::to_string(step) + ") " +
+             sub.fail + "(\"matmul: a viewed operand is not contiguous\");\n";
+      }
+      step *= dims[static_cast<size_t>(d)];
+    }
+  }
+  auto base = [&](int k) {
+    std::string p = "(const " + T + " *)" + X[k] + "->data";
+    return views_[k] && views_[k]->offset ? p + " + " + std::to_string(views_[k]->offset) : p;
+  };
+  s += "  const " + T + " *pa = " + base(0) + ";\n";
+  s += "  const " + T + " *pb = " + base(1) + ";\n";
   s += "  " + T + " *pc = (" + T + " *)" + C + "->data;\n";
   if (ra == 1) {
-    s += "  const int64_t M = 1, K = " + A + "->shape[0], rsa = 0, csa = " + A + "->strides[0];\n";
+    s += "  const int64_t M = 1, K = " + dim(0, 0) + ", rsa = 0, csa = " + stride(0, 0) + ";\n";
   } else {
-    s += "  const int64_t M = " + A + "->shape[" + i2s(ra - 2) + "], K = " + A + "->shape[" + i2s(ra - 1) +
-         "];\n";
-    s += "  const int64_t rsa = " + A + "->strides[" + i2s(ra - 2) + "], csa = " + A + "->strides[" +
-         i2s(ra - 1) + "];\n";
+    s += "  const int64_t M = " + dim(0, ra - 2) + ", K = " + dim(0, ra - 1) + ";\n";
+    s += "  const int64_t rsa = " + stride(0, ra - 2) + ", csa = " + stride(0, ra - 1) + ";\n";
   }
   if (rb == 1) {
-    s += "  const int64_t N = 1, rsb = " + B + "->strides[0], csb = 0;\n";
+    s += "  const int64_t N = 1, rsb = " + stride(1, 0) + ", csb = 0;\n";
   } else {
-    s += "  const int64_t N = " + B + "->shape[" + i2s(rb - 1) + "];\n";
-    s += "  const int64_t rsb = " + B + "->strides[" + i2s(rb - 2) + "], csb = " + B + "->strides[" +
-         i2s(rb - 1) + "];\n";
+    s += "  const int64_t N = " + dim(1, rb - 1) + ";\n";
+    s += "  const int64_t rsb = " + stride(1, rb - 2) + ", csb = " + stride(1, rb - 1) + ";\n";
   }
   // Batch loop over the output's leading dimensions; a broadcast batch dimension of an
   // operand has stride 0.
@@ -200,9 +253,11 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     int ea = d - (nb - a_nb), eb = d - (nb - b_nb);
     s += "  bshape[" + ds + "] = " + C + "->shape[" + ds + "];\n";
     s += "  bsa[" + ds + "] = " +
-         (ea < 0 ? std::string("0") : "(" + A + "->shape[" + i2s(ea) + "] == 1 ? 0 : " + A + "->strides[" + i2s(ea) + "])") + ";\n";
+         (ea < 0 ? std::string("0") : "(" + dim(0, ea) + " == 1 ? 0 : " + stride(0, ea) + ")") +
+         ";\n";
     s += "  bsb[" + ds + "] = " +
-         (eb < 0 ? std::string("0") : "(" + B + "->shape[" + i2s(eb) + "] == 1 ? 0 : " + B + "->strides[" + i2s(eb) + "])") + ";\n";
+         (eb < 0 ? std::string("0") : "(" + dim(1, eb) + " == 1 ? 0 : " + stride(1, eb) + ")") +
+         ";\n";
     s += "  nbatch *= bshape[" + ds + "];\n";
   }
   s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0};\n";
@@ -242,13 +297,15 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "        for (int64_t j = n; j < P; ++j) dst[j] = 0;\n";
     s += "      }\n    }\n";
     s += "    packed_ob = ob;\n";
-    s += "    kiln_gemm_packed_" + S + "(M, N, K, (" + T + ")1, pa + oa, rsa, csa, bp, (" + T +
-         ")0, pc + bi * M * N, N, 0, 0, 0, -(" + T + ")__builtin_inf(), (" + T +
-         ")__builtin_inf());\n";
+    s += "    kiln_gemm_packed_" + S + "(M, N, K, " + c_literal(at.dtype, alpha_) +
+         ", pa + oa, rsa, csa, bp, (" + T + ")0, pc + bi * M * N, N, 0, 0, 0, -(" + T +
+         ")__builtin_inf(), (" + T + ")__builtin_inf());\n";
   } else {
     s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
-    s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, (" + T + ")1, pa + oa, rsa, csa, pb + ob, rsb, csb, (" +
-         T + ")0, pc + bi * M * N, N) != 0) " + sub.fail + "(\"matmul failed\");\n";
+    s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, " +
+         (is_float(at.dtype) ? c_literal(at.dtype, alpha_) : "(" + T + ")1") +
+         ", pa + oa, rsa, csa, pb + ob, rsb, csb, (" + T + ")0, pc + bi * M * N, N) != 0) " +
+         sub.fail + "(\"matmul failed\");\n";
   }
   s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
   s += "      oa += bsa[d];\n";
@@ -264,8 +321,11 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
 }
 
 // Any ranks: 1-D operands as a row or a column, batch dimensions broadcast.
+// Not with operand views or a scale: the CUDA GEMM reads its operands whole (the views pass
+// makes them for CPU graphs; a CUDA graph keeps them on the CPU).
 bool MatMul::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
+  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && !views_[0] &&
+         !views_[1] && alpha_ == 1.0;
 }
 
 CudaCode MatMul::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {

@@ -2,6 +2,7 @@
 // NumPy matmul: 2-D and batched (batch dimensions broadcast); a 1-D operand is treated as
 // a row (left) or column (right) vector and that dimension is dropped from the result.
 #include "ops/cop.h"
+#include "ops/operand_view.h"
 
 namespace kiln {
 
@@ -14,7 +15,7 @@ class MatMul : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 5; }
+  std::optional<int> cache_version() const override { return 6; }
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
@@ -27,6 +28,17 @@ class MatMul : public COp {
   bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
   CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
                           const CudaEpilogue& epi) const override;
+
+ private:
+  // The operands' types and shapes: the inputs', with a_view / b_view applied.
+  std::vector<TensorType> operand_types(const std::vector<TensorType>& inputs) const;
+  std::vector<Shape> operand_shapes(const std::vector<Shape>& inputs) const;
+  int operand_rank(const Node& node, int k) const {
+    const auto& v = views_[static_cast<size_t>(k)];
+    return v ? static_cast<int>(v->dims.size()) : node.inputs[static_cast<size_t>(k)]->type.rank();
+  }
+  std::optional<OperandView> views_[2];
+  double alpha_ = 1.0;  // the product's scale (a scalar multiply folded in)
 };
 
 // Checks a matmul/gemm operand dtype (float32, float64, int32, int64).

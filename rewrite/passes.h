@@ -10,6 +10,7 @@ Graph simplify(const Graph& graph);          // simplify.cpp: x*1, x+0, neg(neg 
 Graph merge_common(const Graph& graph);      // cse.cpp: identical nodes and constants, once
 Graph layout_nchwc(const Graph& graph);      // layout_nchwc.cpp: conv chains -> blocked NCHW8c
 Graph pack_weights(const Graph& graph);      // pack_weights.cpp: gemm weights -> GEMM panels
+Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation

@@ -4,6 +4,7 @@
 //   log(exp x)                                         -> x  (exact; avoids exp overflow)
 //   cast(x) to x's own dtype                           -> x
 //   transpose(transpose x)                             -> one transpose, or x
+//   transpose moving only axes of size 1               -> reshape
 //   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
 //   pad(x) with every pad 0 (exported models have them) -> x
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
@@ -77,6 +78,23 @@ std::optional<Rewrite> rule(const Node& node) {
   }
   if (name == "cast" && x->type.dtype == out->type.dtype) return keeps(x);
   if (name == "transpose") {
+    // Only axes of size 1 move (ViT's (1, 197, 384) -> (197, 1, 384)): the elements keep
+    // their order, so a reshape, which copies nothing.
+    const auto perm = perm_of(node);
+    bool in_order = true, known = true;
+    int64_t last = -1;
+    for (int64_t d : perm) {
+      const int64_t n = x->type.dims[static_cast<size_t>(d)];
+      known = known && n != kDynamic;
+      if (n == 1) continue;
+      in_order = in_order && d > last;
+      last = d;
+    }
+    if (known && in_order) {
+      return Rewrite{nullptr,
+                     OpRegistry::instance().create("reshape", {{"shape", out->type.dims}}),
+                     {node.inputs[0]}};
+    }
     if (const Node* p = producer(x, "transpose")) {
       auto outer = perm_of(node), inner = perm_of(*p);
       std::vector<int64_t> perm;

@@ -98,6 +98,20 @@ TEST(Rewrite, SimplifyRemovesIdentities) {
   p.set_outputs({relu(zero), apply("pad", {px}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}})});
   EXPECT_EQ(count_ops(simplify(p), "pad"), 1) << simplify(p).to_string();
   expect_same_results(p, {Tensor::from_doubles(DType::kFloat32, {2, 3}, {1, -2, 3, 4, 5, 6})}, "");
+  // A transpose moving only axes of size 1 keeps the elements' order: a reshape. One that
+  // swaps two longer axes stays, and so does one over a dynamic axis.
+  Graph tr("transposes");
+  Var tx = input(tr, "x", DType::kFloat32, {1, 3, 1, 2});
+  Var td = input(tr, "d", DType::kFloat32, {kDynamic, 1, 2});
+  tr.set_outputs({relu(transpose(tx, {2, 1, 3, 0})), relu(transpose(tx, {0, 3, 2, 1})),
+                  relu(transpose(td, {1, 0, 2}))});
+  const Graph ts = simplify(tr);
+  EXPECT_EQ(count_ops(ts, "reshape"), 1) << ts.to_string();
+  EXPECT_EQ(count_ops(ts, "transpose"), 2) << ts.to_string();
+  expect_same_results(tr,
+                      {Tensor::from_doubles(DType::kFloat32, {1, 3, 1, 2}, {1, -2, 3, 4, 5, -0.0}),
+                       Tensor::from_doubles(DType::kFloat32, {3, 1, 2}, {6, 5, 4, 3, 2, 1})},
+                      "");
 }
 
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
@@ -621,6 +635,107 @@ TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
                                           {{"program", "leaky_relu{alpha=0.2}($0); mul(%0, $1)"}});
   EXPECT_EQ(op->props().at("program"),
             AttrValue(std::string("leaky_relu{alpha=0.2}($0); mul(%0, $1)")));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Attention's head splits as exporters write them: GPT's slice / reshape / transpose and
+// ViT's reshape / transpose / gather per head, q scaled by a constant. The views pass lets
+// the products read the qkv product in place: no transpose, gather or slice survives on
+// those paths, the scales become alpha, and the module matches the unoptimized graph's
+// reference (sizes 13 x 3 heads x 5 split no vector evenly). A chain from a graph input
+// and a reshape that is no view (a transposed value merged across its strides) keep their
+// copies and still compute the same.
+TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
+  std::mt19937 rng(5);
+  const DType f = DType::kFloat32;
+  const int64_t t = 13, h = 3, dh = 5, d = h * dh;
+  Graph g("views");
+  Var x = input(g, "x", f, {1, t, d});
+  Var xt = input(g, "xt", f, {1, d, t});
+  Var qkv = add(x, x);  // a value a step made (graph inputs may arrive strided)
+  Var qkv3 = matmul(qkv, constant(g, testing::random_tensor(f, {d, 3 * d}, rng), "w"));
+  auto slice = [&](Var v, int64_t from) {
+    return apply("slice", {v},
+                 {{"starts", std::vector<int64_t>{from}},
+                  {"ends", std::vector<int64_t>{from + d}},
+                  {"axes", std::vector<int64_t>{2}}});
+  };
+  auto heads = [&](Var v, std::vector<int64_t> perm) {
+    return transpose(reshape(v, {1, t, h, dh}), std::move(perm));
+  };
+  // GPT: q scaled before the product, k transposed for it, v as it is.
+  Var q = mul(heads(slice(qkv3, 0), {0, 2, 1, 3}), scalar(g, f, 0.25));
+  Var k = heads(slice(qkv3, d), {0, 2, 3, 1});
+  Var v = heads(slice(qkv3, 2 * d), {0, 2, 1, 3});
+  Var gpt = matmul(matmul(q, k), v);
+  // ViT: (1, t, 3, d) -> (3, 1, t, d), one head group per constant index (v's negative).
+  Var groups = transpose(reshape(qkv3, {1, t, 3, d}), {2, 0, 1, 3});
+  auto pick = [&](int64_t i) {
+    Var index = constant(g, Tensor::from_doubles(DType::kInt64, {}, {static_cast<double>(i)}));
+    return heads(apply("gather", {groups, index}, {{"axis", int64_t{0}}}), {0, 2, 1, 3});
+  };
+  Var vit = matmul(matmul(pick(0), transpose(pick(1), {0, 1, 3, 2})), pick(-1));
+  // From a graph input: the first transpose stays a copy.
+  Var from_input = matmul(transpose(xt, {0, 2, 1}), transpose(xt, {0, 1, 2}));
+  // No view: (1, d, t) transposed to (1, t, d), merged to (t * d) then split the other way.
+  Var merged = reshape(transpose(add(xt, xt), {0, 2, 1}), {1, d, t});
+  Var no_view = matmul(merged, transpose(merged, {0, 2, 1}));
+  g.set_outputs({gpt, vit, from_input, no_view});
+
+  const Graph p = optimized_graph(g, CompileOptions{});
+  int viewed = 0, scaled = 0;
+  for (const auto& node : p.nodes()) {
+    const Attrs& props = node->op->props();
+    const std::string& name = node->op->name();
+    const bool base = name == "with_epilogue" && attr_string(props, "base") == "matmul";
+    if (name != "matmul" && !base) continue;
+    const std::string pre = base ? "base." : "";
+    viewed += props.count(pre + "a_view") + props.count(pre + "b_view");
+    if (props.count(pre + "alpha")) {
+      ++scaled;
+      EXPECT_EQ(attr_float(props, pre + "alpha"), 0.25) << p.to_string();
+    }
+  }
+  // gpt: q, k, v; vit: all four operands; from_input: its second transpose is the identity.
+  EXPECT_EQ(viewed, 7) << p.to_string();
+  EXPECT_EQ(scaled, 1) << p.to_string();
+  EXPECT_EQ(count_ops(p, "gather") + count_ops(p, "slice"), 0) << p.to_string();
+  // Left: from_input's copy of xt, and no_view's transpose (its reshape reads it).
+  EXPECT_EQ(count_ops(p, "transpose"), 2) << p.to_string();
+
+  std::vector<Tensor> in{testing::random_tensor(f, {1, t, d}, rng),
+                         testing::random_tensor(f, {1, d, t}, rng)};
+  // No NaN here: one in q or k reaches every element of attention x V, and outputs that
+  // are all NaN compare equal whatever the views did.
+  in[0].store(40, -0.0);
+  expect_same_results(g, in, "", 1e-4, 1e-4);
+  expect_same_results(g, in, "-views", 1e-4, 1e-4);
+}
+
+// A view that reads past its input, or is malformed, is named with the attribute.
+TEST(Rewrite, MatmulViewsOutsideTheirInputAreNamed) {
+  Graph g("bad_view");
+  Var a = input(g, "a", DType::kFloat32, {4, 6});
+  Var b = input(g, "b", DType::kFloat32, {6, 2});
+  // (4, 6) at strides (6, 1) from offset 1 reads element 24 of 24.
+  const std::string past = testing::error_of([&] {
+    apply("matmul", {a, b}, {{"a_view", std::vector<int64_t>{1, 2, 4, 6, 6, 1}}});
+  });
+  EXPECT_NE(past.find("a_view: the view reads element 24 of an input of 24"), std::string::npos)
+      << past;
+  const std::string malformed = testing::error_of([&] {
+    apply("matmul", {a, b}, {{"b_view", std::vector<int64_t>{0, 2, 6, 2, 2}}});
+  });
+  EXPECT_NE(malformed.find("b_view"), std::string::npos) << malformed;
+  const std::string negative = testing::error_of([&] {
+    apply("matmul", {a, b}, {{"b_view", std::vector<int64_t>{0, 2, 6, 2, -2, 1}}});
+  });
+  EXPECT_NE(negative.find("negative dimension or stride at axis 0"), std::string::npos) << negative;
 }
 
 }  // namespace

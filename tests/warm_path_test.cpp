@@ -202,11 +202,12 @@ TEST_F(WarmPath, PassesAreAKeyComponentThatExplainNames) {
   Function f = compile(g, other);
   EXPECT_EQ(f.info().cache, CacheStatus::kMiss);
   const std::string& note = f.info().cache_note;
-  EXPECT_NE(note.find("passes: 'fold@3,simplify@1,cse@1,layout@5,pack@4,fusion@1"),
+  // The note shortens the lists' common start to "...".
+  EXPECT_NE(note.find("passes: '"), std::string::npos) << note;
+  EXPECT_NE(note.find("views@1,fusion@1,reduction@1,epilogue@1,dce@1' in the entry"),
             std::string::npos)
       << note;
-  EXPECT_NE(note.find("'fold@3,simplify@1,cse@1,layout@5,pack@4,reduction@1"), std::string::npos)
-      << note;
+  EXPECT_NE(note.find("views@1,reduction@1,epilogue@1,dce@1' now"), std::string::npos) << note;
   EXPECT_EQ(note.find("graph:"), std::string::npos) << note;
 }
 
