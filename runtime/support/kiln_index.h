@@ -230,14 +230,24 @@ KILN_INDEX_FN void kiln_copy_nd(void *dst, const int64_t *dst_strides, const voi
    * the last two dimensions, and the loop below walks the dimensions outside them. */
   const int tile = r >= 2 && st[0][r - 1] == 1 && st[1][r - 2] == 1 && st[1][r - 1] != 1 &&
                    (esize == 2 || esize == 4 || esize == 8);
-  const int loop_r = tile ? r - 1 : r; /* dimensions [0, loop_r - 1) are walked */
-  const int64_t w = shp[r - 1], h = tile ? shp[r - 2] : 1;
+  /* Short contiguous runs (a blocked layout's 8 channels of one position, read at every
+   * other position by a strided slice) go two dimensions at a time: a memcpy call and an
+   * odometer step per 32-byte run cost more than the copy. */
+  const int runs = !tile && r >= 2 && st[0][r - 1] == 1 && st[1][r - 1] == 1 &&
+                   shp[r - 1] * (int64_t)esize <= 64 && esize == 4;
+  const int loop_r = tile || runs ? r - 1 : r; /* dimensions [0, loop_r - 1) are walked */
+  const int64_t w = shp[r - 1], h = tile || runs ? shp[r - 2] : 1;
   const int64_t outer = n / (w * h);
   int64_t idx[KILN_MAX_DIMS] = {0};
   int64_t od = 0, os = 0;
   for (int64_t it = 0; it < outer; ++it) {
     if (tile) {
       kiln_copy_tile(d8 + od * es, st[0][r - 2], s8 + os * es, st[1][r - 1], h, w, esize);
+    } else if (runs) {
+      uint32_t* restrict d4 = (uint32_t*)(d8 + od * es);
+      const uint32_t* restrict s4 = (const uint32_t*)(s8 + os * es);
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) d4[i * st[0][r - 2] + j] = s4[i * st[1][r - 2] + j];
     } else {
       kiln_copy_row(d8 + od * es, st[0][r - 1], s8 + os * es, st[1][r - 1], w, esize);
     }
