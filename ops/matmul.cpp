@@ -1,6 +1,8 @@
 #include "ops/cuda_kernels.h"
 #include "ops/matmul.h"
 
+#include <algorithm>
+
 #include "ops/broadcast.h"
 #include "ops/elementwise_loop.h"
 #include "ops/gemm_support.h"
@@ -58,10 +60,34 @@ void check_gemm_dtype(const std::string& op, DType a, DType b) {
 }
 
 MatMul::MatMul(Attrs props) : COp("matmul", std::move(props)) {
-  check_known_attrs(this->props(), {"a_view", "b_view", "alpha"});
+  check_known_attrs(this->props(), {"a_view", "b_view", "alpha", "out_perm"});
   views_[0] = OperandView::from_props(this->props(), "a_view");
   views_[1] = OperandView::from_props(this->props(), "b_view");
   alpha_ = attr_float(this->props(), "alpha", 1.0);
+  out_perm_ = attr_ints(this->props(), "out_perm", std::vector<int64_t>{});
+  if (!out_perm_.empty()) {
+    std::vector<int64_t> sorted = out_perm_;
+    std::sort(sorted.begin(), sorted.end());
+    const auto r = static_cast<int64_t>(out_perm_.size());
+    for (int64_t d = 0; d < r; ++d) {
+      if (sorted[static_cast<size_t>(d)] != d) throw AttrError("out_perm", "is no permutation");
+    }
+    // The product's rows must stay rows: its columns are what the kernels store in a run.
+    if (r < 2 || out_perm_.back() != r - 1) {
+      throw AttrError("out_perm", "must keep the last axis last");
+    }
+  }
+}
+
+std::vector<int64_t> MatMul::permuted(const std::vector<int64_t>& product) const {
+  if (out_perm_.empty()) return product;
+  if (out_perm_.size() != product.size()) {
+    throw UserError("matmul: out_perm has " + std::to_string(out_perm_.size()) +
+                    " axes, the product " + std::to_string(product.size()));
+  }
+  std::vector<int64_t> out;
+  for (int64_t d : out_perm_) out.push_back(product[static_cast<size_t>(d)]);
+  return out;
 }
 
 std::vector<TensorType> MatMul::operand_types(const std::vector<TensorType>& inputs) const {
@@ -102,7 +128,10 @@ std::vector<TensorType> MatMul::infer_type(const std::vector<TensorType>& inputs
   } catch (const UserError& e) {
     throw UserError(std::string("matmul: batch dimensions: ") + e.what());
   }
-  return {TensorType{a.dtype, result_dims(batch, a.dims, b.dims, s.m, s.n)}};
+  if (!out_perm_.empty() && (a.rank() < 2 || b.rank() < 2)) {
+    throw UserError("matmul: out_perm needs operands of rank 2 or more");
+  }
+  return {TensorType{a.dtype, permuted(result_dims(batch, a.dims, b.dims, s.m, s.n))}};
 }
 
 double MatMul::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
@@ -119,13 +148,22 @@ std::vector<Shape> MatMul::infer_shape(const std::vector<Shape>& given) const {
                     dims_to_string(inputs[1]));
   }
   Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
-  return {result_dims(batch, inputs[0], inputs[1], s.m, s.n)};
+  return {permuted(result_dims(batch, inputs[0], inputs[1], s.m, s.n))};
 }
 
 void MatMul::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor a = views_[0] ? views_[0]->of(inputs[0]) : inputs[0];
   const Tensor b = views_[1] ? views_[1]->of(inputs[1]) : inputs[1];
-  Tensor& out = outputs[0];
+  // With out_perm the product is computed in its own order and stored through the
+  // permutation's view of the output.
+  Tensor product;
+  if (!out_perm_.empty()) {
+    std::vector<int> inverse(out_perm_.size());
+    for (size_t i = 0; i < out_perm_.size(); ++i)
+      inverse[static_cast<size_t>(out_perm_[i])] = static_cast<int>(i);
+    product = outputs[0].permute(inverse);
+  }
+  Tensor& out = out_perm_.empty() ? outputs[0] : product;
   Split s = split(a.shape(), b.shape());
   Shape batch = broadcast_shapes({s.a_batch, s.b_batch});
   const int64_t nb = shape_numel(batch);
@@ -246,12 +284,27 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   // Batch loop over the output's leading dimensions; a broadcast batch dimension of an
   // operand has stride 0.
   s += "  int64_t bshape[KILN_MAX_DIMS + 1], bsa[KILN_MAX_DIMS + 1], bsb[KILN_MAX_DIMS + 1];\n";
+  const bool perm = !out_perm_.empty();
+  if (perm) s += "  int64_t bsc[KILN_MAX_DIMS + 1], oc = 0;\n";
   s += "  int64_t nbatch = 1;\n";
+  // The output axis holding product axis d: d itself, or where out_perm put it. C's matrices
+  // then sit at its strides (the default: one after another, rows of N).
+  std::vector<int> at_axis(static_cast<size_t>(ro));
+  for (int d = 0; d < ro; ++d) at_axis[static_cast<size_t>(d)] = d;
+  for (size_t i = 0; i < out_perm_.size(); ++i) {
+    at_axis[static_cast<size_t>(out_perm_[i])] = static_cast<int>(i);
+  }
+  const std::string ldc =
+      out_perm_.empty() ? "N" : C + "->strides[" + i2s(at_axis[static_cast<size_t>(ro - 2)]) + "]";
   const int a_nb = ra > 1 ? ra - 2 : 0, b_nb = rb > 1 ? rb - 2 : 0;
   for (int d = 0; d < nb; ++d) {
     std::string ds = i2s(d);
     int ea = d - (nb - a_nb), eb = d - (nb - b_nb);
-    s += "  bshape[" + ds + "] = " + C + "->shape[" + ds + "];\n";
+    s += "  bshape[" + ds + "] = " + C + "->shape[" + i2s(at_axis[static_cast<size_t>(d)]) + "];\n";
+    if (perm) {
+      s +=
+          "  bsc[" + ds + "] = " + C + "->strides[" + i2s(at_axis[static_cast<size_t>(d)]) + "];\n";
+    }
     s += "  bsa[" + ds + "] = " +
          (ea < 0 ? std::string("0") : "(" + dim(0, ea) + " == 1 ? 0 : " + stride(0, ea) + ")") +
          ";\n";
@@ -271,8 +324,10 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "      rem /= bshape[d];\n";
   s += "      oa += bidx[d] * bsa[d];\n";
   s += "      ob += bidx[d] * bsb[d];\n";
+  if (perm) s += "      oc += bidx[d] * bsc[d];\n";
   s += "    }\n";
   s += "  }\n";
+  const std::string cptr = out_perm_.empty() ? "pc + bi * M * N" : "pc + oc";
   const bool packed = packs_b(node);
   if (packed) {
     // Each matrix of B copied into the panels of kiln's GEMM kernel (any strides, so a
@@ -298,21 +353,23 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "      }\n    }\n";
     s += "    packed_ob = ob;\n";
     s += "    kiln_gemm_packed_" + S + "(M, N, K, " + c_literal(at.dtype, alpha_) +
-         ", pa + oa, rsa, csa, bp, (" + T + ")0, pc + bi * M * N, N, 0, 0, 0, -(" + T +
+         ", pa + oa, rsa, csa, bp, (" + T + ")0, " + cptr + ", " + ldc + ", 0, 0, 0, -(" + T +
          ")__builtin_inf(), (" + T + ")__builtin_inf());\n";
   } else {
     s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
     s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, " +
          (is_float(at.dtype) ? c_literal(at.dtype, alpha_) : "(" + T + ")1") +
-         ", pa + oa, rsa, csa, pb + ob, rsb, csb, (" + T + ")0, pc + bi * M * N, N) != 0) " +
+         ", pa + oa, rsa, csa, pb + ob, rsb, csb, (" + T + ")0, " + cptr + ", " + ldc + ") != 0) " +
          sub.fail + "(\"matmul failed\");\n";
   }
   s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
   s += "      oa += bsa[d];\n";
   s += "      ob += bsb[d];\n";
+  if (perm) s += "      oc += bsc[d];\n";
   s += "      if (++bidx[d] < bshape[d]) break;\n";
   s += "      oa -= bsa[d] * bshape[d];\n";
   s += "      ob -= bsb[d] * bshape[d];\n";
+  if (perm) s += "      oc -= bsc[d] * bshape[d];\n";
   s += "      bidx[d] = 0;\n";
   s += "    }\n";
   s += "  }\n";
@@ -325,7 +382,7 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
 // makes them for CPU graphs; a CUDA graph keeps them on the CPU).
 bool MatMul::has_cuda_code(const Node& node) const {
   return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && !views_[0] &&
-         !views_[1] && alpha_ == 1.0;
+         !views_[1] && alpha_ == 1.0 && out_perm_.empty();
 }
 
 CudaCode MatMul::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {

@@ -15,7 +15,7 @@ class MatMul : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 6; }
+  std::optional<int> cache_version() const override { return 7; }
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
@@ -37,7 +37,10 @@ class MatMul : public COp {
     const auto& v = views_[static_cast<size_t>(k)];
     return v ? static_cast<int>(v->dims.size()) : node.inputs[static_cast<size_t>(k)]->type.rank();
   }
+  // The output's dims: the product's, permuted by out_perm.
+  std::vector<int64_t> permuted(const std::vector<int64_t>& product) const;
   std::optional<OperandView> views_[2];
+  std::vector<int64_t> out_perm_;  // the output is the product transposed by this
   double alpha_ = 1.0;  // the product's scale (a scalar multiply folded in)
 };
 

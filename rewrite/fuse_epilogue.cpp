@@ -13,10 +13,13 @@
 namespace kiln {
 namespace {
 
+// Not a matmul storing through out_perm: a split part's matrices are then no run of the
+// output's elements, which the per-part epilogue loop walks.
 bool takes_epilogue(const Node& node) {
   const std::string& n = node.op->name();
   return (n == "gemm" || n == "matmul" || n == "conv" || n == "conv_nchwc") &&
-         node.outputs.size() == 1 && dynamic_cast<const COp*>(node.op.get());
+         node.outputs.size() == 1 && dynamic_cast<const COp*>(node.op.get()) &&
+         !node.op->props().count("out_perm");
 }
 
 }  // namespace

@@ -5,12 +5,16 @@
 // each step copied the whole activation. The matmul reads any strides already, so the chain
 // becomes one strided view of the chain's source (ops/operand_view.h) and the steps die
 // unless something else reads them. A multiply by a scalar constant on the way (the 1/sqrt(d)
-// scale of q) becomes the product's alpha.
+// scale of q) becomes the product's alpha. On the way out, a transpose that alone reads the
+// product and keeps its last axis last (the heads back to rows) becomes the matmul's
+// out_perm: the kernel stores each head's matrix at its place in the rows.
 //
 // A view composes only where each step is an affine map of the elements: a reshape that
 // keeps every merged group of dimensions evenly strided, any transpose, a gather of one
 // constant index, a slice with static bounds and positive steps.
 #include <numeric>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "ops/operand_view.h"
 #include "ops/registry.h"
@@ -232,18 +236,52 @@ Operand operand(const Variable* v) {
   return r;
 }
 
+// The transpose that alone reads a matmul's output (not a graph output) and keeps its last
+// axis last: the matmul can store through it (out_perm).
+const Node* output_transpose(const Node& mm, const std::unordered_map<const Variable*, int>& uses,
+                             const std::unordered_map<const Variable*, const Node*>& reader,
+                             const Graph& graph) {
+  const Variable* out = mm.outputs[0];
+  auto u = uses.find(out);
+  auto r = reader.find(out);
+  if (u == uses.end() || u->second != 1 || r == reader.end() || is_graph_output(graph, out)) {
+    return nullptr;
+  }
+  const Node& t = *r->second;
+  if (t.op->name() != "transpose" || t.inputs.size() != 1) return nullptr;
+  auto perm = attr_ints(t.op->props(), "perm", std::vector<int64_t>{});
+  const auto rank = static_cast<int64_t>(out->type.rank());
+  if (rank < 2 || static_cast<int64_t>(perm.size()) != rank || perm.back() != rank - 1) {
+    return nullptr;
+  }
+  return &t;
+}
+
 }  // namespace
 
 Graph view_matmul_operands(const Graph& graph) {
-  GraphCopy copy(graph);
+  const auto uses = count_uses(graph);
+  std::unordered_map<const Variable*, const Node*> reader;
   for (const auto& node : graph.nodes()) {
+    for (const Variable* v : node->inputs) reader[v] = node.get();
+  }
+  GraphCopy copy(graph);
+  std::unordered_set<const Node*> absorbed;  // transposes a matmul now stores through
+  for (const auto& node : graph.nodes()) {
+    if (absorbed.count(node.get())) continue;
     if (node->op->name() != "matmul" || node->inputs.size() != 2 ||
         !is_float(node->outputs[0]->type.dtype) || !node->op->props().empty()) {
       copy.copy(*node);
       continue;
     }
     Operand a = operand(node->inputs[0]), b = operand(node->inputs[1]);
-    if (!a.worth && !b.worth) {
+    const int rank_a =
+        a.worth ? static_cast<int>(a.view.dims.size()) : node->inputs[0]->type.rank();
+    const int rank_b =
+        b.worth ? static_cast<int>(b.view.dims.size()) : node->inputs[1]->type.rank();
+    const Node* t =
+        rank_a >= 2 && rank_b >= 2 ? output_transpose(*node, uses, reader, graph) : nullptr;
+    if (!a.worth && !b.worth && !t) {
       copy.copy(*node);
       continue;
     }
@@ -263,8 +301,13 @@ Graph view_matmul_operands(const Graph& graph) {
     }
     const double alpha = (a.worth ? a.scale : 1.0) * (b.worth ? b.scale : 1.0);
     if (alpha != 1.0) props["alpha"] = alpha;
-    copy.add(OpRegistry::instance().create("matmul", props), inputs, {node->outputs[0]},
-             node->name);
+    const Variable* result = node->outputs[0];
+    if (t) {
+      props["out_perm"] = attr_ints(t->op->props(), "perm");
+      absorbed.insert(t);
+      result = t->outputs[0];
+    }
+    copy.add(OpRegistry::instance().create("matmul", props), inputs, {result}, node->name);
   }
   return copy.finish();
 }

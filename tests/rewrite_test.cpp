@@ -685,10 +685,15 @@ TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
   // No view: (1, d, t) transposed to (1, t, d), merged to (t * d) then split the other way.
   Var merged = reshape(transpose(add(xt, xt), {0, 2, 1}), {1, d, t});
   Var no_view = matmul(merged, transpose(merged, {0, 2, 1}));
-  g.set_outputs({gpt, vit, from_input, no_view});
+  // The heads back to rows: the products store through these transposes (out_perm), and
+  // vit's relu stays out of its product's epilogue. A transpose moving the last axis stays.
+  Var gpt_rows = reshape(transpose(gpt, {0, 2, 1, 3}), {1, t, d});
+  Var vit_rows = relu(transpose(vit, {2, 0, 1, 3}));
+  Var last_moves = transpose(matmul(qkv, transpose(qkv, {0, 2, 1})), {0, 2, 1});
+  g.set_outputs({gpt_rows, vit_rows, from_input, no_view, last_moves});
 
   const Graph p = optimized_graph(g, CompileOptions{});
-  int viewed = 0, scaled = 0;
+  int viewed = 0, scaled = 0, stored_through = 0;
   for (const auto& node : p.nodes()) {
     const Attrs& props = node->op->props();
     const std::string& name = node->op->name();
@@ -696,17 +701,22 @@ TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
     if (name != "matmul" && !base) continue;
     const std::string pre = base ? "base." : "";
     viewed += props.count(pre + "a_view") + props.count(pre + "b_view");
+    stored_through += props.count(pre + "out_perm");
+    EXPECT_FALSE(base && props.count(pre + "out_perm")) << p.to_string();
     if (props.count(pre + "alpha")) {
       ++scaled;
       EXPECT_EQ(attr_float(props, pre + "alpha"), 0.25) << p.to_string();
     }
   }
-  // gpt: q, k, v; vit: all four operands; from_input: its second transpose is the identity.
-  EXPECT_EQ(viewed, 7) << p.to_string();
+  // gpt: q, k, v; vit: all four operands; last_moves: qkv transposed; from_input: its
+  // second transpose is the identity.
+  EXPECT_EQ(viewed, 8) << p.to_string();
+  EXPECT_EQ(stored_through, 2) << p.to_string();
   EXPECT_EQ(scaled, 1) << p.to_string();
   EXPECT_EQ(count_ops(p, "gather") + count_ops(p, "slice"), 0) << p.to_string();
-  // Left: from_input's copy of xt, and no_view's transpose (its reshape reads it).
-  EXPECT_EQ(count_ops(p, "transpose"), 2) << p.to_string();
+  // Left: from_input's copy of xt, no_view's transpose (its reshape reads it) and
+  // last_moves's.
+  EXPECT_EQ(count_ops(p, "transpose"), 3) << p.to_string();
 
   std::vector<Tensor> in{testing::random_tensor(f, {1, t, d}, rng),
                          testing::random_tensor(f, {1, d, t}, rng)};
