@@ -7,7 +7,8 @@
 // unless something else reads them. A multiply by a scalar constant on the way (the 1/sqrt(d)
 // scale of q) becomes the product's alpha. On the way out, a transpose that alone reads the
 // product and keeps its last axis last (the heads back to rows) becomes the matmul's
-// out_perm: the kernel stores each head's matrix at its place in the rows.
+// out_perm: the kernel stores each head's matrix at its place in the rows. A transpose whose
+// chain of reshapes and transposes leaves its source's element order is a reshape of it.
 //
 // A view composes only where each step is an affine map of the elements: a reshape that
 // keeps every merged group of dimensions evenly strided, any transpose, a gather of one
@@ -257,6 +258,39 @@ const Node* output_transpose(const Node& mm, const std::unordered_map<const Vari
   return &t;
 }
 
+// The value a transpose and the reshapes and transposes before it leave in its own element
+// order, or nothing: the transpose is then a reshape of it. A patch embedding's
+// (1, 14, 14, 384) -> NCHW -> (1, 384, 196) -> (1, 196, 384) round trip copies twice for
+// nothing; so does an NHWC model's every return to NHWC.
+const Variable* order_kept(const Node& t) {
+  if (!all_static(t.outputs[0]->type.dims)) return nullptr;
+  std::vector<const Node*> chain{&t};
+  const Variable* at = t.inputs[0];
+  while (at->kind == VarKind::kNodeOutput && at->owner && all_static(at->type.dims) &&
+         (at->owner->op->name() == "reshape" || at->owner->op->name() == "transpose")) {
+    chain.push_back(at->owner);
+    at = at->owner->inputs[0];
+  }
+  const Variable* source = at;
+  std::optional<OperandView> view;
+  if (all_static(at->type.dims)) view = contiguous(at->type.dims);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    std::optional<OperandView> next = view ? through(**it, *view) : std::nullopt;
+    if (next) {
+      view = next;
+    } else {
+      source = (*it)->outputs[0];
+      view = contiguous(source->type.dims);
+    }
+  }
+  const OperandView want = contiguous(t.outputs[0]->type.dims);
+  if (source == t.outputs[0] || !view || view->offset != 0) return nullptr;
+  for (size_t d = 0; d < want.dims.size(); ++d) {
+    if (want.dims[d] != 1 && view->strides[d] != want.strides[d]) return nullptr;
+  }
+  return source;
+}
+
 }  // namespace
 
 Graph view_matmul_operands(const Graph& graph) {
@@ -269,6 +303,13 @@ Graph view_matmul_operands(const Graph& graph) {
   std::unordered_set<const Node*> absorbed;  // transposes a matmul now stores through
   for (const auto& node : graph.nodes()) {
     if (absorbed.count(node.get())) continue;
+    if (node->op->name() == "transpose" && node->inputs.size() == 1) {
+      if (const Variable* source = order_kept(*node)) {
+        copy.add(OpRegistry::instance().create("reshape", {{"shape", node->outputs[0]->type.dims}}),
+                 {copy.map(source)}, {node->outputs[0]}, node->name);
+        continue;
+      }
+    }
     if (node->op->name() != "matmul" || node->inputs.size() != 2 ||
         !is_float(node->outputs[0]->type.dtype) || !node->op->props().empty()) {
       copy.copy(*node);

@@ -46,7 +46,7 @@ const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> passes = {
       {"fold", fold_constants, 3},     {"simplify", simplify, 2},
       {"cse", merge_common, 1},        {"layout", layout_nchwc, 5},
-      {"pack", pack_weights, 4},       {"views", view_matmul_operands, 1},
+      {"pack", pack_weights, 4},       {"views", view_matmul_operands, 2},
       {"fusion", fuse_elementwise, 1}, {"reduction", fuse_reduce, 1},
       {"epilogue", fuse_epilogue, 1},  {"dce", remove_dead, 1},
   };

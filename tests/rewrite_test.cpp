@@ -727,6 +727,32 @@ TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
   expect_same_results(g, in, "-views", 1e-4, 1e-4);
 }
 
+// Reshapes and transposes that end in their source's element order copy nothing: a patch
+// embedding's NHWC -> NCHW -> (1, C, HW) -> (1, HW, C) round trip is one reshape. A chain
+// that does reorder keeps its transpose; a chain from a graph input still becomes a reshape
+// (a reshape copies an input that arrives strided).
+TEST(Rewrite, ViewsTurnOrderKeepingTransposeChainsIntoReshapes) {
+  std::mt19937 rng(9);
+  const DType f = DType::kFloat32;
+  Graph g("round_trips");
+  Var x = input(g, "x", f, {1, 3, 5, 4});
+  Var z = relu(x);  // (1, H, W, C) made by a step
+  auto round_trip = [&](Var v) {
+    return transpose(reshape(transpose(v, {0, 3, 1, 2}), {1, 4, 15}), {0, 2, 1});
+  };
+  Var kept = round_trip(z);        // (1, 15, 4): z's order
+  Var from_input = round_trip(x);  // the same from the input
+  Var moved = transpose(reshape(transpose(z, {0, 3, 1, 2}), {1, 4, 15}), {1, 0, 2});  // (4,1,15)
+  g.set_outputs({relu(kept), relu(from_input), relu(moved)});
+  const Graph p = optimized_graph(g, CompileOptions{});
+  // moved keeps the copy that reorders (its trailing transpose only moves a size-1 axis).
+  EXPECT_EQ(count_ops(p, "transpose"), 1) << p.to_string();
+  Tensor in = testing::random_tensor(f, {1, 3, 5, 4}, rng);
+  in.store(7, -0.0);
+  expect_same_results(g, {in}, "");
+  expect_same_results(g, {in}, "-views");
+}
+
 // A view that reads past its input, or is malformed, is named with the attribute.
 TEST(Rewrite, MatmulViewsOutsideTheirInputAreNamed) {
   Graph g("bad_view");
