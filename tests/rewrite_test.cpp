@@ -772,6 +772,22 @@ TEST(Rewrite, MatmulViewsOutsideTheirInputAreNamed) {
     apply("matmul", {a, b}, {{"b_view", std::vector<int64_t>{0, 2, 6, 2, -2, 1}}});
   });
   EXPECT_NE(negative.find("negative dimension or stride at axis 0"), std::string::npos) << negative;
+  // out_perm must be a permutation of the product's axes that keeps the last one last, and
+  // alpha needs float operands.
+  const std::vector<std::pair<Attrs, std::string>> bad = {
+      {{{"out_perm", std::vector<int64_t>{0, 0}}}, "attribute 'out_perm': is no permutation"},
+      {{{"out_perm", std::vector<int64_t>{1, 0}}},
+       "attribute 'out_perm': must keep the last axis last"},
+      {{{"out_perm", std::vector<int64_t>{1, 0, 2}}}, "out_perm has 3 axes, the product 2"},
+  };
+  for (const auto& [props, want] : bad) {
+    const std::string got = testing::error_of([&] { apply("matmul", {a, b}, props); });
+    EXPECT_NE(got.find(want), std::string::npos) << got;
+  }
+  Var ia = input(g, "ia", DType::kInt32, {4, 6});
+  Var ib = input(g, "ib", DType::kInt32, {6, 2});
+  const std::string ints = testing::error_of([&] { apply("matmul", {ia, ib}, {{"alpha", 0.5}}); });
+  EXPECT_NE(ints.find("alpha needs float operands"), std::string::npos) << ints;
 }
 
 }  // namespace
