@@ -285,18 +285,22 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     s += "        for (int64_t k = " + left + " + " + width + "; k < wpad * " + K +
          "; ++k) dst[k] = 0;\n";
     s += "      }\n";
+    // Pieces of about 128 KB of output, whole output rows where a row fits (the kernel's
+    // register blocks run along rows), each finished and its epilogue run while in L2.
     s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
     s += "    if (piece < 48) piece = 48;\n";
+    s += "    const int64_t piece_rows = piece / 8 / ow;\n";
     // A window's positions share their input rows: the chunk whose weights pass once is all
-    // positions whose rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer re-read
-    // 9 MB of weights per 6 positions).
+    // output rows whose input rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer
+    // re-read 9 MB of weights per 6 positions).
     s += "    const int64_t row_bytes = cb * wpad * " + K + " * 4 * sh;\n";
-    s += "    int64_t chunk = 262144 / (row_bytes > 0 ? row_bytes : 1) * ow / 6 * 6;\n";
-    s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
-    s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
-    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " + v(taps) + ", d1, " + bias +
-         ", yi, " + v(g.oh * g.ow) + ", r0, r1, e_c0 / 8, e_c1 / 8, chunk, " + K + ", " + lo_hi +
-         ");\n";
+    s += "    const int64_t chunk_rows = 262144 / (row_bytes > 0 ? row_bytes : 1);\n";
+    s += "    for (int64_t e_c0 = c0, e_c1; e_c0 < c1; e_c0 = e_c1) {\n";
+    s += "      e_c1 = piece_rows > 0 ? (e_c0 / 8 / ow + piece_rows) * ow * 8 : e_c0 + piece;\n";
+    s += "      if (e_c1 > c1) e_c1 = c1;\n";
+    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " + v(taps) + ", " + K +
+         ", d1, " + bias + ", yi, " + v(g.oh * g.ow) + ", ow, sw * " + K +
+         ", r0, r1, e_c0 / 8, e_c1 / 8, chunk_rows, " + lo_hi + ");\n";
     if (!epilogue.empty())
       s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
     s += "    }\n";

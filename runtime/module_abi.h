@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 10
+#define KILN_ABI_VERSION 11
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -125,6 +125,19 @@ typedef struct kiln_support {
                           const int32_t* pos, const int32_t* off, const double* wb,
                           const double* bias, int64_t bs, double* y, int64_t ldy, double lo,
                           double hi);
+  /* Direct convolution over the blocked layout NCHW8c (ops/conv_nchwc.h), output blocks
+   * [mb0, mb1) of 8 channels at positions [p0, p1) of one image: for each such block b,
+   * position p (row p / ow of an ow-wide output map) and channel lane l < 8,
+   *   y[(b*hw + p)*8 + l] = clamp(bias[b*8 + l] + sum_{t < taps, k < kb}
+   *                                 w[((b*taps + t)*kb + k)*8 + l] * buf[pos[p - p0] + toff[t] +
+   * k], lo, hi) (bias may be NULL: 0; clamp as gemm_packed's). kb is 8 (a blocked input) or 1 (a
+   * plain one); within an output row, neighbouring positions' offsets are sx apart (pos[p + 1] =
+   * pos[p] + sx). chunk_rows: output rows whose input the kernel passes over with every pair of
+   * output blocks before it moves on (their rows should fit L2). */
+  void (*conv_nchwc_f32)(const float* buf, const int32_t* pos, const int32_t* toff, int64_t taps,
+                         int64_t kb, const float* w, const float* bias, float* y, int64_t hw,
+                         int64_t ow, int64_t sx, int64_t mb0, int64_t mb1, int64_t p0, int64_t p1,
+                         int64_t chunk_rows, float lo, float hi);
   /* Compute functions outside the module (the precompiled ops of custom-op libraries):
    * bound once when the module loads, from a description kiln wrote into it (NULL after
    * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */

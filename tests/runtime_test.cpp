@@ -16,6 +16,7 @@
 #include "runtime/npy.h"
 #include "runtime/split_parts.h"
 #include "runtime/storage.h"
+#include "runtime/support/conv_nchwc.h"
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"
@@ -31,6 +32,10 @@ void kiln_gemm_packed_f64_wide(int64_t m, int64_t n, int64_t k, double alpha, co
                                int64_t rsa, int64_t csa, const double* bp, double beta, double* c,
                                int64_t ldc, const double* bias, int64_t rsb, int64_t csb, double lo,
                                double hi);
+void kiln_conv_nchwc_f32_wide(const float* buf, const int32_t* pos, const int32_t* toff,
+                              int64_t taps, int64_t kb, const float* w, const float* bias, float* y,
+                              int64_t hw, int64_t ow, int64_t sx, int64_t mb0, int64_t mb1,
+                              int64_t p0, int64_t p1, int64_t chunk_rows, float lo, float hi);
 }
 
 namespace kiln {
@@ -143,6 +148,115 @@ void check_gemm_packed(DType dt, double tol) {
 TEST(GemmPacked, EveryIsaCopyMatchesALongDoubleLoop) {
   check_gemm_packed<float>(DType::kFloat32, 1e-4);
   check_gemm_packed<double>(DType::kFloat64, 1e-12);
+}
+
+using ConvNchwcFn = decltype(&kiln_conv_nchwc_f32_base);
+
+// The blocked direct convolution (kiln_support.conv_nchwc_f32) of every ISA copy this CPU
+// runs, and of one with 32 registers built from generic vectors (7-position blocks), against
+// its contract computed in long double. The geometries reach each way the kernel walks a row:
+// runs along a row at stride 1, 2 and 3 (the constant and the variable step), from a blocked
+// input (8 channels per tap) and a plain one (1), rows short enough to take a pointer per
+// position across rows (4 and 8 wide), rows cut into uneven runs (13, 29), a part starting
+// and ending inside a row, an odd number of output blocks (a last block alone), chunks of one
+// row, and a NaN and infinities in the input, with no clamp, a relu and a clip.
+TEST(ConvNchwc, EveryIsaCopyMatchesALongDoubleLoop) {
+  std::vector<std::pair<std::string, ConvNchwcFn>> copies = {{"base", kiln_conv_nchwc_f32_base},
+                                                             {"wide", kiln_conv_nchwc_f32_wide}};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    copies.emplace_back("avx2", kiln_conv_nchwc_f32_avx2);
+  if (__builtin_cpu_supports("avx512f")) copies.emplace_back("avx512", kiln_conv_nchwc_f32_avx512);
+#endif
+  struct Case {
+    int64_t kb, c, m, h, w, k, stride, pad;
+  };
+  const Case cases[] = {
+      {8, 16, 24, 7, 13, 3, 1, 1}, {8, 8, 16, 6, 29, 3, 1, 1}, {8, 16, 16, 9, 14, 3, 2, 1},
+      {8, 8, 8, 5, 4, 3, 1, 1},    {8, 8, 24, 8, 8, 3, 1, 1},  {8, 8, 16, 11, 22, 1, 3, 0},
+      {1, 3, 16, 15, 29, 7, 2, 3}, {1, 3, 8, 6, 7, 3, 1, 1},   {1, 2, 24, 9, 25, 3, 3, 1},
+      {8, 8, 16, 7, 7, 3, 1, 1},   {1, 3, 16, 5, 4, 3, 1, 1},  {8, 8, 16, 3, 50, 3, 2, 1}};
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {-0.25f, 0.5f}};
+  std::mt19937 rng(71);
+  std::uniform_real_distribution<float> u(-1, 1);
+  int variant = 0;
+  for (const Case& cs : cases) {
+    const int64_t oh = (cs.h + 2 * cs.pad - cs.k) / cs.stride + 1;
+    const int64_t ow = (cs.w + 2 * cs.pad - cs.k) / cs.stride + 1, hw = oh * ow;
+    const int64_t wpad = cs.w + 2 * cs.pad, rows = cs.h + 2 * cs.pad, cb = cs.c / cs.kb;
+    const int64_t taps = cb * cs.k * cs.k, mblocks = cs.m / 8;
+    // The padded input rows as the generated code lays them out: channel group, row, column,
+    // kb channels; one NaN and two infinities inside the image.
+    std::vector<float> buf(static_cast<size_t>(cb * rows * wpad * cs.kb), 0.0f);
+    for (int64_t g = 0; g < cb; ++g)
+      for (int64_t y = cs.pad; y < cs.pad + cs.h; ++y)
+        for (int64_t x = cs.pad; x < cs.pad + cs.w; ++x)
+          for (int64_t k = 0; k < cs.kb; ++k)
+            buf[static_cast<size_t>(((g * rows + y) * wpad + x) * cs.kb + k)] = u(rng);
+    const size_t mid = static_cast<size_t>(((cs.pad + cs.h / 2) * wpad + cs.pad + 1) * cs.kb);
+    buf[mid] = std::nanf("");
+    buf[mid + static_cast<size_t>(cs.kb)] = inf;
+    buf[mid + static_cast<size_t>(2 * cs.kb)] = -inf;
+    std::vector<int32_t> toff, pos;
+    for (int64_t g = 0; g < cb; ++g)
+      for (int64_t i = 0; i < cs.k; ++i)
+        for (int64_t j = 0; j < cs.k; ++j)
+          toff.push_back(static_cast<int32_t>(((g * rows + i) * wpad + j) * cs.kb));
+    // A part from inside the first row to inside the last (whole rows when there is one).
+    const int64_t p0 = oh > 1 ? ow / 2 : 0, p1 = oh > 1 ? hw - ow / 3 : hw;
+    for (int64_t p = p0; p < p1; ++p)
+      pos.push_back(static_cast<int32_t>((p / ow * cs.stride * wpad + p % ow * cs.stride) * cs.kb));
+    std::vector<float> w(static_cast<size_t>(mblocks * taps * cs.kb * 8)), bias(cs.m);
+    for (auto& x : w) x = u(rng);
+    for (auto& x : bias) x = u(rng);
+    const bool with_bias = variant % 2 == 0;
+    const auto [lo, hi] = clamps[variant % 3];
+    const int64_t mb0 = mblocks > 1 ? 1 : 0, chunk_rows = variant % 4 == 1 ? 1 : 64;
+    ++variant;
+    for (const auto& [isa, fn] : copies) {
+      std::vector<float> y(static_cast<size_t>(cs.m * hw), -7.0f);  // -7: not written
+      fn(buf.data(), pos.data(), toff.data(), taps, cs.kb, w.data(),
+         with_bias ? bias.data() : nullptr, y.data(), hw, ow, cs.stride * cs.kb, mb0, mblocks, p0,
+         p1, chunk_rows, lo, hi);
+      for (int64_t b = 0; b < mblocks; ++b) {
+        for (int64_t p = 0; p < hw; ++p) {
+          for (int64_t l = 0; l < 8; ++l) {
+            const float got = y[static_cast<size_t>((b * hw + p) * 8 + l)];
+            const std::string where = isa + " case " + std::to_string(variant - 1) + " block " +
+                                      std::to_string(b) + " position " + std::to_string(p) +
+                                      " lane " + std::to_string(l);
+            if (b < mb0 || p < p0 || p >= p1) {
+              ASSERT_EQ(got, -7.0f) << where << ": written outside the part";
+              continue;
+            }
+            long double acc = with_bias ? bias[static_cast<size_t>(b * 8 + l)] : 0.0L;
+            long double mag = std::fabs(acc);
+            for (int64_t t = 0; t < taps; ++t) {
+              for (int64_t k = 0; k < cs.kb; ++k) {
+                const long double term =
+                    (long double)w[static_cast<size_t>(((b * taps + t) * cs.kb + k) * 8 + l)] *
+                    buf[static_cast<size_t>(pos[static_cast<size_t>(p - p0)] +
+                                            toff[static_cast<size_t>(t)] + k)];
+                acc += term;
+                mag += std::fabs(term);
+              }
+            }
+            long double want = acc < lo ? lo : acc;
+            want = want > hi ? hi : want;
+            if (std::isnan(want)) {
+              ASSERT_TRUE(std::isnan(got)) << where << ": " << got;
+            } else if (std::isinf(want)) {
+              ASSERT_EQ(got, static_cast<float>(want)) << where;
+            } else {
+              ASSERT_NEAR(got, static_cast<double>(want), 1e-5 * (1 + static_cast<double>(mag)))
+                  << where;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // The panel layout: B[i][j] at (j / P) * k * P + i * P + j % P, from B or its transpose, with

@@ -22,6 +22,14 @@ typedef int32_t kiln_v8i __attribute__((vector_size(32)));
 #define KILN_V8_SPLAT(s) ((s) + -(kiln_v8f){0})
 #define KILN_V8_LOAD(p) (*(const kiln_v8fu*)(p))
 #define KILN_V8_STORE(p, v) (*(kiln_v8fu*)(p) = (v))
+/* A loop of a constant trip count unrolled whole. clang reads `GCC unroll N` over fewer than N
+ * trips as "by N, with a run-time remainder", which kept a 4-position group's sums in memory;
+ * `unroll(full)` is its spelling of every trip. */
+#if defined(__clang__)
+#define KILN_NCHWC_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define KILN_NCHWC_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 static inline __attribute__((always_inline)) kiln_v8f kiln_v8_clamp(kiln_v8f x, float lo,
                                                                     float hi) {
@@ -45,49 +53,55 @@ static inline __attribute__((always_inline)) void kiln_nchwc_pw_block(
   kiln_v8f a0[6], a1[6];
   const kiln_v8f b0 = bias0 ? KILN_V8_LOAD(bias0) : (kiln_v8f){0};
   const kiln_v8f b1 = nb > 1 && bias1 ? KILN_V8_LOAD(bias1) : (kiln_v8f){0};
-  for (int r = 0; r < mr; ++r) {
+  KILN_NCHWC_UNROLL for (int r = 0; r < mr; ++r) {
     a0[r] = b0;
     if (nb > 1) a1[r] = b1;
   }
   for (int64_t ic = 0; ic < c; ic += KILN_NCHWC_B) {
     const float* xp = x + ic / KILN_NCHWC_B * plane;
     const float *wa = w0 + ic * KILN_NCHWC_B, *wb = w1 + ic * KILN_NCHWC_B;
-#pragma GCC unroll 8
-    for (int k = 0; k < KILN_NCHWC_B; ++k) {
+    KILN_NCHWC_UNROLL for (int k = 0; k < KILN_NCHWC_B; ++k) {
       const kiln_v8f va = KILN_V8_LOAD(wa + k * KILN_NCHWC_B);
       const kiln_v8f vb = nb > 1 ? KILN_V8_LOAD(wb + k * KILN_NCHWC_B) : va;
-#pragma GCC unroll 6
-      for (int r = 0; r < mr; ++r) {
+      KILN_NCHWC_UNROLL for (int r = 0; r < mr; ++r) {
         const kiln_v8f s = KILN_V8_SPLAT(xp[r * KILN_NCHWC_B + k]);
         a0[r] += s * va;
         if (nb > 1) a1[r] += s * vb;
       }
     }
   }
-  for (int r = 0; r < mr; ++r) {
+  KILN_NCHWC_UNROLL for (int r = 0; r < mr; ++r) {
     KILN_V8_STORE(y0 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a0[r], lo, hi) : a0[r]);
     if (nb > 1) KILN_V8_STORE(y1 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a1[r], lo, hi) : a1[r]);
   }
 }
 
-/* Each (mr, nb) pair gets its own code: the block's loops unroll fully. */
-static void kiln_nchwc_pw_dispatch(int mr, int nb, const float* x, int64_t c, int64_t plane,
-                                   const float* w0, const float* w1, const float* bias0,
-                                   const float* bias1, float* y0, float* y1, float lo, float hi,
-                                   int clamps) {
-#define KILN_NCHWC_PW_CASE(MR, NB)                                                          \
-  case MR * 2 + NB - 1:                                                                     \
-    kiln_nchwc_pw_block(MR, NB, x, c, plane, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
-    break;
-  switch (mr * 2 + nb - 1) {
-    KILN_NCHWC_PW_CASE(1, 1)
-    KILN_NCHWC_PW_CASE(1, 2) KILN_NCHWC_PW_CASE(2, 1) KILN_NCHWC_PW_CASE(2, 2)
-        KILN_NCHWC_PW_CASE(3, 1) KILN_NCHWC_PW_CASE(3, 2) KILN_NCHWC_PW_CASE(4, 1)
-            KILN_NCHWC_PW_CASE(4, 2) KILN_NCHWC_PW_CASE(5, 1) KILN_NCHWC_PW_CASE(5, 2)
-                KILN_NCHWC_PW_CASE(6, 1) KILN_NCHWC_PW_CASE(6, 2) default : break;
+/* Each (mr, nb) pair gets its own function, so the block's loops unroll fully: a switch over
+ * always-inline calls let clang merge the calls into one with a variable mr before inlining,
+ * and every sum then lived in memory. */
+typedef void (*kiln_nchwc_pw_fn)(const float* x, int64_t c, int64_t plane, const float* w0,
+                                 const float* w1, const float* bias0, const float* bias1, float* y0,
+                                 float* y1, float lo, float hi, int clamps);
+#define KILN_NCHWC_PW_FN(MR, NB)                                                                   \
+  static void kiln_nchwc_pw_##MR##_##NB(const float* x, int64_t c, int64_t plane, const float* w0, \
+                                        const float* w1, const float* bias0, const float* bias1,   \
+                                        float* y0, float* y1, float lo, float hi, int clamps) {    \
+    kiln_nchwc_pw_block(MR, NB, x, c, plane, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps);        \
   }
-#undef KILN_NCHWC_PW_CASE
-}
+#define KILN_NCHWC_PW_FN2(MR) KILN_NCHWC_PW_FN(MR, 1) KILN_NCHWC_PW_FN(MR, 2)
+KILN_NCHWC_PW_FN2(1)
+KILN_NCHWC_PW_FN2(2)
+KILN_NCHWC_PW_FN2(3)
+KILN_NCHWC_PW_FN2(4)
+KILN_NCHWC_PW_FN2(5)
+KILN_NCHWC_PW_FN2(6)
+#undef KILN_NCHWC_PW_FN2
+#undef KILN_NCHWC_PW_FN
+/* [mr - 1][nb - 1] */
+static const kiln_nchwc_pw_fn kiln_nchwc_pw_fns[6][2] = {
+    {kiln_nchwc_pw_1_1, kiln_nchwc_pw_1_2}, {kiln_nchwc_pw_2_1, kiln_nchwc_pw_2_2},
+    {kiln_nchwc_pw_3_1, kiln_nchwc_pw_3_2}, {kiln_nchwc_pw_4_1, kiln_nchwc_pw_4_2},
+    {kiln_nchwc_pw_5_1, kiln_nchwc_pw_5_2}, {kiln_nchwc_pw_6_1, kiln_nchwc_pw_6_2}};
 
 /* A 1x1 convolution of one image: output blocks [mb0, mb1) at positions [p0, p1).
  * x (C/8, hw, 8), w (M/8, C, 8), bias (M) or null, y (M/8, hw, 8). The output blocks go in
@@ -110,105 +124,18 @@ KILN_HELPER void kiln_nchwc_pointwise(const float* x, int64_t c, int64_t hw, con
       float *y0 = y + mb * plane, *y1 = y0 + plane;
       for (int64_t p = q0; p < q1; p += 6) {
         const int mr = q1 - p < 6 ? (int)(q1 - p) : 6;
-        kiln_nchwc_pw_dispatch(mr, nb, x + p * KILN_NCHWC_B, c, plane, w0, w1, bias0, bias1,
-                               y0 + p * KILN_NCHWC_B, y1 + p * KILN_NCHWC_B, lo, hi, clamps);
+        kiln_nchwc_pw_fns[mr - 1][nb - 1](x + p * KILN_NCHWC_B, c, plane, w0, w1, bias0, bias1,
+                                          y0 + p * KILN_NCHWC_B, y1 + p * KILN_NCHWC_B, lo, hi,
+                                          clamps);
       }
     }
   }
 }
 
-/* Direct block: MR output positions anywhere in an image by NB (1 or 2) blocks of 8 output
- * channels. Position r reads tap t at xs[r] + toff[t]: KB input channels side by side (8, a
- * channel block of a blocked input; 1, a channel of a plain NCHW one); w0/w1 hold each tap's
- * KB x 8 weights, input channel major. */
-static inline __attribute__((always_inline)) void kiln_nchwc_dc_block(
-    const int mr, const int nb, const int kb, const float* const* xs, const int32_t* restrict toff,
-    int64_t taps, const float* restrict w0, const float* restrict w1, const float* bias0,
-    const float* bias1, float* restrict y0, float* restrict y1, float lo, float hi, int clamps) {
-  kiln_v8f a0[6], a1[6];
-  const float* x[6];
-  const kiln_v8f b0 = bias0 ? KILN_V8_LOAD(bias0) : (kiln_v8f){0};
-  const kiln_v8f b1 = nb > 1 && bias1 ? KILN_V8_LOAD(bias1) : (kiln_v8f){0};
-  for (int r = 0; r < mr; ++r) {
-    x[r] = xs[r];
-    a0[r] = b0;
-    if (nb > 1) a1[r] = b1;
-  }
-  for (int64_t t = 0; t < taps; ++t) {
-    const int32_t o = toff[t];
-    const float *wa = w0 + t * kb * KILN_NCHWC_B, *wb = w1 + t * kb * KILN_NCHWC_B;
-#pragma GCC unroll 8
-    for (int k = 0; k < kb; ++k) {
-      const kiln_v8f va = KILN_V8_LOAD(wa + k * KILN_NCHWC_B);
-      const kiln_v8f vb = nb > 1 ? KILN_V8_LOAD(wb + k * KILN_NCHWC_B) : va;
-#pragma GCC unroll 6
-      for (int r = 0; r < mr; ++r) {
-        const kiln_v8f s = KILN_V8_SPLAT(x[r][o + k]);
-        a0[r] += s * va;
-        if (nb > 1) a1[r] += s * vb;
-      }
-    }
-  }
-  for (int r = 0; r < mr; ++r) {
-    KILN_V8_STORE(y0 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a0[r], lo, hi) : a0[r]);
-    if (nb > 1) KILN_V8_STORE(y1 + r * KILN_NCHWC_B, clamps ? kiln_v8_clamp(a1[r], lo, hi) : a1[r]);
-  }
-}
-
-static void kiln_nchwc_dc_dispatch(int mr, int nb, int kb, const float* const* xs,
-                                   const int32_t* toff, int64_t taps, const float* w0,
-                                   const float* w1, const float* bias0, const float* bias1,
-                                   float* y0, float* y1, float lo, float hi, int clamps) {
-#define KILN_NCHWC_DC_CASE(MR, NB)                                                                \
-  case (MR * 2 + NB - 1) * 2:                                                                     \
-    kiln_nchwc_dc_block(MR, NB, 8, xs, toff, taps, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
-    break;                                                                                        \
-  case (MR * 2 + NB - 1) * 2 + 1:                                                                 \
-    kiln_nchwc_dc_block(MR, NB, 1, xs, toff, taps, w0, w1, bias0, bias1, y0, y1, lo, hi, clamps); \
-    break;
-  switch ((mr * 2 + nb - 1) * 2 + (kb == 1)) {
-    KILN_NCHWC_DC_CASE(1, 1)
-    KILN_NCHWC_DC_CASE(1, 2)
-    KILN_NCHWC_DC_CASE(2, 1) KILN_NCHWC_DC_CASE(2, 2) KILN_NCHWC_DC_CASE(3, 1)
-        KILN_NCHWC_DC_CASE(3, 2) KILN_NCHWC_DC_CASE(4, 1) KILN_NCHWC_DC_CASE(4, 2)
-            KILN_NCHWC_DC_CASE(5, 1) KILN_NCHWC_DC_CASE(5, 2) KILN_NCHWC_DC_CASE(6, 1)
-                KILN_NCHWC_DC_CASE(6, 2) default : break;
-  }
-#undef KILN_NCHWC_DC_CASE
-}
-
-/* A direct convolution (any window, stride and padding) of one image: output blocks
- * [mb0, mb1) at positions [p0, p1) of y (M/8, hw, 8). buf holds the input rows the positions
- * read, zero-padded; pos[p - p0] is position p's offset in it and toff[t] tap t's (taps of
- * (C/kb) x kh x kw, kb channels each: 8 from a blocked input, 1 from a plain one); w (M/8,
- * taps x kb, 8). The output blocks go in pairs over runs of 6
- * positions (which may span output rows: each has its own offset), in chunks of `chunk`
- * positions whose input rows stay in L2 while every pair passes over them. */
-KILN_HELPER void kiln_nchwc_direct(const float* buf, const int32_t* pos, const int32_t* toff,
-                                   int64_t taps, const float* w, const float* bias, float* y,
-                                   int64_t hw, int64_t mb0, int64_t mb1, int64_t p0, int64_t p1,
-                                   int64_t chunk, int kb, float lo, float hi) {
-  const int clamps = lo > -__builtin_inff() || hi < __builtin_inff();
-  const int64_t plane = hw * KILN_NCHWC_B, wblock = taps * kb * KILN_NCHWC_B;
-  if (chunk < 6) chunk = 6;
-  const float* xs[6];
-  for (int64_t q0 = p0; q0 < p1; q0 += chunk) {
-    const int64_t q1 = p1 - q0 < chunk ? p1 : q0 + chunk;
-    for (int64_t mb = mb0; mb < mb1; mb += 2) {
-      const int nb = mb1 - mb >= 2 ? 2 : 1;
-      const float *w0 = w + mb * wblock, *w1 = w0 + wblock;
-      const float* bias0 = bias ? bias + mb * KILN_NCHWC_B : 0;
-      const float* bias1 = bias ? bias0 + KILN_NCHWC_B : 0;
-      float *y0 = y + mb * plane, *y1 = y0 + plane;
-      for (int64_t p = q0; p < q1; p += 6) {
-        const int mr = q1 - p < 6 ? (int)(q1 - p) : 6;
-        for (int r = 0; r < mr; ++r) xs[r] = buf + pos[p - p0 + r];
-        kiln_nchwc_dc_dispatch(mr, nb, kb, xs, toff, taps, w0, w1, bias0, bias1,
-                               y0 + p * KILN_NCHWC_B, y1 + p * KILN_NCHWC_B, lo, hi, clamps);
-      }
-    }
-  }
-}
+/* A direct convolution (any window, stride and padding) of one image, as
+ * kiln_support.conv_nchwc_f32 states (module_abi.h): compiled once into kiln per vector ISA
+ * (runtime/support/conv_nchwc.c), not into every module. */
+#define kiln_nchwc_direct (KILN_SUPPORT->conv_nchwc_f32)
 
 /* Depthwise: G consecutive output positions of one row, every tap in bounds (no checks).
  * xr: the input row of tap row 0 at the group's first position's column 0 tap; sx: input
@@ -218,19 +145,31 @@ static inline __attribute__((always_inline)) void kiln_nchwc_dw_group(
     const int32_t* rows_ok, const float* restrict wv, kiln_v8f b, float* restrict yo, float lo,
     float hi, int clamps) {
   kiln_v8f acc[8];
-  for (int q = 0; q < g; ++q) acc[q] = b;
+  KILN_NCHWC_UNROLL for (int q = 0; q < g; ++q) acc[q] = b;
   for (int i = 0; i < kh; ++i) {
     if (!rows_ok[i]) continue;
     const float* xi = xr + i * row_step;
     for (int j = 0; j < kw; ++j) {
       const kiln_v8f wt = KILN_V8_LOAD(wv + (i * kw + j) * KILN_NCHWC_B);
-#pragma GCC unroll 8
-      for (int q = 0; q < g; ++q) acc[q] += KILN_V8_LOAD(xi + q * sx + j * KILN_NCHWC_B) * wt;
+      KILN_NCHWC_UNROLL for (int q = 0; q < g; ++q) acc[q] +=
+          KILN_V8_LOAD(xi + q * sx + j * KILN_NCHWC_B) * wt;
     }
   }
-  for (int q = 0; q < g; ++q)
-    KILN_V8_STORE(yo + q * KILN_NCHWC_B, clamps ? kiln_v8_clamp(acc[q], lo, hi) : acc[q]);
+  KILN_NCHWC_UNROLL for (int q = 0; q < g; ++q)
+      KILN_V8_STORE(yo + q * KILN_NCHWC_B, clamps ? kiln_v8_clamp(acc[q], lo, hi) : acc[q]);
 }
+
+/* One function per group size, as for the pointwise blocks (a call each, never merged). */
+#define KILN_NCHWC_DW_FN(G)                                                                     \
+  static void kiln_nchwc_dw_##G(const float* xr, int64_t row_step, int64_t sx, int kh, int kw,  \
+                                const int32_t* rows_ok, const float* wv, kiln_v8f b, float* yo, \
+                                float lo, float hi, int clamps) {                               \
+    kiln_nchwc_dw_group(G, xr, row_step, sx, kh, kw, rows_ok, wv, b, yo, lo, hi, clamps);       \
+  }
+KILN_NCHWC_DW_FN(8)
+KILN_NCHWC_DW_FN(4)
+KILN_NCHWC_DW_FN(1)
+#undef KILN_NCHWC_DW_FN
 
 /* A depthwise convolution of one image: channel blocks [cb0, cb1), output rows [oy0, oy1).
  * x (C/8, h, wd, 8), w (C/8, kh, kw, 8), bias (C) or null, y (C/8, oh, ow, 8). Interior
@@ -264,19 +203,19 @@ KILN_HELPER void kiln_nchwc_depthwise(const float* x, int64_t h, int64_t wd, con
         if (ox >= ox_lo && ox < ox_hi) {
           const float* xs = xr + (ox * sw - pw) * KILN_NCHWC_B;
           if (ox_hi - ox >= 8) {
-            kiln_nchwc_dw_group(8, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
-                                hi, clamps);
+            kiln_nchwc_dw_8(xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo, hi,
+                            clamps);
             ox += 7;
             continue;
           }
           if (ox_hi - ox >= 4) {
-            kiln_nchwc_dw_group(4, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
-                                hi, clamps);
+            kiln_nchwc_dw_4(xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo, hi,
+                            clamps);
             ox += 3;
             continue;
           }
-          kiln_nchwc_dw_group(1, xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo,
-                              hi, clamps);
+          kiln_nchwc_dw_1(xs, row, sx, kh, kw, rows_ok, wv, b, yr + ox * KILN_NCHWC_B, lo, hi,
+                          clamps);
           continue;
         }
         /* The taps inside the row [j0, j1), each tap row summed on its own and then added:

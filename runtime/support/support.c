@@ -3,6 +3,7 @@
 
 #include "runtime/module_abi.h"
 #include "runtime/support/conv_blocks.h"
+#include "runtime/support/conv_nchwc.h"
 #include "runtime/support/conv_tile.h"
 #include "runtime/support/gemm.h"
 #include "runtime/support/gemm_tile.h"
@@ -20,6 +21,7 @@ _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [
     (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;     \
     (t).conv_blocks_f32 = kiln_conv_blocks_f32_##ISA; \
     (t).conv_blocks_f64 = kiln_conv_blocks_f64_##ISA; \
+    (t).conv_nchwc_f32 = kiln_conv_nchwc_f32_##ISA;   \
     (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA; \
     (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA; \
   } while (0)
@@ -54,6 +56,7 @@ static void build_host_table(void) {
                           kiln_pool_f64,
                           kiln_support_gemm_f32,
                           kiln_support_gemm_f64,
+                          0,
                           0,
                           0,
                           0,
