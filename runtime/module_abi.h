@@ -138,6 +138,15 @@ typedef struct kiln_support {
                          int64_t kb, const float* w, const float* bias, float* y, int64_t hw,
                          int64_t ow, int64_t sx, int64_t mb0, int64_t mb1, int64_t p0, int64_t p1,
                          int64_t chunk_rows, float lo, float hi);
+  /* A 1x1 convolution at stride 1 over NCHW8c, output blocks [mb0, mb1) at positions
+   * [p0, p1) of one image of hw positions: x (C/8, hw, 8), w (M/8, C, 8), y (M/8, hw, 8),
+   *   y[(b*hw + p)*8 + l] = clamp(bias[b*8 + l]
+   *                               + sum_{i < c} w[(b*c + i)*8 + l] * x[((i/8)*hw + p)*8 + i%8],
+   *                               lo, hi)
+   * (bias may be NULL: 0; clamp as gemm_packed's). */
+  void (*conv_nchwc_pw_f32)(const float* x, int64_t c, int64_t hw, const float* w,
+                            const float* bias, float* y, int64_t mb0, int64_t mb1, int64_t p0,
+                            int64_t p1, float lo, float hi);
   /* Compute functions outside the module (the precompiled ops of custom-op libraries):
    * bound once when the module loads, from a description kiln wrote into it (NULL after
    * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */

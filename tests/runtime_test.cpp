@@ -36,6 +36,9 @@ void kiln_conv_nchwc_f32_wide(const float* buf, const int32_t* pos, const int32_
                               int64_t taps, int64_t kb, const float* w, const float* bias, float* y,
                               int64_t hw, int64_t ow, int64_t sx, int64_t mb0, int64_t mb1,
                               int64_t p0, int64_t p1, int64_t chunk_rows, float lo, float hi);
+void kiln_conv_nchwc_pw_f32_wide(const float* x, int64_t c, int64_t hw, const float* w,
+                                 const float* bias, float* y, int64_t mb0, int64_t mb1, int64_t p0,
+                                 int64_t p1, float lo, float hi);
 }
 
 namespace kiln {
@@ -155,7 +158,8 @@ using ConvNchwcFn = decltype(&kiln_conv_nchwc_f32_base);
 // The blocked direct convolution (kiln_support.conv_nchwc_f32) of every ISA copy this CPU
 // runs, and of one with 32 registers built from generic vectors (7-position blocks), against
 // its contract computed in long double. The geometries reach each way the kernel walks a row:
-// runs along a row at stride 1, 2 and 3 (the constant and the variable step), from a blocked
+// runs along a row at stride 1, 2 and 3 (the constant and the variable step; several runs of
+// one length per call), from a blocked
 // input (8 channels per tap) and a plain one (1), rows short enough to take a pointer per
 // position across rows (4 and 8 wide), rows cut into uneven runs (13, 29), a part starting
 // and ending inside a row, an odd number of output blocks (a last block alone), chunks of one
@@ -175,7 +179,8 @@ TEST(ConvNchwc, EveryIsaCopyMatchesALongDoubleLoop) {
       {8, 16, 24, 7, 13, 3, 1, 1}, {8, 8, 16, 6, 29, 3, 1, 1}, {8, 16, 16, 9, 14, 3, 2, 1},
       {8, 8, 8, 5, 4, 3, 1, 1},    {8, 8, 24, 8, 8, 3, 1, 1},  {8, 8, 16, 11, 22, 1, 3, 0},
       {1, 3, 16, 15, 29, 7, 2, 3}, {1, 3, 8, 6, 7, 3, 1, 1},   {1, 2, 24, 9, 25, 3, 3, 1},
-      {8, 8, 16, 7, 7, 3, 1, 1},   {1, 3, 16, 5, 4, 3, 1, 1},  {8, 8, 16, 3, 50, 3, 2, 1}};
+      {8, 8, 16, 7, 7, 3, 1, 1},   {1, 3, 16, 5, 4, 3, 1, 1},  {8, 8, 16, 3, 50, 3, 2, 1},
+      {8, 8, 16, 7, 50, 3, 3, 1},  {1, 3, 8, 8, 60, 3, 3, 1}};
   const float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {-0.25f, 0.5f}};
   std::mt19937 rng(71);
@@ -241,6 +246,86 @@ TEST(ConvNchwc, EveryIsaCopyMatchesALongDoubleLoop) {
                 acc += term;
                 mag += std::fabs(term);
               }
+            }
+            long double want = acc < lo ? lo : acc;
+            want = want > hi ? hi : want;
+            if (std::isnan(want)) {
+              ASSERT_TRUE(std::isnan(got)) << where << ": " << got;
+            } else if (std::isinf(want)) {
+              ASSERT_EQ(got, static_cast<float>(want)) << where;
+            } else {
+              ASSERT_NEAR(got, static_cast<double>(want), 1e-5 * (1 + static_cast<double>(mag)))
+                  << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+using ConvNchwcPwFn = decltype(&kiln_conv_nchwc_pw_f32_base);
+
+// The blocked pointwise convolution (kiln_support.conv_nchwc_pw_f32) of every ISA copy this CPU
+// runs and the 32-register one, against its contract in long double: 8 to 1056 input channels
+// (one block, many, and enough that a chunk holds fewer positions than a register block),
+// parts that start and end between register blocks, chunks with and without a tail, an odd
+// number of output blocks, and a NaN and infinities in the input, with no clamp, a relu and a
+// clip.
+TEST(ConvNchwc, PointwiseCopiesMatchALongDoubleLoop) {
+  std::vector<std::pair<std::string, ConvNchwcPwFn>> copies = {
+      {"base", kiln_conv_nchwc_pw_f32_base}, {"wide", kiln_conv_nchwc_pw_f32_wide}};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    copies.emplace_back("avx2", kiln_conv_nchwc_pw_f32_avx2);
+  if (__builtin_cpu_supports("avx512f"))
+    copies.emplace_back("avx512", kiln_conv_nchwc_pw_f32_avx512);
+#endif
+  struct Case {
+    int64_t c, m, hw, p0, p1;
+  };
+  const Case cases[] = {{8, 8, 5, 0, 5},       {16, 24, 50, 3, 47},   {24, 16, 29, 1, 29},
+                        {64, 40, 200, 5, 193}, {1056, 16, 30, 2, 27}, {8, 24, 1000, 0, 1000}};
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {-0.25f, 0.5f}};
+  std::mt19937 rng(72);
+  std::uniform_real_distribution<float> u(-1, 1);
+  int variant = 0;
+  for (const Case& cs : cases) {
+    std::vector<float> x(static_cast<size_t>(cs.c * cs.hw)), w(static_cast<size_t>(cs.m * cs.c)),
+        bias(static_cast<size_t>(cs.m));
+    for (auto& e : x) e = u(rng);
+    for (auto& e : w) e = u(rng);
+    for (auto& e : bias) e = u(rng);
+    x[static_cast<size_t>(cs.hw / 2 * 8 + 3)] = std::nanf("");
+    x[static_cast<size_t>((cs.hw - 1) * 8 + 1)] = inf;
+    x[static_cast<size_t>(2)] = -inf;
+    const bool with_bias = variant % 2 == 1;
+    const auto [lo, hi] = clamps[variant % 3];
+    const int64_t mblocks = cs.m / 8, mb0 = mblocks > 2 ? 1 : 0;
+    ++variant;
+    for (const auto& [isa, fn] : copies) {
+      std::vector<float> y(static_cast<size_t>(cs.m * cs.hw), -7.0f);
+      fn(x.data(), cs.c, cs.hw, w.data(), with_bias ? bias.data() : nullptr, y.data(), mb0, mblocks,
+         cs.p0, cs.p1, lo, hi);
+      for (int64_t b = 0; b < mblocks; ++b) {
+        for (int64_t p = 0; p < cs.hw; ++p) {
+          for (int64_t l = 0; l < 8; ++l) {
+            const float got = y[static_cast<size_t>((b * cs.hw + p) * 8 + l)];
+            const std::string where = isa + " case " + std::to_string(variant - 1) + " block " +
+                                      std::to_string(b) + " position " + std::to_string(p) +
+                                      " lane " + std::to_string(l);
+            if (b < mb0 || p < cs.p0 || p >= cs.p1) {
+              ASSERT_EQ(got, -7.0f) << where << ": written outside the part";
+              continue;
+            }
+            long double acc = with_bias ? bias[static_cast<size_t>(b * 8 + l)] : 0.0L;
+            long double mag = std::fabs(acc);
+            for (int64_t i = 0; i < cs.c; ++i) {
+              const long double term = (long double)w[static_cast<size_t>((b * cs.c + i) * 8 + l)] *
+                                       x[static_cast<size_t>(((i / 8) * cs.hw + p) * 8 + i % 8)];
+              acc += term;
+              mag += std::fabs(term);
             }
             long double want = acc < lo ? lo : acc;
             want = want > hi ? hi : want;
