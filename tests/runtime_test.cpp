@@ -155,6 +155,25 @@ TEST(GemmPacked, EveryIsaCopyMatchesALongDoubleLoop) {
 
 using ConvNchwcFn = decltype(&kiln_conv_nchwc_f32_base);
 
+// A kernel's float result against clamp(acc, lo, hi) summed in long double: NaN for NaN,
+// infinities exactly, anything else within 1e-5 of the magnitude of the summed terms.
+::testing::AssertionResult matches_clamped(float got, long double acc, long double mag, float lo,
+                                           float hi) {
+  long double want = acc < lo ? lo : acc;
+  want = want > hi ? hi : want;
+  if (std::isnan(want)) {
+    if (std::isnan(got)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << got << " where NaN was due";
+  }
+  const double tol = std::isinf(want) ? 0.0 : 1e-5 * (1 + static_cast<double>(mag));
+  if (std::isinf(want) ? got == static_cast<float>(want)
+                       : std::fabs(got - static_cast<double>(want)) <= tol) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << got << " against " << static_cast<double>(want) << " (tolerance " << tol << ")";
+}
+
 // The blocked direct convolution (kiln_support.conv_nchwc_f32) of every ISA copy this CPU
 // runs, and of one with 32 registers built from generic vectors (7-position blocks), against
 // its contract computed in long double. The geometries reach each way the kernel walks a row:
@@ -247,16 +266,7 @@ TEST(ConvNchwc, EveryIsaCopyMatchesALongDoubleLoop) {
                 mag += std::fabs(term);
               }
             }
-            long double want = acc < lo ? lo : acc;
-            want = want > hi ? hi : want;
-            if (std::isnan(want)) {
-              ASSERT_TRUE(std::isnan(got)) << where << ": " << got;
-            } else if (std::isinf(want)) {
-              ASSERT_EQ(got, static_cast<float>(want)) << where;
-            } else {
-              ASSERT_NEAR(got, static_cast<double>(want), 1e-5 * (1 + static_cast<double>(mag)))
-                  << where;
-            }
+            ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
           }
         }
       }
@@ -327,16 +337,7 @@ TEST(ConvNchwc, PointwiseCopiesMatchALongDoubleLoop) {
               acc += term;
               mag += std::fabs(term);
             }
-            long double want = acc < lo ? lo : acc;
-            want = want > hi ? hi : want;
-            if (std::isnan(want)) {
-              ASSERT_TRUE(std::isnan(got)) << where << ": " << got;
-            } else if (std::isinf(want)) {
-              ASSERT_EQ(got, static_cast<float>(want)) << where;
-            } else {
-              ASSERT_NEAR(got, static_cast<double>(want), 1e-5 * (1 + static_cast<double>(mag)))
-                  << where;
-            }
+            ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
           }
         }
       }
