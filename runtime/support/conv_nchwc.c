@@ -1,5 +1,6 @@
-/* The blocked-layout (NCHW8c) direct convolution behind kiln_support.conv_nchwc_f32, compiled
- * once per vector ISA like conv_tile.c (module_abi.h states its contract). A vector holds the
+/* The blocked-layout (NCHW8c) direct and pointwise convolutions behind
+ * kiln_support.conv_nchwc_f32 and conv_nchwc_pw_f32, compiled once per vector ISA like
+ * conv_tile.c (module_abi.h states their contracts). A vector holds the
  * 8 channels of one output block at one position; a register block holds NP positions x NB
  * (1 or 2) output blocks, and each input channel of each tap costs NB weight loads and NP
  * broadcasts for NP x NB fused multiply-adds.
@@ -7,8 +8,8 @@
  * The positions of a register block are neighbours in one output row wherever the rows are
  * long enough, so one base pointer and constant displacements (the position step is a
  * compile-time constant for strides 1 and 2) address every broadcast. With a base pointer
- * per position, as the module-side kernel had, the general registers ran out and clang's and
- * gcc's code reached 88-92% of the FMA peak on a Zen 4; row runs reach 99% (one core, gcc 12).
+ * per position, as the module-side kernel had, the general registers ran out and clang's code
+ * reached 91-95% of the FMA peak on a Zen 4; row runs reach 99% (one core, gcc 12).
  * Short rows (a 7 x 7 map where 16 vector registers cannot hold 7 x 2 sums) keep a pointer per
  * position and run across rows. */
 #include <stdint.h>
