@@ -254,6 +254,16 @@ class RecipeFlattener {
   std::map<const ConstantRecipe*, int> done_;
 };
 
+// The step's concat axis in [0, rank) (StepSpec::concat_axis), or -1. A CUDA node's op
+// does not say it: device buffers are never bound in place.
+int concat_axis_of(const COp* cop, const Program& p, const StepSpec& step) {
+  const std::optional<int> axis = cop ? cop->concat_axis() : std::nullopt;
+  if (!axis || step.outputs.size() != 1) return -1;
+  const auto rank = static_cast<int>(p.slots.at(static_cast<size_t>(step.outputs[0])).dims.size());
+  const int a = *axis < 0 ? *axis + rank : *axis;
+  return a >= 0 && a < rank ? a : -1;
+}
+
 }  // namespace
 
 std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, const Graph& sources) {
@@ -291,6 +301,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
     }
     step.label = node->label();
     step.exclusive = cop && cop->c_threads_itself();
+    step.concat_axis = concat_axis_of(cop, p, step);
     step.infer_shape = shape_rule(node->op, p, step.inputs);
     step.flops = flop_rule(node->op);
     p.steps.push_back(std::move(step));
@@ -446,6 +457,7 @@ void ModulePlan::finish() {
     p.steps[i].flops = flop_rule(op);
     const auto* cop = dynamic_cast<const COp*>(op.get());
     p.steps[i].exclusive = cop && cop->c_threads_itself();
+    p.steps[i].concat_axis = concat_axis_of(cop, p, p.steps[i]);
     p.steps[i].infer_shape = shape_rule(std::move(op), p, p.steps[i].inputs);
   }
 }

@@ -157,6 +157,10 @@ class COp : public Op {
   // view where it can (on the device always; on the CPU when input k is a temporary of the
   // run, which is contiguous) and the thunk copies nothing. -1: a buffer of its own.
   virtual int view_of(const Node& node) const { return -1; }
+  // The axis (maybe negative) along which output 0 is the inputs one after another (a
+  // concat whose thunk skips an input already at its place), or nullopt; see
+  // StepSpec::concat_axis.
+  virtual std::optional<int> concat_axis() const { return std::nullopt; }
   // True when the outputs live in device memory (CUDA nodes, to_device transfers).
   virtual bool output_on_device() const { return false; }
   // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.

@@ -185,8 +185,8 @@ RunProfile Executor::run_profile() const {
 }
 
 ExecutorStats Executor::stats() const {
-  return ExecutorStats{runs_.load(), split_calls_.load(), parts_.load(), views_.load(),
-                       stepwise_runs_.load()};
+  return ExecutorStats{runs_.load(),  split_calls_.load(),   parts_.load(),
+                       views_.load(), stepwise_runs_.load(), bands_.load()};
 }
 
 void Executor::validate(const std::vector<Tensor>& inputs) const {
@@ -322,6 +322,57 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       readers[root].insert(readers[root].end(), readers[s].begin(), readers[s].end());
     }
   }
+  // A concat whose bands are contiguous (every dimension before its axis is 1) lets each
+  // input that is a plain temporary of the run live in its band: the input's producer
+  // writes the concat's output in place and the concat copies nothing for it. The output
+  // (the band root: a temporary or an output of the run) then owns the bytes from its
+  // first writer to the last reader of any band.
+  plan.band_root.assign(n, -1);
+  plan.band_offset.assign(n, 0);
+  std::vector<std::vector<int>> writers(n);
+  for (size_t s = 0; s < n; ++s) {
+    if (step_of_output[s] >= 0) writers[s].push_back(step_of_output[s]);
+  }
+  auto plain_temp = [&](int s) {
+    const SlotSpec& spec = program_.slots[static_cast<size_t>(s)];
+    return spec.kind == SlotKind::kTemp && !spec.on_device && !is_output_[s] &&
+           step_of_output[s] >= 0 && plan.view_root[s] < 0 && plan.band_root[s] < 0;
+  };
+  std::vector<bool> has_bands(n, false);
+  for (const StepSpec& step : program_.steps) {
+    if (step.concat_axis < 0) continue;
+    const int root = step.outputs.at(0);
+    const Shape& shape = plan.shapes[root];
+    const SlotSpec& rs = program_.slots[root];
+    const bool state = std::any_of(in_place_slot_.begin(), in_place_slot_.end(),
+                                   [root](const auto& p) { return p.first == root; });
+    if (rs.kind != SlotKind::kTemp || rs.on_device || plan.view_root[root] >= 0 ||
+        plan.band_root[root] >= 0 || state ||
+        static_cast<size_t>(step.concat_axis) >= shape.size()) {
+      continue;
+    }
+    bool contiguous_bands = true;
+    for (int d = 0; d < step.concat_axis; ++d) contiguous_bands = contiguous_bands && shape[d] == 1;
+    if (!contiguous_bands) continue;
+    const size_t esize = dtype_size(program_.slots[root].dtype);
+    int64_t at = 0;  // bytes into the root
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      const int64_t bytes = shape_numel(plan.shapes[in]) * static_cast<int64_t>(esize);
+      // Kernels may assume the arena's 64-byte alignment; an input read twice has one place.
+      const bool once = std::count(step.inputs.begin(), step.inputs.end(), in) == 1;
+      if (plain_temp(in) && !has_bands[in] && once && at % 64 == 0 &&
+          program_.slots[in].dtype == program_.slots[root].dtype) {
+        plan.band_root[in] = root;
+        plan.band_offset[in] = at;
+        has_bands[root] = true;
+        writers[root].push_back(step_of_output[in]);
+        last_use[root] = std::max(last_use[root], last_use[in]);
+        readers[root].insert(readers[root].end(), readers[in].begin(), readers[in].end());
+      }
+      at += bytes;
+    }
+  }
   // Branches too small to be worth a thread wake-up each run in the caller, in step order.
   // So do programs whose work is mostly in steps that split over the workers themselves:
   // each step then has the cores already, and pushing every step through the engine only
@@ -333,11 +384,14 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   std::vector<int> request_slot;
   for (size_t s = 0; s < n; ++s) {
     if (program_.slots[s].kind != SlotKind::kTemp || is_output_[s]) continue;
-    if (step_of_output[s] < 0 || program_.slots[s].on_device || plan.view_root[s] >= 0) continue;
+    if (step_of_output[s] < 0 || program_.slots[s].on_device || plan.view_root[s] >= 0 ||
+        plan.band_root[s] >= 0) {
+      continue;
+    }
     BufferRequest r;
     r.bytes =
         static_cast<size_t>(shape_numel(plan.shapes[s])) * dtype_size(program_.slots[s].dtype);
-    r.first_step = step_of_output[s];
+    r.first_step = *std::min_element(writers[s].begin(), writers[s].end());
     r.last_step = std::max(last_use[s], r.first_step);
     requests.push_back(r);
     request_slot.push_back(static_cast<int>(s));
@@ -360,12 +414,17 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
         }
       }
     }
+    // A band root is written by every band's producer: each must come after the dead one.
     rule = [&](size_t dead, size_t born) {
-      const auto& before = ancestor[static_cast<size_t>(requests[born].first_step)];
-      int slot = request_slot[dead];
-      if (!before[static_cast<size_t>(step_of_output[slot])]) return false;
-      for (int r : readers[slot]) {
-        if (!before[static_cast<size_t>(r)]) return false;
+      const int slot = request_slot[dead];
+      for (int w : writers[static_cast<size_t>(request_slot[born])]) {
+        const auto& before = ancestor[static_cast<size_t>(w)];
+        for (int d : writers[static_cast<size_t>(slot)]) {
+          if (!before[static_cast<size_t>(d)]) return false;
+        }
+        for (int r : readers[slot]) {
+          if (!before[static_cast<size_t>(r)]) return false;
+        }
       }
       return true;
     };
@@ -386,7 +445,16 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       if (a0 < b1 && b0 < a1) plan.aliases[request_slot[i]].push_back(request_slot[j]);
     }
   }
-  // A view shares its root's bytes, so it shares the root's aliases both ways.
+  // A band or a view shares its root's bytes, so it shares the root's aliases both ways
+  // (bands first: a view's root may be a band).
+  for (size_t s = 0; s < n; ++s) {
+    const int root = plan.band_root[s];
+    if (root < 0) continue;
+    plan.aliases[s] = plan.aliases[static_cast<size_t>(root)];
+    for (int a : plan.aliases[static_cast<size_t>(root)]) {
+      plan.aliases[static_cast<size_t>(a)].push_back(static_cast<int>(s));
+    }
+  }
   for (size_t s = 0; s < n; ++s) {
     const int root = plan.view_root[s];
     if (root < 0) continue;
@@ -416,11 +484,36 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
   std::shared_ptr<Storage> arena = allocate_storage(plan.arena_bytes);
   if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
   for (const auto& [slot, value] : uploaded_values_) values[slot] = value;
+  // Concat outputs holding bands first: a band's producer runs before its concat.
+  for (size_t s = 0; s < values.size(); ++s) {
+    const int root = plan.band_root[s];
+    if (root < 0 || values[static_cast<size_t>(root)].defined()) continue;
+    const Shape& shape = plan.shapes[static_cast<size_t>(root)];
+    const DType dtype = program_.slots[static_cast<size_t>(root)].dtype;
+    if (plan.offset[static_cast<size_t>(root)] >= 0) {
+      values[static_cast<size_t>(root)] =
+          Tensor(arena, static_cast<size_t>(plan.offset[static_cast<size_t>(root)]), dtype, shape,
+                 contiguous_strides(shape));
+    } else {  // an output of the run
+      values[static_cast<size_t>(root)] = Tensor::empty(dtype, shape);
+      if (poison_)
+        std::memset(values[static_cast<size_t>(root)].data(), 0xFF,
+                    values[static_cast<size_t>(root)].nbytes());
+    }
+  }
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     if (uploads_[si]) continue;
     const StepSpec& step = program_.steps[si];
     for (int s : step.outputs) {
       const SlotSpec& spec = program_.slots[s];
+      if (values[s].defined()) continue;  // a concat output bound above
+      if (const int root = plan.band_root[s]; root >= 0) {
+        const Tensor& r = values[static_cast<size_t>(root)];
+        values[s] = Tensor(r.storage(), r.byte_offset() + static_cast<size_t>(plan.band_offset[s]),
+                           spec.dtype, plan.shapes[s], contiguous_strides(plan.shapes[s]));
+        bands_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       const auto in_place = std::find_if(in_place_slot_.begin(), in_place_slot_.end(),
                                          [s](const auto& p) { return p.first == s; });
       if (in_place != in_place_slot_.end()) {

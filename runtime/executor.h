@@ -83,6 +83,7 @@ struct ExecutorStats {
   int64_t parts = 0;        // parts those calls ran
   int64_t views = 0;        // CPU reshapes bound as views of a temporary (nothing copied)
   int64_t stepwise_runs = 0;  // runs whose steps went to the engine one by one (branches)
+  int64_t bands = 0;          // concat inputs bound in their band of the output (nothing copied)
 };
 
 class Executor : public std::enable_shared_from_this<Executor> {
@@ -135,6 +136,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
     std::vector<std::vector<int>> aliases;  // per temp slot: other temps sharing arena bytes
     // Per slot: the arena temporary whose bytes this CPU view (a reshape) binds, else -1.
     std::vector<int> view_root;
+    // Per slot: the concat output whose band this temporary is bound to, else -1, and
+    // the band's byte offset in it.
+    std::vector<int> band_root;
+    std::vector<int64_t> band_offset;
     size_t arena_bytes = 0;
     bool parallel = false;  // push each step to the engine (else run them in order)
   };
@@ -180,7 +185,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   mutable std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
   std::atomic<int64_t> runs_{0}, split_calls_{0}, parts_{0};
-  mutable std::atomic<int64_t> views_{0};  // counted in bind
+  mutable std::atomic<int64_t> views_{0}, bands_{0};  // counted in bind
   std::atomic<int64_t> stepwise_runs_{0};
   struct StepCounters {
     std::atomic<int64_t> calls{0}, ns{0}, parts{0};

@@ -37,6 +37,10 @@ struct StepSpec {
   FlopRule flops;  // may be empty
   // The thunk runs threads of its own (a BLAS call): a parallel run gives it the cores alone.
   bool exclusive = false;
+  // >= 0: the step concatenates its inputs along this axis. Where an input's band of the
+  // output is one contiguous run, the executor may bind the input to those bytes, so its
+  // producer writes it in place; the thunk must then skip that copy (it compares pointers).
+  int concat_axis = -1;
 };
 
 // A state update: after a run, user input `input` holds the value of output `output` (a
