@@ -155,7 +155,35 @@ KILN_HELPER void kiln_nchwc_depthwise(const float* x, int64_t h, int64_t wd, con
 
 /* Max pooling of one image: channel blocks [cb0, cb1), output rows [oy0, oy1). x (C/8, h, wd,
  * 8), y (C/8, oh, ow, 8). Padding is skipped, not read as -inf; a NaN wins and stays, as in
- * the NCHW pool (v > m or v is NaN). */
+ * the NCHW pool (v > m or v is NaN).
+ * A window's max is taken with one select per tap (v > m: a maxps), which skips NaN, and its
+ * sum alongside: NaN when a tap is NaN (or +inf meets -inf), and only then is the window
+ * taken again with the NaN test in every tap. Four operations per tap were half the speed
+ * (ResNet's 3 x 3 pool on one core, 218 against 116 us). */
+KILN_HELPER kiln_v8f kiln_nchwc_window_max(const float* xc, int64_t row, int64_t i0, int64_t i1,
+                                           int64_t j0, int64_t j1) {
+  kiln_v8f m = KILN_V8_SPLAT(-__builtin_inff()), sum = KILN_V8_SPLAT(0.0f);
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < j1; ++j) {
+      const kiln_v8f v = KILN_V8_LOAD(xc + i * row + j * KILN_NCHWC_B);
+      const kiln_v8i gt = (kiln_v8i)(v > m);
+      m = (kiln_v8f)(((kiln_v8i)v & gt) | ((kiln_v8i)m & ~gt));
+      sum += v;
+    }
+  const kiln_v8i nan = (kiln_v8i)(sum != sum);
+  if (__builtin_expect((nan[0] | nan[1] | nan[2] | nan[3] | nan[4] | nan[5] | nan[6] | nan[7]) != 0,
+                       0)) {
+    m = KILN_V8_SPLAT(-__builtin_inff());
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = j0; j < j1; ++j) {
+        const kiln_v8f v = KILN_V8_LOAD(xc + i * row + j * KILN_NCHWC_B);
+        const kiln_v8i take = (kiln_v8i)(v > m) | (kiln_v8i)(v != v);
+        m = (kiln_v8f)(((kiln_v8i)v & take) | ((kiln_v8i)m & ~take));
+      }
+  }
+  return m;
+}
+
 KILN_HELPER void kiln_nchwc_max_pool(const float* x, int64_t h, int64_t wd, float* y, int64_t oh,
                                      int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                                      int64_t ph, int64_t pw, int64_t cb0, int64_t cb1, int64_t oy0,
@@ -172,14 +200,8 @@ KILN_HELPER void kiln_nchwc_max_pool(const float* x, int64_t h, int64_t wd, floa
         int64_t j0 = ox * sw - pw, j1 = j0 + kw;
         if (j0 < 0) j0 = 0;
         if (j1 > wd) j1 = wd;
-        kiln_v8f m = KILN_V8_SPLAT(-__builtin_inff());
-        for (int64_t i = i0; i < i1; ++i)
-          for (int64_t j = j0; j < j1; ++j) {
-            const kiln_v8f v = KILN_V8_LOAD(xc + i * row + j * KILN_NCHWC_B);
-            const kiln_v8i take = (kiln_v8i)(v > m) | (kiln_v8i)(v != v);
-            m = (kiln_v8f)(((kiln_v8i)v & take) | ((kiln_v8i)m & ~take));
-          }
-        KILN_V8_STORE(yc + (oy * ow + ox) * KILN_NCHWC_B, m);
+        KILN_V8_STORE(yc + (oy * ow + ox) * KILN_NCHWC_B,
+                      kiln_nchwc_window_max(xc, row, i0, i1, j0, j1));
       }
     }
   }
