@@ -447,20 +447,14 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   }
   // A band or a view shares its root's bytes, so it shares the root's aliases both ways
   // (bands first: a view's root may be a band).
-  for (size_t s = 0; s < n; ++s) {
-    const int root = plan.band_root[s];
-    if (root < 0) continue;
-    plan.aliases[s] = plan.aliases[static_cast<size_t>(root)];
-    for (int a : plan.aliases[static_cast<size_t>(root)]) {
-      plan.aliases[static_cast<size_t>(a)].push_back(static_cast<int>(s));
-    }
-  }
-  for (size_t s = 0; s < n; ++s) {
-    const int root = plan.view_root[s];
-    if (root < 0) continue;
-    plan.aliases[s] = plan.aliases[static_cast<size_t>(root)];
-    for (int a : plan.aliases[static_cast<size_t>(root)]) {
-      plan.aliases[static_cast<size_t>(a)].push_back(static_cast<int>(s));
+  for (const std::vector<int>* roots : {&plan.band_root, &plan.view_root}) {
+    for (size_t s = 0; s < n; ++s) {
+      const int root = (*roots)[s];
+      if (root < 0) continue;
+      plan.aliases[s] = plan.aliases[static_cast<size_t>(root)];
+      for (int a : plan.aliases[static_cast<size_t>(root)]) {
+        plan.aliases[static_cast<size_t>(a)].push_back(static_cast<int>(s));
+      }
     }
   }
   return owned;
