@@ -286,6 +286,21 @@ TEST(Executor, CpuReshapesOfTemporariesAreViewsThatKeepTheirBytesAlive) {
   }
 }
 
+Var slice(Var x, int64_t axis, int64_t start, int64_t end) {
+  using Ints = std::vector<int64_t>;
+  return kiln::apply("slice", {x},
+                     {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}});
+}
+
+// Each op a step with a buffer of its own, poisoned before each run.
+CompileOptions unfused_poisoned(Engine* engine) {
+  CompileOptions options;
+  options.engine = engine;
+  options.poison_buffers = true;
+  options.passes = "none";
+  return options;
+}
+
 // A concat whose bands are contiguous (every dimension before its axis is 1) has its
 // plain temporaries written in place by their producers, into a temporary or an output of
 // the run; it copies only the rest: an input, an output, a view, a value it reads twice, a
@@ -294,20 +309,11 @@ TEST(Executor, CpuReshapesOfTemporariesAreViewsThatKeepTheirBytesAlive) {
 // Band values read again later (directly and through a reshape) keep their bytes. Serial
 // and step-by-step (the concats dominate, so branches go to the engine) runs, with
 // poisoned buffers, against the reference.
-Var slice(Var x, int64_t axis, int64_t start, int64_t end) {
-  using Ints = std::vector<int64_t>;
-  return kiln::apply("slice", {x},
-                     {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}});
-}
-
 TEST(Executor, ConcatInputsAreWrittenInPlaceInTheirBands) {
   auto engine = make_engine(EngineKind::kThreaded, 2);
   for (Engine* e : {static_cast<Engine*>(nullptr), engine.get()}) {
     SCOPED_TRACE(e ? "threaded engine" : "no engine");
-    CompileOptions options;
-    options.engine = e;
-    options.poison_buffers = true;
-    options.passes = "none";  // each op a step with a buffer of its own
+    const CompileOptions options = unfused_poisoned(e);
     Graph g("concat_bands");
     Var x = input(g, "x", DType::kFloat32, {kDynamic, 16, 1024});
     Var a = exp(x);
@@ -358,10 +364,7 @@ TEST(Executor, ConcatBandsKeepTheirBytesFromFirstWriteToLastRead) {
   auto engine = make_engine(EngineKind::kThreaded, 2);
   for (Engine* e : {static_cast<Engine*>(nullptr), engine.get()}) {
     SCOPED_TRACE(e ? "threaded engine" : "no engine");
-    CompileOptions options;
-    options.engine = e;
-    options.poison_buffers = true;
-    options.passes = "none";
+    const CompileOptions options = unfused_poisoned(e);
     Graph g("band_lifetimes");
     Var x = input(g, "x", DType::kFloat32, {1, 4096});
     Var b = neg(x);
