@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 11
+#define KILN_ABI_VERSION 12
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -154,6 +154,16 @@ typedef struct kiln_support {
   int (*op_run)(kiln_ctx *ctx, void *op, kiln_tensor *const *in, int32_t n_in,
                 kiln_tensor *const *out, int32_t n_out);
   void (*op_release)(void *op);
+  /* A depthwise convolution over NCHW8c, channel blocks [cb0, cb1) at output rows [oy0, oy1)
+   * of one image: x (C/8, h, wd, 8), w (C/8, kh, kw, 8), y (C/8, oh, ow, 8),
+   *   y[((b*oh + oy)*ow + ox)*8 + l] = clamp(bias[b*8 + l] + sum_{i < kh, j < kw, inside}
+   *       w[((b*kh + i)*kw + j)*8 + l] * x[((b*h + iy)*wd + ix)*8 + l], lo, hi)
+   * with iy = oy*sh - ph + i, ix = ox*sw - pw + j, the taps outside the image left out (bias
+   * may be NULL: 0; clamp as gemm_packed's). */
+  void (*conv_nchwc_dw_f32)(const float* x, int64_t h, int64_t wd, const float* w,
+                            const float* bias, float* y, int64_t oh, int64_t ow, int64_t kh,
+                            int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t cb0,
+                            int64_t cb1, int64_t oy0, int64_t oy1, float lo, float hi);
 } kiln_support;
 
 #define KILN_CONV_SLACK 64

@@ -17,6 +17,7 @@
 #include "runtime/split_parts.h"
 #include "runtime/storage.h"
 #include "runtime/support/conv_nchwc.h"
+#include "runtime/support/conv_nchwc_dw.h"
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"
@@ -338,6 +339,97 @@ TEST(ConvNchwc, PointwiseCopiesMatchALongDoubleLoop) {
               mag += std::fabs(term);
             }
             ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
+using ConvNchwcDwFn = decltype(&kiln_conv_nchwc_dw_f32_base);
+
+// The blocked depthwise convolution (kiln_support.conv_nchwc_dw_f32) of every ISA copy this CPU
+// runs, against its contract in long double. The 3x3 and 5x5 windows at stride 1 and 2 take
+// the grouped path: rows of 1 to 29 positions (every group size, a group alone, groups that
+// touch both edges, rows narrower than the window), no padding (no edge group) and uneven
+// padding. Other windows (7x7, 3x5, stride 3, strides that differ) take a tap at a time. Parts
+// start after the first channel block and row and end before the last row; a NaN and
+// infinities sit in the input, with no clamp, a relu and a clip.
+TEST(ConvNchwc, DepthwiseCopiesMatchALongDoubleLoop) {
+  std::vector<std::pair<std::string, ConvNchwcDwFn>> copies = {
+      {"base", kiln_conv_nchwc_dw_f32_base}};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    copies.emplace_back("avx2", kiln_conv_nchwc_dw_f32_avx2);
+  if (__builtin_cpu_supports("avx512f"))
+    copies.emplace_back("avx512", kiln_conv_nchwc_dw_f32_avx512);
+#endif
+  struct Case {
+    int64_t c, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
+  };
+  const Case cases[] = {{16, 6, 1, 3, 3, 1, 1, 1, 1, 1, 1},   {16, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1},
+                        {24, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1},   {16, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1},
+                        {16, 6, 13, 3, 3, 1, 1, 1, 1, 1, 1},  {8, 5, 29, 3, 3, 1, 1, 1, 1, 1, 1},
+                        {16, 7, 17, 3, 3, 1, 1, 0, 0, 0, 0},  {16, 9, 15, 3, 3, 2, 2, 1, 1, 1, 1},
+                        {16, 8, 16, 3, 3, 2, 2, 0, 0, 1, 1},  {16, 14, 14, 5, 5, 1, 1, 2, 2, 2, 2},
+                        {16, 7, 7, 5, 5, 1, 1, 2, 2, 2, 2},   {16, 5, 3, 5, 5, 1, 1, 2, 2, 2, 2},
+                        {16, 12, 28, 5, 5, 2, 2, 2, 2, 2, 2}, {16, 9, 9, 5, 5, 2, 2, 2, 2, 2, 2},
+                        {16, 9, 20, 5, 5, 1, 1, 0, 0, 0, 0},  {16, 8, 11, 3, 3, 1, 1, 0, 2, 2, 0},
+                        {16, 9, 12, 7, 7, 1, 1, 3, 3, 3, 3},  {16, 7, 10, 3, 5, 1, 1, 1, 2, 1, 2},
+                        {16, 10, 11, 3, 3, 3, 3, 1, 1, 1, 1}, {16, 9, 13, 3, 3, 1, 2, 1, 1, 1, 1}};
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {-0.25f, 0.5f}};
+  std::mt19937 rng(73);
+  std::uniform_real_distribution<float> u(-1, 1);
+  int variant = 0;
+  for (const Case& cs : cases) {
+    const int64_t oh = (cs.h + cs.pt + cs.pb - cs.kh) / cs.sh + 1;
+    const int64_t ow = (cs.w + cs.pl + cs.pr - cs.kw) / cs.sw + 1, blocks = cs.c / 8;
+    std::vector<float> x(static_cast<size_t>(cs.c * cs.h * cs.w)),
+        w(static_cast<size_t>(cs.c * cs.kh * cs.kw)), bias(static_cast<size_t>(cs.c));
+    for (auto& e : x) e = u(rng);
+    for (auto& e : w) e = u(rng);
+    for (auto& e : bias) e = u(rng);
+    // In the last block: a NaN mid-image, +inf at the first column and -inf at the last.
+    const int64_t last = (blocks - 1) * cs.h * cs.w * 8;
+    x[static_cast<size_t>(last + ((cs.h / 2) * cs.w + cs.w / 2) * 8 + 3)] = std::nanf("");
+    x[static_cast<size_t>(last + (cs.h / 2) * cs.w * 8 + 5)] = inf;
+    x[static_cast<size_t>(last + ((cs.h / 2) * cs.w + cs.w - 1) * 8 + 6)] = -inf;
+    const bool with_bias = variant % 2 == 0;
+    const auto [lo, hi] = clamps[variant % 3];
+    const int64_t cb0 = 1, oy0 = oh > 2 ? 1 : 0, oy1 = oh > 3 ? oh - 1 : oh;
+    ++variant;
+    for (const auto& [isa, fn] : copies) {
+      std::vector<float> y(static_cast<size_t>(cs.c * oh * ow), -7.0f);  // -7: not written
+      fn(x.data(), cs.h, cs.w, w.data(), with_bias ? bias.data() : nullptr, y.data(), oh, ow, cs.kh,
+         cs.kw, cs.sh, cs.sw, cs.pt, cs.pl, cb0, blocks, oy0, oy1, lo, hi);
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            for (int64_t l = 0; l < 8; ++l) {
+              const float got = y[static_cast<size_t>(((b * oh + oy) * ow + ox) * 8 + l)];
+              const std::string where = isa + " case " + std::to_string(variant - 1) + " block " +
+                                        std::to_string(b) + " at (" + std::to_string(oy) + ", " +
+                                        std::to_string(ox) + ") lane " + std::to_string(l);
+              if (b < cb0 || oy < oy0 || oy >= oy1) {
+                ASSERT_EQ(got, -7.0f) << where << ": written outside the part";
+                continue;
+              }
+              long double acc = with_bias ? bias[static_cast<size_t>(b * 8 + l)] : 0.0L;
+              long double mag = std::fabs(acc);
+              for (int64_t i = 0; i < cs.kh; ++i) {
+                for (int64_t j = 0; j < cs.kw; ++j) {
+                  const int64_t iy = oy * cs.sh - cs.pt + i, ix = ox * cs.sw - cs.pl + j;
+                  if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
+                  const long double term =
+                      (long double)w[static_cast<size_t>(((b * cs.kh + i) * cs.kw + j) * 8 + l)] *
+                      x[static_cast<size_t>(((b * cs.h + iy) * cs.w + ix) * 8 + l)];
+                  acc += term;
+                  mag += std::fabs(term);
+                }
+              }
+              ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
+            }
           }
         }
       }

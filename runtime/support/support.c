@@ -4,6 +4,7 @@
 #include "runtime/module_abi.h"
 #include "runtime/support/conv_blocks.h"
 #include "runtime/support/conv_nchwc.h"
+#include "runtime/support/conv_nchwc_dw.h"
 #include "runtime/support/conv_tile.h"
 #include "runtime/support/gemm.h"
 #include "runtime/support/gemm_tile.h"
@@ -23,6 +24,7 @@ _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [
     (t).conv_blocks_f64 = kiln_conv_blocks_f64_##ISA;     \
     (t).conv_nchwc_f32 = kiln_conv_nchwc_f32_##ISA;       \
     (t).conv_nchwc_pw_f32 = kiln_conv_nchwc_pw_f32_##ISA; \
+    (t).conv_nchwc_dw_f32 = kiln_conv_nchwc_dw_f32_##ISA; \
     (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA;     \
     (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA;     \
   } while (0)
@@ -67,7 +69,8 @@ static void build_host_table(void) {
                           0,
                           kiln_foreign_op_bind,
                           kiln_foreign_op_run,
-                          kiln_foreign_op_release};
+                          kiln_foreign_op_release,
+                          0};
   host_table = pick_kernels(t);
 }
 
