@@ -289,7 +289,14 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     // register blocks run along rows), each finished and its epilogue run while in L2.
     s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
     s += "    if (piece < 48) piece = 48;\n";
-    s += "    const int64_t piece_rows = piece / 8 / ow;\n";
+    s += "    int64_t piece_rows = piece / 8 / ow;\n";
+    // Pieces of even size: an uneven cut left a last piece of a row or two, which passed
+    // every weight again for little work.
+    s += "    if (piece_rows > 0) {\n";
+    s += "      const int64_t part_rows = (pp1 - 1) / ow - pp0 / ow + 1;\n";
+    s += "      const int64_t n = (part_rows + piece_rows / 2) / piece_rows;\n";
+    s += "      piece_rows = n > 1 ? (part_rows + n - 1) / n : part_rows;\n";
+    s += "    }\n";
     // A window's positions share their input rows: the chunk whose weights pass once is all
     // output rows whose input rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer
     // re-read 9 MB of weights per 6 positions).
@@ -308,6 +315,12 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     // Pieces of about 128 KB of output, each finished (and its epilogue run) while in L2.
     s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
     s += "    if (piece < 48) piece = 48;\n";
+    // Pieces of even size: 49 positions went as 48 and then 1, which passed every weight
+    // again for one position.
+    s += "    {\n";
+    s += "      const int64_t n = (c1 - c0 + piece / 2) / piece;\n";
+    s += "      piece = n > 1 ? ((c1 - c0) / 8 + n - 1) / n * 8 : c1 - c0;\n";
+    s += "    }\n";
     s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
     s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
     s += "      kiln_nchwc_pointwise(xi, " + v(g.c) + ", " + v(g.h * g.w) + ", d1, " + bias +

@@ -28,7 +28,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 7; }
+  std::optional<int> cache_version() const override { return 8; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }

@@ -1571,6 +1571,30 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
   }
 }
 
+// A blocked convolution's part runs in pieces of about 128 KB of output, each with its epilogue
+// while in L2. At 112 x 112 with 16 channels, in four parts, the pointwise and the 3x3 layer
+// each cut a part into two even pieces (1568 positions; 14 rows), with a residual add and relu
+// after each piece: every position is computed and its epilogue run once.
+TEST(Conv, BlockedPiecesCoverEveryPosition) {
+  std::mt19937 rng(74);
+  Graph g("nchwc_pieces");
+  Var x = input(g, "x", DType::kFloat32, {1, 16, 112, 112});
+  auto cst = [&](const Shape& s, const std::string& name) {
+    return constant(g, random_tensor(DType::kFloat32, s, rng, -0.5, 0.5), name);
+  };
+  Var p = relu(add(apply("conv", {x, cst({16, 16, 1, 1}, "wp"), cst({16}, "bp")}, {}), x));
+  Var d = relu(add(apply("conv", {p, cst({16, 16, 3, 3}, "wd"), cst({16}, "bd")},
+                         {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+                   p));
+  g.set_outputs({apply("conv", {d, cst({8, 16, 1, 1}, "wo")}, {}), p});
+  const std::string source = module_source(compile(g));
+  EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
+  EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
+  Tensor image = random_tensor(DType::kFloat32, {1, 16, 112, 112}, rng);
+  image.store(1727 * 8 + 3, std::nan(""));
+  check_graph(g, {{image}}, 1e-4, 1e-5);
+}
+
 // The blocked ops are in the registry (a JSON model may name them): a wrong shape or prop
 // is an error naming the op, what was given and what it must be, not a crash.
 TEST(Conv, BlockedOpsRejectBadShapesAndProps) {
