@@ -14,12 +14,21 @@
 // X may also be a plain (N, C, H, W) image with group 1 (a stem: C under 8), W then
 // (M/8, C x kh x kw, 8) with tap (c, i, j) at [b, (c x kh + i) x kw + j];
 // and an optional bias B (M).
+// Prop winograd 1 (a 3x3 window, stride 1, pads 1, group 1, a blocked X): the convolution
+// runs by Winograd's F(2x2, 3x3) (kiln_support.conv_nchwc_wino_f32), W then (16, M/8, C, 8),
+// the weights transformed: [e, b, c, l] = (G g G^T)[e / 4][e % 4] for g the window of output
+// channel b x 8 + l and input channel c, G = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5},
+// {0, 0, 1}} (kWinogradG).
 #include "ops/cop.h"
 
 namespace kiln {
 
 // The channels of one block (KILN_NCHWC_B of kiln_nchwc.h).
 constexpr int64_t kNchwcBlock = 8;
+
+// F(2x2, 3x3)'s weights for prop winograd 1, (16, M/8, C, 8), from a group-1 3x3 weight in
+// the blocked order (M/8, C x 9, 8): U = G g G^T per channel pair, in double.
+Tensor winograd_weights(const Tensor& w);
 
 class ConvNchwc : public COp {
  public:
@@ -28,7 +37,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }
@@ -47,6 +56,7 @@ class ConvNchwc : public COp {
   bool c_heavy(const Node&) const override { return true; }
 
   bool depthwise() const { return group_ != 1; }
+  bool winograd() const { return winograd_; }
   // A 1x1 window, stride 1, no padding: the positions read in place, no padded rows.
   bool pointwise() const {
     return group_ == 1 && kernel_ == std::vector<int64_t>{1, 1} &&
@@ -62,6 +72,7 @@ class ConvNchwc : public COp {
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue, const StoreClamp* clamp) const;
   int64_t group_;
+  bool winograd_;
   std::vector<int64_t> kernel_, strides_, pads_;
 };
 

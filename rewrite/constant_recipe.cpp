@@ -1,5 +1,6 @@
 #include "rewrite/constant_recipe.h"
 
+#include "ops/conv_nchwc.h"
 #include "ops/conv_pack.h"
 #include "ops/gemm_pack.h"
 #include "ops/registry.h"
@@ -46,6 +47,13 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
       throw UserError(std::string(kPackConvBlocks) + " takes one float convolution weight");
     }
     return pack_conv_blocks(inputs[0]);
+  }
+  if (op == kWinogradWeights) {
+    if (inputs.size() != 1 || inputs[0].ndim() != 3 || output != 0 ||
+        inputs[0].dtype() != DType::kFloat32) {
+      throw UserError(std::string(kWinogradWeights) + " takes one blocked float32 3x3 weight");
+    }
+    return winograd_weights(inputs[0]);
   }
   std::shared_ptr<const Op> o = OpRegistry::instance().create(op, props);
   std::vector<TensorType> types;

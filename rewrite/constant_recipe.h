@@ -13,6 +13,8 @@ namespace kiln {
 inline constexpr const char* kPackGemmPanels = "pack_gemm_panels";
 // And for a convolution's weight (no props).
 inline constexpr const char* kPackConvBlocks = "pack_conv_blocks";
+// And for a blocked 3x3 weight's Winograd transform (ops/conv_nchwc.h, no props).
+inline constexpr const char* kWinogradWeights = "winograd_weights";
 
 RecipePtr source_recipe(int index);
 RecipePtr transform_recipe(std::string op, Attrs props, int output, std::vector<RecipePtr> inputs);
@@ -20,8 +22,8 @@ RecipePtr transform_recipe(std::string op, Attrs props, int output, std::vector<
 // registry recreates an equal op).
 bool replayable(const Op& op);
 // Output `output` of transform `op` over `inputs`: an op of the registry (its reference
-// perform), kPackGemmPanels or kPackConvBlocks. Throws UserError naming the op when it does not
-// apply.
+// perform), kPackGemmPanels, kPackConvBlocks or kWinogradWeights. Throws UserError naming the op
+// when it does not apply.
 Tensor run_transform(const std::string& op, const Attrs& props, int output,
                      const std::vector<Tensor>& inputs);
 

@@ -44,11 +44,17 @@ const std::vector<PassInfo>& all_passes() {
   // the epilogue; dead-code removal last, to drop what the others orphaned.
   // A pass's version goes up whenever what it makes of a graph changes.
   static const std::vector<PassInfo> passes = {
-      {"fold", fold_constants, 3},     {"simplify", simplify, 2},
-      {"cse", merge_common, 1},        {"layout", layout_nchwc, 5},
-      {"pack", pack_weights, 4},       {"views", view_matmul_operands, 2},
-      {"fusion", fuse_elementwise, 1}, {"reduction", fuse_reduce, 1},
-      {"epilogue", fuse_epilogue, 1},  {"dce", remove_dead, 1},
+      {"fold", fold_constants, 3},
+      {"simplify", simplify, 2},
+      {"cse", merge_common, 1},
+      {"layout", layout_nchwc, 5},
+      {"winograd", winograd_convs, 1},
+      {"pack", pack_weights, 4},
+      {"views", view_matmul_operands, 2},
+      {"fusion", fuse_elementwise, 1},
+      {"reduction", fuse_reduce, 1},
+      {"epilogue", fuse_epilogue, 1},
+      {"dce", remove_dead, 1},
   };
   return passes;
 }

@@ -6,13 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 12
+#define KILN_ABI_VERSION 13
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
-  void *data;
-  const int64_t *shape;
-  const int64_t *strides;
+  void* data;
+  const int64_t* shape;
+  const int64_t* strides;
   int32_t ndim;
   int32_t dtype;
 } kiln_tensor;
@@ -21,10 +21,10 @@ typedef struct kiln_tensor {
 typedef struct kiln_ctx kiln_ctx;
 struct kiln_ctx {
   /* Records a printf-style message; the thunk then returns non-zero. */
-  void (*fail)(kiln_ctx *ctx, const char *fmt, ...);
+  void (*fail)(kiln_ctx* ctx, const char* fmt, ...);
   /* Scratch memory, 64-byte aligned, released after the thunk returns. NULL on failure. */
-  void *(*workspace)(kiln_ctx *ctx, size_t bytes);
-  void *impl;
+  void* (*workspace)(kiln_ctx* ctx, size_t bytes);
+  void* impl;
   /* A thunk flagged KILN_THUNK_SPLIT may be called n_parts times (possibly at once, from
    * different threads) with part = 0..n_parts-1; each call computes its share of the
    * outputs. Every other thunk is called once with part = 0, n_parts = 1. */
@@ -34,9 +34,9 @@ struct kiln_ctx {
    * dims = {grid x, y, z, block x, y, z}, `shared` bytes of dynamic shared memory and CUDA's
    * argument convention (args[i] points at argument i); and copy `bytes` between host and
    * device (kind: KILN_COPY_*). Both return non-zero after ctx->fail. */
-  int (*launch)(kiln_ctx *ctx, int32_t kernel, const uint32_t dims[6], uint32_t shared,
-                void **args);
-  int (*copy)(kiln_ctx *ctx, void *dst, const void *src, size_t bytes, int32_t kind);
+  int (*launch)(kiln_ctx* ctx, int32_t kernel, const uint32_t dims[6], uint32_t shared,
+                void** args);
+  int (*copy)(kiln_ctx* ctx, void* dst, const void* src, size_t bytes, int32_t kind);
 };
 
 #define KILN_COPY_TO_DEVICE 1
@@ -54,38 +54,38 @@ typedef struct kiln_window {
   int64_t oh, ow; /* output spatial size */
 } kiln_window;
 
-/* The loop-nest helpers and GEMM of runtime/support (kiln_index.h, kiln_window.h, gemm.c), compiled once into
- * kiln and handed to each module when it is loaded, so no module compiles its own copy.
+/* The loop-nest helpers and GEMM of runtime/support (kiln_index.h, kiln_window.h, gemm.c), compiled
+ * once into kiln and handed to each module when it is loaded, so no module compiles its own copy.
  * `size` is sizeof(kiln_support) of the host; entries are only ever appended. */
 typedef struct kiln_support {
   uint32_t size;
-  int (*collapse)(int ndim, int nops, int64_t *shape, int64_t strides[][16]);
-  void (*part_range)(int64_t n, int32_t part, int32_t n_parts, int64_t grain, int64_t *lo,
-                     int64_t *hi);
-  void (*seek)(int r, int nops, const int64_t *shape, int64_t strides[][16], int64_t row,
-               int64_t *idx, int64_t *off);
-  void (*copy_nd)(void *dst, const int64_t *dst_strides, const void *src,
-                  const int64_t *src_strides, int ndim, const int64_t *shape, size_t esize);
-  void (*copy_strided)(void *dst, const void *src, int ndim, const int64_t *shape,
-                       const int64_t *strides, size_t esize);
-  void (*slice_dim)(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first,
-                    int64_t *count);
-  void (*im2col_f32)(const float *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
-                     const kiln_window *g, float *col, int64_t ldc);
-  void (*im2col_f64)(const double *x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
-                     const kiln_window *g, double *col, int64_t ldc);
-  void (*pool_f32)(const float *x, int64_t sy, int64_t sx, const kiln_window *g, int avg_mode,
-                   float *out);
-  void (*pool_f64)(const double *x, int64_t sy, int64_t sx, const kiln_window *g, int avg_mode,
-                   double *out);
+  int (*collapse)(int ndim, int nops, int64_t* shape, int64_t strides[][16]);
+  void (*part_range)(int64_t n, int32_t part, int32_t n_parts, int64_t grain, int64_t* lo,
+                     int64_t* hi);
+  void (*seek)(int r, int nops, const int64_t* shape, int64_t strides[][16], int64_t row,
+               int64_t* idx, int64_t* off);
+  void (*copy_nd)(void* dst, const int64_t* dst_strides, const void* src,
+                  const int64_t* src_strides, int ndim, const int64_t* shape, size_t esize);
+  void (*copy_strided)(void* dst, const void* src, int ndim, const int64_t* shape,
+                       const int64_t* strides, size_t esize);
+  void (*slice_dim)(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first,
+                    int64_t* count);
+  void (*im2col_f32)(const float* x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
+                     const kiln_window* g, float* col, int64_t ldc);
+  void (*im2col_f64)(const double* x, int64_t channels, int64_t sc, int64_t sy, int64_t sx,
+                     const kiln_window* g, double* col, int64_t ldc);
+  void (*pool_f32)(const float* x, int64_t sy, int64_t sx, const kiln_window* g, int avg_mode,
+                   float* out);
+  void (*pool_f64)(const double* x, int64_t sy, int64_t sx, const kiln_window* g, int avg_mode,
+                   double* out);
   /* C[M,N] = alpha * A B + beta * C (OpenBLAS); A and B by (row, column) element strides.
    * Returns non-zero after ctx->fail. */
-  int (*gemm_f32)(kiln_ctx *ctx, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                  int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta,
-                  float *C, int64_t ldc);
-  int (*gemm_f64)(kiln_ctx *ctx, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
-                  int64_t rsa, int64_t csa, const double *B, int64_t rsb, int64_t csb,
-                  double beta, double *C, int64_t ldc);
+  int (*gemm_f32)(kiln_ctx* ctx, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t rsa, int64_t csa, const float* B, int64_t rsb, int64_t csb, float beta,
+                  float* C, int64_t ldc);
+  int (*gemm_f64)(kiln_ctx* ctx, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                  int64_t rsa, int64_t csa, const double* B, int64_t rsb, int64_t csb, double beta,
+                  double* C, int64_t ldc);
   /* Direct convolution of m output rows over npos positions: for r < m, j < npos,
    *   y[r*ldy + (j/wp)*ow + j%wp] = clamp(bias[r*bs] + sum_{t < taps} w[r*ldw + t] * b[off[t] + j],
    *                                       lo, hi)
@@ -150,10 +150,10 @@ typedef struct kiln_support {
   /* Compute functions outside the module (the precompiled ops of custom-op libraries):
    * bound once when the module loads, from a description kiln wrote into it (NULL after
    * ctx->fail), called per run (non-zero after ctx->fail), released at unload. */
-  void *(*op_bind)(kiln_ctx *ctx, const char *spec);
-  int (*op_run)(kiln_ctx *ctx, void *op, kiln_tensor *const *in, int32_t n_in,
-                kiln_tensor *const *out, int32_t n_out);
-  void (*op_release)(void *op);
+  void* (*op_bind)(kiln_ctx* ctx, const char* spec);
+  int (*op_run)(kiln_ctx* ctx, void* op, kiln_tensor* const* in, int32_t n_in,
+                kiln_tensor* const* out, int32_t n_out);
+  void (*op_release)(void* op);
   /* A depthwise convolution over NCHW8c, channel blocks [cb0, cb1) at output rows [oy0, oy1)
    * of one image: x (C/8, h, wd, 8), w (C/8, kh, kw, 8), y (C/8, oh, ow, 8),
    *   y[((b*oh + oy)*ow + ox)*8 + l] = clamp(bias[b*8 + l] + sum_{i < kh, j < kw, inside}
@@ -164,14 +164,24 @@ typedef struct kiln_support {
                             const float* bias, float* y, int64_t oh, int64_t ow, int64_t kh,
                             int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t cb0,
                             int64_t cb1, int64_t oy0, int64_t oy1, float lo, float hi);
+  /* A 3x3 convolution at stride 1 with one zero of padding on each side over NCHW8c, by
+   * Winograd's F(2x2, 3x3): output blocks [mb0, mb1) at output rows [oy0, oy1) (oy0 even) of
+   * one image, x (C/8, h, wd, 8), y (M/8, h, wd, 8), each output as conv_nchwc_f32's (bias may
+   * be NULL: 0; clamp as gemm_packed's) up to rounding. u (16, M/8, C, 8) holds the weights
+   * transformed: u[((e*(M/8) + b)*C + i)*8 + l] = (G g G^T)[e/4][e%4] for g the 3x3 window of
+   * output channel b*8 + l and input channel i, G = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5},
+   * {0, 0, 1}}. work holds 16 (C + 8 (mb1 - mb0)) ceil((oy1 - oy0) / 2) ceil(wd / 2) floats. */
+  void (*conv_nchwc_wino_f32)(const float* x, int64_t c, int64_t h, int64_t wd, const float* u,
+                              int64_t m, const float* bias, float* y, int64_t mb0, int64_t mb1,
+                              int64_t oy0, int64_t oy1, float* work, float lo, float hi);
 } kiln_support;
 
 #define KILN_CONV_SLACK 64
 #define KILN_CONV_BLOCK 16
 #define KILN_GEMM_PANEL_BYTES 64
 
-typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
-                             kiln_tensor *const *out);
+typedef int (*kiln_thunk_fn)(void* state, kiln_ctx* ctx, kiln_tensor* const* in,
+                             kiln_tensor* const* out);
 
 /* kiln_thunk_info.flags */
 #define KILN_THUNK_SPLIT 1 /* the work divides into disjoint parts (see kiln_ctx.part) */
@@ -184,11 +194,11 @@ typedef int (*kiln_thunk_fn)(void *state, kiln_ctx *ctx, kiln_tensor *const *in,
 
 typedef struct kiln_thunk_info {
   kiln_thunk_fn fn;
-  const char *name;  /* "node 3: add" — for errors and tracing */
-  int32_t node;      /* node index in the graph */
+  const char* name; /* "node 3: add" — for errors and tracing */
+  int32_t node;     /* node index in the graph */
   int32_t n_in;
   int32_t n_out;
-  int32_t flags;     /* KILN_THUNK_* */
+  int32_t flags; /* KILN_THUNK_* */
   /* A split thunk whose parts take whole units of this many flat elements of its first output
    * (kiln_ctx.part gets units kiln_part_range(numel / split_unit, ...)); 0: any element
    * range. It caps the parts at the number of units, so a one-row GEMM stays one call. */
@@ -197,20 +207,20 @@ typedef struct kiln_thunk_info {
 
 typedef struct kiln_module_info {
   uint32_t abi_version;
-  const char *key;
+  const char* key;
   int32_t n_thunks;
-  const kiln_thunk_info *thunks;
+  const kiln_thunk_info* thunks;
   size_t state_size;
   /* Run once after load / before unload; init returns non-zero and calls ctx->fail on error. */
-  int (*state_init)(void *state, kiln_ctx *ctx);
-  void (*state_cleanup)(void *state);
+  int (*state_init)(void* state, kiln_ctx* ctx);
+  void (*state_cleanup)(void* state);
   /* Device kernels the thunks launch by index (ctx->launch), by their names in the kernel
    * image stored beside the module (kernels.cubin / kernels.emu.so); 0 on a CPU module. */
   int32_t n_kernels;
-  const char *const *kernel_names;
+  const char* const* kernel_names;
 } kiln_module_info;
 
 /* The module's entry point. `support` outlives the module; the module keeps the pointer. */
-typedef const kiln_module_info *(*kiln_module_fn)(const kiln_support *support);
+typedef const kiln_module_info* (*kiln_module_fn)(const kiln_support* support);
 
 #endif

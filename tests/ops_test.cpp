@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -1554,6 +1555,10 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
     EXPECT_NE(source.find("kiln_nchwc_depthwise("), std::string::npos) << "no blocked depthwise";
     EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
+    // The 3x3 layer at stride 1 runs by Winograd's F(2x2, 3x3) on maps of 12 x 12 and more
+    // (an odd width: a last tile half outside), its infinities still infinities (not NaN).
+    EXPECT_EQ(source.find("kiln_nchwc_winograd(") != std::string::npos, hw[0] >= 12 && hw[1] >= 12)
+        << "Winograd where it should not be, or not where it should";
     EXPECT_NE(source.find(", 1, d1, "), std::string::npos) << "the stem was not read in NCHW";
     EXPECT_NE(source.find("kiln_nchwc_max_pool("), std::string::npos) << "no blocked max pool";
     EXPECT_NE(source.find("/* epilogue, in the stores: clip"), std::string::npos);
@@ -1572,27 +1577,36 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
 }
 
 // A blocked convolution's part runs in pieces of about 128 KB of output, each with its epilogue
-// while in L2. At 112 x 112 with 16 channels, in four parts, the pointwise and the 3x3 layer
-// each cut a part into two even pieces (1568 positions; 14 rows), with a residual add and relu
-// after each piece: every position is computed and its epilogue run once.
+// while in L2. At 112 x 112 with 16 channels, in four parts, the pointwise and the direct 3x3
+// layer each cut a part into two even pieces (1568 positions; 14 rows), and the Winograd 3x3
+// layer runs a row of 2x2 tiles per piece, with a residual add and relu after each piece:
+// every position is computed and its epilogue run once. KILN_PASSES=-winograd keeps the 3x3
+// layer direct.
 TEST(Conv, BlockedPiecesCoverEveryPosition) {
-  std::mt19937 rng(74);
-  Graph g("nchwc_pieces");
-  Var x = input(g, "x", DType::kFloat32, {1, 16, 112, 112});
-  auto cst = [&](const Shape& s, const std::string& name) {
-    return constant(g, random_tensor(DType::kFloat32, s, rng, -0.5, 0.5), name);
-  };
-  Var p = relu(add(apply("conv", {x, cst({16, 16, 1, 1}, "wp"), cst({16}, "bp")}, {}), x));
-  Var d = relu(add(apply("conv", {p, cst({16, 16, 3, 3}, "wd"), cst({16}, "bd")},
-                         {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
-                   p));
-  g.set_outputs({apply("conv", {d, cst({8, 16, 1, 1}, "wo")}, {}), p});
-  const std::string source = module_source(compile(g));
-  EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
-  EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
-  Tensor image = random_tensor(DType::kFloat32, {1, 16, 112, 112}, rng);
-  image.store(1727 * 8 + 3, std::nan(""));
-  check_graph(g, {{image}}, 1e-4, 1e-5);
+  for (const bool winograd : {true, false}) {
+    SCOPED_TRACE(winograd ? "winograd" : "direct");
+    if (!winograd) setenv("KILN_PASSES", "-winograd", 1);
+    std::mt19937 rng(74);
+    Graph g(winograd ? "nchwc_pieces" : "nchwc_pieces_direct");
+    Var x = input(g, "x", DType::kFloat32, {1, 16, 112, 112});
+    auto cst = [&](const Shape& s, const std::string& name) {
+      return constant(g, random_tensor(DType::kFloat32, s, rng, -0.5, 0.5), name);
+    };
+    Var p = relu(add(apply("conv", {x, cst({16, 16, 1, 1}, "wp"), cst({16}, "bp")}, {}), x));
+    Var d = relu(add(apply("conv", {p, cst({16, 16, 3, 3}, "wd"), cst({16}, "bd")},
+                           {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+                     p));
+    g.set_outputs({apply("conv", {d, cst({8, 16, 1, 1}, "wo")}, {}), p});
+    const std::string source = module_source(compile(g));
+    EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
+    EXPECT_NE(source.find(winograd ? "kiln_nchwc_winograd(" : "kiln_nchwc_direct("),
+              std::string::npos)
+        << "no blocked 3x3 of that form";
+    Tensor image = random_tensor(DType::kFloat32, {1, 16, 112, 112}, rng);
+    image.store(1727 * 8 + 3, std::nan(""));
+    check_graph(g, {{image}}, 1e-4, 1e-5);
+    unsetenv("KILN_PASSES");
+  }
 }
 
 // The blocked ops are in the registry (a JSON model may name them): a wrong shape or prop
@@ -1615,6 +1629,19 @@ TEST(Conv, BlockedOpsRejectBadShapesAndProps) {
     apply("conv_nchwc", {x4, input(g, "wd", DType::kFloat32, {2, 3, 3, 8})}, dw);
   });
   EXPECT_NE(m.find("is not (N, C/8, H, W, 8)"), std::string::npos) << m;
+  // Winograd's form: a 3x3 window at stride 1, pads 1, and the transformed weight.
+  Attrs wino = three;
+  wino["winograd"] = int64_t{1};
+  m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wino); });
+  EXPECT_NE(m.find("is not the Winograd transform (16, M/8, C, 8)"), std::string::npos) << m;
+  m = error_of([&] {
+    apply("conv_nchwc", {x, input(g, "u", DType::kFloat32, {16, 3, 8, 8})}, wino);
+  });
+  EXPECT_NE(m.find("must be (16, 3, 16, 8)"), std::string::npos) << m;
+  wino["strides"] = std::vector<int64_t>{2, 2};
+  m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wino); });
+  EXPECT_NE(m.find("winograd"), std::string::npos) << m;
+  EXPECT_NE(m.find("stride 1"), std::string::npos) << m;
   Attrs wide = three;
   wide["kernel_shape"] = std::vector<int64_t>{65, 3};
   m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wide); });

@@ -80,9 +80,10 @@ class WarmPath : public ::testing::Test {
  protected:
   void SetUp() override {
     clear_compile_memo();
-    opts_.cache_dir = fs::path(temp_dir(std::string("warm-") +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name())) /
-                      "cache";
+    opts_.cache_dir =
+        fs::path(temp_dir(std::string("warm-") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name())) /
+        "cache";
   }
   void TearDown() override { clear_compile_memo(); }
   CompileOptions opts_;
@@ -173,6 +174,34 @@ TEST_F(WarmPath, ConvolutionWeightBlocksAreRepackedForANewWeightSet) {
   EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
 }
 
+// A blocked 3x3 chain's weights are transformed for Winograd's F(2x2, 3x3) by the plan's
+// recorded transform: a module from the disk cache given other weights transforms those.
+TEST_F(WarmPath, WinogradWeightsAreTransformedAgainForANewWeightSet) {
+  std::mt19937 rng(76);
+  auto chain = [](const Tensor& w1, const Tensor& w2) {
+    Graph g("winograd_chain");
+    Var x = input(g, "x", DType::kFloat32, {1, 8, 14, 13});
+    const Attrs same{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    Var y = relu(apply("conv", {x, parameter(g, w1, "w1")}, same));
+    g.set_outputs({apply("conv", {y, parameter(g, w2, "w2")}, same)});
+    return g;
+  };
+  auto weight = [&] { return testing::random_tensor(DType::kFloat32, {8, 8, 3, 3}, rng); };
+  const Tensor x = testing::random_tensor(DType::kFloat32, {1, 8, 14, 13}, rng);
+  Graph ga = chain(weight(), weight());
+  Function a = compile(ga, opts_);
+  EXPECT_EQ(a.info().cache, CacheStatus::kMiss);
+  EXPECT_NE(read_file(a.info().module_path.parent_path() / "plan").find("winograd_weights"),
+            std::string::npos);
+  EXPECT_TRUE(tensors_close(a({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
+  clear_compile_memo();
+  Graph gb = chain(weight(), weight());
+  Function b = compile(gb, opts_);
+  EXPECT_EQ(b.info().cache, CacheStatus::kHit);
+  EXPECT_TRUE(tensors_close(b({x})[0], evaluate_reference(gb, {x})[0], 1e-4, 1e-5));
+  EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
+}
+
 TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
   Graph g("edited");
   Var x = input(g, "x", DType::kFloat32, {4});
@@ -216,11 +245,13 @@ TEST_F(WarmPath, PassesAreAKeyComponentThatExplainNames) {
 TEST_F(WarmPath, PlansRoundTripAndDamagedPlansAreErrors) {
   Graph g("plan");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 40});
-  Var w = parameter(g, Tensor::from_doubles(DType::kFloat32, {40, 32}, std::vector<double>(1280, 0.25)), "w");
-  Var s = apply("slice", {x}, {{"axes", std::vector<int64_t>{1}},
-                               {"starts", std::vector<int64_t>{std::numeric_limits<int64_t>::max()}},
-                               {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
-                               {"steps", std::vector<int64_t>{-1}}});
+  Var w = parameter(
+      g, Tensor::from_doubles(DType::kFloat32, {40, 32}, std::vector<double>(1280, 0.25)), "w");
+  Var s = apply("slice", {x},
+                {{"axes", std::vector<int64_t>{1}},
+                 {"starts", std::vector<int64_t>{std::numeric_limits<int64_t>::max()}},
+                 {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
+                 {"steps", std::vector<int64_t>{-1}}});
   Var y = apply("gemm", {s, w * scalar(g, DType::kFloat32, 2)}, {{"alpha", 0.1}});
   g.set_outputs({apply("leaky_relu", {y}, {{"alpha", -std::numeric_limits<double>::infinity()}})});
   Function f = compile(g, opts_);
@@ -273,7 +304,8 @@ TEST_F(WarmPath, ConstantsThatNoLongerFitTheModuleAreNamed) {
   compile(g, opts_);
   g.find_variable("w")->value = Tensor::from_doubles(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
   const std::string msg = testing::error_of([&] { compile(g, opts_); });
-  EXPECT_NE(msg.find("constant 'w' of graph 'counted' holds float32 (5,)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("constant 'w' of graph 'counted' holds float32 (5,)"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("built for float32 (4,)"), std::string::npos) << msg;
 }
 
@@ -302,7 +334,8 @@ void write_model(const fs::path& dir, uint32_t seed) {
 }
 
 Tensor reference(const fs::path& dir, const Tensor& x) {
-  Tensor w1 = read_npy(dir / "w1.npy"), b1 = read_npy(dir / "b1.npy"), w2 = read_npy(dir / "w2.npy");
+  Tensor w1 = read_npy(dir / "w1.npy"), b1 = read_npy(dir / "b1.npy"),
+         w2 = read_npy(dir / "w2.npy");
   const int64_t m = x.shape()[0];
   Tensor y = Tensor::zeros(DType::kFloat32, {m, 20});
   for (int64_t i = 0; i < m; ++i) {

@@ -37,6 +37,12 @@ typedef int32_t kiln_v8i __attribute__((vector_size(32)));
  * (runtime/support/conv_nchwc_dw.c). */
 #define kiln_nchwc_depthwise (KILN_SUPPORT->conv_nchwc_dw_f32)
 
+/* A 3x3 convolution at stride 1 and pads 1 by Winograd's F(2x2, 3x3) of one image (output
+ * blocks [mb0, mb1), output rows [oy0, oy1), oy0 even; u the transformed weights), as
+ * kiln_support.conv_nchwc_wino_f32 states (module_abi.h): compiled once into kiln per vector
+ * ISA (runtime/support/conv_nchwc_wino.c). */
+#define kiln_nchwc_winograd (KILN_SUPPORT->conv_nchwc_wino_f32)
+
 /* Max pooling of one image: channel blocks [cb0, cb1), output rows [oy0, oy1). x (C/8, h, wd,
  * 8), y (C/8, oh, ow, 8). Padding is skipped, not read as -inf; a NaN wins and stays, as in
  * the NCHW pool (v > m or v is NaN).
