@@ -21,10 +21,35 @@ std::vector<int64_t> ints_of(const Attrs& props, const std::string& name, size_t
   return v;
 }
 
-}  // namespace
+// The direct weights (M/8, C x 9, 8) read back out of the transform U = G g G^T, in double:
+// G's first and last rows keep g's outer taps, and the difference of its middle rows is the
+// middle tap.
+Tensor direct_weights(const Tensor& u) {
+  const int64_t B = kNchwcBlock, mb = u.shape()[1], c = u.shape()[2];
+  Tensor w = Tensor::empty(DType::kFloat32, {mb, c * 9, B});
+  auto at = [&](int64_t a, int64_t e, int64_t b, int64_t ic, int64_t l) {
+    return u.load((((a * 4 + e) * mb + b) * c + ic) * B + l);
+  };
+  for (int64_t b = 0; b < mb; ++b) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      for (int64_t l = 0; l < B; ++l) {
+        double h[3][4];
+        for (int e = 0; e < 4; ++e) {
+          h[0][e] = at(0, e, b, ic, l);
+          h[1][e] = at(1, e, b, ic, l) - at(2, e, b, ic, l);
+          h[2][e] = at(3, e, b, ic, l);
+        }
+        for (int i = 0; i < 3; ++i) {
+          const double g[3] = {h[i][0], h[i][1] - h[i][2], h[i][3]};
+          for (int j = 0; j < 3; ++j)
+            w.store((b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l, g[j]);
+        }
+      }
+    }
+  }
+  return w;
+}
 
-namespace {
-Tensor direct_weights(const Tensor& u);
 }  // namespace
 
 Tensor winograd_weights(const Tensor& w) {
@@ -214,39 +239,6 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
     }
   }
 }
-
-namespace {
-
-// The direct weights (M/8, C x 9, 8) read back out of the transform U = G g G^T, in double:
-// G's first and last rows keep g's outer taps, and the difference of its middle rows is the
-// middle tap.
-Tensor direct_weights(const Tensor& u) {
-  const int64_t B = kNchwcBlock, mb = u.shape()[1], c = u.shape()[2];
-  Tensor w = Tensor::empty(DType::kFloat32, {mb, c * 9, B});
-  auto at = [&](int64_t a, int64_t e, int64_t b, int64_t ic, int64_t l) {
-    return u.load((((a * 4 + e) * mb + b) * c + ic) * B + l);
-  };
-  for (int64_t b = 0; b < mb; ++b) {
-    for (int64_t ic = 0; ic < c; ++ic) {
-      for (int64_t l = 0; l < B; ++l) {
-        double h[3][4];
-        for (int e = 0; e < 4; ++e) {
-          h[0][e] = at(0, e, b, ic, l);
-          h[1][e] = at(1, e, b, ic, l) - at(2, e, b, ic, l);
-          h[2][e] = at(3, e, b, ic, l);
-        }
-        for (int i = 0; i < 3; ++i) {
-          const double g[3] = {h[i][0], h[i][1] - h[i][2], h[i][3]};
-          for (int j = 0; j < 3; ++j)
-            w.store((b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l, g[j]);
-        }
-      }
-    }
-  }
-  return w;
-}
-
-}  // namespace
 
 int64_t ConvNchwc::c_split_unit(const Node& node) const {
   const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);

@@ -49,9 +49,12 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
     return pack_conv_blocks(inputs[0]);
   }
   if (op == kWinogradWeights) {
-    if (inputs.size() != 1 || inputs[0].ndim() != 3 || output != 0 ||
-        inputs[0].dtype() != DType::kFloat32) {
-      throw UserError(std::string(kWinogradWeights) + " takes one blocked float32 3x3 weight");
+    // A plan's recipe is data: a weight of another shape is the plan's error, named.
+    if (inputs.size() != 1 || output != 0 || inputs[0].dtype() != DType::kFloat32 ||
+        inputs[0].ndim() != 3 || inputs[0].shape()[2] != 8 || inputs[0].shape()[1] % 72 != 0) {
+      throw UserError(std::string(kWinogradWeights) +
+                      " takes one blocked float32 3x3 weight (M/8, C x 9, 8)" +
+                      (inputs.size() == 1 ? ", got " + inputs[0].describe() : std::string()));
     }
     return winograd_weights(inputs[0]);
   }

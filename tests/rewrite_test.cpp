@@ -11,10 +11,12 @@
 #include "ops/fused_elementwise.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
+#include "rewrite/constant_recipe.h"
 #include "rewrite/passes.h"
 #include "rewrite/pipeline.h"
 #include "tests/helpers.h"
 #include "util/log.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -788,6 +790,33 @@ TEST(Rewrite, MatmulViewsOutsideTheirInputAreNamed) {
   Var ib = input(g, "ib", DType::kInt32, {6, 2});
   const std::string ints = testing::error_of([&] { apply("matmul", {ia, ib}, {{"alpha", 0.5}}); });
   EXPECT_NE(ints.find("alpha needs float operands"), std::string::npos) << ints;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The Winograd weight transform a plan records is replayed from data: a weight that is not a
+// blocked 3x3 one is an error naming the transform and what it got, and a right one comes
+// back (16, M/8, C, 8) with G g G^T's corner element g's own corner tap.
+TEST(Recipe, WinogradTransformRejectsOtherWeightsAndKeepsCornerTaps) {
+  std::mt19937 rng(77);
+  for (const Shape& bad : {Shape{2, 16, 8}, Shape{2, 144, 4}, Shape{2, 144}}) {
+    const std::string m = testing::error_of([&] {
+      run_transform(kWinogradWeights, {}, 0, {testing::random_tensor(DType::kFloat32, bad, rng)});
+    });
+    EXPECT_NE(m.find("winograd_weights takes one blocked float32 3x3 weight"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find(dims_to_string(bad)), std::string::npos) << m;
+  }
+  const Tensor w = testing::random_tensor(DType::kFloat32, {2, 144, 8}, rng);
+  const Tensor u = run_transform(kWinogradWeights, {}, 0, {w});
+  ASSERT_EQ(u.shape(), (Shape{16, 2, 16, 8}));
+  // Element 0 (row 0, column 0) of output block 1, input channel 9, lane 5: tap (1, 0, 0)
+  // of input lane 1 in the blocked order.
+  EXPECT_EQ(u.load(((0 * 2 + 1) * 16 + 9) * 8 + 5), w.load((1 * 144 + 1 * 9 * 8 + 1) * 8 + 5));
 }
 
 }  // namespace
