@@ -21,26 +21,52 @@ std::vector<int64_t> ints_of(const Attrs& props, const std::string& name, size_t
   return v;
 }
 
-// The direct weights (M/8, C x 9, 8) read back out of the transform U = G g G^T, in double:
-// G's first and last rows keep g's outer taps, and the difference of its middle rows is the
-// middle tap.
+// F(T x T, 3x3)'s G ((T + 2) x 3): F(2x2) at points 0, +-1 and infinity, F(4x4) at 0, +-1,
+// +-2 and infinity.
+constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+constexpr double kG4[6][3] = {{0.25, 0, 0},
+                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                              {0, 0, 1}};
+
+double g_at(int tile, int a, int i) { return tile == 2 ? kG2[a][i] : kG4[a][i]; }
+
+// The three taps along one axis from the T + 2 transformed values h: G's first and last rows
+// hold the outer taps (F(4x4)'s first scaled by 1/4), the middle tap is a multiple of the
+// difference of rows 1 and 2 (the kernel's wg_read_back).
+void read_back(int tile, const double* h, double g[3]) {
+  if (tile == 2) {
+    g[0] = h[0];
+    g[1] = h[1] - h[2];
+    g[2] = h[3];
+  } else {
+    g[0] = 4 * h[0];
+    g[1] = 3 * (h[2] - h[1]);
+    g[2] = h[5];
+  }
+}
+
+// The direct weights (M/8, C x 9, 8) read back out of the transform U = G g G^T ((T + 2)^2,
+// M/8, C, 8), in double.
 Tensor direct_weights(const Tensor& u) {
   const int64_t B = kNchwcBlock, mb = u.shape()[1], c = u.shape()[2];
+  const int tile = u.shape()[0] == 16 ? 2 : 4, A = tile + 2;
   Tensor w = Tensor::empty(DType::kFloat32, {mb, c * 9, B});
-  auto at = [&](int64_t a, int64_t e, int64_t b, int64_t ic, int64_t l) {
-    return u.load((((a * 4 + e) * mb + b) * c + ic) * B + l);
-  };
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t ic = 0; ic < c; ++ic) {
       for (int64_t l = 0; l < B; ++l) {
-        double h[3][4];
-        for (int e = 0; e < 4; ++e) {
-          h[0][e] = at(0, e, b, ic, l);
-          h[1][e] = at(1, e, b, ic, l) - at(2, e, b, ic, l);
-          h[2][e] = at(3, e, b, ic, l);
+        double h[3][6];
+        for (int e = 0; e < A; ++e) {
+          double col[6], rows[3];
+          for (int a = 0; a < A; ++a) col[a] = u.load((((a * A + e) * mb + b) * c + ic) * B + l);
+          read_back(tile, col, rows);
+          for (int i = 0; i < 3; ++i) h[i][e] = rows[i];
         }
         for (int i = 0; i < 3; ++i) {
-          const double g[3] = {h[i][0], h[i][1] - h[i][2], h[i][3]};
+          double g[3];
+          read_back(tile, h[i], g);
           for (int j = 0; j < 3; ++j)
             w.store((b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l, g[j]);
         }
@@ -52,33 +78,40 @@ Tensor direct_weights(const Tensor& u) {
 
 }  // namespace
 
-Tensor winograd_weights(const Tensor& w) {
+Tensor winograd_weights(const Tensor& w, int tile) {
   if (w.dtype() != DType::kFloat32 || w.ndim() != 3 || w.shape()[2] != kNchwcBlock ||
-      w.shape()[1] % (9 * kNchwcBlock) != 0) {
-    throw InternalError("winograd_weights: W must be a float32 (M/8, C x 9, 8) weight, got " +
-                        dims_to_string(w.shape()));
+      w.shape()[1] % (9 * kNchwcBlock) != 0 || (tile != 2 && tile != 4)) {
+    throw InternalError(
+        "winograd_weights: W must be a float32 (M/8, C x 9, 8) weight and the "
+        "tile 2 or 4, got " +
+        dims_to_string(w.shape()) + ", tile " + std::to_string(tile));
   }
-  constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  const int A = tile + 2;
   const int64_t B = kNchwcBlock, mb = w.shape()[0], c = w.shape()[1] / 9;
-  Tensor u = Tensor::empty(DType::kFloat32, {16, mb, c, B});
+  Tensor u = Tensor::empty(DType::kFloat32, {A * A, mb, c, B});
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t ic = 0; ic < c; ++ic) {
       for (int64_t l = 0; l < B; ++l) {
         // Tap (ic / 8, i, j), input lane ic % 8, output lane l (the blocked order).
-        double g[3][3], t[4][3];
+        double g[3][3], t[6][3];
         for (int i = 0; i < 3; ++i) {
           for (int j = 0; j < 3; ++j) {
             g[i][j] = w.load((b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l);
           }
         }
-        for (int a = 0; a < 4; ++a) {
-          for (int j = 0; j < 3; ++j)
-            t[a][j] = G[a][0] * g[0][j] + G[a][1] * g[1][j] + G[a][2] * g[2][j];
+        // G's rows are sums over the same taps in the same order for rows 1 and 2 (only
+        // signs differ), so a zero middle tap reads back (read_back) as an exact zero.
+        for (int a = 0; a < A; ++a) {
+          for (int j = 0; j < 3; ++j) {
+            t[a][j] = g_at(tile, a, 0) * g[0][j] + g_at(tile, a, 1) * g[1][j] +
+                      g_at(tile, a, 2) * g[2][j];
+          }
         }
-        for (int a = 0; a < 4; ++a) {
-          for (int e = 0; e < 4; ++e) {
-            const double v = t[a][0] * G[e][0] + t[a][1] * G[e][1] + t[a][2] * G[e][2];
-            u.store((((a * 4 + e) * mb + b) * c + ic) * B + l, v);
+        for (int a = 0; a < A; ++a) {
+          for (int e = 0; e < A; ++e) {
+            const double v = t[a][0] * g_at(tile, e, 0) + t[a][1] * g_at(tile, e, 1) +
+                             t[a][2] * g_at(tile, e, 2);
+            u.store((((a * A + e) * mb + b) * c + ic) * B + l, v);
           }
         }
       }
@@ -90,12 +123,16 @@ Tensor winograd_weights(const Tensor& w) {
 ConvNchwc::ConvNchwc(Attrs props) : COp("conv_nchwc", std::move(props)) {
   check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "pads", "winograd"});
   group_ = attr_int(this->props(), "group", 1);
-  winograd_ = attr_int(this->props(), "winograd", 0) != 0;
+  winograd_ = attr_int(this->props(), "winograd", 0);
   kernel_ = ints_of(this->props(), "kernel_shape", 2);
   strides_ = ints_of(this->props(), "strides", 2);
   pads_ = ints_of(this->props(), "pads", 4);
   if (group_ < 1) throw AttrError("group", "must be >= 1");
   if (kernel_[0] > 64 || kernel_[1] > 64) throw AttrError("kernel_shape", "is over 64");
+  if (winograd_ != 0 && winograd_ != 2 && winograd_ != 4) {
+    throw AttrError("winograd",
+                    "is the output tile, 2 or 4 (0: direct), got " + std::to_string(winograd_));
+  }
   if (winograd_ &&
       (group_ != 1 || kernel_ != std::vector<int64_t>{3, 3} ||
        strides_ != std::vector<int64_t>{1, 1} || pads_ != std::vector<int64_t>{1, 1, 1, 1})) {
@@ -151,11 +188,12 @@ std::vector<TensorType> ConvNchwc::infer_type(const std::vector<TensorType>& inp
     }
     want = {x.dims[1], kernel_[0], kernel_[1], kNchwcBlock};
   } else if (winograd_) {
+    const int64_t e = (winograd_ + 2) * (winograd_ + 2);
     if (w.rank() != 4 || w.dims[1] == kDynamic) {
-      throw UserError("conv_nchwc: weight " + w.to_string() +
-                      " is not the Winograd transform (16, M/8, C, 8)");
+      throw UserError("conv_nchwc: weight " + w.to_string() + " is not the Winograd transform (" +
+                      std::to_string(e) + ", M/8, C, 8)");
     }
-    want = {16, w.dims[1], c, kNchwcBlock};
+    want = {e, w.dims[1], c, kNchwcBlock};
   } else {
     if (w.rank() != 3 || w.dims[0] == kDynamic) {
       throw UserError("conv_nchwc: weight " + w.to_string() + " is not (M/8, C x kh x kw, 8)");
@@ -242,7 +280,7 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
 
 int64_t ConvNchwc::c_split_unit(const Node& node) const {
   const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);
-  if (winograd_) return 2 * g.ow * kNchwcBlock;  // a row of 2x2 tiles
+  if (winograd_) return winograd_ * g.ow * kNchwcBlock;  // a row of tiles
   return depthwise() ? g.ow * kNchwcBlock : kPointwiseUnit * kNchwcBlock;
 }
 
@@ -324,12 +362,15 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
   const int64_t kb = g.plain ? 1 : kNchwcBlock;
   const std::string K = std::to_string(kb);
   const int64_t taps = g.c / kb * kernel_[0] * kernel_[1];
+  const int64_t tile = winograd_, elems = (tile + 2) * (tile + 2);
   if (winograd_) {
-    // One row of 2x2 tiles per call: its transformed input and products (16 x (C + the
+    // One row of tiles per call: its transformed input and products ((T + 2)^2 x (C + the
     // part's output channels) x tiles floats) stay in L2 between the kernel's three steps
-    // (two rows ran 3-19% slower on one core, four 8-20%).
-    s += "  float *wk = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(16 * (" + v(g.c) +
-         " + (r1 - r0) * 8) * " + v((g.ow + 1) / 2) + ") * sizeof(float));\n";
+    // (F(2x2): two rows ran 3-19% slower on one core, four 8-20%; F(4x4): 1, 2 and 4 rows
+    // within 3%).
+    s += "  float *wk = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + v(elems) +
+         " * (" + v(g.c) + " + (r1 - r0) * 8) * " + v((g.ow + tile - 1) / tile) +
+         ") * sizeof(float));\n";
     s += "  if (!wk) " + sub.fail + "(\"conv_nchwc: out of memory for the Winograd tiles\");\n";
   }
   if (direct) {
@@ -409,12 +450,15 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     s += "    }\n";
   } else if (winograd_) {
     // A part's positions are whole rows of tiles (c_split_unit), so its first output row is
-    // even.
+    // a multiple of the tile.
     s += "    const int64_t oy_end = c1 / " + v(g.ow * kNchwcBlock) + ";\n";
-    s += "    for (int64_t oy = c0 / " + v(g.ow * kNchwcBlock) + "; oy < oy_end; oy += 2) {\n";
-    s += "      const int64_t oe = oy + 2 < oy_end ? oy + 2 : oy_end;\n";
-    s += "      kiln_nchwc_winograd(xi, " + v(g.c) + ", " + v(g.h) + ", " + v(g.w) + ", d1, " +
-         v(g.m) + ", " + bias + ", yi, r0, r1, oy, oe, wk, " + lo_hi + ");\n";
+    const std::string T = v(tile);
+    s += "    for (int64_t oy = c0 / " + v(g.ow * kNchwcBlock) + "; oy < oy_end; oy += " + T +
+         ") {\n";
+    s += "      const int64_t oe = oy + " + T + " < oy_end ? oy + " + T + " : oy_end;\n";
+    s += std::string("      ") + (tile == 2 ? "kiln_nchwc_winograd(" : "kiln_nchwc_winograd4(") +
+         "xi, " + v(g.c) + ", " + v(g.h) + ", " + v(g.w) + ", d1, " + v(g.m) + ", " + bias +
+         ", yi, r0, r1, oy, oe, wk, " + lo_hi + ");\n";
     if (!epilogue.empty()) {
       s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1, e_c0 = oy * " +
            v(g.ow * kNchwcBlock) + ", e_c1 = oe * " + v(g.ow * kNchwcBlock) + ";\n" + epilogue +

@@ -14,11 +14,12 @@
 // X may also be a plain (N, C, H, W) image with group 1 (a stem: C under 8), W then
 // (M/8, C x kh x kw, 8) with tap (c, i, j) at [b, (c x kh + i) x kw + j];
 // and an optional bias B (M).
-// Prop winograd 1 (a 3x3 window, stride 1, pads 1, group 1, a blocked X): the convolution
-// runs by Winograd's F(2x2, 3x3) (kiln_support.conv_nchwc_wino_f32), W then (16, M/8, C, 8),
-// the weights transformed: [e, b, c, l] = (G g G^T)[e / 4][e % 4] for g the window of output
-// channel b x 8 + l and input channel c, G = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5},
-// {0, 0, 1}} (kWinogradG).
+// Prop winograd T (2 or 4; a 3x3 window, stride 1, pads 1, group 1, a blocked X): the
+// convolution runs by Winograd's F(T x T, 3x3) (kiln_support.conv_nchwc_wino_f32 and
+// conv_nchwc_wino4_f32), W then ((T + 2)^2, M/8, C, 8), the weights transformed: [e, b, c, l]
+// = (G g G^T)[e / (T + 2)][e % (T + 2)] for g the window of output channel b x 8 + l and input
+// channel c, G F(2x2)'s {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}} or F(4x4)'s (see
+// module_abi.h).
 #include "ops/cop.h"
 
 namespace kiln {
@@ -26,9 +27,10 @@ namespace kiln {
 // The channels of one block (KILN_NCHWC_B of kiln_nchwc.h).
 constexpr int64_t kNchwcBlock = 8;
 
-// F(2x2, 3x3)'s weights for prop winograd 1, (16, M/8, C, 8), from a group-1 3x3 weight in
-// the blocked order (M/8, C x 9, 8): U = G g G^T per channel pair, in double.
-Tensor winograd_weights(const Tensor& w);
+// F(T x T, 3x3)'s weights for prop winograd T (2 or 4), ((T + 2)^2, M/8, C, 8), from a
+// group-1 3x3 weight in the blocked order (M/8, C x 9, 8): U = G g G^T per channel pair, in
+// double.
+Tensor winograd_weights(const Tensor& w, int tile);
 
 class ConvNchwc : public COp {
  public:
@@ -37,7 +39,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 9; }
+  std::optional<int> cache_version() const override { return 10; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }
@@ -56,7 +58,7 @@ class ConvNchwc : public COp {
   bool c_heavy(const Node&) const override { return true; }
 
   bool depthwise() const { return group_ != 1; }
-  bool winograd() const { return winograd_; }
+  int64_t winograd() const { return winograd_; }  // the output tile; 0: direct
   // A 1x1 window, stride 1, no padding: the positions read in place, no padded rows.
   bool pointwise() const {
     return group_ == 1 && kernel_ == std::vector<int64_t>{1, 1} &&
@@ -72,7 +74,7 @@ class ConvNchwc : public COp {
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue, const StoreClamp* clamp) const;
   int64_t group_;
-  bool winograd_;
+  int64_t winograd_;
   std::vector<int64_t> kernel_, strides_, pads_;
 };
 

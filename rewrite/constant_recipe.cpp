@@ -49,14 +49,20 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
     return pack_conv_blocks(inputs[0]);
   }
   if (op == kWinogradWeights) {
-    // A plan's recipe is data: a weight of another shape is the plan's error, named.
+    // A plan's recipe is data: a weight of another shape, or another tile, is the plan's
+    // error, named.
+    const int64_t tile = attr_int(props, "tile", 2);
+    if (tile != 2 && tile != 4) {
+      throw UserError(std::string(kWinogradWeights) + " takes tile 2 or 4, got " +
+                      std::to_string(tile));
+    }
     if (inputs.size() != 1 || output != 0 || inputs[0].dtype() != DType::kFloat32 ||
         inputs[0].ndim() != 3 || inputs[0].shape()[2] != 8 || inputs[0].shape()[1] % 72 != 0) {
       throw UserError(std::string(kWinogradWeights) +
                       " takes one blocked float32 3x3 weight (M/8, C x 9, 8)" +
                       (inputs.size() == 1 ? ", got " + inputs[0].describe() : std::string()));
     }
-    return winograd_weights(inputs[0]);
+    return winograd_weights(inputs[0], static_cast<int>(tile));
   }
   std::shared_ptr<const Op> o = OpRegistry::instance().create(op, props);
   std::vector<TensorType> types;

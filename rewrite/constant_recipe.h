@@ -13,7 +13,8 @@ namespace kiln {
 inline constexpr const char* kPackGemmPanels = "pack_gemm_panels";
 // And for a convolution's weight (no props).
 inline constexpr const char* kPackConvBlocks = "pack_conv_blocks";
-// And for a blocked 3x3 weight's Winograd transform (ops/conv_nchwc.h, no props).
+// And for a blocked 3x3 weight's Winograd transform (ops/conv_nchwc.h; props: tile = 2, the
+// default, or 4).
 inline constexpr const char* kWinogradWeights = "winograd_weights";
 
 RecipePtr source_recipe(int index);

@@ -48,7 +48,7 @@ const std::vector<PassInfo>& all_passes() {
       {"simplify", simplify, 2},
       {"cse", merge_common, 1},
       {"layout", layout_nchwc, 5},
-      {"winograd", winograd_convs, 1},
+      {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 4},
       {"views", view_matmul_operands, 2},
       {"fusion", fuse_elementwise, 1},

@@ -1,15 +1,19 @@
 // Winograd: blocked 3x3 convolutions at stride 1 with one zero of padding (ResNet's 3x3
-// layers at 56 x 56, 28 x 28 and 14 x 14) run by F(2x2, 3x3) (ops/conv_nchwc.h, prop
-// winograd): 16 multiplies per 2x2 tile and channel pair where the direct form takes 36. On
-// one Zen 4 core a layer took 0.51-0.57 of the direct kernel's time, which itself runs at the
-// FMA peak, so no direct kernel can get there. Its weights are transformed once, here (their
-// recipe replays the transform for new weights).
+// layers at 56 x 56, 28 x 28 and 14 x 14) run by F(4x4, 3x3) or F(2x2, 3x3)
+// (ops/conv_nchwc.h, prop winograd): 36 multiplies per 4x4 tile and channel pair, or 16 per
+// 2x2 tile, where the direct form takes 144 or 36. On one Zen 4 core F(4x4) took 0.36-0.37 of
+// the direct kernel's time on the 56 x 56 and 28 x 28 layers and F(2x2) 0.51-0.55; the
+// direct kernel itself runs at the FMA peak, so no direct kernel can get there. Its weights
+// are transformed once, here (their recipe replays the transform for new weights).
 //
-// Maps under 12 x 12 stay direct: a 7 x 7 map pads to 16 tiles for 49 outputs and its layers'
-// 512-channel weights grow 16/9, and it ran 1.3-1.5x slower. Results differ from the direct
-// form's by rounding (the transforms add and subtract inputs and halve weights): relative
-// errors of about 1e-6 to 1e-5 of the output's scale at 64-512 channels. `-winograd` in the
-// pass list keeps every convolution direct.
+// F(4x4) from 24 x 24 on: at 14 x 14 its 4x4 tiles pad the map to 16 x 16 and its few tiles per
+// row feed the pointwise kernel short runs (0.56 of direct against F(2x2)'s 0.59, within
+// noise), so F(2x2) keeps those. Maps under 12 x 12 stay direct: a 7 x 7 map pads to 16 tiles
+// of F(2x2) for 49 outputs and its layers' 512-channel weights grow 16/9, and it ran 1.3-1.5x
+// slower. Results differ from the direct form's by rounding (the transforms add and subtract
+// inputs and scale weights): relative errors of about 1e-6 to 1e-5 of the output's scale at
+// 64-512 channels, F(4x4)'s about 3x F(2x2)'s. `-winograd` in the pass list keeps every
+// convolution direct.
 #include <map>
 
 #include "ops/conv_nchwc.h"
@@ -22,6 +26,7 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kMinMap = 12;
+constexpr int64_t kMinMap4 = 24;
 
 bool winograd_conv(const Node& node) {
   if (node.op->name() != "conv_nchwc" || node.inputs.size() < 2 || node.outputs.size() != 1)
@@ -42,23 +47,29 @@ bool winograd_conv(const Node& node) {
 
 Graph winograd_convs(const Graph& graph) {
   GraphCopy copy(graph);
-  std::map<const Variable*, Variable*> transformed;  // a weight two convolutions share
+  // A weight two convolutions share, per tile.
+  std::map<std::pair<const Variable*, int64_t>, Variable*> transformed;
   for (const auto& node : graph.nodes()) {
     if (!winograd_conv(*node)) {
       copy.copy(*node);
       continue;
     }
+    const std::vector<int64_t>& x = node->inputs[0]->type.dims;
+    const int64_t tile = x[2] >= kMinMap4 && x[3] >= kMinMap4 ? 4 : 2;
     const Variable* w = node->inputs[1];
-    Variable*& u = transformed[w];
+    Variable*& u = transformed[{w, tile}];
     if (!u) {
-      const std::string name = (w->name.empty() ? "weight" : w->name) + ".winograd";
-      Tensor value = winograd_weights(*w->value);
+      const std::string name =
+          (w->name.empty() ? "weight" : w->name) + ".winograd" + (tile == 4 ? "4" : "");
+      Tensor value = winograd_weights(*w->value, static_cast<int>(tile));
       u = w->parameter ? copy.dst().add_parameter(value, name)
                        : copy.dst().add_constant(value, name);
-      u->recipe = transform_recipe(kWinogradWeights, {}, 0, {w->recipe});
+      Attrs recipe_props;
+      if (tile != 2) recipe_props["tile"] = tile;
+      u->recipe = transform_recipe(kWinogradWeights, recipe_props, 0, {w->recipe});
     }
     Attrs props = node->op->props();
-    props["winograd"] = int64_t{1};
+    props["winograd"] = tile;
     std::vector<Variable*> inputs = copy.map(node->inputs);
     inputs[1] = u;
     copy.add(OpRegistry::instance().create("conv_nchwc", props), inputs, {node->outputs[0]},

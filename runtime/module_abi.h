@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 13
+#define KILN_ABI_VERSION 14
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -174,6 +174,13 @@ typedef struct kiln_support {
   void (*conv_nchwc_wino_f32)(const float* x, int64_t c, int64_t h, int64_t wd, const float* u,
                               int64_t m, const float* bias, float* y, int64_t mb0, int64_t mb1,
                               int64_t oy0, int64_t oy1, float* work, float lo, float hi);
+  /* The same convolution by F(4x4, 3x3): oy0 a multiple of 4; u (36, M/8, C, 8) holds
+   * u[((e*(M/8) + b)*C + i)*8 + l] = (G g G^T)[e/6][e%6], G = {{1/4, 0, 0}, {-1/6, -1/6,
+   * -1/6}, {-1/6, 1/6, -1/6}, {1/24, 1/12, 1/6}, {1/24, -1/12, 1/6}, {0, 0, 1}}; work holds
+   * 36 (C + 8 (mb1 - mb0)) ceil((oy1 - oy0) / 4) ceil(wd / 4) floats. */
+  void (*conv_nchwc_wino4_f32)(const float* x, int64_t c, int64_t h, int64_t wd, const float* u,
+                               int64_t m, const float* bias, float* y, int64_t mb0, int64_t mb1,
+                               int64_t oy0, int64_t oy1, float* work, float lo, float hi);
 } kiln_support;
 
 #define KILN_CONV_SLACK 64

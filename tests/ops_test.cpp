@@ -1500,7 +1500,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
   std::mt19937 rng(71);
   // At 18 x 17 every direct convolution's image outweighs its weights, so its parts split
   // the positions only (ConvNchwc::c_split_tiles); the smaller maps split the channels.
-  for (const Shape& hw : {Shape{18, 17}, Shape{13, 11}, Shape{7, 5}, Shape{4, 4}}) {
+  for (const Shape& hw : {Shape{26, 25}, Shape{18, 17}, Shape{13, 11}, Shape{7, 5}, Shape{4, 4}}) {
     Graph g("nchwc_" + dims_to_string(hw));
     Var x = input(g, "x", DType::kFloat32, {kDynamic, 16, hw[0], hw[1]});
     auto cst = [&](const Shape& s, const std::string& name) {
@@ -1556,16 +1556,22 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     EXPECT_NE(source.find("kiln_nchwc_depthwise("), std::string::npos) << "no blocked depthwise";
     EXPECT_NE(source.find("kiln_nchwc_direct("), std::string::npos) << "no blocked direct";
     // The 3x3 layer at stride 1 runs by Winograd's F(2x2, 3x3) on maps of 12 x 12 and more
-    // (an odd width: a last tile half outside), its infinities still infinities (not NaN).
-    EXPECT_EQ(source.find("kiln_nchwc_winograd(") != std::string::npos, hw[0] >= 12 && hw[1] >= 12)
-        << "Winograd where it should not be, or not where it should";
+    // and by F(4x4, 3x3) from 24 x 24 (last tiles partly outside: 17 columns in 2x2 tiles, 26
+    // rows and 25 columns in 4x4 ones), its infinities still infinities (not NaN).
+    const bool f4 = hw[0] >= 24 && hw[1] >= 24, f2 = !f4 && hw[0] >= 12 && hw[1] >= 12;
+    EXPECT_EQ(source.find("kiln_nchwc_winograd(") != std::string::npos, f2)
+        << "F(2x2) where it should not be, or not where it should";
+    EXPECT_EQ(source.find("kiln_nchwc_winograd4(") != std::string::npos, f4)
+        << "F(4x4) where it should not be, or not where it should";
     EXPECT_NE(source.find(", 1, d1, "), std::string::npos) << "the stem was not read in NCHW";
     EXPECT_NE(source.find("kiln_nchwc_max_pool("), std::string::npos) << "no blocked max pool";
     EXPECT_NE(source.find("/* epilogue, in the stores: clip"), std::string::npos);
     auto rgb_image = [&](int64_t n) {
       return random_tensor(DType::kFloat32, {n, 3, hw[0], hw[1]}, rng);
     };
-    check_graph(g, {{image(1), rgb_image(1)}, {image(3), rgb_image(3)}}, 1e-4, 1e-5);
+    // F(4x4)'s rounding (its transforms scale by up to 8 and 1/24) reaches 2e-5 on these
+    // outputs of scale 1-5, about 4x F(2x2)'s; a wrong transform is off by the output's scale.
+    check_graph(g, {{image(1), rgb_image(1)}, {image(3), rgb_image(3)}}, 1e-4, f4 ? 1e-4 : 1e-5);
     // The blocked ops' own perform (what folding and reference runs use) agrees too.
     const std::vector<Tensor> in{image(2), rgb_image(2)};
     const auto want = evaluate_reference(g, in);
@@ -1579,7 +1585,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
 // A blocked convolution's part runs in pieces of about 128 KB of output, each with its epilogue
 // while in L2. At 112 x 112 with 16 channels, in four parts, the pointwise and the direct 3x3
 // layer each cut a part into two even pieces (1568 positions; 14 rows), and the Winograd 3x3
-// layer runs a row of 2x2 tiles per piece, with a residual add and relu after each piece:
+// layer (F(4x4)) runs a row of 4x4 tiles per piece, with a residual add and relu after each piece:
 // every position is computed and its epilogue run once. KILN_PASSES=-winograd keeps the 3x3
 // layer direct.
 TEST(Conv, BlockedPiecesCoverEveryPosition) {
@@ -1599,12 +1605,12 @@ TEST(Conv, BlockedPiecesCoverEveryPosition) {
     g.set_outputs({apply("conv", {d, cst({8, 16, 1, 1}, "wo")}, {}), p});
     const std::string source = module_source(compile(g));
     EXPECT_NE(source.find("kiln_nchwc_pointwise("), std::string::npos) << "no blocked pointwise";
-    EXPECT_NE(source.find(winograd ? "kiln_nchwc_winograd(" : "kiln_nchwc_direct("),
+    EXPECT_NE(source.find(winograd ? "kiln_nchwc_winograd4(" : "kiln_nchwc_direct("),
               std::string::npos)
         << "no blocked 3x3 of that form";
     Tensor image = random_tensor(DType::kFloat32, {1, 16, 112, 112}, rng);
     image.store(1727 * 8 + 3, std::nan(""));
-    check_graph(g, {{image}}, 1e-4, 1e-5);
+    check_graph(g, {{image}}, 1e-4, winograd ? 1e-4 : 1e-5);  // F(4x4)'s rounding: see above
     unsetenv("KILN_PASSES");
   }
 }
@@ -1631,13 +1637,27 @@ TEST(Conv, BlockedOpsRejectBadShapesAndProps) {
   EXPECT_NE(m.find("is not (N, C/8, H, W, 8)"), std::string::npos) << m;
   // Winograd's form: a 3x3 window at stride 1, pads 1, and the transformed weight.
   Attrs wino = three;
-  wino["winograd"] = int64_t{1};
+  wino["winograd"] = int64_t{2};
   m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wino); });
   EXPECT_NE(m.find("is not the Winograd transform (16, M/8, C, 8)"), std::string::npos) << m;
   m = error_of([&] {
     apply("conv_nchwc", {x, input(g, "u", DType::kFloat32, {16, 3, 8, 8})}, wino);
   });
   EXPECT_NE(m.find("must be (16, 3, 16, 8)"), std::string::npos) << m;
+  // F(4x4) takes 36 transformed elements: F(2x2)'s 16 are the wrong weight for it.
+  Attrs wino4 = wino;
+  wino4["winograd"] = int64_t{4};
+  m = error_of([&] {
+    apply("conv_nchwc", {x, input(g, "u2", DType::kFloat32, {16, 3, 16, 8})}, wino4);
+  });
+  EXPECT_NE(m.find("must be (36, 3, 16, 8)"), std::string::npos) << m;
+  for (const int64_t tile : {int64_t{1}, int64_t{3}, int64_t{-2}}) {
+    Attrs odd = wino;
+    odd["winograd"] = tile;
+    m = error_of([&] { apply("conv_nchwc", {x, w_bad}, odd); });
+    EXPECT_NE(m.find("winograd"), std::string::npos) << m;
+    EXPECT_NE(m.find("2 or 4 (0: direct), got " + std::to_string(tile)), std::string::npos) << m;
+  }
   wino["strides"] = std::vector<int64_t>{2, 2};
   m = error_of([&] { apply("conv_nchwc", {x, w_bad}, wino); });
   EXPECT_NE(m.find("winograd"), std::string::npos) << m;

@@ -799,8 +799,9 @@ namespace kiln {
 namespace {
 
 // The Winograd weight transform a plan records is replayed from data: a weight that is not a
-// blocked 3x3 one is an error naming the transform and what it got, and a right one comes
-// back (16, M/8, C, 8) with G g G^T's corner element g's own corner tap.
+// blocked 3x3 one, or a tile other than 2 or 4, is an error naming the transform and what it
+// got, and a right one comes back ((T + 2)^2, M/8, C, 8) with G g G^T's corner elements g's
+// own corner taps (scaled by 1/16 at the first corner of F(4x4)).
 TEST(Recipe, WinogradTransformRejectsOtherWeightsAndKeepsCornerTaps) {
   std::mt19937 rng(77);
   for (const Shape& bad : {Shape{2, 16, 8}, Shape{2, 144, 4}, Shape{2, 144}}) {
@@ -817,6 +818,18 @@ TEST(Recipe, WinogradTransformRejectsOtherWeightsAndKeepsCornerTaps) {
   // Element 0 (row 0, column 0) of output block 1, input channel 9, lane 5: tap (1, 0, 0)
   // of input lane 1 in the blocked order.
   EXPECT_EQ(u.load(((0 * 2 + 1) * 16 + 9) * 8 + 5), w.load((1 * 144 + 1 * 9 * 8 + 1) * 8 + 5));
+  // Tile 4 (F(4x4)): (36, M/8, C, 8); G's first row is {1/4, 0, 0} and its last {0, 0, 1}, so
+  // element 0 is the corner tap over 16 and element 35 (row 5, column 5) the opposite corner.
+  const Tensor u4 = run_transform(kWinogradWeights, {{"tile", int64_t{4}}}, 0, {w});
+  ASSERT_EQ(u4.shape(), (Shape{36, 2, 16, 8}));
+  EXPECT_EQ(u4.load(((0 * 2 + 1) * 16 + 9) * 8 + 5),
+            w.load((1 * 144 + 1 * 9 * 8 + 1) * 8 + 5) / 16);
+  EXPECT_EQ(u4.load(((35 * 2 + 1) * 16 + 9) * 8 + 5),
+            w.load((1 * 144 + (1 * 9 + 8) * 8 + 1) * 8 + 5));
+  const std::string m = testing::error_of([&] {
+    run_transform(kWinogradWeights, {{"tile", int64_t{3}}}, 0, {w});
+  });
+  EXPECT_NE(m.find("winograd_weights takes tile 2 or 4, got 3"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -443,109 +443,129 @@ TEST(ConvNchwc, DepthwiseCopiesMatchALongDoubleLoop) {
 
 using ConvNchwcWinoFn = decltype(&kiln_conv_nchwc_wino_f32_base);
 
-// The Winograd F(2x2, 3x3) convolution (kiln_support.conv_nchwc_wino_f32) of every ISA copy
-// this CPU runs, against its contract in long double: the direct 3x3 sum of the weights the
-// transform was made from (the test transforms them itself). Maps of odd height and width (a
-// last tile half outside), a single row or column, parts that start at an even row after the
-// first and end before the last, output blocks after the first; each case once with finite
+// The Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (kiln_support.conv_nchwc_wino_f32 and
+// conv_nchwc_wino4_f32) of every ISA copy this CPU runs, against their contract in long
+// double: the direct 3x3 sum of the weights the transform was made from (the test transforms
+// them itself). Maps whose height and width are no multiple of the tile (a last tile partly
+// outside), a single row or column, parts that start at a tile row after the first and end
+// before the last, output blocks after the first; each case once with finite
 // inputs (the transformed products) and once with a NaN and infinities in the part's input
 // rows, whose outputs must be what the direct sum gives (an infinity stays an infinity), and
 // once with them outside those rows (the products again, unaffected); no clamp, a relu and a
 // clip.
 TEST(ConvNchwc, WinogradCopiesMatchALongDoubleLoop) {
-  std::vector<std::pair<std::string, ConvNchwcWinoFn>> copies = {
-      {"base", kiln_conv_nchwc_wino_f32_base}};
+  // Per tile (2, 4), the ISA copies.
+  std::vector<std::pair<std::string, ConvNchwcWinoFn>> copies[2] = {
+      {{"base", kiln_conv_nchwc_wino_f32_base}}, {{"base", kiln_conv_nchwc_wino4_f32_base}}};
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    copies.emplace_back("avx2", kiln_conv_nchwc_wino_f32_avx2);
-  if (__builtin_cpu_supports("avx512f"))
-    copies.emplace_back("avx512", kiln_conv_nchwc_wino_f32_avx512);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    copies[0].emplace_back("avx2", kiln_conv_nchwc_wino_f32_avx2);
+    copies[1].emplace_back("avx2", kiln_conv_nchwc_wino4_f32_avx2);
+  }
+  if (__builtin_cpu_supports("avx512f")) {
+    copies[0].emplace_back("avx512", kiln_conv_nchwc_wino_f32_avx512);
+    copies[1].emplace_back("avx512", kiln_conv_nchwc_wino4_f32_avx512);
+  }
 #endif
   struct Case {
     int64_t c, m, h, w, oy0, oy1, mb0;
   };
+  // oy0 is rounded down to a multiple of the tile.
   const Case cases[] = {{8, 8, 2, 2, 0, 2, 0},      {16, 24, 5, 7, 0, 5, 1},
                         {24, 16, 13, 12, 2, 13, 0}, {64, 40, 14, 14, 4, 10, 2},
                         {8, 16, 1, 9, 0, 1, 0},     {16, 8, 9, 1, 2, 7, 0},
-                        {32, 16, 17, 15, 6, 12, 1}};
+                        {32, 16, 17, 15, 6, 12, 1}, {16, 16, 26, 25, 8, 23, 1}};
   const float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {-0.25f, 0.5f}};
-  const long double G[4][3] = {{1, 0, 0}, {0.5L, 0.5L, 0.5L}, {0.5L, -0.5L, 0.5L}, {0, 0, 1}};
+  const long double G2[4][3] = {{1, 0, 0}, {0.5L, 0.5L, 0.5L}, {0.5L, -0.5L, 0.5L}, {0, 0, 1}};
+  const long double G4[6][3] = {{0.25L, 0, 0},
+                                {-1.0L / 6, -1.0L / 6, -1.0L / 6},
+                                {-1.0L / 6, 1.0L / 6, -1.0L / 6},
+                                {1.0L / 24, 1.0L / 12, 1.0L / 6},
+                                {1.0L / 24, -1.0L / 12, 1.0L / 6},
+                                {0, 0, 1}};
   std::mt19937 rng(75);
   std::uniform_real_distribution<float> uni(-1, 1);
   int variant = 0;
-  for (const Case& cs : cases) {
-    const int64_t mbs = cs.m / 8, cb = cs.c / 8, hw = cs.h * cs.w;
-    std::vector<float> g(static_cast<size_t>(cs.m * cs.c * 9)), bias(static_cast<size_t>(cs.m));
-    for (auto& e : g) e = uni(rng);
-    for (auto& e : bias) e = uni(rng);
-    // u (16, M/8, C, 8): (G g G^T)[e / 4][e % 4] of output channel b * 8 + l, input channel i.
-    std::vector<float> u(static_cast<size_t>(16 * cs.m * cs.c));
-    for (int64_t o = 0; o < cs.m; ++o) {
-      for (int64_t i = 0; i < cs.c; ++i) {
-        const float* k = &g[static_cast<size_t>((o * cs.c + i) * 9)];
-        for (int a = 0; a < 4; ++a) {
-          for (int e = 0; e < 4; ++e) {
-            long double v = 0;
-            for (int r = 0; r < 3; ++r) {
-              for (int q = 0; q < 3; ++q) v += G[a][r] * k[r * 3 + q] * G[e][q];
+  for (const int tile : {2, 4}) {
+    const int A = tile + 2;
+    auto G = [&](int a, int r) { return tile == 2 ? G2[a][r] : G4[a][r]; };
+    for (Case cs : cases) {
+      cs.oy0 = cs.oy0 / tile * tile;
+      const int64_t mbs = cs.m / 8, cb = cs.c / 8, hw = cs.h * cs.w;
+      std::vector<float> g(static_cast<size_t>(cs.m * cs.c * 9)), bias(static_cast<size_t>(cs.m));
+      for (auto& e : g) e = uni(rng);
+      for (auto& e : bias) e = uni(rng);
+      // u (A^2, M/8, C, 8): (G g G^T)[e / A][e % A] of output channel b * 8 + l, input channel
+      // i (A = tile + 2).
+      std::vector<float> u(static_cast<size_t>(A * A * cs.m * cs.c));
+      for (int64_t o = 0; o < cs.m; ++o) {
+        for (int64_t i = 0; i < cs.c; ++i) {
+          const float* k = &g[static_cast<size_t>((o * cs.c + i) * 9)];
+          for (int a = 0; a < A; ++a) {
+            for (int e = 0; e < A; ++e) {
+              long double v = 0;
+              for (int r = 0; r < 3; ++r) {
+                for (int q = 0; q < 3; ++q) v += G(a, r) * k[r * 3 + q] * G(e, q);
+              }
+              u[static_cast<size_t>((((a * A + e) * mbs + o / 8) * cs.c + i) * 8 + o % 8)] =
+                  static_cast<float>(v);
             }
-            u[static_cast<size_t>((((a * 4 + e) * mbs + o / 8) * cs.c + i) * 8 + o % 8)] =
-                static_cast<float>(v);
           }
         }
       }
-    }
-    for (int special = 0; special < 3; ++special) {
-      std::vector<float> x(static_cast<size_t>(cs.c * hw));
-      for (auto& e : x) e = uni(rng);
-      // special 1: in the part's rows (its last input row, a first and last column); 2: two
-      // rows or more outside them, where no output of the part reads.
-      const int64_t row = special == 1 ? cs.oy1 - 1 : cs.oy1 + 1 < cs.h ? cs.oy1 + 1 : -1;
-      if (special > 0 && row >= 0) {
-        const int64_t last = (cb - 1) * hw * 8;
-        x[static_cast<size_t>(last + (row * cs.w + cs.w / 2) * 8 + 3)] = std::nanf("");
-        x[static_cast<size_t>(last + row * cs.w * 8 + 5)] = inf;
-        x[static_cast<size_t>((row * cs.w + cs.w - 1) * 8 + 6)] = -inf;
-      }
-      const bool with_bias = variant % 2 == 0;
-      const auto [lo, hi] = clamps[variant % 3];
-      ++variant;
-      const int64_t work =
-          16 * (cs.c + 8 * (mbs - cs.mb0)) * ((cs.oy1 - cs.oy0 + 1) / 2) * ((cs.w + 1) / 2);
-      for (const auto& [isa, fn] : copies) {
-        std::vector<float> y(static_cast<size_t>(cs.m * hw), -7.0f);  // -7: not written
-        std::vector<float> wk(static_cast<size_t>(work), std::nanf(""));
-        fn(x.data(), cs.c, cs.h, cs.w, u.data(), cs.m, with_bias ? bias.data() : nullptr, y.data(),
-           cs.mb0, mbs, cs.oy0, cs.oy1, wk.data(), lo, hi);
-        for (int64_t o = 0; o < cs.m; ++o) {
-          for (int64_t oy = 0; oy < cs.h; ++oy) {
-            for (int64_t ox = 0; ox < cs.w; ++ox) {
-              const float got =
-                  y[static_cast<size_t>(((o / 8 * cs.h + oy) * cs.w + ox) * 8 + o % 8)];
-              const std::string where = isa + " case " + std::to_string(variant - 1) + " channel " +
-                                        std::to_string(o) + " at (" + std::to_string(oy) + ", " +
-                                        std::to_string(ox) + ")";
-              if (o / 8 < cs.mb0 || oy < cs.oy0 || oy >= cs.oy1) {
-                ASSERT_EQ(got, -7.0f) << where << ": written outside the part";
-                continue;
-              }
-              long double acc = with_bias ? bias[static_cast<size_t>(o)] : 0.0L;
-              long double mag = std::fabs(acc);
-              for (int64_t i = 0; i < cs.c; ++i) {
-                for (int64_t r = 0; r < 3; ++r) {
-                  for (int64_t q = 0; q < 3; ++q) {
-                    const int64_t iy = oy - 1 + r, ix = ox - 1 + q;
-                    if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
-                    const long double term =
-                        (long double)g[static_cast<size_t>((o * cs.c + i) * 9 + r * 3 + q)] *
-                        x[static_cast<size_t>(((i / 8 * cs.h + iy) * cs.w + ix) * 8 + i % 8)];
-                    acc += term;
-                    mag += std::fabs(term);
+      for (int special = 0; special < 3; ++special) {
+        std::vector<float> x(static_cast<size_t>(cs.c * hw));
+        for (auto& e : x) e = uni(rng);
+        // special 1: in the part's rows (its last input row, a first and last column); 2: two
+        // rows or more outside them, where no output of the part reads.
+        const int64_t row = special == 1 ? cs.oy1 - 1 : cs.oy1 + 1 < cs.h ? cs.oy1 + 1 : -1;
+        if (special > 0 && row >= 0) {
+          const int64_t last = (cb - 1) * hw * 8;
+          x[static_cast<size_t>(last + (row * cs.w + cs.w / 2) * 8 + 3)] = std::nanf("");
+          x[static_cast<size_t>(last + row * cs.w * 8 + 5)] = inf;
+          x[static_cast<size_t>((row * cs.w + cs.w - 1) * 8 + 6)] = -inf;
+        }
+        const bool with_bias = variant % 2 == 0;
+        const auto [lo, hi] = clamps[variant % 3];
+        ++variant;
+        const int64_t work = A * A * (cs.c + 8 * (mbs - cs.mb0)) *
+                             ((cs.oy1 - cs.oy0 + tile - 1) / tile) * ((cs.w + tile - 1) / tile);
+        for (const auto& [isa, fn] : copies[tile / 4]) {
+          std::vector<float> y(static_cast<size_t>(cs.m * hw), -7.0f);  // -7: not written
+          std::vector<float> wk(static_cast<size_t>(work), std::nanf(""));
+          fn(x.data(), cs.c, cs.h, cs.w, u.data(), cs.m, with_bias ? bias.data() : nullptr,
+             y.data(), cs.mb0, mbs, cs.oy0, cs.oy1, wk.data(), lo, hi);
+          for (int64_t o = 0; o < cs.m; ++o) {
+            for (int64_t oy = 0; oy < cs.h; ++oy) {
+              for (int64_t ox = 0; ox < cs.w; ++ox) {
+                const float got =
+                    y[static_cast<size_t>(((o / 8 * cs.h + oy) * cs.w + ox) * 8 + o % 8)];
+                const std::string where = isa + " F(" + std::to_string(tile) + ") case " +
+                                          std::to_string(variant - 1) + " channel " +
+                                          std::to_string(o) + " at (" + std::to_string(oy) + ", " +
+                                          std::to_string(ox) + ")";
+                if (o / 8 < cs.mb0 || oy < cs.oy0 || oy >= cs.oy1) {
+                  ASSERT_EQ(got, -7.0f) << where << ": written outside the part";
+                  continue;
+                }
+                long double acc = with_bias ? bias[static_cast<size_t>(o)] : 0.0L;
+                long double mag = std::fabs(acc);
+                for (int64_t i = 0; i < cs.c; ++i) {
+                  for (int64_t r = 0; r < 3; ++r) {
+                    for (int64_t q = 0; q < 3; ++q) {
+                      const int64_t iy = oy - 1 + r, ix = ox - 1 + q;
+                      if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
+                      const long double term =
+                          (long double)g[static_cast<size_t>((o * cs.c + i) * 9 + r * 3 + q)] *
+                          x[static_cast<size_t>(((i / 8 * cs.h + iy) * cs.w + ix) * 8 + i % 8)];
+                      acc += term;
+                      mag += std::fabs(term);
+                    }
                   }
                 }
+                ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
               }
-              ASSERT_TRUE(matches_clamped(got, acc, mag, lo, hi)) << where;
             }
           }
         }

@@ -42,6 +42,9 @@ typedef int32_t kiln_v8i __attribute__((vector_size(32)));
  * kiln_support.conv_nchwc_wino_f32 states (module_abi.h): compiled once into kiln per vector
  * ISA (runtime/support/conv_nchwc_wino.c). */
 #define kiln_nchwc_winograd (KILN_SUPPORT->conv_nchwc_wino_f32)
+/* The same by F(4x4, 3x3) (oy0 a multiple of 4; u from F(4x4)'s transform), as
+ * kiln_support.conv_nchwc_wino4_f32 states. */
+#define kiln_nchwc_winograd4 (KILN_SUPPORT->conv_nchwc_wino4_f32)
 
 /* Max pooling of one image: channel blocks [cb0, cb1), output rows [oy0, oy1). x (C/8, h, wd,
  * 8), y (C/8, oh, ow, 8). Padding is skipped, not read as -inf; a NaN wins and stays, as in

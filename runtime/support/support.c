@@ -17,18 +17,19 @@ _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [
 
 /* The widest copy of the convolution and GEMM kernels this CPU runs (decided once, at first
  * use). */
-#define KILN_USE_ISA(t, ISA)                                  \
-  do {                                                        \
-    (t).conv_tile_f32 = kiln_conv_tile_f32_##ISA;             \
-    (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;             \
-    (t).conv_blocks_f32 = kiln_conv_blocks_f32_##ISA;         \
-    (t).conv_blocks_f64 = kiln_conv_blocks_f64_##ISA;         \
-    (t).conv_nchwc_f32 = kiln_conv_nchwc_f32_##ISA;           \
-    (t).conv_nchwc_pw_f32 = kiln_conv_nchwc_pw_f32_##ISA;     \
-    (t).conv_nchwc_dw_f32 = kiln_conv_nchwc_dw_f32_##ISA;     \
-    (t).conv_nchwc_wino_f32 = kiln_conv_nchwc_wino_f32_##ISA; \
-    (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA;         \
-    (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA;         \
+#define KILN_USE_ISA(t, ISA)                                    \
+  do {                                                          \
+    (t).conv_tile_f32 = kiln_conv_tile_f32_##ISA;               \
+    (t).conv_tile_f64 = kiln_conv_tile_f64_##ISA;               \
+    (t).conv_blocks_f32 = kiln_conv_blocks_f32_##ISA;           \
+    (t).conv_blocks_f64 = kiln_conv_blocks_f64_##ISA;           \
+    (t).conv_nchwc_f32 = kiln_conv_nchwc_f32_##ISA;             \
+    (t).conv_nchwc_pw_f32 = kiln_conv_nchwc_pw_f32_##ISA;       \
+    (t).conv_nchwc_dw_f32 = kiln_conv_nchwc_dw_f32_##ISA;       \
+    (t).conv_nchwc_wino_f32 = kiln_conv_nchwc_wino_f32_##ISA;   \
+    (t).conv_nchwc_wino4_f32 = kiln_conv_nchwc_wino4_f32_##ISA; \
+    (t).gemm_packed_f32 = kiln_gemm_packed_f32_##ISA;           \
+    (t).gemm_packed_f64 = kiln_gemm_packed_f64_##ISA;           \
   } while (0)
 
 static kiln_support pick_kernels(kiln_support t) {
@@ -72,6 +73,7 @@ static void build_host_table(void) {
                           kiln_foreign_op_bind,
                           kiln_foreign_op_run,
                           kiln_foreign_op_release,
+                          0,
                           0,
                           0};
   host_table = pick_kernels(t);
