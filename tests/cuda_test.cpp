@@ -677,23 +677,23 @@ TEST(KILN_CUDA_SUITE, OutOfDeviceMemoryFailsTheRunNamingTheNode) {
   EXPECT_TRUE(tensors_close(f({xs}).at(0), evaluate_reference(g, {xs}).at(0), 1e-5, 1e-6));
 }
 
-// On a real GPU: an intermediate larger than the card (an outer product of 2^18 x 2^17
-// float32, 128 GiB) fails the run naming the node that could not get its memory, and the
-// device still works afterwards.
+// On a real GPU: an intermediate larger than the card (an outer product of 2^19 x 2^19
+// float32, 1 TiB: 128 GiB fit an H200's 141 GB and the product ran) fails the run naming the
+// node that could not get its memory, and the device still works afterwards.
 TEST(KILN_CUDA_SUITE, AnIntermediateLargerThanTheGpuFailsNamingTheNode) {
   if (!kOnGpu) {
     GTEST_SKIP() << "the emulator's limit: OutOfDeviceMemoryFailsTheRunNamingTheNode";
   }
   std::mt19937 rng(45);
   Graph g("cuda_gpu_oom");
-  Var a = input(g, "a", DType::kFloat32, {int64_t{1} << 18, 1});
-  Var b = input(g, "b", DType::kFloat32, {1, int64_t{1} << 17});
+  Var a = input(g, "a", DType::kFloat32, {int64_t{1} << 19, 1});
+  Var b = input(g, "b", DType::kFloat32, {1, int64_t{1} << 19});
   g.set_outputs({sum(matmul(a, b), {0, 1}).var()});
   CompileOptions o = on_cuda();
   o.passes = "none";  // the product stays a materialized intermediate
   Function f = compile(g, o);
-  const Tensor as = testing::random_tensor(DType::kFloat32, {int64_t{1} << 18, 1}, rng);
-  const Tensor bs = testing::random_tensor(DType::kFloat32, {1, int64_t{1} << 17}, rng);
+  const Tensor as = testing::random_tensor(DType::kFloat32, {int64_t{1} << 19, 1}, rng);
+  const Tensor bs = testing::random_tensor(DType::kFloat32, {1, int64_t{1} << 19}, rng);
   const std::string err = error_of([&] { f({as, bs}); });
   EXPECT_NE(err.find("(cuda:matmul)"), std::string::npos) << err;
   EXPECT_NE(err.find("out of memory allocating"), std::string::npos) << err;
