@@ -11,8 +11,8 @@
 // noise, on a Zen 4 core), and its transformed weights (36/9 of the direct ones: 9.4 MB for a
 // 256-channel layer) outgrow the caches: on a Zen 3 host F(4x4) ran the 14 x 14 layer alone
 // at 0.84 of F(2x2)'s time, yet ResNet-18 and -34 gained nothing with it (5% slower, within
-// that host's noise). F(2x2) keeps those. Maps under 12 x 12 stay direct: a 7 x 7 map pads to 16 tiles
-// of F(2x2) for 49 outputs and its layers' 512-channel weights grow 16/9, and it ran 1.3-1.5x
+// that host's noise). F(2x2) keeps those. Maps under 12 x 12 stay direct: a 7 x 7 map pads to 16
+// tiles of F(2x2) for 49 outputs and its layers' 512-channel weights grow 16/9, and it ran 1.3-1.5x
 // slower. Results differ from the direct form's by rounding (the transforms add and subtract
 // inputs and scale weights): relative errors of about 1e-6 to 1e-5 of the output's scale at
 // 64-512 channels, F(4x4)'s about 3x F(2x2)'s. `-winograd` in the pass list keeps every
