@@ -48,11 +48,11 @@ void read_back(int tile, const double* h, double g[3]) {
   }
 }
 
-// The direct weights (M/8, C x 9, 8) read back out of the transform U = G g G^T ((T + 2)^2,
-// M/8, C, 8), in double.
-Tensor direct_weights(const Tensor& u) {
+// The direct weights (M/8, C x 9, 8) read back out of F(tile x tile)'s transform U = G g G^T
+// ((tile + 2)^2, M/8, C, 8; infer_type checked the shape), in double.
+Tensor direct_weights(const Tensor& u, int tile) {
   const int64_t B = kNchwcBlock, mb = u.shape()[1], c = u.shape()[2];
-  const int tile = u.shape()[0] == 16 ? 2 : 4, A = tile + 2;
+  const int A = tile + 2;
   Tensor w = Tensor::empty(DType::kFloat32, {mb, c * 9, B});
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t ic = 0; ic < c; ++ic) {
@@ -233,7 +233,7 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   // The transformed form means the 3x3 convolution of the weights it holds (the kernel's
   // results differ from it by rounding only, non-finite inputs included).
   std::optional<Tensor> recovered;
-  if (winograd_) recovered = direct_weights(inputs[1]);
+  if (winograd_) recovered = direct_weights(inputs[1], static_cast<int>(winograd_));
   const Tensor& x = inputs[0];
   const Tensor& w = winograd_ ? *recovered : inputs[1];
   const Geometry g = geometry(x.shape(), inputs[1].shape());
