@@ -5,9 +5,12 @@ For each model: kiln runs NAME.onnx through build/release/bench/onnx_bench (a fr
 round, compiling through the kernel cache), onnxruntime loads the same file, and PyTorch runs
 the same seeded module rebuilt by export.build(). All three get the same input and the same
 thread count (--threads, default 2). The tools take --rounds rounds in turn (interleaved, so a
-noisy neighbour hits all of them alike); each round is the median of --repeat timed runs after
-a warm-up, and the median round is reported. Every output is checked against the PyTorch output
-saved at export (NAME.expected.npy) before its times count.
+noisy neighbour hits all of them alike; kiln and onnxruntime back to back, their order swapped
+each round); each round is the median of --repeat timed runs after a warm-up, and the median
+round is reported. A ratio is the median of the rounds' ratios: each pair was measured within
+a second, where the two columns' own medians may come from different phases of a host whose
+speed drifts. Every output is checked against the PyTorch output saved at export
+(NAME.expected.npy) before its times count.
 
 Also measured in the same run: OpenBLAS SGEMM at 1024^3 on the same threads (the library kiln
 links), the yardstick for "machine speed"; each model's GFLOP/s uses the multiply-adds of its
@@ -87,12 +90,21 @@ def agrees(y, ref):
     return y.shape == ref.shape and float(np.max(np.abs(y - ref))) <= 1e-3 * scale
 
 
+def paired_ratio(a, b):
+    """Median over rounds of a[r] / b[r]; None when b has no rounds."""
+    if not b:
+        return None
+    r = sorted(x / y for x, y in zip(a, b))
+    n = len(r)
+    return r[n // 2] if n % 2 else math.sqrt(r[n // 2 - 1] * r[n // 2])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "zoo.md"))
@@ -135,7 +147,7 @@ def main():
             kout = os.path.join(tmp, "y.npy")
             times = {"kiln": [], "onnxruntime": [], "PyTorch": []}
             compile_ms = None
-            for r in range(max(1, args.rounds)):
+            def kiln_round(first):
                 # The peers' thread pools spin for a while after their last call; kiln measured
                 # then would share the cores with them.
                 time.sleep(0.5)
@@ -144,27 +156,53 @@ def main():
                 if out.returncode != 0:
                     raise SystemExit(f"kiln failed on {name}: {out.stderr}")
                 fields = dict(l.split(None, 1) for l in out.stdout.splitlines() if " " in l)
-                times["kiln"].append(float(fields["run_ms"].split()[0]))
-                compile_ms = float(fields["compile_ms"]) if compile_ms is None else compile_ms
-                if r == 0 and not agrees(np.load(kout), ref):
+                if first and not agrees(np.load(kout), ref):
                     y = np.load(kout)
                     raise SystemExit(f"{name}: kiln disagrees with PyTorch (max abs diff "
                                      f"{float(np.max(np.abs(y - ref))):.3g}, scale {float(np.max(np.abs(ref))):.3g})")
-                times["onnxruntime"].append(median_ms(lambda: sess.run(None, feed), args.repeat))
+                return float(fields["run_ms"].split()[0]), float(fields["compile_ms"])
+
+            def ort_round():
+                time.sleep(0.5)  # PyTorch's threads, likewise, after the previous round
+                return median_ms(lambda: sess.run(None, feed), args.repeat)
+
+            for r in range(max(1, args.rounds)):
+                # kiln and onnxruntime back to back, the order swapped every round, so a slow
+                # phase of the shared host lands on both alike and on neither side always.
+                if r % 2 == 0:
+                    k_ms, c_ms = kiln_round(r == 0)
+                    o_ms = ort_round()
+                else:
+                    o_ms = ort_round()
+                    k_ms, c_ms = kiln_round(False)
+                times["kiln"].append(k_ms)
+                times["onnxruntime"].append(o_ms)
+                compile_ms = c_ms if compile_ms is None else compile_ms
                 if model is not None:
                     times["PyTorch"].append(median_ms(lambda: model(xt), args.repeat))
             med = {k: sorted(v)[len(v) // 2] if v else None for k, v in times.items()}
+            # The ratios are taken round by round (each pair measured within a second of each
+            # other), and their median reported: on a host whose speed drifts by tens of
+            # percent, independent medians of the two columns can pair a fast phase with a slow.
+            med["ratio_ort"] = paired_ratio(times["kiln"], times["onnxruntime"])
+            med["ratio_torch"] = paired_ratio(times["kiln"], times["PyTorch"])
             flops = model_flops(path)
             rows.append((name, med, flops, compile_ms))
             t = med["PyTorch"]
             print(f"{name:16s} kiln {med['kiln']:8.2f} ms  onnxruntime {med['onnxruntime']:8.2f} ms  "
                   + (f"PyTorch {t:8.2f} ms  " if t else "")
-                  + f"kiln/ort {med['kiln'] / med['onnxruntime']:5.2f}  "
-                  + (f"kiln/torch {med['kiln'] / t:5.2f}  " if t else "")
+                  + f"kiln/ort {med['ratio_ort']:5.2f}  "
+                  + (f"kiln/torch {med['ratio_torch']:5.2f}  " if t else "")
                   + f"kiln {flops / med['kiln'] / 1e6:6.1f} GFLOP/s", flush=True)
-    geo_ort = math.exp(sum(math.log(m["kiln"] / m["onnxruntime"]) for _, m, _, _ in rows) / len(rows))
+    if sgemm:
+        # Measured again at the end and the faster kept: a yardstick taken in a slow phase of
+        # the host would flatter the batch-8 ratio below.
+        again = openblas_sgemm_gflops(args.threads)
+        print(f"OpenBLAS SGEMM 1024^3 again: {again:.1f} GFLOP/s", flush=True)
+        sgemm = max(sgemm, again)
+    geo_ort = math.exp(sum(math.log(m["ratio_ort"]) for _, m, _, _ in rows) / len(rows))
     with_torch = [m for _, m, _, _ in rows if m["PyTorch"]]
-    geo_torch = (math.exp(sum(math.log(m["kiln"] / m["PyTorch"]) for m in with_torch) / len(with_torch))
+    geo_torch = (math.exp(sum(math.log(m["ratio_torch"]) for m in with_torch) / len(with_torch))
                  if with_torch else None)
     print(f"geometric mean kiln/onnxruntime {geo_ort:.3f}" +
           (f", kiln/PyTorch {geo_torch:.3f}" if geo_torch else ""))
@@ -173,13 +211,16 @@ def main():
         "",
         f"Machine: {machine()}. onnxruntime {ort.__version__}, PyTorch {torch.__version__}; "
         f"{args.threads} threads each. Each time is the median of {args.repeat} runs after a warm-up; "
-        f"the tools took {args.rounds} rounds in turn and the median round is shown. Every output "
+        f"the tools took {args.rounds} rounds in turn (kiln and onnxruntime back to back, their order "
+        "swapped each round) and the median round is shown; a ratio is the median of the rounds' "
+        "ratios. Every output "
         "matched PyTorch's (relative tolerance 1e-3). GFLOP/s counts the Conv, Gemm and MatMul "
         "multiply-adds. Ratio < 1 means kiln is faster. Regenerate with `bench/zoo/run`.",
         "",
     ]
     if sgemm:
-        lines += [f"OpenBLAS SGEMM at 1024³ in the same run: **{sgemm:.1f} GFLOP/s**.", ""]
+        lines += [f"OpenBLAS SGEMM at 1024³ in the same run (the faster of a measurement before the "
+                  f"models and one after): **{sgemm:.1f} GFLOP/s**.", ""]
     lines += [
         "| model | GFLOP | kiln ms | onnxruntime ms | PyTorch ms | kiln / onnxruntime | kiln / PyTorch | kiln GFLOP/s | onnxruntime GFLOP/s |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -187,8 +228,8 @@ def main():
     for name, m, flops, _ in rows:
         t = m["PyTorch"]
         lines.append(f"| {name} | {flops / 1e9:.2f} | {m['kiln']:.2f} | {m['onnxruntime']:.2f} | "
-                     + (f"{t:.2f}" if t else "–") + f" | {m['kiln'] / m['onnxruntime']:.2f} | "
-                     + (f"{m['kiln'] / t:.2f}" if t else "–")
+                     + (f"{t:.2f}" if t else "–") + f" | {m['ratio_ort']:.2f} | "
+                     + (f"{m['ratio_torch']:.2f}" if t else "–")
                      + f" | {flops / m['kiln'] / 1e6:.1f} | {flops / m['onnxruntime'] / 1e6:.1f} |")
     lines += ["", f"Geometric mean kiln / onnxruntime: **{geo_ort:.3f}**" +
               (f"; kiln / PyTorch: **{geo_torch:.3f}**" if geo_torch else "") + "."]
