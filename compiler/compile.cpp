@@ -187,11 +187,11 @@ const KeyContext& key_context(const CompileOptions& options) {
   }
   ctx->spec = spec;
   ctx->link_mode = link_mode(options);
-  // The blocked channel layout, packed GEMM weights, fused reductions and matmul operand
-  // views are CPU forms with no CUDA kernels yet: those passes stay off so the nodes they
-  // would replace can go to the device.
+  // The blocked channel layout, packed GEMM weights, fused reductions and layer norms and
+  // matmul operand views are CPU forms with no CUDA kernels yet: those passes stay off so
+  // the nodes they would replace can go to the device.
   if (options.device == "cuda" && spec != "none") {
-    ctx->spec += std::string(spec.empty() ? "" : ",") + "-layout,-pack,-views,-reduction";
+    ctx->spec += std::string(spec.empty() ? "" : ",") + "-layout,-pack,-views,-reduction,-norm";
   }
   const std::string passes = passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES");
   ToolchainConfig tc_config = options.toolchain;

@@ -1,6 +1,7 @@
-// Gradients of the reductions, softmax and the matrix products.
+// Gradients of the reductions, softmax, layer norm and the matrix products.
 #include "ops/broadcast.h"
 #include "ops/gemm.h"
+#include "ops/layer_norm.h"
 #include "ops/grad_support.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
@@ -86,6 +87,20 @@ std::vector<Variable*> Softmax::grad(const GradArgs& args) const {
   Var y = grad_out(args, 0), g = grad_of_out(args, 0);
   const int64_t axis = normalize_axis(axis_, y.rank(), name());
   Var gx = log_ ? g - exp(y) * sum(g, {axis}, true) : y * (g - sum(g * y, {axis}, true));
+  return {gx.var()};
+}
+
+// y = d * inv with d = x - mean(x), inv = 1 / sqrt(mean(d^2) + eps) over the trailing axes:
+// dx = inv * (g - mean(g) - y * mean(g * y)). inv is recomputed from x (not stored).
+std::vector<Variable*> LayerNorm::grad(const GradArgs& args) const {
+  Var x = grad_in(args, 0), g = grad_of_out(args, 0);
+  const int axis = normalize_axis(axis_, x.rank(), name());
+  std::vector<int64_t> axes;
+  for (int d = axis; d < x.rank(); ++d) axes.push_back(d);
+  Var d = x - mean(x, axes, true);
+  Var inv = reciprocal(sqrt(mean(d * d, axes, true) + epsilon_));
+  Var y = d * inv;
+  Var gx = inv * (g - mean(g, axes, true) - y * mean(g * y, axes, true));
   return {gx.var()};
 }
 

@@ -17,6 +17,7 @@
 #include "ops/gather.h"
 #include "ops/gather_elements.h"
 #include "ops/gemm.h"
+#include "ops/layer_norm.h"
 #include "ops/matmul.h"
 #include "ops/op_library.h"
 #include "ops/pad.h"
@@ -57,6 +58,7 @@ OpRegistry::OpRegistry() {
   add("concat", [](const Attrs& a) { return std::make_shared<Concat>(a); });
   add("softmax", [](const Attrs& a) { return std::make_shared<Softmax>(false, a); });
   add("log_softmax", [](const Attrs& a) { return std::make_shared<Softmax>(true, a); });
+  add("layer_norm", [](const Attrs& a) { return std::make_shared<LayerNorm>(a); });
   add("slice", [](const Attrs& a) { return std::make_shared<Slice>(a); });
   add("expand", [](const Attrs& a) { return std::make_shared<Expand>(a); });
   add("dim_values", [](const Attrs& a) { return std::make_shared<DimValues>(a); });

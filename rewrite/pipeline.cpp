@@ -47,6 +47,7 @@ const std::vector<PassInfo>& all_passes() {
       {"fold", fold_constants, 3},
       {"simplify", simplify, 2},
       {"cse", merge_common, 1},
+      {"norm", fuse_layer_norm, 1},
       {"layout", layout_nchwc, 5},
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 4},

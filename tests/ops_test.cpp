@@ -562,6 +562,83 @@ TEST(Softmax, SplitOverRowsMatchesReference) {
   }
 }
 
+// The importer's layer-norm chain, as convert_layer_norm writes it, over the trailing axes.
+Var layer_norm_chain(Var x, const std::vector<int64_t>& axes, double eps) {
+  Var d = x - mean(x, axes, true);
+  return d * reciprocal(sqrt(mean(d * d, axes, true) + eps));
+}
+
+// The norm pass turns the chain into one layer_norm step; the reference is the chain's own
+// ops. Rows shorter than a vector, one vector, two plus a tail and a transformer's width; a
+// NaN row and an infinite one; a constant row (variance 0: the output is 0, not NaN); two
+// trailing axes; a strided input; rows whose mean is large against their spread, which a
+// one-pass sum of squares loses to cancellation. A chain whose mean is also an output stays
+// as it is.
+TEST(LayerNorm, FusedChainMatchesTheUnfusedReference) {
+  std::mt19937 rng(67);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g(std::string("layer_norm_") + std::string(dtype_name(dt)));
+    const std::vector<int64_t> widths = {3, 8, 37, 384};
+    std::vector<Var> xs, outs;
+    for (int64_t w : widths) {
+      xs.push_back(input(g, "x" + std::to_string(w), dt, {kDynamic, w}));
+      outs.push_back(layer_norm_chain(xs.back(), {1}, 1e-5));
+    }
+    Var cube = input(g, "cube", dt, {kDynamic, 5, 13});
+    outs.push_back(layer_norm_chain(cube, {1, 2}, 1e-3));
+    Var kept = input(g, "kept", dt, {kDynamic, 16});
+    Var kept_mean = mean(kept, {1}, true);
+    Var kd = kept - kept_mean;
+    outs.push_back(kd * reciprocal(sqrt(mean(kd * kd, {1}, true) + 1e-5)));
+    outs.push_back(kept_mean);
+    std::vector<Variable*> out_vars;
+    for (Var& v : outs) out_vars.push_back(v.var());
+    g.set_outputs(out_vars);
+    Function f = compile(g);
+    const std::string source = module_source(f);
+    size_t fused = 0;
+    for (size_t at = source.find(": layer_norm{"); at != std::string::npos;
+         at = source.find(": layer_norm{", at + 1))
+      ++fused;
+    EXPECT_EQ(fused, widths.size() + 1) << "not every plain chain was fused";
+    EXPECT_NE(source.find("reduce_mean"), std::string::npos)
+        << "the chain whose mean is an output was fused";
+    if (dt == DType::kFloat32)
+      EXPECT_NE(source.find("kiln_layer_norm_row_f32("), std::string::npos) << "no vector row";
+    std::vector<Tensor> special;
+    for (int64_t w : widths) {
+      Tensor t = random_tensor(dt, {6, w}, rng, -3, 3);
+      t.store(0 * w + w - 1, NAN);
+      t.store(1 * w + w / 2, INFINITY);
+      for (int64_t l = 0; l < w; ++l) t.store(2 * w + l, 1.5);  // constant
+      special.push_back(t);
+    }
+    special.push_back(random_tensor(dt, {3, 5, 13}, rng));
+    special.push_back(random_tensor(dt, {4, 16}, rng));
+    std::vector<Tensor> strided;
+    for (int64_t w : widths) strided.push_back(non_contiguous(random_tensor(dt, {5, w}, rng)));
+    strided.push_back(non_contiguous(random_tensor(dt, {2, 5, 13}, rng)));
+    strided.push_back(non_contiguous(random_tensor(dt, {3, 16}, rng)));
+    std::vector<Tensor> empty;
+    for (int64_t w : widths) empty.push_back(random_tensor(dt, {0, w}, rng));
+    empty.push_back(random_tensor(dt, {0, 5, 13}, rng));
+    empty.push_back(random_tensor(dt, {1, 16}, rng));
+    check_graph(g, {special, strided, empty}, dt == DType::kFloat32 ? 1e-5 : 1e-12,
+                dt == DType::kFloat32 ? 1e-5 : 1e-12);
+    // Mean 1e3, spread 1: a one-pass variance (sum of squares less the squared mean) is off
+    // by 100%. float32 means of values near 1e3 round differently in the lanes and in the
+    // reference: up to 3e-4 of the unit deviation, hence the absolute 1e-3 here.
+    Graph big(std::string("layer_norm_large_mean_") + std::string(dtype_name(dt)));
+    Var xb = input(big, "x", dt, {kDynamic, 384});
+    big.set_outputs({layer_norm_chain(xb, {1}, 1e-5).var()});
+    Tensor rows = random_tensor(dt, {2, 384}, rng);
+    for (int64_t l = 0; l < 2 * 384; ++l)
+      rows.store(l, 1e3 + std::sin(static_cast<double>(l) + 1));
+    check_graph(big, {{rows}}, dt == DType::kFloat32 ? 2e-3 : 1e-9,
+                dt == DType::kFloat32 ? 1e-3 : 1e-12);
+  }
+}
+
 TEST(ShapeOps, TransposeReshapeFlattenConcat) {
   std::mt19937 rng(11);
   Graph g("shapeops");

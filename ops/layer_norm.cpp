@@ -1,0 +1,139 @@
+#include "ops/layer_norm.h"
+
+#include <cmath>
+
+#include "ops/broadcast.h"
+#include "ops/elementwise_loop.h"
+#include "util/error.h"
+
+namespace kiln {
+
+LayerNorm::LayerNorm(Attrs props) : COp("layer_norm", std::move(props)) {
+  check_known_attrs(this->props(), {"axis", "epsilon"});
+  axis_ = attr_int(this->props(), "axis", -1);
+  epsilon_ = attr_float(this->props(), "epsilon", 1e-5);
+  if (!(epsilon_ >= 0) || !std::isfinite(epsilon_)) {
+    throw UserError("layer_norm: epsilon must be finite and >= 0, got " + std::to_string(epsilon_));
+  }
+}
+
+std::vector<TensorType> LayerNorm::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 1) throw UserError("layer_norm takes 1 input");
+  const auto& in = inputs[0];
+  if (in.dtype != DType::kFloat32 && in.dtype != DType::kFloat64) {
+    throw UserError("layer_norm requires float32 or float64, got " +
+                    std::string(dtype_name(in.dtype)));
+  }
+  if (in.rank() < 1) throw UserError("layer_norm: input must have rank >= 1");
+  normalize_axis(axis_, in.rank(), name());
+  return {in};
+}
+
+std::vector<Shape> LayerNorm::infer_shape(const std::vector<Shape>& inputs) const {
+  return {inputs[0]};
+}
+
+// In double, two passes (the mean, then the mean square deviation): the reference the C
+// code is tested against.
+void LayerNorm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& in = inputs[0];
+  Tensor& out = outputs[0];
+  const int axis = normalize_axis(axis_, in.ndim(), name());
+  int64_t outer = 1, len = 1;
+  for (int d = 0; d < in.ndim(); ++d) (d < axis ? outer : len) *= in.shape()[static_cast<size_t>(d)];
+  for (int64_t o = 0; o < outer; ++o) {
+    double sum = 0;
+    for (int64_t l = 0; l < len; ++l) sum += in.load(o * len + l);
+    const double mean = sum / static_cast<double>(len);
+    double sq = 0;
+    for (int64_t l = 0; l < len; ++l) {
+      const double d = in.load(o * len + l) - mean;
+      sq += d * d;
+    }
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + epsilon_);
+    for (int64_t l = 0; l < len; ++l) out.store(o * len + l, (in.load(o * len + l) - mean) * inv);
+  }
+}
+
+int64_t LayerNorm::c_split_unit(const Node& node) const {
+  const auto& t = node.inputs[0]->type;
+  const int axis = normalize_axis(axis_, t.rank(), name());
+  int64_t unit = 1;
+  for (int d = axis; d < t.rank(); ++d) {
+    if (t.dims[static_cast<size_t>(d)] == kDynamic) return 0;
+    unit *= t.dims[static_cast<size_t>(d)];
+  }
+  return unit;
+}
+
+bool LayerNorm::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
+
+std::string LayerNorm::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& t = node.inputs[0]->type;
+  const int rank = t.rank();
+  const int axis = normalize_axis(axis_, rank, name());
+  const std::string T(dtype_c_type(t.dtype));
+  const std::string& in = names.inputs[0];
+  const std::string& out = names.outputs[0];
+  const std::string ra = std::to_string(rank), ax = std::to_string(axis);
+  // Slices o of (outer, len): this part's range of o. A contiguous input is read in place;
+  // another layout is first copied, slice by slice, into the output.
+  std::string s = "{\n";
+  s += "  int64_t outer = 1, len = 1, cst[KILN_MAX_DIMS];\n";
+  s += "  for (int d = 0; d < " + ra + "; ++d) {\n";
+  s += "    if (d < " + ax + ") outer *= " + out + "->shape[d];\n";
+  s += "    else len *= " + out + "->shape[d];\n";
+  s += "  }\n";
+  s += "  int contiguous = 1;\n";
+  s += "  for (int64_t d = " + ra + " - 1, c = 1; d >= 0; c *= " + in + "->shape[d], --d) {\n";
+  s += "    cst[d] = c;\n";
+  s += "    if (" + in + "->shape[d] != 1 && " + in + "->strides[d] != c) contiguous = 0;\n";
+  s += "  }\n";
+  s += "  const " + T + " *x = (const " + T + " *)" + in + "->data;\n";
+  s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
+  s += "  int64_t lo, hi;\n";
+  s += "  kiln_part_range(outer, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "  for (int64_t o = lo; o < hi && len > 0; ++o) {\n";
+  s += "    " + T + " *yo = y + o * len;\n";
+  s += "    const " + T + " *xo = x + o * len;\n";
+  s += "    if (!contiguous) {\n";
+  s += "      int64_t off = 0;\n";
+  s += "      for (int64_t d = " + ax + " - 1, r = o; d >= 0; --d) {\n";
+  s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
+  s += "        r /= " + in + "->shape[d];\n";
+  s += "      }\n";
+  s += "      kiln_copy_nd(yo, cst + " + ax + ", x + off, " + in + "->strides + " + ax + ", " +
+       std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
+  s += "      xo = yo;\n";
+  s += "    }\n";
+  const std::string eps = "(" + T + ")" + c_literal(t.dtype, epsilon_);
+  if (t.dtype == DType::kFloat32) {
+    s += "    kiln_layer_norm_row_f32(xo, yo, len, " + eps + ");\n";
+  } else {
+    // float64: the same two passes, sums in 16 lanes (the form clang may or may not
+    // vectorize; float64 rows are rare enough not to need the vector row).
+    s += "    " + T + " lane[16], sum = 0, sq = 0;\n";
+    s += "    int64_t l = 0;\n";
+    s += "    for (int k = 0; k < 16; ++k) lane[k] = 0;\n";
+    s += "    for (; l + 16 <= len; l += 16)\n";
+    s += "      KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += xo[l + k];\n";
+    s += "    for (int k = 0; k < 16; ++k) sum += lane[k];\n";
+    s += "    KILN_NOVEC for (; l < len; ++l) sum += xo[l];\n";
+    s += "    const " + T + " mean = sum / (" + T + ")len;\n";
+    s += "    for (int k = 0; k < 16; ++k) lane[k] = 0;\n";
+    s += "    for (l = 0; l + 16 <= len; l += 16)\n";
+    s += "      KILN_LANES for (int k = 0; k < 16; ++k) {\n";
+    s += "        const " + T + " d = xo[l + k] - mean;\n";
+    s += "        lane[k] += d * d;\n";
+    s += "      }\n";
+    s += "    for (int k = 0; k < 16; ++k) sq += lane[k];\n";
+    s += "    KILN_NOVEC for (; l < len; ++l) sq += (xo[l] - mean) * (xo[l] - mean);\n";
+    s += "    const " + T + " inv = (" + T + ")1 / sqrt(sq / (" + T + ")len + " + eps + ");\n";
+    s += "    KILN_SAME_INDEX for (l = 0; l < len; ++l) yo[l] = (xo[l] - mean) * inv;\n";
+  }
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace kiln
