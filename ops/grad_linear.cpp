@@ -1,8 +1,8 @@
 // Gradients of the reductions, softmax, layer norm and the matrix products.
 #include "ops/broadcast.h"
 #include "ops/gemm.h"
-#include "ops/layer_norm.h"
 #include "ops/grad_support.h"
+#include "ops/layer_norm.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"

@@ -4,6 +4,7 @@
 
 #include "ops/broadcast.h"
 #include "ops/elementwise_loop.h"
+#include "ops/slice_loop.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -40,7 +41,8 @@ void LayerNorm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   Tensor& out = outputs[0];
   const int axis = normalize_axis(axis_, in.ndim(), name());
   int64_t outer = 1, len = 1;
-  for (int d = 0; d < in.ndim(); ++d) (d < axis ? outer : len) *= in.shape()[static_cast<size_t>(d)];
+  for (int d = 0; d < in.ndim(); ++d)
+    (d < axis ? outer : len) *= in.shape()[static_cast<size_t>(d)];
   for (int64_t o = 0; o < outer; ++o) {
     double sum = 0;
     for (int64_t l = 0; l < len; ++l) sum += in.load(o * len + l);
@@ -73,39 +75,7 @@ std::string LayerNorm::c_code(const Node& node, const CodeNames& names, const Su
   const int rank = t.rank();
   const int axis = normalize_axis(axis_, rank, name());
   const std::string T(dtype_c_type(t.dtype));
-  const std::string& in = names.inputs[0];
-  const std::string& out = names.outputs[0];
-  const std::string ra = std::to_string(rank), ax = std::to_string(axis);
-  // Slices o of (outer, len): this part's range of o. A contiguous input is read in place;
-  // another layout is first copied, slice by slice, into the output.
-  std::string s = "{\n";
-  s += "  int64_t outer = 1, len = 1, cst[KILN_MAX_DIMS];\n";
-  s += "  for (int d = 0; d < " + ra + "; ++d) {\n";
-  s += "    if (d < " + ax + ") outer *= " + out + "->shape[d];\n";
-  s += "    else len *= " + out + "->shape[d];\n";
-  s += "  }\n";
-  s += "  int contiguous = 1;\n";
-  s += "  for (int64_t d = " + ra + " - 1, c = 1; d >= 0; c *= " + in + "->shape[d], --d) {\n";
-  s += "    cst[d] = c;\n";
-  s += "    if (" + in + "->shape[d] != 1 && " + in + "->strides[d] != c) contiguous = 0;\n";
-  s += "  }\n";
-  s += "  const " + T + " *x = (const " + T + " *)" + in + "->data;\n";
-  s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
-  s += "  int64_t lo, hi;\n";
-  s += "  kiln_part_range(outer, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "  for (int64_t o = lo; o < hi && len > 0; ++o) {\n";
-  s += "    " + T + " *yo = y + o * len;\n";
-  s += "    const " + T + " *xo = x + o * len;\n";
-  s += "    if (!contiguous) {\n";
-  s += "      int64_t off = 0;\n";
-  s += "      for (int64_t d = " + ax + " - 1, r = o; d >= 0; --d) {\n";
-  s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
-  s += "        r /= " + in + "->shape[d];\n";
-  s += "      }\n";
-  s += "      kiln_copy_nd(yo, cst + " + ax + ", x + off, " + in + "->strides + " + ax + ", " +
-       std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
-  s += "      xo = yo;\n";
-  s += "    }\n";
+  std::string s = c_open_slice_loop(names, sub, rank, axis, T, "  const int64_t len = slice;\n");
   const std::string eps = "(" + T + ")" + c_literal(t.dtype, epsilon_);
   if (t.dtype == DType::kFloat32) {
     s += "    kiln_layer_norm_row_f32(xo, yo, len, " + eps + ");\n";

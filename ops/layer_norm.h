@@ -1,7 +1,8 @@
 #pragma once
 // layer_norm{axis, epsilon}(x) -> y: each slice over the axes from `axis` on, less its mean,
 // times 1 / sqrt(its mean square deviation + epsilon). The scale and shift of ONNX
-// LayerNormalization stay separate nodes (they fold into a following GEMM's weights). The
+// LayerNormalization stay separate nodes (one fused elementwise step, or none where
+// simplify finds them ones and zeros). The
 // `norm` pass makes it from the chain the ONNX importer writes (mean, sub, square, mean,
 // add, sqrt, reciprocal, mul), whose values it computes in one pass over each slice where the
 // chain took five steps and wrote three slice-sized temporaries.

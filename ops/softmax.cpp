@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/broadcast.h"
+#include "ops/slice_loop.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -71,38 +72,12 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   const std::string T(dtype_c_type(t.dtype));
   const std::string f = t.dtype == DType::kFloat32 ? "f" : "";
   const std::string m = "kiln_";  // kiln_math.h: both float widths
-  const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
-  const std::string ra = std::to_string(rank), ax = std::to_string(axis);
-  // Slices o of (outer, len, inner): this part's range of o. A contiguous input is read in
-  // place; another layout is first copied, slice by slice, into the output.
-  std::string s = "{\n";
-  s += "  int64_t outer = 1, inner = 1, cst[KILN_MAX_DIMS];\n";
-  s += "  const int64_t len = " + out + "->shape[" + ax + "];\n";
-  s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + out + "->shape[d];\n";
-  s += "  for (int d = " + ra + " - 1; d > " + ax + "; --d) inner *= " + out + "->shape[d];\n";
-  s += "  int contiguous = 1;\n";
-  s += "  for (int64_t d = " + ra + " - 1, c = 1; d >= 0; c *= " + in + "->shape[d], --d) {\n";
-  s += "    cst[d] = c;\n";
-  s += "    if (" + in + "->shape[d] != 1 && " + in + "->strides[d] != c) contiguous = 0;\n";
-  s += "  }\n";
-  s += "  const " + T + " *x = (const " + T + " *)" + in + "->data;\n";
-  s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
-  s += "  int64_t lo, hi;\n";
-  s += "  kiln_part_range(outer, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "  for (int64_t o = lo; o < hi; ++o) {\n";
-  s += "    " + T + " *yo = y + o * len * inner;\n";
-  s += "    const " + T + " *xo = x + o * len * inner;\n";
-  s += "    if (!contiguous) {\n";
-  s += "      int64_t off = 0;\n";
-  s += "      for (int64_t d = " + ax + " - 1, r = o; d >= 0; --d) {\n";
-  s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
-  s += "        r /= " + in + "->shape[d];\n";
-  s += "      }\n";
-  s += "      kiln_copy_nd(yo, cst + " + ax + ", x + off, " + in + "->strides + " + ax + ", " +
-       std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
-  s += "      xo = yo;\n";
-  s += "    }\n";
+  const std::string ax = std::to_string(axis);
+  // Slices o of (outer, len, inner): this part's range of o.
+  std::string s = c_open_slice_loop(
+      names, sub, rank, axis, T,
+      "  const int64_t len = " + out + "->shape[" + ax + "], inner = slice / (len > 0 ? len : 1);\n");
   if (!log_ && t.dtype == DType::kFloat32) {
     // Rows along the last axis: the vector row of kiln_softmax.h.
     s += "    if (inner == 1) {\n";

@@ -33,7 +33,8 @@ int trailing_mean_axis(const Node& mean) {
   std::set<int64_t> set;
   for (int64_t a : axes) set.insert(a < 0 ? a + rank : a);
   const int axis = static_cast<int>(*set.begin());
-  if (axis < 0 || *set.rbegin() != rank - 1 || static_cast<int>(set.size()) != rank - axis) return -1;
+  if (axis < 0 || *set.rbegin() != rank - 1 || static_cast<int>(set.size()) != rank - axis)
+    return -1;
   return axis;
 }
 

@@ -8,7 +8,7 @@ namespace kiln {
 Graph fold_constants(const Graph& graph);    // constant_fold.cpp: nodes of constants -> constants
 Graph simplify(const Graph& graph);          // simplify.cpp: x*1, x+0, neg(neg x), ...
 Graph merge_common(const Graph& graph);      // cse.cpp: identical nodes and constants, once
-Graph fuse_layer_norm(const Graph& graph);  // fuse_norm.cpp: the importer's layer-norm chain
+Graph fuse_layer_norm(const Graph& graph);   // fuse_norm.cpp: the importer's layer-norm chain
 Graph layout_nchwc(const Graph& graph);      // layout_nchwc.cpp: conv chains -> blocked NCHW8c
 Graph winograd_convs(const Graph& graph);    // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)
 Graph pack_weights(const Graph& graph);      // pack_weights.cpp: gemm weights -> GEMM panels

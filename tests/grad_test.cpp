@@ -183,12 +183,10 @@ TEST(Grad, SoftmaxAndLogSoftmaxMatchFiniteDifferences) {
 }
 
 TEST(Grad, LayerNormMatchesFiniteDifferences) {
-  check_gradients("layer_norm", {{"a", {3, 7}}, {"b", {2, 3, 4}}},
-                  [](const std::vector<Var>& x) {
-                    return std::vector<Var>{
-                        apply("layer_norm", {x[0]}, {{"epsilon", 1e-3}}),
-                        apply("layer_norm", {x[1]}, {{"axis", int64_t{1}}, {"epsilon", 1e-5}})};
-                  });
+  check_gradients("layer_norm", {{"a", {3, 7}}, {"b", {2, 3, 4}}}, [](const std::vector<Var>& x) {
+    return std::vector<Var>{apply("layer_norm", {x[0]}, {{"epsilon", 1e-3}}),
+                            apply("layer_norm", {x[1]}, {{"axis", int64_t{1}}, {"epsilon", 1e-5}})};
+  });
 }
 
 TEST(Grad, MatmulAndGemmMatchFiniteDifferences) {

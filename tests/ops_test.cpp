@@ -632,8 +632,7 @@ TEST(LayerNorm, FusedChainMatchesTheUnfusedReference) {
     Var xb = input(big, "x", dt, {kDynamic, 384});
     big.set_outputs({layer_norm_chain(xb, {1}, 1e-5).var()});
     Tensor rows = random_tensor(dt, {2, 384}, rng);
-    for (int64_t l = 0; l < 2 * 384; ++l)
-      rows.store(l, 1e3 + std::sin(static_cast<double>(l) + 1));
+    for (int64_t l = 0; l < 2 * 384; ++l) rows.store(l, 1e3 + std::sin(static_cast<double>(l) + 1));
     check_graph(big, {{rows}}, dt == DType::kFloat32 ? 2e-3 : 1e-9,
                 dt == DType::kFloat32 ? 1e-3 : 1e-12);
   }
