@@ -2,6 +2,15 @@
 
 namespace kiln {
 
+int64_t static_slice_size(const TensorType& t, int axis) {
+  int64_t unit = 1;
+  for (int d = axis; d < t.rank(); ++d) {
+    if (t.dims[static_cast<size_t>(d)] == kDynamic) return 0;
+    unit *= t.dims[static_cast<size_t>(d)];
+  }
+  return unit;
+}
+
 std::string c_open_slice_loop(const CodeNames& names, const Sub& sub, int rank, int axis,
                               const std::string& T, const std::string& decls) {
   const std::string& in = names.inputs[0];

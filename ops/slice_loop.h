@@ -11,6 +11,9 @@
 
 namespace kiln {
 
+// Elements per slice over the axes from `axis` on (a split unit), 0 when one is dynamic.
+int64_t static_slice_size(const TensorType& t, int axis);
+
 std::string c_open_slice_loop(const CodeNames& names, const Sub& sub, int rank, int axis,
                               const std::string& T, const std::string& decls);
 

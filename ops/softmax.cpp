@@ -54,13 +54,7 @@ void Softmax::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& ou
 
 int64_t Softmax::c_split_unit(const Node& node) const {
   const auto& t = node.inputs[0]->type;
-  const int axis = normalize_axis(axis_, t.rank(), name());
-  int64_t unit = 1;
-  for (int d = axis; d < t.rank(); ++d) {
-    if (t.dims[static_cast<size_t>(d)] == kDynamic) return 0;
-    unit *= t.dims[static_cast<size_t>(d)];
-  }
-  return unit;
+  return static_slice_size(t, normalize_axis(axis_, t.rank(), name()));
 }
 
 bool Softmax::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
