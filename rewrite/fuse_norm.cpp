@@ -66,7 +66,9 @@ std::optional<Chain> match(const Graph& graph, const Node& y,
       eps_v = add->inputs[0];
       var = made_by(add->inputs[1], "reduce_mean");
     }
-    if (!var || eps_v->kind != VarKind::kConstant || !eps_v->value || eps_v->value->numel() != 1)
+    // epsilon becomes a prop: a parameter (which a run may replace) stays a chain.
+    if (!var || eps_v->kind != VarKind::kConstant || eps_v->parameter || !eps_v->value ||
+        eps_v->value->numel() != 1)
       continue;
     const Node* sq = made_by(var->inputs[0], "mul");
     if (!sq || sq->inputs[0] != d || sq->inputs[1] != d) continue;

@@ -635,7 +635,37 @@ TEST(LayerNorm, FusedChainMatchesTheUnfusedReference) {
     for (int64_t l = 0; l < 2 * 384; ++l) rows.store(l, 1e3 + std::sin(static_cast<double>(l) + 1));
     check_graph(big, {{rows}}, dt == DType::kFloat32 ? 2e-3 : 1e-9,
                 dt == DType::kFloat32 ? 1e-3 : 1e-12);
+    // An epsilon that is a parameter (a run may replace it) is not baked into a prop.
+    Graph param(std::string("layer_norm_eps_param_") + std::string(dtype_name(dt)));
+    Var xp = input(param, "x", dt, {kDynamic, 16});
+    Var eps(&param, param.add_parameter(Tensor::scalar(dt, 1e-5), "eps"));
+    Var dp = xp - mean(xp, {1}, true);
+    param.set_outputs({(dp * reciprocal(sqrt(mean(dp * dp, {1}, true) + eps))).var()});
+    EXPECT_EQ(module_source(compile(param)).find(": layer_norm{"), std::string::npos)
+        << "a parameter epsilon was baked into the op";
   }
+}
+
+// layer_norm written by hand (a JSON model, a C++ graph): bad props and inputs are errors
+// that name the op and what was wrong.
+TEST(LayerNorm, BadPropsAndInputsAreClearErrors) {
+  Graph g("layer_norm_errors");
+  Var x = input(g, "x", DType::kFloat32, {2, 3});
+  Var i = input(g, "i", DType::kInt32, {2, 3});
+  auto error = [](auto fn) { return error_of(fn); };
+  std::string m = error([&] { apply("layer_norm", {x}, {{"epsilon", -1.0}}); });
+  EXPECT_NE(m.find("layer_norm: epsilon must be finite and >= 0"), std::string::npos) << m;
+  m = error([&] { apply("layer_norm", {x}, {{"epsilon", INFINITY}}); });
+  EXPECT_NE(m.find("epsilon"), std::string::npos) << m;
+  m = error([&] { apply("layer_norm", {x}, {{"axes", int64_t{1}}}); });
+  EXPECT_NE(m.find("axes"), std::string::npos) << m;
+  m = error([&] { apply("layer_norm", {i}); });
+  EXPECT_NE(m.find("layer_norm requires float32 or float64, got int32"), std::string::npos) << m;
+  m = error([&] { apply("layer_norm", {x}, {{"axis", int64_t{2}}}); });
+  EXPECT_NE(m.find("layer_norm"), std::string::npos) << m;
+  EXPECT_NE(m.find("axis"), std::string::npos) << m;
+  m = error([&] { apply("layer_norm", {x, x}); });
+  EXPECT_NE(m.find("layer_norm takes 1 input"), std::string::npos) << m;
 }
 
 TEST(ShapeOps, TransposeReshapeFlattenConcat) {
