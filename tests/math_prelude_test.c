@@ -89,7 +89,8 @@ static int run(const Case *c, int all) {
   for (int i = -400000; i <= 400000; ++i) check_one(c, (float)i / 100000.0f, &st);
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 88.72f, 88.73f,
                             -87.33f, -103.9f, -104.0f, 1e-45f, -1e-45f, 1.17549435e-38f,
-                            0.625f, 0.921875f, -1.3f, 3.9f, 10.0f, -10.0f, 1e-7f, -1e-7f};
+                            0.625f, 0.921875f, 0.92187494f, -1.3f, 3.9f, 3.92f, 4.0f, -4.0f,
+                            4.0000005f, 10.0f, -10.0f, 1e-7f, -1e-7f};
   for (size_t i = 0; i < sizeof specials / sizeof specials[0]; ++i) check_one(c, specials[i], &st);
   /* Signed zero and NaN propagation, which a ulp measure cannot see. */
   float z = c->f(-0.0f);
