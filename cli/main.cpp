@@ -79,8 +79,8 @@ options:
                            outside the timed run)
   --passes SPEC            rewrite passes for compile/run/source: "-fusion,-cse" disables
                            those, "none" all (default: $KILN_PASSES, else all of fold,
-                           simplify, cse, norm, layout, winograd, pack, views, fusion,
-                           reduction, epilogue, dce);
+                           simplify, cse, norm, layout, winograd, pack, views,
+                           attention, fusion, reduction, epilogue, dce);
                            the passes are part of the cache key
   --op-library PATH        load a custom-op library (repeatable; every command; see
                            docs/op-libraries.md); with -v, print what it registered

@@ -187,11 +187,12 @@ const KeyContext& key_context(const CompileOptions& options) {
   }
   ctx->spec = spec;
   ctx->link_mode = link_mode(options);
-  // The blocked channel layout, packed GEMM weights, fused reductions and layer norms and
-  // matmul operand views are CPU forms with no CUDA kernels yet: those passes stay off so
-  // the nodes they would replace can go to the device.
+  // The blocked channel layout, packed GEMM weights, fused reductions, layer norms and
+  // attention, and matmul operand views are CPU forms with no CUDA kernels yet: those passes
+  // stay off so the nodes they would replace can go to the device.
   if (options.device == "cuda" && spec != "none") {
-    ctx->spec += std::string(spec.empty() ? "" : ",") + "-layout,-pack,-views,-reduction,-norm";
+    ctx->spec +=
+        std::string(spec.empty() ? "" : ",") + "-layout,-pack,-views,-reduction,-norm,-attention";
   }
   const std::string passes = passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES");
   ToolchainConfig tc_config = options.toolchain;

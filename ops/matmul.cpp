@@ -6,6 +6,7 @@
 #include "ops/broadcast.h"
 #include "ops/elementwise_loop.h"
 #include "ops/gemm_support.h"
+#include "ops/packed_gemm_code.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -64,19 +65,7 @@ MatMul::MatMul(Attrs props) : COp("matmul", std::move(props)) {
   views_[0] = OperandView::from_props(this->props(), "a_view");
   views_[1] = OperandView::from_props(this->props(), "b_view");
   alpha_ = attr_float(this->props(), "alpha", 1.0);
-  out_perm_ = attr_ints(this->props(), "out_perm", std::vector<int64_t>{});
-  if (!out_perm_.empty()) {
-    std::vector<int64_t> sorted = out_perm_;
-    std::sort(sorted.begin(), sorted.end());
-    const auto r = static_cast<int64_t>(out_perm_.size());
-    for (int64_t d = 0; d < r; ++d) {
-      if (sorted[static_cast<size_t>(d)] != d) throw AttrError("out_perm", "is no permutation");
-    }
-    // The product's rows must stay rows: its columns are what the kernels store in a run.
-    if (r < 2 || out_perm_.back() != r - 1) {
-      throw AttrError("out_perm", "must keep the last axis last");
-    }
-  }
+  out_perm_ = out_perm_from_props(this->props(), "out_perm");
 }
 
 std::vector<int64_t> MatMul::permuted(const std::vector<int64_t>& product) const {
@@ -240,27 +229,13 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   // An operand's sizes and strides: the input's own, or its view's (compile-time values
   // over the input's contiguous elements).
   const std::string X[2] = {A, B};
-  auto dim = [&](int k, int d) {
-    return views_[k] ? std::to_string(views_[k]->dims[static_cast<size_t>(d)])
-                     : X[k] + "->shape[" + i2s(d) + "]";
-  };
-  auto stride = [&](int k, int d) {
-    return views_[k] ? std::to_string(views_[k]->strides[static_cast<size_t>(d)])
-                     : X[k] + "->strides[" + i2s(d) + "]";
-  };
+  auto dim = [&](int k, int d) { return c_operand_dim(views_[k], X[k], d); };
+  auto stride = [&](int k, int d) { return c_operand_stride(views_[k], X[k], d); };
   std::string s = "{\n";
   for (int k = 0; k < 2; ++k) {
-    if (!views_[k]) continue;
-    // A view counts elements of a contiguous input (every value a step makes is).
-    const auto& dims = node.inputs[static_cast<size_t>(k)]->type.dims;
-    int64_t step = 1;
-    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
-      if (dims[static_cast<size_t>(d)] > 1) {
-        s += "  if (" + X[k] + "->strides[" + i2s(d) + "] != " + std::to_string(step) + ") " +
-             sub.fail + "(\"matmul: a viewed operand is not contiguous\");\n";
-      }
-      step *= dims[static_cast<size_t>(d)];
-    }
+    if (views_[k])
+      s += c_view_contiguity_checks("matmul", X[k], node.inputs[static_cast<size_t>(k)]->type.dims,
+                                    sub.fail);
   }
   auto base = [&](int k) {
     std::string p = "(const " + T + " *)" + X[k] + "->data";
@@ -341,16 +316,9 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     // A broadcast B (batch stride 0) is packed once, not once per matrix of A.
     s += "  int64_t packed_ob = -1;\n";
     s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
-    s += "    if (ob != packed_ob)\n";
-    s += "    for (int64_t q = 0; q < np; ++q) {\n";
-    s += "      const int64_t n = N - q * P < P ? N - q * P : P;\n";
-    s += "      for (int64_t i = 0; i < K; ++i) {\n";
-    s += "        " + T + " *restrict dst = bp + (q * K + i) * P;\n";
-    s += "        const " + T + " *src = pb + ob + i * rsb + q * P * csb;\n";
-    s += "        if (csb == 1)\n          for (int64_t j = 0; j < n; ++j) dst[j] = src[j];\n";
-    s += "        else\n          for (int64_t j = 0; j < n; ++j) dst[j] = src[j * csb];\n";
-    s += "        for (int64_t j = n; j < P; ++j) dst[j] = 0;\n";
-    s += "      }\n    }\n";
+    s += "    if (ob != packed_ob) {\n";
+    s += c_pack_b_panels(T, "bp", "(pb + ob)", "K", "N", "rsb", "csb", "      ");
+    s += "    }\n";
     s += "    packed_ob = ob;\n";
     s += "    kiln_gemm_packed_" + S + "(M, N, K, " + c_literal(at.dtype, alpha_) +
          ", pa + oa, rsa, csa, bp, (" + T + ")0, " + cptr + ", " + ldc + ", 0, 0, 0, -(" + T +

@@ -1,5 +1,7 @@
 #include "ops/operand_view.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace kiln {
@@ -52,6 +54,31 @@ Tensor OperandView::of(const Tensor& input) const {
   const Tensor c = input.contiguous();
   return Tensor(c.storage(), c.byte_offset() + static_cast<size_t>(offset) * dtype_size(c.dtype()),
                 c.dtype(), dims, strides);
+}
+
+std::vector<int64_t> out_perm_from_props(const Attrs& props, const std::string& name) {
+  std::vector<int64_t> perm = attr_ints(props, name, std::vector<int64_t>{});
+  if (perm.empty()) return perm;
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  const auto r = static_cast<int64_t>(perm.size());
+  for (int64_t d = 0; d < r; ++d) {
+    if (sorted[static_cast<size_t>(d)] != d) throw AttrError(name, "is no permutation");
+  }
+  // The product's rows must stay rows: its columns are what the kernels store in a run.
+  if (r < 2 || perm.back() != r - 1) throw AttrError(name, "must keep the last axis last");
+  return perm;
+}
+
+std::string c_operand_dim(const std::optional<OperandView>& view, const std::string& input, int d) {
+  return view ? std::to_string(view->dims[static_cast<size_t>(d)])
+              : input + "->shape[" + std::to_string(d) + "]";
+}
+
+std::string c_operand_stride(const std::optional<OperandView>& view, const std::string& input,
+                             int d) {
+  return view ? std::to_string(view->strides[static_cast<size_t>(d)])
+              : input + "->strides[" + std::to_string(d) + "]";
 }
 
 }  // namespace kiln

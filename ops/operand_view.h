@@ -29,4 +29,14 @@ struct OperandView {
   Tensor of(const Tensor& input) const;
 };
 
+// A product's out_perm (props[name]; empty when absent): a permutation that keeps the last
+// axis last, as the kernels store a product's rows in runs. AttrError otherwise.
+std::vector<int64_t> out_perm_from_props(const Attrs& props, const std::string& name);
+
+// C expressions for an operand's size and stride along d: the view's constants, or the input
+// tensor's (a kiln_tensor * named `input`) when there is no view.
+std::string c_operand_dim(const std::optional<OperandView>& view, const std::string& input, int d);
+std::string c_operand_stride(const std::optional<OperandView>& view, const std::string& input,
+                             int d);
+
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "ops/arg_reduce.h"
+#include "ops/attention.h"
 #include "ops/concat.h"
 #include "ops/conv.h"
 #include "ops/conv_nchwc.h"
@@ -59,6 +60,7 @@ OpRegistry::OpRegistry() {
   add("softmax", [](const Attrs& a) { return std::make_shared<Softmax>(false, a); });
   add("log_softmax", [](const Attrs& a) { return std::make_shared<Softmax>(true, a); });
   add("layer_norm", [](const Attrs& a) { return std::make_shared<LayerNorm>(a); });
+  add("attention", [](const Attrs& a) { return std::make_shared<Attention>(a); });
   add("slice", [](const Attrs& a) { return std::make_shared<Slice>(a); });
   add("expand", [](const Attrs& a) { return std::make_shared<Expand>(a); });
   add("dim_values", [](const Attrs& a) { return std::make_shared<DimValues>(a); });

@@ -17,13 +17,6 @@
 namespace kiln {
 namespace {
 
-const Node* made_by(const Variable* v, const char* op) {
-  return v->kind == VarKind::kNodeOutput && v->owner && v->owner->op->name() == op &&
-                 v->owner->outputs.size() == 1
-             ? v->owner
-             : nullptr;
-}
-
 // The trailing axes [axis, rank) a keepdims mean reduces, as `axis`; -1 if it is another mean.
 int trailing_mean_axis(const Node& mean) {
   const int rank = mean.inputs[0]->type.rank();
@@ -54,26 +47,26 @@ std::optional<Chain> match(const Graph& graph, const Node& y,
   for (int order = 0; order < 2; ++order) {
     const Variable* d = y.inputs[order];
     const Variable* inv = y.inputs[1 - order];
-    const Node* sub = made_by(d, "sub");
-    const Node* rec = made_by(inv, "reciprocal");
+    const Node* sub = produced_by(d, "sub");
+    const Node* rec = produced_by(inv, "reciprocal");
     if (!sub || !rec) continue;
-    const Node* root = made_by(rec->inputs[0], "sqrt");
-    const Node* add = root ? made_by(root->inputs[0], "add") : nullptr;
+    const Node* root = produced_by(rec->inputs[0], "sqrt");
+    const Node* add = root ? produced_by(root->inputs[0], "add") : nullptr;
     if (!add) continue;
     const Variable* eps_v = add->inputs[1];
-    const Node* var = made_by(add->inputs[0], "reduce_mean");
+    const Node* var = produced_by(add->inputs[0], "reduce_mean");
     if (!var) {
       eps_v = add->inputs[0];
-      var = made_by(add->inputs[1], "reduce_mean");
+      var = produced_by(add->inputs[1], "reduce_mean");
     }
     // epsilon becomes a prop: a parameter (which a run may replace) stays a chain.
     if (!var || eps_v->kind != VarKind::kConstant || eps_v->parameter || !eps_v->value ||
         eps_v->value->numel() != 1)
       continue;
-    const Node* sq = made_by(var->inputs[0], "mul");
+    const Node* sq = produced_by(var->inputs[0], "mul");
     if (!sq || sq->inputs[0] != d || sq->inputs[1] != d) continue;
     const Variable* x = sub->inputs[0];
-    const Node* mean = made_by(sub->inputs[1], "reduce_mean");
+    const Node* mean = produced_by(sub->inputs[1], "reduce_mean");
     if (!mean || mean->inputs[0] != x) continue;
     const int axis = trailing_mean_axis(*mean);
     if (axis < 0 || trailing_mean_axis(*var) != axis) continue;

@@ -99,4 +99,11 @@ bool is_graph_output(const Graph& graph, const Variable* v) {
   return std::find(graph.outputs().begin(), graph.outputs().end(), v) != graph.outputs().end();
 }
 
+const Node* produced_by(const Variable* v, const char* op) {
+  return v->kind == VarKind::kNodeOutput && v->owner && v->owner->op->name() == op &&
+                 v->owner->outputs.size() == 1
+             ? v->owner
+             : nullptr;
+}
+
 }  // namespace kiln

@@ -47,5 +47,7 @@ class GraphCopy {
 // How many nodes read each variable, plus one for each time it is a graph output.
 std::unordered_map<const Variable*, int> count_uses(const Graph& graph);
 bool is_graph_output(const Graph& graph, const Variable* v);
+// The node that computes v, if it is a one-output node of op `op`; null otherwise.
+const Node* produced_by(const Variable* v, const char* op);
 
 }  // namespace kiln

@@ -13,6 +13,7 @@ Graph layout_nchwc(const Graph& graph);      // layout_nchwc.cpp: conv chains ->
 Graph winograd_convs(const Graph& graph);    // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)
 Graph pack_weights(const Graph& graph);      // pack_weights.cpp: gemm weights -> GEMM panels
 Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
+Graph fuse_attention(const Graph& graph);    // fuse_attention.cpp: matmul, softmax, matmul -> one
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation

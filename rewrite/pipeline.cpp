@@ -39,10 +39,12 @@ Graph plain_copy(const Graph& graph) {
 const std::vector<PassInfo>& all_passes() {
   // Folding and simplification first, so fusion sees the smallest graph; weight packing
   // once weights are final and before epilogue fusion takes the gemm as its base; matmul
-  // operand views before fusion, so a scale they take is not fused elsewhere first; reduction
-  // and epilogue fusion after elementwise fusion, so a whole chain lands in the reduction or
-  // the epilogue; dead-code removal last, to drop what the others orphaned.
+  // operand views before fusion, so a scale they take is not fused elsewhere first; attention
+  // after the views, which it reads its operands through; reduction and epilogue fusion after
+  // elementwise fusion, so a whole chain lands in the reduction or the epilogue; dead-code
+  // removal last, to drop what the others orphaned.
   // A pass's version goes up whenever what it makes of a graph changes.
+  // clang-format off
   static const std::vector<PassInfo> passes = {
       {"fold", fold_constants, 3},
       {"simplify", simplify, 2},
@@ -52,11 +54,13 @@ const std::vector<PassInfo>& all_passes() {
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 4},
       {"views", view_matmul_operands, 2},
+      {"attention", fuse_attention, 1},
       {"fusion", fuse_elementwise, 1},
       {"reduction", fuse_reduce, 1},
       {"epilogue", fuse_epilogue, 1},
       {"dce", remove_dead, 1},
   };
+  // clang-format on
   return passes;
 }
 

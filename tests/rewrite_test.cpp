@@ -2,6 +2,7 @@
 // optimized graph computes what the unoptimized one does.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <random>
 
@@ -727,6 +728,134 @@ TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
   in[0].store(40, -0.0);
   expect_same_results(g, in, "", 1e-4, 1e-4);
   expect_same_results(g, in, "-views", 1e-4, 1e-4);
+}
+
+// Attention's scores, softmax and weighted sum become one attention step: ViT's heads read
+// in place through views (the scale as alpha, the rows stored through out_perm), and plain
+// batched operands (graph inputs, which may arrive strided). Sizes split no vector or panel
+// evenly, and 200 x 197 scores take three row blocks. The fused step computes exactly what
+// the three steps do (the same kernels on the same rows) and matches the reference; large
+// scores test the softmax's shift, a NaN in q reaches its row only. Scores that are also an
+// output, a softmax over another axis and float64 stay unfused.
+TEST(Rewrite, AttentionFusesScoresSoftmaxAndWeightedSum) {
+  std::mt19937 rng(21);
+  const DType f = DType::kFloat32;
+  const int64_t t = 13, h = 3, dh = 5, d = h * dh;
+  Graph g("attention");
+  Var x = input(g, "x", f, {1, t, d});
+  Var qkv3 = matmul(add(x, x), constant(g, testing::random_tensor(f, {d, 3 * d}, rng), "w"));
+  auto heads = [&](Var v, std::vector<int64_t> perm) {
+    return transpose(reshape(v, {1, t, h, dh}), std::move(perm));
+  };
+  Var groups = transpose(reshape(qkv3, {1, t, 3, d}), {2, 0, 1, 3});
+  auto pick = [&](int64_t i) {
+    Var index = constant(g, Tensor::from_doubles(DType::kInt64, {}, {static_cast<double>(i)}));
+    return heads(apply("gather", {groups, index}, {{"axis", int64_t{0}}}), {0, 2, 1, 3});
+  };
+  Var q = mul(pick(0), scalar(g, f, 0.25));
+  Var vit = matmul(softmax(matmul(q, transpose(pick(1), {0, 1, 3, 2}))), pick(2));
+  Var vit_rows = reshape(transpose(vit, {0, 2, 1, 3}), {1, t, d});
+  // Plain operands: (2, 3) heads, 200 queries, 197 keys, 64 wide, 19 wide values.
+  Var pq = input(g, "q", f, {2, 3, 200, 64});
+  Var pk = input(g, "k", f, {2, 3, 64, 197});
+  Var pv = input(g, "v", f, {2, 3, 197, 19});
+  Var plain = transpose(matmul(softmax(matmul(pq, pk)), pv), {0, 2, 1, 3});  // rows of heads
+  // Unfused: scores also an output; a softmax over the queries.
+  Var small_q = input(g, "sq", f, {2, 7, 9});
+  Var small_k = input(g, "sk", f, {2, 9, 7});
+  Var scores = matmul(small_q, small_k);
+  Var kept = matmul(softmax(scores), small_q);
+  Var other_axis = matmul(softmax(matmul(small_q, small_k), 1), small_q);
+  Graph g64("attention_f64");
+  Var q64 = input(g64, "q", DType::kFloat64, {2, 7, 9});
+  g64.set_outputs({matmul(softmax(matmul(q64, transpose(q64, {0, 2, 1}))), q64).var()});
+  g.set_outputs({vit_rows, plain, kept, scores, other_axis});
+
+  const Graph p = optimized_graph(g, CompileOptions{});
+  EXPECT_EQ(count_ops(p, "attention"), 2) << p.to_string();
+  EXPECT_EQ(count_ops(p, "softmax"), 2) << p.to_string();
+  for (const auto& node : p.nodes()) {
+    if (node->op->name() != "attention") continue;
+    const Attrs& props = node->op->props();
+    if (node->inputs[0]->type.rank() == 3) {  // vit: every operand a view of qkv3
+      EXPECT_EQ(props.count("q_view") + props.count("k_view") + props.count("v_view"), 3u);
+      EXPECT_EQ(attr_float(props, "alpha"), 0.25);
+    }
+    EXPECT_EQ(props.count("out_perm"), 1u);
+  }
+  EXPECT_EQ(count_ops(optimized_graph(g64, CompileOptions{}), "attention"), 0);
+
+  std::vector<Tensor> in{testing::random_tensor(f, {1, t, d}, rng),
+                         testing::random_tensor(f, {2, 3, 200, 64}, rng),
+                         testing::random_tensor(f, {2, 3, 64, 197}, rng),
+                         testing::random_tensor(f, {2, 3, 197, 19}, rng),
+                         testing::random_tensor(f, {2, 7, 9}, rng),
+                         testing::random_tensor(f, {2, 9, 7}, rng)};
+  in[0].store(3, -0.0);
+  for (int64_t i = 0; i < 64; ++i) in[1].store(5 * 64 + i, 30.0 * in[1].load(5 * 64 + i));
+  in[1].store((200 + 17) * 64 + 3, NAN);  // head 1, query 17
+  expect_same_results(g, in, "", 1e-4, 1e-5);
+  CompileOptions unfused;
+  unfused.passes = "-attention";
+  const auto want = compile(g, unfused)(in);
+  const auto got = compile(g, CompileOptions{})(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  }
+  for (int64_t j = 0; j < 19; ++j) {  // output (2, 200, 3, 19)
+    EXPECT_TRUE(std::isnan(got[1].load((17 * 3 + 1) * 19 + j)));
+    EXPECT_FALSE(std::isnan(got[1].load((16 * 3 + 1) * 19 + j)));
+  }
+  // Strided inputs: the plain step reads any strides.
+  std::vector<Tensor> strided = in;
+  strided[2] = testing::non_contiguous(in[2]);
+  expect_same_results(g, strided, "", 1e-4, 1e-5);
+}
+
+// attention written by hand: bad props and inputs name the op and what was wrong.
+TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
+  Graph g("attention_errors");
+  const DType f = DType::kFloat32;
+  Var q = input(g, "q", f, {2, 4, 8});
+  Var k = input(g, "k", f, {2, 8, 5});
+  Var v = input(g, "v", f, {2, 5, 3});
+  Var wide = input(g, "w", f, {2, 9, 5});
+  Var other = input(g, "o", f, {3, 8, 5});
+  Var d = input(g, "d", DType::kFloat64, {2, 5, 3});
+  auto m = testing::error_of([&] { apply("attention", {q, k}); });
+  EXPECT_NE(m.find("attention takes 3 inputs"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, k, d}); });
+  EXPECT_NE(m.find("attention: v is float64, not float32"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, wide, v}); });
+  EXPECT_NE(m.find("attention: inner dimensions differ"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, other, v}); });
+  EXPECT_NE(m.find("attention: batch dimensions differ"), std::string::npos) << m;
+  m = testing::error_of([&] {
+    apply("attention", {q, k, v}, {{"out_perm", std::vector<int64_t>{1, 0, 2, 3}}});
+  });
+  EXPECT_NE(m.find("out_perm"), std::string::npos) << m;
+  m = testing::error_of([&] {
+    apply("attention", {q, k, v}, {{"out_perm", std::vector<int64_t>{0, 2, 1}}});
+  });
+  EXPECT_NE(m.find("out_perm"), std::string::npos) << m;
+  EXPECT_NE(m.find("last axis"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, k, v}, {{"scale", 0.5}}); });
+  EXPECT_NE(m.find("scale"), std::string::npos) << m;
+  m = testing::error_of([&] {
+    apply("attention", {q, k, v}, {{"q_view", std::vector<int64_t>{60, 3, 2, 4, 8, 32, 8, 1}}});
+  });
+  EXPECT_NE(m.find("q_view"), std::string::npos) << m;
+  // A hand-written step computes what the three would.
+  g.set_outputs({apply("attention", {q, k, v}, {{"alpha", 0.5}}).var()});
+  std::mt19937 rng(22);
+  expect_same_results(
+      g,
+      {testing::random_tensor(f, {2, 4, 8}, rng), testing::random_tensor(f, {2, 8, 5}, rng),
+       testing::random_tensor(f, {2, 5, 3}, rng), testing::random_tensor(f, {2, 9, 5}, rng),
+       testing::random_tensor(f, {3, 8, 5}, rng),
+       testing::random_tensor(DType::kFloat64, {2, 5, 3}, rng)},
+      "none");
 }
 
 // Reshapes and transposes that end in their source's element order copy nothing: a patch
