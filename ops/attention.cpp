@@ -15,10 +15,15 @@ const char* const kViewNames[3] = {"q_view", "k_view", "v_view"};
 }  // namespace
 
 Attention::Attention(Attrs props) : COp("attention", std::move(props)) {
-  check_known_attrs(this->props(), {"q_view", "k_view", "v_view", "alpha", "out_perm"});
+  check_known_attrs(this->props(),
+                    {"q_view", "k_view", "v_view", "alpha", "out_perm", "mask_fill", "mask_keeps"});
   for (int k = 0; k < 3; ++k) views_[k] = OperandView::from_props(this->props(), kViewNames[k]);
   alpha_ = attr_float(this->props(), "alpha", 1.0);
   out_perm_ = out_perm_from_props(this->props(), "out_perm");
+  mask_fill_ = attr_float(this->props(), "mask_fill", 0.0);
+  const int64_t keeps = attr_int(this->props(), "mask_keeps", 0);
+  if (keeps != 0 && keeps != 1) throw AttrError("mask_keeps", "must be 0 or 1");
+  mask_keeps_ = keeps == 1;
 }
 
 std::vector<std::vector<int64_t>> Attention::operand_dims(const std::vector<Shape>& inputs) const {
@@ -28,7 +33,9 @@ std::vector<std::vector<int64_t>> Attention::operand_dims(const std::vector<Shap
 }
 
 std::vector<TensorType> Attention::infer_type(const std::vector<TensorType>& inputs) const {
-  if (inputs.size() != 3) throw UserError("attention takes 3 inputs (q, k, v)");
+  if (inputs.size() != 3 && inputs.size() != 4) {
+    throw UserError("attention takes 3 inputs (q, k, v) or 4 (q, k, v, mask)");
+  }
   std::vector<Shape> given;
   for (size_t k = 0; k < 3; ++k) {
     if (inputs[k].dtype != DType::kFloat32) {
@@ -54,6 +61,13 @@ std::vector<TensorType> Attention::infer_type(const std::vector<TensorType>& inp
   if (ops[0][r - 1] != ops[1][r - 2] || ops[1][r - 1] != ops[2][r - 2]) {
     throw UserError("attention: inner dimensions differ: q " + dims_to_string(ops[0]) + " @ k " +
                     dims_to_string(ops[1]) + " @ v " + dims_to_string(ops[2]));
+  }
+  if (inputs.size() == 4) {
+    const std::vector<int64_t> mn{ops[0][r - 2], ops[1][r - 1]};
+    if (inputs[3].dtype != DType::kBool || inputs[3].dims != mn) {
+      throw UserError("attention: the mask must be bool " + dims_to_string(mn) + ", got " +
+                      inputs[3].to_string());
+    }
   }
   if (!out_perm_.empty() && out_perm_.size() != r) {
     throw UserError("attention: out_perm has " + std::to_string(out_perm_.size()) +
@@ -93,6 +107,13 @@ void Attention::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
                                 scores_op.infer_shape({inputs[0].shape(), inputs[1].shape()})[0]);
   std::vector<Tensor> s{scores};
   scores_op.perform({inputs[0], inputs[1]}, s);
+  if (inputs.size() == 4) {
+    const Tensor& mask = inputs[3];
+    const int64_t mn = mask.numel();
+    for (int64_t i = 0; i < scores.numel(); ++i) {
+      if ((mask.load(i % mn) != 0) != mask_keeps_) scores.store(i, mask_fill_);
+    }
+  }
   Tensor weights = Tensor::empty(DType::kFloat32, scores.shape());
   std::vector<Tensor> w{weights};
   Softmax(false, Attrs{{"axis", int64_t{-1}}}).perform({scores}, w);
@@ -135,6 +156,11 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
     s += "  const float *p" + std::string(1, "qkv"[k]) + " = " + p + ";\n";
   }
   s += "  float *pc = (float *)" + C + "->data;\n";
+  const bool masked = node.inputs.size() == 4;
+  if (masked) {
+    s += "  const uint8_t *pm = (const uint8_t *)" + X[3] + "->data;\n";
+    s += "  const int64_t rsm = " + X[3] + "->strides[0], csm = " + X[3] + "->strides[1];\n";
+  }
   s += "  const int64_t M = " + dim(0, r - 2) + ", D = " + dim(0, r - 1) +
        ", N = " + dim(1, r - 1) + ", DV = " + dim(2, r - 1) + ";\n";
   s += "  const int64_t rsq = " + stride(0, r - 2) + ", csq = " + stride(0, r - 1) + ";\n";
@@ -186,6 +212,13 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "      kiln_gemm_packed_f32(rows, N, D, " + c_literal(DType::kFloat32, alpha_) +
        ", pq + off[0] + r0 * rsq, rsq, csq, kp, 0.0f, sc, N, 0, 0, 0, -__builtin_inff(), "
        "__builtin_inff());\n";
+  if (node.inputs.size() == 4) {  // the mask, shared by every matrix
+    s += "      for (int64_t i = 0; i < rows; ++i)\n";
+    s += "        for (int64_t j = 0; j < N; ++j)\n";
+    s += "          if ((pm[(r0 + i) * rsm + j * csm] != 0) != " +
+         std::string(mask_keeps_ ? "1" : "0") +
+         ") sc[i * N + j] = " + c_literal(DType::kFloat32, mask_fill_) + ";\n";
+  }
   s +=
       "      for (int64_t i = 0; i < rows; ++i) kiln_softmax_row_f32(sc + i * N, sc + i * N, N);\n";
   s += "      kiln_gemm_packed_f32(rows, DV, N, 1.0f, sc, N, 1, vp, 0.0f, pc + off[3] + r0 * ldc, "

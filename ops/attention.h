@@ -3,10 +3,12 @@
 // batch (the heads), the product stored transposed by out_perm. Q [.., M, D], K [.., D, N]
 // (the keys already transposed) and V [.., N, Dv] are the inputs, each read through an
 // optional OperandView (q_view, k_view, v_view), so the head splits and transposes in front
-// copy nothing. The attention pass (rewrite/fuse_attention.cpp) makes it from matmul ->
-// softmax -> matmul; the C code computes a block of rows' scores, their softmax and their
-// share of the output while the scores are in cache, instead of writing all heads' scores
-// out and reading them back twice.
+// copy nothing. An optional fourth input, a bool mask [M, N] shared by every matrix, replaces
+// the scaled score (i, j) by mask_fill where mask[i][j] is true (false with mask_keeps=1):
+// a causal decoder's where() before the softmax. The attention pass (rewrite/fuse_attention.cpp)
+// makes it from matmul -> softmax -> matmul; the C code computes a block of rows' scores, their
+// softmax and their share of the output while the scores are in cache, instead of writing all
+// heads' scores out and reading them back twice.
 #include <optional>
 
 #include "ops/cop.h"
@@ -40,6 +42,8 @@ class Attention : public COp {
   std::optional<OperandView> views_[3];
   std::vector<int64_t> out_perm_;
   double alpha_ = 1.0;
+  double mask_fill_ = 0.0;
+  bool mask_keeps_ = false;  // a true mask element keeps the score (else it takes the fill)
 };
 
 }  // namespace kiln

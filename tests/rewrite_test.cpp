@@ -813,6 +813,49 @@ TEST(Rewrite, AttentionFusesScoresSoftmaxAndWeightedSum) {
   expect_same_results(g, strided, "", 1e-4, 1e-5);
 }
 
+// A causal decoder's chain: the product scaled by a constant, then where(mask, -inf, .) (and
+// the other order, where(mask, ., fill)), fuses with the mask as a fourth input and the scale
+// as alpha; the result is bit for bit the unfused steps' and matches the reference. A scale
+// that is a parameter stays unfused.
+TEST(Rewrite, AttentionTakesACausalMaskAndAScale) {
+  std::mt19937 rng(23);
+  const DType f = DType::kFloat32;
+  const int64_t t = 37, dh = 9;
+  Graph g("masked_attention");
+  Var q = input(g, "q", f, {2, 3, t, dh});
+  Var k = input(g, "k", f, {2, 3, dh, t});
+  Var v = input(g, "v", f, {2, 3, t, 11});
+  Var k2 = input(g, "k2", f, {2, 3, dh, t});  // each chain its own product (cse would merge them)
+  Var k3 = input(g, "k3", f, {2, 3, dh, t});
+  Tensor causal = Tensor::zeros(DType::kBool, {t, t});
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = i + 1; j < t; ++j) causal.store(i * t + j, 1);
+  Var mask = constant(g, causal, "mask");
+  Var scaled = mul(matmul(q, k), scalar(g, f, 0.125));
+  Var hidden = matmul(softmax(where(mask, scalar(g, f, -INFINITY), scaled)), v);
+  Var kept =
+      matmul(softmax(where(mask, mul(matmul(q, k2), scalar(g, f, 0.25)), scalar(g, f, -1e4))), v);
+  Var p_scale(&g, g.add_parameter(Tensor::scalar(f, 0.5), "scale"));
+  Var param = matmul(softmax(where(mask, scalar(g, f, -INFINITY), mul(matmul(q, k3), p_scale))), v);
+  g.set_outputs({hidden, kept, param});
+  const Graph p = optimized_graph(g, CompileOptions{});
+  EXPECT_EQ(count_ops(p, "attention"), 2) << p.to_string();
+  EXPECT_EQ(count_ops(p, "softmax"), 1) << p.to_string();
+  std::vector<Tensor> in{
+      testing::random_tensor(f, {2, 3, t, dh}, rng), testing::random_tensor(f, {2, 3, dh, t}, rng),
+      testing::random_tensor(f, {2, 3, t, 11}, rng), testing::random_tensor(f, {2, 3, dh, t}, rng),
+      testing::random_tensor(f, {2, 3, dh, t}, rng)};
+  in[0].store(5, NAN);  // row 0 of head 0: its first score is NaN, the rest masked
+  expect_same_results(g, in, "", 1e-4, 1e-5);
+  CompileOptions unfused;
+  unfused.passes = "-attention";
+  const auto want = compile(g, unfused)(in);
+  const auto got = compile(g, CompileOptions{})(in);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  }
+}
+
 // attention written by hand: bad props and inputs name the op and what was wrong.
 TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
   Graph g("attention_errors");
@@ -840,6 +883,12 @@ TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
   });
   EXPECT_NE(m.find("out_perm"), std::string::npos) << m;
   EXPECT_NE(m.find("last axis"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, k, v, v}); });
+  EXPECT_NE(m.find("attention: the mask must be bool (4, 5), got float32 (2, 5, 3)"),
+            std::string::npos)
+      << m;
+  m = testing::error_of([&] { apply("attention", {q, k, v}, {{"mask_keeps", int64_t{2}}}); });
+  EXPECT_NE(m.find("mask_keeps"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v}, {{"scale", 0.5}}); });
   EXPECT_NE(m.find("scale"), std::string::npos) << m;
   m = testing::error_of([&] {
