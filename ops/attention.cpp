@@ -212,12 +212,19 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "      kiln_gemm_packed_f32(rows, N, D, " + c_literal(DType::kFloat32, alpha_) +
        ", pq + off[0] + r0 * rsq, rsq, csq, kp, 0.0f, sc, N, 0, 0, 0, -__builtin_inff(), "
        "__builtin_inff());\n";
-  if (node.inputs.size() == 4) {  // the mask, shared by every matrix
-    s += "      for (int64_t i = 0; i < rows; ++i)\n";
-    s += "        for (int64_t j = 0; j < N; ++j)\n";
-    s += "          if ((pm[(r0 + i) * rsm + j * csm] != 0) != " +
-         std::string(mask_keeps_ ? "1" : "0") +
-         ") sc[i * N + j] = " + c_literal(DType::kFloat32, mask_fill_) + ";\n";
+  if (node.inputs.size() == 4) {  // the mask, shared by every matrix; rows vectorize as selects
+    const std::string keep = mask_keeps_ ? "1" : "0";
+    const std::string fill = c_literal(DType::kFloat32, mask_fill_);
+    s += "      for (int64_t i = 0; i < rows; ++i) {\n";
+    s += "        const uint8_t *mr = pm + (r0 + i) * rsm;\n";
+    s += "        float *restrict sr = sc + i * N;\n";
+    s += "        if (csm == 1)\n";
+    s += "          for (int64_t j = 0; j < N; ++j) sr[j] = (mr[j] != 0) != " + keep + " ? " +
+         fill + " : sr[j];\n";
+    s += "        else\n";
+    s += "          for (int64_t j = 0; j < N; ++j) sr[j] = (mr[j * csm] != 0) != " + keep + " ? " +
+         fill + " : sr[j];\n";
+    s += "      }\n";
   }
   s +=
       "      for (int64_t i = 0; i < rows; ++i) kiln_softmax_row_f32(sc + i * N, sc + i * N, N);\n";
