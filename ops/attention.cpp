@@ -196,8 +196,14 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   // L2; each head's K and V are packed once for all its blocks.
   s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(float);\n";
   s += "  const int64_t kp_n = (N + P - 1) / P * D * P, vp_n = (DV + P - 1) / P * N * P;\n";
-  s += "  int64_t RB = 16384 / (N > 0 ? N : 1) / 6 * 6;\n";
+  // Blocks of near-equal rows, a multiple of the kernel's 6, scores of at most 128 KB: a
+  // short last block (128 rows as 126 + 2) runs the kernel's narrow row forms.
+  s += "  int64_t RB = 32768 / (N > 0 ? N : 1) / 6 * 6;\n";
   s += "  if (RB < 6) RB = 6;\n";
+  s += "  if (M > 0) {\n";
+  s += "    const int64_t blocks = (M + RB - 1) / RB;\n";
+  s += "    RB = ((M + blocks - 1) / blocks + 5) / 6 * 6;\n";
+  s += "  }\n";
   s += "  if (RB > M) RB = M;\n";
   s += "  float *kp = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
        ", (size_t)(kp_n + vp_n + RB * N) * sizeof(float));\n";

@@ -733,7 +733,7 @@ TEST(Rewrite, ViewsLetMatmulsReadAttentionHeadsInPlace) {
 // Attention's scores, softmax and weighted sum become one attention step: ViT's heads read
 // in place through views (the scale as alpha, the rows stored through out_perm), and plain
 // batched operands (graph inputs, which may arrive strided). Sizes split no vector or panel
-// evenly, and 200 x 197 scores take three row blocks. The fused step computes exactly what
+// evenly, and 200 x 197 scores take two row blocks. The fused step computes exactly what
 // the three steps do (the same kernels on the same rows) and matches the reference; large
 // scores test the softmax's shift, a NaN in q reaches its row only. Scores that are also an
 // output, a softmax over another axis and float64 stay unfused.
@@ -813,46 +813,54 @@ TEST(Rewrite, AttentionFusesScoresSoftmaxAndWeightedSum) {
   expect_same_results(g, strided, "", 1e-4, 1e-5);
 }
 
-// A causal decoder's chain: the product scaled by a constant, then where(mask, -inf, .) (and
-// the other order, where(mask, ., fill)), fuses with the mask as a fourth input and the scale
-// as alpha; the result is bit for bit the unfused steps' and matches the reference. A scale
-// that is a parameter stays unfused.
-TEST(Rewrite, AttentionTakesACausalMaskAndAScale) {
+// A causal decoder's chain (the product scaled by a constant, then where(mask, -inf, .),
+// softmax, product) keeps its steps (the pass leaves it: fused, it measured slower at 128
+// tokens). The attention op written by hand with the mask as a fourth input (and the other
+// where order, mask_keeps) computes bit for bit what the compiled chain does, and matches the
+// reference; a NaN row, a fully masked row (-1e4 fill) and a strided mask are covered.
+TEST(Rewrite, AttentionTakesACausalMaskAsAFourthInput) {
   std::mt19937 rng(23);
   const DType f = DType::kFloat32;
   const int64_t t = 37, dh = 9;
-  Graph g("masked_attention");
-  Var q = input(g, "q", f, {2, 3, t, dh});
-  Var k = input(g, "k", f, {2, 3, dh, t});
-  Var v = input(g, "v", f, {2, 3, t, 11});
-  Var k2 = input(g, "k2", f, {2, 3, dh, t});  // each chain its own product (cse would merge them)
-  Var k3 = input(g, "k3", f, {2, 3, dh, t});
   Tensor causal = Tensor::zeros(DType::kBool, {t, t});
   for (int64_t i = 0; i < t; ++i)
     for (int64_t j = i + 1; j < t; ++j) causal.store(i * t + j, 1);
-  Var mask = constant(g, causal, "mask");
-  Var scaled = mul(matmul(q, k), scalar(g, f, 0.125));
-  Var hidden = matmul(softmax(where(mask, scalar(g, f, -INFINITY), scaled)), v);
-  Var kept =
-      matmul(softmax(where(mask, mul(matmul(q, k2), scalar(g, f, 0.25)), scalar(g, f, -1e4))), v);
-  Var p_scale(&g, g.add_parameter(Tensor::scalar(f, 0.5), "scale"));
-  Var param = matmul(softmax(where(mask, scalar(g, f, -INFINITY), mul(matmul(q, k3), p_scale))), v);
-  g.set_outputs({hidden, kept, param});
-  const Graph p = optimized_graph(g, CompileOptions{});
-  EXPECT_EQ(count_ops(p, "attention"), 2) << p.to_string();
-  EXPECT_EQ(count_ops(p, "softmax"), 1) << p.to_string();
-  std::vector<Tensor> in{
-      testing::random_tensor(f, {2, 3, t, dh}, rng), testing::random_tensor(f, {2, 3, dh, t}, rng),
-      testing::random_tensor(f, {2, 3, t, 11}, rng), testing::random_tensor(f, {2, 3, dh, t}, rng),
-      testing::random_tensor(f, {2, 3, dh, t}, rng)};
-  in[0].store(5, NAN);  // row 0 of head 0: its first score is NaN, the rest masked
-  expect_same_results(g, in, "", 1e-4, 1e-5);
-  CompileOptions unfused;
-  unfused.passes = "-attention";
-  const auto want = compile(g, unfused)(in);
-  const auto got = compile(g, CompileOptions{})(in);
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  auto build = [&](Graph& g, bool by_hand) {
+    Var q = input(g, "q", f, {2, 3, t, dh});
+    Var k = input(g, "k", f, {2, 3, dh, t});
+    Var v = input(g, "v", f, {2, 3, t, 11});
+    Var mask = input(g, "mask", DType::kBool, {t, t});
+    if (by_hand) {
+      g.set_outputs(
+          {apply("attention", {q, k, v, mask}, {{"alpha", 0.125}, {"mask_fill", -INFINITY}}).var(),
+           apply("attention", {q, k, v, mask},
+                 {{"alpha", 0.25}, {"mask_fill", -1e4}, {"mask_keeps", int64_t{1}}})
+               .var()});
+      return;
+    }
+    Var hidden = matmul(
+        softmax(where(mask, scalar(g, f, -INFINITY), mul(matmul(q, k), scalar(g, f, 0.125)))), v);
+    Var kept =
+        matmul(softmax(where(mask, mul(matmul(q, k), scalar(g, f, 0.25)), scalar(g, f, -1e4))), v);
+    g.set_outputs({hidden, kept});
+  };
+  Graph chain("masked_chain"), fused("masked_by_hand");
+  build(chain, false);
+  build(fused, true);
+  EXPECT_EQ(count_ops(optimized_graph(chain, CompileOptions{}), "attention"), 0);
+  std::vector<Tensor> in{testing::random_tensor(f, {2, 3, t, dh}, rng),
+                         testing::random_tensor(f, {2, 3, dh, t}, rng),
+                         testing::random_tensor(f, {2, 3, t, 11}, rng), causal};
+  in[0].store(5, NAN);  // row 0 of head 0: its one unmasked score is NaN
+  // mask_keeps=1 keeps the upper triangle: the last row keeps nothing but its fill.
+  for (const auto& inputs :
+       {in, std::vector<Tensor>{in[0], in[1], in[2], testing::non_contiguous(causal)}}) {
+    expect_same_results(fused, inputs, "", 1e-4, 1e-5);
+    const auto want = compile(chain, CompileOptions{})(inputs);
+    const auto got = compile(fused, CompileOptions{})(inputs);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+    }
   }
 }
 
