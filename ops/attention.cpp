@@ -45,39 +45,48 @@ std::vector<TensorType> Attention::infer_type(const std::vector<TensorType>& inp
     if (views_[k]) views_[k]->check_within(inputs[k], std::string("attention: ") + kViewNames[k]);
     given.push_back(inputs[k].dims);
   }
-  const auto ops = operand_dims(given);
+  if (inputs.size() == 4 && inputs[3].dtype != DType::kBool) {
+    throw UserError("attention: the mask must be bool, got " + inputs[3].to_string());
+  }
+  check_operands(operand_dims(given), inputs.size() == 4 ? &inputs[3].dims : nullptr);
+  return {TensorType{DType::kFloat32, infer_shape(given)[0]}};
+}
+
+void Attention::check_operands(const std::vector<std::vector<int64_t>>& ops,
+                               const Shape* mask) const {
   const size_t r = ops[0].size();
   if (r < 2 || ops[1].size() != r || ops[2].size() != r) {
     throw UserError("attention: q, k and v need one rank of 2 or more, got " +
                     dims_to_string(ops[0]) + ", " + dims_to_string(ops[1]) + ", " +
                     dims_to_string(ops[2]));
   }
+  auto differ = [](int64_t a, int64_t b) { return a != b && a != kDynamic && b != kDynamic; };
   for (size_t d = 0; d + 2 < r; ++d) {
-    if (ops[1][d] != ops[0][d] || ops[2][d] != ops[0][d]) {
+    if (differ(ops[1][d], ops[0][d]) || differ(ops[2][d], ops[0][d])) {
       throw UserError("attention: batch dimensions differ: q " + dims_to_string(ops[0]) + ", k " +
                       dims_to_string(ops[1]) + ", v " + dims_to_string(ops[2]));
     }
   }
-  if (ops[0][r - 1] != ops[1][r - 2] || ops[1][r - 1] != ops[2][r - 2]) {
+  if (differ(ops[0][r - 1], ops[1][r - 2]) || differ(ops[1][r - 1], ops[2][r - 2])) {
     throw UserError("attention: inner dimensions differ: q " + dims_to_string(ops[0]) + " @ k " +
                     dims_to_string(ops[1]) + " @ v " + dims_to_string(ops[2]));
   }
-  if (inputs.size() == 4) {
+  if (mask) {
     const std::vector<int64_t> mn{ops[0][r - 2], ops[1][r - 1]};
-    if (inputs[3].dtype != DType::kBool || inputs[3].dims != mn) {
+    if (mask->size() != 2 || differ((*mask)[0], mn[0]) || differ((*mask)[1], mn[1])) {
       throw UserError("attention: the mask must be bool " + dims_to_string(mn) + ", got " +
-                      inputs[3].to_string());
+                      dims_to_string(*mask));
     }
   }
   if (!out_perm_.empty() && out_perm_.size() != r) {
     throw UserError("attention: out_perm has " + std::to_string(out_perm_.size()) +
                     " axes, the output " + std::to_string(r));
   }
-  return {TensorType{DType::kFloat32, infer_shape(given)[0]}};
 }
 
 std::vector<Shape> Attention::infer_shape(const std::vector<Shape>& inputs) const {
   const auto ops = operand_dims(inputs);
+  check_operands(ops, inputs.size() == 4 ? &inputs[3] : nullptr);
   const size_t r = ops[0].size();
   Shape product(ops[0].begin(), ops[0].end() - 1);
   product.push_back(ops[2][r - 1]);

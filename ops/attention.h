@@ -39,6 +39,10 @@ class Attention : public COp {
  private:
   // The operands' dims: the inputs', or their views'.
   std::vector<std::vector<int64_t>> operand_dims(const std::vector<Shape>& inputs) const;
+  // Throws UserError unless the operands' ranks, batch and inner dimensions (and the mask's,
+  // when given) agree; a dynamic dimension (kDynamic) agrees with anything until run time,
+  // when infer_shape checks the actual sizes the kernel trusts.
+  void check_operands(const std::vector<std::vector<int64_t>>& ops, const Shape* mask) const;
   std::optional<OperandView> views_[3];
   std::vector<int64_t> out_perm_;
   double alpha_ = 1.0;

@@ -892,9 +892,11 @@ TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
   EXPECT_NE(m.find("out_perm"), std::string::npos) << m;
   EXPECT_NE(m.find("last axis"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v, v}); });
-  EXPECT_NE(m.find("attention: the mask must be bool (4, 5), got float32 (2, 5, 3)"),
-            std::string::npos)
+  EXPECT_NE(m.find("attention: the mask must be bool, got float32 (2, 5, 3)"), std::string::npos)
       << m;
+  Var bad_mask = input(g, "bm", DType::kBool, {5, 4});
+  m = testing::error_of([&] { apply("attention", {q, k, v, bad_mask}); });
+  EXPECT_NE(m.find("attention: the mask must be bool (4, 5), got (5, 4)"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v}, {{"mask_keeps", int64_t{2}}}); });
   EXPECT_NE(m.find("mask_keeps"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v}, {{"scale", 0.5}}); });
@@ -903,6 +905,28 @@ TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
     apply("attention", {q, k, v}, {{"q_view", std::vector<int64_t>{60, 3, 2, 4, 8, 32, 8, 1}}});
   });
   EXPECT_NE(m.find("q_view"), std::string::npos) << m;
+  // Dynamic sizes that disagree at run time are named there, before the kernel reads them.
+  Graph dyn("attention_dynamic");
+  Var dq = input(dyn, "q", f, {kDynamic, 4, 8});
+  Var dk = input(dyn, "k", f, {kDynamic, 8, kDynamic});
+  Var dv = input(dyn, "v", f, {kDynamic, kDynamic, 3});
+  dyn.set_outputs({apply("attention", {dq, dk, dv}).var()});
+  Function df = compile(dyn, CompileOptions{});
+  std::mt19937 drng(24);
+  m = testing::error_of([&] {
+    df({testing::random_tensor(f, {2, 4, 8}, drng), testing::random_tensor(f, {3, 8, 5}, drng),
+        testing::random_tensor(f, {2, 5, 3}, drng)});
+  });
+  EXPECT_NE(m.find("attention: batch dimensions differ"), std::string::npos) << m;
+  m = testing::error_of([&] {
+    df({testing::random_tensor(f, {2, 4, 8}, drng), testing::random_tensor(f, {2, 8, 5}, drng),
+        testing::random_tensor(f, {2, 6, 3}, drng)});
+  });
+  EXPECT_NE(m.find("attention: inner dimensions differ"), std::string::npos) << m;
+  const auto ok =
+      df({testing::random_tensor(f, {2, 4, 8}, drng), testing::random_tensor(f, {2, 8, 5}, drng),
+          testing::random_tensor(f, {2, 5, 3}, drng)});
+  EXPECT_EQ(ok[0].shape(), (Shape{2, 4, 3}));
   // A hand-written step computes what the three would.
   g.set_outputs({apply("attention", {q, k, v}, {{"alpha", 0.5}}).var()});
   std::mt19937 rng(22);
@@ -911,7 +935,8 @@ TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
       {testing::random_tensor(f, {2, 4, 8}, rng), testing::random_tensor(f, {2, 8, 5}, rng),
        testing::random_tensor(f, {2, 5, 3}, rng), testing::random_tensor(f, {2, 9, 5}, rng),
        testing::random_tensor(f, {3, 8, 5}, rng),
-       testing::random_tensor(DType::kFloat64, {2, 5, 3}, rng)},
+       testing::random_tensor(DType::kFloat64, {2, 5, 3}, rng),
+       Tensor::zeros(DType::kBool, {5, 4})},
       "none");
 }
 
