@@ -213,9 +213,9 @@ TEST(Executor, PartsOfASplitThunkRunAtTheSameTime) {
   g.set_outputs({g.add_node(std::make_shared<SplitRendezvousOp>(), {x})->outputs[0]});
   Function f = compile(g, options);
   auto out = f({Tensor::zeros(DType::kFloat32, {64})});
-  // 2 workers, 64 elements of grain 4: two parts per worker.
+  // 2 workers, 64 elements of grain 4: one part per worker.
   EXPECT_EQ(f.stats().split_calls, 1);
-  EXPECT_EQ(f.stats().parts, 4);
+  EXPECT_EQ(f.stats().parts, 2);
   EXPECT_EQ(out[0].load_int(0), 1) << "part 0 never saw part 1 running";
   EXPECT_EQ(out[0].load_int(1), 1) << "part 1 never saw part 0 running";
 }
@@ -233,19 +233,19 @@ TEST(Executor, SplitsOnlyLargeSplittableCallsAndNeverAFullReduction) {
   Tensor small = testing::random_tensor(DType::kFloat32, {10, 100}, rng);
   f({small});
   EXPECT_EQ(f.stats().split_calls, 0) << "1000 elements are below the grain";
-  // 512 x 512 = 4 grains: exp and the row sum split (into 4 parts each), the total does not.
+  // 512 x 512 = 4 grains: exp and the row sum split (one part per worker), the total does not.
   Tensor big = testing::random_tensor(DType::kFloat32, {512, 512}, rng);
   auto out = f({big});
   EXPECT_EQ(f.stats().split_calls, 2);
-  EXPECT_EQ(f.stats().parts, 8);
+  EXPECT_EQ(f.stats().parts, 4);
   auto want = evaluate_reference(g, {big});
   for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
-  // 384 x 512 = 3 grains: 3 parts would leave one of the 2 workers two of them, so each
-  // call takes 2.
+  // 384 x 512 = 3 grains: 3 parts would leave one of the 2 workers two of them; each call
+  // takes 2.
   Tensor three = testing::random_tensor(DType::kFloat32, {384, 512}, rng);
   out = f({three});
   EXPECT_EQ(f.stats().split_calls, 4);
-  EXPECT_EQ(f.stats().parts, 12);
+  EXPECT_EQ(f.stats().parts, 8);
   want = evaluate_reference(g, {three});
   for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(testing::tensors_close(out[k], want[k], 1e-4, 1e-3));
 }

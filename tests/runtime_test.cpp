@@ -14,7 +14,6 @@
 #include "runtime/memory_plan.h"
 #include "runtime/module_abi.h"
 #include "runtime/npy.h"
-#include "runtime/split_parts.h"
 #include "runtime/storage.h"
 #include "runtime/support/conv_nchwc.h"
 #include "runtime/support/conv_nchwc_dw.h"
@@ -601,31 +600,6 @@ TEST(GemmPacked, PanelsHoldBInOrderAndZeroPadding) {
   EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 784, 256), (Shape{16, 784, 16}));
   EXPECT_EQ(gemm_packed_shape(DType::kFloat32, 5, 65), (Shape{5, 5, 16}));
   EXPECT_EQ(gemm_packed_shape(DType::kFloat64, 5, 65), (Shape{9, 5, 8}));
-}
-
-// Part counts: whole rounds per worker, then the count whose parts end soonest.
-TEST(SplitParts, CountsBalanceWholeUnitsOverTheWorkers) {
-  struct Case {
-    int64_t units, workers, most, want;
-    const char* why;
-  };
-  const Case cases[] = {
-      {6, 2, 4, 2, "six heads on two workers: 2 parts of 3, not 4 of 1, 2, 1, 2"},
-      {8, 2, 4, 4, "8 units split 4 ways evenly: the larger count wins the tie"},
-      {5, 2, 4, 4, "4 parts (1, 1, 1, 2) end when 2 parts (2, 3) do: the larger stays"},
-      {0, 2, 4, 4, "units unknown: the most"},
-      {0, 2, 3, 2, "units unknown: the most in whole rounds"},
-      {1000, 3, 6, 6, "plenty of units: the most"},
-      {7, 3, 6, 6, "6 parts (1, 1, 1, 1, 1, 2) and 3 parts (2, 2, 3) both end at 3"},
-      {9, 4, 8, 8, "8 parts (1 or 2) and 4 parts (2, 2, 2, 3) both end at 3"},
-      {6, 4, 6, 4, "4 parts (1, 2, 1, 2) end at 2; no larger round fits"},
-      {3, 2, 1, 1, "no more parts than the most allowed"},
-      {0, 4, 0, 1, "at least one part"},
-      {2, 4, 2, 2, "fewer units than workers: one part each"},
-  };
-  for (const Case& c : cases) {
-    EXPECT_EQ(split_part_count(c.units, c.workers, c.most), c.want) << c.why;
-  }
 }
 
 TEST(Npy, RoundTripsEveryDtypeAndReadsFortranOrder) {
