@@ -73,7 +73,8 @@ std::vector<std::pair<std::string, GemmPacked<T>>> gemm_copies() {
 }
 
 // C = clamp(alpha * A B + beta * C + bias, lo, hi) against a long-double loop, for each ISA's
-// copy: row blocks with remainders, partial vectors and panels, column chunks (128 floats or
+// copy: row blocks with remainders (one and two rows take wider column blocks: m = 1, 2, 13,
+// 14), partial vectors and panels, column chunks (128 floats or
 // 64 doubles) with a remainder, k past one k block (512 floats or 256 doubles), A
 // read transposed (column stride != 1), beta 0 over a NaN-filled C (which must not be read),
 // ldc > n; a bias per row, per column, per element (columns 2 apart) or none; no clamp, a
@@ -87,7 +88,7 @@ void check_gemm_packed(DType dt, double tol) {
   const std::pair<T, T> clamps[] = {{-inf, inf}, {T(0), inf}, {T(-0.25), T(0.5)}};
   for (auto [isa, fn] : gemm_copies<T>()) {
     int variant = 0;
-    for (int64_t m : {1, 5, 6, 13}) {
+    for (int64_t m : {1, 2, 5, 6, 13, 14}) {
       for (int64_t n : {1, 7, 17, 64, 65, 130}) {
         for (int64_t k : {1, 9, 300, 600}) {
           for (bool trans_a : {false, true}) {

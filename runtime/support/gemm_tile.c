@@ -33,11 +33,17 @@
  * rows measured 3-5% faster than five on one Zen 3 core (gemm_bench, best of six runs). */
 #define KILN_GEMM_MR 6
 #define KILN_GEMM_MR_MAX 6
-#define KILN_GEMM_NV_MAX 4
+#define KILN_GEMM_NV_MAX 8
 /* Vectors per row of a block (a column block's width): MR x CBV sums, the CBV panel vectors
- * and one broadcast must fit the register file. Blocks of fewer rows keep the same width, so
- * that column blocks line up with panels. */
+ * and one broadcast must fit the register file. Column blocks are whole panels or a whole
+ * fraction of one. */
 #define KILN_GEMM_CBV (KILN_VEC_REGS >= 32 ? 4 : 2)
+/* A block of one or two rows (a batch-1 classifier's matrix-vector product, the last row of
+ * 49 or 193) takes 8 / rows vectors per row: its sums are the only dependency chains, and two
+ * of them (one row x CBV) left the FMA units waiting on their latency: MNASNet's 1280 -> 1000
+ * head ran at 7 GFLOP/s. Each element still sums its k terms in the same order, so a row's
+ * result does not depend on the block it falls in. */
+#define KILN_GEMM_WIDE(mr) ((mr) <= 2 && 8 / (mr) > KILN_GEMM_CBV ? 8 / (mr) : KILN_GEMM_CBV)
 /* k is walked in blocks of KC steps and the columns in chunks of NC: a row block's slice of
  * A (MR x KC: 12 KB of float) stays in L1, a chunk's slice of B (KC x NC: 256 KB of float)
  * in L2. Fewer, longer k blocks also mean fewer passes of the sums through C: KC = 512 ran
@@ -84,20 +90,20 @@
     enum { VW = KILN_CAT(GVW_, S), P = KILN_CAT(GP_, S), VPP = KILN_CAT(GVPP_, S) };               \
     V acc[KILN_GEMM_MR_MAX][KILN_GEMM_NV_MAX];                                                     \
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r)                                           \
-        _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] = (V){0};                   \
+        _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) acc[r][v] = (V){0};                   \
     for (int64_t t = 0; t < kc; ++t) {                                                             \
       V x[KILN_GEMM_NV_MAX];                                                                       \
-      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) x[v] =                                  \
+      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) x[v] =                                  \
           *(const VU*)(b + t * P + v / VPP * pk + v % VPP * VW);                                   \
       _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                       \
         const V as = KILN_SPLAT(V, a[r * rsa + t * csa]);                                          \
-        _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) acc[r][v] += as * x[v];               \
+        _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) acc[r][v] += as * x[v];               \
       }                                                                                            \
     }                                                                                              \
     /* The bias joins on the first k block, the clamp on the last (e->fin). */                     \
     const T* bias = first ? e->bias : 0;                                                           \
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; ++r) {                                         \
-      _Pragma("GCC unroll 4") for (int v = 0; v < nv; ++v) {                                       \
+      _Pragma("GCC unroll 8") for (int v = 0; v < nv; ++v) {                                       \
         V val = acc[r][v] * alpha;                                                                 \
         T* d = c + r * ldc + v * VW;                                                               \
         const T* bv = bias ? bias + r * e->rsb + v * VW * e->csb : 0;                              \
@@ -133,7 +139,7 @@
   static void KILN_CAT(gdispatch_, S)(                                                             \
       int mr, int nv, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t pk,    \
       T alpha, T beta, int first, int64_t cols, T* c, int64_t ldc, const KILN_CAT(gepi_, S) * e) { \
-    switch (mr * 8 + nv) {                                                                         \
+    switch (mr * 16 + nv) {                                                                        \
       KILN_GCASES_MR(S, 1)                                                                         \
       KILN_GCASES_MR(S, 2)                                                                         \
       KILN_GCASES_MR(S, 3)                                                                         \
@@ -169,7 +175,10 @@
       NC = KILN_GEMM_NC_BYTES / (int)sizeof(T),                                                    \
       CB = KILN_GEMM_CBV * VW                                                                      \
     };                                                                                             \
-    _Static_assert(NC % CB == 0, "a column chunk is whole column blocks");                         \
+    _Static_assert(NC % (KILN_GEMM_WIDE(1) * VW) == 0 && NC % (KILN_GEMM_WIDE(2) * VW) == 0,       \
+                   "a column chunk is whole column blocks");                                       \
+    _Static_assert(KILN_GEMM_WIDE(1) * VW % P == 0 && KILN_GEMM_WIDE(2) * VW % P == 0,             \
+                   "a wide column block is whole panels");                                         \
     for (int64_t n0 = 0; n0 < n; n0 += NC) {                                                       \
       const int64_t n1 = n - n0 < NC ? n : n0 + NC;                                                \
       for (int64_t k0 = 0; k0 < k; k0 += KC) {                                                     \
@@ -177,10 +186,10 @@
         const KILN_CAT(gepi_, S) e0 = {0, rsb, csb, lo, hi, clamps && k0 + kc == k};               \
         for (int64_t r0 = 0; r0 < m; r0 += KILN_GEMM_MR) {                                         \
           const int mr = (int)(m - r0 < KILN_GEMM_MR ? m - r0 : KILN_GEMM_MR);                     \
-          for (int64_t j0 = n0; j0 < n1; j0 += CB) {                                               \
+          const int wide = KILN_GEMM_WIDE(mr);                                                     \
+          for (int64_t j0 = n0; j0 < n1; j0 += wide * VW) {                                        \
             const int64_t cols = n - j0;                                                           \
-            const int nv = (int)((cols + VW - 1) / VW < KILN_GEMM_CBV ? (cols + VW - 1) / VW       \
-                                                                      : KILN_GEMM_CBV);            \
+            const int nv = (int)((cols + VW - 1) / VW < wide ? (cols + VW - 1) / VW : wide);       \
             KILN_CAT(gepi_, S) e = e0;                                                             \
             e.bias = bias ? bias + r0 * rsb + j0 * csb : 0;                                        \
             KILN_CAT(gdispatch_, S)                                                                \
@@ -193,21 +202,25 @@
   }
 
 #define KILN_GCASE(S, MR, NV)                                                                  \
-  case MR * 8 + NV:                                                                            \
+  case MR * 16 + NV:                                                                           \
     KILN_CAT(gblock_, S)(MR, NV, kc, a, rsa, csa, b, pk, alpha, beta, first, cols, c, ldc, e); \
     break;
 /* A pair past the register budget still needs its constant label, but is never reached; it
  * forwards to nv = 1, which keeps it small. */
 #define KILN_GCASE_IF(ok, S, MR, NV)                                                  \
-  case MR * 8 + NV:                                                                   \
+  case MR * 16 + NV:                                                                  \
     if (ok) KILN_CAT(gblock_, S)                                                      \
     (MR, (ok) ? NV : 1, kc, a, rsa, csa, b, pk, alpha, beta, first, cols, c, ldc, e); \
     break;
-#define KILN_GCASES_MR(S, MR)                 \
-  KILN_GCASE(S, MR, 1)                        \
-  KILN_GCASE(S, MR, 2)                        \
-  KILN_GCASE_IF(KILN_GEMM_CBV >= 3, S, MR, 3) \
-  KILN_GCASE_IF(KILN_GEMM_CBV >= 4, S, MR, 4)
+#define KILN_GCASES_MR(S, MR)                      \
+  KILN_GCASE(S, MR, 1)                             \
+  KILN_GCASE(S, MR, 2)                             \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 3, S, MR, 3) \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 4, S, MR, 4) \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 5, S, MR, 5) \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 6, S, MR, 6) \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 7, S, MR, 7) \
+  KILN_GCASE_IF(KILN_GEMM_WIDE(MR) >= 8, S, MR, 8)
 
 KILN_GEMM_TILE(float, int32_t, f32)
 KILN_GEMM_TILE(double, int64_t, f64)
