@@ -10,9 +10,9 @@
 // A region is a set of 4-D values linked by convertible convolutions (group 1 or depthwise,
 // channels in whole blocks, dilation 1; a stem reading an image of fewer channels than a
 // block in NCHW), elementwise nodes, max pools and channel concatenations; it
-// converts when it holds two convolutions or more (a lone one is not worth its two
-// reorders). Reorders are reshape + transpose nodes: those of constants (the weights,
-// per-channel operands) fold now.
+// converts when it holds two convolutions or more, or one whose multiply-adds dwarf its two
+// reorders (a lone 3 x 3 over a small map is not worth them). Reorders are reshape + transpose
+// nodes: those of constants (the weights, per-channel operands) fold now.
 //
 // A convolution whose windows tile the image (stride = kernel, no padding: a vision
 // transformer's patch embedding, a ConvNeXt stem) and is not in a region is a GEMM over
@@ -40,6 +40,8 @@ namespace kiln {
 namespace {
 
 constexpr int64_t B = kNchwcBlock;
+// Multiply-adds per element reordered in and out that make a lone convolution worth blocking.
+constexpr int64_t kLoneConvMacsPerElement = 64;
 
 // A float32 (N, C, H, W) value with static C, H, W and C a multiple of the block.
 bool blockable(const Variable* v) {
@@ -234,7 +236,7 @@ class Layout {
   // Regions: values joined through candidate convolutions, max pools, channel
   // concatenations and elementwise nodes (operands of the output's own shape join; broadcast
   // ones are reordered when the node converts). A region converts when it holds two
-  // convolutions or more.
+  // convolutions or more, or one heavy enough.
   void choose_regions() {
     Union u;
     std::vector<const Node*> convs;
@@ -256,6 +258,22 @@ class Layout {
     std::set<const Variable*> converts;
     for (const Node* n : convs) {
       if (++count[u.find(n->outputs[0])] == 2) converts.insert(u.find(n->outputs[0]));
+    }
+    // A lone convolution still converts when its multiply-adds dwarf its two reorders
+    // (ShuffleNetV2's 464 -> 1024 1 x 1 over a 7 x 7 map, fed by a channel shuffle: 320 per
+    // element reordered; the plain kernel ran it at 99 GFLOP/s on 2 workers).
+    for (const Node* n : convs) {
+      const Variable* region = u.find(n->outputs[0]);
+      if (count[region] != 1 || !blockable(n->inputs[0])) continue;
+      // Per image (the batch may be dynamic; C, H and W are static in a blocked region).
+      auto image = [](const Variable* v) {
+        return v->type.dims[1] * v->type.dims[2] * v->type.dims[3];
+      };
+      const Tensor& w = *constant_value(n->inputs[1]);
+      const int64_t macs = image(n->outputs[0]) * (w.numel() / w.shape()[0]);
+      if (macs >= kLoneConvMacsPerElement * (image(n->inputs[0]) + image(n->outputs[0]))) {
+        converts.insert(region);
+      }
     }
     for (const Node* n : convs) {
       if (converts.count(u.find(n->outputs[0]))) converting_.insert(n);

@@ -50,7 +50,7 @@ const std::vector<PassInfo>& all_passes() {
       {"simplify", simplify, 2},
       {"cse", merge_common, 1},
       {"norm", fuse_layer_norm, 1},
-      {"layout", layout_nchwc, 5},
+      {"layout", layout_nchwc, 6},
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 4},
       {"views", view_matmul_operands, 2},

@@ -67,13 +67,17 @@ std::string module_source(const Function& f) {
 
 // Compiles graph once, then checks every input set against the reference, both with each
 // thunk called whole and with splittable thunks split into parts. Returns how the split
-// function's calls were divided.
+// function's calls were divided. `passes`: the rewrite passes (default: all).
 ExecutorStats check_graph(const Graph& g, const std::vector<std::vector<Tensor>>& cases,
-                          double rtol = 1e-5, double atol = 1e-6) {
+                          double rtol = 1e-5, double atol = 1e-6,
+                          const std::optional<std::string>& passes = std::nullopt) {
   CompileOptions whole_options;
   whole_options.poison_buffers = true;
+  whole_options.passes = passes;
   Function f = compile(g, whole_options);
-  Function split = compile(g, split_options());
+  CompileOptions split_opts = split_options();
+  split_opts.passes = passes;
+  Function split = compile(g, split_opts);
   EXPECT_EQ(f.info().compiler_log, "") << "generated module compiled with warnings";
   for (size_t c = 0; c < cases.size(); ++c) {
     std::string desc;
@@ -1343,6 +1347,8 @@ Tensor with_special_values(Tensor t, int64_t first) {
 // image (the padding must stay zero: a tap over it reads nothing).
 TEST(Conv, PackedWeightsMatchReferenceAcrossGeometry) {
   std::mt19937 rng(61);
+  // The plain layout's kernel: the layout pass would block a lone convolution this heavy.
+  const std::optional<std::string> plain = "-layout";
   using V = std::vector<int64_t>;
   // A sum of T products of values in [-1, 1] rounds to about T ulps of its terms.
   auto taps_error = [](const V& w, DType dt) {
@@ -1388,8 +1394,10 @@ TEST(Conv, PackedWeightsMatchReferenceAcrossGeometry) {
       check_graph(
           g,
           {{random_tensor(dt, c.x, rng)}, {special}, {non_contiguous(random_tensor(dt, c.x, rng))}},
-          dt == DType::kFloat32 ? 1e-4 : 1e-10, taps_error(c.w, dt));
-      const std::string source = module_source(compile(g));
+          dt == DType::kFloat32 ? 1e-4 : 1e-10, taps_error(c.w, dt), plain);
+      CompileOptions options;
+      options.passes = plain;
+      const std::string source = module_source(compile(g, options));
       EXPECT_NE(source.find("kiln_conv_blocks_"), std::string::npos) << "not packed";
     }
   }

@@ -286,6 +286,30 @@ TEST(Rewrite, LayoutPassBlocksRegionsOfConvolutions) {
   expect_same_results(g, in, "-epilogue,-fusion");
 }
 
+// A lone convolution converts only when its multiply-adds outnumber the elements its two
+// reorders move 64 times or more: 128 -> 256 channels over a 3 x 3 map (85 per element, a
+// ShuffleNetV2 head) does, a 16 -> 32 1 x 1 (11 per element) and a 3 x 3 of 8 -> 8 channels
+// (24) do not. Results match the unrewritten graph's, for a batch of 2 through a dynamic N.
+TEST(Rewrite, LayoutPassBlocksALoneConvolutionWorthItsReorders) {
+  std::mt19937 rng(73);
+  auto lone = [&](int64_t c, int64_t m, int64_t k, int64_t hw) {
+    Graph g("lone");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, c, hw, hw});
+    Var w = constant(g, testing::random_tensor(DType::kFloat32, {m, c, k, k}, rng), "w");
+    const int64_t p = k / 2;
+    g.set_outputs({relu(apply("conv", {x, w}, {{"pads", std::vector<int64_t>{p, p, p, p}}}))});
+    return g;
+  };
+  Graph heavy = lone(128, 256, 1, 3);
+  Graph l = layout_nchwc(heavy);
+  EXPECT_EQ(count_ops(l, "conv_nchwc"), 1) << l.to_string();
+  EXPECT_EQ(count_ops(l, "transpose"), 2) << "one reorder in, one out:\n" << l.to_string();
+  expect_same_results(heavy, {testing::random_tensor(DType::kFloat32, {2, 128, 3, 3}, rng)}, "");
+  for (const Graph& light : {lone(16, 32, 1, 9), lone(8, 8, 3, 9)}) {
+    EXPECT_EQ(count_ops(layout_nchwc(light), "conv_nchwc"), 0) << light.to_string();
+  }
+}
+
 // Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the
 // convolution alone, scales the weights (C x M per run) instead of the activation; a 3x3
 // convolution's weights too (s per input channel of every tap). Not where the weights
