@@ -809,6 +809,19 @@ PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
   return start(inputs, plan_for(inputs));
 }
 
+namespace {
+
+// A pushed step's closure drops its reference to the run's state (its buffers) as the step
+// returns, before the engine marks the step done: the engine frees the closure itself
+// later, and a waiter that saw the run finish found device buffers still held, not back in
+// their pool (CudaEmulator.ASecondRunAllocatesNoDeviceOrStagingMemory failed now and then).
+struct DropWhenDone {
+  std::shared_ptr<PendingRun::State>& state;
+  ~DropWhenDone() { state.reset(); }
+};
+
+}  // namespace
+
 PendingRun Executor::start(const std::vector<Tensor>& inputs,
                            const std::shared_ptr<const Plan>& plan) {
   auto state = std::make_shared<PendingRun::State>();
@@ -827,8 +840,12 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
   if (!plan->parallel) {
     VarHandle done = engine_->new_var("run");
     st->vars.push_back(done);
-    engine_->push([this, state] { run_steps(state->values); }, {}, {done},
-                  PushOptions{"run of " + std::to_string(program_.steps.size()) + " steps"});
+    engine_->push(
+        [this, state]() mutable {
+          DropWhenDone drop{state};
+          run_steps(state->values);
+        },
+        {}, {done}, PushOptions{"run of " + std::to_string(program_.steps.size()) + " steps"});
     return PendingRun(std::move(state));
   }
   stepwise_runs_.fetch_add(1, std::memory_order_relaxed);
@@ -870,15 +887,20 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
       push_device_step(step, state, reads, writes);
       continue;
     }
-    engine_->push([this, &step, state] { run_step(step, state->values); }, reads, writes,
-                  PushOptions{step.label});
+    engine_->push(
+        [this, &step, state]() mutable {
+          DropWhenDone drop{state};
+          run_step(step, state->values);
+        },
+        reads, writes, PushOptions{step.label});
   }
   for (const ProgramUpdate& u : program_.updates) {
     if (u.in_place) continue;
     const int value = program_.output_slots[static_cast<size_t>(u.output)];
     const int input = program_.input_slots[static_cast<size_t>(u.input)];
     engine_->push(
-        [state, value, input] {
+        [state, value, input]() mutable {
+          DropWhenDone drop{state};
           Tensor dst = state->values[static_cast<size_t>(input)];
           copy_into(state->values[static_cast<size_t>(value)], dst);
         },
