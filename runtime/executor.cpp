@@ -632,7 +632,8 @@ int Executor::run_step_parts(const StepSpec& step, std::vector<Tensor>& values,
                             : split_grain_;
   if ((thunk.flags & KILN_THUNK_SPLIT) && split_workers_ > 1 && work >= 2 * grain) {
     int64_t most = std::min<int64_t>(split_workers_, work / grain);
-    // Parts take whole units (a GEMM's output rows): no more parts than units.
+    // Parts take whole units (a packed GEMM's column panels, a conv's planes): no more
+    // parts than units.
     if (thunk.split_unit > 0 && !step.outputs.empty()) {
       most = std::min(most, values[step.outputs[0]].numel() / thunk.split_unit);
     }
@@ -812,9 +813,10 @@ PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
 namespace {
 
 // A pushed step's closure drops its reference to the run's state (its buffers) as the step
-// returns, before the engine marks the step done: the engine frees the closure itself
-// later, and a waiter that saw the run finish found device buffers still held, not back in
-// their pool (CudaEmulator.ASecondRunAllocatesNoDeviceOrStagingMemory failed now and then).
+// returns, before the engine marks the step done: the engine frees the closure itself later,
+// and until then a waiter that saw the run finish would find the buffers still held. (Under
+// load a run's device buffers still reach their pool a few milliseconds after it returns:
+// another holder, not yet found; see tests/cuda_test.cpp.)
 struct DropWhenDone {
   std::shared_ptr<PendingRun::State>& state;
   ~DropWhenDone() { state.reset(); }

@@ -473,8 +473,8 @@ TEST(Gemm, PackedSplitTakesPanelsWorthTheirWeights) {
   const auto want = evaluate_reference(g, {one});
   EXPECT_TRUE(tensors_close(f({one})[0], want[0], 1e-4, 1e-4));
   EXPECT_EQ(f.stats().split_calls, 1);
-  // 512 columns in units of 128 (128 x 512 floats = 256 KiB): 4 parts, taken down to whole
-  // rounds of the 3 workers (units of 64 would give 6, of 256 only 2).
+  // 512 columns in units of 128 (128 x 512 floats = 256 KiB): 4 units, one part per each of
+  // the 3 workers (units of 256 would give only 2).
   EXPECT_EQ(f.stats().parts, 3);
   Graph small("gemm_small");
   Var s = input(small, "a", DType::kFloat32, {kDynamic, 64});
