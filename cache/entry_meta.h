@@ -38,6 +38,11 @@ struct EntrySignature {
 };
 
 struct EntryMeta {
+  // Bounds a reader checks before trusting anything else of an entry.
+  static constexpr size_t kMaxMetaBytes = 1 << 20;
+  static constexpr size_t kMaxFiles = 64;
+  static constexpr size_t kMaxSignatures = 16;
+
   std::string key;
   std::string label;    // e.g. the model name, for `kiln cache ls`
   std::string family;   // groups entries of one graph across versions, for --explain
@@ -50,8 +55,26 @@ struct EntryMeta {
 
   const FileRecord* file(const std::string& name) const;
   std::string to_json() const;
-  // Throws CacheEntryError naming `where` and what is wrong.
+  // Throws CacheEntryError naming `where` and what is wrong: text past kMaxMetaBytes, JSON
+  // nested too deep or with a key twice, a field kiln never writes, a file name outside
+  // [A-Za-z0-9._-] (or starting with '.'), a file listed twice, more than kMaxFiles files or
+  // kMaxSignatures signatures, components that do not hash to the key.
   static EntryMeta parse(const std::string& text, const std::string& where);
 };
+
+// An entry's file name: 1 to 64 of [A-Za-z0-9._-], not starting with '.'.
+bool is_entry_file_name(const std::string& name);
+bool is_sha256_hex(const std::string& s);  // 64 lowercase hex digits
+// "" when meta lists exactly the files in `expected` (any order); otherwise what differs.
+std::string missing_or_extra_files(const EntryMeta& meta, const std::vector<std::string>& expected);
+
+// Which files an entry of its kind must hold is its producer's knowledge (the compiler's), not
+// the cache's: the producer registers a rule, and every verification — local lookups, remote
+// fetches, `kiln cache verify` — applies it, so an entry without its plan or module is a bad
+// entry (quarantined and rebuilt), never a hit that fails later. The rule returns "" or what
+// is wrong; without a rule every file list passes.
+using EntryLayoutRule = std::string (*)(const EntryMeta&);
+void set_entry_layout_rule(EntryLayoutRule rule);
+std::string entry_layout_problem(const EntryMeta& meta);
 
 }  // namespace kiln

@@ -3,12 +3,16 @@
 #include <sodium.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <sstream>
 
 #include "util/error.h"
+#include "util/escape.h"
 #include "util/fs.h"
+#include "util/quantity.h"
 
 namespace kiln {
 namespace {
@@ -35,15 +39,17 @@ bool from_base64(const std::string& text, unsigned char* out, size_t n) {
   return len == n && end == text.data() + text.size();
 }
 
-// "name:base64" -> (name, base64); the name may not be empty or hold ':' or spaces.
+// "name:base64" -> (name, base64); the name follows check_name's rule.
 std::pair<std::string, std::string> split_named(const std::string& text, const std::string& where,
                                                 const char* kind) {
   auto colon = text.find(':');
-  if (colon == std::string::npos || colon == 0 || text.find(' ') != std::string::npos) {
-    throw UserError(where + ": '" + text.substr(0, 40) + "' is not a " + kind +
+  if (colon == std::string::npos || colon == 0) {
+    throw UserError(where + ": " + in_quotes(text, 40) + " is not a " + kind +
                     " of the form name:base64");
   }
-  return {text.substr(0, colon), text.substr(colon + 1)};
+  std::string name = text.substr(0, colon);
+  check_name(name, where + ": the name of a " + kind);
+  return {name, text.substr(colon + 1)};
 }
 
 std::string trim(std::string s) {
@@ -80,8 +86,7 @@ TrustedKey parse_trusted_key(const std::string& text, const std::string& where) 
 
 std::pair<std::string, std::string> generate_key_pair(const std::string& name) {
   init_sodium();
-  if (name.empty() || name.find_first_of(": \n") != std::string::npos)
-    throw UserError("key name '" + name + "' must be non-empty, without ':' or spaces");
+  check_name(name, "key name");
   unsigned char pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
   crypto_sign_keypair(pk, sk);
   std::string secret = name + ":" + to_base64(sk, sizeof sk);
@@ -92,15 +97,26 @@ std::pair<std::string, std::string> generate_key_pair(const std::string& name) {
 SignaturePolicy SignaturePolicy::from_env() {
   SignaturePolicy p;
   if (const char* file = std::getenv("KILN_CACHE_SIGNING_KEY"); file && *file) {
+    const std::string named = "KILN_CACHE_SIGNING_KEY: " + in_quotes(file, 4096);
     struct stat st {};
     if (::stat(file, &st) != 0)
-      throw UserError(std::string("KILN_CACHE_SIGNING_KEY: cannot read '") + file + "'");
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-      throw UserError(std::string("KILN_CACHE_SIGNING_KEY: '") + file +
-                      "' can be read by other users; a secret key must be private (chmod 600)");
+      throw UserError("KILN_CACHE_SIGNING_KEY: cannot read " + in_quotes(file, 4096) + ": " +
+                      std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) {
+      throw UserError(named + " is not a file holding a secret key (kiln cache keygen NAME --out "
+                              "DIR writes one)");
     }
-    p.signer =
-        parse_signing_key(read_file(file), std::string("KILN_CACHE_SIGNING_KEY (") + file + ")");
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+      throw UserError(named + " can be read by other users; a secret key must be private (chmod 600)");
+    }
+    const std::string where = std::string("KILN_CACHE_SIGNING_KEY (") + file + ")";
+    std::string text;
+    try {
+      text = read_regular_file(file, 4096);
+    } catch (const UserError& e) {
+      throw UserError(where + ": " + e.what());
+    }
+    p.signer = parse_signing_key(text, where);
   }
   if (const char* keys = std::getenv("KILN_CACHE_TRUSTED_KEYS"); keys && *keys) {
     std::istringstream in(keys);
@@ -109,16 +125,25 @@ SignaturePolicy SignaturePolicy::from_env() {
         p.trusted.push_back(parse_trusted_key(k, "KILN_CACHE_TRUSTED_KEYS"));
         continue;
       }
-      // @FILE: one or more public keys, whitespace-separated (e.g. NAME.public files).
-      std::string where = "KILN_CACHE_TRUSTED_KEYS (" + k.substr(1) + ")";
+      // @FILE: one or more public keys, whitespace-separated (e.g. NAME.public files). It
+      // decides whose code kiln runs, so it is held to the rule for code: ours or root's, and
+      // writable by nobody else, nor is any folder above it.
+      const std::string path = k.substr(1);
+      const std::string where = "KILN_CACHE_TRUSTED_KEYS (" + path + ")";
       std::string text;
       try {
-        text = read_file(k.substr(1));
+        text = read_regular_file(path, 1 << 16);
       } catch (const UserError& e) {
         throw UserError(where + ": " + e.what());
       }
+      if (std::string why = path_distrust(path); !why.empty()) {
+        throw UserError(where + ": refusing it: " + why +
+                        "; a file of trusted keys decides whose code kiln runs (chmod go-w)");
+      }
       std::istringstream file_keys(text);
-      for (std::string fk; file_keys >> fk;) p.trusted.push_back(parse_trusted_key(fk, where));
+      size_t found = 0;
+      for (std::string fk; file_keys >> fk; ++found) p.trusted.push_back(parse_trusted_key(fk, where));
+      if (found == 0) throw UserError(where + ": the file holds no key");
     }
   }
   if (const char* req = std::getenv("KILN_CACHE_REQUIRE_SIGNATURES"); req && *req) {
@@ -135,10 +160,15 @@ SignaturePolicy SignaturePolicy::from_env() {
 }
 
 std::string signed_text(const EntryMeta& meta, const std::string& ns) {
-  std::string t = "kiln-cache-entry 1\nkey " + meta.key + "\nnamespace " + ns + "\n";
-  for (const auto& f : meta.files)
-    t += "file " + f.name + " " + std::to_string(f.size) + " " + f.sha256 + "\n";
-  return t;
+  // The whole meta.json but its signatures, in kiln's canonical form (what to_json writes;
+  // parsing and writing again gives the same bytes), after the namespace, each with its
+  // length: JSON strings escape every byte of a name, and the lengths leave nothing to fold
+  // from one field into the next.
+  EntryMeta body = meta;
+  body.signatures.clear();
+  const std::string json = body.to_json();
+  return "kiln-cache-entry 2\n" + std::to_string(ns.size()) + ":" + ns + "\n" +
+         std::to_string(json.size()) + ":" + json;
 }
 
 EntrySignature sign_entry(const EntryMeta& meta, const SigningKey& key, const std::string& ns) {
@@ -155,27 +185,38 @@ std::string signature_problem(const EntryMeta& meta, const std::vector<TrustedKe
   init_sodium();
   if (meta.signatures.empty()) return "it carries no signature";
   std::string why;
+  // At most one signature per trusted key name is checked (against every key of that name,
+  // so a rotation that keeps the name still verifies old entries): an entry carrying
+  // thousands of signatures costs a reader no more than one carrying one per key.
+  std::vector<std::string> tried;
   for (const auto& s : meta.signatures) {
     if (ns && s.ns != *ns) {
-      why = "its signature by '" + s.key_name + "' is for namespace '" + s.ns + "'";
+      why = "its signature by " + in_quotes(s.key_name) + " is for namespace " + in_quotes(s.ns);
       continue;
     }
-    const TrustedKey* key = nullptr;
-    for (const auto& k : trusted) {
-      if (k.name == s.key_name) key = &k;
-    }
-    if (!key) {
-      why = "it is signed by '" + s.key_name + "', which KILN_CACHE_TRUSTED_KEYS does not list";
+    bool listed = false;
+    for (const auto& k : trusted) listed = listed || k.name == s.key_name;
+    if (!listed) {
+      why = "it is signed by " + in_quotes(s.key_name) +
+            ", which KILN_CACHE_TRUSTED_KEYS does not list";
       continue;
     }
+    if (std::find(tried.begin(), tried.end(), s.key_name) != tried.end()) continue;
+    tried.push_back(s.key_name);
     unsigned char sig[crypto_sign_BYTES];
-    const std::string text = signed_text(meta, s.ns);
-    if (from_base64(s.sig, sig, sizeof sig) &&
-        crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(text.data()),
-                                    text.size(), key->public_key.data()) == 0) {
-      return "";
+    if (!from_base64(s.sig, sig, sizeof sig)) {
+      why = "its signature by " + in_quotes(s.key_name) + " is not 64 bytes of base64";
+      continue;
     }
-    why = "its signature by '" + s.key_name + "' does not verify";
+    const std::string text = signed_text(meta, s.ns);
+    for (const auto& k : trusted) {
+      if (k.name != s.key_name) continue;
+      if (crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(text.data()),
+                                      text.size(), k.public_key.data()) == 0) {
+        return "";
+      }
+    }
+    why = "its signature by " + in_quotes(s.key_name) + " does not verify";
   }
   return why;
 }

@@ -1,15 +1,16 @@
 #pragma once
-// A Redis connection (hiredis) whose every operation is bounded: the connect by
-// connect_timeout, each command by op_timeout (socket timeouts, applied again after every
-// reconnect, since hiredis 0.14 has no per-command timeout). A transport failure — refused,
-// timed out, closed, or a reply that is not RESP — is a RemoteError; the next command
-// reconnects. An error *reply* (NOPERM, OOM, WRONGTYPE) comes back as a kError reply.
+// A Redis connection whose every operation is bounded in time and size: the connect by
+// connect_timeout, each command by op_timeout in total (not per read: a server that sends one
+// byte every half second still fails at the deadline), and each reply by a byte count. kiln
+// speaks RESP over its own non-blocking socket and uses hiredis only to parse replies. A
+// transport failure — refused, timed out, closed, too large, or a reply that is not RESP — is a
+// RemoteError and drops the connection; the next command reconnects. An error *reply*
+// (NOPERM, OOM, WRONGTYPE) comes back as a kError reply.
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "util/error.h"
-
-struct redisContext;
 
 namespace kiln {
 
@@ -24,7 +25,8 @@ struct RedisUrl {
   int port = 6379;
   std::string user, password;
   int db = 0;
-  // Throws UserError naming `where` when the URL is malformed.
+  // Throws UserError naming `where` when the URL is malformed; the message never shows the
+  // password.
   static RedisUrl parse(const std::string& url, const std::string& where);
   std::string describe() const;  // host:port/db, no password
 };
@@ -40,12 +42,18 @@ struct RedisReply {
 
 class RedisClient {
  public:
+  // Replies larger than this fail unless a command asks for more.
+  static constexpr uint64_t kDefaultMaxReply = 1 << 20;
+
   RedisClient(RedisUrl url, int connect_timeout_ms, int op_timeout_ms);
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
-  RedisReply command(const std::vector<std::string>& args);
+  // Sends one command and reads its reply within op_timeout in total; a reply of more than
+  // max_reply_bytes is a RemoteError (and the connection is dropped, unread).
+  RedisReply command(const std::vector<std::string>& args,
+                     uint64_t max_reply_bytes = kDefaultMaxReply);
   const RedisUrl& url() const { return url_; }
 
  private:
@@ -53,7 +61,7 @@ class RedisClient {
   void drop();
   RedisUrl url_;
   int connect_ms_, op_ms_;
-  redisContext* ctx_ = nullptr;
+  int fd_ = -1;
 };
 
 }  // namespace kiln

@@ -1,11 +1,14 @@
 #include "cache/remote_tier.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <random>
 
+#include "util/escape.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/sha256.h"
 
 namespace kiln {
@@ -22,6 +25,53 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::string format_seconds_text(int ms) {
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A lease's value: "TOKEN UNTIL", UNTIL its holder's wall-clock deadline in unix ms, rewritten
+// by every renewal. Readers, which may send nothing but GET, tell a live lease from one
+// planted without an expiry (or with an absurd one) by it.
+std::string lease_value(const std::string& token, int lease_ms) {
+  return token + " " + std::to_string(unix_ms() + lease_ms);
+}
+
+// True when a lease's value names a deadline this machine believes: not past, and not further
+// ahead than two of its own lease periods plus 5 s of clock skew.
+bool lease_is_live(const std::string& value, int lease_ms) {
+  const auto space = value.rfind(' ');
+  if (space == std::string::npos || space + 1 >= value.size() || value.size() - space > 20)
+    return false;
+  int64_t until = 0;
+  for (size_t i = space + 1; i < value.size(); ++i) {
+    if (value[i] < '0' || value[i] > '9') return false;
+    until = until * 10 + (value[i] - '0');
+  }
+  const int64_t now = unix_ms();
+  return until >= now && until <= now + 2 * int64_t{lease_ms} + 5000;
+}
+
+// Extends a lease (a new deadline in its value) or drops it, only while it holds this
+// process's token; deletes a lease only if it still holds the value that was judged dead.
+constexpr const char kRenewScript[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then "
+    "return redis.call('set', KEYS[1], ARGV[1] .. ' ' .. ARGV[3], 'XX', 'PX', ARGV[2]) "
+    "else return 0 end";
+constexpr const char kReleaseScript[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then "
+    "return redis.call('del', KEYS[1]) else return 0 end";
+constexpr const char kDropDeadScript[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end";
+
 }  // namespace
 
 std::optional<RemoteConfig> RemoteConfig::from_env() {
@@ -29,36 +79,27 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
   if (!url || !*url) return std::nullopt;
   RemoteConfig c;
   c.url = RedisUrl::parse(url, "KILN_REMOTE_CACHE");
-  if (const char* ns = std::getenv("KILN_REMOTE_CACHE_NAMESPACE"); ns && *ns) {
-    c.ns = ns;
-    if (c.ns.find_first_of(" :\n") != std::string::npos)
-      throw UserError("KILN_REMOTE_CACHE_NAMESPACE: '" + c.ns + "' may not hold spaces or ':'");
-  }
-  if (const char* t = std::getenv("KILN_REMOTE_TIMEOUT"); t && *t) {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (*end != '\0' || !(s > 0) || s > 600)
-      throw UserError(std::string("KILN_REMOTE_TIMEOUT: '") + t +
-                      "' is not a number of seconds (e.g. 1, 0.25)");
-    c.timeout_ms = std::max(1, static_cast<int>(s * 1000));
+  auto env = [](const char* var) -> std::optional<std::string> {
+    const char* v = std::getenv(var);
+    if (!v || !*v) return std::nullopt;
+    return std::string(v);
+  };
+  // The namespace becomes part of every key and of SCAN's pattern: a name, no glob.
+  if (auto ns = env("KILN_REMOTE_CACHE_NAMESPACE")) c.ns = check_name(*ns, "KILN_REMOTE_CACHE_NAMESPACE");
+  auto ms = [](double s) { return static_cast<int>(s * 1000 + 0.5); };
+  if (auto t = env("KILN_REMOTE_TIMEOUT")) {
+    c.timeout_ms = ms(parse_duration(*t, "KILN_REMOTE_TIMEOUT", 0.01, 600));
     c.connect_ms = std::min(c.connect_ms, c.timeout_ms);
   }
-  auto seconds = [](const char* var, double max_s) -> std::optional<int> {
-    const char* t = std::getenv(var);
-    if (!t || !*t) return std::nullopt;
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (*end != '\0' || !(s > 0) || s > max_s)
-      throw UserError(std::string(var) + ": '" + t + "' is not a number of seconds");
-    return std::max(1, static_cast<int>(s * 1000));
-  };
-  if (auto ms = seconds("KILN_REMOTE_LEASE", 3600)) c.lease_ms = *ms;
-  if (auto ms = seconds("KILN_REMOTE_WAIT", 86400)) c.wait_ms = *ms;
-  if (const char* trust = std::getenv("KILN_REMOTE_CACHE_TRUST"); trust && *trust) {
-    if (std::string(trust) != "unsigned" && std::string(trust) != "signed")
-      throw UserError(std::string("KILN_REMOTE_CACHE_TRUST: '") + trust +
-                      "' is neither 'signed' (the default) nor 'unsigned'");
-    c.trust_unsigned = std::string(trust) == "unsigned";
+  // A lease is renewed every third of its life: under a second would flood the server.
+  if (auto t = env("KILN_REMOTE_LEASE")) c.lease_ms = ms(parse_duration(*t, "KILN_REMOTE_LEASE", 1, 3600));
+  if (auto t = env("KILN_REMOTE_WAIT")) c.wait_ms = ms(parse_duration(*t, "KILN_REMOTE_WAIT", 0.1, 86400));
+  if (auto t = env("KILN_REMOTE_MAX_ENTRY")) c.max_entry_bytes = parse_size(*t, "KILN_REMOTE_MAX_ENTRY", 4096);
+  if (auto trust = env("KILN_REMOTE_CACHE_TRUST")) {
+    if (*trust != "unsigned" && *trust != "signed")
+      throw UserError("KILN_REMOTE_CACHE_TRUST: " + in_quotes(*trust) +
+                      " is neither 'signed' (the default) nor 'unsigned'");
+    c.trust_unsigned = *trust == "unsigned";
   }
   return c;
 }
@@ -70,7 +111,11 @@ std::string pack_entry(const EntryMeta& meta, const std::vector<std::string>& fi
   return blob;
 }
 
-RemoteEntry unpack_entry(const std::string& blob, const std::string& key) {
+namespace {
+
+// The blob's meta.json, checked for size, fields, key and layout; `files_at` is where the
+// files begin.
+EntryMeta unpack_meta(const std::string& blob, const std::string& key, size_t& files_at) {
   const size_t magic = sizeof kMagic - 1;
   if (blob.compare(0, magic, kMagic) != 0) throw CacheEntryError("not a kiln entry (bad header)");
   const size_t nl = blob.find('\n', magic);
@@ -79,13 +124,24 @@ RemoteEntry unpack_entry(const std::string& blob, const std::string& key) {
   const std::string len_text = blob.substr(magic, nl - magic);
   const unsigned long long json_len = std::strtoull(len_text.c_str(), &end, 10);
   if (len_text.empty() || *end != '\0' || json_len > blob.size() - nl - 1)
-    throw CacheEntryError("meta.json length " + len_text + " runs past the entry");
-  RemoteEntry e;
-  e.bytes = blob.size();
-  e.meta = EntryMeta::parse(blob.substr(nl + 1, json_len), "remote meta.json");
-  if (e.meta.key != key) throw CacheEntryError("it describes key " + e.meta.key);
-  size_t at = nl + 1 + json_len;
-  for (const auto& f : e.meta.files) {
+    throw CacheEntryError("meta.json length " + in_quotes(len_text) + " runs past the entry");
+  if (json_len > EntryMeta::kMaxMetaBytes) {
+    throw CacheEntryError("its meta.json has " + std::to_string(json_len) +
+                          " bytes, more than a meta.json may hold (" +
+                          std::to_string(EntryMeta::kMaxMetaBytes) + ")");
+  }
+  EntryMeta meta = EntryMeta::parse(blob.substr(nl + 1, json_len), "remote meta.json");
+  if (meta.key != key) throw CacheEntryError("it describes key " + in_quotes(meta.key));
+  if (std::string why = entry_layout_problem(meta); !why.empty()) throw CacheEntryError(why);
+  files_at = nl + 1 + json_len;
+  return meta;
+}
+
+// The files behind the meta, each checked against its size and SHA-256.
+std::vector<std::pair<std::string, std::string>> unpack_files(const std::string& blob,
+                                                              const EntryMeta& meta, size_t at) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& f : meta.files) {
     if (f.size > blob.size() - at)
       throw CacheEntryError(f.name + " is truncated (" + std::to_string(blob.size() - at) +
                             " bytes left, meta.json says " + std::to_string(f.size) + ")");
@@ -93,10 +149,21 @@ RemoteEntry unpack_entry(const std::string& blob, const std::string& key) {
     at += f.size;
     if (sha256_hex(bytes) != f.sha256)
       throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
-    e.files.emplace_back(f.name, std::move(bytes));
+    files.emplace_back(f.name, std::move(bytes));
   }
   if (at != blob.size())
     throw CacheEntryError(std::to_string(blob.size() - at) + " bytes after the last file");
+  return files;
+}
+
+}  // namespace
+
+RemoteEntry unpack_entry(const std::string& blob, const std::string& key) {
+  RemoteEntry e;
+  size_t at = 0;
+  e.meta = unpack_meta(blob, key, at);
+  e.files = unpack_files(blob, e.meta, at);
+  e.bytes = blob.size();
   return e;
 }
 
@@ -128,7 +195,7 @@ bool RemoteTier::available(const char* what) {
 void RemoteTier::fault(const std::string& what) {
   ++counters_.errors;
   skip_until_ = now_s() + config_.breaker_s;
-  warn("remote cache " + config_.url.describe() + ": " + what +
+  warn("remote cache " + config_.url.describe() + ": " + terminal_text(what) +
        "; compiling locally (the remote is skipped for " +
        std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
 }
@@ -149,16 +216,20 @@ std::optional<RemoteEntry> RemoteTier::fetch_locked(const std::string& key) {
     }
     return std::nullopt;
   }
+  if (auto it = rejected_.find(key); it != rejected_.end() && now_s() < it->second) {
+    if (debug_level() >= 2) log_line("remote cache: " + key + " was rejected; not fetched again");
+    return std::nullopt;
+  }
   if (!available("get")) return std::nullopt;
   RedisReply r;
   try {
-    r = client_->command({"GET", entry_key(key)});
+    r = client_->command({"GET", entry_key(key)}, config_.max_entry_bytes);
   } catch (const RemoteError& e) {
     fault(e.what());
     return std::nullopt;
   }
   if (r.is_error()) {
-    fault("GET refused: " + r.str);
+    fault("GET refused: " + r.str.substr(0, 200));
     return std::nullopt;
   }
   if (r.kind == RedisReply::Kind::kNil) {
@@ -171,92 +242,108 @@ std::optional<RemoteEntry> RemoteTier::fetch_locked(const std::string& key) {
   }
   counters_.bytes_in += r.str.size();
   try {
-    RemoteEntry e = unpack_entry(r.str, key);
+    // The signature covers the whole meta.json, so it is checked before any file is hashed:
+    // a forged entry costs its meta's parse and one verification per trusted key name.
+    RemoteEntry e;
+    size_t at = 0;
+    e.meta = unpack_meta(r.str, key, at);
     if (!config_.trust_unsigned) {
       if (std::string why = signature_problem(e.meta, signatures_.trusted, config_.ns);
           !why.empty())
         throw CacheEntryError("not signed by a trusted key: " + why);
     }
+    e.files = unpack_files(r.str, e.meta, at);
+    e.bytes = r.str.size();
     ++counters_.hits;
     return e;
   } catch (const CacheEntryError& e) {
     ++counters_.rejects;
-    warn("remote cache entry " + key + " rejected (" + e.what() + "); compiling locally");
+    rejected_[key] = now_s() + config_.breaker_s;
+    warn("remote cache entry " + key + " rejected (" + terminal_text(e.what()) +
+         "); compiling locally");
     return std::nullopt;
   }
 }
 
-void RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir) {
-  if (!can_write()) return;  // readers never write
+bool RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir) {
+  if (!can_write()) return false;  // readers never write
   std::lock_guard lock(mutex_);
-  if (!available("set")) return;
+  if (!available("set")) return false;
   EntryMeta meta = local;
   meta.signatures = {sign_entry(meta, *signatures_.signer, config_.ns)};
   std::vector<std::string> bytes;
   for (const auto& f : meta.files) {
     std::string b = read_file(dir / f.name);
-    if (b.size() != f.size || sha256_hex(b) != f.sha256) return;  // changed under us: skip
+    if (b.size() != f.size || sha256_hex(b) != f.sha256) return false;  // changed under us
     bytes.push_back(std::move(b));
   }
   const std::string blob = pack_entry(meta, bytes);
+  if (blob.size() > config_.max_entry_bytes) {
+    warn("remote cache: not uploading " + meta.key + ": " + std::to_string(blob.size()) +
+         " bytes, more than KILN_REMOTE_MAX_ENTRY (" + std::to_string(config_.max_entry_bytes) + ")");
+    return false;
+  }
   try {
     RedisReply r = client_->command({"SET", entry_key(meta.key), blob, "NX"});
-    if (r.is_error()) return fault("SET refused: " + r.str);
+    if (r.is_error()) {
+      fault("SET refused: " + r.str.substr(0, 200));
+      return false;
+    }
     if (r.kind == RedisReply::Kind::kStatus) {
       ++counters_.uploads;
       counters_.bytes_out += blob.size();
-      return;
+      return true;
     }
     // Someone uploaded this key first: the same bytes, or a build that is not reproducible.
-    RedisReply existing = client_->command({"GET", entry_key(meta.key)});
-    if (existing.kind != RedisReply::Kind::kString) return;
+    RedisReply existing = client_->command({"GET", entry_key(meta.key)}, config_.max_entry_bytes);
+    if (existing.kind != RedisReply::Kind::kString) return false;
     try {
       RemoteEntry theirs = unpack_entry(existing.str, meta.key);
       for (size_t i = 0; i < meta.files.size() && i < theirs.meta.files.size(); ++i) {
         if (theirs.meta.files[i].sha256 != meta.files[i].sha256) {
           warn("remote cache: key " + meta.key + " is not reproducible: its " + meta.files[i].name +
                " differs from the one another machine uploaded (kept theirs)");
-          return;
+          break;
         }
       }
+      return true;
     } catch (const CacheEntryError&) {
-      // A bad entry there is rejected by every reader; nothing to compare.
+      return false;  // a bad entry there is rejected by every reader
     }
   } catch (const RemoteError& e) {
     fault(e.what());
+    return false;
   }
 }
 
-namespace {
-
-// Extends or drops a lease only if it still holds this process's token.
-constexpr const char kRenewScript[] =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
-    "else return 0 end";
-constexpr const char kReleaseScript[] =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 "
-    "end";
-
-}  // namespace
-
-RemoteLease::RemoteLease(const RemoteConfig& config, std::string redis_key, std::string token)
-    : config_(config), key_(std::move(redis_key)), token_(std::move(token)) {
+RemoteLease::RemoteLease(const RemoteConfig& config, std::string redis_key, std::string failed_key,
+                         std::string token)
+    : config_(config),
+      key_(std::move(redis_key)),
+      failed_key_(std::move(failed_key)),
+      token_(std::move(token)) {
   renewer_ = std::thread([this] { renew_loop(); });
 }
 
 void RemoteLease::renew_loop() {
-  // Its own connection: a hiredis context serves one thread.
+  // Its own connection: one socket serves one thread.
   RedisClient client(config_.url, config_.connect_ms, config_.timeout_ms);
   std::unique_lock lock(mutex_);
   while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(config_.lease_ms / 3),
                             [this] { return stop_; })) {
     try {
-      client.command({"EVAL", kRenewScript, "1", key_, token_, std::to_string(config_.lease_ms)});
+      client.command({"EVAL", kRenewScript, "1", key_, token_, std::to_string(config_.lease_ms),
+                      std::to_string(unix_ms() + config_.lease_ms)});
     } catch (const RemoteError&) {
       // The lease lapses; another machine may then compile too. Only time is lost.
     }
   }
   try {
+    if (!uploaded_) {
+      // Waiters compile now, side by side, instead of claiming the key one after another.
+      client.command({"SET", failed_key_, "1", "PX",
+                      std::to_string(std::min(config_.lease_ms, 10000))});
+    }
     client.command({"EVAL", kReleaseScript, "1", key_, token_});
   } catch (const RemoteError&) {
   }
@@ -274,17 +361,28 @@ RemoteLease::~RemoteLease() {
 std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::claim_or_wait(
     const std::string& key) {
   std::unique_lock lock(mutex_);
+  if (abandoned_.count(key)) return {};  // this process waited once already, in vain
   const double deadline = now_s() + config_.wait_ms / 1000.0;
   bool waited = false;
+  int retries = 0;  // immediate re-claims after a dead or vanished lease, bounded
   for (;;) {
     if (!available("lease")) return {};
     try {
+      // A holder whose compile failed just now: compile here at once, no lease, no turns.
+      RedisReply failed = client_->command({"GET", failed_key(key)});
+      if (failed.kind == RedisReply::Kind::kString) {
+        if (debug_level() >= 2) log_line("remote cache: another compile of " + key + " failed");
+        if (waited) {
+          if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
+        }
+        return {};
+      }
       if (can_write()) {
         const std::string token = random_token();
-        RedisReply r = client_->command(
-            {"SET", lease_key(key), token, "NX", "PX", std::to_string(config_.lease_ms)});
+        RedisReply r = client_->command({"SET", lease_key(key), lease_value(token, config_.lease_ms),
+                                         "NX", "PX", std::to_string(config_.lease_ms)});
         if (r.is_error()) {
-          fault("SET (lease) refused: " + r.str);
+          fault("SET (lease) refused: " + r.str.substr(0, 200));
           return {};
         }
         if (r.kind == RedisReply::Kind::kStatus) {
@@ -292,19 +390,31 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
           if (waited) {
             if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
           }
-          return {std::make_unique<RemoteLease>(config_, lease_key(key), token), std::nullopt};
+          return {std::make_unique<RemoteLease>(config_, lease_key(key), failed_key(key), token),
+                  std::nullopt};
+        }
+        // Held. A lease without a believable deadline (planted without an expiry, or
+        // abandoned by a writer with a broken clock) is dropped, then claimed again.
+        RedisReply held = client_->command({"GET", lease_key(key)});
+        if (held.kind == RedisReply::Kind::kString && !lease_is_live(held.str, config_.lease_ms)) {
+          warn("remote cache: dropping a lease on " + key + " that has no believable expiry");
+          client_->command({"EVAL", kDropDeadScript, "1", lease_key(key), held.str});
+          if (++retries <= 3) continue;
+        } else if (held.kind == RedisReply::Kind::kNil && ++retries <= 3) {
+          continue;  // released just now: claim it
         }
       } else {
         RedisReply r = client_->command({"GET", lease_key(key)});
         if (r.is_error()) {
-          fault("GET (lease) refused: " + r.str);
+          fault("GET (lease) refused: " + r.str.substr(0, 200));
           return {};
         }
-        if (r.kind == RedisReply::Kind::kNil) {
+        if (r.kind == RedisReply::Kind::kNil ||
+            (r.kind == RedisReply::Kind::kString && !lease_is_live(r.str, config_.lease_ms))) {
           if (waited) {
             if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
           }
-          return {};  // nobody compiles it: compile here, without a lease
+          return {};  // nobody (believably) compiles it: compile here, without a lease
         }
       }
     } catch (const RemoteError& e) {
@@ -316,8 +426,9 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
       log_line("remote cache: waiting for another compile of " + key);
     waited = true;
     if (now_s() > deadline) {
-      warn("remote cache: gave up waiting " + std::to_string(config_.wait_ms / 1000) +
-           " s for another machine's compile of " + key + "; compiling here");
+      abandoned_.insert(key);
+      warn("remote cache: gave up waiting " + format_seconds_text(config_.wait_ms) +
+           " for another machine's compile of " + key + "; compiling here");
       return {};
     }
     lock.unlock();
@@ -329,23 +440,31 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
 
 std::optional<int64_t> RemoteTier::status(int64_t limit, std::string* why) {
   std::lock_guard lock(mutex_);
+  // SCAN may keep returning a cursor and no keys: the walk is bounded by time and rounds.
+  const double deadline = now_s() + 5.0 * config_.timeout_ms / 1000.0;
   try {
     if (!client_)
       client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
     RedisReply pong = client_->command({"PING"});
     if (pong.is_error()) {
-      *why = pong.str;
+      *why = terminal_text(pong.str.substr(0, 200));
       return std::nullopt;
     }
     int64_t n = 0;
     std::string cursor = "0";
-    do {
+    for (int round = 0; round < 100000; ++round) {
       RedisReply r =
           client_->command({"SCAN", cursor, "MATCH", config_.ns + ":e:*", "COUNT", "1000"});
       if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) break;
       cursor = r.elements[0].str;
       n += static_cast<int64_t>(r.elements[1].elements.size());
-    } while (cursor != "0" && n < limit);
+      if (cursor == "0" || n >= limit) break;
+      if (now_s() > deadline) {
+        *why = "SCAN did not finish within " + format_seconds_text(5 * config_.timeout_ms) +
+               " (counted " + std::to_string(n) + " entries so far)";
+        return std::nullopt;
+      }
+    }
     return n;
   } catch (const RemoteError& e) {
     *why = e.what();

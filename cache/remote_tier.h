@@ -1,18 +1,21 @@
 #pragma once
 // The shared remote tier of the cache, on Redis: memo -> local store -> remote -> compile.
-// An entry read from Redis is verified — its meta.json hashes to the key, every file has
-// the recorded size and SHA-256, and a trusted Ed25519 key signed it for this namespace —
-// before anything is written locally; the caller then publishes it through the local store
-// as usual. Writers (holders of KILN_CACHE_SIGNING_KEY) upload what they compile with
-// SET NX; readers without a key never write. A server that is down, slow, refusing or lying
+// An entry read from Redis is verified — its size is bounded, its meta.json hashes to the key,
+// lists the files an entry of its kind holds, every file has the recorded size and SHA-256,
+// and a trusted Ed25519 key signed the whole meta.json for this namespace — before anything is
+// written locally; the caller then publishes it through the local store as usual. Writers
+// (holders of KILN_CACHE_SIGNING_KEY) upload what they compile with SET NX; readers without a
+// key never write. A server that is down, slow, refusing, lying or serving forged entries
 // costs a warning and a local compile, and is skipped for 30 s (a circuit breaker), so it
 // costs one timeout per process, not one per compile.
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,13 +30,16 @@ namespace kiln {
 struct RemoteConfig {
   RedisUrl url;
   std::string ns = "kiln";  // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
-  int timeout_ms = 1000;    // KILN_REMOTE_TIMEOUT (seconds), per operation
+  int timeout_ms = 1000;    // KILN_REMOTE_TIMEOUT: the whole of one operation
   int connect_ms = 200;
   bool trust_unsigned = false;  // KILN_REMOTE_CACHE_TRUST=unsigned
   double breaker_s = 30;        // how long a failed server is skipped
-  int lease_ms = 30000;         // KILN_REMOTE_LEASE (seconds): a compile's claim on a key
-  int wait_ms = 300000;  // KILN_REMOTE_WAIT (seconds): the longest wait for another's compile
+  int lease_ms = 30000;         // KILN_REMOTE_LEASE: a compile's claim on a key
+  int wait_ms = 300000;  // KILN_REMOTE_WAIT: the longest wait for another's compile
+  uint64_t max_entry_bytes = uint64_t{64} << 20;  // KILN_REMOTE_MAX_ENTRY: larger is refused
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
+  // Durations go through parse_duration, the namespace through check_name, the size through
+  // parse_size: one rule each, with bounds.
   static std::optional<RemoteConfig> from_env();
 };
 
@@ -50,27 +56,34 @@ struct RemoteCounters {
 
 // The stored form: "kiln-entry 1\n<meta.json bytes>\n<meta.json><each file's bytes in order>".
 std::string pack_entry(const EntryMeta& meta, const std::vector<std::string>& file_bytes);
-// Parses and checks a blob against `key` (meta.json, sizes, SHA-256s; not signatures).
-// Throws CacheEntryError saying what is wrong.
+// Parses and checks a blob against `key` (meta.json's size, fields and layout, sizes,
+// SHA-256s; not signatures). Throws CacheEntryError saying what is wrong.
 RemoteEntry unpack_entry(const std::string& blob, const std::string& key);
 
 // A claim on one key while this process compiles it (SET NX PX with a random token), renewed
 // by a thread and released with a token check, so other machines wait for this compile
-// instead of repeating it. A holder that dies stops renewing; the claim expires.
+// instead of repeating it. A holder that dies stops renewing; the claim expires. A holder that
+// releases without having uploaded (its compile failed, the upload did not happen) leaves a
+// short-lived failure marker, so the machines waiting on it compile at once, side by side,
+// instead of taking the lease in turns.
 class RemoteLease {
  public:
-  RemoteLease(const RemoteConfig& config, std::string redis_key, std::string token);
+  RemoteLease(const RemoteConfig& config, std::string redis_key, std::string failed_key,
+              std::string token);
   ~RemoteLease();
   RemoteLease(const RemoteLease&) = delete;
   RemoteLease& operator=(const RemoteLease&) = delete;
+  // The entry is uploaded: release without a failure marker.
+  void set_uploaded() { uploaded_ = true; }
 
  private:
   void renew_loop();
   RemoteConfig config_;
-  std::string key_, token_;
+  std::string key_, failed_key_, token_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
+  bool uploaded_ = false;
   std::thread renewer_;
 };
 
@@ -86,14 +99,16 @@ class RemoteTier {
   std::optional<RemoteEntry> fetch(const std::string& key);
   // Signs a verified local entry for this namespace and stores it unless the key exists; a
   // different entry under the same key is reported as a build that is not reproducible.
-  void upload(const EntryMeta& meta, const std::filesystem::path& dir);
+  // True when the key holds an entry afterwards (this one or an earlier writer's).
+  bool upload(const EntryMeta& meta, const std::filesystem::path& dir);
   // Before compiling a key it lacks: a lease for this process (writers), or, when another
   // process holds one, that process's entry once it is uploaded (polled, bounded). Returns
   // (lease, entry); both empty means compile without a lease (a reader, a fault, a holder
-  // that gave up).
+  // that failed or gave up, a lease planted without an expiry).
   std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> claim_or_wait(
       const std::string& key);
-  // PING, and the number of entries in this namespace (SCAN, at most `limit`).
+  // PING, and the number of entries in this namespace (SCAN, at most `limit`, within a
+  // deadline of a few operation timeouts).
   std::optional<int64_t> status(int64_t limit, std::string* why);
   RemoteCounters counters() const;
 
@@ -102,6 +117,7 @@ class RemoteTier {
   void fault(const std::string& what);
   std::string entry_key(const std::string& key) const { return config_.ns + ":e:" + key; }
   std::string lease_key(const std::string& key) const { return config_.ns + ":l:" + key; }
+  std::string failed_key(const std::string& key) const { return config_.ns + ":x:" + key; }
   std::optional<RemoteEntry> fetch_locked(const std::string& key);
 
   RemoteConfig config_;
@@ -111,6 +127,11 @@ class RemoteTier {
   double skip_until_ = 0;
   bool warned_untrusted_ = false;
   RemoteCounters counters_;
+  // Keys whose remote entry was rejected (until when): not fetched again for the breaker
+  // period, so a forged entry costs a process one verification, not one per compile.
+  std::map<std::string, double> rejected_;
+  // Keys this process gave up waiting for: it does not wait for them again.
+  std::set<std::string> abandoned_;
 };
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "runtime/module_abi.h"
+#include "util/escape.h"
 
 namespace kiln {
 
@@ -22,28 +23,6 @@ static_assert(offsetof(kiln_module_info, abi_version) == 0 && offsetof(kiln_modu
               offsetof(kiln_module_info, n_kernels) == 56 &&
               offsetof(kiln_module_info, kernel_names) == 64 && sizeof(kiln_module_info) == 72);
 
-namespace {
-
-// A string for .asciz: quotes and backslashes escaped, anything unprintable in octal.
-std::string asm_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\%03o", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 std::string binding_assembly(const std::string& key, const std::vector<BoundNode>& nodes) {
   std::string s = "# kiln module binding (x86-64): every node runs a kernel with its sizes.\n";
   s += "\t.text\n";
@@ -60,12 +39,12 @@ std::string binding_assembly(const std::string& key, const std::vector<BoundNode
 
   s += "\t.section .rodata\n";
   for (const auto& n : nodes) {
-    s += "kiln_label_" + std::to_string(n.id) + ":\n\t.asciz " + asm_string(n.label) + "\n";
+    s += "kiln_label_" + std::to_string(n.id) + ":\n\t.asciz " + asm_string_literal(n.label) + "\n";
     if (n.args.empty()) continue;
     s += "\t.p2align 3\nkiln_args_" + std::to_string(n.id) + ":\n";
     for (int64_t v : n.args) s += "\t.quad " + std::to_string(v) + "\n";
   }
-  s += "kiln_key:\n\t.asciz " + asm_string(key) + "\n";
+  s += "kiln_key:\n\t.asciz " + asm_string_literal(key) + "\n";
 
   s += "\t.section .data.rel.ro, \"aw\"\n\t.p2align 3\nkiln_thunks:\n";
   for (const auto& n : nodes) {

@@ -19,6 +19,7 @@
 #include "compiler/compile_error.h"
 #include "compiler/cuda_toolchain.h"
 #include "compiler/diagnostics.h"
+#include "compiler/entry_layout.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
 #include "compiler/kernel_build.h"
@@ -501,17 +502,15 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   meta.created = unix_now();
   meta.compile_ms = info.times.rewrite_ms + info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
-  meta.files = {FileRecord{"module.so", 0, ""}, FileRecord{"module.c", 0, ""},
-                FileRecord{"plan", 0, ""}};
-  if (built.kernels) {
-    meta.files.push_back(FileRecord{"kernels.cu", 0, ""});
-    for (const auto& f : CudaToolchain::get().outputs()) meta.files.push_back(FileRecord{f, 0, ""});
-  }
+  for (const auto& f :
+       module_entry_files(built.kernels ? CudaToolchain::get().outputs() : std::vector<std::string>{}))
+    meta.files.push_back(FileRecord{f, 0, ""});
   CacheEntry entry = store.publish(std::move(staging), std::move(meta));
   if (remote && remote->can_write()) {
     auto r0 = Clock::now();
     const RemoteCounters before = remote->counters();
-    remote->upload(entry.meta, entry.dir);
+    // Released without an upload, the lease leaves a failure marker for the waiters.
+    if (remote->upload(entry.meta, entry.dir) && lease) lease->set_uploaded();
     record_remote(store, before, remote->counters());
     info.times.remote_ms += ms_since(r0);
   }
@@ -573,6 +572,41 @@ void log_times(const Graph& graph, const CompileInfo& info) {
            format_double(info.times.codegen_ms) + " ms, compile " +
            format_double(info.times.compile_ms) + " ms, load " + format_double(info.times.load_ms) +
            " ms");  // (preparing weights follows: see PhaseTimes::prepare_ms)
+}
+
+// A remote hit for a cache this process cannot publish its own compiles to (a read-only
+// folder, or signatures required and no key to sign): the remote entry carries its writer's
+// signature, so where the folder is writable it is published as usual; otherwise it is
+// materialised in a private folder that lives as long as the functions using it.
+std::optional<Loaded> remote_hit_without_publishing(CacheStore& store, const ModuleKey& mk,
+                                                    CompileInfo& info) {
+  RemoteTier* remote = RemoteTier::process_default();
+  if (!remote) return std::nullopt;
+  auto r0 = Clock::now();
+  const RemoteCounters before = remote->counters();
+  std::optional<RemoteEntry> fetched = remote->fetch(mk.key);
+  if (!fetched) fetched = remote->claim_or_wait(mk.key).second;  // a reader never gets a lease
+  record_remote(store, before, remote->counters());
+  info.times.remote_ms = ms_since(r0);
+  if (!fetched) return std::nullopt;
+  info.cache = CacheStatus::kRemoteHit;
+  if (store.writable()) {
+    WorkFolder staging = store.new_staging(mk.key);
+    for (const auto& [name, bytes] : fetched->files)
+      write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
+    return loaded_from(store.publish(std::move(staging), std::move(fetched->meta)));
+  }
+  const fs::path parent = fs::temp_directory_path() / ("kiln-scratch-" + std::to_string(::geteuid()));
+  auto folder = std::make_shared<WorkFolder>(
+      WorkFolder::create(parent, mk.key.substr(0, 16), CacheAccess::private_access()));
+  for (const auto& [name, bytes] : fetched->files)
+    write_file_atomic(folder->path() / name, bytes, 0600, true);
+  Loaded loaded;
+  loaded.source_path = folder->path() / "module.c";
+  loaded.module_path = folder->path() / "module.so";
+  loaded.plan = ModulePlan::parse(read_file(folder->path() / "plan"), (folder->path() / "plan").string());
+  loaded.pin = folder;
+  return loaded;
 }
 
 // A build outside the cache (KILN_CACHE=0, an uncacheable graph, a read-only cache): its
@@ -638,6 +672,7 @@ namespace {
 Function compile_graph(const Graph& source, const CompileOptions& options,
                        const std::vector<std::pair<int, int>>& updates) {
   install_op_library_binder();  // modules with custom ops bind them as they load
+  install_entry_layout();       // verifications know which files a module entry holds
   CompileInfo info;
   check_graph(source);
   auto t = Clock::now();
@@ -668,6 +703,10 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
       if (r.entry) {
         info.cache = CacheStatus::kHit;
         loaded = loaded_from(*r.entry);
+        memoize = true;
+      } else if (std::optional<Loaded> remote;
+                 cacheable(source) && (remote = remote_hit_without_publishing(*store, *mk, info))) {
+        loaded = std::move(*remote);
         memoize = true;
       } else {
         if (cacheable(source)) {

@@ -13,6 +13,7 @@
 #include "runtime/bundle_description.h"
 #include "runtime/safetensors.h"
 #include "util/error.h"
+#include "util/escape.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/sha256.h"
@@ -40,23 +41,6 @@ std::string identifier_from(const std::string& s) {
   for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "model_" + out;
   return out;
-}
-
-std::string c_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\%03o", static_cast<unsigned char>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // Every slot's shape for the given input shapes, running the steps' shape rules; nullopt
@@ -253,11 +237,13 @@ std::string header_text(const std::string& n, const BundleDescription& d, bool e
   std::string N = n;
   std::transform(N.begin(), N.end(), N.begin(), [](unsigned char c) { return std::toupper(c); });
   std::string h;
-  h += "/* " + n + ".h: the C API of model '" + d.name + "', exported by kiln.\n *\n";
+  // Model names go into comments only through c_comment_text: a name holding "*/" must
+  // not put code into every program that includes the header.
+  h += "/* " + n + ".h: the C API of model '" + c_comment_text(d.name) + "', exported by kiln.\n *\n";
   for (int s : d.input_slots)
-    h += " * input   " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+    h += " * input   " + c_comment_text(signature_line(d.slots[static_cast<size_t>(s)])) + "\n";
   for (int s : d.output_slots)
-    h += " * output  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+    h += " * output  " + c_comment_text(signature_line(d.slots[static_cast<size_t>(s)])) + "\n";
   h += " * (? is a dimension given at run time)\n *\n";
   h += " * Weights: " +
        std::string(embedded ? "embedded in lib" + n + ".so"
@@ -322,10 +308,10 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
   g += "extern const void *kiln_module(const void *support);\n";
   g += "extern const char kiln_export_description[], kiln_export_description_end[];\n";
   if (embedded) g += "extern const char kiln_export_weights[], kiln_export_weights_end[];\n";
-  g += "static const kiln_bundle_image image = {\n  " + c_string(n) + ", " + c_string(id) +
+  g += "static const kiln_bundle_image image = {\n  " + c_string_literal(n) + ", " + c_string_literal(id) +
        ",\n  kiln_export_description, 0,\n";
   g += embedded ? "  kiln_export_weights, 0, 0,\n"
-                : "  0, 0, " + c_string(n + ".safetensors") + ",\n";
+                : "  0, 0, " + c_string_literal(n + ".safetensors") + ",\n";
   g += "  kiln_module, (const void *)&image};\n";
   g += "API " + n + "_model *" + n +
        "_create(const char *weights_path) {\n"
@@ -344,7 +330,7 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
     std::string names, dtypes, ranks, dims;
     for (int s : slots) {
       const SlotSpec& spec = d.slots[static_cast<size_t>(s)];
-      names += c_string(spec.name) + ", ";
+      names += c_string_literal(spec.name) + ", ";
       dtypes += std::to_string(static_cast<int>(spec.dtype)) + ", ";
       ranks += std::to_string(spec.dims.size()) + ", ";
       dims += "{";
@@ -377,14 +363,8 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
 
 std::string blobs_text(const fs::path& description, const std::optional<fs::path>& weights) {
   auto incbin = [](const std::string& symbol, const fs::path& file, int align) {
-    std::string path = file.string();
-    std::string quoted;
-    for (char c : path) {
-      if (c == '"' || c == '\\') quoted += '\\';
-      quoted += c;
-    }
     return "  .balign " + std::to_string(align) + "\n  .globl " + symbol + "\n  .hidden " + symbol +
-           "\n" + symbol + ":\n  .incbin \"" + quoted + "\"\n  .globl " + symbol +
+           "\n" + symbol + ":\n  .incbin " + asm_string_literal(file.string()) + "\n  .globl " + symbol +
            "_end\n  .hidden " + symbol + "_end\n" + symbol + "_end:\n  .byte 0\n";
   };
   std::string s = "  .section .rodata.kiln_export,\"a\"\n";
@@ -397,11 +377,13 @@ std::string blobs_text(const fs::path& description, const std::optional<fs::path
 std::string readme_text(const std::string& n, const BundleDescription& d, const ExportResult& r,
                         const std::string& cpu, int ties) {
   std::string t;
-  t += "Model '" + d.name + "', exported by kiln as lib" + n + ".so\n\n";
+  // A text file read in a terminal: names shown with terminal_text on one line each.
+  auto line = [](const SlotSpec& spec) { return terminal_line(signature_line(spec)); };
+  t += "Model '" + terminal_line(d.name) + "', exported by kiln as lib" + n + ".so\n\n";
   t += "Inputs:\n";
-  for (int s : d.input_slots) t += "  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+  for (int s : d.input_slots) t += "  " + line(d.slots[static_cast<size_t>(s)]) + "\n";
   t += "Outputs:\n";
-  for (int s : d.output_slots) t += "  " + signature_line(d.slots[static_cast<size_t>(s)]) + "\n";
+  for (int s : d.output_slots) t += "  " + line(d.slots[static_cast<size_t>(s)]) + "\n";
   t += "(? is a dimension given at run time";
   t += ties ? "; dynamic dimensions at the same position in different inputs must be equal)\n"
             : ")\n";

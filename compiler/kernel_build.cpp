@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cache/cache_store.h"
+#include "compiler/entry_layout.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -179,7 +180,7 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
     meta.created = unix_now();
     meta.compile_ms = job.outcome.seconds * 1000;
     meta.components = kernel_components(toolchain, k);
-    meta.files = {FileRecord{"kernel.o", 0, ""}, FileRecord{"kernel.c", 0, ""}};
+    for (const auto& f : kernel_entry_files()) meta.files.push_back(FileRecord{f, 0, ""});
     CacheEntry entry = store->publish(std::move(*job.staging), std::move(meta));
     objects[i] = entry.file("kernel.o");
     pins.push_back(std::move(entry));

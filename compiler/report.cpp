@@ -10,6 +10,8 @@
 #include "ops/cop.h"
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
+#include "util/escape.h"
+#include "util/json_text.h"
 #include "util/fs.h"
 
 namespace kiln {
@@ -286,23 +288,11 @@ std::string report_json(const Graph& graph, const ReportOptions& options) {
               {"code", code_json(optimized, f.info().key)},
               {"cache", cache_json(f, options.compile)},
               {"profile", profile_json(f, optimized, options)}};
-  return doc.dump();
+  return json_text(doc);
 }
 
 std::string report_html(const Graph& graph, const ReportOptions& options) {
-  std::string data = report_json(graph, options);
-  // Inside <script>, "</script" or "<!--" in a string would change how the page parses:
-  // every "<" (only ever inside a JSON string) becomes the escape \u003c.
-  std::string safe;
-  safe.reserve(data.size());
-  for (char c : data) {
-    if (c == '<') {
-      safe += "\\u003c";
-    } else {
-      safe += c;
-    }
-  }
-  data = std::move(safe);
+  const std::string data = json_for_html_script(report_json(graph, options));
   std::string page = report_page_template();
   const std::string slot = "@KILN_REPORT_DATA@";
   page.replace(page.find(slot), slot.size(), data);

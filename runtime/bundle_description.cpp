@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_text.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -57,7 +58,7 @@ std::string BundleDescription::to_json() const {
   json doc = {{"format", "kiln-bundle"}, {"version", 1},          {"name", name},
               {"slots", slots_j},        {"inputs", input_slots}, {"outputs", output_slots},
               {"params", params_j},      {"steps", steps_j},      {"ties", ties}};
-  return doc.dump();
+  return json_text(doc);
 }
 
 BundleDescription BundleDescription::parse(std::string_view text, const std::string& origin) {
@@ -66,17 +67,17 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
   };
   // An integer field: converting any other number (1e90) to an integer would be undefined.
   auto int64_of = [&](const json& v) -> int64_t {
-    if (!v.is_number_integer()) throw bad("expected an integer, got " + v.dump());
+    if (!v.is_number_integer()) throw bad("expected an integer, got " + json_excerpt(v));
     return v.get<int64_t>();
   };
   auto int_of = [&](const json& v) -> int {
     const int64_t i = int64_of(v);
-    if (i < INT32_MIN || i > INT32_MAX) throw bad("expected a 32-bit integer, got " + v.dump());
+    if (i < INT32_MIN || i > INT32_MAX) throw bad("expected a 32-bit integer, got " + json_excerpt(v));
     return static_cast<int>(i);
   };
   BundleDescription d;
   try {
-    json doc = json::parse(text);
+    json doc = parse_untrusted_json(text, origin);
     if (doc.at("format") != "kiln-bundle" || doc.at("version") != 1) throw bad("not kiln-bundle 1");
     d.name = doc.at("name").get<std::string>();
     for (const auto& s : doc.at("slots")) {
@@ -129,7 +130,7 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
             rule.div = int64_of(r.at(3));
             if (rule.input < 0 || rule.input >= static_cast<int>(st.inputs.size()) ||
                 rule.dim < 0 || rule.mul <= 0 || rule.div <= 0) {
-              throw bad("step '" + st.label + "' has a bad shape rule " + r.dump());
+              throw bad("step '" + st.label + "' has a bad shape rule " + json_excerpt(r));
             }
           }
           dims.push_back(rule);

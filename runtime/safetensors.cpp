@@ -12,7 +12,9 @@
 
 #include "runtime/npy.h"
 #include "util/error.h"
+#include "util/escape.h"
 #include "util/fs.h"
+#include "util/json_text.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -67,15 +69,14 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
         "header of " + std::to_string(n) + " bytes runs past the end of the file (" +
             std::to_string(size) + " bytes)");
   }
+  // Bounded nesting (a 200,000-deep shape must not exhaust the stack) and no key given twice
+  // (two readers must not see different tensors under one name).
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(base) + 8,
-                         reinterpret_cast<const char*>(base) + 8 + n);
-  } catch (const json::parse_error& e) {
-    bad(origin, 8 + (e.byte > 0 ? e.byte - 1 : 0), std::string("header is not JSON: ") + e.what());
-  } catch (const json::exception& e) {
-    // A number too large for any type is an out_of_range, not a parse_error.
-    bad(origin, 8, std::string("header is not JSON: ") + e.what());
+    header = parse_untrusted_json(
+        std::string_view(reinterpret_cast<const char*>(base) + 8, static_cast<size_t>(n)), origin);
+  } catch (const JsonError& e) {
+    bad(origin, 8 + e.offset(), "header is not JSON: " + e.reason());
   }
   if (!header.is_object()) bad(origin, 8, "header is not a JSON object");
   const uint64_t data_start = 8 + n;
@@ -85,19 +86,20 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
   struct Range {
     uint64_t begin, end;
     std::string name;
+    DType dtype;
+    Shape shape;
   };
   std::vector<Range> ranges;
-  std::vector<std::pair<std::string, Tensor>> found;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) bad(origin, 8, "__metadata__ is not an object");
       for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) bad(origin, 8, "__metadata__ value '" + k + "' is not a string");
+        if (!v.is_string()) bad(origin, 8, "__metadata__ value " + in_quotes(k) + " is not a string");
         out.metadata[k] = v.get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
+    const std::string where = "tensor " + in_quotes(name);
     if (!entry.is_object()) bad(origin, 8, where + " is not an object");
     auto dt_it = entry.find("dtype");
     auto shape_it = entry.find("shape");
@@ -113,11 +115,11 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     const Code* c = std::find_if(std::begin(kCodes), std::end(kCodes),
                                  [&](const Code& k) { return code == k.name; });
     if (c == std::end(kCodes))
-      bad(origin, 8, where + " has dtype '" + code + "', which kiln does not support");
+      bad(origin, 8, where + " has dtype " + in_quotes(code) + ", which kiln does not support");
     Shape shape;
     for (const auto& d : *shape_it) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 48)) {
-        bad(origin, 8, where + " has a bad dimension " + d.dump());
+        bad(origin, 8, where + " has a bad dimension " + json_excerpt(d));
       }
       shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
@@ -136,14 +138,10 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
           where + " ends at data byte " + std::to_string(end) + " but the file has only " +
               std::to_string(data_size) + " bytes of data (truncated?)");
     }
-    ranges.push_back({begin, end, name});
-    const unsigned char* p = base + data_start + begin;
-    Tensor t(bytes, data_start + begin, c->dtype, shape, contiguous_strides(shape));
-    // Kernels may assume kiln's 64-byte alignment: an unaligned tensor gets its own copy.
-    if (reinterpret_cast<uintptr_t>(p) % 64 != 0) t = t.clone();
-    found.emplace_back(name, std::move(t));
+    ranges.push_back({begin, end, name, c->dtype, std::move(shape)});
   }
   // The byte buffer must be covered exactly: no overlaps, no holes, nothing after the end.
+  // Checked before any tensor is made, so overlapping entries cost no copies.
   std::vector<size_t> order(ranges.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -154,17 +152,24 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
   for (size_t i : order) {
     if (ranges[i].begin != at) {
       bad(origin, data_start + ranges[i].begin,
-          "tensor '" + ranges[i].name + "' starts at data byte " + std::to_string(ranges[i].begin) +
-              ", expected " + std::to_string(at) +
+          "tensor " + in_quotes(ranges[i].name) + " starts at data byte " +
+              std::to_string(ranges[i].begin) + ", expected " + std::to_string(at) +
               (ranges[i].begin < at ? " (tensors overlap)" : " (a hole in the data)"));
     }
     at = ranges[i].end;
-    out.tensors.push_back(std::move(found[i]));
   }
   if (at != data_size) {
     bad(origin, data_start + at,
         "the tensors cover " + std::to_string(at) + " bytes of data, the file has " +
             std::to_string(data_size));
+  }
+  for (size_t i : order) {
+    Range& r = ranges[i];
+    const unsigned char* p = base + data_start + r.begin;
+    Tensor t(bytes, data_start + r.begin, r.dtype, r.shape, contiguous_strides(r.shape));
+    // Kernels may assume kiln's 64-byte alignment: an unaligned tensor gets its own copy.
+    if (reinterpret_cast<uintptr_t>(p) % 64 != 0) t = t.clone();
+    out.tensors.emplace_back(std::move(r.name), std::move(t));
   }
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/json_text.h"
+
 namespace kiln {
 
 std::string chrome_trace_json(const Program& program, const std::vector<TraceEvent>& events) {
@@ -19,7 +21,7 @@ std::string chrome_trace_json(const Program& program, const std::vector<TraceEve
                     {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3},
                     {"args", {{"step", e.step}, {"part", e.part}, {"parts", e.parts}}}});
   }
-  return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump(1) + "\n";
+  return json_text(nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}, 1) + "\n";
 }
 
 }  // namespace kiln

@@ -26,6 +26,7 @@
 #include "compiler/subprocess.h"
 #include "runtime/npy.h"
 #include "tests/helpers.h"
+#include "tests/redis_server.h"
 #include "util/fs.h"
 #include "util/sha256.h"
 #include "util/strings.h"
@@ -36,97 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::kiln_env;
 using testing::temp_dir;
+using namespace testing::redis;
 
 const std::string kMlpDir = std::string(KILN_EXAMPLES_DIR) + "/mlp";
 const std::string kMlp = kMlpDir + "/mlp.json";
-
-// A port nothing listens on right now (the kernel picks it).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A redis-server of its own on 127.0.0.1, stopped (SIGKILL) with the test.
-class RedisServer {
- public:
-  explicit RedisServer(const std::vector<std::string>& extra = {}) : port_(free_port()) {
-    std::vector<std::string> args{
-        "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no",     "--protected-mode",    "no"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      int devnull = ::open("/dev/null", O_WRONLY);
-      ::dup2(devnull, 1);
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-    // Bounded wait for it to answer, failing loudly.
-    RedisClient c(url(), 200, 500);
-    for (int i = 0; i < 100 && !up_; ++i) {
-      try {
-        up_ = c.command({"PING"}).str == "PONG";
-      } catch (const RemoteError&) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
-  }
-  ~RedisServer() {
-    ::kill(pid_, SIGCONT);
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  bool up() const { return up_; }
-  RedisUrl url() const {
-    return RedisUrl::parse("redis://127.0.0.1:" + std::to_string(port_), "test");
-  }
-  std::string url_text(const std::string& cred = "") const {
-    return "redis://" + cred + "127.0.0.1:" + std::to_string(port_);
-  }
-  RedisReply admin(const std::vector<std::string>& args) const {
-    RedisClient c(url(), 500, 2000);
-    return c.command(args);
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  int port_;
-  pid_t pid_ = -1;
-  bool up_ = false;
-};
-
-struct Keys {
-  fs::path dir;
-  std::string pub;
-};
-
-Keys make_keys(const fs::path& dir, const std::string& name) {
-  auto r = kiln_env({}, {"cache", "keygen", name, "--out", dir.string()});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return {dir, split_lines(read_file(dir / (name + ".public"))).at(0)};
-}
-
-std::vector<std::string> writer_env(const RedisServer& s, const fs::path& cache, const Keys& k,
-                                    const std::string& name) {
-  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
-          "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
-          "KILN_CACHE_SIGNING_KEY=" + (k.dir / (name + ".secret")).string()};
-}
-
-std::vector<std::string> reader_env(const RedisServer& s, const fs::path& cache, const Keys& k) {
-  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
-          "KILN_CACHE_TRUSTED_KEYS=" + k.pub};
-}
 
 std::vector<std::string> run_mlp(const fs::path& out) {
   return {"run",          "-v",        kMlp, "--input", "x=" + kMlpDir + "/input.npy",
@@ -250,43 +164,6 @@ double seconds_of(const std::function<void()>& f) {
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
-
-// A server that answers anything with bytes that are not RESP.
-class GarbageServer {
- public:
-  GarbageServer() : port_(free_port()) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 8);
-    thread_ = std::thread([this] {
-      for (;;) {
-        int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;
-        const char junk[] = "HTTP/1.1 418 I'm a teapot\r\n\r\n";
-        char buf[4096];
-        if (::read(c, buf, sizeof buf) > 0 && ::write(c, junk, sizeof junk - 1) < 0) {
-        }
-        ::close(c);
-      }
-    });
-  }
-  ~GarbageServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int port_, fd_;
-  std::thread thread_;
-};
 
 TEST(RemoteCache, ADownStoppedLyingOrFullServerCostsAWarningAndALocalCompile) {
   const fs::path base = temp_dir("remote-faults");
@@ -553,12 +430,11 @@ TEST(RemoteCache, BadRemoteSettingsNameTheVariableBeforeAnyCompile) {
            {{"KILN_REMOTE_CACHE=http://host:6379"},
             "KILN_REMOTE_CACHE: 'http://host:6379' is not a Redis URL (no redis:// scheme"},
            {{"KILN_REMOTE_CACHE=redis://host:99999"}, "is not a Redis URL (bad port"},
-           {{url, "KILN_REMOTE_TIMEOUT=soon"},
-            "KILN_REMOTE_TIMEOUT: 'soon' is not a number of seconds"},
+           {{url, "KILN_REMOTE_TIMEOUT=soon"}, "KILN_REMOTE_TIMEOUT: 'soon' is not a duration"},
            {{url, "KILN_REMOTE_CACHE_NAMESPACE=a:b"},
-            "KILN_REMOTE_CACHE_NAMESPACE: 'a:b' may not hold"},
+            "KILN_REMOTE_CACHE_NAMESPACE: 'a:b' is not a name"},
            {{url, "KILN_REMOTE_CACHE_TRUST=maybe"}, "KILN_REMOTE_CACHE_TRUST: 'maybe' is neither"},
-           {{url, "KILN_REMOTE_LEASE=-1"}, "KILN_REMOTE_LEASE: '-1' is not a number of seconds"}}) {
+           {{url, "KILN_REMOTE_LEASE=-1"}, "KILN_REMOTE_LEASE: '-1' is not a duration"}}) {
     SCOPED_TRACE(b.message);
     std::vector<std::string> env{dir};
     env.insert(env.end(), b.settings.begin(), b.settings.end());

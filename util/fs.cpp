@@ -17,12 +17,74 @@
 namespace kiln {
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("cannot open '" + path.string() + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw UserError("cannot read '" + path.string() + "': " + std::strerror(errno));
-  return ss.str();
+  return read_regular_file(path, UINT64_MAX, true);
+}
+
+std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
+                              bool allow_special) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (allow_special ? 0 : O_NONBLOCK));
+  if (fd < 0) throw UserError("cannot open '" + path.string() + "': " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw UserError("cannot stat '" + path.string() + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw UserError("cannot read '" + path.string() + "': it is a folder");
+  if (!allow_special && !S_ISREG(st.st_mode)) {
+    throw UserError("cannot read '" + path.string() +
+                    "': it is not a regular file (a device, FIFO or socket)");
+  }
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    throw UserError("cannot read '" + path.string() + "': " + std::to_string(st.st_size) +
+                    " bytes, more than the " + std::to_string(max_bytes) + " it may hold");
+  }
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw UserError("cannot read '" + path.string() + "': " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {  // it grew while being read
+      throw UserError("cannot read '" + path.string() + "': more than the " +
+                      std::to_string(max_bytes) + " bytes it may hold");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+std::string path_distrust(const std::filesystem::path& path) {
+  std::error_code ec;
+  // The real folders above the file, not those a link's name passes through.
+  std::filesystem::path p = std::filesystem::canonical(path, ec);
+  if (ec) return "cannot resolve it: " + ec.message();
+  const uid_t me = ::geteuid();
+  bool first = true;
+  for (;;) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return "cannot stat " + p.string() + ": " + std::strerror(errno);
+    const std::string what = first ? "it" : "its folder " + p.string();
+    if (st.st_uid != me && st.st_uid != 0) {
+      return what + " is owned by uid " + std::to_string(st.st_uid) + ", neither this user (uid " +
+             std::to_string(me) + ") nor root";
+    }
+    // A sticky folder (/tmp) lets nobody else rename or remove what is ours inside it.
+    const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_dir) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return what + " has mode " + mode + ", so other users can write it";
+    }
+    first = false;
+    if (!p.has_parent_path() || p.parent_path() == p) return "";
+    p = p.parent_path();
+  }
 }
 
 namespace {

@@ -2,13 +2,23 @@
 // Small filesystem helpers with errors that name the path and the errno.
 #include <sys/types.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
 
 namespace kiln {
 
+// The whole file; a folder is an error naming the path.
 std::string read_file(const std::filesystem::path& path);
+// For files someone else may have handed kiln: a regular file only (no folder, FIFO, device
+// or socket, unless allow_special) of at most max_bytes, checked before and while reading.
+std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
+                              bool allow_special = false);
+// Why a file kiln would load code or keys from must not be trusted: it, or a folder above
+// it, is owned by someone other than this user or root, or writable by group or others (a
+// sticky folder such as /tmp excepted). "" when it may be trusted.
+std::string path_distrust(const std::filesystem::path& path);
 // Writes to a temporary sibling, fsyncs, checks close, and renames, so readers never see a
 // partial file and a full disk is an error naming the path, never a silent short file. The
 // file gets `mode` exactly (not filtered by the process umask) when `exact_mode`; otherwise

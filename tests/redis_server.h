@@ -1,0 +1,79 @@
+#pragma once
+// Test servers for the remote tier: a real redis-server started on a free loopback port, a
+// server that speaks something other than RESP, and a scripted one that answers RESP slowly
+// or with whatever a test asks for; plus the key pairs and environments the tests run kiln with.
+#include <sys/types.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/redis_client.h"
+
+namespace kiln::testing::redis {
+
+// A port nothing listens on right now (the kernel picks it).
+int free_port();
+
+// A redis-server of its own on 127.0.0.1, stopped (SIGKILL) with the test.
+class RedisServer {
+ public:
+  explicit RedisServer(const std::vector<std::string>& extra = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+  bool up() const { return up_; }
+  RedisUrl url() const;
+  std::string url_text(const std::string& cred = "") const;
+  RedisReply admin(const std::vector<std::string>& args) const;
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+  bool up_ = false;
+};
+
+// A server that answers anything with bytes that are not RESP.
+class GarbageServer {
+ public:
+  GarbageServer();
+  ~GarbageServer();
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_, fd_;
+  std::thread thread_;
+};
+
+// A server whose every reply is written by `reply(request bytes)` and sent `gap_ms` apart per
+// byte (0: at once), so tests can play a slow, lying or endless server.
+class ScriptedServer {
+ public:
+  ScriptedServer(std::function<std::string(const std::string&)> reply, int gap_ms);
+  ~ScriptedServer();
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_, fd_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct Keys {
+  std::filesystem::path dir;
+  std::string pub;
+};
+
+// `kiln cache keygen NAME --out DIR`: DIR/NAME.secret and the public key.
+Keys make_keys(const std::filesystem::path& dir, const std::string& name);
+std::vector<std::string> writer_env(const RedisServer& s, const std::filesystem::path& cache,
+                                    const Keys& k, const std::string& name);
+std::vector<std::string> reader_env(const RedisServer& s, const std::filesystem::path& cache,
+                                    const Keys& k);
+
+}  // namespace kiln::testing::redis
