@@ -18,6 +18,7 @@
 
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/sha256.h"
 
 namespace kiln {
@@ -751,52 +752,6 @@ int CacheStore::reindex() {
   std::error_code ec;
   fs::remove(root_ / "index.dirty", ec);
   return static_cast<int>(rows.size());
-}
-
-namespace {
-
-// "12.5G" -> (12.5, "G"); nullopt when it does not start with a non-negative number.
-std::optional<std::pair<double, std::string>> number_and_unit(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (value < 0) return std::nullopt;
-  return std::make_pair(value, text.substr(pos));
-}
-
-}  // namespace
-
-uint64_t parse_size(const std::string& text, const std::string& what) {
-  static const std::map<std::string, double> units{{"", 1},
-                                                   {"B", 1},
-                                                   {"K", 1024.0},
-                                                   {"M", 1024.0 * 1024},
-                                                   {"G", 1024.0 * 1024 * 1024},
-                                                   {"T", 1024.0 * 1024 * 1024 * 1024}};
-  auto parsed = number_and_unit(text);
-  if (parsed) {
-    std::string unit = parsed->second;  // "GiB", "gb", "G" all mean GiB
-    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
-    if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
-    if (auto it = units.find(unit); it != units.end())
-      return static_cast<uint64_t>(parsed->first * it->second);
-  }
-  throw UserError(what + ": '" + text + "' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
-}
-
-double parse_age(const std::string& text, const std::string& what) {
-  static const std::map<std::string, double> units{{"", 1},     {"s", 1},     {"m", 60},
-                                                   {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
-  auto parsed = number_and_unit(text);
-  if (parsed) {
-    if (auto it = units.find(parsed->second); it != units.end()) return parsed->first * it->second;
-  }
-  throw UserError(what + ": '" + text + "' is not an age (examples: 45s, 30m, 12h, 7d, 2w)");
 }
 
 std::string format_size(uint64_t bytes) {

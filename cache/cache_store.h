@@ -161,10 +161,6 @@ class CacheStore {
   bool warned_index_ = false;
 };
 
-// "2G", "2GiB", "500M", "64k", "1000": bytes (binary multiples). Throws UserError naming `what`.
-uint64_t parse_size(const std::string& text, const std::string& what);
-// "30s", "15m", "12h", "7d", "2w", or plain seconds.
-double parse_age(const std::string& text, const std::string& what);
 std::string format_size(uint64_t bytes);
 
 }  // namespace kiln

@@ -32,8 +32,10 @@
 #include "runtime/profile_table.h"
 #include "runtime/safetensors.h"
 #include "util/error.h"
+#include "util/escape.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/strings.h"
 
 namespace {
@@ -154,8 +156,10 @@ const char* kRunHelp =
 
 Compiles MODEL, reads every graph input from a .npy or .safetensors file, runs the
 module once and writes each graph output to DIR/<output name>.npy (DIR is created if
-needed). A missing, unknown or mis-shaped input is an error naming it and the expected
-dtype and shape.
+needed), where bytes of <output name> other than letters, digits, '_', '-' and '.' become
+'_' (and a leading '.' too), so no output is written outside DIR; two outputs that would
+share a file are an error. A missing, unknown or mis-shaped input is an error naming it and
+the expected dtype and shape.
 
 options:
   -i, --input NAME=FILE.npy   one per graph input
@@ -180,8 +184,8 @@ const char* kGradHelp =
 Builds the gradient of sum(first output of MODEL) with respect to each --wrt value (a graph
 input or an initializer / parameter; default: every floating-point initializer) by
 reverse-mode autodiff, compiles forward and backward into one module, runs it on the inputs
-and writes each gradient to DIR/grad_<name>.npy, where characters of <name> other than
-letters, digits, '_' and '.' become '_'. The cost's value goes to stdout. A value the cost
+and writes each gradient to DIR/grad_<name>.npy, where bytes of <name> other than letters,
+digits, '_', '-' and '.' become '_' (as for kiln run). The cost's value goes to stdout. A value the cost
 reaches only through integers, comparisons or ops without a gradient is an error naming
 the node, the op and the input.
 
@@ -561,6 +565,26 @@ std::map<std::string, kiln::Tensor> read_inputs(const InputSpecs& specs, const k
   return read_inputs(specs, model_inputs, command, optional);
 }
 
+// DIR/<prefix><file name>.npy for each named value: kiln::file_name_for keeps [A-Za-z0-9._-]
+// (so output "y" is y.npy), makes every other byte '_' and never leaves DIR ("../x", "/abs",
+// NUL); two values that would share a file are an error naming both, never an overwrite.
+std::vector<std::filesystem::path> value_files(const std::string& dir,
+                                               const std::vector<std::string>& names,
+                                               const std::string& prefix) {
+  std::vector<std::filesystem::path> paths;
+  std::map<std::string, std::string> taken;
+  for (const auto& name : names) {
+    const std::string file = prefix + kiln::file_name_for(name) + ".npy";
+    if (auto [it, fresh] = taken.emplace(file, name); !fresh) {
+      throw kiln::UserError("outputs " + kiln::in_quotes(it->second) + " and " +
+                            kiln::in_quotes(name) + " would both be written to " + file +
+                            "; use --output-format safetensors, which keeps names as they are");
+    }
+    paths.push_back(std::filesystem::path(dir) / file);
+  }
+  return paths;
+}
+
 int cmd_run(const Args& a) {
   no_cache_flags(a);
   std::string model = one_model(a);
@@ -602,14 +626,15 @@ int cmd_run(const Args& a) {
     auto path = std::filesystem::path(a.output_dir) / "outputs.safetensors";
     kiln::write_safetensors(path, named);
     for (size_t i = 0; i < outputs.size(); ++i) {
-      std::printf("%s#%s  %s\n", path.c_str(), f.output_names()[i].c_str(),
-                  outputs[i].describe().c_str());
+      std::printf("%s#%s  %s\n", kiln::terminal_line(path.string()).c_str(),
+                  kiln::terminal_line(f.output_names()[i]).c_str(), outputs[i].describe().c_str());
     }
   } else {
+    const auto paths = value_files(a.output_dir, f.output_names(), "");
     for (size_t i = 0; i < outputs.size(); ++i) {
-      auto path = std::filesystem::path(a.output_dir) / (f.output_names()[i] + ".npy");
-      kiln::write_npy(path, outputs[i]);
-      std::printf("%s  %s\n", path.c_str(), outputs[i].describe().c_str());
+      kiln::write_npy(paths[i], outputs[i]);
+      std::printf("%s  %s\n", kiln::terminal_line(paths[i].string()).c_str(),
+                  outputs[i].describe().c_str());
     }
   }
   if (a.verbose) {
@@ -637,12 +662,6 @@ int cmd_run(const Args& a) {
     f.set_profiling(false);
   }
   return 0;
-}
-
-std::string grad_file_name(const std::string& name) {
-  std::string out = "grad_";
-  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ? c : '_';
-  return out + ".npy";
 }
 
 int cmd_grad(const Args& a) {
@@ -697,11 +716,14 @@ int cmd_grad(const Args& a) {
   std::filesystem::create_directories(a.output_dir, ec);
   if (ec)
     throw kiln::UserError("cannot create output directory '" + a.output_dir + "': " + ec.message());
-  std::printf("cost sum(%s) = %.9g\n", first->name.c_str(), values[0].load(0));
+  std::printf("cost sum(%s) = %.9g\n", kiln::terminal_line(first->name).c_str(), values[0].load(0));
+  std::vector<std::string> wrt_names;
+  for (const auto* v : wrt) wrt_names.push_back(v->name);
+  const auto paths = value_files(a.output_dir, wrt_names, "grad_");
   for (size_t i = 0; i < wrt.size(); ++i) {
-    const auto path = std::filesystem::path(a.output_dir) / grad_file_name(wrt[i]->name);
-    kiln::write_npy(path, values[i + 1]);
-    std::printf("%s  %s\n", path.c_str(), values[i + 1].describe().c_str());
+    kiln::write_npy(paths[i], values[i + 1]);
+    std::printf("%s  %s\n", kiln::terminal_line(paths[i].string()).c_str(),
+                values[i + 1].describe().c_str());
   }
   if (a.verbose) print_times(f.info(), load_ms, run_ms);
   return 0;
@@ -895,7 +917,7 @@ int cmd_cache(const Args& a) {
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
     for (const auto& r : rows) {
       std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(),
-                  r.label.substr(0, 20).c_str(), kiln::format_size(r.size).c_str(),
+                  kiln::terminal_line(r.label.substr(0, 20)).c_str(), kiln::format_size(r.size).c_str(),
                   age_text(r.created).c_str(), age_text(r.last_used).c_str(),
                   static_cast<long long>(r.hits));
     }
@@ -910,7 +932,8 @@ int cmd_cache(const Args& a) {
                             " has no readable meta.json (run 'kiln cache verify')");
     std::printf(
         "key        %s\nmodel      %s\nsummary    %s\ncreated    %s ago\ncompile    %.1f ms\n",
-        key.c_str(), meta->label.c_str(), meta->summary.c_str(), age_text(meta->created).c_str(),
+        key.c_str(), kiln::terminal_line(meta->label).c_str(),
+        kiln::terminal_line(meta->summary).c_str(), age_text(meta->created).c_str(),
         meta->compile_ms);
     if (auto r = store->row(key)) {
       std::printf("hits       %lld (last used %s ago)\n", static_cast<long long>(r->hits),
@@ -925,10 +948,12 @@ int cmd_cache(const Args& a) {
     std::printf("key components\n");
     for (const auto& [name, value] : meta->components) {
       if (value.find('\n') == std::string::npos) {
-        std::printf("  %-18s %s\n", name.c_str(), value.c_str());
+        std::printf("  %-18s %s\n", kiln::terminal_line(name).c_str(),
+                    kiln::terminal_line(value).c_str());
       } else {
-        std::printf("  %s:\n", name.c_str());
-        for (const auto& line : kiln::split_lines(value)) std::printf("    %s\n", line.c_str());
+        std::printf("  %s:\n", kiln::terminal_line(name).c_str());
+        for (const auto& line : kiln::split_lines(value))
+          std::printf("    %s\n", kiln::terminal_line(line).c_str());
       }
     }
   } else if (sub == "stats") {
@@ -970,7 +995,8 @@ int cmd_cache(const Args& a) {
       std::optional<uint64_t> size = kiln::CacheStore::default_max_size();
       std::optional<double> age;
       if (!a.max_size.empty()) size = kiln::parse_size(a.max_size, "--max-size");
-      if (!a.max_age.empty()) age = kiln::parse_age(a.max_age, "--max-age");
+      // 0 is an age: "unused for any time at all".
+      if (!a.max_age.empty()) age = kiln::parse_duration(a.max_age, "--max-age", 0, 100 * 365 * 86400.0);
       r = store->gc(size, age, true);
     } else {
       r = store->clear();
@@ -1055,13 +1081,19 @@ int main(int argc, char** argv) {
     if (a.command == "cache") return cmd_cache(a);
     return cmd_source(a);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "kiln: %s\n", e.message.c_str());
+    std::fprintf(stderr, "kiln: %s\n", kiln::terminal_text(e.message).c_str());
     return 2;
   } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    std::fprintf(stderr, "kiln: error: %s\n", kiln::terminal_text(e.what()).c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Where kiln knows the node, it says so (an OutOfMemoryError above); this one came from
+    // elsewhere: a model, an input or a run too large for this machine's memory.
+    std::fprintf(stderr, "kiln: error: out of memory (the model, its inputs or its run need "
+                         "more memory than this machine gives)\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln: internal error: %s\n", e.what());
+    std::fprintf(stderr, "kiln: internal error: %s\n", kiln::terminal_text(e.what()).c_str());
     return 1;
   }
 }

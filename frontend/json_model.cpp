@@ -3,6 +3,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "frontend/model_files.h"
 #include "ops/builders.h"
 #include "ops/registry.h"
 #include "rewrite/grad.h"
@@ -10,6 +11,7 @@
 #include "runtime/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json_text.h"
 
 namespace kiln {
 namespace {
@@ -84,12 +86,9 @@ class Loader {
   Graph load(const std::string& text) {
     json doc;
     try {
-      doc = json::parse(text);
-    } catch (const json::parse_error& e) {
-      throw UserError(origin_ + ": byte " + std::to_string(e.byte) + ": invalid JSON: " + e.what());
-    } catch (const json::exception& e) {
-      // A number too large for any type ("1e92247") is an out_of_range, not a parse_error.
-      throw UserError(origin_ + ": invalid JSON: " + e.what());
+      doc = parse_untrusted_json(text, origin_, 64);
+    } catch (const JsonError& e) {
+      throw UserError(origin_ + ": byte " + std::to_string(e.offset()) + ": invalid JSON: " + e.reason());
     }
     if (!doc.is_object()) fail("(root)", "expected an object");
     const json& fmt = field(doc, "(root)", "format", false);
@@ -160,9 +159,14 @@ class Loader {
     const json& tensor = field(spec, p, "tensor", false);
     Tensor t;
     if (!file.is_null()) {
-      std::filesystem::path f = string_at(file, p + ".file");
-      if (f.is_relative()) f = base_ / f;
-      if (!std::filesystem::exists(f)) fail(p + ".file", "no such file '" + f.string() + "'");
+      // A model may be someone else's: its files stay inside its folder (the rule ONNX
+      // external data follows), regular files only.
+      std::filesystem::path f;
+      try {
+        f = file_beside_model(base_, string_at(file, p + ".file"), "");
+      } catch (const UserError& e) {
+        fail(p + ".file", e.what());
+      }
       if (!tensor.is_null() && !is_safetensors_path(f)) {
         fail(p + ".tensor", "only a .safetensors file holds named tensors");
       }
@@ -249,7 +253,7 @@ class Loader {
       // A gradient that is an existing value (the seed, an input) gets a copy to carry the name.
       Variable* v = grads[k];
       if (v->kind != VarKind::kNodeOutput || v == cost) v = reshape(Var(&g, v), v->type.dims).var();
-      v->name = n;
+      g.rename(v, n);
     }
   }
 

@@ -14,6 +14,7 @@
 #include "ops/op_library.h"
 #include "ops/registry.h"
 #include "util/error.h"
+#include "util/escape.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -209,6 +210,35 @@ std::vector<Var> convert_library_op(OnnxImporter& im, const onnx::NodeProto& n, 
   return outs;
 }
 
+// Names become C comments, JSON, file names and messages: proto2 strings may hold any bytes,
+// so a name that is not UTF-8 is refused here, naming where it is, before anything is built.
+void check_names_utf8(const onnx::GraphProto& g, const std::string& where) {
+  auto check = [&](const std::string& name, const std::string& what) {
+    if (!is_utf8(name))
+      throw UserError(where + ": " + what + " " + in_quotes(name) + " is not UTF-8");
+  };
+  check(g.name(), "the graph name");
+  for (const auto& v : g.input()) check(v.name(), "graph input");
+  for (const auto& v : g.output()) check(v.name(), "graph output");
+  for (const auto& v : g.value_info()) check(v.name(), "value_info");
+  for (const auto& t : g.initializer()) check(t.name(), "initializer");
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const std::string node = "node " + std::to_string(i) + " (" + terminal_line(n.op_type()) + ")";
+    check(n.name(), node + ": the name");
+    check(n.op_type(), node + ": the op type");
+    check(n.domain(), node + ": the domain");
+    for (int k = 0; k < n.input_size(); ++k) check(n.input(k), node + ": input " + std::to_string(k));
+    for (int k = 0; k < n.output_size(); ++k)
+      check(n.output(k), node + ": output " + std::to_string(k));
+    for (const auto& a : n.attribute()) {
+      check(a.name(), node + ": an attribute name");
+      if (a.has_g()) check_names_utf8(a.g(), where + ": " + node + " attribute " + a.name());
+      for (const auto& sub : a.graphs()) check_names_utf8(sub, where + ": " + node + " attribute " + a.name());
+    }
+  }
+}
+
 onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& origin) {
   onnx::ModelProto model;
   if (bytes.empty()) throw UserError(origin + ": the file is empty");
@@ -219,6 +249,7 @@ onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& 
   }
   if (!model.has_graph())
     throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  check_names_utf8(model.graph(), origin);
   return model;
 }
 
@@ -435,7 +466,7 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
           Variable* var = v.var();
           if (var->kind == VarKind::kNodeOutput && !named.count(var) &&
               !graph.find_variable(n.output(k))) {
-            var->name = n.output(k);
+            graph.rename(var, n.output(k));
             named.insert(var);
           }
           im.bind(n.output(k), v);
@@ -461,7 +492,7 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     Variable* v = graph.find_variable(name);
     if (const Tensor* value = im.known(name); value && (!v || v->kind != VarKind::kNodeOutput)) {
       // A value known at load time (Constant, Shape): the module copies it out.
-      v = graph.add_constant(*value, name + ":value");
+      v = graph.add_constant(*value, graph.fresh_name(name + ":value"));
     } else {
       v = im.variable(name);
     }
@@ -469,7 +500,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     if (auto st = im.storage(name)) {
       // Back to the storage type the model declares, under the output's name (the value
       // in its compute type gives the name up).
-      if (v->name == name) v->name = name + ":" + std::string(dtype_name(v->type.dtype));
+      if (v->name == name)
+        graph.rename(v, graph.fresh_name(name + ":" + std::string(dtype_name(v->type.dtype))));
       Node* c = graph.add_node(
           OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(*st))}}), {v},
           "", {name});

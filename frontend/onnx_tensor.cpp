@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "frontend/model_files.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -80,23 +81,8 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
     throw UserError(where + ": external data offset " + std::to_string(offset) + " length " +
                     std::to_string(length) + " is negative");
   }
-  fs::path rel(location);
-  bool escapes = rel.is_absolute();
-  for (const auto& part : rel) escapes = escapes || part == "..";
-  std::error_code ec;
-  const fs::path base = fs::canonical(base_dir.empty() ? fs::path(".") : base_dir, ec);
-  fs::path file = base_dir / rel;
-  const fs::path resolved = fs::canonical(file, ec);
-  if (!escapes && !ec) {
-    // A symlink inside the folder may still point out of it: compare resolved paths.
-    auto [b, r] = std::mismatch(base.begin(), base.end(), resolved.begin(), resolved.end());
-    escapes = b != base.end() || r == resolved.end();
-  }
-  if (escapes) {
-    throw UserError(where + ": external data location '" + location +
-                    "' must name a file inside the model's folder (" + base.string() +
-                    "); it resolves to " + (ec ? file.string() : resolved.string()));
-  }
+  const fs::path resolved = file_beside_model(base_dir, location, where + ": external data location");
+  const fs::path& file = resolved;
   std::ifstream in(resolved, std::ios::binary);
   if (!in) throw UserError(where + ": cannot open external data file " + file.string());
   in.seekg(0, std::ios::end);

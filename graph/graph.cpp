@@ -22,11 +22,42 @@ Variable* Graph::new_variable(const std::string& name, TensorType type, VarKind 
   ++generation_;
   auto v = std::make_unique<Variable>();
   v->id = static_cast<int>(variables_.size());
-  v->name = name.empty() ? "t" + std::to_string(v->id) : name;
+  // An unnamed value's "t5" must not take a name a model gave another value.
+  v->name = name.empty() ? fresh_name("t" + std::to_string(v->id)) : name;
   v->type = std::move(type);
   v->kind = kind;
+  by_name_.emplace(v->name, v.get());
   variables_.push_back(std::move(v));
   return variables_.back().get();
+}
+
+void Graph::rename(Variable* v, const std::string& name) {
+  check_owned(v, "rename");
+  if (v->name == name) return;
+  if (find_variable(name))
+    throw UserError("variable '" + v->name + "': cannot take the name '" + name + "': already used");
+  by_name_.erase(v->name);
+  v->name = name;
+  by_name_.emplace(name, v);
+  ++generation_;
+}
+
+std::string Graph::fresh_name(const std::string& base) {
+  auto taken = [&](const std::string& n) { return by_name_.count(n) || reserved_.count(n); };
+  if (!taken(base)) return base;
+  int& next = next_suffix_[base];
+  if (next < 2) next = 2;
+  for (;; ++next) {
+    std::string candidate = base + "_" + std::to_string(next);
+    if (!taken(candidate)) {
+      ++next;
+      return candidate;
+    }
+  }
+}
+
+void Graph::reserve_names(const std::vector<std::string>& names) {
+  reserved_.insert(names.begin(), names.end());
 }
 
 void Graph::check_owned(const Variable* v, const std::string& where) const {
@@ -55,7 +86,7 @@ Variable* Graph::add_constant(Tensor value, const std::string& name) {
     throw UserError("constant '" + name + "': name already used");
   }
   TensorType type{value.dtype(), value.shape()};
-  Variable* v = new_variable(name.empty() ? "c" + std::to_string(variables_.size()) : name,
+  Variable* v = new_variable(name.empty() ? fresh_name("c" + std::to_string(variables_.size())) : name,
                              std::move(type), VarKind::kConstant);
   v->value = value.contiguous();
   constants_.push_back(v);
@@ -137,10 +168,8 @@ void Graph::add_update(Variable* state, Variable* value) {
 }
 
 Variable* Graph::find_variable(const std::string& name) const {
-  for (const auto& v : variables_) {
-    if (v->name == name) return v.get();
-  }
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 std::string Graph::to_string() const {

@@ -4,6 +4,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "graph/constant_recipe.h"
@@ -102,7 +104,18 @@ class Graph {
   const std::vector<Variable*>& constants() const { return constants_; }
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   const std::vector<std::unique_ptr<Variable>>& variables() const { return variables_; }
+  // By name, in constant time (a name index, not a scan: 100k-node graphs load in linear time).
   Variable* find_variable(const std::string& name) const;
+  // Renames a variable (the only way a name changes, so the index stays true); throws
+  // UserError when another variable has the name.
+  void rename(Variable* v, const std::string& name);
+  // A name for a value a pass or loader invents: `base` when no variable has it and it is not
+  // reserved, else base_2, base_3, ... Unique by construction, so no model's names (or their
+  // absence) can make two invented names collide.
+  std::string fresh_name(const std::string& base);
+  // Names fresh_name never returns (a rewrite reserves the source graph's names, so the
+  // values it copies later keep theirs).
+  void reserve_names(const std::vector<std::string>& names);
 
   std::string to_string() const;  // one line per input, node and output
 
@@ -124,6 +137,9 @@ class Graph {
   std::vector<Variable*> constants_;
   std::vector<Variable*> outputs_;
   std::vector<std::pair<Variable*, Variable*>> updates_;
+  std::unordered_map<std::string, Variable*> by_name_;
+  std::unordered_set<std::string> reserved_;
+  std::unordered_map<std::string, int> next_suffix_;  // per base: where fresh_name resumes
 };
 
 }  // namespace kiln

@@ -1,15 +1,23 @@
 #include "ops/op_library.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "ops/op_library_host.h"
 #include "ops/registry.h"
@@ -151,6 +159,27 @@ int register_op(kiln_op_call* call, const kiln_op_def* def) {
   }
 }
 
+// True when the library `handle` is mapped from the file `st` describes (device and inode, as
+// /proc/self/maps shows the mapping), i.e. the loader read the file kiln hashed.
+bool maps_file(void* handle, const struct stat& st) {
+  link_map* lm = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name) return false;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    // start-end perms offset major:minor inode   path
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, path;
+    unsigned long long inode = 0;
+    if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
+    std::getline(in >> std::ws, path);
+    if (path != lm->l_name) continue;
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(dev.c_str(), "%x:%x", &major, &minor) != 2) return false;
+    return makedev(major, minor) == st.st_dev && inode == st.st_ino;
+  }
+  return false;
+}
+
 std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
   State& st = state();
   const std::string where = "op library '" + path + "'";
@@ -159,9 +188,26 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
   if (fs::is_directory(path, ec)) throw UserError(where + ": is a directory, not a library");
   const std::string canonical = fs::canonical(path, ec).string();
   if (ec) throw UserError(where + ": " + ec.message());
+  // A library is code kiln runs: the rule for the cache's folders holds for it too.
+  if (std::string why = path_distrust(canonical); !why.empty()) {
+    throw UserError(where + ": refusing to load it: " + why +
+                    "; an op library runs as kiln, so only its owner (or root) may be able to "
+                    "change it or its folders (chmod go-w)");
+  }
+  // The bytes hashed (for the module key) are those of one open file; once loaded, the file
+  // the loader mapped must be that same file, so a swap between hashing and dlopen is caught.
+  const int fd = ::open(canonical.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError(where + ": cannot open it: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat hashed {};
+  if (::fstat(fd, &hashed) != 0 || !S_ISREG(hashed.st_mode))
+    throw UserError(where + ": not a regular file");
   std::string bytes;
   try {
-    bytes = read_file(canonical);
+    bytes = read_regular_file("/proc/self/fd/" + std::to_string(fd), uint64_t{1} << 32);
   } catch (const Error& e) {
     throw UserError(where + ": " + e.what());
   }
@@ -183,6 +229,11 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
     const char* why = dlerror();
     throw UserError(
         where + ": cannot be loaded as a shared library: " + (why ? why : "unknown dlopen error"));
+  }
+  if (!maps_file(handle, hashed)) {
+    dlclose(handle);
+    throw UserError(where + ": the file was replaced while it was being loaded (the library "
+                            "mapped is not the one hashed); load it again");
   }
   auto entry = reinterpret_cast<kiln_op_library_fn>(dlsym(handle, KILN_OP_LIBRARY_ENTRY));
   auto refuse = [&](const std::string& why) {

@@ -9,6 +9,11 @@
 namespace kiln {
 
 GraphCopy::GraphCopy(const Graph& src, bool number_sources) : src_(src), dst_(src.name()) {
+  // Values copied later keep their names: names a pass invents meanwhile must not take them.
+  std::vector<std::string> names;
+  names.reserve(src.variables().size());
+  for (const auto& v : src.variables()) names.push_back(v->name);
+  dst_.reserve_names(names);
   if (number_sources) {
     for (size_t i = 0; i < src.constants().size(); ++i)
       source_index_[src.constants()[i]] = static_cast<int>(i);

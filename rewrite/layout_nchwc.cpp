@@ -364,8 +364,10 @@ class Layout {
 
   Node* add(const std::string& op, Attrs props, std::vector<Variable*> inputs,
             const std::string& name, const std::string& out_name) {
+    // Invented names are made unique by the graph: a model without node names must not
+    // give two invented values the same one.
     return copy_.dst().add_node(OpRegistry::instance().create(op, std::move(props)), inputs, name,
-                                {out_name});
+                                {copy_.dst().fresh_name(out_name)});
   }
 
   // (N, C, H, W) -> (N, C/8, H, W, 8) of a dst value with those dims (after right-aligning).
@@ -538,7 +540,9 @@ class Layout {
       inputs.push_back(*b);
     }
     blocked_[out] =
-        copy_.dst().add_node(node.op, inputs, node.name, {out->name + ".nchwc"})->outputs[0];
+        copy_.dst()
+            .add_node(node.op, inputs, node.name, {copy_.dst().fresh_name(out->name + ".nchwc")})
+            ->outputs[0];
     return true;
   }
 

@@ -126,7 +126,7 @@ Graph pack_weights(const Graph& graph) {
       Variable*& pw = conv_packed[w];
       if (!pw) {
         Tensor blocks = pack_conv_blocks(*w->value);
-        const std::string name = (w->name.empty() ? "weight" : w->name) + ".blocks";
+        const std::string name = copy.dst().fresh_name(w->name + ".blocks");
         pw = w->parameter ? copy.dst().add_parameter(blocks, name)
                           : copy.dst().add_constant(blocks, name);
         pw->recipe = transform_recipe(kPackConvBlocks, {}, 0, {w->recipe});
@@ -151,8 +151,7 @@ Graph pack_weights(const Graph& graph) {
     Variable*& pb = packed[{b, trans}];
     if (!pb) {
       Tensor panels = pack_gemm_panels(*b->value, trans);
-      const std::string name =
-          (b->name.empty() ? "weight" : b->name) + (trans ? ".packed_t" : ".packed");
+      const std::string name = copy.dst().fresh_name(b->name + (trans ? ".packed_t" : ".packed"));
       pb = b->parameter ? copy.dst().add_parameter(panels, name)
                         : copy.dst().add_constant(panels, name);
       pb->recipe = transform_recipe(kPackGemmPanels, {{"trans", int64_t{trans}}}, 0,

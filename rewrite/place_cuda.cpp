@@ -29,7 +29,7 @@ Graph place_on_cuda(const Graph& graph, bool device_io) {
     }
   }
   auto device_name = [&](const Variable* v) {
-    return device_io && is_graph_output(graph, v) ? v->name : v->name + ".cuda";
+    return device_io && is_graph_output(graph, v) ? v->name : dst.fresh_name(v->name + ".cuda");
   };
   auto to_host_op = std::make_shared<Transfer>(false);
   auto to_device_op = std::make_shared<Transfer>(true);

@@ -63,7 +63,7 @@ Graph winograd_convs(const Graph& graph) {
     Variable*& u = transformed[{w, tile}];
     if (!u) {
       const std::string name =
-          (w->name.empty() ? "weight" : w->name) + ".winograd" + (tile == 4 ? "4" : "");
+          copy.dst().fresh_name(w->name + ".winograd" + (tile == 4 ? "4" : ""));
       Tensor value = winograd_weights(*w->value, static_cast<int>(tile));
       u = w->parameter ? copy.dst().add_parameter(value, name)
                        : copy.dst().add_constant(value, name);

@@ -288,6 +288,13 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       }
       check_internal(ok, step.label + ": inferred shape " + dims_to_string(shape) +
                              " does not match the static type " + slot_type(spec));
+      // A shape rule (an op library's, say) may give sizes no machine can hold: say so here,
+      // naming the step, before any product of them wraps.
+      if (!checked_nbytes(shape, spec.dtype) || *checked_nbytes(shape, spec.dtype) > (uint64_t{1} << 62)) {
+        throw OutOfMemoryError(step.label + ": output " + spec.name + " of shape " +
+                               dims_to_string(shape) + " (" + std::string(dtype_name(spec.dtype)) +
+                               ") needs more than 2^62 bytes");
+      }
       plan.shapes[s] = shape;
       step_of_output[s] = static_cast<int>(si);
       known[s] = true;
@@ -468,13 +475,31 @@ std::shared_ptr<const Executor::Plan> Executor::plan_for(const std::vector<Tenso
   return plan_;
 }
 
+std::string Executor::largest_temporary(const Plan& plan) const {
+  int64_t best = -1;
+  size_t slot = 0;
+  for (size_t s = 0; s < plan.offset.size(); ++s) {
+    if (plan.offset[s] < 0) continue;
+    const int64_t bytes = shape_numel(plan.shapes[s]) * static_cast<int64_t>(dtype_size(program_.slots[s].dtype));
+    if (bytes > best) best = bytes, slot = s;
+  }
+  if (best < 0) return "none";
+  return std::to_string(plan.arena_bytes) + " bytes in all; the largest is " +
+         program_.slots[slot].name + " of shape " + dims_to_string(plan.shapes[slot]);
+}
+
 std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan& plan) const {
   std::vector<Tensor> values(program_.slots.size());
   for (size_t i = 0; i < inputs.size(); ++i) values[program_.input_slots[i]] = inputs[i];
   for (const auto& [slot, value] : program_.params) values[slot] = value;
   // Each run has its own arena (from the storage pool), so overlapping runs never share
   // temporaries.
-  std::shared_ptr<Storage> arena = allocate_storage(plan.arena_bytes);
+  std::shared_ptr<Storage> arena;
+  try {
+    arena = allocate_storage(plan.arena_bytes);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("the run's temporaries (" + largest_temporary(plan) + "): " + e.what());
+  }
   if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
   for (const auto& [slot, value] : uploaded_values_) values[slot] = value;
   // Concat outputs holding bands first: a band's producer runs before its concat.
@@ -543,7 +568,12 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
           device.copy_to_device(values[s].data(), ff.data(), bytes);
         }
       } else {
-        values[s] = Tensor::empty(spec.dtype, plan.shapes[s]);
+        try {
+          values[s] = Tensor::empty(spec.dtype, plan.shapes[s]);
+        } catch (const OutOfMemoryError& e) {
+          throw OutOfMemoryError(step.label + ": output " + spec.name + " of shape " +
+                                 dims_to_string(plan.shapes[s]) + ": " + e.what());
+        }
         if (poison_) std::memset(values[s].data(), 0xFF, values[s].nbytes());
       }
     }

@@ -149,6 +149,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
   PendingRun start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan);
   std::vector<Tensor> bind(const std::vector<Tensor>& inputs, const Plan& plan) const;
+  // The arena's size and its largest temporary, for an allocation that failed.
+  std::string largest_temporary(const Plan& plan) const;
   // stream/copies: where a device step's work goes (see ThunkContext::set_device).
   void run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream = nullptr,
                 StagedCopies* copies = nullptr);

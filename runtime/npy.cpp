@@ -1,5 +1,11 @@
 #include "runtime/npy.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "util/error.h"
@@ -70,25 +76,40 @@ size_t find_key(const std::string& header, const std::string& key, const std::st
 
 }  // namespace
 
-Tensor parse_npy(std::string_view bytes, const std::string& origin) {
+namespace {
+
+// Where the header ends (the data begins), from the magic, the version and the header length.
+size_t npy_header_end(std::string_view bytes, const std::string& origin) {
   static const char kMagic[] = "\x93NUMPY";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0) {
     bad(origin, 0, "missing \\x93NUMPY magic");
   }
-  int major = static_cast<uint8_t>(bytes[6]);
-  size_t header_len, header_start;
+  const int major = static_cast<uint8_t>(bytes[6]);
   if (major == 1) {
-    header_len = static_cast<uint8_t>(bytes[8]) | (size_t(static_cast<uint8_t>(bytes[9])) << 8);
-    header_start = 10;
-  } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) bad(origin, 8, "truncated header length");
-    header_len = 0;
-    for (int i = 0; i < 4; ++i) header_len |= size_t(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
-    header_start = 12;
-  } else {
-    bad(origin, 6, "unsupported format version " + std::to_string(major));
+    return 10 + (static_cast<uint8_t>(bytes[8]) | (size_t(static_cast<uint8_t>(bytes[9])) << 8));
   }
-  if (header_start + header_len > bytes.size()) {
+  if (major == 2 || major == 3) {
+    if (bytes.size() < 12) bad(origin, 8, "truncated header length");
+    size_t header_len = 0;
+    for (int i = 0; i < 4; ++i) header_len |= size_t(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+    return 12 + header_len;
+  }
+  bad(origin, 6, "unsupported format version " + std::to_string(major));
+}
+
+struct NpyLayout {
+  DType dtype;
+  Shape shape;
+  bool fortran;
+  size_t data_start, need;  // the data's offset and byte count
+};
+
+// The header's dtype, shape and order; `bytes` holds at least the whole header.
+NpyLayout npy_layout(std::string_view bytes, const std::string& origin) {
+  const size_t data_start = npy_header_end(bytes, origin);
+  const size_t header_start = static_cast<uint8_t>(bytes[6]) == 1 ? 10 : 12;
+  const size_t header_len = data_start - header_start;
+  if (data_start > bytes.size()) {
     bad(origin, header_start, "header of " + std::to_string(header_len) +
                                   " bytes runs past the end of the file");
   }
@@ -129,8 +150,6 @@ Tensor parse_npy(std::string_view bytes, const std::string& origin) {
     }
     shape.push_back(d);
   }
-
-  size_t data_start = header_start + header_len;
   // Each dimension is bounded, but their product is not: check it before trusting it.
   auto checked = checked_nbytes(shape, dt);
   if (!checked) {
@@ -138,13 +157,37 @@ Tensor parse_npy(std::string_view bytes, const std::string& origin) {
                                       std::string(dtype_name(dt)) +
                                       " needs more bytes than fit in 64 bits");
   }
-  size_t need = static_cast<size_t>(*checked);
+  return {dt, std::move(shape), fortran, data_start, static_cast<size_t>(*checked)};
+}
+
+// Reads up to `n` more bytes of fd onto `out`; stops early at the end of the file.
+void read_more(int fd, size_t n, std::string& out, const std::string& origin) {
+  char buf[1 << 16];
+  while (n > 0) {
+    const ssize_t got = ::read(fd, buf, std::min(n, sizeof buf));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw UserError("cannot read '" + origin + "': " + std::strerror(errno));
+    }
+    if (got == 0) return;
+    out.append(buf, static_cast<size_t>(got));
+    n -= static_cast<size_t>(got);
+  }
+}
+
+}  // namespace
+
+Tensor parse_npy(std::string_view bytes, const std::string& origin) {
+  const NpyLayout l = npy_layout(bytes, origin);
+  const size_t need = l.need, data_start = l.data_start;
+  const DType dt = l.dtype;
+  const Shape& shape = l.shape;
   if (bytes.size() - data_start < need) {
     bad(origin, bytes.size(), "data truncated: expected " + std::to_string(need) +
                                   " bytes of data after offset " + std::to_string(data_start) +
                                   ", found " + std::to_string(bytes.size() - data_start));
   }
-  if (!fortran) {
+  if (!l.fortran) {
     Tensor t = Tensor::empty(dt, shape);
     if (need) std::memcpy(t.data(), bytes.data() + data_start, need);
     return t;
@@ -159,7 +202,31 @@ Tensor parse_npy(std::string_view bytes, const std::string& origin) {
 }
 
 Tensor read_npy(const std::filesystem::path& path) {
-  return parse_npy(read_file(path), path.string());
+  // Read in the header's order — the fixed prefix, the header, then exactly the data it
+  // declares — so a device, a pipe or a huge file costs no more than the tensor it holds.
+  const std::string origin = path.string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError("cannot open '" + origin + "': " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+    throw UserError("cannot read '" + origin + "': it is a folder");
+  std::string bytes;
+  read_more(fd, 12, bytes, origin);
+  const size_t header_end = npy_header_end(bytes, origin);
+  if (header_end > bytes.size()) read_more(fd, header_end - bytes.size(), bytes, origin);
+  const NpyLayout l = npy_layout(bytes, origin);
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < l.data_start + l.need) {
+    bad(origin, static_cast<size_t>(st.st_size),
+        "data truncated: expected " + std::to_string(l.need) + " bytes of data after offset " +
+            std::to_string(l.data_start) + ", the file has " +
+            std::to_string(static_cast<uint64_t>(st.st_size) - std::min<uint64_t>(st.st_size, l.data_start)));
+  }
+  if (l.data_start + l.need > bytes.size()) read_more(fd, l.data_start + l.need - bytes.size(), bytes, origin);
+  return parse_npy(bytes, origin);
 }
 
 std::string to_npy(const Tensor& tensor) {

@@ -1,9 +1,13 @@
 #include "runtime/storage.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
+
+#include "util/error.h"
 
 namespace kiln {
 namespace {
@@ -33,6 +37,13 @@ int size_class(size_t bytes, size_t* rounded) {
   *rounded = cap;
   return c;
 }
+std::string cannot_allocate(size_t bytes) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "cannot allocate %zu bytes (%.3g GiB): out of memory", bytes,
+                static_cast<double>(bytes) / (1u << 30));
+  return buf;
+}
+
 }  // namespace
 
 Storage::~Storage() {
@@ -55,6 +66,8 @@ Storage::~Storage() {
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes) {
   if (bytes == 0) bytes = 1;
+  // Past 2^62 no machine has the memory, and rounding up to a size class would overflow.
+  if (bytes > (size_t{1} << 62)) throw OutOfMemoryError(cannot_allocate(bytes));
   size_t rounded;
   int c = size_class(bytes, &rounded);
   bool pooled = rounded <= kMaxPooled;
@@ -70,7 +83,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes) {
     }
   }
   void* data = std::aligned_alloc(kAlign, pooled ? rounded : (bytes + kAlign - 1) / kAlign * kAlign);
-  if (!data) throw std::bad_alloc();
+  if (!data) throw OutOfMemoryError(cannot_allocate(bytes));
   {
     std::lock_guard lock(p.mutex);
     ++p.stats.allocations;

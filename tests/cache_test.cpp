@@ -14,6 +14,7 @@
 
 #include "cache/cache_index.h"
 #include "cache/cache_store.h"
+#include "util/quantity.h"
 #include "cache/entry_meta.h"
 #include "cache/file_lock.h"
 #include "tests/helpers.h"
@@ -402,17 +403,19 @@ TEST(CacheLimits, SizesAndAges) {
   EXPECT_EQ(parse_size("500MiB", "x"), uint64_t{500} << 20);
   EXPECT_EQ(parse_size("64k", "x"), uint64_t{64} << 10);
   EXPECT_EQ(parse_size("1000", "x"), 1000u);
-  EXPECT_EQ(parse_size("0", "x"), 0u);
+  EXPECT_NE(error_of([] { parse_size("0", "x"); }).find("too small"), std::string::npos);
   EXPECT_EQ(error_of([] { parse_size("lots", "--max-size"); }),
-            "--max-size: 'lots' is not a size (examples: 2G, 500MiB, 64k, 1000000)");
+            "--max-size: 'lots' is not a size (examples: 2G, 500MiB, 64k, 1000000; at least 1 "
+            "bytes, at most 2^63)");
   EXPECT_NE(error_of([] { parse_size("5Q", "KILN_CACHE_MAX_SIZE"); }).find("KILN_CACHE_MAX_SIZE"),
             std::string::npos);
-  EXPECT_DOUBLE_EQ(parse_age("7d", "x"), 7 * 86400);
-  EXPECT_DOUBLE_EQ(parse_age("12h", "x"), 12 * 3600);
-  EXPECT_DOUBLE_EQ(parse_age("90", "x"), 90);
-  EXPECT_NE(
-      error_of([] { parse_age("7 days", "--max-age"); }).find("--max-age: '7 days' is not an age"),
-      std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_duration("7d", "x", 0, 1e9), 7 * 86400);
+  EXPECT_DOUBLE_EQ(parse_duration("12h", "x", 0, 1e9), 12 * 3600);
+  EXPECT_DOUBLE_EQ(parse_duration("90", "x", 0, 1e9), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("250ms", "x", 0, 1e9), 0.25);
+  EXPECT_NE(error_of([] { parse_duration("7 days", "--max-age", 0, 1e9); })
+                .find("--max-age: '7 days' is not a duration"),
+            std::string::npos);
   EXPECT_EQ(format_size(1536), "1.5 KiB");
 }
 

@@ -189,9 +189,11 @@ TEST(Cli, SafetensorsWeightsInputsAndOutputs) {
   EXPECT_NE(r.err.find("input 'x' given twice"), std::string::npos) << r.err;
   // "tensor" names a tensor of a .safetensors file only.
   std::string npy_json = read_file(kExamples + "/mlp/mlp.json");
-  for (size_t at = npy_json.find("\"file\": \""); at != std::string::npos;
-       at = npy_json.find("\"file\": \"", at + 1)) {
-    npy_json.insert(at + 9, kExamples + "/mlp/");  // the .npy files stay beside the example
+  // A model's files are inside its folder: the .npy files go beside the copy.
+  for (const auto& e : std::filesystem::directory_iterator(kExamples + "/mlp")) {
+    if (e.path().extension() == ".npy")
+      std::filesystem::copy_file(e.path(), dir + "/" + e.path().filename().string(),
+                                 std::filesystem::copy_options::overwrite_existing);
   }
   npy_json.replace(npy_json.find("b3.npy\""), 7, "b3.npy\", \"tensor\": \"b3\"");
   write_file_atomic(dir + "/npy_tensor.json", npy_json);

@@ -47,7 +47,7 @@ TEST(JsonModel, LoadsAndRuns) {
 // Found by fuzz_json_loader: an overflowing number is a clear error, not a foreign exception.
 TEST(JsonModel, NumbersTooLargeForAnyTypeAreInvalidJson) {
   EXPECT_NE(load_error(R"({"format": "kiln-graph", "inputs": [5500000000000011E0021304699677]})")
-                .find("m.json: invalid JSON: "),
+                .find("invalid JSON: a number out of range"),
             std::string::npos);
 }
 
@@ -72,7 +72,7 @@ TEST(JsonModel, ErrorsNameTheJsonPath) {
   std::string shape_err = load_error(with_node(R"({"op": "matmul", "inputs": ["v", "s"], "outputs": ["y"]})"));
   EXPECT_NE(shape_err.find("m.json: nodes[2]: node 2 (matmul)"), std::string::npos) << shape_err;
   std::string syntax = load_error("{\"inputs\": [1, 2,, 3]}");
-  EXPECT_NE(syntax.find("m.json: byte 18: invalid JSON"), std::string::npos) << syntax;
+  EXPECT_NE(syntax.find("m.json: byte 17: invalid JSON"), std::string::npos) << syntax;
   std::string bad_dtype = kGood;
   bad_dtype.replace(bad_dtype.find("\"float32\""), 9, "\"float33\"");
   EXPECT_EQ(load_error(bad_dtype), "m.json: inputs[0].dtype: unknown dtype 'float33'");

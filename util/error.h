@@ -23,6 +23,14 @@ class UnsupportedError : public UserError {
   using UserError::UserError;
 };
 
+// An allocation the machine could not make (a shape too large for memory, too many runs at
+// once): the user can fix it with a smaller input or a larger machine, so it is a UserError;
+// whoever knows the node or the value adds its name.
+class OutOfMemoryError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& what) : Error("internal error: " + what) {}

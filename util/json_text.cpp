@@ -77,11 +77,11 @@ json parse_untrusted_json(std::string_view text, const std::string& where, int m
     // nlohmann's message quotes the bytes near the error: keep only its reason.
     if (auto p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
     if (auto p = what.find("; last read"); p != std::string::npos) what.resize(p);
-    throw JsonError(where, e.byte > 0 ? e.byte - 1 : 0,
-                    "not valid JSON: " + terminal_text(what.substr(0, 200)));
+    throw JsonError(where, e.byte > 0 ? e.byte - 1 : 0, terminal_text(what.substr(0, 200)));
   } catch (const json::exception& e) {
     // A number too large for any type is an out_of_range, not a parse_error.
-    throw JsonError(where, 0, "not valid JSON: " + terminal_text(std::string(e.what()).substr(0, 200)));
+    throw JsonError(where, 0, "a number out of range (" +
+                                  terminal_text(std::string(e.what()).substr(0, 200)) + ")");
   }
 }
 

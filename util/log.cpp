@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "util/escape.h"
+
 namespace kiln {
 namespace {
 std::atomic<int> g_level{-1};
@@ -25,15 +27,18 @@ int debug_level() {
 
 void set_debug_level(int level) { g_level.store(level < 0 ? 0 : level); }
 
+// Messages carry names from models, cache entries and servers: terminal_text keeps them from
+// moving the cursor or hiding what follows.
 void log_line(std::string_view message) {
+  const std::string text = terminal_text(message);
   std::lock_guard lock(g_out_mutex);
-  std::fprintf(stderr, "kiln: %.*s\n", static_cast<int>(message.size()), message.data());
+  std::fprintf(stderr, "kiln: %s\n", text.c_str());
 }
 
 void warn(std::string_view message) {
+  const std::string text = terminal_text(message);
   std::lock_guard lock(g_out_mutex);
-  std::fprintf(stderr, "kiln: warning: %.*s\n", static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "kiln: warning: %s\n", text.c_str());
 }
 
 }  // namespace kiln
