@@ -277,7 +277,8 @@ std::string format_compile_error(const std::string& title, const Graph& graph,
            (d.column > 0 ? ":" + std::to_string(d.column) : "") + ")";
     if (!d.source_line.empty()) msg += "\n      " + d.source_line;
   }
-  if (shown == 0) msg += "\n" + log;  // e.g. a link error libclang cannot see
+  // e.g. a link error, which names no line: the compiler's own words (cut short).
+  if (shown == 0) msg += "\n" + (log.size() > 4000 ? log.substr(0, 4000) + "\n  ..." : log);
   msg += "\n  full source kept at " + kept.string();
   return msg;
 }
@@ -378,9 +379,7 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
       auto kept = keep_failed(store, key, linked.code.str(), failed->log,
                               {{failed->file, failed->code->str()}}) /
                   failed->file;
-      std::vector<std::string> args{"-std=gnu11", "-march=" + ctx.toolchain->cpu()};
-      args.insert(args.end(), failed->compile_args.begin(), failed->compile_args.end());
-      auto diags = parse_diagnostics(kept, args, *failed->code);
+      auto diags = parse_diagnostics(failed->log, *failed->code);
       std::string message =
           format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
                                diags, failed->log, kept);  // before diags is moved
@@ -397,9 +396,7 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   info.compiler_log = outcome.log;
   if (!outcome.ok) {
     auto kept = keep_failed(store, key, linked.code.str(), outcome.log) / "module.c";
-    std::vector<std::string> args{"-std=gnu11", "-march=" + ctx.toolchain->cpu()};
-    args.insert(args.end(), linked.compile_args.begin(), linked.compile_args.end());
-    auto diags = parse_diagnostics(kept, args, linked.code);
+    auto diags = parse_diagnostics(outcome.log, linked.code);
     std::string message =
         format_compile_error("module for graph '" + graph.name() + "' failed to compile", graph,
                              diags, outcome.log, kept);  // before diags is moved

@@ -1,124 +1,71 @@
 #include "compiler/diagnostics.h"
 
-#include <clang-c/Index.h>
-#include <dlfcn.h>
+#include <cstdlib>
+#include <string_view>
 
-#include <mutex>
-
-#include "util/fs.h"
-#include "util/log.h"
+#include "util/escape.h"
 #include "util/strings.h"
 
 namespace kiln {
 namespace {
 
-// libclang is opened on the first failed compile, not linked: in the global symbol scope
-// its LLVM copy made every module dlopen ~2 ms slower, on the warm path that matters most.
-struct LibClang {
-#define KILN_CLANG_FN(name) decltype(&::name) name = nullptr;
-#define KILN_CLANG_FNS                                                                         \
-  KILN_CLANG_FN(clang_createIndex)                                                             \
-  KILN_CLANG_FN(clang_disposeIndex) KILN_CLANG_FN(clang_parseTranslationUnit2)                 \
-      KILN_CLANG_FN(clang_disposeTranslationUnit) KILN_CLANG_FN(clang_getNumDiagnostics)       \
-          KILN_CLANG_FN(clang_getDiagnostic) KILN_CLANG_FN(clang_disposeDiagnostic)            \
-              KILN_CLANG_FN(clang_getDiagnosticSeverity)                                       \
-                  KILN_CLANG_FN(clang_getDiagnosticLocation)                                   \
-                      KILN_CLANG_FN(clang_getSpellingLocation)                                 \
-                          KILN_CLANG_FN(clang_getDiagnosticSpelling)                           \
-                              KILN_CLANG_FN(clang_getFileName) KILN_CLANG_FN(clang_getCString) \
-                                  KILN_CLANG_FN(clang_disposeString)
-  KILN_CLANG_FNS
-#undef KILN_CLANG_FN
-  bool ok = false;
-};
+constexpr size_t kMaxText = 300;
 
-const LibClang& libclang() {
-  static LibClang lib;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* h = nullptr;
-    for (const char* name :
-         {KILN_LIBCLANG_PATH, "libclang-14.so.1", "libclang.so.1", "libclang.so"}) {
-      if ((h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-    }
-    if (!h) {
-      warn(
-          "libclang not found: compile errors are shown as the compiler printed them, not mapped "
-          "to nodes");
-      return;
-    }
-    bool all = true;
-#define KILN_CLANG_FN(name)                                           \
-  lib.name = reinterpret_cast<decltype(lib.name)>(::dlsym(h, #name)); \
-  all = all && lib.name;
-    KILN_CLANG_FNS
-#undef KILN_CLANG_FN
-    lib.ok = all;
-  });
-  return lib;
+std::string cut(std::string_view s) {
+  return s.size() <= kMaxText ? std::string(s) : std::string(s.substr(0, kMaxText)) + " ...";
 }
 
-std::string take(const LibClang& lib, CXString s) {
-  const char* c = lib.clang_getCString(s);
-  std::string out = c ? c : "";
-  lib.clang_disposeString(s);
-  return out;
+// "PATH:LINE:COL" (or "PATH:LINE") -> line, column; false when `head` is not one.
+bool location(std::string_view head, std::string_view& path, int& line, int& column) {
+  auto number = [](std::string_view s, int& out) {
+    if (s.empty() || s.size() > 9) return false;
+    out = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + (c - '0');
+    }
+    return true;
+  };
+  const size_t c2 = head.rfind(':');
+  if (c2 == std::string_view::npos) return false;
+  const size_t c1 = head.rfind(':', c2 == 0 ? 0 : c2 - 1);
+  if (c1 != std::string_view::npos && c1 < c2 && number(head.substr(c1 + 1, c2 - c1 - 1), line) &&
+      number(head.substr(c2 + 1), column)) {
+    path = head.substr(0, c1);
+    return true;
+  }
+  column = 0;
+  if (!number(head.substr(c2 + 1), line)) return false;
+  path = head.substr(0, c2);
+  return true;
 }
 
 }  // namespace
 
-std::vector<Diagnostic> parse_diagnostics(const std::filesystem::path& source,
-                                          const std::vector<std::string>& args,
-                                          const CodeWriter& map) {
+std::vector<Diagnostic> parse_diagnostics(const std::string& log, const CodeWriter& map) {
   std::vector<Diagnostic> result;
-  const LibClang& lib = libclang();
-  if (!lib.ok) return result;
-  std::vector<std::string> lines = split_lines(read_file(source));
-  CXIndex index = lib.clang_createIndex(0, 0);
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  CXTranslationUnit tu = nullptr;
-  CXErrorCode rc = lib.clang_parseTranslationUnit2(index, source.c_str(), argv.data(),
-                                                   static_cast<int>(argv.size()), nullptr, 0,
-                                                   CXTranslationUnit_None, &tu);
-  if (rc != CXError_Success || !tu) {
-    if (debug_level() >= 2)
-      log_line("libclang could not parse " + source.string() + " (code " + std::to_string(rc) +
-               ")");
-    lib.clang_disposeIndex(index);
-    return result;
-  }
-  unsigned n = lib.clang_getNumDiagnostics(tu);
-  if (debug_level() >= 2)
-    log_line("libclang: " + std::to_string(n) + " diagnostics in " + source.string());
-  for (unsigned i = 0; i < n; ++i) {
-    CXDiagnostic d = lib.clang_getDiagnostic(tu, i);
-    CXDiagnosticSeverity sev = lib.clang_getDiagnosticSeverity(d);
-    if (sev < CXDiagnostic_Warning) {
-      lib.clang_disposeDiagnostic(d);
-      continue;
+  const std::vector<std::string> source = split_lines(map.str());
+  static const std::pair<const char*, const char*> kKinds[] = {
+      {": fatal error: ", "fatal"}, {": error: ", "error"}, {": warning: ", "warning"}};
+  for (const std::string& text : split_lines(log)) {
+    for (const auto& [marker, severity] : kKinds) {
+      const size_t at = text.find(marker);
+      if (at == std::string::npos) continue;
+      std::string_view path;
+      Diagnostic d;
+      if (!location(std::string_view(text).substr(0, at), path, d.line, d.column)) break;
+      d.severity = severity;
+      d.message = cut(std::string_view(text).substr(at + std::string_view(marker).size()));
+      // The unit is the one .c file compiled; preludes and the ABI header are .h files.
+      if (path.size() > 2 && path.substr(path.size() - 2) == ".c") {
+        if (const SourceOrigin* o = map.origin(d.line)) d.origin = *o;
+        if (d.line >= 1 && static_cast<size_t>(d.line) <= source.size())
+          d.source_line = cut(source[static_cast<size_t>(d.line) - 1]);
+      }
+      result.push_back(std::move(d));
+      break;
     }
-    CXFile file;
-    unsigned line = 0, column = 0, offset = 0;
-    lib.clang_getSpellingLocation(lib.clang_getDiagnosticLocation(d), &file, &line, &column,
-                                  &offset);
-    Diagnostic diag;
-    diag.severity =
-        sev == CXDiagnostic_Warning ? "warning" : (sev == CXDiagnostic_Fatal ? "fatal" : "error");
-    diag.message = take(lib, lib.clang_getDiagnosticSpelling(d));
-    diag.line = static_cast<int>(line);
-    diag.column = static_cast<int>(column);
-    // Diagnostics inside system headers keep line 0 mapping; only our file is mapped.
-    std::string fname = file ? take(lib, lib.clang_getFileName(file)) : "";
-    if (std::filesystem::path(fname) == source) {
-      if (const SourceOrigin* o = map.origin(diag.line)) diag.origin = *o;
-      if (line >= 1 && line <= lines.size()) diag.source_line = lines[line - 1];
-    }
-    result.push_back(std::move(diag));
-    lib.clang_disposeDiagnostic(d);
   }
-  lib.clang_disposeTranslationUnit(tu);
-  lib.clang_disposeIndex(index);
   return result;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
-// Parses a failed module with libclang and maps each diagnostic through the source map to
-// the node and the fragment line that produced it.
-#include <filesystem>
+// Maps a failed unit's diagnostics, as the C compiler printed them ("FILE.c:LINE:COL: error:
+// ..."), through the unit's source map to the node and the fragment line that produced each.
+// Read from the compiler's own output, not by parsing the unit again in this process: a unit
+// that crashes a parser (a 600 KB line, nesting past any limit, an op library's fragment)
+// then costs a clear compile error, never kiln itself.
 #include <string>
 #include <vector>
 
@@ -14,11 +16,12 @@ struct Diagnostic {
   std::string message;
   int line = 0, column = 0;  // in the generated source
   SourceOrigin origin;       // node -1 when the line is linker boilerplate
-  std::string source_line;   // the offending generated line
+  std::string source_line;   // the offending generated line (cut to a few hundred bytes)
 };
 
-std::vector<Diagnostic> parse_diagnostics(const std::filesystem::path& source,
-                                          const std::vector<std::string>& args,
-                                          const CodeWriter& map);
+// The diagnostics in `log` (clang's or gcc's output for one unit): those in the unit itself
+// (a .c file) are mapped through `map`; those in headers keep no origin. Messages and source
+// lines are cut short, so a huge line cannot make a huge error.
+std::vector<Diagnostic> parse_diagnostics(const std::string& log, const CodeWriter& map);
 
 }  // namespace kiln

@@ -43,7 +43,9 @@ void Graph::rename(Variable* v, const std::string& name) {
 }
 
 std::string Graph::fresh_name(const std::string& base) {
-  auto taken = [&](const std::string& n) { return by_name_.count(n) || reserved_.count(n); };
+  auto taken = [&](const std::string& n) {
+    return by_name_.count(n) || (reserved_ && reserved_->find_variable(n));
+  };
   if (!taken(base)) return base;
   int& next = next_suffix_[base];
   if (next < 2) next = 2;
@@ -56,8 +58,17 @@ std::string Graph::fresh_name(const std::string& base) {
   }
 }
 
-void Graph::reserve_names(const std::vector<std::string>& names) {
-  reserved_.insert(names.begin(), names.end());
+void Graph::reserve_names_of(const Graph* other) { reserved_ = other; }
+
+void Graph::reserve(size_t variables, size_t nodes) {
+  variables_.reserve(variables);
+  by_name_.reserve(variables);
+  nodes_.reserve(nodes);
+}
+
+bool Graph::owns(const Variable* v) const {
+  return v && v->id >= 0 && v->id < static_cast<int>(variables_.size()) &&
+         variables_[static_cast<size_t>(v->id)].get() == v;
 }
 
 void Graph::check_owned(const Variable* v, const std::string& where) const {
@@ -108,7 +119,7 @@ Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>
   node->name = node_name;
   std::vector<TensorType> in_types;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_owned(inputs[i], node->label() + " input " + std::to_string(i));
+    if (!owns(inputs[i])) check_owned(inputs[i], node->label() + " input " + std::to_string(i));
     in_types.push_back(inputs[i]->type);
   }
   std::vector<TensorType> out_types;

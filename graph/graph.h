@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "graph/constant_recipe.h"
@@ -113,9 +112,11 @@ class Graph {
   // reserved, else base_2, base_3, ... Unique by construction, so no model's names (or their
   // absence) can make two invented names collide.
   std::string fresh_name(const std::string& base);
-  // Names fresh_name never returns (a rewrite reserves the source graph's names, so the
-  // values it copies later keep theirs).
-  void reserve_names(const std::vector<std::string>& names);
+  // Room for about this many variables and nodes (a copy of a graph knows its size).
+  void reserve(size_t variables, size_t nodes);
+  // While set, fresh_name never returns a name of `other` (a rewrite reserves its source
+  // graph's names, so the values it copies later keep theirs); nullptr clears it.
+  void reserve_names_of(const Graph* other);
 
   std::string to_string() const;  // one line per input, node and output
 
@@ -127,6 +128,7 @@ class Graph {
 
  private:
   Variable* new_variable(const std::string& name, TensorType type, VarKind kind);
+  bool owns(const Variable* v) const;
   void check_owned(const Variable* v, const std::string& where) const;
   std::string name_;
   GraphUid uid_;
@@ -138,7 +140,7 @@ class Graph {
   std::vector<Variable*> outputs_;
   std::vector<std::pair<Variable*, Variable*>> updates_;
   std::unordered_map<std::string, Variable*> by_name_;
-  std::unordered_set<std::string> reserved_;
+  const Graph* reserved_ = nullptr;  // see reserve_names_of
   std::unordered_map<std::string, int> next_suffix_;  // per base: where fresh_name resumes
 };
 

@@ -12,6 +12,15 @@
 #include "rewrite/passes.h"
 
 namespace kiln {
+namespace {
+
+// The most nodes one fused loop takes. A longer chain becomes several fused nodes: clang's
+// time grows faster than linearly with a loop body (5,000 chained steps took 46 s to compile
+// as one kernel), while chunks of equal code are one kernel, compiled once. 64 steps keep
+// every realistic activation chain in one loop.
+constexpr size_t kMaxFusedNodes = 64;
+
+}  // namespace
 
 Graph fuse_elementwise(const Graph& graph) {
   auto uses = count_uses(graph);
@@ -26,6 +35,7 @@ Graph fuse_elementwise(const Graph& graph) {
     for (bool grew = true; grew;) {
       grew = false;
       for (const Variable* v : std::set<const Variable*>(reads.begin(), reads.end())) {
+        if (group.size() >= kMaxFusedNodes) break;
         const Node* p = v->kind == VarKind::kNodeOutput ? v->owner : nullptr;
         if (!p || group.count(p) || taken.count(p) || !is_elementwise_node(*p)) continue;
         if (static_cast<int>(reads.count(v)) != uses[v]) continue;  // read outside the group

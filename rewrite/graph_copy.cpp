@@ -10,10 +10,9 @@ namespace kiln {
 
 GraphCopy::GraphCopy(const Graph& src, bool number_sources) : src_(src), dst_(src.name()) {
   // Values copied later keep their names: names a pass invents meanwhile must not take them.
-  std::vector<std::string> names;
-  names.reserve(src.variables().size());
-  for (const auto& v : src.variables()) names.push_back(v->name);
-  dst_.reserve_names(names);
+  dst_.reserve_names_of(&src);
+  dst_.reserve(src.variables().size(), src.nodes().size());
+  map_.reserve(src.variables().size());
   if (number_sources) {
     for (size_t i = 0; i < src.constants().size(); ++i)
       source_index_[src.constants()[i]] = static_cast<int>(i);
@@ -88,6 +87,7 @@ Graph GraphCopy::finish() {
     outputs.push_back(v);
   }
   dst_.set_outputs(outputs);
+  dst_.reserve_names_of(nullptr);  // the source may go before the copy does
   return std::move(dst_);
 }
 

@@ -55,7 +55,7 @@ const std::vector<PassInfo>& all_passes() {
       {"pack", pack_weights, 4},
       {"views", view_matmul_operands, 2},
       {"attention", fuse_attention, 1},
-      {"fusion", fuse_elementwise, 1},
+      {"fusion", fuse_elementwise, 2},
       {"reduction", fuse_reduce, 1},
       {"epilogue", fuse_epilogue, 1},
       {"dce", remove_dead, 1},
@@ -119,10 +119,13 @@ Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
   for (const auto& pass : passes) {
     const auto t = std::chrono::steady_clock::now();
     Graph next = pass.run(g);
-    if (observe) {
-      observe(
-          pass, g, next,
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    if (observe) observe(pass, g, next, ms);
+    if (debug_level() >= 1) {
+      log_line("pass " + std::string(pass.name) + ": " + std::to_string(g.nodes().size()) +
+               " -> " + std::to_string(next.nodes().size()) + " nodes, " + format_double(ms) +
+               " ms");
     }
     g = std::move(next);
     if (debug_level() >= 2)
