@@ -287,6 +287,9 @@ EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
   EntryMeta meta = EntryMeta::parse(text, "meta.json");
   if (meta.key != key) throw CacheEntryError("meta.json describes key " + meta.key);
   if (meta.files.empty()) throw CacheEntryError("meta.json lists no files");
+  // The files an entry of its kind needs (the producer's rule): a hit without its plan or
+  // module is a bad entry, rebuilt, not a hit that fails on every load.
+  if (std::string why = entry_layout_problem(meta); !why.empty()) throw CacheEntryError(why);
   if (signatures_.required) {
     // Checked before any file is hashed: an unsigned entry is refused whatever it holds.
     if (std::string why = signature_problem(meta, signatures_.trusted, std::nullopt);

@@ -57,8 +57,10 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
   nlohmann::json j;
   try {
     j = parse_untrusted_json(text, where, 8);
-  } catch (const UserError& e) {
-    throw CacheEntryError(e.what());
+  } catch (const JsonError& e) {
+    throw CacheEntryError(where + ": not valid JSON" +
+                          (e.offset() ? " at byte " + std::to_string(e.offset()) : std::string()) +
+                          ": " + e.reason());
   }
   // Only the fields kiln writes: anything else is junk someone added, refused rather than
   // carried along unsigned.

@@ -18,6 +18,7 @@
 #include "cache/entry_signature.h"
 #include "cache/remote_tier.h"
 #include "compiler/compile.h"
+#include "compiler/entry_layout.h"
 #include "compiler/export.h"
 #include "compiler/report.h"
 #include "frontend/model_function.h"
@@ -1072,6 +1073,7 @@ int main(int argc, char** argv) {
       }
     }
     kiln::load_env_op_libraries();
+    kiln::install_entry_layout();  // cache verify, pull and gc know what an entry must hold
     if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "export") return cmd_export(a);

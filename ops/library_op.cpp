@@ -179,9 +179,12 @@ class SpecReader {
     if (ec != std::errc() || end != t.data() + t.size()) fail("bad number '" + t + "'");
     return v;
   }
+  // A count of items that follow, each at least two bytes ("0 "): one larger than the rest of
+  // the text could hold is refused before anything is allocated for it.
   size_t count(int64_t limit) {
     int64_t n = num();
-    if (n < 0 || n > limit) fail("bad count " + std::to_string(n));
+    if (n < 0 || n > limit || static_cast<uint64_t>(n) > (text_.size() - pos_) / 2)
+      fail("bad count " + std::to_string(n));
     return static_cast<size_t>(n);
   }
   double real() {

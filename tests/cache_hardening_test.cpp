@@ -68,7 +68,26 @@ CompileOptions in(const fs::path& cache) {
 
 bool is_root() { return ::geteuid() == 0; }
 
-// Runs the kiln binary as another user (needs root): setpriv changes uid and gid.
+// The kiln binary and the examples, copied once into a folder every user can enter: the
+// checkout may sit in a folder other users cannot (a 0700 home), and the other user of these
+// tests must still reach what it runs.
+const fs::path& reachable_copy() {
+  static const fs::path dir = [] {
+    const fs::path d = fs::temp_directory_path() / ("kiln-test-" + std::to_string(::getpid()) + "-as");
+    fs::remove_all(d);
+    fs::create_directories(d / "examples");
+    fs::copy_file(testing::kiln_binary(), d / "kiln");
+    fs::copy(KILN_EXAMPLES_DIR, d / "examples", fs::copy_options::recursive);
+    for (const auto& e : fs::recursive_directory_iterator(d))
+      ::chmod(e.path().c_str(), e.is_directory() || e.path() == d / "kiln" ? 0755 : 0644);
+    ::chmod(d.c_str(), 0755);
+    return d;
+  }();
+  return dir;
+}
+
+// Runs the kiln binary as another user (needs root): setpriv changes uid and gid. Arguments
+// naming the examples are pointed at the reachable copy.
 ProcessResult kiln_as(uid_t uid, gid_t gid, const std::vector<std::string>& env,
                       const std::vector<std::string>& args) {
   std::vector<std::string> e{"HOME=/nonexistent", "TMPDIR=/tmp"};
@@ -76,8 +95,13 @@ ProcessResult kiln_as(uid_t uid, gid_t gid, const std::vector<std::string>& env,
   std::vector<std::string> argv{"setpriv", "--reuid=" + std::to_string(uid),
                                 "--regid=" + std::to_string(gid), "--clear-groups", "/usr/bin/env"};
   argv.insert(argv.end(), e.begin(), e.end());
-  argv.push_back(testing::kiln_binary());
-  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back((reachable_copy() / "kiln").string());
+  const std::string examples = KILN_EXAMPLES_DIR;
+  for (std::string a : args) {
+    if (auto at = a.find(examples); at != std::string::npos)
+      a.replace(at, examples.size(), (reachable_copy() / "examples").string());
+    argv.push_back(a);
+  }
   return run_process(argv);
 }
 

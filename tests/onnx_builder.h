@@ -80,6 +80,13 @@ inline void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
   a->set_i(v);
 }
 
+inline void set_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
 inline void set_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
   auto* a = n->add_attribute();
   a->set_name(name);

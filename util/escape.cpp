@@ -39,6 +39,30 @@ size_t utf8_sequence(std::string_view s, size_t i) {
   return n;
 }
 
+// Unicode's directional formatting characters: in source or on a terminal they reorder what
+// a reader sees ("Trojan Source"), so every sink shows them as escapes. The UTF-8 sequence
+// at s[i] of length n is one of them.
+bool bidi_control(std::string_view s, size_t i, size_t n) {
+  if (n == 2) {  // U+061C ARABIC LETTER MARK
+    return static_cast<unsigned char>(s[i]) == 0xd8 && static_cast<unsigned char>(s[i + 1]) == 0x9c;
+  }
+  if (n != 3 || static_cast<unsigned char>(s[i]) != 0xe2) return false;
+  const auto b1 = static_cast<unsigned char>(s[i + 1]), b2 = static_cast<unsigned char>(s[i + 2]);
+  // U+200E, U+200F; U+202A..U+202E; U+2066..U+2069.
+  return (b1 == 0x80 && (b2 == 0x8e || b2 == 0x8f || (b2 >= 0xaa && b2 <= 0xae))) ||
+         (b1 == 0x81 && b2 >= 0xa6 && b2 <= 0xa9);
+}
+
+// Well-formed UTF-8 a person can read: not a C1 control, not a directional control.
+size_t readable_utf8(std::string_view s, size_t i) {
+  const size_t n = utf8_sequence(s, i);
+  if (n == 0) return 0;
+  if (n == 2 && static_cast<unsigned char>(s[i]) == 0xc2 &&
+      static_cast<unsigned char>(s[i + 1]) < 0xa0)
+    return 0;  // C1 controls (U+0080..U+009F) act like ESC sequences on many terminals
+  return bidi_control(s, i, n) ? 0 : n;
+}
+
 }  // namespace
 
 std::string c_comment_text(std::string_view s) {
@@ -55,9 +79,8 @@ std::string c_comment_text(std::string_view s) {
       ++i;
       continue;
     }
-    // Well-formed UTF-8 past the C1 controls is plain text in a comment.
-    const size_t n = c < 0x80 ? 0 : utf8_sequence(s, i);
-    if (n > 0 && !(n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0)) {
+    const size_t n = c < 0x80 ? 0 : readable_utf8(s, i);
+    if (n > 0) {
       out.append(s.substr(i, n));
       i += n;
     } else {
@@ -109,10 +132,8 @@ std::string terminal_text(std::string_view s) {
       ++i;
       continue;
     }
-    const size_t n = c < 0x80 ? 0 : utf8_sequence(s, i);
-    // C1 controls (U+0080..U+009F) act like ESC sequences on many terminals.
-    const bool c1 = n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0;
-    if (n == 0 || c1) {
+    const size_t n = c < 0x80 ? 0 : readable_utf8(s, i);
+    if (n == 0) {
       append_hex(out, c);
       ++i;
     } else {

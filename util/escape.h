@@ -10,9 +10,10 @@
 namespace kiln {
 
 // Text for the inside of a C /* ... */ comment: it can neither end the comment ("*/", or
-// "*" + backslash-newline + "/"), nor splice lines, nor form a trigraph. Printable ASCII and
-// well-formed UTF-8 stay; control bytes, invalid UTF-8, '\\' and the second character of
-// "*/", "/*" or "??" are written as \xNN.
+// "*" + backslash-newline + "/"), nor splice lines, nor form a trigraph, nor reorder how the
+// source reads (directional controls). Printable ASCII and readable UTF-8 stay; control
+// bytes, invalid UTF-8, directional controls, '\\' and the second character of "*/", "/*" or
+// "??" are written as \xNN.
 std::string c_comment_text(std::string_view s);
 
 // A complete C string literal ("..." with its quotes) holding exactly the bytes of `s`:
@@ -24,8 +25,9 @@ std::string c_string_literal(std::string_view s);
 std::string asm_string_literal(std::string_view s);
 
 // Text for a terminal: newlines and tabs stay; other control bytes (ESC, CR, BEL, ...), DEL,
-// the C1 controls and bytes that are not UTF-8 are shown as \xNN, so a name can neither move
-// the cursor, retitle the window nor hide what follows it.
+// the C1 controls, Unicode's directional controls and bytes that are not UTF-8 are shown as
+// \xNN, so a name can neither move the cursor, retitle the window, reorder what follows it
+// nor hide it.
 std::string terminal_text(std::string_view s);
 
 // terminal_text on one line: newlines and tabs too as \x0a and \x09.
