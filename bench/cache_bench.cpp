@@ -7,7 +7,7 @@
 //    around the same weights, and of the model loaded again (new weights to prepare);
 //  - index lookup with 100 000 entries (SQLite primary key), and a full store lookup (miss)
 //    at that size, which shows there is no scan of the cache.
-// Usage: cache_bench [--repeat N]
+// Usage: cache_bench [--repeat N] [--smoke]   (--smoke: one round, a 2,000-entry index; for ctest)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -302,8 +302,7 @@ void remote_rows(const std::string& self, int repeat) {
   fs::remove_all(base);
 }
 
-void lookup_rows() {
-  const int n = 100000;
+void lookup_rows(int n) {
   fs::path root = fs::temp_directory_path() / "kiln-cache-bench-index";
   fs::remove_all(root);
   fs::create_directories(root);
@@ -360,13 +359,15 @@ void lookup_rows() {
 
 int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
-  int repeat = 5;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  int repeat = 5, index_entries = 100000;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    // ctest: every row once, a small index.
+    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, index_entries = 2000;
   }
   std::printf("kiln cache benchmark (%d repeats; medians)\n\n", repeat);
   compile_rows(fs::canonical("/proc/self/exe").string(), repeat);
   remote_rows(fs::canonical("/proc/self/exe").string(), repeat);
-  lookup_rows();
+  lookup_rows(index_entries);
   return 0;
 }

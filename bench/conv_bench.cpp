@@ -6,7 +6,7 @@
 // model: conv_nchwc on a blocked (1, C/8, H, W, 8) input, or an RGB stem's plain image
 // (ops/conv_nchwc.h; the reorders at a region's edges are not counted). The rounds take turns; each
 // figure is the median round of the median of runs. Depthwise layers have no equivalent GEMM.
-// Usage: conv_bench [--rounds R]
+// Usage: conv_bench [--rounds R] [--only SUBSTRING] [--smoke]
 #include <cblas.h>
 
 #include <algorithm>
@@ -105,8 +105,11 @@ int main(int argc, char** argv) {
       rounds = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--smoke")) {  // ctest: the 7x7 layers (each kind), once
+      rounds = 1;
+      only = "7x7";
     } else {
-      std::fprintf(stderr, "usage: conv_bench [--rounds R] [--only SUBSTRING]\n");
+      std::fprintf(stderr, "usage: conv_bench [--rounds R] [--only SUBSTRING] [--smoke]\n");
       return 2;
     }
   }

@@ -2,7 +2,7 @@
 //  - cold compile (graph -> callable) of the MLP and of a 20-node elementwise graph;
 //  - MLP inference at batch 1 and 64, against the same computation calling OpenBLAS
 //    directly (cblas_sgemm + plain C++ bias/ReLU/softmax loops), measured in the same run.
-// Usage: core_bench [--repeat N]
+// Usage: core_bench [--repeat N] [--smoke]   (--smoke: one round, short timings; for ctest)
 #include <cblas.h>
 
 #include <algorithm>
@@ -89,12 +89,14 @@ void mlp_openblas(const Mlp& m, const float* x, int n, std::vector<float>& h1, s
   }
 }
 
+double g_min_ms = 300;  // --smoke: a few milliseconds per measurement
+
 template <class F>
-double time_per_call_us(F&& f, double min_ms = 300) {
+double time_per_call_us(F&& f) {
   f();  // warm up (plans memory, faults pages in)
   int iters = 0;
   auto start = Clock::now();
-  while (since_ms(start) < min_ms) {
+  while (since_ms(start) < g_min_ms) {
     f();
     ++iters;
   }
@@ -105,8 +107,9 @@ double time_per_call_us(F&& f, double min_ms = 300) {
 
 int main(int argc, char** argv) {
   int repeat = 5;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_min_ms = 5;  // ctest: it runs, it agrees
   }
   std::mt19937 rng(1);
   Mlp m{random({784, 256}, rng, 0.05), random({256}, rng, 0.01), random({256, 128}, rng, 0.09),
@@ -152,6 +155,10 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < out.numel(); ++i) err = std::max(err, std::fabs(out.load(i) - y[static_cast<size_t>(i)]));
     std::printf("%-28s %14.1f %14.1f %7.2fx   (max diff %.1e)\n", ("batch " + std::to_string(batch)).c_str(), kiln_us,
                 blas_us, kiln_us / blas_us, err);
+    if (!(err < 1e-3)) {
+      std::fprintf(stderr, "core_bench: kiln and OpenBLAS disagree (max diff %g)\n", err);
+      return 1;
+    }
   }
   std::printf("\nratio = kiln time / OpenBLAS-direct time (lower is better; 1.00 = parity)\n");
   std::filesystem::remove_all(work);

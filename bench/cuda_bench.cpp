@@ -10,7 +10,7 @@
 // with device inputs and outputs, less the same graph on a tiny input): bandwidth of a
 // large fused elementwise op, a row softmax and a row sum against the copy kernel, the
 // GEMM's GFLOP/s, and MLP / ResNet-18 batch-1 latency.
-// Usage: cuda_bench [--repeat N]
+// Usage: cuda_bench [--repeat N] [--smoke]   (--smoke: the MLP once; for ctest)
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,11 +145,13 @@ double build_ms(const Graph& placed, const CudaToolchain& toolchain, const fs::p
 
 // `hit_device`: where the fresh-process warm hits run (the GPU when there is one, so a
 // machine without clang++ still measures them; else the emulator).
+std::vector<std::string> g_models{"mlp", "resnet18"};  // --smoke: the MLP only
+
 void compile_rows(const fs::path& base, int repeat, const std::string& self,
                   const std::string& hit_device) {
   std::printf("%-16s %8s %8s %14s %16s %18s\n", "graph", "kernels", "lines", "NVRTC sm_90 ms",
               "emulator cxx ms", ("hit ms (" + hit_device + ")").c_str());
-  for (const std::string which : {"mlp", "resnet18"}) {
+  for (const std::string& which : g_models) {
     const Graph placed = optimized_graph(make(which), on_cuda());
     size_t lines = 0, kernels = 0;
     // The toolchain is chosen once per process: NVRTC here (no KILN_CUDA_DEVICE), the
@@ -256,7 +258,7 @@ void gpu_rows(int repeat) {
       "none", r);
   std::printf("%-34s %10.3f %10.1f GFLOP/s (kiln's own kernel; cuBLAS not wired)\n",
               "GEMM 4096^3 f32", gemm, 2.0 * n * n * n / gemm / 1e6);
-  for (const std::string which : {"mlp", "resnet18"}) {
+  for (const std::string& which : g_models) {
     Graph g = make(which);
     Function f = compile(g, on_cuda());
     std::vector<Tensor> inputs;
@@ -277,8 +279,9 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[1], "--emulator-build") == 0)
     return emulator_build(argv[2], argv[3], std::atoi(argv[4]));
   int repeat = 5;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_models = {"mlp"};  // ctest
   }
   const std::string self = fs::canonical("/proc/self/exe").string();
   const fs::path base =

@@ -2,7 +2,7 @@
 // a chain of 100 000 empty functions (each writes the variable the previous one wrote) and
 // a wide fan-out (100 000 functions reading one variable, each writing its own), on the
 // threaded engine with 1 and 2 workers and on the naive engine.
-// Usage: engine_bench [--n N]
+// Usage: engine_bench [--n N] [--smoke]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,9 +41,10 @@ double fan_out(Engine& e, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 100000;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--n") == 0) n = std::max(1000, std::atoi(argv[i + 1]));
+  int n = 100000, rounds = 3;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--n") == 0 && i + 1 < argc) n = std::max(1000, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0) n = 1000, rounds = 1;  // ctest
   }
   std::printf("kiln engine overhead, %d empty functions (us per function, best of 3)\n\n", n);
   std::printf("%-22s %10s %10s\n", "engine", "chain", "fan-out");
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
                    Config{"threaded, 2 workers", EngineKind::kThreaded, 2},
                    Config{"naive", EngineKind::kNaive, 1}}) {
     double best_chain = 1e9, best_fan = 1e9;
-    for (int r = 0; r < 3; ++r) {
+    for (int r = 0; r < rounds; ++r) {
       auto e = make_engine(c.kind, c.workers);
       best_chain = std::min(best_chain, chain(*e, n));
       best_fan = std::min(best_fan, fan_out(*e, n));

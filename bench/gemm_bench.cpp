@@ -2,7 +2,7 @@
 // this CPU) against OpenBLAS's cblas_sgemm on the same operands, both on one thread, in one
 // run: inference shapes (the example MLP's layers at batch 32 and 1, a narrow output layer)
 // and two large ones. OpenBLAS reads the weight as stored (N x K, transposed); kiln reads it
-// packed, as the `pack` pass leaves constant weights. Usage: gemm_bench [--repeat N]
+// packed, as the `pack` pass leaves constant weights. Usage: gemm_bench [--repeat N] [--smoke]
 #include <cblas.h>
 
 #include <algorithm>
@@ -38,8 +38,9 @@ double best_us(F&& f, int repeat) {
 
 int main(int argc, char** argv) {
   int repeat = 200;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--repeat") repeat = std::max(1, std::atoi(argv[++i]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    if (std::string(argv[i]) == "--smoke") repeat = 1;  // ctest: every shape once, checked
   }
   openblas_set_num_threads(1);
   const kiln_support* support = kiln_host_support();

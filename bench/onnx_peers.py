@@ -67,7 +67,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "onnx_inference.md"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="ctest: one round of 3 runs, no pause, the table to a temporary file")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat, args.rounds = 3, 1
+        args.results = os.path.join(tempfile.mkdtemp(prefix="kiln-onnx-peers-smoke-"), "onnx_inference.md")
     torch.set_grad_enabled(False)
     rng = np.random.default_rng(0)
     rows = []
@@ -85,7 +90,8 @@ def main():
                 for _ in range(max(1, args.rounds)):
                     # The peers' thread pools keep spinning for a while after their last call
                     # (OpenMP block time); kiln measured then shares the two cores with them.
-                    time.sleep(1.0)
+                    if not args.smoke:
+                        time.sleep(1.0)
                     out = subprocess.run([args.kiln_bench, path, xin, "--repeat", str(args.repeat), "--out", kout],
                                          capture_output=True, text=True)
                     if out.returncode != 0:

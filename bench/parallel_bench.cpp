@@ -7,7 +7,7 @@
 //    off (branch parallelism alone) and on, beside the same two branches in plain C++ on one
 //    thread vs two (what the machine's cores give).
 // Built with -march=native, as kiln's modules are, so the triad uses the same vector width.
-// Usage: parallel_bench [--repeat N]
+// Usage: parallel_bench [--repeat N] [--smoke]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,8 +32,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kStreamN = int64_t(1) << 24;  // 16M floats, 64 MiB per array
-constexpr int64_t kBranchN = int64_t(1) << 20;
+int64_t g_stream_n = int64_t(1) << 24;  // 16M floats, 64 MiB per array (--smoke: 1M)
+int64_t g_branch_n = int64_t(1) << 20;  // (--smoke: 64K)
 
 double ms_of(const std::function<void()>& f) {
   auto t = Clock::now();
@@ -52,7 +52,7 @@ std::vector<double> best_interleaved(const std::vector<std::function<void()>>& c
   return best;
 }
 
-double gbps(double ms) { return 3.0 * 4.0 * static_cast<double>(kStreamN) / (ms * 1e6); }
+double gbps(double ms) { return 3.0 * 4.0 * static_cast<double>(g_stream_n) / (ms * 1e6); }
 
 __attribute__((noinline)) void triad_part(float* __restrict a, const float* __restrict b,
                                           const float* __restrict c, float s, int64_t lo,
@@ -73,14 +73,14 @@ void on_threads(int threads, int64_t n, const std::function<void(int64_t, int64_
 // touch places the pages near it).
 struct Triad {
   // Allocated as kiln allocates tensors, so both stream through the same kind of buffers.
-  std::shared_ptr<Storage> sa = allocate_storage(kStreamN * sizeof(float)),
-                           sb = allocate_storage(kStreamN * sizeof(float)),
-                           sc = allocate_storage(kStreamN * sizeof(float));
+  std::shared_ptr<Storage> sa = allocate_storage(g_stream_n * sizeof(float)),
+                           sb = allocate_storage(g_stream_n * sizeof(float)),
+                           sc = allocate_storage(g_stream_n * sizeof(float));
   float* a = static_cast<float*>(sa->data());
   float* b = static_cast<float*>(sb->data());
   float* c = static_cast<float*>(sc->data());
   Triad() {
-    on_threads(2, kStreamN, [this](int64_t lo, int64_t hi) {
+    on_threads(2, g_stream_n, [this](int64_t lo, int64_t hi) {
       // Varied values: pages of one repeated value may be merged by a hypervisor's
       // same-page merging, and every write to them then faults.
       for (int64_t i = lo; i < hi; ++i) {
@@ -91,7 +91,7 @@ struct Triad {
     });
   }
   void run(int threads) {
-    on_threads(threads, kStreamN,
+    on_threads(threads, g_stream_n,
                [this](int64_t lo, int64_t hi) { triad_part(a, b, c, 3.0f, lo, hi); });
   }
 };
@@ -124,8 +124,9 @@ Tensor random_floats(int64_t n, uint32_t seed) {
 
 int main(int argc, char** argv) {
   int repeat = 10;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_stream_n >>= 4, g_branch_n >>= 4;  // ctest
   }
   std::printf("kiln parallel execution (best of %d interleaved rounds; %u hardware threads)\n\n",
               repeat, std::thread::hardware_concurrency());
@@ -137,11 +138,11 @@ int main(int argc, char** argv) {
     add.set_outputs({x + y});
   }
   Triad triad;
-  std::vector<Tensor> add_in{random_floats(kStreamN, 1), random_floats(kStreamN, 2)};
+  std::vector<Tensor> add_in{random_floats(g_stream_n, 1), random_floats(g_stream_n, 2)};
   Bench add1(add, 1, 0, add_in), add2(add, 2, 0, add_in);
-  for (int64_t i : {int64_t{0}, kStreamN / 3, kStreamN - 1}) {
+  for (int64_t i : {int64_t{0}, g_stream_n / 3, g_stream_n - 1}) {
     for (Bench* b : {&add1, &add2}) {
-      if (b->out[0].numel() != kStreamN ||
+      if (b->out[0].numel() != g_stream_n ||
           b->out[0].load(i) != static_cast<float>(add_in[0].load(i) + add_in[1].load(i))) {
         std::fprintf(stderr, "kiln x + y gave a wrong result at %lld\n", static_cast<long long>(i));
         return 1;
@@ -153,7 +154,8 @@ int main(int argc, char** argv) {
       repeat);
   // The machine's ceiling is the faster triad; kiln is compared with it at both worker counts.
   const double ceiling = std::min(t[0], t[2]);
-  std::printf("16M floats, 12 bytes per element            ms      GB/s   of the triad ceiling\n");
+  std::printf("%lldM floats, 12 bytes per element            ms      GB/s   of the triad ceiling\n",
+              static_cast<long long>(g_stream_n >> 20));
   for (int w = 0; w < 2; ++w) {
     double tr = t[static_cast<size_t>(2 * w)];
     std::printf("  STREAM triad, %d thread%s              %8.2f  %8.2f\n", w + 1, w ? "s" : " ", tr,
@@ -174,23 +176,23 @@ int main(int argc, char** argv) {
     Var y = input(branches, "y", DType::kFloat32, {kDynamic});
     branches.set_outputs({branch(x) + branch(y)});
   }
-  std::vector<Tensor> br_in{random_floats(kBranchN, 3), random_floats(kBranchN, 4)};
+  std::vector<Tensor> br_in{random_floats(g_branch_n, 3), random_floats(g_branch_n, 4)};
   const int64_t no_split = std::numeric_limits<int64_t>::max() / 4;
   Bench b1(branches, 1, no_split, br_in), b2(branches, 2, no_split, br_in);
   Bench s1(branches, 1, 0, br_in), s2(branches, 2, 0, br_in);
   // Baseline: the same branch computed by plain C++ (libm, one pass per op), both branches
   // on one thread vs one branch per thread: the speedup this machine's two cores give.
-  std::vector<float> ra(kBranchN), rb(kBranchN), rtmp_a(kBranchN), rtmp_b(kBranchN);
+  std::vector<float> ra(g_branch_n), rb(g_branch_n), rtmp_a(g_branch_n), rtmp_b(g_branch_n);
   auto raw_branch = [&](const Tensor& in, std::vector<float>& out, std::vector<float>& tmp) {
     const float* x = static_cast<const float*>(in.data());
-    for (int64_t i = 0; i < kBranchN; ++i) tmp[i] = std::sin(x[i]);
-    for (int64_t i = 0; i < kBranchN; ++i) tmp[i] = std::exp(tmp[i]);
-    for (int64_t i = 0; i < kBranchN; ++i) tmp[i] = tmp[i] * 0.5f;
-    for (int64_t i = 0; i < kBranchN; ++i) tmp[i] = std::tanh(tmp[i]);
-    for (int64_t i = 0; i < kBranchN; ++i) out[i] = std::erf(tmp[i]);
+    for (int64_t i = 0; i < g_branch_n; ++i) tmp[i] = std::sin(x[i]);
+    for (int64_t i = 0; i < g_branch_n; ++i) tmp[i] = std::exp(tmp[i]);
+    for (int64_t i = 0; i < g_branch_n; ++i) tmp[i] = tmp[i] * 0.5f;
+    for (int64_t i = 0; i < g_branch_n; ++i) tmp[i] = std::tanh(tmp[i]);
+    for (int64_t i = 0; i < g_branch_n; ++i) out[i] = std::erf(tmp[i]);
   };
   auto raw_join = [&] {
-    for (int64_t i = 0; i < kBranchN; ++i) ra[i] += rb[i];
+    for (int64_t i = 0; i < g_branch_n; ++i) ra[i] += rb[i];
   };
   t = best_interleaved({[&] {
                           raw_branch(br_in[0], ra, rtmp_a);

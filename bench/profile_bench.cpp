@@ -3,7 +3,7 @@
 // two clock reads per step and per thunk call or part, and a few relaxed atomic adds.
 // Models: the MLP and ResNet-block examples, and ResNet-18 and MobileNetV2 from
 // bench/data/zoo when bench/zoo/export.py has made them.
-// Usage: profile_bench [--rounds N]
+// Usage: profile_bench [--rounds N] [--smoke]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,14 +66,17 @@ void bench(const std::string& name, const std::string& model, const std::string&
 
 int main(int argc, char** argv) {
   int rounds = 11;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
+  bool smoke = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0) rounds = 1, smoke = true;  // ctest: the examples once
   }
   const std::string ex = KILN_EXAMPLES_DIR, zoo = KILN_BENCH_DATA "/zoo";
   std::printf("%-12s %12s %12s %10s %12s\n", "model", "off ms/run", "on ms/run", "on/off",
               "off2/off");
   bench("mlp", ex + "/mlp/mlp.json", ex + "/mlp/input.npy", rounds);
   bench("resblock", ex + "/onnx/resblock/model.onnx", ex + "/onnx/resblock/x.npy", rounds);
+  if (smoke) return 0;
   bench("resnet18", zoo + "/resnet18.onnx", zoo + "/resnet18.input.npy", rounds);
   bench("mobilenet_v2", zoo + "/mobilenet_v2.onnx", zoo + "/mobilenet_v2.input.npy", rounds);
   return 0;

@@ -2,7 +2,7 @@
 // in the loop), with each step's share of the time: where a training module spends it.
 // Adam, batch 64, the cache wherever KILN_CACHE_DIR says. bench/train/run.py compares the
 // same step against PyTorch; this one explains it.
-// Usage: train_bench [--steps N] [--profile] [--model mlp|cnn]
+// Usage: train_bench [--steps N] [--profile] [--model mlp|cnn] [--smoke]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -114,10 +114,12 @@ int main(int argc, char** argv) {
       steps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--profile")) {
       profile = true;
+    } else if (!std::strcmp(argv[i], "--smoke")) {  // ctest: a step of each model
+      steps = 1;
     } else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       models.emplace_back(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: train_bench [--steps N] [--profile] [--model mlp|cnn]\n");
+      std::fprintf(stderr, "usage: train_bench [--steps N] [--profile] [--model mlp|cnn] [--smoke]\n");
       return 2;
     }
   }

@@ -445,5 +445,26 @@ TEST(RemoteCache, BadRemoteSettingsNameTheVariableBeforeAnyCompile) {
   }
 }
 
+// Every command has a size bound as well as a deadline: a reply past it is cut off unread
+// (the connection dropped), and the next command reconnects.
+TEST(RemoteCache, AReplyPastItsSizeBoundIsCutOffUnread) {
+  ScriptedServer huge(
+      [](const std::string& request) {
+        if (request.find("PING") != std::string::npos) return std::string("+PONG\r\n");
+        // Announces 2 GB, sends 8 MB of it at once, then nothing.
+        return "$2000000000\r\n" + std::string(8 << 20, 'x');
+      },
+      0);
+  RedisClient c(RedisUrl::parse(huge.url(), "test"), 500, 5000);
+  try {
+    c.command({"GET", "k"}, 1 << 20);
+    FAIL() << "a 2 GB reply was accepted";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than 1048576 bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(c.command({"PING"}).str, "PONG") << "the next command reconnects";
+}
+
 }  // namespace
 }  // namespace kiln

@@ -173,6 +173,17 @@ def export(name, out):
     print(f"{name:16s} {os.path.getsize(path) / 1e6:7.1f} MB  input {tuple(x.shape)}")
 
 
+def smoke_folder(models):
+    """The named models exported afresh into a temporary folder (the benchmarks' --smoke runs,
+    which must not depend on, nor overwrite, bench/data/zoo)."""
+    import subprocess
+    import tempfile
+    out = tempfile.mkdtemp(prefix="kiln-zoo-smoke-")
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--out", out] + list(models),
+                   check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -29,6 +30,8 @@ import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import export  # noqa: E402  (smoke runs export their model)
 
 
 def conv_kind(weight_dims, group):
@@ -133,15 +136,25 @@ def ort_times(model_path, input_path, repeat, threads, per_node):
     return times
 
 
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
+    ap.add_argument("model", nargs="?")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--nodes", action="store_true", help="one row per convolution, not per kind")
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="ctest: SqueezeNet (unless a model is named) exported afresh, one round of 2 runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.model = args.model or "squeezenet"
+        args.rounds, args.repeat = 1, 2
+        args.data = export.smoke_folder([args.model])
+    if not args.model:
+        ap.error("name a zoo model")
     model_path = os.path.join(args.data, args.model + ".onnx")
     input_path = os.path.join(args.data, args.model + ".input.npy")
     kiln_rounds, walls, peer_rounds = [], [], []

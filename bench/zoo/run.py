@@ -108,8 +108,16 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "zoo.md"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="ctest: SqueezeNet (unless models are named) exported afresh, one round of "
+                         "2 runs, no pauses, the table to a temporary file")
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(export.ZOO)}")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.repeat = 1, 2
+        args.models = args.models or ["squeezenet"]
+        args.data = export.smoke_folder(args.models)
+        args.results = os.path.join(args.data, "zoo.md")
     import torch
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
@@ -150,7 +158,7 @@ def main():
             def kiln_round(first):
                 # The peers' thread pools spin for a while after their last call; kiln measured
                 # then would share the cores with them.
-                time.sleep(0.5)
+                time.sleep(0 if args.smoke else 0.5)
                 out = subprocess.run([args.kiln_bench, path, xin, "--repeat", str(args.repeat),
                                       "--out", kout], capture_output=True, text=True, env=env)
                 if out.returncode != 0:
@@ -163,7 +171,7 @@ def main():
                 return float(fields["run_ms"].split()[0]), float(fields["compile_ms"])
 
             def ort_round():
-                time.sleep(0.5)  # PyTorch's threads, likewise, after the previous round
+                time.sleep(0 if args.smoke else 0.5)  # PyTorch's threads, likewise
                 return median_ms(lambda: sess.run(None, feed), args.repeat)
 
             for r in range(max(1, args.rounds)):

@@ -37,13 +37,21 @@ def busy(kiln, path, inp, repeat):
     return float(wall.group(1)), shares
 
 
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "release", "cli", "kiln"))
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true",
+                    help="ctest: SqueezeNet (unless models are named) exported afresh, 2 runs")
     ap.add_argument("models", nargs="*", help=f"default: {', '.join(export.ZOO)}")
     args = ap.parse_args()
+    if args.smoke:
+        args.models = args.models or ["squeezenet"]
+        args.repeat = 2
+        args.data = export.smoke_folder(args.models)
     print("| model | wall per run | threads busy | total of 200% |")
     print("|---|---|---|---|")
     for m in args.models or export.ZOO:
