@@ -34,9 +34,9 @@
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
+#include "util/clock.h"
 #include "util/fs.h"
 #include "util/sha256.h"
-#include "util/clock.h"
 #include "util/strings.h"
 
 using namespace kiln;
@@ -72,7 +72,8 @@ fs::path resnet18_file() {
   const fs::path file = fs::path(KILN_BENCH_DATA) / "resnet18.onnx";
   if (!fs::exists(file)) {
     fs::create_directories(file.parent_path());
-    ProcessResult p = run_process({"/usr/bin/python3", KILN_BENCH_MODELS "/resnet18_onnx.py", file.string()});
+    ProcessResult p =
+        run_process({"/usr/bin/python3", KILN_BENCH_MODELS "/resnet18_onnx.py", file.string()});
     if (p.exit_code != 0) {
       std::fprintf(stderr, "could not write %s: %s\n", file.c_str(), p.err.c_str());
       std::exit(1);
@@ -94,7 +95,8 @@ Graph rebuild(const Graph& g) {
   std::unordered_map<const Variable*, Variable*> map;
   for (const Variable* v : g.inputs()) map[v] = out.add_input(v->name, v->type);
   for (const Variable* v : g.constants()) {
-    map[v] = v->parameter ? out.add_parameter(*v->value, v->name) : out.add_constant(*v->value, v->name);
+    map[v] =
+        v->parameter ? out.add_parameter(*v->value, v->name) : out.add_constant(*v->value, v->name);
   }
   for (const auto& node : g.nodes()) {
     std::vector<Variable*> inputs;
@@ -126,8 +128,8 @@ int child(const std::string& which, const std::string& cache) {
 // graph built anew around the same weights (one signature hash); of the model loaded again
 // (new weight tensors, so its weights are prepared again: folded, packed).
 void compile_rows(const std::string& self, int repeat) {
-  std::printf("%-22s %9s %12s %12s %12s %12s\n", "graph", "cold ms", "fresh hit ms",
-              "memo same us", "memo new us", "reloaded us");
+  std::printf("%-22s %9s %12s %12s %12s %12s\n", "graph", "cold ms", "fresh hit ms", "memo same us",
+              "memo new us", "reloaded us");
   for (std::string which : {"mlp", "g200", "resnet18"}) {
     fs::path cache = fs::temp_directory_path() / ("kiln-cache-bench-" + which);
     std::vector<double> cold, warm, same, fresh, reloaded;
@@ -361,7 +363,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
   int repeat = 5, index_entries = 100000;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[i + 1]));
     // ctest: every row once, a small index.
     if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, index_entries = 2000;
   }

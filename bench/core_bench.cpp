@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since_ms(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double since_ms(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -62,10 +64,10 @@ Graph elementwise_graph() {
 }
 
 // The MLP written by hand on OpenBLAS: the baseline kiln's module should match.
-void mlp_openblas(const Mlp& m, const float* x, int n, std::vector<float>& h1, std::vector<float>& h2,
-                  std::vector<float>& y) {
-  auto layer = [&](const float* in, int k, const Tensor& w, const Tensor& b, int out_dim, std::vector<float>& out,
-                   bool relu) {
+void mlp_openblas(const Mlp& m, const float* x, int n, std::vector<float>& h1,
+                  std::vector<float>& h2, std::vector<float>& y) {
+  auto layer = [&](const float* in, int k, const Tensor& w, const Tensor& b, int out_dim,
+                   std::vector<float>& out, bool relu) {
     out.resize(static_cast<size_t>(n) * out_dim);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out_dim, k, 1.0f, in, k,
                 static_cast<const float*>(w.data()), out_dim, 0.0f, out.data(), out_dim);
@@ -108,21 +110,24 @@ double time_per_call_us(F&& f) {
 int main(int argc, char** argv) {
   int repeat = 5;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_min_ms = 5;  // ctest: it runs, it agrees
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0)
+      repeat = 1, g_min_ms = 5;  // ctest: it runs, it agrees
   }
   std::mt19937 rng(1);
-  Mlp m{random({784, 256}, rng, 0.05), random({256}, rng, 0.01), random({256, 128}, rng, 0.09),
-        random({128}, rng, 0.01), random({128, 10}, rng, 0.12), random({10}, rng, 0.01)};
+  Mlp m{random({784, 256}, rng, 0.05), random({256}, rng, 0.01),     random({256, 128}, rng, 0.09),
+        random({128}, rng, 0.01),      random({128, 10}, rng, 0.12), random({10}, rng, 0.01)};
   auto work = std::filesystem::temp_directory_path() / "kiln-bench-work";
   std::filesystem::remove_all(work);
   CompileOptions opts;
   opts.cache_dir = work;  // emptied before every cold compile
 
   std::printf("kiln core benchmark (%d repeats; medians)\n\n", repeat);
-  std::printf("%-28s %10s %10s %10s %10s %12s\n", "cold compile", "key ms", "codegen", "clang ms", "load ms",
-              "total ms");
-  for (auto make : {+[](const Mlp& mm) { return mlp_graph(mm); }, +[](const Mlp&) { return elementwise_graph(); }}) {
+  std::printf("%-28s %10s %10s %10s %10s %12s\n", "cold compile", "key ms", "codegen", "clang ms",
+              "load ms", "total ms");
+  for (auto make : {+[](const Mlp& mm) { return mlp_graph(mm); },
+                    +[](const Mlp&) { return elementwise_graph(); }}) {
     std::vector<double> key, gen, cc, load, total;
     std::string name;
     for (int r = 0; r < repeat; ++r) {
@@ -138,23 +143,27 @@ int main(int argc, char** argv) {
       cc.push_back(f.info().times.compile_ms);
       load.push_back(f.info().times.load_ms);
     }
-    std::printf("%-28s %10.2f %10.2f %10.1f %10.2f %12.1f\n", name.c_str(), median(key), median(gen), median(cc),
-                median(load), median(total));
+    std::printf("%-28s %10.2f %10.2f %10.1f %10.2f %12.1f\n", name.c_str(), median(key),
+                median(gen), median(cc), median(load), median(total));
   }
 
   Function f = compile(mlp_graph(m), opts);
-  std::printf("\n%-28s %14s %14s %8s\n", "MLP 784-256-128-10 run", "kiln us/call", "OpenBLAS us", "ratio");
+  std::printf("\n%-28s %14s %14s %8s\n", "MLP 784-256-128-10 run", "kiln us/call", "OpenBLAS us",
+              "ratio");
   for (int batch : {1, 64}) {
     Tensor x = random({batch, 784}, rng, 1.0);
     std::vector<float> h1, h2, y;
     double kiln_us = time_per_call_us([&] { f({x}); });
-    double blas_us = time_per_call_us([&] { mlp_openblas(m, static_cast<const float*>(x.data()), batch, h1, h2, y); });
+    double blas_us = time_per_call_us(
+        [&] { mlp_openblas(m, static_cast<const float*>(x.data()), batch, h1, h2, y); });
     // Same answer, or the timing means nothing.
     Tensor out = f({x})[0];
     double err = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) err = std::max(err, std::fabs(out.load(i) - y[static_cast<size_t>(i)]));
-    std::printf("%-28s %14.1f %14.1f %7.2fx   (max diff %.1e)\n", ("batch " + std::to_string(batch)).c_str(), kiln_us,
-                blas_us, kiln_us / blas_us, err);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      err = std::max(err, std::fabs(out.load(i) - y[static_cast<size_t>(i)]));
+    std::printf("%-28s %14.1f %14.1f %7.2fx   (max diff %.1e)\n",
+                ("batch " + std::to_string(batch)).c_str(), kiln_us, blas_us, kiln_us / blas_us,
+                err);
     if (!(err < 1e-3)) {
       std::fprintf(stderr, "core_bench: kiln and OpenBLAS disagree (max diff %g)\n", err);
       return 1;

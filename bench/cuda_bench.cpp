@@ -280,7 +280,8 @@ int main(int argc, char** argv) {
     return emulator_build(argv[2], argv[3], std::atoi(argv[4]));
   int repeat = 5;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_models = {"mlp"};  // ctest
   }
   const std::string self = fs::canonical("/proc/self/exe").string();

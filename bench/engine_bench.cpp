@@ -43,7 +43,8 @@ double fan_out(Engine& e, int n) {
 int main(int argc, char** argv) {
   int n = 100000, rounds = 3;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--n") == 0 && i + 1 < argc) n = std::max(1000, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--n") == 0 && i + 1 < argc)
+      n = std::max(1000, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--smoke") == 0) n = 1000, rounds = 1;  // ctest
   }
   std::printf("kiln engine overhead, %d empty functions (us per function, best of 3)\n\n", n);

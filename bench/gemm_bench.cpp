@@ -39,7 +39,8 @@ double best_us(F&& f, int repeat) {
 int main(int argc, char** argv) {
   int repeat = 200;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    if (std::string(argv[i]) == "--repeat" && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[++i]));
     if (std::string(argv[i]) == "--smoke") repeat = 1;  // ctest: every shape once, checked
   }
   openblas_set_num_threads(1);

@@ -100,10 +100,11 @@ int main(int argc, char** argv) {
     const Phases& a = per_node.front();
     const Phases& b = per_node.back();
     const double grew = static_cast<double>(sizes.back()) / sizes.front();
-    std::printf("from %d to %d nodes (x%.1f), time per node grew: load x%.2f, key x%.2f, "
-                "rewrite x%.2f, source x%.2f (a quadratic phase: about x%.1f)\n",
-                sizes.front(), sizes.back(), grew, b.load / a.load, b.key / a.key,
-                b.rewrite / a.rewrite, b.source / a.source, grew);
+    std::printf(
+        "from %d to %d nodes (x%.1f), time per node grew: load x%.2f, key x%.2f, "
+        "rewrite x%.2f, source x%.2f (a quadratic phase: about x%.1f)\n",
+        sizes.front(), sizes.back(), grew, b.load / a.load, b.key / a.key, b.rewrite / a.rewrite,
+        b.source / a.source, grew);
   }
   return 0;
 }

@@ -125,8 +125,10 @@ Tensor random_floats(int64_t n, uint32_t seed) {
 int main(int argc, char** argv) {
   int repeat = 10;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--smoke") == 0) repeat = 1, g_stream_n >>= 4, g_branch_n >>= 4;  // ctest
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--smoke") == 0)
+      repeat = 1, g_stream_n >>= 4, g_branch_n >>= 4;  // ctest
   }
   std::printf("kiln parallel execution (best of %d interleaved rounds; %u hardware threads)\n\n",
               repeat, std::thread::hardware_concurrency());

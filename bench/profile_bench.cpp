@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   int rounds = 11;
   bool smoke = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+      rounds = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--smoke") == 0) rounds = 1, smoke = true;  // ctest: the examples once
   }
   const std::string ex = KILN_EXAMPLES_DIR, zoo = KILN_BENCH_DATA "/zoo";

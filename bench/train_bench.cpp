@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       models.emplace_back(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: train_bench [--steps N] [--profile] [--model mlp|cnn] [--smoke]\n");
+      std::fprintf(stderr,
+                   "usage: train_bench [--steps N] [--profile] [--model mlp|cnn] [--smoke]\n");
       return 2;
     }
   }

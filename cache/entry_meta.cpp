@@ -3,9 +3,9 @@
 #include <atomic>
 #include <nlohmann/json.hpp>
 
-#include "util/sha256.h"
 #include "util/escape.h"
 #include "util/json_text.h"
+#include "util/sha256.h"
 
 namespace kiln {
 
@@ -51,7 +51,8 @@ std::string EntryMeta::to_json() const {
 
 EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
   if (text.size() > kMaxMetaBytes) {
-    throw CacheEntryError(where + ": " + std::to_string(text.size()) + " bytes, more than a meta.json may hold (" +
+    throw CacheEntryError(where + ": " + std::to_string(text.size()) +
+                          " bytes, more than a meta.json may hold (" +
                           std::to_string(kMaxMetaBytes) + ")");
   }
   nlohmann::json j;
@@ -70,7 +71,8 @@ EntryMeta EntryMeta::parse(const std::string& text, const std::string& where) {
     for (const auto& [name, value] : obj.items()) {
       bool known = false;
       for (const char* f : fields) known = known || name == f;
-      if (!known) throw CacheEntryError(where + ": unknown field " + in_quotes(name) + " in " + what);
+      if (!known)
+        throw CacheEntryError(where + ": unknown field " + in_quotes(name) + " in " + what);
     }
   };
   EntryMeta m;
@@ -150,7 +152,8 @@ bool is_sha256_hex(const std::string& s) {
   return true;
 }
 
-std::string missing_or_extra_files(const EntryMeta& meta, const std::vector<std::string>& expected) {
+std::string missing_or_extra_files(const EntryMeta& meta,
+                                   const std::vector<std::string>& expected) {
   for (const auto& name : expected) {
     if (!meta.file(name)) return "it lacks " + name;
   }

@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -103,11 +103,13 @@ SignaturePolicy SignaturePolicy::from_env() {
       throw UserError("KILN_CACHE_SIGNING_KEY: cannot read " + in_quotes(file, 4096) + ": " +
                       std::strerror(errno));
     if (!S_ISREG(st.st_mode)) {
-      throw UserError(named + " is not a file holding a secret key (kiln cache keygen NAME --out "
-                              "DIR writes one)");
+      throw UserError(named +
+                      " is not a file holding a secret key (kiln cache keygen NAME --out "
+                      "DIR writes one)");
     }
     if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-      throw UserError(named + " can be read by other users; a secret key must be private (chmod 600)");
+      throw UserError(named +
+                      " can be read by other users; a secret key must be private (chmod 600)");
     }
     const std::string where = std::string("KILN_CACHE_SIGNING_KEY (") + file + ")";
     std::string text;
@@ -142,7 +144,8 @@ SignaturePolicy SignaturePolicy::from_env() {
       }
       std::istringstream file_keys(text);
       size_t found = 0;
-      for (std::string fk; file_keys >> fk; ++found) p.trusted.push_back(parse_trusted_key(fk, where));
+      for (std::string fk; file_keys >> fk; ++found)
+        p.trusted.push_back(parse_trusted_key(fk, where));
       if (found == 0) throw UserError(where + ": the file holds no key");
     }
   }

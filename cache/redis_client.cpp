@@ -8,12 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <memory>
 
 #include "util/escape.h"
@@ -116,7 +116,8 @@ RedisUrl RedisUrl::parse(const std::string& text, const std::string& where) {
   auto number = [&](const std::string& s, int lo, int hi, const char* what) {
     char* end = nullptr;
     long v = std::strtol(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || v < lo || v > hi || !std::isdigit(static_cast<unsigned char>(s[0])))
+    if (s.empty() || *end != '\0' || v < lo || v > hi ||
+        !std::isdigit(static_cast<unsigned char>(s[0])))
       throw bad(std::string("bad ") + what);
     return static_cast<int>(v);
   };
@@ -214,7 +215,8 @@ RedisReply RedisClient::command(const std::vector<std::string>& args, uint64_t m
     lens.push_back(a.size());
   }
   char* raw = nullptr;
-  const int len = redisFormatCommandArgv(&raw, static_cast<int>(args.size()), argv.data(), lens.data());
+  const int len =
+      redisFormatCommandArgv(&raw, static_cast<int>(args.size()), argv.data(), lens.data());
   if (len < 0) throw fail("out of memory");
   std::unique_ptr<char, void (*)(void*)> request(raw, std::free);
   for (size_t sent = 0; sent < static_cast<size_t>(len);) {

@@ -85,16 +85,20 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
     return std::string(v);
   };
   // The namespace becomes part of every key and of SCAN's pattern: a name, no glob.
-  if (auto ns = env("KILN_REMOTE_CACHE_NAMESPACE")) c.ns = check_name(*ns, "KILN_REMOTE_CACHE_NAMESPACE");
+  if (auto ns = env("KILN_REMOTE_CACHE_NAMESPACE"))
+    c.ns = check_name(*ns, "KILN_REMOTE_CACHE_NAMESPACE");
   auto ms = [](double s) { return static_cast<int>(s * 1000 + 0.5); };
   if (auto t = env("KILN_REMOTE_TIMEOUT")) {
     c.timeout_ms = ms(parse_duration(*t, "KILN_REMOTE_TIMEOUT", 0.01, 600));
     c.connect_ms = std::min(c.connect_ms, c.timeout_ms);
   }
   // A lease is renewed every third of its life: under a second would flood the server.
-  if (auto t = env("KILN_REMOTE_LEASE")) c.lease_ms = ms(parse_duration(*t, "KILN_REMOTE_LEASE", 1, 3600));
-  if (auto t = env("KILN_REMOTE_WAIT")) c.wait_ms = ms(parse_duration(*t, "KILN_REMOTE_WAIT", 0.1, 86400));
-  if (auto t = env("KILN_REMOTE_MAX_ENTRY")) c.max_entry_bytes = parse_size(*t, "KILN_REMOTE_MAX_ENTRY", 4096);
+  if (auto t = env("KILN_REMOTE_LEASE"))
+    c.lease_ms = ms(parse_duration(*t, "KILN_REMOTE_LEASE", 1, 3600));
+  if (auto t = env("KILN_REMOTE_WAIT"))
+    c.wait_ms = ms(parse_duration(*t, "KILN_REMOTE_WAIT", 0.1, 86400));
+  if (auto t = env("KILN_REMOTE_MAX_ENTRY"))
+    c.max_entry_bytes = parse_size(*t, "KILN_REMOTE_MAX_ENTRY", 4096);
   if (auto trust = env("KILN_REMOTE_CACHE_TRUST")) {
     if (*trust != "unsigned" && *trust != "signed")
       throw UserError("KILN_REMOTE_CACHE_TRUST: " + in_quotes(*trust) +
@@ -280,7 +284,8 @@ bool RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir
   const std::string blob = pack_entry(meta, bytes);
   if (blob.size() > config_.max_entry_bytes) {
     warn("remote cache: not uploading " + meta.key + ": " + std::to_string(blob.size()) +
-         " bytes, more than KILN_REMOTE_MAX_ENTRY (" + std::to_string(config_.max_entry_bytes) + ")");
+         " bytes, more than KILN_REMOTE_MAX_ENTRY (" + std::to_string(config_.max_entry_bytes) +
+         ")");
     return false;
   }
   try {
@@ -341,8 +346,8 @@ void RemoteLease::renew_loop() {
   try {
     if (!uploaded_) {
       // Waiters compile now, side by side, instead of claiming the key one after another.
-      client.command({"SET", failed_key_, "1", "PX",
-                      std::to_string(std::min(config_.lease_ms, 10000))});
+      client.command(
+          {"SET", failed_key_, "1", "PX", std::to_string(std::min(config_.lease_ms, 10000))});
     }
     client.command({"EVAL", kReleaseScript, "1", key_, token_});
   } catch (const RemoteError&) {
@@ -379,8 +384,9 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
       }
       if (can_write()) {
         const std::string token = random_token();
-        RedisReply r = client_->command({"SET", lease_key(key), lease_value(token, config_.lease_ms),
-                                         "NX", "PX", std::to_string(config_.lease_ms)});
+        RedisReply r =
+            client_->command({"SET", lease_key(key), lease_value(token, config_.lease_ms), "NX",
+                              "PX", std::to_string(config_.lease_ms)});
         if (r.is_error()) {
           fault("SET (lease) refused: " + r.str.substr(0, 200));
           return {};

@@ -35,7 +35,7 @@ struct RemoteConfig {
   bool trust_unsigned = false;  // KILN_REMOTE_CACHE_TRUST=unsigned
   double breaker_s = 30;        // how long a failed server is skipped
   int lease_ms = 30000;         // KILN_REMOTE_LEASE: a compile's claim on a key
-  int wait_ms = 300000;  // KILN_REMOTE_WAIT: the longest wait for another's compile
+  int wait_ms = 300000;         // KILN_REMOTE_WAIT: the longest wait for another's compile
   uint64_t max_entry_bytes = uint64_t{64} << 20;  // KILN_REMOTE_MAX_ENTRY: larger is refused
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
   // Durations go through parse_duration, the namespace through check_name, the size through

@@ -2,7 +2,6 @@
 //
 // Exit codes: 0 success; 1 the model, the compile or the run failed (the error is printed);
 // 2 wrong usage (a one-line reason is printed).
-#include <optional>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,9 +24,9 @@
 #include "frontend/model_function.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
-#include "rewrite/grad.h"
 #include "ops/op_library.h"
 #include "ops/registry.h"
+#include "rewrite/grad.h"
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/npy.h"
@@ -279,7 +279,7 @@ struct Args {
   std::string output_dir;
   std::string output_format;  // kiln run: npy or safetensors
   std::string name, weights;  // kiln export
-  std::string out_dir;  // kiln cache keygen --out
+  std::string out_dir;        // kiln cache keygen --out
   bool explain = false;
   bool graph = false;
   std::optional<std::string> passes;
@@ -289,7 +289,7 @@ struct Args {
   std::vector<std::string> op_libraries;
   bool profile = false;
   std::string trace;  // kiln run --trace FILE
-  int repeat = 10;  // kiln run --profile
+  int repeat = 10;    // kiln run --profile
 };
 
 Args parse(int argc, char** argv) {
@@ -439,7 +439,8 @@ int cmd_export(const Args& a) {
   if (!a.weights.empty() && a.weights != "embed" && a.weights != "file") {
     throw UsageError{"--weights expects embed or file, got '" + a.weights + "'"};
   }
-  if (!a.device.empty() && a.device != "cpu") throw UsageError{"kiln export makes CPU libraries only"};
+  if (!a.device.empty() && a.device != "cpu")
+    throw UsageError{"kiln export makes CPU libraries only"};
   kiln::ExportOptions options;
   options.out_dir = a.output_dir;
   options.name = a.name;
@@ -507,7 +508,8 @@ InputSpecs parse_input_specs(const Args& a, const std::string& command) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
       throw UsageError{"kiln " + command +
                        ": --input expects NAME=FILE.npy, NAME=FILE.safetensors or "
-                       "FILE.safetensors, got '" + spec + "'"};
+                       "FILE.safetensors, got '" +
+                       spec + "'"};
     }
     if (!files.emplace(spec.substr(0, eq), spec.substr(eq + 1)).second) {
       throw UsageError{"kiln " + command + ": input '" + spec.substr(0, eq) + "' given twice"};
@@ -647,7 +649,8 @@ int cmd_run(const Args& a) {
         continue;
       }
       const kiln::CompileInfo& info = prefix->function().info();
-      std::fprintf(stderr, "stage: '%s' computed first by its own module (cache %s, compile %.2f ms)\n",
+      std::fprintf(stderr,
+                   "stage: '%s' computed first by its own module (cache %s, compile %.2f ms)\n",
                    value.c_str(), kiln::to_string(info.cache), info.times.compile_ms);
     }
   }
@@ -685,8 +688,9 @@ int cmd_grad(const Args& a) {
       if (c->parameter && kiln::is_float(c->type.dtype)) wrt.push_back(c);
     }
     if (wrt.empty()) {
-      throw kiln::UserError(model + ": the model has no floating-point initializers; name the "
-                                    "values to differentiate with --wrt NAME");
+      throw kiln::UserError(model +
+                            ": the model has no floating-point initializers; name the "
+                            "values to differentiate with --wrt NAME");
     }
   }
   for (const std::string& name : a.wrt) {
@@ -697,8 +701,9 @@ int cmd_grad(const Args& a) {
       for (const auto* c : g.constants()) {
         if (c->parameter) names.push_back(c->name);
       }
-      throw UsageError{"--wrt " + name + ": " + model + " has no input or initializer named so (it has " +
-                       kiln::join(names, ", ") + ")"};
+      throw UsageError{"--wrt " + name + ": " + model +
+                       " has no input or initializer named so (it has " + kiln::join(names, ", ") +
+                       ")"};
     }
     wrt.push_back(v);
   }
@@ -802,10 +807,9 @@ int cmd_cache_remote(const Args& a) {
     auto policy = kiln::SignaturePolicy::from_env();
     std::string names;
     for (const auto& k : policy.trusted) names += (names.empty() ? "" : ", ") + k.name;
-    const std::string trusted =
-        !names.empty()     ? names
-        : c.trust_unsigned ? "unsigned entries (KILN_REMOTE_CACHE_TRUST)"
-                           : "none: reads are refused";
+    const std::string trusted = !names.empty()     ? names
+                                : c.trust_unsigned ? "unsigned entries (KILN_REMOTE_CACHE_TRUST)"
+                                                   : "none: reads are refused";
     const std::string writes = remote->can_write() ? "yes, signed by " + policy.signer->name
                                                    : "no (no KILN_CACHE_SIGNING_KEY)";
     std::printf("trusted    %s\nwrites     %s\n", trusted.c_str(), writes.c_str());
@@ -821,7 +825,8 @@ int cmd_cache_remote(const Args& a) {
   int done = 0, missing = 0;
   if (sub == "push") {
     if (!remote->can_write())
-      throw kiln::UserError("kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
+      throw kiln::UserError(
+          "kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
     if (keys.empty()) {
       // Modules: the remote tier serves whole modules; kernel objects stay local.
       for (const auto& r : store->list()) {
@@ -889,15 +894,15 @@ int cmd_cache(const Args& a) {
     kiln::make_dirs(dir, 0700);
     kiln::write_file_atomic(secret_file, secret + "\n", 0600, true);
     kiln::write_file_atomic(public_file, pub + "\n", 0644, true);
-    std::printf("secret key %s (KILN_CACHE_SIGNING_KEY)\npublic key %s: %s\n",
-                secret_file.c_str(), public_file.c_str(), pub.c_str());
+    std::printf("secret key %s (KILN_CACHE_SIGNING_KEY)\npublic key %s: %s\n", secret_file.c_str(),
+                public_file.c_str(), pub.c_str());
     return 0;
   }
   if (sub != "gc" && (!a.max_size.empty() || !a.max_age.empty())) {
     throw UsageError{"--max-size/--max-age belong to 'kiln cache gc'"};
   }
-  static const std::vector<std::string> known{"ls",    "show",    "stats", "verify",
-                                              "gc",    "clear",   "reindex"};
+  static const std::vector<std::string> known{"ls", "show",  "stats",  "verify",
+                                              "gc", "clear", "reindex"};
   if (std::find(known.begin(), known.end(), sub) == known.end()) {
     throw UsageError{"kiln cache: unknown subcommand '" + sub +
                      "' (ls, show, stats, verify, gc, clear, reindex, keygen)"};
@@ -918,12 +923,14 @@ int cmd_cache(const Args& a) {
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
     for (const auto& r : rows) {
       std::printf("%-16s  %-20s %10s %6s %6s %6lld\n", r.key.substr(0, 16).c_str(),
-                  kiln::terminal_line(r.label.substr(0, 20)).c_str(), kiln::format_size(r.size).c_str(),
-                  age_text(r.created).c_str(), age_text(r.last_used).c_str(),
-                  static_cast<long long>(r.hits));
+                  kiln::terminal_line(r.label.substr(0, 20)).c_str(),
+                  kiln::format_size(r.size).c_str(), age_text(r.created).c_str(),
+                  age_text(r.last_used).c_str(), static_cast<long long>(r.hits));
     }
     std::printf("%zu entries", rows.size());
-    if (kernels) std::printf(" (and %zu kernel objects, %s)", kernels, kiln::format_size(kernel_bytes).c_str());
+    if (kernels)
+      std::printf(" (and %zu kernel objects, %s)", kernels,
+                  kiln::format_size(kernel_bytes).c_str());
     std::printf("\n");
   } else if (sub == "show") {
     std::string key = resolve_key(*store, a.positional[1]);
@@ -940,8 +947,9 @@ int cmd_cache(const Args& a) {
       std::printf("hits       %lld (last used %s ago)\n", static_cast<long long>(r->hits),
                   age_text(r->last_used).c_str());
     }
-    std::printf("folder     %s\nsource     %s\nfiles\n", store->entry_dir(key).c_str(),
-                (store->entry_dir(key) / (meta->file("kernel.c") ? "kernel.c" : "module.c")).c_str());
+    std::printf(
+        "folder     %s\nsource     %s\nfiles\n", store->entry_dir(key).c_str(),
+        (store->entry_dir(key) / (meta->file("kernel.c") ? "kernel.c" : "module.c")).c_str());
     for (const auto& f : meta->files) {
       std::printf("  %-10s %10llu bytes  sha256 %s\n", f.name.c_str(),
                   static_cast<unsigned long long>(f.size), f.sha256.c_str());
@@ -997,7 +1005,8 @@ int cmd_cache(const Args& a) {
       std::optional<double> age;
       if (!a.max_size.empty()) size = kiln::parse_size(a.max_size, "--max-size");
       // 0 is an age: "unused for any time at all".
-      if (!a.max_age.empty()) age = kiln::parse_duration(a.max_age, "--max-age", 0, 100 * 365 * 86400.0);
+      if (!a.max_age.empty())
+        age = kiln::parse_duration(a.max_age, "--max-age", 0, 100 * 365 * 86400.0);
       r = store->gc(size, age, true);
     } else {
       r = store->clear();
@@ -1025,9 +1034,9 @@ int cmd_ops(const Args& a) {
   }
   std::printf("built-in ops (%zu): %s\n", builtin.size(), kiln::join(builtin, ", ").c_str());
   for (const auto& lib : kiln::loaded_op_libraries()) {
-    std::printf("\nop library %s%s%s\n  file     %s\n  sha256   %s\n  abi      %s\n", lib->name.c_str(),
-                lib->version.empty() ? "" : " ", lib->version.c_str(), lib->path.c_str(),
-                lib->sha256.c_str(), lib->abi().c_str());
+    std::printf("\nop library %s%s%s\n  file     %s\n  sha256   %s\n  abi      %s\n",
+                lib->name.c_str(), lib->version.empty() ? "" : " ", lib->version.c_str(),
+                lib->path.c_str(), lib->sha256.c_str(), lib->abi().c_str());
     std::printf("  %-28s %-28s %-8s %s\n", "OP", "ONNX", "VERSION", "FORMS");
     for (const auto& name : lib->ops) {
       auto d = kiln::find_library_op(name);
@@ -1091,8 +1100,9 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // Where kiln knows the node, it says so (an OutOfMemoryError above); this one came from
     // elsewhere: a model, an input or a run too large for this machine's memory.
-    std::fprintf(stderr, "kiln: error: out of memory (the model, its inputs or its run need "
-                         "more memory than this machine gives)\n");
+    std::fprintf(stderr,
+                 "kiln: error: out of memory (the model, its inputs or its run need "
+                 "more memory than this machine gives)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: internal error: %s\n", kiln::terminal_text(e.what()).c_str());

@@ -15,8 +15,9 @@ static_assert(offsetof(kiln_thunk_info, fn) == 0 && offsetof(kiln_thunk_info, na
               offsetof(kiln_thunk_info, node) == 16 && offsetof(kiln_thunk_info, n_in) == 20 &&
               offsetof(kiln_thunk_info, n_out) == 24 && offsetof(kiln_thunk_info, flags) == 28 &&
               offsetof(kiln_thunk_info, split_unit) == 32 && sizeof(kiln_thunk_info) == 40);
-static_assert(offsetof(kiln_module_info, abi_version) == 0 && offsetof(kiln_module_info, key) == 8 &&
-              offsetof(kiln_module_info, n_thunks) == 16 && offsetof(kiln_module_info, thunks) == 24 &&
+static_assert(offsetof(kiln_module_info, abi_version) == 0 &&
+              offsetof(kiln_module_info, key) == 8 && offsetof(kiln_module_info, n_thunks) == 16 &&
+              offsetof(kiln_module_info, thunks) == 24 &&
               offsetof(kiln_module_info, state_size) == 32 &&
               offsetof(kiln_module_info, state_init) == 40 &&
               offsetof(kiln_module_info, state_cleanup) == 48 &&
@@ -59,7 +60,7 @@ std::string binding_assembly(const std::string& key, const std::vector<BoundNode
   s += "\t.quad kiln_key\n";
   s += "\t.long " + std::to_string(nodes.size()) + ", 0\n";
   s += "\t.quad kiln_thunks\n";
-  s += "\t.quad 8, 0, 0\n";  // state: a reserved word, no init, no cleanup
+  s += "\t.quad 8, 0, 0\n";          // state: a reserved word, no init, no cleanup
   s += "\t.long 0, 0\n\t.quad 0\n";  // no device kernels
 
   s += "\t.bss\n\t.p2align 3\n\t.globl kiln_support_\n\t.hidden kiln_support_\n";

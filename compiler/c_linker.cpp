@@ -47,14 +47,14 @@ std::pair<int, int64_t> thunk_flags(const COp& op, const Node& node) {
 std::string thunk_split(const COp& op, const Node& node) {
   if (op.enqueues_device_work()) return "KILN_THUNK_DEVICE, 0";
   if (!op.c_splittable(node)) return "0, 0";
-  return std::string(op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY" : "KILN_THUNK_SPLIT") +
+  return std::string(op.c_heavy(node) ? "KILN_THUNK_SPLIT | KILN_THUNK_HEAVY"
+                                      : "KILN_THUNK_SPLIT") +
          ", " + std::to_string(std::max<int64_t>(op.c_split_unit(node), 0));
 }
 
 void add_unique(std::vector<std::string>& list, const std::string& item) {
   if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
 }
-
 
 }  // namespace
 
@@ -106,8 +106,8 @@ void close_function(CodeWriter& w) {
 namespace {
 // Emits one braced block per node whose op has state init (or cleanup) code.
 template <class Hook>
-void emit_state_hooks(CodeWriter& w, const Graph& graph, const std::string& what, const std::string& kind,
-                      Hook hook) {
+void emit_state_hooks(CodeWriter& w, const Graph& graph, const std::string& what,
+                      const std::string& kind, Hook hook) {
   for (const auto& node : graph.nodes()) {
     Sub sub;
     sub.prefix = "n" + std::to_string(node->id) + "_";
@@ -137,7 +137,8 @@ std::string without_prefix(const std::string& code, const std::string& prefix) {
   std::string out;
   out.reserve(code.size());
   for (size_t i = 0; i < code.size();) {
-    const bool boundary = i == 0 || !(std::isalnum(static_cast<unsigned char>(code[i - 1])) || code[i - 1] == '_');
+    const bool boundary =
+        i == 0 || !(std::isalnum(static_cast<unsigned char>(code[i - 1])) || code[i - 1] == '_');
     if (boundary && code.compare(i, prefix.size(), prefix) == 0) {
       out += '@';
       i += prefix.size();
@@ -172,7 +173,8 @@ void link_cuda_kernels(LinkedModule& m, const Graph& graph, const std::string& k
     w.line();
     w.line("/* " + node_banner(node) + " */");
     for (const auto& k : kernels) w.fragment(k.code, id, "cuda_code");
-    for (const auto& [name, symbol] : shared) w.line("/* " + name + ": the code of " + symbol + " */");
+    for (const auto& [name, symbol] : shared)
+      w.line("/* " + name + ": the code of " + symbol + " */");
   }
   w.line();
   w.line("}  /* extern \"C\" */");
@@ -182,15 +184,17 @@ void link_cuda_kernels(LinkedModule& m, const Graph& graph, const std::string& k
     for (const auto& k : nk.kernels) {
       std::string args;
       for (size_t i = 0; i < k.params.size(); ++i) {
-        args += (i ? ", " : "") + std::string("*(") + k.params[i] + " *)a[" + std::to_string(i) + "]";
+        args +=
+            (i ? ", " : "") + std::string("*(") + k.params[i] + " *)a[" + std::to_string(i) + "]";
       }
       std::string sizes;
       for (const auto& p : k.params) sizes += "sizeof(" + p + "), ";
       w.line("extern \"C\" __attribute__((visibility(\"default\"))) void kiln_emu_entry_" + k.name +
              "(void **a) { " + k.name + "(" + args + "); }");
       // What a launch copies out of the caller's argument array (0-terminated).
-      w.line("extern \"C\" __attribute__((visibility(\"default\"))) const unsigned kiln_emu_sizes_" +
-             k.name + "[] = {" + sizes + "0u};");
+      w.line(
+          "extern \"C\" __attribute__((visibility(\"default\"))) const unsigned kiln_emu_sizes_" +
+          k.name + "[] = {" + sizes + "0u};");
     }
   }
   w.line("#endif");
@@ -232,7 +236,9 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
   w.line();
   w.line("#define KILN_MODULE 1");
   switch (pointer) {
-    case SupportPointer::kStatic: w.line("static const kiln_support *kiln_support_;"); break;
+    case SupportPointer::kStatic:
+      w.line("static const kiln_support *kiln_support_;");
+      break;
     case SupportPointer::kDefine:
       w.line("__attribute__((visibility(\"hidden\"))) const kiln_support *kiln_support_;");
       break;
@@ -246,7 +252,9 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
     w.fragment(prelude(p), -1, "prelude " + p);
   }
   w.line();
-  w.line("#define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto kiln_cleanup; } while (0)");
+  w.line(
+      "#define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto "
+      "kiln_cleanup; } while (0)");
   for (const auto& [text, node] : needs.support) {
     w.line();
     w.fragment(text, node, "support_code");
@@ -297,8 +305,8 @@ void emit_kernel_function(CodeWriter& w, const CKernel& k, const NodeCode& code,
 bool has_state(const COp& op, const Node& node) {
   Sub sub;
   sub.prefix = "n" + std::to_string(node.id) + "_";
-  return !op.c_state_fields(node, sub.prefix).empty() || !op.c_init_code_struct(node, sub).empty() ||
-         !op.c_cleanup_code_struct(node, sub).empty();
+  return !op.c_state_fields(node, sub.prefix).empty() ||
+         !op.c_init_code_struct(node, sub).empty() || !op.c_cleanup_code_struct(node, sub).empty();
 }
 
 // The state struct, one thunk per node (its code inline, or a call of its kernel with its
@@ -323,8 +331,9 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
   w.line("int kiln_status = 0;");
   w.line("(void)state;");
   w.line("(void)ctx;");
-  emit_state_hooks(w, graph, "init", "init_code_struct",
-                   [](const COp& op, const Node& n, const Sub& sub) { return op.c_init_code_struct(n, sub); });
+  emit_state_hooks(
+      w, graph, "init", "init_code_struct",
+      [](const COp& op, const Node& n, const Sub& sub) { return op.c_init_code_struct(n, sub); });
   close_function(w);
   w.line();
   w.line("static void kiln_state_cleanup(void *state_) {");
@@ -332,7 +341,9 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
   w.line("kiln_state *state = (kiln_state *)state_;");
   w.line("(void)state;");
   emit_state_hooks(w, graph, "cleanup", "cleanup_code_struct",
-                   [](const COp& op, const Node& n, const Sub& sub) { return op.c_cleanup_code_struct(n, sub); });
+                   [](const COp& op, const Node& n, const Sub& sub) {
+                     return op.c_cleanup_code_struct(n, sub);
+                   });
   w.dedent();
   w.line("}");
 
@@ -393,10 +404,9 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
   w.line("static const kiln_thunk_info kiln_thunks[] = {");
   w.indent();
   for (const auto& node : graph.nodes()) {
-    w.line("{kiln_node_" + std::to_string(node->id) + ", " + c_string_literal(node->label()) + ", " +
-           std::to_string(node->id) + ", " + std::to_string(node->inputs.size()) + ", " +
-           std::to_string(node->outputs.size()) + ", " +
-           thunk_split(c_op(*node), *node) + "},");
+    w.line("{kiln_node_" + std::to_string(node->id) + ", " + c_string_literal(node->label()) +
+           ", " + std::to_string(node->id) + ", " + std::to_string(node->inputs.size()) + ", " +
+           std::to_string(node->outputs.size()) + ", " + thunk_split(c_op(*node), *node) + "},");
   }
   if (graph.nodes().empty()) w.line("{0, 0, 0, 0, 0, 0, 0},");
   w.dedent();
@@ -406,7 +416,9 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
          ", kiln_thunks, sizeof(kiln_state), kiln_state_init, kiln_state_cleanup, " +
          std::to_string(m.kernel_names.size()) +
          (m.kernel_names.empty() ? ", 0};" : ", kiln_kernel_names};"));
-  w.line("__attribute__((visibility(\"default\"))) const kiln_module_info *kiln_module(const kiln_support *support) {");
+  w.line(
+      "__attribute__((visibility(\"default\"))) const kiln_module_info *kiln_module(const "
+      "kiln_support *support) {");
   w.indent();
   w.line("__atomic_store_n(&kiln_support_, support, __ATOMIC_RELAXED);");
   w.line("return &kiln_info;");
@@ -441,11 +453,14 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
     const COp& op = c_op(node);
     NodeCode& code = codes[i];
     CodeNames names;
-    for (size_t k = 0; k < node.inputs.size(); ++k) names.inputs.push_back("in[" + std::to_string(k) + "]");
-    for (size_t k = 0; k < node.outputs.size(); ++k) names.outputs.push_back("out[" + std::to_string(k) + "]");
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      names.inputs.push_back("in[" + std::to_string(k) + "]");
+    for (size_t k = 0; k < node.outputs.size(); ++k)
+      names.outputs.push_back("out[" + std::to_string(k) + "]");
     Sub sub;
     sub.prefix = "n" + std::to_string(node.id) + "_";
-    const bool as_kernel = mode == LinkMode::kKernels && !op.placed_on_cuda() && !has_state(op, node);
+    const bool as_kernel =
+        mode == LinkMode::kKernels && !op.placed_on_cuda() && !has_state(op, node);
     try {
       if (const COp* inner = op.placed_on_cuda()) {
         CudaCode cuda = inner->cuda_code(node, names, sub);
@@ -486,10 +501,10 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
     Needs needs;
     needs.add(op, node.id);
     Sha256 h;
-    for (const auto& part : {join(needs.headers, "\n"), join(needs.preludes, "\n"),
-                             needs.support.empty() ? std::string() : needs.support[0].first,
-                             code.support_apply, code.body, join(op.c_libraries(), "\n"),
-                             join(op.c_compile_args(), "\n")}) {
+    for (const auto& part :
+         {join(needs.headers, "\n"), join(needs.preludes, "\n"),
+          needs.support.empty() ? std::string() : needs.support[0].first, code.support_apply,
+          code.body, join(op.c_libraries(), "\n"), join(op.c_compile_args(), "\n")}) {
       h.update(std::to_string(part.size()) + ":");
       h.update(part);
     }
@@ -520,12 +535,14 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
   }
 
   // The module as one unit: kiln source shows it, and LinkMode::kModule compiles it.
-  const SupportPointer own = mode == LinkMode::kKernels ? SupportPointer::kDefine : SupportPointer::kStatic;
+  const SupportPointer own =
+      mode == LinkMode::kKernels ? SupportPointer::kDefine : SupportPointer::kStatic;
   auto emit_head = [&](CodeWriter& w, const Needs& needs, bool with_kernel_code) {
-    w.line("/* kiln module for graph '" + c_comment_text(graph.name()) + "': " +
-           std::to_string(graph.nodes().size()) + " nodes" +
-           (mode == LinkMode::kKernels ? ", " + std::to_string(m.c_kernels.size()) + " kernels" : "") +
-           ". Generated by kiln; do not edit. */");
+    w.line(
+        "/* kiln module for graph '" + c_comment_text(graph.name()) +
+        "': " + std::to_string(graph.nodes().size()) + " nodes" +
+        (mode == LinkMode::kKernels ? ", " + std::to_string(m.c_kernels.size()) + " kernels" : "") +
+        ". Generated by kiln; do not edit. */");
     w.line("/* key " + key + " */");
     emit_prologue(w, needs, own);
     // Support code of the inline nodes (identical blocks once).
@@ -541,7 +558,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
     if (!with_kernel_code) {
       w.line("/* the kernels this module binds its nodes to, each compiled on its own */");
       for (const auto& k : m.c_kernels) {
-        w.line("__attribute__((visibility(\"hidden\"))) int " + k.symbol + std::string(kKernelParams) + ";");
+        w.line("__attribute__((visibility(\"hidden\"))) int " + k.symbol +
+               std::string(kKernelParams) + ";");
       }
       return;
     }
@@ -579,7 +597,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
       b.args = codes[i].args.values;
       bound.push_back(std::move(b));
     }
-    if (bound.size() == codes.size() && !bound.empty()) m.binding_asm = binding_assembly(key, bound);
+    if (bound.size() == codes.size() && !bound.empty())
+      m.binding_asm = binding_assembly(key, bound);
   }
   emit_head(m.code, all, true);
   emit_binding(m, m.code, graph, key, codes);

@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <list>
-#include <optional>
 #include <chrono>
 #include <cstdlib>
+#include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -125,8 +125,8 @@ bool cacheable(const Graph& graph) {
     const char* why = nullptr;
     if (!node->op->cache_version()) {
       why = "has no cache_version";
-    } else if (!OpRegistry::instance().contains(name) && name != "to_device" &&
-               name != "to_host" && name.rfind("cuda:", 0) != 0) {
+    } else if (!OpRegistry::instance().contains(name) && name != "to_device" && name != "to_host" &&
+               name.rfind("cuda:", 0) != 0) {
       why = "is not in the op registry";
     }
     if (!why) continue;
@@ -235,8 +235,8 @@ std::shared_ptr<const ModuleKey> key_of(const Graph& graph, const KeyContext& ct
   {
     std::lock_guard lock(mutex);
     auto it = seen.find(graph.uid());
-    if (it != seen.end() && it->second.generation == graph.generation() &&
-        it->second.ctx == &ctx && it->second.constants == constants()) {
+    if (it != seen.end() && it->second.generation == graph.generation() && it->second.ctx == &ctx &&
+        it->second.constants == constants()) {
       return it->second.key;
     }
   }
@@ -317,13 +317,12 @@ void build_kernels(const Graph& graph, const LinkedModule& linked, const std::st
   fs::path kept = keep_failed(store, key, linked.code.str(), outcome.log);
   write_file_atomic(kept / "kernels.cu", linked.cuda.str());
   std::vector<Diagnostic> diags = cuda_diagnostics(outcome.log, linked.cuda);
-  const std::string msg = format_compile_error(
-      "CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
-          (cuda.emulated() ? "emulator" : cuda.arch()) + ")",
-      graph, diags, outcome.log, kept / "kernels.cu");
+  const std::string msg =
+      format_compile_error("CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
+                               (cuda.emulated() ? "emulator" : cuda.arch()) + ")",
+                           graph, diags, outcome.log, kept / "kernels.cu");
   throw CompileError(msg, std::move(diags), kept / "kernels.cu");
 }
-
 
 std::string graph_summary(const Graph& graph) {
   std::map<std::string, int> ops;
@@ -340,8 +339,8 @@ std::string graph_summary(const Graph& graph) {
 struct Built {
   std::shared_ptr<const ModulePlan> plan;
   std::vector<Tensor> prepared;  // the weight set the rewrites prepared (ModulePlan::prepared_in)
-  bool kernels = false;  // it has a CUDA half (kernels.cu and the device image)
-  std::string summary;   // of the optimized graph, for `kiln cache ls`
+  bool kernels = false;          // it has a CUDA half (kernels.cu and the device image)
+  std::string summary;           // of the optimized graph, for `kiln cache ls`
 };
 
 // Runs the rewrites and generates and compiles the module into `dir` (module.c, module.so,
@@ -354,7 +353,9 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   info.times.rewrite_ms = ms_since(t);
   t = Clock::now();
   LinkedModule linked = link_c_module(graph, key, ctx.link_mode);
-  Built built{ModulePlan::from_graph(graph, source), {}, !linked.kernel_names.empty(),
+  Built built{ModulePlan::from_graph(graph, source),
+              {},
+              !linked.kernel_names.empty(),
               graph_summary(graph)};
   const std::string plan = built.plan->serialize();
   // A stored module's plan goes through its text, so every miss runs the parser a hit runs.
@@ -416,12 +417,12 @@ void record_remote(CacheStore& store, const RemoteCounters& a, const RemoteCount
       {"remote_rejects", static_cast<double>(b.rejects - a.rejects)},
       {"remote_errors", static_cast<double>(b.errors - a.errors)},
       {"remote_uploads", static_cast<double>(b.uploads - a.uploads)},
-      {"remote_bytes", static_cast<double>((b.bytes_in + b.bytes_out) - (a.bytes_in + a.bytes_out))}};
+      {"remote_bytes",
+       static_cast<double>((b.bytes_in + b.bytes_out) - (a.bytes_in + a.bytes_out))}};
   for (const auto& [name, by] : deltas) {
     if (by != 0) store.count(name, by);
   }
 }
-
 
 // Hit, or compile under the key's lock and publish. Returns the pinned entry; nullopt for
 // a miss of a graph the cache cannot hold (see cacheable), which the caller builds unstored.
@@ -499,8 +500,8 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   meta.created = unix_now();
   meta.compile_ms = info.times.rewrite_ms + info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
-  for (const auto& f :
-       module_entry_files(built.kernels ? CudaToolchain::get().outputs() : std::vector<std::string>{}))
+  for (const auto& f : module_entry_files(built.kernels ? CudaToolchain::get().outputs()
+                                                        : std::vector<std::string>{}))
     meta.files.push_back(FileRecord{f, 0, ""});
   CacheEntry entry = store.publish(std::move(staging), std::move(meta));
   if (remote && remote->can_write()) {
@@ -517,7 +518,8 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
 // The entry's plan, as its builder wrote it (the lookup has verified the file).
 std::shared_ptr<const ModulePlan> read_plan(const CacheEntry& entry) {
   const fs::path file = entry.file("plan");
-  if (!entry.meta.file("plan")) throw CacheEntryError(entry.dir.string() + ": the entry has no plan");
+  if (!entry.meta.file("plan"))
+    throw CacheEntryError(entry.dir.string() + ": the entry has no plan");
   return ModulePlan::parse(read_file(file), file.string());
 }
 
@@ -539,7 +541,8 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
   std::shared_ptr<const Program> program =
       program_with_updates(loaded.weights->program(*loaded.plan, graph), *loaded.plan, updates);
   info.times.prepare_ms = ms_since(t);
-  for (const ProgramUpdate& u : program->updates) ++(u.in_place ? info.updates_in_place : info.updates_copied);
+  for (const ProgramUpdate& u : program->updates)
+    ++(u.in_place ? info.updates_in_place : info.updates_copied);
   auto executor = std::make_shared<Executor>(loaded.module, std::move(program),
                                              options.engine ? options.engine : &default_engine());
   if (options.split_grain > 0) executor->set_split_grain(options.split_grain);
@@ -593,7 +596,8 @@ std::optional<Loaded> remote_hit_without_publishing(CacheStore& store, const Mod
       write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
     return loaded_from(store.publish(std::move(staging), std::move(fetched->meta)));
   }
-  const fs::path parent = fs::temp_directory_path() / ("kiln-scratch-" + std::to_string(::geteuid()));
+  const fs::path parent =
+      fs::temp_directory_path() / ("kiln-scratch-" + std::to_string(::geteuid()));
   auto folder = std::make_shared<WorkFolder>(
       WorkFolder::create(parent, mk.key.substr(0, 16), CacheAccess::private_access()));
   for (const auto& [name, bytes] : fetched->files)
@@ -601,7 +605,8 @@ std::optional<Loaded> remote_hit_without_publishing(CacheStore& store, const Mod
   Loaded loaded;
   loaded.source_path = folder->path() / "module.c";
   loaded.module_path = folder->path() / "module.so";
-  loaded.plan = ModulePlan::parse(read_file(folder->path() / "plan"), (folder->path() / "plan").string());
+  loaded.plan =
+      ModulePlan::parse(read_file(folder->path() / "plan"), (folder->path() / "plan").string());
   loaded.pin = folder;
   return loaded;
 }
@@ -641,7 +646,8 @@ std::string generate_source(const Graph& source, const CompileOptions& options) 
   check_graph(source);
   if (!source.updates().empty()) return generate_source(with_update_outputs(source), options);
   const KeyContext& ctx = key_context(options);
-  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode).code.str();
+  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode)
+      .code.str();
 }
 
 void clear_compile_memo() { memo().clear(); }
@@ -655,7 +661,8 @@ StandaloneModule standalone_module(const Graph& source, const CompileOptions& op
   StandaloneModule out;
   out.key = key_of(source, ctx)->key;
   auto graph = std::make_shared<const Graph>(optimize_for(source, ctx));
-  out.linked = std::make_shared<const LinkedModule>(link_c_module(*graph, out.key, LinkMode::kModule));
+  out.linked =
+      std::make_shared<const LinkedModule>(link_c_module(*graph, out.key, LinkMode::kModule));
   auto plan = ModulePlan::from_graph(*graph, source);
   out.program = plan->program(source, plan->prepared_in(*graph));
   out.graph = std::move(graph);
@@ -713,8 +720,8 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
         info.cache = CacheStatus::kUncacheable;
         loaded = build_unstored(source, ctx, *mk, store.get(), info);
       }
-    } else if (std::optional<Built> built; std::optional<CacheEntry> entry =
-                   lookup_or_build(*store, source, ctx, *mk, options, info, built)) {
+    } else if (std::optional<Built> built; std::optional<CacheEntry> entry = lookup_or_build(
+                                               *store, source, ctx, *mk, options, info, built)) {
       if (built) {
         // Built here: the plan and the weights its rewrites prepared are at hand.
         loaded.source_path = entry->file("module.c");
@@ -746,8 +753,10 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
 Function compile(const Graph& source, const CompileOptions& options) {
   if (source.updates().empty()) return compile_graph(source, options, {});
   if (options.device != "cpu") {
-    throw UnsupportedError("graph '" + source.name() + "' updates its inputs: state updates run on "
-                           "the CPU device only for now (device '" + options.device + "' asked for)");
+    throw UnsupportedError("graph '" + source.name() +
+                           "' updates its inputs: state updates run on "
+                           "the CPU device only for now (device '" +
+                           options.device + "' asked for)");
   }
   return compile_graph(with_update_outputs(source), options, update_positions(source));
 }

@@ -12,7 +12,7 @@
 namespace kiln {
 
 struct Diagnostic {
-  std::string severity;   // "error", "warning", "fatal"
+  std::string severity;  // "error", "warning", "fatal"
   std::string message;
   int line = 0, column = 0;  // in the generated source
   SourceOrigin origin;       // node -1 when the line is linker boilerplate

@@ -239,7 +239,8 @@ std::string header_text(const std::string& n, const BundleDescription& d, bool e
   std::string h;
   // Model names go into comments only through c_comment_text: a name holding "*/" must
   // not put code into every program that includes the header.
-  h += "/* " + n + ".h: the C API of model '" + c_comment_text(d.name) + "', exported by kiln.\n *\n";
+  h += "/* " + n + ".h: the C API of model '" + c_comment_text(d.name) +
+       "', exported by kiln.\n *\n";
   for (int s : d.input_slots)
     h += " * input   " + c_comment_text(signature_line(d.slots[static_cast<size_t>(s)])) + "\n";
   for (int s : d.output_slots)
@@ -308,8 +309,8 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
   g += "extern const void *kiln_module(const void *support);\n";
   g += "extern const char kiln_export_description[], kiln_export_description_end[];\n";
   if (embedded) g += "extern const char kiln_export_weights[], kiln_export_weights_end[];\n";
-  g += "static const kiln_bundle_image image = {\n  " + c_string_literal(n) + ", " + c_string_literal(id) +
-       ",\n  kiln_export_description, 0,\n";
+  g += "static const kiln_bundle_image image = {\n  " + c_string_literal(n) + ", " +
+       c_string_literal(id) + ",\n  kiln_export_description, 0,\n";
   g += embedded ? "  kiln_export_weights, 0, 0,\n"
                 : "  0, 0, " + c_string_literal(n + ".safetensors") + ",\n";
   g += "  kiln_module, (const void *)&image};\n";
@@ -364,8 +365,8 @@ std::string glue_text(const std::string& n, const BundleDescription& d, const st
 std::string blobs_text(const fs::path& description, const std::optional<fs::path>& weights) {
   auto incbin = [](const std::string& symbol, const fs::path& file, int align) {
     return "  .balign " + std::to_string(align) + "\n  .globl " + symbol + "\n  .hidden " + symbol +
-           "\n" + symbol + ":\n  .incbin " + asm_string_literal(file.string()) + "\n  .globl " + symbol +
-           "_end\n  .hidden " + symbol + "_end\n" + symbol + "_end:\n  .byte 0\n";
+           "\n" + symbol + ":\n  .incbin " + asm_string_literal(file.string()) + "\n  .globl " +
+           symbol + "_end\n  .hidden " + symbol + "_end\n" + symbol + "_end:\n  .byte 0\n";
   };
   std::string s = "  .section .rodata.kiln_export,\"a\"\n";
   s += incbin("kiln_export_description", description, 8);

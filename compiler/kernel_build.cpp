@@ -30,7 +30,7 @@ KeyComponents kernel_components(const Toolchain& toolchain, const CKernel& kerne
 
 // One unit to compile: a kernel not in the cache, or the binding.
 struct Job {
-  int kernel = -1;  // index into c_kernels; -1: the binding
+  int kernel = -1;        // index into c_kernels; -1: the binding
   bool assemble = false;  // the binding as assembler (binding.c stays as the fallback)
   fs::path source, object;
   std::unique_ptr<WorkFolder> staging;  // a kernel's cache staging folder, when it is stored
@@ -44,14 +44,16 @@ void run_jobs(std::vector<Job>& list, const std::vector<size_t>& order, const To
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < list.size();) {
       Job& job = list[order[i]];
-      const auto& args = job.kernel < 0 ? linked.compile_args
-                                        : linked.c_kernels[static_cast<size_t>(job.kernel)].compile_args;
+      const auto& args = job.kernel < 0
+                             ? linked.compile_args
+                             : linked.c_kernels[static_cast<size_t>(job.kernel)].compile_args;
       try {
         if (job.assemble) {
           job.outcome = toolchain.assemble(job.source.parent_path() / "binding.s", job.object);
           if (job.outcome.ok) continue;
           // No assembler, or one that refuses the text: the C binding says the same.
-          if (debug_level() >= 1) log_line("binding.s not assembled (" + job.outcome.log + "); compiling binding.c");
+          if (debug_level() >= 1)
+            log_line("binding.s not assembled (" + job.outcome.log + "); compiling binding.c");
         }
         job.outcome = toolchain.compile_object(job.source, job.object, args);
       } catch (const std::exception& e) {
@@ -74,7 +76,8 @@ int compile_jobs() {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
     if (*end != '\0' || n < 1 || n > 1024) {
-      throw UserError(std::string("KILN_JOBS: '") + env + "' is not a count of compile jobs (1 to 1024)");
+      throw UserError(std::string("KILN_JOBS: '") + env +
+                      "' is not a count of compile jobs (1 to 1024)");
     }
     return static_cast<int>(n);
   }
@@ -85,9 +88,9 @@ std::string kernel_key(const Toolchain& toolchain, const CKernel& kernel) {
   return artifact_key(kernel_components(toolchain, kernel));
 }
 
-std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const Toolchain& toolchain,
-                                              CacheStore* store, const fs::path& dir,
-                                              CompileInfo& info) {
+std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked,
+                                              const Toolchain& toolchain, CacheStore* store,
+                                              const fs::path& dir, CompileInfo& info) {
   check_internal(linked.mode == LinkMode::kKernels, "build_from_kernels: not a kernel module");
   const auto start = Clock::now();
   const bool cached = store && store->writable();
@@ -144,7 +147,8 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
   for (const Job& job : list) sizes.push_back(fs::file_size(job.source));
   std::vector<size_t> order(list.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
   auto t = Clock::now();
   run_jobs(list, order, toolchain, linked, report.jobs);
   info.times.kernels_ms = ms_since(t);
@@ -162,7 +166,8 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked, const 
     const CKernel& k = linked.c_kernels[static_cast<size_t>(job.kernel)];
     report.compile_ms.emplace_back(k.symbol + " (" + k.op + ")", job.outcome.seconds * 1000);
     if (!job.outcome.ok) {
-      if (!failure) failure = UnitFailure{k.symbol + ".c", &k.code, k.compile_args, job.outcome.log};
+      if (!failure)
+        failure = UnitFailure{k.symbol + ".c", &k.code, k.compile_args, job.outcome.log};
       continue;
     }
     ++report.compiled;

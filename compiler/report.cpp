@@ -11,8 +11,8 @@
 #include "rewrite/pipeline.h"
 #include "runtime/cuda/device_tensor.h"
 #include "util/escape.h"
-#include "util/json_text.h"
 #include "util/fs.h"
+#include "util/json_text.h"
 
 namespace kiln {
 namespace {

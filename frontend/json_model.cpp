@@ -20,13 +20,15 @@ using json = nlohmann::json;
 
 class Loader {
  public:
-  Loader(std::string origin, std::filesystem::path base) : origin_(std::move(origin)), base_(std::move(base)) {}
+  Loader(std::string origin, std::filesystem::path base)
+      : origin_(std::move(origin)), base_(std::move(base)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     throw UserError(origin_ + ": " + path + ": " + what);
   }
 
-  const json& field(const json& obj, const std::string& path, const char* key, bool required = true) const {
+  const json& field(const json& obj, const std::string& path, const char* key,
+                    bool required = true) const {
     static const json kNull;
     if (!obj.is_object()) fail(path, "expected an object");
     auto it = obj.find(key);
@@ -88,13 +90,15 @@ class Loader {
     try {
       doc = parse_untrusted_json(text, origin_, 64);
     } catch (const JsonError& e) {
-      throw UserError(origin_ + ": byte " + std::to_string(e.offset()) + ": invalid JSON: " + e.reason());
+      throw UserError(origin_ + ": byte " + std::to_string(e.offset()) +
+                      ": invalid JSON: " + e.reason());
     }
     if (!doc.is_object()) fail("(root)", "expected an object");
     const json& fmt = field(doc, "(root)", "format", false);
     if (!fmt.is_null() && fmt != "kiln-graph") fail("format", "expected \"kiln-graph\"");
     const json& version = field(doc, "(root)", "version", false);
-    if (!version.is_null() && version != 1) fail("version", "unsupported version (this kiln reads 1)");
+    if (!version.is_null() && version != 1)
+      fail("version", "unsupported version (this kiln reads 1)");
     const json& name = field(doc, "(root)", "name", false);
     Graph g(name.is_null() ? std::string("model") : string_at(name, "name"));
 
@@ -129,16 +133,19 @@ class Loader {
 
     const json& nodes = field(doc, "(root)", "nodes");
     if (!nodes.is_array()) fail("nodes", "expected an array");
-    for (size_t i = 0; i < nodes.size(); ++i) load_node(g, nodes[i], "nodes[" + std::to_string(i) + "]");
+    for (size_t i = 0; i < nodes.size(); ++i)
+      load_node(g, nodes[i], "nodes[" + std::to_string(i) + "]");
 
     const json& gradients = field(doc, "(root)", "gradients", false);
     if (!gradients.is_null()) {
       if (!gradients.is_array()) fail("gradients", "expected an array");
-      for (size_t i = 0; i < gradients.size(); ++i) load_gradient(g, gradients[i], "gradients[" + std::to_string(i) + "]");
+      for (size_t i = 0; i < gradients.size(); ++i)
+        load_gradient(g, gradients[i], "gradients[" + std::to_string(i) + "]");
     }
 
     const json& outputs = field(doc, "(root)", "outputs");
-    if (!outputs.is_array() || outputs.empty()) fail("outputs", "expected a non-empty array of names");
+    if (!outputs.is_array() || outputs.empty())
+      fail("outputs", "expected a non-empty array of names");
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::string p = "outputs[" + std::to_string(i) + "]";
       std::string n = string_at(outputs[i], p);
@@ -192,7 +199,8 @@ class Loader {
         values.push_back(value.get<double>());
       } else if (value.is_array()) {
         for (size_t k = 0; k < value.size(); ++k) {
-          if (!value[k].is_number()) fail(p + ".value[" + std::to_string(k) + "]", "expected a number");
+          if (!value[k].is_number())
+            fail(p + ".value[" + std::to_string(k) + "]", "expected a number");
           values.push_back(value[k].get<double>());
         }
         shape = {static_cast<int64_t>(values.size())};
@@ -231,7 +239,8 @@ class Loader {
     const json& wj = field(spec, p, "wrt");
     const json& oj = field(spec, p, "outputs");
     if (!wj.is_array() || wj.empty()) fail(p + ".wrt", "expected a non-empty array of names");
-    if (!oj.is_array() || oj.size() != wj.size()) fail(p + ".outputs", "expected one name per wrt entry");
+    if (!oj.is_array() || oj.size() != wj.size())
+      fail(p + ".outputs", "expected one name per wrt entry");
     std::vector<Variable*> wrt;
     for (size_t k = 0; k < wj.size(); ++k) {
       const std::string wp = p + ".wrt[" + std::to_string(k) + "]";
@@ -272,11 +281,13 @@ class Loader {
       inputs.push_back(v);
     }
     const json& outs = field(spec, p, "outputs");
-    if (!outs.is_array() || outs.empty()) fail(p + ".outputs", "expected a non-empty array of names");
+    if (!outs.is_array() || outs.empty())
+      fail(p + ".outputs", "expected a non-empty array of names");
     std::vector<std::string> out_names;
     for (size_t k = 0; k < outs.size(); ++k) {
       std::string n = string_at(outs[k], p + ".outputs[" + std::to_string(k) + "]");
-      if (g.find_variable(n)) fail(p + ".outputs[" + std::to_string(k) + "]", "name '" + n + "' is already used");
+      if (g.find_variable(n))
+        fail(p + ".outputs[" + std::to_string(k) + "]", "name '" + n + "' is already used");
       out_names.push_back(n);
     }
     Attrs attrs;
@@ -302,8 +313,8 @@ class Loader {
       fail(p, e.what());
     }
     if (node->outputs.size() != out_names.size()) {
-      fail(p + ".outputs", "op '" + op + "' has " + std::to_string(node->outputs.size()) + " outputs, " +
-                               std::to_string(out_names.size()) + " names given");
+      fail(p + ".outputs", "op '" + op + "' has " + std::to_string(node->outputs.size()) +
+                               " outputs, " + std::to_string(out_names.size()) + " names given");
     }
   }
 

@@ -31,8 +31,8 @@ fs::path file_beside_model(const fs::path& base_dir, const std::string& location
     escapes = b != base.end() || r == resolved.end();
   }
   if (escapes) {
-    throw UserError(where + in_quotes(location) +
-                    " must name a file inside the model's folder (" + base.string() + ")" +
+    throw UserError(where + in_quotes(location) + " must name a file inside the model's folder (" +
+                    base.string() + ")" +
                     (ec ? std::string() : "; it resolves to " + resolved.string()));
   }
   struct stat st {};

@@ -148,7 +148,8 @@ void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
   if (u64 && !is_onnx_op(n, {"Add", "Sub", "Mul", "Identity", "Reshape", "Flatten", "Squeeze",
                              "Unsqueeze", "Transpose", "Concat", "Slice", "Split", "Gather",
                              "Expand", "Cast", "CastLike", "Equal", "Where", "Sum"})) {
-    throw UnsupportedError(n.op_type() + " on uint64 values (computed as int64, so values past "
+    throw UnsupportedError(n.op_type() +
+                           " on uint64 values (computed as int64, so values past "
                            "2^63 would order and divide wrongly)");
   }
 }
@@ -164,9 +165,10 @@ void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Va
     if (!n.input(i).empty()) st = im.storage(n.input(i));
   }
   const bool moves_only = is_onnx_op(
-      n, {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
-          "Slice", "Split", "Gather", "GatherElements", "Expand", "Tile", "Pad", "Max", "Min",
-          "Where", "Relu", "MaxPool", "ReduceMax", "ReduceMin", "Dropout", "Clip"});
+      n, {"Identity", "Reshape", "Flatten", "Squeeze",        "Unsqueeze", "Transpose", "Concat",
+          "Slice",    "Split",   "Gather",  "GatherElements", "Expand",    "Tile",      "Pad",
+          "Max",      "Min",     "Where",   "Relu",           "MaxPool",   "ReduceMax", "ReduceMin",
+          "Dropout",  "Clip"});
   for (size_t k = 0; k < outs.size() && static_cast<int>(k) < n.output_size(); ++k) {
     const DType dt = outs[k].dtype();
     if (auto compute = OnnxImporter::compute_type(dt)) {
@@ -178,8 +180,9 @@ void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Va
     if (!st || OnnxImporter::compute_type(*st) != dt) continue;
     if (n.op_type() == "TopK" && k == 1) continue;  // indices
     if (!moves_only) {
-      outs[k] = apply("convert", {apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*st))}})},
-                      {{"to", std::string(dtype_name(dt))}});
+      outs[k] =
+          apply("convert", {apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*st))}})},
+                {{"to", std::string(dtype_name(dt))}});
     }
     im.set_storage(n.output(static_cast<int>(k)), *st);
   }
@@ -192,7 +195,8 @@ std::vector<Var> convert_library_op(OnnxImporter& im, const onnx::NodeProto& n, 
   check_internal(def != nullptr, "library op vanished");
   for (const auto& at : n.attribute()) {
     if (!a.count(at.name())) {
-      throw UnsupportedError("attribute '" + at.name() + "' is a tensor or graph, which ops from "
+      throw UnsupportedError("attribute '" + at.name() +
+                             "' is a tensor or graph, which ops from "
                              "op libraries do not take");
     }
   }
@@ -228,13 +232,15 @@ void check_names_utf8(const onnx::GraphProto& g, const std::string& where) {
     check(n.name(), node + ": the name");
     check(n.op_type(), node + ": the op type");
     check(n.domain(), node + ": the domain");
-    for (int k = 0; k < n.input_size(); ++k) check(n.input(k), node + ": input " + std::to_string(k));
+    for (int k = 0; k < n.input_size(); ++k)
+      check(n.input(k), node + ": input " + std::to_string(k));
     for (int k = 0; k < n.output_size(); ++k)
       check(n.output(k), node + ": output " + std::to_string(k));
     for (const auto& a : n.attribute()) {
       check(a.name(), node + ": an attribute name");
       if (a.has_g()) check_names_utf8(a.g(), where + ": " + node + " attribute " + a.name());
-      for (const auto& sub : a.graphs()) check_names_utf8(sub, where + ": " + node + " attribute " + a.name());
+      for (const auto& sub : a.graphs())
+        check_names_utf8(sub, where + ": " + node + " attribute " + a.name());
     }
   }
 }
@@ -293,8 +299,7 @@ std::string onnx_prefix_model(const std::string& bytes, const std::string& origi
   }
   bool is_input = false;
   for (const auto& in : gp->input()) is_input = is_input || in.name() == value;
-  if (last < 0 && !is_input)
-    throw UserError(origin + ": no node produces '" + value + "'");
+  if (last < 0 && !is_input) throw UserError(origin + ": no node produces '" + value + "'");
   // Nodes are in topological order, so the prefix holds everything `value` needs.
   gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
   gp->clear_output();
@@ -377,12 +382,15 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     if (!branch) throw UserError("If has no " + which);
     for (int i = 0; i < branch->initializer_size(); ++i) {
       const auto& t = branch->initializer(i);
-      im.add_known(t.name(), tensor_from_onnx(t, base_dir, origin + ": " + which + " initializer '" + t.name() + "'"), true);
+      im.add_known(
+          t.name(),
+          tensor_from_onnx(t, base_dir, origin + ": " + which + " initializer '" + t.name() + "'"),
+          true);
     }
     import_nodes(*branch);
     if (branch->output_size() != n.output_size()) {
-      throw UserError(which + " has " + std::to_string(branch->output_size()) + " outputs, the If " +
-                      std::to_string(n.output_size()));
+      throw UserError(which + " has " + std::to_string(branch->output_size()) +
+                      " outputs, the If " + std::to_string(n.output_size()));
     }
     for (int k = 0; k < n.output_size(); ++k) {
       const std::string &from = branch->output(k).name(), &to = n.output(k);
@@ -400,89 +408,89 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
     }
   };
   import_nodes = [&](const onnx::GraphProto& gp_) {
-  for (int i = 0; i < gp_.node_size(); ++i) {
-    const auto& n = gp_.node(i);
-    const Attrs attrs = attrs_of(n);
-    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
-    const OnnxOpSpec library_spec{{}, nullptr, [&](OnnxImporter& im_, const onnx::NodeProto& node,
-                                                    const Attrs& a) {
-                                    return convert_library_op(im_, node, a);
-                                  }};
-    const OnnxOpSpec& spec = found ? *found : library_spec;
-    try {
-      // A subgraph's ops were not in the model-wide check.
-      if (!found && !find_library_onnx_op(n.domain(), n.op_type()))
-        throw UnsupportedError("op " + n.op_type() + " is not supported");
-      if (found && n.op_type() == "If") {
-        inline_if(n);
-        continue;
-      }
-      // A NonZero whose input is computed at run time: its output, computed by the
-      // caller between stages, enters as a graph input.
-      if (n.output_size() == 1 && bindings.staged.count(n.output(0)) &&
-          !(OnnxImporter::has_input(n, 0) && im.known(n.input(0)))) {
-        im.add_graph_input(n.output(0),
-                           graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
-        continue;
-      }
-      // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
-      if (found && fold_symbolic(im, n)) continue;
-      auto convert = [&] { return spec.convert(im, n, attrs); };
-      // Library ops are left to the rewrites' folding, which skips ops without a reference.
-      if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
-          im.try_fold(n, convert))
-        continue;
-      check_storage_inputs(im, n);
-      const size_t first_new = graph.nodes().size();
-      std::vector<Var> outs = convert();
-      round_to_storage(im, n, outs);
-      im.record_value_deps(n);
-      // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
-      for (size_t k = first_new; k < graph.nodes().size(); ++k) {
-        if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
-      }
-      if (static_cast<int>(outs.size()) < n.output_size()) {
-        for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
-          if (!n.output(k).empty())
-            throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) +
-                                   "' is not supported");
+    for (int i = 0; i < gp_.node_size(); ++i) {
+      const auto& n = gp_.node(i);
+      const Attrs attrs = attrs_of(n);
+      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+      const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+      const OnnxOpSpec library_spec{
+          {}, nullptr, [&](OnnxImporter& im_, const onnx::NodeProto& node, const Attrs& a) {
+            return convert_library_op(im_, node, a);
+          }};
+      const OnnxOpSpec& spec = found ? *found : library_spec;
+      try {
+        // A subgraph's ops were not in the model-wide check.
+        if (!found && !find_library_onnx_op(n.domain(), n.op_type()))
+          throw UnsupportedError("op " + n.op_type() + " is not supported");
+        if (found && n.op_type() == "If") {
+          inline_if(n);
+          continue;
         }
-      }
-      for (int k = 0; k < n.output_size(); ++k) {
-        if (n.output(k).empty()) continue;
-        Var v = outs[static_cast<size_t>(k)];
-        // Values known at load time (Constant, Shape, ...) are recorded as values, so
-        // later shape inputs can read them; they reach the graph only if used as data.
-        if (v.var()->kind == VarKind::kConstant && !v.var()->parameter && v.var()->value) {
-          Tensor value = *v.var()->value;
-          if (auto compute = OnnxImporter::compute_type(value.dtype())) {
-            im.set_storage(n.output(k), value.dtype());
-            value = convert_tensor(value, *compute);
-          }
-          im.add_known(n.output(k), value, false);
-        } else {
-          // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
-          Variable* var = v.var();
-          if (var->kind == VarKind::kNodeOutput && !named.count(var) &&
-              !graph.find_variable(n.output(k))) {
-            graph.rename(var, n.output(k));
-            named.insert(var);
-          }
-          im.bind(n.output(k), v);
+        // A NonZero whose input is computed at run time: its output, computed by the
+        // caller between stages, enters as a graph input.
+        if (n.output_size() == 1 && bindings.staged.count(n.output(0)) &&
+            !(OnnxImporter::has_input(n, 0) && im.known(n.input(0)))) {
+          im.add_graph_input(n.output(0),
+                             graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
+          continue;
         }
+        // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
+        if (found && fold_symbolic(im, n)) continue;
+        auto convert = [&] { return spec.convert(im, n, attrs); };
+        // Library ops are left to the rewrites' folding, which skips ops without a reference.
+        if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
+            im.try_fold(n, convert))
+          continue;
+        check_storage_inputs(im, n);
+        const size_t first_new = graph.nodes().size();
+        std::vector<Var> outs = convert();
+        round_to_storage(im, n, outs);
+        im.record_value_deps(n);
+        // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
+        for (size_t k = first_new; k < graph.nodes().size(); ++k) {
+          if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
+        }
+        if (static_cast<int>(outs.size()) < n.output_size()) {
+          for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
+            if (!n.output(k).empty())
+              throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) +
+                                     "' is not supported");
+          }
+        }
+        for (int k = 0; k < n.output_size(); ++k) {
+          if (n.output(k).empty()) continue;
+          Var v = outs[static_cast<size_t>(k)];
+          // Values known at load time (Constant, Shape, ...) are recorded as values, so
+          // later shape inputs can read them; they reach the graph only if used as data.
+          if (v.var()->kind == VarKind::kConstant && !v.var()->parameter && v.var()->value) {
+            Tensor value = *v.var()->value;
+            if (auto compute = OnnxImporter::compute_type(value.dtype())) {
+              im.set_storage(n.output(k), value.dtype());
+              value = convert_tensor(value, *compute);
+            }
+            im.add_known(n.output(k), value, false);
+          } else {
+            // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
+            Variable* var = v.var();
+            if (var->kind == VarKind::kNodeOutput && !named.count(var) &&
+                !graph.find_variable(n.output(k))) {
+              graph.rename(var, n.output(k));
+              named.insert(var);
+            }
+            im.bind(n.output(k), v);
+          }
+        }
+      } catch (const InputValueNeeded& e) {
+        throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const RunTimeValueNeeded& e) {
+        throw RunTimeValueNeeded(e.value(), e.output(), e.type(),
+                                 origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const UserError& e) {
+        throw UserError(origin + ": " + node_where(n, i) + ": " + e.what());
       }
-    } catch (const InputValueNeeded& e) {
-      throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
-    } catch (const RunTimeValueNeeded& e) {
-      throw RunTimeValueNeeded(e.value(), e.output(), e.type(),
-                               origin + ": " + node_where(n, i) + ": " + e.what());
-    } catch (const UnsupportedError& e) {
-      throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
-    } catch (const UserError& e) {
-      throw UserError(origin + ": " + node_where(n, i) + ": " + e.what());
     }
-  }
   };
   import_nodes(gp);
   std::vector<Variable*> outputs;
@@ -503,8 +511,8 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
       if (v->name == name)
         graph.rename(v, graph.fresh_name(name + ":" + std::string(dtype_name(v->type.dtype))));
       Node* c = graph.add_node(
-          OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(*st))}}), {v},
-          "", {name});
+          OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(*st))}}), {v}, "",
+          {name});
       used.insert(c->outputs[0]);
       outputs.push_back(c->outputs[0]);
       continue;

@@ -81,7 +81,8 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
     throw UserError(where + ": external data offset " + std::to_string(offset) + " length " +
                     std::to_string(length) + " is negative");
   }
-  const fs::path resolved = file_beside_model(base_dir, location, where + ": external data location");
+  const fs::path resolved =
+      file_beside_model(base_dir, location, where + ": external data location");
   const fs::path& file = resolved;
   std::ifstream in(resolved, std::ios::binary);
   if (!in) throw UserError(where + ": cannot open external data file " + file.string());

@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return kiln::fuzz::run_reader([&] {
     // The key a genuine blob describes; any other is refused before the files are read.
     const auto at = blob.find("\"key\": \"");
-    const std::string key = at == std::string::npos ? std::string(64, '0') : blob.substr(at + 8, 64);
+    const std::string key =
+        at == std::string::npos ? std::string(64, '0') : blob.substr(at + 8, 64);
     kiln::RemoteEntry e = kiln::unpack_entry(blob, key);
     std::vector<std::string> files;
     for (const auto& [name, bytes] : e.files) files.push_back(bytes);

@@ -12,13 +12,13 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return kiln::fuzz::run_reader([&] {
-    auto bytes = std::make_shared<kiln::Storage>(size ? std::malloc(size) : nullptr, size,
-                                                 [](void* p) { std::free(p); }, false);
+    auto bytes = std::make_shared<kiln::Storage>(
+        size ? std::malloc(size) : nullptr, size, [](void* p) { std::free(p); }, false);
     if (size) std::memcpy(bytes->data(), data, size);
     kiln::Safetensors s = kiln::parse_safetensors(bytes, "fuzz.safetensors");
     const std::string again = kiln::to_safetensors(s.tensors, s.metadata);
-    auto copy = std::make_shared<kiln::Storage>(std::malloc(again.size()), again.size(),
-                                                [](void* p) { std::free(p); }, false);
+    auto copy = std::make_shared<kiln::Storage>(
+        std::malloc(again.size()), again.size(), [](void* p) { std::free(p); }, false);
     std::memcpy(copy->data(), again.data(), again.size());
     kiln::Safetensors t = kiln::parse_safetensors(copy, "again.safetensors");
     if (t.tensors.size() != s.tensors.size() || t.metadata != s.metadata) std::abort();

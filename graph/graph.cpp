@@ -35,7 +35,8 @@ void Graph::rename(Variable* v, const std::string& name) {
   check_owned(v, "rename");
   if (v->name == name) return;
   if (find_variable(name))
-    throw UserError("variable '" + v->name + "': cannot take the name '" + name + "': already used");
+    throw UserError("variable '" + v->name + "': cannot take the name '" + name +
+                    "': already used");
   by_name_.erase(v->name);
   v->name = name;
   by_name_.emplace(name, v);
@@ -73,8 +74,7 @@ bool Graph::owns(const Variable* v) const {
 
 void Graph::check_owned(const Variable* v, const std::string& where) const {
   if (!v) throw UserError(where + ": null variable");
-  if (v->id < 0 || v->id >= static_cast<int>(variables_.size()) ||
-      variables_[v->id].get() != v) {
+  if (v->id < 0 || v->id >= static_cast<int>(variables_.size()) || variables_[v->id].get() != v) {
     throw UserError(where + ": variable '" + v->name + "' belongs to another graph");
   }
 }
@@ -83,7 +83,8 @@ Variable* Graph::add_input(const std::string& name, TensorType type) {
   if (name.empty()) throw UserError("graph input needs a name");
   if (find_variable(name)) throw UserError("graph input '" + name + "': name already used");
   for (int64_t d : type.dims) {
-    if (d < kDynamic) throw UserError("graph input '" + name + "': bad dimension " + std::to_string(d));
+    if (d < kDynamic)
+      throw UserError("graph input '" + name + "': bad dimension " + std::to_string(d));
   }
   type.check_size("graph input '" + name + "'");
   Variable* v = new_variable(name, std::move(type), VarKind::kInput);
@@ -97,8 +98,9 @@ Variable* Graph::add_constant(Tensor value, const std::string& name) {
     throw UserError("constant '" + name + "': name already used");
   }
   TensorType type{value.dtype(), value.shape()};
-  Variable* v = new_variable(name.empty() ? fresh_name("c" + std::to_string(variables_.size())) : name,
-                             std::move(type), VarKind::kConstant);
+  Variable* v =
+      new_variable(name.empty() ? fresh_name("c" + std::to_string(variables_.size())) : name,
+                   std::move(type), VarKind::kConstant);
   v->value = value.contiguous();
   constants_.push_back(v);
   return v;
@@ -111,8 +113,7 @@ Variable* Graph::add_parameter(Tensor value, const std::string& name) {
 }
 
 Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>& inputs,
-                      const std::string& node_name,
-                      const std::vector<std::string>& output_names) {
+                      const std::string& node_name, const std::vector<std::string>& output_names) {
   auto node = std::make_unique<Node>();
   node->id = static_cast<int>(nodes_.size());
   node->op = std::move(op);
@@ -125,7 +126,8 @@ Node* Graph::add_node(std::shared_ptr<const Op> op, const std::vector<Variable*>
   std::vector<TensorType> out_types;
   try {
     out_types = node->op->infer_type(in_types);
-    for (size_t k = 0; k < out_types.size(); ++k) out_types[k].check_size("output " + std::to_string(k));
+    for (size_t k = 0; k < out_types.size(); ++k)
+      out_types[k].check_size("output " + std::to_string(k));
   } catch (const UserError& e) {
     std::vector<std::string> desc;
     for (auto* v : inputs) desc.push_back(v->name + ": " + v->type.to_string());
@@ -186,15 +188,16 @@ Variable* Graph::find_variable(const std::string& name) const {
 std::string Graph::to_string() const {
   std::string s = "graph " + name_ + "\n";
   for (auto* v : inputs_) {
-    s += "  input " + v->name + ": " + v->type.to_string() + (v->on_device ? " on cuda" : "") + "\n";
+    s +=
+        "  input " + v->name + ": " + v->type.to_string() + (v->on_device ? " on cuda" : "") + "\n";
   }
   for (auto* v : constants_) s += "  constant " + v->name + ": " + v->type.to_string() + "\n";
   for (const auto& n : nodes_) {
     std::vector<std::string> ins, outs;
     for (auto* v : n->inputs) ins.push_back(v->name);
     for (auto* v : n->outputs) outs.push_back(v->name + ": " + v->type.to_string());
-    s += "  " + std::to_string(n->id) + ": " + n->op->describe() + "(" + join(ins, ", ") +
-         ") -> " + join(outs, ", ") + "\n";
+    s += "  " + std::to_string(n->id) + ": " + n->op->describe() + "(" + join(ins, ", ") + ") -> " +
+         join(outs, ", ") + "\n";
   }
   std::vector<std::string> outs;
   for (auto* v : outputs_) outs.push_back(v->name);

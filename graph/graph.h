@@ -47,7 +47,7 @@ struct Node {
   std::shared_ptr<const Op> op;
   std::vector<Variable*> inputs;
   std::vector<Variable*> outputs;
-  std::string name;  // optional user-facing name (e.g. from a model file)
+  std::string name;           // optional user-facing name (e.g. from a model file)
   std::string label() const;  // "node 3 'fc1' (matmul)"
 };
 
@@ -140,7 +140,7 @@ class Graph {
   std::vector<Variable*> outputs_;
   std::vector<std::pair<Variable*, Variable*>> updates_;
   std::unordered_map<std::string, Variable*> by_name_;
-  const Graph* reserved_ = nullptr;  // see reserve_names_of
+  const Graph* reserved_ = nullptr;                   // see reserve_names_of
   std::unordered_map<std::string, int> next_suffix_;  // per base: where fresh_name resumes
 };
 

@@ -232,8 +232,9 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
   }
   if (!maps_file(handle, hashed)) {
     dlclose(handle);
-    throw UserError(where + ": the file was replaced while it was being loaded (the library "
-                            "mapped is not the one hashed); load it again");
+    throw UserError(where +
+                    ": the file was replaced while it was being loaded (the library "
+                    "mapped is not the one hashed); load it again");
   }
   auto entry = reinterpret_cast<kiln_op_library_fn>(dlsym(handle, KILN_OP_LIBRARY_ENTRY));
   auto refuse = [&](const std::string& why) {

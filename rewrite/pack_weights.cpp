@@ -154,8 +154,7 @@ Graph pack_weights(const Graph& graph) {
       const std::string name = copy.dst().fresh_name(b->name + (trans ? ".packed_t" : ".packed"));
       pb = b->parameter ? copy.dst().add_parameter(panels, name)
                         : copy.dst().add_constant(panels, name);
-      pb->recipe = transform_recipe(kPackGemmPanels, {{"trans", int64_t{trans}}}, 0,
-                                    {b->recipe});
+      pb->recipe = transform_recipe(kPackGemmPanels, {{"trans", int64_t{trans}}}, 0, {b->recipe});
     }
     props["transB"] = int64_t{0};
     props["packed_n"] = b->value->shape()[trans ? 0 : 1];

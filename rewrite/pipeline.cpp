@@ -123,9 +123,8 @@ Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     if (observe) observe(pass, g, next, ms);
     if (debug_level() >= 1) {
-      log_line("pass " + std::string(pass.name) + ": " + std::to_string(g.nodes().size()) +
-               " -> " + std::to_string(next.nodes().size()) + " nodes, " + format_double(ms) +
-               " ms");
+      log_line("pass " + std::string(pass.name) + ": " + std::to_string(g.nodes().size()) + " -> " +
+               std::to_string(next.nodes().size()) + " nodes, " + format_double(ms) + " ms");
     }
     g = std::move(next);
     if (debug_level() >= 2)

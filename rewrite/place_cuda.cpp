@@ -76,7 +76,8 @@ Graph place_on_cuda(const Graph& graph, bool device_io) {
     for (const Variable* v : node->outputs) names.push_back(device_name(v));
     auto shared = std::static_pointer_cast<const COp>(node->op);
     Node* placed = dst.add_node(std::make_shared<CudaPlaced>(shared), inputs, node->name, names);
-    for (size_t i = 0; i < node->outputs.size(); ++i) on_device[node->outputs[i]] = placed->outputs[i];
+    for (size_t i = 0; i < node->outputs.size(); ++i)
+      on_device[node->outputs[i]] = placed->outputs[i];
   }
   if (!device_io) {
     for (const Variable* v : graph.outputs()) host_value(v);

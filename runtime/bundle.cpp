@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 
 #include "runtime/default_engine.h"
@@ -74,7 +73,6 @@ Bundle::Bundle(const kiln_bundle_image& image, const char* weights_path) : name_
   } catch (const UserError& e) {
     throw UserError("'" + origin + "': " + e.what());
   }
-  for (const auto& [slot, t] : program.params) weight_storages_.insert(t.storage().get());
   auto entry = reinterpret_cast<kiln_module_fn>(image.module);
   auto module = Module::from_entry(entry, name_);
   executor_ = std::make_shared<Executor>(
@@ -87,17 +85,9 @@ std::vector<Tensor> Bundle::run(const std::vector<Tensor>& inputs) {
     for (const auto& t : inputs) shapes.push_back(t.shape());
     description_.check_ties(shapes);
   }
-  std::vector<Tensor> out = executor_->run(inputs);
-  // The C API promises outputs the library allocated for the caller: an output that is a
-  // weight (read-only, mapped), one of the caller's inputs, or another output of this call
-  // is copied, so writing to it or freeing it touches nothing else.
-  std::set<const Storage*> taken = weight_storages_;
-  for (const auto& t : inputs) taken.insert(t.storage().get());
-  for (auto& t : out) {
-    if (taken.count(t.storage().get())) t = t.clone();
-    taken.insert(t.storage().get());
-  }
-  return out;
+  // The executor copies an output that is a weight, an input or another output: the C API
+  // promises outputs the library allocated for the caller.
+  return executor_->run(inputs);
 }
 
 namespace {

@@ -3,7 +3,6 @@
 // mapped .safetensors file that must carry the model's id) and its statically linked module
 // on an executor. The C entry points of runtime/bundle_abi.h wrap it for the generated glue.
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -26,7 +25,6 @@ class Bundle {
   std::string name_;
   BundleDescription description_;
   std::shared_ptr<Executor> executor_;
-  std::set<const Storage*> weight_storages_;  // outputs sharing these are copied
 };
 
 }  // namespace kiln

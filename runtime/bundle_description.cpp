@@ -72,7 +72,8 @@ BundleDescription BundleDescription::parse(std::string_view text, const std::str
   };
   auto int_of = [&](const json& v) -> int {
     const int64_t i = int64_of(v);
-    if (i < INT32_MIN || i > INT32_MAX) throw bad("expected a 32-bit integer, got " + json_excerpt(v));
+    if (i < INT32_MIN || i > INT32_MAX)
+      throw bad("expected a 32-bit integer, got " + json_excerpt(v));
     return static_cast<int>(i);
   };
   BundleDescription d;

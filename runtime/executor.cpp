@@ -48,8 +48,9 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
   is_update_output_.assign(program_.output_slots.size(), false);
   for (const ProgramUpdate& u : program_.updates) {
     is_update_output_.at(static_cast<size_t>(u.output)) = true;
-    if (u.in_place) in_place_slot_.emplace_back(program_.output_slots.at(static_cast<size_t>(u.output)),
-                                                program_.input_slots.at(static_cast<size_t>(u.input)));
+    if (u.in_place)
+      in_place_slot_.emplace_back(program_.output_slots.at(static_cast<size_t>(u.output)),
+                                  program_.input_slots.at(static_cast<size_t>(u.input)));
   }
   for (const auto& step : program_.steps) {
     // (Checked with `if`: the message is built only when it is needed.)
@@ -226,15 +227,18 @@ void Executor::validate(const std::vector<Tensor>& inputs) const {
   }
   for (const ProgramUpdate& u : program_.updates) {
     const Tensor& t = inputs[static_cast<size_t>(u.input)];
-    const std::string& name = program_.slots[program_.input_slots[static_cast<size_t>(u.input)]].name;
+    const std::string& name =
+        program_.slots[program_.input_slots[static_cast<size_t>(u.input)]].name;
     // The step writes the state's buffer as if it were a fresh contiguous output.
     if (u.in_place && !t.is_contiguous()) {
       throw UserError("input '" + name + "' is updated in place and must be contiguous, got " +
                       t.describe() + " with strides " + dims_to_string(t.strides()));
     }
     for (size_t j = 0; j < inputs.size(); ++j) {
-      if (j != static_cast<size_t>(u.input) && inputs[j].defined() && t.storage() == inputs[j].storage()) {
-        throw UserError("input '" + name + "' is updated by the run and shares its buffer with input '" +
+      if (j != static_cast<size_t>(u.input) && inputs[j].defined() &&
+          t.storage() == inputs[j].storage()) {
+        throw UserError("input '" + name +
+                        "' is updated by the run and shares its buffer with input '" +
                         program_.slots[program_.input_slots[j]].name + "'");
       }
     }
@@ -290,7 +294,8 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
                              " does not match the static type " + slot_type(spec));
       // A shape rule (an op library's, say) may give sizes no machine can hold: say so here,
       // naming the step, before any product of them wraps.
-      if (!checked_nbytes(shape, spec.dtype) || *checked_nbytes(shape, spec.dtype) > (uint64_t{1} << 62)) {
+      if (!checked_nbytes(shape, spec.dtype) ||
+          *checked_nbytes(shape, spec.dtype) > (uint64_t{1} << 62)) {
         throw OutOfMemoryError(step.label + ": output " + spec.name + " of shape " +
                                dims_to_string(shape) + " (" + std::string(dtype_name(spec.dtype)) +
                                ") needs more than 2^62 bytes");
@@ -480,7 +485,8 @@ std::string Executor::largest_temporary(const Plan& plan) const {
   size_t slot = 0;
   for (size_t s = 0; s < plan.offset.size(); ++s) {
     if (plan.offset[s] < 0) continue;
-    const int64_t bytes = shape_numel(plan.shapes[s]) * static_cast<int64_t>(dtype_size(program_.slots[s].dtype));
+    const int64_t bytes =
+        shape_numel(plan.shapes[s]) * static_cast<int64_t>(dtype_size(program_.slots[s].dtype));
     if (bytes > best) best = bytes, slot = s;
   }
   if (best < 0) return "none";
@@ -735,7 +741,8 @@ void Executor::copy_updates(std::vector<Tensor>& values) const {
     if (u.in_place) continue;
     // A handle on the caller's tensor: the copy writes its buffer.
     Tensor state = values[static_cast<size_t>(program_.input_slots[static_cast<size_t>(u.input)])];
-    copy_into(values[static_cast<size_t>(program_.output_slots[static_cast<size_t>(u.output)])], state);
+    copy_into(values[static_cast<size_t>(program_.output_slots[static_cast<size_t>(u.output)])],
+              state);
   }
 }
 
@@ -755,6 +762,32 @@ void Executor::run_steps(std::vector<Tensor>& values) {
   copy_updates(values);
 }
 
+std::vector<const Storage*> Executor::foreign_storages(const std::vector<Tensor>& values) const {
+  std::vector<const Storage*> out;
+  for (int s : program_.input_slots) out.push_back(values[static_cast<size_t>(s)].storage().get());
+  for (const auto& [slot, t] : program_.params) out.push_back(t.storage().get());
+  for (const auto& [slot, t] : uploaded_values_) out.push_back(t.storage().get());
+  return out;
+}
+
+namespace {
+
+// A run's outputs belong to its caller: an output that is one of the caller's inputs, a
+// weight (perhaps mapped read-only), or another output of the same run — a graph output
+// that reads an input or a constant, or one value named twice — is copied, so writing to
+// an output or keeping it never touches anything else. Host tensors only: a device output
+// stays where the device step put it.
+void own_outputs(std::vector<Tensor>& outputs, std::vector<const Storage*> taken) {
+  for (Tensor& t : outputs) {
+    if (!t.defined() || t.storage()->on_device()) continue;
+    const Storage* s = t.storage().get();
+    if (std::find(taken.begin(), taken.end(), s) != taken.end()) t = t.clone();
+    taken.push_back(t.storage().get());
+  }
+}
+
+}  // namespace
+
 std::vector<Tensor> Executor::outputs_of(const std::vector<Tensor>& values) const {
   std::vector<Tensor> outputs;
   outputs.reserve(program_.output_slots.size());
@@ -770,6 +803,7 @@ struct PendingRun::State {
   std::vector<Tensor> values;
   std::vector<VarHandle> vars;  // this run's own: one per written buffer
   std::vector<Tensor> outputs;
+  std::vector<const Storage*> foreign;  // see Executor::foreign_storages
   bool waited = false;
 };
 
@@ -831,7 +865,9 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   // the one running helper parts would put three threads on two cores.
   WorkerPool::CallerBusy busy;
   run_steps(values);
-  return outputs_of(values);
+  std::vector<Tensor> outputs = outputs_of(values);
+  own_outputs(outputs, foreign_storages(values));
+  return outputs;
 }
 
 PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {
@@ -859,6 +895,7 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
   auto state = std::make_shared<PendingRun::State>();
   state->values = bind(inputs, *plan);
   state->outputs = outputs_of(state->values);
+  state->foreign = foreign_storages(state->values);
   runs_.fetch_add(1, std::memory_order_relaxed);
   if (!engine_) {
     run_steps(state->values);
@@ -987,6 +1024,7 @@ std::vector<Tensor> PendingRun::get() {
     throw;
   }
   std::vector<Tensor> outputs = std::move(state_->outputs);
+  own_outputs(outputs, std::move(state_->foreign));
   state_.reset();
   return outputs;
 }

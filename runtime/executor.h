@@ -79,9 +79,9 @@ struct TraceEvent {
 
 struct ExecutorStats {
   int64_t runs = 0;
-  int64_t split_calls = 0;  // thunk calls divided into parts
-  int64_t parts = 0;        // parts those calls ran
-  int64_t views = 0;        // CPU reshapes bound as views of a temporary (nothing copied)
+  int64_t split_calls = 0;    // thunk calls divided into parts
+  int64_t parts = 0;          // parts those calls ran
+  int64_t views = 0;          // CPU reshapes bound as views of a temporary (nothing copied)
   int64_t stepwise_runs = 0;  // runs whose steps went to the engine one by one (branches)
   int64_t bands = 0;          // concat inputs bound in their band of the output (nothing copied)
 };
@@ -170,6 +170,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void push_device_step(const StepSpec& step, const std::shared_ptr<PendingRun::State>& state,
                         const std::vector<VarHandle>& reads, const std::vector<VarHandle>& writes);
   std::vector<Tensor> outputs_of(const std::vector<Tensor>& values) const;
+  // The storages a run's outputs must not share: its inputs' (the caller's) and its weights'.
+  std::vector<const Storage*> foreign_storages(const std::vector<Tensor>& values) const;
   // The updates that are not in place: each value copied into its input (after the steps).
   void copy_updates(std::vector<Tensor>& values) const;
 
@@ -182,7 +184,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   int64_t split_grain_ = kSplitGrain;
   bool poison_ = false;
   std::vector<bool> is_output_;
-  std::vector<bool> is_update_output_;               // per output position
+  std::vector<bool> is_update_output_;              // per output position
   std::vector<std::pair<int, int>> in_place_slot_;  // update value slot -> its input's slot
   mutable std::mutex plan_mutex_;
   std::shared_ptr<const Plan> plan_;
@@ -202,7 +204,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::unique_ptr<TraceEvent[]> trace_;  // kMaxTraceEvents, allocated on first switch-on
   std::atomic<size_t> trace_next_{0};
   std::atomic<int64_t> trace_epoch_ns_{0};  // steady_clock, when profiling was switched on
-  std::vector<bool> uploads_;  // per step: a device step of weights alone
+  std::vector<bool> uploads_;               // per step: a device step of weights alone
   std::mutex upload_mutex_;
   std::atomic<bool> uploaded_{false};
   std::vector<std::pair<int, Tensor>> uploaded_values_;  // slot -> its device tensor

@@ -16,8 +16,7 @@ namespace kiln {
 namespace {
 
 [[noreturn]] void bad(const std::string& origin, size_t offset, const std::string& what) {
-  throw UserError(origin + ": byte " + std::to_string(offset) + ": not a valid .npy file: " +
-                  what);
+  throw UserError(origin + ": byte " + std::to_string(offset) + ": not a valid .npy file: " + what);
 }
 
 DType dtype_from_descr(const std::string& descr, const std::string& origin, size_t at) {
@@ -45,19 +44,32 @@ DType dtype_from_descr(const std::string& descr, const std::string& origin, size
 
 std::string descr_for(DType dt) {
   switch (dt) {
-    case DType::kBool: return "|b1";
-    case DType::kInt8: return "|i1";
-    case DType::kUInt8: return "|u1";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kFloat16: return "<f2";
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat64: return "<f8";
-    case DType::kInt16: return "<i2";
-    case DType::kUInt16: return "<u2";
-    case DType::kUInt32: return "<u4";
-    case DType::kUInt64: return "<u8";
-    case DType::kBFloat16: break;
+    case DType::kBool:
+      return "|b1";
+    case DType::kInt8:
+      return "|i1";
+    case DType::kUInt8:
+      return "|u1";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat64:
+      return "<f8";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kUInt16:
+      return "<u2";
+    case DType::kUInt32:
+      return "<u4";
+    case DType::kUInt64:
+      return "<u8";
+    case DType::kBFloat16:
+      break;
   }
   throw UserError("bfloat16 tensors cannot be written as .npy (NumPy has no such dtype)");
 }
@@ -110,13 +122,14 @@ NpyLayout npy_layout(std::string_view bytes, const std::string& origin) {
   const size_t header_start = static_cast<uint8_t>(bytes[6]) == 1 ? 10 : 12;
   const size_t header_len = data_start - header_start;
   if (data_start > bytes.size()) {
-    bad(origin, header_start, "header of " + std::to_string(header_len) +
-                                  " bytes runs past the end of the file");
+    bad(origin, header_start,
+        "header of " + std::to_string(header_len) + " bytes runs past the end of the file");
   }
   std::string header(bytes.substr(header_start, header_len));
 
   size_t p = find_key(header, "descr", origin, header_start);
-  if (p >= header.size() || header[p] != '\'') bad(origin, header_start + p, "descr is not a string");
+  if (p >= header.size() || header[p] != '\'')
+    bad(origin, header_start + p, "descr is not a string");
   size_t q = header.find('\'', p + 1);
   if (q == std::string::npos) bad(origin, header_start + p, "unterminated descr");
   DType dt = dtype_from_descr(header.substr(p + 1, q - p - 1), origin, header_start + p);
@@ -153,9 +166,9 @@ NpyLayout npy_layout(std::string_view bytes, const std::string& origin) {
   // Each dimension is bounded, but their product is not: check it before trusting it.
   auto checked = checked_nbytes(shape, dt);
   if (!checked) {
-    bad(origin, header_start + p, "shape " + dims_to_string(shape) + " of " +
-                                      std::string(dtype_name(dt)) +
-                                      " needs more bytes than fit in 64 bits");
+    bad(origin, header_start + p,
+        "shape " + dims_to_string(shape) + " of " + std::string(dtype_name(dt)) +
+            " needs more bytes than fit in 64 bits");
   }
   return {dt, std::move(shape), fortran, data_start, static_cast<size_t>(*checked)};
 }
@@ -183,9 +196,9 @@ Tensor parse_npy(std::string_view bytes, const std::string& origin) {
   const DType dt = l.dtype;
   const Shape& shape = l.shape;
   if (bytes.size() - data_start < need) {
-    bad(origin, bytes.size(), "data truncated: expected " + std::to_string(need) +
-                                  " bytes of data after offset " + std::to_string(data_start) +
-                                  ", found " + std::to_string(bytes.size() - data_start));
+    bad(origin, bytes.size(),
+        "data truncated: expected " + std::to_string(need) + " bytes of data after offset " +
+            std::to_string(data_start) + ", found " + std::to_string(bytes.size() - data_start));
   }
   if (!l.fortran) {
     Tensor t = Tensor::empty(dt, shape);
@@ -223,15 +236,17 @@ Tensor read_npy(const std::filesystem::path& path) {
     bad(origin, static_cast<size_t>(st.st_size),
         "data truncated: expected " + std::to_string(l.need) + " bytes of data after offset " +
             std::to_string(l.data_start) + ", the file has " +
-            std::to_string(static_cast<uint64_t>(st.st_size) - std::min<uint64_t>(st.st_size, l.data_start)));
+            std::to_string(static_cast<uint64_t>(st.st_size) -
+                           std::min<uint64_t>(st.st_size, l.data_start)));
   }
-  if (l.data_start + l.need > bytes.size()) read_more(fd, l.data_start + l.need - bytes.size(), bytes, origin);
+  if (l.data_start + l.need > bytes.size())
+    read_more(fd, l.data_start + l.need - bytes.size(), bytes, origin);
   return parse_npy(bytes, origin);
 }
 
 std::string to_npy(const Tensor& tensor) {
-  std::string header = "{'descr': '" + descr_for(tensor.dtype()) +
-                       "', 'fortran_order': False, 'shape': (";
+  std::string header =
+      "{'descr': '" + descr_for(tensor.dtype()) + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < tensor.shape().size(); ++i) {
     header += std::to_string(tensor.shape()[i]);
     if (tensor.shape().size() == 1 || i + 1 < tensor.shape().size()) header += ", ";

@@ -94,7 +94,8 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
     if (name == "__metadata__") {
       if (!entry.is_object()) bad(origin, 8, "__metadata__ is not an object");
       for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) bad(origin, 8, "__metadata__ value " + in_quotes(k) + " is not a string");
+        if (!v.is_string())
+          bad(origin, 8, "__metadata__ value " + in_quotes(k) + " is not a string");
         out.metadata[k] = v.get<std::string>();
       }
       continue;

@@ -82,7 +82,8 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes) {
       return std::make_shared<Storage>(data, bytes, true);
     }
   }
-  void* data = std::aligned_alloc(kAlign, pooled ? rounded : (bytes + kAlign - 1) / kAlign * kAlign);
+  void* data =
+      std::aligned_alloc(kAlign, pooled ? rounded : (bytes + kAlign - 1) / kAlign * kAlign);
   if (!data) throw OutOfMemoryError(cannot_allocate(bytes));
   {
     std::lock_guard lock(p.mutex);

@@ -4,12 +4,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <regex>
 
 #include <chrono>
 #include <filesystem>
@@ -25,8 +25,8 @@
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
-#include "ops/registry.h"
 #include "ops/cop.h"
+#include "ops/registry.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
@@ -202,7 +202,8 @@ class CacheCompile : public ::testing::Test {
     int n = 0;
     std::error_code ec;
     for (const auto& shard : fs::directory_iterator(opts_.cache_dir / "objects", ec)) {
-      for (const auto& e : fs::directory_iterator(shard.path())) n += !fs::exists(e.path() / "kernel.o");
+      for (const auto& e : fs::directory_iterator(shard.path()))
+        n += !fs::exists(e.path() / "kernel.o");
     }
     return n;  // modules: kernel objects are counted apart
   }
@@ -400,7 +401,8 @@ TEST(CacheCli, DamagedToolchainMemoFallsBackToTheDriverLink) {
 // From `kiln compile -v`'s stderr: how many kernels the compile built.
 int kernels_compiled(const std::string& err) {
   std::smatch m;
-  if (!std::regex_search(err, m, std::regex(R"(kernels \d+ \(\d+ reused, (\d+) compiled)"))) return -1;
+  if (!std::regex_search(err, m, std::regex(R"(kernels \d+ \(\d+ reused, (\d+) compiled)")))
+    return -1;
   return std::stoi(m[1]);
 }
 
@@ -426,7 +428,8 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   for (const std::string& word :
        {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
         std::string("graph:"), std::string("node 0 matmul"),
-        std::string("fold@3,simplify@2,cse@1,norm@1,layout@6,winograd@2,pack@4,views@2,attention@1"),
+        std::string(
+            "fold@3,simplify@2,cse@1,norm@1,layout@6,winograd@2,pack@4,views@2,attention@1"),
         std::string("with_epilogue"), std::string("module.so"), std::string("plan"),
         std::string("source     ") + (cache / "objects").string()}) {
     EXPECT_NE(show.out.find(word), std::string::npos) << word << " not in\n" << show.out;
@@ -441,12 +444,14 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   // Entries are the module and its kernels' objects.
   const int kernels = kernels_compiled(miss.err);
   ASSERT_GT(kernels, 0) << miss.err;
-  EXPECT_NE(ls.out.find("and " + std::to_string(kernels) + " kernel objects"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("and " + std::to_string(kernels) + " kernel objects"), std::string::npos)
+      << ls.out;
   EXPECT_NE(stats.out.find("kernels    " + std::to_string(kernels) + " objects"), std::string::npos)
       << stats.out;
   auto verify = kiln_env(env, {"cache", "verify"});
   EXPECT_EQ(verify.exit_code, 0);
-  EXPECT_NE(verify.out.find(std::to_string(1 + kernels) + " entries good, 0 bad"), std::string::npos)
+  EXPECT_NE(verify.out.find(std::to_string(1 + kernels) + " entries good, 0 bad"),
+            std::string::npos)
       << verify.out;
   fs::path so = cache / "objects" / key.substr(0, 2) / key / "module.so";
   fs::resize_file(so, 100);
@@ -459,7 +464,8 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"})
     fs::remove(cache / f);
   auto reindex = kiln_env(env, {"cache", "reindex"});
-  EXPECT_NE(reindex.out.find("indexed " + std::to_string(1 + kernels) + " entries"), std::string::npos)
+  EXPECT_NE(reindex.out.find("indexed " + std::to_string(1 + kernels) + " entries"),
+            std::string::npos)
       << reindex.out << reindex.err;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find(key.substr(0, 16)), std::string::npos);
 
@@ -596,7 +602,8 @@ TEST(CacheCli, DifferentKeysCompileInParallel) {
   EXPECT_EQ(std::vector<std::string>(kinds.begin(), kinds.begin() + 2),
             (std::vector<std::string>{"start", "start"}))
       << read_file(log);
-  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "start"), std::count(kinds.begin(), kinds.end(), "end"));
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "start"),
+            std::count(kinds.begin(), kinds.end(), "end"));
 }
 
 TEST(CacheCli, CompileKilledMidwayLeavesNoEntryAndNoLock) {

@@ -73,7 +73,8 @@ bool is_root() { return ::geteuid() == 0; }
 // tests must still reach what it runs.
 const fs::path& reachable_copy() {
   static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("kiln-test-" + std::to_string(::getpid()) + "-as");
+    const fs::path d =
+        fs::temp_directory_path() / ("kiln-test-" + std::to_string(::getpid()) + "-as");
     fs::remove_all(d);
     fs::create_directories(d / "examples");
     fs::copy_file(testing::kiln_binary(), d / "kiln");
@@ -295,14 +296,18 @@ TEST(CacheHardening, AKernelSomeoneElsePlantedIsNeverLinked) {
       // The kernel's own symbol, so the module links, plus a constructor.
       EntryMeta m = EntryMeta::parse(read_file(e.path() / "meta.json"), "meta.json");
       const fs::path src = base / "planted.c";
-      write_file_atomic(src, "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
-                             " { creat(\"" + marker.string() + "\", 0600); }\n"
-                             "__attribute__((visibility(\"hidden\"))) int " + m.label +
-                             "(void *s, void *c, void *const *i, void *const *o, const long *kp)"
-                             " { return 0; }\n");
+      write_file_atomic(src,
+                        "#include <fcntl.h>\n__attribute__((constructor)) static void planted(void)"
+                        " { creat(\"" +
+                            marker.string() +
+                            "\", 0600); }\n"
+                            "__attribute__((visibility(\"hidden\"))) int " +
+                            m.label +
+                            "(void *s, void *c, void *const *i, void *const *o, const long *kp)"
+                            " { return 0; }\n");
       fs::remove(e.path() / "kernel.o");
-      ProcessResult cc = run_process({"clang", "-c", "-fPIC", "-o", (e.path() / "kernel.o").string(),
-                                      src.string()});
+      ProcessResult cc = run_process(
+          {"clang", "-c", "-fPIC", "-o", (e.path() / "kernel.o").string(), src.string()});
       ASSERT_EQ(cc.exit_code, 0) << cc.err;
       const std::string bytes = read_file(e.path() / "kernel.o");
       for (auto& f : m.files) {

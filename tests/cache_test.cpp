@@ -14,11 +14,11 @@
 
 #include "cache/cache_index.h"
 #include "cache/cache_store.h"
-#include "util/quantity.h"
 #include "cache/entry_meta.h"
 #include "cache/file_lock.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
+#include "util/quantity.h"
 
 namespace kiln {
 namespace {
@@ -413,8 +413,9 @@ TEST(CacheLimits, SizesAndAges) {
   EXPECT_DOUBLE_EQ(parse_duration("12h", "x", 0, 1e9), 12 * 3600);
   EXPECT_DOUBLE_EQ(parse_duration("90", "x", 0, 1e9), 90);
   EXPECT_DOUBLE_EQ(parse_duration("250ms", "x", 0, 1e9), 0.25);
-  EXPECT_NE(error_of([] { parse_duration("7 days", "--max-age", 0, 1e9); })
-                .find("--max-age: '7 days' is not a duration"),
+  EXPECT_NE(error_of([] {
+              parse_duration("7 days", "--max-age", 0, 1e9);
+            }).find("--max-age: '7 days' is not a duration"),
             std::string::npos);
   EXPECT_EQ(format_size(1536), "1.5 KiB");
 }

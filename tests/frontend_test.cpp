@@ -54,22 +54,31 @@ TEST(JsonModel, NumbersTooLargeForAnyTypeAreInvalidJson) {
 TEST(JsonModel, ErrorsNameTheJsonPath) {
   auto with_node = [](const std::string& node) {
     std::string s = kGood;
-    s.replace(s.find(R"({"op": "softmax")"), std::string(R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axis": 1}})").size(), node);
+    s.replace(
+        s.find(R"({"op": "softmax")"),
+        std::string(R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axis": 1}})")
+            .size(),
+        node);
     return s;
   };
-  EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axis": "one"}})")),
-            "m.json: nodes[2].attrs.axis: expected an integer, got a string");
-  EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axsi": 1}})")),
+  EXPECT_EQ(
+      load_error(with_node(
+          R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axis": "one"}})")),
+      "m.json: nodes[2].attrs.axis: expected an integer, got a string");
+  EXPECT_EQ(load_error(with_node(
+                R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axsi": 1}})")),
             "m.json: nodes[2].attrs.axsi: unknown attribute (this op takes axis)");
   EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["q"], "outputs": ["y"]})")),
             "m.json: nodes[2].inputs[0]: unknown variable 'q' (defined nowhere before this node)");
   EXPECT_NE(load_error(with_node(R"({"op": "softmx", "inputs": ["b"], "outputs": ["y"]})"))
                 .find("m.json: nodes[2].op: unknown op 'softmx'"),
             std::string::npos);
-  EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["b"]})")), "m.json: nodes[2].outputs: missing");
+  EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["b"]})")),
+            "m.json: nodes[2].outputs: missing");
   EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["b"], "outputs": ["a"]})")),
             "m.json: nodes[2].outputs[0]: name 'a' is already used");
-  std::string shape_err = load_error(with_node(R"({"op": "matmul", "inputs": ["v", "s"], "outputs": ["y"]})"));
+  std::string shape_err =
+      load_error(with_node(R"({"op": "matmul", "inputs": ["v", "s"], "outputs": ["y"]})"));
   EXPECT_NE(shape_err.find("m.json: nodes[2]: node 2 (matmul)"), std::string::npos) << shape_err;
   std::string syntax = load_error("{\"inputs\": [1, 2,, 3]}");
   EXPECT_NE(syntax.find("m.json: byte 17: invalid JSON"), std::string::npos) << syntax;
@@ -78,7 +87,8 @@ TEST(JsonModel, ErrorsNameTheJsonPath) {
   EXPECT_EQ(load_error(bad_dtype), "m.json: inputs[0].dtype: unknown dtype 'float33'");
   std::string bad_dim = kGood;
   bad_dim.replace(bad_dim.find("[null, 3]"), 9, "[null, -7]");
-  EXPECT_NE(load_error(bad_dim).find("m.json: inputs[0].shape[1]: expected a dimension"), std::string::npos);
+  EXPECT_NE(load_error(bad_dim).find("m.json: inputs[0].shape[1]: expected a dimension"),
+            std::string::npos);
   std::string bad_out = kGood;
   bad_out.replace(bad_out.find("\"outputs\": [\"y\"]\n"), 16, "\"outputs\": [\"zz\"]");
   EXPECT_EQ(load_error(bad_out), "m.json: outputs[0]: unknown variable 'zz'");
@@ -92,7 +102,8 @@ TEST(JsonModel, ParameterFilesResolveAndReportProblems) {
   write_file_atomic(dir + "/bad.npy", "not an npy file");
   auto model = [](const std::string& file) {
     return std::string(R"({"inputs": [{"name": "x", "dtype": "float32", "shape": [3]}],
-      "parameters": [{"name": "w", "file": ")") + file + R"("}],
+      "parameters": [{"name": "w", "file": ")") +
+           file + R"("}],
       "nodes": [{"op": "add", "inputs": ["x", "w"], "outputs": ["y"]}], "outputs": ["y"]})";
   };
   write_file_atomic(dir + "/ok.json", model("w.npy"));
@@ -103,7 +114,8 @@ TEST(JsonModel, ParameterFilesResolveAndReportProblems) {
     load_model(dir + "/missing.json");
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("parameters[0].file: no such file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameters[0].file: no such file"), std::string::npos)
+        << e.what();
   }
   try {
     load_model(dir + "/corrupt.json");

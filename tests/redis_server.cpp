@@ -33,10 +33,9 @@ int free_port() {
 }
 
 RedisServer::RedisServer(const std::vector<std::string>& extra) : port_(free_port()) {
-  std::vector<std::string> args{"redis-server", "--port",       std::to_string(port_),
-                                "--bind",       "127.0.0.1",    "--save",
-                                "",             "--appendonly", "no",
-                                "--protected-mode", "no"};
+  std::vector<std::string> args{
+      "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+      "--appendonly", "no",     "--protected-mode",    "no"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = ::fork();
   if (pid_ == 0) {

@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <regex>
 
 #include <fcntl.h>
 

@@ -25,9 +25,24 @@ using testing::error_of;
 std::vector<std::string> hostile_strings() {
   std::string all;
   for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
-  return {all,        "*/",         "*\\\n/",      "??/",        "??/\n*/", "\"",
-          "\\",       "\\\"",       "?\?=",        "a\0b",       "*??/\n/", "x/*y",
-          "\xe2\x80\xae", "\xc2\x9b" "31m", "\xff\xfe", "\xed\xa0\x80", "emoji \xf0\x9f\x94\xa5"};
+  return {all,
+          "*/",
+          "*\\\n/",
+          "??/",
+          "??/\n*/",
+          "\"",
+          "\\",
+          "\\\"",
+          "?\?=",
+          "a\0b",
+          "*??/\n/",
+          "x/*y",
+          "\xe2\x80\xae",
+          "\xc2\x9b"
+          "31m",
+          "\xff\xfe",
+          "\xed\xa0\x80",
+          "emoji \xf0\x9f\x94\xa5"};
 }
 
 // Compiles `body` under strict C11 (trigraphs on) with warnings as errors; the program prints
@@ -113,12 +128,12 @@ TEST(Escape, FileNamesStayInTheirFolder) {
 
 TEST(Escape, Utf8ValidationFollowsTheStandard) {
   EXPECT_TRUE(is_utf8("plain"));
-  EXPECT_TRUE(is_utf8("\xf4\x8f\xbf\xbf"));    // U+10FFFF
-  EXPECT_FALSE(is_utf8("\xf4\x90\x80\x80"));   // past U+10FFFF
-  EXPECT_FALSE(is_utf8("\xc0\xaf"));           // overlong '/'
-  EXPECT_FALSE(is_utf8("\xed\xa0\x80"));       // a surrogate
-  EXPECT_FALSE(is_utf8("\xe2\x82"));           // truncated
-  EXPECT_FALSE(is_utf8("\x80"));               // a lone continuation byte
+  EXPECT_TRUE(is_utf8("\xf4\x8f\xbf\xbf"));   // U+10FFFF
+  EXPECT_FALSE(is_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(is_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(is_utf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(is_utf8("\xe2\x82"));          // truncated
+  EXPECT_FALSE(is_utf8("\x80"));              // a lone continuation byte
 }
 
 TEST(Quantity, SizesAreFiniteDecimalNumbersWithBinaryUnits) {
@@ -127,8 +142,8 @@ TEST(Quantity, SizesAreFiniteDecimalNumbersWithBinaryUnits) {
   EXPECT_EQ(parse_size("64kb", "x"), 65536u);
   EXPECT_EQ(parse_size("1", "x"), 1u);
   EXPECT_EQ(parse_size("8388608T", "x"), uint64_t{1} << 63);  // 2^63 itself is allowed
-  for (const char* bad : {"1e30", "inf", "nan", "-0", "0x10", "0", "", " 1", "1 G", "1.2.3",
-                          "+5", "8388609T", "99999999999999999999", "5Q", "1e3"}) {
+  for (const char* bad : {"1e30", "inf", "nan", "-0", "0x10", "0", "", " 1", "1 G", "1.2.3", "+5",
+                          "8388609T", "99999999999999999999", "5Q", "1e3"}) {
     const std::string m = error_of([&] { parse_size(bad, "KILN_CACHE_MAX_SIZE"); });
     EXPECT_NE(m.find("KILN_CACHE_MAX_SIZE: "), std::string::npos) << bad << ": " << m;
     EXPECT_NE(m.find("is not a size"), std::string::npos) << bad << ": " << m;
@@ -146,20 +161,22 @@ TEST(Quantity, DurationsHaveUnitsAndBounds) {
     const std::string m = error_of([&] { parse_duration(bad, "KILN_REMOTE_TIMEOUT", 0.01, 600); });
     EXPECT_NE(m.find("KILN_REMOTE_TIMEOUT: "), std::string::npos) << bad << ": " << m;
   }
-  EXPECT_NE(error_of([] { parse_duration("0.001", "KILN_REMOTE_LEASE", 1, 3600); })
-                .find("shorter than 1 s"),
+  EXPECT_NE(error_of([] {
+              parse_duration("0.001", "KILN_REMOTE_LEASE", 1, 3600);
+            }).find("shorter than 1 s"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_duration("2h", "KILN_REMOTE_TIMEOUT", 0.01, 600); })
-                .find("longer than 600 s"),
+  EXPECT_NE(error_of([] {
+              parse_duration("2h", "KILN_REMOTE_TIMEOUT", 0.01, 600);
+            }).find("longer than 600 s"),
             std::string::npos);
 }
 
 TEST(Quantity, NamesAreShortAndPlain) {
   for (const char* good : {"kiln", "team-b", "a.b_c", "K2"}) EXPECT_EQ(check_name(good, "x"), good);
-  for (const std::string bad : {std::string(""), std::string("a*b"), std::string("a?b"),
-                                std::string("a[b"), std::string("a:b"), std::string("a b"),
-                                std::string(".hidden"), std::string("-flag"),
-                                std::string(65, 'a'), std::string("a\nb"), std::string("\xc3\xa9")}) {
+  for (const std::string bad :
+       {std::string(""), std::string("a*b"), std::string("a?b"), std::string("a[b"),
+        std::string("a:b"), std::string("a b"), std::string(".hidden"), std::string("-flag"),
+        std::string(65, 'a'), std::string("a\nb"), std::string("\xc3\xa9")}) {
     const std::string m = error_of([&] { check_name(bad, "KILN_REMOTE_CACHE_NAMESPACE"); });
     EXPECT_NE(m.find("is not a name"), std::string::npos) << bad << ": " << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << "the message shows a raw newline: " << m;
@@ -183,7 +200,10 @@ TEST(JsonText, UntrustedJsonIsBoundedAndUnambiguous) {
   m = error_of([] { parse_untrusted_json("{\"a\": [1, 2,, 3]}", "f.json"); });
   EXPECT_NE(m.find("f.json: byte 12: syntax error"), std::string::npos) << m;
   // Writing never throws on bytes that are not UTF-8.
-  EXPECT_EQ(json_text(nlohmann::json("a\xff" "b")), "\"a\xef\xbf\xbd" "b\"");
+  EXPECT_EQ(json_text(nlohmann::json("a\xff"
+                                     "b")),
+            "\"a\xef\xbf\xbd"
+            "b\"");
   EXPECT_EQ(json_excerpt(nlohmann::json::parse(R"([1, [2, [3]]])")), "an array of 2 values");
   EXPECT_LE(json_excerpt(nlohmann::json(std::string(1000, 'x'))).size(), 50u);
 }

@@ -91,12 +91,15 @@ std::string c_comment_text(std::string_view s) {
   return out;
 }
 
-std::string c_string_literal(std::string_view s) {
+namespace {
+
+// A quoted literal: quotes, backslashes, unprintable bytes (and '?' where trigraphs exist) as
+// three-digit octal escapes, which a following digit cannot extend.
+std::string octal_quoted(std::string_view s, bool question_mark) {
   std::string out = "\"";
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\' || c == '?' || !printable_ascii(c)) {
-      // Octal takes at most three digits, so a following digit cannot extend the escape.
+    if (c == '"' || c == '\\' || (question_mark && c == '?') || !printable_ascii(c)) {
       char buf[5];
       std::snprintf(buf, sizeof buf, "\\%03o", c);
       out += buf;
@@ -107,20 +110,11 @@ std::string c_string_literal(std::string_view s) {
   return out + "\"";
 }
 
-std::string asm_string_literal(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\' || !printable_ascii(c)) {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\%03o", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+}  // namespace
+
+std::string c_string_literal(std::string_view s) { return octal_quoted(s, true); }
+
+std::string asm_string_literal(std::string_view s) { return octal_quoted(s, false); }
 
 std::string terminal_text(std::string_view s) {
   std::string out;

@@ -68,7 +68,8 @@ std::string path_distrust(const std::filesystem::path& path) {
   bool first = true;
   for (;;) {
     struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return "cannot stat " + p.string() + ": " + std::strerror(errno);
+    if (::stat(p.c_str(), &st) != 0)
+      return "cannot stat " + p.string() + ": " + std::strerror(errno);
     const std::string what = first ? "it" : "its folder " + p.string();
     if (st.st_uid != me && st.st_uid != 0) {
       return what + " is owned by uid " + std::to_string(st.st_uid) + ", neither this user (uid " +

@@ -27,8 +27,8 @@ void check_structure(std::string_view text, const std::string& where, int max_de
         in_string = false;
         // A string directly followed (after blanks) by ':' is a key of the innermost object.
         size_t k = i + 1;
-        while (k < text.size() && (text[k] == ' ' || text[k] == '\n' || text[k] == '\t' ||
-                                   text[k] == '\r'))
+        while (k < text.size() &&
+               (text[k] == ' ' || text[k] == '\n' || text[k] == '\t' || text[k] == '\r'))
           ++k;
         if (k < text.size() && text[k] == ':' && !is_object.empty() && is_object.back()) {
           // Keys compare decoded, so "a" and "\u0061" are the same key.
@@ -80,8 +80,9 @@ json parse_untrusted_json(std::string_view text, const std::string& where, int m
     throw JsonError(where, e.byte > 0 ? e.byte - 1 : 0, terminal_text(what.substr(0, 200)));
   } catch (const json::exception& e) {
     // A number too large for any type is an out_of_range, not a parse_error.
-    throw JsonError(where, 0, "a number out of range (" +
-                                  terminal_text(std::string(e.what()).substr(0, 200)) + ")");
+    throw JsonError(
+        where, 0,
+        "a number out of range (" + terminal_text(std::string(e.what()).substr(0, 200)) + ")");
   }
 }
 

@@ -55,8 +55,8 @@ uint64_t parse_size(const std::string& text, const std::string& what, uint64_t m
   constexpr double kMax = 9223372036854775808.0;  // 2^63
   auto bad = [&](const std::string& why) {
     return UserError(what + ": " + in_quotes(text) + " is not a size" + why +
-                     " (examples: 2G, 500MiB, 64k, 1000000; at least " +
-                     std::to_string(min_bytes) + " bytes, at most 2^63)");
+                     " (examples: 2G, 500MiB, 64k, 1000000; at least " + std::to_string(min_bytes) +
+                     " bytes, at most 2^63)");
   };
   auto parsed = number_and_unit(text);
   if (!parsed) throw bad("");
@@ -64,8 +64,7 @@ uint64_t parse_size(const std::string& text, const std::string& what, uint64_t m
   if (unit.size() > 1 && unit.back() == 'b') unit.pop_back();
   if (unit.size() > 1 && unit.back() == 'i') unit.pop_back();
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},       {"b", 1},       {"k", 0x1p10}, {"m", 0x1p20},
-      {"g", 0x1p30}, {"t", 0x1p40}, {"p", 0x1p50}};
+      {"", 1}, {"b", 1}, {"k", 0x1p10}, {"m", 0x1p20}, {"g", 0x1p30}, {"t", 0x1p40}, {"p", 0x1p50}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double bytes = std::floor(parsed->first * scale);
@@ -76,8 +75,8 @@ uint64_t parse_size(const std::string& text, const std::string& what, uint64_t m
   throw bad(": unknown unit '" + terminal_text(parsed->second) + "'");
 }
 
-double parse_duration(const std::string& text, const std::string& what, double min_s,
-                      double max_s, const char* default_unit) {
+double parse_duration(const std::string& text, const std::string& what, double min_s, double max_s,
+                      const char* default_unit) {
   auto bad = [&](const std::string& why) {
     return UserError(what + ": " + in_quotes(text) + " is not a duration" + why +
                      " (a number with an optional unit ms, s, m, h, d or w; without one, " +

@@ -1,6 +1,7 @@
 """Arrays in and out of kiln share memory: numpy <-> kiln <-> PyTorch, views included, each
 DLPack deleter called exactly once."""
 import gc
+import json
 import sys
 
 import numpy as np
@@ -113,3 +114,23 @@ def test_unsupported_inputs_are_clear_errors():
         kiln.as_tensor("not an array")
     with pytest.raises(kiln.UserError, match="no kiln dtype"):
         kiln.as_tensor(np.ones(3, np.complex64))
+
+
+def test_outputs_are_the_callers_never_an_input_or_a_weight(tmp_path):
+    # A graph whose outputs are a weight, an input and one value twice: writing to any
+    # output must leave the caller's input, the model's weight and the other outputs alone.
+    np.save(tmp_path / "w.npy", np.array([1, 2, 3, 4], np.float32))
+    (tmp_path / "m.json").write_text(json.dumps({
+        "format": "kiln-graph", "version": 1, "name": "alias",
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [4]}],
+        "parameters": [{"name": "w", "file": "w.npy"}],
+        "nodes": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}],
+        "outputs": ["w", "x", "y", "y"]}))
+    f = kiln.compile(str(tmp_path / "m.json"))
+    x = np.array([-1, 2, -3, 4], np.float32)
+    outs = [np.from_dlpack(o) for o in f(x)]
+    for k, o in enumerate(outs):
+        o[0] = 100 + k
+    assert x.tolist() == [-1, 2, -3, 4]
+    assert outs[3][0] == 103 and outs[2][0] == 102
+    assert np.from_dlpack(f(x)[0]).tolist() == [1, 2, 3, 4]
