@@ -677,6 +677,9 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
                        const std::vector<std::pair<int, int>>& updates) {
   install_op_library_binder();  // modules with custom ops bind them as they load
   install_entry_layout();       // verifications know which files a module entry holds
+  // A malformed remote setting is an error on every compile, a warm hit too, not only on the
+  // first miss that would use it (no connection is made here).
+  RemoteTier::process_default();
   CompileInfo info;
   check_graph(source);
   auto t = Clock::now();

@@ -403,6 +403,7 @@ TEST(Hardening, TheRedisPasswordIsNeverPrinted) {
   for (const char* url : {"redis://user:s3cretpw@127.0.0.1:99999", "redis://s3cretpw@:6379",
                           "http://user:s3cretpw@host"}) {
     SCOPED_TRACE(url);
+    // A warm cache too: the setting is read before the lookup.
     auto r = kiln_env({std::string("KILN_REMOTE_CACHE=") + url}, {"compile", kMlp});
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_FALSE(has(r.err, "s3cretpw")) << r.err;
