@@ -216,7 +216,13 @@ std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& te
   for (size_t i : order) {
     const auto& [name, t] = tensors[i];
     if (name == "__metadata__" || header.contains(name)) {
-      throw UserError("cannot write tensor '" + name + "' to safetensors: the name is taken");
+      throw UserError("cannot write tensor " + in_quotes(name) +
+                      " to safetensors: the name is taken");
+    }
+    // The header is JSON: a name that is not UTF-8 cannot be written as itself.
+    if (!is_utf8(name)) {
+      throw UserError("cannot write tensor " + in_quotes(name) +
+                      " to safetensors: its name is not UTF-8");
     }
     header[name] = {{"dtype", code_of(t.dtype())},
                     {"shape", t.shape()},
