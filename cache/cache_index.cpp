@@ -106,7 +106,7 @@ void CacheIndex::init(int busy_ms) {
   } else if (!wal) {
     exec("PRAGMA journal_mode=WAL");  // persistent: only the creator switches it
   }
-  exec("PRAGMA synchronous=NORMAL");          // WAL + NORMAL: durable across crashes of the process
+  exec("PRAGMA synchronous=NORMAL");  // WAL + NORMAL: durable across crashes of the process
   // Keep the WAL file when the last connection closes: a short-lived process (each kiln
   // command) would otherwise create it again on its first write, which syncs the new WAL
   // header and the folder (~0.5 ms of every fresh-process cache hit).
@@ -201,12 +201,13 @@ void CacheIndex::put(const IndexRow& row) {
 }
 
 void CacheIndex::put_locked(const IndexRow& row) {
-  lazy(put_,
-       "INSERT INTO entries(key, label, family, size, created, last_used, compile_ms, hits)"
-       " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, "
-       "family=excluded.family,"
-       " size=excluded.size, created=excluded.created, last_used=max(last_used, excluded.last_used),"
-       " compile_ms=excluded.compile_ms");
+  lazy(
+      put_,
+      "INSERT INTO entries(key, label, family, size, created, last_used, compile_ms, hits)"
+      " VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label, "
+      "family=excluded.family,"
+      " size=excluded.size, created=excluded.created, last_used=max(last_used, excluded.last_used),"
+      " compile_ms=excluded.compile_ms");
   StmtScope scope{put_};
   bind_text(put_, 1, row.key);
   bind_text(put_, 2, row.label);
@@ -348,11 +349,22 @@ IndexTotals CacheIndex::totals() {
       t.kernel_saved_ms = v;
     else if (name == "kernel_compiles")
       t.kernel_compiles = static_cast<int64_t>(v);
+    else if (name == "prepared_hits")
+      t.prepared_hits = static_cast<int64_t>(v);
+    else if (name == "prepared_stores")
+      t.prepared_stores = static_cast<int64_t>(v);
   }
-  OwnedStmt kernels{prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'kernel'")};
+  OwnedStmt kernels{
+      prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'kernel'")};
   if (sqlite3_step(kernels.s) == SQLITE_ROW) {
     t.kernels = sqlite3_column_int64(kernels.s, 0);
     t.kernel_bytes = static_cast<uint64_t>(sqlite3_column_int64(kernels.s, 1));
+  }
+  OwnedStmt prepared{
+      prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'prepared'")};
+  if (sqlite3_step(prepared.s) == SQLITE_ROW) {
+    t.prepared = sqlite3_column_int64(prepared.s, 0);
+    t.prepared_bytes = static_cast<uint64_t>(sqlite3_column_int64(prepared.s, 1));
   }
   return t;
 }

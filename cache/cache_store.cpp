@@ -383,13 +383,31 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
         auto meta_size = fs::file_size(dir / "meta.json", size_ec);
         idx->put(row_of(meta, size_ec ? 0 : meta_size, use_stamp()));
       }
-      idx->record_hit(key, use_stamp(), meta.family == kKernelFamily ? "kernel_hits" : "hits");
+      idx->record_hit(key, use_stamp(),
+                      meta.family == kKernelFamily     ? "kernel_hits"
+                      : meta.family == kPreparedFamily ? "prepared_hits"
+                                                       : "hits");
     } catch (const CacheIndexError& e) {
       index_failed(std::string(e.what()) + " (the entry is used anyway)");
     }
   }
   result.entry = CacheEntry{std::move(meta), dir, std::move(pin)};
   return result;
+}
+
+void CacheStore::discard_bad(const std::string& key, const std::string& problem) {
+  if (!writable_) {
+    warn("cache entry " + key + " is bad (" + problem + ") and the cache is read-only; not used");
+    return;
+  }
+  auto use =
+      FileLock::try_acquire(lock_path(key, "use"), FileLock::Mode::kExclusive, access_.file_mode());
+  if (!use) {
+    warn("cache entry " + key + " is bad (" + problem +
+         ") but another process has it loaded; left in place");
+    return;
+  }
+  quarantine(key, problem);
 }
 
 WorkFolder CacheStore::new_staging(const std::string& key) {
@@ -458,6 +476,8 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
       idx->put(row);
       if (meta.family == kKernelFamily) {
         idx->add_to_counter("kernel_compiles", 1);
+      } else if (meta.family == kPreparedFamily) {
+        idx->add_to_counter("prepared_stores", 1);
       } else {
         idx->record_compile();
       }

@@ -25,6 +25,8 @@ namespace kiln {
 // The family of kernel objects (compiled once, linked into many modules); their hits and
 // compiles are counted apart from modules'.
 inline constexpr const char* kKernelFamily = "kernel";
+// The family of prepared weight sets (compiler/prepared_weights.h), counted apart too.
+inline constexpr const char* kPreparedFamily = "prepared";
 
 // 64 lowercase hex digits: the only strings that ever become entry paths.
 bool is_cache_key(const std::string& s);
@@ -83,6 +85,10 @@ class CacheStore {
   // so a passing read error never moves an entry another process has loaded); otherwise it
   // is only reported in `problem`. Records a hit in the index when the index is available.
   LookupResult lookup(const std::string& key, bool quarantine_bad);
+  // An entry that verified but whose contents its reader found wrong: quarantined (under the
+  // exclusive use lock, like a failed verification) with a warning naming the problem; left in
+  // place, with a warning, while another process has it loaded.
+  void discard_bad(const std::string& key, const std::string& problem);
   // The per-key compile lock: a second compiler of the same key waits here, then hits.
   FileLock lock_key(const std::string& key);
 

@@ -388,6 +388,10 @@ void print_times(const kiln::CompileInfo& info, double load_ms, double run_ms) {
   if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
   if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
   std::fprintf(stderr, "\n");
+  // Where the prepared weights came from: a cache hit should say "cache" or "memory".
+  if (!info.weights.empty() && info.weights != "none needed")
+    std::fprintf(stderr, "weights prepared: %s\n",
+                 info.weights == "prepared" ? "now" : ("from " + info.weights).c_str());
   const kiln::KernelReport& k = info.kernels;
   if (k.kernels > 0) {
     std::fprintf(stderr,
@@ -828,9 +832,11 @@ int cmd_cache_remote(const Args& a) {
       throw kiln::UserError(
           "kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
     if (keys.empty()) {
-      // Modules: the remote tier serves whole modules; kernel objects stay local.
+      // Modules: the remote tier serves whole modules; kernel objects and prepared weights
+      // stay local.
       for (const auto& r : store->list()) {
-        if (r.family != kiln::kKernelFamily) keys.push_back(r.key);
+        if (r.family != kiln::kKernelFamily && r.family != kiln::kPreparedFamily)
+          keys.push_back(r.key);
       }
     }
     for (const auto& k : keys) {
@@ -911,14 +917,21 @@ int cmd_cache(const Args& a) {
   store->set_patient(true);  // maintenance may wait for a busy index; compiles never do
   if (sub == "ls") {
     auto rows = store->list();
-    // Kernel objects are many and named by hash: summed up, not listed.
-    size_t kernels = 0;
-    uint64_t kernel_bytes = 0;
+    // Kernel objects and prepared weight sets are named by hash: summed up, not listed.
+    size_t kernels = 0, prepared = 0;
+    uint64_t kernel_bytes = 0, prepared_bytes = 0;
     std::erase_if(rows, [&](const kiln::IndexRow& r) {
-      if (r.family != kiln::kKernelFamily) return false;
-      ++kernels;
-      kernel_bytes += r.size;
-      return true;
+      if (r.family == kiln::kKernelFamily) {
+        ++kernels;
+        kernel_bytes += r.size;
+        return true;
+      }
+      if (r.family == kiln::kPreparedFamily) {
+        ++prepared;
+        prepared_bytes += r.size;
+        return true;
+      }
+      return false;
     });
     std::printf("%-16s  %-20s %10s %6s %6s %6s\n", "KEY", "MODEL", "SIZE", "AGE", "USED", "HITS");
     for (const auto& r : rows) {
@@ -931,6 +944,9 @@ int cmd_cache(const Args& a) {
     if (kernels)
       std::printf(" (and %zu kernel objects, %s)", kernels,
                   kiln::format_size(kernel_bytes).c_str());
+    if (prepared)
+      std::printf(" (and %zu prepared weight sets, %s)", prepared,
+                  kiln::format_size(prepared_bytes).c_str());
     std::printf("\n");
   } else if (sub == "show") {
     std::string key = resolve_key(*store, a.positional[1]);
@@ -972,7 +988,7 @@ int cmd_cache(const Args& a) {
         "cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     "
         "%lld\n"
         "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
-        store->root().c_str(), static_cast<long long>(t.entries - t.kernels),
+        store->root().c_str(), static_cast<long long>(t.entries - t.kernels - t.prepared),
         static_cast<unsigned long long>(t.bytes), kiln::format_size(t.bytes).c_str(),
         kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
         static_cast<long long>(t.hits), static_cast<long long>(t.misses),
@@ -983,6 +999,12 @@ int cmd_cache(const Args& a) {
                   static_cast<long long>(t.kernels), kiln::format_size(t.kernel_bytes).c_str(),
                   static_cast<long long>(t.kernel_hits), static_cast<long long>(t.kernel_compiles),
                   t.kernel_saved_ms / 1000.0);
+    }
+    if (t.prepared || t.prepared_hits || t.prepared_stores) {
+      std::printf("prepared   %lld weight sets (%s), %lld reused, %lld stored\n",
+                  static_cast<long long>(t.prepared), kiln::format_size(t.prepared_bytes).c_str(),
+                  static_cast<long long>(t.prepared_hits),
+                  static_cast<long long>(t.prepared_stores));
     }
     if (std::getenv("KILN_REMOTE_CACHE") || t.remote_hits || t.remote_misses || t.remote_errors) {
       std::printf(

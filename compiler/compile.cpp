@@ -25,6 +25,7 @@
 #include "compiler/kernel_build.h"
 #include "compiler/module_plan.h"
 #include "compiler/op_library_binding.h"
+#include "compiler/prepared_weights.h"
 #include "compiler/weight_sets.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
@@ -57,6 +58,8 @@ struct Loaded {
   fs::path source_path, module_path;
   std::shared_ptr<const ModulePlan> plan;
   std::shared_ptr<WeightSets> weights = std::make_shared<WeightSets>();
+  // Where prepared weight sets of this module are cached (null: not cached, e.g. KILN_CACHE=0).
+  std::shared_ptr<PreparedWeights> prepared;
 };
 
 // The most recently used modules of this process, "<cache dir>\n<key>" -> module. Bounded, so
@@ -538,8 +541,9 @@ Function make_function(const Graph& graph, const Loaded& loaded, CompileInfo inf
   info.source_path = loaded.source_path;
   info.module_path = loaded.module_path;
   auto t = Clock::now();
-  std::shared_ptr<const Program> program =
-      program_with_updates(loaded.weights->program(*loaded.plan, graph), *loaded.plan, updates);
+  std::shared_ptr<const Program> program = program_with_updates(
+      loaded.weights->program(*loaded.plan, graph, loaded.prepared.get(), &info.weights),
+      *loaded.plan, updates);
   info.times.prepare_ms = ms_since(t);
   for (const ProgramUpdate& u : program->updates)
     ++(u.in_place ? info.updates_in_place : info.updates_copied);
@@ -627,7 +631,7 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
   Loaded loaded;
   Built built = build_module(graph, ctx, mk.key, folder->path(), store, false, info);
   loaded.plan = built.plan;
-  loaded.weights->seed(graph, std::move(built.prepared));
+  loaded.weights->seed(*loaded.plan, graph, std::move(built.prepared));
   loaded.source_path = folder->path() / "module.c";
   loaded.module_path = folder->path() / "module.so";
   loaded.pin = folder;
@@ -710,10 +714,12 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
       if (r.entry) {
         info.cache = CacheStatus::kHit;
         loaded = loaded_from(*r.entry);
+        loaded.prepared = std::make_shared<PreparedWeights>(store, mk->key);
         memoize = true;
       } else if (std::optional<Loaded> remote;
                  cacheable(source) && (remote = remote_hit_without_publishing(*store, *mk, info))) {
         loaded = std::move(*remote);
+        loaded.prepared = std::make_shared<PreparedWeights>(store, mk->key);
         memoize = true;
       } else {
         if (cacheable(source)) {
@@ -726,14 +732,18 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
     } else if (std::optional<Built> built; std::optional<CacheEntry> entry = lookup_or_build(
                                                *store, source, ctx, *mk, options, info, built)) {
       if (built) {
-        // Built here: the plan and the weights its rewrites prepared are at hand.
+        // Built here: the plan and the weights its rewrites prepared are at hand, and are
+        // stored for the next process.
         loaded.source_path = entry->file("module.c");
         loaded.module_path = entry->file("module.so");
         loaded.pin = entry->pin;
         loaded.plan = built->plan;
-        loaded.weights->seed(source, std::move(built->prepared));
+        loaded.prepared = std::make_shared<PreparedWeights>(store, mk->key);
+        loaded.weights->seed(*loaded.plan, source, std::move(built->prepared),
+                             loaded.prepared.get());
       } else {
         loaded = loaded_from(*entry);
+        loaded.prepared = std::make_shared<PreparedWeights>(store, mk->key);
       }
       memoize = true;
     } else {

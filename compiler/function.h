@@ -14,7 +14,8 @@ namespace kiln {
 struct PhaseTimes {
   // lookup: cache lookup and verification; wait: time spent waiting for another process
   // compiling the same key.
-  double rewrite_ms = 0, key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0, load_ms = 0;
+  double rewrite_ms = 0, key_ms = 0, lookup_ms = 0, wait_ms = 0, codegen_ms = 0, compile_ms = 0,
+         load_ms = 0;
   double remote_ms = 0;  // the remote tier: fetch and verify, or upload
   // Binding the graph's weights: preparing them from the plan (folding, packing) for a
   // weight set this module has not seen, else only looking them up.
@@ -28,7 +29,7 @@ struct PhaseTimes {
 // many came from the kernel cache and how many were compiled, and each compile's time.
 struct KernelReport {
   int kernels = 0, reused = 0, compiled = 0;
-  int jobs = 0;  // compiles run at once
+  int jobs = 0;                                            // compiles run at once
   std::vector<std::pair<std::string, double>> compile_ms;  // symbol (op), ms
 };
 
@@ -48,7 +49,7 @@ struct CompileInfo {
   std::string cache_note;             // e.g. a recovered bad entry, or --explain's answer
   std::filesystem::path source_path;  // the stitched C source, kept beside the module
   std::filesystem::path module_path;
-  std::string compiler_log;           // warnings, if any (empty for a clean compile)
+  std::string compiler_log;  // warnings, if any (empty for a clean compile)
   PhaseTimes times;
   // Where its CUDA nodes run ("" for a CPU-only module): the GPU's name, or the emulator,
   // which always says it is one.
@@ -56,6 +57,9 @@ struct CompileInfo {
   KernelReport kernels;  // all zero for a module not built on this call, or built as one unit
   // State updates (Graph::add_update): written in place by their step, or copied after.
   int updates_in_place = 0, updates_copied = 0;
+  // Where the prepared weights came from: "none needed", "memory" (this process prepared
+  // these weights before), "cache" (a prepared-weights entry, mapped) or "prepared" (now).
+  std::string weights;
 };
 
 class Function {

@@ -1,5 +1,6 @@
 #include "compiler/module_plan.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "ops/transfer.h"
 #include "rewrite/constant_recipe.h"
 #include "util/error.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -84,7 +86,8 @@ class PlanReader {
     std::string_view t = token(what);
     int64_t v = 0;
     auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size()) fail(std::string("bad number for ") + what);
+    if (ec != std::errc() || end != t.data() + t.size())
+      fail(std::string("bad number for ") + what);
     return v;
   }
   int index(const char* what, int64_t limit) {
@@ -198,10 +201,11 @@ class PlanReader {
 // The op a step's shape rule comes from, from its name and props: the registry's ops,
 // CUDA placement's wrappers and transfers.
 std::shared_ptr<const Op> recreate_op(const std::string& name, const Attrs& props) {
-  if (name == "to_device" || name == "to_host") return std::make_shared<Transfer>(name == "to_device");
+  if (name == "to_device" || name == "to_host")
+    return std::make_shared<Transfer>(name == "to_device");
   if (name.rfind("cuda:", 0) == 0) {
-    auto inner = std::dynamic_pointer_cast<const COp>(
-        OpRegistry::instance().create(name.substr(5), props));
+    auto inner =
+        std::dynamic_pointer_cast<const COp>(OpRegistry::instance().create(name.substr(5), props));
     if (!inner) throw UserError("op '" + name + "' has no code");
     return std::make_shared<CudaPlaced>(std::move(inner));
   }
@@ -217,7 +221,8 @@ FlopRule flop_rule(std::shared_ptr<const Op> op) {
 
 // A step's shape rule: its op's, given the dtypes of the slots it reads.
 
-ShapeRule shape_rule(std::shared_ptr<const Op> op, const Program& p, const std::vector<int>& inputs) {
+ShapeRule shape_rule(std::shared_ptr<const Op> op, const Program& p,
+                     const std::vector<int>& inputs) {
   std::vector<DType> dtypes;
   for (int s : inputs) dtypes.push_back(p.slots.at(static_cast<size_t>(s)).dtype);
   return [op = std::move(op), dtypes = std::move(dtypes)](const std::vector<Shape>& shapes) {
@@ -228,7 +233,8 @@ ShapeRule shape_rule(std::shared_ptr<const Op> op, const Program& p, const std::
 // Flattens recipes into preparation steps, each distinct recipe once.
 class RecipeFlattener {
  public:
-  RecipeFlattener(int n_sources, std::vector<PrepStep>& steps) : n_sources_(n_sources), steps_(steps) {}
+  RecipeFlattener(int n_sources, std::vector<PrepStep>& steps)
+      : n_sources_(n_sources), steps_(steps) {}
   int value_of(const RecipePtr& r) {
     if (!r) throw InternalError("module plan: a constant has no recipe");
     if (r->source >= 0) {
@@ -495,7 +501,8 @@ std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
       values.push_back(run_transform(s.op, s.props, s.output, inputs));
     } catch (const Error& e) {
       throw UserError("graph '" + given.name() + "': preparing its weights (step " +
-                      std::to_string(k) + ", " + s.op + attrs_to_string(s.props) + "): " + e.what());
+                      std::to_string(k) + ", " + s.op + attrs_to_string(s.props) +
+                      "): " + e.what());
     }
   }
   return values;
@@ -512,14 +519,43 @@ std::vector<Tensor> ModulePlan::prepared_in(const Graph& optimized) const {
   return values;
 }
 
+std::vector<int> ModulePlan::kept_steps() const {
+  std::vector<int> steps;
+  for (const auto& [slot, value] : params_) {
+    const int step = value - static_cast<int>(sources_.size());
+    if (step >= 0 && std::find(steps.begin(), steps.end(), step) == steps.end())
+      steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void ModulePlan::check_prepared(const std::vector<Tensor>& prepared) const {
+  if (prepared.size() != prep_.size())
+    throw UserError("prepared values: " + std::to_string(prepared.size()) + " for " +
+                    std::to_string(prep_.size()) + " steps");
+  for (const auto& [slot, value] : params_) {
+    const int step = value - static_cast<int>(sources_.size());
+    if (step < 0) continue;
+    const Tensor& t = prepared[static_cast<size_t>(step)];
+    const SlotSpec& spec = skeleton_.slots.at(static_cast<size_t>(slot));
+    if (!t.defined() || t.dtype() != spec.dtype || t.shape() != Shape(spec.dims)) {
+      throw UserError("prepared value of step " + std::to_string(step) + " is " +
+                      (t.defined() ? t.describe() : std::string("missing")) + "; parameter '" +
+                      spec.name + "' takes " + std::string(dtype_name(spec.dtype)) + " " +
+                      dims_to_string(spec.dims));
+    }
+  }
+}
+
 Program ModulePlan::program(const Graph& given, const std::vector<Tensor>& prepared) const {
   Program p = skeleton_;
   const auto n_sources = sources_.size();
   p.params.reserve(params_.size());
   for (const auto& [slot, value] : params_) {
     const auto i = static_cast<size_t>(value);
-    p.params.emplace_back(slot, i < n_sources ? *given.constants()[i]->value
-                                              : prepared.at(i - n_sources));
+    p.params.emplace_back(
+        slot, i < n_sources ? *given.constants()[i]->value : prepared.at(i - n_sources));
   }
   return p;
 }

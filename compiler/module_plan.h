@@ -49,6 +49,12 @@ class ModulePlan {
   // The program, its parameters bound: the given graph's constants and prepared values.
   Program program(const Graph& given, const std::vector<Tensor>& prepared) const;
   size_t prep_steps() const { return prep_.size(); }
+  // The preparation steps whose values the program reads (its parameters): all a cache of
+  // prepared weights needs to keep.
+  std::vector<int> kept_steps() const;
+  // UserError unless every kept step's value has the dtype and shape of the parameter slot
+  // it fills (prepared values read from somewhere else: a cache entry).
+  void check_prepared(const std::vector<Tensor>& prepared) const;
   const std::string& step_op(size_t step) const { return step_ops_.at(step).op; }
 
  private:
@@ -58,8 +64,8 @@ class ModulePlan {
   };
   void finish();  // checks every index, builds the shape rules and prepared_from_
 
-  Program skeleton_;            // without params
-  std::vector<StepOp> step_ops_;  // per step: the op whose infer_shape is its shape rule
+  Program skeleton_;                 // without params
+  std::vector<StepOp> step_ops_;     // per step: the op whose infer_shape is its shape rule
   std::vector<TensorType> sources_;  // the given graph's constants: their types
   std::vector<PrepStep> prep_;
   std::vector<std::pair<int, int>> params_;  // slot -> value index

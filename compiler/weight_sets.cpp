@@ -1,5 +1,7 @@
 #include "compiler/weight_sets.h"
 
+#include "compiler/prepared_weights.h"
+
 namespace kiln {
 
 std::vector<WeightSets::Source> WeightSets::sources_of(const Graph& given) {
@@ -42,7 +44,16 @@ void WeightSets::remember(Set set) {
   if (sets_.size() > kSets) sets_.pop_back();
 }
 
-std::shared_ptr<const Program> WeightSets::program(const ModulePlan& plan, const Graph& given) {
+std::shared_ptr<const Program> WeightSets::program(const ModulePlan& plan, const Graph& given,
+                                                   PreparedWeights* cache, std::string* how) {
+  std::string source = plan.kept_steps().empty() ? "none needed" : "memory";
+  struct Report {
+    std::string& source;
+    std::string* how;
+    ~Report() {
+      if (how) *how = source;
+    }
+  } report{source, how};
   std::vector<Source> sources = sources_of(given);
   std::lock_guard lock(mutex_);
   for (Set& set : sets_) {
@@ -58,7 +69,24 @@ std::shared_ptr<const Program> WeightSets::program(const ModulePlan& plan, const
     }
   }
   Set set;
-  set.prepared = prepared ? prepared->prepared : plan.prepare(given);
+  if (prepared) {
+    set.prepared = prepared->prepared;
+    if (prepared->seeded) source = "prepared";
+  } else if (cache && !plan.kept_steps().empty()) {
+    // Another process may have prepared these very weights: their digest finds its entry.
+    const std::string digest = weights_digest(plan, given);
+    if (auto found = cache->find(plan, digest)) {
+      set.prepared = std::move(*found);
+      source = "cache";
+    } else {
+      set.prepared = plan.prepare(given);
+      source = "prepared";
+      cache->put(plan, digest, set.prepared);
+    }
+  } else {
+    set.prepared = plan.prepare(given);
+    if (source != "none needed") source = "prepared";
+  }
   auto program = std::make_shared<const Program>(plan.program(given, set.prepared));
   set.program = program;
   set.sources = std::move(sources);
@@ -66,9 +94,11 @@ std::shared_ptr<const Program> WeightSets::program(const ModulePlan& plan, const
   return program;
 }
 
-void WeightSets::seed(const Graph& given, std::vector<Tensor> prepared) {
+void WeightSets::seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared,
+                      PreparedWeights* cache) {
+  if (cache && !plan.kept_steps().empty()) cache->put(plan, weights_digest(plan, given), prepared);
   std::lock_guard lock(mutex_);
-  remember(Set{sources_of(given), std::move(prepared), {}});
+  remember(Set{sources_of(given), std::move(prepared), {}, true});
 }
 
 }  // namespace kiln

@@ -11,13 +11,21 @@
 
 namespace kiln {
 
+class PreparedWeights;
+
 class WeightSets {
  public:
   // The program bound to `given`'s constants (which must fit the plan: UserError naming the
-  // constant otherwise).
-  std::shared_ptr<const Program> program(const ModulePlan& plan, const Graph& given);
-  // Records what a miss's rewrites prepared for `given`'s weights (ModulePlan::prepared_in).
-  void seed(const Graph& given, std::vector<Tensor> prepared);
+  // constant otherwise). A set not prepared in this process is looked up in `cache` (when
+  // given) before it is prepared, and stored there after.
+  // `how` (when given) says where the prepared values came from (CompileInfo::weights).
+  std::shared_ptr<const Program> program(const ModulePlan& plan, const Graph& given,
+                                         PreparedWeights* cache = nullptr,
+                                         std::string* how = nullptr);
+  // Records what a miss's rewrites prepared for `given`'s weights (ModulePlan::prepared_in),
+  // and stores it in `cache` (when given) for the next process.
+  void seed(const ModulePlan& plan, const Graph& given, std::vector<Tensor> prepared,
+            PreparedWeights* cache = nullptr);
 
  private:
   struct Source {
@@ -30,6 +38,7 @@ class WeightSets {
     std::vector<Source> sources;  // every constant of the given graph
     std::vector<Tensor> prepared;
     std::weak_ptr<const Program> program;
+    bool seeded = false;  // prepared by the compile that just ran (reported as "prepared")
   };
   static constexpr size_t kSets = 2;
   static std::vector<Source> sources_of(const Graph& given);

@@ -441,7 +441,10 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
     EXPECT_NE(stats.out.find(word), std::string::npos) << word << " not in\n" << stats.out;
   }
 
-  // Entries are the module and its kernels' objects.
+  // Entries are the module, its kernels' objects and its prepared weights (the MLP's packed
+  // GEMM panels).
+  EXPECT_NE(stats.out.find("prepared   1 weight sets"), std::string::npos) << stats.out;
+  EXPECT_NE(ls.out.find("and 1 prepared weight sets"), std::string::npos) << ls.out;
   const int kernels = kernels_compiled(miss.err);
   ASSERT_GT(kernels, 0) << miss.err;
   EXPECT_NE(ls.out.find("and " + std::to_string(kernels) + " kernel objects"), std::string::npos)
@@ -450,7 +453,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
       << stats.out;
   auto verify = kiln_env(env, {"cache", "verify"});
   EXPECT_EQ(verify.exit_code, 0);
-  EXPECT_NE(verify.out.find(std::to_string(1 + kernels) + " entries good, 0 bad"),
+  EXPECT_NE(verify.out.find(std::to_string(2 + kernels) + " entries good, 0 bad"),
             std::string::npos)
       << verify.out;
   fs::path so = cache / "objects" / key.substr(0, 2) / key / "module.so";
@@ -464,7 +467,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
   for (const char* f : {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"})
     fs::remove(cache / f);
   auto reindex = kiln_env(env, {"cache", "reindex"});
-  EXPECT_NE(reindex.out.find("indexed " + std::to_string(1 + kernels) + " entries"),
+  EXPECT_NE(reindex.out.find("indexed " + std::to_string(2 + kernels) + " entries"),
             std::string::npos)
       << reindex.out << reindex.err;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find(key.substr(0, 16)), std::string::npos);
@@ -480,8 +483,9 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
       << explain.err;
 
   auto clear = kiln_env(env, {"cache", "clear"});
-  // Three modules (the MLP, then under two other flags) and the kernels of each flag set.
-  EXPECT_NE(clear.out.find("removed " + std::to_string(3 + 3 * kernels) + " entries"),
+  // Three modules (the MLP, then under two other flags), the kernels of each flag set and
+  // each module's prepared weights.
+  EXPECT_NE(clear.out.find("removed " + std::to_string(6 + 3 * kernels) + " entries"),
             std::string::npos)
       << clear.out;
   EXPECT_NE(kiln_env(env, {"cache", "ls"}).out.find("0 entries"), std::string::npos);
@@ -525,9 +529,11 @@ TEST(CacheCli, GcNeverRemovesAnEntryALiveProcessHasLoaded) {
   fs::path entry = f->info().module_path.parent_path();
   auto gc = kiln_env(cache_env(cache), {"cache", "gc", "--max-size", "1"});
   EXPECT_EQ(gc.exit_code, 0) << gc.err;
-  // The kernels' objects go (the loaded module has them linked in); the module stays.
+  // The kernels' objects go (the loaded module has them linked in), and so do its prepared
+  // weights (the process holds them in memory, or maps them: a removed file stays mapped);
+  // the module stays.
   ASSERT_GT(f->info().kernels.kernels, 0);
-  EXPECT_NE(gc.out.find("removed " + std::to_string(f->info().kernels.kernels) + " entries"),
+  EXPECT_NE(gc.out.find("removed " + std::to_string(f->info().kernels.kernels + 1) + " entries"),
             std::string::npos)
       << gc.out;
   EXPECT_NE(gc.out.find("kept 1 in use"), std::string::npos) << gc.out;

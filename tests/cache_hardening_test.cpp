@@ -226,7 +226,7 @@ fs::path module_entry(const fs::path& cache) {
   fs::path entry;
   for (const auto& shard : fs::directory_iterator(cache / "objects"))
     for (const auto& e : fs::directory_iterator(shard))
-      if (!fs::exists(e.path() / "kernel.o")) entry = e.path();
+      if (fs::exists(e.path() / "module.so")) entry = e.path();
   return entry;
 }
 
@@ -430,9 +430,11 @@ TEST(CacheHardening, AGroupSharedCacheServesASecondUser) {
   for (const auto& shard : fs::directory_iterator(cache / "objects"))
     for (const auto& e : fs::directory_iterator(shard)) {
       EXPECT_EQ(mode_of(e.path()), 0775u);
-      // A module's entry, or a kernel's.
-      EXPECT_EQ(mode_of(e.path() / (fs::exists(e.path() / "kernel.o") ? "kernel.o" : "module.so")),
-                0664u);
+      // A module's entry, a kernel's or prepared weights'.
+      const char* file = fs::exists(e.path() / "kernel.o")               ? "kernel.o"
+                         : fs::exists(e.path() / "prepared.safetensors") ? "prepared.safetensors"
+                                                                         : "module.so";
+      EXPECT_EQ(mode_of(e.path() / file), 0664u);
     }
   // Without the shared mode the second user refuses a folder another user owns.
   auto c = kiln_as(61002, 61000, {"KILN_CACHE_DIR=" + cache.string()}, {"compile", kMlp});
@@ -743,7 +745,7 @@ TEST(CacheHardening, ABusyOrLockedIndexNeverStallsACompile) {
     for (const auto& r : store->list()) listed = listed || r.key == new_key;
     EXPECT_TRUE(listed);
     const IndexTotals t = store->stats();
-    EXPECT_EQ(t.entries - t.kernels, 2);  // modules
+    EXPECT_EQ(t.entries - t.kernels - t.prepared, 2);  // modules
   }
 }
 

@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 #include <thread>
 
 #include "cache/entry_meta.h"
+#include "cache/entry_signature.h"
 #include "compiler/compile.h"
 #include "compiler/module_plan.h"
 #include "helpers.h"
@@ -20,7 +22,9 @@
 #include "ops/reference.h"
 #include "ops/registry.h"
 #include "runtime/npy.h"
+#include "runtime/safetensors.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 
 namespace kiln {
 namespace {
@@ -120,11 +124,163 @@ TEST_F(WarmPath, WeightsArePreparedOncePerWeightSetAndHitsRunNoPass) {
   EXPECT_TRUE(tensors_close(miss({x})[0], vec4(4, -1, 4.5, 4)));  // A's function kept A's
 
   clear_compile_memo();
-  Function hit = compile(gb, opts_);  // from the disk cache: the plan prepares, no pass runs
+  // From the disk cache: no pass runs, and B's weights, prepared above, come from their own
+  // prepared-weights entry instead of being prepared again.
+  Function hit = compile(gb, opts_);
   EXPECT_EQ(hit.info().cache, CacheStatus::kHit);
   EXPECT_EQ(hit.info().times.rewrite_ms, 0.0);
-  EXPECT_EQ(g_performs, 3);
+  EXPECT_EQ(hit.info().weights, "cache");
+  EXPECT_EQ(g_performs, 2);
   EXPECT_TRUE(tensors_close(hit({x})[0], vec4(31, 62, 93, -116)));
+}
+
+// The prepared-weights entry of a module and weight set (family "prepared"), found by the
+// folder of the one file it holds.
+fs::path prepared_entry(const fs::path& cache, const std::string& avoid = "") {
+  for (const auto& shard : fs::directory_iterator(cache / "objects"))
+    for (const auto& e : fs::directory_iterator(shard.path()))
+      if (fs::exists(e.path() / "prepared.safetensors") && e.path().filename() != avoid)
+        return e.path();
+  return {};
+}
+
+// Rewrites an entry's meta.json with `edit` applied (sizes and SHA-256s recomputed when
+// `rehash`), as someone who can write the cache folder could.
+void edit_meta(const fs::path& entry, const std::function<void(EntryMeta&)>& edit, bool rehash) {
+  EntryMeta meta = EntryMeta::parse(read_file(entry / "meta.json"), "test");
+  edit(meta);
+  if (rehash) {
+    for (auto& f : meta.files) {
+      const std::string bytes = read_file(entry / f.name);
+      f.size = bytes.size();
+      f.sha256 = sha256_hex(bytes);
+    }
+  }
+  fs::permissions(entry / "meta.json", fs::perms::owner_read | fs::perms::owner_write);
+  write_file_atomic(entry / "meta.json", meta.to_json(), 0600, true);
+}
+
+size_t quarantined(const fs::path& cache) {
+  std::error_code ec;
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(cache / "quarantine", ec)) n += e.is_directory();
+  return n;
+}
+
+// A prepared-weights entry that is damaged, foreign (the wrong tensors under right hashes),
+// made for other weights, or unsigned where signatures are required is never used: it is
+// quarantined and the weights are prepared again, and the results stay right.
+TEST_F(WarmPath, BadPreparedWeightEntriesAreRefusedAndTheWeightsPreparedAgain) {
+  const Tensor x = vec4(1, 2, 3, 4);
+  const Tensor wa = vec4(1, -1, 0.5, 0), wb = vec4(10, 20, 30, -40);
+  const Tensor ya = vec4(4, -1, 4.5, 4), yb = vec4(31, 62, 93, -116);
+  const fs::path cache = opts_.cache_dir;
+  g_performs = 0;
+  Graph ga = counted_graph(wa);
+  ASSERT_EQ(compile(ga, opts_).info().cache, CacheStatus::kMiss);
+  const fs::path entry_a = prepared_entry(cache);
+  ASSERT_FALSE(entry_a.empty()) << "the miss stored no prepared weights";
+  auto fresh_hit = [&](const Graph& g, const Tensor& want, const char* weights) {
+    clear_compile_memo();
+    Function f = compile(g, opts_);
+    EXPECT_EQ(f.info().cache, CacheStatus::kHit);
+    EXPECT_EQ(f.info().weights, weights);
+    EXPECT_TRUE(tensors_close(f({x})[0], want));
+  };
+  fresh_hit(ga, ya, "cache");
+  EXPECT_EQ(g_performs, 1) << "a hit prepared weights its cache holds";
+
+  // Damaged: a flipped byte fails the entry's SHA-256.
+  {
+    const fs::path file = entry_a / "prepared.safetensors";
+    std::string bytes = read_file(file);
+    bytes[bytes.size() - 1] ^= 0x40;
+    fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+    write_file_atomic(file, bytes, 0600, true);
+  }
+  ::testing::internal::CaptureStderr();
+  fresh_hit(ga, ya, "prepared");
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(g_performs, 2);
+  EXPECT_EQ(quarantined(cache), 1u);
+  fresh_hit(ga, ya, "cache");  // stored again, and good
+  EXPECT_EQ(g_performs, 2);
+
+  // Foreign: a tensor of another shape under hashes that match it.
+  {
+    const fs::path entry = prepared_entry(cache);
+    write_safetensors(entry / "prepared.safetensors.new",
+                      {{"step0", Tensor::from_doubles(DType::kFloat32, {3}, {7, 7, 7})}});
+    fs::rename(entry / "prepared.safetensors.new", entry / "prepared.safetensors");
+    edit_meta(
+        entry, [](EntryMeta&) {}, true);
+  }
+  ::testing::internal::CaptureStderr();
+  fresh_hit(ga, ya, "prepared");
+  const std::string foreign = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(foreign.find("prepared weights"), std::string::npos) << foreign;
+  EXPECT_EQ(g_performs, 3);
+  EXPECT_EQ(quarantined(cache), 2u);
+
+  // Made for other weights: B's entry moved under A's key.
+  Graph gb = counted_graph(wb);
+  clear_compile_memo();
+  compile(gb, opts_);  // a hit of the module: B's weights prepared and stored
+  EXPECT_EQ(g_performs, 4);
+  {
+    const fs::path a = prepared_entry(cache), b = prepared_entry(cache, a.filename().string());
+    ASSERT_FALSE(b.empty());
+    // Which is A's: the one whose removal makes A's hit prepare again.
+    const fs::path aside = cache / "aside";
+    fs::rename(a, aside);
+    fs::rename(b, a);  // B's files under one of the two keys, the other key empty
+    fs::rename(aside, b);
+  }
+  ::testing::internal::CaptureStderr();
+  clear_compile_memo();
+  Function swapped_a = compile(ga, opts_);
+  Function swapped_b = compile(gb, opts_);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(tensors_close(swapped_a({x})[0], ya)) << "A ran on B's prepared weights";
+  EXPECT_TRUE(tensors_close(swapped_b({x})[0], yb)) << "B ran on A's prepared weights";
+  EXPECT_EQ(swapped_a.info().weights, "prepared");
+  EXPECT_EQ(swapped_b.info().weights, "prepared");
+  EXPECT_EQ(g_performs, 6);
+}
+
+TEST_F(WarmPath, WithSignaturesRequiredAnUnsignedPreparedEntryIsNeverUsed) {
+  const Tensor x = vec4(1, 2, 3, 4);
+  const Tensor wa = vec4(1, -1, 0.5, 0), ya = vec4(4, -1, 4.5, 4);
+  const fs::path dir = opts_.cache_dir.parent_path();
+  const auto [secret, pub] = generate_key_pair("builders");
+  write_file_atomic(dir / "builders.secret", secret + "\n", 0600, true);
+  ::setenv("KILN_CACHE_SIGNING_KEY", (dir / "builders.secret").c_str(), 1);
+  ::setenv("KILN_CACHE_TRUSTED_KEYS", pub.c_str(), 1);
+  ::setenv("KILN_CACHE_REQUIRE_SIGNATURES", "1", 1);
+  struct Unset {
+    ~Unset() {
+      for (const char* v :
+           {"KILN_CACHE_SIGNING_KEY", "KILN_CACHE_TRUSTED_KEYS", "KILN_CACHE_REQUIRE_SIGNATURES"})
+        ::unsetenv(v);
+    }
+  } unset;
+  g_performs = 0;
+  Graph ga = counted_graph(wa);
+  compile(ga, opts_);
+  const fs::path entry = prepared_entry(opts_.cache_dir);
+  ASSERT_FALSE(entry.empty());
+  EXPECT_NE(read_file(entry / "meta.json").find("\"signatures\""), std::string::npos)
+      << "the writer did not sign its prepared weights";
+  edit_meta(
+      entry, [](EntryMeta& m) { m.signatures.clear(); }, false);
+  ::testing::internal::CaptureStderr();
+  clear_compile_memo();
+  Function f = compile(ga, opts_);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.info().weights, "prepared") << err;
+  EXPECT_NE(err.find("not signed by a trusted key"), std::string::npos) << err;
+  EXPECT_TRUE(tensors_close(f({x})[0], ya));
+  EXPECT_EQ(g_performs, 2);
 }
 
 TEST_F(WarmPath, ThreadsCompilingOneModuleWithTwoWeightSetsGetTheirOwnResults) {

@@ -1,0 +1,99 @@
+#include "compiler/prepared_weights.h"
+
+#include "runtime/safetensors.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/sha256.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kFile = "prepared.safetensors";
+
+std::string step_name(int step) { return "step" + std::to_string(step); }
+
+}  // namespace
+
+std::string weights_digest(const ModulePlan& plan, const Graph& given) {
+  Sha256 h;
+  h.update("kiln-weights-v1\n");
+  for (int i : plan.prepared_from()) {
+    const Variable* c = given.constants().at(static_cast<size_t>(i));
+    const Tensor t = c->value->contiguous();
+    std::string head = std::to_string(i) + ' ' + std::string(dtype_name(t.dtype()));
+    for (int64_t d : t.shape()) head += ' ' + std::to_string(d);
+    head += '\n';
+    h.update(head);
+    h.update(t.data(), t.nbytes());
+  }
+  return h.hex_digest();
+}
+
+PreparedWeights::PreparedWeights(std::shared_ptr<CacheStore> store, std::string module_key)
+    : store_(std::move(store)), module_key_(std::move(module_key)) {}
+
+KeyComponents PreparedWeights::components(const std::string& digest) const {
+  return {{"kind", "prepared weights 1"}, {"module", module_key_}, {"weights", digest}};
+}
+
+std::string PreparedWeights::key(const std::string& digest) const {
+  return artifact_key(components(digest));
+}
+
+std::optional<std::vector<Tensor>> PreparedWeights::find(const ModulePlan& plan,
+                                                         const std::string& digest) {
+  const std::string k = key(digest);
+  LookupResult r = store_->lookup(k, true);
+  if (!r.entry) return std::nullopt;
+  // The files are the ones the entry records (verified); what they hold must also be what
+  // this plan's program reads, or the entry is bad.
+  std::vector<Tensor> prepared(plan.prep_steps());
+  try {
+    Safetensors file = read_safetensors(r.entry->file(kFile));
+    for (int step : plan.kept_steps()) {
+      const Tensor& t = file.at(step_name(step), kFile);
+      prepared[static_cast<size_t>(step)] = t;
+    }
+    if (file.tensors.size() != plan.kept_steps().size())
+      throw CacheEntryError(std::string(kFile) + " holds values this plan does not read");
+    plan.check_prepared(prepared);
+  } catch (const UserError& e) {
+    r.entry.reset();  // unpinned, so it can be moved aside
+    store_->discard_bad(k, std::string("prepared weights: ") + e.what());
+    return std::nullopt;
+  }
+  if (debug_level() >= 2) log_line("cache: prepared weights hit " + r.entry->dir.string());
+  // The tensors map the file: an eviction that removes it later leaves the mapping intact.
+  return prepared;
+}
+
+void PreparedWeights::put(const ModulePlan& plan, const std::string& digest,
+                          const std::vector<Tensor>& prepared) {
+  if (!store_->publish_blocker().empty()) return;
+  const std::string k = key(digest);
+  try {
+    if (store_->lookup(k, false).entry) return;  // another process stored it first
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (int step : plan.kept_steps()) {
+      const Tensor& t = prepared.at(static_cast<size_t>(step));
+      if (!t.defined()) return;  // not all at hand: nothing to store
+      tensors.emplace_back(step_name(step), t);
+    }
+    WorkFolder staging = store_->new_staging(k);
+    write_safetensors(staging.path() / kFile, tensors);
+    EntryMeta meta;
+    meta.key = k;
+    meta.label = "prepared weights";
+    meta.family = kPreparedFamily;
+    meta.summary = std::to_string(tensors.size()) + " prepared values for module " + module_key_;
+    meta.created = unix_now();
+    meta.components = components(digest);
+    meta.files = {FileRecord{kFile, 0, ""}};
+    store_->publish(std::move(staging), std::move(meta));
+  } catch (const Error& e) {
+    warn(std::string("could not store the prepared weights in the cache: ") + e.what());
+  }
+}
+
+}  // namespace kiln
