@@ -15,6 +15,7 @@
 #include "ops/registry.h"
 #include "util/error.h"
 #include "util/escape.h"
+#include "util/fs.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -535,11 +536,15 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
 }
 
 Graph load_onnx_model(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path.string() + ": cannot open the model file");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parse_onnx_model(buf.str(), path.string(), path.parent_path());
+  // One read into a buffer of the file's size (a stream into a stringstream copied it twice
+  // more, growing as it went).
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const UserError& e) {
+    throw UserError(path.string() + ": cannot read the model file (" + e.what() + ")");
+  }
+  return parse_onnx_model(bytes, path.string(), path.parent_path());
 }
 
 }  // namespace kiln

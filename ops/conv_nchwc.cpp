@@ -89,6 +89,11 @@ Tensor winograd_weights(const Tensor& w, int tile) {
   const int A = tile + 2;
   const int64_t B = kNchwcBlock, mb = w.shape()[0], c = w.shape()[1] / 9;
   Tensor u = Tensor::empty(DType::kFloat32, {A * A, mb, c, B});
+  // Raw pointers into contiguous buffers: the same arithmetic as load/store, without an index
+  // division per element (this runs on every weight of every Winograd layer at load time).
+  const Tensor wc = w.contiguous();
+  const float* wp = static_cast<const float*>(wc.data());
+  float* up = static_cast<float*>(u.data());
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t ic = 0; ic < c; ++ic) {
       for (int64_t l = 0; l < B; ++l) {
@@ -96,7 +101,7 @@ Tensor winograd_weights(const Tensor& w, int tile) {
         double g[3][3], t[6][3];
         for (int i = 0; i < 3; ++i) {
           for (int j = 0; j < 3; ++j) {
-            g[i][j] = w.load((b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l);
+            g[i][j] = wp[(b * c * 9 + ((ic / B * 3 + i) * 3 + j) * B + ic % B) * B + l];
           }
         }
         // G's rows are sums over the same taps in the same order for rows 1 and 2 (only
@@ -111,7 +116,7 @@ Tensor winograd_weights(const Tensor& w, int tile) {
           for (int e = 0; e < A; ++e) {
             const double v = t[a][0] * g_at(tile, e, 0) + t[a][1] * g_at(tile, e, 1) +
                              t[a][2] * g_at(tile, e, 2);
-            u.store((((a * A + e) * mb + b) * c + ic) * B + l, v);
+            up[(((a * A + e) * mb + b) * c + ic) * B + l] = static_cast<float>(v);
           }
         }
       }

@@ -13,18 +13,20 @@ struct Info {
   size_t size;
 };
 constexpr Info kInfo[] = {
-    {DType::kBool, "bool", "uint8_t", 1},         {DType::kInt8, "int8", "int8_t", 1},
-    {DType::kUInt8, "uint8", "uint8_t", 1},       {DType::kInt32, "int32", "int32_t", 4},
-    {DType::kInt64, "int64", "int64_t", 8},       {DType::kFloat16, "float16", "uint16_t", 2},
+    {DType::kBool, "bool", "uint8_t", 1},          {DType::kInt8, "int8", "int8_t", 1},
+    {DType::kUInt8, "uint8", "uint8_t", 1},        {DType::kInt32, "int32", "int32_t", 4},
+    {DType::kInt64, "int64", "int64_t", 8},        {DType::kFloat16, "float16", "uint16_t", 2},
     {DType::kBFloat16, "bfloat16", "uint16_t", 2}, {DType::kFloat32, "float32", "float", 4},
-    {DType::kFloat64, "float64", "double", 8},      {DType::kInt16, "int16", "int16_t", 2},
+    {DType::kFloat64, "float64", "double", 8},     {DType::kInt16, "int16", "int16_t", 2},
     {DType::kUInt16, "uint16", "uint16_t", 2},     {DType::kUInt32, "uint32", "uint32_t", 4},
     {DType::kUInt64, "uint64", "uint64_t", 8},
 };
 
 const Info& info(DType dt) {
   auto i = static_cast<int32_t>(dt);
-  check_internal(i >= 0 && i < static_cast<int32_t>(std::size(kInfo)), "bad dtype code " + std::to_string(i));
+  // The message only when it is needed: this runs once per element of every reference loop.
+  if (i < 0 || i >= static_cast<int32_t>(std::size(kInfo)))
+    throw InternalError("bad dtype code " + std::to_string(i));
   return kInfo[i];
 }
 }  // namespace
@@ -45,9 +47,9 @@ bool is_float(DType dt) {
          dt == DType::kFloat64;
 }
 bool is_integer(DType dt) {
-  return dt == DType::kInt8 || dt == DType::kUInt8 || dt == DType::kInt32 ||
-         dt == DType::kInt64 || dt == DType::kInt16 || dt == DType::kUInt16 ||
-         dt == DType::kUInt32 || dt == DType::kUInt64;
+  return dt == DType::kInt8 || dt == DType::kUInt8 || dt == DType::kInt32 || dt == DType::kInt64 ||
+         dt == DType::kInt16 || dt == DType::kUInt16 || dt == DType::kUInt32 ||
+         dt == DType::kUInt64;
 }
 bool is_signed(DType dt) {
   return is_float(dt) || dt == DType::kInt8 || dt == DType::kInt16 || dt == DType::kInt32 ||

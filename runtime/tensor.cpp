@@ -159,19 +159,32 @@ char* Tensor::element_ptr(int64_t flat) const {
 double Tensor::load(int64_t flat) const {
   const char* p = element_ptr(flat);
   switch (dtype_) {
-    case DType::kBool: return *reinterpret_cast<const uint8_t*>(p) != 0;
-    case DType::kInt8: return *reinterpret_cast<const int8_t*>(p);
-    case DType::kUInt8: return *reinterpret_cast<const uint8_t*>(p);
-    case DType::kInt32: return *reinterpret_cast<const int32_t*>(p);
-    case DType::kInt64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
-    case DType::kFloat32: return *reinterpret_cast<const float*>(p);
-    case DType::kFloat64: return *reinterpret_cast<const double*>(p);
-    case DType::kFloat16: return kiln_f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
-    case DType::kBFloat16: return kiln_bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
-    case DType::kInt16: return *reinterpret_cast<const int16_t*>(p);
-    case DType::kUInt16: return *reinterpret_cast<const uint16_t*>(p);
-    case DType::kUInt32: return *reinterpret_cast<const uint32_t*>(p);
-    case DType::kUInt64: return static_cast<double>(*reinterpret_cast<const uint64_t*>(p));
+    case DType::kBool:
+      return *reinterpret_cast<const uint8_t*>(p) != 0;
+    case DType::kInt8:
+      return *reinterpret_cast<const int8_t*>(p);
+    case DType::kUInt8:
+      return *reinterpret_cast<const uint8_t*>(p);
+    case DType::kInt32:
+      return *reinterpret_cast<const int32_t*>(p);
+    case DType::kInt64:
+      return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+    case DType::kFloat32:
+      return *reinterpret_cast<const float*>(p);
+    case DType::kFloat64:
+      return *reinterpret_cast<const double*>(p);
+    case DType::kFloat16:
+      return kiln_f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::kBFloat16:
+      return kiln_bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::kInt16:
+      return *reinterpret_cast<const int16_t*>(p);
+    case DType::kUInt16:
+      return *reinterpret_cast<const uint16_t*>(p);
+    case DType::kUInt32:
+      return *reinterpret_cast<const uint32_t*>(p);
+    case DType::kUInt64:
+      return static_cast<double>(*reinterpret_cast<const uint64_t*>(p));
   }
   throw InternalError("bad dtype");
 }
@@ -179,27 +192,48 @@ double Tensor::load(int64_t flat) const {
 int64_t Tensor::load_int(int64_t flat) const {
   const char* p = element_ptr(flat);
   switch (dtype_) {
-    case DType::kInt32: return *reinterpret_cast<const int32_t*>(p);
-    case DType::kInt64: return *reinterpret_cast<const int64_t*>(p);
-    case DType::kInt16: return *reinterpret_cast<const int16_t*>(p);
-    case DType::kUInt16: return *reinterpret_cast<const uint16_t*>(p);
-    case DType::kUInt32: return *reinterpret_cast<const uint32_t*>(p);
+    case DType::kInt32:
+      return *reinterpret_cast<const int32_t*>(p);
+    case DType::kInt64:
+      return *reinterpret_cast<const int64_t*>(p);
+    case DType::kInt16:
+      return *reinterpret_cast<const int16_t*>(p);
+    case DType::kUInt16:
+      return *reinterpret_cast<const uint16_t*>(p);
+    case DType::kUInt32:
+      return *reinterpret_cast<const uint32_t*>(p);
     // uint64 above 2^63 reads as its two's-complement int64 (the same 64 bits).
-    case DType::kUInt64: return static_cast<int64_t>(*reinterpret_cast<const uint64_t*>(p));
-    default: return static_cast<int64_t>(load(flat));
+    case DType::kUInt64:
+      return static_cast<int64_t>(*reinterpret_cast<const uint64_t*>(p));
+    default:
+      return static_cast<int64_t>(load(flat));
   }
 }
 
 void Tensor::store(int64_t flat, double v) {
   char* p = element_ptr(flat);
   switch (dtype_) {
-    case DType::kBool: *reinterpret_cast<uint8_t*>(p) = v != 0; break;
-    case DType::kInt8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-    case DType::kUInt8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-    case DType::kInt32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-    case DType::kInt64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case DType::kFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::kFloat64: *reinterpret_cast<double*>(p) = v; break;
+    case DType::kBool:
+      *reinterpret_cast<uint8_t*>(p) = v != 0;
+      break;
+    case DType::kInt8:
+      *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v);
+      break;
+    case DType::kUInt8:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+      break;
+    case DType::kInt32:
+      *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v);
+      break;
+    case DType::kInt64:
+      *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v);
+      break;
+    case DType::kFloat32:
+      *reinterpret_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      *reinterpret_cast<double*>(p) = v;
+      break;
     case DType::kFloat16:
       *reinterpret_cast<uint16_t*>(p) = kiln_f32_to_f16(static_cast<float>(v));
       break;
@@ -209,23 +243,42 @@ void Tensor::store(int64_t flat, double v) {
     case DType::kInt16:
     case DType::kUInt16:
     case DType::kUInt32:
-    case DType::kUInt64: store_int(flat, static_cast<int64_t>(v)); break;
+    case DType::kUInt64:
+      store_int(flat, static_cast<int64_t>(v));
+      break;
   }
 }
 
 void Tensor::store_int(int64_t flat, int64_t v) {
   char* p = element_ptr(flat);
   switch (dtype_) {
-    case DType::kInt8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-    case DType::kUInt8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-    case DType::kInt32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-    case DType::kInt64: *reinterpret_cast<int64_t*>(p) = v; break;
+    case DType::kInt8:
+      *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v);
+      break;
+    case DType::kUInt8:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+      break;
+    case DType::kInt32:
+      *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v);
+      break;
+    case DType::kInt64:
+      *reinterpret_cast<int64_t*>(p) = v;
+      break;
     // Narrower integers keep the low bits (two's complement), as a C cast does.
-    case DType::kInt16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
-    case DType::kUInt16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
-    case DType::kUInt32: *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v); break;
-    case DType::kUInt64: *reinterpret_cast<uint64_t*>(p) = static_cast<uint64_t>(v); break;
-    default: store(flat, static_cast<double>(v));
+    case DType::kInt16:
+      *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v);
+      break;
+    case DType::kUInt16:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+      break;
+    case DType::kUInt32:
+      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+      break;
+    case DType::kUInt64:
+      *reinterpret_cast<uint64_t*>(p) = static_cast<uint64_t>(v);
+      break;
+    default:
+      store(flat, static_cast<double>(v));
   }
 }
 
@@ -240,6 +293,37 @@ std::string Tensor::describe() const {
          (storage_ && storage_->on_device() ? " on cuda" : "");
 }
 
+namespace {
+
+// dst (contiguous) = src's elements in row-major order, src read through its strides: an
+// odometer over the outer dimensions and a strided run over the last, with no division and
+// no conversion per element.
+template <class T>
+void gather_strided(const T* src, const Shape& shape, const std::vector<int64_t>& strides, T* dst) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    *dst = *src;
+    return;
+  }
+  const int64_t inner = shape[rank - 1], step = strides[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) outer *= shape[d];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0;
+    for (size_t d = 0; d + 1 < rank; ++d) off += index[d] * strides[d];
+    const T* s = src + off;
+    for (int64_t k = 0; k < inner; ++k) dst[k] = s[k * step];
+    dst += inner;
+    for (size_t d = rank - 1; d-- > 0;) {  // next outer index
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
 void copy_into(const Tensor& src, Tensor& dst) {
   if (src.shape() != dst.shape()) {
     throw UserError("copy: shape " + dims_to_string(src.shape()) + " into " +
@@ -253,6 +337,25 @@ void copy_into(const Tensor& src, Tensor& dst) {
     }
     if (src.nbytes()) std::memcpy(dst.data(), src.data(), src.nbytes());
     return;
+  }
+  const bool host = !(src.storage() && src.storage()->on_device()) &&
+                    !(dst.storage() && dst.storage()->on_device());
+  if (src.dtype() == dst.dtype() && dst.is_contiguous() && host && src.numel() > 0) {
+    const auto* s = static_cast<const char*>(src.data());
+    switch (dtype_size(src.dtype())) {
+      case 1:
+        return gather_strided(reinterpret_cast<const uint8_t*>(s), src.shape(), src.strides(),
+                              static_cast<uint8_t*>(dst.data()));
+      case 2:
+        return gather_strided(reinterpret_cast<const uint16_t*>(s), src.shape(), src.strides(),
+                              static_cast<uint16_t*>(dst.data()));
+      case 4:
+        return gather_strided(reinterpret_cast<const uint32_t*>(s), src.shape(), src.strides(),
+                              static_cast<uint32_t*>(dst.data()));
+      case 8:
+        return gather_strided(reinterpret_cast<const uint64_t*>(s), src.shape(), src.strides(),
+                              static_cast<uint64_t*>(dst.data()));
+    }
   }
   bool ints = is_integer(src.dtype()) && is_integer(dst.dtype());
   for (int64_t i = 0; i < src.numel(); ++i) {
