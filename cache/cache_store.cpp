@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 
+#include "cache/file_stamps.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/quantity.h"
@@ -127,28 +128,20 @@ std::string read_entry_file(const fs::path& p, const std::string& name, const Ca
   return bytes;
 }
 
-// The SHA-256 of an entry's file, hashed while it is read through one small buffer: a
+// The SHA-256 of an entry's open file, hashed while it is read through one small buffer: a
 // 100 MB file of prepared weights costs no 100 MB of fresh memory to verify.
-std::string hash_entry_file(const fs::path& p, const std::string& name, const CacheAccess& access,
-                            uint64_t expect_size) {
-  struct stat st {};
-  const int fd = open_entry_file(p, name, access, expect_size, st);
+std::string hash_entry_fd(int fd, const struct stat& st, const std::string& name) {
   Sha256 h;
-  try {
-    std::vector<char> buf(size_t{1} << 20);
-    for (uint64_t got = 0, size = static_cast<uint64_t>(st.st_size); got < size;) {
-      const ssize_t n =
-          ::read(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), size - got)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw CacheEntryError(name + " cannot be read: " + std::strerror(errno));
-      h.update(buf.data(), static_cast<size_t>(n));
-      got += static_cast<uint64_t>(n);
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
+  std::vector<char> buf(size_t{1} << 20);
+  for (uint64_t got = 0, size = static_cast<uint64_t>(st.st_size); got < size;) {
+    const ssize_t n = ::pread(fd, buf.data(),
+                              static_cast<size_t>(std::min<uint64_t>(buf.size(), size - got)),
+                              static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw CacheEntryError(name + " cannot be read: " + std::strerror(errno));
+    h.update(buf.data(), static_cast<size_t>(n));
+    got += static_cast<uint64_t>(n);
   }
-  ::close(fd);
   return h.hex_digest();
 }
 
@@ -314,7 +307,8 @@ FileLock CacheStore::lock_key(const std::string& key) {
                            access_.file_mode());
 }
 
-EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
+EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir, Hashing hashing,
+                             int& files_hashed) {
   for (const fs::path& folder : {dir.parent_path(), dir}) {
     if (std::string why = folder_distrust(folder, access_); !why.empty()) {
       throw CacheEntryError("folder " + folder.string() + " is not trusted: " + why);
@@ -334,10 +328,31 @@ EntryMeta CacheStore::verify(const std::string& key, const fs::path& dir) {
       throw CacheEntryError("not signed by a trusted key: " + why);
     }
   }
+  // Stamps stand in for hashing only where nobody else can write a file (a private cache).
+  const bool stamped = hashing == Hashing::kStamped && !access_.shared();
+  const FileStamps stamps = stamped ? FileStamps::read(dir) : FileStamps{};
+  FileStamps taken;
+  bool hashed = false;
   for (const auto& f : meta.files) {
-    if (hash_entry_file(dir / f.name, f.name, access_, f.size) != f.sha256)
-      throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
+    struct stat st {};
+    const int fd = open_entry_file(dir / f.name, f.name, access_, f.size, st);
+    try {
+      if (stamps.covers(f.name, fd, st, f.sha256)) {
+        taken.add(f.name, fd, st, f.sha256);
+      } else {
+        if (hash_entry_fd(fd, st, f.name) != f.sha256)
+          throw CacheEntryError(f.name + " does not match its SHA-256 in meta.json");
+        hashed = true;
+        ++files_hashed;
+        taken.add(f.name, fd, st, f.sha256);
+      }
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
   }
+  if (stamped && hashed && writable_ && !taken.empty()) taken.write(dir, access_.file_mode());
   return meta;
 }
 
@@ -373,7 +388,7 @@ void CacheStore::quarantine(const std::string& key, const std::string& problem) 
   }
 }
 
-LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
+LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad, Hashing hashing) {
   LookupResult result;
   const fs::path dir = entry_dir(key);
   std::error_code ec;
@@ -388,7 +403,7 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
   if (!fs::exists(dir, ec)) return result;
   EntryMeta meta;
   try {
-    meta = verify(key, dir);
+    meta = verify(key, dir, hashing, result.files_hashed);
   } catch (const CacheEntryError& e) {
     result.problem = e.what();
     pin.reset();
@@ -403,9 +418,9 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad) {
       return result;
     }
     try {
-      verify(key, dir);
+      verify(key, dir, Hashing::kFull, result.files_hashed);
       use->release();
-      return lookup(key, false);  // the problem passed
+      return lookup(key, false, Hashing::kFull);  // the problem passed
     } catch (const CacheEntryError& again) {
       result.problem = again.what();
     }
@@ -760,7 +775,7 @@ VerifyReport CacheStore::verify_all() {
       report.bad.push_back(name + ": not a cache key; moved to quarantine/");
       continue;
     }
-    LookupResult r = lookup(name, true);
+    LookupResult r = lookup(name, true, Hashing::kFull);
     if (r.entry) {
       ++report.good;
     } else if (!r.problem.empty()) {

@@ -42,6 +42,7 @@ struct CacheEntry {
 struct LookupResult {
   std::optional<CacheEntry> entry;  // set on a hit
   std::string problem;              // set when an entry existed but failed verification
+  int files_hashed = 0;             // files read whole to verify (the others matched stamps)
 };
 
 struct GcReport {
@@ -84,7 +85,11 @@ class CacheStore {
   // to quarantine/ with a warning (only under the exclusive `use` lock, after verifying again,
   // so a passing read error never moves an entry another process has loaded); otherwise it
   // is only reported in `problem`. Records a hit in the index when the index is available.
-  LookupResult lookup(const std::string& key, bool quarantine_bad);
+  // kStamped skips hashing the files a full verification stamped unchanged since (a private
+  // cache only: see FileStamps); kFull hashes every byte.
+  enum class Hashing { kStamped, kFull };
+  LookupResult lookup(const std::string& key, bool quarantine_bad,
+                      Hashing hashing = Hashing::kStamped);
   // An entry that verified but whose contents its reader found wrong: quarantined (under the
   // exclusive use lock, like a failed verification) with a warning naming the problem; left in
   // place, with a warning, while another process has it loaded.
@@ -148,7 +153,8 @@ class CacheStore {
   void repair_index();
   std::filesystem::path lock_path(const std::string& key, const char* kind) const;
   // Checks one entry folder; returns its meta or throws CacheEntryError.
-  EntryMeta verify(const std::string& key, const std::filesystem::path& dir);
+  EntryMeta verify(const std::string& key, const std::filesystem::path& dir, Hashing hashing,
+                   int& files_hashed);
   void quarantine(const std::string& key, const std::string& problem);
   void move_aside(const std::filesystem::path& from, const std::string& name,
                   const std::string& problem);

@@ -1,6 +1,7 @@
 // The cache layer on its own: locks, entry metadata, the SQLite index and the store
 // (publish, verify, quarantine, eviction, reindex). No graphs, no compiler.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -384,6 +385,71 @@ TEST(CacheStore, VerifyAllQuarantinesOnlyBadEntries) {
   EXPECT_NE(r.bad[0].find(bad.meta.key), std::string::npos);
   EXPECT_TRUE(fs::exists(good.dir));
   EXPECT_FALSE(fs::exists(bad.dir));
+}
+
+// A file's change time must be older than the stamping margin before a stamp is taken.
+void let_stamps_settle() { std::this_thread::sleep_for(std::chrono::milliseconds(80)); }
+
+// Flips a bit of module.so, then puts its modification time back: only the change time (which
+// nobody can set) and the bytes tell.
+void flip_bit_keep_mtime(const fs::path& dir) {
+  struct stat before {};
+  ASSERT_EQ(::stat((dir / "module.so").c_str(), &before), 0);
+  flip_bit(dir);
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir / "module.so").c_str(), times, 0), 0);
+}
+
+TEST(CacheStore, StampedFilesAreNotHashedAgainUntilTheyChange) {
+  auto store = CacheStore::open(temp_dir("stamps"));
+  CacheEntry e = publish(*store, "stamped");
+  const std::string key = e.meta.key;
+  e.pin.reset();
+  let_stamps_settle();
+  LookupResult first = store->lookup(key, true);
+  ASSERT_TRUE(first.entry);
+  EXPECT_EQ(first.files_hashed, 2);  // module.so and module.c, then stamped
+  EXPECT_TRUE(fs::exists(e.dir / ".stamps"));
+  first.entry.reset();
+  LookupResult second = store->lookup(key, true);
+  ASSERT_TRUE(second.entry);
+  EXPECT_EQ(second.files_hashed, 0);
+  // A full check (kiln cache verify) hashes every byte whatever the stamps say.
+  second.entry.reset();
+  EXPECT_EQ(store->lookup(key, true, CacheStore::Hashing::kFull).files_hashed, 2);
+  // Stamps that are not stamps are ignored, never trusted.
+  std::ofstream(e.dir / ".stamps", std::ios::trunc) << "module.so\tnot a stamp\nmodule.c\n";
+  EXPECT_EQ(store->lookup(key, true).files_hashed, 2);
+}
+
+TEST(CacheStore, ADamagedFileIsCaughtThroughItsStamp) {
+  auto store = CacheStore::open(temp_dir("stamps-damage"));
+  CacheEntry e = publish(*store, "damaged");
+  const std::string key = e.meta.key;
+  e.pin.reset();
+  let_stamps_settle();
+  ASSERT_EQ(store->lookup(key, true).files_hashed, 2);
+  ASSERT_EQ(store->lookup(key, true).files_hashed, 0);
+  flip_bit_keep_mtime(e.dir);
+  LookupResult seen = store->lookup(key, false);
+  EXPECT_FALSE(seen.entry);
+  EXPECT_NE(seen.problem.find("module.so does not match its SHA-256"), std::string::npos)
+      << seen.problem;
+}
+
+TEST(CacheStore, ASharedCacheHashesEveryLookup) {
+  // Where others may write files, a stamp proves nothing: it could have been written with them.
+  ::setenv("KILN_CACHE_UMASK", "002", 1);
+  auto store = CacheStore::open(temp_dir("stamps-shared"));
+  ::unsetenv("KILN_CACHE_UMASK");
+  ASSERT_TRUE(store->access().shared());
+  CacheEntry e = publish(*store, "shared");
+  const std::string key = e.meta.key;
+  e.pin.reset();
+  let_stamps_settle();
+  EXPECT_EQ(store->lookup(key, true).files_hashed, 2);
+  EXPECT_EQ(store->lookup(key, true).files_hashed, 2);
+  EXPECT_FALSE(fs::exists(e.dir / ".stamps"));
 }
 
 TEST(CacheStore, GcSweepsWhatDeadProcessesLeft) {
