@@ -16,8 +16,9 @@
 
 namespace kiln {
 
-// SHA-256 over the dtype, shape and bytes of every given constant the plan's preparation reads
-// (ModulePlan::prepared_from), in order.
+// SHA-256 over the index, dtype, shape and size of every given constant the plan's preparation
+// reads (ModulePlan::prepared_from), in order, each followed by the SHA-256 digests of its
+// bytes in 1 MiB chunks (hashed on all cores).
 std::string weights_digest(const ModulePlan& plan, const Graph& given);
 
 class PreparedWeights {

@@ -1,6 +1,13 @@
 #include "frontend/onnx_model.h"
 
+#include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/onnx_pb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <functional>
@@ -246,6 +253,13 @@ void check_names_utf8(const onnx::GraphProto& g, const std::string& where) {
   }
 }
 
+// The checks every parsed model gets, however it was read.
+void check_model_proto(const onnx::ModelProto& model, const std::string& origin) {
+  if (!model.has_graph())
+    throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  check_names_utf8(model.graph(), origin);
+}
+
 onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& origin) {
   onnx::ModelProto model;
   if (bytes.empty()) throw UserError(origin + ": the file is empty");
@@ -254,9 +268,35 @@ onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& 
                     ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
                     std::to_string(bytes.size()) + " bytes read)");
   }
-  if (!model.has_graph())
-    throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
-  check_names_utf8(model.graph(), origin);
+  check_model_proto(model, origin);
+  return model;
+}
+
+// Parsed as it is read, through a 1 MiB buffer: the weights are copied once, from the page
+// cache into their strings, with no buffer of the whole file between (for a 100 MB model,
+// a buffer the file's size cost as much as the parse).
+onnx::ModelProto parse_model_file(const fs::path& path) {
+  const std::string origin = path.string();
+  const auto unreadable = [&](const std::string& why) {
+    return UserError(origin + ": cannot read the model file (" + why + ")");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw unreadable("cannot open '" + origin + "': " + std::strerror(errno));
+  google::protobuf::io::FileInputStream in(fd, 1 << 20);
+  in.SetCloseOnDelete(true);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw unreadable(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw unreadable("cannot read '" + origin + "': it is a folder");
+  onnx::ModelProto model;
+  const bool parsed = model.ParseFromZeroCopyStream(&in);
+  if (in.GetErrno() != 0) throw unreadable(std::string("read: ") + std::strerror(in.GetErrno()));
+  if (in.ByteCount() == 0) throw UserError(origin + ": the file is empty");
+  if (!parsed) {
+    throw UserError(origin +
+                    ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
+                    std::to_string(in.ByteCount()) + " bytes read)");
+  }
+  check_model_proto(model, origin);
   return model;
 }
 
@@ -308,10 +348,11 @@ std::string onnx_prefix_model(const std::string& bytes, const std::string& origi
   return model.SerializeAsString();
 }
 
-Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
-                       const fs::path& base_dir, const OnnxBindings& bindings) {
+namespace {
+
+Graph import_model(const onnx::ModelProto& model, const std::string& origin,
+                   const fs::path& base_dir, const OnnxBindings& bindings) {
   const std::map<std::string, Tensor>& input_values = bindings.input_values;
-  const onnx::ModelProto model = parse_model_proto(bytes, origin);
   const int opset = default_opset(model, origin);
   const auto& gp = model.graph();
   check_supported(gp, opset, origin);
@@ -535,16 +576,15 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
   return graph;
 }
 
+}  // namespace
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir, const OnnxBindings& bindings) {
+  return import_model(parse_model_proto(bytes, origin), origin, base_dir, bindings);
+}
+
 Graph load_onnx_model(const fs::path& path) {
-  // One read into a buffer of the file's size (a stream into a stringstream copied it twice
-  // more, growing as it went).
-  std::string bytes;
-  try {
-    bytes = read_file(path);
-  } catch (const UserError& e) {
-    throw UserError(path.string() + ": cannot read the model file (" + e.what() + ")");
-  }
-  return parse_onnx_model(bytes, path.string(), path.parent_path());
+  return import_model(parse_model_file(path), path.string(), path.parent_path(), OnnxBindings{});
 }
 
 }  // namespace kiln

@@ -41,8 +41,22 @@ std::string read_regular_file(const std::filesystem::path& path, uint64_t max_by
                     " bytes, more than the " + std::to_string(max_bytes) + " it may hold");
   }
   std::string out;
-  if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
+  if (S_ISREG(st.st_mode)) {
+    // Straight into the result: a model file of 100 MB is copied once, not twice.
+    const auto size = static_cast<size_t>(st.st_size);
+    out.resize(size);
+    size_t got = 0;
+    while (got < size) {
+      const ssize_t n = ::read(fd, out.data() + got, size - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw UserError("cannot read '" + path.string() + "': " + std::strerror(errno));
+      if (n == 0) break;  // it shrank while being read: what is there
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+    if (got < size) return out;
+  }
+  char buf[1 << 16];  // what a special file gives, or what a regular one grew by
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
