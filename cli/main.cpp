@@ -2,10 +2,13 @@
 //
 // Exit codes: 0 success; 1 the model, the compile or the run failed (the error is printed);
 // 2 wrong usage (a one-line reason is printed).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -36,6 +39,7 @@
 #include "util/escape.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "util/quantity.h"
 #include "util/strings.h"
 
@@ -98,6 +102,8 @@ environment:
   KILN_CC          C compiler (default clang)
   KILN_CFLAGS      extra flags appended to kiln's own
   KILN_JOBS        kernels compiled at once on a miss (default: the core count)
+  KILN_PROGRESS    0: no "compiling kernels i/N" line on a terminal (never
+                   drawn when stderr is not a terminal)
   KILN_KERNELS     0: build each module as one translation unit with no shared
                    kernels (the layout before kernels; slower cold compiles)
   KILN_DEBUG       1: phase timings, 2: cache decisions and the graph after each
@@ -1105,6 +1111,11 @@ int main(int argc, char** argv) {
     }
     kiln::load_env_op_libraries();
     kiln::install_entry_layout();  // cache verify, pull and gc know what an entry must hold
+    // Kernels compiling show i/N on a terminal; a pipe or a log gets nothing (KILN_PROGRESS=0
+    // turns it off on a terminal too).
+    const char* progress_env = std::getenv("KILN_PROGRESS");
+    kiln::set_progress_display(::isatty(STDERR_FILENO) == 1 &&
+                               !(progress_env && std::string(progress_env) == "0"));
     if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "export") return cmd_export(a);

@@ -13,6 +13,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "util/sha256.h"
 #include "util/strings.h"
 
@@ -41,8 +42,14 @@ struct Job {
 void run_jobs(std::vector<Job>& list, const std::vector<size_t>& order, const Toolchain& toolchain,
               const LinkedModule& linked, int jobs) {
   std::atomic<size_t> next{0};
+  Progress progress("compiling kernels", static_cast<int>(list.size()));
+  struct Stepped {
+    Progress& progress;
+    ~Stepped() { progress.step(); }
+  };
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < list.size();) {
+      const Stepped stepped{progress};
       Job& job = list[order[i]];
       const auto& args = job.kernel < 0
                              ? linked.compile_args

@@ -1,7 +1,18 @@
 // The `kiln` command end to end: exit codes, help, compile, run and source.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <thread>
 
 #include "compiler/subprocess.h"
 #include "runtime/npy.h"
@@ -71,6 +82,108 @@ TEST(Cli, ReportWritesOnePageAndChecksItsInputs) {
                     "x=" + kExamples + "/onnx/resblock/x.npy", "--repeat", "2"});
   ASSERT_EQ(full.exit_code, 0) << full.err;
   EXPECT_NE(read_file(out).find("\"runs\":2"), std::string::npos);
+}
+
+// Runs kiln with its stdin, stdout and stderr on a pseudo-terminal (as a person at a terminal
+// runs it); returns what the terminal showed, and the exit status in `status`. `shown(text)`
+// is called with everything shown so far as it arrives.
+std::string on_terminal(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                        int& status, const std::function<void(const std::string&)>& shown = {}) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv{const_cast<char*>(kKiln.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(kKiln.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EIO once the child has closed its side
+    text.append(buf, static_cast<size_t>(n));
+    if (shown) shown(text);
+  }
+  ::close(master);
+  ::waitpid(pid, &status, 0);
+  return text;
+}
+
+// On a terminal, a compile whose kernels take over a second shows "compiling kernels i/N,
+// elapsed" and erases the line when done; a pipe, or KILN_PROGRESS=0, sees none of it. The
+// compiler is held (tests/cc_wrapper.sh) until the display has shown, so no timing decides.
+TEST(Cli, KernelCompilesShowProgressOnATerminalOnly) {
+  const std::string model = kExamples + "/onnx/resblock/model.onnx";
+  const std::string dir = testing::temp_dir("cli-progress");
+  const std::string hold = dir + "/hold";
+  ASSERT_EQ(::mkfifo(hold.c_str(), 0600), 0);
+  const auto env = [&](const std::string& tag, bool held) {
+    std::vector<std::string> e{"KILN_CACHE_DIR=" + dir + "/cache-" + tag, "KILN_JOBS=1",
+                               std::string("KILN_CC=") + KILN_TEST_CC_WRAPPER};
+    if (held) e.push_back("KILN_TEST_CC_HOLD=" + hold);
+    return e;
+  };
+  // Lets every held compile go, once released, until the compile is over.
+  std::atomic<bool> released{false}, over{false};
+  std::thread releaser([&] {
+    while (!over) {
+      if (!released) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      const int fd = ::open(hold.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO: nobody reading
+      if (fd >= 0) {
+        (void)!::write(fd, "go\n", 3);
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  int status = -1;
+  const std::string shown =
+      on_terminal({"compile", model}, env("tty", true), status, [&](const std::string& text) {
+        if (text.find("kiln: compiling kernels ") != std::string::npos) released = true;
+      });
+  over = true;
+  releaser.join();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << shown;
+  const size_t at = shown.find("kiln: compiling kernels ");
+  ASSERT_NE(at, std::string::npos) << shown;
+  ASSERT_GE(at, 4u);
+  EXPECT_EQ(shown.compare(at - 4, 4, "\r\033[K"), 0) << "drawn over a cleared line: " << shown;
+  const std::string line = shown.substr(at, shown.find('\r', at) - at);
+  int done = -1, total = -1;
+  double seconds = -1;
+  ASSERT_EQ(std::sscanf(line.c_str(), "kiln: compiling kernels %d/%d, %lf s", &done, &total,
+                        &seconds),
+            3)
+      << line;
+  EXPECT_EQ(done, 0);  // the first compile was held
+  EXPECT_GE(total, 2);
+  EXPECT_GE(seconds, 1.0);  // never before a second has passed
+  // Erased before the result is printed.
+  const size_t last = shown.rfind("kiln: compiling kernels ");
+  const size_t erased = shown.find("\r\033[K", last);
+  ASSERT_NE(erased, std::string::npos) << shown;
+  EXPECT_NE(shown.find("key ", erased), std::string::npos) << shown;
+
+  // Not drawn when turned off, nor when stderr is a pipe (these compiles are not held).
+  auto off = env("off", false);
+  off.push_back("KILN_PROGRESS=0");
+  const std::string quiet = on_terminal({"compile", model}, off, status);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << quiet;
+  EXPECT_EQ(quiet.find("compiling kernels"), std::string::npos) << quiet;
+  std::vector<std::string> piped{"/usr/bin/env"};
+  for (const auto& e : env("pipe", false)) piped.push_back(e);
+  for (const auto& a : {kKiln, std::string("compile"), model}) piped.push_back(a);
+  auto r = run_process(piped);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("compiling kernels"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
 }
 
 TEST(Cli, CompileRunAndSourceTheMlp) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "util/escape.h"
+#include "util/progress.h"
 
 namespace kiln {
 namespace {
@@ -32,12 +33,14 @@ void set_debug_level(int level) { g_level.store(level < 0 ? 0 : level); }
 void log_line(std::string_view message) {
   const std::string text = terminal_text(message);
   std::lock_guard lock(g_out_mutex);
+  erase_progress_line();
   std::fprintf(stderr, "kiln: %s\n", text.c_str());
 }
 
 void warn(std::string_view message) {
   const std::string text = terminal_text(message);
   std::lock_guard lock(g_out_mutex);
+  erase_progress_line();
   std::fprintf(stderr, "kiln: warning: %s\n", text.c_str());
 }
 
