@@ -1,8 +1,13 @@
 #include "frontend/onnx_tensor.h"
 
+#include <fcntl.h>
 #include <onnx/onnx_pb.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -56,11 +61,17 @@ std::string onnx_dtype_name(int code) {
 
 namespace {
 
-// Reads `length` bytes at `offset` of an external data file (length -1: to the end), after
-// checking that they are the `expect` bytes the tensor needs, so nothing is allocated for a
-// size the file cannot back. The file must resolve (symlinks included) inside `base_dir`.
-std::string read_external(const onnx::TensorProto& proto, const fs::path& base_dir,
-                          const std::string& where, uint64_t expect, const std::string& what) {
+// Where an external tensor's bytes are, checked: the file resolves (symlinks included) inside
+// `base_dir`, and holds `expect` bytes at the offset, so nothing is read or allocated for a
+// size the file cannot back.
+struct ExternalSpan {
+  fs::path file;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+ExternalSpan locate_external(const onnx::TensorProto& proto, const fs::path& base_dir,
+                             const std::string& where, uint64_t expect, const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : proto.external_data()) {
@@ -81,14 +92,14 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
     throw UserError(where + ": external data offset " + std::to_string(offset) + " length " +
                     std::to_string(length) + " is negative");
   }
-  const fs::path resolved =
-      file_beside_model(base_dir, location, where + ": external data location");
-  const fs::path& file = resolved;
-  std::ifstream in(resolved, std::ios::binary);
-  if (!in) throw UserError(where + ": cannot open external data file " + file.string());
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
-  if (size < 0 || offset > size || (length >= 0 && length > size - offset)) {
+  const fs::path file = file_beside_model(base_dir, location, where + ": external data location");
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0)
+    throw UserError(where + ": cannot open external data file " + file.string());
+  if (!S_ISREG(st.st_mode))
+    throw UserError(where + ": external data file " + file.string() + " is not a regular file");
+  const int64_t size = st.st_size;
+  if (offset > size || (length >= 0 && length > size - offset)) {
     throw UserError(where + ": external data file " + file.string() + " has " +
                     std::to_string(size) + " bytes; offset " + std::to_string(offset) + " length " +
                     std::to_string(length) + " runs past its end");
@@ -99,11 +110,46 @@ std::string read_external(const onnx::TensorProto& proto, const fs::path& base_d
                     std::to_string(offset) + " of " + file.string() + "), " + what + " needs " +
                     std::to_string(expect));
   }
-  std::string bytes(static_cast<size_t>(length), '\0');
-  in.seekg(offset);
-  in.read(bytes.data(), length);
-  if (!in) throw UserError(where + ": reading external data file " + file.string() + " failed");
-  return bytes;
+  return ExternalSpan{file, offset, length};
+}
+
+// An external tensor's bytes: mapped where they start 64 bytes into a page or at a multiple
+// of that (exporters align large tensors to pages), so a model of many gigabytes costs no
+// copy and pages are read as they are used; copied otherwise. The mapping is private and
+// read-only: the model's file is never written.
+Tensor external_tensor(const ExternalSpan& span, DType dtype, const Shape& shape,
+                       const std::string& where) {
+  const int fd = ::open(span.file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError(where + ": cannot open external data file " + span.file.string());
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const auto length = static_cast<size_t>(span.length);
+  const auto page = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+  if (length > 0 && span.offset % 64 == 0) {
+    const int64_t start = span.offset / page * page;
+    const size_t mapped = length + static_cast<size_t>(span.offset - start);
+    void* base = ::mmap(nullptr, mapped, PROT_READ, MAP_PRIVATE, fd, start);
+    if (base != MAP_FAILED) {
+      auto storage = std::make_shared<Storage>(
+          base, mapped, [mapped](void* p) { ::munmap(p, mapped); }, false);
+      return Tensor(std::move(storage), static_cast<size_t>(span.offset - start), dtype, shape,
+                    contiguous_strides(shape));
+    }
+  }
+  Tensor t = Tensor::empty(dtype, shape);
+  auto* out = static_cast<char*>(t.data());
+  for (size_t got = 0; got < length;) {
+    const ssize_t n = ::pread(fd, out + got, length - got, static_cast<off_t>(span.offset) + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw UserError(where + ": reading external data file " + span.file.string() + " failed" +
+                      (n < 0 ? std::string(": ") + std::strerror(errno) : " (it shrank)"));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return t;
 }
 
 template <class Field>
@@ -143,11 +189,9 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
                      dims_to_string(shape) + " need " + std::to_string(n));
   };
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string bytes = read_external(proto, base_dir, where, nbytes,
-                                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape));
-    Tensor t = Tensor::empty(*dt, shape);
-    if (nbytes) std::memcpy(t.data(), bytes.data(), nbytes);
-    return t;
+    const ExternalSpan span = locate_external(
+        proto, base_dir, where, nbytes, std::string(dtype_name(*dt)) + " " + dims_to_string(shape));
+    return external_tensor(span, *dt, shape, where);
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != nbytes) {

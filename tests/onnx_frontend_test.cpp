@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "compiler/compile.h"
@@ -446,6 +448,48 @@ TEST(OnnxHardening, ExternalDataStaysInsideTheModelsFolderAndItsBoundsCannotOver
   err = testing::error_of(
       [&] { tensor_from_onnx(external("inside.bin", "4", "12x"), model_dir, "m"); });
   EXPECT_NE(err.find("is not a number"), std::string::npos) << err;
+}
+
+// Whether this process maps `file` now (/proc/self/maps lists every mapping with its file).
+bool mapped_now(const std::string& file) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() >= file.size() && line.compare(line.size() - file.size(), file.size(), file) == 0)
+      return true;
+  }
+  return false;
+}
+
+TEST(OnnxFrontend, ExternalDataOnAlignedOffsetsIsMappedNotCopied) {
+  const std::string dir = testing::temp_dir("onnx_external_map");
+  // Three tensors: at 0 and at 4096 + 64 (mapped), and at 8200 (not a multiple of 64: copied).
+  std::string bytes(8200 + 16, '\0');
+  const std::vector<float> a{1.5f, -0.0f, std::numeric_limits<float>::infinity(), 4};
+  const std::vector<float> b{-1, 2e-38f, 3, 7};
+  const std::vector<float> c{9, 8, 7, 6};
+  std::memcpy(bytes.data(), a.data(), 16);
+  std::memcpy(bytes.data() + 4160, b.data(), 16);
+  std::memcpy(bytes.data() + 8200, c.data(), 16);
+  const std::string file = std::filesystem::canonical(dir).string() + "/weights.bin";
+  write_file(file, bytes);
+  const auto value = [&](const std::string& offset) {
+    onnx::TensorProto t = external("weights.bin", offset, "16");
+    return tensor_from_onnx(t, dir, "w");
+  };
+  {
+    Tensor ta = value("0"), tb = value("4160");
+    EXPECT_TRUE(mapped_now(file));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(tb.data()) % 64, 0u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(std::memcmp(static_cast<const float*>(ta.data()) + i, &a[i], 4), 0) << i;
+      EXPECT_EQ(std::memcmp(static_cast<const float*>(tb.data()) + i, &b[i], 4), 0) << i;
+    }
+  }
+  EXPECT_FALSE(mapped_now(file)) << "the mapping goes with the last tensor that uses it";
+  Tensor tc = value("8200");
+  EXPECT_FALSE(mapped_now(file));
+  EXPECT_EQ(tc.to_doubles(), (std::vector<double>{9, 8, 7, 6}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tc.data()) % 64, 0u);
 }
 
 }  // namespace
