@@ -353,6 +353,10 @@ IndexTotals CacheIndex::totals() {
       t.prepared_hits = static_cast<int64_t>(v);
     else if (name == "prepared_stores")
       t.prepared_stores = static_cast<int64_t>(v);
+    else if (name == "model_hits")
+      t.model_hits = static_cast<int64_t>(v);
+    else if (name == "model_stores")
+      t.model_stores = static_cast<int64_t>(v);
   }
   OwnedStmt kernels{
       prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'kernel'")};
@@ -365,6 +369,12 @@ IndexTotals CacheIndex::totals() {
   if (sqlite3_step(prepared.s) == SQLITE_ROW) {
     t.prepared = sqlite3_column_int64(prepared.s, 0);
     t.prepared_bytes = static_cast<uint64_t>(sqlite3_column_int64(prepared.s, 1));
+  }
+  OwnedStmt models{
+      prepare("SELECT count(*), coalesce(sum(size), 0) FROM entries WHERE family = 'model'")};
+  if (sqlite3_step(models.s) == SQLITE_ROW) {
+    t.models = sqlite3_column_int64(models.s, 0);
+    t.model_bytes = static_cast<uint64_t>(sqlite3_column_int64(models.s, 1));
   }
   return t;
 }

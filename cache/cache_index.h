@@ -51,6 +51,10 @@ struct IndexTotals {
   int64_t prepared = 0;
   uint64_t prepared_bytes = 0;
   int64_t prepared_hits = 0, prepared_stores = 0;
+  // Imported models (family "model"): how many, their bytes, hits and stores.
+  int64_t models = 0;
+  uint64_t model_bytes = 0;
+  int64_t model_hits = 0, model_stores = 0;
   // The remote tier, as this cache saw it: entries fetched, keys it lacked, entries refused,
   // faults, uploads, and bytes moved.
   int64_t remote_hits = 0, remote_misses = 0, remote_rejects = 0, remote_errors = 0,

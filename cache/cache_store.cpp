@@ -437,6 +437,7 @@ LookupResult CacheStore::lookup(const std::string& key, bool quarantine_bad, Has
       idx->record_hit(key, use_stamp(),
                       meta.family == kKernelFamily     ? "kernel_hits"
                       : meta.family == kPreparedFamily ? "prepared_hits"
+                      : meta.family == kModelFamily    ? "model_hits"
                                                        : "hits");
     } catch (const CacheIndexError& e) {
       index_failed(std::string(e.what()) + " (the entry is used anyway)");
@@ -529,6 +530,8 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
         idx->add_to_counter("kernel_compiles", 1);
       } else if (meta.family == kPreparedFamily) {
         idx->add_to_counter("prepared_stores", 1);
+      } else if (meta.family == kModelFamily) {
+        idx->add_to_counter("model_stores", 1);
       } else {
         idx->record_compile();
       }
@@ -790,6 +793,8 @@ GcReport CacheStore::clear() {
   GcReport report = gc(uint64_t{0}, std::nullopt, true);
   for (const char* sub : {"quarantine", "failed", "scratch", "staging"})
     report.swept += WorkFolder::sweep(root_ / sub);
+  std::error_code ec;
+  fs::remove_all(root_ / "digests", ec);  // remembered file digests (cache/file_digests.h)
   need(index(), root_).reset_counters();
   return report;
 }

@@ -27,6 +27,8 @@ namespace kiln {
 inline constexpr const char* kKernelFamily = "kernel";
 // The family of prepared weight sets (compiler/prepared_weights.h), counted apart too.
 inline constexpr const char* kPreparedFamily = "prepared";
+// The family of imported models (compiler/model_entries.h), counted apart too.
+inline constexpr const char* kModelFamily = "model";
 
 // 64 lowercase hex digits: the only strings that ever become entry paths.
 bool is_cache_key(const std::string& s);

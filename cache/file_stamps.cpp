@@ -76,6 +76,21 @@ FileStamps FileStamps::read(const std::filesystem::path& dir) {
   return out;
 }
 
+std::string FileStamps::stamp(int fd, const struct stat& st, const std::string& digest) {
+  return stamp_of(fd, st, digest);
+}
+
+bool FileStamps::settled(const struct stat& st) {
+  // A write in the same clock tick as the one that stamped a change time leaves it as it was:
+  // a stamp is only taken once the tick has surely passed. A file system that keeps whole
+  // seconds (every time's nanoseconds zero) needs two of them.
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const bool coarse = st.st_ctim.tv_nsec == 0 && st.st_mtim.tv_nsec == 0;
+  const int64_t margin = coarse ? int64_t{2000000000} : int64_t{50000000};
+  return ns_of(now) - ns_of(st.st_ctim) >= margin;
+}
+
 bool FileStamps::covers(const std::string& name, int fd, const struct stat& st,
                         const std::string& sha256) const {
   auto it = stamps_.find(name);
@@ -85,15 +100,7 @@ bool FileStamps::covers(const std::string& name, int fd, const struct stat& st,
 
 void FileStamps::add(const std::string& name, int fd, const struct stat& st,
                      const std::string& sha256) {
-  if (!plain_name(name)) return;
-  // A write in the same clock tick as the one that stamped a change time leaves it as it was:
-  // a stamp is only taken once the tick has surely passed. A file system that keeps whole
-  // seconds (every time's nanoseconds zero) needs two of them.
-  struct timespec now {};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  const bool coarse = st.st_ctim.tv_nsec == 0 && st.st_mtim.tv_nsec == 0;
-  const int64_t margin = coarse ? int64_t{2000000000} : int64_t{50000000};
-  if (ns_of(now) - ns_of(st.st_ctim) < margin) return;
+  if (!plain_name(name) || !settled(st)) return;
   std::string stamp = stamp_of(fd, st, sha256);
   if (!stamp.empty()) stamps_[name] = std::move(stamp);
 }

@@ -32,6 +32,11 @@ class FileStamps {
 
   static constexpr const char* kFileName = ".stamps";
 
+  // One file's stamp with the digest it vouches for ("" when the file cannot be read).
+  static std::string stamp(int fd, const struct stat& st, const std::string& digest);
+  // False while the file's change time is inside the clock tick that could hide a later write.
+  static bool settled(const struct stat& st);
+
  private:
   std::map<std::string, std::string> stamps_;  // file name -> stamp line
 };

@@ -923,9 +923,10 @@ int cmd_cache(const Args& a) {
   store->set_patient(true);  // maintenance may wait for a busy index; compiles never do
   if (sub == "ls") {
     auto rows = store->list();
-    // Kernel objects and prepared weight sets are named by hash: summed up, not listed.
-    size_t kernels = 0, prepared = 0;
-    uint64_t kernel_bytes = 0, prepared_bytes = 0;
+    // Kernel objects, prepared weight sets and imported models are named by hash: summed up,
+    // not listed.
+    size_t kernels = 0, prepared = 0, models = 0;
+    uint64_t kernel_bytes = 0, prepared_bytes = 0, model_bytes = 0;
     std::erase_if(rows, [&](const kiln::IndexRow& r) {
       if (r.family == kiln::kKernelFamily) {
         ++kernels;
@@ -935,6 +936,11 @@ int cmd_cache(const Args& a) {
       if (r.family == kiln::kPreparedFamily) {
         ++prepared;
         prepared_bytes += r.size;
+        return true;
+      }
+      if (r.family == kiln::kModelFamily) {
+        ++models;
+        model_bytes += r.size;
         return true;
       }
       return false;
@@ -953,6 +959,8 @@ int cmd_cache(const Args& a) {
     if (prepared)
       std::printf(" (and %zu prepared weight sets, %s)", prepared,
                   kiln::format_size(prepared_bytes).c_str());
+    if (models)
+      std::printf(" (and %zu imported models, %s)", models, kiln::format_size(model_bytes).c_str());
     std::printf("\n");
   } else if (sub == "show") {
     std::string key = resolve_key(*store, a.positional[1]);
@@ -994,7 +1002,7 @@ int cmd_cache(const Args& a) {
         "cache      %s\nentries    %lld\nbytes      %llu (%s; cap %s)\nhits       %lld\nmisses     "
         "%lld\n"
         "hit rate   %.1f%%\ncompiles   %lld\nsaved      %.1f s of compile time\n",
-        store->root().c_str(), static_cast<long long>(t.entries - t.kernels - t.prepared),
+        store->root().c_str(), static_cast<long long>(t.entries - t.kernels - t.prepared - t.models),
         static_cast<unsigned long long>(t.bytes), kiln::format_size(t.bytes).c_str(),
         kiln::format_size(kiln::CacheStore::default_max_size()).c_str(),
         static_cast<long long>(t.hits), static_cast<long long>(t.misses),
@@ -1011,6 +1019,11 @@ int cmd_cache(const Args& a) {
                   static_cast<long long>(t.prepared), kiln::format_size(t.prepared_bytes).c_str(),
                   static_cast<long long>(t.prepared_hits),
                   static_cast<long long>(t.prepared_stores));
+    }
+    if (t.models || t.model_hits || t.model_stores) {
+      std::printf("models     %lld imported (%s), %lld reused, %lld stored\n",
+                  static_cast<long long>(t.models), kiln::format_size(t.model_bytes).c_str(),
+                  static_cast<long long>(t.model_hits), static_cast<long long>(t.model_stores));
     }
     if (std::getenv("KILN_REMOTE_CACHE") || t.remote_hits || t.remote_misses || t.remote_errors) {
       std::printf(

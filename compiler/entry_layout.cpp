@@ -18,6 +18,8 @@ std::vector<std::string> kernel_entry_files() { return {"kernel.o", "kernel.c"};
 std::string entry_layout(const EntryMeta& meta) {
   if (meta.family == kKernelFamily) return missing_or_extra_files(meta, kernel_entry_files());
   if (meta.family == kPreparedFamily) return missing_or_extra_files(meta, {"prepared.safetensors"});
+  if (meta.family == kModelFamily)
+    return missing_or_extra_files(meta, {"graph.json", "constants.safetensors"});
   std::string device;
   for (const auto& [name, value] : meta.components) {
     if (name == "device") device = value;

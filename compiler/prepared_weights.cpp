@@ -1,10 +1,6 @@
 #include "compiler/prepared_weights.h"
 
-#include <algorithm>
-#include <array>
-
-#include "runtime/default_engine.h"
-#include "runtime/parallel_for.h"
+#include "compiler/value_digest.h"
 #include "runtime/safetensors.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -21,49 +17,18 @@ std::string step_name(int step) { return "step" + std::to_string(step); }
 }  // namespace
 
 std::string weights_digest(const ModulePlan& plan, const Graph& given) {
-  // A tree: each tensor's bytes are hashed in 1 MiB chunks on all cores (SHA-256 runs at
-  // ~1.7 GB/s a core, so one pass over a ResNet's weights in one thread would cost more than
-  // the rest of a cache hit); the digest hashes each tensor's head and chunk digests in order.
-  constexpr size_t kChunk = size_t{1} << 20;
-  struct Chunk {
-    const uint8_t* data;
-    size_t size;
-  };
-  std::vector<Tensor> tensors;  // contiguous copies where a constant is a strided view
-  std::vector<std::string> heads;
-  std::vector<std::pair<size_t, size_t>> chunk_ranges;  // per tensor: first chunk, count
-  std::vector<Chunk> chunks;
-  for (int i : plan.prepared_from()) {
-    const Variable* c = given.constants().at(static_cast<size_t>(i));
-    const Tensor& t = tensors.emplace_back(c->value->contiguous());
-    std::string head = std::to_string(i) + ' ' + std::string(dtype_name(t.dtype()));
-    for (int64_t d : t.shape()) head += ' ' + std::to_string(d);
-    head += ' ' + std::to_string(t.nbytes()) + '\n';
-    heads.push_back(std::move(head));
-    const auto* bytes = static_cast<const uint8_t*>(t.data());
-    const size_t first = chunks.size();
-    for (size_t at = 0; at < t.nbytes(); at += kChunk)
-      chunks.push_back(Chunk{bytes + at, std::min(kChunk, t.nbytes() - at)});
-    chunk_ranges.emplace_back(first, chunks.size() - first);
-  }
-  std::vector<std::array<uint8_t, 32>> digests(chunks.size());
-  const auto hash_chunk = [&](int part) {
-    const Chunk& c = chunks[static_cast<size_t>(part)];
-    Sha256 h;
-    h.update(c.data, c.size);
-    digests[static_cast<size_t>(part)] = h.digest();
-  };
-  if (chunks.size() > 1) {
-    parallel_for(default_engine(), static_cast<int>(chunks.size()), hash_chunk, "weights digest");
-  } else if (chunks.size() == 1) {
-    hash_chunk(0);
-  }
+  std::vector<const Variable*> constants;
+  for (int i : plan.prepared_from()) constants.push_back(given.constants().at(static_cast<size_t>(i)));
+  const std::vector<std::string> digests = constant_digests(constants);
   Sha256 h;
-  h.update("kiln-weights-v2\n");
-  for (size_t t = 0; t < heads.size(); ++t) {
-    h.update(heads[t]);
-    for (size_t k = 0; k < chunk_ranges[t].second; ++k)
-      h.update(digests[chunk_ranges[t].first + k].data(), 32);
+  h.update("kiln-weights-v3\n");
+  for (size_t k = 0; k < constants.size(); ++k) {
+    const Variable* c = constants[k];
+    std::string head = std::to_string(plan.prepared_from()[k]) + ' ' +
+                       std::string(dtype_name(c->type.dtype));
+    for (int64_t d : c->value->shape()) head += ' ' + std::to_string(d);
+    head += ' ' + digests[k] + '\n';
+    h.update(head);
   }
   return h.hex_digest();
 }

@@ -16,9 +16,8 @@
 
 namespace kiln {
 
-// SHA-256 over the index, dtype, shape and size of every given constant the plan's preparation
-// reads (ModulePlan::prepared_from), in order, each followed by the SHA-256 digests of its
-// bytes in 1 MiB chunks (hashed on all cores).
+// SHA-256 over the index, dtype, shape and content digest (compiler/value_digest.h) of every
+// given constant the plan's preparation reads (ModulePlan::prepared_from), in order.
 std::string weights_digest(const ModulePlan& plan, const Graph& given);
 
 class PreparedWeights {

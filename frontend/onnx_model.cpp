@@ -583,8 +583,28 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
   return import_model(parse_model_proto(bytes, origin), origin, base_dir, bindings);
 }
 
-Graph load_onnx_model(const fs::path& path) {
-  return import_model(parse_model_file(path), path.string(), path.parent_path(), OnnxBindings{});
+namespace {
+
+bool has_external_data(const onnx::GraphProto& g) {
+  for (const auto& t : g.initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) return true;
+  for (const auto& n : g.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) return true;
+      if (a.has_g() && has_external_data(a.g())) return true;
+      for (const auto& sub : a.graphs())
+        if (has_external_data(sub)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Graph load_onnx_model(const fs::path& path, bool* uses_external_data) {
+  const onnx::ModelProto model = parse_model_file(path);
+  if (uses_external_data) *uses_external_data = has_external_data(model.graph());
+  return import_model(model, path.string(), path.parent_path(), OnnxBindings{});
 }
 
 }  // namespace kiln

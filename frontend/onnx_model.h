@@ -19,7 +19,8 @@ constexpr int kOnnxMaxOpset = 17;
 // using ops or attributes kiln lacks throws one UnsupportedError listing all of them.
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const std::filesystem::path& base_dir);
-Graph load_onnx_model(const std::filesystem::path& path);
+// `uses_external_data`, when given, says whether some weight lives in a file of its own.
+Graph load_onnx_model(const std::filesystem::path& path, bool* uses_external_data = nullptr);
 
 // A graph input whose value (not only its shape) decides the graph: Reshape's shape, a
 // Reduce's axes, Slice's bounds, Dropout's training_mode given as a graph input. Thrown by

@@ -34,6 +34,13 @@ struct Variable {
   // For a constant of a rewritten graph: how its value follows from the given graph's
   // constants (null in a graph nobody rewrote).
   RecipePtr recipe;
+  // A constant's content digest when its loader already knows it (compiler/value_digest.h),
+  // so nothing hashes the bytes again. True only while `value` still has the bytes it was
+  // computed for: `data` is where they were (a value replaced since has other bytes).
+  struct KnownDigest {
+    const void* data = nullptr;
+    std::string sha256;
+  } known_digest;
 };
 
 // True for a rank-0 constant whose value is pasted into generated code (and so into the

@@ -745,7 +745,7 @@ TEST(CacheHardening, ABusyOrLockedIndexNeverStallsACompile) {
     for (const auto& r : store->list()) listed = listed || r.key == new_key;
     EXPECT_TRUE(listed);
     const IndexTotals t = store->stats();
-    EXPECT_EQ(t.entries - t.kernels - t.prepared, 2);  // modules
+    EXPECT_EQ(t.entries - t.kernels - t.prepared - t.models, 2);  // modules
   }
 }
 
@@ -818,7 +818,7 @@ TEST(CacheHardening, UnstoredBuildsGoWithTheirFunctionAndDebrisCountsAgainstTheC
   store->gc(uint64_t{512} << 10, std::nullopt);
   EXPECT_FALSE(fs::exists(fresh));
   const IndexTotals t = store->stats();
-  EXPECT_EQ(t.entries - t.kernels, 1);  // modules
+  EXPECT_EQ(t.entries - t.kernels - t.prepared - t.models, 1);  // modules
 }
 
 // --- also suspected -------------------------------------------------------------------------
