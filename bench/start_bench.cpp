@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/background_stores.h"
 #include "compiler/model_entries.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
@@ -55,7 +56,7 @@ int child(const fs::path& model, const fs::path& input) {
               to_string(f.info().cache), load, p.key_ms, p.lookup_ms, p.rewrite_ms, p.codegen_ms,
               p.kernels_ms, p.binding_ms, p.link_ms, p.load_ms, p.prepare_ms, total, first);
   // The model entry is written behind the compile: the next process must find it.
-  wait_for_model_stores();
+  wait_for_background_stores();
   return 0;
 }
 

@@ -5,15 +5,13 @@
 #include <unistd.h>
 
 #include <array>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "cache/file_digests.h"
+#include "compiler/background_stores.h"
 #include "compiler/graph_file.h"
 #include "runtime/default_engine.h"
 #include "runtime/parallel_for.h"
@@ -49,6 +47,7 @@ std::unique_ptr<ModelEntries> ModelEntries::open_default() {
 
 std::optional<Graph> ModelEntries::find(const KeyComponents& source) {
   const std::string key = artifact_key(source);
+  wait_for_background_store(key);
   LookupResult r = store_->lookup(key, true);
   if (!r.entry) return std::nullopt;
   try {
@@ -69,38 +68,6 @@ std::optional<Graph> ModelEntries::find(const KeyComponents& source) {
     return std::nullopt;
   }
 }
-
-namespace {
-
-// Stores still being written when the process ends are finished first: a model entry is
-// written behind the load (the load returns, the compile goes on), and a process that exits
-// right after its compile must not leave it half done.
-class Background {
- public:
-  static Background& instance() {
-    static Background b;
-    return b;
-  }
-  void run(std::function<void()> work) {
-    std::lock_guard lock(mutex_);
-    threads_.emplace_back(std::move(work));
-  }
-  void wait() {
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard lock(mutex_);
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) t.join();
-  }
-  ~Background() { wait(); }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::thread> threads_;
-};
-
-}  // namespace
 
 void ModelEntries::put(const KeyComponents& source, const Graph& graph) {
   if (!store_->publish_blocker().empty()) return;
@@ -131,7 +98,7 @@ void ModelEntries::put(const KeyComponents& source, const Graph& graph) {
   meta.components = source;
   meta.files = {FileRecord{kGraphFile, 0, ""}, FileRecord{kConstantsFile, 0, ""}};
   // The tensors share the graph's (immutable) values; the store keeps the cache open.
-  Background::instance().run([store = store_, files = std::move(*files), meta = std::move(meta)]() mutable {
+  store_in_background(key, [store = store_, files = std::move(*files), meta = std::move(meta)]() mutable {
     const auto start = Clock::now();
     try {
       WorkFolder staging = store->new_staging(meta.key);
@@ -149,8 +116,6 @@ void ModelEntries::put(const KeyComponents& source, const Graph& graph) {
     }
   });
 }
-
-void wait_for_model_stores() { Background::instance().wait(); }
 
 std::string ModelEntries::content_digest(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

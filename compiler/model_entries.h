@@ -27,9 +27,8 @@ class ModelEntries {
   // The stored graph (constants map the entry's file), or nullopt on a miss or a bad entry
   // (quarantined, with a warning).
   std::optional<Graph> find(const KeyComponents& source);
-  // Stores `graph`: checked here, written and published on a thread of its own (the files
-  // are written while the caller compiles; the process waits for it before it exits). A
-  // failure costs a warning, never the load.
+  // Stores `graph`: checked here, written and published behind the caller
+  // (compiler/background_stores.h). A failure costs a warning, never the load.
   void put(const KeyComponents& source, const Graph& graph);
   // The SHA-256 tree digest of a model file's bytes (4 MiB chunks hashed on all cores, then
   // their digests in order), remembered by the file's stamp in a private cache
@@ -40,9 +39,6 @@ class ModelEntries {
  private:
   std::shared_ptr<CacheStore> store_;
 };
-
-// Returns once every model store this process started is published (or has failed).
-void wait_for_model_stores();
 
 
 }  // namespace kiln

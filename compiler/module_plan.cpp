@@ -13,6 +13,8 @@
 #include "ops/registry.h"
 #include "ops/transfer.h"
 #include "rewrite/constant_recipe.h"
+#include "runtime/default_engine.h"
+#include "runtime/parallel_for.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -486,23 +488,46 @@ void ModulePlan::check_sources(const Graph& given) const {
 }
 
 std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
-  std::vector<Tensor> values;
   const auto n_sources = sources_.size();
-  values.reserve(prep_.size());
+  std::vector<Tensor> values(prep_.size());
   auto value = [&](int i) -> const Tensor& {
     return static_cast<size_t>(i) < n_sources ? *given.constants()[static_cast<size_t>(i)]->value
                                               : values[static_cast<size_t>(i) - n_sources];
   };
+  // Steps by depth (a step runs after the steps it reads): the steps of one depth are
+  // independent, and run on all cores (folding and packing a ResNet's weights is hundreds of
+  // independent convolutions' worth).
+  std::vector<int> depth(prep_.size(), 0);
+  int depths = 0;
   for (size_t k = 0; k < prep_.size(); ++k) {
-    const PrepStep& s = prep_[k];
-    std::vector<Tensor> inputs;
-    for (int i : s.inputs) inputs.push_back(value(i));
-    try {
-      values.push_back(run_transform(s.op, s.props, s.output, inputs));
-    } catch (const Error& e) {
-      throw UserError("graph '" + given.name() + "': preparing its weights (step " +
-                      std::to_string(k) + ", " + s.op + attrs_to_string(s.props) +
-                      "): " + e.what());
+    for (int i : prep_[k].inputs) {
+      if (static_cast<size_t>(i) < n_sources) continue;
+      const size_t from = static_cast<size_t>(i) - n_sources;
+      if (from >= k) throw InternalError("module plan: step " + std::to_string(k) + " reads a later step");
+      depth[k] = std::max(depth[k], depth[from] + 1);
+    }
+    depths = std::max(depths, depth[k] + 1);
+  }
+  std::vector<std::vector<size_t>> by_depth(static_cast<size_t>(depths));
+  for (size_t k = 0; k < prep_.size(); ++k) by_depth[static_cast<size_t>(depth[k])].push_back(k);
+  for (const std::vector<size_t>& steps : by_depth) {
+    const auto run = [&](int part) {
+      const size_t k = steps[static_cast<size_t>(part)];
+      const PrepStep& s = prep_[k];
+      std::vector<Tensor> inputs;
+      for (int i : s.inputs) inputs.push_back(value(i));
+      try {
+        values[k] = run_transform(s.op, s.props, s.output, inputs);
+      } catch (const Error& e) {
+        throw UserError("graph '" + given.name() + "': preparing its weights (step " +
+                        std::to_string(k) + ", " + s.op + attrs_to_string(s.props) +
+                        "): " + e.what());
+      }
+    };
+    if (steps.size() > 1) {
+      parallel_for(default_engine(), static_cast<int>(steps.size()), run, "prepare weights");
+    } else {
+      run(0);
     }
   }
   return values;

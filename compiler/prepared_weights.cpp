@@ -1,5 +1,6 @@
 #include "compiler/prepared_weights.h"
 
+#include "compiler/background_stores.h"
 #include "compiler/value_digest.h"
 #include "runtime/safetensors.h"
 #include "util/clock.h"
@@ -47,6 +48,7 @@ std::string PreparedWeights::key(const std::string& digest) const {
 std::optional<std::vector<Tensor>> PreparedWeights::find(const ModulePlan& plan,
                                                          const std::string& digest) {
   const std::string k = key(digest);
+  wait_for_background_store(k);
   LookupResult r = store_->lookup(k, true);
   if (!r.entry) return std::nullopt;
   // The files are the ones the entry records (verified); what they hold must also be what
@@ -75,28 +77,36 @@ void PreparedWeights::put(const ModulePlan& plan, const std::string& digest,
                           const std::vector<Tensor>& prepared) {
   if (!store_->publish_blocker().empty()) return;
   const std::string k = key(digest);
+  std::vector<std::pair<std::string, Tensor>> tensors;
   try {
     if (store_->lookup(k, false).entry) return;  // another process stored it first
-    std::vector<std::pair<std::string, Tensor>> tensors;
     for (int step : plan.kept_steps()) {
       const Tensor& t = prepared.at(static_cast<size_t>(step));
       if (!t.defined()) return;  // not all at hand: nothing to store
       tensors.emplace_back(step_name(step), t);
     }
-    WorkFolder staging = store_->new_staging(k);
-    write_safetensors(staging.path() / kFile, tensors);
-    EntryMeta meta;
-    meta.key = k;
-    meta.label = "prepared weights";
-    meta.family = kPreparedFamily;
-    meta.summary = std::to_string(tensors.size()) + " prepared values for module " + module_key_;
-    meta.created = unix_now();
-    meta.components = components(digest);
-    meta.files = {FileRecord{kFile, 0, ""}};
-    store_->publish(std::move(staging), std::move(meta));
   } catch (const Error& e) {
     warn(std::string("could not store the prepared weights in the cache: ") + e.what());
+    return;
   }
+  EntryMeta meta;
+  meta.key = k;
+  meta.label = "prepared weights";
+  meta.family = kPreparedFamily;
+  meta.summary = std::to_string(tensors.size()) + " prepared values for module " + module_key_;
+  meta.created = unix_now();
+  meta.components = components(digest);
+  meta.files = {FileRecord{kFile, 0, ""}};
+  // Written behind the caller: the values are the set's own (never written again).
+  store_in_background(k, [store = store_, tensors = std::move(tensors), meta = std::move(meta)]() mutable {
+    try {
+      WorkFolder staging = store->new_staging(meta.key);
+      write_safetensors(staging.path() / kFile, tensors);
+      store->publish(std::move(staging), std::move(meta));
+    } catch (const std::exception& e) {
+      warn(std::string("could not store the prepared weights in the cache: ") + e.what());
+    }
+  });
 }
 
 }  // namespace kiln

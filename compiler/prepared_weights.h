@@ -26,8 +26,8 @@ class PreparedWeights {
   // The prepared values from the cache (views of the mapped file; steps the program does not
   // read are left empty), or nullopt on a miss or a bad entry (quarantined, with a warning).
   std::optional<std::vector<Tensor>> find(const ModulePlan& plan, const std::string& digest);
-  // Stores what preparation gave for these weights; a failure costs a warning, never the
-  // compile.
+  // Stores what preparation gave for these weights, written behind the caller
+  // (compiler/background_stores.h); a failure costs a warning, never the compile.
   void put(const ModulePlan& plan, const std::string& digest, const std::vector<Tensor>& prepared);
   // The entry's key.
   std::string key(const std::string& digest) const;

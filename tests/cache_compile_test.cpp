@@ -19,6 +19,7 @@
 
 #include "cache/cache_store.h"
 #include "compiler/c_linker.h"
+#include "compiler/background_stores.h"
 #include "compiler/compile.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
@@ -527,6 +528,7 @@ TEST(CacheCli, GcNeverRemovesAnEntryALiveProcessHasLoaded) {
   opts.cache_dir = cache;
   std::optional<Function> f = compile(load_model(kMlp), opts);
   fs::path entry = f->info().module_path.parent_path();
+  wait_for_background_stores();  // the prepared weights are published behind the compile
   auto gc = kiln_env(cache_env(cache), {"cache", "gc", "--max-size", "1"});
   EXPECT_EQ(gc.exit_code, 0) << gc.err;
   // The kernels' objects go (the loaded module has them linked in), and so do its prepared

@@ -19,6 +19,7 @@
 #include "cache/entry_meta.h"
 #include "compiler/compile.h"
 #include "compiler/graph_file.h"
+#include "compiler/background_stores.h"
 #include "compiler/model_entries.h"
 #include "compiler/value_digest.h"
 #include "frontend/model_loader.h"
@@ -58,7 +59,7 @@ class ModelCache : public ::testing::Test {
     clear_compile_memo();
   }
   void TearDown() override {
-    wait_for_model_stores();
+    wait_for_background_stores();
     ::unsetenv("KILN_CACHE_DIR");
     ::unsetenv("KILN_CACHE_UMASK");
     clear_compile_memo();
@@ -148,7 +149,7 @@ TEST(GraphFile, PropsOfEveryKindRoundTripExactly) {
 TEST_F(ModelCache, ASecondLoadMapsTheStoredModelWithItsDigestsKnown) {
   const fs::path model = settled_copy("resblock");
   const Graph first = load_model(model);
-  wait_for_model_stores();
+  wait_for_background_stores();
   const std::vector<fs::path> entries = model_entries();
   ASSERT_EQ(entries.size(), 1u);
   const Graph second = load_model(model);
@@ -185,7 +186,7 @@ TEST_F(ModelCache, ASecondLoadMapsTheStoredModelWithItsDigestsKnown) {
 TEST_F(ModelCache, AFileChangedInPlaceWithItsTimesPutBackIsImportedAgain) {
   const fs::path model = settled_copy("resblock");
   const Graph first = load_model(model);  // stored, and its digest remembered
-  wait_for_model_stores();
+  wait_for_background_stores();
   ASSERT_EQ(model_entries().size(), 1u);
   ASSERT_TRUE(fs::exists(cache_ / "digests"));
   // Change the last byte of the file (a weight's byte) without changing its size, then put
@@ -219,7 +220,7 @@ TEST_F(ModelCache, DamagedOrForgedEntriesAreQuarantinedAndTheModelImportedAgain)
   const fs::path model = settled_copy("lenet");
   const Graph truth = load_onnx_model(model);
   load_model(model);
-  wait_for_model_stores();
+  wait_for_background_stores();
   ASSERT_EQ(model_entries().size(), 1u);
   const fs::path entry = model_entries()[0];
   // Damaged: a flipped byte in the weights.
@@ -235,7 +236,7 @@ TEST_F(ModelCache, DamagedOrForgedEntriesAreQuarantinedAndTheModelImportedAgain)
   EXPECT_NE(err.find("constants.safetensors does not match its SHA-256"), std::string::npos) << err;
   EXPECT_TRUE(same_graph(after_damage, truth));
   EXPECT_TRUE(fs::exists(cache_ / "quarantine"));
-  wait_for_model_stores();
+  wait_for_background_stores();
   // Forged: a structure that rebuilds another graph, under hashes that match it.
   ASSERT_EQ(model_entries().size(), 1u);
   const fs::path again = model_entries()[0];
@@ -268,7 +269,7 @@ TEST_F(ModelCache, NothingIsStoredWithTheCacheOffAndNoDigestIsRememberedInAShare
   const fs::path model = settled_copy("mlp");
   ::setenv("KILN_CACHE", "0", 1);
   load_model(model);
-  wait_for_model_stores();
+  wait_for_background_stores();
   ::unsetenv("KILN_CACHE");
   EXPECT_TRUE(model_entries().empty());
   // A cache others may write: the stamp of a digest record proves nothing there.
@@ -276,7 +277,7 @@ TEST_F(ModelCache, NothingIsStoredWithTheCacheOffAndNoDigestIsRememberedInAShare
   cache_ = dir_ / "shared";
   ::setenv("KILN_CACHE_DIR", cache_.c_str(), 1);
   const Graph a = load_model(model);
-  wait_for_model_stores();
+  wait_for_background_stores();
   const Graph b = load_model(model);
   EXPECT_EQ(model_entries().size(), 1u);
   EXPECT_TRUE(same_graph(a, b));

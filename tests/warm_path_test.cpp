@@ -14,6 +14,7 @@
 
 #include "cache/entry_meta.h"
 #include "cache/entry_signature.h"
+#include "compiler/background_stores.h"
 #include "compiler/compile.h"
 #include "compiler/module_plan.h"
 #include "helpers.h"
@@ -137,6 +138,7 @@ TEST_F(WarmPath, WeightsArePreparedOncePerWeightSetAndHitsRunNoPass) {
 // The prepared-weights entry of a module and weight set (family "prepared"), found by the
 // folder of the one file it holds.
 fs::path prepared_entry(const fs::path& cache, const std::string& avoid = "") {
+  wait_for_background_stores();  // prepared sets are written behind the compile
   for (const auto& shard : fs::directory_iterator(cache / "objects"))
     for (const auto& e : fs::directory_iterator(shard.path()))
       if (fs::exists(e.path() / "prepared.safetensors") && e.path().filename() != avoid)

@@ -1,0 +1,62 @@
+#include "compiler/background_stores.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace kiln {
+
+namespace {
+
+class Background {
+ public:
+  static Background& instance() {
+    static Background b;
+    return b;
+  }
+  void run(const std::string& key, std::function<void()> work) {
+    std::lock_guard lock(mutex_);
+    pending_.insert(key);
+    threads_.emplace_back([this, key, work = std::move(work)] {
+      work();
+      {
+        std::lock_guard done(mutex_);
+        pending_.erase(key);
+      }
+      finished_.notify_all();
+    });
+  }
+  void wait(const std::string& key) {
+    std::unique_lock lock(mutex_);
+    finished_.wait(lock, [&] { return pending_.count(key) == 0; });
+  }
+  void wait_all() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+  ~Background() { wait_all(); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  std::multiset<std::string> pending_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+void store_in_background(const std::string& key, std::function<void()> store) {
+  Background::instance().run(key, std::move(store));
+}
+
+void wait_for_background_store(const std::string& key) { Background::instance().wait(key); }
+
+void wait_for_background_stores() { Background::instance().wait_all(); }
+
+}  // namespace kiln
