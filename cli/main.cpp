@@ -20,6 +20,7 @@
 #include "cache/cache_store.h"
 #include "cache/entry_signature.h"
 #include "cache/remote_tier.h"
+#include "compiler/background_stores.h"
 #include "compiler/compile.h"
 #include "compiler/entry_layout.h"
 #include "compiler/export.h"
@@ -1129,6 +1130,10 @@ int main(int argc, char** argv) {
     const char* progress_env = std::getenv("KILN_PROGRESS");
     kiln::set_progress_display(::isatty(STDERR_FILENO) == 1 &&
                                !(progress_env && std::string(progress_env) == "0"));
+    // Cache stores written behind the command are finished before it returns.
+    struct StoresFinished {
+      ~StoresFinished() { kiln::wait_for_background_stores(); }
+    } stores_finished;
     if (a.command == "ops") return cmd_ops(a);
     if (a.command == "compile") return cmd_compile(a);
     if (a.command == "export") return cmd_export(a);

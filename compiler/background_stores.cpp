@@ -1,10 +1,13 @@
 #include "compiler/background_stores.h"
 
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "cache/remote_tier.h"
 
 namespace kiln {
 
@@ -13,6 +16,13 @@ namespace {
 class Background {
  public:
   static Background& instance() {
+    // What a store uses must outlive the last join, at exit: statics made before this one
+    // are destroyed after it, so the remote tier is made first if it was not yet.
+    try {
+      RemoteTier::process_default();
+    } catch (const std::exception&) {
+      // A malformed setting: the compile that reads it says so; no store will use a tier.
+    }
     static Background b;
     return b;
   }

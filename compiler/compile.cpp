@@ -26,6 +26,7 @@
 #include "compiler/module_plan.h"
 #include "compiler/op_library_binding.h"
 #include "compiler/prepared_weights.h"
+#include "compiler/remote_entries.h"
 #include "compiler/weight_sets.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
@@ -413,20 +414,6 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
 }
 
 // What one remote operation did, into the local index's counters (for `kiln cache stats`).
-void record_remote(CacheStore& store, const RemoteCounters& a, const RemoteCounters& b) {
-  const std::pair<const char*, double> deltas[] = {
-      {"remote_hits", static_cast<double>(b.hits - a.hits)},
-      {"remote_misses", static_cast<double>(b.misses - a.misses)},
-      {"remote_rejects", static_cast<double>(b.rejects - a.rejects)},
-      {"remote_errors", static_cast<double>(b.errors - a.errors)},
-      {"remote_uploads", static_cast<double>(b.uploads - a.uploads)},
-      {"remote_bytes",
-       static_cast<double>((b.bytes_in + b.bytes_out) - (a.bytes_in + a.bytes_out))}};
-  for (const auto& [name, by] : deltas) {
-    if (by != 0) store.count(name, by);
-  }
-}
-
 // Hit, or compile under the key's lock and publish. Returns the pinned entry; nullopt for
 // a miss of a graph the cache cannot hold (see cacheable), which the caller builds unstored.
 std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,

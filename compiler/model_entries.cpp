@@ -12,7 +12,9 @@
 
 #include "cache/file_digests.h"
 #include "compiler/background_stores.h"
+#include "compiler/entry_layout.h"
 #include "compiler/graph_file.h"
+#include "compiler/remote_entries.h"
 #include "runtime/default_engine.h"
 #include "runtime/parallel_for.h"
 #include "runtime/safetensors.h"
@@ -37,6 +39,7 @@ constexpr const char* kConstantsFile = "constants.safetensors";
 std::unique_ptr<ModelEntries> ModelEntries::open_default() {
   const char* env = std::getenv("KILN_CACHE");
   if (env && std::string(env) == "0") return nullptr;
+  install_entry_layout();  // lookups (and the remote tier) know what a model entry holds
   try {
     return std::make_unique<ModelEntries>(CacheStore::open(cache_root()));
   } catch (const Error& e) {
@@ -49,6 +52,7 @@ std::optional<Graph> ModelEntries::find(const KeyComponents& source) {
   const std::string key = artifact_key(source);
   wait_for_background_store(key);
   LookupResult r = store_->lookup(key, true);
+  if (!r.entry) r.entry = fetch_from_remote(*store_, key);  // another machine may have it
   if (!r.entry) return std::nullopt;
   try {
     const Safetensors constants = read_safetensors(r.entry->file(kConstantsFile));
@@ -107,7 +111,7 @@ void ModelEntries::put(const KeyComponents& source, const Graph& graph) {
       add_value_digests(files);
       write_safetensors(staging.path() / kConstantsFile, files.tensors, files.digests);
       const std::string label = meta.label;
-      store->publish(std::move(staging), std::move(meta));
+      upload_to_remote(*store, store->publish(std::move(staging), std::move(meta)));
       if (debug_level() >= 1)
         log_line("cache: stored model '" + label + "' in " + format_double(ms_since(start)) +
                  " ms (behind the compile)");

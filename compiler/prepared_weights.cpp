@@ -1,6 +1,7 @@
 #include "compiler/prepared_weights.h"
 
 #include "compiler/background_stores.h"
+#include "compiler/remote_entries.h"
 #include "compiler/value_digest.h"
 #include "runtime/safetensors.h"
 #include "util/clock.h"
@@ -50,6 +51,7 @@ std::optional<std::vector<Tensor>> PreparedWeights::find(const ModulePlan& plan,
   const std::string k = key(digest);
   wait_for_background_store(k);
   LookupResult r = store_->lookup(k, true);
+  if (!r.entry) r.entry = fetch_from_remote(*store_, k);  // another machine may have them
   if (!r.entry) return std::nullopt;
   // The files are the ones the entry records (verified); what they hold must also be what
   // this plan's program reads, or the entry is bad.
@@ -102,7 +104,7 @@ void PreparedWeights::put(const ModulePlan& plan, const std::string& digest,
     try {
       WorkFolder staging = store->new_staging(meta.key);
       write_safetensors(staging.path() / kFile, tensors);
-      store->publish(std::move(staging), std::move(meta));
+      upload_to_remote(*store, store->publish(std::move(staging), std::move(meta)));
     } catch (const std::exception& e) {
       warn(std::string("could not store the prepared weights in the cache: ") + e.what());
     }

@@ -7,6 +7,7 @@
 #include "frontend/model_loader.h"
 #include "frontend/nonzero.h"
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -29,11 +30,20 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     last_ = &variants_.emplace("", std::move(v)).first->second;
     return;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(origin_ + ": cannot open the model file");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  bytes_ = buf.str();
+  // A model built without value inputs loads once, through the cache of imported models
+  // (a model seen before maps its weights); one whose graph depends on the values of some
+  // inputs is kept as bytes and built per value set.
+  try {
+    Variant v{load_model(path), nullptr};
+    load_ms_ = ms_since(start);
+    for (const Variable* in : v.graph.inputs()) inputs_.push_back({in->name, in->type});
+    v.function = std::make_unique<Function>(compile(v.graph, options_));
+    last_ = &variants_.emplace("", std::move(v)).first->second;
+    return;
+  } catch (const InputValueNeeded&) {
+    inputs_.clear();
+  }
+  bytes_ = read_file(path);
   init_onnx();
 }
 

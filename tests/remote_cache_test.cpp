@@ -52,10 +52,18 @@ void expect_mlp_output(const fs::path& out) {
                                      1e-4, 1e-5));
 }
 
+// The one module entry the server holds (beside it, writers upload the module's prepared
+// weights, and imported models: those are other families).
 std::string only_entry_key(const RedisServer& s) {
   RedisReply keys = s.admin({"KEYS", "kiln:e:*"});
-  EXPECT_EQ(keys.elements.size(), 1u);
-  return keys.elements.empty() ? "" : keys.elements[0].str;
+  std::vector<std::string> modules;
+  const std::regex beside(R"re("family"\s*:\s*"(prepared|model)")re");
+  for (const auto& k : keys.elements) {
+    const std::string blob = s.admin({"GET", k.str}).str;
+    if (!std::regex_search(blob.substr(0, 4096), beside)) modules.push_back(k.str);
+  }
+  EXPECT_EQ(modules.size(), 1u);
+  return modules.empty() ? "" : modules[0];
 }
 
 TEST(RemoteCache, AFreshProcessWithAnEmptyLocalCacheHitsTheRemote) {
@@ -70,12 +78,14 @@ TEST(RemoteCache, AFreshProcessWithAnEmptyLocalCacheHitsTheRemote) {
   auto r = kiln_env(reader_env(redis, base / "reader", k), run_mlp(base / "out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("cache hit (remote)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("weights prepared: from cache"), std::string::npos) << r.err;
   expect_mlp_output(base / "out");
   // Materialised locally: the next process hits the local store.
   auto again = kiln_env(reader_env(redis, base / "reader", k), {"compile", "-v", kMlp});
   EXPECT_NE(again.err.find("cache hit\n"), std::string::npos) << again.err;
   auto stats = kiln_env(reader_env(redis, base / "reader", k), {"cache", "stats"});
-  EXPECT_NE(stats.out.find("remote     1 hits, 0 misses, 0 rejected, 0 errors, 0 uploads"),
+  // Two remote hits: the module and its prepared weights.
+  EXPECT_NE(stats.out.find("remote     2 hits, 0 misses, 0 rejected, 0 errors, 0 uploads"),
             std::string::npos)
       << stats.out;
 }
@@ -91,6 +101,31 @@ void expect_rejected(const RedisServer& redis, const fs::path& base, const Keys&
   EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("cache miss"), std::string::npos) << r.err;
   expect_mlp_output(base / ("out-" + tag));
+}
+
+// An ONNX model: a second machine gets the module, the prepared weights and the imported model
+// from the remote, and prepares, imports and compiles nothing.
+TEST(RemoteCache, ASecondMachineMapsTheImportedModelAndItsPreparedWeights) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.up());
+  const fs::path base = temp_dir("remote-model");
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/onnx/resblock/model.onnx";
+  const std::string x = std::string(KILN_EXAMPLES_DIR) + "/onnx/resblock/x.npy";
+  Keys k = make_keys(base, "builders");
+  auto w = kiln_env(writer_env(redis, base / "writer", k, "builders"),
+                    {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "a").string()});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_EQ(redis.admin({"KEYS", "kiln:e:*"}).elements.size(), 3u) << "module, weights, model";
+  auto r = kiln_env(reader_env(redis, base / "reader", k),
+                    {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "b").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cache hit (remote)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("weights prepared: from cache"), std::string::npos) << r.err;
+  const std::string a = read_file(base / "a" / "y.npy"), b = read_file(base / "b" / "y.npy");
+  EXPECT_EQ(a, b);
+  auto stats = kiln_env(reader_env(redis, base / "reader", k), {"cache", "stats"});
+  EXPECT_NE(stats.out.find("remote     3 hits, 0 misses"), std::string::npos) << stats.out;
+  EXPECT_NE(stats.out.find("models     1 imported"), std::string::npos) << stats.out;
 }
 
 TEST(RemoteCache, ForgedEntriesAreRejectedNeverLoaded) {
