@@ -40,8 +40,11 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     v.function = std::make_unique<Function>(compile(v.graph, options_));
     last_ = &variants_.emplace("", std::move(v)).first->second;
     return;
-  } catch (const InputValueNeeded&) {
+  } catch (const Error&) {
+    // Built per value set (an input whose value decides the graph, a NonZero computed between
+    // stages), or not built at all: the staged path below says which, as it always has.
     inputs_.clear();
+    variants_.clear();
   }
   bytes_ = read_file(path);
   init_onnx();

@@ -216,9 +216,16 @@ struct RemoteFixture {
     EXPECT_TRUE(redis.up());
     auto w = kiln_env(writer_env(redis, base / "writer", keys, "builders"), {"compile", kMlp});
     EXPECT_EQ(w.exit_code, 0) << w.err;
+    // The module's entry (the writer uploads the module's prepared weights beside it).
     RedisReply all = redis.admin({"KEYS", "kiln:e:*"});
-    EXPECT_EQ(all.elements.size(), 1u);
-    if (!all.elements.empty()) rkey = all.elements[0].str;
+    std::vector<std::string> modules;
+    for (const auto& k : all.elements) {
+      const std::string blob = redis.admin({"GET", k.str}).str;
+      if (EntryMeta::parse(split_blob(blob).meta_json, "blob").family != "prepared")
+        modules.push_back(k.str);
+    }
+    EXPECT_EQ(modules.size(), 1u);
+    if (!modules.empty()) rkey = modules[0];
     good = redis.admin({"GET", rkey}).str;
   }
   std::string key() const { return rkey.substr(rkey.rfind(':') + 1); }
