@@ -29,7 +29,7 @@ std::optional<std::string> FileDigests::find(const std::string& kind, const fs::
   }
   // "<digest> <stamp>": the stamp vouches for the digest, and is made over it.
   const size_t space = text.find(' ');
-  if (space != 64 || !text.empty() && text.back() != '\n') return std::nullopt;
+  if (space != 64 || text.back() != '\n') return std::nullopt;  // not a record of ours
   const std::string digest = text.substr(0, space);
   const std::string stamp = text.substr(space + 1, text.size() - space - 2);
   if (stamp.empty() || stamp != FileStamps::stamp(fd, st, digest)) return std::nullopt;
@@ -46,7 +46,8 @@ void FileDigests::remember(const std::string& kind, const fs::path& path, int fd
   const fs::path file = record(kind, path, st);
   try {
     store_.access().make_folder(file.parent_path());
-    write_file_atomic(file, digest + " " + stamp + "\n", store_.access().file_mode(), true);
+    write_file_atomic(file, digest + " " + stamp + "\n", store_.access().file_mode(), true,
+                      false);
   } catch (const std::exception& e) {
     log_line(std::string("cache: could not record a file digest: ") + e.what());
   }

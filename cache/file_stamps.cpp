@@ -109,7 +109,7 @@ void FileStamps::write(const std::filesystem::path& dir, mode_t mode) const {
   std::string text;
   for (const auto& [name, stamp] : stamps_) text += name + '\t' + stamp + '\n';
   try {
-    write_file_atomic(dir / kFileName, text, mode, true);
+    write_file_atomic(dir / kFileName, text, mode, true, false);
   } catch (const std::exception& e) {
     log_line(std::string("cache: could not record file stamps: ") + e.what());
   }

@@ -26,8 +26,9 @@ class FileStamps {
   // Records a file just hashed to `sha256` (nothing when its times are too recent to trust).
   void add(const std::string& name, int fd, const struct stat& st, const std::string& sha256);
   bool empty() const { return stamps_.empty(); }
-  // Writes them into the entry's folder (atomically; a failure is only logged: stamps save
-  // time, they never decide anything alone).
+  // Writes them into the entry's folder, atomically but without an fsync (stamps lost in a
+  // crash are only hashing to redo). A failure is only logged: stamps save time, they never
+  // decide anything alone.
   void write(const std::filesystem::path& dir, mode_t mode) const;
 
   static constexpr const char* kFileName = ".stamps";

@@ -124,10 +124,7 @@ void ModelEntries::put(const KeyComponents& source, const Graph& graph) {
 std::string ModelEntries::content_digest(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError("cannot open '" + path.string() + "': " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     throw UserError("cannot read '" + path.string() + "': not a regular file");
@@ -158,7 +155,7 @@ std::string ModelEntries::content_digest(const fs::path& path) {
     h.update(buf.data(), n);
     digests[static_cast<size_t>(part)] = h.digest();
   };
-  if (chunks > 1) {
+  if (chunks >= 4) {  // a small file hashes faster than the workers wake
     parallel_for(default_engine(), static_cast<int>(chunks), hash_chunk, "file digest");
   } else if (chunks == 1) {
     hash_chunk(0);

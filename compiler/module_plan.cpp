@@ -524,10 +524,14 @@ std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
                         "): " + e.what());
       }
     };
-    if (steps.size() > 1) {
+    // Waking the workers costs more than preparing a small model's weights on this thread.
+    size_t bytes = 0;
+    for (size_t k : steps)
+      for (int i : prep_[k].inputs) bytes += value(i).nbytes();
+    if (steps.size() > 1 && bytes >= (size_t{1} << 20)) {
       parallel_for(default_engine(), static_cast<int>(steps.size()), run, "prepare weights");
     } else {
-      run(0);
+      for (size_t part = 0; part < steps.size(); ++part) run(static_cast<int>(part));
     }
   }
   return values;

@@ -13,6 +13,7 @@ namespace kiln {
 namespace {
 
 constexpr size_t kChunk = size_t{1} << 20;
+constexpr size_t kParallelBytes = size_t{16} << 20;
 
 bool known(const Variable& v) {
   return v.value && !v.known_digest.sha256.empty() && v.value->data() == v.known_digest.data &&
@@ -45,7 +46,10 @@ std::vector<std::string> value_digests(const std::vector<Tensor>& given, bool al
     h.update(c.data, c.size);
     digests[static_cast<size_t>(part)] = h.digest();
   };
-  if (chunks.size() > 1 && all_cores) {
+  // Waking the workers costs more than hashing a small model's weights on this thread.
+  size_t total = 0;
+  for (const Tensor& v : values) total += v.nbytes();
+  if (chunks.size() > 1 && all_cores && total >= kParallelBytes) {
     parallel_for(default_engine(), static_cast<int>(chunks.size()), hash_chunk, "value digests");
   } else {
     for (size_t k = 0; k < chunks.size(); ++k) hash_chunk(static_cast<int>(k));

@@ -12,7 +12,7 @@
 namespace kiln {
 
 // The digest of each value's bytes (contiguous copies of strided views), in order; on the
-// calling thread alone unless `all_cores`.
+// calling thread alone unless `all_cores` and there are 16 MiB or more to hash.
 std::vector<std::string> value_digests(const std::vector<Tensor>& values, bool all_cores = true);
 // The digest of a constant's value: its known_digest while that still holds, else hashed.
 std::string constant_digest(const Variable& constant);

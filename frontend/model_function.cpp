@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "frontend/model_loader.h"
@@ -22,29 +23,24 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     : origin_(path.string()), dir_(path.parent_path()), options_(std::move(options)) {
   const auto start = std::chrono::steady_clock::now();
-  if (path.extension() != ".onnx") {
-    Variant v{load_model(path), nullptr};
-    load_ms_ = ms_since(start);
-    for (const Variable* in : v.graph.inputs()) inputs_.push_back({in->name, in->type});
-    v.function = std::make_unique<Function>(compile(v.graph, options_));
-    last_ = &variants_.emplace("", std::move(v)).first->second;
-    return;
-  }
-  // A model built without value inputs loads once, through the cache of imported models
-  // (a model seen before maps its weights); one whose graph depends on the values of some
-  // inputs is kept as bytes and built per value set.
+  // A model whose graph does not depend on input values loads once (an ONNX model through the
+  // cache of imported models, which maps the weights of one seen before). An ONNX model that
+  // cannot load so (an input whose value decides the graph, a NonZero computed between
+  // stages, a bad file) goes the staged way, which builds it per value set or says what is
+  // wrong. Only loading falls back: a compile error is the model's answer.
+  std::optional<Graph> graph;
   try {
-    Variant v{load_model(path), nullptr};
+    graph = load_model(path);
+  } catch (const Error&) {
+    if (path.extension() != ".onnx") throw;
+  }
+  if (graph) {
+    Variant v{std::move(*graph), nullptr};
     load_ms_ = ms_since(start);
     for (const Variable* in : v.graph.inputs()) inputs_.push_back({in->name, in->type});
     v.function = std::make_unique<Function>(compile(v.graph, options_));
     last_ = &variants_.emplace("", std::move(v)).first->second;
     return;
-  } catch (const Error&) {
-    // Built per value set (an input whose value decides the graph, a NonZero computed between
-    // stages), or not built at all: the staged path below says which, as it always has.
-    inputs_.clear();
-    variants_.clear();
   }
   bytes_ = read_file(path);
   init_onnx();

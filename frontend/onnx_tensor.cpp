@@ -14,6 +14,7 @@
 
 #include "frontend/model_files.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/strings.h"
 
 namespace kiln {
@@ -121,10 +122,7 @@ Tensor external_tensor(const ExternalSpan& span, DType dtype, const Shape& shape
                        const std::string& where) {
   const int fd = ::open(span.file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError(where + ": cannot open external data file " + span.file.string());
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   const auto length = static_cast<size_t>(span.length);
   const auto page = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
   if (length > 0 && span.offset % 64 == 0) {

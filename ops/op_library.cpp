@@ -198,10 +198,7 @@ std::shared_ptr<OpLibrary> load_locked(const std::string& path) {
   // the loader mapped must be that same file, so a swap between hashing and dlopen is caught.
   const int fd = ::open(canonical.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError(where + ": cannot open it: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat hashed {};
   if (::fstat(fd, &hashed) != 0 || !S_ISREG(hashed.st_mode))
     throw UserError(where + ": not a regular file");

@@ -220,10 +220,7 @@ Tensor read_npy(const std::filesystem::path& path) {
   const std::string origin = path.string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError("cannot open '" + origin + "': " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
     throw UserError("cannot read '" + origin + "': it is a folder");

@@ -20,14 +20,15 @@ std::string read_file(const std::filesystem::path& path) {
   return read_regular_file(path, UINT64_MAX, true);
 }
 
+FdCloser::~FdCloser() {
+  if (fd >= 0) ::close(fd);
+}
+
 std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes,
                               bool allow_special) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (allow_special ? 0 : O_NONBLOCK));
   if (fd < 0) throw UserError("cannot open '" + path.string() + "': " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     throw UserError("cannot stat '" + path.string() + "': " + std::strerror(errno));
@@ -114,7 +115,7 @@ namespace {
 }  // namespace
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents, mode_t mode,
-                       bool exact_mode) {
+                       bool exact_mode, bool durable) {
   static std::atomic<unsigned> counter{0};
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -133,7 +134,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
     left -= static_cast<size_t>(n);
   }
   // Delayed allocation (and network filesystems) report a full disk only here.
-  if (::fsync(fd) != 0) write_failed(tmp, fd, "fsync", errno);
+  if (durable && ::fsync(fd) != 0) write_failed(tmp, fd, "fsync", errno);
   if (::close(fd) != 0) write_failed(tmp, -1, "close", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;

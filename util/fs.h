@@ -9,6 +9,12 @@
 
 namespace kiln {
 
+// Closes a file descriptor when the scope that opened it ends, however it ends.
+struct FdCloser {
+  int fd;
+  ~FdCloser();
+};
+
 // The whole file; a folder is an error naming the path.
 std::string read_file(const std::filesystem::path& path);
 // For files someone else may have handed kiln: a regular file only (no folder, FIFO, device
@@ -23,8 +29,10 @@ std::string path_distrust(const std::filesystem::path& path);
 // partial file and a full disk is an error naming the path, never a silent short file. The
 // file gets `mode` exactly (not filtered by the process umask) when `exact_mode`; otherwise
 // mode & ~umask, as open(2) does. On failure the temporary file is removed.
+// `durable` false skips the fsync, for a file whose loss or garbling a reader tolerates (a
+// hint that only saves time): readers still never see a partial file while the system runs.
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents,
-                       mode_t mode = 0666, bool exact_mode = false);
+                       mode_t mode = 0666, bool exact_mode = false, bool durable = true);
 // Creates `path` and its missing parents. Components created here get `mode` exactly
 // (chmod after mkdir, so the process umask cannot widen or narrow it); existing ones are
 // left as they are. Throws UserError naming the component that failed.
