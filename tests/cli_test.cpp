@@ -6,12 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "compiler/subprocess.h"
@@ -59,6 +62,74 @@ TEST(Cli, WrongUsageExitsTwoWithOneLine) {
     EXPECT_EQ(r.exit_code, 2) << args.size();
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// Each command's flags, as its help lists them. A flag of another command is a usage error
+// that names the flag and the command, never silently ignored.
+TEST(Cli, EveryCommandRefusesFlagsItDoesNotTake) {
+  const std::map<std::string, std::vector<std::string>> own{
+      {"compile", {"--explain", "--passes", "--device", "--device-io"}},
+      {"run",
+       {"--input", "--output-dir", "--output-format", "--profile", "--repeat", "--trace",
+        "--passes", "--device", "--device-io"}},
+      {"source", {"--graph", "--passes", "--device", "--device-io"}},
+      {"export", {"--output-dir", "--name", "--weights", "--passes"}},
+      {"report", {"--output", "--input", "--repeat", "--passes", "--device", "--device-io"}},
+      {"grad", {"--input", "--output-dir", "--wrt", "--passes", "--device", "--device-io"}},
+      {"cache", {"--max-size", "--max-age", "--out"}},
+      {"ops", {}},
+      {"help", {}},
+  };
+  std::set<std::string> every;
+  for (const auto& [cmd, flags] : own) every.insert(flags.begin(), flags.end());
+  const std::string model = kExamples + "/mlp/mlp.json";
+  for (const auto& [cmd, flags] : own) {
+    const std::string help = kiln({cmd, "--help"}).out;
+    for (const auto& flag : flags) EXPECT_NE(help.find(flag + " "), std::string::npos) << cmd << flag;
+    for (const auto& flag : every) {
+      if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+      auto r = kiln({cmd, flag, "x", model});
+      EXPECT_EQ(r.exit_code, 2) << cmd << " " << flag << ": " << r.err;
+      EXPECT_NE(r.err.find("kiln " + cmd + " does not take " + flag), std::string::npos) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      // --flag=value is the same flag.
+      EXPECT_EQ(kiln({cmd, flag + "=x", model}).exit_code, 2) << cmd << " " << flag;
+    }
+  }
+  // The example that used to exit 0 with five flags ignored.
+  auto r = kiln({"compile", "--wrt", "foo", "--profile", "--trace", "X", "--graph", "--name", "bar",
+                 model});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("kiln compile does not take --wrt (kiln grad does"), std::string::npos)
+      << r.err;
+  // A flag no command takes, a command's flag before the command, a value given to a switch,
+  // a value flag given twice, and each cache flag outside its subcommand.
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"compile", "--bogus", model}, "kiln compile: unknown option '--bogus'"},
+           {{"--device", "cpu", "compile", model}, "option '--device' goes after the command"},
+           {{"compile", "--explain=yes", model}, "--explain takes no value"},
+           {{"compile", "--passes", "none", "--passes=-cse", model}, "--passes given twice"},
+           {{"run", model, "-o", "d", "--repeat", "3"}, "--repeat N needs --profile"},
+           {{"cache", "ls", "--max-age", "1d"}, "--max-age belongs to 'kiln cache gc'"},
+           {{"cache", "gc", "--out", "d"}, "--out belongs to 'kiln cache keygen'"},
+           {{"help", "compile", "extra"}, "kiln help: unexpected argument 'extra'"}}) {
+    auto bad = kiln(args);
+    EXPECT_EQ(bad.exit_code, 2) << says;
+    EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
+  }
+  // Global flags go before or after the command.
+  EXPECT_EQ(kiln({"-v", "ops"}).exit_code, 0);
+  EXPECT_EQ(kiln({"ops", "-v"}).exit_code, 0);
+}
+
+// `kiln --help` names every command and every model format kiln reads.
+TEST(Cli, MainHelpIsTrue) {
+  const std::string help = kiln({"--help"}).out;
+  for (const char* cmd : {"compile", "run", "source", "export", "report", "cache", "grad", "ops"})
+    EXPECT_NE(help.find(std::string("\n  ") + cmd + " "), std::string::npos) << cmd;
+  for (const char* format : {".onnx", ".json", ".safetensors", ".npy"})
+    EXPECT_NE(help.find(format), std::string::npos) << format;
+  EXPECT_EQ(kiln({"help"}).out, help);
 }
 
 // kiln report: -o is required; inputs are all or none (a partial set names what is

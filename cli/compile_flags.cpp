@@ -1,0 +1,96 @@
+#include "cli/compile_flags.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "rewrite/pipeline.h"
+#include "util/strings.h"
+
+namespace kiln::cli {
+
+Flag passes_flag() {
+  return {"--passes", "", "SPEC",
+          "rewrite passes: \"-fusion,-cse\" disables those, \"none\" all (default:\n"
+          "$KILN_PASSES, else all of fold, simplify, cse, norm, layout, winograd,\n"
+          "pack, views, attention, fusion, reduction, epilogue, dce); part of the\n"
+          "cache key"};
+}
+
+Flag device_flag() {
+  return {"--device", "", "cpu|cuda",
+          "where nodes run: cuda places every node with CUDA code on the GPU\n"
+          "(KILN_CUDA_DEVICE=emulator: the CPU emulator), with transfers where\n"
+          "values cross; default cpu"};
+}
+
+Flag device_io_flag() {
+  return {"--device-io", "", "",
+          "with --device cuda: the module takes its inputs and gives its outputs in\n"
+          "device memory"};
+}
+
+int repeat_count(const CommandLine& line) {
+  const std::string v = line.value("--repeat", "10");
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1 || n > 1000000) {
+    throw UsageError{"--repeat expects a number of runs from 1 to 1000000, got '" + v + "'"};
+  }
+  return static_cast<int>(n);
+}
+
+CompileOptions compile_options(const CommandLine& line) {
+  CompileOptions options;
+  if (line.has("--passes")) {
+    const std::string spec = line.value("--passes");
+    select_passes(spec, "--passes");  // reject a bad spec naming the flag
+    options.passes = spec;
+  }
+  if (line.has("--device")) {
+    const std::string device = line.value("--device");
+    if (device != "cpu" && device != "cuda") {
+      throw UsageError{"--device expects cpu or cuda, got '" + device + "'"};
+    }
+    options.device = device;
+  }
+  options.device_io = line.has("--device-io");
+  if (options.device_io && options.device != "cuda") {
+    throw UsageError{"--device-io needs --device cuda"};
+  }
+  return options;
+}
+
+void print_times(const CompileInfo& info, double load_ms, double run_ms) {
+  std::fprintf(stderr, "cache %s%s\n", to_string(info.cache),
+               info.cache == CacheStatus::kHit && info.times.wait_ms > 1
+                   ? (" (waited " + format_double(std::round(info.times.wait_ms)) +
+                      " ms for another compile)")
+                         .c_str()
+                   : "");
+  std::fprintf(stderr,
+               "load %.2f ms | key %.2f ms | lookup %.2f ms | rewrite %.2f ms | codegen %.2f ms | "
+               "compile %.2f ms | module load %.2f ms | prepare %.2f ms",
+               load_ms, info.times.key_ms, info.times.lookup_ms, info.times.rewrite_ms,
+               info.times.codegen_ms, info.times.compile_ms, info.times.load_ms,
+               info.times.prepare_ms);
+  if (info.times.remote_ms > 0) std::fprintf(stderr, " | remote %.2f ms", info.times.remote_ms);
+  if (run_ms >= 0) std::fprintf(stderr, " | run %.2f ms", run_ms);
+  std::fprintf(stderr, "\n");
+  // Where the prepared weights came from: a cache hit should say "cache" or "memory".
+  if (!info.weights.empty() && info.weights != "none needed") {
+    std::fprintf(stderr, "weights prepared: %s\n",
+                 info.weights == "prepared" ? "now" : ("from " + info.weights).c_str());
+  }
+  const KernelReport& k = info.kernels;
+  if (k.kernels > 0) {
+    std::fprintf(stderr,
+                 "kernels %d (%d reused, %d compiled, %d jobs) | kernel compiles %.2f ms | binding "
+                 "%.2f ms | link %.2f ms\n",
+                 k.kernels, k.reused, k.compiled, k.jobs, info.times.kernels_ms,
+                 info.times.binding_ms, info.times.link_ms);
+  }
+  if (!info.device.empty()) std::fprintf(stderr, "device  cuda: %s\n", info.device.c_str());
+}
+
+}  // namespace kiln::cli
