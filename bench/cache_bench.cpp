@@ -31,6 +31,7 @@
 #include "cache/entry_signature.h"
 #include "cache/redis_client.h"
 #include "compiler/compile.h"
+#include "compiler/entries/background_stores.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
@@ -135,6 +136,7 @@ void compile_rows(const std::string& self, int repeat) {
     std::vector<double> cold, warm, same, fresh, reloaded;
     std::string nodes;
     for (int r = 0; r < repeat; ++r) {
+      wait_for_background_stores();  // nothing may still write into it
       fs::remove_all(cache);
       clear_compile_memo();
       Graph g = make(which);
@@ -166,6 +168,7 @@ void compile_rows(const std::string& self, int repeat) {
     // open, which would spare the children work a user's `kiln` commands do (e.g. SQLite
     // setting up its write-ahead log again once the last connection has closed).
     const fs::path hits = cache.string() + "-hits";
+    wait_for_background_stores();  // nothing may still write into it
     fs::remove_all(hits);
     run_process({self, "--child", which, hits.string()});
     for (int r = 0; r < 2 * repeat + 1; ++r) {
@@ -179,7 +182,9 @@ void compile_rows(const std::string& self, int repeat) {
     std::printf("%-22s %9.1f %12.2f %12.1f %12.1f %12.1f\n",
                 (which + " (" + nodes + " nodes)").c_str(), median(cold),
                 warm.empty() ? -1.0 : median(warm), median(same), median(fresh), median(reloaded));
+    wait_for_background_stores();  // nothing may still write into it
     fs::remove_all(cache);
+    wait_for_background_stores();  // nothing may still write into it
     fs::remove_all(hits);
   }
 }
@@ -234,6 +239,7 @@ void remote_rows(const std::string& self, int repeat) {
   }
   Redis redis;
   const fs::path base = fs::temp_directory_path() / "kiln-cache-bench-remote";
+  wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(base);
   fs::create_directories(base);
   auto [secret, pub] = generate_key_pair("bench");
@@ -301,11 +307,13 @@ void remote_rows(const std::string& self, int repeat) {
                         "KILN_REMOTE_CACHE_NAMESPACE", "XDG_CACHE_HOME"})
     ::unsetenv(v);
   if (saved_xdg) ::setenv("XDG_CACHE_HOME", xdg.c_str(), 1);
+  wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(base);
 }
 
 void lookup_rows(int n) {
   fs::path root = fs::temp_directory_path() / "kiln-cache-bench-index";
+  wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(root);
   fs::create_directories(root);
   std::vector<IndexRow> rows(n);
@@ -354,6 +362,7 @@ void lookup_rows(int n) {
   std::printf("  open index + first lookup  %8.2f ms\n", open_ms);
   std::printf("  entries counted            %8lld\n",
               static_cast<long long>(index.totals().entries));
+  wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(root);
 }
 

@@ -25,14 +25,15 @@
 #include <string>
 #include <vector>
 
-#include "compiler/c_linker.h"
+#include "compiler/c/linker.h"
 #include "compiler/compile.h"
-#include "compiler/cuda_toolchain.h"
+#include "compiler/entries/background_stores.h"
+#include "compiler/cuda/toolchain.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "ops/builders.h"
 #include "runtime/cuda/cuda_device.h"
-#include "runtime/cuda/device_tensor.h"
+#include "runtime/device/device_tensor.h"
 #include "util/fs.h"
 
 using namespace kiln;
@@ -123,7 +124,7 @@ int child(const std::string& which, const std::string& cache) {
 double build_ms(const Graph& placed, const CudaToolchain& toolchain, const fs::path& base,
                 int repeat, size_t* lines, size_t* kernels) {
   LinkedModule m = link_c_module(placed, "bench");
-  const std::string source = m.cuda.str();
+  const std::string source = m.device_unit.str();
   *lines = static_cast<size_t>(std::count(source.begin(), source.end(), '\n'));
   *kernels = std::set<std::string>(m.kernel_symbols.begin(), m.kernel_symbols.end()).size();
   std::vector<double> ms;
@@ -298,6 +299,7 @@ int main(int argc, char** argv) {
     std::printf("\nGPU rows not run: %s\n",
                 kind.empty() ? why.c_str() : ("KILN_CUDA_DEVICE=" + kind).c_str());
   }
+  wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(base);
   return 0;
 }

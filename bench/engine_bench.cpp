@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;

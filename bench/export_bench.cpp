@@ -14,11 +14,12 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "compiler/export.h"
+#include "compiler/entries/background_stores.h"
+#include "compiler/export/export.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
-#include "runtime/bundle_abi.h"
-#include "runtime/npy.h"
+#include "runtime/module/bundle_abi.h"
+#include "runtime/io/npy.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
                 r.library_bytes / 1e6, weight_bytes / 1e6, median(loads), km, em, em / km);
   }
   std::error_code ec;
+  kiln::wait_for_background_stores();  // nothing may still write into it
   fs::remove_all(work, ec);
   return 0;
 }

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/gemm_pack.h"
+#include "ops/c/gemm_pack.h"
 #include "runtime/support/support.h"
 
 using namespace kiln;

@@ -13,8 +13,8 @@
 
 #include "compiler/compile.h"
 #include "compiler/graph_key.h"
-#include "compiler/toolchain.h"
-#include "frontend/json_model.h"
+#include "compiler/c/toolchain.h"
+#include "frontend/json/json_model.h"
 #include "util/clock.h"
 
 using namespace kiln;

@@ -15,7 +15,7 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "util/error.h"
 
 using namespace kiln;

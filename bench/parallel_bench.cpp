@@ -24,7 +24,7 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "runtime/storage.h"
 
 using namespace kiln;

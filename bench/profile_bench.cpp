@@ -15,7 +15,7 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;

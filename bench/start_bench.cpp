@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "compiler/background_stores.h"
-#include "compiler/model_entries.h"
+#include "compiler/entries/background_stores.h"
+#include "compiler/entries/model_entries.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "util/clock.h"
 #include "util/strings.h"
 

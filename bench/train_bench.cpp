@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/trainer.h"
+#include "compiler/train/trainer.h"
 #include "ops/builders.h"
-#include "runtime/profile_table.h"
+#include "runtime/exec/profile_table.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;

@@ -25,9 +25,9 @@ namespace kiln {
 // The family of kernel objects (compiled once, linked into many modules); their hits and
 // compiles are counted apart from modules'.
 inline constexpr const char* kKernelFamily = "kernel";
-// The family of prepared weight sets (compiler/prepared_weights.h), counted apart too.
+// The family of prepared weight sets (compiler/entries/prepared_weights.h), counted apart too.
 inline constexpr const char* kPreparedFamily = "prepared";
-// The family of imported models (compiler/model_entries.h), counted apart too.
+// The family of imported models (compiler/entries/model_entries.h), counted apart too.
 inline constexpr const char* kModelFamily = "model";
 
 // 64 lowercase hex digits: the only strings that ever become entry paths.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "compiler/backend.h"
 #include "rewrite/pipeline.h"
 #include "util/strings.h"
 
@@ -49,14 +50,19 @@ CompileOptions compile_options(const CommandLine& line) {
   }
   if (line.has("--device")) {
     const std::string device = line.value("--device");
-    if (device != "cpu" && device != "cuda") {
-      throw UsageError{"--device expects cpu or cuda, got '" + device + "'"};
+    if (!find_backend(device)) {
+      throw UsageError{"--device expects " + join(backend_names(), " or ") + ", got '" + device +
+                       "'"};
     }
     options.device = device;
   }
   options.device_io = line.has("--device-io");
-  if (options.device_io && options.device != "cuda") {
-    throw UsageError{"--device-io needs --device cuda"};
+  if (options.device_io && backend_named(options.device).is_host()) {
+    std::vector<std::string> devices;
+    for (const Backend* b : all_backends()) {
+      if (!b->is_host()) devices.push_back(b->name());
+    }
+    throw UsageError{"--device-io needs --device " + join(devices, "|")};
   }
   return options;
 }
@@ -90,7 +96,9 @@ void print_times(const CompileInfo& info, double load_ms, double run_ms) {
                  k.kernels, k.reused, k.compiled, k.jobs, info.times.kernels_ms,
                  info.times.binding_ms, info.times.link_ms);
   }
-  if (!info.device.empty()) std::fprintf(stderr, "device  cuda: %s\n", info.device.c_str());
+  if (!info.device.empty()) {
+    std::fprintf(stderr, "device  %s: %s\n", info.backend.c_str(), info.device.c_str());
+  }
 }
 
 }  // namespace kiln::cli

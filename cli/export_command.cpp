@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/compile_flags.h"
-#include "compiler/export.h"
+#include "compiler/export/export.h"
 #include "frontend/model_loader.h"
 
 namespace kiln::cli {

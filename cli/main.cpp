@@ -14,9 +14,9 @@
 
 #include "cli/command.h"
 #include "cli/commands.h"
-#include "compiler/background_stores.h"
-#include "compiler/entry_layout.h"
-#include "ops/op_library.h"
+#include "compiler/entries/background_stores.h"
+#include "compiler/entries/entry_layout.h"
+#include "ops/library/op_library.h"
 #include "util/error.h"
 #include "util/escape.h"
 #include "util/progress.h"

@@ -1,7 +1,7 @@
 #include "cli/model_inputs.h"
 
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "util/error.h"
 #include "util/escape.h"
 #include "util/strings.h"

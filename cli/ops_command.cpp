@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "ops/op_library.h"
+#include "ops/library/op_library.h"
 #include "ops/registry.h"
 #include "util/strings.h"
 

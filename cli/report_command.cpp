@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "cli/compile_flags.h"
 #include "cli/model_inputs.h"
-#include "compiler/report.h"
+#include "compiler/report/report.h"
 #include "frontend/model_loader.h"
 #include "util/fs.h"
 

@@ -5,11 +5,12 @@
 #include "cli/commands.h"
 #include "cli/compile_flags.h"
 #include "cli/model_inputs.h"
+#include "compiler/backend.h"
 #include "frontend/model_function.h"
-#include "runtime/cuda/device_tensor.h"
-#include "runtime/npy.h"
-#include "runtime/profile_table.h"
-#include "runtime/safetensors.h"
+
+#include "runtime/exec/profile_table.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "util/escape.h"
 #include "util/fs.h"
 
@@ -73,11 +74,12 @@ int run(const CommandLine& line) {
   // built once that value is read.
   ModelFunction model_fn(model, options);
   std::map<std::string, Tensor> inputs = read_inputs(specs, model_fn.inputs(), "run", false);
+  const Backend& backend = backend_named(options.device);
   if (options.device_io) {
     for (auto& [name, tensor] : inputs) {
       bool value_input = false;
       for (const auto& v : model_fn.value_inputs()) value_input = value_input || v == name;
-      if (!value_input) tensor = to_device(tensor);
+      if (!value_input) tensor = backend.to_device(tensor);
     }
   }
   const auto start = Clock::now();
@@ -85,7 +87,7 @@ int run(const CommandLine& line) {
   const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   Function& f = model_fn.function();
   if (options.device_io) {
-    for (auto& o : outputs) o = to_host(o);
+    for (auto& o : outputs) o = backend.to_host(o);
   }
   write_outputs(output_dir, format, f, outputs);
   if (line.verbose()) {

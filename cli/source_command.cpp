@@ -30,7 +30,8 @@ const Command& source_command() {
       "rewrite passes instead)",
       "Prints the stitched C source of MODEL's module: one thunk per node (a fused group is\n"
       "one node), each under a banner naming the node, its op, inputs, outputs and their\n"
-      "types.\n",
+      "types. With --device cuda, the host C (whose thunks launch the kernels) and then\n"
+      "kernels.cu, the CUDA kernels of the nodes placed on the device, under its own banner.\n",
       {{"--graph", "", "", "print the optimized graph (after the rewrite passes) instead"},
        passes_flag(),
        device_flag(),

@@ -1,4 +1,6 @@
 #include "compiler/compile.h"
+
+#include "compiler/backend.h"
 #include "compiler/updates.h"
 
 #include <unistd.h>
@@ -15,26 +17,24 @@
 
 #include "cache/cache_store.h"
 #include "cache/remote_tier.h"
-#include "compiler/c_linker.h"
+#include "compiler/c/kernel_build.h"
+#include "compiler/c/linker.h"
+#include "compiler/c/op_library_binding.h"
 #include "compiler/compile_error.h"
-#include "compiler/cuda_toolchain.h"
 #include "compiler/diagnostics.h"
-#include "compiler/entry_layout.h"
+#include "compiler/entries/entry_layout.h"
+#include "compiler/entries/prepared_weights.h"
+#include "compiler/entries/remote_entries.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"
-#include "compiler/kernel_build.h"
 #include "compiler/module_plan.h"
-#include "compiler/op_library_binding.h"
-#include "compiler/prepared_weights.h"
-#include "compiler/remote_entries.h"
 #include "compiler/weight_sets.h"
 #include "ops/cop.h"
 #include "ops/registry.h"
 #include "rewrite/passes.h"
 #include "rewrite/pipeline.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/default_engine.h"
-#include "runtime/module.h"
+#include "runtime/engine/default_engine.h"
+#include "runtime/module/module.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -130,7 +130,7 @@ bool cacheable(const Graph& graph) {
     if (!node->op->cache_version()) {
       why = "has no cache_version";
     } else if (!OpRegistry::instance().contains(name) && name != "to_device" && name != "to_host" &&
-               name.rfind("cuda:", 0) != 0) {
+               !backend_of_placed(name)) {
       why = "is not in the op registry";
     }
     if (!why) continue;
@@ -148,9 +148,9 @@ bool cacheable(const Graph& graph) {
 struct KeyContext {
   fs::path root;
   const Toolchain* toolchain = nullptr;
-  std::string device;
+  const Backend* backend = nullptr;
   bool device_io = false;
-  std::string spec;  // the passes spec the pipeline runs (CUDA placement adds its own)
+  std::string spec;  // the passes spec the pipeline runs (the device skips passes not for it)
   LinkMode link_mode = LinkMode::kKernels;
   KeyComponents components;
 };
@@ -185,28 +185,20 @@ const KeyContext& key_context(const CompileOptions& options) {
   }
   auto ctx = std::make_unique<KeyContext>();
   ctx->root = root;
-  ctx->device = options.device;
+  ctx->backend = &backend_named(options.device);
   ctx->device_io = options.device_io;
-  if (options.device != "cpu" && options.device != "cuda") {
-    throw UserError("device '" + options.device + "' is not one kiln has (cpu, cuda)");
+  if (ctx->device_io && ctx->backend->is_host()) {
+    throw UserError("device_io needs a device (device '" + options.device + "' is the host)");
   }
   ctx->spec = spec;
   ctx->link_mode = link_mode(options);
-  // The blocked channel layout, packed GEMM weights, fused reductions, layer norms and
-  // attention, and matmul operand views are CPU forms with no CUDA kernels yet: those passes
-  // stay off so the nodes they would replace can go to the device.
-  if (options.device == "cuda" && spec != "none") {
-    ctx->spec +=
-        std::string(spec.empty() ? "" : ",") + "-layout,-pack,-views,-reduction,-norm,-attention";
-  }
-  const std::string passes = passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES");
+  const std::string passes =
+      passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES", ctx->backend->name());
   ToolchainConfig tc_config = options.toolchain;
   if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
   ctx->toolchain = &Toolchain::get(tc_config);
   ctx->components = ctx->toolchain->key_components();
-  if (options.device == "cuda") {
-    for (auto& c : CudaToolchain::get().key_components()) ctx->components.push_back(c);
-  }
+  for (auto& c : ctx->backend->key_components()) ctx->components.push_back(c);
   ctx->components.emplace_back("passes", passes);
   ctx->components.emplace_back("device", options.device + (options.device_io ? " device_io" : ""));
   // The two layouts are different code (sizes as literals, or read from kp).
@@ -252,9 +244,9 @@ std::shared_ptr<const ModuleKey> key_of(const Graph& graph, const KeyContext& ct
 }
 
 Graph optimize_for(const Graph& source, const KeyContext& ctx) {
-  Graph optimized = optimize(source, ctx.spec);
-  if (ctx.device == "cpu") return optimized;
-  return place_on_cuda(optimized, ctx.device_io);
+  Graph optimized = optimize(source, ctx.spec, ctx.backend->name());
+  if (ctx.backend->is_host()) return optimized;
+  return place_on_device(optimized, *ctx.backend->op_code(), ctx.device_io);
 }
 
 std::string format_compile_error(const std::string& title, const Graph& graph,
@@ -307,25 +299,26 @@ fs::path keep_failed(CacheStore* store, const std::string& key, const std::strin
   return tmpl;
 }
 
-// The CUDA half of a module: kernels.cu and the device image beside module.so. A failed
+// The device half of a module: the device unit and its image beside module.so. A failed
 // build keeps its source and names each diagnostic's node, as for the C module.
-void build_kernels(const Graph& graph, const LinkedModule& linked, const std::string& key,
-                   const fs::path& dir, CacheStore* store, CompileInfo& info) {
-  const CudaToolchain& cuda = CudaToolchain::get();
-  write_file_atomic(dir / "kernels.cu", linked.cuda.str());
+void build_device_unit(const Graph& graph, const LinkedModule& linked, const std::string& key,
+                       const fs::path& dir, CacheStore* store, CompileInfo& info) {
+  const Backend& backend = *linked.device;
+  const std::string unit = backend.unit_name();
+  write_file_atomic(dir / unit, linked.device_unit.str());
   auto t = Clock::now();
-  CompileOutcome outcome = cuda.build(dir);
+  CompileOutcome outcome = backend.build_unit(dir);
   info.times.compile_ms += ms_since(t);
   if (!outcome.log.empty()) info.compiler_log += outcome.log;
   if (outcome.ok) return;
   fs::path kept = keep_failed(store, key, linked.code.str(), outcome.log);
-  write_file_atomic(kept / "kernels.cu", linked.cuda.str());
-  std::vector<Diagnostic> diags = cuda_diagnostics(outcome.log, linked.cuda);
+  write_file_atomic(kept / unit, linked.device_unit.str());
+  std::vector<Diagnostic> diags = backend.unit_diagnostics(outcome.log, linked.device_unit);
   const std::string msg =
-      format_compile_error("CUDA kernels for graph '" + graph.name() + "' failed to compile (" +
-                               (cuda.emulated() ? "emulator" : cuda.arch()) + ")",
-                           graph, diags, outcome.log, kept / "kernels.cu");
-  throw CompileError(msg, std::move(diags), kept / "kernels.cu");
+      format_compile_error(backend.title() + " kernels for graph '" + graph.name() +
+                               "' failed to compile (" + backend.target() + ")",
+                           graph, diags, outcome.log, kept / unit);
+  throw CompileError(msg, std::move(diags), kept / unit);
 }
 
 std::string graph_summary(const Graph& graph) {
@@ -343,7 +336,7 @@ std::string graph_summary(const Graph& graph) {
 struct Built {
   std::shared_ptr<const ModulePlan> plan;
   std::vector<Tensor> prepared;  // the weight set the rewrites prepared (ModulePlan::prepared_in)
-  bool kernels = false;          // it has a CUDA half (kernels.cu and the device image)
+  bool kernels = false;          // it has a device half (the device unit and its image)
   std::string summary;           // of the optimized graph, for `kiln cache ls`
 };
 
@@ -392,7 +385,7 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
     }
     if (!info.compiler_log.empty())
       warn("compiler output for graph '" + graph.name() + "':\n" + info.compiler_log);
-    if (built.kernels) build_kernels(graph, linked, key, dir, store, info);
+    if (built.kernels) build_device_unit(graph, linked, key, dir, store, info);
     return built;
   }
   CompileOutcome outcome = ctx.toolchain->compile(dir / "module.c", dir / "module.so",
@@ -409,7 +402,7 @@ Built build_module(const Graph& source, const KeyContext& ctx, const std::string
   }
   if (!outcome.log.empty())
     warn("compiler output for graph '" + graph.name() + "':\n" + outcome.log);
-  if (built.kernels) build_kernels(graph, linked, key, dir, store, info);
+  if (built.kernels) build_device_unit(graph, linked, key, dir, store, info);
   return built;
 }
 
@@ -490,8 +483,9 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   meta.created = unix_now();
   meta.compile_ms = info.times.rewrite_ms + info.times.codegen_ms + info.times.compile_ms;
   meta.components = mk.components;
-  for (const auto& f : module_entry_files(built.kernels ? CudaToolchain::get().outputs()
-                                                        : std::vector<std::string>{}))
+  for (const auto& f :
+       built.kernels ? module_entry_files(ctx.backend->unit_name(), ctx.backend->image_files())
+                     : module_entry_files())
     meta.files.push_back(FileRecord{f, 0, ""});
   CacheEntry entry = store.publish(std::move(staging), std::move(meta));
   if (remote && remote->can_write()) {
@@ -637,15 +631,21 @@ std::string generate_source(const Graph& source, const CompileOptions& options) 
   check_graph(source);
   if (!source.updates().empty()) return generate_source(with_update_outputs(source), options);
   const KeyContext& ctx = key_context(options);
-  return link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode)
-      .code.str();
+  const LinkedModule linked =
+      link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode);
+  if (!linked.device) return linked.code.str();
+  // The device unit follows the host C under its own banner.
+  const std::string unit = linked.device->unit_name();
+  return linked.code.str() + "\n/* ==== " + unit + ": the " + linked.device->title() +
+         " kernels of the nodes placed there (" + std::to_string(linked.kernel_names.size()) +
+         " launch sites) ==== */\n" + linked.device_unit.str();
 }
 
 void clear_compile_memo() { memo().clear(); }
 
 StandaloneModule standalone_module(const Graph& source, const CompileOptions& options) {
   check_graph(source);
-  if (options.device != "cpu") {
+  if (!backend_named(options.device).is_host()) {
     throw UserError("only CPU modules can be exported (device '" + options.device + "' asked for)");
   }
   const KeyContext& ctx = key_context(options);
@@ -684,7 +684,10 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
   if (use_cache) {
     if (auto hit = memo().find(memo_key)) {
       info.cache = CacheStatus::kMemo;
-      if (hit->module->kernels()) info.device = cuda_device().describe();
+      if (hit->module->kernels()) {
+        info.backend = ctx.backend->name();
+        info.device = ctx.backend->describe_device();
+      }
       return make_function(source, *hit, std::move(info), options, updates);
     }
   }
@@ -742,7 +745,10 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
   t = Clock::now();
   loaded.module = Module::load(loaded.module_path);
   info.times.load_ms = ms_since(t);
-  if (loaded.module->kernels()) info.device = cuda_device().describe();
+  if (loaded.module->kernels()) {
+    info.backend = ctx.backend->name();
+    info.device = ctx.backend->describe_device();
+  }
   log_times(source, info);
   if (memoize) memo().put(memo_key, loaded);
   return make_function(source, loaded, std::move(info), options, updates);
@@ -752,7 +758,7 @@ Function compile_graph(const Graph& source, const CompileOptions& options,
 
 Function compile(const Graph& source, const CompileOptions& options) {
   if (source.updates().empty()) return compile_graph(source, options, {});
-  if (options.device != "cpu") {
+  if (!backend_named(options.device).is_host()) {
     throw UnsupportedError("graph '" + source.name() +
                            "' updates its inputs: state updates run on "
                            "the CPU device only for now (device '" +

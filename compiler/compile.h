@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "compiler/c/toolchain.h"
 #include "compiler/function.h"
-#include "compiler/toolchain.h"
 #include "graph/graph.h"
 
 namespace kiln {
@@ -35,10 +35,10 @@ struct CompileOptions {
   // with KILN_CUDA_DEVICE=emulator), with transfers where values cross (rewrite/place_cuda).
   std::string device = "cpu";
   // With device "cuda": the function takes its inputs and returns its outputs in device
-  // memory (runtime/cuda/device_tensor.h moves tensors there and back), so a caller
+  // memory (runtime/device/device_tensor.h moves tensors there and back), so a caller
   // chaining functions on the GPU copies nothing through the host.
   bool device_io = false;
-  // Build the module from kernels (compiler/kernel_build.h): each distinct node code is
+  // Build the module from kernels (compiler/c/kernel_build.h): each distinct node code is
   // compiled once, in parallel, and cached on its own, so models share kernels. Off: the
   // whole graph as one translation unit, as before kernels. Empty: on unless KILN_KERNELS=0.
   std::optional<bool> kernel_units;
@@ -54,14 +54,15 @@ Function compile(const Graph& graph, const CompileOptions& options = {});
 // Function uses them); the next compile of a graph goes back to the disk cache.
 void clear_compile_memo();
 
-// The stitched C source of a graph, exactly as compile() would build it.
+// The stitched C source of a graph, exactly as compile() would build it; with nodes placed on
+// a device, the device unit (kernels.cu) after it under its own banner.
 std::string generate_source(const Graph& graph, const CompileOptions& options = {});
 
 // The graph compile() builds a module from: `graph` after the rewrite passes.
 Graph optimized_graph(const Graph& graph, const CompileOptions& options = {});
 
 struct LinkedModule;
-// What `kiln export` ships (compiler/export.h): the module as one C unit (thunk i runs step
+// What `kiln export` ships (compiler/export/export.h): the module as one C unit (thunk i runs step
 // thunk i of the program), the program with its weights prepared (folded, packed), and the
 // optimized graph both came from. CPU only; nothing is cached.
 struct StandaloneModule {

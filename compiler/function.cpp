@@ -1,6 +1,6 @@
 #include "compiler/function.h"
 
-#include "runtime/trace_json.h"
+#include "runtime/exec/trace_json.h"
 
 #include "util/error.h"
 #include "util/strings.h"
@@ -19,12 +19,18 @@ Function::Function(std::shared_ptr<Executor> executor, std::vector<std::string> 
 
 const char* to_string(CacheStatus status) {
   switch (status) {
-    case CacheStatus::kMemo: return "memo";
-    case CacheStatus::kHit: return "hit";
-    case CacheStatus::kRemoteHit: return "hit (remote)";
-    case CacheStatus::kMiss: return "miss";
-    case CacheStatus::kBypassed: return "bypassed";
-    case CacheStatus::kUncacheable: return "uncacheable";
+    case CacheStatus::kMemo:
+      return "memo";
+    case CacheStatus::kHit:
+      return "hit";
+    case CacheStatus::kRemoteHit:
+      return "hit (remote)";
+    case CacheStatus::kMiss:
+      return "miss";
+    case CacheStatus::kBypassed:
+      return "bypassed";
+    case CacheStatus::kUncacheable:
+      return "uncacheable";
   }
   return "?";
 }
@@ -63,7 +69,8 @@ std::vector<Tensor> Function::ordered(const std::map<std::string, Tensor>& input
     bool known = false;
     for (const auto& n : input_names_) known = known || n == name;
     if (!known) {
-      throw UserError("unknown input '" + name + "' (the graph takes " + join(input_names_, ", ") + ")");
+      throw UserError("unknown input '" + name + "' (the graph takes " + join(input_names_, ", ") +
+                      ")");
     }
   }
   return ordered;

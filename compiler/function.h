@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "graph/tensor_type.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 
 namespace kiln {
 
@@ -51,8 +51,9 @@ struct CompileInfo {
   std::filesystem::path module_path;
   std::string compiler_log;  // warnings, if any (empty for a clean compile)
   PhaseTimes times;
-  // Where its CUDA nodes run ("" for a CPU-only module): the GPU's name, or the emulator,
-  // which always says it is one.
+  // Where its placed nodes run ("" for a host-only module): the device's backend ("cuda"),
+  // and the device in words (the GPU's name, or the emulator, which always says it is one).
+  std::string backend;
   std::string device;
   KernelReport kernels;  // all zero for a module not built on this call, or built as one unit
   // State updates (Graph::add_update): written in place by their step, or copied after.

@@ -3,10 +3,10 @@
 #include <map>
 #include <vector>
 
-#include "compiler/c_linker.h"
-#include "compiler/toolchain.h"
-#include "ops/library_op.h"
-#include "runtime/module_abi.h"
+#include "compiler/c/linker.h"
+#include "compiler/c/toolchain.h"
+#include "ops/library/library_op.h"
+#include "runtime/module/module_abi.h"
 #include "util/sha256.h"
 #include "util/strings.h"
 

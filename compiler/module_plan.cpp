@@ -1,5 +1,7 @@
 #include "compiler/module_plan.h"
 
+#include "compiler/backend.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -9,12 +11,12 @@
 
 #include "cache/entry_meta.h"
 #include "ops/cop.h"
-#include "ops/cuda_placed.h"
+#include "ops/device_placed.h"
 #include "ops/registry.h"
 #include "ops/transfer.h"
 #include "rewrite/constant_recipe.h"
-#include "runtime/default_engine.h"
-#include "runtime/parallel_for.h"
+#include "runtime/engine/default_engine.h"
+#include "runtime/engine/parallel_for.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -201,15 +203,15 @@ class PlanReader {
 };
 
 // The op a step's shape rule comes from, from its name and props: the registry's ops,
-// CUDA placement's wrappers and transfers.
+// device placement's wrappers and transfers.
 std::shared_ptr<const Op> recreate_op(const std::string& name, const Attrs& props) {
   if (name == "to_device" || name == "to_host")
     return std::make_shared<Transfer>(name == "to_device");
-  if (name.rfind("cuda:", 0) == 0) {
-    auto inner =
-        std::dynamic_pointer_cast<const COp>(OpRegistry::instance().create(name.substr(5), props));
+  if (const Backend* backend = backend_of_placed(name)) {
+    auto inner = std::dynamic_pointer_cast<const COp>(
+        OpRegistry::instance().create(name.substr(name.find(':') + 1), props));
     if (!inner) throw UserError("op '" + name + "' has no code");
-    return std::make_shared<CudaPlaced>(std::move(inner));
+    return std::make_shared<DevicePlaced>(*backend->op_code(), std::move(inner));
   }
   return OpRegistry::instance().create(name, props);
 }
@@ -503,7 +505,8 @@ std::vector<Tensor> ModulePlan::prepare(const Graph& given) const {
     for (int i : prep_[k].inputs) {
       if (static_cast<size_t>(i) < n_sources) continue;
       const size_t from = static_cast<size_t>(i) - n_sources;
-      if (from >= k) throw InternalError("module plan: step " + std::to_string(k) + " reads a later step");
+      if (from >= k)
+        throw InternalError("module plan: step " + std::to_string(k) + " reads a later step");
       depth[k] = std::max(depth[k], depth[from] + 1);
     }
     depths = std::max(depths, depth[k] + 1);

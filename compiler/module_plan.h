@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "graph/graph.h"
-#include "runtime/program.h"
+#include "runtime/exec/program.h"
 
 namespace kiln {
 

@@ -11,7 +11,7 @@
 
 #include "compiler/module_plan.h"
 #include "graph/graph.h"
-#include "runtime/program.h"
+#include "runtime/exec/program.h"
 
 namespace kiln {
 
@@ -20,8 +20,8 @@ std::vector<std::pair<int, int>> update_positions(const Graph& graph);
 // `graph` with its update values appended to its outputs (and no updates).
 Graph with_update_outputs(const Graph& graph);
 // The program with the updates planned: in-place ones marked and ordered.
-std::shared_ptr<const Program> program_with_updates(std::shared_ptr<const Program> program,
-                                                    const ModulePlan& plan,
-                                                    const std::vector<std::pair<int, int>>& updates);
+std::shared_ptr<const Program> program_with_updates(
+    std::shared_ptr<const Program> program, const ModulePlan& plan,
+    const std::vector<std::pair<int, int>>& updates);
 
 }  // namespace kiln

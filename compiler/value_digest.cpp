@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <array>
 
-#include "runtime/default_engine.h"
-#include "runtime/parallel_for.h"
+#include "runtime/engine/default_engine.h"
+#include "runtime/engine/parallel_for.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -59,8 +59,7 @@ std::vector<std::string> value_digests(const std::vector<Tensor>& given, bool al
   for (size_t i = 0; i < values.size(); ++i) {
     Sha256 h;
     h.update("kiln-value-v1 " + std::to_string(values[i].nbytes()) + "\n");
-    for (size_t k = 0; k < ranges[i].second; ++k)
-      h.update(digests[ranges[i].first + k].data(), 32);
+    for (size_t k = 0; k < ranges[i].second; ++k) h.update(digests[ranges[i].first + k].data(), 32);
     out.push_back(h.hex_digest());
   }
   return out;

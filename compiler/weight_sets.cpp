@@ -1,6 +1,6 @@
 #include "compiler/weight_sets.h"
 
-#include "compiler/prepared_weights.h"
+#include "compiler/entries/prepared_weights.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "frontend/model_loader.h"
-#include "frontend/nonzero.h"
+#include "frontend/onnx/nonzero.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -85,8 +85,8 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
       if (!declared) {
         const auto start = std::chrono::steady_clock::now();
         s.prefix.reset(new ModelFunction(onnx_prefix_model(bytes_, origin_, s.value),
-                                         origin_ + " (the stage computing '" + s.value + "')",
-                                         dir_, options_));
+                                         origin_ + " (the stage computing '" + s.value + "')", dir_,
+                                         options_));
         stage_ms_ += ms_since(start);
       }
       stages_.push_back(std::move(s));

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "frontend/onnx_model.h"
+#include "frontend/onnx/onnx_model.h"
 
 namespace kiln {
 

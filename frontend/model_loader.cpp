@@ -1,9 +1,9 @@
 #include "frontend/model_loader.h"
 
-#include "compiler/c_linker.h"
-#include "compiler/model_entries.h"
-#include "frontend/json_model.h"
-#include "frontend/onnx_model.h"
+#include "compiler/c/linker.h"
+#include "compiler/entries/model_entries.h"
+#include "frontend/json/json_model.h"
+#include "frontend/onnx/onnx_model.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -43,11 +43,13 @@ Graph load_onnx_cached(const std::filesystem::path& path) {
 }  // namespace
 
 Graph load_model(const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw UserError("model file '" + path.string() + "' does not exist");
+  if (!std::filesystem::exists(path))
+    throw UserError("model file '" + path.string() + "' does not exist");
   auto ext = path.extension().string();
   if (ext == ".json") return load_json_model(path);
   if (ext == ".onnx") return load_onnx_cached(path);
-  throw UserError("'" + path.string() + "': unknown model format '" + ext + "' (kiln reads .json and .onnx)");
+  throw UserError("'" + path.string() + "': unknown model format '" + ext +
+                  "' (kiln reads .json and .onnx)");
 }
 
 }  // namespace kiln

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz/fuzz_target.h"
-#include "ops/library_op.h"
+#include "ops/library/library_op.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "frontend/json_model.h"
+#include "frontend/json/json_model.h"
 #include "fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_target.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "frontend/onnx_model.h"
+#include "frontend/onnx/onnx_model.h"
 #include "fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fuzz/fuzz_target.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return kiln::fuzz::run_reader([&] {

@@ -33,9 +33,7 @@ class Op {
   const std::string& name() const { return name_; }
   const Attrs& props() const { return props_; }
   std::string describe() const { return name_ + attrs_to_string(props_); }
-  bool operator==(const Op& other) const {
-    return name_ == other.name_ && props_ == other.props_;
-  }
+  bool operator==(const Op& other) const { return name_ == other.name_ && props_ == other.props_; }
 
   // Output types; throws UserError naming the offending types when inputs do not fit.
   virtual std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const = 0;
@@ -55,7 +53,7 @@ class Op {
   virtual double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
     return 0;
   }
-  // Vector-Jacobian product (autodiff, rewrite/grad.h): new nodes in args.graph computing,
+  // Vector-Jacobian product (autodiff, rewrite/autodiff/grad.h): new nodes in args.graph computing,
   // per input, the gradient of the cost with respect to it (the input's type), or null for
   // an input whose gradient is zero or not wanted. Throws UserError (not_differentiable(),
   // graph/gradient.h) for a wanted input the op cannot differentiate. Default: no gradient.

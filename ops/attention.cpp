@@ -1,8 +1,8 @@
 #include "ops/attention.h"
 
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/c/packed_gemm_code.h"
 #include "ops/matmul.h"
-#include "ops/packed_gemm_code.h"
 #include "ops/softmax.h"
 #include "util/error.h"
 #include "util/strings.h"

@@ -5,10 +5,10 @@
 // optional OperandView (q_view, k_view, v_view), so the head splits and transposes in front
 // copy nothing. An optional fourth input, a bool mask [M, N] shared by every matrix, replaces
 // the scaled score (i, j) by mask_fill where mask[i][j] is true (false with mask_keeps=1):
-// a causal decoder's where() before the softmax. The attention pass (rewrite/fuse_attention.cpp)
-// makes it from matmul -> softmax -> matmul; the C code computes a block of rows' scores, their
-// softmax and their share of the output while the scores are in cache, instead of writing all
-// heads' scores out and reading them back twice.
+// a causal decoder's where() before the softmax. The attention pass
+// (rewrite/cpu/fuse_attention.cpp) makes it from matmul -> softmax -> matmul; the C code computes a
+// block of rows' scores, their softmax and their share of the output while the scores are in cache,
+// instead of writing all heads' scores out and reading them back twice.
 #include <optional>
 
 #include "ops/cop.h"

@@ -1,6 +1,4 @@
 #include "ops/concat.h"
-#include "ops/cuda_movement.h"
-#include "ops/cuda_kernels.h"
 
 #include "ops/broadcast.h"
 #include "util/error.h"
@@ -28,8 +26,9 @@ std::vector<TensorType> Concat::infer_type(const std::vector<TensorType>& inputs
     for (int d = 0; d < first.rank(); ++d) {
       auto ds = static_cast<size_t>(d);
       if (d == axis) {
-        out.dims[ds] = (out.dims[ds] == kDynamic || t.dims[ds] == kDynamic) ? kDynamic
-                                                                             : out.dims[ds] + t.dims[ds];
+        out.dims[ds] = (out.dims[ds] == kDynamic || t.dims[ds] == kDynamic)
+                           ? kDynamic
+                           : out.dims[ds] + t.dims[ds];
       } else if (out.dims[ds] == kDynamic) {
         out.dims[ds] = t.dims[ds];
       } else if (t.dims[ds] != kDynamic && t.dims[ds] != out.dims[ds]) {
@@ -97,28 +96,6 @@ std::string Concat::c_code(const Node& node, const CodeNames& names, const Sub&)
   s += "  (void)start;\n";
   s += "}\n";
   return s;
-}
-
-bool Concat::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Concat::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const auto& t = node.outputs[0]->type;
-  const int rank = t.rank();
-  const std::string axis = std::to_string(normalize_axis(axis_, rank, "concat"));
-  const std::string& out = names.outputs[0];
-  CudaCode c;
-  c.kernels.push_back(cuda_copy_kernel(sub, t.dtype));
-  // One launch per input into its band of the output.
-  std::string h = "{\n  int64_t kiln_start = 0;\n";
-  for (const auto& in : names.inputs) {
-    h += cuda_copy_launch(c.kernels[0].name, rank, in + "->shape", in + "->data", in + "->strides",
-                          "(char *)" + out + "->data + kiln_start * " + out + "->strides[" +
-                              axis + "] * " + std::to_string(dtype_size(t.dtype)),
-                          out + "->strides");
-    h += "  kiln_start += " + in + "->shape[" + axis + "];\n";
-  }
-  c.launch = h + "  (void)kiln_start;\n}\n";
-  return c;
 }
 
 }  // namespace kiln

@@ -15,8 +15,7 @@ class Concat : public COp {
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   std::optional<int> concat_axis() const override { return static_cast<int>(axis_); }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  int64_t axis() const { return axis_; }
 
  private:
   int64_t axis_;

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 
-#include "ops/conv_pack.h"
-#include "ops/cuda_kernels.h"
-#include "ops/cuda_window.h"
-#include "ops/gemm_pack.h"
+#include "ops/c/conv_pack.h"
+#include "ops/c/gemm_pack.h"
 
 #include "util/error.h"
 #include "util/strings.h"
@@ -552,23 +550,8 @@ std::vector<int64_t> with_batch(const Variable* v) {
 }
 }  // namespace
 
-// Packed weights (the pack pass) are a CPU layout: such a Conv stays on the CPU.
-bool Conv::has_cuda_code(const Node& node) const {
-  return packed_m_ == 0 && cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) &&
-         window_dims_static(node);
-}
-
-CudaCode Conv::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  return cuda_conv(node, names, sub,
-                   window_c_init(geometry(with_batch(node.inputs[0]), node.inputs[1]->type.dims)),
-                   group_, nullptr);
-}
-
-CudaCode Conv::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                              const CudaEpilogue& epi) const {
-  return cuda_conv(node, names, sub,
-                   window_c_init(geometry(with_batch(node.inputs[0]), node.inputs[1]->type.dims)),
-                   group_, &epi);
+std::vector<WindowDims> Conv::node_geometry(const Node& node) const {
+  return geometry(with_batch(node.inputs[0]), node.inputs[1]->type.dims);
 }
 
 }  // namespace kiln

@@ -3,7 +3,7 @@
 // inputs X (N, C, ...), W (M, C/group, ...) and an optional bias B (M). Each image group
 // is convolved directly by kiln_support's tile kernel over a copy split into stride phases.
 // packed_m = M (the pack pass, group 1 only, with kernel_shape set) takes W packed in
-// blocks of output channels (ops/conv_pack.h), for kiln_support's conv_blocks kernel.
+// blocks of output channels (ops/c/conv_pack.h), for kiln_support's conv_blocks kernel.
 #include "ops/cop.h"
 #include "ops/window.h"
 
@@ -37,11 +37,11 @@ class Conv : public COp {
   std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
                                           const Sub& sub) const override;
   bool c_heavy(const Node&) const override { return true; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
-  bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
-  CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                          const CudaEpilogue& epi) const override;
+
+  bool packed() const { return packed_m_ != 0; }  // W in blocks (the pack pass): a CPU layout
+  int64_t group() const { return group_; }
+  // The node's resolved window (a dynamic batch read as 1: the geometry ignores it).
+  std::vector<WindowDims> node_geometry(const Node& node) const;
 
  private:
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x,
@@ -55,7 +55,7 @@ class Conv : public COp {
   struct Plan {
     std::vector<WindowDims> g;
     bool one_d = false;
-    bool packed = false;  // W in blocks of output channels (packed_m): the conv_blocks kernel
+    bool packed = false;      // W in blocks of output channels (packed_m): the conv_blocks kernel
     bool window_1x1 = false;  // a 1x1 window, no padding (any stride): positions gathered
     int64_t m = 0, cg = 0, mg = 0, ohw = 0, ckk = 0, hq = 0, wq = 0, row_unit = 1, col_unit = 1;
   };

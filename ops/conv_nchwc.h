@@ -1,7 +1,7 @@
 #pragma once
 // A float32 convolution in the blocked channel layout NCHW8c (ctemplate/preludes/
 // kiln_nchwc.h): X (N, C/8, H, W, 8) to Y (N, M/8, OH, OW, 8), channel c of position (y, x)
-// at [c / 8, y, x, c % 8]. The layout pass (rewrite/layout_nchwc.cpp) makes these from ONNX
+// at [c / 8, y, x, c % 8]. The layout pass (rewrite/cpu/layout_nchwc.cpp) makes these from ONNX
 // convolutions; vectors then hold 8 channels of one position, so small maps (7 x 7, 14 x 14)
 // fill them as well as large ones.
 //

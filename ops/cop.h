@@ -1,6 +1,8 @@
 #pragma once
 // The code-emitting hooks of an op (Theano's COp). The C linker asks each node's op for
 // these; every string returned is C11 and may use the names handed in `CodeNames`/`Sub`.
+// Code for other devices is not the op's: each backend registers it per op class
+// (ops/device_code.h).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,24 +42,6 @@ struct Sub {
   }
 };
 
-// One CUDA kernel of a node: a `__global__ void NAME(PARAMS)` with its device helpers. The
-// CUDA linker puts it in the module's kernels.cu (inside extern "C", so NAME is the symbol).
-struct CudaKernel {
-  std::string name;                 // starts with the node's prefix
-  std::vector<std::string> params;  // C types of its parameters, in order
-  std::string code;
-};
-
-// A node's CUDA code: its kernels, and the C fragment of the host thunk that computes the
-// launch (grid and block from the run-time shapes) and starts it with KILN_LAUNCH
-// (kiln_cuda_host.h). Inputs and outputs are device tensors: their data pointers are device
-// addresses the host passes on and never dereferences.
-struct CudaCode {
-  std::vector<CudaKernel> kernels;
-  std::string launch;
-  std::vector<std::string> preludes;  // device preludes ("kiln_math.h")
-};
-
 // How a tile-split op divides its output among the parts of a split call: the output is
 // images of rows x cols (C expressions), and part p computes the tile kiln_tile_part()
 // (kiln_index.h) gives it, of every image. An epilogue then walks the same tiles.
@@ -75,8 +59,6 @@ struct SplitTiles {
 struct StoreClamp {
   std::string lo, hi;
 };
-
-struct CudaEpilogue;  // ops/cuda_epilogue.h
 
 class COp : public Op {
  public:
@@ -140,19 +122,6 @@ class COp : public Op {
   // other step beside it, or the two would fight over the same cores.
   virtual bool c_threads_itself() const { return false; }
 
-  // True when this node (its dtypes and props) has CUDA code: placement asks this, never a
-  // list kept elsewhere.
-  virtual bool has_cuda_code(const Node& node) const { return false; }
-  virtual CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-    return {};
-  }
-  // The CUDA code with `epi` applied to each result before it is stored (the epilogue
-  // fusion), for ops whose has_cuda_epilogue says they can.
-  virtual bool has_cuda_epilogue(const Node& node) const { return false; }
-  virtual CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                                  const CudaEpilogue& epi) const {
-    return {};
-  }
   // Output 0 is input `k`'s bytes under a new shape (a reshape): the executor binds it as a
   // view where it can (on the device always; on the CPU when input k is a temporary of the
   // run, which is contiguous) and the thunk copies nothing. -1: a buffer of its own.
@@ -161,12 +130,10 @@ class COp : public Op {
   // concat whose thunk skips an input already at its place), or nullopt; see
   // StepSpec::concat_axis.
   virtual std::optional<int> concat_axis() const { return std::nullopt; }
-  // True when the outputs live in device memory (CUDA nodes, to_device transfers).
+  // True when the outputs live in device memory (placed nodes, to_device transfers).
   virtual bool output_on_device() const { return false; }
-  // For a node placed on CUDA, the op whose cuda_code it runs; nullptr otherwise.
-  virtual const COp* placed_on_cuda() const { return nullptr; }
   // True when the thunk enqueues device work and completes with its stream
-  // (KILN_THUNK_DEVICE): CUDA nodes and transfers.
+  // (KILN_THUNK_DEVICE): placed nodes and transfers.
   virtual bool enqueues_device_work() const { return false; }
 };
 

@@ -1,11 +1,10 @@
-#include "ops/cuda_kernels.h"
 #include "ops/elementwise.h"
 
 #include "ctemplate/template.h"
 #include "ops/broadcast.h"
-#include "ops/derivative.h"
-#include "ops/grad_support.h"
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/grad/derivative.h"
+#include "ops/grad/support.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -15,34 +14,51 @@ namespace {
 std::string type_tag(DType dt) {
   switch (dt) {
     case DType::kBool:
-    case DType::kUInt8: return "u8";
-    case DType::kInt8: return "i8";
-    case DType::kInt32: return "i32";
-    case DType::kInt64: return "i64";
-    case DType::kFloat32: return "f32";
-    case DType::kFloat64: return "f64";
-    default: return "unsupported";
+    case DType::kUInt8:
+      return "u8";
+    case DType::kInt8:
+      return "i8";
+    case DType::kInt32:
+      return "i32";
+    case DType::kInt64:
+      return "i64";
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat64:
+      return "f64";
+    default:
+      return "unsupported";
   }
 }
 
 bool in_domain(Domain domain, DType dt) {
   switch (domain) {
-    case Domain::kAny: return true;
-    case Domain::kNumeric: return dt != DType::kBool;
-    case Domain::kSignedNumeric: return dt != DType::kBool && dt != DType::kUInt8;
-    case Domain::kFloat: return is_float(dt);
-    case Domain::kBool: return dt == DType::kBool;
+    case Domain::kAny:
+      return true;
+    case Domain::kNumeric:
+      return dt != DType::kBool;
+    case Domain::kSignedNumeric:
+      return dt != DType::kBool && dt != DType::kUInt8;
+    case Domain::kFloat:
+      return is_float(dt);
+    case Domain::kBool:
+      return dt == DType::kBool;
   }
   return false;
 }
 
 std::string domain_name(Domain domain) {
   switch (domain) {
-    case Domain::kAny: return "any dtype";
-    case Domain::kNumeric: return "a numeric dtype";
-    case Domain::kSignedNumeric: return "a signed numeric dtype";
-    case Domain::kFloat: return "a floating dtype (float32, float64)";
-    case Domain::kBool: return "bool";
+    case Domain::kAny:
+      return "any dtype";
+    case Domain::kNumeric:
+      return "a numeric dtype";
+    case Domain::kSignedNumeric:
+      return "a signed numeric dtype";
+    case Domain::kFloat:
+      return "a floating dtype (float32, float64)";
+    case Domain::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -110,9 +126,15 @@ std::vector<TensorType> Elementwise::infer_type(const std::vector<TensorType>& i
   }
   switch (def_.out) {
     case OutRule::kSame:
-    case OutRule::kWhere: out.dtype = data; break;
-    case OutRule::kBool: out.dtype = DType::kBool; break;
-    case OutRule::kCast: out.dtype = *cast_to_; break;
+    case OutRule::kWhere:
+      out.dtype = data;
+      break;
+    case OutRule::kBool:
+      out.dtype = DType::kBool;
+      break;
+    case OutRule::kCast:
+      out.dtype = *cast_to_;
+      break;
   }
   return {out};
 }
@@ -181,16 +203,6 @@ std::string Elementwise::c_code(const Node& node, const CodeNames& names, const 
                                scalar_expr(data_dtype(dts), out.dtype), sub.ctx);
 }
 
-bool Elementwise::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Elementwise::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  std::vector<DType> dts;
-  for (const auto* v : node.inputs) dts.push_back(v->type.dtype);
-  return cuda_elementwise(node, names, sub, {},
-                          scalar_expr(data_dtype(dts), node.outputs[0]->type.dtype),
-                          uses_math_prelude(def_));
-}
-
 }  // namespace kiln
 
 namespace kiln {
@@ -211,7 +223,8 @@ std::vector<Variable*> Elementwise::grad(const GradArgs& args) const {
   }
   DerivativeEnv env{g, grad_out(args, 0), {}, {}};
   for (size_t i = 0; i < n; ++i) env.x.push_back(grad_in(args, static_cast<int>(i)));
-  for (size_t i = 0; i < def_.params.size(); ++i) env.params[std::string(def_.params[i].name)] = params_[i];
+  for (size_t i = 0; i < def_.params.size(); ++i)
+    env.params[std::string(def_.params[i].name)] = params_[i];
   const auto exprs = split_derivatives(def_.derivative);
   check_internal(exprs.size() == n, name() + ": the derivative column lists " +
                                         std::to_string(exprs.size()) + " inputs, the op has " +
@@ -221,6 +234,12 @@ std::vector<Variable*> Elementwise::grad(const GradArgs& args) const {
     out[i] = sum_to(build_derivative(exprs[i], env), env.x[i]).var();
   }
   return out;
+}
+
+std::string Elementwise::node_expr(const Node& node) const {
+  std::vector<DType> dts;
+  for (const auto* v : node.inputs) dts.push_back(v->type.dtype);
+  return scalar_expr(data_dtype(dts), node.outputs[0]->type.dtype);
 }
 
 }  // namespace kiln

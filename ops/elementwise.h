@@ -15,18 +15,18 @@ class Elementwise : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 8; }
-  // From the table's derivative column (ops/derivative.h); cast converts the gradient back.
+  // From the table's derivative column (ops/grad/derivative.h); cast converts the gradient back.
   std::vector<Variable*> grad(const GradArgs& args) const override;
 
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override;
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
   // The scalar expression for data dtype `in`, output dtype `out`, over ${0}..${n-1}.
   std::string scalar_expr(DType in, DType out) const;
+  // The scalar expression for this node's input and output dtypes.
+  std::string node_expr(const Node& node) const;
 
  private:
   DType data_dtype(const std::vector<DType>& inputs) const;

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/cuda_epilogue.h"
-#include "ops/cuda_kernels.h"
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
 #include "ops/registry.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -191,19 +189,6 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
                              program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit) : "",
                              tiles ? &*tiles : nullptr);
   return s;
-}
-
-bool WithEpilogue::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && node.inputs.size() - static_cast<size_t>(base_inputs_) <= 12 &&
-         base_->has_cuda_epilogue(base_view(node));
-}
-
-CudaCode WithEpilogue::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  CodeNames base_names;
-  base_names.inputs.assign(names.inputs.begin(), names.inputs.begin() + base_inputs_);
-  base_names.outputs = names.outputs;
-  const CudaEpilogue epi = make_cuda_epilogue(node, names, sub, base_inputs_, *program_);
-  return base_->cuda_code_with(base_view(node), base_names, sub, epi);
 }
 
 bool WithEpilogue::c_splittable(const Node& node) const {

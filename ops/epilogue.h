@@ -20,6 +20,8 @@ class WithEpilogue : public COp {
 
   const COp& base() const { return *base_; }
   int base_inputs() const { return base_inputs_; }
+  const FusedElementwise& program() const { return *program_; }
+  Node base_view(const Node& node) const;  // the node as the base op sees it
 
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
@@ -41,12 +43,8 @@ class WithEpilogue : public COp {
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node& node) const override { return base_->c_heavy(base_view(node)); }
   bool c_threads_itself() const override { return base_->c_threads_itself(); }
-  // On CUDA the program runs inside the base op's kernel, on each result before the store.
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
  private:
-  Node base_view(const Node& node) const;  // the node as the base op sees it
   // The program as a clamp of $0 (relu, or clip by one-element inputs), or nothing.
   std::optional<StoreClamp> store_clamp(const Node& node, const CodeNames& names) const;
   std::shared_ptr<const COp> base_;

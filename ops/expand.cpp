@@ -1,6 +1,4 @@
 #include "ops/expand.h"
-#include "ops/cuda_movement.h"
-#include "ops/cuda_kernels.h"
 
 #include <algorithm>
 
@@ -88,29 +86,6 @@ std::string Expand::c_code(const Node& node, const CodeNames& names, const Sub&)
   s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, " + std::to_string(rank) + ", " +
        out + "->shape, st, " + es + ");\n}\n";
   return s;
-}
-
-bool Expand::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Expand::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const int in_rank = node.inputs[0]->type.rank();
-  const int rank = node.outputs[0]->type.rank();
-  const std::string& in = names.inputs[0];
-  const std::string& out = names.outputs[0];
-  CudaCode c;
-  c.kernels.push_back(cuda_copy_kernel(sub, node.inputs[0]->type.dtype));
-  std::string h = "{\n  int64_t kiln_st[KILN_CUDA_MAX_RANK];\n";
-  for (int d = 0; d < rank; ++d) {
-    const int k = d - (rank - in_rank);
-    const std::string ds = std::to_string(d), ks = std::to_string(k);
-    h += k < 0 ? "  kiln_st[" + ds + "] = 0;\n"
-               : "  kiln_st[" + ds + "] = " + in + "->shape[" + ks + "] == 1 ? 0 : " + in +
-                     "->strides[" + ks + "];\n";
-  }
-  h += cuda_copy_launch(c.kernels[0].name, rank, out + "->shape", in + "->data", "kiln_st",
-                        out + "->data", out + "->strides");
-  c.launch = h + "}\n";
-  return c;
 }
 
 }  // namespace kiln

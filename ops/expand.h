@@ -20,8 +20,6 @@ class Expand : public COp {
   std::optional<int> cache_version() const override { return 1; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
  private:
   std::vector<int64_t> shape_;

@@ -1,4 +1,3 @@
-#include "ops/cuda_kernels.h"
 #include "ops/fused_elementwise.h"
 
 #include <cctype>
@@ -6,7 +5,7 @@
 
 #include "ctemplate/template.h"
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
 #include "ops/registry.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -325,22 +324,6 @@ std::vector<std::string> FusedElementwise::c_preludes() const {
     if (uses_math_prelude(st.op->def())) return {"kiln_index.h", "kiln_scalar.h", "kiln_math.h"};
   }
   return {"kiln_index.h", "kiln_scalar.h"};
-}
-
-bool FusedElementwise::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && node.inputs.size() <= 12;
-}
-
-CudaCode FusedElementwise::cuda_code(const Node& node, const CodeNames& names,
-                                     const Sub& sub) const {
-  std::vector<DType> dts;
-  for (const auto* v : node.inputs) dts.push_back(v->type.dtype);
-  std::vector<std::string> lets;
-  std::string expr;
-  scalar_body(dts, lets, expr, "v");
-  bool math = false;
-  for (const auto& st : steps_) math = math || uses_math_prelude(st.op->def());
-  return cuda_elementwise(node, names, sub, lets, expr, math);
 }
 
 }  // namespace kiln

@@ -38,8 +38,6 @@ class FusedElementwise : public COp {
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override;
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
   // The per-element body over ${0}..${n-1}: statements naming each step (lets) and the
   // final expression, for input dtypes `in`. Shared with epilogues.

@@ -1,6 +1,4 @@
 #include "ops/gather.h"
-#include "ops/cuda_movement.h"
-#include "ops/cuda_kernels.h"
 
 #include "ops/broadcast.h"
 #include "util/error.h"
@@ -119,12 +117,6 @@ std::string Gather::c_code(const Node& node, const CodeNames& names, const Sub& 
        " + 1, ir, inner_shape, " + es + ");\n";
   s += "    }\n  }\n}\n";
   return s;
-}
-
-bool Gather::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Gather::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  return cuda_gather(node, names, sub, normalize_axis(axis_, node.inputs[0]->type.rank(), "gather"));
 }
 
 }  // namespace kiln

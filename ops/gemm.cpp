@@ -1,12 +1,11 @@
 #include "ops/gemm.h"
-#include "ops/cuda_kernels.h"
 
 #include <algorithm>
 
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
-#include "ops/gemm_pack.h"
-#include "ops/gemm_support.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/c/gemm_pack.h"
+#include "ops/c/gemm_support.h"
 #include "ops/matmul.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -360,17 +359,5 @@ std::optional<SplitTiles> Gemm::c_split_tiles(const Node& node, const CodeNames&
 }
 
 // Packed weights (the pack pass) are a CPU layout: such a Gemm stays on the CPU.
-bool Gemm::has_cuda_code(const Node& node) const {
-  return packed_n_ == 0 && cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
-}
-
-CudaCode Gemm::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_);
-}
-
-CudaCode Gemm::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                              const CudaEpilogue& epi) const {
-  return cuda_gemm(node, names, sub, trans_a_, trans_b_, alpha_, beta_, &epi);
-}
 
 }  // namespace kiln

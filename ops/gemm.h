@@ -1,7 +1,7 @@
 #pragma once
 // ONNX-style Gemm: Y = alpha * op(A) op(B) + beta * C, with op() an optional transpose and
 // C (optional) broadcast to (M, N). Props: alpha, beta, transA, transB, and packed_n: when
-// set, B arrives packed in panels (ops/gemm_pack.h) for a product N = packed_n wide, and the
+// set, B arrives packed in panels (ops/c/gemm_pack.h) for a product N = packed_n wide, and the
 // call runs kiln's own GEMM kernel, split over rows of the output; A may then have leading
 // dimensions (a MatMul of activations by a weight), all of whose rows count in M. Model
 // weights get there through the `pack` rewrite.
@@ -38,11 +38,12 @@ class Gemm : public COp {
   std::string c_code_with_clamp(const Node& node, const CodeNames& names, const Sub& sub,
                                 const StoreClamp& clamp) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
-  bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
-  CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                          const CudaEpilogue& epi) const override;
+
+  bool packed() const { return packed_n_ != 0; }  // B in panels (the pack pass): a CPU layout
+  double alpha() const { return alpha_; }
+  double beta() const { return beta_; }
+  bool trans_a() const { return trans_a_; }
+  bool trans_b() const { return trans_b_; }
 
  private:
   // `epilogue` (may be empty): run on pieces of panels as they are finished; `clamp`: the

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
-#include "ops/slice_loop.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/c/slice_loop.h"
 #include "util/error.h"
 
 namespace kiln {

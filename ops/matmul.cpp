@@ -1,12 +1,11 @@
-#include "ops/cuda_kernels.h"
 #include "ops/matmul.h"
 
 #include <algorithm>
 
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
-#include "ops/gemm_support.h"
-#include "ops/packed_gemm_code.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/c/gemm_support.h"
+#include "ops/c/packed_gemm_code.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -293,7 +292,8 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   // A split call's part takes a run of whole matrices (c_split_unit), starting from the
   // operands' offsets of its first one.
   s += "  if (" + sub.ctx + "->n_parts > 1) {\n";
-  s += "    kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
+  s += "    kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx +
+       "->n_parts, 1, &lo, &hi);\n";
   s += "    for (int64_t d = " + i2s(nb) + " - 1, rem = lo; d >= 0; --d) {\n";
   s += "      bidx[d] = rem % bshape[d];\n";
   s += "      rem /= bshape[d];\n";
@@ -309,7 +309,8 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     // transposed view costs nothing more), in this part's thread: BLAS would start threads
     // of its own beside the engine's.
     const std::string S = at.dtype == DType::kFloat32 ? "f32" : "f64";
-    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T + "), np = (N + P - 1) / P;\n";
+    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T +
+         "), np = (N + P - 1) / P;\n";
     s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
          ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
     s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
@@ -348,18 +349,5 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
 // Any ranks: 1-D operands as a row or a column, batch dimensions broadcast.
 // Not with operand views or a scale: the CUDA GEMM reads its operands whole (the views pass
 // makes them for CPU graphs; a CUDA graph keeps them on the CPU).
-bool MatMul::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && !views_[0] &&
-         !views_[1] && alpha_ == 1.0 && out_perm_.empty();
-}
-
-CudaCode MatMul::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  return cuda_gemm(node, names, sub, false, false, 1.0, 0.0);
-}
-
-CudaCode MatMul::cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                                 const CudaEpilogue& epi) const {
-  return cuda_gemm(node, names, sub, false, false, 1.0, 0.0, &epi);
-}
 
 }  // namespace kiln

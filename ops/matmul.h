@@ -9,7 +9,7 @@ namespace kiln {
 class MatMul : public COp {
  public:
   explicit MatMul(Attrs props);
-  bool c_threads_itself() const override { return true; }  // OpenBLAS
+  bool c_threads_itself() const override { return true; }            // OpenBLAS
   std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
@@ -20,14 +20,12 @@ class MatMul : public COp {
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
   bool packs_b(const Node& node) const;
+  // A plain product: no operand views, no scale, no transposed output (forms of the CPU
+  // passes).
+  bool plain() const { return !views_[0] && !views_[1] && alpha_ == 1.0 && out_perm_.empty(); }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code_apply(const Node& node, const std::string& prefix) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
-  bool has_cuda_epilogue(const Node& node) const override { return has_cuda_code(node); }
-  CudaCode cuda_code_with(const Node& node, const CodeNames& names, const Sub& sub,
-                          const CudaEpilogue& epi) const override;
 
  private:
   // The operands' types and shapes: the inputs', with a_view / b_view applied.
@@ -41,7 +39,7 @@ class MatMul : public COp {
   std::vector<int64_t> permuted(const std::vector<int64_t>& product) const;
   std::optional<OperandView> views_[2];
   std::vector<int64_t> out_perm_;  // the output is the product transposed by this
-  double alpha_ = 1.0;  // the product's scale (a scalar multiply folded in)
+  double alpha_ = 1.0;             // the product's scale (a scalar multiply folded in)
 };
 
 // Checks a matmul/gemm operand dtype (float32, float64, int32, int64).

@@ -1,7 +1,7 @@
 #pragma once
 // A strided view of an op's input: the operand an op reads is the input's elements at
 // offset + sum(i_d * strides_d) (elements, the input taken as contiguous), for each index i
-// of `dims`. The views pass (rewrite/matmul_views.cpp) gives a matmul its operands this way,
+// of `dims`. The views pass (rewrite/cpu/matmul_views.cpp) gives a matmul its operands this way,
 // so the transposes, head gathers and slices in front of attention's products copy nothing.
 // Props encode a view as one int list: offset, rank, dims..., strides....
 #include <cstdint>

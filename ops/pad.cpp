@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
 #include "util/error.h"
 
 namespace kiln {

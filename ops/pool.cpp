@@ -1,6 +1,4 @@
 #include "ops/pool.h"
-#include "ops/cuda_window.h"
-#include "ops/cuda_kernels.h"
 
 #include <cmath>
 #include <limits>
@@ -116,13 +114,13 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   auto v = [&](int64_t n) { return sub.value(n); };
   std::string s;
   s += "  if (lo < hi) {\n";
-  s += "  const int64_t sh = " + v(gy.stride) + ", sw = " + v(gx.stride) + ", dh = " +
-       v(gy.dilation) + ", dw = " + v(gx.dilation) + ", kw = " + v(gx.kernel) + ";\n";
-  s += "  const int64_t hq = " + v(hq) + ", wq = " + v(wq) + ", oh = " + v(gy.out) + ", ow = " +
-       v(gx.out) + ", taps = " + v(gy.kernel) + " * kw;\n";
+  s += "  const int64_t sh = " + v(gy.stride) + ", sw = " + v(gx.stride) +
+       ", dh = " + v(gy.dilation) + ", dw = " + v(gx.dilation) + ", kw = " + v(gx.kernel) + ";\n";
+  s += "  const int64_t hq = " + v(hq) + ", wq = " + v(wq) + ", oh = " + v(gy.out) +
+       ", ow = " + v(gx.out) + ", taps = " + v(gy.kernel) + " * kw;\n";
   s += "  const int64_t total = sh * sw * hq * wq;\n";
-  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)total * sizeof(" +
-       T + "));\n";
+  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx +
+       ", (size_t)total * sizeof(" + T + "));\n";
   s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx +
        ", (size_t)(oh * wq) * sizeof(" + T + "));\n";
   s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx +
@@ -177,16 +175,6 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
        "->data + p * " + sub.value(ohw) + ");\n";
   s += "  }\n}\n";
   return s;
-}
-
-bool Pool::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && window_dims_static(node);
-}
-
-CudaCode Pool::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  std::vector<int64_t> x = node.inputs[0]->type.dims;
-  if (x[0] == kDynamic) x[0] = 1;  // the geometry ignores the batch
-  return cuda_pool(node, names, sub, window_c_init(geometry(x)), is_max_, count_include_pad_);
 }
 
 }  // namespace kiln

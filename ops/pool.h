@@ -17,11 +17,12 @@ class Pool : public COp {
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_window.h"}; }
   bool c_splittable(const Node& node) const override { return true; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+
+  bool is_max() const { return is_max_; }
+  bool count_include_pad() const { return count_include_pad_; }
+  std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
 
  private:
-  std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
   std::string max_pool_by_phases(const std::vector<WindowDims>& g, const CodeNames& names,
                                  const Sub& sub, const std::string& T, const std::string& S) const;
   bool is_max_;

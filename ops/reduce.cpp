@@ -1,4 +1,3 @@
-#include "ops/cuda_kernels.h"
 #include "ops/reduce.h"
 
 #include <cmath>
@@ -12,11 +11,16 @@ namespace kiln {
 
 std::string Reduce::op_name(ReduceKind kind) {
   switch (kind) {
-    case ReduceKind::kSum: return "reduce_sum";
-    case ReduceKind::kMean: return "reduce_mean";
-    case ReduceKind::kMax: return "reduce_max";
-    case ReduceKind::kMin: return "reduce_min";
-    case ReduceKind::kProd: return "reduce_prod";
+    case ReduceKind::kSum:
+      return "reduce_sum";
+    case ReduceKind::kMean:
+      return "reduce_mean";
+    case ReduceKind::kMax:
+      return "reduce_max";
+    case ReduceKind::kMin:
+      return "reduce_min";
+    case ReduceKind::kProd:
+      return "reduce_prod";
   }
   return "?";
 }
@@ -46,7 +50,8 @@ std::vector<TensorType> Reduce::infer_type(const std::vector<TensorType>& inputs
     throw UserError(name() + ": " + std::string(dtype_name(in.dtype)) + " is not supported");
   }
   if (kind_ == ReduceKind::kMean && !is_float(in.dtype)) {
-    throw UserError(name() + " requires a floating dtype, got " + std::string(dtype_name(in.dtype)));
+    throw UserError(name() + " requires a floating dtype, got " +
+                    std::string(dtype_name(in.dtype)));
   }
   if (in.rank() > 16) throw UserError(name() + ": rank > 16");
   auto mask = reduced_mask(in.rank());
@@ -76,8 +81,8 @@ std::vector<Shape> Reduce::infer_shape(const std::vector<Shape>& inputs) const {
   }
   if (empty_reduction && (kind_ == ReduceKind::kMax || kind_ == ReduceKind::kMin) &&
       shape_numel(out) > 0) {
-    throw UserError(name() + ": reduction over an empty dimension of shape " +
-                    dims_to_string(in) + " has no identity");
+    throw UserError(name() + ": reduction over an empty dimension of shape " + dims_to_string(in) +
+                    " has no identity");
   }
   return {out};
 }
@@ -115,10 +120,18 @@ void Reduce::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
       int64_t x = in.load_int(i);
       switch (kind_) {
         case ReduceKind::kSum:
-        case ReduceKind::kMean: acci[oi] += x; break;
-        case ReduceKind::kProd: acci[oi] *= x; break;
-        case ReduceKind::kMax: acci[oi] = seen[oi] ? std::max(acci[oi], x) : x; break;
-        case ReduceKind::kMin: acci[oi] = seen[oi] ? std::min(acci[oi], x) : x; break;
+        case ReduceKind::kMean:
+          acci[oi] += x;
+          break;
+        case ReduceKind::kProd:
+          acci[oi] *= x;
+          break;
+        case ReduceKind::kMax:
+          acci[oi] = seen[oi] ? std::max(acci[oi], x) : x;
+          break;
+        case ReduceKind::kMin:
+          acci[oi] = seen[oi] ? std::min(acci[oi], x) : x;
+          break;
       }
       seen[oi] = true;
       continue;
@@ -127,10 +140,18 @@ void Reduce::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
     double& a = acc[oi];
     switch (kind_) {
       case ReduceKind::kSum:
-      case ReduceKind::kMean: a += x; break;
-      case ReduceKind::kProd: a *= x; break;
-      case ReduceKind::kMax: a = (x > a || x != x) ? x : a; break;
-      case ReduceKind::kMin: a = (x < a || x != x) ? x : a; break;
+      case ReduceKind::kMean:
+        a += x;
+        break;
+      case ReduceKind::kProd:
+        a *= x;
+        break;
+      case ReduceKind::kMax:
+        a = (x > a || x != x) ? x : a;
+        break;
+      case ReduceKind::kMin:
+        a = (x < a || x != x) ? x : a;
+        break;
     }
   }
   const int64_t count = out.numel() ? in.numel() / out.numel() : 0;
@@ -161,12 +182,6 @@ std::string Reduce::c_code(const Node& node, const CodeNames& names, const Sub& 
   op.dtype = in.dtype;
   op.rank = in.rank();
   return emit_reduce_loop(spec, {op}, "${0}", {}, names.outputs[0], sub.ctx);
-}
-
-bool Reduce::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Reduce::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  return cuda_reduce(node, names, sub, kind_, reduced_mask(node.inputs[0]->type.rank()));
 }
 
 }  // namespace kiln

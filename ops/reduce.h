@@ -1,8 +1,8 @@
 #pragma once
 // Reductions over any set of axes: sum, mean, max, min, prod (props: axes, keepdims).
 // An empty `axes` reduces over every axis.
+#include "ops/c/reduce_loop.h"
 #include "ops/cop.h"
-#include "ops/reduce_loop.h"
 
 namespace kiln {
 
@@ -10,7 +10,7 @@ class Reduce : public COp {
  public:
   Reduce(ReduceKind kind, Attrs props);
   std::vector<Variable*> grad(const GradArgs& args) const override;  // autodiff: ops/grad_*.cpp
-  static std::string op_name(ReduceKind kind);  // "reduce_sum", ...
+  static std::string op_name(ReduceKind kind);                       // "reduce_sum", ...
 
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
@@ -21,8 +21,6 @@ class Reduce : public COp {
   bool c_splittable(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
 
   ReduceKind kind() const { return kind_; }
   bool keepdims() const { return keepdims_; }

@@ -18,9 +18,10 @@
 #include "ops/gather.h"
 #include "ops/gather_elements.h"
 #include "ops/gemm.h"
+#include "ops/grad/window_ops.h"
 #include "ops/layer_norm.h"
+#include "ops/library/op_library.h"
 #include "ops/matmul.h"
-#include "ops/op_library.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
@@ -33,7 +34,6 @@
 #include "ops/slice.h"
 #include "ops/softmax.h"
 #include "ops/transpose.h"
-#include "ops/window_grad.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -45,11 +45,13 @@ std::mutex g_mutex;
 OpRegistry::OpRegistry() {
   for (const auto& def : scalar_ops()) {
     const ScalarOpDef* d = &def;
-    add(std::string(def.name), [d](const Attrs& a) { return std::make_shared<Elementwise>(*d, a); });
+    add(std::string(def.name),
+        [d](const Attrs& a) { return std::make_shared<Elementwise>(*d, a); });
   }
   for (auto kind : {ReduceKind::kSum, ReduceKind::kMean, ReduceKind::kMax, ReduceKind::kMin,
                     ReduceKind::kProd}) {
-    add(Reduce::op_name(kind), [kind](const Attrs& a) { return std::make_shared<Reduce>(kind, a); });
+    add(Reduce::op_name(kind),
+        [kind](const Attrs& a) { return std::make_shared<Reduce>(kind, a); });
   }
   add("matmul", [](const Attrs& a) { return std::make_shared<MatMul>(a); });
   add("gemm", [](const Attrs& a) { return std::make_shared<Gemm>(a); });
@@ -127,10 +129,12 @@ std::shared_ptr<const Op> OpRegistry::create(const std::string& name, const Attr
   if (!factory) {
     std::vector<std::string> close;
     for (const auto& n : names()) {
-      if (n.find(name) != std::string::npos || name.find(n) != std::string::npos) close.push_back(n);
+      if (n.find(name) != std::string::npos || name.find(n) != std::string::npos)
+        close.push_back(n);
     }
-    throw UserError("unknown op '" + name + "'" +
-                    (close.empty() ? std::string("") : " (did you mean " + join(close, ", ") + "?)"));
+    throw UserError(
+        "unknown op '" + name + "'" +
+        (close.empty() ? std::string("") : " (did you mean " + join(close, ", ") + "?)"));
   }
   return factory(props);
 }

@@ -23,7 +23,6 @@ class Reshape : public COp {
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   // The output is a view of the input where the executor can bind one (ops/cop.h): no
   // kernel, no copy.
-  bool has_cuda_code(const Node&) const override { return true; }
   int view_of(const Node&) const override { return 0; }
 
  private:
@@ -43,7 +42,6 @@ class Flatten : public COp {
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   // The output is a view of the input where the executor can bind one (ops/cop.h): no
   // kernel, no copy.
-  bool has_cuda_code(const Node&) const override { return true; }
   int view_of(const Node&) const override { return 0; }
 
  private:

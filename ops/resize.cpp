@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
 #include "util/error.h"
 #include "util/strings.h"
 

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "ctemplate/template.h"
-#include "ops/elementwise_loop.h"
-#include "ops/gemm_support.h"
+#include "ops/c/elementwise_loop.h"
+#include "ops/c/gemm_support.h"
 #include "util/error.h"
 #include "util/strings.h"
 

@@ -35,16 +35,14 @@ double gelu(double x) {
   if (x == -INFINITY) return -0.0;  // the limit, not -inf * 0
   return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
 }
-double softplus(double x) {
-  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
+double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
 double sign(double x) { return x > 0 ? 1 : (x < 0 ? -1 : x); }
 
 // clang-format off
 const std::vector<ScalarOpDef> kOps = {
   // name        arity domain                  out             C (float)                                   C (int/bool)
   //   reference (float), reference (integer), params,
-  //   derivative: per input, ';'-separated, the gradient in the language of ops/derivative.h
+  //   derivative: per input, ';'-separated, the gradient in the language of ops/grad/derivative.h
   {"add",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} + ${1})",                     "(${0} + ${1})",
    [](P x, P) { return x[0] + x[1]; }, [](I x, P) { return x[0] + x[1]; }, {},
    "g; g"},

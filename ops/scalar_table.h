@@ -33,7 +33,7 @@ struct ScalarOpDef {
   int64_t (*ref_int)(const int64_t* x, const double* params);  // exact integer semantics
   std::vector<ScalarParam> params;
   // The vector-Jacobian product per input, ';'-separated, over g (the output's gradient),
-  // y (the output), x0.. (the inputs) and the params (ops/derivative.h); "0": a zero
+  // y (the output), x0.. (the inputs) and the params (ops/grad/derivative.h); "0": a zero
   // gradient; "" for the whole entry: not differentiable (boolean results).
   std::string_view derivative;
 };

@@ -1,11 +1,9 @@
 #include "ops/slice.h"
-#include "ops/cuda_movement.h"
-#include "ops/cuda_kernels.h"
 
 #include <algorithm>
 
 #include "ops/broadcast.h"
-#include "ops/elementwise_loop.h"
+#include "ops/c/elementwise_loop.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -162,24 +160,6 @@ std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub&) 
   s += "  kiln_copy_strided(" + out + "->data, (const char *)" + in + "->data + off * " + es +
        ", " + std::to_string(rank) + ", " + out + "->shape, st, " + es + ");\n}\n";
   return s;
-}
-
-bool Slice::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Slice::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const int rank = node.inputs[0]->type.rank();
-  const std::string& in = names.inputs[0];
-  const std::string& out = names.outputs[0];
-  CudaCode c;
-  c.kernels.push_back(cuda_copy_kernel(sub, node.inputs[0]->type.dtype));
-  // A strided view of the input (offset and stride per sliced axis), copied out.
-  std::string h = "{\n" + c_offsets(node, names.inputs, "kiln_");
-  h += cuda_copy_launch(c.kernels[0].name, rank, out + "->shape",
-                        "(const char *)" + in + "->data + kiln_off * " +
-                            std::to_string(dtype_size(node.inputs[0]->type.dtype)),
-                        "kiln_st", out + "->data", out + "->strides");
-  c.launch = h + "}\n";
-  return c;
 }
 
 }  // namespace kiln

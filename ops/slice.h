@@ -18,8 +18,12 @@ class Slice : public COp {
   std::optional<int> cache_version() const override { return 1; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+
+  // C declaring `<prefix>off` (the first element's offset in input 0) and `<prefix>st` (the
+  // input stride of each output dimension): the strided view the slice copies out, for the
+  // host's code and a device's launch alike.
+  std::string c_offsets(const Node& node, const std::vector<std::string>& inputs,
+                        const std::string& prefix) const;
 
  private:
   struct AxisSlice {
@@ -28,8 +32,6 @@ class Slice : public COp {
     int64_t step;
   };
   std::vector<AxisSlice> per_axis(int rank) const;
-  std::string c_offsets(const Node& node, const std::vector<std::string>& inputs,
-                        const std::string& prefix) const;
   std::vector<DimExpr> starts_, ends_;
   std::vector<int64_t> axes_, steps_;
   int sources_ = 0;  // inputs after the data that the bounds read

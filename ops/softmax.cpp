@@ -1,11 +1,10 @@
-#include "ops/cuda_kernels.h"
 #include "ops/softmax.h"
 
 #include <cmath>
 #include <limits>
 
 #include "ops/broadcast.h"
-#include "ops/slice_loop.h"
+#include "ops/c/slice_loop.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -20,14 +19,17 @@ std::vector<TensorType> Softmax::infer_type(const std::vector<TensorType>& input
   if (inputs.size() != 1) throw UserError(name() + " takes 1 input");
   const auto& in = inputs[0];
   if (in.dtype != DType::kFloat32 && in.dtype != DType::kFloat64) {
-    throw UserError(name() + " requires float32 or float64, got " + std::string(dtype_name(in.dtype)));
+    throw UserError(name() + " requires float32 or float64, got " +
+                    std::string(dtype_name(in.dtype)));
   }
   if (in.rank() < 1) throw UserError(name() + ": input must have rank >= 1");
   normalize_axis(axis_, in.rank(), name());
   return {in};
 }
 
-std::vector<Shape> Softmax::infer_shape(const std::vector<Shape>& inputs) const { return {inputs[0]}; }
+std::vector<Shape> Softmax::infer_shape(const std::vector<Shape>& inputs) const {
+  return {inputs[0]};
+}
 
 void Softmax::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor& in = inputs[0];
@@ -69,9 +71,9 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   const std::string& out = names.outputs[0];
   const std::string ax = std::to_string(axis);
   // Slices o of (outer, len, inner): this part's range of o.
-  std::string s = c_open_slice_loop(
-      names, sub, rank, axis, T,
-      "  const int64_t len = " + out + "->shape[" + ax + "], inner = slice / (len > 0 ? len : 1);\n");
+  std::string s = c_open_slice_loop(names, sub, rank, axis, T,
+                                    "  const int64_t len = " + out + "->shape[" + ax +
+                                        "], inner = slice / (len > 0 ? len : 1);\n");
   if (!log_ && t.dtype == DType::kFloat32) {
     // Rows along the last axis: the vector row of kiln_softmax.h.
     s += "    if (inner == 1) {\n";
@@ -90,20 +92,24 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "        " + T + " lane[16];\n";
   s += "        for (int k = 0; k < 16; ++k) lane[k] = -INFINITY;\n";
   s += "        for (; l + 16 <= len; l += 16)\n";
-  s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + k] : lane[k];\n";
+  s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + "
+       "k] : lane[k];\n";
   s += "        for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;\n";
   s += "      }\n";
   s += "      KILN_NOVEC for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;\n";
-  s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from inf-inf
+  s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from
+                                                // inf-inf
   s += "      " + T + " sum = 0;\n";
   if (log_) {
-    s += "      KILN_NOVEC for (l = 0; l < len; ++l) sum += " + m + "exp" + f + "(src[l * inner] - mx);\n";
+    s += "      KILN_NOVEC for (l = 0; l < len; ++l) sum += " + m + "exp" + f +
+         "(src[l * inner] - mx);\n";
     // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
     s += "      const " + T + " lse = log" + f + "(sum);\n";
     s += "      if (inner == 1) {\n";
     s += "        for (l = 0; l < len; ++l) row[l] = (src[l] - mx) - lse;\n";
     s += "      } else {\n";
-    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - lse;\n";
+    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - "
+         "lse;\n";
     s += "      }\n";
   } else {
     // x - mx <= 0 (or NaN): the cheaper exp. Whole blocks of 8 vectorize without a scalar
@@ -146,15 +152,6 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "  }\n";
   s += "}\n";
   return s;
-}
-
-bool Softmax::has_cuda_code(const Node& node) const {
-  return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
-}
-
-CudaCode Softmax::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const int axis = normalize_axis(axis_, node.inputs[0]->type.rank(), name());
-  return cuda_softmax(node, names, sub, axis, log_);
 }
 
 }  // namespace kiln

@@ -24,8 +24,9 @@ class Softmax : public COp {
   std::vector<std::string> c_preludes() const override {
     return {"kiln_index.h", "kiln_math.h", "kiln_softmax.h"};
   }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+
+  bool log() const { return log_; }
+  int64_t axis() const { return axis_; }
 
  private:
   bool log_;

@@ -1,6 +1,4 @@
 #include "ops/transpose.h"
-#include "ops/cuda_movement.h"
-#include "ops/cuda_kernels.h"
 
 #include "util/error.h"
 
@@ -18,8 +16,8 @@ std::vector<int> Transpose::perm_for(int rank) const {
     return p;
   }
   if (static_cast<int>(perm_.size()) != rank) {
-    throw UserError("transpose: perm has " + std::to_string(perm_.size()) +
-                    " entries for a rank-" + std::to_string(rank) + " input");
+    throw UserError("transpose: perm has " + std::to_string(perm_.size()) + " entries for a rank-" +
+                    std::to_string(rank) + " input");
   }
   std::vector<bool> used(static_cast<size_t>(rank), false);
   for (int i = 0; i < rank; ++i) {
@@ -84,25 +82,6 @@ std::string Transpose::c_code(const Node& node, const CodeNames& names, const Su
        ", shp, " + es + ");\n  }\n";
   s += "}\n";
   return s;
-}
-
-bool Transpose::has_cuda_code(const Node& node) const { return cuda_dtypes_ok(node); }
-
-CudaCode Transpose::cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const int rank = node.inputs[0]->type.rank();
-  auto p = perm_for(rank);
-  CudaCode c;
-  c.kernels.push_back(cuda_copy_kernel(sub, node.inputs[0]->type.dtype));
-  std::string h = "{\n  int64_t kiln_st[KILN_CUDA_MAX_RANK];\n";
-  for (int d = 0; d < rank; ++d) {
-    h += "  kiln_st[" + std::to_string(d) + "] = " + names.inputs[0] + "->strides[" +
-         std::to_string(p[static_cast<size_t>(d)]) + "];\n";
-  }
-  const std::string& out = names.outputs[0];
-  h += cuda_copy_launch(c.kernels[0].name, rank, out + "->shape", names.inputs[0] + "->data",
-                        "kiln_st", out + "->data", out + "->strides");
-  c.launch = h + "}\n";
-  return c;
 }
 
 }  // namespace kiln

@@ -15,11 +15,10 @@ class Transpose : public COp {
   bool c_splittable(const Node&) const override { return true; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
-  bool has_cuda_code(const Node& node) const override;
-  CudaCode cuda_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+
+  std::vector<int> perm_for(int rank) const;
 
  private:
-  std::vector<int> perm_for(int rank) const;
   std::vector<int64_t> perm_;
 };
 

@@ -1,8 +1,8 @@
 #include "rewrite/constant_recipe.h"
 
+#include "ops/c/conv_pack.h"
+#include "ops/c/gemm_pack.h"
 #include "ops/conv_nchwc.h"
-#include "ops/conv_pack.h"
-#include "ops/gemm_pack.h"
 #include "ops/registry.h"
 #include "util/error.h"
 

@@ -4,23 +4,27 @@
 #include "graph/graph.h"
 
 namespace kiln {
+class DeviceCodeTable;
+}
 
-Graph fold_constants(const Graph& graph);    // constant_fold.cpp: nodes of constants -> constants
-Graph simplify(const Graph& graph);          // simplify.cpp: x*1, x+0, neg(neg x), ...
-Graph merge_common(const Graph& graph);      // cse.cpp: identical nodes and constants, once
-Graph fuse_layer_norm(const Graph& graph);   // fuse_norm.cpp: the importer's layer-norm chain
-Graph layout_nchwc(const Graph& graph);      // layout_nchwc.cpp: conv chains -> blocked NCHW8c
-Graph winograd_convs(const Graph& graph);    // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)
-Graph pack_weights(const Graph& graph);      // pack_weights.cpp: gemm weights -> GEMM panels
+namespace kiln {
+
+Graph fold_constants(const Graph& graph);   // constant_fold.cpp: nodes of constants -> constants
+Graph simplify(const Graph& graph);         // simplify.cpp: x*1, x+0, neg(neg x), ...
+Graph merge_common(const Graph& graph);     // cse.cpp: identical nodes and constants, once
+Graph fuse_layer_norm(const Graph& graph);  // fuse_norm.cpp: the importer's layer-norm chain
+Graph layout_nchwc(const Graph& graph);     // layout_nchwc.cpp: conv chains -> blocked NCHW8c
+Graph winograd_convs(const Graph& graph);   // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)
+Graph pack_weights(const Graph& graph);     // pack_weights.cpp: gemm weights -> GEMM panels
 Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
 Graph fuse_attention(const Graph& graph);    // fuse_attention.cpp: matmul, softmax, matmul -> one
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation
 Graph remove_dead(const Graph& graph);       // dce.cpp: nodes no output needs
-// place_cuda.cpp: nodes with CUDA code -> CUDA, transfers at the boundaries. Not in the
-// default list: compile() runs it for CompileOptions::device == "cuda". device_io: the
-// graph's inputs arrive and its outputs leave in device memory.
-Graph place_on_cuda(const Graph& graph, bool device_io = false);
+// place_device.cpp: nodes with code in `table` -> that device, transfers at the boundaries.
+// Not in the pipeline: compile() runs it for a device backend (compiler/backend.h).
+// device_io: the graph's inputs arrive and its outputs leave in device memory.
+Graph place_on_device(const Graph& graph, const DeviceCodeTable& table, bool device_io = false);
 
 }  // namespace kiln

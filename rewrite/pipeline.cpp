@@ -49,14 +49,14 @@ const std::vector<PassInfo>& all_passes() {
       {"fold", fold_constants, 3},
       {"simplify", simplify, 2},
       {"cse", merge_common, 1},
-      {"norm", fuse_layer_norm, 1},
-      {"layout", layout_nchwc, 6},
+      {"norm", fuse_layer_norm, 1, "cpu"},
+      {"layout", layout_nchwc, 6, "cpu"},
       {"winograd", winograd_convs, 2},
-      {"pack", pack_weights, 4},
-      {"views", view_matmul_operands, 2},
-      {"attention", fuse_attention, 1},
+      {"pack", pack_weights, 4, "cpu"},
+      {"views", view_matmul_operands, 2, "cpu"},
+      {"attention", fuse_attention, 1, "cpu"},
       {"fusion", fuse_elementwise, 2},
-      {"reduction", fuse_reduce, 1},
+      {"reduction", fuse_reduce, 1, "cpu"},
       {"epilogue", fuse_epilogue, 1},
       {"dce", remove_dead, 1},
   };
@@ -70,7 +70,8 @@ std::string passes_spec(const std::optional<std::string>& spec) {
   return env ? env : "";
 }
 
-std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin) {
+std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin,
+                                    const std::string& device) {
   std::vector<std::string> names;
   for (const auto& p : all_passes()) names.emplace_back(p.name);
   std::vector<std::string> off;
@@ -95,26 +96,29 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
   std::vector<PassInfo> on;
   if (none) return on;
   for (const auto& p : all_passes()) {
-    if (std::find(off.begin(), off.end(), p.name) == off.end()) on.push_back(p);
+    const bool for_device = device.empty() || !p.device || device == p.device;
+    if (for_device && std::find(off.begin(), off.end(), p.name) == off.end()) on.push_back(p);
   }
   return on;
 }
 
-std::string passes_component(const std::string& spec, const std::string& origin) {
+std::string passes_component(const std::string& spec, const std::string& origin,
+                             const std::string& device) {
   std::string out;
-  for (const auto& p : select_passes(spec, origin)) {
+  for (const auto& p : select_passes(spec, origin, device)) {
     out.append(out.empty() ? "" : ",").append(p.name).append("@").append(std::to_string(p.version));
   }
   return out.empty() ? "none" : out;
 }
 
-Graph optimize(const Graph& graph, const std::optional<std::string>& spec) {
-  return optimize(graph, spec, nullptr);
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
+               const std::string& device) {
+  return optimize(graph, spec, nullptr, device);
 }
 
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
-               const PassObserver& observe) {
-  auto passes = select_passes(passes_spec(spec), spec ? "passes" : "KILN_PASSES");
+               const PassObserver& observe, const std::string& device) {
+  auto passes = select_passes(passes_spec(spec), spec ? "passes" : "KILN_PASSES", device);
   Graph g = plain_copy(graph);
   for (const auto& pass : passes) {
     const auto t = std::chrono::steady_clock::now();

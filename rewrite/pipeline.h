@@ -14,26 +14,34 @@ struct PassInfo {
   const char* name;
   Graph (*run)(const Graph&);
   int version;
+  // The one device whose graphs the pass rewrites (it makes forms only that device's code
+  // has: "cpu" for blocked layouts, packed weights, fused norms and attention); nullptr for
+  // every device.
+  const char* device = nullptr;
 };
 
 const std::vector<PassInfo>& all_passes();
 
-// The passes a spec enables, in pipeline order. Throws UserError naming an unknown pass
-// and `origin` (e.g. "KILN_PASSES").
-std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin);
+// The passes a spec enables for `device` ("": every pass), in pipeline order. Throws
+// UserError naming an unknown pass and `origin` (e.g. "KILN_PASSES").
+std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin,
+                                    const std::string& device = "");
 
-// Runs the passes `spec` enables; nullopt spec: $KILN_PASSES, else all.
-Graph optimize(const Graph& graph, const std::optional<std::string>& spec = std::nullopt);
+// Runs the passes `spec` enables for `device` ("": every pass); nullopt spec: $KILN_PASSES,
+// else all.
+Graph optimize(const Graph& graph, const std::optional<std::string>& spec = std::nullopt,
+               const std::string& device = "");
 // The same, calling `observe` after each pass with the graph before and after it and the
 // pass's time (kiln report shows what every pass changed).
 using PassObserver =
     std::function<void(const PassInfo& pass, const Graph& before, const Graph& after, double ms)>;
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
-               const PassObserver& observe);
+               const PassObserver& observe, const std::string& device = "");
 
 // The passes a spec enables with their versions, "fold@2,simplify@1,...", or "none": the
 // cache key's `passes` component.
-std::string passes_component(const std::string& spec, const std::string& origin);
+std::string passes_component(const std::string& spec, const std::string& origin,
+                             const std::string& device = "");
 
 // The spec in effect: `spec` if given, else $KILN_PASSES, else "" (all).
 std::string passes_spec(const std::optional<std::string>& spec);

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "cache/cache_store.h"
-#include "compiler/c_linker.h"
-#include "compiler/background_stores.h"
+#include "compiler/c/linker.h"
+#include "compiler/entries/background_stores.h"
 #include "compiler/compile.h"
 #include "compiler/explain.h"
 #include "compiler/graph_key.h"

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "compiler/subprocess.h"
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

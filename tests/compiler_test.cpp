@@ -5,16 +5,16 @@
 #include <random>
 #include <thread>
 
-#include "compiler/c_linker.h"
+#include "compiler/c/linker.h"
 #include "compiler/compile.h"
 #include "compiler/compile_error.h"
 #include "compiler/graph_key.h"
-#include "compiler/toolchain.h"
+#include "compiler/c/toolchain.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

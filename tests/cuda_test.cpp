@@ -15,10 +15,10 @@
 #include <string_view>
 #include <thread>
 
-#include "compiler/c_linker.h"
+#include "compiler/c/linker.h"
 #include "compiler/compile.h"
-#include "compiler/cuda_toolchain.h"
-#include "compiler/nvrtc.h"
+#include "compiler/cuda/toolchain.h"
+#include "compiler/cuda/nvrtc.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "helpers.h"
@@ -26,11 +26,12 @@
 #include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
-#include "runtime/cuda/device_completion.h"
-#include "runtime/cuda/device_memory.h"
-#include "runtime/cuda/device_tensor.h"
-#include "runtime/engine.h"
-#include "runtime/npy.h"
+#include "ops/device_placed.h"
+#include "runtime/device/device_completion.h"
+#include "runtime/device/device_memory.h"
+#include "runtime/device/device_tensor.h"
+#include "runtime/engine/engine.h"
+#include "runtime/io/npy.h"
 #include "util/fs.h"
 
 namespace kiln {
@@ -348,9 +349,11 @@ TEST(KILN_CUDA_SUITE, ReshapesAreViewsOfTheDeviceBuffer) {
   for (const auto& n : placed.nodes()) {
     if (n->op->name() == "cuda:reshape" || n->op->name() == "cuda:flatten") {
       ++views;
-      const auto* op = dynamic_cast<const COp*>(n->op.get());
+      const auto* op = dynamic_cast<const DevicePlaced*>(n->op.get());
+      ASSERT_NE(op, nullptr);
       EXPECT_EQ(op->view_of(*n), 0);
-      EXPECT_TRUE(op->cuda_code(*n, {{"x"}, {"y"}}, {}).kernels.empty());
+      const DeviceCode code = op->device_code(*n, {{"x"}, {"y"}}, {});
+      EXPECT_TRUE(code.kernels.empty() && code.launch.empty());
     }
   }
   EXPECT_EQ(views, 3) << "every reshape placed on the device";
@@ -433,7 +436,7 @@ TEST(KILN_CUDA_SUITE, EpiloguesRunInsideTheProducerKernel) {
   int fused = 0;
   for (const auto& n : placed.nodes()) fused += n->op->name() == "cuda:with_epilogue";
   EXPECT_EQ(fused, 3) << "every producer took its epilogue on the device";
-  const std::string cu = link_c_module(placed, "test").cuda.str();
+  const std::string cu = link_c_module(placed, "test").device_unit.str();
   EXPECT_NE(cu.find("epilogue(r, o, &epi"), std::string::npos)
       << "the GEMM stores through its epilogue";
   EXPECT_NE(cu.find("epilogue(acc, o, &epi"), std::string::npos)
@@ -491,7 +494,7 @@ TEST(KILN_CUDA_SUITE, ThreadSanitizerCatchesADeletedBarrier) {
   g.set_outputs({softmax(x).var()});
   LinkedModule m = link_c_module(optimized_graph(g, on_cuda()), "test");
   ASSERT_EQ(m.kernel_names.size(), 1u);
-  const std::string source = m.cuda.str();
+  const std::string source = m.device_unit.str();
   const std::string barrier = "  if (lane == 0) scratch[warp] = v;\n  __syncthreads();\n";
   const size_t at = source.find(barrier);
   ASSERT_NE(at, std::string::npos) << "the block reduction's first barrier moved";
@@ -536,7 +539,7 @@ TEST(KILN_CUDA_SUITE, TheMlpExampleMatchesTheCpuBackend) {
   // Kernels equal but for their node's prefix are defined once: the MLP's first two
   // layers (GEMM + bias + relu) share one.
   LinkedModule m = link_c_module(optimized_graph(g, on_cuda()), "test");
-  const std::string cu = m.cuda.str();
+  const std::string cu = m.device_unit.str();
   size_t defined = 0;
   for (size_t at = cu.find("__global__ void "); at != std::string::npos;
        at = cu.find("__global__ void ", at + 1))
@@ -813,6 +816,34 @@ TEST(KILN_CUDA_SUITE, TheCliRunsAModuleOnDeviceInputsAndOutputs) {
   EXPECT_NE(bad.err.find("--device-io needs --device cuda"), std::string::npos) << bad.err;
 }
 
+// kiln source --device cuda: the host C first, then kernels.cu under its own banner, holding
+// the kernel every launch in the host C names; --help says so.
+TEST(KILN_CUDA_SUITE, SourcePrintsTheHostCAndThenTheKernels) {
+  const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
+  const std::vector<std::string> env{"KILN_CUDA_DEVICE=" KILN_CUDA_TEST_DEVICE};
+  auto r = kiln_env(env, {"source", "--device", "cuda", model});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t banner = r.out.find("/* ==== kernels.cu: the CUDA kernels");
+  ASSERT_NE(banner, std::string::npos) << r.out.substr(0, 2000);
+  const std::string host = r.out.substr(0, banner), cu = r.out.substr(banner);
+  EXPECT_EQ(host.find("__global__"), std::string::npos);
+  // Every kernel symbol the host's kernel table names is defined in the device part.
+  std::smatch m;
+  std::string rest = host;
+  int named = 0;
+  const std::regex symbol("\"(n[0-9]+_[a-z_0-9]+)\"");
+  while (std::regex_search(rest, m, symbol)) {
+    EXPECT_NE(cu.find("__global__ void " + m[1].str() + "("), std::string::npos) << m[1];
+    ++named;
+    rest = m.suffix();
+  }
+  EXPECT_GT(named, 0) << host.substr(host.size() > 3000 ? host.size() - 3000 : 0);
+  // The host-only source has no device part.
+  auto cpu = kiln_env({}, {"source", model});
+  EXPECT_EQ(cpu.out.find("/* ==== kernels.cu"), std::string::npos);
+  EXPECT_NE(kiln_env({}, {"source", "--help"}).out.find("--device"), std::string::npos);
+}
+
 TEST(KILN_CUDA_SUITE, KernelsAreStoredBesideTheModuleAndAWarmHitRebuildsNothing) {
   const fs::path cache = fs::path(temp_dir("cuda-cache")) / "cache";
   const std::string model = std::string(KILN_EXAMPLES_DIR) + "/mlp/mlp.json";
@@ -951,7 +982,7 @@ TEST(Cuda, BadCudaSettingsNameTheVariable) {
 // kernels.cu of a graph placed on CUDA, as compile() writes it.
 std::string kernels_of(const Graph& g) {
   CompileOptions o = on_cuda();
-  return link_c_module(optimized_graph(g, o), "test").cuda.str();
+  return link_c_module(optimized_graph(g, o), "test").device_unit.str();
 }
 
 // sizeof(kiln_cuda_nd): numel, ndim, contiguous, shape[8], strides[12][8].
@@ -1108,7 +1139,7 @@ TEST(CudaNvrtc, ACompileErrorNamesTheNodeAndTheFragmentLine) {
   g.set_outputs({relu(x).var()});
   const Graph placed = optimized_graph(g, on_cuda());
   LinkedModule m = link_c_module(placed, "test");
-  std::string source = m.cuda.str();
+  std::string source = m.device_unit.str();
   const size_t at = source.find("y[i] = ");
   ASSERT_NE(at, std::string::npos);
   source.replace(at, 7, "y[i] = undefined_name + ");
@@ -1117,7 +1148,7 @@ TEST(CudaNvrtc, ACompileErrorNamesTheNodeAndTheFragmentLine) {
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.log.find("undefined_name"), std::string::npos) << r.log;
   // The edit kept every line where it was, so the source map still applies.
-  std::vector<Diagnostic> diags = cuda_diagnostics(r.log, m.cuda);
+  std::vector<Diagnostic> diags = cuda_diagnostics(r.log, m.device_unit);
   ASSERT_FALSE(diags.empty()) << r.log;
   EXPECT_EQ(diags[0].severity, "error");
   ASSERT_GE(diags[0].origin.node, 0);

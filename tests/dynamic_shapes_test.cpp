@@ -12,7 +12,7 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_function.h"
-#include "frontend/onnx_model.h"
+#include "frontend/onnx/onnx_model.h"
 #include "graph/dim_expr.h"
 #include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"

@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "runtime/engine.h"
-#include "runtime/worker_pool.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/worker_pool.h"
 #include "tests/helpers.h"
 #include "util/error.h"
 

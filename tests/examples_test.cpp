@@ -5,7 +5,7 @@
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "rewrite/pipeline.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 
 namespace kiln {

@@ -10,9 +10,9 @@
 #include "compiler/compile.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
-#include "runtime/bundle_abi.h"
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/module/bundle_abi.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

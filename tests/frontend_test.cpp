@@ -4,10 +4,10 @@
 #include <filesystem>
 
 #include "compiler/compile.h"
-#include "frontend/json_model.h"
+#include "frontend/json/json_model.h"
 #include "frontend/model_loader.h"
 #include "ops/reference.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

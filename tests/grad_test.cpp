@@ -10,12 +10,12 @@
 #include <random>
 
 #include "compiler/compile.h"
-#include "frontend/json_model.h"
+#include "frontend/json/json_model.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
-#include "rewrite/grad.h"
-#include "runtime/npy.h"
+#include "rewrite/autodiff/grad.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 
 namespace kiln {

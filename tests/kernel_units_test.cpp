@@ -11,14 +11,14 @@
 #include <thread>
 
 #include "cache/cache_store.h"
-#include "compiler/c_linker.h"
+#include "compiler/c/linker.h"
 #include "compiler/compile.h"
 #include "compiler/compile_error.h"
-#include "compiler/kernel_build.h"
+#include "compiler/c/kernel_build.h"
 #include "helpers.h"
 #include "ops/builders.h"
 #include "ops/reference.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "util/fs.h"
 
 namespace kiln {

@@ -34,8 +34,8 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_function.h"
-#include "frontend/onnx_model.h"
-#include "frontend/onnx_tensor.h"
+#include "frontend/onnx/onnx_model.h"
+#include "frontend/onnx/onnx_tensor.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

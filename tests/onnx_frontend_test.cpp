@@ -16,10 +16,10 @@
 #include <sstream>
 
 #include "compiler/compile.h"
-#include "frontend/onnx_model.h"
-#include "frontend/onnx_tensor.h"
+#include "frontend/onnx/onnx_model.h"
+#include "frontend/onnx/onnx_tensor.h"
 #include "ops/reference.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 #include "tests/onnx_builder.h"
 

@@ -12,9 +12,9 @@
 #include "compiler/compile.h"
 #include "compiler/compile_error.h"
 #include "ops/builders.h"
-#include "ops/op_library.h"
+#include "ops/library/op_library.h"
 #include "ops/registry.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

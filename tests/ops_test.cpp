@@ -17,7 +17,7 @@
 #include "ops/registry.h"
 #include "ops/scalar_table.h"
 #include "ops/slice.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/helpers.h"
 #include "util/strings.h"
 

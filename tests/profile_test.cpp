@@ -11,7 +11,7 @@
 #include "compiler/compile.h"
 #include "helpers.h"
 #include "ops/builders.h"
-#include "runtime/profile_table.h"
+#include "runtime/exec/profile_table.h"
 #include "util/fs.h"
 
 namespace kiln {

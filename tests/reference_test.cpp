@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
-#include "frontend/json_model.h"
-#include "runtime/npy.h"
+#include "frontend/json/json_model.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

@@ -24,7 +24,7 @@
 #include "cache/redis_client.h"
 #include "cache/remote_tier.h"
 #include "compiler/subprocess.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/helpers.h"
 #include "tests/redis_server.h"
 #include "util/fs.h"

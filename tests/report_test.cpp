@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "compiler/report.h"
+#include "compiler/report/report.h"
 #include "frontend/model_loader.h"
 #include "helpers.h"
 #include "ops/builders.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 namespace kiln {
 namespace {

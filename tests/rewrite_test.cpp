@@ -8,7 +8,7 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
-#include "ops/conv_pack.h"
+#include "ops/c/conv_pack.h"
 #include "ops/fused_elementwise.h"
 #include "ops/reference.h"
 #include "ops/registry.h"

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <limits>
 
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 

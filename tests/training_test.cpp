@@ -7,9 +7,9 @@
 #include <random>
 
 #include "compiler/compile.h"
-#include "compiler/trainer.h"
+#include "compiler/train/trainer.h"
 #include "ops/builders.h"
-#include "rewrite/grad.h"
+#include "rewrite/autodiff/grad.h"
 #include "runtime/storage.h"
 #include "tests/helpers.h"
 

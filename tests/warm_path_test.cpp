@@ -14,7 +14,7 @@
 
 #include "cache/entry_meta.h"
 #include "cache/entry_signature.h"
-#include "compiler/background_stores.h"
+#include "compiler/entries/background_stores.h"
 #include "compiler/compile.h"
 #include "compiler/module_plan.h"
 #include "helpers.h"
@@ -22,8 +22,8 @@
 #include "ops/cop.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "util/fs.h"
 #include "util/sha256.h"
 

@@ -2,7 +2,7 @@
  * tensor (N, C, H, W) is held as (N, C/8, H, W, 8), the 8 channels of a block side by side
  * at each position. A vector then holds 8 channels of one position, so the kernels vectorize
  * over channels and never over a row (a 7 x 7 map's rows fill no vector in NCHW). The layout
- * pass (rewrite/layout_nchwc.cpp) puts MobileNet-style chains of pointwise and depthwise
+ * pass (rewrite/cpu/layout_nchwc.cpp) puts MobileNet-style chains of pointwise and depthwise
  * convolutions into it and reorders once at the chain's edges (ops/conv_nchwc.h). The
  * convolutions themselves run from kiln's support library; the max pool is here. */
 #ifndef KILN_NCHWC_H

@@ -6,7 +6,7 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 int main(int argc, char** argv) {
   using namespace kiln;
@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   try {
     Graph g("mlp_cpp");
     Var x = input(g, "x", DType::kFloat32, {kDynamic, 784});
-    auto param = [&](const char* name) { return parameter(g, read_npy(dir + "/" + name + ".npy"), name); };
+    auto param = [&](const char* name) {
+      return parameter(g, read_npy(dir + "/" + name + ".npy"), name);
+    };
     Var h1 = relu(matmul(x, param("w1")) + param("b1"));
     Var h2 = relu(matmul(h1, param("w2")) + param("b2"));
     Var y = softmax(matmul(h2, param("w3")) + param("b3"));
@@ -24,10 +26,12 @@ int main(int argc, char** argv) {
     Tensor out = f({read_npy(dir + "/input.npy")})[0];
     Tensor expected = read_npy(dir + "/expected.npy");
     double max_err = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) max_err = std::fmax(max_err, std::fabs(out.load(i) - expected.load(i)));
+    for (int64_t i = 0; i < out.numel(); ++i)
+      max_err = std::fmax(max_err, std::fabs(out.load(i) - expected.load(i)));
     for (int64_t r = 0; r < out.shape()[0]; ++r) {
       std::printf("row %lld:", static_cast<long long>(r));
-      for (int64_t c = 0; c < out.shape()[1]; ++c) std::printf(" %.4f", out.load(r * out.shape()[1] + c));
+      for (int64_t c = 0; c < out.shape()[1]; ++c)
+        std::printf(" %.4f", out.load(r * out.shape()[1] + c));
       std::printf("\n");
     }
     std::printf("source: %s\n", f.info().source_path.c_str());

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "compiler/compile.h"
-#include "compiler/trainer.h"
+#include "compiler/train/trainer.h"
 #include "ops/builders.h"
 #include "util/error.h"
 
@@ -56,7 +56,8 @@ kiln::Tensor batch_images(const Dataset& d, int first) {
 
 kiln::Tensor batch_onehot(const Dataset& d, int first) {
   kiln::Tensor t = kiln::Tensor::zeros(kiln::DType::kFloat32, {kBatch, kClasses});
-  for (int i = 0; i < kBatch; ++i) t.store(i * kClasses + d.labels[static_cast<size_t>(first + i)], 1.0);
+  for (int i = 0; i < kBatch; ++i)
+    t.store(i * kClasses + d.labels[static_cast<size_t>(first + i)], 1.0);
   return t;
 }
 
@@ -76,7 +77,8 @@ Model build(kiln::Graph& g) {
   Var w = input(g, "fc.w", f, {256, kClasses}), b = input(g, "fc.b", f, {kClasses});
   m.params = {k1, b1, k2, b2, w, b};
   const Attrs same{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
-  const Attrs pool{{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}};
+  const Attrs pool{{"kernel_shape", std::vector<int64_t>{2, 2}},
+                   {"strides", std::vector<int64_t>{2, 2}}};
   Var h = apply("max_pool", {relu(apply("conv", {m.x, k1, b1}, same))}, pool);
   h = apply("max_pool", {relu(apply("conv", {h, k2, b2}, same))}, pool);
   m.logits = matmul(flatten(h), w) + b;
@@ -140,14 +142,16 @@ int main(int argc, char** argv) {
     std::vector<std::pair<Variable*, Tensor>> start;
     for (size_t i = 0; i < m.params.size(); ++i) {
       start.emplace_back(m.params[i].var(), he_init(m.params[i].type().dims, fan_in[i], rng));
-      if (fan_in[i] == 1) start.back().second = Tensor::zeros(DType::kFloat32, m.params[i].type().dims);
+      if (fan_in[i] == 1)
+        start.back().second = Tensor::zeros(DType::kFloat32, m.params[i].type().dims);
     }
     auto t0 = std::chrono::steady_clock::now();
     Trainer trainer(std::move(g), loss.var(), start, OptimizerOptions::parse(optimizer));
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("training step compiled in %.0f ms (cache %s; %d updates in place)\n", compile_ms,
-                to_string(trainer.function().info().cache), trainer.function().info().updates_in_place);
+                to_string(trainer.function().info().cache),
+                trainer.function().info().updates_in_place);
 
     // Evaluation: the forward graph alone, reading the trainer's parameters.
     Graph eg("strokes_eval");
@@ -160,13 +164,15 @@ int main(int argc, char** argv) {
       auto e0 = std::chrono::steady_clock::now();
       double total = 0;
       for (int s = 0; s < steps; ++s) {
-        total += trainer.step({{"x", batch_images(train, s * kBatch)}, {"y", batch_onehot(train, s * kBatch)}});
+        total += trainer.step(
+            {{"x", batch_images(train, s * kBatch)}, {"y", batch_onehot(train, s * kBatch)}});
         progress(s + 1, steps, total / (s + 1));
       }
       int correct = 0;
       for (int s = 0; s < kTest / kBatch; ++s) {
         std::vector<Tensor> args{batch_images(test, s * kBatch)};
-        for (const char* p : {"conv1.w", "conv1.b", "conv2.w", "conv2.b", "fc.w", "fc.b"}) args.push_back(trainer.parameter(p));
+        for (const char* p : {"conv1.w", "conv1.b", "conv2.w", "conv2.b", "fc.w", "fc.b"})
+          args.push_back(trainer.parameter(p));
         const Tensor logits = evaluate(args)[0];
         for (int i = 0; i < kBatch; ++i) {
           int best = 0;
@@ -176,7 +182,8 @@ int main(int argc, char** argv) {
           correct += best == test.labels[static_cast<size_t>(s * kBatch + i)];
         }
       }
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count();
       std::printf("%sepoch %2d/%d  loss %.4f  test accuracy %5.1f%%  (%.0f ms, %.2f ms/step)\n",
                   isatty(fileno(stdout)) ? "\r\033[K" : "", epoch, epochs, total / steps,
                   100.0 * correct / kTest, ms, ms / steps);

@@ -7,8 +7,8 @@
 
 #include "python/src/bindings.h"
 #include "python/src/graph_handle.h"
-#include "rewrite/grad.h"
-#include "rewrite/optimizer.h"
+#include "rewrite/autodiff/grad.h"
+#include "rewrite/autodiff/optimizer.h"
 #include "util/error.h"
 
 namespace kiln::python {
@@ -153,7 +153,8 @@ void bind_graph(nb::module_& m) {
           vars.push_back(v.var.var());
         }
         nb::list out;
-        for (Variable* gv : grad(*cost.graph, cost.var.var(), vars)) out.append(PyVar{cost.graph, Var(cost.graph.get(), gv)});
+        for (Variable* gv : grad(*cost.graph, cost.var.var(), vars))
+          out.append(PyVar{cost.graph, Var(cost.graph.get(), gv)});
         return out;
       },
       nb::arg("cost"), nb::arg("wrt"),
@@ -164,7 +165,8 @@ void bind_graph(nb::module_& m) {
         std::vector<Variable*> vars;
         for (const PyVar& v : params) vars.push_back(v.var.var());
         nb::list out;
-        for (Variable* s : add_optimizer_step(*loss.graph, loss.var.var(), vars, OptimizerOptions::parse(spec))) {
+        for (Variable* s :
+             add_optimizer_step(*loss.graph, loss.var.var(), vars, OptimizerOptions::parse(spec))) {
           out.append(PyVar{loss.graph, Var(loss.graph.get(), s)});
         }
         return out;

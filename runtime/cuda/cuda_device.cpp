@@ -11,8 +11,8 @@ namespace kiln {
 namespace {
 
 struct Choice {
-  std::unique_ptr<CudaDevice> device;
-  std::string why;  // when there is none
+  std::unique_ptr<Device> device;
+  std::string why;           // when there is none
   bool bad_setting = false;  // KILN_CUDA_DEVICE names no device kind
 };
 
@@ -44,7 +44,7 @@ std::string cuda_device_kind(std::string* why) {
   return c.device->emulated() ? "emulator" : "gpu";
 }
 
-CudaDevice& cuda_device() {
+Device& cuda_device() {
   Choice& c = choice();
   if (!c.device) {
     throw UserError("--device cuda: " + c.why +
@@ -52,13 +52,6 @@ CudaDevice& cuda_device() {
                     "on the CPU");
   }
   return *c.device;
-}
-
-DeviceStream& thread_stream() {
-  // Destroyed at thread exit (a worker's stream drains then), before the device itself.
-  thread_local std::unique_ptr<DeviceStream> stream;
-  if (!stream) stream = cuda_device().create_stream();
-  return *stream;
 }
 
 }  // namespace kiln

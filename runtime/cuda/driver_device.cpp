@@ -161,7 +161,7 @@ void DriverImage::launch(DeviceStream& stream, int kernel, const uint32_t dims[6
 
 // Synchronous copies use the legacy default stream; kiln's own work runs on per-thread
 // non-blocking streams, and the engine orders the two.
-class DriverDevice : public CudaDevice {
+class DriverDevice : public Device {
  public:
   DriverDevice(Driver d, CUcontext ctx, std::string name, std::string arch)
       : d_(std::move(d)), ctx_(ctx), name_(std::move(name)), arch_(std::move(arch)) {}
@@ -255,7 +255,7 @@ class DriverDevice : public CudaDevice {
 
 }  // namespace
 
-std::unique_ptr<CudaDevice> make_driver_device(std::string* why) {
+std::unique_ptr<Device> make_driver_device(std::string* why) {
   Driver d;
   d.handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!d.handle) {

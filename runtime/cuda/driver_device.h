@@ -9,6 +9,6 @@
 namespace kiln {
 
 // nullptr with `why` set when there is no driver or no GPU.
-std::unique_ptr<CudaDevice> make_driver_device(std::string* why);
+std::unique_ptr<Device> make_driver_device(std::string* why);
 
 }  // namespace kiln

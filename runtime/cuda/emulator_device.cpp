@@ -161,7 +161,8 @@ KILN_EMU_UNCHECKED void wait_at(FiberState where) {
   Block& b = *tl_block;
   Fiber& f = b.fibers[b.current];
 #ifdef KILN_EMU_TSAN
-  uint64_t* sync = where == FiberState::kAtBlockBarrier ? &b.block_sync : &b.warp_sync[b.current / 32];
+  uint64_t* sync =
+      where == FiberState::kAtBlockBarrier ? &b.block_sync : &b.warp_sync[b.current / 32];
   __tsan_release(sync);
 #endif
   f.state = where;
@@ -185,8 +186,8 @@ KILN_EMU_UNCHECKED unsigned host_warp_width() {
   return static_cast<unsigned>(std::min<size_t>(32, b.fibers.size() - base));
 }
 
-const kiln_emu_host kHost = {KILN_EMU_HOST_ABI, host_self, host_syncthreads, host_syncwarp,
-                             host_lane_slot, host_warp_width};
+const kiln_emu_host kHost = {KILN_EMU_HOST_ABI, host_self,      host_syncthreads,
+                             host_syncwarp,     host_lane_slot, host_warp_width};
 
 // Runs one block to completion: every runnable fiber in turn; when none can run, the warps
 // whose live threads all wait at a warp barrier go on, else (all waiting at __syncthreads)
@@ -212,7 +213,8 @@ KILN_EMU_UNCHECKED void run_block(Block& b, const std::string& kernel) {
       warp_barrier = warp_barrier || waiting;
       if (waiting && ready) {
         for (size_t i = w; i < end; ++i) {
-          if (b.fibers[i].state == FiberState::kAtWarpBarrier) b.fibers[i].state = FiberState::kRunning;
+          if (b.fibers[i].state == FiberState::kAtWarpBarrier)
+            b.fibers[i].state = FiberState::kRunning;
         }
         released = true;
       }
@@ -249,14 +251,16 @@ class EmulatedImage : public KernelImage, public std::enable_shared_from_this<Em
     }
     touch_shared_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "kiln_emu_touch_shared"));
     for (const auto& n : names) {
-      auto fn = reinterpret_cast<void (*)(void**)>(::dlsym(handle_, ("kiln_emu_entry_" + n).c_str()));
+      auto fn =
+          reinterpret_cast<void (*)(void**)>(::dlsym(handle_, ("kiln_emu_entry_" + n).c_str()));
       if (!fn) {
         ::dlclose(handle_);
         throw Error("CUDA emulator: kernel '" + n + "' is missing from " + path.string());
       }
       entries_.push_back(fn);
       // The argument sizes, so a launch can copy the values as cuLaunchKernel does.
-      auto sizes = reinterpret_cast<const unsigned*>(::dlsym(handle_, ("kiln_emu_sizes_" + n).c_str()));
+      auto sizes =
+          reinterpret_cast<const unsigned*>(::dlsym(handle_, ("kiln_emu_sizes_" + n).c_str()));
       if (!sizes) {
         ::dlclose(handle_);
         throw Error("CUDA emulator: kernel '" + n + "' has no argument sizes in " + path.string());
@@ -275,7 +279,8 @@ class EmulatedImage : public KernelImage, public std::enable_shared_from_this<Em
               void** args) override;
 
   // Runs one launch on the calling thread (the stream's), blocks one after another.
-  KILN_EMU_UNCHECKED void execute(int kernel, const uint32_t dims[6], uint32_t shared, void** args) {
+  KILN_EMU_UNCHECKED void execute(int kernel, const uint32_t dims[6], uint32_t shared,
+                                  void** args) {
     const std::string& name = names_[static_cast<size_t>(kernel)];
     // Fault injection: the device failing while it runs a kernel, which a GPU reports only
     // at the next synchronization point (as a sticky launch failure).
@@ -320,7 +325,9 @@ class EmulatedImage : public KernelImage, public std::enable_shared_from_this<Em
               for (uint32_t ty = 0; ty < dims[4]; ++ty)
                 for (uint32_t tx = 0; tx < dims[3]; ++tx, ++i) {
                   Fiber& f = b.fibers[i];
-                  f.index = {{tx, ty, tz}, {bx, by, bz}, {dims[3], dims[4], dims[5]},
+                  f.index = {{tx, ty, tz},
+                             {bx, by, bz},
+                             {dims[3], dims[4], dims[5]},
                              {dims[0], dims[1], dims[2]}};
                   prepare_fiber(b, f);
                 }
@@ -397,10 +404,14 @@ class EmulatedStream : public DeviceStream {
     cv_.notify_all();
   }
   void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
-    enqueue([dst, src, bytes] { if (bytes) std::memcpy(dst, src, bytes); });
+    enqueue([dst, src, bytes] {
+      if (bytes) std::memcpy(dst, src, bytes);
+    });
   }
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
-    enqueue([dst, src, bytes] { if (bytes) std::memcpy(dst, src, bytes); });
+    enqueue([dst, src, bytes] {
+      if (bytes) std::memcpy(dst, src, bytes);
+    });
   }
   std::shared_ptr<DeviceEvent> record() override {
     auto event = std::make_shared<EmulatedEvent>();
@@ -468,7 +479,7 @@ void EmulatedImage::launch(DeviceStream& stream, int kernel, const uint32_t dims
       [self, kernel, shared, l] { self->execute(kernel, l->dims, shared, l->args.data()); });
 }
 
-class EmulatorDevice : public CudaDevice {
+class EmulatorDevice : public Device {
  public:
   bool emulated() const override { return true; }
   std::string describe() const override { return "kiln CUDA emulator on the CPU (not a GPU)"; }
@@ -488,7 +499,8 @@ class EmulatorDevice : public CudaDevice {
       }
     }
     void* p = std::aligned_alloc(256, rounded);
-    if (!p) throw Error("CUDA emulator: out of memory allocating " + std::to_string(bytes) + " bytes");
+    if (!p)
+      throw Error("CUDA emulator: out of memory allocating " + std::to_string(bytes) + " bytes");
     sizes_[p] = rounded;
     in_use_ += rounded;
     return p;
@@ -504,7 +516,8 @@ class EmulatorDevice : public CudaDevice {
   }
   void* allocate_pinned(size_t bytes) override {
     void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-    if (!p) throw Error("CUDA emulator: out of host memory pinning " + std::to_string(bytes) + " bytes");
+    if (!p)
+      throw Error("CUDA emulator: out of host memory pinning " + std::to_string(bytes) + " bytes");
     return p;
   }
   void release_pinned(void* ptr) override { std::free(ptr); }
@@ -530,6 +543,6 @@ class EmulatorDevice : public CudaDevice {
 
 }  // namespace
 
-std::unique_ptr<CudaDevice> make_emulator_device() { return std::make_unique<EmulatorDevice>(); }
+std::unique_ptr<Device> make_emulator_device() { return std::make_unique<EmulatorDevice>(); }
 
 }  // namespace kiln

@@ -9,6 +9,6 @@
 
 namespace kiln {
 
-std::unique_ptr<CudaDevice> make_emulator_device();
+std::unique_ptr<Device> make_emulator_device();
 
 }  // namespace kiln

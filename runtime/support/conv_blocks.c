@@ -9,7 +9,7 @@
  * broadcasts for NP * KILN_CONV_BLOCK / VW fused multiply-adds. */
 #include <stdint.h>
 
-#include "runtime/module_abi.h"
+#include "runtime/module/module_abi.h"
 #include "runtime/support/conv_blocks.h"
 #include "runtime/support/kiln_clamp.h"
 

@@ -14,7 +14,7 @@
  * position and run across rows. */
 #include <stdint.h>
 
-#include "runtime/module_abi.h"
+#include "runtime/module/module_abi.h"
 #include "runtime/support/conv_nchwc.h"
 #include "runtime/support/kiln_clamp.h"
 

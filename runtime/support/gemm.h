@@ -1,7 +1,7 @@
 /* Floating GEMM for generated modules (kiln_support.gemm_f32/f64). */
 #ifndef KILN_SUPPORT_GEMM_H
 #define KILN_SUPPORT_GEMM_H
-#include "runtime/module_abi.h"
+#include "runtime/module/module_abi.h"
 
 int kiln_support_gemm_f32(kiln_ctx* ctx, int64_t M, int64_t N, int64_t K, float alpha,
                           const float* A, int64_t rsa, int64_t csa, const float* B, int64_t rsb,

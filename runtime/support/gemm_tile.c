@@ -14,7 +14,7 @@
  * per block shares L1 with whatever else the core runs.) */
 #include <stdint.h>
 
-#include "runtime/module_abi.h"
+#include "runtime/module/module_abi.h"
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_clamp.h"
 

@@ -1,7 +1,7 @@
 /* The host side of kiln_support: the loop-nest helpers compiled once into kiln. */
 #include <pthread.h>
 
-#include "runtime/module_abi.h"
+#include "runtime/module/module_abi.h"
 #include "runtime/support/conv_blocks.h"
 #include "runtime/support/conv_nchwc.h"
 #include "runtime/support/conv_nchwc_dw.h"

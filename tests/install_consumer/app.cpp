@@ -5,7 +5,7 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_loader.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

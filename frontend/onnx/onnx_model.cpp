@@ -1,0 +1,610 @@
+#include "frontend/onnx/onnx_model.h"
+
+#include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <onnx/onnx_pb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "frontend/onnx/onnx_importer.h"
+#include "frontend/onnx/onnx_ops.h"
+#include "frontend/onnx/onnx_sym.h"
+#include "frontend/onnx/onnx_tensor.h"
+#include "ops/library/op_library.h"
+#include "ops/registry.h"
+#include "util/error.h"
+#include "util/escape.h"
+#include "util/fs.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+namespace {
+
+std::string node_where(const onnx::NodeProto& n, int index) {
+  std::string s = "node " + std::to_string(index);
+  if (!n.name().empty()) s += " '" + n.name() + "'";
+  return s + " (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") +
+         n.op_type() + ")";
+}
+
+// Attributes as kiln props; TENSOR and GRAPH attributes are left to the converters.
+Attrs attrs_of(const onnx::NodeProto& n) {
+  Attrs a;
+  for (const auto& at : n.attribute()) {
+    switch (at.type()) {
+      case onnx::AttributeProto::INT:
+        a[at.name()] = static_cast<int64_t>(at.i());
+        break;
+      case onnx::AttributeProto::FLOAT:
+        a[at.name()] = static_cast<double>(at.f());
+        break;
+      case onnx::AttributeProto::STRING:
+        a[at.name()] = at.s();
+        break;
+      case onnx::AttributeProto::INTS:
+        a[at.name()] = std::vector<int64_t>(at.ints().begin(), at.ints().end());
+        break;
+      case onnx::AttributeProto::FLOATS: {
+        std::vector<double> v(at.floats().begin(), at.floats().end());
+        a[at.name()] = v;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return a;
+}
+
+int default_opset(const onnx::ModelProto& m, const std::string& origin) {
+  int opset = -1;
+  for (const auto& o : m.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = static_cast<int>(o.version());
+  }
+  if (opset < 0) {
+    // IR version 2 models carry no opset_import; they are opset 1, which kiln predates.
+    throw UnsupportedError(origin + ": the model imports no default-domain opset");
+  }
+  if (opset < kOnnxMinOpset || opset > kOnnxMaxOpset) {
+    throw UnsupportedError(origin + ": opset " + std::to_string(opset) +
+                           " is outside the supported " + std::to_string(kOnnxMinOpset) + ".." +
+                           std::to_string(kOnnxMaxOpset));
+  }
+  return opset;
+}
+
+TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
+  if (!v.type().has_tensor_type())
+    throw UnsupportedError(where + ": only tensor values are supported");
+  const auto& tt = v.type().tensor_type();
+  auto dt = dtype_from_onnx(tt.elem_type());
+  if (!dt) {
+    throw UnsupportedError(where + ": element type " + onnx_dtype_name(tt.elem_type()) +
+                           " is not supported");
+  }
+  if (!tt.has_shape())
+    throw UnsupportedError(where + ": the value has no shape (its rank must be known)");
+  TensorType t{*dt, {}};
+  for (const auto& d : tt.shape().dim())
+    t.dims.push_back(d.has_dim_value() ? d.dim_value() : kDynamic);
+  return t;
+}
+
+// Every unsupported op, attribute and output in the graph, in one list.
+void check_supported(const onnx::GraphProto& g, int opset, const std::string& origin) {
+  std::vector<std::string> problems;
+  std::set<std::string> bad_ops;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    const OnnxOpSpec* spec = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+    // An op library's op checks its own attributes when the node is built.
+    if (!spec && find_library_onnx_op(n.domain(), n.op_type())) continue;
+    if (!spec) {
+      problems.push_back(node_where(n, i) + ": op " + n.op_type() + " is not supported");
+      bad_ops.insert((default_domain ? "" : n.domain() + ".") + n.op_type());
+      continue;
+    }
+    for (const auto& at : n.attribute()) {
+      if (std::find(spec->attrs.begin(), spec->attrs.end(), at.name()) == spec->attrs.end()) {
+        problems.push_back(node_where(n, i) + ": attribute '" + at.name() + "' is not supported");
+      }
+    }
+    if (spec->check) {
+      try {
+        for (const auto& p : spec->check(attrs_of(n), n, opset))
+          problems.push_back(node_where(n, i) + ": " + p);
+      } catch (const UserError& e) {
+        problems.push_back(node_where(n, i) + ": " + e.what());
+      }
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg = origin + ": the model uses " + std::to_string(problems.size()) +
+                    " unsupported feature" + (problems.size() == 1 ? "" : "s");
+  if (!bad_ops.empty())
+    msg += " (ops: " + join(std::vector<std::string>(bad_ops.begin(), bad_ops.end()), ", ") + ")";
+  msg += ":";
+  for (const auto& p : problems) msg += "\n  " + p;
+  throw UnsupportedError(msg);
+}
+
+bool is_onnx_op(const onnx::NodeProto& n, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (n.op_type() == name) return true;
+  }
+  return false;
+}
+
+// uint64 values compute as int64 (the same bits): sums, differences, products and moves
+// stay exact, but an order or a quotient of values past 2^63 would not. Such ops on uint64
+// are refused rather than answered wrongly.
+void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
+  bool u64 = false;
+  for (int i = 0; i < n.input_size(); ++i) {
+    u64 = u64 || (!n.input(i).empty() && im.storage(n.input(i)) == DType::kUInt64);
+  }
+  if (u64 && !is_onnx_op(n, {"Add", "Sub", "Mul", "Identity", "Reshape", "Flatten", "Squeeze",
+                             "Unsqueeze", "Transpose", "Concat", "Slice", "Split", "Gather",
+                             "Expand", "Cast", "CastLike", "Equal", "Where", "Sum"})) {
+    throw UnsupportedError(n.op_type() +
+                           " on uint64 values (computed as int64, so values past "
+                           "2^63 would order and divide wrongly)");
+  }
+}
+
+// After an op on storage-type values, its results are stored back in that type: rounded
+// to float16 / bfloat16, or wrapped to the narrow integer, as a storage-type kernel would
+// (ops that only move or select values need nothing). Outputs of ONNX's fixed types (indices,
+// shapes, booleans) are left alone; Cast decides its own type.
+void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Var>& outs) {
+  if (is_onnx_op(n, {"Cast", "CastLike", "ArgMax", "ArgMin", "Shape", "Size", "NonZero"})) return;
+  std::optional<DType> st;
+  for (int i = 0; i < n.input_size() && !st; ++i) {
+    if (!n.input(i).empty()) st = im.storage(n.input(i));
+  }
+  const bool moves_only = is_onnx_op(
+      n, {"Identity", "Reshape", "Flatten", "Squeeze",        "Unsqueeze", "Transpose", "Concat",
+          "Slice",    "Split",   "Gather",  "GatherElements", "Expand",    "Tile",      "Pad",
+          "Max",      "Min",     "Where",   "Relu",           "MaxPool",   "ReduceMax", "ReduceMin",
+          "Dropout",  "Clip"});
+  for (size_t k = 0; k < outs.size() && static_cast<int>(k) < n.output_size(); ++k) {
+    const DType dt = outs[k].dtype();
+    if (auto compute = OnnxImporter::compute_type(dt)) {
+      // A converter made a storage-type value (Constant, Cast): enter its compute type.
+      outs[k] = apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*compute))}});
+      im.set_storage(n.output(static_cast<int>(k)), dt);
+      continue;
+    }
+    if (!st || OnnxImporter::compute_type(*st) != dt) continue;
+    if (n.op_type() == "TopK" && k == 1) continue;  // indices
+    if (!moves_only) {
+      outs[k] =
+          apply("convert", {apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*st))}})},
+                {{"to", std::string(dtype_name(dt))}});
+    }
+    im.set_storage(n.output(static_cast<int>(k)), *st);
+  }
+}
+
+// A node of a custom domain (or an op kiln lacks) that a loaded op library implements: every
+// given input in order, every attribute, and as many outputs as the op infers.
+std::vector<Var> convert_library_op(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  auto def = find_library_onnx_op(n.domain(), n.op_type());
+  check_internal(def != nullptr, "library op vanished");
+  for (const auto& at : n.attribute()) {
+    if (!a.count(at.name())) {
+      throw UnsupportedError("attribute '" + at.name() +
+                             "' is a tensor or graph, which ops from "
+                             "op libraries do not take");
+    }
+  }
+  std::vector<Variable*> inputs;
+  for (int i = 0; i < n.input_size(); ++i) {
+    if (n.input(i).empty()) {
+      throw UnsupportedError("input " + std::to_string(i) + " is omitted; " + def->where() +
+                             " takes its inputs in order");
+    }
+    inputs.push_back(im.in(n, i).var());
+  }
+  Node* node = im.graph().add_node(OpRegistry::instance().create(def->name, a), inputs, n.name());
+  std::vector<Var> outs;
+  for (Variable* v : node->outputs) outs.push_back(Var(&im.graph(), v));
+  return outs;
+}
+
+// Names become C comments, JSON, file names and messages: proto2 strings may hold any bytes,
+// so a name that is not UTF-8 is refused here, naming where it is, before anything is built.
+void check_names_utf8(const onnx::GraphProto& g, const std::string& where) {
+  auto check = [&](const std::string& name, const std::string& what) {
+    if (!is_utf8(name))
+      throw UserError(where + ": " + what + " " + in_quotes(name) + " is not UTF-8");
+  };
+  check(g.name(), "the graph name");
+  for (const auto& v : g.input()) check(v.name(), "graph input");
+  for (const auto& v : g.output()) check(v.name(), "graph output");
+  for (const auto& v : g.value_info()) check(v.name(), "value_info");
+  for (const auto& t : g.initializer()) check(t.name(), "initializer");
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const std::string node = "node " + std::to_string(i) + " (" + terminal_line(n.op_type()) + ")";
+    check(n.name(), node + ": the name");
+    check(n.op_type(), node + ": the op type");
+    check(n.domain(), node + ": the domain");
+    for (int k = 0; k < n.input_size(); ++k)
+      check(n.input(k), node + ": input " + std::to_string(k));
+    for (int k = 0; k < n.output_size(); ++k)
+      check(n.output(k), node + ": output " + std::to_string(k));
+    for (const auto& a : n.attribute()) {
+      check(a.name(), node + ": an attribute name");
+      if (a.has_g()) check_names_utf8(a.g(), where + ": " + node + " attribute " + a.name());
+      for (const auto& sub : a.graphs())
+        check_names_utf8(sub, where + ": " + node + " attribute " + a.name());
+    }
+  }
+}
+
+// The checks every parsed model gets, however it was read.
+void check_model_proto(const onnx::ModelProto& model, const std::string& origin) {
+  if (!model.has_graph())
+    throw UserError(origin + ": the model has no graph (is this an ONNX model file?)");
+  check_names_utf8(model.graph(), origin);
+}
+
+onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& origin) {
+  onnx::ModelProto model;
+  if (bytes.empty()) throw UserError(origin + ": the file is empty");
+  if (!model.ParseFromString(bytes)) {
+    throw UserError(origin +
+                    ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
+                    std::to_string(bytes.size()) + " bytes read)");
+  }
+  check_model_proto(model, origin);
+  return model;
+}
+
+// Parsed as it is read, through a 1 MiB buffer: the weights are copied once, from the page
+// cache into their strings, with no buffer of the whole file between (for a 100 MB model,
+// a buffer the file's size cost as much as the parse).
+onnx::ModelProto parse_model_file(const fs::path& path) {
+  const std::string origin = path.string();
+  const auto unreadable = [&](const std::string& why) {
+    return UserError(origin + ": cannot read the model file (" + why + ")");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw unreadable("cannot open '" + origin + "': " + std::strerror(errno));
+  google::protobuf::io::FileInputStream in(fd, 1 << 20);
+  in.SetCloseOnDelete(true);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw unreadable(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw unreadable("cannot read '" + origin + "': it is a folder");
+  onnx::ModelProto model;
+  const bool parsed = model.ParseFromZeroCopyStream(&in);
+  if (in.GetErrno() != 0) throw unreadable(std::string("read: ") + std::strerror(in.GetErrno()));
+  if (in.ByteCount() == 0) throw UserError(origin + ": the file is empty");
+  if (!parsed) {
+    throw UserError(origin +
+                    ": not a valid ONNX model (the protobuf data is truncated or corrupt; " +
+                    std::to_string(in.ByteCount()) + " bytes read)");
+  }
+  check_model_proto(model, origin);
+  return model;
+}
+
+}  // namespace
+
+std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin) {
+  const onnx::ModelProto model = parse_model_proto(bytes, origin);
+  const auto& gp = model.graph();
+  std::set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  std::vector<ModelInput> out;
+  for (int i = 0; i < gp.input_size(); ++i) {
+    const auto& v = gp.input(i);
+    if (init_names.count(v.name())) continue;
+    out.push_back({v.name(), value_type(v, origin + ": graph input " + std::to_string(i) + " '" +
+                                               v.name() + "'")});
+  }
+  return out;
+}
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir) {
+  return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{});
+}
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir,
+                       const std::map<std::string, Tensor>& input_values) {
+  return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{input_values, {}});
+}
+
+std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
+                              const std::string& value) {
+  onnx::ModelProto model = parse_model_proto(bytes, origin);
+  auto* gp = model.mutable_graph();
+  int last = -1;
+  for (int i = 0; i < gp->node_size() && last < 0; ++i) {
+    for (const std::string& out : gp->node(i).output()) {
+      if (out == value) last = i;
+    }
+  }
+  bool is_input = false;
+  for (const auto& in : gp->input()) is_input = is_input || in.name() == value;
+  if (last < 0 && !is_input) throw UserError(origin + ": no node produces '" + value + "'");
+  // Nodes are in topological order, so the prefix holds everything `value` needs.
+  gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
+  gp->clear_output();
+  gp->add_output()->set_name(value);
+  return model.SerializeAsString();
+}
+
+namespace {
+
+Graph import_model(const onnx::ModelProto& model, const std::string& origin,
+                   const fs::path& base_dir, const OnnxBindings& bindings) {
+  const std::map<std::string, Tensor>& input_values = bindings.input_values;
+  const int opset = default_opset(model, origin);
+  const auto& gp = model.graph();
+  check_supported(gp, opset, origin);
+
+  Graph graph(gp.name().empty() ? fs::path(origin).stem().string() : gp.name());
+  OnnxImporter im(graph, opset, origin);
+  std::set<std::string> init_names;
+  for (int i = 0; i < gp.initializer_size(); ++i) {
+    const auto& t = gp.initializer(i);
+    const std::string where = origin + ": initializer " + std::to_string(i) + " '" + t.name() + "'";
+    if (t.name().empty()) throw UserError(where + " has no name");
+    Tensor value = tensor_from_onnx(t, base_dir, where);
+    if (auto compute = OnnxImporter::compute_type(value.dtype())) {
+      // Weights of a storage type are kept in their compute type (exactly).
+      im.set_storage(t.name(), value.dtype());
+      value = convert_tensor(value, *compute);
+    }
+    im.add_known(t.name(), std::move(value), true);
+    init_names.insert(t.name());
+  }
+  if (gp.sparse_initializer_size() > 0)
+    throw UnsupportedError(origin + ": sparse initializers are not supported");
+  for (int i = 0; i < gp.input_size(); ++i) {
+    const auto& v = gp.input(i);
+    if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
+    const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
+    const TensorType type = value_type(v, where);
+    if (auto bound = input_values.find(v.name()); bound != input_values.end()) {
+      if (bound->second.dtype() != type.dtype || !type.accepts(bound->second.shape())) {
+        throw UserError(where + ": the value given is " + bound->second.describe() +
+                        ", the input is " + type.to_string());
+      }
+      if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+        im.set_storage(v.name(), type.dtype);
+        im.add_known(v.name(), convert_tensor(bound->second, *compute), false);
+      } else {
+        im.add_known(v.name(), bound->second, false);
+      }
+      continue;
+    }
+    Variable* in = graph.add_input(v.name(), type);
+    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+      // A storage-type input enters in its compute type.
+      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
+      im.set_storage(v.name(), type.dtype);
+    }
+    im.add_graph_input(v.name(), in);
+  }
+  std::set<Variable*> named;
+  // Imports a graph's nodes (the model's, or an If branch inlined into it).
+  std::function<void(const onnx::GraphProto&)> import_nodes;
+  // An If whose condition is known at load time (exporters emit these for shape checks):
+  // the chosen branch's nodes join the graph and its outputs become the If's.
+  auto inline_if = [&](const onnx::NodeProto& n) {
+    const Tensor* cond = OnnxImporter::has_input(n, 0) ? im.known(n.input(0)) : nullptr;
+    // A condition given as a graph input: ModelFunction builds the model per its value.
+    if (!cond && OnnxImporter::has_input(n, 0) && im.is_graph_input(n.input(0)))
+      cond = &im.const_in(n, 0, "cond");
+    if (!cond || cond->numel() != 1) {
+      throw UnsupportedError(
+          "If with a condition known only at run time (kiln compiles one graph: the branch "
+          "must be chosen when the model loads)");
+    }
+    const std::string which = cond->load(0) != 0 ? "then_branch" : "else_branch";
+    const onnx::GraphProto* branch = nullptr;
+    for (const auto& at : n.attribute()) {
+      if (at.name() == which && at.has_g()) branch = &at.g();
+    }
+    if (!branch) throw UserError("If has no " + which);
+    for (int i = 0; i < branch->initializer_size(); ++i) {
+      const auto& t = branch->initializer(i);
+      im.add_known(
+          t.name(),
+          tensor_from_onnx(t, base_dir, origin + ": " + which + " initializer '" + t.name() + "'"),
+          true);
+    }
+    import_nodes(*branch);
+    if (branch->output_size() != n.output_size()) {
+      throw UserError(which + " has " + std::to_string(branch->output_size()) +
+                      " outputs, the If " + std::to_string(n.output_size()));
+    }
+    for (int k = 0; k < n.output_size(); ++k) {
+      const std::string &from = branch->output(k).name(), &to = n.output(k);
+      if (to.empty()) continue;
+      if (auto st = im.storage(from)) im.set_storage(to, *st);
+      if (const Tensor* v = im.known(from)) {
+        im.add_known(to, *v, false);
+      } else if (const SymValue* sv = im.sym(from)) {
+        im.add_sym(to, *sv);
+      } else if (Variable* var = im.variable(from)) {
+        im.bind(to, Var(&graph, var));
+      } else {
+        throw UserError(which + " output '" + from + "' is not produced by any node");
+      }
+    }
+  };
+  import_nodes = [&](const onnx::GraphProto& gp_) {
+    for (int i = 0; i < gp_.node_size(); ++i) {
+      const auto& n = gp_.node(i);
+      const Attrs attrs = attrs_of(n);
+      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+      const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+      const OnnxOpSpec library_spec{
+          {}, nullptr, [&](OnnxImporter& im_, const onnx::NodeProto& node, const Attrs& a) {
+            return convert_library_op(im_, node, a);
+          }};
+      const OnnxOpSpec& spec = found ? *found : library_spec;
+      try {
+        // A subgraph's ops were not in the model-wide check.
+        if (!found && !find_library_onnx_op(n.domain(), n.op_type()))
+          throw UnsupportedError("op " + n.op_type() + " is not supported");
+        if (found && n.op_type() == "If") {
+          inline_if(n);
+          continue;
+        }
+        // A NonZero whose input is computed at run time: its output, computed by the
+        // caller between stages, enters as a graph input.
+        if (n.output_size() == 1 && bindings.staged.count(n.output(0)) &&
+            !(OnnxImporter::has_input(n, 0) && im.known(n.input(0)))) {
+          im.add_graph_input(n.output(0),
+                             graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
+          continue;
+        }
+        // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
+        if (found && fold_symbolic(im, n)) continue;
+        auto convert = [&] { return spec.convert(im, n, attrs); };
+        // Library ops are left to the rewrites' folding, which skips ops without a reference.
+        if (found && n.op_type() != "Shape" && n.op_type() != "Size" && n.input_size() > 0 &&
+            im.try_fold(n, convert))
+          continue;
+        check_storage_inputs(im, n);
+        const size_t first_new = graph.nodes().size();
+        std::vector<Var> outs = convert();
+        round_to_storage(im, n, outs);
+        im.record_value_deps(n);
+        // The nodes this ONNX node became carry its name (in labels, errors, kiln report).
+        for (size_t k = first_new; k < graph.nodes().size(); ++k) {
+          if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
+        }
+        if (static_cast<int>(outs.size()) < n.output_size()) {
+          for (int k = static_cast<int>(outs.size()); k < n.output_size(); ++k) {
+            if (!n.output(k).empty())
+              throw UnsupportedError("output " + std::to_string(k) + " '" + n.output(k) +
+                                     "' is not supported");
+          }
+        }
+        for (int k = 0; k < n.output_size(); ++k) {
+          if (n.output(k).empty()) continue;
+          Var v = outs[static_cast<size_t>(k)];
+          // Values known at load time (Constant, Shape, ...) are recorded as values, so
+          // later shape inputs can read them; they reach the graph only if used as data.
+          if (v.var()->kind == VarKind::kConstant && !v.var()->parameter && v.var()->value) {
+            Tensor value = *v.var()->value;
+            if (auto compute = OnnxImporter::compute_type(value.dtype())) {
+              im.set_storage(n.output(k), value.dtype());
+              value = convert_tensor(value, *compute);
+            }
+            im.add_known(n.output(k), value, false);
+          } else {
+            // Node outputs carry their ONNX names (in errors, `kiln source`, output files).
+            Variable* var = v.var();
+            if (var->kind == VarKind::kNodeOutput && !named.count(var) &&
+                !graph.find_variable(n.output(k))) {
+              graph.rename(var, n.output(k));
+              named.insert(var);
+            }
+            im.bind(n.output(k), v);
+          }
+        }
+      } catch (const InputValueNeeded& e) {
+        throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const RunTimeValueNeeded& e) {
+        throw RunTimeValueNeeded(e.value(), e.output(), e.type(),
+                                 origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
+      } catch (const UserError& e) {
+        throw UserError(origin + ": " + node_where(n, i) + ": " + e.what());
+      }
+    }
+  };
+  import_nodes(gp);
+  std::vector<Variable*> outputs;
+  std::set<Variable*> used;
+  for (int i = 0; i < gp.output_size(); ++i) {
+    const std::string& name = gp.output(i).name();
+    Variable* v = graph.find_variable(name);
+    if (const Tensor* value = im.known(name); value && (!v || v->kind != VarKind::kNodeOutput)) {
+      // A value known at load time (Constant, Shape): the module copies it out.
+      v = graph.add_constant(*value, graph.fresh_name(name + ":value"));
+    } else {
+      v = im.variable(name);
+    }
+    if (!v) throw UserError(origin + ": graph output '" + name + "' is not produced by any node");
+    if (auto st = im.storage(name)) {
+      // Back to the storage type the model declares, under the output's name (the value
+      // in its compute type gives the name up).
+      if (v->name == name)
+        graph.rename(v, graph.fresh_name(name + ":" + std::string(dtype_name(v->type.dtype))));
+      Node* c = graph.add_node(
+          OpRegistry::instance().create("convert", {{"to", std::string(dtype_name(*st))}}), {v}, "",
+          {name});
+      used.insert(c->outputs[0]);
+      outputs.push_back(c->outputs[0]);
+      continue;
+    }
+    // Every output gets its own node-computed variable carrying the ONNX name, so the CLI
+    // can write DIR/<name>.npy and outputs that repeat a value stay distinct.
+    const bool input_itself = v->kind == VarKind::kInput && v->name == name;
+    if (!input_itself && (v->kind != VarKind::kNodeOutput || used.count(v) || v->name != name)) {
+      Var src(&graph, v);
+      std::vector<int64_t> same(static_cast<size_t>(src.rank()), 0);
+      Node* copy = graph.add_node(OpRegistry::instance().create("reshape", {{"shape", same}}), {v},
+                                  "", {name});
+      v = copy->outputs[0];
+    }
+    used.insert(v);
+    outputs.push_back(v);
+  }
+  graph.set_outputs(outputs);
+  return graph;
+}
+
+}  // namespace
+
+Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
+                       const fs::path& base_dir, const OnnxBindings& bindings) {
+  return import_model(parse_model_proto(bytes, origin), origin, base_dir, bindings);
+}
+
+namespace {
+
+bool has_external_data(const onnx::GraphProto& g) {
+  for (const auto& t : g.initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) return true;
+  for (const auto& n : g.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) return true;
+      if (a.has_g() && has_external_data(a.g())) return true;
+      for (const auto& sub : a.graphs())
+        if (has_external_data(sub)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Graph load_onnx_model(const fs::path& path, bool* uses_external_data) {
+  const onnx::ModelProto model = parse_model_file(path);
+  if (uses_external_data) *uses_external_data = has_external_data(model.graph());
+  return import_model(model, path.string(), path.parent_path(), OnnxBindings{});
+}
+
+}  // namespace kiln

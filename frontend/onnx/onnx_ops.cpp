@@ -1,0 +1,37 @@
+#include "frontend/onnx/onnx_ops.h"
+
+#include <map>
+
+#include "frontend/onnx/onnx_op_support.h"
+
+namespace kiln {
+namespace {
+
+const onnx_import::OpTable& table() {
+  static const onnx_import::OpTable t = [] {
+    onnx_import::OpTable t;
+    onnx_import::add_elementwise_ops(t);
+    onnx_import::add_nn_ops(t);
+    onnx_import::add_reduce_ops(t);
+    onnx_import::add_shape_ops(t);
+    onnx_import::add_value_ops(t);
+    onnx_import::add_composite_ops(t);
+    return t;
+  }();
+  return t;
+}
+
+}  // namespace
+
+const OnnxOpSpec* find_onnx_op(const std::string& op_type) {
+  auto it = table().find(op_type);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> onnx_op_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, spec] : table()) out.push_back(name);
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+#include "ops/c/gemm_pack.h"
+
+#include <cstring>
+
+#include "util/error.h"
+
+namespace kiln {
+
+int64_t gemm_panel_width(DType dtype) {
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+    throw InternalError("gemm panels hold float32 or float64, not " +
+                        std::string(dtype_name(dtype)));
+  }
+  return kGemmPanelBytes / static_cast<int64_t>(dtype_size(dtype));
+}
+
+Shape gemm_packed_shape(DType dtype, int64_t k, int64_t n) {
+  const int64_t p = gemm_panel_width(dtype);
+  return {(n + p - 1) / p, k, p};
+}
+
+Tensor pack_gemm_panels(const Tensor& b, bool trans) {
+  if (b.ndim() != 2) throw InternalError("pack_gemm_panels: B must be 2-D, got " + b.describe());
+  const int64_t k = b.shape()[trans ? 1 : 0], n = b.shape()[trans ? 0 : 1];
+  const int64_t p = gemm_panel_width(b.dtype());
+  Tensor out = Tensor::zeros(b.dtype(), gemm_packed_shape(b.dtype(), k, n));
+  const Tensor src = b.contiguous();
+  const size_t es = dtype_size(b.dtype());
+  const char* from = static_cast<const char*>(src.data());
+  char* to = static_cast<char*>(out.data());
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t s = trans ? j * k + i : i * n + j;
+      std::memcpy(to + gemm_packed_index(i, j, k, p) * static_cast<int64_t>(es),
+                  from + s * static_cast<int64_t>(es), es);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,402 @@
+#include "ops/grad/window_ops.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+#include "util/strings.h"
+
+namespace kiln {
+namespace {
+
+// Elements of the per-part buffer that holds a chunk of dY rows and im2col columns: about
+// half a core's L2, so the dot products re-read both from cache.
+constexpr int64_t kWgradChunk = 32768;
+
+void require_float_window(const TensorType& x, const std::string& op, const std::string& what) {
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64) {
+    throw UnsupportedError(op + ": " + what + " " + x.to_string() +
+                           " (float32 and float64 are supported)");
+  }
+  if (x.rank() != 3 && x.rank() != 4) {
+    throw UnsupportedError(op + ": rank-" + std::to_string(x.rank()) + " " + what +
+                           " (1-D and 2-D windows are supported)");
+  }
+  for (int d = 1; d < x.rank(); ++d) {
+    if (x.dims[static_cast<size_t>(d)] == kDynamic) {
+      throw UnsupportedError(op + ": channel and spatial dimensions must be static, got " + what +
+                             " " + x.to_string());
+    }
+  }
+}
+
+// The C expressions of a tensor's element strides over (n, c, y, x); 1-D has no y.
+struct PlaneStrides {
+  std::string n, c, y, x;
+};
+PlaneStrides plane_strides(const std::string& t, bool one_d) {
+  return {t + "->strides[0]", t + "->strides[1]", one_d ? "0" : t + "->strides[2]",
+          t + "->strides[" + std::string(one_d ? "2" : "3") + "]"};
+}
+
+std::vector<WindowDims> as_2d(std::vector<WindowDims> g) {
+  if (g.size() == 1) g.insert(g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
+  return g;
+}
+
+}  // namespace
+
+// ---- max_pool_grad ------------------------------------------------------------------------
+
+MaxPoolGrad::MaxPoolGrad(Attrs props) : COp("max_pool_grad", std::move(props)) {
+  check_known_attrs(this->props(),
+                    {"kernel_shape", "strides", "dilations", "pads", "auto_pad", "ceil_mode"});
+  window_ = WindowAttrs::from_props(this->props(), name());
+  if (window_.kernel.empty()) throw AttrError("kernel_shape", "is required");
+}
+
+std::vector<WindowDims> MaxPoolGrad::geometry(const std::vector<int64_t>& x) const {
+  return resolve_window(window_, std::vector<int64_t>(x.begin() + 2, x.end()), window_.kernel,
+                        name());
+}
+
+std::vector<TensorType> MaxPoolGrad::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 3) throw UserError(name() + " takes 3 inputs (X, Y, dY)");
+  const TensorType& x = inputs[0];
+  require_float_window(x, name(), "input");
+  std::vector<int64_t> pooled{x.dims[0], x.dims[1]};
+  for (const auto& g : geometry(x.dims)) pooled.push_back(g.out);
+  for (size_t k = 1; k < 3; ++k) {
+    const TensorType& t = inputs[k];
+    bool fits = t.dtype == x.dtype && t.rank() == x.rank();
+    for (size_t d = 0; fits && d < pooled.size(); ++d) {
+      fits = t.dims[d] == pooled[d] || t.dims[d] == kDynamic || pooled[d] == kDynamic;
+    }
+    if (!fits) {
+      throw UserError(name() + ": " + std::string(k == 1 ? "pooled output" : "output gradient") +
+                      " " + t.to_string() + " does not match the pooling of " + x.to_string());
+    }
+  }
+  return {x};
+}
+
+std::vector<Shape> MaxPoolGrad::infer_shape(const std::vector<Shape>& inputs) const {
+  Shape pooled{inputs[0][0], inputs[0][1]};
+  for (const auto& g : geometry(inputs[0])) pooled.push_back(g.out);
+  for (size_t k = 1; k < 3; ++k) {
+    if (inputs[k] != pooled) {
+      throw UserError(name() + ": input " + std::to_string(k) + " has shape " +
+                      dims_to_string(inputs[k]) + ", the pooling of " + dims_to_string(inputs[0]) +
+                      " gives " + dims_to_string(pooled));
+    }
+  }
+  return {inputs[0]};
+}
+
+void MaxPoolGrad::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor &x = inputs[0], &y = inputs[1], &dy = inputs[2];
+  Tensor& dx = outputs[0];
+  const auto g = as_2d(geometry(x.shape()));
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = g[0].in, w = g[1].in;
+  for (int64_t i = 0; i < dx.numel(); ++i) dx.store(i, 0.0);
+  for (int64_t p = 0, flat = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < g[0].out; ++oy) {
+      for (int64_t ox = 0; ox < g[1].out; ++ox, ++flat) {
+        const double target = y.load(flat);
+        bool found = false;
+        for (int64_t i = 0; i < g[0].kernel && !found; ++i) {
+          const int64_t yy = oy * g[0].stride - g[0].pad_begin + i * g[0].dilation;
+          if (yy < 0 || yy >= h) continue;
+          for (int64_t j = 0; j < g[1].kernel && !found; ++j) {
+            const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
+            if (xx < 0 || xx >= w) continue;
+            const int64_t at = (p * h + yy) * w + xx;
+            if (x.load(at) == target) {
+              dx.store(at, dx.load(at) + dy.load(flat));
+              found = true;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string MaxPoolGrad::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& xt = node.inputs[0]->type;
+  const std::string T = xt.dtype == DType::kFloat32 ? "float" : "double";
+  const auto geo = geometry(xt.dims);
+  const bool one_d = geo.size() == 1;
+  const std::string& ctx = sub.ctx;
+  const PlaneStrides xs = plane_strides(names.inputs[0], one_d),
+                     ys = plane_strides(names.inputs[1], one_d),
+                     gs = plane_strides(names.inputs[2], one_d);
+  auto at = [](const std::string& t, const PlaneStrides& s, const std::string& yy,
+               const std::string& xx) {
+    return t + "[" + yy + " * " + s.y + " + " + xx + " * " + s.x + "]";
+  };
+  // Each part zeroes and fills a contiguous range of (n, c) planes of dX.
+  std::string s = "{\n";
+  s += "  const kiln_window g = " + window_c_init(geo, sub) + ";\n";
+  s += "  const int64_t C = " + names.inputs[0] + "->shape[1], planes = " + names.inputs[0] +
+       "->shape[0] * C, hw = g.h * g.w;\n";
+  s += "  const int64_t lo = planes * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t hi = planes * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  s += "  for (int64_t p = lo; p < hi; ++p) {\n";
+  s += "    const int64_t n = p / C, c = p % C;\n";
+  s += "    const " + T + " *xp = (const " + T + " *)" + names.inputs[0] + "->data + n * " + xs.n +
+       " + c * " + xs.c + ";\n";
+  s += "    const " + T + " *yp = (const " + T + " *)" + names.inputs[1] + "->data + n * " + ys.n +
+       " + c * " + ys.c + ";\n";
+  s += "    const " + T + " *gp = (const " + T + " *)" + names.inputs[2] + "->data + n * " + gs.n +
+       " + c * " + gs.c + ";\n";
+  s += "    " + T + " *dp = (" + T + " *)" + names.outputs[0] + "->data + p * hw;\n";
+  s += "    for (int64_t i = 0; i < hw; ++i) dp[i] = 0;\n";
+  s += "    for (int64_t oy = 0; oy < g.oh; ++oy) {\n";
+  s += "      for (int64_t ox = 0; ox < g.ow; ++ox) {\n";
+  // The taps run backwards and keep the last match: the first maximum, without the
+  // data-dependent branch that mispredicts on every other window.
+  s += "        const " + T + " target = " + at("yp", ys, "oy", "ox") + ";\n";
+  s += "        int64_t best = -1;\n";
+  s += "        for (int64_t i = g.kh - 1; i >= 0; --i) {\n";
+  s += "          const int64_t yy = oy * g.sh - g.ph + i * g.dh;\n";
+  s += "          if (yy < 0 || yy >= g.h) continue;\n";
+  s += "          for (int64_t j = g.kw - 1; j >= 0; --j) {\n";
+  s += "            const int64_t xx = ox * g.sw - g.pw + j * g.dw;\n";
+  s += "            if (xx < 0 || xx >= g.w) continue;\n";
+  s += "            best = " + at("xp", xs, "yy", "xx") + " == target ? yy * g.w + xx : best;\n";
+  s += "          }\n";
+  s += "        }\n";
+  s += "        if (best >= 0) dp[best] += " + at("gp", gs, "oy", "ox") + ";\n";
+  s += "      }\n";
+  s += "    }\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+// ---- conv_weight_grad ---------------------------------------------------------------------
+
+ConvWeightGrad::ConvWeightGrad(Attrs props) : COp("conv_weight_grad", std::move(props)) {
+  check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "dilations", "pads",
+                                    "auto_pad", "slices"});
+  window_ = WindowAttrs::from_props(this->props(), name());
+  if (window_.kernel.empty()) throw AttrError("kernel_shape", "is required");
+  group_ = attr_int(this->props(), "group", 1);
+  if (group_ < 1) throw AttrError("group", "must be >= 1");
+  slices_ = attr_int(this->props(), "slices", 1);
+  if (slices_ < 1) throw AttrError("slices", "must be >= 1");
+}
+
+std::vector<WindowDims> ConvWeightGrad::geometry(const std::vector<int64_t>& x) const {
+  return resolve_window(window_, std::vector<int64_t>(x.begin() + 2, x.end()), window_.kernel,
+                        name());
+}
+
+std::vector<TensorType> ConvWeightGrad::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2) throw UserError(name() + " takes 2 inputs (X, dY)");
+  const TensorType &x = inputs[0], &dy = inputs[1];
+  require_float_window(x, name(), "input");
+  require_float_window(dy, name(), "output gradient");
+  const auto geo = geometry(x.dims);
+  bool fits = dy.dtype == x.dtype && dy.rank() == x.rank() &&
+              (dy.dims[0] == x.dims[0] || dy.dims[0] == kDynamic || x.dims[0] == kDynamic);
+  for (size_t i = 0; fits && i < geo.size(); ++i) fits = dy.dims[i + 2] == geo[i].out;
+  if (!fits) {
+    throw UserError(name() + ": output gradient " + dy.to_string() +
+                    " does not match the convolution of " + x.to_string());
+  }
+  const int64_t c = x.dims[1], m = dy.dims[1];
+  if (c % group_ != 0 || m % group_ != 0) {
+    throw UserError(name() + ": " + std::to_string(c) + " input and " + std::to_string(m) +
+                    " output channels do not divide into group " + std::to_string(group_));
+  }
+  TensorType out{x.dtype, {slices_, m, c / group_}};
+  for (const auto& g : geo) out.dims.push_back(g.kernel);
+  return {out};
+}
+
+std::vector<Shape> ConvWeightGrad::infer_shape(const std::vector<Shape>& inputs) const {
+  if (inputs[1][0] != inputs[0][0]) {
+    throw UserError(name() + ": output gradient " + dims_to_string(inputs[1]) + " and input " +
+                    dims_to_string(inputs[0]) + " differ in batch");
+  }
+  Shape out{slices_, inputs[1][1], inputs[0][1] / group_};
+  for (const auto& g : geometry(inputs[0])) out.push_back(g.kernel);
+  return {out};
+}
+
+double ConvWeightGrad::flops(const std::vector<Shape>& inputs,
+                             const std::vector<Shape>& outputs) const {
+  // A multiply-add per weight element, image and output position.
+  double positions = static_cast<double>(inputs[1][0]);
+  for (size_t d = 2; d < inputs[1].size(); ++d) positions *= static_cast<double>(inputs[1][d]);
+  return 2.0 * positions * static_cast<double>(shape_numel(outputs.at(0))) /
+         static_cast<double>(slices_);
+}
+
+void ConvWeightGrad::perform(const std::vector<Tensor>& inputs,
+                             std::vector<Tensor>& outputs) const {
+  const Tensor &x = inputs[0], &dy = inputs[1];
+  Tensor& dw = outputs[0];
+  const auto g = as_2d(geometry(x.shape()));
+  const int64_t batch = x.shape()[0], c = x.shape()[1], m = dy.shape()[1];
+  const int64_t cg = c / group_, mg = m / group_;
+  const int64_t h = g[0].in, w = g[1].in, oh = g[0].out, ow = g[1].out, rows = batch * oh;
+  int64_t flat = 0;
+  for (int64_t sl = 0; sl < slices_; ++sl) {
+    // Slice sl sums the output rows (n, oy) of [rows * sl / S, rows * (sl + 1) / S).
+    const int64_t r_lo = rows * sl / slices_, r_hi = rows * (sl + 1) / slices_;
+    for (int64_t oc = 0; oc < m; ++oc) {
+      for (int64_t ci = 0; ci < cg; ++ci) {
+        const int64_t ch = oc / mg * cg + ci;
+        for (int64_t i = 0; i < g[0].kernel; ++i) {
+          for (int64_t j = 0; j < g[1].kernel; ++j, ++flat) {
+            double acc = 0;
+            for (int64_t r = r_lo; r < r_hi; ++r) {
+              const int64_t n = r / oh, oy = r % oh;
+              const int64_t yy = oy * g[0].stride - g[0].pad_begin + i * g[0].dilation;
+              if (yy < 0 || yy >= h) continue;
+              for (int64_t ox = 0; ox < ow; ++ox) {
+                const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
+                if (xx < 0 || xx >= w) continue;
+                acc += dy.load(((n * m + oc) * oh + oy) * ow + ox) *
+                       x.load(((n * c + ch) * h + yy) * w + xx);
+              }
+            }
+            dw.store(flat, acc);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string ConvWeightGrad::c_support_code() const {
+  // c[i*ldc + j] += sum_k a[i*len + k] * b[j*len + k] for i < m, j < n: two rows of each
+  // side at a time (four dot products share their loads), sixteen lanes each, so the loop
+  // vectorizes without reassociating one sum.
+  std::string s;
+  for (const char* t : {"float", "double"}) {
+    const std::string T = t, S = T == "float" ? "f32" : "f64";
+    s += "static __attribute__((unused)) void kiln_wgrad_dots_" + S +
+         "(int64_t m, int64_t n, int64_t len, const " + T + " *a, const " + T + " *b, " + T +
+         " *c, int64_t ldc) {\n";
+    s += "  const int64_t lv = len - len % 16;\n";
+    s += "  for (int64_t i = 0; i < m; i += 2) {\n";
+    s += "    const " + T + " *a0 = a + i * len, *a1 = i + 1 < m ? a0 + len : a0;\n";
+    s += "    for (int64_t j = 0; j < n; j += 2) {\n";
+    s += "      const " + T + " *b0 = b + j * len, *b1 = j + 1 < n ? b0 + len : b0;\n";
+    s += "      " + T + " s00[16], s01[16], s10[16], s11[16];\n";
+    s += "      for (int l = 0; l < 16; ++l) s00[l] = s01[l] = s10[l] = s11[l] = 0;\n";
+    s += "      for (int64_t k = 0; k < lv; k += 16) {\n";
+    s += "        KILN_LANES for (int l = 0; l < 16; ++l) {\n";
+    s += "          const " + T +
+         " x0 = a0[k + l], x1 = a1[k + l], y0 = b0[k + l], y1 = b1[k + l];\n";
+    s += "          s00[l] += x0 * y0; s01[l] += x0 * y1; s10[l] += x1 * y0; s11[l] += x1 * y1;\n";
+    s += "        }\n";
+    s += "      }\n";
+    s += "      " + T + " t00 = 0, t01 = 0, t10 = 0, t11 = 0;\n";
+    s += "      for (int l = 0; l < 16; ++l) { t00 += s00[l]; t01 += s01[l]; t10 += s10[l]; t11 += "
+         "s11[l]; }\n";
+    s += "      for (int64_t k = lv; k < len; ++k) {\n";
+    s += "        t00 += a0[k] * b0[k]; t01 += a0[k] * b1[k]; t10 += a1[k] * b0[k]; t11 += a1[k] * "
+         "b1[k];\n";
+    s += "      }\n";
+    s += "      c[i * ldc + j] += t00;\n";
+    s += "      if (j + 1 < n) c[i * ldc + j + 1] += t01;\n";
+    s += "      if (i + 1 < m) {\n";
+    s += "        c[(i + 1) * ldc + j] += t10;\n";
+    s += "        if (j + 1 < n) c[(i + 1) * ldc + j + 1] += t11;\n";
+    s += "      }\n";
+    s += "    }\n";
+    s += "  }\n";
+    s += "}\n";
+  }
+  return s;
+}
+
+// Parts take units of (slice, block of each group's output channels). A unit walks its
+// slice's output rows in chunks (spanning images): per group, the block's dY rows side by
+// side (A, rows x len) and the group's channels im2col'd (B, cg*taps x len), and its rows of
+// dW gain A B^T. Slices need no im2col twice; blocks (when there are few slices, for a big
+// dW) re-im2col per block, a small cost beside the many output channels that make dW big.
+std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& xt = node.inputs[0]->type;
+  const bool f32 = xt.dtype == DType::kFloat32;
+  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
+  const auto geo = geometry(xt.dims);
+  const bool one_d = geo.size() == 1;
+  const int64_t c = xt.dims[1], m = node.inputs[1]->type.dims[1];
+  const int64_t cg = c / group_, mg = m / group_;
+  int64_t taps = 1;
+  for (const auto& d : geo) taps *= d.kernel;
+  const int64_t blocks = slices_ >= 8 ? 1 : std::clamp<int64_t>((8 + slices_ - 1) / slices_, 1, mg);
+  const int64_t rows_max = (mg + blocks - 1) / blocks;
+  const std::string& X = names.inputs[0];
+  const std::string& D = names.inputs[1];
+  const std::string& ctx = sub.ctx;
+  const PlaneStrides xs = plane_strides(X, one_d), ds = plane_strides(D, one_d);
+  auto v = [&](int64_t n) { return sub.value(n); };
+  std::string s = "{\n";
+  s += "  const kiln_window g = " + window_c_init(geo, sub) + ";\n";
+  s += "  const int64_t cg = " + v(cg) + ", mg = " + v(mg) + ", groups = " + v(group_) +
+       ", taps = " + v(taps) + ", ck = cg * taps;\n";
+  s += "  const int64_t slices = " + v(slices_) + ", blocks = " + v(blocks) +
+       ", rows_max = " + v(rows_max) + ";\n";
+  s += "  const int64_t nrows = " + X + "->shape[0] * g.oh, units = slices * blocks;\n";
+  s += "  const int64_t u0 = units * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t u1 = units * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  // Output rows per chunk: the chunk's A and B fill the budget, at least one row.
+  s += "  int64_t rb = " + v(kWgradChunk) + " / ((rows_max + ck) * g.ow);\n";
+  s += "  if (rb < 1) rb = 1;\n";
+  s += "  " + T + " *dw = (" + T + " *)" + names.outputs[0] + "->data;\n";
+  s += "  " + T + " *A = NULL, *B = NULL;\n";
+  s += "  if (u0 < u1 && nrows > 0) {\n";
+  s += "    A = (" + T + " *)" + ctx + "->workspace(" + ctx +
+       ", (size_t)((rows_max + ck) * rb * g.ow) * sizeof(" + T + "));\n";
+  s += "    if (!A) " + sub.fail + "(\"conv weight gradient: out of workspace memory\");\n";
+  s += "    B = A + rows_max * rb * g.ow;\n";
+  s += "  }\n";
+  s += "  for (int64_t u = u0; u < u1; ++u) {\n";
+  s += "    const int64_t sl = u / blocks, b = u % blocks;\n";
+  s += "    const int64_t r_lo = nrows * sl / slices, r_hi = nrows * (sl + 1) / slices;\n";
+  s += "    " + T + " *dws = dw + sl * groups * mg * ck;\n";
+  s += "    for (int64_t gi = 0; gi < groups; ++gi) {\n";
+  s +=
+      "      const int64_t m0 = gi * mg + b * mg / blocks, m1 = gi * mg + (b + 1) * mg / blocks;\n";
+  s += "      for (int64_t j = m0 * ck; j < m1 * ck; ++j) dws[j] = 0;\n";
+  s += "      if (m0 == m1) continue;\n";
+  s += "      for (int64_t r0 = r_lo; r0 < r_hi; r0 += rb) {\n";
+  s += "        const int64_t r1 = r0 + rb < r_hi ? r0 + rb : r_hi, len = (r1 - r0) * g.ow;\n";
+  s += "        int64_t at = 0;\n";
+  s += "        for (int64_t r = r0; r < r1;) {\n";
+  s += "          const int64_t n = r / g.oh, oy0 = r % g.oh;\n";
+  s += "          const int64_t oy1 = oy0 + (r1 - r) < g.oh ? oy0 + (r1 - r) : g.oh;\n";
+  // im2col of output rows [oy0, oy1): the same window with its rows shifted by oy0.
+  s += "          kiln_window gs = g;\n";
+  s += "          gs.ph = g.ph - oy0 * g.sh;\n";
+  s += "          gs.oh = oy1 - oy0;\n";
+  s += "          kiln_im2col_" + S + "((const " + T + " *)" + X + "->data + n * " + xs.n +
+       " + gi * cg * " + xs.c + ", cg, " + xs.c + ", " + xs.y + ", " + xs.x +
+       ", &gs, B + at, len);\n";
+  s += "          for (int64_t mo = m0; mo < m1; ++mo) {\n";
+  s += "            const " + T + " *src = (const " + T + " *)" + D + "->data + n * " + ds.n +
+       " + mo * " + ds.c + ";\n";
+  s += "            " + T + " *dst = A + (mo - m0) * len + at;\n";
+  s += "            for (int64_t oy = oy0; oy < oy1; ++oy)\n";
+  s += "              for (int64_t ox = 0; ox < g.ow; ++ox)\n";
+  s +=
+      "                dst[(oy - oy0) * g.ow + ox] = src[oy * " + ds.y + " + ox * " + ds.x + "];\n";
+  s += "          }\n";
+  s += "          at += (oy1 - oy0) * g.ow;\n";
+  s += "          r += oy1 - oy0;\n";
+  s += "        }\n";
+  s += "        kiln_wgrad_dots_" + S + "(m1 - m0, ck, len, A, B, dws + m0 * ck, ck);\n";
+  s += "      }\n";
+  s += "    }\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace kiln

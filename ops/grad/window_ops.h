@@ -1,0 +1,54 @@
+#pragma once
+// Kernels for the gradients of the sliding-window ops (autodiff, ops/grad/window.cpp), where
+// a composition of kiln ops would move the data many times:
+//   max_pool_grad(X, Y, dY) -> dX: each window's output gradient goes to the window's first
+//     element equal to the pooled value Y (as the forward keeps the first maximum; a NaN
+//     maximum matches nothing), summed where windows overlap. Props: max_pool's.
+//   conv_weight_grad(X, dY) -> (slices, M, C/group, kernel...): per slice of the output rows
+//     (n, y), the sum over them of dY times the input each kernel tap read; the weight's
+//     gradient is the sum over the slices, which split the work between cores without two
+//     writing one sum. Props: conv's, kernel_shape required (the weight's spatial shape),
+//     and slices (default 1).
+#include "ops/cop.h"
+#include "ops/window.h"
+
+namespace kiln {
+
+class MaxPoolGrad : public COp {
+ public:
+  explicit MaxPoolGrad(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_window.h"}; }
+  bool c_splittable(const Node&) const override { return true; }  // by (n, c) planes
+
+ private:
+  std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
+  WindowAttrs window_;
+};
+
+class ConvWeightGrad : public COp {
+ public:
+  explicit ConvWeightGrad(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::string c_support_code() const override;
+  std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
+  // Parts take slices, and blocks of output channels when the slices are few.
+  bool c_splittable(const Node&) const override { return true; }
+  bool c_heavy(const Node&) const override { return true; }
+
+ private:
+  std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
+  WindowAttrs window_;
+  int64_t group_, slices_;
+};
+
+}  // namespace kiln

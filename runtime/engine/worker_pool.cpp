@@ -1,0 +1,114 @@
+#include "runtime/engine/worker_pool.h"
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+thread_local bool tls_pool_worker = false;
+thread_local int tls_caller_depth = 0;
+
+}  // namespace
+
+WorkerPool::CallerBusy::CallerBusy() : counted_(!tls_pool_worker && tls_caller_depth++ == 0) {
+  if (counted_) callers_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+WorkerPool::CallerBusy::~CallerBusy() {
+  if (tls_pool_worker) return;
+  --tls_caller_depth;
+  if (counted_) callers_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+WorkerPool::WorkerPool(int threads, int cores, std::chrono::microseconds spin) : spin_(spin) {
+  max_busy_ =
+      std::max(1, cores > 0 ? cores : static_cast<int>(std::thread::hardware_concurrency()));
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::submit(Task task, int priority) {
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push(Item{priority, seq_++, std::move(task)});
+    queued_.fetch_add(1, std::memory_order_release);
+    // A polling worker takes a task without help; wake a sleeper only for the surplus.
+    wake = idle_ > 0 && static_cast<int64_t>(queue_.size()) > spinning_;
+  }
+  if (wake) cv_.notify_one();  // busy workers will find it when they come back
+}
+
+int WorkerPool::polling() {
+  std::lock_guard lock(mutex_);
+  return spinning_;
+}
+
+WorkerPool::PollEnd WorkerPool::poll() {
+  const auto until = std::chrono::steady_clock::now() + spin_;
+  for (;;) {
+    if (queued_.load(std::memory_order_acquire) != 0 || stop_.load(std::memory_order_acquire)) {
+      return PollEnd::kSawTask;
+    }
+    if (std::chrono::steady_clock::now() >= until) return PollEnd::kTimedOut;
+    if (busy_.load(std::memory_order_acquire) + callers_.load(std::memory_order_acquire) >
+        max_busy_) {
+      // A caller took a core since this poll began (a run, a split step): a poller beyond
+      // the core count would preempt the threads doing the work. The surplus leaves, one
+      // poller at a time, so the pollers within the count go on.
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) >
+          max_busy_) {
+        return PollEnd::kLeft;
+      }
+      busy_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    std::this_thread::yield();
+  }
+}
+
+void WorkerPool::work() {
+  tls_pool_worker = true;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (queue_.empty()) {
+      if (stop_) return;
+      if (busy_.fetch_add(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) <
+          max_busy_) {
+        ++spinning_;
+        lock.unlock();
+        const PollEnd end = poll();
+        lock.lock();
+        --spinning_;
+        if (end != PollEnd::kLeft) busy_.fetch_sub(1, std::memory_order_acq_rel);
+        // A task another poller took first: poll again rather than sleep, or one submit
+        // seen by two pollers left none polling.
+        if (end == PollEnd::kSawTask) continue;
+      } else {
+        busy_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+      if (!queue_.empty() || stop_) continue;
+      ++idle_;
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      --idle_;
+      continue;
+    }
+    Task task = std::move(const_cast<Item&>(queue_.top()).task);
+    queue_.pop();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    lock.unlock();
+    busy_.fetch_add(1, std::memory_order_acq_rel);
+    task();
+    busy_.fetch_sub(1, std::memory_order_acq_rel);
+    lock.lock();
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+#pragma once
+// The per-step profile of profiled runs as a text table: steps by time, each with its share
+// of the time in steps, parts, bytes moved and GFLOP/s (where its op counts FLOPs), then
+// the wall time per run and how busy each thread was (the cores' utilisation).
+#include <string>
+#include <vector>
+
+#include "runtime/exec/executor.h"
+
+namespace kiln {
+
+std::string format_profile(const std::vector<StepTime>& steps, const RunProfile& runs);
+
+}  // namespace kiln
