@@ -72,6 +72,7 @@ Var mul(Var a, Var b) { return apply("mul", {a, b}); }
 Var div(Var a, Var b) { return apply("div", {a, b}); }
 Var pow(Var a, Var b) { return apply("pow", {a, b}); }
 Var mod(Var a, Var b) { return apply("mod", {a, b}); }
+Var fmod(Var a, Var b) { return apply("fmod", {a, b}); }
 Var neg(Var a) { return apply("neg", {a}); }
 Var abs(Var a) { return apply("abs", {a}); }
 Var sign(Var a) { return apply("sign", {a}); }
@@ -83,6 +84,14 @@ Var sqrt(Var a) { return apply("sqrt", {a}); }
 Var reciprocal(Var a) { return apply("reciprocal", {a}); }
 Var sin(Var a) { return apply("sin", {a}); }
 Var cos(Var a) { return apply("cos", {a}); }
+Var sinh(Var a) { return apply("sinh", {a}); }
+Var cosh(Var a) { return apply("cosh", {a}); }
+Var asin(Var a) { return apply("asin", {a}); }
+Var acos(Var a) { return apply("acos", {a}); }
+Var atan(Var a) { return apply("atan", {a}); }
+Var asinh(Var a) { return apply("asinh", {a}); }
+Var acosh(Var a) { return apply("acosh", {a}); }
+Var atanh(Var a) { return apply("atanh", {a}); }
 Var tanh(Var a) { return apply("tanh", {a}); }
 Var sigmoid(Var a) { return apply("sigmoid", {a}); }
 Var relu(Var a) { return apply("relu", {a}); }
@@ -110,11 +119,21 @@ Var logical_not(Var a) { return apply("logical_not", {a}); }
 Var where(Var cond, Var a, Var b) { return apply("where", {cond, a, b}); }
 Var cast(Var a, DType to) { return apply("cast", {a}, {{"to", std::string(dtype_name(to))}}); }
 
-Var sum(Var x, std::vector<int64_t> axes, bool keepdims) { return reduce("reduce_sum", x, std::move(axes), keepdims); }
-Var mean(Var x, std::vector<int64_t> axes, bool keepdims) { return reduce("reduce_mean", x, std::move(axes), keepdims); }
-Var max(Var x, std::vector<int64_t> axes, bool keepdims) { return reduce("reduce_max", x, std::move(axes), keepdims); }
-Var min(Var x, std::vector<int64_t> axes, bool keepdims) { return reduce("reduce_min", x, std::move(axes), keepdims); }
-Var prod(Var x, std::vector<int64_t> axes, bool keepdims) { return reduce("reduce_prod", x, std::move(axes), keepdims); }
+Var sum(Var x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce("reduce_sum", x, std::move(axes), keepdims);
+}
+Var mean(Var x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce("reduce_mean", x, std::move(axes), keepdims);
+}
+Var max(Var x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce("reduce_max", x, std::move(axes), keepdims);
+}
+Var min(Var x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce("reduce_min", x, std::move(axes), keepdims);
+}
+Var prod(Var x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce("reduce_prod", x, std::move(axes), keepdims);
+}
 
 Var matmul(Var a, Var b) { return apply("matmul", {a, b}); }
 Var gemm(Var a, Var b, double alpha, bool trans_a, bool trans_b) {
@@ -123,13 +142,21 @@ Var gemm(Var a, Var b, double alpha, bool trans_a, bool trans_b) {
 }
 Var gemm(Var a, Var b, Var c, double alpha, double beta, bool trans_a, bool trans_b) {
   return apply("gemm", {a, b, c},
-               {{"alpha", alpha}, {"beta", beta}, {"transA", int64_t(trans_a)},
+               {{"alpha", alpha},
+                {"beta", beta},
+                {"transA", int64_t(trans_a)},
                 {"transB", int64_t(trans_b)}});
 }
-Var transpose(Var x, std::vector<int64_t> perm) { return apply("transpose", {x}, {{"perm", std::move(perm)}}); }
-Var reshape(Var x, std::vector<int64_t> shape) { return apply("reshape", {x}, {{"shape", std::move(shape)}}); }
+Var transpose(Var x, std::vector<int64_t> perm) {
+  return apply("transpose", {x}, {{"perm", std::move(perm)}});
+}
+Var reshape(Var x, std::vector<int64_t> shape) {
+  return apply("reshape", {x}, {{"shape", std::move(shape)}});
+}
 Var flatten(Var x, int64_t axis) { return apply("flatten", {x}, {{"axis", axis}}); }
-Var concat(const std::vector<Var>& xs, int64_t axis) { return apply("concat", xs, {{"axis", axis}}); }
+Var concat(const std::vector<Var>& xs, int64_t axis) {
+  return apply("concat", xs, {{"axis", axis}});
+}
 Var softmax(Var x, int64_t axis) { return apply("softmax", {x}, {{"axis", axis}}); }
 Var log_softmax(Var x, int64_t axis) { return apply("log_softmax", {x}, {{"axis", axis}}); }
 

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "compiler/compile.h"
@@ -2221,6 +2223,82 @@ TEST(WindowGrad, ShapeMismatchesNameTheInput) {
         apply("conv_weight_grad", {x, x}, {{"kernel_shape", V{1, 1}}, {"slices", int64_t{0}}});
       }).find("slices"),
       std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Every entry of the scalar-op table has a C++ builder (ops/builders.h) that makes a node of
+// that op: a table entry added without a builder fails here by name.
+TEST(Builders, EveryScalarTableOpHasOne) {
+  const std::map<std::string, std::function<Var(Var x, Var flag)>> builders{
+      {"add", [](Var x, Var) { return add(x, x); }},
+      {"sub", [](Var x, Var) { return sub(x, x); }},
+      {"mul", [](Var x, Var) { return mul(x, x); }},
+      {"div", [](Var x, Var) { return div(x, x); }},
+      {"pow", [](Var x, Var) { return pow(x, x); }},
+      {"mod", [](Var x, Var) { return mod(x, x); }},
+      {"fmod", [](Var x, Var) { return fmod(x, x); }},
+      {"neg", [](Var x, Var) { return neg(x); }},
+      {"abs", [](Var x, Var) { return abs(x); }},
+      {"sign", [](Var x, Var) { return sign(x); }},
+      {"exp", [](Var x, Var) { return exp(x); }},
+      {"log", [](Var x, Var) { return log(x); }},
+      {"log1p", [](Var x, Var) { return log1p(x); }},
+      {"expm1", [](Var x, Var) { return expm1(x); }},
+      {"sqrt", [](Var x, Var) { return sqrt(x); }},
+      {"reciprocal", [](Var x, Var) { return reciprocal(x); }},
+      {"sin", [](Var x, Var) { return sin(x); }},
+      {"cos", [](Var x, Var) { return cos(x); }},
+      {"sinh", [](Var x, Var) { return sinh(x); }},
+      {"cosh", [](Var x, Var) { return cosh(x); }},
+      {"asin", [](Var x, Var) { return asin(x); }},
+      {"acos", [](Var x, Var) { return acos(x); }},
+      {"atan", [](Var x, Var) { return atan(x); }},
+      {"asinh", [](Var x, Var) { return asinh(x); }},
+      {"acosh", [](Var x, Var) { return acosh(x); }},
+      {"atanh", [](Var x, Var) { return atanh(x); }},
+      {"tanh", [](Var x, Var) { return tanh(x); }},
+      {"sigmoid", [](Var x, Var) { return sigmoid(x); }},
+      {"relu", [](Var x, Var) { return relu(x); }},
+      {"leaky_relu", [](Var x, Var) { return leaky_relu(x, 0.2); }},
+      {"elu", [](Var x, Var) { return elu(x, 0.5); }},
+      {"softplus", [](Var x, Var) { return softplus(x); }},
+      {"erf", [](Var x, Var) { return erf(x); }},
+      {"gelu", [](Var x, Var) { return gelu(x); }},
+      {"floor", [](Var x, Var) { return floor(x); }},
+      {"ceil", [](Var x, Var) { return ceil(x); }},
+      {"round", [](Var x, Var) { return round(x); }},
+      {"maximum", [](Var x, Var) { return maximum(x, x); }},
+      {"minimum", [](Var x, Var) { return minimum(x, x); }},
+      {"clip", [](Var x, Var) { return clip(x, x, x); }},
+      {"lt", [](Var x, Var) { return lt(x, x); }},
+      {"le", [](Var x, Var) { return le(x, x); }},
+      {"gt", [](Var x, Var) { return gt(x, x); }},
+      {"ge", [](Var x, Var) { return ge(x, x); }},
+      {"eq", [](Var x, Var) { return eq(x, x); }},
+      {"ne", [](Var x, Var) { return ne(x, x); }},
+      {"logical_and", [](Var, Var f) { return logical_and(f, f); }},
+      {"logical_or", [](Var, Var f) { return logical_or(f, f); }},
+      {"logical_not", [](Var, Var f) { return logical_not(f); }},
+      {"where", [](Var x, Var f) { return where(f, x, x); }},
+      {"cast", [](Var x, Var) { return cast(x, DType::kInt32); }},
+  };
+  for (const ScalarOpDef& def : scalar_ops()) {
+    const std::string name(def.name);
+    auto it = builders.find(name);
+    ASSERT_NE(it, builders.end()) << "scalar op '" << name
+                                  << "' has no C++ builder: add one to ops/builders.h and here";
+    Graph g("builders");
+    Var x = input(g, "x", DType::kFloat32, {3});
+    Var made = it->second(x, gt(x, x));
+    ASSERT_NE(made.var()->owner, nullptr) << name;
+    EXPECT_EQ(made.var()->owner->op->name(), name) << "the builder of '" << name << "'";
+  }
+  EXPECT_EQ(builders.size(), scalar_ops().size()) << "a builder for an op the table lacks";
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ Every call runs the op's type inference at once, so a mismatch raises where it w
 Any kiln op is reachable by name through apply(op, inputs, **props).
 """
 from ._kiln import Graph, Var, add_optimizer_step, grad
+from ._kiln import scalar_ops as _scalar_ops
 from ._kiln import apply as _apply
 
 __all__ = ["Graph", "Var", "apply", "grad", "add_optimizer_step"]
@@ -39,28 +40,42 @@ def _binary(op):
     return f
 
 
-_UNARY = ["neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "reciprocal", "sin",
-          "cos", "tanh", "sigmoid", "relu", "softplus", "erf", "gelu", "floor", "ceil", "round",
-          "logical_not"]
-_BINARY = ["add", "sub", "mul", "div", "pow", "mod", "maximum", "minimum", "lt", "le", "gt",
-           "ge", "eq", "ne", "logical_and", "logical_or", "matmul"]
-for _op in _UNARY:
-    globals()[_op] = _unary(_op)
-for _op in _BINARY:
-    globals()[_op] = _binary(_op)
-__all__ += _UNARY + _BINARY
+def _with_params(op, arity, params):
+    names = [p for p, _ in params]
+    defaults = dict(params)
+
+    def f(*args, **props):
+        # The inputs, then the params by position or by name: leaky_relu(x, 0.2).
+        if not arity <= len(args) <= arity + len(names):
+            raise TypeError(f"{op}() takes {arity} inputs and the params {names}, "
+                            f"got {len(args)} arguments")
+        for name, value in zip(names, args[arity:]):
+            if name in props:
+                raise TypeError(f"{op}() got param '{name}' twice")
+            props[name] = value
+        unknown = set(props) - set(names)
+        if unknown:
+            raise TypeError(f"{op}() takes the params {names}, not {sorted(unknown)}")
+        return apply(op, list(args[:arity]),
+                     **{p: float(props.get(p, defaults[p])) for p in names})
+    f.__name__ = op
+    f.__doc__ = f"kiln op '{op}' on {arity} inputs; params {names} (defaults {defaults})."
+    return f
 
 
-def leaky_relu(x, alpha=0.01):
-    return apply("leaky_relu", [x], alpha=float(alpha))
-
-
-def elu(x, alpha=1.0):
-    return apply("elu", [x], alpha=float(alpha))
-
-
-def where(cond, a, b):
-    return apply("where", [cond, a, b])
+# One builder per entry of the scalar-op table (ops/scalar_table.cpp), made from the table
+# itself so the two never drift; the few that take other arguments are defined below.
+_SCALAR = []
+for _name, _arity, _params in _scalar_ops():
+    if _name == "cast":  # its dtype is not a number: defined below
+        continue
+    if _params or _arity > 2:
+        globals()[_name] = _with_params(_name, _arity, _params)
+    else:
+        globals()[_name] = _unary(_name) if _arity == 1 else _binary(_name)
+    _SCALAR.append(_name)
+globals()["matmul"] = _binary("matmul")
+__all__ += _SCALAR + ["matmul"]
 
 
 def cast(x, dtype):
@@ -113,5 +128,5 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
     return apply("gemm", ins, **props)
 
 
-__all__ += ["leaky_relu", "elu", "where", "cast", "sum", "mean", "max", "min", "prod",
+__all__ += ["cast", "sum", "mean", "max", "min", "prod",
             "transpose", "reshape", "flatten", "concat", "softmax", "log_softmax", "gemm"]

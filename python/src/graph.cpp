@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "ops/scalar_table.h"
 #include "python/src/bindings.h"
 #include "python/src/graph_handle.h"
 #include "rewrite/autodiff/grad.h"
@@ -144,6 +145,20 @@ void bind_graph(nb::module_& m) {
         return "kiln.graph.Var(" + v.var.var()->name + ": " + v.var.type().to_string() + ")";
       });
 
+  m.def(
+      "scalar_ops",
+      [] {
+        nb::list out;
+        for (const ScalarOpDef& d : scalar_ops()) {
+          nb::list params;
+          for (const ScalarParam& p : d.params)
+            params.append(nb::make_tuple(std::string(p.name), p.fallback));
+          out.append(nb::make_tuple(std::string(d.name), d.arity, params));
+        }
+        return out;
+      },
+      "The scalar-op table: (name, arity, [(param, default)]) per elementwise op; kiln.graph "
+      "makes its builders from it.");
   m.def(
       "grad",
       [](const PyVar& cost, const std::vector<PyVar>& wrt) {

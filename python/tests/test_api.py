@@ -126,3 +126,49 @@ def test_cache_functions(tmp_path):
     r = kiln.cache.gc(max_size=1 << 40)
     assert r["removed"] == 0
     assert kiln.cache.root() == os.environ["KILN_CACHE_DIR"]
+
+
+def test_every_scalar_table_op_has_a_builder_that_builds_it():
+    """kiln.graph's builders come from the scalar-op table: each entry has one, and it makes a
+    node of that op (checked by running it against numpy for a few)."""
+    from kiln._kiln import scalar_ops
+    g = kg.Graph("table")
+    x = g.input("x", "float32", [3])
+    made = {}
+    for name, arity, params in scalar_ops():
+        if name == "cast":
+            made[name] = kg.cast(x, "int32")
+            continue
+        builder = getattr(kg, name, None)
+        assert builder is not None, f"scalar op {name} has no builder in kiln.graph"
+        assert name in kg.__all__
+        flag = kg.gt(x, x)  # the boolean ops take booleans; where takes one condition
+        if name.startswith("logical_"):
+            ins = [flag] * arity
+        elif name == "where":
+            ins = [flag, x, x]
+        else:
+            ins = [x] * arity
+        made[name] = builder(*ins)
+    g.set_outputs([made["sinh"], made["leaky_relu"], made["clip"], made["fmod"]])
+    f = kiln.compile(g)
+    a = np.array([-2.0, 0.5, 3.0], np.float32)
+    sinh, leaky, clip, fm = (np.asarray(t) for t in f(a))
+    np.testing.assert_allclose(sinh, np.sinh(a), rtol=1e-6)
+    np.testing.assert_allclose(leaky, np.where(a < 0, 0.01 * a, a), rtol=1e-6)
+    np.testing.assert_array_equal(clip, a)  # clip(x, x, x) is x
+    np.testing.assert_array_equal(fm, np.fmod(a, a))
+    # Params by position or by name, checked.
+    np.testing.assert_allclose(np.asarray(kiln.compile(_one(kg.leaky_relu, 0.2))(a)[0]),
+                               np.where(a < 0, 0.2 * a, a), rtol=1e-6)
+    with pytest.raises(TypeError):
+        kg.leaky_relu(x, 0.2, alpha=0.3)
+    with pytest.raises(TypeError):
+        kg.elu(x, beta=1.0)
+
+
+def _one(builder, *params):
+    g = kg.Graph("one")
+    x = g.input("x", "float32", [3])
+    g.set_outputs([builder(x, *params)])
+    return g
