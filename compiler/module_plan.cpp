@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "cache/entry_meta.h"
+#include "graph/wire_text.h"
 #include "ops/cop.h"
 #include "ops/device_placed.h"
 #include "ops/registry.h"
@@ -23,184 +24,8 @@
 namespace kiln {
 namespace {
 
+// The plan as wire text (graph/wire_text.h).
 constexpr std::string_view kMagic = "kiln-plan 1\n";
-
-// The plan's text: words as "<length>:<bytes>", numbers in decimal, reals as C99 hex floats
-// (exact, and inf and nan survive), separated by blanks; newlines only for readers.
-class PlanWriter {
- public:
-  void word(std::string_view s) {
-    out_.append(std::to_string(s.size())).append(":").append(s).append(" ");
-  }
-  void num(int64_t v) { out_.append(std::to_string(v)).append(" "); }
-  void real(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", v);
-    out_.append(buf).append(" ");
-  }
-  void ints(const std::vector<int>& v) {
-    num(static_cast<int64_t>(v.size()));
-    for (int i : v) num(i);
-  }
-  void props(const Attrs& attrs) {
-    num(static_cast<int64_t>(attrs.size()));
-    for (const auto& [name, value] : attrs) {
-      word(name);
-      if (const auto* i = std::get_if<int64_t>(&value)) {
-        word("i");
-        num(*i);
-      } else if (const auto* f = std::get_if<double>(&value)) {
-        word("f");
-        real(*f);
-      } else if (const auto* s = std::get_if<std::string>(&value)) {
-        word("s");
-        word(*s);
-      } else if (const auto* is = std::get_if<std::vector<int64_t>>(&value)) {
-        word("I");
-        num(static_cast<int64_t>(is->size()));
-        for (int64_t x : *is) num(x);
-      } else {
-        const auto& fs = std::get<std::vector<double>>(value);
-        word("F");
-        num(static_cast<int64_t>(fs.size()));
-        for (double x : fs) real(x);
-      }
-    }
-  }
-  void section(const char* name) {
-    out_.append("\n");
-    word(name);
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_{kMagic};
-};
-
-class PlanReader {
- public:
-  PlanReader(const std::string& text, const std::string& where) : text_(text), where_(where) {
-    if (text_.compare(0, kMagic.size(), kMagic) != 0) fail("not a kiln plan (format 1)");
-    pos_ = kMagic.size();
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw CacheEntryError(where_ + ": byte " + std::to_string(pos_) + ": " + what);
-  }
-  int64_t num(const char* what) {
-    std::string_view t = token(what);
-    int64_t v = 0;
-    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size())
-      fail(std::string("bad number for ") + what);
-    return v;
-  }
-  int index(const char* what, int64_t limit) {
-    int64_t v = num(what);
-    if (v < 0 || v >= limit) fail(std::string(what) + " " + std::to_string(v) + " out of range");
-    return static_cast<int>(v);
-  }
-  // A count of items that each take at least two more bytes of the text.
-  size_t count(const char* what) {
-    int64_t n = num(what);
-    if (n < 0 || static_cast<size_t>(n) > (text_.size() - pos_) / 2 + 1)
-      fail(std::string("bad count for ") + what);
-    return static_cast<size_t>(n);
-  }
-  double real(const char* what) {
-    std::string t(token(what));
-    char* end = nullptr;
-    double v = std::strtod(t.c_str(), &end);
-    if (end != t.c_str() + t.size()) fail(std::string("bad real for ") + what);
-    return v;
-  }
-  std::string word(const char* what) {
-    skip_blanks();
-    size_t colon = text_.find(':', pos_);
-    if (colon == std::string::npos || colon == pos_ || colon - pos_ > 12)
-      fail(std::string("expected ") + what);
-    int64_t n = 0;
-    for (size_t i = pos_; i < colon; ++i) {
-      if (text_[i] < '0' || text_[i] > '9') fail(std::string("expected ") + what);
-      n = n * 10 + (text_[i] - '0');
-    }
-    if (static_cast<size_t>(n) > text_.size() - colon - 1)
-      fail(std::string(what) + " runs past the end");
-    pos_ = colon + 1 + static_cast<size_t>(n);
-    return text_.substr(colon + 1, static_cast<size_t>(n));
-  }
-  void expect(const char* section) {
-    size_t at = pos_;
-    if (word(section) != section) {
-      pos_ = at;
-      fail(std::string("expected section '") + section + "'");
-    }
-  }
-  std::vector<int> ints(const char* what, int64_t limit) {
-    std::vector<int> v(count(what));
-    for (int& i : v) i = index(what, limit);
-    return v;
-  }
-  Attrs props() {
-    Attrs attrs;
-    size_t n = count("props");
-    for (size_t i = 0; i < n; ++i) {
-      std::string name = word("prop name");
-      std::string tag = word("prop type");
-      if (tag == "i") {
-        attrs[name] = num("prop");
-      } else if (tag == "f") {
-        attrs[name] = real("prop");
-      } else if (tag == "s") {
-        attrs[name] = word("prop");
-      } else if (tag == "I") {
-        std::vector<int64_t> v(count("prop"));
-        for (auto& x : v) x = num("prop");
-        attrs[name] = std::move(v);
-      } else if (tag == "F") {
-        std::vector<double> v(count("prop"));
-        for (auto& x : v) x = real("prop");
-        attrs[name] = std::move(v);
-      } else {
-        fail("unknown prop type '" + tag + "'");
-      }
-    }
-    return attrs;
-  }
-  DType dtype() {
-    int64_t d = num("dtype");
-    if (d < 0 || d > static_cast<int64_t>(DType::kUInt64)) fail("bad dtype " + std::to_string(d));
-    return static_cast<DType>(d);
-  }
-  std::vector<int64_t> dims() {
-    std::vector<int64_t> d(count("dims"));
-    for (auto& x : d) {
-      x = num("dim");
-      if (x < kDynamic) fail("bad dimension " + std::to_string(x));
-    }
-    return d;
-  }
-  void finish() {
-    skip_blanks();
-    if (pos_ != text_.size()) fail("unexpected text after the plan");
-  }
-
- private:
-  void skip_blanks() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n')) ++pos_;
-  }
-  std::string_view token(const char* what) {
-    skip_blanks();
-    size_t end = pos_;
-    while (end < text_.size() && text_[end] != ' ' && text_[end] != '\n') ++end;
-    if (end == pos_) fail(std::string("expected ") + what);
-    std::string_view t(text_.data() + pos_, end - pos_);
-    pos_ = end;
-    return t;
-  }
-  const std::string& text_;
-  const std::string& where_;
-  size_t pos_ = 0;
-};
 
 // The op a step's shape rule comes from, from its name and props: the registry's ops,
 // device placement's wrappers and transfers.
@@ -323,7 +148,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
 }
 
 std::string ModulePlan::serialize() const {
-  PlanWriter w;
+  WireWriter w(kMagic);
   const Program& p = skeleton_;
   w.section("sources");
   w.num(static_cast<int64_t>(sources_.size()));
@@ -351,7 +176,7 @@ std::string ModulePlan::serialize() const {
   w.num(static_cast<int64_t>(prep_.size()));
   for (const PrepStep& s : prep_) {
     w.word(s.op);
-    w.props(s.props);
+    w.attrs(s.props);
     w.num(s.output);
     w.ints(s.inputs);
   }
@@ -368,7 +193,7 @@ std::string ModulePlan::serialize() const {
     w.num(s.thunk);
     w.word(s.label);
     w.word(step_ops_[i].op);
-    w.props(step_ops_[i].props);
+    w.attrs(step_ops_[i].props);
     w.ints(s.inputs);
     w.ints(s.outputs);
   }
@@ -378,8 +203,17 @@ std::string ModulePlan::serialize() const {
 
 std::shared_ptr<const ModulePlan> ModulePlan::parse(const std::string& text,
                                                     const std::string& where) {
+  try {
+    return parse_wire(text, where);
+  } catch (const WireError& e) {
+    throw CacheEntryError(e.what());
+  }
+}
+
+std::shared_ptr<const ModulePlan> ModulePlan::parse_wire(const std::string& text,
+                                                         const std::string& where) {
   auto plan = std::shared_ptr<ModulePlan>(new ModulePlan());
-  PlanReader r(text, where);
+  WireReader r(text, kMagic, where);
   Program& p = plan->skeleton_;
   r.expect("sources");
   plan->sources_.resize(r.count("sources"));
@@ -408,7 +242,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::parse(const std::string& text,
   for (size_t i = 0; i < plan->prep_.size(); ++i) {
     PrepStep& s = plan->prep_[i];
     s.op = r.word("prep op");
-    s.props = r.props();
+    s.props = r.attrs();
     s.output = r.index("prep output", 1 << 20);
     s.inputs = r.ints("prep input", n_sources + static_cast<int64_t>(i));
   }
@@ -425,7 +259,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::parse(const std::string& text,
     s.label = r.word("step label");
     StepOp op;
     op.op = r.word("step op");
-    op.props = r.props();
+    op.props = r.attrs();
     plan->step_ops_.push_back(std::move(op));
     s.inputs = r.ints("step input", n_slots);
     s.outputs = r.ints("step output", n_slots);

@@ -58,6 +58,9 @@ class ModulePlan {
   const std::string& step_op(size_t step) const { return step_ops_.at(step).op; }
 
  private:
+  // parse() without turning the wire reader's errors into CacheEntryErrors.
+  static std::shared_ptr<const ModulePlan> parse_wire(const std::string& text,
+                                                      const std::string& where);
   struct StepOp {
     std::string op;
     Attrs props;

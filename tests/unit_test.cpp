@@ -1,6 +1,8 @@
 // util/, ctemplate/ and graph/ building blocks.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -11,8 +13,10 @@
 #include "ctemplate/prelude.h"
 #include "ctemplate/template.h"
 #include "graph/graph.h"
+#include "graph/wire_text.h"
 #include "ops/builders.h"
 #include "ops/registry.h"
+#include "tests/helpers.h"
 #include "util/sha256.h"
 
 namespace kiln {
@@ -131,6 +135,73 @@ TEST(Graph, NodesAreTopologicalAndErrorsNameNodeAndOp) {
               std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The wire text that module plans and op bindings share: what is written reads back exactly
+// (NaN, infinities, -0.0 and the smallest subnormal as hex floats; words holding blanks,
+// colons and newlines), and text cut anywhere, a count larger than the text, an unknown
+// attribute kind or bytes after the end are refused naming the byte.
+TEST(WireText, RoundTripsExactlyAndRefusesEveryCut) {
+  const Attrs attrs{{"f", -0.0},
+                    {"int", int64_t{-7}},
+                    {"s", std::string("a b:c\n9:x ")},
+                    {"I", std::vector<int64_t>{1, -2, INT64_MIN}},
+                    {"F", std::vector<double>{NAN, -INFINITY, 4.9406564584124654e-324}}};
+  WireWriter w("kiln-test 1\n");
+  w.section("part");
+  w.attrs(attrs);
+  w.type(TensorType{DType::kFloat16, {kDynamic, 3}});
+  w.real(1.0 / 3.0);
+  w.ints({4, 0, 2});
+  w.word("");
+  const std::string text = w.take();
+  {
+    WireReader r(text, "kiln-test 1\n", "t");
+    r.expect("part");
+    const Attrs back = r.attrs();
+    EXPECT_EQ(attrs_to_string(back), attrs_to_string(attrs));
+    EXPECT_TRUE(std::signbit(std::get<double>(back.at("f"))));
+    EXPECT_TRUE(std::isnan(std::get<std::vector<double>>(back.at("F"))[0]));
+    EXPECT_EQ(std::get<std::vector<double>>(back.at("F"))[2], 4.9406564584124654e-324);
+    EXPECT_EQ(r.type().to_string(), TensorType(DType::kFloat16, {kDynamic, 3}).to_string());
+    EXPECT_EQ(r.real("third"), 1.0 / 3.0);
+    EXPECT_EQ(r.ints("ints", 5), (std::vector<int>{4, 0, 2}));
+    EXPECT_EQ(r.word("empty"), "");
+    r.finish();
+  }
+  auto read_all = [](const std::string& t) {
+    WireReader r(t, "kiln-test 1\n", "t.txt");
+    r.expect("part");
+    r.attrs();
+    r.type();
+    r.real("third");
+    r.ints("ints", 5);
+    r.word("empty");
+    r.finish();
+  };
+  for (size_t cut = 0; cut < text.size(); ++cut) {
+    EXPECT_THROW(read_all(text.substr(0, cut)), WireError) << "cut at " << cut;
+  }
+  const std::string unknown_kind = [&] {
+    std::string t = text;
+    t.replace(t.find("3:int 1:i "), 10, "3:int 1:q ");
+    return t;
+  }();
+  EXPECT_NE(testing::error_of([&] { read_all(unknown_kind); }).find("unknown attribute kind 'q'"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { read_all(text + "7 "); }).find("t.txt: byte "),
+            std::string::npos);
+  WireWriter huge("kiln-test 1\n");
+  huge.section("part");
+  huge.num(1000000000);
+  EXPECT_NE(testing::error_of([&] { read_all(huge.take()); }).find("bad count for attributes"),
+            std::string::npos);
 }
 
 }  // namespace

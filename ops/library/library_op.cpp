@@ -1,5 +1,7 @@
 #include "ops/library/library_op.h"
 
+#include "graph/wire_text.h"
+
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -129,107 +131,9 @@ std::vector<const kiln_op_tensor*> pointers(const std::vector<kiln_op_tensor>& v
   return out;
 }
 
-// --- bind specs: words as "<length>:<bytes>", numbers in decimal, reals as hex floats ---
-
+// The bind spec as wire text (graph/wire_text.h).
 constexpr std::string_view kSpecMagic = "kiln-op-bind 1 ";
-
-class SpecWriter {
- public:
-  void word(std::string_view s) {
-    out_.append(std::to_string(s.size())).append(":").append(s).append(" ");
-  }
-  void num(int64_t v) { out_.append(std::to_string(v)).append(" "); }
-  void real(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", v);
-    out_.append(buf).append(" ");
-  }
-  void types(const std::vector<TensorType>& ts) {
-    num(static_cast<int64_t>(ts.size()));
-    for (const auto& t : ts) {
-      num(static_cast<int64_t>(t.dtype));
-      num(static_cast<int64_t>(t.dims.size()));
-      for (int64_t d : t.dims) num(d);
-    }
-  }
-  std::string out_{kSpecMagic};
-};
-
-class SpecReader {
- public:
-  explicit SpecReader(const std::string& text) : text_(text) {
-    if (text_.compare(0, kSpecMagic.size(), kSpecMagic) != 0) fail("not a kiln op binding");
-    pos_ = kSpecMagic.size();
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UserError("the module's custom-op binding is malformed at byte " + std::to_string(pos_) +
-                    ": " + what);
-  }
-  std::string token() {
-    size_t end = text_.find(' ', pos_);
-    if (end == std::string::npos || end == pos_) fail("expected a value");
-    std::string t = text_.substr(pos_, end - pos_);
-    pos_ = end + 1;
-    return t;
-  }
-  int64_t num() {
-    std::string t = token();
-    int64_t v = 0;
-    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size()) fail("bad number '" + t + "'");
-    return v;
-  }
-  // A count of items that follow, each at least two bytes ("0 "): one larger than the rest of
-  // the text could hold is refused before anything is allocated for it.
-  size_t count(int64_t limit) {
-    int64_t n = num();
-    if (n < 0 || n > limit || static_cast<uint64_t>(n) > (text_.size() - pos_) / 2)
-      fail("bad count " + std::to_string(n));
-    return static_cast<size_t>(n);
-  }
-  double real() {
-    std::string t = token();
-    char* end = nullptr;
-    double v = std::strtod(t.c_str(), &end);
-    if (end != t.c_str() + t.size()) fail("bad real '" + t + "'");
-    return v;
-  }
-  std::string word() {
-    size_t colon = text_.find(':', pos_);
-    if (colon == std::string::npos) fail("expected a word");
-    int64_t n = 0;
-    auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + colon, n);
-    if (ec != std::errc() || end != text_.data() + colon || n < 0 ||
-        static_cast<size_t>(n) + 1 > text_.size() - colon - 1)
-      fail("bad word length");
-    std::string w = text_.substr(colon + 1, static_cast<size_t>(n));
-    pos_ = colon + 1 + static_cast<size_t>(n);
-    if (text_[pos_] != ' ') fail("expected a blank after a word");
-    ++pos_;
-    return w;
-  }
-  std::vector<TensorType> types() {
-    std::vector<TensorType> ts(count(1024));
-    for (auto& t : ts) {
-      int64_t d = num();
-      if (d < 0 || d > static_cast<int64_t>(DType::kUInt64)) fail("bad dtype");
-      t.dtype = static_cast<DType>(d);
-      t.dims.resize(count(KILN_OP_MAX_DIMS));
-      for (auto& x : t.dims) {
-        x = num();
-        if (x < kDynamic) fail("bad dimension");
-      }
-    }
-    return ts;
-  }
-  void finish() const {
-    if (pos_ != text_.size()) fail("unexpected text at the end");
-  }
-
- private:
-  const std::string& text_;
-  size_t pos_ = 0;
-};
+constexpr const char* kSpecWhere = "the module's custom-op binding is malformed";
 
 }  // namespace
 
@@ -510,68 +414,29 @@ std::vector<std::string> LibraryOp::c_headers() const {
 }
 
 std::string encode_bind_spec(const BindSpec& spec) {
-  SpecWriter w;
+  WireWriter w(kSpecMagic);
   w.word(spec.op);
   w.word(spec.library);
   w.word(spec.sha256);
-  w.num(static_cast<int64_t>(spec.attrs.size()));
-  for (const auto& [name, value] : spec.attrs) {
-    w.word(name);
-    if (const auto* i = std::get_if<int64_t>(&value)) {
-      w.word("i");
-      w.num(*i);
-    } else if (const auto* f = std::get_if<double>(&value)) {
-      w.word("f");
-      w.real(*f);
-    } else if (const auto* s = std::get_if<std::string>(&value)) {
-      w.word("s");
-      w.word(*s);
-    } else if (const auto* is = std::get_if<std::vector<int64_t>>(&value)) {
-      w.word("I");
-      w.num(static_cast<int64_t>(is->size()));
-      for (int64_t x : *is) w.num(x);
-    } else {
-      const auto& fs = std::get<std::vector<double>>(value);
-      w.word("F");
-      w.num(static_cast<int64_t>(fs.size()));
-      for (double x : fs) w.real(x);
-    }
+  w.attrs(spec.attrs);
+  for (const auto* types : {&spec.inputs, &spec.outputs}) {
+    w.num(static_cast<int64_t>(types->size()));
+    for (const TensorType& t : *types) w.type(t);
   }
-  w.types(spec.inputs);
-  w.types(spec.outputs);
-  return std::move(w.out_);
+  return w.take();
 }
 
 BindSpec decode_bind_spec(const std::string& text) {
-  SpecReader r(text);
+  WireReader r(text, kSpecMagic, kSpecWhere);
   BindSpec spec;
-  spec.op = r.word();
-  spec.library = r.word();
-  spec.sha256 = r.word();
-  const size_t n = r.count(1 << 20);
-  for (size_t i = 0; i < n; ++i) {
-    std::string name = r.word();
-    std::string tag = r.word();
-    if (tag == "i") {
-      spec.attrs[name] = r.num();
-    } else if (tag == "f") {
-      spec.attrs[name] = r.real();
-    } else if (tag == "s") {
-      spec.attrs[name] = r.word();
-    } else if (tag == "I") {
-      std::vector<int64_t> v(r.count(1 << 24));
-      for (auto& x : v) x = r.num();
-      spec.attrs[name] = std::move(v);
-    } else if (tag == "F") {
-      std::vector<double> v(r.count(1 << 24));
-      for (auto& x : v) x = r.real();
-      spec.attrs[name] = std::move(v);
-    } else {
-      r.fail("unknown attribute kind '" + tag + "'");
-    }
+  spec.op = r.word("op");
+  spec.library = r.word("library");
+  spec.sha256 = r.word("sha256");
+  spec.attrs = r.attrs();
+  for (auto* types : {&spec.inputs, &spec.outputs}) {
+    types->resize(r.count("types", 1024));
+    for (TensorType& t : *types) t = r.type(KILN_OP_MAX_DIMS);
   }
-  spec.inputs = r.types();
-  spec.outputs = r.types();
   r.finish();
   return spec;
 }
