@@ -299,10 +299,22 @@ TEST(Install, FindPackageKilnAndTheInstalledCli) {
   ProcessResult r =
       run_process({"cmake", "--install", KILN_BUILD_DIR, "--prefix", prefix.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* f : {"bin/kiln", "include/kiln/compiler/compile.h", "include/kiln/op_library.h",
-                        "lib/cmake/kiln/kilnConfig.cmake"}) {
+  for (const char* f : {"bin/kiln", "include/kiln/kiln.h", "include/kiln/compiler/compile.h",
+                        "include/kiln/op_library.h", "lib/cmake/kiln/kilnConfig.cmake"}) {
     EXPECT_TRUE(fs::exists(prefix / f)) << f;
   }
+  // Public headers only: kiln.h and what it includes, never the linker, the cache or a
+  // backend's emitters.
+  for (const char* f : {"include/kiln/compiler/c/linker.h", "include/kiln/cache/cache_store.h",
+                        "include/kiln/ops/cuda/op_code.h", "include/kiln/rewrite/passes.h",
+                        "include/kiln/cli"}) {
+    EXPECT_FALSE(fs::exists(prefix / f)) << f;
+  }
+  size_t installed = 0;
+  for (const auto& e : fs::recursive_directory_iterator(prefix / "include")) {
+    installed += e.is_regular_file();
+  }
+  EXPECT_LT(installed, 60u) << "headers installed";
   r = run_process({"cmake", "-S", KILN_INSTALL_CONSUMER_DIR, "-B", (dir / "build").string(),
                    "-DCMAKE_PREFIX_PATH=" + prefix.string(), "-DCMAKE_BUILD_TYPE=Release"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

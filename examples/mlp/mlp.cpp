@@ -4,9 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "compiler/compile.h"
-#include "ops/builders.h"
-#include "runtime/io/npy.h"
+#include <kiln/kiln.h>
 
 int main(int argc, char** argv) {
   using namespace kiln;

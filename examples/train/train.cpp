@@ -14,10 +14,7 @@
 
 #include <unistd.h>
 
-#include "compiler/compile.h"
-#include "compiler/train/trainer.h"
-#include "ops/builders.h"
-#include "util/error.h"
+#include <kiln/kiln.h>
 
 namespace {
 

@@ -3,9 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "compiler/compile.h"
-#include "frontend/model_loader.h"
-#include "runtime/io/npy.h"
+#include <kiln/kiln.h>
 
 int main(int argc, char** argv) {
   if (argc != 4) {
