@@ -15,7 +15,9 @@ int run(const CommandLine& line) {
   if (line.has("--graph")) {
     std::fputs(optimized_graph(g, options).to_string().c_str(), stdout);
   } else {
-    std::fputs(generate_source(g, options).c_str(), stdout);
+    const std::string text =
+        line.has("--preludes") ? generate_source(g, options) : readable_source(g, options);
+    std::fputs(text.c_str(), stdout);
   }
   return 0;
 }
@@ -25,14 +27,18 @@ int run(const CommandLine& line) {
 const Command& source_command() {
   static const Command c{
       "source",
-      "[--graph] [--passes SPEC] [--device cpu|cuda] MODEL",
+      "[--graph] [--preludes] [--passes SPEC] [--device cpu|cuda] MODEL",
       "print the stitched C source of MODEL's module (--graph: the graph after the\n"
       "rewrite passes instead)",
-      "Prints the stitched C source of MODEL's module: one thunk per node (a fused group is\n"
-      "one node), each under a banner naming the node, its op, inputs, outputs and their\n"
-      "types. With --device cuda, the host C (whose thunks launch the kernels) and then\n"
+      "Prints the stitched C source of MODEL's module: the kernels, each under the banners of\n"
+      "the nodes that run it (op, inputs, outputs and their types), then one thunk per node\n"
+      "(a fused group is one node). Each prelude is one line naming it (--preludes prints\n"
+      "them). With --device cuda: the host C (whose thunks launch the kernels), then\n"
       "kernels.cu, the CUDA kernels of the nodes placed on the device, under its own banner.\n",
       {{"--graph", "", "", "print the optimized graph (after the rewrite passes) instead"},
+       {"--preludes", "", "",
+        "print the preludes and the module ABI header in full (by default each is one line\n"
+        "naming it and its length): the exact text the compiler is given"},
        passes_flag(),
        device_flag(),
        device_io_flag()},

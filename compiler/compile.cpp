@@ -627,18 +627,60 @@ Graph optimized_graph(const Graph& given, const CompileOptions& options) {
   return optimize_for(given, key_context(options));
 }
 
-std::string generate_source(const Graph& source, const CompileOptions& options) {
+namespace {
+
+// `w`'s text with each run of lines from one prelude (the module ABI header included) shown as
+// a one-line stub: what `kiln source` prints unless asked for the preludes.
+std::string with_prelude_stubs(const CodeWriter& w) {
+  const std::string& text = w.str();
+  const std::vector<SourceOrigin>& origins = w.origins();
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    lines.emplace_back(text.data() + pos, end - pos);
+    pos = end + 1;
+  }
+  std::string out;
+  for (size_t i = 0; i < lines.size();) {
+    const std::string& fragment = i < origins.size() ? origins[i].fragment : std::string();
+    if (fragment.rfind("prelude ", 0) != 0) {
+      out.append(lines[i]).append("\n");
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < lines.size() && j < origins.size() && origins[j].fragment == fragment) ++j;
+    out += "/* #include \"" + fragment.substr(8) + "\": " + std::to_string(j - i) +
+           " lines; kiln source --preludes prints them */\n";
+    i = j;
+  }
+  return out;
+}
+
+std::string source_text(const Graph& source, const CompileOptions& options, bool preludes) {
   check_graph(source);
-  if (!source.updates().empty()) return generate_source(with_update_outputs(source), options);
+  if (!source.updates().empty()) return source_text(with_update_outputs(source), options, preludes);
   const KeyContext& ctx = key_context(options);
   const LinkedModule linked =
       link_c_module(optimize_for(source, ctx), key_of(source, ctx)->key, ctx.link_mode);
-  if (!linked.device) return linked.code.str();
+  auto shown = [&](const CodeWriter& w) { return preludes ? w.str() : with_prelude_stubs(w); };
+  if (!linked.device) return shown(linked.code);
   // The device unit follows the host C under its own banner.
   const std::string unit = linked.device->unit_name();
-  return linked.code.str() + "\n/* ==== " + unit + ": the " + linked.device->title() +
+  return shown(linked.code) + "\n/* ==== " + unit + ": the " + linked.device->title() +
          " kernels of the nodes placed there (" + std::to_string(linked.kernel_names.size()) +
-         " launch sites) ==== */\n" + linked.device_unit.str();
+         " launch sites) ==== */\n" + shown(linked.device_unit);
+}
+
+}  // namespace
+
+std::string generate_source(const Graph& source, const CompileOptions& options) {
+  return source_text(source, options, true);
+}
+
+std::string readable_source(const Graph& source, const CompileOptions& options) {
+  return source_text(source, options, false);
 }
 
 void clear_compile_memo() { memo().clear(); }

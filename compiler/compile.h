@@ -57,6 +57,9 @@ void clear_compile_memo();
 // The stitched C source of a graph, exactly as compile() would build it; with nodes placed on
 // a device, the device unit (kernels.cu) after it under its own banner.
 std::string generate_source(const Graph& graph, const CompileOptions& options = {});
+// The same as a person reads it (`kiln source`): each prelude, the module ABI header among
+// them, shown as a one-line stub naming it and its length.
+std::string readable_source(const Graph& graph, const CompileOptions& options = {});
 
 // The graph compile() builds a module from: `graph` after the rewrite passes.
 Graph optimized_graph(const Graph& graph, const CompileOptions& options = {});

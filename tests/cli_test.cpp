@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "runtime/io/safetensors.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -130,6 +132,72 @@ TEST(Cli, MainHelpIsTrue) {
   for (const char* format : {".onnx", ".json", ".safetensors", ".npy"})
     EXPECT_NE(help.find(format), std::string::npos) << format;
   EXPECT_EQ(kiln({"help"}).out, help);
+}
+
+// kiln source as a person reads it: each prelude is one line naming it and its length
+// (--preludes prints the exact text the compiler gets, those lines in place of the stubs),
+// and the model's first kernel starts within the first 40 lines, under the banners of the
+// nodes that run it.
+TEST(Cli, SourceShowsPreludesAsStubsAndKernelsUnderTheirNodes) {
+  const std::string model = kExamples + "/mlp/mlp.json";
+  auto shown = kiln({"source", model});
+  auto full = kiln({"source", "--preludes", model});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const std::vector<std::string> short_lines = split_lines(shown.out);
+  const std::vector<std::string> long_lines = split_lines(full.out);
+  size_t stubbed = 0, stubs = 0;
+  const std::regex stub(R"re(^/\* #include "([a-z_.]+)": ([0-9]+) lines; kiln source --preludes prints them \*/$)re");
+  for (const auto& l : short_lines) {
+    std::smatch m;
+    if (!std::regex_match(l, m, stub)) continue;
+    ++stubs;
+    stubbed += std::stoul(m[2]);
+    EXPECT_NE(full.out.find(m[1].str()), std::string::npos) << m[1];
+  }
+  EXPECT_GE(stubs, 4u) << shown.out.substr(0, 2000);  // the ABI header and three preludes
+  EXPECT_EQ(long_lines.size(), short_lines.size() - stubs + stubbed);
+  size_t first_kernel = 0;
+  while (first_kernel < short_lines.size() &&
+         short_lines[first_kernel].find("int kiln_k_") == std::string::npos) {
+    ++first_kernel;
+  }
+  EXPECT_LT(first_kernel, 40u) << shown.out.substr(0, 3000);
+  // Its banner names each node (op and props, operands, result type, the user's name).
+  const std::string head = shown.out.substr(0, shown.out.find("int kiln_k_"));
+  for (const char* want : {"run by 2 nodes:", " *   node 0: with_epilogue{", "(x, w1.packed, b1) -> h1",
+                           "[float32 (?, 256)]  'fc1'", " *   node 1: "}) {
+    EXPECT_NE(head.find(want), std::string::npos) << want << " in\n" << head;
+  }
+  EXPECT_EQ(shown.out.find("(void)kp;"), std::string::npos);
+  EXPECT_NE(shown.out.find("KILN_UNUSED(state_, ctx, in, out, kp);"), std::string::npos);
+}
+
+// Golden text (as TVM tests its generated code): `kiln source` of small graphs, keys masked,
+// pinned line for line. KILN_UPDATE_GOLDEN=1 rewrites the files after a deliberate change.
+TEST(Golden, SourceOfSmallGraphsKeepsItsLayout) {
+  const std::filesystem::path dir = KILN_GOLDEN_DIR;
+  const bool update = std::getenv("KILN_UPDATE_GOLDEN") != nullptr;
+  int checked = 0;
+  for (const char* name : {"bias_relu", "row_softmax"}) {
+    auto r = kiln({"source", (dir / (std::string(name) + ".json")).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string got = std::regex_replace(r.out, std::regex("[0-9a-f]{64}"), "<key>");
+    const std::filesystem::path golden = dir / (std::string(name) + ".c");
+    if (update) write_file_atomic(golden, got);
+    const std::string want = read_file(golden);
+    if (got == want) {
+      ++checked;
+      continue;
+    }
+    const auto a = split_lines(got), b = split_lines(want);
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    ADD_FAILURE() << golden << " differs from kiln source at line " << i + 1 << ":\n  got:  "
+                  << (i < a.size() ? a[i] : "<end>") << "\n  want: " << (i < b.size() ? b[i] : "<end>")
+                  << "\n(KILN_UPDATE_GOLDEN=1 rewrites it after a deliberate change)";
+  }
+  EXPECT_EQ(checked, 2);
 }
 
 // kiln report: -o is required; inputs are all or none (a partial set names what is

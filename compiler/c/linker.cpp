@@ -199,6 +199,11 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
   w.line(
       "#define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto "
       "kiln_cleanup; } while (0)");
+  // Marks a function's parameters used in one line; the call folds away.
+  w.line(
+      "static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { "
+      "(void)n; }");
+  w.line("#define KILN_UNUSED(...) kiln_unused_(0, __VA_ARGS__)");
   for (const auto& [text, node] : needs.support) {
     w.line();
     w.fragment(text, node, "support_code");
@@ -237,11 +242,7 @@ void emit_kernel_function(CodeWriter& w, const CKernel& k, const NodeCode& code,
          " {");
   w.indent();
   w.line("int kiln_status = 0;");
-  w.line("(void)state_;");
-  w.line("(void)ctx;");
-  w.line("(void)in;");
-  w.line("(void)out;");
-  w.line("(void)kp;");
+  w.line("KILN_UNUSED(state_, ctx, in, out, kp);");
   w.fragment(code.body, node, "c_code");
   close_function(w);
 }
@@ -519,11 +520,14 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
       if (code.kernel < 0) continue;
       const CKernel& k = m.c_kernels[static_cast<size_t>(code.kernel)];
       if (k.nodes.front() != graph.nodes()[i]->id) continue;  // defined once, at its first node
-      std::vector<std::string> ids;
-      for (int n : k.nodes) ids.push_back(std::to_string(n));
+      // The banner of every node that runs it, directly above it.
       w.line();
-      w.line("/* kernel " + k.symbol + " (" + c_comment_text(k.op) + "): node" +
-             (ids.size() > 1 ? "s " : " ") + join(ids, ", ") + " */");
+      w.line("/* kernel " + k.symbol + ", run by " + std::to_string(k.nodes.size()) + " node" +
+             (k.nodes.size() > 1 ? "s:" : ":"));
+      for (int n : k.nodes) {
+        w.line(" *   " + node_banner(*graph.nodes()[static_cast<size_t>(n)]));
+      }
+      w.line(" */");
       emit_kernel_function(w, k, code, graph.nodes()[i]->id);
     }
     w.line();

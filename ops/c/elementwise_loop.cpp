@@ -76,7 +76,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   s += "  }\n";
   s += "  if (n > 0) {\n";
   s += "    int64_t c = 1;\n";
-  s += "    for (int d = " + R + " - 1; d >= 0; --d) {\n";
+  s += "    for (int d = " + std::to_string(out_rank - 1) + "; d >= 0; --d) {\n";
   s += "      st[0][d] = c;\n";
   s += "      c *= shp[d];\n";
   s += "    }\n";
@@ -84,10 +84,13 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
     if (slot[k] < 0) continue;
     const auto& in = inputs[k];
     std::string sk = std::to_string(slot[k]);
+    // Input dimension e = d - (out_rank - in.rank) broadcasts against output dimension d.
+    const int lead = out_rank - in.rank;
+    const std::string e = lead == 0 ? "d" : "e";
     s += "    for (int d = 0; d < " + R + "; ++d) {\n";
-    s += "      const int e = d - " + std::to_string(out_rank - in.rank) + ";\n";
-    s += "      st[" + sk + "][d] = (e < 0 || " + in.tensor +
-         "->shape[e] == 1) ? 0 : " + in.tensor + "->strides[e];\n";
+    if (lead != 0) s += "      const int e = d - " + std::to_string(lead) + ";\n";
+    s += "      st[" + sk + "][d] = (" + (lead != 0 ? std::string("e < 0 || ") : "") + in.tensor +
+         "->shape[" + e + "] == 1) ? 0 : " + in.tensor + "->strides[" + e + "];\n";
     s += "    }\n";
   }
   s += "    " + T + " *restrict p0 = (" + T + " *)" + out + "->data;\n";
@@ -223,8 +226,8 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
   } else {
     s += "        {\n";
   }
-  s += row_ptrs("        ", "");
-  s += std::string("        KILN_SAME_INDEX ") + (interleave ? "KILN_ILP " : "") +
+  s += row_ptrs("          ", "");
+  s += std::string("          KILN_SAME_INDEX ") + (interleave ? "KILN_ILP " : "") +
        "for (int64_t j = j0; j < j1; ++j) { " + body(unit_args, "q0[j]") + " }\n";
   s += "        }\n";
   s += "      } else {\n";
