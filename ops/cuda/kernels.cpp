@@ -253,20 +253,20 @@ DeviceCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub
   // max and sum was tried: its dependent exp per loaded element made it compute-bound,
   // 0.61 of the copy kernel's bandwidth on an H100 against 0.82 for this form.)
   static const char* const kCode =
-      R"(__global__ void @NAME@(int64_t slices, int64_t n, int64_t inner, @T@ *__restrict__ y, const @T@ *__restrict__ x) {
-  __shared__ @T@ scratch[33];
-  __shared__ @T@ row[@CAP@];
-  const auto max_f = [](@T@ a, @T@ b) { return (b > a || b != b) ? b : a; };
-  const auto sum_f = [](@T@ a, @T@ b) { return a + b; };
+      R"(__global__ void ${NAME}(int64_t slices, int64_t n, int64_t inner, ${T} *__restrict__ y, const ${T} *__restrict__ x) {
+  __shared__ ${T} scratch[33];
+  __shared__ ${T} row[${CAP}];
+  const auto max_f = [](${T} a, ${T} b) { return (b > a || b != b) ? b : a; };
+  const auto sum_f = [](${T} a, ${T} b) { return a + b; };
   const int64_t bd = blockDim.x;
   for (int64_t sl = blockIdx.x; sl < slices; sl += gridDim.x) {
     const int64_t base = (sl / inner) * n * inner + sl % inner;
-    if (n <= @CAP@) {
-      @T@ m = -INFINITY;
-      const auto add = [&](@T@ v) { m = (v > m || v != v) ? v : m; };
+    if (n <= ${CAP}) {
+      ${T} m = -INFINITY;
+      const auto add = [&](${T} v) { m = (v > m || v != v) ? v : m; };
       int64_t j = threadIdx.x;
       for (; j + 7 * bd < n; j += 8 * bd) {
-        @T@ v[8];
+        ${T} v[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) v[u] = x[base + (j + u * bd) * inner];
 #pragma unroll
@@ -276,56 +276,50 @@ DeviceCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub
         }
       }
       for (; j < n; j += bd) {
-        const @T@ v = x[base + j * inner];
+        const ${T} v = x[base + j * inner];
         row[j] = v;
         add(v);
       }
-      m = kiln_block_reduce(m, (@T@)-INFINITY, max_f, scratch);
-      @T@ s = 0;
+      m = kiln_block_reduce(m, (${T})-INFINITY, max_f, scratch);
+      ${T} s = 0;
       for (j = threadIdx.x; j < n; j += bd) {
-        const @T@ e = kiln_exp@F@(row[j] - m);
+        const ${T} e = kiln_exp${F}(row[j] - m);
         s += e;
-        @KEEP@
+        ${KEEP}
       }
-      s = kiln_block_reduce(s, (@T@)0, sum_f, scratch);
-      const @T@ ls = kiln_log@F@(s);
+      s = kiln_block_reduce(s, (${T})0, sum_f, scratch);
+      const ${T} ls = kiln_log${F}(s);
       (void)ls;
-      for (j = threadIdx.x; j < n; j += bd) y[base + j * inner] = @CACHED@;
+      for (j = threadIdx.x; j < n; j += bd) y[base + j * inner] = ${CACHED};
       continue;
     }
-    @T@ m = -INFINITY;
+    ${T} m = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += bd) {
-      const @T@ v = x[base + j * inner];
+      const ${T} v = x[base + j * inner];
       m = (v > m || v != v) ? v : m;
     }
-    m = kiln_block_reduce(m, (@T@)-INFINITY, max_f, scratch);
-    @T@ s = 0;
-    for (int64_t j = threadIdx.x; j < n; j += bd) s += kiln_exp@F@(x[base + j * inner] - m);
-    s = kiln_block_reduce(s, (@T@)0, sum_f, scratch);
-    const @T@ ls = kiln_log@F@(s);
+    m = kiln_block_reduce(m, (${T})-INFINITY, max_f, scratch);
+    ${T} s = 0;
+    for (int64_t j = threadIdx.x; j < n; j += bd) s += kiln_exp${F}(x[base + j * inner] - m);
+    s = kiln_block_reduce(s, (${T})0, sum_f, scratch);
+    const ${T} ls = kiln_log${F}(s);
     (void)ls;
     for (int64_t j = threadIdx.x; j < n; j += bd) {
-      const @T@ v = x[base + j * inner];
-      y[base + j * inner] = @WRITE@;
+      const ${T} v = x[base + j * inner];
+      y[base + j * inner] = ${WRITE};
     }
   }
 }
 )";
-  k.code = kCode;
-  const std::vector<std::pair<std::string, std::string>> fills{
-      {"@NAME@", k.name},
-      {"@T@", T},
-      {"@F@", sfx},
-      {"@CAP@", std::to_string(32768 / dtype_size(dt))},
-      {"@WRITE@", log ? "(v - m) - ls" : "kiln_exp" + sfx + "(v - m) / s"},
-      {"@KEEP@", log ? "" : "row[j] = e;"},
-      {"@CACHED@", log ? "(row[j] - m) - ls" : "row[j] / s"}};
-  for (const auto& [token, value] : fills) {
-    for (size_t at = k.code.find(token); at != std::string::npos;
-         at = k.code.find(token, at + value.size())) {
-      k.code.replace(at, token.size(), value);
-    }
-  }
+  k.code = render_template(kCode,
+                           {{"NAME", k.name},
+                            {"T", T},
+                            {"F", sfx},
+                            {"CAP", std::to_string(32768 / dtype_size(dt))},
+                            {"WRITE", log ? "(v - m) - ls" : "kiln_exp" + sfx + "(v - m) / s"},
+                            {"KEEP", log ? "" : "row[j] = e;"},
+                            {"CACHED", log ? "(row[j] - m) - ls" : "row[j] / s"}},
+                           "cuda softmax kernel");
   c.kernels.push_back(k);
   const std::string A = std::to_string(axis);
   std::string h = "{\n  int64_t kiln_outer = 1, kiln_inner = 1, kiln_n = " + names.inputs[0] +
