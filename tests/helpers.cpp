@@ -1,10 +1,13 @@
 #include "tests/helpers.h"
-#include <cstdlib>
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include "util/strings.h"
 
@@ -81,11 +84,41 @@ Tensor non_contiguous(const Tensor& t) {
   return ::testing::AssertionSuccess();
 }
 
+namespace {
+
+// The folders temp_dir made in this process. A run whose tests all passed removes them as it
+// exits; a failing run keeps them to be looked at (a whole suite left gigabytes behind).
+std::vector<std::filesystem::path>& made_folders() {
+  static std::vector<std::filesystem::path> folders;
+  return folders;
+}
+
+pid_t g_owner = 0;  // a forked child that exits must not remove its parent's folders
+
+void remove_made_folders() {
+  if (::getpid() != g_owner) return;
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  if (!unit || !unit->Passed()) return;
+  std::error_code ec;
+  for (const auto& dir : made_folders()) std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("kiln-test-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    g_owner = ::getpid();
+    made_folders();  // constructed first, so destroyed after the handler has run
+    std::atexit(remove_made_folders);
+  });
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  made_folders().push_back(dir);
   return dir.string();
 }
 
