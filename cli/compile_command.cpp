@@ -12,12 +12,12 @@ namespace {
 
 int run(const CommandLine& line) {
   const std::string model = line.one_model();
+  CompileOptions options = compile_options(line);  // a bad flag before any work
+  options.explain = line.has("--explain");
   const auto start = std::chrono::steady_clock::now();
   Graph g = load_model(model);
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  CompileOptions options = compile_options(line);
-  options.explain = line.has("--explain");
   Function f = compile(g, options);
   if (!f.info().cache_note.empty()) std::fprintf(stderr, "%s\n", f.info().cache_note.c_str());
   std::printf("key     %s\nmodule  %s\nsource  %s\n", f.info().key.c_str(),

@@ -19,10 +19,11 @@ Flag passes_flag() {
 }
 
 Flag device_flag() {
-  return {"--device", "", "cpu|cuda",
-          "where nodes run: cuda places every node with CUDA code on the GPU\n"
-          "(KILN_CUDA_DEVICE=emulator: the CPU emulator), with transfers where\n"
-          "values cross; default cpu"};
+  // The devices are the registry's (compiler/backend_list.cpp).
+  return {"--device", "", join(backend_names(), "|"),
+          "where nodes run: a device places every node it has code for on itself, with\n"
+          "transfers where values cross (cuda: the GPU; KILN_CUDA_DEVICE=emulator runs the\n"
+          "CUDA code on the CPU); default cpu"};
 }
 
 Flag device_io_flag() {
@@ -51,8 +52,7 @@ CompileOptions compile_options(const CommandLine& line) {
   if (line.has("--device")) {
     const std::string device = line.value("--device");
     if (!find_backend(device)) {
-      throw UsageError{"--device expects " + join(backend_names(), " or ") + ", got '" + device +
-                       "'"};
+      throw UsageError{"--device expects " + join(backend_names(), "|") + ", got '" + device + "'"};
     }
     options.device = device;
   }

@@ -58,6 +58,7 @@ int run(const CommandLine& line) {
   const std::string output_dir = line.value("--output-dir");
   if (output_dir.empty()) throw UsageError{"kiln grad: --output-dir DIR is required"};
   const InputSpecs specs = parse_input_specs(line);
+  const CompileOptions options = compile_options(line);  // a bad flag before any work
   auto t = Clock::now();
   Graph g = load_model(model);
   const double load_ms = ms_since(t);
@@ -73,7 +74,7 @@ int run(const CommandLine& line) {
   std::vector<Variable*> outs{cost.var()};
   outs.insert(outs.end(), grads.begin(), grads.end());
   g.set_outputs(outs);
-  Function f = compile(g, compile_options(line));
+  Function f = compile(g, options);
   std::map<std::string, Tensor> inputs = read_inputs(specs, g, "grad", false);
   t = Clock::now();
   const std::vector<Tensor> values = f.run(inputs);

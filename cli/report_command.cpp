@@ -18,12 +18,12 @@ int run(const CommandLine& line) {
   const std::string out = line.value("--output");
   if (out.empty()) throw UsageError{"kiln report: -o FILE.html is required"};
   const InputSpecs specs = parse_input_specs(line);
+  ReportOptions options;
+  options.compile = compile_options(line);  // a bad flag before any work
+  options.repeat = repeat_count(line);
   const auto start = std::chrono::steady_clock::now();
   Graph g = load_model(model);
-  ReportOptions options;
   options.inputs = read_inputs(specs, g, "report", true);
-  options.compile = compile_options(line);
-  options.repeat = repeat_count(line);
   const std::string page = report_html(g, options);
   write_file_atomic(out, page);
   std::printf("%s  %.2f MB%s\n", out.c_str(), static_cast<double>(page.size()) / 1e6,
@@ -42,7 +42,7 @@ const Command& report_command() {
   static const Command c{
       "report",
       "[-v] MODEL -o FILE.html [--input NAME=FILE ...] [--repeat N]\n"
-      "                   [--passes SPEC] [--device cpu|cuda]",
+      "                   [--passes SPEC] [--device NAME]",
       "one self-contained page: the optimized graph, each node's code, the passes,\n"
       "the cache story, a profile",
       "Compiles MODEL and writes one self-contained HTML page (no network, no external file;\n"

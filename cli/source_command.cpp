@@ -10,8 +10,9 @@ namespace kiln::cli {
 namespace {
 
 int run(const CommandLine& line) {
-  Graph g = load_model(line.one_model());
-  const CompileOptions options = compile_options(line);
+  const std::string model = line.one_model();
+  const CompileOptions options = compile_options(line);  // a bad flag before any work
+  Graph g = load_model(model);
   if (line.has("--graph")) {
     std::fputs(optimized_graph(g, options).to_string().c_str(), stdout);
   } else {
@@ -27,7 +28,7 @@ int run(const CommandLine& line) {
 const Command& source_command() {
   static const Command c{
       "source",
-      "[--graph] [--preludes] [--passes SPEC] [--device cpu|cuda] MODEL",
+      "[--graph] [--preludes] [--passes SPEC] [--device NAME] MODEL",
       "print the stitched C source of MODEL's module (--graph: the graph after the\n"
       "rewrite passes instead)",
       "Prints the stitched C source of MODEL's module: the kernels, each under the banners of\n"

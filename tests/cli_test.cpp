@@ -114,11 +114,17 @@ TEST(Cli, EveryCommandRefusesFlagsItDoesNotTake) {
            {{"run", model, "-o", "d", "--repeat", "3"}, "--repeat N needs --profile"},
            {{"cache", "ls", "--max-age", "1d"}, "--max-age belongs to 'kiln cache gc'"},
            {{"cache", "gc", "--out", "d"}, "--out belongs to 'kiln cache keygen'"},
-           {{"help", "compile", "extra"}, "kiln help: unexpected argument 'extra'"}}) {
+           {{"help", "compile", "extra"}, "kiln help: unexpected argument 'extra'"},
+           // A bad value is wrong usage before the model is even read.
+           {{"compile", "--device", "tpu", "absent.json"}, "--device expects cpu|cuda"}}) {
     auto bad = kiln(args);
     EXPECT_EQ(bad.exit_code, 2) << says;
     EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
   }
+  // A bad --passes spec is named before the model is read.
+  auto early = kiln({"source", "--passes", "-nope", "absent.json"});
+  EXPECT_EQ(early.exit_code, 1);
+  EXPECT_NE(early.err.find("unknown pass 'nope'"), std::string::npos) << early.err;
   // Global flags go before or after the command.
   EXPECT_EQ(kiln({"-v", "ops"}).exit_code, 0);
   EXPECT_EQ(kiln({"ops", "-v"}).exit_code, 0);

@@ -294,7 +294,8 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
 
   if (!m.kernel_names.empty()) {
     w.line();
-    w.line("/* the module's CUDA kernels, launched by index (kernels.cu holds their code) */");
+    w.line("/* the module's " + m.device->title() + " kernels, launched by index (" +
+           m.device->unit_name() + " holds their code) */");
     w.line("enum kiln_kernel {");
     w.indent();
     for (size_t i = 0; i < m.kernel_names.size(); ++i) {
