@@ -1,5 +1,7 @@
 #include "ctemplate/code_writer.h"
 
+#include "ctemplate/c_layout.h"
+
 namespace kiln {
 
 void CodeWriter::emit(std::string_view text, SourceOrigin origin) {
@@ -12,6 +14,16 @@ void CodeWriter::emit(std::string_view text, SourceOrigin origin) {
 void CodeWriter::line(std::string_view text) { emit(text, SourceOrigin{}); }
 
 void CodeWriter::fragment(std::string_view text, int node, std::string_view kind) {
+  int n = 0;
+  const int depth = depth_;
+  for (auto& line : lay_out_c(text)) {
+    depth_ = line.verbatim ? 0 : depth + line.level;
+    emit(line.text, SourceOrigin{node, std::string(kind), ++n});
+  }
+  depth_ = depth;
+}
+
+void CodeWriter::verbatim(std::string_view text, int node, std::string_view kind) {
   int n = 0;
   size_t start = 0;
   while (start < text.size()) {

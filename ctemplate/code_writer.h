@@ -16,8 +16,11 @@ struct SourceOrigin {
 class CodeWriter {
  public:
   void line(std::string_view text = "");
-  // Appends a multi-line fragment; each line is indented and mapped to (node, kind, line).
+  // Appends a multi-line fragment of C laid out by its braces (lay_out_c), under the
+  // writer's own indentation; each line is mapped to (node, kind, line).
   void fragment(std::string_view text, int node, std::string_view kind);
+  // Appends a hand-written file (a prelude) as it is, mapped like a fragment.
+  void verbatim(std::string_view text, int node, std::string_view kind);
   void indent() { ++depth_; }
   void dedent() { if (depth_ > 0) --depth_; }
 

@@ -196,7 +196,7 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   }
   s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0}, lo = 0, hi = nbatch;\n";
   s += "  kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "  for (int64_t d = " + i2s(nb) + " - 1, rem = lo; d >= 0; --d) {\n";
+  s += "  for (int64_t d = " + i2s(nb - 1) + ", rem = lo; d >= 0; --d) {\n";
   s += "    bidx[d] = rem % bshape[d];\n";
   s += "    rem /= bshape[d];\n";
   s += "    for (int k = 0; k < 4; ++k) off[k] += bidx[d] * bs[k][d];\n";
@@ -204,7 +204,7 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   // A block of rows' scores (RB x N) is written, normalized and read back while it is in
   // L2; each head's K and V are packed once for all its blocks.
   s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(float);\n";
-  s += "  const int64_t kp_n = (N + P - 1) / P * D * P, vp_n = (DV + P - 1) / P * N * P;\n";
+  s += "  const int64_t kpack_n = (N + P - 1) / P * D * P, vp_n = (DV + P - 1) / P * N * P;\n";
   // Blocks of near-equal rows, a multiple of the kernel's 6, scores of at most 128 KB: a
   // short last block (128 rows as 126 + 2) runs the kernel's narrow row forms.
   s += "  int64_t RB = 32768 / (N > 0 ? N : 1) / 6 * 6;\n";
@@ -214,18 +214,18 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "    RB = ((M + blocks - 1) / blocks + 5) / 6 * 6;\n";
   s += "  }\n";
   s += "  if (RB > M) RB = M;\n";
-  s += "  float *kp = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(kp_n + vp_n + RB * N) * sizeof(float));\n";
-  s += "  if (!kp && kp_n + vp_n + RB * N > 0) " + sub.fail +
+  s += "  float *kpack = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
+       ", (size_t)(kpack_n + vp_n + RB * N) * sizeof(float));\n";
+  s += "  if (!kpack && kpack_n + vp_n + RB * N > 0) " + sub.fail +
        "(\"attention: out of memory for packed K and V\");\n";
-  s += "  float *vp = kp + kp_n, *sc = vp + vp_n;\n";
+  s += "  float *vp = kpack + kpack_n, *sc = vp + vp_n;\n";
   s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
-  s += c_pack_b_panels("float", "kp", "(pk + off[1])", "D", "N", "rsk", "csk", "    ");
+  s += c_pack_b_panels("float", "kpack", "(pk + off[1])", "D", "N", "rsk", "csk", "    ");
   s += c_pack_b_panels("float", "vp", "(pv + off[2])", "N", "DV", "rsv", "csv", "    ");
   s += "    for (int64_t r0 = 0; r0 < M; r0 += RB) {\n";
   s += "      const int64_t rows = M - r0 < RB ? M - r0 : RB;\n";
   s += "      kiln_gemm_packed_f32(rows, N, D, " + c_literal(DType::kFloat32, alpha_) +
-       ", pq + off[0] + r0 * rsq, rsq, csq, kp, 0.0f, sc, N, 0, 0, 0, -__builtin_inff(), "
+       ", pq + off[0] + r0 * rsq, rsq, csq, kpack, 0.0f, sc, N, 0, 0, 0, -__builtin_inff(), "
        "__builtin_inff());\n";
   if (node.inputs.size() == 4) {  // the mask, shared by every matrix; rows vectorize as selects
     const std::string keep = mask_keeps_ ? "1" : "0";
@@ -246,7 +246,7 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "      kiln_gemm_packed_f32(rows, DV, N, 1.0f, sc, N, 1, vp, 0.0f, pc + off[3] + r0 * ldc, "
        "ldc, 0, 0, 0, -__builtin_inff(), __builtin_inff());\n";
   s += "    }\n";
-  s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
+  s += "    for (int d = " + i2s(nb - 1) + "; d >= 0; --d) {\n";
   s += "      for (int k = 0; k < 4; ++k) off[k] += bs[k][d];\n";
   s += "      if (++bidx[d] < bshape[d]) break;\n";
   s += "      for (int k = 0; k < 4; ++k) off[k] -= bs[k][d] * bshape[d];\n";

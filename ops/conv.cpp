@@ -241,7 +241,8 @@ std::string Conv::c_support_code() const {
 std::optional<SplitTiles> Conv::c_split_tiles(const Node& node, const CodeNames&,
                                               const Sub& sub) const {
   const Plan p = plan(node);
-  return SplitTiles{sub.value(p.m), sub.value(p.ohw), sub.value(p.row_unit), sub.value(p.col_unit)};
+  return SplitTiles{sub.value(p.m, "m"), sub.value(p.ohw, "ohw"), sub.value(p.row_unit, "row_unit"),
+                    sub.value(p.col_unit, "col_unit")};
 }
 
 // Direct convolution through kiln_support.conv_tile (a register-blocked kernel over taps),
@@ -299,7 +300,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
   const std::string& w = names.inputs[1];
   const std::string& y = names.outputs[0];
   const std::string& ctx = sub.ctx;
-  auto s64 = [&](int64_t v) { return sub.value(v); };
+  auto s64 = [&](int64_t v, std::string_view name) { return sub.value(v, name); };
   auto lit = [](int64_t v) { return std::to_string(v); };
   const std::string sy = p.one_d ? "0" : x + "->strides[2]";
   const std::string sx = x + "->strides[" + (p.one_d ? "2" : "3") + "]";
@@ -320,7 +321,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
   s += "      c *= " + w + "->shape[d];\n    }\n  }\n";
   s += "  if (!w_contig) {\n";
   s += "    " + T + " *packed = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-       s64(p.m * p.ckk) + " * sizeof(" + T + "));\n";
+       s64(p.m * p.ckk, "w_elems") + " * sizeof(" + T + "));\n";
   s += "    if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
   s += "    kiln_copy_strided(packed, " + w + "->data, " + lit(wt.rank()) + ", " + w + "->shape, " +
        w + "->strides, sizeof(" + T + "));\n    W = packed;\n  }\n";
@@ -335,9 +336,9 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     // adds the weight rows times the panels, and an inline epilogue runs on the piece while
     // it is still in L2. A whole part's tile of an expand layer (1.2 MB at 112 x 112) went
     // to memory and back once for the bias, once for the product and once for the epilogue.
-    const std::string W_in = s64(gx.in);
+    const std::string W_in = s64(gx.in, "in_w");
     s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
-    s += "  const int64_t cg = " + s64(p.cg) + ", wd = " + W_in + ", ohw = " + s64(p.ohw) + ";\n";
+    s += "  const int64_t cg = " + s64(p.cg, "cg") + ", wd = " + W_in + ", ohw = " + s64(p.ohw, "ohw") + ";\n";
     s += "  const int64_t widest = r1 - r0 > cg ? r1 - r0 : cg;\n";
     s += "  int64_t piece = 131072 / sizeof(" + T + ") / widest / P * P;\n";
     s += "  if (piece < P) piece = P;\n";
@@ -352,9 +353,9 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "    const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece, npos = e_c1 - e_c0;\n";
     s += "    const int64_t panels = (npos + P - 1) / P;\n";
     s += "    for (int64_t oc = r0; oc < r1;) {\n";
-    s += "      const int64_t grp = oc / " + s64(p.mg) + ";\n";
-    s += "      const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " +
-         s64(p.mg) + " : r1;\n";
+    s += "      const int64_t grp = oc / " + s64(p.mg, "mg") + ";\n";
+    s += "      const int64_t oc_end = (grp + 1) * " + s64(p.mg, "mg") + " < r1 ? (grp + 1) * " +
+         s64(p.mg, "mg") + " : r1;\n";
     s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + e_n * " + x +
          "->strides[0] + grp * cg * " + x + "->strides[1];\n";
     s += "      for (int64_t pn = 0; pn < panels; ++pn) {\n";
@@ -371,7 +372,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "          for (int64_t k = cnt; k < P; ++k) dst[k] = 0;\n";
     s += "        }\n";
     s += "      }\n";
-    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (e_n * " + s64(p.m) +
+    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (e_n * " + s64(p.m, "m") +
          " + oc) * ohw + e_c0;\n";
     // The bias and a clamp go in as the kernel stores: no passes of their own over the piece.
     s += "      kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
@@ -396,9 +397,9 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     const std::string G = lit(kGatherGroup);
     s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
          ", \"kiln packed these weights for another block size\");\n";
-    s += "  const int64_t cg = " + s64(p.cg) + ", ow = " + s64(gx.out) + ";\n";
-    s += "  const int64_t sc = " + x + "->strides[1], sy = " + sy + " * " + s64(gy.stride) +
-         ", sx = " + sx + " * " + s64(gx.stride) + ";\n";
+    s += "  const int64_t cg = " + s64(p.cg, "cg") + ", ow = " + s64(gx.out, "out_w") + ";\n";
+    s += "  const int64_t sc = " + x + "->strides[1], sy = " + sy + " * " + s64(gy.stride, "stride_h") +
+         ", sx = " + sx + " * " + s64(gx.stride, "stride_w") + ";\n";
     s += "  int64_t chunk = 131072 / (int64_t)sizeof(" + T + ") / cg / " + G + " * " + G + ";\n";
     s += "  if (chunk < 2 * " + G + ") chunk = 2 * " + G + ";\n";
     s += "  if (chunk > c1 - c0) chunk = (c1 - c0 + " + G + " - 1) / " + G + " * " + G + ";\n";
@@ -418,8 +419,8 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n) {\n";
     s += "    const " + T + " *xn = (const " + T + " *)" + x + "->data + n * " + x +
          "->strides[0];\n";
-    s += "    " + T + " *yn = (" + T + " *)" + y + "->data + (n * " + s64(p.m) + " + r0) * " +
-         s64(p.ohw) + ";\n";
+    s += "    " + T + " *yn = (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") + " + r0) * " +
+         s64(p.ohw, "ohw") + ";\n";
     s += "    for (int64_t j0 = c0; j0 < c1; j0 += chunk) {\n";
     s += "      const int64_t cnt = c1 - j0 < chunk ? c1 - j0 : chunk;\n";
     // Channel by channel, so each input row's run of positions is read in order.
@@ -433,46 +434,46 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      kiln_conv_blocks_" + S +
          "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? "
          "bias + r0 * bs : 0, bs, yn + j0, " +
-         s64(p.ohw) + ", " + lo_hi + ");\n";
+         s64(p.ohw, "ohw") + ", " + lo_hi + ");\n";
     s += "    }\n";
     s += "  }\n  }\n}\n";
     return s;
   }
-  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf) +
+  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf, "buf") +
        " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk) +
+  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk, "ckk") +
        " * sizeof(int32_t));\n";
   s += "  if (!buf || !off) " + sub.fail +
        "(\"conv: out of memory for the padded image (%lld bytes)\", (long long)" +
-       s64(buf * (f32 ? 4 : 8)) + ");\n";
+       s64(buf * (f32 ? 4 : 8), "buf_bytes") + ");\n";
   // This part's output rows, the phase rows they read, and the image rows behind those.
-  s += "  const int64_t ow = " + s64(gx.out) + ", wq = " + s64(p.wq) + ", plane = " + s64(plane) +
+  s += "  const int64_t ow = " + s64(gx.out, "out_w") + ", wq = " + s64(p.wq, "wq") + ", plane = " + s64(plane, "plane") +
        ";\n";
   s += "  const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
-  s += "  const int64_t reach = " + s64((gy.kernel - 1) * gy.dilation) + ";\n";
-  s += "  const int64_t q_hi = (oy1 + reach / " + s64(gy.stride) + " + 1) * wq;\n";
-  s += "  int64_t y0 = oy0 * " + s64(gy.stride) + " - " + s64(gy.pad_begin) +
-       ", y1 = (oy1 - 1) * " + s64(gy.stride) + " + reach + 1 - " + s64(gy.pad_begin) + ";\n";
-  s += "  if (y0 < 0) y0 = 0;\n  if (y1 > " + s64(gy.in) + ") y1 = " + s64(gy.in) + ";\n";
+  s += "  const int64_t reach = " + s64((gy.kernel - 1) * gy.dilation, "reach") + ";\n";
+  s += "  const int64_t q_hi = (oy1 + reach / " + s64(gy.stride, "stride_h") + " + 1) * wq;\n";
+  s += "  int64_t y0 = oy0 * " + s64(gy.stride, "stride_h") + " - " + s64(gy.pad_begin, "pad_top") +
+       ", y1 = (oy1 - 1) * " + s64(gy.stride, "stride_h") + " + reach + 1 - " + s64(gy.pad_begin, "pad_top") + ";\n";
+  s += "  if (y0 < 0) y0 = 0;\n  if (y1 > " + s64(gy.in, "in_h") + ") y1 = " + s64(gy.in, "in_h") + ";\n";
   // The padding those rows read is zero once; each image group rewrites the interior.
-  s += "  for (int64_t q = 0; q < " + s64(p.cg * phases) + "; ++q)\n";
+  s += "  for (int64_t q = 0; q < " + s64(p.cg * phases, "phase_planes") + "; ++q)\n";
   s += "    for (int64_t i = oy0 * wq; i < q_hi && i < plane; ++i) buf[q * plane + i] = 0;\n";
-  s += "  for (int64_t i = 0; i < KILN_CONV_SLACK; ++i) buf[" + s64(buf) + " + i] = 0;\n";
-  s += "  for (int64_t c = 0, t = 0; c < " + s64(p.cg) + "; ++c)\n";
-  s += "    for (int64_t i = 0; i < " + s64(gy.kernel) + "; ++i)\n";
-  s += "      for (int64_t j = 0; j < " + s64(gx.kernel) + "; ++j, ++t) {\n";
-  s += "        const int64_t dy = i * " + s64(gy.dilation) + ", dx = j * " + s64(gx.dilation) +
+  s += "  for (int64_t i = 0; i < KILN_CONV_SLACK; ++i) buf[" + s64(buf, "buf") + " + i] = 0;\n";
+  s += "  for (int64_t c = 0, t = 0; c < " + s64(p.cg, "cg") + "; ++c)\n";
+  s += "    for (int64_t i = 0; i < " + s64(gy.kernel, "kernel_h") + "; ++i)\n";
+  s += "      for (int64_t j = 0; j < " + s64(gx.kernel, "kernel_w") + "; ++j, ++t) {\n";
+  s += "        const int64_t dy = i * " + s64(gy.dilation, "dilation_h") + ", dx = j * " + s64(gx.dilation, "dilation_w") +
        ";\n";
-  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride) + " + dy % " + s64(gy.stride) + ") * " +
-       s64(gx.stride) + " + dx % " + s64(gx.stride) + ") * plane + dy / " + s64(gy.stride) +
-       " * wq + dx / " + s64(gx.stride) + ");\n";
+  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride, "stride_h") + " + dy % " + s64(gy.stride, "stride_h") + ") * " +
+       s64(gx.stride, "stride_w") + " + dx % " + s64(gx.stride, "stride_w") + ") * plane + dy / " + s64(gy.stride, "stride_h") +
+       " * wq + dx / " + s64(gx.stride, "stride_w") + ");\n";
   s += "      }\n";
   if (depthwise(p)) {
     // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
     // (one vector loop however narrow the rows), then the rows without their overhang.
     // The fixed-size kernels store whole vectors: room for one past the rows.
     s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
-         s64(gy.out * p.wq) + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
+         s64(gy.out * p.wq, "flat_len") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
     s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
     s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
     s += std::string("    for (int64_t oc = r0") + (epilogue.empty() ? "" : ", e_r0 = r0") +
@@ -480,14 +481,14 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += "      if (y1 > y0)\n";
     s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
          "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x + "->strides[1], " +
-         sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) + " + y0, " +
-         s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " + s64(p.hq) +
+         sy + ", " + sx + ", y1 - y0, " + s64(gx.in, "in_w") + ", " + s64(gy.pad_begin, "pad_top") + " + y0, " +
+         s64(gx.pad_begin, "pad_left") + ", " + s64(gy.stride, "stride_h") + ", " + s64(gx.stride, "stride_w") + ", " + s64(p.hq, "hq") +
          ", wq, buf);\n";
-    s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel) + ", " +
-         s64(gx.kernel) + ", W + oc * " + s64(p.ckk) + ", bias ? bias[oc * bs] : (" + T +
+    s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel, "kernel_h") + ", " +
+         s64(gx.kernel, "kernel_w") + ", W + oc * " + s64(p.ckk, "ckk") + ", bias ? bias[oc * bs] : (" + T +
          ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
     s += "      kiln_rows_copy_" + S + "(flat, wq, (" + T + " *)" + y + "->data + (n * " +
-         s64(p.m) + " + oc) * " + s64(p.ohw) + " + oy0 * ow, ow, oy1 - oy0);\n";
+         s64(p.m, "m") + " + oc) * " + s64(p.ohw, "ohw") + " + oy0 * ow, ow, oy1 - oy0);\n";
     if (!epilogue.empty()) {
       // The epilogue on runs of whole channels of at least 16 KB, still in L1 or L2.
       s += "      if ((oc + 1 - e_r0) * (c1 - c0) * (int64_t)sizeof(" + T +
@@ -515,26 +516,26 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
   }
   s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += "  for (int64_t oc = r0; oc < r1;) {\n";
-  s += "    const int64_t grp = oc / " + s64(p.mg) + ";\n";
-  s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg) + " < r1 ? (grp + 1) * " + s64(p.mg) +
+  s += "    const int64_t grp = oc / " + s64(p.mg, "mg") + ";\n";
+  s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg, "mg") + " < r1 ? (grp + 1) * " + s64(p.mg, "mg") +
        " : r1;\n";
   s += "    const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
-       "->strides[0] + grp * " + s64(p.cg) + " * " + x + "->strides[1];\n";
+       "->strides[0] + grp * " + s64(p.cg, "cg") + " * " + x + "->strides[1];\n";
   s += "    if (y1 > y0)\n";
-  s += "      kiln_phase_copy_" + S + "(xg + y0 * " + sy + ", " + s64(p.cg) + ", " + x +
-       "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in) + ", " + s64(gy.pad_begin) +
-       " + y0, " + s64(gx.pad_begin) + ", " + s64(gy.stride) + ", " + s64(gx.stride) + ", " +
-       s64(p.hq) + ", wq, buf);\n";
+  s += "      kiln_phase_copy_" + S + "(xg + y0 * " + sy + ", " + s64(p.cg, "cg") + ", " + x +
+       "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in, "in_w") + ", " + s64(gy.pad_begin, "pad_top") +
+       " + y0, " + s64(gx.pad_begin, "pad_left") + ", " + s64(gy.stride, "stride_h") + ", " + s64(gx.stride, "stride_w") + ", " +
+       s64(p.hq, "hq") + ", wq, buf);\n";
   if (p.packed) {
-    s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk) +
-         ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk) +
-         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
-         " + oc) * " + s64(p.ohw) + " + c0, " + s64(p.ohw) + ", " + lo_hi + ");\n";
+    s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk, "ckk") +
+         ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk, "ckk") +
+         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") +
+         " + oc) * " + s64(p.ohw, "ohw") + " + c0, " + s64(p.ohw, "ohw") + ", " + lo_hi + ");\n";
   } else {
-    s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk) +
-         ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk) + ", " + s64(p.ckk) +
-         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m) +
-         " + oc) * " + s64(p.ohw) + " + oy0 * ow, " + s64(p.ohw) + ", wq, ow, " + lo_hi + ");\n";
+    s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk, "ckk") +
+         ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk, "ckk") + ", " + s64(p.ckk, "ckk") +
+         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") +
+         " + oc) * " + s64(p.ohw, "ohw") + " + oy0 * ow, " + s64(p.ohw, "ohw") + ", wq, ow, " + lo_hi + ");\n";
   }
   s += "    oc = oc_end;\n";
   s += "  }\n  }\n}\n";

@@ -305,8 +305,9 @@ std::optional<SplitTiles> ConvNchwc::c_split_tiles(const Node& node, const CodeN
       g.m * g.c * kernel_[0] * kernel_[1] < g.c * g.h * g.w) {
     row_unit = g.m / kNchwcBlock;
   }
-  return SplitTiles{sub.value(g.m / kNchwcBlock), sub.value(g.oh * g.ow * kNchwcBlock),
-                    sub.value(row_unit), sub.value(c_split_unit(node))};
+  return SplitTiles{sub.value(g.m / kNchwcBlock, "m_blocks"),
+                    sub.value(g.oh * g.ow * kNchwcBlock, "out_elems"), sub.value(row_unit, "row_unit"),
+                    sub.value(c_split_unit(node), "col_unit")};
 }
 
 std::string ConvNchwc::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
@@ -323,188 +324,250 @@ std::string ConvNchwc::c_code_with_epilogue(const Node& node, const CodeNames& n
   return code(node, names, sub, epilogue, nullptr);
 }
 
+// What every variant's code is written with: one node's sizes, names and store bounds.
+struct ConvNchwc::Emit {
+  Geometry g;
+  const Sub& sub;
+  const CodeNames& names;
+  std::string bias;      // "d2" or "0"
+  std::string lo_hi;     // the kernels' store bounds
+  std::string epilogue;  // run on each finished piece, or ""
+  int64_t kb = 0;        // channels side by side at a padded position: a block, or 1 (plain)
+
+  std::string v(int64_t n, std::string_view name) const { return sub.value(n, name); }
+  // `e` times kb, folded where kb is 1.
+  std::string by_kb(const std::string& e) const {
+    return kb == 1 ? e : e + " * " + std::to_string(kb);
+  }
+  // The epilogue's block, with the piece's bounds declared first ("" without an epilogue).
+  std::string run_epilogue(const std::string& bounds) const {
+    return epilogue.empty() ? "" : "{\nconst int64_t " + bounds + ";\n" + epilogue + "}\n";
+  }
+};
+
+namespace {
+// Operand k as a dense pointer `d<k>`: itself, or a packed copy in the workspace (a view the
+// executor bound).
+std::string dense_operand(const Node& node, const CodeNames& names, const Sub& sub, size_t k) {
+  static const char* const what[] = {"input", "weight", "bias"};
+  const std::string& t = names.inputs[k];
+  const std::string p = "d" + std::to_string(k);
+  const int rank = node.inputs[k]->type.rank();
+  std::string s;
+  s += "const float *" + p + " = (const float *)" + t + "->data;\n";
+  s += "{\nint dense = 1;\nint64_t c = 1, n = 1;\n";
+  s += "for (int d = " + std::to_string(rank - 1) + "; d >= 0; --d) {\n";
+  s += "if (" + t + "->shape[d] != 1 && " + t + "->strides[d] != c) dense = 0;\n";
+  s += "c *= " + t + "->shape[d];\nn *= " + t + "->shape[d];\n}\n";
+  s += "if (!dense) {\n";
+  s += "float *copy = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
+       ", (size_t)n * sizeof(float));\n";
+  s += "if (!copy) " + sub.fail + "(\"conv_nchwc: out of memory for a dense copy of the " +
+       what[k] + "\");\n";
+  s += "kiln_copy_strided(copy, " + t + "->data, " + std::to_string(rank) + ", " + t + "->shape, " +
+       t + "->strides, sizeof(float));\n";
+  s += p + " = copy;\n}\n}\n";
+  return s;
+}
+}  // namespace
+
+// A direct convolution's buffers, made once per part: the input rows its positions read,
+// zero-padded, per image, and the offsets of each position and tap in them (32-bit: the
+// whole padded image must fit).
+std::string ConvNchwc::direct_setup(const Emit& e) const {
+  const Geometry& g = e.g;
+  const std::string& ctx = e.sub.ctx;
+  const int64_t hp = g.h + pads_[0] + pads_[2], wp = g.w + pads_[1] + pads_[3];
+  if (g.c * hp * wp >= (int64_t{1} << 31)) {
+    throw UnsupportedError("conv_nchwc: a padded image of " + std::to_string(g.c * hp * wp) +
+                           " elements (offsets are 32-bit)");
+  }
+  std::string s;
+  s += "const int64_t pp0 = c0 / 8, pp1 = c1 / 8, ow = " + e.v(g.ow, "out_w") +
+       ", sh = " + e.v(strides_[0], "stride_h") + ", sw = " + e.v(strides_[1], "stride_w") + ";\n";
+  s += "const int64_t oya = pp0 / ow, wpad = " + e.v(wp, "padded_w") +
+       ", kh = " + e.v(kernel_[0], "kernel_h") + ", kw = " + e.v(kernel_[1], "kernel_w") +
+       ", cb = " + e.v(g.c / e.kb, "c_blocks") + ";\n";
+  s += "const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
+       e.v(pads_[0], "pad_top") + ";\n";
+  s += "float *buf = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
+       e.by_kb("cb * rows * wpad") + ") * sizeof(float));\n";
+  s += "int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
+       ", (size_t)(pp1 - pp0) * sizeof(int32_t));\n";
+  const int64_t taps = g.c / e.kb * kernel_[0] * kernel_[1];
+  s += "int32_t *toff = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
+       e.v(taps, "taps") + " * sizeof(int32_t));\n";
+  s += "if (!buf || !pos || !toff) " + e.sub.fail +
+       "(\"conv_nchwc: out of memory for the padded input rows\");\n";
+  s += "for (int64_t c = 0, t = 0; c < cb; ++c)\n";
+  s += "for (int64_t i = 0; i < kh; ++i)\n";
+  s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)" +
+       e.by_kb("((c * rows + i) * wpad + j)") + ";\n";
+  s += "for (int64_t p = pp0; p < pp1; ++p)\n";
+  s += "pos[p - pp0] = (int32_t)" + e.by_kb("((p / ow - oya) * sh * wpad + p % ow * sw)") + ";\n";
+  return s;
+}
+
+// One image of a direct convolution: its rows, padding zeroed, then pieces as for a
+// pointwise convolution.
+std::string ConvNchwc::direct_image(const Emit& e) const {
+  const Geometry& g = e.g;
+  const std::string left = e.v(pads_[1] * e.kb, "left"), width = e.v(g.w * e.kb, "row_width");
+  const std::string in_h = e.v(g.h, "in_h"), row = e.by_kb("wpad");
+  std::string s;
+  s += "for (int64_t c = 0; c < cb; ++c)\n";
+  s += "for (int64_t rr = 0; rr < rows; ++rr) {\n";
+  s += "float *dst = buf + " + e.by_kb("(c * rows + rr) * wpad") + ";\n";
+  s += "const int64_t iy = iy0 + rr;\n";
+  s += "if (iy < 0 || iy >= " + in_h + ") {\n";
+  s += "for (int64_t k = 0; k < " + row + "; ++k) dst[k] = 0;\n";
+  s += "continue;\n}\n";
+  s += "const float *src = xi + (c * " + in_h + " + iy) * " + width + ";\n";
+  s += "for (int64_t k = 0; k < " + left + "; ++k) dst[k] = 0;\n";
+  s += "for (int64_t k = 0; k < " + width + "; ++k) dst[" + left + " + k] = src[k];\n";
+  s += "for (int64_t k = " + left + " + " + width + "; k < " + row + "; ++k) dst[k] = 0;\n";
+  s += "}\n";
+  // Pieces of about 128 KB of output, whole output rows where a row fits (the kernel's
+  // register blocks run along rows), each finished and its epilogue run while in L2.
+  s += "int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
+  s += "if (piece < 48) piece = 48;\n";
+  s += "int64_t piece_rows = piece / 8 / ow;\n";
+  // Pieces of even size: an uneven cut left a last piece of a row or two, which passed
+  // every weight again for little work.
+  s += "if (piece_rows > 0) {\n";
+  s += "const int64_t part_rows = (pp1 - 1) / ow - pp0 / ow + 1;\n";
+  s += "const int64_t n = (part_rows + piece_rows / 2) / piece_rows;\n";
+  s += "piece_rows = n > 1 ? (part_rows + n - 1) / n : part_rows;\n";
+  s += "}\n";
+  // A window's positions share their input rows: the chunk whose weights pass once is all
+  // output rows whose input rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer
+  // re-read 9 MB of weights per 6 positions).
+  s += "const int64_t row_bytes = " + e.by_kb("cb * wpad") + " * 4 * sh;\n";
+  s += "const int64_t chunk_rows = 262144 / (row_bytes > 0 ? row_bytes : 1);\n";
+  s += "for (int64_t e_c0 = c0, e_c1; e_c0 < c1; e_c0 = e_c1) {\n";
+  s += "e_c1 = piece_rows > 0 ? (e_c0 / 8 / ow + piece_rows) * ow * 8 : e_c0 + piece;\n";
+  s += "if (e_c1 > c1) e_c1 = c1;\n";
+  s += "kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " +
+       e.v(g.c / e.kb * kernel_[0] * kernel_[1], "taps") + ", " + std::to_string(e.kb) + ", d1, " +
+       e.bias + ", yi, " + e.v(g.oh * g.ow, "out_hw") + ", ow, " + e.by_kb("sw") +
+       ", r0, r1, e_c0 / 8, e_c1 / 8, chunk_rows, " + e.lo_hi + ");\n";
+  s += e.run_epilogue("e_r0 = r0, e_r1 = r1");
+  s += "}\n";
+  return s;
+}
+
+// One image of a Winograd convolution. A part's positions are whole rows of tiles
+// (c_split_unit), so its first output row is a multiple of the tile.
+std::string ConvNchwc::winograd_image(const Emit& e) const {
+  const Geometry& g = e.g;
+  const std::string row = e.v(g.ow * kNchwcBlock, "row_elems"), T = e.v(winograd_, "tile");
+  std::string s;
+  s += "const int64_t oy_end = c1 / " + row + ";\n";
+  s += "for (int64_t oy = c0 / " + row + "; oy < oy_end; oy += " + T + ") {\n";
+  s += "const int64_t oe = oy + " + T + " < oy_end ? oy + " + T + " : oy_end;\n";
+  s += std::string(winograd_ == 2 ? "kiln_nchwc_winograd(" : "kiln_nchwc_winograd4(") + "xi, " +
+       e.v(g.c, "c") + ", " + e.v(g.h, "in_h") + ", " + e.v(g.w, "in_w") + ", d1, " +
+       e.v(g.m, "m") + ", " + e.bias + ", yi, r0, r1, oy, oe, wk, " + e.lo_hi + ");\n";
+  s += e.run_epilogue("e_r0 = r0, e_r1 = r1, e_c0 = oy * " + row + ", e_c1 = oe * " + row);
+  s += "}\n";
+  return s;
+}
+
+// One image of a pointwise convolution: pieces of about 128 KB of output, each finished (and
+// its epilogue run) while in L2.
+std::string ConvNchwc::pointwise_image(const Emit& e) const {
+  const Geometry& g = e.g;
+  std::string s;
+  s += "int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
+  s += "if (piece < 48) piece = 48;\n";
+  // Pieces of even size: 49 positions went as 48 and then 1, which passed every weight
+  // again for one position.
+  s += "{\n";
+  s += "const int64_t n = (c1 - c0 + piece / 2) / piece;\n";
+  s += "piece = n > 1 ? ((c1 - c0) / 8 + n - 1) / n * 8 : c1 - c0;\n";
+  s += "}\n";
+  s += "for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
+  s += "const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
+  s += "kiln_nchwc_pointwise(xi, " + e.v(g.c, "c") + ", " + e.v(g.h * g.w, "in_hw") + ", d1, " +
+       e.bias + ", yi, r0, r1, e_c0 / 8, e_c1 / 8, " + e.lo_hi + ");\n";
+  s += e.run_epilogue("e_r0 = r0, e_r1 = r1");
+  s += "}\n";
+  return s;
+}
+
+// One image of a depthwise convolution, block by block; the epilogue on runs of whole
+// blocks of at least 16 KB, still in L1 or L2.
+std::string ConvNchwc::depthwise_image(const Emit& e) const {
+  const Geometry& g = e.g;
+  const std::string row = e.v(g.ow * kNchwcBlock, "row_elems");
+  const bool epi = !e.epilogue.empty();
+  std::string s;
+  s += "const int64_t oy0 = c0 / " + row + ", oy1 = c1 / " + row + ";\n";
+  s += std::string("for (int64_t cb = r0") + (epi ? ", e_r0 = r0" : "") + "; cb < r1; ++cb) {\n";
+  s += "kiln_nchwc_depthwise(xi, " + e.v(g.h, "in_h") + ", " + e.v(g.w, "in_w") + ", d1, " +
+       e.bias + ", yi, " + e.v(g.oh, "out_h") + ", " + e.v(g.ow, "out_w") + ", " +
+       e.v(kernel_[0], "kernel_h") + ", " + e.v(kernel_[1], "kernel_w") + ", " +
+       e.v(strides_[0], "stride_h") + ", " + e.v(strides_[1], "stride_w") + ", " +
+       e.v(pads_[0], "pad_top") + ", " + e.v(pads_[1], "pad_left") + ", cb, cb + 1, oy0, oy1, " +
+       e.lo_hi + ");\n";
+  if (epi) {
+    s += "if ((cb + 1 - e_r0) * (c1 - c0) * 4 >= 16384 || cb + 1 == r1) {\n";
+    s += "const int64_t e_r1 = cb + 1, e_c0 = c0, e_c1 = c1;\n" + e.epilogue;
+    s += "e_r0 = cb + 1;\n}\n";
+  }
+  s += "}\n";
+  return s;
+}
+
 // Each part runs its tile of every image: output blocks [r0, r1) by columns [c0, c1)
 // (positions x 8). Operands that are not contiguous (a view the executor bound) are copied
 // first; the kernels index dense blocks.
 std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub& sub,
                             const std::string& epilogue, const StoreClamp* clamp) const {
   const Geometry g = geometry(node.inputs[0]->type.dims, node.inputs[1]->type.dims);
+  const Emit e{g,
+               sub,
+               names,
+               node.inputs.size() == 3 ? "d2" : "0",
+               clamp ? clamp->lo + ", " + clamp->hi : "-__builtin_inff(), __builtin_inff()",
+               epilogue,
+               g.plain ? 1 : kNchwcBlock};
   const SplitTiles tiles = *c_split_tiles(node, names, sub);
   const std::string& ctx = sub.ctx;
-  const std::string& y = names.outputs[0];
-  auto v = [&](int64_t n) { return sub.value(n); };
-  const std::string lo_hi =
-      clamp ? clamp->lo + ", " + clamp->hi : "-__builtin_inff(), __builtin_inff()";
   std::string s = "{\n";
-  s += "  int64_t r0, r1, c0, c1;\n";
-  s += "  kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
+  s += "int64_t r0, r1, c0, c1;\n";
+  s += "kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
        tiles.col_unit + ", " + ctx + "->part, " + ctx + "->n_parts, &r0, &r1, &c0, &c1);\n";
-  s += "  if (r0 < r1 && c0 < c1) {\n";
-  // Dense operands: each input as it is, or a packed copy in the workspace.
-  const char* what[] = {"input", "weight", "bias"};
-  for (size_t k = 0; k < node.inputs.size(); ++k) {
-    const std::string& t = names.inputs[k];
-    const std::string p = "d" + std::to_string(k);
-    const int rank = node.inputs[k]->type.rank();
-    s += "  const float *" + p + " = (const float *)" + t + "->data;\n";
-    s += "  {\n    int dense = 1;\n    int64_t c = 1, n = 1;\n";
-    s += "    for (int d = " + std::to_string(rank - 1) + "; d >= 0; --d) {\n";
-    s += "      if (" + t + "->shape[d] != 1 && " + t + "->strides[d] != c) dense = 0;\n";
-    s += "      c *= " + t + "->shape[d];\n      n *= " + t + "->shape[d];\n    }\n";
-    s += "    if (!dense) {\n";
-    s += "      float *copy = (float *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)n * sizeof(float));\n";
-    s += "      if (!copy) " + sub.fail + "(\"conv_nchwc: out of memory for a dense copy of the " +
-         what[k] + "\");\n";
-    s += "      kiln_copy_strided(copy, " + t + "->data, " + std::to_string(rank) + ", " + t +
-         "->shape, " + t + "->strides, sizeof(float));\n";
-    s += "      " + p + " = copy;\n    }\n  }\n";
-  }
-  const std::string bias = node.inputs.size() == 3 ? "d2" : "0";
-  const std::string img_in = v(g.c * g.h * g.w), img_out = v(g.m * g.oh * g.ow);
+  s += "if (r0 < r1 && c0 < c1) {\n";
+  for (size_t k = 0; k < node.inputs.size(); ++k) s += dense_operand(node, names, sub, k);
   const bool direct = !depthwise() && !winograd_ && (!pointwise() || g.plain);
-  // Channels side by side at a position of the padded rows: a block, or one of a plain input.
-  const int64_t kb = g.plain ? 1 : kNchwcBlock;
-  const std::string K = std::to_string(kb);
-  const int64_t taps = g.c / kb * kernel_[0] * kernel_[1];
-  const int64_t tile = winograd_, elems = (tile + 2) * (tile + 2);
   if (winograd_) {
     // One row of tiles per call: its transformed input and products ((T + 2)^2 x (C + the
     // part's output channels) x tiles floats) stay in L2 between the kernel's three steps
     // (F(2x2): two rows ran 3-19% slower on one core, four 8-20%; F(4x4): 1, 2 and 4 rows
     // within 3%).
-    s += "  float *wk = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + v(elems) +
-         " * (" + v(g.c) + " + (r1 - r0) * 8) * " + v((g.ow + tile - 1) / tile) +
+    const int64_t tile = winograd_;
+    s += "float *wk = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
+         e.v((tile + 2) * (tile + 2), "tile_elems") + " * (" + e.v(g.c, "c") +
+         " + (r1 - r0) * 8) * " + e.v((g.ow + tile - 1) / tile, "tiles_w") +
          ") * sizeof(float));\n";
-    s += "  if (!wk) " + sub.fail + "(\"conv_nchwc: out of memory for the Winograd tiles\");\n";
+    s += "if (!wk) " + sub.fail + "(\"conv_nchwc: out of memory for the Winograd tiles\");\n";
   }
+  if (direct) s += direct_setup(e);
+  s += "for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";
+  s += "const float *xi = d0 + e_n * " + e.v(g.c * g.h * g.w, "img_in") + ";\n";
+  s += "float *yi = (float *)" + names.outputs[0] + "->data + e_n * " +
+       e.v(g.m * g.oh * g.ow, "img_out") + ";\n";
   if (direct) {
-    // The input rows this part's positions read, zero-padded, per image: offsets of each
-    // position and tap in that buffer (32-bit: the whole padded image must fit).
-    const int64_t hp = g.h + pads_[0] + pads_[2], wp = g.w + pads_[1] + pads_[3];
-    if (g.c * hp * wp >= (int64_t{1} << 31)) {
-      throw UnsupportedError("conv_nchwc: a padded image of " + std::to_string(g.c * hp * wp) +
-                             " elements (offsets are 32-bit)");
-    }
-    s += "  const int64_t pp0 = c0 / 8, pp1 = c1 / 8, ow = " + v(g.ow) +
-         ", sh = " + v(strides_[0]) + ", sw = " + v(strides_[1]) + ";\n";
-    s += "  const int64_t oya = pp0 / ow, wpad = " + v(wp) + ", kh = " + v(kernel_[0]) +
-         ", kw = " + v(kernel_[1]) + ", cb = " + v(g.c / kb) + ";\n";
-    s += "  const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
-         v(pads_[0]) + ";\n";
-    s += "  float *buf = (float *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(cb * rows * wpad * " + K + ") * sizeof(float));\n";
-    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(pp1 - pp0) * sizeof(int32_t));\n";
-    s += "  int32_t *toff = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + v(taps) +
-         " * sizeof(int32_t));\n";
-    s += "  if (!buf || !pos || !toff) " + sub.fail +
-         "(\"conv_nchwc: out of memory for the padded input rows\");\n";
-    s += "  for (int64_t c = 0, t = 0; c < cb; ++c)\n";
-    s += "    for (int64_t i = 0; i < kh; ++i)\n";
-    s += "      for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(((c * rows + i) * wpad + "
-         "j) * " +
-         K + ");\n";
-    s += "  for (int64_t p = pp0; p < pp1; ++p)\n";
-    s += "    pos[p - pp0] = (int32_t)(((p / ow - oya) * sh * wpad + p % ow * sw) * " + K + ");\n";
-  }
-  s += "  for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";
-  s += "    const float *xi = d0 + e_n * " + img_in + ";\n";
-  s += "    float *yi = (float *)" + y + "->data + e_n * " + img_out + ";\n";
-  if (direct) {
-    // The rows, padding zeroed, then pieces as for a pointwise convolution.
-    const std::string left = v(pads_[1] * kb), width = v(g.w * kb);
-    s += "    for (int64_t c = 0; c < cb; ++c)\n";
-    s += "      for (int64_t rr = 0; rr < rows; ++rr) {\n";
-    s += "        float *dst = buf + (c * rows + rr) * wpad * " + K + ";\n";
-    s += "        const int64_t iy = iy0 + rr;\n";
-    s += "        if (iy < 0 || iy >= " + v(g.h) + ") {\n";
-    s += "          for (int64_t k = 0; k < wpad * " + K + "; ++k) dst[k] = 0;\n";
-    s += "          continue;\n        }\n";
-    s += "        const float *src = xi + (c * " + v(g.h) + " + iy) * " + width + ";\n";
-    s += "        for (int64_t k = 0; k < " + left + "; ++k) dst[k] = 0;\n";
-    s += "        for (int64_t k = 0; k < " + width + "; ++k) dst[" + left + " + k] = src[k];\n";
-    s += "        for (int64_t k = " + left + " + " + width + "; k < wpad * " + K +
-         "; ++k) dst[k] = 0;\n";
-    s += "      }\n";
-    // Pieces of about 128 KB of output, whole output rows where a row fits (the kernel's
-    // register blocks run along rows), each finished and its epilogue run while in L2.
-    s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
-    s += "    if (piece < 48) piece = 48;\n";
-    s += "    int64_t piece_rows = piece / 8 / ow;\n";
-    // Pieces of even size: an uneven cut left a last piece of a row or two, which passed
-    // every weight again for little work.
-    s += "    if (piece_rows > 0) {\n";
-    s += "      const int64_t part_rows = (pp1 - 1) / ow - pp0 / ow + 1;\n";
-    s += "      const int64_t n = (part_rows + piece_rows / 2) / piece_rows;\n";
-    s += "      piece_rows = n > 1 ? (part_rows + n - 1) / n : part_rows;\n";
-    s += "    }\n";
-    // A window's positions share their input rows: the chunk whose weights pass once is all
-    // output rows whose input rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer
-    // re-read 9 MB of weights per 6 positions).
-    s += "    const int64_t row_bytes = cb * wpad * " + K + " * 4 * sh;\n";
-    s += "    const int64_t chunk_rows = 262144 / (row_bytes > 0 ? row_bytes : 1);\n";
-    s += "    for (int64_t e_c0 = c0, e_c1; e_c0 < c1; e_c0 = e_c1) {\n";
-    s += "      e_c1 = piece_rows > 0 ? (e_c0 / 8 / ow + piece_rows) * ow * 8 : e_c0 + piece;\n";
-    s += "      if (e_c1 > c1) e_c1 = c1;\n";
-    s += "      kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " + v(taps) + ", " + K +
-         ", d1, " + bias + ", yi, " + v(g.oh * g.ow) + ", ow, sw * " + K +
-         ", r0, r1, e_c0 / 8, e_c1 / 8, chunk_rows, " + lo_hi + ");\n";
-    if (!epilogue.empty())
-      s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
-    s += "    }\n";
+    s += direct_image(e);
   } else if (winograd_) {
-    // A part's positions are whole rows of tiles (c_split_unit), so its first output row is
-    // a multiple of the tile.
-    s += "    const int64_t oy_end = c1 / " + v(g.ow * kNchwcBlock) + ";\n";
-    const std::string T = v(tile);
-    s += "    for (int64_t oy = c0 / " + v(g.ow * kNchwcBlock) + "; oy < oy_end; oy += " + T +
-         ") {\n";
-    s += "      const int64_t oe = oy + " + T + " < oy_end ? oy + " + T + " : oy_end;\n";
-    s += std::string("      ") + (tile == 2 ? "kiln_nchwc_winograd(" : "kiln_nchwc_winograd4(") +
-         "xi, " + v(g.c) + ", " + v(g.h) + ", " + v(g.w) + ", d1, " + v(g.m) + ", " + bias +
-         ", yi, r0, r1, oy, oe, wk, " + lo_hi + ");\n";
-    if (!epilogue.empty()) {
-      s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1, e_c0 = oy * " +
-           v(g.ow * kNchwcBlock) + ", e_c1 = oe * " + v(g.ow * kNchwcBlock) + ";\n" + epilogue +
-           "      }\n";
-    }
-    s += "    }\n";
+    s += winograd_image(e);
   } else if (!depthwise()) {
-    // Pieces of about 128 KB of output, each finished (and its epilogue run) while in L2.
-    s += "    int64_t piece = 131072 / 4 / ((r1 - r0) * 8) / 6 * 48;\n";
-    s += "    if (piece < 48) piece = 48;\n";
-    // Pieces of even size: 49 positions went as 48 and then 1, which passed every weight
-    // again for one position.
-    s += "    {\n";
-    s += "      const int64_t n = (c1 - c0 + piece / 2) / piece;\n";
-    s += "      piece = n > 1 ? ((c1 - c0) / 8 + n - 1) / n * 8 : c1 - c0;\n";
-    s += "    }\n";
-    s += "    for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
-    s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
-    s += "      kiln_nchwc_pointwise(xi, " + v(g.c) + ", " + v(g.h * g.w) + ", d1, " + bias +
-         ", yi, r0, r1, e_c0 / 8, e_c1 / 8, " + lo_hi + ");\n";
-    if (!epilogue.empty())
-      s += "      {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "      }\n";
-    s += "    }\n";
+    s += pointwise_image(e);
   } else {
-    s += "    const int64_t oy0 = c0 / " + v(g.ow * kNchwcBlock) + ", oy1 = c1 / " +
-         v(g.ow * kNchwcBlock) + ";\n";
-    s += std::string("    for (int64_t cb = r0") + (epilogue.empty() ? "" : ", e_r0 = r0") +
-         "; cb < r1; ++cb) {\n";
-    s += "      kiln_nchwc_depthwise(xi, " + v(g.h) + ", " + v(g.w) + ", d1, " + bias + ", yi, " +
-         v(g.oh) + ", " + v(g.ow) + ", " + v(kernel_[0]) + ", " + v(kernel_[1]) + ", " +
-         v(strides_[0]) + ", " + v(strides_[1]) + ", " + v(pads_[0]) + ", " + v(pads_[1]) +
-         ", cb, cb + 1, oy0, oy1, " + lo_hi + ");\n";
-    if (!epilogue.empty()) {
-      // The epilogue on runs of whole blocks of at least 16 KB, still in L1 or L2.
-      s += "      if ((cb + 1 - e_r0) * (c1 - c0) * 4 >= 16384 || cb + 1 == r1) {\n";
-      s += "        const int64_t e_r1 = cb + 1, e_c0 = c0, e_c1 = c1;\n" + epilogue;
-      s += "        e_r0 = cb + 1;\n      }\n";
-    }
-    s += "    }\n";
+    s += depthwise_image(e);
   }
-  s += "  }\n  }\n}\n";
+  s += "}\n}\n}\n";
   return s;
 }
 

@@ -73,6 +73,13 @@ class ConvNchwc : public COp {
   Geometry geometry(const std::vector<int64_t>& x, const std::vector<int64_t>& w) const;
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue, const StoreClamp* clamp) const;
+  // The code of each variant, for one node (conv_nchwc.cpp).
+  struct Emit;
+  std::string direct_setup(const Emit& e) const;
+  std::string direct_image(const Emit& e) const;
+  std::string winograd_image(const Emit& e) const;
+  std::string pointwise_image(const Emit& e) const;
+  std::string depthwise_image(const Emit& e) const;
   int64_t group_;
   int64_t winograd_;
   std::vector<int64_t> kernel_, strides_, pads_;

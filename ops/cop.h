@@ -10,17 +10,13 @@
 
 #include "graph/graph.h"
 #include "graph/op.h"
+#include "ops/kernel_args.h"
 
 namespace kiln {
 
 struct CodeNames {
   std::vector<std::string> inputs;   // C expressions of type kiln_tensor *
   std::vector<std::string> outputs;  // outputs arrive allocated and contiguous
-};
-
-// The run-time values of a kernel that is shared by nodes of different sizes (see Sub::value).
-struct KernelArgs {
-  std::vector<int64_t> values;
 };
 
 struct Sub {
@@ -33,12 +29,11 @@ struct Sub {
   // argument array `kp`, which the module passes per node.
   KernelArgs* args = nullptr;
 
-  // A size the code may read at run time: the literal, or the next slot of `kp`. Never use
-  // one where C needs a constant expression (array bounds, static initializers, case labels).
-  std::string value(int64_t v) const {
-    if (!args) return std::to_string(v);
-    args->values.push_back(v);
-    return "kp[" + std::to_string(args->values.size() - 1) + "]";
+  // A size the code may read at run time: the literal, or `kp_<name>`, which the kernel's head
+  // reads from its slot of `kp`. Never use one where C needs a constant expression (array
+  // bounds, static initializers, case labels).
+  std::string value(int64_t v, std::string_view name) const {
+    return args ? args->add(v, name) : std::to_string(v);
   }
 };
 

@@ -186,7 +186,7 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
   std::string s = base_->c_code(view, base_names, sub);
   s += banner;
   s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                             program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit) : "",
+                             program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit, "unit") : "",
                              tiles ? &*tiles : nullptr);
   return s;
 }

@@ -107,9 +107,11 @@ std::string Gather::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "  char *dst = (char *)" + out + "->data;\n";
   s += "  for (int64_t o = 0; o < outer; ++o) {\n";
   s += "    int64_t base = 0, rem = o;\n";
-  s += "    for (int d = " + ax + " - 1; d >= 0; --d) {\n";
-  s += "      base += (rem % " + data + "->shape[d]) * " + data + "->strides[d];\n";
-  s += "      rem /= " + data + "->shape[d];\n    }\n";
+  if (axis > 0) {
+    s += "    for (int d = " + std::to_string(axis - 1) + "; d >= 0; --d) {\n";
+    s += "      base += (rem % " + data + "->shape[d]) * " + data + "->strides[d];\n";
+    s += "      rem /= " + data + "->shape[d];\n    }\n";
+  }
   s += "    for (int64_t j = 0; j < n; ++j, dst += inner * " + es + ") {\n";
   s += "      const char *src = (const char *)" + data + "->data + (base + ids[j] * " + data +
        "->strides[" + ax + "]) * " + es + ";\n";

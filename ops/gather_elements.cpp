@@ -98,7 +98,7 @@ std::string GatherElements::c_code(const Node& node, const CodeNames& names, con
   s += "    if (k < 0) k += dim;\n";
   s += "    ((" + t + " *)" + out + "->data)[i] = ((const " + t + " *)" + data +
        "->data)[doff + k * " + data + "->strides[" + ax + "]];\n";
-  s += "    for (int d = " + r + " - 1; d >= 0; --d) {\n      if (++at[d] < " + out +
+  s += "    for (int d = " + std::to_string(rank - 1) + "; d >= 0; --d) {\n      if (++at[d] < " + out +
        "->shape[d]) break;\n      at[d] = 0;\n    }\n  }\n}\n";
   return s;
 }

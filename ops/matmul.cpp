@@ -255,12 +255,7 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "  const int64_t N = " + dim(1, rb - 1) + ";\n";
     s += "  const int64_t rsb = " + stride(1, rb - 2) + ", csb = " + stride(1, rb - 1) + ";\n";
   }
-  // Batch loop over the output's leading dimensions; a broadcast batch dimension of an
-  // operand has stride 0.
-  s += "  int64_t bshape[KILN_MAX_DIMS + 1], bsa[KILN_MAX_DIMS + 1], bsb[KILN_MAX_DIMS + 1];\n";
   const bool perm = !out_perm_.empty();
-  if (perm) s += "  int64_t bsc[KILN_MAX_DIMS + 1], oc = 0;\n";
-  s += "  int64_t nbatch = 1;\n";
   // The output axis holding product axis d: d itself, or where out_perm put it. C's matrices
   // then sit at its strides (the default: one after another, rows of N).
   std::vector<int> at_axis(static_cast<size_t>(ro));
@@ -270,6 +265,40 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   }
   const std::string ldc =
       out_perm_.empty() ? "N" : C + "->strides[" + i2s(at_axis[static_cast<size_t>(ro - 2)]) + "]";
+  // One product: A at offset `oa`, B at `ob`, C at `c`.
+  const bool packed = packs_b(node);
+  const std::string S = at.dtype == DType::kFloat32 ? "f32" : "f64";
+  auto product = [&](const std::string& oa, const std::string& ob, const std::string& c) {
+    if (packed) {
+      return "kiln_gemm_packed_" + S + "(M, N, K, " + c_literal(at.dtype, alpha_) + ", pa" + oa +
+             ", rsa, csa, bp, (" + T + ")0, " + c + ", " + ldc + ", 0, 0, 0, -(" + T +
+             ")__builtin_inf(), (" + T + ")__builtin_inf());\n";
+    }
+    return "if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, " +
+           (is_float(at.dtype) ? c_literal(at.dtype, alpha_) : "(" + T + ")1") + ", pa" + oa +
+           ", rsa, csa, pb" + ob + ", rsb, csb, (" + T + ")0, " + c + ", " + ldc + ") != 0) " +
+           sub.fail + "(\"matmul failed\");\n";
+  };
+  if (packed) {
+    // Each matrix of B copied into the panels of kiln's GEMM kernel (any strides, so a
+    // transposed view costs nothing more), in this part's thread: BLAS would start threads
+    // of its own beside the engine's.
+    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T +
+         "), np = (N + P - 1) / P;\n";
+    s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
+         ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
+    s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
+  }
+  if (nb == 0) {  // one matrix (never split: c_split_unit)
+    if (packed) s += c_pack_b_panels(T, "bp", "pb", "K", "N", "rsb", "csb", "");
+    return s + product("", "", "pc") + "}\n";
+  }
+  // Batch loop over the output's leading dimensions; a broadcast batch dimension of an
+  // operand has stride 0.
+  const std::string NB = i2s(nb);
+  s += "  int64_t bshape[" + NB + "], bsa[" + NB + "], bsb[" + NB + "];\n";
+  if (perm) s += "  int64_t bsc[" + NB + "], oc = 0;\n";
+  s += "  int64_t nbatch = 1;\n";
   const int a_nb = ra > 1 ? ra - 2 : 0, b_nb = rb > 1 ? rb - 2 : 0;
   for (int d = 0; d < nb; ++d) {
     std::string ds = i2s(d);
@@ -287,14 +316,14 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
          ";\n";
     s += "  nbatch *= bshape[" + ds + "];\n";
   }
-  s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0};\n";
+  s += "  int64_t bidx[" + NB + "] = {0};\n";
   s += "  int64_t oa = 0, ob = 0, lo = 0, hi = nbatch;\n";
   // A split call's part takes a run of whole matrices (c_split_unit), starting from the
   // operands' offsets of its first one.
   s += "  if (" + sub.ctx + "->n_parts > 1) {\n";
   s += "    kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx +
        "->n_parts, 1, &lo, &hi);\n";
-  s += "    for (int64_t d = " + i2s(nb) + " - 1, rem = lo; d >= 0; --d) {\n";
+  s += "    for (int64_t d = " + i2s(nb - 1) + ", rem = lo; d >= 0; --d) {\n";
   s += "      bidx[d] = rem % bshape[d];\n";
   s += "      rem /= bshape[d];\n";
   s += "      oa += bidx[d] * bsa[d];\n";
@@ -302,36 +331,17 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
   if (perm) s += "      oc += bidx[d] * bsc[d];\n";
   s += "    }\n";
   s += "  }\n";
-  const std::string cptr = out_perm_.empty() ? "pc + bi * M * N" : "pc + oc";
-  const bool packed = packs_b(node);
+  if (packed) s += "  int64_t packed_ob = -1;\n";
+  s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
   if (packed) {
-    // Each matrix of B copied into the panels of kiln's GEMM kernel (any strides, so a
-    // transposed view costs nothing more), in this part's thread: BLAS would start threads
-    // of its own beside the engine's.
-    const std::string S = at.dtype == DType::kFloat32 ? "f32" : "f64";
-    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T +
-         "), np = (N + P - 1) / P;\n";
-    s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-         ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
-    s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
     // A broadcast B (batch stride 0) is packed once, not once per matrix of A.
-    s += "  int64_t packed_ob = -1;\n";
-    s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
     s += "    if (ob != packed_ob) {\n";
-    s += c_pack_b_panels(T, "bp", "(pb + ob)", "K", "N", "rsb", "csb", "      ");
+    s += c_pack_b_panels(T, "bp", "(pb + ob)", "K", "N", "rsb", "csb", "");
     s += "    }\n";
     s += "    packed_ob = ob;\n";
-    s += "    kiln_gemm_packed_" + S + "(M, N, K, " + c_literal(at.dtype, alpha_) +
-         ", pa + oa, rsa, csa, bp, (" + T + ")0, " + cptr + ", " + ldc + ", 0, 0, 0, -(" + T +
-         ")__builtin_inf(), (" + T + ")__builtin_inf());\n";
-  } else {
-    s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
-    s += "    if (" + gemm_fn_name(at.dtype) + "(ctx, M, N, K, " +
-         (is_float(at.dtype) ? c_literal(at.dtype, alpha_) : "(" + T + ")1") +
-         ", pa + oa, rsa, csa, pb + ob, rsb, csb, (" + T + ")0, " + cptr + ", " + ldc + ") != 0) " +
-         sub.fail + "(\"matmul failed\");\n";
   }
-  s += "    for (int d = " + i2s(nb) + " - 1; d >= 0; --d) {\n";
+  s += product(" + oa", " + ob", perm ? "pc + oc" : "pc + bi * M * N");
+  s += "    for (int d = " + i2s(nb - 1) + "; d >= 0; --d) {\n";
   s += "      oa += bsa[d];\n";
   s += "      ob += bsb[d];\n";
   if (perm) s += "      oc += bsc[d];\n";

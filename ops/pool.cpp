@@ -111,13 +111,13 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   const std::string& x = names.inputs[0];
   const std::string& y = names.outputs[0];
   const std::string& ctx = sub.ctx;
-  auto v = [&](int64_t n) { return sub.value(n); };
+  auto v = [&](int64_t n, std::string_view name) { return sub.value(n, name); };
   std::string s;
   s += "  if (lo < hi) {\n";
-  s += "  const int64_t sh = " + v(gy.stride) + ", sw = " + v(gx.stride) +
-       ", dh = " + v(gy.dilation) + ", dw = " + v(gx.dilation) + ", kw = " + v(gx.kernel) + ";\n";
-  s += "  const int64_t hq = " + v(hq) + ", wq = " + v(wq) + ", oh = " + v(gy.out) +
-       ", ow = " + v(gx.out) + ", taps = " + v(gy.kernel) + " * kw;\n";
+  s += "  const int64_t sh = " + v(gy.stride, "stride_h") + ", sw = " + v(gx.stride, "stride_w") +
+       ", dh = " + v(gy.dilation, "dilation_h") + ", dw = " + v(gx.dilation, "dilation_w") + ", kw = " + v(gx.kernel, "kernel_w") + ";\n";
+  s += "  const int64_t hq = " + v(hq, "hq") + ", wq = " + v(wq, "wq") + ", oh = " + v(gy.out, "out_h") +
+       ", ow = " + v(gx.out, "out_w") + ", taps = " + v(gy.kernel, "kernel_h") + " * kw;\n";
   s += "  const int64_t total = sh * sw * hq * wq;\n";
   s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx +
        ", (size_t)total * sizeof(" + T + "));\n";
@@ -135,8 +135,8 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   s += "  for (int64_t p = lo; p < hi; ++p) {\n";
   s += "    kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + (p / C) * " + x +
        "->strides[0] + (p % C) * " + x + "->strides[1], 1, 0, " + x + "->strides[2], " + x +
-       "->strides[3], " + v(gy.in) + ", " + v(gx.in) + ", " + v(gy.pad_begin) + ", " +
-       v(gx.pad_begin) + ", sh, sw, hq, wq, buf);\n";
+       "->strides[3], " + v(gy.in, "in_h") + ", " + v(gx.in, "in_w") + ", " + v(gy.pad_begin, "pad_top") + ", " +
+       v(gx.pad_begin, "pad_left") + ", sh, sw, hq, wq, buf);\n";
   s += "    kiln_maxpool_flat_" + S + "(buf, off, taps, flat, (oh - 1) * wq + ow);\n";
   s += "    " + T + " *yp = (" + T + " *)" + y + "->data + p * oh * ow;\n";
   // The kept columns a vector at a time (the scalar copy was a fifth of a 3x3/2 pool's time).
@@ -172,7 +172,7 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "    const " + T + " *xp = (const " + T + " *)" + x + "->data + (p / C) * " + x +
        "->strides[0] + (p % C) * " + x + "->strides[1];\n";
   s += "    kiln_pool_" + S + "(xp, " + sy + ", " + sx + ", &g, " + mode + ", (" + T + " *)" + y +
-       "->data + p * " + sub.value(ohw) + ");\n";
+       "->data + p * " + sub.value(ohw, "out_hw") + ");\n";
   s += "  }\n}\n";
   return s;
 }

@@ -79,12 +79,12 @@ void MaxPoolNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor
 std::string MaxPoolNchwc::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const Shape& s = node.inputs[0]->type.dims;
   const Shape o = out_shape(s);
-  auto v = [&](int64_t n) { return sub.value(n); };
+  auto v = [&](int64_t n, std::string_view name) { return sub.value(n, name); };
   const std::string& x = names.inputs[0];
   const std::string& ctx = sub.ctx;
   std::string c = "{\n";
   c += "  int64_t r0, r1, c0, c1;\n";
-  c += "  kiln_tile_part(" + v(s[1]) + ", " + v(o[2]) + ", 1, 1, " + ctx + "->part, " + ctx +
+  c += "  kiln_tile_part(" + v(s[1], "c_blocks") + ", " + v(o[2], "out_h") + ", 1, 1, " + ctx + "->part, " + ctx +
        "->n_parts, &r0, &r1, &c0, &c1);\n";
   c += "  const float *xd = (const float *)" + x + "->data;\n";
   c += "  {\n    int dense = 1;\n    int64_t c = 1, n = 1;\n";
@@ -100,11 +100,11 @@ std::string MaxPoolNchwc::c_code(const Node& node, const CodeNames& names, const
   c += "      xd = copy;\n    }\n  }\n";
   c += "  if (r0 < r1 && c0 < c1)\n";
   c += "    for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-  c += "      kiln_nchwc_max_pool(xd + n * " + v(s[1] * s[2] * s[3] * kNchwcBlock) + ", " +
-       v(s[2]) + ", " + v(s[3]) + ", (float *)" + names.outputs[0] + "->data + n * " +
-       v(s[1] * o[2] * o[3] * kNchwcBlock) + ", " + v(o[2]) + ", " + v(o[3]) + ", " +
-       v(kernel_[0]) + ", " + v(kernel_[1]) + ", " + v(strides_[0]) + ", " + v(strides_[1]) + ", " +
-       v(pads_[0]) + ", " + v(pads_[1]) + ", r0, r1, c0, c1);\n";
+  c += "      kiln_nchwc_max_pool(xd + n * " + v(s[1] * s[2] * s[3] * kNchwcBlock, "img_in") + ", " +
+       v(s[2], "in_h") + ", " + v(s[3], "in_w") + ", (float *)" + names.outputs[0] + "->data + n * " +
+       v(s[1] * o[2] * o[3] * kNchwcBlock, "img_out") + ", " + v(o[2], "out_h") + ", " + v(o[3], "out_w") + ", " +
+       v(kernel_[0], "kernel_h") + ", " + v(kernel_[1], "kernel_w") + ", " + v(strides_[0], "stride_h") + ", " + v(strides_[1], "stride_w") + ", " +
+       v(pads_[0], "pad_top") + ", " + v(pads_[1], "pad_left") + ", r0, r1, c0, c1);\n";
   c += "}\n";
   return c;
 }

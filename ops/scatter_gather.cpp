@@ -296,7 +296,7 @@ std::string Scatter::c_code(const Node& node, const CodeNames& names, const Sub&
     s += "    int64_t dst = 0;\n    for (int d = 0; d < " + r + "; ++d) dst += (d == " + ax +
          " ? v : at[d]) * stride[d];\n";
     s += "    " + c_combine(reduction_, "y[dst]", "u[i]") + "\n";
-    s += "    for (int d = " + r + " - 1; d >= 0; --d) { if (++at[d] < " + ix +
+    s += "    for (int d = " + std::to_string(dr - 1) + "; d >= 0; --d) { if (++at[d] < " + ix +
          "->shape[d]) break; at[d] = 0; }\n  }\n}\n";
     return s;
   }

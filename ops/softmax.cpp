@@ -61,94 +61,131 @@ int64_t Softmax::c_split_unit(const Node& node) const {
 
 bool Softmax::c_splittable(const Node& node) const { return c_split_unit(node) > 0; }
 
+namespace {
+
+// The C names a row's code uses: its element type, the float suffix of libm's functions.
+struct RowCode {
+  std::string T, f;
+  bool log = false;
+};
+
+// One row of `len` adjacent elements, read from src and written to row. The maximum and the
+// sum run in 16 independent lanes, so they vectorize; NaN is skipped by the max and poisons
+// the sum.
+std::string unit_row(const RowCode& r) {
+  const std::string& T = r.T;
+  std::string s;
+  s += T + " mx = -INFINITY;\n";
+  s += "int64_t l = 0;\n";
+  s += "{\n";
+  s += T + " lane[16];\n";
+  s += "for (int k = 0; k < 16; ++k) lane[k] = -INFINITY;\n";
+  s += "for (; l + 16 <= len; l += 16)\n";
+  s += "KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + k] : "
+       "lane[k];\n";
+  s += "for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;\n";
+  s += "}\n";
+  s += "KILN_NOVEC for (; l < len; ++l) mx = src[l] > mx ? src[l] : mx;\n";
+  // All -inf: keep exp(-inf - 0) = 0, no NaN from inf - inf.
+  s += "if (mx == -INFINITY) mx = 0;\n";
+  s += T + " sum = 0;\n";
+  if (r.log) {
+    s += "KILN_NOVEC for (l = 0; l < len; ++l) sum += kiln_exp" + r.f + "(src[l] - mx);\n";
+    // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
+    s += "const " + T + " lse = log" + r.f + "(sum);\n";
+    s += "for (l = 0; l < len; ++l) row[l] = (src[l] - mx) - lse;\n";
+    return s;
+  }
+  // x - mx <= 0 (or NaN): the cheaper exp. Whole blocks of 8 vectorize without a scalar
+  // tail; the last partial block goes through a block padded with -inf (whose exp is 0):
+  // the scalar exp of a tail (5 of ViT's 197 columns) runs several times slower per element
+  // than the vector loop. src may be row itself (a strided input copied in first), read at
+  // the index written.
+  const std::string e = std::string("kiln_exp_nonpos") + (r.f.empty() ? "" : "_f32");
+  s += "for (l = 0; l + 8 <= len; l += 8)\n";
+  s += "KILN_SAME_INDEX for (int k = 0; k < 8; ++k) row[l + k] = " + e + "(src[l + k] - mx);\n";
+  s += "if (l < len) {\n";
+  s += T + " t[8];\n";
+  s += "for (int k = 0; k < 8; ++k) t[k] = l + k < len ? src[l + k] : -INFINITY;\n";
+  s += "for (int k = 0; k < 8; ++k) t[k] = " + e + "(t[k] - mx);\n";
+  s += "for (int k = 0; l + k < len; ++k) row[l + k] = t[k];\n";
+  s += "}\n";
+  s += "{\n";
+  s += T + " lane[16] = {0};\n";
+  s += "for (l = 0; l + 16 <= len; l += 16)\n";
+  s += "KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";
+  s += "for (; l < len; ++l) sum += row[l];\n";
+  s += "for (int k = 0; k < 16; ++k) sum += lane[k];\n";
+  s += "}\n";
+  s += "const " + T + " scale = (" + T + ")1 / sum;\n";
+  s += "for (l = 0; l < len; ++l) row[l] *= scale;\n";
+  return s;
+}
+
+// One row whose elements lie `inner` apart: scalar loops (not worth gathers).
+std::string strided_row(const RowCode& r) {
+  const std::string& T = r.T;
+  std::string s;
+  s += T + " mx = -INFINITY;\n";
+  s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : "
+       "mx;\n";
+  s += "if (mx == -INFINITY) mx = 0;\n";
+  s += T + " sum = 0;\n";
+  if (r.log) {
+    s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) sum += kiln_exp" + r.f +
+         "(src[l * inner] - mx);\n";
+    s += "const " + T + " lse = log" + r.f + "(sum);\n";
+    s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - "
+         "lse;\n";
+    return s;
+  }
+  s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) {\n";
+  s += "const " + T + " e = kiln_exp" + r.f + "(src[l * inner] - mx);\n";
+  s += "row[l * inner] = e;\n";
+  s += "sum += e;\n";
+  s += "}\n";
+  s += "const " + T + " scale = (" + T + ")1 / sum;\n";
+  s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) row[l * inner] *= scale;\n";
+  return s;
+}
+
+// The rows of one slice (xo, yo) of `inner` rows. inner: known at compile time, or -1.
+std::string slice_rows(const RowCode& r, int64_t inner) {
+  // A contiguous f32 softmax row: the vector row of kiln_softmax.h.
+  const std::string unit = !r.log && r.f == "f"
+                               ? "kiln_softmax_row_f32(xo, yo, len);\n"
+                               : "const " + r.T + " *src = xo;\n" + r.T + " *row = yo;\n" +
+                                     unit_row(r);
+  const std::string strided = "for (int64_t i = 0; i < inner; ++i) {\nconst " + r.T +
+                              " *src = xo + i;\n" + r.T + " *row = yo + i;\n" + strided_row(r) +
+                              "}\n";
+  if (inner == 1) return r.log || r.f != "f" ? "{\n" + unit + "}\n" : unit;
+  if (inner > 1) return strided;
+  return "if (inner == 1) {\n" + unit + "} else {\n" + strided + "}\n";
+}
+
+}  // namespace
+
 std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& t = node.inputs[0]->type;
   const int rank = t.rank();
   const int axis = normalize_axis(axis_, rank, name());
-  const std::string T(dtype_c_type(t.dtype));
-  const std::string f = t.dtype == DType::kFloat32 ? "f" : "";
-  const std::string m = "kiln_";  // kiln_math.h: both float widths
   const std::string& out = names.outputs[0];
   const std::string ax = std::to_string(axis);
+  // The rows' stride, where the shape tells it: the branch for the other kind is not emitted.
+  int64_t inner = 1;
+  for (int d = axis + 1; d < rank && inner > 0; ++d) {
+    const int64_t n = t.dims[static_cast<size_t>(d)];
+    inner = n == kDynamic ? -1 : inner * n;
+  }
+  const RowCode r{std::string(dtype_c_type(t.dtype)), t.dtype == DType::kFloat32 ? "f" : "",
+                  log_};
   // Slices o of (outer, len, inner): this part's range of o.
-  std::string s = c_open_slice_loop(names, sub, rank, axis, T,
-                                    "  const int64_t len = " + out + "->shape[" + ax +
-                                        "], inner = slice / (len > 0 ? len : 1);\n");
-  if (!log_ && t.dtype == DType::kFloat32) {
-    // Rows along the last axis: the vector row of kiln_softmax.h.
-    s += "    if (inner == 1) {\n";
-    s += "      kiln_softmax_row_f32(xo, yo, len);\n";
-    s += "      continue;\n";
-    s += "    }\n";
-  }
-  s += "    for (int64_t i = 0; i < inner; ++i) {\n";
-  s += "      const " + T + " *src = xo + i;\n";
-  s += "      " + T + " *row = yo + i;\n";
-  s += "      " + T + " mx = -INFINITY;\n";
-  s += "      int64_t l = 0;\n";
-  // Along the last axis (inner == 1) the maximum and the sum run in 16 independent lanes, so
-  // they vectorize; NaN is skipped by the max either way and poisons the sum.
-  s += "      if (inner == 1) {\n";
-  s += "        " + T + " lane[16];\n";
-  s += "        for (int k = 0; k < 16; ++k) lane[k] = -INFINITY;\n";
-  s += "        for (; l + 16 <= len; l += 16)\n";
-  s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + "
-       "k] : lane[k];\n";
-  s += "        for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;\n";
-  s += "      }\n";
-  s += "      KILN_NOVEC for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;\n";
-  s += "      if (mx == -INFINITY) mx = 0;\n";  // all -inf: keep exp(-inf - 0) = 0, no NaN from
-                                                // inf-inf
-  s += "      " + T + " sum = 0;\n";
-  if (log_) {
-    s += "      KILN_NOVEC for (l = 0; l < len; ++l) sum += " + m + "exp" + f +
-         "(src[l * inner] - mx);\n";
-    // (x - max) - log(sum): x - max is exact for nearby values, so large inputs keep precision.
-    s += "      const " + T + " lse = log" + f + "(sum);\n";
-    s += "      if (inner == 1) {\n";
-    s += "        for (l = 0; l < len; ++l) row[l] = (src[l] - mx) - lse;\n";
-    s += "      } else {\n";
-    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] = (src[l * inner] - mx) - "
-         "lse;\n";
-    s += "      }\n";
-  } else {
-    // x - mx <= 0 (or NaN): the cheaper exp. Whole blocks of 8 vectorize without a scalar
-    // tail; the last partial block goes through a block padded with -inf (whose exp is 0):
-    // the scalar exp of a tail (5 of ViT's 197 columns) runs several times slower per
-    // element than the vector loop.
-    // src may be row itself (a strided input copied in first), read at the index written.
-    const std::string e = m + "exp_nonpos" + (f.empty() ? "" : "_f32");
-    s += "      if (inner == 1) {\n";
-    s += "        for (l = 0; l + 8 <= len; l += 8)\n";
-    s += "          KILN_SAME_INDEX for (int k = 0; k < 8; ++k) row[l + k] = " + e +
-         "(src[l + k] - mx);\n";
-    s += "        if (l < len) {\n";
-    s += "          " + T + " t[8];\n";
-    s += "          for (int k = 0; k < 8; ++k) t[k] = l + k < len ? src[l + k] : -INFINITY;\n";
-    s += "          for (int k = 0; k < 8; ++k) t[k] = " + e + "(t[k] - mx);\n";
-    s += "          for (int k = 0; l + k < len; ++k) row[l + k] = t[k];\n";
-    s += "        }\n";
-    s += "        " + T + " lane[16] = {0};\n";
-    s += "        for (l = 0; l + 16 <= len; l += 16)\n";
-    s += "          KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += row[l + k];\n";
-    s += "        for (; l < len; ++l) sum += row[l];\n";
-    s += "        for (int k = 0; k < 16; ++k) sum += lane[k];\n";
-    s += "      } else {\n";
-    s += "        KILN_NOVEC for (l = 0; l < len; ++l) {\n";
-    s += "          const " + T + " e = " + m + "exp" + f + "(src[l * inner] - mx);\n";
-    s += "          row[l * inner] = e;\n";
-    s += "          sum += e;\n";
-    s += "        }\n";
-    s += "      }\n";
-    s += "      const " + T + " scale = (" + T + ")1 / sum;\n";
-    // Unit-stride rows get a plain vector loop; strided ones are not worth gathers.
-    s += "      if (inner == 1) {\n";
-    s += "        for (l = 0; l < len; ++l) row[l] *= scale;\n";
-    s += "      } else {\n";
-    s += "        KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] *= scale;\n";
-    s += "      }\n";
-  }
-  s += "    }\n";
+  std::string s = c_open_slice_loop(
+      names, sub, rank, axis, r.T,
+      "  const int64_t len = " + out + "->shape[" + ax + "]" +
+          (inner == 1 ? "" : ", inner = slice / (len > 0 ? len : 1)") + ";\n");
+  s += slice_rows(r, inner);
   s += "  }\n";
   s += "}\n";
   return s;

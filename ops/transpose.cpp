@@ -72,7 +72,7 @@ std::string Transpose::c_code(const Node& node, const CodeNames& names, const Su
   }
   const std::string r = std::to_string(rank);
   s += "  for (int d = 0; d < " + r + "; ++d) shp[d] = " + out + "->shape[d];\n";
-  s += "  int sd = 0;\n  while (sd < " + r + " - 1 && shp[sd] == 1) ++sd;\n";
+  s += "  int sd = 0;\n  while (sd < " + std::to_string(rank - 1) + " && shp[sd] == 1) ++sd;\n";
   s += "  int64_t lo, hi;\n";
   s +=
       "  kiln_part_range(shp[sd], " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";

@@ -82,19 +82,21 @@ std::string window_init(const std::vector<WindowDims>& dims, Format s) {
   h.in = h.out = 1;
   const WindowDims& y = dims.size() == 2 ? dims[0] : h;
   const WindowDims& x = dims.back();
-  return "{" + s(y.in) + ", " + s(x.in) + ", " + s(y.kernel) + ", " + s(x.kernel) + ", " +
-         s(y.stride) + ", " + s(x.stride) + ", " + s(y.dilation) + ", " + s(x.dilation) + ", " +
-         s(y.pad_begin) + ", " + s(x.pad_begin) + ", " + s(y.pad_end) + ", " + s(x.pad_end) + ", " +
-         s(y.out) + ", " + s(x.out) + "}";
+  return "{" + s(y.in, "in_h") + ", " + s(x.in, "in_w") + ", " + s(y.kernel, "kernel_h") + ", " +
+         s(x.kernel, "kernel_w") + ", " + s(y.stride, "stride_h") + ", " + s(x.stride, "stride_w") +
+         ", " + s(y.dilation, "dilation_h") + ", " + s(x.dilation, "dilation_w") + ", " +
+         s(y.pad_begin, "pad_top") + ", " + s(x.pad_begin, "pad_left") + ", " +
+         s(y.pad_end, "pad_bottom") + ", " + s(x.pad_end, "pad_right") + ", " + s(y.out, "out_h") +
+         ", " + s(x.out, "out_w") + "}";
 }
 }  // namespace
 
 std::string window_c_init(const std::vector<WindowDims>& dims) {
-  return window_init(dims, [](int64_t v) { return std::to_string(v); });
+  return window_init(dims, [](int64_t v, std::string_view) { return std::to_string(v); });
 }
 
 std::string window_c_init(const std::vector<WindowDims>& dims, const Sub& sub) {
-  return window_init(dims, [&](int64_t v) { return sub.value(v); });
+  return window_init(dims, [&](int64_t v, std::string_view name) { return sub.value(v, name); });
 }
 
 }  // namespace kiln

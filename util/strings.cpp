@@ -29,6 +29,20 @@ std::vector<std::string> split_lines(std::string_view text) {
   return lines;
 }
 
+std::vector<std::string> join_wrapped(const std::vector<std::string>& parts, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (const auto& part : parts) {
+    if (!line.empty() && line.size() + 2 + part.size() + 1 > width) {
+      lines.push_back(line + ",");
+      line.clear();
+    }
+    line += line.empty() ? part : ", " + part;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 std::string dims_to_string(const std::vector<int64_t>& dims) {
   std::string s = "(";
   for (size_t i = 0; i < dims.size(); ++i) {

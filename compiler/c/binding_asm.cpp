@@ -43,7 +43,10 @@ std::string binding_assembly(const std::string& key, const std::vector<BoundNode
     s += "kiln_label_" + std::to_string(n.id) + ":\n\t.asciz " + asm_string_literal(n.label) + "\n";
     if (n.args.empty()) continue;
     s += "\t.p2align 3\nkiln_args_" + std::to_string(n.id) + ":\n";
-    for (int64_t v : n.args) s += "\t.quad " + std::to_string(v) + "\n";
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      s += "\t.quad " + std::to_string(n.args[i]);
+      s += i < n.arg_names.size() ? "\t# " + n.arg_names[i] + "\n" : "\n";
+    }
   }
   s += "kiln_key:\n\t.asciz " + asm_string_literal(key) + "\n";
 

@@ -16,6 +16,7 @@ struct BoundNode {
   int64_t split_unit = 0;
   std::string kernel;         // the kernel's symbol
   std::vector<int64_t> args;  // its kp
+  std::vector<std::string> arg_names;  // their names in the kernel, for the reader
 };
 
 // x86-64 GNU assembler for the module; "" where kiln has no emitter (another architecture).

@@ -174,7 +174,7 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
   for (const auto& h : needs.headers) w.line("#include " + h);
   w.line();
   check_internal(embedded::abi_headers_count == 1, "module ABI header not embedded");
-  w.fragment(embedded::abi_headers[0].second, -1, "prelude module_abi.h");
+  w.verbatim(embedded::abi_headers[0].second, -1, "prelude module_abi.h");
   // The preludes' loop-nest helpers come from the host's table (kiln_support), set once by
   // kiln_module(); atomics, since two threads may load the same module at once.
   w.line();
@@ -193,7 +193,7 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
   w.line("#define KILN_SUPPORT __atomic_load_n(&kiln_support_, __ATOMIC_RELAXED)");
   for (const auto& p : needs.preludes) {
     w.line();
-    w.fragment(prelude(p), -1, "prelude " + p);
+    w.verbatim(prelude(p), -1, "prelude " + p);
   }
   w.line();
   w.line(
@@ -243,6 +243,7 @@ void emit_kernel_function(CodeWriter& w, const CKernel& k, const NodeCode& code,
   w.indent();
   w.line("int kiln_status = 0;");
   w.line("KILN_UNUSED(state_, ctx, in, out, kp);");
+  for (const auto& line : code.args.declarations(code.body)) w.line(line);
   w.fragment(code.body, node, "c_code");
   close_function(w);
 }
@@ -319,9 +320,11 @@ void emit_binding(const LinkedModule& m, CodeWriter& w, const Graph& graph, cons
     if (code.kernel >= 0) {
       std::string args = "0";
       if (!code.args.values.empty()) {
-        std::vector<std::string> values;
-        for (int64_t v : code.args.values) values.push_back(std::to_string(v) + "LL");
-        w.line("static const int64_t kiln_args_" + id + "[] = {" + join(values, ", ") + "};");
+        w.line("static const int64_t kiln_args_" + id + "[] = {");
+        w.indent();
+        for (const auto& line : code.args.commented_values()) w.line(line);
+        w.dedent();
+        w.line("};");
         args = "kiln_args_" + id;
       }
       w.line("static int kiln_node_" + id +
@@ -456,7 +459,8 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
     for (const auto& part :
          {join(needs.headers, "\n"), join(needs.preludes, "\n"),
           needs.support.empty() ? std::string() : needs.support[0].first, code.support_apply,
-          code.body, join(op.c_libraries(), "\n"), join(op.c_compile_args(), "\n")}) {
+          join(code.args.names, ","), code.body, join(op.c_libraries(), "\n"),
+          join(op.c_compile_args(), "\n")}) {
       h.update(std::to_string(part.size()) + ":");
       h.update(part);
     }
@@ -553,6 +557,7 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
       std::tie(b.flags, b.split_unit) = thunk_flags(c_op(node), node);
       b.kernel = m.c_kernels[static_cast<size_t>(codes[i].kernel)].symbol;
       b.args = codes[i].args.values;
+      b.arg_names = codes[i].args.names;
       bound.push_back(std::move(b));
     }
     if (bound.size() == codes.size() && !bound.empty())

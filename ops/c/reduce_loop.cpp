@@ -1,6 +1,7 @@
 #include "ops/c/reduce_loop.h"
 
 #include "ctemplate/template.h"
+#include "util/strings.h"
 
 namespace kiln {
 
@@ -79,7 +80,9 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
     const auto& in = inputs[k];
     std::string sk = std::to_string(slot[k]);
     s += "  for (int d = 0; d < " + R + "; ++d) {\n";
-    s += "    const int e = d - " + std::to_string(rank - in.rank) + ";\n";
+    const int lead = rank - in.rank;
+    s += "    const int e = " + (lead == 0 ? std::string("d") : "d - " + std::to_string(lead)) +
+         ";\n";
     s += "    if (e >= 0 && " + in.tensor + "->shape[e] != 1) shp[d] = " + in.tensor +
          "->shape[e];\n";
     s += "    st[" + sk + "][d] = (e < 0 || " + in.tensor + "->shape[e] == 1) ? 0 : " + in.tensor +
@@ -140,12 +143,17 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "    int64_t n_part = 1;\n";
   s += "    for (int d = 0; d < r; ++d) n_part *= shp[d];\n";
   s += "    const int64_t inner = shp[r - 1];\n";
-  std::string unit_inputs = "1";
+  // "every input's inner stride is 1", as a C condition ("1" with no input to test).
+  std::vector<std::string> unit_conds;
   for (int k = 0; k < nops; ++k) {
     std::string sk = std::to_string(k);
     s += "    const int64_t s" + sk + " = st[" + sk + "][r - 1];\n";
-    if (k) unit_inputs += " && s" + sk + " == 1";
+    if (k) unit_conds.push_back("s" + sk + " == 1");
   }
+  const std::string unit_inputs = unit_conds.empty() ? "1" : join(unit_conds, " && ");
+  // ... and the output's too.
+  unit_conds.insert(unit_conds.begin(), "s0 == 1");
+  const std::string all_unit = join(unit_conds, " && ");
   s += "    int64_t idx[KILN_MAX_DIMS] = {0};\n";
   s += "    const int64_t outer = oe > ob ? n_part / inner : 0;\n";
 
@@ -180,7 +188,9 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "    for (int64_t it = 0; it < outer; ++it) {\n";
   s += "      if (s0 == 0) {\n";
   s += "        " + T + " a = p0[o0];\n";
-  s += "        if (" + unit_inputs + ") {\n";
+  // (No input to test: only the unit-stride branch.)
+  const bool inputs_vary = unit_inputs != "1";
+  s += inputs_vary ? "        if (" + unit_inputs + ") {\n" : "        {\n";
   s += unit_ptrs;
   // Sixteen independent accumulators: the loop vectorizes without reassociating one sum.
   s += "          " + T + " lane[16];\n";
@@ -193,9 +203,11 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "          for (; j < inner; ++j) { " + value(true, "j") + " a = " + comb + "; }\n";
   s += "          for (int l = 0; l < 16; ++l) a = " +
        combine(spec.kind, spec.dtype, "a", "lane[l]") + ";\n";
-  s += "        } else {\n";
-  s += "          KILN_NOVEC for (int64_t j = 0; j < inner; ++j) { " + value(false, "j") +
-       " a = " + comb + "; }\n";
+  if (inputs_vary) {
+    s += "        } else {\n";
+    s += "          KILN_NOVEC for (int64_t j = 0; j < inner; ++j) { " + value(false, "j") +
+         " a = " + comb + "; }\n";
+  }
   s += "        }\n";
   s += "        p0[o0] = a;\n";
   // A short kept row under a reduced dimension (a blocked layout's global pool: 8 channels
@@ -230,7 +242,7 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
            "            KILN_LANES for (int j = 0; j < 8; ++j) { " + value(true, "j") + " const " +
            T + " a = acc[" + u + "][j]; acc[" + u + "][j] = " + comb + "; }\n" + "          }\n";
   };
-  s += "      } else if (s0 == 1 && " + unit_inputs +
+  s += "      } else if (" + all_unit +
        " && inner == 8 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n";
   s += "        " + T + " acc[4][8];\n";
   s += "        KILN_LANES for (int j = 0; j < 8; ++j) {\n";
@@ -249,7 +261,7 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "          p0[o0 + j] = acc[0][j];\n";
   s += "        }\n";
   s += run_skip;
-  s += "      } else if (s0 == 1 && " + unit_inputs +
+  s += "      } else if (" + all_unit +
        " && inner <= 32 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n";
   s += "        " + T + " run[32];\n";
   s += "        for (int64_t j = 0; j < inner; ++j) run[j] = p0[o0 + j];\n";
@@ -261,7 +273,7 @@ std::string emit_reduce_loop(const ReduceLoop& spec, const std::vector<LoopOpera
   s += "        }\n";
   s += "        for (int64_t j = 0; j < inner; ++j) p0[o0 + j] = run[j];\n";
   s += run_skip;
-  s += "      } else if (s0 == 1 && " + unit_inputs + ") {\n";
+  s += "      } else if (" + all_unit + ") {\n";
   s += "        " + T + " *restrict q0 = p0 + o0;\n";
   s += unit_ptrs;
   s += "        for (int64_t j = 0; j < inner; ++j) { " + value(true, "j") + " const " + T +

@@ -24,7 +24,8 @@ std::string c_open_slice_loop(const CodeNames& names, const Sub& sub, int rank, 
   s += "  }\n";
   s += decls;
   s += "  int contiguous = 1;\n";
-  s += "  for (int64_t d = " + ra + " - 1, c = 1; d >= 0; c *= " + in + "->shape[d], --d) {\n";
+  s += "  for (int64_t d = " + std::to_string(rank - 1) + ", c = 1; d >= 0; c *= " + in +
+       "->shape[d], --d) {\n";
   s += "    cst[d] = c;\n";
   s += "    if (" + in + "->shape[d] != 1 && " + in + "->strides[d] != c) contiguous = 0;\n";
   s += "  }\n";
@@ -37,10 +38,12 @@ std::string c_open_slice_loop(const CodeNames& names, const Sub& sub, int rank, 
   s += "    const " + T + " *xo = x + o * slice;\n";
   s += "    if (!contiguous) {\n";
   s += "      int64_t off = 0;\n";
-  s += "      for (int64_t d = " + ax + " - 1, r = o; d >= 0; --d) {\n";
-  s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
-  s += "        r /= " + in + "->shape[d];\n";
-  s += "      }\n";
+  if (axis > 0) {  // the slice's offset in the input: o's index over the outer dimensions
+    s += "      for (int64_t d = " + std::to_string(axis - 1) + ", r = o; d >= 0; --d) {\n";
+    s += "        off += r % " + in + "->shape[d] * " + in + "->strides[d];\n";
+    s += "        r /= " + in + "->shape[d];\n";
+    s += "      }\n";
+  }
   s += "      kiln_copy_nd(yo, cst + " + ax + ", x + off, " + in + "->strides + " + ax + ", " +
        std::to_string(rank - axis) + ", " + in + "->shape + " + ax + ", sizeof(" + T + "));\n";
   s += "      xo = yo;\n";

@@ -336,18 +336,18 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   const std::string& D = names.inputs[1];
   const std::string& ctx = sub.ctx;
   const PlaneStrides xs = plane_strides(X, one_d), ds = plane_strides(D, one_d);
-  auto v = [&](int64_t n) { return sub.value(n); };
+  auto v = [&](int64_t n, std::string_view name) { return sub.value(n, name); };
   std::string s = "{\n";
   s += "  const kiln_window g = " + window_c_init(geo, sub) + ";\n";
-  s += "  const int64_t cg = " + v(cg) + ", mg = " + v(mg) + ", groups = " + v(group_) +
-       ", taps = " + v(taps) + ", ck = cg * taps;\n";
-  s += "  const int64_t slices = " + v(slices_) + ", blocks = " + v(blocks) +
-       ", rows_max = " + v(rows_max) + ";\n";
+  s += "  const int64_t cg = " + v(cg, "cg") + ", mg = " + v(mg, "mg") + ", groups = " + v(group_, "groups") +
+       ", taps = " + v(taps, "taps") + ", ck = cg * taps;\n";
+  s += "  const int64_t slices = " + v(slices_, "slices") + ", blocks = " + v(blocks, "blocks") +
+       ", rows_max = " + v(rows_max, "rows_max") + ";\n";
   s += "  const int64_t nrows = " + X + "->shape[0] * g.oh, units = slices * blocks;\n";
   s += "  const int64_t u0 = units * " + ctx + "->part / " + ctx + "->n_parts;\n";
   s += "  const int64_t u1 = units * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
   // Output rows per chunk: the chunk's A and B fill the budget, at least one row.
-  s += "  int64_t rb = " + v(kWgradChunk) + " / ((rows_max + ck) * g.ow);\n";
+  s += "  int64_t rb = " + v(kWgradChunk, "chunk") + " / ((rows_max + ck) * g.ow);\n";
   s += "  if (rb < 1) rb = 1;\n";
   s += "  " + T + " *dw = (" + T + " *)" + names.outputs[0] + "->data;\n";
   s += "  " + T + " *A = NULL, *B = NULL;\n";

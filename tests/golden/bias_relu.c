@@ -20,10 +20,10 @@ static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ..
 
 /* ---- kernels: each node below runs one of these with its own sizes (kp) ---- */
 
-/* kernel kiln_k_8d9a563c7f2cf126, run by 1 node:
+/* kernel kiln_k_1283b952eab692ca, run by 1 node:
  *   node 0: fused_elementwise{program="add($0, $1); relu(%0)"}(x, b) -> y  [float32 (?, 8)]  'act'
  */
-__attribute__((visibility("hidden"))) int kiln_k_8d9a563c7f2cf126(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_1283b952eab692ca(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -113,7 +113,7 @@ static void kiln_state_cleanup(void *state_) {
 
 /* node 0: fused_elementwise{program="add($0, $1); relu(%0)"}(x, b) -> y  [float32 (?, 8)]  'act' */
 static int kiln_node_0(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_8d9a563c7f2cf126(state_, ctx, in, out, 0);
+  return kiln_k_1283b952eab692ca(state_, ctx, in, out, 0);
 }
 
 static const kiln_thunk_info kiln_thunks[] = {

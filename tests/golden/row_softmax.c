@@ -22,10 +22,10 @@ static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ..
 
 /* ---- kernels: each node below runs one of these with its own sizes (kp) ---- */
 
-/* kernel kiln_k_2e19c22cc9c0783d, run by 1 node:
+/* kernel kiln_k_85745f0f57c1430f, run by 1 node:
  *   node 0: softmax{axis=-1}(x) -> y  [float32 (?, 16)]  'probs'
  */
-__attribute__((visibility("hidden"))) int kiln_k_2e19c22cc9c0783d(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_85745f0f57c1430f(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -34,9 +34,9 @@ __attribute__((visibility("hidden"))) int kiln_k_2e19c22cc9c0783d(void *state_, 
       if (d < 1) outer *= out[0]->shape[d];
       else slice *= out[0]->shape[d];
     }
-    const int64_t len = out[0]->shape[1], inner = slice / (len > 0 ? len : 1);
+    const int64_t len = out[0]->shape[1];
     int contiguous = 1;
-    for (int64_t d = 2 - 1, c = 1; d >= 0; c *= in[0]->shape[d], --d) {
+    for (int64_t d = 1, c = 1; d >= 0; c *= in[0]->shape[d], --d) {
       cst[d] = c;
       if (in[0]->shape[d] != 1 && in[0]->strides[d] != c) contiguous = 0;
     }
@@ -49,70 +49,24 @@ __attribute__((visibility("hidden"))) int kiln_k_2e19c22cc9c0783d(void *state_, 
       const float *xo = x + o * slice;
       if (!contiguous) {
         int64_t off = 0;
-        for (int64_t d = 1 - 1, r = o; d >= 0; --d) {
+        for (int64_t d = 0, r = o; d >= 0; --d) {
           off += r % in[0]->shape[d] * in[0]->strides[d];
           r /= in[0]->shape[d];
         }
         kiln_copy_nd(yo, cst + 1, x + off, in[0]->strides + 1, 1, in[0]->shape + 1, sizeof(float));
         xo = yo;
       }
-      if (inner == 1) {
-        kiln_softmax_row_f32(xo, yo, len);
-        continue;
-      }
-      for (int64_t i = 0; i < inner; ++i) {
-        const float *src = xo + i;
-        float *row = yo + i;
-        float mx = -INFINITY;
-        int64_t l = 0;
-        if (inner == 1) {
-          float lane[16];
-          for (int k = 0; k < 16; ++k) lane[k] = -INFINITY;
-          for (; l + 16 <= len; l += 16)
-            KILN_LANES for (int k = 0; k < 16; ++k) lane[k] = src[l + k] > lane[k] ? src[l + k] : lane[k];
-          for (int k = 0; k < 16; ++k) mx = lane[k] > mx ? lane[k] : mx;
-        }
-        KILN_NOVEC for (; l < len; ++l) mx = src[l * inner] > mx ? src[l * inner] : mx;
-        if (mx == -INFINITY) mx = 0;
-        float sum = 0;
-        if (inner == 1) {
-          for (l = 0; l + 8 <= len; l += 8)
-            KILN_SAME_INDEX for (int k = 0; k < 8; ++k) row[l + k] = kiln_exp_nonpos_f32(src[l + k] - mx);
-          if (l < len) {
-            float t[8];
-            for (int k = 0; k < 8; ++k) t[k] = l + k < len ? src[l + k] : -INFINITY;
-            for (int k = 0; k < 8; ++k) t[k] = kiln_exp_nonpos_f32(t[k] - mx);
-            for (int k = 0; l + k < len; ++k) row[l + k] = t[k];
-          }
-          float lane[16] = {0};
-          for (l = 0; l + 16 <= len; l += 16)
-            KILN_LANES for (int k = 0; k < 16; ++k) lane[k] += row[l + k];
-          for (; l < len; ++l) sum += row[l];
-          for (int k = 0; k < 16; ++k) sum += lane[k];
-        } else {
-          KILN_NOVEC for (l = 0; l < len; ++l) {
-            const float e = kiln_expf(src[l * inner] - mx);
-            row[l * inner] = e;
-            sum += e;
-          }
-        }
-        const float scale = (float)1 / sum;
-        if (inner == 1) {
-          for (l = 0; l < len; ++l) row[l] *= scale;
-        } else {
-          KILN_NOVEC for (l = 0; l < len; ++l) row[l * inner] *= scale;
-        }
-      }
+      kiln_softmax_row_f32(xo, yo, len);
     }
   }
 kiln_cleanup: __attribute__((unused));
   return kiln_status;
 }
 
-/* kernel kiln_k_2cdcb89222590cb3, run by 1 node:
+/* kernel kiln_k_ee567a6241c97c99, run by 1 node:
  *   node 1: reduce_sum{axes=[1]}(y) -> t  [float32 (?, 1)]  'total'
  */
-__attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_ee567a6241c97c99(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -122,7 +76,7 @@ __attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, 
     for (int d = 0; d < out[0]->ndim; ++d) n_out *= out[0]->shape[d];
     for (int d = 0; d < 2; ++d) shp[d] = 1;
     for (int d = 0; d < 2; ++d) {
-      const int e = d - 0;
+      const int e = d;
       if (e >= 0 && in[0]->shape[e] != 1) shp[d] = in[0]->shape[e];
       st[1][d] = (e < 0 || in[0]->shape[e] == 1) ? 0 : in[0]->strides[e];
     }
@@ -166,7 +120,7 @@ __attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, 
       for (int64_t it = 0; it < outer; ++it) {
         if (s0 == 0) {
           float a = p0[o0];
-          if (1 && s1 == 1) {
+          if (s1 == 1) {
             const float *restrict q1 = p1 + o1;
             float lane[16];
             for (int l = 0; l < 16; ++l) lane[l] = (float)0;
@@ -180,7 +134,7 @@ __attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, 
             KILN_NOVEC for (int64_t j = 0; j < inner; ++j) { const float x = (float)p1[o1 + (j) * s1]; a = a + x; }
           }
           p0[o0] = a;
-        } else if (s0 == 1 && 1 && s1 == 1 && inner == 8 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {
+        } else if (s0 == 1 && s1 == 1 && inner == 8 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {
           float acc[4][8];
           KILN_LANES for (int j = 0; j < 8; ++j) {
             acc[0][j] = p0[o0 + j];
@@ -220,12 +174,12 @@ __attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, 
           o1 += st[1][r - 2] * (m2 - 1);
           idx[r - 2] = m2 - 1;
           it += m2 - 1;
-        } else if (s0 == 1 && 1 && s1 == 1 && inner <= 32 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {
+        } else if (s0 == 1 && s1 == 1 && inner <= 32 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {
           float run[32];
           for (int64_t j = 0; j < inner; ++j) run[j] = p0[o0 + j];
           const int64_t m2 = shp[r - 2];
           for (int64_t i2 = 0; i2 < m2; ++i2) {
-              const float *restrict q1 = p1 + o1 + (i2) * st[1][r - 2];
+            const float *restrict q1 = p1 + o1 + (i2) * st[1][r - 2];
             for (int64_t j = 0; j < inner; ++j) { const float x = (float)q1[j]; const float a = run[j]; run[j] = a + x; }
           }
           for (int64_t j = 0; j < inner; ++j) p0[o0 + j] = run[j];
@@ -233,9 +187,9 @@ __attribute__((visibility("hidden"))) int kiln_k_2cdcb89222590cb3(void *state_, 
           o1 += st[1][r - 2] * (m2 - 1);
           idx[r - 2] = m2 - 1;
           it += m2 - 1;
-        } else if (s0 == 1 && 1 && s1 == 1) {
+        } else if (s0 == 1 && s1 == 1) {
           float *restrict q0 = p0 + o0;
-            const float *restrict q1 = p1 + o1;
+          const float *restrict q1 = p1 + o1;
           for (int64_t j = 0; j < inner; ++j) { const float x = (float)q1[j]; const float a = q0[j]; q0[j] = a + x; }
         } else {
           KILN_NOVEC for (int64_t j = 0; j < inner; ++j) {
@@ -281,12 +235,12 @@ static void kiln_state_cleanup(void *state_) {
 
 /* node 0: softmax{axis=-1}(x) -> y  [float32 (?, 16)]  'probs' */
 static int kiln_node_0(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_2e19c22cc9c0783d(state_, ctx, in, out, 0);
+  return kiln_k_85745f0f57c1430f(state_, ctx, in, out, 0);
 }
 
 /* node 1: reduce_sum{axes=[1]}(y) -> t  [float32 (?, 1)]  'total' */
 static int kiln_node_1(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_2cdcb89222590cb3(state_, ctx, in, out, 0);
+  return kiln_k_ee567a6241c97c99(state_, ctx, in, out, 0);
 }
 
 static const kiln_thunk_info kiln_thunks[] = {
