@@ -112,4 +112,14 @@ std::vector<LaidOutLine> lay_out_c(std::string_view text) {
   return out;
 }
 
+std::string lay_out_c_text(std::string_view text) {
+  std::string out;
+  for (const auto& line : lay_out_c(text)) {
+    if (!line.verbatim && !line.text.empty()) out.append(static_cast<size_t>(line.level) * 2, ' ');
+    out += line.text;
+    out += '\n';
+  }
+  return out;
+}
+
 }  // namespace kiln

@@ -17,5 +17,8 @@ struct LaidOutLine {
   bool verbatim = false;  // a preprocessor line: its text as written, at column 0
 };
 std::vector<LaidOutLine> lay_out_c(std::string_view text);
+// The same as text, two spaces a level: what the writer emits at depth 0, so that code whose
+// emitters differ only in spacing is the same text (and the same kernel).
+std::string lay_out_c_text(std::string_view text);
 
 }  // namespace kiln

@@ -280,265 +280,331 @@ std::string Conv::c_code_with_clamp(const Node& node, const CodeNames& names, co
   return code(node, names, sub, "", &clamp);
 }
 
+// What every variant's code is written with: one node's plan, names and store bounds.
+struct Conv::Emit {
+  const Plan& p;
+  const Sub& sub;
+  std::string T, S;          // the element type and the kernels' suffix (f32, f64)
+  std::string x, y, sy, sx;  // the input and output, the input's row and column strides
+  std::string lo_hi;         // the kernels' store bounds
+  std::string epilogue;      // run on each finished piece, or ""
+
+  const WindowDims& gy() const { return p.g[0]; }
+  const WindowDims& gx() const { return p.g[1]; }
+  std::string v(int64_t n, std::string_view name) const { return sub.value(n, name); }
+  std::string workspace(const std::string& type, const std::string& count) const {
+    return "(" + type + " *)" + sub.ctx + "->workspace(" + sub.ctx + ", (size_t)" + count +
+           " * sizeof(" + type + "))";
+  }
+};
+
+// A 1x1 convolution is a GEMM. The part's positions go in pieces of whole panels, each about
+// 128 KB of output: a piece's positions are packed into kiln's panel layout (the copy the
+// phase split would make anyway), its rows start as the bias, the packed kernel adds the
+// weight rows times the panels, and an inline epilogue runs on the piece while it is still
+// in L2. A whole part's tile of an expand layer (1.2 MB at 112 x 112) went to memory and back
+// once for the bias, once for the product and once for the epilogue.
+std::string Conv::pointwise_code(const Emit& e) {
+  const Plan& p = e.p;
+  const std::string& T = e.T;
+  const std::string& x = e.x;
+  const std::string W_in = e.v(e.gx().in, "in_w");
+  std::string s;
+  s += "const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
+  s += "const int64_t cg = " + e.v(p.cg, "cg") + ", wd = " + W_in + ", ohw = " + e.v(p.ohw, "ohw") +
+       ";\n";
+  s += "const int64_t widest = r1 - r0 > cg ? r1 - r0 : cg;\n";
+  s += "int64_t piece = 131072 / sizeof(" + T + ") / widest / P * P;\n";
+  s += "if (piece < P) piece = P;\n";
+  s += "if (piece > c1 - c0) piece = (c1 - c0 + P - 1) / P * P;\n";
+  s += T + " *bp = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx +
+       ", (size_t)(piece * cg) * sizeof(" + T + "));\n";
+  s += "if (!bp) " + e.sub.fail + "(\"conv: out of memory for the packed positions\");\n";
+  s += "const int rows_contig = " + e.sx + " == 1 && (" +
+       (p.one_d ? std::string("1") : e.sy + " == wd") + ");\n";
+  s += "for (int64_t e_n = 0; e_n < " + x + "->shape[0]; ++e_n)\n";
+  s += "for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
+  s += "const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece, npos = e_c1 - e_c0;\n";
+  s += "const int64_t panels = (npos + P - 1) / P;\n";
+  s += "for (int64_t oc = r0; oc < r1;) {\n";
+  const std::string mg = e.v(p.mg, "mg");
+  s += "const int64_t grp = oc / " + mg + ";\n";
+  s += "const int64_t oc_end = (grp + 1) * " + mg + " < r1 ? (grp + 1) * " + mg + " : r1;\n";
+  s += "const " + T + " *xg = (const " + T + " *)" + x + "->data + e_n * " + x +
+       "->strides[0] + grp * cg * " + x + "->strides[1];\n";
+  s += "for (int64_t pn = 0; pn < panels; ++pn) {\n";
+  s += "const int64_t j0 = e_c0 + pn * P, cnt = e_c1 - j0 < P ? e_c1 - j0 : P;\n";
+  s += "for (int64_t i = 0; i < cg; ++i) {\n";
+  s += T + " *dst = bp + (pn * cg + i) * P;\n";
+  s += "const " + T + " *src = xg + i * " + x + "->strides[1];\n";
+  s += "if (rows_contig) {\n";
+  s += "for (int64_t k = 0; k < cnt; ++k) dst[k] = src[j0 + k];\n";
+  s += "} else {\n";
+  s += "for (int64_t k = 0; k < cnt; ++k)\n";
+  s += "dst[k] = src[(j0 + k) / wd * " + e.sy + " + (j0 + k) % wd * " + e.sx + "];\n";
+  s += "}\n";
+  s += "for (int64_t k = cnt; k < P; ++k) dst[k] = 0;\n";
+  s += "}\n";
+  s += "}\n";
+  s += T + " *yo = (" + T + " *)" + e.y + "->data + (e_n * " + e.v(p.m, "m") +
+       " + oc) * ohw + e_c0;\n";
+  // The bias and a clamp go in as the kernel stores: no passes of their own over the piece.
+  s += "kiln_gemm_packed_" + e.S + "(oc_end - oc, npos, cg, (" + T + ")1, W + oc * cg, cg, 1, bp, (" +
+       T + ")0, yo, ohw, bias ? bias + oc * bs : 0, bs, 0, " + e.lo_hi + ");\n";
+  s += "oc = oc_end;\n";
+  s += "}\n";
+  if (!e.epilogue.empty()) {
+    s += "{\nconst int64_t e_r0 = r0, e_r1 = r1;\n" + e.epilogue + "}\n";
+  }
+  s += "}\n";
+  return s;
+}
+
+// A packed 1x1 window (any stride) needs no padded or phase copy. The part's positions go in
+// chunks of about 128 KB of input, each gathered into groups of kGatherGroup positions whose
+// taps (input channels) lie one after another, so the kernel streams each group's input:
+// read in place, each tap of a group was a new cache line (a 7 x 7 map's channels are 196
+// bytes apart). Every block of output channels then passes over the chunk while it is in L2.
+std::string Conv::gathered_code(const Emit& e) {
+  if (!e.epilogue.empty()) throw InternalError("conv: an inline epilogue on a packed convolution");
+  const Plan& p = e.p;
+  const std::string& T = e.T;
+  const std::string& x = e.x;
+  const std::string G = std::to_string(kGatherGroup);
+  std::string s;
+  s += "_Static_assert(KILN_CONV_BLOCK == " + std::to_string(kConvBlock) +
+       ", \"kiln packed these weights for another block size\");\n";
+  s += "const int64_t cg = " + e.v(p.cg, "cg") + ", ow = " + e.v(e.gx().out, "out_w") + ";\n";
+  s += "const int64_t sc = " + x + "->strides[1], sy = " + e.sy + " * " +
+       e.v(e.gy().stride, "stride_h") + ", sx = " + e.sx + " * " + e.v(e.gx().stride, "stride_w") +
+       ";\n";
+  s += "int64_t chunk = 131072 / (int64_t)sizeof(" + T + ") / cg / " + G + " * " + G + ";\n";
+  s += "if (chunk < 2 * " + G + ") chunk = 2 * " + G + ";\n";
+  s += "if (chunk > c1 - c0) chunk = (c1 - c0 + " + G + " - 1) / " + G + " * " + G + ";\n";
+  s += "int32_t *pos = " + e.workspace("int32_t", "chunk") + ";\n";
+  s += "int32_t *off = " + e.workspace("int32_t", "cg") + ";\n";
+  s += T + " *gbuf = " + e.workspace(T, "(chunk * cg)") + ";\n";
+  s += "int64_t *src = " + e.workspace("int64_t", "chunk") + ";\n";
+  s += "if (!pos || !off || !gbuf || !src) " + e.sub.fail +
+       "(\"conv: out of memory for the gathered positions\");\n";
+  s += "for (int64_t t = 0; t < cg; ++t) off[t] = (int32_t)(t * " + G + ");\n";
+  s += "for (int64_t i = 0; i < chunk; ++i) pos[i] = (int32_t)(i / " + G + " * cg * " + G +
+       " + i % " + G + ");\n";
+  s += "for (int64_t n = 0; n < " + x + "->shape[0]; ++n) {\n";
+  s += "const " + T + " *xn = (const " + T + " *)" + x + "->data + n * " + x + "->strides[0];\n";
+  s += T + " *yn = (" + T + " *)" + e.y + "->data + (n * " + e.v(p.m, "m") + " + r0) * " +
+       e.v(p.ohw, "ohw") + ";\n";
+  s += "for (int64_t j0 = c0; j0 < c1; j0 += chunk) {\n";
+  s += "const int64_t cnt = c1 - j0 < chunk ? c1 - j0 : chunk;\n";
+  // Channel by channel, so each input row's run of positions is read in order.
+  s += "for (int64_t j = 0; j < cnt; ++j) src[j] = (j0 + j) / ow * sy + (j0 + j) % ow * sx;\n";
+  s += "for (int64_t t = 0; t < cg; ++t) {\n";
+  s += "const " + T + " *row = xn + t * sc;\n";
+  s += "for (int64_t j = 0; j < cnt; ++j)\n";
+  s += "gbuf[(j / " + G + " * cg + t) * " + G + " + j % " + G + "] = row[src[j]];\n";
+  s += "}\n";
+  s += "kiln_conv_blocks_" + e.S +
+       "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? bias + r0 * bs : 0, bs, yn + j0, " +
+       e.v(p.ohw, "ohw") + ", " + e.lo_hi + ");\n";
+  s += "}\n";
+  s += "}\n";
+  return s;
+}
+
+// The phase buffer of a windowed convolution: this part's output rows, the phase rows they
+// read and the image rows behind those, the padding those rows read zeroed once (each image
+// group rewrites the interior), and each tap's offset in the buffer.
+std::string Conv::phase_setup(const Emit& e) {
+  const Plan& p = e.p;
+  const WindowDims& gy = e.gy();
+  const WindowDims& gx = e.gx();
+  const std::string& T = e.T;
+  const int64_t phases = gy.stride * gx.stride, plane = p.hq * p.wq;
+  const int64_t buf = p.cg * phases * plane;
+  std::string s;
+  s += T + " *buf = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx + ", (size_t)(" +
+       e.v(buf, "buf") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
+  s += "int32_t *off = " + e.workspace("int32_t", e.v(p.ckk, "ckk")) + ";\n";
+  s += "if (!buf || !off) " + e.sub.fail +
+       "(\"conv: out of memory for the padded image (%lld bytes)\", (long long)" +
+       e.v(buf * (T == "float" ? 4 : 8), "buf_bytes") + ");\n";
+  s += "const int64_t ow = " + e.v(gx.out, "out_w") + ", wq = " + e.v(p.wq, "wq") +
+       ", plane = " + e.v(plane, "plane") + ";\n";
+  s += "const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
+  s += "const int64_t reach = " + e.v((gy.kernel - 1) * gy.dilation, "reach") + ";\n";
+  const std::string stride_h = e.v(gy.stride, "stride_h");
+  s += "const int64_t q_hi = (oy1 + reach / " + stride_h + " + 1) * wq;\n";
+  const std::string pad_top = e.v(gy.pad_begin, "pad_top");
+  s += "int64_t y0 = oy0 * " + stride_h + " - " + pad_top + ", y1 = (oy1 - 1) * " + stride_h +
+       " + reach + 1 - " + pad_top + ";\n";
+  const std::string in_h = e.v(gy.in, "in_h");
+  s += "if (y0 < 0) y0 = 0;\nif (y1 > " + in_h + ") y1 = " + in_h + ";\n";
+  s += "for (int64_t q = 0; q < " + e.v(p.cg * phases, "phase_planes") + "; ++q)\n";
+  s += "for (int64_t i = oy0 * wq; i < q_hi && i < plane; ++i) buf[q * plane + i] = 0;\n";
+  s += "for (int64_t i = 0; i < KILN_CONV_SLACK; ++i) buf[" + e.v(buf, "buf") + " + i] = 0;\n";
+  s += "for (int64_t c = 0, t = 0; c < " + e.v(p.cg, "cg") + "; ++c)\n";
+  s += "for (int64_t i = 0; i < " + e.v(gy.kernel, "kernel_h") + "; ++i)\n";
+  s += "for (int64_t j = 0; j < " + e.v(gx.kernel, "kernel_w") + "; ++j, ++t) {\n";
+  s += "const int64_t dy = i * " + e.v(gy.dilation, "dilation_h") + ", dx = j * " +
+       e.v(gx.dilation, "dilation_w") + ";\n";
+  const std::string stride_w = e.v(gx.stride, "stride_w");
+  s += "off[t] = (int32_t)(((c * " + stride_h + " + dy % " + stride_h + ") * " + stride_w +
+       " + dx % " + stride_w + ") * plane + dy / " + stride_h + " * wq + dx / " + stride_w +
+       ");\n";
+  s += "}\n";
+  return s;
+}
+
+// Depthwise: each channel's phase planes, then its taps as flat runs over whole rows (one
+// vector loop however narrow the rows), then the rows without their overhang. The
+// fixed-size kernels store whole vectors: room for one past the rows. The epilogue runs on
+// runs of whole channels of at least 16 KB, still in L1 or L2.
+std::string Conv::depthwise_code(const Emit& e) {
+  const Plan& p = e.p;
+  const WindowDims& gy = e.gy();
+  const WindowDims& gx = e.gx();
+  const std::string& T = e.T;
+  const std::string& x = e.x;
+  const bool epi = !e.epilogue.empty();
+  std::string s;
+  s += T + " *flat = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx + ", (size_t)(" +
+       e.v(gy.out * p.wq, "flat_len") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
+  s += "if (!flat) " + e.sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
+  s += "for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+  s += std::string("for (int64_t oc = r0") + (epi ? ", e_r0 = r0" : "") + "; oc < r1; ++oc) {\n";
+  s += "if (y1 > y0)\n";
+  s += "kiln_phase_copy_" + e.S + "((const " + T + " *)" + x + "->data + n * " + x +
+       "->strides[0] + oc * " + x + "->strides[1] + y0 * " + e.sy + ", 1, " + x + "->strides[1], " +
+       e.sy + ", " + e.sx + ", y1 - y0, " + e.v(gx.in, "in_w") + ", " +
+       e.v(gy.pad_begin, "pad_top") + " + y0, " + e.v(gx.pad_begin, "pad_left") + ", " +
+       e.v(gy.stride, "stride_h") + ", " + e.v(gx.stride, "stride_w") + ", " + e.v(p.hq, "hq") +
+       ", wq, buf);\n";
+  s += "kiln_depthwise_flat_" + e.S + "(buf + oy0 * wq, off, " + e.v(gy.kernel, "kernel_h") + ", " +
+       e.v(gx.kernel, "kernel_w") + ", W + oc * " + e.v(p.ckk, "ckk") + ", bias ? bias[oc * bs] : (" +
+       T + ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
+  s += "kiln_rows_copy_" + e.S + "(flat, wq, (" + T + " *)" + e.y + "->data + (n * " +
+       e.v(p.m, "m") + " + oc) * " + e.v(p.ohw, "ohw") + " + oy0 * ow, ow, oy1 - oy0);\n";
+  if (epi) {
+    s += "if ((oc + 1 - e_r0) * (c1 - c0) * (int64_t)sizeof(" + T +
+         ") >= 16384 || oc + 1 == r1) {\n";
+    s += "const int64_t e_n = n, e_r1 = oc + 1, e_c0 = c0, e_c1 = c1;\n" + e.epilogue;
+    s += "e_r0 = oc + 1;\n}\n";
+  }
+  s += "}\n";
+  return s;
+}
+
+// Every other convolution, group by group through the phase buffer: conv_tile over the
+// phase rows (the few positions that overhang a row computed and dropped), or, with packed
+// weights, conv_blocks over the part's own positions (parts start on whole blocks:
+// row_unit).
+std::string Conv::tiled_code(const Emit& e) {
+  // (A packed convolution's epilogue inline, block by block, measured no faster than the
+  // separate pass: ResNet's part tiles fit L2.)
+  if (!e.epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
+  const Plan& p = e.p;
+  const WindowDims& gy = e.gy();
+  const WindowDims& gx = e.gx();
+  const std::string& T = e.T;
+  const std::string& x = e.x;
+  std::string s;
+  if (p.packed) {
+    s += "_Static_assert(KILN_CONV_BLOCK == " + std::to_string(kConvBlock) +
+         ", \"kiln packed these weights for another block size\");\n";
+    s += "int32_t *pos = " + e.workspace("int32_t", "(c1 - c0)") + ";\n";
+    s += "if (!pos) " + e.sub.fail + "(\"conv: out of memory for the positions\");\n";
+    s += "for (int64_t j = c0; j < c1; ++j) pos[j - c0] = (int32_t)((j / ow - oy0) * wq + j % ow);\n";
+  }
+  const std::string mg = e.v(p.mg, "mg"), cg = e.v(p.cg, "cg");
+  s += "for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
+  s += "for (int64_t oc = r0; oc < r1;) {\n";
+  s += "const int64_t grp = oc / " + mg + ";\n";
+  s += "const int64_t oc_end = (grp + 1) * " + mg + " < r1 ? (grp + 1) * " + mg + " : r1;\n";
+  s += "const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
+       "->strides[0] + grp * " + cg + " * " + x + "->strides[1];\n";
+  s += "if (y1 > y0)\n";
+  s += "kiln_phase_copy_" + e.S + "(xg + y0 * " + e.sy + ", " + cg + ", " + x + "->strides[1], " +
+       e.sy + ", " + e.sx + ", y1 - y0, " + e.v(gx.in, "in_w") + ", " +
+       e.v(gy.pad_begin, "pad_top") + " + y0, " + e.v(gx.pad_begin, "pad_left") + ", " +
+       e.v(gy.stride, "stride_h") + ", " + e.v(gx.stride, "stride_w") + ", " + e.v(p.hq, "hq") +
+       ", wq, buf);\n";
+  const std::string ckk = e.v(p.ckk, "ckk"), m = e.v(p.m, "m"), ohw = e.v(p.ohw, "ohw");
+  const std::string y_at = "(" + T + " *)" + e.y + "->data + (n * " + m + " + oc) * " + ohw;
+  if (p.packed) {
+    s += "kiln_conv_blocks_" + e.S + "(oc_end - oc, c1 - c0, " + ckk +
+         ", buf + oy0 * wq, pos, off, W + oc * " + ckk + ", bias ? bias + oc * bs : 0, bs, " +
+         y_at + " + c0, " + ohw + ", " + e.lo_hi + ");\n";
+  } else {
+    s += "kiln_conv_tile_" + e.S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + ckk +
+         ", buf + oy0 * wq, off, W + oc * " + ckk + ", " + ckk + ", bias ? bias + oc * bs : 0, bs, " +
+         y_at + " + oy0 * ow, " + ohw + ", wq, ow, " + e.lo_hi + ");\n";
+  }
+  s += "oc = oc_end;\n";
+  s += "}\n";
+  return s;
+}
+
 std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
                        const std::string& epilogue, const StoreClamp* clamp) const {
   const auto& xt = node.inputs[0]->type;
   const auto& wt = node.inputs[1]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
-  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
+  const std::string T = f32 ? "float" : "double";
   const Plan p = plan(node);
   const WindowDims& gy = p.g[0];
   const WindowDims& gx = p.g[1];
-  const int64_t phases = gy.stride * gx.stride, plane = p.hq * p.wq;
   // Elements of the per-part buffer before the slack: the image group's phase planes.
-  const int64_t buf = p.cg * phases * plane;
+  const int64_t buf = p.cg * gy.stride * gx.stride * p.hq * p.wq;
   if (buf + kConvSlackBound >= (int64_t(1) << 31)) {
     throw UnsupportedError("conv: an image group of " + std::to_string(buf) +
                            " elements (tap offsets are 32-bit)");
   }
   const std::string& x = names.inputs[0];
   const std::string& w = names.inputs[1];
-  const std::string& y = names.outputs[0];
-  const std::string& ctx = sub.ctx;
-  auto s64 = [&](int64_t v, std::string_view name) { return sub.value(v, name); };
-  auto lit = [](int64_t v) { return std::to_string(v); };
-  const std::string sy = p.one_d ? "0" : x + "->strides[2]";
-  const std::string sx = x + "->strides[" + (p.one_d ? "2" : "3") + "]";
+  const Emit e{p,
+               sub,
+               T,
+               f32 ? "f32" : "f64",
+               x,
+               names.outputs[0],
+               p.one_d ? "0" : x + "->strides[2]",
+               x + "->strides[" + (p.one_d ? "2" : "3") + "]",
+               // The kernels' store bounds: -inf and +inf clamp nothing.
+               clamp ? clamp->lo + ", " + clamp->hi
+                     : "-(" + T + ")__builtin_inf(), (" + T + ")__builtin_inf()",
+               epilogue};
   const bool has_bias = node.inputs.size() == 3;
   const SplitTiles tiles = *c_split_tiles(node, names, sub);
-  // The kernels' store bounds: -inf and +inf clamp nothing.
-  const std::string lo_hi = clamp ? clamp->lo + ", " + clamp->hi
-                                  : "-(" + T + ")__builtin_inf(), (" + T + ")__builtin_inf()";
+  const std::string& ctx = sub.ctx;
   std::string s = "{\n";
-  s += "  int64_t r0, r1, c0, c1;\n";
-  s += "  kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
+  s += "int64_t r0, r1, c0, c1;\n";
+  s += "kiln_tile_part(" + tiles.rows + ", " + tiles.cols + ", " + tiles.row_unit + ", " +
        tiles.col_unit + ", " + ctx + "->part, " + ctx + "->n_parts, &r0, &r1, &c0, &c1);\n";
-  s += "  if (r0 < r1 && c0 < c1 && " + x + "->shape[0] > 0) {\n";
-  s += "  const " + T + " *W = (const " + T + " *)" + w + "->data;\n";
-  s += "  int w_contig = 1;\n  {\n    int64_t c = 1;\n";
-  s += "    for (int d = " + lit(wt.rank() - 1) + "; d >= 0; --d) {\n";
-  s += "      if (" + w + "->shape[d] != 1 && " + w + "->strides[d] != c) w_contig = 0;\n";
-  s += "      c *= " + w + "->shape[d];\n    }\n  }\n";
-  s += "  if (!w_contig) {\n";
-  s += "    " + T + " *packed = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-       s64(p.m * p.ckk, "w_elems") + " * sizeof(" + T + "));\n";
-  s += "    if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
-  s += "    kiln_copy_strided(packed, " + w + "->data, " + lit(wt.rank()) + ", " + w + "->shape, " +
-       w + "->strides, sizeof(" + T + "));\n    W = packed;\n  }\n";
-  s += "  const " + T + " *bias = " +
+  s += "if (r0 < r1 && c0 < c1 && " + x + "->shape[0] > 0) {\n";
+  // The weight as one dense block: itself, or a copy in the workspace.
+  s += "const " + T + " *W = (const " + T + " *)" + w + "->data;\n";
+  s += "int w_contig = 1;\n{\nint64_t c = 1;\n";
+  s += "for (int d = " + std::to_string(wt.rank() - 1) + "; d >= 0; --d) {\n";
+  s += "if (" + w + "->shape[d] != 1 && " + w + "->strides[d] != c) w_contig = 0;\n";
+  s += "c *= " + w + "->shape[d];\n}\n}\n";
+  s += "if (!w_contig) {\n";
+  s += T + " *packed = " + e.workspace(T, e.v(p.m * p.ckk, "w_elems")) + ";\n";
+  s += "if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
+  s += "kiln_copy_strided(packed, " + w + "->data, " + std::to_string(wt.rank()) + ", " + w +
+       "->shape, " + w + "->strides, sizeof(" + T + "));\nW = packed;\n}\n";
+  s += "const " + T + " *bias = " +
        (has_bias ? "(const " + T + " *)" + names.inputs[2] + "->data" : std::string("0")) + ";\n";
-  s += "  const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
+  s += "const int64_t bs = " + (has_bias ? names.inputs[2] + "->strides[0]" : std::string("0")) +
        ";\n";
   if (pointwise(p)) {
-    // A 1x1 convolution is a GEMM. The part's positions go in pieces of whole panels, each
-    // about 128 KB of output: a piece's positions are packed into kiln's panel layout (the
-    // copy the phase split would make anyway), its rows start as the bias, the packed kernel
-    // adds the weight rows times the panels, and an inline epilogue runs on the piece while
-    // it is still in L2. A whole part's tile of an expand layer (1.2 MB at 112 x 112) went
-    // to memory and back once for the bias, once for the product and once for the epilogue.
-    const std::string W_in = s64(gx.in, "in_w");
-    s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
-    s += "  const int64_t cg = " + s64(p.cg, "cg") + ", wd = " + W_in + ", ohw = " + s64(p.ohw, "ohw") + ";\n";
-    s += "  const int64_t widest = r1 - r0 > cg ? r1 - r0 : cg;\n";
-    s += "  int64_t piece = 131072 / sizeof(" + T + ") / widest / P * P;\n";
-    s += "  if (piece < P) piece = P;\n";
-    s += "  if (piece > c1 - c0) piece = (c1 - c0 + P - 1) / P * P;\n";
-    s += "  " + T + " *bp = (" + T + " *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(piece * cg) * sizeof(" + T + "));\n";
-    s += "  if (!bp) " + sub.fail + "(\"conv: out of memory for the packed positions\");\n";
-    s += "  const int rows_contig = " + sx + " == 1 && (" +
-         (p.one_d ? std::string("1") : sy + " == wd") + ");\n";
-    s += "  for (int64_t e_n = 0; e_n < " + x + "->shape[0]; ++e_n)\n";
-    s += "  for (int64_t e_c0 = c0; e_c0 < c1; e_c0 += piece) {\n";
-    s += "    const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece, npos = e_c1 - e_c0;\n";
-    s += "    const int64_t panels = (npos + P - 1) / P;\n";
-    s += "    for (int64_t oc = r0; oc < r1;) {\n";
-    s += "      const int64_t grp = oc / " + s64(p.mg, "mg") + ";\n";
-    s += "      const int64_t oc_end = (grp + 1) * " + s64(p.mg, "mg") + " < r1 ? (grp + 1) * " +
-         s64(p.mg, "mg") + " : r1;\n";
-    s += "      const " + T + " *xg = (const " + T + " *)" + x + "->data + e_n * " + x +
-         "->strides[0] + grp * cg * " + x + "->strides[1];\n";
-    s += "      for (int64_t pn = 0; pn < panels; ++pn) {\n";
-    s += "        const int64_t j0 = e_c0 + pn * P, cnt = e_c1 - j0 < P ? e_c1 - j0 : P;\n";
-    s += "        for (int64_t i = 0; i < cg; ++i) {\n";
-    s += "          " + T + " *dst = bp + (pn * cg + i) * P;\n";
-    s += "          const " + T + " *src = xg + i * " + x + "->strides[1];\n";
-    s += "          if (rows_contig) {\n";
-    s += "            for (int64_t k = 0; k < cnt; ++k) dst[k] = src[j0 + k];\n";
-    s += "          } else {\n";
-    s += "            for (int64_t k = 0; k < cnt; ++k)\n";
-    s += "              dst[k] = src[(j0 + k) / wd * " + sy + " + (j0 + k) % wd * " + sx + "];\n";
-    s += "          }\n";
-    s += "          for (int64_t k = cnt; k < P; ++k) dst[k] = 0;\n";
-    s += "        }\n";
-    s += "      }\n";
-    s += "      " + T + " *yo = (" + T + " *)" + y + "->data + (e_n * " + s64(p.m, "m") +
-         " + oc) * ohw + e_c0;\n";
-    // The bias and a clamp go in as the kernel stores: no passes of their own over the piece.
-    s += "      kiln_gemm_packed_" + S + "(oc_end - oc, npos, cg, (" + T +
-         ")1, W + oc * cg, cg, 1, bp, (" + T + ")0, yo, ohw, bias ? bias + oc * bs : 0, bs, 0, " +
-         lo_hi + ");\n";
-    s += "      oc = oc_end;\n";
-    s += "    }\n";
-    if (!epilogue.empty()) {
-      s += "    {\n      const int64_t e_r0 = r0, e_r1 = r1;\n" + epilogue + "    }\n";
-    }
-    s += "  }\n  }\n}\n";
-    return s;
-  }
-  if (p.packed && p.window_1x1) {
-    // A packed 1x1 window (any stride) needs no padded or phase copy. The part's positions
-    // go in chunks of about 128 KB of input, each gathered into groups of kGatherGroup
-    // positions whose taps (input channels) lie one after another, so the kernel streams
-    // each group's input: read in place, each tap of a group was a new cache line (a 7 x 7
-    // map's channels are 196 bytes apart). Every block of output channels then passes over
-    // the chunk while it is in L2.
-    if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a packed convolution");
-    const std::string G = lit(kGatherGroup);
-    s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
-         ", \"kiln packed these weights for another block size\");\n";
-    s += "  const int64_t cg = " + s64(p.cg, "cg") + ", ow = " + s64(gx.out, "out_w") + ";\n";
-    s += "  const int64_t sc = " + x + "->strides[1], sy = " + sy + " * " + s64(gy.stride, "stride_h") +
-         ", sx = " + sx + " * " + s64(gx.stride, "stride_w") + ";\n";
-    s += "  int64_t chunk = 131072 / (int64_t)sizeof(" + T + ") / cg / " + G + " * " + G + ";\n";
-    s += "  if (chunk < 2 * " + G + ") chunk = 2 * " + G + ";\n";
-    s += "  if (chunk > c1 - c0) chunk = (c1 - c0 + " + G + " - 1) / " + G + " * " + G + ";\n";
-    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)chunk * sizeof(int32_t));\n";
-    s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)cg * sizeof(int32_t));\n";
-    s += "  " + T + " *gbuf = (" + T + " *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(chunk * cg) * sizeof(" + T + "));\n";
-    s += "  int64_t *src = (int64_t *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)chunk * sizeof(int64_t));\n";
-    s += "  if (!pos || !off || !gbuf || !src) " + sub.fail +
-         "(\"conv: out of memory for the gathered positions\");\n";
-    s += "  for (int64_t t = 0; t < cg; ++t) off[t] = (int32_t)(t * " + G + ");\n";
-    s += "  for (int64_t i = 0; i < chunk; ++i) pos[i] = (int32_t)(i / " + G + " * cg * " + G +
-         " + i % " + G + ");\n";
-    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n) {\n";
-    s += "    const " + T + " *xn = (const " + T + " *)" + x + "->data + n * " + x +
-         "->strides[0];\n";
-    s += "    " + T + " *yn = (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") + " + r0) * " +
-         s64(p.ohw, "ohw") + ";\n";
-    s += "    for (int64_t j0 = c0; j0 < c1; j0 += chunk) {\n";
-    s += "      const int64_t cnt = c1 - j0 < chunk ? c1 - j0 : chunk;\n";
-    // Channel by channel, so each input row's run of positions is read in order.
-    s += "      for (int64_t j = 0; j < cnt; ++j) src[j] = (j0 + j) / ow * sy + (j0 + j) % ow * "
-         "sx;\n";
-    s += "      for (int64_t t = 0; t < cg; ++t) {\n";
-    s += "        const " + T + " *row = xn + t * sc;\n";
-    s += "        for (int64_t j = 0; j < cnt; ++j)\n";
-    s += "          gbuf[(j / " + G + " * cg + t) * " + G + " + j % " + G + "] = row[src[j]];\n";
-    s += "      }\n";
-    s += "      kiln_conv_blocks_" + S +
-         "(r1 - r0, cnt, cg, gbuf, pos, off, W + r0 * cg, bias ? "
-         "bias + r0 * bs : 0, bs, yn + j0, " +
-         s64(p.ohw, "ohw") + ", " + lo_hi + ");\n";
-    s += "    }\n";
-    s += "  }\n  }\n}\n";
-    return s;
-  }
-  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + s64(buf, "buf") +
-       " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" + s64(p.ckk, "ckk") +
-       " * sizeof(int32_t));\n";
-  s += "  if (!buf || !off) " + sub.fail +
-       "(\"conv: out of memory for the padded image (%lld bytes)\", (long long)" +
-       s64(buf * (f32 ? 4 : 8), "buf_bytes") + ");\n";
-  // This part's output rows, the phase rows they read, and the image rows behind those.
-  s += "  const int64_t ow = " + s64(gx.out, "out_w") + ", wq = " + s64(p.wq, "wq") + ", plane = " + s64(plane, "plane") +
-       ";\n";
-  s += "  const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
-  s += "  const int64_t reach = " + s64((gy.kernel - 1) * gy.dilation, "reach") + ";\n";
-  s += "  const int64_t q_hi = (oy1 + reach / " + s64(gy.stride, "stride_h") + " + 1) * wq;\n";
-  s += "  int64_t y0 = oy0 * " + s64(gy.stride, "stride_h") + " - " + s64(gy.pad_begin, "pad_top") +
-       ", y1 = (oy1 - 1) * " + s64(gy.stride, "stride_h") + " + reach + 1 - " + s64(gy.pad_begin, "pad_top") + ";\n";
-  s += "  if (y0 < 0) y0 = 0;\n  if (y1 > " + s64(gy.in, "in_h") + ") y1 = " + s64(gy.in, "in_h") + ";\n";
-  // The padding those rows read is zero once; each image group rewrites the interior.
-  s += "  for (int64_t q = 0; q < " + s64(p.cg * phases, "phase_planes") + "; ++q)\n";
-  s += "    for (int64_t i = oy0 * wq; i < q_hi && i < plane; ++i) buf[q * plane + i] = 0;\n";
-  s += "  for (int64_t i = 0; i < KILN_CONV_SLACK; ++i) buf[" + s64(buf, "buf") + " + i] = 0;\n";
-  s += "  for (int64_t c = 0, t = 0; c < " + s64(p.cg, "cg") + "; ++c)\n";
-  s += "    for (int64_t i = 0; i < " + s64(gy.kernel, "kernel_h") + "; ++i)\n";
-  s += "      for (int64_t j = 0; j < " + s64(gx.kernel, "kernel_w") + "; ++j, ++t) {\n";
-  s += "        const int64_t dy = i * " + s64(gy.dilation, "dilation_h") + ", dx = j * " + s64(gx.dilation, "dilation_w") +
-       ";\n";
-  s += "        off[t] = (int32_t)(((c * " + s64(gy.stride, "stride_h") + " + dy % " + s64(gy.stride, "stride_h") + ") * " +
-       s64(gx.stride, "stride_w") + " + dx % " + s64(gx.stride, "stride_w") + ") * plane + dy / " + s64(gy.stride, "stride_h") +
-       " * wq + dx / " + s64(gx.stride, "stride_w") + ");\n";
-  s += "      }\n";
-  if (depthwise(p)) {
-    // Depthwise: each channel's phase planes, then its taps as flat runs over whole rows
-    // (one vector loop however narrow the rows), then the rows without their overhang.
-    // The fixed-size kernels store whole vectors: room for one past the rows.
-    s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
-         s64(gy.out * p.wq, "flat_len") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-    s += "  if (!flat) " + sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
-    s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-    s += std::string("    for (int64_t oc = r0") + (epilogue.empty() ? "" : ", e_r0 = r0") +
-         "; oc < r1; ++oc) {\n";
-    s += "      if (y1 > y0)\n";
-    s += "        kiln_phase_copy_" + S + "((const " + T + " *)" + x + "->data + n * " + x +
-         "->strides[0] + oc * " + x + "->strides[1] + y0 * " + sy + ", 1, " + x + "->strides[1], " +
-         sy + ", " + sx + ", y1 - y0, " + s64(gx.in, "in_w") + ", " + s64(gy.pad_begin, "pad_top") + " + y0, " +
-         s64(gx.pad_begin, "pad_left") + ", " + s64(gy.stride, "stride_h") + ", " + s64(gx.stride, "stride_w") + ", " + s64(p.hq, "hq") +
-         ", wq, buf);\n";
-    s += "      kiln_depthwise_flat_" + S + "(buf + oy0 * wq, off, " + s64(gy.kernel, "kernel_h") + ", " +
-         s64(gx.kernel, "kernel_w") + ", W + oc * " + s64(p.ckk, "ckk") + ", bias ? bias[oc * bs] : (" + T +
-         ")0, flat, (oy1 - oy0 - 1) * wq + ow);\n";
-    s += "      kiln_rows_copy_" + S + "(flat, wq, (" + T + " *)" + y + "->data + (n * " +
-         s64(p.m, "m") + " + oc) * " + s64(p.ohw, "ohw") + " + oy0 * ow, ow, oy1 - oy0);\n";
-    if (!epilogue.empty()) {
-      // The epilogue on runs of whole channels of at least 16 KB, still in L1 or L2.
-      s += "      if ((oc + 1 - e_r0) * (c1 - c0) * (int64_t)sizeof(" + T +
-           ") >= 16384 || oc + 1 == r1) {\n";
-      s += "        const int64_t e_n = n, e_r1 = oc + 1, e_c0 = c0, e_c1 = c1;\n" + epilogue;
-      s += "        e_r0 = oc + 1;\n      }\n";
-    }
-    s += "    }\n";
-    s += "  }\n}\n";
-    return s;
-  }
-  // (A packed convolution's epilogue inline, block by block, measured no faster than the
-  // separate pass: ResNet's part tiles fit L2.)
-  if (!epilogue.empty()) throw InternalError("conv: an inline epilogue on a direct convolution");
-  if (p.packed) {
-    // Packed weights: the part's own positions, each at its place in the phase rows, so
-    // no overhang is computed. Parts start on whole blocks (row_unit).
-    s += "  _Static_assert(KILN_CONV_BLOCK == " + lit(kConvBlock) +
-         ", \"kiln packed these weights for another block size\");\n";
-    s += "  int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(c1 - c0) * sizeof(int32_t));\n";
-    s += "  if (!pos) " + sub.fail + "(\"conv: out of memory for the positions\");\n";
-    s += "  for (int64_t j = c0; j < c1; ++j) pos[j - c0] = (int32_t)((j / ow - oy0) * wq + j % "
-         "ow);\n";
-  }
-  s += "  for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
-  s += "  for (int64_t oc = r0; oc < r1;) {\n";
-  s += "    const int64_t grp = oc / " + s64(p.mg, "mg") + ";\n";
-  s += "    const int64_t oc_end = (grp + 1) * " + s64(p.mg, "mg") + " < r1 ? (grp + 1) * " + s64(p.mg, "mg") +
-       " : r1;\n";
-  s += "    const " + T + " *xg = (const " + T + " *)" + x + "->data + n * " + x +
-       "->strides[0] + grp * " + s64(p.cg, "cg") + " * " + x + "->strides[1];\n";
-  s += "    if (y1 > y0)\n";
-  s += "      kiln_phase_copy_" + S + "(xg + y0 * " + sy + ", " + s64(p.cg, "cg") + ", " + x +
-       "->strides[1], " + sy + ", " + sx + ", y1 - y0, " + s64(gx.in, "in_w") + ", " + s64(gy.pad_begin, "pad_top") +
-       " + y0, " + s64(gx.pad_begin, "pad_left") + ", " + s64(gy.stride, "stride_h") + ", " + s64(gx.stride, "stride_w") + ", " +
-       s64(p.hq, "hq") + ", wq, buf);\n";
-  if (p.packed) {
-    s += "    kiln_conv_blocks_" + S + "(oc_end - oc, c1 - c0, " + s64(p.ckk, "ckk") +
-         ", buf + oy0 * wq, pos, off, W + oc * " + s64(p.ckk, "ckk") +
-         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") +
-         " + oc) * " + s64(p.ohw, "ohw") + " + c0, " + s64(p.ohw, "ohw") + ", " + lo_hi + ");\n";
+    s += pointwise_code(e);
+  } else if (p.packed && p.window_1x1) {
+    s += gathered_code(e);
   } else {
-    s += "    kiln_conv_tile_" + S + "(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, " + s64(p.ckk, "ckk") +
-         ", buf + oy0 * wq, off, W + oc * " + s64(p.ckk, "ckk") + ", " + s64(p.ckk, "ckk") +
-         ", bias ? bias + oc * bs : 0, bs, (" + T + " *)" + y + "->data + (n * " + s64(p.m, "m") +
-         " + oc) * " + s64(p.ohw, "ohw") + " + oy0 * ow, " + s64(p.ohw, "ohw") + ", wq, ow, " + lo_hi + ");\n";
+    s += phase_setup(e);
+    s += depthwise(p) ? depthwise_code(e) : tiled_code(e);
   }
-  s += "    oc = oc_end;\n";
-  s += "  }\n  }\n}\n";
+  s += "}\n}\n";
   return s;
 }
 

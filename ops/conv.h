@@ -65,6 +65,13 @@ class Conv : public COp {
   // where c_store_clamp).
   std::string code(const Node& node, const CodeNames& names, const Sub& sub,
                    const std::string& epilogue, const StoreClamp* clamp = nullptr) const;
+  // The code of each variant, for one node (conv.cpp).
+  struct Emit;
+  static std::string pointwise_code(const Emit& e);
+  static std::string gathered_code(const Emit& e);
+  static std::string phase_setup(const Emit& e);
+  static std::string depthwise_code(const Emit& e);
+  static std::string tiled_code(const Emit& e);
   // 1x1, stride 1, no padding, W not packed: the convolution runs as a packed GEMM.
   static bool pointwise(const Plan& p);
   // One input and one output channel per group, W not packed: the depthwise kernel.

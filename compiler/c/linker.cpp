@@ -10,6 +10,7 @@
 
 #include "compiler/backend.h"
 #include "compiler/c/binding_asm.h"
+#include "ctemplate/c_layout.h"
 #include "ctemplate/prelude.h"
 #include "ops/cop.h"
 #include "ops/device_placed.h"
@@ -435,14 +436,14 @@ LinkedModule link_c_module(const Graph& graph, const std::string& key, LinkMode 
           }
         }
         node_kernels.push_back(std::move(nk));
-      } else if (as_kernel) {
-        sub.prefix = std::string(kKernelPrefix);
-        sub.args = &code.args;
-        code.body = op.c_code(node, names, sub);
-        code.support_apply = op.c_support_code_apply(node, sub.prefix);
       } else {
-        code.body = op.c_code(node, names, sub);
-        code.support_apply = op.c_support_code_apply(node, sub.prefix);
+        if (as_kernel) {
+          sub.prefix = std::string(kKernelPrefix);
+          sub.args = &code.args;
+        }
+        // Laid out once here, so a kernel's identity does not depend on its emitter's spacing.
+        code.body = lay_out_c_text(op.c_code(node, names, sub));
+        code.support_apply = lay_out_c_text(op.c_support_code_apply(node, sub.prefix));
       }
     } catch (const UserError& e) {
       throw UserError(node.label() + ": " +
