@@ -50,7 +50,7 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.
-std::string emit_odometer_step(int nops, const std::string& indent);
+std::string emit_odometer_step(int nops);
 
 // A C literal of `dtype` holding `value`, e.g. "((float)0.5)".
 std::string c_literal(DType dtype, double value);

@@ -85,7 +85,7 @@ class ReduceEmitter {
     s += "} else if (" + all_unit_ + ") {\n" + unit_row();
     s += "} else {\n" + strided_row();
     s += "}\n";
-    s += emit_odometer_step(nops_, "");
+    s += emit_odometer_step(nops_);
     s += "}\n";
     s += "}\n";
     if (spec_.kind == ReduceKind::kMean) {
