@@ -338,113 +338,82 @@ DeviceCode cuda_softmax(const Node& node, const CodeNames& names, const Sub& sub
   return c;
 }
 
-DeviceCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, bool trans_a,
-                     bool trans_b, double alpha, double beta, const CudaEpilogue* epi) {
-  DeviceCode c;
-  if (epi) c.preludes = epi->preludes;
+namespace {
+
+// A 64x64 tile of Y per block of 16x16 threads, each thread 4x4 results spaced 16 apart
+// (conflict-free shared reads); K in steps of 16 through shared memory.
+std::string gemm_kernel_code(const std::string& name, const std::string& T,
+                             const CudaEpilogue* epi) {
+  static const char* const kCode =
+      R"(${EPI_FUNCTION}__global__ void ${NAME}(int64_t M, int64_t N, int64_t K, const __grid_constant__ kiln_cuda_nd bnd, const ${T} *__restrict__ A, int64_t rsa, int64_t csa, const ${T} *__restrict__ B, int64_t rsb, int64_t csb, const ${T} *__restrict__ C, int64_t rsc, int64_t csc, ${T} alpha, ${T} beta, ${T} *__restrict__ Y${EPI_SIGNATURE}) {
+  __shared__ ${T} As[16][65];
+  __shared__ ${T} Bs[16][64];
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, tid = ty * 16 + tx;
+  const int64_t z = blockIdx.z;
+  const ${T} *Az = A + kiln_cuda_offset(&bnd, 0, z);
+  const ${T} *Bz = B + kiln_cuda_offset(&bnd, 1, z);
+  const int64_t row0 = (int64_t)blockIdx.y * 64, col0 = (int64_t)blockIdx.x * 64;
+  ${T} acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int idx = tid + 256 * t;
+      const int ar = idx >> 4, ac = idx & 15, br = idx >> 6, bc = idx & 63;
+      const int64_t gr = row0 + ar, ga = k0 + ac, gb = k0 + br, gc = col0 + bc;
+      As[ac][ar] = (gr < M && ga < K) ? Az[gr * rsa + ga * csa] : (${T})0;
+      Bs[br][bc] = (gb < K && gc < N) ? Bz[gb * rsb + gc * csb] : (${T})0;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      ${T} a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = As[kk][ty + 16 * i];
+        b[i] = Bs[kk][tx + 16 * i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;
+      if (row < M && col < N) {
+        ${T} r = alpha * acc[i][j];
+        if (C) r += beta * C[row * rsc + col * csc];
+        const int64_t o = (z * M + row) * N + col;
+        Y[o] = ${STORE};
+      }
+    }
+  }
+}
+)";
+  return render_template(kCode,
+                         {{"EPI_FUNCTION", epi ? epi->function : ""},
+                          {"NAME", name},
+                          {"T", T},
+                          {"EPI_SIGNATURE", epi ? epi->signature : ""},
+                          {"STORE", cuda_store(epi, "r", "o")}},
+                         "cuda gemm kernel");
+}
+
+// The host side: the operands' sizes and strides as the kernel reads them (a transposed
+// operand is its strides swapped), the batch dimensions, the optional C, the launch.
+std::string gemm_launch(const Node& node, const CodeNames& names, const Sub& sub,
+                        const std::string& kernel, bool trans_a, bool trans_b, double alpha,
+                        double beta, const CudaEpilogue* epi) {
   const DType dt = node.outputs[0]->type.dtype;
   const std::string T = ctype(dt);
-  DeviceKernel k;
-  k.name = sub.prefix + "gemm";
-  // M, N, K; batch offsets; A and its strides; B and its strides; C and its strides;
-  // alpha, beta; Y.
-  k.params = {"int64_t",
-              "int64_t",
-              "int64_t",
-              "kiln_cuda_nd",
-              "const " + T + "*",
-              "int64_t",
-              "int64_t",
-              "const " + T + "*",
-              "int64_t",
-              "int64_t",
-              "const " + T + "*",
-              "int64_t",
-              "int64_t",
-              T,
-              T,
-              T + "*"};
-  if (epi) k.params.insert(k.params.end(), epi->params.begin(), epi->params.end());
-  // A 64x64 tile of Y per block of 16x16 threads, each thread 4x4 results spaced 16
-  // apart (conflict-free shared reads); K in steps of 16 through shared memory.
-  k.code = (epi ? epi->function : "") + "__global__ void " + k.name +
-           "(int64_t M, int64_t N, int64_t K, const __grid_constant__ kiln_cuda_nd bnd, const " +
-           T + " *__restrict__ A, int64_t rsa, int64_t csa, const " + T +
-           " *__restrict__ B, int64_t rsb, int64_t csb, const " + T +
-           " *__restrict__ C, int64_t rsc, int64_t csc, " + T + " alpha, " + T + " beta, " + T +
-           " *__restrict__ Y" + (epi ? epi->signature : "") +
-           ") {\n"
-           "  __shared__ " +
-           T +
-           " As[16][65];\n"
-           "  __shared__ " +
-           T +
-           " Bs[16][64];\n"
-           "  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, tid = ty * 16 + tx;\n"
-           "  const int64_t z = blockIdx.z;\n"
-           "  const " +
-           T +
-           " *Az = A + kiln_cuda_offset(&bnd, 0, z);\n"
-           "  const " +
-           T +
-           " *Bz = B + kiln_cuda_offset(&bnd, 1, z);\n"
-           "  const int64_t row0 = (int64_t)blockIdx.y * 64, col0 = (int64_t)blockIdx.x * 64;\n"
-           "  " +
-           T +
-           " acc[4][4];\n"
-           "#pragma unroll\n"
-           "  for (int i = 0; i < 4; ++i)\n"
-           "#pragma unroll\n"
-           "    for (int j = 0; j < 4; ++j) acc[i][j] = 0;\n"
-           "  for (int64_t k0 = 0; k0 < K; k0 += 16) {\n"
-           "#pragma unroll\n"
-           "    for (int t = 0; t < 4; ++t) {\n"
-           "      const int idx = tid + 256 * t;\n"
-           "      const int ar = idx >> 4, ac = idx & 15, br = idx >> 6, bc = idx & 63;\n"
-           "      const int64_t gr = row0 + ar, ga = k0 + ac, gb = k0 + br, gc = col0 + bc;\n"
-           "      As[ac][ar] = (gr < M && ga < K) ? Az[gr * rsa + ga * csa] : (" +
-           T +
-           ")0;\n"
-           "      Bs[br][bc] = (gb < K && gc < N) ? Bz[gb * rsb + gc * csb] : (" +
-           T +
-           ")0;\n"
-           "    }\n"
-           "    __syncthreads();\n"
-           "#pragma unroll\n"
-           "    for (int kk = 0; kk < 16; ++kk) {\n"
-           "      " +
-           T +
-           " a[4], b[4];\n"
-           "#pragma unroll\n"
-           "      for (int i = 0; i < 4; ++i) {\n"
-           "        a[i] = As[kk][ty + 16 * i];\n"
-           "        b[i] = Bs[kk][tx + 16 * i];\n"
-           "      }\n"
-           "#pragma unroll\n"
-           "      for (int i = 0; i < 4; ++i)\n"
-           "#pragma unroll\n"
-           "        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n"
-           "    }\n"
-           "    __syncthreads();\n"
-           "  }\n"
-           "#pragma unroll\n"
-           "  for (int i = 0; i < 4; ++i) {\n"
-           "#pragma unroll\n"
-           "    for (int j = 0; j < 4; ++j) {\n"
-           "      const int64_t row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;\n"
-           "      if (row < M && col < N) {\n"
-           "        " +
-           T +
-           " r = alpha * acc[i][j];\n"
-           "        if (C) r += beta * C[row * rsc + col * csc];\n"
-           "        const int64_t o = (z * M + row) * N + col;\n"
-           "        Y[o] = " +
-           cuda_store(epi, "r", "o") +
-           ";\n"
-           "      }\n"
-           "    }\n"
-           "  }\n}\n";
-  c.kernels.push_back(k);
   const std::string& a = names.inputs[0];
   const std::string& b = names.inputs[1];
   const std::string& y = names.outputs[0];
@@ -457,58 +426,77 @@ DeviceCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, b
   std::string h = "{\n" + (epi ? epi->host : "");
   // A 1-D A is one row (1, K); a 1-D B one column (K, 1). Any strides work.
   if (ra == 1) {
-    h += "  int64_t kiln_m = 1, kiln_k = " + dim(a, 0) +
-         ", kiln_rsa = 0, kiln_csa = " + stride(a, 0) + ";\n";
+    h += "int64_t kiln_m = 1, kiln_k = " + dim(a, 0) + ", kiln_rsa = 0, kiln_csa = " +
+         stride(a, 0) + ";\n";
   } else {
     const int rd = trans_a ? ra - 1 : ra - 2, cd = trans_a ? ra - 2 : ra - 1;
-    h += "  int64_t kiln_m = " + dim(a, rd) + ", kiln_k = " + dim(a, cd) +
+    h += "int64_t kiln_m = " + dim(a, rd) + ", kiln_k = " + dim(a, cd) +
          ", kiln_rsa = " + stride(a, rd) + ", kiln_csa = " + stride(a, cd) + ";\n";
   }
   if (rb == 1) {
-    h += "  int64_t kiln_n = 1, kiln_rsb = " + stride(b, 0) + ", kiln_csb = 0;\n";
+    h += "int64_t kiln_n = 1, kiln_rsb = " + stride(b, 0) + ", kiln_csb = 0;\n";
   } else {
     const int rd = trans_b ? rb - 1 : rb - 2, cd = trans_b ? rb - 2 : rb - 1;
-    h += "  int64_t kiln_n = " + dim(b, cd) + ", kiln_rsb = " + stride(b, rd) +
+    h += "int64_t kiln_n = " + dim(b, cd) + ", kiln_rsb = " + stride(b, rd) +
          ", kiln_csb = " + stride(b, cd) + ";\n";
   }
   // Batch dimensions broadcast: an operand lacking one, or of size 1 there, repeats.
-  h += "  kiln_cuda_nd kiln_bnd;\n  kiln_bnd.ndim = " + std::to_string(nb) +
-       ";\n  kiln_bnd.numel = 1;\n  kiln_bnd.contiguous = 0;\n";
+  h += "kiln_cuda_nd kiln_bnd;\nkiln_bnd.ndim = " + std::to_string(nb) +
+       ";\nkiln_bnd.numel = 1;\nkiln_bnd.contiguous = 0;\n";
   for (int d = 0; d < nb; ++d) {
     const std::string D = std::to_string(d);
-    h += "  kiln_bnd.shape[" + D + "] = " + dim(y, d) + ";\n  kiln_bnd.numel *= " + dim(y, d) +
-         ";\n";
+    h += "kiln_bnd.shape[" + D + "] = " + dim(y, d) + ";\nkiln_bnd.numel *= " + dim(y, d) + ";\n";
     for (int op = 0; op < 2; ++op) {
       const std::string& t = op ? b : a;
       const int td = d - (nb - ((op ? rb : ra) - 2));
-      h += "  kiln_bnd.strides[" + std::to_string(op) + "][" + D +
+      h += "kiln_bnd.strides[" + std::to_string(op) + "][" + D +
            "] = " + (td < 0 ? std::string("0") : dim(t, td) + " == 1 ? 0 : " + stride(t, td)) +
            ";\n";
     }
   }
-  h += "  int64_t kiln_rsc = 0, kiln_csc = 0;\n  void *kiln_c = 0;\n";
+  h += "int64_t kiln_rsc = 0, kiln_csc = 0;\nvoid *kiln_c = 0;\n";
   if (names.inputs.size() > 2) {
     const std::string& cc = names.inputs[2];
-    h += "  kiln_c = " + cc + "->data;\n";
-    h += "  if (" + cc + "->ndim == 2) {\n";
-    h += "    kiln_rsc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n";
-    h += "    kiln_csc = " + cc + "->shape[1] == 1 ? 0 : " + cc + "->strides[1];\n";
-    h += "  } else if (" + cc + "->ndim == 1) {\n";
-    h += "    kiln_csc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n  }\n";
+    h += "kiln_c = " + cc + "->data;\n";
+    h += "if (" + cc + "->ndim == 2) {\n";
+    h += "kiln_rsc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n";
+    h += "kiln_csc = " + cc + "->shape[1] == 1 ? 0 : " + cc + "->strides[1];\n";
+    h += "} else if (" + cc + "->ndim == 1) {\n";
+    h += "kiln_csc = " + cc + "->shape[0] == 1 ? 0 : " + cc + "->strides[0];\n}\n";
   }
-  h += "  " + T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T + ")" +
+  h += T + " kiln_alpha = (" + T + ")" + c_literal(dt, alpha) + ", kiln_beta = (" + T + ")" +
        c_literal(dt, beta) + ";\n";
-  h += "  void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " + y + "->data;\n";
-  h += "  if (kiln_m > 0 && kiln_n > 0 && kiln_bnd.numel > 0) {\n";
-  h += "    if ((kiln_m + 63) / 64 > 65535 || kiln_bnd.numel > 65535) " + sub.fail +
+  h += "void *kiln_a = " + a + "->data, *kiln_b = " + b + "->data, *kiln_y = " + y + "->data;\n";
+  h += "if (kiln_m > 0 && kiln_n > 0 && kiln_bnd.numel > 0) {\n";
+  h += "if ((kiln_m + 63) / 64 > 65535 || kiln_bnd.numel > 65535) " + sub.fail +
        "(\"%lld rows in %lld batches: above the CUDA GEMM's limits (4194240, 65535)\", "
        "(long long)kiln_m, (long long)kiln_bnd.numel);\n";
-  h += "    KILN_LAUNCH(" + k.name +
+  h += "KILN_LAUNCH(" + kernel +
        ", (kiln_n + 63) / 64, (kiln_m + 63) / 64, kiln_bnd.numel, 16, 16, 1, 0, &kiln_m, "
        "&kiln_n, &kiln_k, &kiln_bnd, &kiln_a, &kiln_rsa, &kiln_csa, &kiln_b, &kiln_rsb, "
        "&kiln_csb, &kiln_c, &kiln_rsc, &kiln_csc, &kiln_alpha, &kiln_beta, &kiln_y" +
-       (epi ? epi->launch_args : "") + ");\n  }\n}\n";
-  c.launch = h;
+       (epi ? epi->launch_args : "") + ");\n}\n}\n";
+  return h;
+}
+
+}  // namespace
+
+DeviceCode cuda_gemm(const Node& node, const CodeNames& names, const Sub& sub, bool trans_a,
+                     bool trans_b, double alpha, double beta, const CudaEpilogue* epi) {
+  DeviceCode c;
+  if (epi) c.preludes = epi->preludes;
+  const std::string T = ctype(node.outputs[0]->type.dtype);
+  DeviceKernel k;
+  k.name = sub.prefix + "gemm";
+  // M, N, K; batch offsets; A and its strides; B and its strides; C and its strides;
+  // alpha, beta; Y.
+  k.params = {"int64_t",         "int64_t", "int64_t", "kiln_cuda_nd", "const " + T + "*",
+              "int64_t",         "int64_t", "const " + T + "*", "int64_t", "int64_t",
+              "const " + T + "*", "int64_t", "int64_t", T, T, T + "*"};
+  if (epi) k.params.insert(k.params.end(), epi->params.begin(), epi->params.end());
+  k.code = gemm_kernel_code(k.name, T, epi);
+  c.kernels.push_back(k);
+  c.launch = gemm_launch(node, names, sub, k.name, trans_a, trans_b, alpha, beta, epi);
   return c;
 }
 
