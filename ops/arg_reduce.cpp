@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/broadcast.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -101,9 +102,7 @@ std::string ArgReduce::c_code(const Node& node, const CodeNames& names, const Su
   s += "  for (int d = 0; d < " + r + "; ++d) n *= " + in + "->shape[d];\n";
   s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + in + "->shape[d];\n";
   s += "  for (int d = " + ax + " + 1; d < " + r + "; ++d) inner *= " + in + "->shape[d];\n";
-  s += "  " + ct + " *x = (" + ct + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(n > 0 ? n : 1) * sizeof(" + ct + "));\n";
-  s += "  if (!x) " + sub.fail + "(\"" + name() + ": out of memory\");\n";
+  s += c_workspace(ct, "x", "n", name() + "'s dense input");
   s += "  kiln_copy_strided(x, " + in + "->data, " + r + ", " + in + "->shape, " + in +
        "->strides, sizeof(" + ct + "));\n";
   s += "  int64_t *y = (int64_t *)" + out + "->data;\n";

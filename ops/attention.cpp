@@ -2,6 +2,7 @@
 
 #include "ops/c/elementwise_loop.h"
 #include "ops/c/packed_gemm_code.h"
+#include "ops/c/workspace.h"
 #include "ops/matmul.h"
 #include "ops/softmax.h"
 #include "util/error.h"
@@ -214,10 +215,7 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "    RB = ((M + blocks - 1) / blocks + 5) / 6 * 6;\n";
   s += "  }\n";
   s += "  if (RB > M) RB = M;\n";
-  s += "  float *kpack = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(kpack_n + vp_n + RB * N) * sizeof(float));\n";
-  s += "  if (!kpack && kpack_n + vp_n + RB * N > 0) " + sub.fail +
-       "(\"attention: out of memory for packed K and V\");\n";
+  s += c_workspace("float", "kpack", "kpack_n + vp_n + RB * N", "attention's packed K and V");
   s += "  float *vp = kpack + kpack_n, *sc = vp + vp_n;\n";
   s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
   s += c_pack_b_panels("float", "kpack", "(pk + off[1])", "D", "N", "rsk", "csk", "    ");

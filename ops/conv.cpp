@@ -5,6 +5,7 @@
 #include "ops/c/conv_pack.h"
 #include "ops/c/gemm_pack.h"
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -292,10 +293,6 @@ struct Conv::Emit {
   const WindowDims& gy() const { return p.g[0]; }
   const WindowDims& gx() const { return p.g[1]; }
   std::string v(int64_t n, std::string_view name) const { return sub.value(n, name); }
-  std::string workspace(const std::string& type, const std::string& count) const {
-    return "(" + type + " *)" + sub.ctx + "->workspace(" + sub.ctx + ", (size_t)" + count +
-           " * sizeof(" + type + "))";
-  }
 };
 
 // A 1x1 convolution is a GEMM. The part's positions go in pieces of whole panels, each about
@@ -317,9 +314,7 @@ std::string Conv::pointwise_code(const Emit& e) {
   s += "int64_t piece = 131072 / sizeof(" + T + ") / widest / P * P;\n";
   s += "if (piece < P) piece = P;\n";
   s += "if (piece > c1 - c0) piece = (c1 - c0 + P - 1) / P * P;\n";
-  s += T + " *bp = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx +
-       ", (size_t)(piece * cg) * sizeof(" + T + "));\n";
-  s += "if (!bp) " + e.sub.fail + "(\"conv: out of memory for the packed positions\");\n";
+  s += c_workspace(T, "bp", "piece * cg", "conv's packed positions");
   s += "const int rows_contig = " + e.sx + " == 1 && (" +
        (p.one_d ? std::string("1") : e.sy + " == wd") + ");\n";
   s += "for (int64_t e_n = 0; e_n < " + x + "->shape[0]; ++e_n)\n";
@@ -381,12 +376,10 @@ std::string Conv::gathered_code(const Emit& e) {
   s += "int64_t chunk = 131072 / (int64_t)sizeof(" + T + ") / cg / " + G + " * " + G + ";\n";
   s += "if (chunk < 2 * " + G + ") chunk = 2 * " + G + ";\n";
   s += "if (chunk > c1 - c0) chunk = (c1 - c0 + " + G + " - 1) / " + G + " * " + G + ";\n";
-  s += "int32_t *pos = " + e.workspace("int32_t", "chunk") + ";\n";
-  s += "int32_t *off = " + e.workspace("int32_t", "cg") + ";\n";
-  s += T + " *gbuf = " + e.workspace(T, "(chunk * cg)") + ";\n";
-  s += "int64_t *src = " + e.workspace("int64_t", "chunk") + ";\n";
-  s += "if (!pos || !off || !gbuf || !src) " + e.sub.fail +
-       "(\"conv: out of memory for the gathered positions\");\n";
+  s += c_workspace("int32_t", "pos", "chunk", "conv's gathered positions");
+  s += c_workspace("int32_t", "off", "cg", "conv's tap offsets");
+  s += c_workspace(T, "gbuf", "chunk * cg", "conv's gathered input");
+  s += c_workspace("int64_t", "src", "chunk", "conv's source offsets");
   s += "for (int64_t t = 0; t < cg; ++t) off[t] = (int32_t)(t * " + G + ");\n";
   s += "for (int64_t i = 0; i < chunk; ++i) pos[i] = (int32_t)(i / " + G + " * cg * " + G +
        " + i % " + G + ");\n";
@@ -422,12 +415,8 @@ std::string Conv::phase_setup(const Emit& e) {
   const int64_t phases = gy.stride * gx.stride, plane = p.hq * p.wq;
   const int64_t buf = p.cg * phases * plane;
   std::string s;
-  s += T + " *buf = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx + ", (size_t)(" +
-       e.v(buf, "buf") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-  s += "int32_t *off = " + e.workspace("int32_t", e.v(p.ckk, "ckk")) + ";\n";
-  s += "if (!buf || !off) " + e.sub.fail +
-       "(\"conv: out of memory for the padded image (%lld bytes)\", (long long)" +
-       e.v(buf * (T == "float" ? 4 : 8), "buf_bytes") + ");\n";
+  s += c_workspace(T, "buf", e.v(buf, "buf") + " + KILN_CONV_SLACK", "conv's padded image");
+  s += c_workspace("int32_t", "off", e.v(p.ckk, "ckk"), "conv's tap offsets");
   s += "const int64_t ow = " + e.v(gx.out, "out_w") + ", wq = " + e.v(p.wq, "wq") +
        ", plane = " + e.v(plane, "plane") + ";\n";
   s += "const int64_t oy0 = c0 / ow, oy1 = (c1 + ow - 1) / ow;\n";
@@ -467,9 +456,8 @@ std::string Conv::depthwise_code(const Emit& e) {
   const std::string& x = e.x;
   const bool epi = !e.epilogue.empty();
   std::string s;
-  s += T + " *flat = (" + T + " *)" + e.sub.ctx + "->workspace(" + e.sub.ctx + ", (size_t)(" +
-       e.v(gy.out * p.wq, "flat_len") + " + KILN_CONV_SLACK) * sizeof(" + T + "));\n";
-  s += "if (!flat) " + e.sub.fail + "(\"conv: out of memory for the depthwise rows\");\n";
+  s += c_workspace(T, "flat", e.v(gy.out * p.wq, "flat_len") + " + KILN_CONV_SLACK",
+                   "conv's depthwise rows");
   s += "for (int64_t n = 0; n < " + x + "->shape[0]; ++n)\n";
   s += std::string("for (int64_t oc = r0") + (epi ? ", e_r0 = r0" : "") + "; oc < r1; ++oc) {\n";
   s += "if (y1 > y0)\n";
@@ -511,8 +499,7 @@ std::string Conv::tiled_code(const Emit& e) {
   if (p.packed) {
     s += "_Static_assert(KILN_CONV_BLOCK == " + std::to_string(kConvBlock) +
          ", \"kiln packed these weights for another block size\");\n";
-    s += "int32_t *pos = " + e.workspace("int32_t", "(c1 - c0)") + ";\n";
-    s += "if (!pos) " + e.sub.fail + "(\"conv: out of memory for the positions\");\n";
+    s += c_workspace("int32_t", "pos", "c1 - c0", "conv's positions");
     s += "for (int64_t j = c0; j < c1; ++j) pos[j - c0] = (int32_t)((j / ow - oy0) * wq + j % ow);\n";
   }
   const std::string mg = e.v(p.mg, "mg"), cg = e.v(p.cg, "cg");
@@ -588,8 +575,7 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
   s += "if (" + w + "->shape[d] != 1 && " + w + "->strides[d] != c) w_contig = 0;\n";
   s += "c *= " + w + "->shape[d];\n}\n}\n";
   s += "if (!w_contig) {\n";
-  s += T + " *packed = " + e.workspace(T, e.v(p.m * p.ckk, "w_elems")) + ";\n";
-  s += "if (!packed) " + sub.fail + "(\"conv: out of memory for the packed weight\");\n";
+  s += c_workspace(T, "packed", e.v(p.m * p.ckk, "w_elems"), "conv's packed weight");
   s += "kiln_copy_strided(packed, " + w + "->data, " + std::to_string(wt.rank()) + ", " + w +
        "->shape, " + w + "->strides, sizeof(" + T + "));\nW = packed;\n}\n";
   s += "const " + T + " *bias = " +

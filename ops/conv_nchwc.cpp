@@ -1,5 +1,6 @@
 #include "ops/conv_nchwc.h"
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -360,10 +361,7 @@ std::string dense_operand(const Node& node, const CodeNames& names, const Sub& s
   s += "if (" + t + "->shape[d] != 1 && " + t + "->strides[d] != c) dense = 0;\n";
   s += "c *= " + t + "->shape[d];\nn *= " + t + "->shape[d];\n}\n";
   s += "if (!dense) {\n";
-  s += "float *copy = (float *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)n * sizeof(float));\n";
-  s += "if (!copy) " + sub.fail + "(\"conv_nchwc: out of memory for a dense copy of the " +
-       what[k] + "\");\n";
+  s += c_workspace("float", "copy", "n", std::string("conv_nchwc's dense copy of the ") + what[k]);
   s += "kiln_copy_strided(copy, " + t + "->data, " + std::to_string(rank) + ", " + t + "->shape, " +
        t + "->strides, sizeof(float));\n";
   s += p + " = copy;\n}\n}\n";
@@ -376,7 +374,6 @@ std::string dense_operand(const Node& node, const CodeNames& names, const Sub& s
 // whole padded image must fit).
 std::string ConvNchwc::direct_setup(const Emit& e) const {
   const Geometry& g = e.g;
-  const std::string& ctx = e.sub.ctx;
   const int64_t hp = g.h + pads_[0] + pads_[2], wp = g.w + pads_[1] + pads_[3];
   if (g.c * hp * wp >= (int64_t{1} << 31)) {
     throw UnsupportedError("conv_nchwc: a padded image of " + std::to_string(g.c * hp * wp) +
@@ -390,15 +387,10 @@ std::string ConvNchwc::direct_setup(const Emit& e) const {
        ", cb = " + e.v(g.c / e.kb, "c_blocks") + ";\n";
   s += "const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
        e.v(pads_[0], "pad_top") + ";\n";
-  s += "float *buf = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
-       e.by_kb("cb * rows * wpad") + ") * sizeof(float));\n";
-  s += "int32_t *pos = (int32_t *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)(pp1 - pp0) * sizeof(int32_t));\n";
+  s += c_workspace("float", "buf", e.by_kb("cb * rows * wpad"), "conv_nchwc's padded input rows");
+  s += c_workspace("int32_t", "pos", "pp1 - pp0", "conv_nchwc's position offsets");
   const int64_t taps = g.c / e.kb * kernel_[0] * kernel_[1];
-  s += "int32_t *toff = (int32_t *)" + ctx + "->workspace(" + ctx + ", (size_t)" +
-       e.v(taps, "taps") + " * sizeof(int32_t));\n";
-  s += "if (!buf || !pos || !toff) " + e.sub.fail +
-       "(\"conv_nchwc: out of memory for the padded input rows\");\n";
+  s += c_workspace("int32_t", "toff", e.v(taps, "taps"), "conv_nchwc's tap offsets");
   s += "for (int64_t c = 0, t = 0; c < cb; ++c)\n";
   s += "for (int64_t i = 0; i < kh; ++i)\n";
   s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)" +
@@ -547,11 +539,10 @@ std::string ConvNchwc::code(const Node& node, const CodeNames& names, const Sub&
     // (F(2x2): two rows ran 3-19% slower on one core, four 8-20%; F(4x4): 1, 2 and 4 rows
     // within 3%).
     const int64_t tile = winograd_;
-    s += "float *wk = (float *)" + ctx + "->workspace(" + ctx + ", (size_t)(" +
-         e.v((tile + 2) * (tile + 2), "tile_elems") + " * (" + e.v(g.c, "c") +
-         " + (r1 - r0) * 8) * " + e.v((g.ow + tile - 1) / tile, "tiles_w") +
-         ") * sizeof(float));\n";
-    s += "if (!wk) " + sub.fail + "(\"conv_nchwc: out of memory for the Winograd tiles\");\n";
+    s += c_workspace("float", "wk",
+                     e.v((tile + 2) * (tile + 2), "tile_elems") + " * (" + e.v(g.c, "c") +
+                         " + (r1 - r0) * 8) * " + e.v((g.ow + tile - 1) / tile, "tiles_w"),
+                     "conv_nchwc's Winograd tiles");
   }
   if (direct) s += direct_setup(e);
   s += "for (int64_t e_n = 0; e_n < " + names.inputs[0] + "->shape[0]; ++e_n) {\n";

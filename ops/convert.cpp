@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -111,9 +112,7 @@ std::string Convert::c_code(const Node& node, const CodeNames& names, const Sub&
   std::string s = "{\n  int64_t n = 1;\n";
   s += "  for (int d = 0; d < " + r + "; ++d) n *= " + in + "->shape[d];\n";
   // A contiguous copy of the source first (any strides arrive), then one flat loop.
-  s += "  " + src_t + " *s = (" + src_t + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(n > 0 ? n : 1) * sizeof(" + src_t + "));\n";
-  s += "  if (!s) " + sub.fail + "(\"convert: out of memory\");\n";
+  s += c_workspace(src_t, "s", "n", "convert's dense input");
   s += "  kiln_copy_strided(s, " + in + "->data, " + r + ", " + in + "->shape, " + in +
        "->strides, sizeof(" + src_t + "));\n";
   s += "  " + dst_t + " *y = (" + dst_t + " *)" + out + "->data;\n";

@@ -1,6 +1,7 @@
 #include "ops/gather.h"
 
 #include "ops/broadcast.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -85,9 +86,7 @@ std::string Gather::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "  int64_t n = 1, outer = 1, dim = " + data + "->shape[" + ax + "];\n";
   s += "  for (int d = 0; d < " + std::to_string(irank) + "; ++d) n *= " + idx + "->shape[d];\n";
   s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + data + "->shape[d];\n";
-  s += "  int64_t *ids = (int64_t *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(n > 0 ? n : 1) * sizeof(int64_t));\n";
-  s += "  if (!ids) " + sub.fail + "(\"gather: out of memory\");\n";
+  s += c_workspace("int64_t", "ids", "n", "gather's indices");
   s += "  kiln_copy_strided(ids, " + idx + "->data, " + std::to_string(irank) + ", " + idx +
        "->shape, " + idx + "->strides, sizeof(" + ict + "));\n";
   if (it.dtype == DType::kInt32) {

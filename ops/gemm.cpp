@@ -6,6 +6,7 @@
 #include "ops/c/elementwise_loop.h"
 #include "ops/c/gemm_pack.h"
 #include "ops/c/gemm_support.h"
+#include "ops/c/workspace.h"
 #include "ops/matmul.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -257,9 +258,7 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
     s += "    if (" + A + "->shape[d] != 1 && " + A + "->strides[d] != expect) rows_ok = 0;\n";
     s += "    expect *= " + A + "->shape[d];\n    M *= " + A + "->shape[d];\n  }\n";
     s += "  if (!rows_ok && M > 0) {\n";
-    s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx +
-         ", (size_t)(M * K) * sizeof(" + T + "));\n";
-    s += "    if (!dense) " + sub.fail + "(\"gemm: out of memory for a dense copy of A\");\n";
+    s += c_workspace(T, "dense", "M * K", "gemm's dense copy of A");
     s += "    kiln_copy_strided(dense, pa, " + std::to_string(ra) + ", " + A + "->shape, " + A +
          "->strides, sizeof(" + T + "));\n";
     s += "    pa = dense;\n    rsa = K;\n    csa = 1;\n  }\n";
@@ -268,9 +267,7 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   // The kernel walks the panels as one dense block; any other layout is copied to one.
   s += "  if (" + B + "->strides[2] != 1 || (K > 1 && " + B + "->strides[1] != P) || (" + B +
        "->shape[0] > 1 && " + B + "->strides[0] != K * P)) {\n";
-  s += "    " + T + " *dense = (" + T + " *)" + ctx + "->workspace(" + ctx + ", (size_t)(" + B +
-       "->shape[0] * K * P) * sizeof(" + T + "));\n";
-  s += "    if (!dense) " + sub.fail + "(\"gemm: out of memory for packed B\");\n";
+  s += c_workspace(T, "dense", B + "->shape[0] * K * P", "gemm's packed B");
   s += "    kiln_copy_strided(dense, pb, 3, " + B + "->shape, " + B + "->strides, sizeof(" + T +
        "));\n";
   s += "    pb = dense;\n  }\n";

@@ -6,6 +6,7 @@
 #include "ops/c/elementwise_loop.h"
 #include "ops/c/gemm_support.h"
 #include "ops/c/packed_gemm_code.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -285,9 +286,7 @@ std::string MatMul::c_code(const Node& node, const CodeNames& names, const Sub& 
     // of its own beside the engine's.
     s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T +
          "), np = (N + P - 1) / P;\n";
-    s += "  " + T + " *bp = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-         ", (size_t)(np * K * P) * sizeof(" + T + "));\n";
-    s += "  if (!bp && np * K > 0) " + sub.fail + "(\"matmul: out of memory for packed B\");\n";
+    s += c_workspace(T, "bp", "np * K * P", "matmul's packed B");
   }
   if (nb == 0) {  // one matrix (never split: c_split_unit)
     if (packed) s += c_pack_b_panels(T, "bp", "pb", "K", "N", "rsb", "csb", "");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -110,7 +111,6 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   }
   const std::string& x = names.inputs[0];
   const std::string& y = names.outputs[0];
-  const std::string& ctx = sub.ctx;
   auto v = [&](int64_t n, std::string_view name) { return sub.value(n, name); };
   std::string s;
   s += "  if (lo < hi) {\n";
@@ -119,14 +119,9 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   s += "  const int64_t hq = " + v(hq, "hq") + ", wq = " + v(wq, "wq") + ", oh = " + v(gy.out, "out_h") +
        ", ow = " + v(gx.out, "out_w") + ", taps = " + v(gy.kernel, "kernel_h") + " * kw;\n";
   s += "  const int64_t total = sh * sw * hq * wq;\n";
-  s += "  " + T + " *buf = (" + T + " *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)total * sizeof(" + T + "));\n";
-  s += "  " + T + " *flat = (" + T + " *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)(oh * wq) * sizeof(" + T + "));\n";
-  s += "  int32_t *off = (int32_t *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)taps * sizeof(int32_t));\n";
-  s += "  if (!buf || !flat || !off) " + sub.fail +
-       "(\"max pool: out of memory for the padded plane (%lld elements)\", (long long)total);\n";
+  s += c_workspace(T, "buf", "total", "max pool's padded plane");
+  s += c_workspace(T, "flat", "oh * wq", "max pool's flat rows");
+  s += c_workspace("int32_t", "off", "taps", "max pool's tap offsets");
   s += "  for (int64_t i = 0; i < total; ++i) buf[i] = -(" + T + ")__builtin_inf();\n";
   s += "  for (int64_t t = 0; t < taps; ++t) {\n";
   s += "    const int64_t ky = t / kw * dh, kx = t % kw * dw;\n";

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/c/workspace.h"
 #include "ops/conv_nchwc.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -92,9 +93,7 @@ std::string MaxPoolNchwc::c_code(const Node& node, const CodeNames& names, const
   c += "      if (" + x + "->shape[d] != 1 && " + x + "->strides[d] != c) dense = 0;\n";
   c += "      c *= " + x + "->shape[d];\n      n *= " + x + "->shape[d];\n    }\n";
   c += "    if (!dense && r0 < r1 && c0 < c1) {\n";
-  c += "      float *copy = (float *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)n * sizeof(float));\n";
-  c += "      if (!copy) " + sub.fail + "(\"max_pool_nchwc: out of memory for a dense input\");\n";
+  c += c_workspace("float", "copy", "n", "max_pool_nchwc's dense input");
   c += "      kiln_copy_strided(copy, " + x + "->data, 5, " + x + "->shape, " + x +
        "->strides, sizeof(float));\n";
   c += "      xd = copy;\n    }\n  }\n";

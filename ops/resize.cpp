@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/c/elementwise_loop.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -327,15 +328,10 @@ std::string Resize::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "  static const double roi[] = {" + join(roi, ", ") + "};\n";
   s += "  for (int d = R - 1; d >= 0; --d) { istride[d] = nin; nin *= " + in +
        "->shape[d]; total += " + out + "->shape[d]; }\n";
-  s += "  " + T + " *x = (" + T + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(nin > 0 ? nin : 1) * sizeof(" + T + "));\n";
-  s += "  int64_t *idx = (int64_t *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(total * N + 1) * sizeof(int64_t));\n";
-  s += "  double *w = (double *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(total * N + 1) * sizeof(double));\n";
-  s += "  int *outside = (int *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(total + 1) * sizeof(int));\n";
-  s += "  if (!x || !idx || !w || !outside) " + sub.fail + "(\"resize: out of memory\");\n";
+  s += c_workspace(T, "x", "nin", "resize's dense input");
+  s += c_workspace("int64_t", "idx", "total * N + 1", "resize's tap indices");
+  s += c_workspace("double", "w", "total * N + 1", "resize's tap weights");
+  s += c_workspace("int", "outside", "total + 1", "resize's outside flags");
   s += "  kiln_copy_strided(x, " + in + "->data, R, " + in + "->shape, " + in +
        "->strides, sizeof(" + T + "));\n";
   // Per dimension, per output coordinate: its taps (from the dimension's first row).

@@ -7,6 +7,7 @@
 #include "ctemplate/template.h"
 #include "ops/c/elementwise_loop.h"
 #include "ops/c/gemm_support.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -385,9 +386,7 @@ std::string Recurrent::c_code(const Node& node, const CodeNames& names, const Su
                                                     v = "in" + std::to_string(i);
     s += "  int64_t " + v + "_n = 1;\n  for (int d = 0; d < " + std::to_string(type.rank()) +
          "; ++d) " + v + "_n *= " + in + "->shape[d];\n";
-    s += "  " + ct + " *" + v + " = (" + ct + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-         ", (size_t)(" + v + "_n + 1) * sizeof(" + ct + "));\n";
-    s += "  if (!" + v + ") " + sub.fail + "(\"" + kind_ + ": out of memory\");\n";
+    s += c_workspace(ct, v, v + "_n + 1", kind_ + "'s dense input " + std::to_string(i));
     s += "  kiln_copy_strided(" + v + ", " + in + "->data, " + std::to_string(type.rank()) + ", " +
          in + "->shape, " + in + "->strides, sizeof(" + ct + "));\n";
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/broadcast.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -29,9 +30,7 @@ std::string contiguous_columns(const Node& node, const CodeNames& names, const S
   s += "  for (int d = 0; d < " + r + "; ++d) n *= " + in + "->shape[d];\n";
   s += "  for (int d = 0; d < " + ax + "; ++d) outer *= " + in + "->shape[d];\n";
   s += "  for (int d = " + ax + " + 1; d < " + r + "; ++d) inner *= " + in + "->shape[d];\n";
-  s += "  " + ct + " *x = (" + ct + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(n > 0 ? n : 1) * sizeof(" + ct + "));\n";
-  s += "  if (!x) " + sub.fail + "(\"" + what + ": out of memory\");\n";
+  s += c_workspace(ct, "x", "n", what + "'s dense input");
   s += "  kiln_copy_strided(x, " + in + "->data, " + r + ", " + in + "->shape, " + in +
        "->strides, sizeof(" + ct + "));\n";
   return s;
@@ -192,9 +191,7 @@ std::string TopK::c_code(const Node& node, const CodeNames& names, const Sub& su
   std::string s = "{\n" + contiguous_columns(node, names, sub, axis, "top_k");
   s += "  " + ct + " *y = (" + ct + " *)" + names.outputs[0] + "->data;\n";
   s += "  int64_t *yi = (int64_t *)" + names.outputs[1] + "->data;\n";
-  s += "  unsigned char *taken = (unsigned char *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(len > 0 ? len : 1));\n";
-  s += "  if (!taken) " + sub.fail + "(\"top_k: out of memory\");\n";
+  s += c_workspace("unsigned char", "taken", "len", "top_k's taken flags");
   // k rounds of selection per column: the best untaken element, by the same order as
   // perform (NaN first for largest, last for smallest; equal values by index).
   const std::string nan_wins = largest_ ? "1" : "0";

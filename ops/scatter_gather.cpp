@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/broadcast.h"
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -69,9 +70,7 @@ std::string c_contiguous(const Node& node, const CodeNames& names, const Sub& su
   const std::string ct(dtype_c_type(t.dtype)), in = names.inputs[k], r = std::to_string(t.rank());
   std::string s = "  int64_t n_" + name + " = 1;\n  for (int d = 0; d < " + r + "; ++d) n_" + name +
                   " *= " + in + "->shape[d];\n";
-  s += "  " + ct + " *" + name + " = (" + ct + " *)" + sub.ctx + "->workspace(" + sub.ctx +
-       ", (size_t)(n_" + name + " > 0 ? n_" + name + " : 1) * sizeof(" + ct + "));\n";
-  s += "  if (!" + name + ") " + sub.fail + "(\"" + node.op->name() + ": out of memory\");\n";
+  s += c_workspace(ct, name, "n_" + name, node.op->name() + "'s dense " + name);
   s += "  kiln_copy_strided(" + name + ", " + in + "->data, " + r + ", " + in + "->shape, " + in +
        "->strides, sizeof(" + ct + "));\n";
   return s;

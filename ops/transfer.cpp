@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -38,8 +39,7 @@ std::string Transfer::c_code(const Node& node, const CodeNames& names, const Sub
   if (to_device_) {
     s += "  const void *kiln_src = " + x + "->data;\n";
     s += "  if (!kiln_contiguous && kiln_n > 0) {\n";
-    s += "    void *kiln_staging = " + sub.ctx + "->workspace(" + sub.ctx + ", kiln_bytes);\n";
-    s += "    if (!kiln_staging) " + sub.fail + "(\"out of memory staging %zu bytes\", kiln_bytes);\n";
+    s += c_workspace("unsigned char", "kiln_staging", "kiln_bytes", "the staged copy to the device");
     s += "    KILN_SUPPORT->copy_strided(kiln_staging, " + x + "->data, " + x + "->ndim, " + x +
          "->shape, " + x + "->strides, " + esize + ");\n";
     s += "    kiln_src = kiln_staging;\n  }\n";

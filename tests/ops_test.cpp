@@ -2017,6 +2017,32 @@ TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
   EXPECT_NE(err.find("conv: an image group of 2500000000 elements"), std::string::npos) << err;
 }
 
+// Scratch memory a kernel cannot get fails the call, naming what it was for and its size:
+// KILN_WORKSPACE_LIMIT caps one call's workspace, so the path every kernel's requests share
+// (KILN_WORKSPACE) is reached on purpose. Within the limit the same graph runs.
+TEST(Workspace, ARequestBeyondTheLimitFailsNamingItsPurposeAndSize) {
+  Graph g("conv_ws");
+  Var x = input(g, "x", DType::kFloat32, {1, 3, 9, 9});
+  Var w = input(g, "w", DType::kFloat32, {4, 3, 3, 3});
+  g.set_outputs({apply("conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})});
+  std::mt19937 rng(7);
+  const std::vector<Tensor> in{random_tensor(DType::kFloat32, {1, 3, 9, 9}, rng),
+                               random_tensor(DType::kFloat32, {4, 3, 3, 3}, rng)};
+  ::setenv("KILN_WORKSPACE_LIMIT", "16", 1);
+  const std::string err = testing::error_of([&] { compile(g)(in); });
+  ::setenv("KILN_WORKSPACE_LIMIT", "64M", 1);
+  const auto out = compile(g)(in);
+  ::setenv("KILN_WORKSPACE_LIMIT", "lots", 1);
+  const std::string bad = testing::error_of([&] { compile(g)(in); });
+  ::unsetenv("KILN_WORKSPACE_LIMIT");
+  EXPECT_NE(err.find("out of memory for conv"), std::string::npos) << err;
+  EXPECT_NE(err.find(" bytes)"), std::string::npos) << err;
+  EXPECT_NE(err.find("node 0 (conv): "), std::string::npos) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (Shape{1, 4, 9, 9}));
+  EXPECT_NE(bad.find("KILN_WORKSPACE_LIMIT"), std::string::npos) << bad;
+}
+
 // Max pooling reads its stride phases through the same 32-bit tap offsets: a plane past 2^31
 // padded elements is refused when compiling, naming its size.
 TEST(Pool, MaxPoolPlaneTooLargeForTapOffsetsIsNamed) {

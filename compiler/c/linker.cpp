@@ -12,6 +12,7 @@
 #include "compiler/c/binding_asm.h"
 #include "ctemplate/c_layout.h"
 #include "ctemplate/prelude.h"
+#include "ops/c/workspace.h"
 #include "ops/cop.h"
 #include "ops/device_placed.h"
 #include "runtime/module/module_abi.h"
@@ -205,6 +206,7 @@ void emit_prologue(CodeWriter& w, const Needs& needs, SupportPointer pointer) {
       "static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { "
       "(void)n; }");
   w.line("#define KILN_UNUSED(...) kiln_unused_(0, __VA_ARGS__)");
+  w.line(c_workspace_macro());
   for (const auto& [text, node] : needs.support) {
     w.line();
     w.fragment(text, node, "support_code");

@@ -1,5 +1,6 @@
 #include "ops/cuda/movement.h"
 
+#include "ops/c/workspace.h"
 namespace kiln {
 
 DeviceKernel cuda_copy_kernel(const Sub& sub, DType dt) {
@@ -90,10 +91,7 @@ DeviceCode cuda_gather(const Node& node, const CodeNames& names, const Sub& sub,
   h += "  for (int d = 0; d < " + ix + "->ndim; ++d) kiln_n *= " + ix + "->shape[d];\n";
   h += "  for (int d = 0; d < " + y + "->ndim; ++d) kiln_total *= " + y + "->shape[d];\n";
   h += "  if (kiln_n > 0) {\n";
-  h += "    " + I + " *kiln_host = (" + I + " *)ctx->workspace(ctx, (size_t)kiln_n * sizeof(" + I +
-       "));\n";
-  h += "    if (!kiln_host) " + sub.fail +
-       "(\"out of memory for %lld indices\", (long long)kiln_n);\n";
+  h += c_workspace(I, "kiln_host", "kiln_n", "the gather's indices on the host");
   h += "    if (ctx->copy(ctx, kiln_host, " + ix + "->data, (size_t)kiln_n * sizeof(" + I +
        "), KILN_COPY_TO_HOST) != 0) {\n      kiln_status = 1;\n      goto kiln_cleanup;\n    }\n";
   h += "    for (int64_t j = 0; j < kiln_n; ++j) {\n";

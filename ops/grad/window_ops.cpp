@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -352,9 +353,7 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "  " + T + " *dw = (" + T + " *)" + names.outputs[0] + "->data;\n";
   s += "  " + T + " *A = NULL, *B = NULL;\n";
   s += "  if (u0 < u1 && nrows > 0) {\n";
-  s += "    A = (" + T + " *)" + ctx + "->workspace(" + ctx +
-       ", (size_t)((rows_max + ck) * rb * g.ow) * sizeof(" + T + "));\n";
-  s += "    if (!A) " + sub.fail + "(\"conv weight gradient: out of workspace memory\");\n";
+  s += "KILN_WORKSPACE(A, (rows_max + ck) * rb * g.ow, \"the conv weight gradient's chunk\");\n";
   s += "    B = A + rows_max * rb * g.ow;\n";
   s += "  }\n";
   s += "  for (int64_t u = u0; u < u1; ++u) {\n";

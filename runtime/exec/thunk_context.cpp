@@ -2,14 +2,23 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 
 #include "runtime/device/device.h"
 #include "runtime/device/staged_copies.h"
 #include "util/error.h"
+#include "util/quantity.h"
 
 namespace kiln {
 
-ThunkContext::ThunkContext() {
+namespace {
+uint64_t workspace_limit() {
+  const char* env = std::getenv("KILN_WORKSPACE_LIMIT");
+  return env && *env ? parse_size(env, "KILN_WORKSPACE_LIMIT", 0) : UINT64_MAX;
+}
+}  // namespace
+
+ThunkContext::ThunkContext() : scratch_limit_(workspace_limit()) {
   ctx_.fail = &ThunkContext::fail;
   ctx_.workspace = &ThunkContext::workspace;
   ctx_.launch = &ThunkContext::launch;
@@ -22,6 +31,7 @@ ThunkContext::ThunkContext() {
 void ThunkContext::reset() {
   message_.clear();
   scratch_.clear();
+  scratch_bytes_ = 0;
 }
 
 void ThunkContext::fail(kiln_ctx* ctx, const char* fmt, ...) {
@@ -37,8 +47,10 @@ void ThunkContext::fail(kiln_ctx* ctx, const char* fmt, ...) {
 
 void* ThunkContext::workspace(kiln_ctx* ctx, size_t bytes) {
   auto* self = static_cast<ThunkContext*>(ctx->impl);
+  if (bytes > self->scratch_limit_ - self->scratch_bytes_) return nullptr;
   try {
     self->scratch_.push_back(allocate_storage(bytes));
+    self->scratch_bytes_ += bytes;
     return self->scratch_.back()->data();
   } catch (...) {
     return nullptr;

@@ -1,5 +1,8 @@
 #pragma once
 // The host side of kiln_ctx: collects a thunk's failure message and its scratch memory.
+// KILN_WORKSPACE_LIMIT (a size: "64M") caps the scratch memory of one call: a request beyond
+// it fails the call as an allocation failure would (naming what it was for).
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +47,8 @@ class ThunkContext {
   kiln_ctx ctx_{};
   std::string message_;
   std::vector<std::shared_ptr<Storage>> scratch_;
+  uint64_t scratch_bytes_ = 0;  // this call's workspace so far
+  uint64_t scratch_limit_;      // KILN_WORKSPACE_LIMIT, or no limit
 };
 
 }  // namespace kiln

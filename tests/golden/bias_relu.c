@@ -17,6 +17,7 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 #define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto kiln_cleanup; } while (0)
 static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { (void)n; }
 #define KILN_UNUSED(...) kiln_unused_(0, __VA_ARGS__)
+#define KILN_WORKSPACE(p, count, what) do { const size_t kiln_n_ = (size_t)(count); (p) = ctx->workspace(ctx, kiln_n_ * sizeof(*(p))); if (!(p) && kiln_n_ > 0) KILN_FAIL("out of memory for %s (%llu bytes)", what, (unsigned long long)(kiln_n_ * sizeof(*(p)))); } while (0)
 
 /* ---- kernels: each node below runs one of these with its own sizes (kp) ---- */
 

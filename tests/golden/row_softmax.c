@@ -19,13 +19,14 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 #define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto kiln_cleanup; } while (0)
 static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { (void)n; }
 #define KILN_UNUSED(...) kiln_unused_(0, __VA_ARGS__)
+#define KILN_WORKSPACE(p, count, what) do { const size_t kiln_n_ = (size_t)(count); (p) = ctx->workspace(ctx, kiln_n_ * sizeof(*(p))); if (!(p) && kiln_n_ > 0) KILN_FAIL("out of memory for %s (%llu bytes)", what, (unsigned long long)(kiln_n_ * sizeof(*(p)))); } while (0)
 
 /* ---- kernels: each node below runs one of these with its own sizes (kp) ---- */
 
-/* kernel kiln_k_85745f0f57c1430f, run by 1 node:
+/* kernel kiln_k_06309793a83c0b0a, run by 1 node:
  *   node 0: softmax{axis=-1}(x) -> y  [float32 (?, 16)]  'probs'
  */
-__attribute__((visibility("hidden"))) int kiln_k_85745f0f57c1430f(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_06309793a83c0b0a(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -63,10 +64,10 @@ kiln_cleanup: __attribute__((unused));
   return kiln_status;
 }
 
-/* kernel kiln_k_ee567a6241c97c99, run by 1 node:
+/* kernel kiln_k_b384e53e8b1cd2e4, run by 1 node:
  *   node 1: reduce_sum{axes=[1]}(y) -> t  [float32 (?, 1)]  'total'
  */
-__attribute__((visibility("hidden"))) int kiln_k_ee567a6241c97c99(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_b384e53e8b1cd2e4(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -235,12 +236,12 @@ static void kiln_state_cleanup(void *state_) {
 
 /* node 0: softmax{axis=-1}(x) -> y  [float32 (?, 16)]  'probs' */
 static int kiln_node_0(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_85745f0f57c1430f(state_, ctx, in, out, 0);
+  return kiln_k_06309793a83c0b0a(state_, ctx, in, out, 0);
 }
 
 /* node 1: reduce_sum{axes=[1]}(y) -> t  [float32 (?, 1)]  'total' */
 static int kiln_node_1(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_ee567a6241c97c99(state_, ctx, in, out, 0);
+  return kiln_k_b384e53e8b1cd2e4(state_, ctx, in, out, 0);
 }
 
 static const kiln_thunk_info kiln_thunks[] = {
