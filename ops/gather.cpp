@@ -105,8 +105,9 @@ std::string Gather::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += "  for (int d = ir - 1; d >= 0; --d) { ist[d] = c; c *= inner_shape[d]; }\n";
   s += "  char *dst = (char *)" + out + "->data;\n";
   s += "  for (int64_t o = 0; o < outer; ++o) {\n";
-  s += "    int64_t base = 0, rem = o;\n";
-  if (axis > 0) {
+  s += "    int64_t base = 0;\n";
+  if (axis > 0) {  // o's offset over the outer dimensions
+    s += "    int64_t rem = o;\n";
     s += "    for (int d = " + std::to_string(axis - 1) + "; d >= 0; --d) {\n";
     s += "      base += (rem % " + data + "->shape[d]) * " + data + "->strides[d];\n";
     s += "      rem /= " + data + "->shape[d];\n    }\n";

@@ -185,7 +185,7 @@ TEST(Golden, SourceOfSmallGraphsKeepsItsLayout) {
   const std::filesystem::path dir = KILN_GOLDEN_DIR;
   const bool update = std::getenv("KILN_UPDATE_GOLDEN") != nullptr;
   int checked = 0;
-  for (const char* name : {"bias_relu", "row_softmax"}) {
+  for (const char* name : {"bias_relu", "row_softmax", "conv_pool"}) {
     auto r = kiln({"source", (dir / (std::string(name) + ".json")).string()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string got = std::regex_replace(r.out, std::regex("[0-9a-f]{64}"), "<key>");
@@ -203,7 +203,7 @@ TEST(Golden, SourceOfSmallGraphsKeepsItsLayout) {
                   << (i < a.size() ? a[i] : "<end>") << "\n  want: " << (i < b.size() ? b[i] : "<end>")
                   << "\n(KILN_UPDATE_GOLDEN=1 rewrites it after a deliberate change)";
   }
-  EXPECT_EQ(checked, 2);
+  EXPECT_EQ(checked, 3);
 }
 
 // kiln report: -o is required; inputs are all or none (a partial set names what is

@@ -9,12 +9,14 @@
 #include <sstream>
 
 #include "compiler/subprocess.h"
+#include "ctemplate/c_layout.h"
 #include "ctemplate/code_writer.h"
 #include "ctemplate/prelude.h"
 #include "ctemplate/template.h"
 #include "graph/graph.h"
 #include "graph/wire_text.h"
 #include "ops/builders.h"
+#include "ops/kernel_args.h"
 #include "ops/registry.h"
 #include "tests/helpers.h"
 #include "util/sha256.h"
@@ -93,6 +95,89 @@ TEST(CodeWriter, SourceMapPointsAtNodeAndFragmentLine) {
   EXPECT_EQ(w.origin(3)->fragment, "c_code");
   EXPECT_EQ(w.origin(3)->fragment_line, 2);
   EXPECT_EQ(w.origin(99), nullptr);
+}
+
+// Fragments are laid out by their structure whatever their emitters' spaces: one level per
+// brace, one per braceless loop header, the closing brace under its opener, `} else {`
+// continuing the same level, continuation lines inside parentheses two levels deeper, and
+// braces inside strings, characters and comments ignored. Preprocessor lines stay verbatim.
+TEST(CLayout, IndentsByBracesAndHeadersNotByTheEmittersSpaces) {
+  const std::string text =
+      "      {\n"
+      "int a = 1;\n"
+      "    for (int i = 0; i < n; ++i)\n"
+      "for (int j = 0; j < n; ++j) {\n"
+      "x[i] = \"{\" [0] == '{' ? 1 : 0; /* } */\n"
+      "        }\n"
+      "if (a) {\n"
+      "a = f(b,\n"
+      "c);\n"
+      "} else {\n"
+      "a = 2;\n"
+      "}\n"
+      "KILN_NOVEC for (;;)\n"
+      "break;\n"
+      "#define X(a) \\\n"
+      "   (a)\n"
+      "}\n";
+  const std::string expect =
+      "{\n"
+      "  int a = 1;\n"
+      "  for (int i = 0; i < n; ++i)\n"
+      "    for (int j = 0; j < n; ++j) {\n"
+      "      x[i] = \"{\" [0] == '{' ? 1 : 0; /* } */\n"
+      "    }\n"
+      "  if (a) {\n"
+      "    a = f(b,\n"
+      "        c);\n"
+      "  } else {\n"
+      "    a = 2;\n"
+      "  }\n"
+      "  KILN_NOVEC for (;;)\n"
+      "    break;\n"
+      "#define X(a) \\\n"
+      "   (a)\n"
+      "}\n";
+  EXPECT_EQ(lay_out_c_text(text), expect);
+  // Laying out is idempotent, so code that passes the linker twice is the same text.
+  EXPECT_EQ(lay_out_c_text(expect), expect);
+  // The writer puts the same layout under its own depth and maps every line.
+  CodeWriter w;
+  w.indent();
+  w.fragment("if (a)\nb();\n", 3, "c_code");
+  EXPECT_EQ(w.str(), "  if (a)\n    b();\n");
+  EXPECT_EQ(w.origin(2)->fragment_line, 2);
+}
+
+// A kernel's run-time sizes: one slot per name and value, the same name with another value a
+// slot of its own, declarations only for the names the body reads, and the argument array
+// commented with the same names.
+TEST(KernelArgs, NamesEachValueOnceAndDeclaresWhatTheBodyReads) {
+  KernelArgs args;
+  EXPECT_EQ(args.add(56, "out_w"), "kp_out_w");
+  EXPECT_EQ(args.add(56, "out_w"), "kp_out_w");
+  EXPECT_EQ(args.add(3, "stride"), "kp_stride");
+  EXPECT_EQ(args.add(2, "stride"), "kp_stride_2");
+  EXPECT_EQ(args.add(3, "stride"), "kp_stride");
+  EXPECT_EQ(args.values, (std::vector<int64_t>{56, 3, 2}));
+  EXPECT_EQ(args.declarations("y = kp_out_w * kp_stride_2;"),
+            (std::vector<std::string>{"const int64_t kp_out_w = kp[0], kp_stride_2 = kp[2];"}));
+  // A name that is only the prefix of another is not a use of it.
+  EXPECT_TRUE(args.declarations("kp_stride_20 + kp_out_wide").empty());
+  EXPECT_EQ(args.commented_values(),
+            (std::vector<std::string>{"/* kp_out_w */ 56LL, /* kp_stride */ 3LL, /* kp_stride_2 */ 2LL"}));
+  EXPECT_THROW(args.add(1, "Out W"), InternalError);
+  // Long lists wrap into lines of at most the width asked for.
+  KernelArgs many;
+  for (int i = 0; i < 12; ++i) many.add(i, "size_" + std::to_string(i));
+  std::string body;
+  for (const auto& n : many.names) body += n + " ";
+  const auto lines = many.declarations(body, 60);
+  EXPECT_GT(lines.size(), 1u);
+  for (const auto& l : lines) {
+    EXPECT_LE(l.size(), 60u) << l;
+    EXPECT_EQ(l.rfind("const int64_t ", 0), 0u) << l;
+  }
 }
 
 TEST(Prelude, EmbeddedHeadersAreAvailable) {
