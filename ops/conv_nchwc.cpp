@@ -393,10 +393,11 @@ std::string ConvNchwc::direct_setup(const Emit& e) const {
   s += c_workspace("int32_t", "toff", e.v(taps, "taps"), "conv_nchwc's tap offsets");
   s += "for (int64_t c = 0, t = 0; c < cb; ++c)\n";
   s += "for (int64_t i = 0; i < kh; ++i)\n";
-  s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)" +
-       e.by_kb("((c * rows + i) * wpad + j)") + ";\n";
+  s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(" +
+       e.by_kb("((c * rows + i) * wpad + j)") + ");\n";
   s += "for (int64_t p = pp0; p < pp1; ++p)\n";
-  s += "pos[p - pp0] = (int32_t)" + e.by_kb("((p / ow - oya) * sh * wpad + p % ow * sw)") + ";\n";
+  s += "pos[p - pp0] = (int32_t)(" + e.by_kb("((p / ow - oya) * sh * wpad + p % ow * sw)") +
+       ");\n";
   return s;
 }
 

@@ -45,17 +45,18 @@ std::string KernelArgs::add(int64_t v, std::string_view name) {
   }
 }
 
-std::vector<std::string> KernelArgs::declarations(const std::string& body, size_t width) const {
-  const std::string head = "const int64_t ";
-  std::vector<std::string> items;
+std::vector<std::string> KernelArgs::declarations(const std::string& body) const {
+  std::vector<std::string> lines;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (uses(body, names[i])) items.push_back(names[i] + " = kp[" + std::to_string(i) + "]");
+    if (uses(body, names[i])) lines.push_back("#define " + names[i] + " kp[" + std::to_string(i) + "]");
   }
-  // One declaration per line of the wrapped list.
-  std::vector<std::string> lines = join_wrapped(items, width - head.size() - 1);
-  for (auto& line : lines) {
-    if (line.back() == ',') line.pop_back();
-    line = head + line + ";";
+  return lines;
+}
+
+std::vector<std::string> KernelArgs::undefinitions(const std::string& body) const {
+  std::vector<std::string> lines;
+  for (const auto& name : names) {
+    if (uses(body, name)) lines.push_back("#undef " + name);
   }
   return lines;
 }

@@ -18,9 +18,12 @@ struct KernelArgs {
   // value, so a size used ten times is passed once; the same name with another value gets a
   // slot of its own ("kp_stride_2").
   std::string add(int64_t v, std::string_view name);
-  // The kernel's head: each name `body` uses, declared from its slot, in lines of at most
-  // about `width` columns (none when the body uses none).
-  std::vector<std::string> declarations(const std::string& body, size_t width = 96) const;
+  // The kernel's head: each name `body` uses, defined as its slot ("#define kp_out_w kp[8]").
+  // Macros, not const locals: the same code for the compiler as kp[8] (locals cost clang a
+  // third more time on a convolution kernel, for no speed).
+  std::vector<std::string> declarations(const std::string& body) const;
+  // The kernel's tail: the same names undefined, so kernels that share a unit stay apart.
+  std::vector<std::string> undefinitions(const std::string& body) const;
   // The initializer of a node's argument array, each value after its name
   // ("/* kp_m */ 64LL"), in lines of at most about `width` columns.
   std::vector<std::string> commented_values(size_t width = 96) const;

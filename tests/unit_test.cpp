@@ -150,8 +150,8 @@ TEST(CLayout, IndentsByBracesAndHeadersNotByTheEmittersSpaces) {
 }
 
 // A kernel's run-time sizes: one slot per name and value, the same name with another value a
-// slot of its own, declarations only for the names the body reads, and the argument array
-// commented with the same names.
+// slot of its own, defined (and undefined after) only where the body reads them, and the
+// argument array commented with the same names.
 TEST(KernelArgs, NamesEachValueOnceAndDeclaresWhatTheBodyReads) {
   KernelArgs args;
   EXPECT_EQ(args.add(56, "out_w"), "kp_out_w");
@@ -161,23 +161,20 @@ TEST(KernelArgs, NamesEachValueOnceAndDeclaresWhatTheBodyReads) {
   EXPECT_EQ(args.add(3, "stride"), "kp_stride");
   EXPECT_EQ(args.values, (std::vector<int64_t>{56, 3, 2}));
   EXPECT_EQ(args.declarations("y = kp_out_w * kp_stride_2;"),
-            (std::vector<std::string>{"const int64_t kp_out_w = kp[0], kp_stride_2 = kp[2];"}));
+            (std::vector<std::string>{"#define kp_out_w kp[0]", "#define kp_stride_2 kp[2]"}));
+  EXPECT_EQ(args.undefinitions("y = kp_out_w * kp_stride_2;"),
+            (std::vector<std::string>{"#undef kp_out_w", "#undef kp_stride_2"}));
   // A name that is only the prefix of another is not a use of it.
   EXPECT_TRUE(args.declarations("kp_stride_20 + kp_out_wide").empty());
   EXPECT_EQ(args.commented_values(),
             (std::vector<std::string>{"/* kp_out_w */ 56LL, /* kp_stride */ 3LL, /* kp_stride_2 */ 2LL"}));
   EXPECT_THROW(args.add(1, "Out W"), InternalError);
-  // Long lists wrap into lines of at most the width asked for.
+  // A long argument array wraps into lines of at most the width asked for.
   KernelArgs many;
-  for (int i = 0; i < 12; ++i) many.add(i, "size_" + std::to_string(i));
-  std::string body;
-  for (const auto& n : many.names) body += n + " ";
-  const auto lines = many.declarations(body, 60);
+  for (int i = 0; i < 12; ++i) many.add(1000 + i, "size_" + std::to_string(i));
+  const auto lines = many.commented_values(60);
   EXPECT_GT(lines.size(), 1u);
-  for (const auto& l : lines) {
-    EXPECT_LE(l.size(), 60u) << l;
-    EXPECT_EQ(l.rfind("const int64_t ", 0), 0u) << l;
-  }
+  for (const auto& l : lines) EXPECT_LE(l.size(), 60u) << l;
 }
 
 TEST(Prelude, EmbeddedHeadersAreAvailable) {

@@ -246,8 +246,9 @@ void emit_kernel_function(CodeWriter& w, const CKernel& k, const NodeCode& code,
   w.indent();
   w.line("int kiln_status = 0;");
   w.line("KILN_UNUSED(state_, ctx, in, out, kp);");
-  for (const auto& line : code.args.declarations(code.body)) w.line(line);
+  for (const auto& line : code.args.declarations(code.body)) w.verbatim(line, -1, "kernel args");
   w.fragment(code.body, node, "c_code");
+  for (const auto& line : code.args.undefinitions(code.body)) w.verbatim(line, -1, "kernel args");
   close_function(w);
 }
 

@@ -29,13 +29,31 @@ static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ..
 __attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
-  const int64_t kp_m = kp[0], kp_ohw = kp[1], kp_row_unit = kp[2], kp_col_unit = kp[3];
-  const int64_t kp_w_elems = kp[4], kp_buf = kp[5], kp_ckk = kp[6], kp_plane = kp[7];
-  const int64_t kp_wq = kp[8], kp_out_w = kp[9], kp_reach = kp[10], kp_stride_h = kp[11];
-  const int64_t kp_pad_top = kp[12], kp_in_h = kp[13], kp_phase_planes = kp[14], kp_cg = kp[15];
-  const int64_t kp_kernel_h = kp[16], kp_kernel_w = kp[17], kp_dilation_w = kp[18];
-  const int64_t kp_dilation_h = kp[19], kp_stride_w = kp[20], kp_mg = kp[21], kp_hq = kp[22];
-  const int64_t kp_pad_left = kp[23], kp_in_w = kp[24];
+  #define kp_m kp[0]
+  #define kp_ohw kp[1]
+  #define kp_row_unit kp[2]
+  #define kp_col_unit kp[3]
+  #define kp_w_elems kp[4]
+  #define kp_buf kp[5]
+  #define kp_ckk kp[6]
+  #define kp_plane kp[7]
+  #define kp_wq kp[8]
+  #define kp_out_w kp[9]
+  #define kp_reach kp[10]
+  #define kp_stride_h kp[11]
+  #define kp_pad_top kp[12]
+  #define kp_in_h kp[13]
+  #define kp_phase_planes kp[14]
+  #define kp_cg kp[15]
+  #define kp_kernel_h kp[16]
+  #define kp_kernel_w kp[17]
+  #define kp_dilation_w kp[18]
+  #define kp_dilation_h kp[19]
+  #define kp_stride_w kp[20]
+  #define kp_mg kp[21]
+  #define kp_hq kp[22]
+  #define kp_pad_left kp[23]
+  #define kp_in_w kp[24]
   {
     int64_t r0, r1, c0, c1;
     kiln_tile_part(kp_m, kp_ohw, kp_row_unit, kp_col_unit, ctx->part, ctx->n_parts, &r0, &r1, &c0, &c1);
@@ -89,6 +107,31 @@ __attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, 
         }
     }
   }
+  #undef kp_m
+  #undef kp_ohw
+  #undef kp_row_unit
+  #undef kp_col_unit
+  #undef kp_w_elems
+  #undef kp_buf
+  #undef kp_ckk
+  #undef kp_plane
+  #undef kp_wq
+  #undef kp_out_w
+  #undef kp_reach
+  #undef kp_stride_h
+  #undef kp_pad_top
+  #undef kp_in_h
+  #undef kp_phase_planes
+  #undef kp_cg
+  #undef kp_kernel_h
+  #undef kp_kernel_w
+  #undef kp_dilation_w
+  #undef kp_dilation_h
+  #undef kp_stride_w
+  #undef kp_mg
+  #undef kp_hq
+  #undef kp_pad_left
+  #undef kp_in_w
 kiln_cleanup: __attribute__((unused));
   return kiln_status;
 }
@@ -99,10 +142,20 @@ kiln_cleanup: __attribute__((unused));
 __attribute__((visibility("hidden"))) int kiln_k_abf6df04a8319fc6(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
-  const int64_t kp_kernel_w = kp[0], kp_dilation_w = kp[1], kp_dilation_h = kp[2];
-  const int64_t kp_stride_w = kp[3], kp_stride_h = kp[4], kp_kernel_h = kp[5], kp_out_w = kp[6];
-  const int64_t kp_out_h = kp[7], kp_wq = kp[8], kp_hq = kp[9], kp_pad_left = kp[10];
-  const int64_t kp_pad_top = kp[11], kp_in_w = kp[12], kp_in_h = kp[13];
+  #define kp_kernel_w kp[0]
+  #define kp_dilation_w kp[1]
+  #define kp_dilation_h kp[2]
+  #define kp_stride_w kp[3]
+  #define kp_stride_h kp[4]
+  #define kp_kernel_h kp[5]
+  #define kp_out_w kp[6]
+  #define kp_out_h kp[7]
+  #define kp_wq kp[8]
+  #define kp_hq kp[9]
+  #define kp_pad_left kp[10]
+  #define kp_pad_top kp[11]
+  #define kp_in_w kp[12]
+  #define kp_in_h kp[13]
   {
     const int64_t C = in[0]->shape[1], planes = in[0]->shape[0] * C;
     const int64_t lo = planes * ctx->part / ctx->n_parts;
@@ -130,6 +183,20 @@ __attribute__((visibility("hidden"))) int kiln_k_abf6df04a8319fc6(void *state_, 
       }
     }
   }
+  #undef kp_kernel_w
+  #undef kp_dilation_w
+  #undef kp_dilation_h
+  #undef kp_stride_w
+  #undef kp_stride_h
+  #undef kp_kernel_h
+  #undef kp_out_w
+  #undef kp_out_h
+  #undef kp_wq
+  #undef kp_hq
+  #undef kp_pad_left
+  #undef kp_pad_top
+  #undef kp_in_w
+  #undef kp_in_h
 kiln_cleanup: __attribute__((unused));
   return kiln_status;
 }
