@@ -30,8 +30,9 @@ struct Pool {
   DevicePoolStats stats;
 
   void release(void* p) { pinned ? device->release_pinned(p) : device->release(p); }
-  void* allocate(size_t bytes) {
-    return pinned ? device->allocate_pinned(bytes) : device->allocate(bytes);
+  // From the device handed in, not `device`: that member is written under the lock.
+  void* allocate(Device& dev, size_t bytes) {
+    return pinned ? dev.allocate_pinned(bytes) : dev.allocate(bytes);
   }
   void trim_locked() {
     for (auto& [size, blocks] : free) {
@@ -70,10 +71,10 @@ struct Pool {
     }
     if (!ptr) {
       try {
-        ptr = allocate(cls);
+        ptr = allocate(dev, cls);
       } catch (const Error&) {
         trim();  // cached blocks of other sizes may be what the device lacks
-        ptr = allocate(cls);
+        ptr = allocate(dev, cls);
       }
       std::lock_guard lock(mutex);
       ++stats.allocations;
