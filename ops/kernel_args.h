@@ -1,7 +1,7 @@
 #pragma once
 // The run-time values of a kernel shared by nodes that differ only in them (sizes, offsets,
 // window geometry). The module passes each node's values in the kernel's argument array `kp`;
-// the kernel names each one at its head (`const int64_t kp_out_w = kp[3];`) so its code reads
+// the kernel names each one at its head (`#define kp_out_w kp[3]`) so its code reads
 // as sizes, not slots.
 #include <cstdint>
 #include <string>
