@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <random>
 
 #include "util/escape.h"
@@ -177,11 +179,19 @@ RemoteTier::RemoteTier(RemoteConfig config, SignaturePolicy signatures)
 RemoteTier* RemoteTier::process_default() {
   static std::once_flag once;
   static std::unique_ptr<RemoteTier> tier;
-
+  static std::exception_ptr refused;
+  // A bad setting is kept and rethrown on every call rather than thrown through call_once:
+  // ThreadSanitizer's pthread_once never releases a flag whose function threw, so the next
+  // caller (the exit's wait for background stores) would hang.
   std::call_once(once, [] {
-    if (auto c = RemoteConfig::from_env())
-      tier = std::make_unique<RemoteTier>(*c, SignaturePolicy::from_env());
+    try {
+      if (auto c = RemoteConfig::from_env())
+        tier = std::make_unique<RemoteTier>(*c, SignaturePolicy::from_env());
+    } catch (...) {
+      refused = std::current_exception();
+    }
   });
+  if (refused) std::rethrow_exception(refused);
   return tier.get();
 }
 

@@ -820,7 +820,8 @@ TEST(Hardening, AnAllocationTooLargeForTheMachineNamesTheNode) {
     "outputs": ["y"]})");
   write_npy(base / "x.npy", Tensor::from_doubles(DType::kFloat32, {1, 1}, {1}));
   // (A sanitizer build's allocator aborts on a failed allocation unless told to return null.)
-  auto r = kiln_env({cache_env(base / "cache"), "ASAN_OPTIONS=allocator_may_return_null=1"},
+  auto r = kiln_env({cache_env(base / "cache"), "ASAN_OPTIONS=allocator_may_return_null=1",
+                     "TSAN_OPTIONS=allocator_may_return_null=1"},
                     {"run", (base / "m.json").string(), "--input", "x=" + (base / "x.npy").string(),
                      "--output-dir", (base / "out").string()});
   EXPECT_EQ(r.exit_code, 1) << r.err;
