@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Inference latency of kiln, onnxruntime and PyTorch on the model zoo (bench/zoo/export.py).
+"""Inference latency of kiln, onnxruntime, OpenVINO and PyTorch on a model zoo: the tuned zoo
+(bench/zoo/export.py, the default) or the broad zoo of architectures nobody tuned kiln for
+(--zoo broad, bench/zoo/broad.py).
 
 For each model: kiln runs NAME.onnx through build/release/bench/onnx_bench (a fresh process per
-round, compiling through the kernel cache), onnxruntime loads the same file, and PyTorch runs
-the same seeded module rebuilt by export.build(). All three get the same input and the same
-thread count (--threads, default 2). The tools take --rounds rounds in turn (interleaved, so a
+round, compiling through the kernel cache), onnxruntime and OpenVINO (f32, when installed; the
+broad zoo's runner installs it) load the same file, and PyTorch runs the same seeded module
+rebuilt by the zoo's build(). All get the same input and the same thread count (--threads,
+default 2). The tools take --rounds rounds in turn (interleaved, so a
 noisy neighbour hits all of them alike; kiln and onnxruntime back to back, their order swapped
 each round); each round is the median of --repeat timed runs after a warm-up, and the median
 round is reported. A ratio is the median of the rounds' ratios: each pair was measured within
@@ -36,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import export  # noqa: E402  (the seeded models behind the ONNX files)
+ZOOS = {"tuned": ("zoo", "zoo.md"), "broad": ("broad", "broad.md")}
 from peers import machine, median_ms  # noqa: E402  (one timing rule for every bench)
 
 
@@ -101,18 +105,34 @@ def paired_ratio(a, b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=os.path.join(ROOT, "bench", "data", "zoo"))
+    ap.add_argument("--zoo", choices=sorted(ZOOS), default="tuned")
+    ap.add_argument("--data", help="the exported models (default: bench/data/zoo or broad)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    ap.add_argument("--no-openvino", action="store_true", help="skip OpenVINO")
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
-    ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "zoo.md"))
+    ap.add_argument("--results", help="the table (default: bench/results/zoo.md or broad.md)")
     ap.add_argument("--smoke", action="store_true",
                     help="ctest: SqueezeNet (unless models are named) exported afresh, one round of "
                          "2 runs, no pauses, the table to a temporary file")
-    ap.add_argument("models", nargs="*", help=f"default: {', '.join(export.ZOO)}")
+    ap.add_argument("models", nargs="*", help="default: the whole zoo")
     args = ap.parse_args()
+    folder, table = ZOOS[args.zoo]
+    args.data = args.data or os.path.join(ROOT, "bench", "data", folder)
+    args.results = args.results or os.path.join(ROOT, "bench", "results", table)
+    if args.zoo == "broad":
+        import broad as zoo
+        names = list(zoo.MODELS)
+    else:
+        zoo, names = export, export.ZOO
+    ov = None
+    if not args.no_openvino:
+        try:
+            import openvino as ov
+        except ImportError:
+            print("OpenVINO is not installed: no OpenVINO column", flush=True)
     if args.smoke:
         args.rounds, args.repeat = 1, 2
         args.models = args.models or ["squeezenet"]
@@ -128,13 +148,13 @@ def main():
           "OpenBLAS not found: no SGEMM yardstick", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models or export.ZOO:
-            if name not in export.MODELS:
-                raise SystemExit(f"unknown model '{name}' (known: {', '.join(export.MODELS)})")
+        for name in args.models or names:
+            if name not in zoo.MODELS:
+                raise SystemExit(f"unknown model '{name}' (known: {', '.join(zoo.MODELS)})")
             path = os.path.join(args.data, name + ".onnx")
             xin = os.path.join(args.data, name + ".input.npy")
             if not os.path.exists(path):
-                raise SystemExit(f"{path} is missing: run bench/zoo/export.py first")
+                raise SystemExit(f"{path} is missing: export it first (bench/zoo/run does)")
             x = np.load(xin)
             ref = np.load(os.path.join(args.data, name + ".expected.npy"))
             so = ort.SessionOptions()
@@ -145,15 +165,24 @@ def main():
             feed = {sess.get_inputs()[0].name: x}
             if not agrees(sess.run(None, feed)[0], ref):
                 raise SystemExit(f"{name}: onnxruntime disagrees with PyTorch's saved output")
+            request = None
+            if ov:
+                compiled = ov.Core().compile_model(path, "CPU", {
+                    "INFERENCE_NUM_THREADS": args.threads, "INFERENCE_PRECISION_HINT": "f32",
+                    "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+                request = compiled.create_infer_request()
+                request.infer({0: x})
+                if not agrees(request.get_output_tensor(0).data.copy(), ref):
+                    raise SystemExit(f"{name}: OpenVINO disagrees with PyTorch's saved output")
             model = xt = None
             if not args.no_torch:
-                model, _ = export.build(name)
+                model, _ = zoo.build(name)
                 xt = torch.from_numpy(x)
                 if not agrees(model(xt).numpy(), ref):
                     raise SystemExit(f"{name}: the rebuilt PyTorch model differs from the export "
                                      "(another torch version?): re-export the zoo")
             kout = os.path.join(tmp, "y.npy")
-            times = {"kiln": [], "onnxruntime": [], "PyTorch": []}
+            times = {"kiln": [], "onnxruntime": [], "OpenVINO": [], "PyTorch": []}
             compile_ms = None
             def kiln_round(first):
                 # The peers' thread pools spin for a while after their last call; kiln measured
@@ -174,6 +203,10 @@ def main():
                 time.sleep(0 if args.smoke else 0.5)  # PyTorch's threads, likewise
                 return median_ms(lambda: sess.run(None, feed), args.repeat)
 
+            def ov_round():
+                time.sleep(0 if args.smoke else 0.5)
+                return median_ms(lambda: request.infer({0: x}), args.repeat)
+
             for r in range(max(1, args.rounds)):
                 # kiln and onnxruntime back to back, the order swapped every round, so a slow
                 # phase of the shared host lands on both alike and on neither side always.
@@ -185,6 +218,8 @@ def main():
                     k_ms, c_ms = kiln_round(False)
                 times["kiln"].append(k_ms)
                 times["onnxruntime"].append(o_ms)
+                if request is not None:
+                    times["OpenVINO"].append(ov_round())
                 compile_ms = c_ms if compile_ms is None else compile_ms
                 if model is not None:
                     times["PyTorch"].append(median_ms(lambda: model(xt), args.repeat))
@@ -194,12 +229,15 @@ def main():
             # percent, independent medians of the two columns can pair a fast phase with a slow.
             med["ratio_ort"] = paired_ratio(times["kiln"], times["onnxruntime"])
             med["ratio_torch"] = paired_ratio(times["kiln"], times["PyTorch"])
+            med["ratio_ov"] = paired_ratio(times["kiln"], times["OpenVINO"])
             flops = model_flops(path)
             rows.append((name, med, flops, compile_ms))
-            t = med["PyTorch"]
-            print(f"{name:16s} kiln {med['kiln']:8.2f} ms  onnxruntime {med['onnxruntime']:8.2f} ms  "
+            t, v = med["PyTorch"], med["OpenVINO"]
+            print(f"{name:20s} kiln {med['kiln']:8.2f} ms  onnxruntime {med['onnxruntime']:8.2f} ms  "
+                  + (f"OpenVINO {v:8.2f} ms  " if v else "")
                   + (f"PyTorch {t:8.2f} ms  " if t else "")
                   + f"kiln/ort {med['ratio_ort']:5.2f}  "
+                  + (f"kiln/ov {med['ratio_ov']:5.2f}  " if v else "")
                   + (f"kiln/torch {med['ratio_torch']:5.2f}  " if t else "")
                   + f"kiln {flops / med['kiln'] / 1e6:6.1f} GFLOP/s", flush=True)
     if sgemm:
@@ -208,39 +246,57 @@ def main():
         again = openblas_sgemm_gflops(args.threads)
         print(f"OpenBLAS SGEMM 1024^3 again: {again:.1f} GFLOP/s", flush=True)
         sgemm = max(sgemm, again)
-    geo_ort = math.exp(sum(math.log(m["ratio_ort"]) for _, m, _, _ in rows) / len(rows))
-    with_torch = [m for _, m, _, _ in rows if m["PyTorch"]]
-    geo_torch = (math.exp(sum(math.log(m["ratio_torch"]) for m in with_torch) / len(with_torch))
-                 if with_torch else None)
-    print(f"geometric mean kiln/onnxruntime {geo_ort:.3f}" +
-          (f", kiln/PyTorch {geo_torch:.3f}" if geo_torch else ""))
+
+    def geomean(key):
+        vals = [m[key] for _, m, _, _ in rows if m[key]]
+        return math.exp(sum(math.log(x) for x in vals) / len(vals)) if vals else None
+
+    geo = {k: geomean("ratio_" + k) for k in ("ort", "ov", "torch")}
+    worst = {k: max((m["ratio_" + k] for _, m, _, _ in rows if m["ratio_" + k]), default=None)
+             for k in ("ort", "ov")}
+    summary = ", ".join(f"kiln/{label} {geo[k]:.3f}" for k, label in
+                        (("ort", "onnxruntime"), ("ov", "OpenVINO"), ("torch", "PyTorch")) if geo[k])
+    print(f"geometric mean {summary}")
+    peers = "onnxruntime" + (", OpenVINO" if geo["ov"] else "") + " and PyTorch"
+    versions = f"onnxruntime {ort.__version__}" + (f", OpenVINO {ov.__version__}" if geo["ov"] else "")
     lines = [
-        "# The model zoo: kiln vs onnxruntime and PyTorch",
+        f"# The {'broad ' if args.zoo == 'broad' else ''}model zoo: kiln vs {peers}",
         "",
-        f"Machine: {machine()}. onnxruntime {ort.__version__}, PyTorch {torch.__version__}; "
-        f"{args.threads} threads each. Each time is the median of {args.repeat} runs after a warm-up; "
+        f"Machine: {machine()}. {versions}, PyTorch {torch.__version__}; "
+        f"{args.threads} threads each (OpenVINO at f32 precision, latency mode, one stream). Each "
+        f"time is the median of {args.repeat} runs after a warm-up; "
         f"the tools took {args.rounds} rounds in turn (kiln and onnxruntime back to back, their order "
-        "swapped each round) and the median round is shown; a ratio is the median of the rounds' "
-        "ratios. Every output "
+        "swapped each round, then OpenVINO) and the median round is shown; a ratio is the median "
+        "of the rounds' ratios. Every output "
         "matched PyTorch's (relative tolerance 1e-3). GFLOP/s counts the Conv, Gemm and MatMul "
-        "multiply-adds. Ratio < 1 means kiln is faster. Regenerate with `bench/zoo/run`.",
+        "multiply-adds. Ratio < 1 means kiln is faster. Regenerate with `bench/zoo/run"
+        + (" --zoo broad" if args.zoo == "broad" else "") + "`.",
         "",
     ]
     if sgemm:
         lines += [f"OpenBLAS SGEMM at 1024³ in the same run (the faster of a measurement before the "
                   f"models and one after): **{sgemm:.1f} GFLOP/s**.", ""]
     lines += [
-        "| model | GFLOP | kiln ms | onnxruntime ms | PyTorch ms | kiln / onnxruntime | kiln / PyTorch | kiln GFLOP/s | onnxruntime GFLOP/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | GFLOP | kiln ms | onnxruntime ms | OpenVINO ms | PyTorch ms | kiln / onnxruntime | "
+        "kiln / OpenVINO | kiln / PyTorch | kiln GFLOP/s | onnxruntime GFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(x, fmt):
+        return format(x, fmt) if x else "–"
+
     for name, m, flops, _ in rows:
-        t = m["PyTorch"]
         lines.append(f"| {name} | {flops / 1e9:.2f} | {m['kiln']:.2f} | {m['onnxruntime']:.2f} | "
-                     + (f"{t:.2f}" if t else "–") + f" | {m['ratio_ort']:.2f} | "
-                     + (f"{m['ratio_torch']:.2f}" if t else "–")
-                     + f" | {flops / m['kiln'] / 1e6:.1f} | {flops / m['onnxruntime'] / 1e6:.1f} |")
-    lines += ["", f"Geometric mean kiln / onnxruntime: **{geo_ort:.3f}**" +
-              (f"; kiln / PyTorch: **{geo_torch:.3f}**" if geo_torch else "") + "."]
+                     f"{cell(m['OpenVINO'], '.2f')} | {cell(m['PyTorch'], '.2f')} | "
+                     f"{m['ratio_ort']:.2f} | {cell(m['ratio_ov'], '.2f')} | "
+                     f"{cell(m['ratio_torch'], '.2f')} | {flops / m['kiln'] / 1e6:.1f} | "
+                     f"{flops / m['onnxruntime'] / 1e6:.1f} |")
+    lines += ["", "Geometric mean " + "; ".join(
+        f"kiln / {label}: **{geo[k]:.3f}**" for k, label in
+        (("ort", "onnxruntime"), ("ov", "OpenVINO"), ("torch", "PyTorch")) if geo[k]) + "."]
+    lines += ["Highest ratio " + "; ".join(
+        f"kiln / {label}: {worst[k]:.2f}" for k, label in
+        (("ort", "onnxruntime"), ("ov", "OpenVINO")) if worst[k]) + "."]
     b8 = next((r for r in rows if r[0] == "resnet18_b8"), None)
     if b8 and sgemm:
         g = b8[2] / b8[1]["kiln"] / 1e6
