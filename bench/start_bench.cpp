@@ -9,7 +9,9 @@
 //  - onnxruntime: the median session creation of --repeat fresh Python processes, and the
 //    first run after it (bench/ort_start.py; skipped without the PyTorch environment).
 // Prints ratios against onnxruntime measured in the same run; never asserts a time.
-// Usage: start_bench [--repeat N] [--models a,b,...] [--smoke]
+// Usage: start_bench [--repeat N] [--zoo tuned|broad] [--models a,b,...] [--smoke]
+//   --zoo broad: every model of bench/data/broad (bench/zoo/broad.py: timm and transformers
+//   architectures nobody tuned kiln for) instead of the MLP and the tuned zoo.
 //        start_bench --child MODEL INPUT.npy   (one fresh-process measurement; internal)
 #include <algorithm>
 #include <cmath>
@@ -132,6 +134,7 @@ int main(int argc, char** argv) {
     return child(argv[2], argc >= 4 ? fs::path(argv[3]) : fs::path());
   int repeat = 5;
   bool smoke = false;
+  std::string zoo_name = "tuned";
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -139,6 +142,9 @@ int main(int argc, char** argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--smoke") {
       smoke = true;
+    } else if (a == "--zoo" && i + 1 < argc && (std::string(argv[i + 1]) == "tuned" ||
+                                                std::string(argv[i + 1]) == "broad")) {
+      zoo_name = argv[++i];
     } else if (a == "--models" && i + 1 < argc) {
       const std::string list = argv[++i];
       for (size_t at = 0; at <= list.size();) {
@@ -147,7 +153,9 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: start_bench [--repeat N] [--models a,b,...] [--smoke]\n");
+      std::fprintf(stderr,
+                   "usage: start_bench [--repeat N] [--zoo tuned|broad] [--models a,b,...] "
+                   "[--smoke]\n");
       return 2;
     }
   }
@@ -155,14 +163,25 @@ int main(int argc, char** argv) {
     repeat = 1;
     if (only.empty()) only = {"mlp"};
   }
-  const fs::path zoo = fs::path(KILN_BENCH_DATA) / "zoo";
   const fs::path ex = KILN_EXAMPLES_DIR;
-  std::vector<std::pair<std::string, std::pair<fs::path, fs::path>>> models{
-      {"mlp", {ex / "onnx/mlp/model.onnx", ex / "onnx/mlp/x.npy"}}};
-  for (const char* n : {"resnet18", "resnet34", "mobilenet_v2", "efficientnet_b0",
-                        "shufflenet_v2", "squeezenet", "mnasnet", "vit_small", "gpt_decoder"}) {
-    models.push_back({n, {zoo / (std::string(n) + ".onnx"), zoo / (std::string(n) + ".input.npy")}});
+  std::vector<std::pair<std::string, std::pair<fs::path, fs::path>>> models;
+  std::vector<std::string> names;
+  fs::path zoo = fs::path(KILN_BENCH_DATA) / "zoo";
+  if (zoo_name == "broad") {
+    zoo = fs::path(KILN_BENCH_DATA) / "broad";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(zoo, ec)) {
+      if (e.path().extension() == ".onnx") names.push_back(e.path().stem().string());
+    }
+    std::sort(names.begin(), names.end());
+    if (names.empty()) std::printf("(no models in %s: run bench/zoo/run --zoo broad)\n", zoo.c_str());
+  } else {
+    models.push_back({"mlp", {ex / "onnx/mlp/model.onnx", ex / "onnx/mlp/x.npy"}});
+    names = {"resnet18",     "resnet34", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2",
+             "squeezenet",   "mnasnet",  "vit_small",    "gpt_decoder"};
   }
+  for (const std::string& n : names)
+    models.push_back({n, {zoo / (n + ".onnx"), zoo / (n + ".input.npy")}});
   if (!only.empty()) {
     std::erase_if(models, [&](const auto& m) {
       return std::find(only.begin(), only.end(), m.first) == only.end();
@@ -171,14 +190,14 @@ int main(int argc, char** argv) {
   std::printf("start_bench: file to callable in fresh processes; hit and onnxruntime: median of "
               "%d\n",
               repeat);
-  std::printf("%-16s %-5s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s | %8s %8s | %6s %6s\n",
+  std::printf("%-20s %-5s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s | %8s %8s | %6s %6s\n",
               "model", "", "load", "rewrite", "codegen", "kernels", "link", "module", "prepare",
               "callable", "+1st run", "ort sess", "+1st run", "ratio", "1st");
   std::vector<double> hit_ratios, first_ratios;
   for (const auto& [name, files] : models) {
     const auto& [model, input] = files;
     if (!fs::exists(model)) {
-      std::printf("%-16s (missing %s: run bench/zoo/export.py)\n", name.c_str(), model.c_str());
+      std::printf("%-20s (missing %s: run bench/zoo/export.py)\n", name.c_str(), model.c_str());
       continue;
     }
     const fs::path cache = fs::temp_directory_path() / ("kiln-start-bench-" + name);
@@ -208,7 +227,7 @@ int main(int argc, char** argv) {
         ratio = format_double(std::round(100 * callable / ort->first) / 100);
         first_ratio = format_double(std::round(100 * first / (ort->first + ort->second)) / 100);
       }
-      std::printf("%-16s %-5s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.1f %8.1f | %s | %6s %6s\n",
+      std::printf("%-20s %-5s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.1f %8.1f | %s | %6s %6s\n",
                   name.c_str(), kind, num(p, "load"), num(p, "rewrite"), num(p, "codegen"),
                   num(p, "kernels"), num(p, "binding") + num(p, "link"), num(p, "module"),
                   num(p, "prepare"), callable, first, ort_cols.c_str(), ratio.c_str(),

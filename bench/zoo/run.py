@@ -43,9 +43,14 @@ ZOOS = {"tuned": ("zoo", "zoo.md"), "broad": ("broad", "broad.md")}
 from peers import machine, median_ms  # noqa: E402  (one timing rule for every bench)
 
 
-def model_flops(path):
-    """2 x the multiply-adds of the model's Conv, Gemm and MatMul nodes."""
-    m = shape_inference.infer_shapes(onnx.load(path))
+def model_flops(path, input_shape):
+    """2 x the multiply-adds of the model's Conv, Gemm and MatMul nodes, at the input's shape
+    (a model with dynamic axes is counted at the size it runs; data propagation follows the
+    shapes that Shape, Concat and Reshape compute, as timm's same-padding does)."""
+    m = onnx.load(path, load_external_data=False)
+    for d, size in zip(m.graph.input[0].type.tensor_type.shape.dim, input_shape):
+        d.dim_value = size
+    m = shape_inference.infer_shapes(m, data_prop=True)
     g = m.graph
     shapes = {}
     for v in list(g.value_info) + list(g.input) + list(g.output):
@@ -230,7 +235,14 @@ def main():
             med["ratio_ort"] = paired_ratio(times["kiln"], times["onnxruntime"])
             med["ratio_torch"] = paired_ratio(times["kiln"], times["PyTorch"])
             med["ratio_ov"] = paired_ratio(times["kiln"], times["OpenVINO"])
-            flops = model_flops(path)
+            flops = model_flops(path, x.shape)
+            if model is not None and flops == 0:
+                # Shapes computed through arithmetic on sizes (timm's same-padding) defeat
+                # ONNX's shape inference; PyTorch's own count of the same products stands in.
+                from torch.utils.flop_counter import FlopCounterMode
+                with FlopCounterMode(display=False) as counter:
+                    model(xt)
+                flops = counter.get_total_flops()
             rows.append((name, med, flops, compile_ms))
             t, v = med["PyTorch"], med["OpenVINO"]
             print(f"{name:20s} kiln {med['kiln']:8.2f} ms  onnxruntime {med['onnxruntime']:8.2f} ms  "
