@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/entries/background_stores.h"
 #include "frontend/model_function.h"
 #include "frontend/onnx/onnx_model.h"
 #include "frontend/onnx/onnx_tensor.h"
@@ -197,6 +198,9 @@ std::vector<Result> run_isolated(const std::vector<fs::path>& cases, unsigned jo
     if (pid == 0) {
       close(fds[0]);
       const Result r = run_case(cases[i]);
+      // The imported model's cache entry is written behind the load: _exit would leave its
+      // thread unjoined (ThreadSanitizer reports it) and its staging folder behind.
+      kiln::wait_for_background_stores();
       // Kept under a pipe's buffer, so the child never waits for the parent to read.
       const std::string msg =
           std::to_string(static_cast<int>(r.outcome)) + "\n" + r.detail.substr(0, 16384);
