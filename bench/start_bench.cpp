@@ -53,10 +53,11 @@ int child(const fs::path& model, const fs::path& input) {
     f({x});
     first = ms_since(t1);
   }
-  std::printf("cache=%s load=%.3f key=%.3f lookup=%.3f rewrite=%.3f codegen=%.3f kernels=%.3f "
-              "binding=%.3f link=%.3f module=%.3f prepare=%.3f total=%.3f first=%.3f\n",
-              to_string(f.info().cache), load, p.key_ms, p.lookup_ms, p.rewrite_ms, p.codegen_ms,
-              p.kernels_ms, p.binding_ms, p.link_ms, p.load_ms, p.prepare_ms, total, first);
+  std::printf(
+      "cache=%s load=%.3f key=%.3f lookup=%.3f rewrite=%.3f codegen=%.3f kernels=%.3f "
+      "binding=%.3f link=%.3f module=%.3f prepare=%.3f total=%.3f first=%.3f\n",
+      to_string(f.info().cache), load, p.key_ms, p.lookup_ms, p.rewrite_ms, p.codegen_ms,
+      p.kernels_ms, p.binding_ms, p.link_ms, p.load_ms, p.prepare_ms, total, first);
   // The model entry is written behind the compile: the next process must find it.
   wait_for_background_stores();
   return 0;
@@ -81,7 +82,8 @@ double num(const Phases& p, const std::string& k) {
 
 std::string self_path() { return fs::read_symlink("/proc/self/exe").string(); }
 
-std::optional<Phases> run_child(const fs::path& model, const fs::path& input, const fs::path& cache) {
+std::optional<Phases> run_child(const fs::path& model, const fs::path& input,
+                                const fs::path& cache) {
   ProcessResult r = run_process({"/usr/bin/env", "KILN_CACHE_DIR=" + cache.string(), self_path(),
                                  "--child", model.string(), input.string()});
   if (r.exit_code != 0 || r.out.find("cache=") == std::string::npos) {
@@ -142,8 +144,8 @@ int main(int argc, char** argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--smoke") {
       smoke = true;
-    } else if (a == "--zoo" && i + 1 < argc && (std::string(argv[i + 1]) == "tuned" ||
-                                                std::string(argv[i + 1]) == "broad")) {
+    } else if (a == "--zoo" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "tuned" || std::string(argv[i + 1]) == "broad")) {
       zoo_name = argv[++i];
     } else if (a == "--models" && i + 1 < argc) {
       const std::string list = argv[++i];
@@ -174,11 +176,12 @@ int main(int argc, char** argv) {
       if (e.path().extension() == ".onnx") names.push_back(e.path().stem().string());
     }
     std::sort(names.begin(), names.end());
-    if (names.empty()) std::printf("(no models in %s: run bench/zoo/run --zoo broad)\n", zoo.c_str());
+    if (names.empty())
+      std::printf("(no models in %s: run bench/zoo/run --zoo broad)\n", zoo.c_str());
   } else {
     models.push_back({"mlp", {ex / "onnx/mlp/model.onnx", ex / "onnx/mlp/x.npy"}});
-    names = {"resnet18",     "resnet34", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2",
-             "squeezenet",   "mnasnet",  "vit_small",    "gpt_decoder"};
+    names = {"resnet18",   "resnet34", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2",
+             "squeezenet", "mnasnet",  "vit_small",    "gpt_decoder"};
   }
   for (const std::string& n : names)
     models.push_back({n, {zoo / (n + ".onnx"), zoo / (n + ".input.npy")}});
@@ -187,12 +190,13 @@ int main(int argc, char** argv) {
       return std::find(only.begin(), only.end(), m.first) == only.end();
     });
   }
-  std::printf("start_bench: file to callable in fresh processes; hit and onnxruntime: median of "
-              "%d\n",
-              repeat);
-  std::printf("%-20s %-5s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s | %8s %8s | %6s %6s\n",
-              "model", "", "load", "rewrite", "codegen", "kernels", "link", "module", "prepare",
-              "callable", "+1st run", "ort sess", "+1st run", "ratio", "1st");
+  std::printf(
+      "start_bench: file to callable in fresh processes; hit and onnxruntime: median of "
+      "%d\n",
+      repeat);
+  std::printf("%-20s %-5s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s | %8s %8s | %6s %6s\n", "model",
+              "", "load", "rewrite", "codegen", "kernels", "link", "module", "prepare", "callable",
+              "+1st run", "ort sess", "+1st run", "ratio", "1st");
   std::vector<double> hit_ratios, first_ratios;
   for (const auto& [name, files] : models) {
     const auto& [model, input] = files;
@@ -227,11 +231,11 @@ int main(int argc, char** argv) {
         ratio = format_double(std::round(100 * callable / ort->first) / 100);
         first_ratio = format_double(std::round(100 * first / (ort->first + ort->second)) / 100);
       }
-      std::printf("%-20s %-5s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.1f %8.1f | %s | %6s %6s\n",
-                  name.c_str(), kind, num(p, "load"), num(p, "rewrite"), num(p, "codegen"),
-                  num(p, "kernels"), num(p, "binding") + num(p, "link"), num(p, "module"),
-                  num(p, "prepare"), callable, first, ort_cols.c_str(), ratio.c_str(),
-                  first_ratio.c_str());
+      std::printf(
+          "%-20s %-5s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %8.1f %8.1f | %s | %6s %6s\n",
+          name.c_str(), kind, num(p, "load"), num(p, "rewrite"), num(p, "codegen"),
+          num(p, "kernels"), num(p, "binding") + num(p, "link"), num(p, "module"),
+          num(p, "prepare"), callable, first, ort_cols.c_str(), ratio.c_str(), first_ratio.c_str());
     };
     row("cold", *cold, true);
     row("hit", hit, true);
@@ -244,9 +248,10 @@ int main(int argc, char** argv) {
     fs::remove_all(cache);
   }
   if (!hit_ratios.empty()) {
-    std::printf("\nmedian over models: a hit is %.2fx onnxruntime's session creation; a cold "
-                "first result %.2fx onnxruntime's session creation plus first run\n",
-                median(hit_ratios), median(first_ratios));
+    std::printf(
+        "\nmedian over models: a hit is %.2fx onnxruntime's session creation; a cold "
+        "first result %.2fx onnxruntime's session creation plus first run\n",
+        median(hit_ratios), median(first_ratios));
   }
   return 0;
 }
