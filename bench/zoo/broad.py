@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 
@@ -124,27 +123,13 @@ MODELS = {
 def build(name):
     """The seeded PyTorch model and input behind NAME.onnx."""
     make, make_input, _, _ = MODELS[name]
-    torch.manual_seed(0)
-    model = make().eval()
-    export.randomize_batchnorm(model, torch.Generator().manual_seed(1))
-    export.randomize_zero_layers(model, torch.Generator().manual_seed(2))
-    torch.manual_seed(3)
-    return model, make_input()
+    return export.seeded(make, make_input)
 
 
 def export_model(name, out):
     _, _, input_name, axes = MODELS[name]
     model, x = build(name)
-    with torch.no_grad():
-        y = model(x)
-        path = os.path.join(out, name + ".onnx")
-        dynamic = {input_name: axes, "output": {0: "batch"}} if axes else None
-        torch.onnx.export(model, (x,), path, input_names=[input_name], output_names=["output"],
-                          opset_version=17, dynamo=False, do_constant_folding=True,
-                          dynamic_axes=dynamic)
-    np.save(os.path.join(out, name + ".input.npy"), x.numpy())
-    np.save(os.path.join(out, name + ".expected.npy"), y.numpy())
-    print(f"{name:22s} {os.path.getsize(path) / 1e6:7.1f} MB  input {tuple(x.shape)}", flush=True)
+    export.write(name, out, model, x, input_name, axes)
 
 
 def main():

@@ -153,6 +153,12 @@ def build(name):
     """The seeded PyTorch model and input behind NAME.onnx (the runner rebuilds them to time
     PyTorch on the same weights)."""
     make, make_input, _ = MODELS[name]
+    return seeded(make, make_input)
+
+
+def seeded(make, make_input):
+    """A model built under the zoo's seeds (batch norms and zero layers randomised) and its
+    input."""
     torch.manual_seed(0)
     model = make().eval()
     randomize_batchnorm(model, torch.Generator().manual_seed(1))
@@ -160,17 +166,24 @@ def build(name):
     return model, make_input()
 
 
-def export(name, out):
-    input_name = MODELS[name][2]
-    model, x = build(name)
+def write(name, out, model, x, input_name, dynamic_axes=None):
+    """NAME.onnx (opset 17; the input's dynamic axes, if any, and the output's first axis
+    follow them), NAME.input.npy and PyTorch's output as NAME.expected.npy."""
     with torch.no_grad():
         y = model(x)
-    path = os.path.join(out, name + ".onnx")
-    torch.onnx.export(model, (x,), path, input_names=[input_name], output_names=["output"],
-                      opset_version=17, dynamo=False, do_constant_folding=True)
+        path = os.path.join(out, name + ".onnx")
+        axes = {input_name: dynamic_axes, "output": {0: "batch"}} if dynamic_axes else None
+        torch.onnx.export(model, (x,), path, input_names=[input_name], output_names=["output"],
+                          opset_version=17, dynamo=False, do_constant_folding=True,
+                          dynamic_axes=axes)
     np.save(os.path.join(out, name + ".input.npy"), x.numpy())
     np.save(os.path.join(out, name + ".expected.npy"), y.numpy())
-    print(f"{name:16s} {os.path.getsize(path) / 1e6:7.1f} MB  input {tuple(x.shape)}")
+    print(f"{name:22s} {os.path.getsize(path) / 1e6:7.1f} MB  input {tuple(x.shape)}", flush=True)
+
+
+def export(name, out):
+    model, x = build(name)
+    write(name, out, model, x, MODELS[name][2])
 
 
 def smoke_folder(models):
