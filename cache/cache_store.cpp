@@ -497,9 +497,16 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
   const fs::path& dir_in = staging.path();
   for (auto& f : meta.files) {
     const fs::path p = dir_in / f.name;
-    std::string bytes = read_file(p);
-    f.size = bytes.size();
-    f.sha256 = sha256_hex(bytes);
+    // Hashed through a small buffer: a file of weights read whole cost its size in fresh
+    // memory, more than the hashing.
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw UserError("cannot open '" + p.string() + "': " + std::strerror(errno));
+    const FdCloser closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+      throw UserError("cannot stat '" + p.string() + "': " + std::strerror(errno));
+    f.size = static_cast<uint64_t>(st.st_size);
+    f.sha256 = hash_entry_fd(fd, st, p.string());
     if (::chmod(p.c_str(), access_.file_mode()) != 0) {
       throw UserError("cannot set the mode of '" + p.string() + "': " + std::strerror(errno));
     }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "compiler/compile.h"
@@ -490,6 +491,80 @@ TEST(OnnxFrontend, ExternalDataOnAlignedOffsetsIsMappedNotCopied) {
   EXPECT_FALSE(mapped_now(file));
   EXPECT_EQ(tc.to_doubles(), (std::vector<double>{9, 8, 7, 6}));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(tc.data()) % 64, 0u);
+}
+
+// An initializer's raw_data inside the model file is copied once into its tensor, or viewed
+// in the file's mapping when it lies 64-byte aligned; either way the values are the file's.
+TEST(OnnxFrontend, InlineWeightsAreMappedWhenAlignedAndCopiedOnceOtherwise) {
+  const std::string dir = testing::temp_dir("onnx_inline_map");
+  const std::string file = std::filesystem::canonical(dir).string() + "/model.onnx";
+  std::vector<float> w(64), v(5), big(5u << 20);  // big: 20 MiB, copied across the cores
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) - 31.5f;
+  w[3] = -0.0f;
+  w[4] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * static_cast<float>(i);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000003);
+  ModelBuilder b;
+  b.input("x", {64});
+  b.output("y", {64});
+  b.initializer("w", {64}, w);
+  b.initializer("v", {5}, v);
+  b.initializer("big", {static_cast<int64_t>(big.size())}, big);
+  b.node("Add", {"x", "w"}, {"y"});
+  b.input("x5", {5});  // every weight used by a node, so every one stays a constant
+  b.input("xb", {static_cast<int64_t>(big.size())});
+  b.node("Mul", {"x5", "v"}, {"vo"});
+  b.node("Mul", {"xb", "big"}, {"bo"});
+  b.output("vo", {5});
+  b.output("bo", {static_cast<int64_t>(big.size())});
+  // Pad the doc string (serialized before the graph) until w's bytes start on 64 bytes.
+  const std::string pattern(reinterpret_cast<const char*>(w.data()), 16);
+  std::string bytes;
+  for (int pad = 0; pad < 256; ++pad) {
+    b.m.set_doc_string(std::string(static_cast<size_t>(pad), 'x'));
+    bytes = b.bytes();
+    if (bytes.find(pattern) % 64 == 0) break;
+  }
+  ASSERT_EQ(bytes.find(pattern) % 64, 0u);
+  write_file(file, bytes);
+  const auto values = [](const Graph& g) {
+    std::map<std::string, std::vector<float>> out;
+    for (const Variable* c : g.constants()) {
+      const auto* p = static_cast<const float*>(c->value->data());
+      out[c->name].assign(p, p + c->value->numel());
+    }
+    return out;
+  };
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  {
+    const Graph g = load_onnx_model(file);
+    EXPECT_TRUE(mapped_now(file)) << "w is viewed in the file";
+    const auto got = values(g);
+    const auto want = values(parse_onnx_model(bytes, "model.onnx", dir));  // protobuf's parse
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_TRUE(same_bits(got.at("w"), w));
+    EXPECT_TRUE(same_bits(got.at("v"), v));
+    EXPECT_TRUE(same_bits(got.at("big"), big));
+    for (const auto& [name, vals] : want) EXPECT_TRUE(same_bits(got.at(name), vals)) << name;
+    for (const Variable* c : g.constants())
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(c->value->data()) % 64, 0u) << c->name;
+  }
+  EXPECT_FALSE(mapped_now(file)) << "the mapping goes with the graph";
+  // A raw_data of the wrong size is named as before, through the mapped path.
+  b.g->mutable_initializer(1)->mutable_raw_data()->resize(12);
+  write_file(file, b.bytes());
+  const std::string m = error_message<UserError>([&] { load_onnx_model(file); });
+  EXPECT_NE(m.find("initializer 1 'v': raw_data has 12 bytes, float32 (5,) needs 20"),
+            std::string::npos)
+      << m;
+  // Truncated files give protobuf's error, whichever way they are read.
+  write_file(file, bytes.substr(0, bytes.size() / 2));
+  const std::string cut = error_message<UserError>([&] { load_onnx_model(file); });
+  EXPECT_NE(cut.find("not a valid ONNX model (the protobuf data is truncated or corrupt"),
+            std::string::npos)
+      << cut;
 }
 
 }  // namespace

@@ -116,22 +116,30 @@ namespace {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents, mode_t mode,
                        bool exact_mode, bool durable) {
+  write_file_atomic(path, std::vector<std::string_view>{contents}, mode, exact_mode, durable);
+}
+
+void write_file_atomic(const std::filesystem::path& path,
+                       const std::vector<std::string_view>& pieces, mode_t mode, bool exact_mode,
+                       bool durable) {
   static std::atomic<unsigned> counter{0};
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) write_failed(tmp, -1, "open", errno);
   if (exact_mode && ::fchmod(fd, mode) != 0) write_failed(tmp, fd, "chmod", errno);
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      write_failed(tmp, fd, "write", errno);
+  for (const std::string_view contents : pieces) {
+    const char* p = contents.data();
+    size_t left = contents.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        write_failed(tmp, fd, "write", errno);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   // Delayed allocation (and network filesystems) report a full disk only here.
   if (durable && ::fsync(fd) != 0) write_failed(tmp, fd, "fsync", errno);

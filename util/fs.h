@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kiln {
 
@@ -33,6 +34,10 @@ std::string path_distrust(const std::filesystem::path& path);
 // hint that only saves time): readers still never see a partial file while the system runs.
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents,
                        mode_t mode = 0666, bool exact_mode = false, bool durable = true);
+// The same for a file given as pieces written one after another.
+void write_file_atomic(const std::filesystem::path& path,
+                       const std::vector<std::string_view>& pieces, mode_t mode = 0666,
+                       bool exact_mode = false, bool durable = true);
 // Creates `path` and its missing parents. Components created here get `mode` exactly
 // (chmod after mkdir, so the process umask cannot widen or narrow it); existing ones are
 // left as they are. Throws UserError naming the component that failed.

@@ -18,8 +18,10 @@
 #include "frontend/onnx/onnx_ops.h"
 #include "frontend/onnx/onnx_sym.h"
 #include "frontend/onnx/onnx_tensor.h"
+#include "frontend/onnx/onnx_wire.h"
 #include "ops/library/op_library.h"
 #include "ops/registry.h"
+#include "runtime/io/mapped_file.h"
 #include "util/error.h"
 #include "util/escape.h"
 #include "util/fs.h"
@@ -272,21 +274,22 @@ onnx::ModelProto parse_model_proto(const std::string& bytes, const std::string& 
   return model;
 }
 
+// A parsed model file, and where the initializers' raw_data lies when it was lifted out of
+// the bytes protobuf parsed (onnx_wire.h).
+struct ModelFile {
+  onnx::ModelProto model;
+  std::shared_ptr<Storage> mapping;
+  std::vector<std::optional<RawDataSpan>> raw;
+};
+
 // Parsed as it is read, through a 1 MiB buffer: the weights are copied once, from the page
 // cache into their strings, with no buffer of the whole file between (for a 100 MB model,
 // a buffer the file's size cost as much as the parse).
-onnx::ModelProto parse_model_file(const fs::path& path) {
-  const std::string origin = path.string();
+onnx::ModelProto parse_model_stream(int fd, const std::string& origin) {
   const auto unreadable = [&](const std::string& why) {
     return UserError(origin + ": cannot read the model file (" + why + ")");
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw unreadable("cannot open '" + origin + "': " + std::strerror(errno));
   google::protobuf::io::FileInputStream in(fd, 1 << 20);
-  in.SetCloseOnDelete(true);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw unreadable(std::string("cannot stat: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw unreadable("cannot read '" + origin + "': it is a folder");
   onnx::ModelProto model;
   const bool parsed = model.ParseFromZeroCopyStream(&in);
   if (in.GetErrno() != 0) throw unreadable(std::string("read: ") + std::strerror(in.GetErrno()));
@@ -298,6 +301,45 @@ onnx::ModelProto parse_model_file(const fs::path& path) {
   }
   check_model_proto(model, origin);
   return model;
+}
+
+// Mapped, with the initializers' raw_data left in the mapping, so each weight is copied at
+// most once; anything the wire walk does not take (a malformed file, a pipe) is parsed as a
+// stream, whose errors say what is wrong.
+ModelFile parse_model_file(const fs::path& path) {
+  const std::string origin = path.string();
+  const auto unreadable = [&](const std::string& why) {
+    return UserError(origin + ": cannot read the model file (" + why + ")");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw unreadable("cannot open '" + origin + "': " + std::strerror(errno));
+  const FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw unreadable(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw unreadable("cannot read '" + origin + "': it is a folder");
+  ModelFile file;
+  if (S_ISREG(st.st_mode) && st.st_size > 0) {
+    try {
+      file.mapping = map_file(fd, static_cast<size_t>(st.st_size), path);
+    } catch (const UserError&) {
+      file.mapping.reset();  // read as a stream instead
+    }
+  }
+  if (file.mapping) {
+    const std::string_view bytes(static_cast<const char*>(file.mapping->data()),
+                                 file.mapping->bytes());
+    std::optional<LiftedModel> lifted = lift_initializer_data(bytes);
+    if (lifted && file.model.ParseFromString(lifted->rest) &&
+        lifted->raw.size() == static_cast<size_t>(file.model.graph().initializer_size())) {
+      check_model_proto(file.model, origin);
+      file.raw = std::move(lifted->raw);
+      return file;
+    }
+    file.model.Clear();
+    file.mapping.reset();
+  }
+  file.model = parse_model_stream(fd, origin);
+  return file;
 }
 
 }  // namespace
@@ -350,8 +392,10 @@ std::string onnx_prefix_model(const std::string& bytes, const std::string& origi
 
 namespace {
 
+// `mapped`, when not empty, holds per initializer the raw_data parse_model_file lifted out.
 Graph import_model(const onnx::ModelProto& model, const std::string& origin,
-                   const fs::path& base_dir, const OnnxBindings& bindings) {
+                   const fs::path& base_dir, const OnnxBindings& bindings,
+                   const std::vector<std::optional<MappedRawData>>& mapped = {}) {
   const std::map<std::string, Tensor>& input_values = bindings.input_values;
   const int opset = default_opset(model, origin);
   const auto& gp = model.graph();
@@ -360,11 +404,19 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
   Graph graph(gp.name().empty() ? fs::path(origin).stem().string() : gp.name());
   OnnxImporter im(graph, opset, origin);
   std::set<std::string> init_names;
+  MappedCopies copies;
   for (int i = 0; i < gp.initializer_size(); ++i) {
     const auto& t = gp.initializer(i);
     const std::string where = origin + ": initializer " + std::to_string(i) + " '" + t.name() + "'";
     if (t.name().empty()) throw UserError(where + " has no name");
-    Tensor value = tensor_from_onnx(t, base_dir, where);
+    const MappedRawData* raw =
+        static_cast<size_t>(i) < mapped.size() && mapped[static_cast<size_t>(i)]
+            ? &*mapped[static_cast<size_t>(i)]
+            : nullptr;
+    // A weight converted here is read now; the others are filled before any node reads them.
+    const std::optional<DType> dt = dtype_from_onnx(t.data_type());
+    const bool converted = dt && OnnxImporter::compute_type(*dt);
+    Tensor value = tensor_from_onnx(t, base_dir, where, raw, converted ? nullptr : &copies);
     if (auto compute = OnnxImporter::compute_type(value.dtype())) {
       // Weights of a storage type are kept in their compute type (exactly).
       im.set_storage(t.name(), value.dtype());
@@ -373,6 +425,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     im.add_known(t.name(), std::move(value), true);
     init_names.insert(t.name());
   }
+  copies.run();
   if (gp.sparse_initializer_size() > 0)
     throw UnsupportedError(origin + ": sparse initializers are not supported");
   for (int i = 0; i < gp.input_size(); ++i) {
@@ -602,9 +655,17 @@ bool has_external_data(const onnx::GraphProto& g) {
 }  // namespace
 
 Graph load_onnx_model(const fs::path& path, bool* uses_external_data) {
-  const onnx::ModelProto model = parse_model_file(path);
-  if (uses_external_data) *uses_external_data = has_external_data(model.graph());
-  return import_model(model, path.string(), path.parent_path(), OnnxBindings{});
+  const ModelFile file = parse_model_file(path);
+  if (uses_external_data) *uses_external_data = has_external_data(file.model.graph());
+  std::vector<std::optional<MappedRawData>> mapped;
+  for (const std::optional<RawDataSpan>& span : file.raw) {
+    if (span) {
+      mapped.emplace_back(MappedRawData{file.mapping, span->offset, span->length});
+    } else {
+      mapped.emplace_back();
+    }
+  }
+  return import_model(file.model, path.string(), path.parent_path(), OnnxBindings{}, mapped);
 }
 
 }  // namespace kiln

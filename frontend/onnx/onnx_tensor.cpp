@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "frontend/model_files.h"
+#include "runtime/engine/default_engine.h"
+#include "runtime/engine/parallel_for.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -163,8 +165,35 @@ void copy_field(const Field& field, Tensor& t) {
 
 }  // namespace
 
+void MappedCopies::add(void* to, const void* from, size_t bytes) {
+  if (bytes) copies_.push_back({static_cast<char*>(to), static_cast<const char*>(from), bytes});
+}
+
+void MappedCopies::run() {
+  constexpr size_t kPiece = size_t{2} << 20;
+  constexpr size_t kParallelBytes = size_t{16} << 20;  // below, waking workers costs more
+  std::vector<Copy> pieces;
+  size_t total = 0;
+  for (const Copy& c : copies_) {
+    for (size_t at = 0; at < c.bytes; at += kPiece)
+      pieces.push_back({c.to + at, c.from + at, std::min(kPiece, c.bytes - at)});
+    total += c.bytes;
+  }
+  copies_.clear();
+  const auto copy = [&](int k) {
+    const Copy& p = pieces[static_cast<size_t>(k)];
+    std::memcpy(p.to, p.from, p.bytes);
+  };
+  if (total >= kParallelBytes) {
+    parallel_for(default_engine(), static_cast<int>(pieces.size()), copy, "model weights");
+  } else {
+    for (size_t k = 0; k < pieces.size(); ++k) copy(static_cast<int>(k));
+  }
+}
+
 Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir,
-                        const std::string& where) {
+                        const std::string& where, const MappedRawData* mapped,
+                        MappedCopies* copies) {
   auto dt = dtype_from_onnx(proto.data_type());
   if (!dt)
     throw UnsupportedError(where + ": element type " + onnx_dtype_name(proto.data_type()) +
@@ -191,14 +220,25 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
         proto, base_dir, where, nbytes, std::string(dtype_name(*dt)) + " " + dims_to_string(shape));
     return external_tensor(span, *dt, shape, where);
   }
-  if (proto.has_raw_data()) {
-    if (proto.raw_data().size() != nbytes) {
-      throw UserError(where + ": raw_data has " + std::to_string(proto.raw_data().size()) +
-                      " bytes, " + std::string(dtype_name(*dt)) + " " + dims_to_string(shape) +
-                      " needs " + std::to_string(nbytes));
+  if (mapped || proto.has_raw_data()) {
+    const uint64_t size = mapped ? mapped->length : proto.raw_data().size();
+    if (size != nbytes) {
+      throw UserError(where + ": raw_data has " + std::to_string(size) + " bytes, " +
+                      std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " +
+                      std::to_string(nbytes));
     }
+    if (mapped && nbytes > 0 && mapped->offset % 64 == 0) {
+      return Tensor(mapped->file, static_cast<size_t>(mapped->offset), *dt, shape,
+                    contiguous_strides(shape));
+    }
+    const char* from = mapped ? static_cast<const char*>(mapped->file->data()) + mapped->offset
+                              : proto.raw_data().data();
     Tensor t = Tensor::empty(*dt, shape);
-    if (nbytes) std::memcpy(t.data(), proto.raw_data().data(), nbytes);
+    if (copies && mapped) {
+      copies->add(t.data(), from, nbytes);
+    } else if (nbytes) {
+      std::memcpy(t.data(), from, nbytes);
+    }
     return t;
   }
   int64_t present = 0;

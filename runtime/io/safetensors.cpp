@@ -1,7 +1,6 @@
 #include "runtime/io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "runtime/io/mapped_file.h"
 #include "runtime/io/npy.h"
 #include "util/error.h"
 #include "util/escape.h"
@@ -176,35 +176,26 @@ Safetensors parse_safetensors(const std::shared_ptr<Storage>& bytes, const std::
 }
 
 Safetensors read_safetensors(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError("cannot open '" + path.string() + "': " + std::strerror(errno));
+  const FdCloser closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw UserError("cannot stat '" + path.string() + "': " + std::strerror(e));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  std::shared_ptr<Storage> bytes;
-  if (size == 0) {
-    bytes = std::make_shared<Storage>(
-        nullptr, 0, [](void*) {}, false);
-  } else {
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      throw UserError("cannot map '" + path.string() + "': " + std::strerror(e));
-    }
-    bytes = std::make_shared<Storage>(
-        p, size, [size](void* q) { ::munmap(q, size); }, false);
-  }
-  ::close(fd);
-  return parse_safetensors(bytes, path.string());
+  if (::fstat(fd, &st) != 0)
+    throw UserError("cannot stat '" + path.string() + "': " + std::strerror(errno));
+  return parse_safetensors(map_file(fd, static_cast<size_t>(st.st_size), path), path.string());
 }
 
-std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A safetensors file as its header (length, JSON and padding) and the tensors' bytes in the
+// order they follow it, so a writer can send them without building the file in memory.
+struct SafetensorsPieces {
+  std::string head;
+  std::vector<Tensor> data;  // contiguous
+};
+
+SafetensorsPieces safetensors_pieces(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
   std::vector<size_t> order;
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].second.nbytes() % 64 == 0) order.push_back(i);
@@ -231,21 +222,38 @@ std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& te
   }
   std::string text = header.dump();
   text.append((64 - (8 + text.size()) % 64) % 64, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
-  out += text;
-  out.reserve(out.size() + at);
-  for (size_t i : order) {
-    Tensor c = tensors[i].second.contiguous();
-    out.append(static_cast<const char*>(c.data()), c.nbytes());
-  }
+  SafetensorsPieces out;
+  out.head.assign(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out.head[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  out.head += text;
+  for (size_t i : order) out.data.push_back(tensors[i].second.contiguous());
   return out;
 }
 
+}  // namespace
+
+std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  SafetensorsPieces pieces = safetensors_pieces(tensors, metadata);
+  std::string out = std::move(pieces.head);
+  size_t total = out.size();
+  for (const Tensor& t : pieces.data) total += t.nbytes();
+  out.reserve(total);
+  for (const Tensor& t : pieces.data) out.append(static_cast<const char*>(t.data()), t.nbytes());
+  return out;
+}
+
+// Written piece by piece from the tensors' own memory: a file of weights costs no buffer of
+// its size (for a transformer, hundreds of megabytes of fresh memory).
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  write_file_atomic(path, to_safetensors(tensors, metadata));
+  const SafetensorsPieces pieces = safetensors_pieces(tensors, metadata);
+  std::vector<std::string_view> views{pieces.head};
+  for (const Tensor& t : pieces.data)
+    views.emplace_back(static_cast<const char*>(t.data()), t.nbytes());
+  write_file_atomic(path, views);
 }
 
 bool is_safetensors_path(const std::filesystem::path& path) {
