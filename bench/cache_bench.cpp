@@ -1,5 +1,5 @@
-// Kernel cache numbers on this machine, in one run, for the MLP example, a 200-node graph and
-// ResNet-18 (ONNX, bench/models/resnet18_onnx.py):
+// Kernel cache numbers on this machine, in one run, for the MLP example, a 200-node graph,
+// ResNet-18 and ResNet-50 (ONNX, bench/models/resnet_onnx.py):
 //  - cold compile: graph -> callable with an empty cache;
 //  - warm hit in a fresh process: a new process builds the graph and times compile()
 //    (graph -> callable: key, lookup, verification, dlopen), with a populated cache;
@@ -67,14 +67,15 @@ Graph graph200() {
   return g;
 }
 
-// The ResNet-18 ONNX model (torchvision's layout, seeded random weights), regenerated into
-// bench/data/ by bench/models/resnet18_onnx.py when missing.
-fs::path resnet18_file() {
-  const fs::path file = fs::path(KILN_BENCH_DATA) / "resnet18.onnx";
+// ResNet-18 and ResNet-50 as ONNX models (torchvision's layouts, seeded random weights; 47 and
+// 102 MB), regenerated into bench/data/ by bench/models/resnet_onnx.py when missing.
+fs::path resnet_file(int depth) {
+  const std::string name = "resnet" + std::to_string(depth);
+  const fs::path file = fs::path(KILN_BENCH_DATA) / (name + ".onnx");
   if (!fs::exists(file)) {
     fs::create_directories(file.parent_path());
-    ProcessResult p =
-        run_process({"/usr/bin/python3", KILN_BENCH_MODELS "/resnet18_onnx.py", file.string()});
+    ProcessResult p = run_process({"/usr/bin/python3", KILN_BENCH_MODELS "/resnet_onnx.py",
+                                   file.string(), "--depth", std::to_string(depth)});
     if (p.exit_code != 0) {
       std::fprintf(stderr, "could not write %s: %s\n", file.c_str(), p.err.c_str());
       std::exit(1);
@@ -85,7 +86,8 @@ fs::path resnet18_file() {
 
 Graph make(const std::string& which) {
   if (which == "mlp") return load_model(KILN_MLP_JSON);
-  if (which == "resnet18") return load_model(resnet18_file());
+  if (which == "resnet18") return load_model(resnet_file(18));
+  if (which == "resnet50") return load_model(resnet_file(50));
   return graph200();
 }
 
@@ -131,7 +133,7 @@ int child(const std::string& which, const std::string& cache) {
 void compile_rows(const std::string& self, int repeat) {
   std::printf("%-22s %9s %12s %12s %12s %12s\n", "graph", "cold ms", "fresh hit ms", "memo same us",
               "memo new us", "reloaded us");
-  for (std::string which : {"mlp", "g200", "resnet18"}) {
+  for (std::string which : {"mlp", "g200", "resnet18", "resnet50"}) {
     fs::path cache = fs::temp_directory_path() / ("kiln-cache-bench-" + which);
     std::vector<double> cold, warm, same, fresh, reloaded;
     std::string nodes;

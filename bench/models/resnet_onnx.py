@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Writes a ResNet-18 (torchvision's architecture) as an ONNX model with seeded random weights.
+"""Writes a ResNet-18 or ResNet-50 (torchvision's architectures) as an ONNX model with seeded
+random weights.
 
 No PyTorch needed: the graph is built with the onnx library (Debian's python3-onnx), the
-weights with numpy. The layout is what a PyTorch export of torchvision.models.resnet18 in eval
-mode gives: Conv (no bias) + BatchNormalization + Relu, a 3x3 MaxPool after the stem, four
-stages of two BasicBlocks (a 1x1 Conv + BatchNormalization downsample where the shape changes),
+weights with numpy. The layout is what a PyTorch export of torchvision.models.resnet18 (or
+resnet50) in eval mode gives: Conv (no bias) + BatchNormalization + Relu, a 3x3 MaxPool after
+the stem, four stages of BasicBlocks (18: two per stage) or Bottlenecks (50: 3, 4, 6, 3; the
+stride on the 3x3 conv), a 1x1 Conv + BatchNormalization downsample where the shape changes,
 GlobalAveragePool, Flatten and Gemm to 1000 classes. Opset 13.
 
-Usage: bench/models/resnet18_onnx.py OUT.onnx [--batch N]
+Usage: bench/models/resnet_onnx.py OUT.onnx [--depth 18|50] [--batch N]
 """
 import argparse
 
@@ -64,21 +66,38 @@ class Builder:
         return self.op("Relu", [self.op("Add", [y, skip])])
 
 
-def resnet18(batch, seed=0):
+    def bottleneck(self, x, cin, width, stride):
+        cout = 4 * width
+        y = self.op("Relu", [self.bn(self.conv(x, cin, width, 1, 1, 0), width)])
+        y = self.op("Relu", [self.bn(self.conv(y, width, width, 3, stride, 1), width)])
+        y = self.bn(self.conv(y, width, cout, 1, 1, 0), cout)
+        skip = x
+        if stride != 1 or cin != cout:
+            skip = self.bn(self.conv(x, cin, cout, 1, stride, 0), cout)
+        return self.op("Relu", [self.op("Add", [y, skip])])
+
+
+def resnet(depth, batch, seed=0):
     b = Builder(seed)
     x = b.op("Relu", [b.bn(b.conv("input", 3, 64, 7, 2, 3), 64)])
     x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
-    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-        x = b.block(x, cin, cout, stride)
-        x = b.block(x, cout, cout, 1)
-        cin = cout
+    blocks = {18: [2, 2, 2, 2], 50: [3, 4, 6, 3]}[depth]
+    for (width, stride), n in zip([(64, 1), (128, 2), (256, 2), (512, 2)], blocks):
+        for i in range(n):
+            s = stride if i == 0 else 1
+            if depth == 18:
+                x = b.block(x, cin, width, s)
+                cin = width
+            else:
+                x = b.bottleneck(x, cin, width, s)
+                cin = 4 * width
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
-    w = b.weight("fc.w", b.rng.normal(0, 0.01, (1000, 512)))
+    w = b.weight("fc.w", b.rng.normal(0, 0.01, (1000, cin)))
     bias = b.weight("fc.b", np.zeros(1000))
     b.nodes.append(helper.make_node("Gemm", [x, w, bias], ["logits"], transB=1))
     graph = helper.make_graph(
-        b.nodes, "resnet18",
+        b.nodes, f"resnet{depth}",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 224, 224])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 1000])],
         initializer=b.inits)
@@ -91,9 +110,10 @@ def resnet18(batch, seed=0):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
+    p.add_argument("--depth", type=int, choices=[18, 50], default=18)
     p.add_argument("--batch", type=int, default=1)
     a = p.parse_args()
-    onnx.save(resnet18(a.batch), a.out)
+    onnx.save(resnet(a.depth, a.batch), a.out)
 
 
 if __name__ == "__main__":
