@@ -88,4 +88,16 @@ std::vector<std::string> constant_digests(const std::vector<const Variable*>& co
   return out;
 }
 
+void remember_constant_digests(const Graph& graph) {
+  std::vector<const Variable*> constants;
+  for (const Variable* v : graph.constants())
+    if (v->value && v->value->is_contiguous() && !known(*v)) constants.push_back(v);
+  const std::vector<std::string> digests = constant_digests(constants);
+  for (size_t i = 0; i < constants.size(); ++i) {
+    // The digest is a cache of the value's bytes, not part of the graph's meaning.
+    auto* v = const_cast<Variable*>(constants[i]);
+    v->known_digest = Variable::KnownDigest{v->value->data(), digests[i]};
+  }
+}
+
 }  // namespace kiln

@@ -18,5 +18,9 @@ std::vector<std::string> value_digests(const std::vector<Tensor>& values, bool a
 std::string constant_digest(const Variable& constant);
 // constant_digest of several constants, hashing the unknown ones together on all cores.
 std::vector<std::string> constant_digests(const std::vector<const Variable*>& constants);
+// Hashes the graph's constants that have no known_digest yet (together, on all cores) and
+// keeps each digest as its known_digest: a model just imported is then hashed once, for its
+// cache entry and its prepared weights alike.
+void remember_constant_digests(const Graph& graph);
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include "compiler/c/linker.h"
 #include "compiler/entries/model_entries.h"
+#include "compiler/value_digest.h"
 #include "frontend/json/json_model.h"
 #include "frontend/onnx/onnx_model.h"
 #include "util/error.h"
@@ -36,7 +37,10 @@ Graph load_onnx_cached(const std::filesystem::path& path) {
   if (std::optional<Graph> g = entries->find(source)) return std::move(*g);
   bool external = false;
   Graph g = load_onnx_model(path, &external);
-  if (!external) entries->put(source, g);
+  if (!external) {
+    remember_constant_digests(g);  // hashed once, for the entry and the prepared weights
+    entries->put(source, g);
+  }
   return g;
 }
 

@@ -146,9 +146,14 @@ TEST(GraphFile, PropsOfEveryKindRoundTripExactly) {
             std::string::npos);
 }
 
-TEST_F(ModelCache, ASecondLoadMapsTheStoredModelWithItsDigestsKnown) {
+TEST_F(ModelCache, ModelsAreHashedOnceAndASecondLoadMapsTheStoredModelWithItsDigestsKnown) {
   const fs::path model = settled_copy("resblock");
   const Graph first = load_model(model);
+  // Imported, it is hashed once: the digests its entry stores and its prepared weights use.
+  for (const Variable* c : first.constants()) {
+    ASSERT_FALSE(c->known_digest.sha256.empty()) << c->name;
+    EXPECT_EQ(c->known_digest.sha256, value_digests({*c->value})[0]) << c->name;
+  }
   wait_for_background_stores();
   const std::vector<fs::path> entries = model_entries();
   ASSERT_EQ(entries.size(), 1u);

@@ -77,6 +77,9 @@ std::optional<GraphFiles> graph_files(const Graph& graph) {
       if (!v->value) return std::nullopt;
       steps.push_back(Json{{"constant", v->name}, {"parameter", v->parameter}});
       out.tensors.emplace_back(tensor_name(v), v->value->contiguous());
+      if (!v->known_digest.sha256.empty() && v->known_digest.data == v->value->data() &&
+          v->value->is_contiguous())
+        out.digests["digest." + tensor_name(v)] = v->known_digest.sha256;
     } else if (v->output_index == 0) {
       const Node* n = v->owner;
       // Nodes must come back in the order they were made, each right where its outputs begin.
@@ -114,10 +117,14 @@ std::optional<GraphFiles> graph_files(const Graph& graph) {
 
 void add_value_digests(GraphFiles& files) {
   std::vector<Tensor> values;
-  for (const auto& [name, t] : files.tensors) values.push_back(t);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : files.tensors) {
+    if (files.digests.count("digest." + name)) continue;  // known already
+    values.push_back(t);
+    names.push_back(name);
+  }
   const std::vector<std::string> digests = value_digests(values, false);
-  for (size_t i = 0; i < digests.size(); ++i)
-    files.digests["digest." + files.tensors[i].first] = digests[i];
+  for (size_t i = 0; i < digests.size(); ++i) files.digests["digest." + names[i]] = digests[i];
 }
 
 Graph graph_from_files(const std::string& structure, const Safetensors& tensors,

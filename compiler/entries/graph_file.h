@@ -22,7 +22,8 @@ struct GraphFiles {
   // (compiler/value_digest.h), which the graph read back knows without hashing.
   std::map<std::string, std::string> digests;
 };
-// Fills `files.digests` (hashing every value on the calling thread).
+// Fills `files.digests`: graph_files takes the constants' known digests, and this hashes the
+// rest on the calling thread.
 void add_value_digests(GraphFiles& files);
 
 // nullopt for a graph these files cannot hold exactly (a rewritten graph with recipes or
