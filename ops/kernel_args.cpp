@@ -1,5 +1,7 @@
 #include "ops/kernel_args.h"
 
+#include <cstdint>
+
 #include "util/error.h"
 #include "util/strings.h"
 
@@ -64,7 +66,10 @@ std::vector<std::string> KernelArgs::undefinitions(const std::string& body) cons
 std::vector<std::string> KernelArgs::commented_values(size_t width) const {
   std::vector<std::string> items;
   for (size_t i = 0; i < values.size(); ++i) {
-    items.push_back("/* " + names[i] + " */ " + std::to_string(values[i]) + "LL");
+    // INT64_MIN has no literal of its own in C (its magnitude does not fit).
+    const std::string v = values[i] == INT64_MIN ? "(-9223372036854775807LL - 1)"
+                                                 : std::to_string(values[i]) + "LL";
+    items.push_back("/* " + names[i] + " */ " + v);
   }
   return join_wrapped(items, width);
 }

@@ -133,30 +133,39 @@ void Slice::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outp
 // The strided view's element offset and strides (`PREFIXoff`, `PREFIXst`) for the C and
 // CUDA host code alike.
 std::string Slice::c_offsets(const Node& node, const std::vector<std::string>& inputs,
-                             const std::string& p) const {
+                             const std::string& p, const Sub* sub) const {
   const int rank = node.inputs[0]->type.rank();
   const std::string& in = inputs[0];
+  // Constant bounds and steps are the kernel's run-time arguments where it has them, so
+  // slices that differ only in where they cut share one kernel (GhostNet had fifteen).
+  const auto arg = [&](int64_t v, std::string_view name) {
+    return sub && sub->args ? sub->value(v, name) : "INT64_C(" + std::to_string(v) + ")";
+  };
+  const auto bound = [&](const DimExpr& e, std::string_view name) {
+    const std::optional<int64_t> v = e.value();
+    return v ? arg(*v, name) : e.c_expr(inputs);
+  };
   std::string s = "  int64_t " + p + "st[" + std::to_string(std::max(rank, 1)) + "], " + p +
                   "off = 0, " + p + "first, " + p + "count;\n";
   s += "  for (int d = 0; d < " + std::to_string(rank) + "; ++d) " + p + "st[d] = " + in +
        "->strides[d];\n";
   for (const auto& a : per_axis(rank)) {
     const std::string ax = std::to_string(a.axis);
-    s += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + a.start.c_expr(inputs) + ", " +
-         a.end.c_expr(inputs) + ", INT64_C(" + std::to_string(a.step) + "), &" + p + "first, &" +
-         p + "count);\n";
+    const std::string step = arg(a.step, "step");
+    s += "  kiln_slice_dim(" + in + "->shape[" + ax + "], " + bound(a.start, "start") + ", " +
+         bound(a.end, "end") + ", " + step + ", &" + p + "first, &" + p + "count);\n";
     s += "  " + p + "off += " + p + "first * " + p + "st[" + ax + "];\n  " + p + "st[" + ax +
-         "] *= " + std::to_string(a.step) + ";\n";
+         "] *= " + step + ";\n";
   }
   return s + "  (void)" + p + "count;\n";
 }
 
-std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub&) const {
+std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const int rank = node.inputs[0]->type.rank();
   const std::string& in = names.inputs[0];
   const std::string& out = names.outputs[0];
   const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
-  std::string s = "{\n" + c_offsets(node, names.inputs, "");
+  std::string s = "{\n" + c_offsets(node, names.inputs, "", &sub);
   s += "  kiln_copy_strided(" + out + "->data, (const char *)" + in + "->data + off * " + es +
        ", " + std::to_string(rank) + ", " + out + "->shape, st, " + es + ");\n}\n";
   return s;

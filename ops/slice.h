@@ -15,15 +15,16 @@ class Slice : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
 
   // C declaring `<prefix>off` (the first element's offset in input 0) and `<prefix>st` (the
   // input stride of each output dimension): the strided view the slice copies out, for the
-  // host's code and a device's launch alike.
+  // host's code and a device's launch alike. With `sub`, constant bounds and steps come
+  // through sub->value (the kernel's arguments); without, they are literals.
   std::string c_offsets(const Node& node, const std::vector<std::string>& inputs,
-                        const std::string& prefix) const;
+                        const std::string& prefix, const Sub* sub = nullptr) const;
 
  private:
   struct AxisSlice {

@@ -105,6 +105,42 @@ TEST(KernelUnits, NodesThatDifferOnlyInSizesShareOneKernel) {
   }
 }
 
+// Slices that differ only in where they cut (starts, ends, steps; negative steps and the
+// exporters' INT64_MIN / INT64_MAX ends among them) are one kernel: the bounds are its
+// arguments. Each output is checked against indices worked out by hand.
+TEST(KernelUnits, SlicesThatDifferOnlyInWhereTheyCutShareOneKernel) {
+  Graph g("slices");
+  Var x = input(g, "x", DType::kFloat32, {2, 9, 3});
+  const auto cut = [&](int64_t start, int64_t end, int64_t step) {
+    return apply("slice", {x},
+                 {{"starts", std::vector<int64_t>{start}}, {"ends", std::vector<int64_t>{end}},
+                  {"axes", std::vector<int64_t>{1}}, {"steps", std::vector<int64_t>{step}}});
+  };
+  g.set_outputs({cut(1, 7, 2), cut(8, INT64_MIN, -3), cut(-4, INT64_MAX, 1), cut(7, 2, -1)});
+  const std::vector<std::vector<int64_t>> rows{{1, 3, 5}, {8, 5, 2}, {5, 6, 7, 8}, {7, 6, 5, 4, 3}};
+  CompileOptions o;
+  o.cache_dir = temp_dir("ku_slices");
+  o.passes = "none";
+  Graph optimized = optimized_graph(g, o);
+  LinkedModule m = link_c_module(optimized, "test", LinkMode::kKernels);
+  ASSERT_EQ(m.c_kernels.size(), 1u) << m.code.str();
+  EXPECT_EQ(m.c_kernels[0].nodes.size(), 4u);
+  Tensor in = Tensor::empty(DType::kFloat32, {2, 9, 3});
+  for (int64_t i = 0; i < in.numel(); ++i) in.store(i, static_cast<double>(i));
+  const std::vector<Tensor> out = compile(g, o)({in});
+  ASSERT_EQ(out.size(), rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const auto n = static_cast<int64_t>(rows[k].size());
+    ASSERT_EQ(out[k].shape(), (Shape{2, n, 3})) << k;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < 3; ++c)
+          EXPECT_EQ(out[k].load((b * n + r) * 3 + c),
+                    static_cast<double>((b * 9 + rows[k][static_cast<size_t>(r)]) * 3 + c))
+              << "slice " << k << " at " << b << "," << r << "," << c;
+  }
+}
+
 TEST(KernelUnits, TheBindingIsAssembledAndTheCBindingIsTheFallback) {
 #if defined(__x86_64__)
   Graph g = conv_net("assembled", 4, 6, 12);

@@ -169,6 +169,13 @@ TEST(KernelArgs, NamesEachValueOnceAndDeclaresWhatTheBodyReads) {
   EXPECT_EQ(args.commented_values(),
             (std::vector<std::string>{"/* kp_out_w */ 56LL, /* kp_stride */ 3LL, /* kp_stride_2 */ 2LL"}));
   EXPECT_THROW(args.add(1, "Out W"), InternalError);
+  // The ends exporters write for "to the end" are written as C can read them.
+  KernelArgs ends;
+  ends.add(INT64_MIN, "end");
+  ends.add(INT64_MAX, "end");
+  EXPECT_EQ(ends.commented_values(),
+            (std::vector<std::string>{"/* kp_end */ (-9223372036854775807LL - 1), "
+                                      "/* kp_end_2 */ 9223372036854775807LL"}));
   // A long argument array wraps into lines of at most the width asked for.
   KernelArgs many;
   for (int i = 0; i < 12; ++i) many.add(1000 + i, "size_" + std::to_string(i));
