@@ -50,7 +50,8 @@ std::string KernelArgs::add(int64_t v, std::string_view name) {
 std::vector<std::string> KernelArgs::declarations(const std::string& body) const {
   std::vector<std::string> lines;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (uses(body, names[i])) lines.push_back("#define " + names[i] + " kp[" + std::to_string(i) + "]");
+    if (uses(body, names[i]))
+      lines.push_back("#define " + names[i] + " kp[" + std::to_string(i) + "]");
   }
   return lines;
 }
@@ -67,8 +68,8 @@ std::vector<std::string> KernelArgs::commented_values(size_t width) const {
   std::vector<std::string> items;
   for (size_t i = 0; i < values.size(); ++i) {
     // INT64_MIN has no literal of its own in C (its magnitude does not fit).
-    const std::string v = values[i] == INT64_MIN ? "(-9223372036854775807LL - 1)"
-                                                 : std::to_string(values[i]) + "LL";
+    const std::string v =
+        values[i] == INT64_MIN ? "(-9223372036854775807LL - 1)" : std::to_string(values[i]) + "LL";
     items.push_back("/* " + names[i] + " */ " + v);
   }
   return join_wrapped(items, width);
