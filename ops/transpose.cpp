@@ -52,7 +52,8 @@ void Transpose::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
 }
 
 // Parts split the output's first dimension longer than 1 (a transpose of attention heads
-// splits by head, a matrix transpose by rows); each copies its sub-box.
+// splits by head, a matrix transpose by rows); each copies its sub-box. The permutation is
+// the kernel's argument: transposes of one rank and element size are one kernel.
 std::string Transpose::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const int rank = node.inputs[0]->type.rank();
   auto p = perm_for(rank);
@@ -63,7 +64,7 @@ std::string Transpose::c_code(const Node& node, const CodeNames& names, const Su
   s += "  int64_t st[KILN_MAX_DIMS], shp[KILN_MAX_DIMS];\n";
   for (int d = 0; d < rank; ++d) {
     s += "  st[" + std::to_string(d) + "] = " + in + "->strides[" +
-         std::to_string(p[static_cast<size_t>(d)]) + "];\n";
+         sub.value(p[static_cast<size_t>(d)], "perm" + std::to_string(d)) + "];\n";
   }
   if (rank == 0) {
     s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, 0, " + out + "->shape, st, " +

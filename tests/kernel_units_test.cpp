@@ -141,6 +141,42 @@ TEST(KernelUnits, SlicesThatDifferOnlyInWhereTheyCutShareOneKernel) {
   }
 }
 
+// Transposes of one rank that differ only in their permutation are one kernel (the
+// permutation is its argument); each output is checked element by element by hand.
+TEST(KernelUnits, TransposesThatDifferOnlyInTheirPermutationShareOneKernel) {
+  Graph g("transposes");
+  const Shape dims{2, 3, 5};
+  Var x = input(g, "x", DType::kFloat32, dims);
+  const std::vector<std::vector<int64_t>> perms{{0, 2, 1}, {2, 0, 1}, {1, 2, 0}, {2, 1, 0}};
+  std::vector<Variable*> outs;
+  for (const auto& p : perms) outs.push_back(apply("transpose", {x}, {{"perm", p}}).var());
+  g.set_outputs(outs);
+  CompileOptions o;
+  o.cache_dir = temp_dir("ku_transposes");
+  o.passes = "none";
+  LinkedModule m = link_c_module(optimized_graph(g, o), "test", LinkMode::kKernels);
+  ASSERT_EQ(m.c_kernels.size(), 1u) << m.code.str();
+  EXPECT_EQ(m.c_kernels[0].nodes.size(), perms.size());
+  Tensor in = Tensor::empty(DType::kFloat32, dims);
+  for (int64_t i = 0; i < in.numel(); ++i) in.store(i, static_cast<double>(i));
+  const std::vector<Tensor> out = compile(g, o)({in});
+  ASSERT_EQ(out.size(), perms.size());
+  for (size_t k = 0; k < perms.size(); ++k) {
+    const auto& p = perms[k];
+    const Shape want{dims[p[0]], dims[p[1]], dims[p[2]]};
+    ASSERT_EQ(out[k].shape(), want) << k;
+    for (int64_t a = 0; a < want[0]; ++a)
+      for (int64_t b = 0; b < want[1]; ++b)
+        for (int64_t c = 0; c < want[2]; ++c) {
+          int64_t at[3];
+          at[p[0]] = a, at[p[1]] = b, at[p[2]] = c;  // the input index this element comes from
+          EXPECT_EQ(out[k].load((a * want[1] + b) * want[2] + c),
+                    static_cast<double>((at[0] * dims[1] + at[1]) * dims[2] + at[2]))
+              << "perm " << k << " at " << a << "," << b << "," << c;
+        }
+  }
+}
+
 TEST(KernelUnits, TheBindingIsAssembledAndTheCBindingIsTheFallback) {
 #if defined(__x86_64__)
   Graph g = conv_net("assembled", 4, 6, 12);
