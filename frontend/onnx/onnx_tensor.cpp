@@ -227,10 +227,6 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
                       std::string(dtype_name(*dt)) + " " + dims_to_string(shape) + " needs " +
                       std::to_string(nbytes));
     }
-    if (mapped && nbytes > 0 && mapped->offset % 64 == 0) {
-      return Tensor(mapped->file, static_cast<size_t>(mapped->offset), *dt, shape,
-                    contiguous_strides(shape));
-    }
     const char* from = mapped ? static_cast<const char*>(mapped->file->data()) + mapped->offset
                               : proto.raw_data().data();
     Tensor t = Tensor::empty(*dt, shape);

@@ -47,8 +47,9 @@ class MappedCopies {
 
 // `where` prefixes errors ("model.onnx: initializer 'fc.weight'"); external data files
 // resolve against base_dir and must stay inside it. `mapped`, when given, is the tensor's
-// raw_data: viewed in place where it is 64-byte aligned, copied once otherwise, by `copies`
-// when given (the tensor's values are then unset until copies->run()).
+// raw_data, copied once, by `copies` when given (the tensor's values are then unset until
+// copies->run()). Never viewed in place: one view would keep the whole file mapped, and every
+// page the other copies touched counted in the process's memory, for the graph's life.
 Tensor tensor_from_onnx(const onnx::TensorProto& proto, const std::filesystem::path& base_dir,
                         const std::string& where, const MappedRawData* mapped = nullptr,
                         MappedCopies* copies = nullptr);

@@ -4,7 +4,7 @@
 // storage: two fresh copies of every weight, a third of a transformer's cold compile. This
 // walk of the protobuf wire format takes the top-level graph's initializers' raw_data out of
 // the bytes protobuf parses and records where each lies in the file instead, so a weight is
-// copied once, from the file's mapping into its tensor (or not at all when it is aligned).
+// copied once, from the file's mapping into its tensor.
 #include <cstdint>
 #include <optional>
 #include <string>
