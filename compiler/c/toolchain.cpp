@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include <fstream>
 
 #include "cache/cache_store.h"
+#include "compiler/c/inprocess_cc.h"
 #include "compiler/subprocess.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -106,18 +108,6 @@ Probe probe_native(const std::string& cc) {
   return p;
 }
 
-std::string find_program(const std::string& cc) {
-  if (cc.find('/') != std::string::npos) return cc;
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + cc;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return cc;
-}
-
 // Identity of the compiler binary on this host: the probe's result is valid while it holds.
 // Host name and CPU model are included so a cache directory shared between machines never
 // hands one host's -march to another.
@@ -150,6 +140,18 @@ std::string probe_identity(const std::string& cc) {
 }
 
 }  // namespace
+
+std::string find_program(const std::string& cc) {
+  if (cc.find('/') != std::string::npos) return cc;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + cc;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return cc;
+}
 
 std::vector<std::string> split_flags(const std::string& text) {
   std::vector<std::string> out;
@@ -314,9 +316,23 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   argv.push_back("-o");
   argv.push_back(object.string());
   auto start = std::chrono::steady_clock::now();
+  if (const InProcessCc* in = in_process()) {
+    if (std::optional<ProcessResult> r = in->compile(argv)) {
+      if (debug_level() >= 2) log_line("compile (in-process): " + join(argv, " "));
+      return outcome_of(*r, start);
+    }
+  }
   ProcessResult r = run_process(argv);
   if (debug_level() >= 2) log_line("compile: " + join(argv, " "));
   return outcome_of(r, start);
+}
+
+const InProcessCc* Toolchain::in_process() const {
+  std::call_once(in_process_once_, [this] {
+    if (version_.find("clang") != std::string::npos)
+      in_process_ = InProcessCc::find(find_program(cc_), version_);
+  });
+  return in_process_;
 }
 
 CompileOutcome Toolchain::assemble(const std::filesystem::path& source,

@@ -1,7 +1,8 @@
 #pragma once
-// The C toolchain: clang (or $KILN_CC) as a subprocess. `-march=native` is resolved to a
-// concrete CPU name so modules built on different hosts never share a cache key.
+// The C toolchain: clang (or $KILN_CC), as a subprocess or, for clang, in-process. `-march=native`
+// is resolved to a concrete CPU name so modules built on different hosts never share a cache key.
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct CompileOutcome {
   std::string log;  // the compiler's stderr (warnings included)
   double seconds = 0;
 };
+
+class InProcessCc;
 
 class Toolchain {
  public:
@@ -47,6 +50,9 @@ class Toolchain {
   // Assembles GNU assembler text with `as` (binutils, which the linker comes with).
   CompileOutcome assemble(const std::filesystem::path& source,
                           const std::filesystem::path& object) const;
+  // clang's libraries in this process (compiler/c/inprocess_cc.h), loaded on first use:
+  // compile_object goes through them when they are there; null when not.
+  const InProcessCc* in_process() const;
   // Links objects into a shared object with `libraries` (the probed link command when there
   // is one, the driver otherwise).
   CompileOutcome link(const std::vector<std::filesystem::path>& objects,
@@ -62,8 +68,12 @@ class Toolchain {
   std::vector<std::string> link_;
   // Where the probe is remembered (removed if link_ fails).
   std::vector<std::filesystem::path> memo_;
+  mutable std::once_flag in_process_once_;
+  mutable const InProcessCc* in_process_ = nullptr;
 };
 
 std::vector<std::string> split_flags(const std::string& text);
+// `name` as found on PATH (unchanged when it holds a '/' or is not found).
+std::string find_program(const std::string& name);
 
 }  // namespace kiln
