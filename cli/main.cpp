@@ -68,8 +68,8 @@ environment:
   KILN_CACHE_MAX_SIZE  size cap enforced after each publish (default 2G)
   KILN_REMOTE_CACHE    a shared remote tier, redis://host:port (docs/remote-cache.md)
   KILN_CC          C compiler (default clang)
-  KILN_INPROCESS_CC  0: a clang process per kernel instead of clang's libraries
-                   inside kiln (the same objects; used only for that very clang)
+  KILN_CLANG_SERVER  0: a clang process per kernel instead of kiln's compile
+                   servers (the same objects; used only for that very clang)
   KILN_CFLAGS      extra flags appended to kiln's own
   KILN_JOBS        kernels compiled at once on a miss (default: the core count)
   KILN_PROGRESS    0: no "compiling kernels i/N" line on a terminal (never

@@ -16,7 +16,7 @@
 #include <fstream>
 
 #include "cache/cache_store.h"
-#include "compiler/c/inprocess_cc.h"
+#include "compiler/c/clang_server.h"
 #include "compiler/subprocess.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -316,9 +316,9 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   argv.push_back("-o");
   argv.push_back(object.string());
   auto start = std::chrono::steady_clock::now();
-  if (const InProcessCc* in = in_process()) {
-    if (std::optional<ProcessResult> r = in->compile(argv)) {
-      if (debug_level() >= 2) log_line("compile (in-process): " + join(argv, " "));
+  if (ClangServers* s = servers()) {
+    if (std::optional<ProcessResult> r = s->compile(argv)) {
+      if (debug_level() >= 2) log_line("compile (clang server): " + join(argv, " "));
       return outcome_of(*r, start);
     }
   }
@@ -327,12 +327,12 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   return outcome_of(r, start);
 }
 
-const InProcessCc* Toolchain::in_process() const {
-  std::call_once(in_process_once_, [this] {
+ClangServers* Toolchain::servers() const {
+  std::call_once(servers_once_, [this] {
     if (version_.find("clang") != std::string::npos)
-      in_process_ = InProcessCc::find(find_program(cc_), version_);
+      servers_ = ClangServers::find(find_program(cc_), version_);
   });
-  return in_process_;
+  return servers_;
 }
 
 CompileOutcome Toolchain::assemble(const std::filesystem::path& source,

@@ -1,6 +1,7 @@
 #pragma once
-// The C toolchain: clang (or $KILN_CC), as a subprocess or, for clang, in-process. `-march=native`
-// is resolved to a concrete CPU name so modules built on different hosts never share a cache key.
+// The C toolchain: clang (or $KILN_CC), as a subprocess or, for clang, through compile servers.
+// `-march=native` is resolved to a concrete CPU name so modules built on different hosts never
+// share a cache key.
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -23,7 +24,7 @@ struct CompileOutcome {
   double seconds = 0;
 };
 
-class InProcessCc;
+class ClangServers;
 
 class Toolchain {
  public:
@@ -50,9 +51,9 @@ class Toolchain {
   // Assembles GNU assembler text with `as` (binutils, which the linker comes with).
   CompileOutcome assemble(const std::filesystem::path& source,
                           const std::filesystem::path& object) const;
-  // clang's libraries in this process (compiler/c/inprocess_cc.h), loaded on first use:
-  // compile_object goes through them when they are there; null when not.
-  const InProcessCc* in_process() const;
+  // The compile servers standing in for this clang (compiler/c/clang_server.h), asked for on
+  // first use: compile_object goes through them when there are any; null when not.
+  ClangServers* servers() const;
   // Links objects into a shared object with `libraries` (the probed link command when there
   // is one, the driver otherwise).
   CompileOutcome link(const std::vector<std::filesystem::path>& objects,
@@ -68,8 +69,8 @@ class Toolchain {
   std::vector<std::string> link_;
   // Where the probe is remembered (removed if link_ fails).
   std::vector<std::filesystem::path> memo_;
-  mutable std::once_flag in_process_once_;
-  mutable const InProcessCc* in_process_ = nullptr;
+  mutable std::once_flag servers_once_;
+  mutable ClangServers* servers_ = nullptr;
 };
 
 std::vector<std::string> split_flags(const std::string& text);

@@ -1,16 +1,19 @@
-// kiln's in-process C compiler (compiler/c/inprocess_cc.h) against the clang executable it
-// stands in for: the same objects byte for byte, the same diagnostics, and refused where it
-// would not be the same compiler.
+// kiln's compile servers (compiler/c/clang_server.h) against the clang executable they stand
+// in for: the same objects byte for byte, the same diagnostics, refused where they would not be
+// the same compiler, and a server that dies costs one clang process, never a failed compile.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 
-#include "compiler/c/inprocess_cc.h"
+#include <unistd.h>
+
+#include "compiler/c/clang_server.h"
 #include "compiler/c/toolchain.h"
 #include "compiler/subprocess.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace {
@@ -32,11 +35,11 @@ constexpr const char* kBroken = R"(int f(int x) {
 }
 )";
 
-const InProcessCc* in_process_or_skip(const Toolchain& tc) {
-  const InProcessCc* in = tc.in_process();
-#ifdef KILN_TEST_CLANG_PLUGIN
-  // Built with clang's development files: the plugin must be found for the toolchain's clang.
-  EXPECT_NE(in, nullptr) << "no in-process compiler for " << tc.version();
+ClangServers* servers_or_skip(const Toolchain& tc) {
+  ClangServers* in = tc.servers();
+#ifdef KILN_TEST_CLANG_SERVER
+  // Built with clang's development files: the server must stand in for the toolchain's clang.
+  EXPECT_NE(in, nullptr) << "no compile server for " << tc.version();
 #endif
   return in;
 }
@@ -52,11 +55,11 @@ std::vector<std::string> compile_argv(const Toolchain& tc, const fs::path& src,
   return argv;
 }
 
-TEST(InProcessCc, ObjectsAndWarningsMatchTheCompilerProcessByteForByte) {
+TEST(ClangServer, ObjectsAndWarningsMatchTheCompilerProcessByteForByte) {
   const Toolchain& tc = Toolchain::get();
-  const InProcessCc* in = in_process_or_skip(tc);
+  ClangServers* in = servers_or_skip(tc);
   if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
-  const fs::path dir = testing::temp_dir("inprocess_cc_same");
+  const fs::path dir = testing::temp_dir("clang_server_same");
   write_file_atomic(dir / "k.c", kSource);
   ProcessResult p = run_process(compile_argv(tc, dir / "k.c", dir / "process.o"));
   ASSERT_EQ(p.exit_code, 0) << p.err;
@@ -65,16 +68,16 @@ TEST(InProcessCc, ObjectsAndWarningsMatchTheCompilerProcessByteForByte) {
   ASSERT_EQ(i->exit_code, 0) << i->err;
   const std::string a = read_file(dir / "process.o"), b = read_file(dir / "inproc.o");
   ASSERT_FALSE(a.empty());
-  EXPECT_EQ(a, b) << "the in-process object differs from clang's";
+  EXPECT_EQ(a, b) << "the server's object differs from clang's";
   EXPECT_NE(p.err.find("unused variable 'unused'"), std::string::npos) << p.err;
   EXPECT_EQ(i->err, p.err);
 }
 
-TEST(InProcessCc, ErrorsReadAsTheProcessWritesThemAndLeaveNoObject) {
+TEST(ClangServer, ErrorsReadAsTheProcessWritesThemAndLeaveNoObject) {
   const Toolchain& tc = Toolchain::get();
-  const InProcessCc* in = in_process_or_skip(tc);
+  ClangServers* in = servers_or_skip(tc);
   if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
-  const fs::path dir = testing::temp_dir("inprocess_cc_error");
+  const fs::path dir = testing::temp_dir("clang_server_error");
   write_file_atomic(dir / "bad.c", kBroken);
   ProcessResult p = run_process(compile_argv(tc, dir / "bad.c", dir / "process.o"));
   std::optional<ProcessResult> i = in->compile(compile_argv(tc, dir / "bad.c", dir / "inproc.o"));
@@ -90,11 +93,35 @@ TEST(InProcessCc, ErrorsReadAsTheProcessWritesThemAndLeaveNoObject) {
   EXPECT_FALSE(fs::exists(dir / "inproc.o"));
 }
 
-TEST(InProcessCc, UnwritableObjectIsACompileErrorNamingThePath) {
+TEST(ClangServer, AKilledServerCostsOneClangProcessAndTheNextCompileStartsAnother) {
   const Toolchain& tc = Toolchain::get();
-  const InProcessCc* in = in_process_or_skip(tc);
+  ClangServers* in = servers_or_skip(tc);
   if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
-  const fs::path dir = testing::temp_dir("inprocess_cc_unwritable");
+  const fs::path dir = testing::temp_dir("clang_server_killed");
+  write_file_atomic(dir / "k.c", kSource);
+  ASSERT_TRUE(in->compile(compile_argv(tc, dir / "k.c", dir / "a.o")).has_value());
+  // This process's idle servers are killed behind kiln's back (an OOM killer, a pkill).
+  const std::string pids = run_process({"pgrep", "-P", std::to_string(::getpid())}).out;
+  ASSERT_FALSE(pids.empty());
+  for (const auto& pid : split_lines(pids)) run_process({"kill", "-9", pid});
+  const int before = in->started();
+  // Through the toolchain, as a kernel compiles: the dead server is noticed, the unit goes to
+  // a clang process, and the compile succeeds.
+  CompileOutcome o = tc.compile_object(dir / "k.c", dir / "b.o", {});
+  EXPECT_TRUE(o.ok) << o.log;
+  EXPECT_EQ(read_file(dir / "b.o"), read_file(dir / "a.o"));
+  // The next compile starts a fresh server.
+  std::optional<ProcessResult> again = in->compile(compile_argv(tc, dir / "k.c", dir / "c.o"));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->exit_code, 0) << again->err;
+  EXPECT_GT(in->started(), before);
+}
+
+TEST(ClangServer, UnwritableObjectIsACompileErrorNamingThePath) {
+  const Toolchain& tc = Toolchain::get();
+  ClangServers* in = servers_or_skip(tc);
+  if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
+  const fs::path dir = testing::temp_dir("clang_server_unwritable");
   write_file_atomic(dir / "k.c", kSource);
   const fs::path obj = dir / "missing-dir" / "k.o";
   std::optional<ProcessResult> i = in->compile(compile_argv(tc, dir / "k.c", obj));
@@ -103,27 +130,27 @@ TEST(InProcessCc, UnwritableObjectIsACompileErrorNamingThePath) {
   EXPECT_NE(i->err.find(obj.string()), std::string::npos) << i->err;
 }
 
-TEST(InProcessCc, RefusedForAnotherClangVersionOrWhenTurnedOff) {
+TEST(ClangServer, RefusedForAnotherClangVersionOrWhenTurnedOff) {
   const Toolchain& tc = Toolchain::get();
   const std::string exe = find_program(tc.cc());
   // A plugin is used only with the clang it was built against: the objects must be the same.
-  EXPECT_EQ(InProcessCc::find(exe, "clang version 0.0.1 (not this one)"), nullptr);
-  EXPECT_EQ(InProcessCc::find(exe, ""), nullptr);
+  EXPECT_EQ(ClangServers::find(exe, "clang version 0.0.1 (not this one)"), nullptr);
+  EXPECT_EQ(ClangServers::find(exe, ""), nullptr);
   // A wrapper that prints the same version is not that clang (the tests' wrapper counts and
   // delays compiles, which must then happen).
-  EXPECT_EQ(InProcessCc::find(KILN_TEST_CC_WRAPPER, tc.version()), nullptr);
-  ::setenv("KILN_INPROCESS_CC", "0", 1);
-  const InProcessCc* off = InProcessCc::find(exe, tc.version());
-  ::unsetenv("KILN_INPROCESS_CC");
+  EXPECT_EQ(ClangServers::find(KILN_TEST_CC_WRAPPER, tc.version()), nullptr);
+  ::setenv("KILN_CLANG_SERVER", "0", 1);
+  ClangServers* off = ClangServers::find(exe, tc.version());
+  ::unsetenv("KILN_CLANG_SERVER");
   EXPECT_EQ(off, nullptr);
-  EXPECT_EQ(InProcessCc::find(exe, tc.version()), tc.in_process());
+  EXPECT_EQ(ClangServers::find(exe, tc.version()), tc.servers());
 }
 
-TEST(InProcessCc, DriverCommandsItCannotTakeAreLeftToTheProcess) {
+TEST(ClangServer, DriverCommandsItCannotTakeAreLeftToTheProcess) {
   const Toolchain& tc = Toolchain::get();
-  const InProcessCc* in = in_process_or_skip(tc);
+  ClangServers* in = servers_or_skip(tc);
   if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
-  const fs::path dir = testing::temp_dir("inprocess_cc_link");
+  const fs::path dir = testing::temp_dir("clang_server_link");
   write_file_atomic(dir / "k.c", kSource);
   // Compile and link: two jobs, which only the driver process runs.
   EXPECT_FALSE(in->compile({tc.cc(), "-shared", "-fPIC", (dir / "k.c").string(), "-o",
