@@ -3,6 +3,7 @@
 // the same compiler, and a server that dies costs one clang process, never a failed compile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -110,11 +111,26 @@ TEST(ClangServer, AKilledServerCostsOneClangProcessAndTheNextCompileStartsAnothe
   CompileOutcome o = tc.compile_object(dir / "k.c", dir / "b.o", {});
   EXPECT_TRUE(o.ok) << o.log;
   EXPECT_EQ(read_file(dir / "b.o"), read_file(dir / "a.o"));
-  // The next compile starts a fresh server.
+  // The next compile starts a fresh server, which holds none of this process's descriptors
+  // but its socket (an inherited pipe end would keep the pipe open as long as it lives).
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);  // without O_CLOEXEC, as an embedding program might
   std::optional<ProcessResult> again = in->compile(compile_argv(tc, dir / "k.c", dir / "c.o"));
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->exit_code, 0) << again->err;
   EXPECT_GT(in->started(), before);
+  const std::vector<std::string> fresh =
+      split_lines(run_process({"pgrep", "-P", std::to_string(::getpid())}).out);
+  ASSERT_FALSE(fresh.empty());
+  for (const auto& pid : fresh) {
+    std::vector<std::string> fds;
+    for (const auto& e : fs::directory_iterator("/proc/" + pid + "/fd"))
+      fds.push_back(e.path().filename().string());
+    std::sort(fds.begin(), fds.end());
+    EXPECT_EQ(fds, (std::vector<std::string>{"0", "1", "2"})) << "server " << pid;
+  }
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
 }
 
 TEST(ClangServer, UnwritableObjectIsACompileErrorNamingThePath) {

@@ -118,6 +118,11 @@ std::unique_ptr<ClangServers::Server> ClangServers::start(std::string& version,
   posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  // A server outlives compiles: it must not hold the embedding program's other descriptors
+  // (a pipe whose end it kept open would never see EOF).
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
   const char* argv[] = {program_.c_str(), nullptr};
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, program_.c_str(), &actions, nullptr,
