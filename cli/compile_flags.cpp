@@ -91,9 +91,9 @@ void print_times(const CompileInfo& info, double load_ms, double run_ms) {
   const KernelReport& k = info.kernels;
   if (k.kernels > 0) {
     std::fprintf(stderr,
-                 "kernels %d (%d reused, %d compiled, %d jobs) | kernel compiles %.2f ms | binding "
-                 "%.2f ms | link %.2f ms\n",
-                 k.kernels, k.reused, k.compiled, k.jobs, info.times.kernels_ms,
+                 "kernels %d (%d reused, %d compiled, %d jobs, %d on clang servers) | kernel "
+                 "compiles %.2f ms | binding %.2f ms | link %.2f ms\n",
+                 k.kernels, k.reused, k.compiled, k.jobs, k.served, info.times.kernels_ms,
                  info.times.binding_ms, info.times.link_ms);
   }
   if (!info.device.empty()) {

@@ -30,6 +30,7 @@ struct PhaseTimes {
 struct KernelReport {
   int kernels = 0, reused = 0, compiled = 0;
   int jobs = 0;                                            // compiles run at once
+  int served = 0;  // of the compiled, those a compile server took (the rest: clang processes)
   std::vector<std::pair<std::string, double>> compile_ms;  // symbol (op), ms
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -11,7 +12,9 @@
 
 #include "compiler/c/clang_server.h"
 #include "compiler/c/toolchain.h"
+#include "compiler/compile.h"
 #include "compiler/subprocess.h"
+#include "ops/builders.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -131,6 +134,23 @@ TEST(ClangServer, AKilledServerCostsOneClangProcessAndTheNextCompileStartsAnothe
   }
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
+}
+
+TEST(ClangServer, AModelsKernelsCompileOnServersAndTheReportSaysSo) {
+  const Toolchain& tc = Toolchain::get();
+  ClangServers* in = servers_or_skip(tc);
+  if (!in) GTEST_SKIP() << "kiln was built without clang's development files";
+  Graph g("served");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 64});
+  g.set_outputs({relu(exp(x) + x), softmax(x, 1)});
+  CompileOptions options;
+  options.cache_dir = testing::temp_dir("clang_server_model");  // empty: every kernel compiles
+  Function f = compile(g, options);
+  const KernelReport& k = f.info().kernels;
+  ASSERT_GT(k.compiled, 0);
+  EXPECT_EQ(k.served, k.compiled);
+  const Tensor t = Tensor::from_doubles(DType::kFloat32, {1, 64}, std::vector<double>(64, -0.5));
+  EXPECT_NEAR(f({t})[0].load(0), std::max(0.0, std::exp(-0.5) - 0.5), 1e-6);
 }
 
 TEST(ClangServer, UnwritableObjectIsACompileErrorNamingThePath) {

@@ -178,6 +178,7 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked,
       continue;
     }
     ++report.compiled;
+    if (job.outcome.served) ++report.served;
     const size_t i = static_cast<size_t>(job.kernel);
     if (!job.staging) {
       objects[i] = job.object;

@@ -319,7 +319,9 @@ CompileOutcome Toolchain::compile_object(const std::filesystem::path& source,
   if (ClangServers* s = servers()) {
     if (std::optional<ProcessResult> r = s->compile(argv)) {
       if (debug_level() >= 2) log_line("compile (clang server): " + join(argv, " "));
-      return outcome_of(*r, start);
+      CompileOutcome outcome = outcome_of(*r, start);
+      outcome.served = true;
+      return outcome;
     }
   }
   ProcessResult r = run_process(argv);

@@ -21,6 +21,7 @@ struct ToolchainConfig {
 struct CompileOutcome {
   bool ok = false;
   std::string log;  // the compiler's stderr (warnings included)
+  bool served = false;  // compiled by a compile server, not a compiler process
   double seconds = 0;
 };
 
