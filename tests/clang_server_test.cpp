@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -180,6 +181,30 @@ TEST(ClangServer, RefusedForAnotherClangVersionOrWhenTurnedOff) {
   ::unsetenv("KILN_CLANG_SERVER");
   EXPECT_EQ(off, nullptr);
   EXPECT_EQ(ClangServers::find(exe, tc.version()), tc.servers());
+}
+
+TEST(ClangServer, AProgramThatIsNoServerIsRefusedWithoutHangingTheCompile) {
+  const Toolchain& tc = Toolchain::get();
+  // Another spelling of the compiler's path: a lookup of its own (lookups are remembered).
+  const fs::path exe = find_program(tc.cc());
+  std::string spelled = (exe.parent_path() / "." / exe.filename()).string();
+  // cat never says hello (it waits for input, as kiln waits for it): refused after the
+  // hello limit. yes writes nonsense forever; echo a line and exits.
+  for (const char* program : {"/bin/cat", "/usr/bin/yes", "/bin/echo"}) {
+    ::setenv("KILN_CLANG_SERVER", program, 1);
+    const auto start = std::chrono::steady_clock::now();
+    ClangServers* s = ClangServers::find(spelled, tc.version());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ::unsetenv("KILN_CLANG_SERVER");
+    EXPECT_EQ(s, nullptr) << program;
+    EXPECT_LT(seconds, 30) << program;
+    // Each refused lookup is remembered: ask through a new spelling next time.
+    spelled = (fs::path(spelled).parent_path() / "." / exe.filename()).string();
+  }
+  // No child is left running.
+  EXPECT_EQ(run_process({"pgrep", "-P", std::to_string(::getpid()), "-x", "cat"}).out, "");
+  EXPECT_EQ(run_process({"pgrep", "-P", std::to_string(::getpid()), "-x", "yes"}).out, "");
 }
 
 TEST(ClangServer, DriverCommandsItCannotTakeAreLeftToTheProcess) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +50,8 @@ std::vector<fs::path> program_candidates() {
 #endif
   return c;
 }
+
+constexpr time_t kHelloSeconds = 5;
 
 bool turned_off() {
   const char* env = std::getenv("KILN_CLANG_SERVER");
@@ -136,7 +139,18 @@ std::unique_ptr<ClangServers::Server> ClangServers::start(std::string& version,
   auto server = std::make_unique<Server>();
   server->pid = pid;
   server->fd = fds[0];
-  if (!recv_str(server->fd, version) || !recv_str(server->fd, bin_dir)) return nullptr;
+  // A server says hello within milliseconds (~40 ms to load clang's libraries); a program
+  // that never does must not hang the compile. Compiles themselves take as long as they take.
+  timeval hello_limit{kHelloSeconds, 0}, none{0, 0};
+  ::setsockopt(server->fd, SOL_SOCKET, SO_RCVTIMEO, &hello_limit, sizeof hello_limit);
+  const bool hello = recv_str(server->fd, version) && recv_str(server->fd, bin_dir);
+  ::setsockopt(server->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  if (!hello) {
+    // Not a server that speaks (another program, or one that failed to start): it may not
+    // be reading its input, so end of input would not end it.
+    ::kill(server->pid, SIGKILL);
+    return nullptr;
+  }
   return server;
 }
 
