@@ -35,11 +35,23 @@ fs::path own_object_dir() {
   return ec ? fs::path() : p.parent_path();
 }
 
+constexpr time_t kHelloSeconds = 5;
+
+// KILN_CLANG_SERVER names the server program (a path rather than 0 or 1).
+bool named_program() {
+  const char* env = std::getenv("KILN_CLANG_SERVER");
+  return env && *env && std::string(env) != "0" && std::string(env) != "1";
+}
+
+bool turned_off() {
+  const char* env = std::getenv("KILN_CLANG_SERVER");
+  return env && std::string(env) == "0";
+}
+
 // The server program: KILN_CLANG_SERVER (a path), else installed beside kiln (lib/kiln/ next
 // to libkiln.so, ../lib/kiln/ from bin/), else the build tree's.
 std::vector<fs::path> program_candidates() {
-  if (const char* env = std::getenv("KILN_CLANG_SERVER"); env && *env && std::string(env) != "1")
-    return {env};
+  if (named_program()) return {std::getenv("KILN_CLANG_SERVER")};
   std::vector<fs::path> c;
   if (fs::path dir = own_object_dir(); !dir.empty()) {
     c.push_back(dir / "kiln" / "kiln-clang-server");
@@ -49,13 +61,6 @@ std::vector<fs::path> program_candidates() {
   c.emplace_back(KILN_BUILD_CLANG_SERVER);
 #endif
   return c;
-}
-
-constexpr time_t kHelloSeconds = 5;
-
-bool turned_off() {
-  const char* env = std::getenv("KILN_CLANG_SERVER");
-  return env && std::string(env) == "0";
 }
 
 // Whole reads and writes on the server's socket; MSG_NOSIGNAL: a dead server is an error
@@ -164,8 +169,13 @@ ClangServers* ClangServers::find(const std::string& executable, const std::strin
   std::error_code ec;
   const fs::path real = fs::canonical(executable, ec);
   if (ec) return nullptr;
+  // Why the last candidate was not used; said aloud when the user named the program.
+  std::string refused;
   for (const fs::path& candidate : program_candidates()) {
-    if (::access(candidate.c_str(), X_OK) != 0) continue;
+    if (::access(candidate.c_str(), X_OK) != 0) {
+      refused = "does not exist or is not executable";
+      continue;
+    }
     std::unique_ptr<ClangServers> servers(new ClangServers());
     servers->program_ = candidate.string();
     servers->real_compiler_ = real.string();
@@ -173,16 +183,18 @@ ClangServers* ClangServers::find(const std::string& executable, const std::strin
     std::string server_version, bin_dir;
     std::unique_ptr<Server> first = servers->start(server_version, bin_dir);
     if (!first) {
-      if (debug_level() >= 2) log_line("clang server: " + candidate.string() + " did not start");
+      refused = "did not answer as a kiln-clang-server (no hello within " +
+                std::to_string(kHelloSeconds) + " s)";
+      if (debug_level() >= 2) log_line("clang server: " + candidate.string() + " " + refused);
       continue;
     }
     // The objects must be that clang's: same version, and the executable itself (not a
     // wrapper, nor another copy that prints the same version).
     const fs::path own_bin = fs::weakly_canonical(bin_dir, ec);
     if (server_version != version || ec || real.parent_path() != own_bin) {
-      if (debug_level() >= 2)
-        log_line("clang server: " + candidate.string() + " is for " + server_version + " in " +
-                 bin_dir + ", not " + version + " at " + real.string());
+      refused = "is built for " + server_version + " in " + bin_dir + ", not " + version + " at " +
+                real.string();
+      if (debug_level() >= 2) log_line("clang server: " + candidate.string() + " " + refused);
       continue;
     }
     if (debug_level() >= 2) log_line("clang server: " + candidate.string());
@@ -191,6 +203,9 @@ ClangServers* ClangServers::find(const std::string& executable, const std::strin
     it->second = std::move(servers);
     break;
   }
+  if (!it->second && named_program())
+    warn(std::string("KILN_CLANG_SERVER: '") + std::getenv("KILN_CLANG_SERVER") + "' " + refused +
+         "; kernels compile in clang processes");
   return it->second.get();
 }
 
