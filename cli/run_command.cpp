@@ -20,21 +20,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void write_outputs(const std::string& dir, const std::string& format, const Function& f,
-                   const std::vector<Tensor>& outputs) {
+void write_outputs(const std::string& dir, const std::string& format,
+                   const std::vector<std::string>& names, const std::vector<Tensor>& outputs) {
   create_output_dir(dir);
   if (format == "safetensors") {
     std::vector<std::pair<std::string, Tensor>> named;
-    for (size_t i = 0; i < outputs.size(); ++i) named.emplace_back(f.output_names()[i], outputs[i]);
+    for (size_t i = 0; i < outputs.size(); ++i) named.emplace_back(names[i], outputs[i]);
     const auto path = std::filesystem::path(dir) / "outputs.safetensors";
     write_safetensors(path, named);
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::printf("%s#%s  %s\n", terminal_line(path.string()).c_str(),
-                  terminal_line(f.output_names()[i]).c_str(), outputs[i].describe().c_str());
+                  terminal_line(names[i]).c_str(), outputs[i].describe().c_str());
     }
     return;
   }
-  const auto paths = value_files(dir, f.output_names(), "");
+  const auto paths = value_files(dir, names, "");
   for (size_t i = 0; i < outputs.size(); ++i) {
     write_npy(paths[i], outputs[i]);
     std::printf("%s  %s\n", terminal_line(paths[i].string()).c_str(),
@@ -69,7 +69,8 @@ int run(const CommandLine& line) {
   }
   const int repeat = repeat_count(line);
   const InputSpecs specs = parse_input_specs(line);
-  const CompileOptions options = compile_options(line);
+  CompileOptions options = compile_options(line);
+  if (line.has("--generic-start")) options.generic_start = true;
   // A model whose graph depends on an input's value (Reshape's shape given as an input) is
   // built once that value is read.
   ModelFunction model_fn(model, options);
@@ -85,13 +86,24 @@ int run(const CommandLine& line) {
   const auto start = Clock::now();
   auto outputs = model_fn.run(inputs);
   const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  Function& f = model_fn.function();
+  TieredFunction& tiered = model_fn.tiered();
   if (options.device_io) {
     for (auto& o : outputs) o = backend.to_host(o);
   }
-  write_outputs(output_dir, format, f, outputs);
+  // The outputs are written before waiting for a module compiling in the background.
+  write_outputs(output_dir, format, model_fn.output_names(), outputs);
+  const Tier tier = tiered.last_tier();
+  Function& f = model_fn.function();  // the compiled module: stored in the cache by now
   if (line.verbose()) {
     // Parsing only: the compile phases print on their own.
+    if (tier == Tier::kGeneric) {
+      std::fprintf(stderr,
+                   "tier: the run took the generic tier (%.2f ms); the module compiled in the "
+                   "background in %.2f ms and runs every later call\n",
+                   run_ms, tiered.background_ms());
+    } else {
+      std::fprintf(stderr, "tier: the run took the compiled module\n");
+    }
     print_times(f.info(), model_fn.load_ms(), run_ms);
     print_stages(model_fn);
   }
@@ -134,6 +146,10 @@ const Command& run_command() {
        {"--trace", "", "FILE.json",
         "with --profile: every thunk call and split part of those runs, per\n"
         "thread, for chrome://tracing or Perfetto"},
+       {"--generic-start", "", "",
+        "on a cache miss, run through the generic tier (precompiled kernels and\n"
+        "reference code) while the module compiles in the background, then store\n"
+        "the module (default: $KILN_GENERIC_START=1 turns it on)"},
        passes_flag(),
        device_flag(),
        {"--device-io", "", "",

@@ -685,6 +685,17 @@ std::string readable_source(const Graph& source, const CompileOptions& options) 
 
 void clear_compile_memo() { memo().clear(); }
 
+bool is_cached(const Graph& given, const CompileOptions& options) {
+  if (!cache_enabled(options)) return false;
+  if (!given.updates().empty()) return is_cached(with_update_outputs(given), options);
+  const Graph& source = given;
+  check_graph(source);
+  const KeyContext& ctx = key_context(options);
+  const std::shared_ptr<const ModuleKey> mk = key_of(source, ctx);
+  if (memo().find(ctx.root.string() + "\n" + mk->key)) return true;
+  return CacheStore::open(ctx.root)->lookup(mk->key, false).entry.has_value();
+}
+
 StandaloneModule standalone_module(const Graph& source, const CompileOptions& options) {
   check_graph(source);
   if (!backend_named(options.device).is_host()) {

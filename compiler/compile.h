@@ -42,6 +42,10 @@ struct CompileOptions {
   // compiled once, in parallel, and cached on its own, so models share kernels. Off: the
   // whole graph as one translation unit, as before kernels. Empty: on unless KILN_KERNELS=0.
   std::optional<bool> kernel_units;
+  // TieredFunction (compiler/tiered_function.h) only: on a cache miss, answer calls through
+  // the generic tier while the module compiles in the background. Empty: on when
+  // KILN_GENERIC_START=1.
+  std::optional<bool> generic_start;
 };
 
 // The graph as given is keyed (compiler/graph_key.h) together with the toolchain, the rewrite
@@ -49,6 +53,10 @@ struct CompileOptions {
 // no pass: the entry's plan rebuilds the program and prepares the graph's weights for it
 // (once per weight set; compiler/module_plan.h).
 Function compile(const Graph& graph, const CompileOptions& options = {});
+
+// True when compile() would build nothing: the module is loaded in this process, or a
+// verified entry for it is in the local cache (the remote tier is not asked).
+bool is_cached(const Graph& graph, const CompileOptions& options = {});
 
 // Forgets every module this process loaded (and unpins their cache entries once no
 // Function uses them); the next compile of a graph goes back to the disk cache.

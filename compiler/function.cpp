@@ -1,5 +1,7 @@
 #include "compiler/function.h"
 
+#include <algorithm>
+
 #include "runtime/exec/trace_json.h"
 
 #include "util/error.h"
@@ -56,21 +58,23 @@ std::vector<Tensor> Function::run(const std::map<std::string, Tensor>& inputs) c
 }
 
 std::vector<Tensor> Function::ordered(const std::map<std::string, Tensor>& inputs) const {
+  return inputs_in_order(input_names_, input_types_, inputs);
+}
+
+std::vector<Tensor> inputs_in_order(const std::vector<std::string>& names,
+                                    const std::vector<TensorType>& types,
+                                    const std::map<std::string, Tensor>& inputs) {
   std::vector<Tensor> ordered;
-  for (size_t i = 0; i < input_names_.size(); ++i) {
-    auto it = inputs.find(input_names_[i]);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = inputs.find(names[i]);
     if (it == inputs.end()) {
-      throw UserError("missing input '" + input_names_[i] + "' (expected " +
-                      input_types_[i].to_string() + ")");
+      throw UserError("missing input '" + names[i] + "' (expected " + types[i].to_string() + ")");
     }
     ordered.push_back(it->second);
   }
   for (const auto& [name, t] : inputs) {
-    bool known = false;
-    for (const auto& n : input_names_) known = known || n == name;
-    if (!known) {
-      throw UserError("unknown input '" + name + "' (the graph takes " + join(input_names_, ", ") +
-                      ")");
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw UserError("unknown input '" + name + "' (the graph takes " + join(names, ", ") + ")");
     }
   }
   return ordered;

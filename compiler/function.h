@@ -105,4 +105,10 @@ class Function {
   std::shared_ptr<const void> pin_;
 };
 
+// `inputs` by name in the order of `names`; a missing or unknown name is a UserError naming
+// it (and the expected type, from `types`).
+std::vector<Tensor> inputs_in_order(const std::vector<std::string>& names,
+                                    const std::vector<TensorType>& types,
+                                    const std::map<std::string, Tensor>& inputs);
+
 }  // namespace kiln

@@ -35,10 +35,10 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     if (path.extension() != ".onnx") throw;
   }
   if (graph) {
-    Variant v{std::move(*graph), nullptr};
+    Variant v{std::make_unique<Graph>(std::move(*graph)), nullptr};
     load_ms_ = ms_since(start);
-    for (const Variable* in : v.graph.inputs()) inputs_.push_back({in->name, in->type});
-    v.function = std::make_unique<Function>(compile(v.graph, options_));
+    for (const Variable* in : v.graph->inputs()) inputs_.push_back({in->name, in->type});
+    v.function = std::make_unique<TieredFunction>(*v.graph, options_);
     last_ = &variants_.emplace("", std::move(v)).first->second;
     return;
   }
@@ -59,9 +59,9 @@ void ModelFunction::init_onnx() {
   const auto start = std::chrono::steady_clock::now();
   inputs_ = onnx_model_inputs(bytes_, origin_);
   try {
-    Variant v{load({}), nullptr};
+    Variant v{std::make_unique<Graph>(load({})), nullptr};
     load_ms_ = ms_since(start) - stage_ms_;
-    v.function = std::make_unique<Function>(compile(v.graph, options_));
+    v.function = std::make_unique<TieredFunction>(*v.graph, options_);
     last_ = &variants_.emplace("", std::move(v)).first->second;
   } catch (const InputValueNeeded& e) {
     value_inputs_.push_back(e.input());  // the rest are found on the first call
@@ -124,14 +124,14 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
     Variant v;
     const auto start = std::chrono::steady_clock::now();
     try {
-      v.graph = load(bound);
+      v.graph = std::make_unique<Graph>(load(bound));
       load_ms_ = ms_since(start) - stage_ms_;
     } catch (const InputValueNeeded& e) {
       if (bound.count(e.input())) throw;  // cannot happen: bound inputs are values
       value_inputs_.push_back(e.input());
       continue;
     }
-    v.function = std::make_unique<Function>(compile(v.graph, options_));
+    v.function = std::make_unique<TieredFunction>(*v.graph, options_);
     if (variants_.size() >= kMaxVariants && !order_.empty()) {
       if (last_ == &variants_.at(order_.front())) last_ = nullptr;
       variants_.erase(order_.front());
@@ -148,7 +148,7 @@ std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inpu
   // The variant's inputs: the call's (less the value inputs it was built with), and the
   // NonZero results its stages compute from them.
   std::map<std::string, Tensor> args;
-  for (const Variable* in : v.graph.inputs()) {
+  for (const Variable* in : v.graph->inputs()) {
     if (auto it = inputs.find(in->name); it != inputs.end()) {
       args[in->name] = it->second;
       continue;
@@ -183,12 +183,17 @@ std::vector<Tensor> ModelFunction::operator()(const std::vector<Tensor>& inputs)
 
 Function& ModelFunction::function() {
   if (!last_) throw UserError(origin_ + ": the model is built when its input values arrive");
+  return last_->function->compiled();
+}
+
+TieredFunction& ModelFunction::tiered() {
+  if (!last_) throw UserError(origin_ + ": the model is built when its input values arrive");
   return *last_->function;
 }
 
 const Graph& ModelFunction::graph() {
   if (!last_) throw UserError(origin_ + ": the model is built when its input values arrive");
-  return last_->graph;
+  return *last_->graph;
 }
 
 std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
@@ -197,6 +202,6 @@ std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
   return out;
 }
 
-std::vector<std::string> ModelFunction::output_names() { return function().output_names(); }
+std::vector<std::string> ModelFunction::output_names() { return tiered().output_names(); }
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/tiered_function.h"
 #include "frontend/onnx/onnx_model.h"
 
 namespace kiln {
@@ -32,8 +33,10 @@ class ModelFunction {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
   // The variant of the last call (the only one for most models; before any call, the one
-  // loaded without values, when the model has one).
+  // loaded without values, when the model has one). function() waits for a module compiling
+  // in the background (CompileOptions::generic_start); tiered() does not.
   Function& function();
+  TieredFunction& tiered();
   const Graph& graph();
   std::vector<std::string> output_names();
   size_t variants() const { return variants_.size(); }
@@ -48,8 +51,8 @@ class ModelFunction {
 
  private:
   struct Variant {
-    Graph graph;
-    std::unique_ptr<Function> function;
+    std::unique_ptr<Graph> graph;  // on the heap: the function's background compile reads it
+    std::unique_ptr<TieredFunction> function;
   };
   // A NonZero's output computed between stages: from a declared input, or the output of the
   // model cut after `value` (a ModelFunction of its own, so it may have stages too).

@@ -10,6 +10,7 @@ class Elementwise : public COp {
   // Props: the entry's params (e.g. alpha) and, for cast, "to" (a dtype name).
   Elementwise(const ScalarOpDef& def, Attrs props);
   const ScalarOpDef& def() const { return def_; }
+  const std::vector<double>& params() const { return params_; }  // in def().params order
 
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
