@@ -49,6 +49,7 @@ struct TieredFunction::State {
   bool done = false;
   Tier last = Tier::kNone;
   int generic_runs = 0;
+  int overtaken = 0;  // generic runs dropped when the module became ready
   double background_ms = 0;
 
   // The compiled function when it is there (rethrowing a failed compile), else null.
@@ -70,8 +71,7 @@ TieredFunction::TieredFunction(const Graph& graph, CompileOptions options)
   for (size_t i = 0; i < n_out; ++i) output_names_.push_back(graph.outputs()[i]->name);
   // Only a host graph without state updates has a generic tier; only a miss needs one.
   const bool tiered = generic_start_wanted(options) && backend_named(options.device).is_host() &&
-                      !options.device_io && graph.updates().empty() &&
-                      !is_cached(graph, options);
+                      !options.device_io && graph.updates().empty() && !is_cached(graph, options);
   options.generic_start = false;
   if (!tiered) {
     state_->function.emplace(compile(graph, options));
@@ -96,8 +96,7 @@ TieredFunction::TieredFunction(const Graph& graph, CompileOptions options)
       error = std::current_exception();
     }
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     {
       std::lock_guard lock(s->mutex);
       if (built) s->function.emplace(std::move(*built));
@@ -119,12 +118,28 @@ TieredFunction::~TieredFunction() {
 }
 
 std::vector<Tensor> TieredFunction::operator()(const std::vector<Tensor>& inputs) {
-  Function* f = state_->current();
-  std::vector<Tensor> out = f ? (*f)(inputs) : state_->runner->run(inputs);
+  if (Function* f = state_->current()) {
+    std::vector<Tensor> out = (*f)(inputs);
+    std::lock_guard lock(state_->mutex);
+    state_->last = Tier::kCompiled;
+    return out;
+  }
+  // A generic run that the module overtakes is dropped for the module's: a first result is
+  // never much later than the compile and one compiled run.
+  std::optional<std::vector<Tensor>> out =
+      state_->runner->run_until(inputs, [this] { return ready(); });
+  const bool generic = out.has_value();
+  if (!generic) {
+    Function* f = state_->current();  // ready: the module, or its compile error
+    out = (*f)(inputs);
+  }
   std::lock_guard lock(state_->mutex);
-  state_->last = f ? Tier::kCompiled : Tier::kGeneric;
-  if (!f) ++state_->generic_runs;
-  return out;
+  state_->last = generic ? Tier::kGeneric : Tier::kCompiled;
+  if (generic)
+    ++state_->generic_runs;
+  else
+    ++state_->overtaken;
+  return *out;
 }
 
 std::vector<Tensor> TieredFunction::run(const std::map<std::string, Tensor>& inputs) {
@@ -154,6 +169,11 @@ Tier TieredFunction::last_tier() const {
 int TieredFunction::generic_runs() const {
   std::lock_guard lock(state_->mutex);
   return state_->generic_runs;
+}
+
+int TieredFunction::overtaken_runs() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->overtaken;
 }
 
 double TieredFunction::background_ms() const {

@@ -4,7 +4,8 @@
 // run through the generic tier (compiler/generic/generic_runner.h) until it is loaded; every
 // call after that runs the module. Results of the two tiers agree within float rounding
 // (the generic tier computes in float32 through OpenBLAS and reference code). Otherwise, or
-// on a hit, it is the compiled Function from the start.
+// on a hit, it is the compiled Function from the start. A generic run still going when the
+// module is loaded is dropped between two nodes and the module answers instead.
 #include <map>
 #include <memory>
 #include <string>
@@ -37,9 +38,11 @@ class TieredFunction {
   bool ready() const;
   // Whether this function started in the generic tier (a miss with generic_start on).
   bool started_generic() const;
-  // The tier of the last call (kNone before any), and how many calls the generic tier ran.
+  // The tier of the last call (kNone before any), how many calls the generic tier answered,
+  // and how many generic runs the module overtook (dropped, the module answering instead).
   Tier last_tier() const;
   int generic_runs() const;
+  int overtaken_runs() const;
   // The background compile's wall time (0 until it finished, or when there was none).
   double background_ms() const;
   const std::vector<std::string>& output_names() const { return output_names_; }

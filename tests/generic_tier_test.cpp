@@ -4,13 +4,16 @@
 // compiled after, compiled from the start on a hit, a failed background compile reported.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <limits>
 #include <random>
 
 #include "compiler/compile.h"
-#include "compiler/subprocess.h"
 #include "compiler/generic/generic_runner.h"
+#include "compiler/subprocess.h"
 #include "compiler/tiered_function.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
@@ -37,8 +40,8 @@ Tensor with_specials(const Shape& shape, std::mt19937& rng) {
   return t;
 }
 
-void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs,
-                              double rtol = 1e-5, double atol = 1e-5) {
+void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, double rtol = 1e-5,
+                              double atol = 1e-5) {
   GenericRunner runner(std::shared_ptr<const Graph>(std::shared_ptr<const Graph>(), &g));
   const std::vector<Tensor> got = runner.run(inputs);
   const std::vector<Tensor> want = evaluate_reference(g, inputs);
@@ -60,10 +63,10 @@ TEST(GenericTier, ConvolutionsMatchPerform) {
   g.set_outputs({
       // Groups, strides, dilations and uneven pads through the gathered columns.
       kiln::apply("conv", {x, w, b},
-            {{"group", int64_t{2}},
-             {"strides", Ints{2, 1}},
-             {"dilations", Ints{1, 2}},
-             {"pads", Ints{1, 0, 2, 1}}})
+                  {{"group", int64_t{2}},
+                   {"strides", Ints{2, 1}},
+                   {"dilations", Ints{1, 2}},
+                   {"pads", Ints{1, 0, 2, 1}}})
           .var(),
       kiln::apply("conv", {x, dw}, {{"group", int64_t{6}}, {"pads", Ints{1, 1, 1, 1}}}).var(),
       kiln::apply("conv", {x, dw}, {{"group", int64_t{6}}, {"strides", Ints{2, 2}}}).var(),
@@ -99,10 +102,12 @@ TEST(GenericTier, ProductsMatchPerform) {
       gemm(m, n, c, 0.5, -2.0, true, true).var(),
       gemm(m, n, 1.5, true, true).var(),
   });
-  const std::vector<Tensor> inputs{
-      random_tensor(DType::kFloat32, {2, 1, 5, 7}, rng), random_tensor(DType::kFloat32, {3, 7, 19}, rng),
-      random_tensor(DType::kFloat32, {7, 19}, rng),      random_tensor(DType::kFloat32, {7, 5}, rng),
-      random_tensor(DType::kFloat32, {19, 7}, rng),      random_tensor(DType::kFloat32, {19}, rng)};
+  const std::vector<Tensor> inputs{random_tensor(DType::kFloat32, {2, 1, 5, 7}, rng),
+                                   random_tensor(DType::kFloat32, {3, 7, 19}, rng),
+                                   random_tensor(DType::kFloat32, {7, 19}, rng),
+                                   random_tensor(DType::kFloat32, {7, 5}, rng),
+                                   random_tensor(DType::kFloat32, {19, 7}, rng),
+                                   random_tensor(DType::kFloat32, {19}, rng)};
   expect_matches_reference(g, inputs);
   GenericRunner runner(std::shared_ptr<const Graph>(std::shared_ptr<const Graph>(), &g));
   runner.run(inputs);
@@ -132,6 +137,23 @@ TEST(GenericTier, ElementwiseSoftmaxAndSumsMatchPerformOnSpecialValues) {
       log_softmax(x, -1).var(),
       kiln::apply("reduce_mean", {x}, {{"axes", Ints{2, 3}}, {"keepdims", int64_t{1}}}).var(),
       kiln::apply("reduce_sum", {x}, {{"axes", Ints{-1}}, {"keepdims", int64_t{0}}}).var(),
+      kiln::apply("clip", {x, scalar(g, DType::kFloat32, -0.5), scalar(g, DType::kFloat32, 2)})
+          .var(),
+      kiln::apply("max_pool", {x},
+                  {{"kernel_shape", Ints{3, 3}},
+                   {"strides", Ints{2, 2}},
+                   {"pads", Ints{1, 1, 1, 1}},
+                   {"ceil_mode", int64_t{1}}})
+          .var(),
+      kiln::apply(
+          "average_pool", {x},
+          {{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{0, 1, 1, 1}}})
+          .var(),
+      kiln::apply("average_pool", {x},
+                  {{"kernel_shape", Ints{3, 2}},
+                   {"pads", Ints{1, 1, 1, 1}},
+                   {"count_include_pad", int64_t{1}}})
+          .var(),
   });
   Tensor xs = with_specials({2, 3, 5, 37}, rng);
   // A row of -inf only: the softmax of it is NaN in both.
@@ -167,11 +189,13 @@ TEST(GenericTier, BadInputsAreErrorsNamingThem) {
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 4});
   g.set_outputs({relu(x).var()});
   GenericRunner runner(std::shared_ptr<const Graph>(std::shared_ptr<const Graph>(), &g));
-  EXPECT_NE(error_of([&] { runner.run({Tensor::zeros(DType::kFloat32, {2, 5})}); })
-                .find("input 'x': dimension 1 is 5: expected float32 (?, 4)"),
+  EXPECT_NE(error_of([&] {
+              runner.run({Tensor::zeros(DType::kFloat32, {2, 5})});
+            }).find("input 'x': dimension 1 is 5: expected float32 (?, 4)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { runner.run({Tensor::zeros(DType::kFloat64, {2, 4})}); })
-                .find("input 'x': wrong dtype"),
+  EXPECT_NE(error_of([&] {
+              runner.run({Tensor::zeros(DType::kFloat64, {2, 4})});
+            }).find("input 'x': wrong dtype"),
             std::string::npos);
   EXPECT_NE(error_of([&] { runner.run({}); }).find("expected 1 inputs (x), got 0"),
             std::string::npos);
@@ -190,6 +214,28 @@ class BrokenCodeOp : public COp {
   }
   std::string c_code(const Node&, const CodeNames&, const Sub&) const override {
     return "undefined_symbol_generic += 1;\n";
+  }
+};
+
+// Doubles its input; its perform first waits for `watched` to have its module, so a generic
+// run is still going when the module is ready.
+std::atomic<const TieredFunction*> watched{nullptr};
+class WaitForModuleOp : public COp {
+ public:
+  WaitForModuleOp() : COp("generic_wait_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    for (int i = 0; i < 60000 && !(watched.load() && watched.load()->ready()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int64_t i = 0; i < in[0].numel(); ++i) out[0].store(i, 2 * in[0].load(i));
+  }
+  std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
+    return "for (int64_t i = 0; i < " + names.inputs[0] + "->shape[0]; ++i) ((float *)" +
+           names.outputs[0] + "->data)[i] = 2 * ((const float *)" + names.inputs[0] +
+           "->data)[i];\n";
   }
 };
 
@@ -276,19 +322,41 @@ TEST(GenericTierCli, RunTakesTheGenericTierOnAMissThenTheModule) {
   const std::string dir = testing::temp_dir("tiered_cli");
   const std::vector<std::string> env{"KILN_CACHE_DIR=" + dir + "/cache"};
   const auto args = [&](const std::string& out) {
-    return std::vector<std::string>{"run",     "-v", "--generic-start", ex + "/model.onnx",
-                                    "--input", "x=" + ex + "/x.npy",   "-o", dir + "/" + out};
+    return std::vector<std::string>{"run",
+                                    "-v",
+                                    "--generic-start",
+                                    ex + "/model.onnx",
+                                    "--input",
+                                    "x=" + ex + "/x.npy",
+                                    "-o",
+                                    dir + "/" + out};
   };
   const ProcessResult cold = testing::kiln_env(env, args("cold"));
   ASSERT_EQ(cold.exit_code, 0) << cold.err;
   EXPECT_NE(cold.err.find("tier: the run took the generic tier"), std::string::npos) << cold.err;
   const ProcessResult warm = testing::kiln_env(env, args("warm"));
   ASSERT_EQ(warm.exit_code, 0) << warm.err;
-  EXPECT_NE(warm.err.find("tier: the run took the compiled module"), std::string::npos)
-      << warm.err;
+  EXPECT_NE(warm.err.find("tier: the run took the compiled module"), std::string::npos) << warm.err;
   const Tensor want = read_npy(ex + "/expected/y.npy");
   EXPECT_TRUE(tensors_close(read_npy(dir + "/cold/y.npy"), want, 1e-4, 1e-5));
   EXPECT_TRUE(tensors_close(read_npy(dir + "/warm/y.npy"), want, 1e-4, 1e-5));
+}
+
+TEST_F(TieredFunctionTest, AGenericRunTheModuleOvertakesIsDropped) {
+  Graph g("tiered_overtaken");
+  Var x = input(g, "x", DType::kFloat32, {5});
+  Var doubled{&g, g.add_node(std::make_shared<WaitForModuleOp>(), {x})->outputs[0]};
+  g.set_outputs({relu(doubled).var()});
+  TieredFunction f(g, opts_);
+  ASSERT_TRUE(f.started_generic());
+  watched = &f;
+  const Tensor in = Tensor::from_doubles(DType::kFloat32, {5}, {1, -2, 3, -0.5, 4});
+  const std::vector<Tensor> out = f({in});
+  watched = nullptr;
+  EXPECT_EQ(f.last_tier(), Tier::kCompiled);
+  EXPECT_EQ(f.overtaken_runs(), 1);
+  EXPECT_EQ(f.generic_runs(), 0);
+  EXPECT_TRUE(tensors_close(out.at(0), Tensor::from_doubles(DType::kFloat32, {5}, {2, 0, 6, 0, 8})));
 }
 
 TEST(GenericTierEnv, BadSettingIsAnErrorNamingIt) {

@@ -5,13 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <cstring>
+#include <initializer_list>
 
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/matmul.h"
+#include "ops/pool.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 
@@ -99,9 +100,9 @@ template <class F>
 void binary_loop(const Walk& w, const float* a, const float* b, float* y, F f) {
   for_each_run(w, [&](int64_t out, const std::vector<int64_t>& off, int64_t len,
                       const std::vector<int64_t>& st) {
-    const float* pa = a + off[0];
-    const float* pb = b + off[1];
-    float* py = y + out;
+    const float* __restrict pa = a + off[0];
+    const float* __restrict pb = b + off[1];
+    float* __restrict py = y + out;
     if (st[0] == 1 && st[1] == 1) {
       for (int64_t i = 0; i < len; ++i) py[i] = f(pa[i], pb[i]);
     } else if (st[0] == 1) {
@@ -117,8 +118,13 @@ template <class F>
 void unary_loop(const Walk& w, const float* a, float* y, F f) {
   for_each_run(w, [&](int64_t out, const std::vector<int64_t>& off, int64_t len,
                       const std::vector<int64_t>& st) {
-    const float* pa = a + off[0];
-    for (int64_t i = 0; i < len; ++i) y[out + i] = f(pa[i * st[0]]);
+    const float* __restrict pa = a + off[0];
+    float* __restrict py = y + out;
+    if (st[0] == 1) {
+      for (int64_t i = 0; i < len; ++i) py[i] = f(pa[i]);
+    } else {
+      for (int64_t i = 0; i < len; ++i) py[i] = f(pa[i * st[0]]);
+    }
   });
 }
 
@@ -132,21 +138,41 @@ bool run_elementwise(const Elementwise& op, const std::vector<Tensor>& ins, Tens
     const float* a = fdata(ins[0]);
     const float* b = fdata(ins[1]);
     // Rounded from float operands, + - * / in float equal the reference's double result.
-    if (name == "add") return binary_loop(w, a, b, out, [](float x, float z) { return x + z; }), true;
-    if (name == "sub") return binary_loop(w, a, b, out, [](float x, float z) { return x - z; }), true;
-    if (name == "mul") return binary_loop(w, a, b, out, [](float x, float z) { return x * z; }), true;
-    if (name == "div") return binary_loop(w, a, b, out, [](float x, float z) { return x / z; }), true;
+    if (name == "add")
+      return binary_loop(w, a, b, out, [](float x, float z) { return x + z; }), true;
+    if (name == "sub")
+      return binary_loop(w, a, b, out, [](float x, float z) { return x - z; }), true;
+    if (name == "mul")
+      return binary_loop(w, a, b, out, [](float x, float z) { return x * z; }), true;
+    if (name == "div")
+      return binary_loop(w, a, b, out, [](float x, float z) { return x / z; }), true;
   }
   if (ins.size() == 1) {
     const float* a = fdata(ins[0]);
     // float libm where the table's reference calls double libm: within an ulp or two.
-    if (name == "relu") return unary_loop(w, a, out, [](float v) { return v < 0 ? 0.0f : v; }), true;
+    if (name == "relu")
+      return unary_loop(w, a, out, [](float v) { return v < 0 ? 0.0f : v; }), true;
     if (name == "sigmoid")
       return unary_loop(w, a, out, [](float v) { return 1.0f / (1.0f + std::exp(-v)); }), true;
     if (name == "exp") return unary_loop(w, a, out, [](float v) { return std::exp(v); }), true;
     if (name == "tanh") return unary_loop(w, a, out, [](float v) { return std::tanh(v); }), true;
     if (name == "erf") return unary_loop(w, a, out, [](float v) { return std::erf(v); }), true;
     if (name == "sqrt") return unary_loop(w, a, out, [](float v) { return std::sqrt(v); }), true;
+  }
+  if (ins.size() == 3 && name == "clip") {
+    const float* x = fdata(ins[0]);
+    const float* lo = fdata(ins[1]);
+    const float* hi = fdata(ins[2]);
+    for_each_run(w, [&](int64_t o, const std::vector<int64_t>& off, int64_t len,
+                        const std::vector<int64_t>& st) {
+      for (int64_t i = 0; i < len; ++i) {
+        const float v = x[off[0] + i * st[0]], l = lo[off[1] + i * st[1]],
+                    h = hi[off[2] + i * st[2]];
+        const float m = v < l ? l : v;  // NaN stays NaN, as in the table
+        out[o + i] = m > h ? h : m;
+      }
+    });
+    return true;
   }
   // Any other entry: its reference function, without perform's per-element index search.
   const std::vector<double>& params = op.params();
@@ -243,6 +269,49 @@ bool run_conv(const Conv& op, const Node& node, const std::vector<Tensor>& ins, 
           float* row = yg + oc * ohw;
           for (int64_t i = 0; i < ohw; ++i) row[i] += v;
         }
+      }
+    }
+  }
+  return true;
+}
+
+// ---- Pooling (1-D and 2-D), the reference's walk over each window in float.
+
+bool run_pool(const Pool& op, const Tensor& x, Tensor& y) {
+  if (x.dtype() != DType::kFloat32 || (x.ndim() != 3 && x.ndim() != 4)) return false;
+  std::vector<WindowDims> g = op.geometry(x.shape());
+  if (g.size() == 1) g.insert(g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
+  if (g.size() != 2) return false;
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  const float* in = fdata(x);
+  float* out = fdata(y);
+  const bool is_max = op.is_max();
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = in + p * g[0].in * g[1].in;
+    for (int64_t oy = 0; oy < g[0].out; ++oy) {
+      for (int64_t ox = 0; ox < g[1].out; ++ox) {
+        float mx = -INFINITY;
+        double sum = 0;
+        int64_t count = 0, padded = 0;
+        for (int64_t i = 0; i < g[0].kernel; ++i) {
+          const int64_t yy = oy * g[0].stride - g[0].pad_begin + i * g[0].dilation;
+          if (yy >= g[0].in + g[0].pad_end) break;
+          for (int64_t j = 0; j < g[1].kernel; ++j) {
+            const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
+            if (xx >= g[1].in + g[1].pad_end) break;
+            ++padded;
+            if (yy < 0 || yy >= g[0].in || xx < 0 || xx >= g[1].in) continue;
+            const float v = plane[yy * g[1].in + xx];
+            ++count;
+            if (!is_max) {
+              sum += v;
+            } else if (v > mx || std::isnan(v)) {
+              mx = v;
+            }
+          }
+        }
+        const int64_t divisor = op.count_include_pad() ? padded : std::max<int64_t>(count, 1);
+        *out++ = is_max ? mx : static_cast<float>(sum / static_cast<double>(divisor));
       }
     }
   }
@@ -348,9 +417,8 @@ bool run_matmul(const MatMul& op, const std::vector<Tensor>& ins, Tensor& y) {
                       const std::vector<int64_t>& st) {
     for (int64_t i = 0; i < len; ++i) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                  static_cast<int>(n), static_cast<int>(k), 1.0f,
-                  a + (off[0] + i * st[0]) * m * k, static_cast<int>(k),
-                  b + (off[1] + i * st[1]) * k * n, static_cast<int>(n), 0.0f,
+                  static_cast<int>(n), static_cast<int>(k), 1.0f, a + (off[0] + i * st[0]) * m * k,
+                  static_cast<int>(k), b + (off[1] + i * st[1]) * k * n, static_cast<int>(n), 0.0f,
                   out + (o + i) * m * n, static_cast<int>(n));
     }
   });
@@ -372,11 +440,10 @@ bool run_gemm(const Gemm& op, const std::vector<Tensor>& ins, Tensor& y) {
     const float bc = static_cast<float>(op.beta());
     std::vector<Tensor> cin{ins[2]};
     const float* c = fdata(ins[2]);
-    for_each_run(broadcast_walk(y.shape(), cin),
-                 [&](int64_t o, const std::vector<int64_t>& off, int64_t len,
-                     const std::vector<int64_t>& st) {
-                   for (int64_t i = 0; i < len; ++i) out[o + i] = bc * c[off[0] + i * st[0]];
-                 });
+    for_each_run(broadcast_walk(y.shape(), cin), [&](int64_t o, const std::vector<int64_t>& off,
+                                                     int64_t len, const std::vector<int64_t>& st) {
+      for (int64_t i = 0; i < len; ++i) out[o + i] = bc * c[off[0] + i * st[0]];
+    });
     beta = 1.0f;
   }
   cblas_sgemm(CblasRowMajor, op.trans_a() ? CblasTrans : CblasNoTrans,
@@ -403,6 +470,7 @@ bool run_generic_kernel(const Node& node, const std::vector<Tensor>& inputs,
   if (const auto* c = dynamic_cast<const Conv*>(op)) return run_conv(*c, node, inputs, y);
   if (const auto* mm = dynamic_cast<const MatMul*>(op)) return run_matmul(*mm, inputs, y);
   if (const auto* gm = dynamic_cast<const Gemm*>(op)) return run_gemm(*gm, inputs, y);
+  if (const auto* pl = dynamic_cast<const Pool*>(op)) return run_pool(*pl, inputs[0], y);
   if (const auto* sm = dynamic_cast<const Softmax*>(op)) return run_softmax(*sm, inputs[0], y);
   if (const auto* r = dynamic_cast<const Reduce*>(op)) return run_reduce(*r, inputs[0], y);
   return false;

@@ -3,8 +3,8 @@
 #include <cblas.h>
 
 #include <cstdint>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 
 #include "compiler/generic/generic_kernels.h"
 #include "util/error.h"
@@ -79,6 +79,11 @@ void GenericRunner::validate(const std::vector<Tensor>& inputs) const {
 }
 
 std::vector<Tensor> GenericRunner::run(const std::vector<Tensor>& inputs) const {
+  return *run_until(inputs, [] { return false; });
+}
+
+std::optional<std::vector<Tensor>> GenericRunner::run_until(
+    const std::vector<Tensor>& inputs, const std::function<bool()>& give_up) const {
   validate(inputs);
   const SingleThreadedBlas blas;
   std::vector<Tensor> values(slot_.size());
@@ -87,6 +92,7 @@ std::vector<Tensor> GenericRunner::run(const std::vector<Tensor>& inputs) const 
   const auto& nodes = graph_->nodes();
   int kernels = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
+    if (give_up()) return std::nullopt;
     const Node& node = *nodes[i];
     std::vector<Tensor> ins;
     std::vector<Shape> shapes;

@@ -3,7 +3,9 @@
 // (generic_kernels.h) and, for every other node, its op's `perform`. Nothing is compiled,
 // so it answers while a module is being built; it is slower per run than the module.
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +21,10 @@ class GenericRunner {
   // Inputs in graph-input order, checked against their declared types like a module's;
   // returns the graph outputs (fresh tensors). Safe to call from several threads.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // The same, asking `give_up` before each node: nullopt once it says yes (the caller has a
+  // faster way to the result by then, e.g. the module finished compiling).
+  std::optional<std::vector<Tensor>> run_until(const std::vector<Tensor>& inputs,
+                                               const std::function<bool()>& give_up) const;
 
   // How many nodes a generic kernel ran in the last run (the rest ran `perform`).
   int kernel_nodes() const { return kernel_nodes_; }
