@@ -127,8 +127,14 @@ Tensor winograd_weights(const Tensor& w, int tile) {
 }
 
 ConvNchwc::ConvNchwc(Attrs props) : COp("conv_nchwc", std::move(props)) {
-  check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "pads", "winograd"});
+  check_known_attrs(this->props(),
+                    {"group", "kernel_shape", "strides", "pads", "winograd", "channel_groups"});
   group_ = attr_int(this->props(), "group", 1);
+  channel_groups_ = attr_int(this->props(), "channel_groups", 1);
+  if (channel_groups_ < 1) throw AttrError("channel_groups", "must be >= 1");
+  if (channel_groups_ > 1 && (group_ != 1 || attr_int(this->props(), "winograd", 0) != 0)) {
+    throw AttrError("channel_groups", "takes group 1 and no winograd (a direct convolution)");
+  }
   winograd_ = attr_int(this->props(), "winograd", 0);
   kernel_ = ints_of(this->props(), "kernel_shape", 2);
   strides_ = ints_of(this->props(), "strides", 2);
@@ -204,7 +210,13 @@ std::vector<TensorType> ConvNchwc::infer_type(const std::vector<TensorType>& inp
     if (w.rank() != 3 || w.dims[0] == kDynamic) {
       throw UserError("conv_nchwc: weight " + w.to_string() + " is not (M/8, C x kh x kw, 8)");
     }
-    want = {w.dims[0], c * kernel_[0] * kernel_[1], kNchwcBlock};
+    const int64_t groups = channel_groups_;
+    if (groups > 1 && (plain || c % (groups * kNchwcBlock) != 0 || w.dims[0] % groups != 0)) {
+      throw UserError("conv_nchwc: channel_groups " + std::to_string(groups) + " for input " +
+                      x.to_string() + " and weight " + w.to_string() +
+                      " (each group's input and output channels whole blocks)");
+    }
+    want = {w.dims[0], c / groups * kernel_[0] * kernel_[1], kNchwcBlock};
   }
   if (w.dims != want) {
     throw UserError("conv_nchwc: weight " + w.to_string() + " for input " + x.to_string() +
@@ -231,7 +243,8 @@ double ConvNchwc::flops(const std::vector<Shape>& inputs, const std::vector<Shap
   const double taps =
       static_cast<double>(kernel_[0] * kernel_[1]) *
       (depthwise() ? 1.0
-                   : static_cast<double>(inputs[0][1] * (inputs[0].size() == 4 ? 1 : kNchwcBlock)));
+                   : static_cast<double>(inputs[0][1] * (inputs[0].size() == 4 ? 1 : kNchwcBlock) /
+                                         channel_groups_));
   return 2.0 * taps * static_cast<double>(shape_numel(outputs.at(0)));
 }
 
@@ -254,18 +267,21 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   //   depthwise (C/8, kh, kw, 8);
   //   group 1 (M/8, taps x 8, 8): tap (ic / 8, i, j), input channel ic % 8, output oc % 8;
   //   from a plain input (M/8, taps, 8): tap (ic, i, j).
+  //   channel_groups G (M/8, taps x 8, 8) over the group's C/G channels, ic counted in them.
+  const int64_t cg = g.c / channel_groups_, mg = g.m / channel_groups_;
   auto weight = [&](int64_t oc, int64_t ic, int64_t i, int64_t j) {
     if (depthwise()) return w.load(((oc / B * kernel_[0] + i) * kernel_[1] + j) * B + oc % B);
     const int64_t t = g.plain ? ((ic * kernel_[0] + i) * kernel_[1] + j)
                               : ((ic / B * kernel_[0] + i) * kernel_[1] + j) * B + ic % B;
-    return w.load((oc / B * g.c * kk + t) * B + oc % B);
+    return w.load((oc / B * cg * kk + t) * B + oc % B);
   };
   for (int64_t n = 0; n < x.shape()[0]; ++n) {
     for (int64_t oc = 0; oc < g.m; ++oc) {
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           double acc = inputs.size() == 3 ? inputs[2].load(oc) : 0.0;
-          const int64_t ic0 = depthwise() ? oc : 0, ic1 = depthwise() ? oc + 1 : g.c;
+          const int64_t first = oc / mg * cg;  // the group's first input channel
+          const int64_t ic0 = depthwise() ? oc : 0, ic1 = depthwise() ? oc + 1 : cg;
           for (int64_t ic = ic0; ic < ic1; ++ic) {
             for (int64_t i = 0; i < kernel_[0]; ++i) {
               const int64_t iy = oy * strides_[0] - pads_[0] + i;
@@ -273,7 +289,8 @@ void ConvNchwc::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
               for (int64_t j = 0; j < kernel_[1]; ++j) {
                 const int64_t ix = ox * strides_[1] - pads_[1] + j;
                 if (ix < 0 || ix >= g.w) continue;
-                acc += xin(n, ic, iy, ix) * weight(oc, ic, i, j);
+                acc += depthwise() ? xin(n, ic, iy, ix) * weight(oc, ic, i, j)
+                                   : xin(n, first + ic, iy, ix) * weight(oc, ic, i, j);
               }
             }
           }
@@ -303,7 +320,7 @@ std::optional<SplitTiles> ConvNchwc::c_split_tiles(const Node& node, const CodeN
   int64_t row_unit = depthwise() ? 1 : 2;
   const bool direct = !depthwise() && (!pointwise() || g.plain);
   if (direct && g.c > 0 && g.m > 0 && g.h > 0 && g.w > 0 &&
-      g.m * g.c * kernel_[0] * kernel_[1] < g.c * g.h * g.w) {
+      g.m * (g.c / channel_groups_) * kernel_[0] * kernel_[1] < g.c * g.h * g.w) {
     row_unit = g.m / kNchwcBlock;
   }
   return SplitTiles{sub.value(g.m / kNchwcBlock, "m_blocks"),
@@ -385,13 +402,16 @@ std::string ConvNchwc::direct_setup(const Emit& e) const {
   s += "const int64_t oya = pp0 / ow, wpad = " + e.v(wp, "padded_w") +
        ", kh = " + e.v(kernel_[0], "kernel_h") + ", kw = " + e.v(kernel_[1], "kernel_w") +
        ", cb = " + e.v(g.c / e.kb, "c_blocks") + ";\n";
+  // Grouped: each group's taps are its own blocks', at the same offsets from its first.
+  s += "const int64_t gcb = " + e.v(g.c / e.kb / channel_groups_, "group_c_blocks") +
+       ", gmb = " + e.v(g.m / kNchwcBlock / channel_groups_, "group_m_blocks") + ";\n";
   s += "const int64_t rows = ((pp1 - 1) / ow - oya) * sh + kh, iy0 = oya * sh - " +
        e.v(pads_[0], "pad_top") + ";\n";
   s += c_workspace("float", "buf", e.by_kb("cb * rows * wpad"), "conv_nchwc's padded input rows");
   s += c_workspace("int32_t", "pos", "pp1 - pp0", "conv_nchwc's position offsets");
-  const int64_t taps = g.c / e.kb * kernel_[0] * kernel_[1];
+  const int64_t taps = g.c / e.kb / channel_groups_ * kernel_[0] * kernel_[1];
   s += c_workspace("int32_t", "toff", e.v(taps, "taps"), "conv_nchwc's tap offsets");
-  s += "for (int64_t c = 0, t = 0; c < cb; ++c)\n";
+  s += "for (int64_t c = 0, t = 0; c < gcb; ++c)\n";
   s += "for (int64_t i = 0; i < kh; ++i)\n";
   s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(" +
        e.by_kb("((c * rows + i) * wpad + j)") + ");\n";
@@ -408,7 +428,9 @@ std::string ConvNchwc::direct_image(const Emit& e) const {
   const std::string left = e.v(pads_[1] * e.kb, "left"), width = e.v(g.w * e.kb, "row_width");
   const std::string in_h = e.v(g.h, "in_h"), row = e.by_kb("wpad");
   std::string s;
-  s += "for (int64_t c = 0; c < cb; ++c)\n";
+  // Only the input blocks of the groups of output blocks [r0, r1) (all of them in group 1).
+  s += "const int64_t g_lo = r0 / gmb, g_hi = (r1 - 1) / gmb + 1;\n";
+  s += "for (int64_t c = g_lo * gcb; c < g_hi * gcb; ++c)\n";
   s += "for (int64_t rr = 0; rr < rows; ++rr) {\n";
   s += "float *dst = buf + " + e.by_kb("(c * rows + rr) * wpad") + ";\n";
   s += "const int64_t iy = iy0 + rr;\n";
@@ -435,15 +457,22 @@ std::string ConvNchwc::direct_image(const Emit& e) const {
   // A window's positions share their input rows: the chunk whose weights pass once is all
   // output rows whose input rows fit 256 KB, not positions x taps (a 7 x 7 map's 3x3 layer
   // re-read 9 MB of weights per 6 positions).
-  s += "const int64_t row_bytes = " + e.by_kb("cb * wpad") + " * 4 * sh;\n";
+  s += "const int64_t row_bytes = " + e.by_kb("gcb * wpad") + " * 4 * sh;\n";
   s += "const int64_t chunk_rows = 262144 / (row_bytes > 0 ? row_bytes : 1);\n";
   s += "for (int64_t e_c0 = c0, e_c1; e_c0 < c1; e_c0 = e_c1) {\n";
   s += "e_c1 = piece_rows > 0 ? (e_c0 / 8 / ow + piece_rows) * ow * 8 : e_c0 + piece;\n";
   s += "if (e_c1 > c1) e_c1 = c1;\n";
-  s += "kiln_nchwc_direct(buf, pos + (e_c0 / 8 - pp0), toff, " +
-       e.v(g.c / e.kb * kernel_[0] * kernel_[1], "taps") + ", " + std::to_string(e.kb) + ", d1, " +
-       e.bias + ", yi, " + e.v(g.oh * g.ow, "out_hw") + ", ow, " + e.by_kb("sw") +
-       ", r0, r1, e_c0 / 8, e_c1 / 8, chunk_rows, " + e.lo_hi + ");\n";
+  // One call per group (one in group 1): its output blocks read its input blocks.
+  s += "for (int64_t gi = g_lo; gi < g_hi; ++gi) {\n";
+  s += "const int64_t b0 = gi * gmb > r0 ? gi * gmb : r0, b1 = (gi + 1) * gmb < r1 ? (gi + 1) * gmb "
+       ": r1;\n";
+  s += "kiln_nchwc_direct(buf + " + e.by_kb("gi * gcb * rows * wpad") +
+       ", pos + (e_c0 / 8 - pp0), toff, " +
+       e.v(g.c / e.kb / channel_groups_ * kernel_[0] * kernel_[1], "taps") + ", " +
+       std::to_string(e.kb) + ", d1, " + e.bias + ", yi, " + e.v(g.oh * g.ow, "out_hw") +
+       ", ow, " + e.by_kb("sw") + ", b0, b1, e_c0 / 8, e_c1 / 8, chunk_rows, " + e.lo_hi +
+       ");\n";
+  s += "}\n";
   s += e.run_epilogue("e_r0 = r0, e_r1 = r1");
   s += "}\n";
   return s;

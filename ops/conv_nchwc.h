@@ -6,7 +6,10 @@
 // fill them as well as large ones.
 //
 // Props: group (1: a full convolution; C: a depthwise one), kernel_shape (kh, kw), strides
-// (sh, sw), pads (top, left, bottom, right); dilation 1. Inputs:
+// (sh, sw), pads (top, left, bottom, right); dilation 1; channel_groups G (with group 1, a
+// blocked X: a grouped convolution whose C/G input and M/G output channels per group are
+// whole blocks, RegNet's and ResNeXt's; W then (M/8, C/G x kh x kw, 8), each output block
+// reading its group's input blocks). Inputs:
 //   group 1    W (M/8, C/8 x kh x kw x 8, 8): output block b's weights for tap (c / 8, i, j)
 //              and input channel c % 8 at [b, ((c / 8 x kh + i) x kw + j) x 8 + c % 8]
 //              (a 1x1 window: [b, c]);
@@ -39,7 +42,7 @@ class ConvNchwc : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 10; }
+  std::optional<int> cache_version() const override { return 11; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Both kernels clamp as they store, and run a longer epilogue on each piece they finish.
   bool c_store_clamp(const Node&) const override { return true; }
@@ -58,10 +61,11 @@ class ConvNchwc : public COp {
   bool c_heavy(const Node&) const override { return true; }
 
   bool depthwise() const { return group_ != 1; }
+  int64_t channel_groups() const { return channel_groups_; }
   int64_t winograd() const { return winograd_; }  // the output tile; 0: direct
   // A 1x1 window, stride 1, no padding: the positions read in place, no padded rows.
   bool pointwise() const {
-    return group_ == 1 && kernel_ == std::vector<int64_t>{1, 1} &&
+    return group_ == 1 && channel_groups_ == 1 && kernel_ == std::vector<int64_t>{1, 1} &&
            strides_ == std::vector<int64_t>{1, 1} && pads_ == std::vector<int64_t>{0, 0, 0, 0};
   }
 
@@ -81,6 +85,7 @@ class ConvNchwc : public COp {
   std::string pointwise_image(const Emit& e) const;
   std::string depthwise_image(const Emit& e) const;
   int64_t group_;
+  int64_t channel_groups_ = 1;
   int64_t winograd_;
   std::vector<int64_t> kernel_, strides_, pads_;
 };

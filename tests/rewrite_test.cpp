@@ -286,6 +286,61 @@ TEST(Rewrite, LayoutPassBlocksRegionsOfConvolutions) {
   expect_same_results(g, in, "-epilogue,-fusion");
 }
 
+// Grouped convolutions whose groups hold whole blocks (RegNet's 16 channels per group,
+// ResNeXt's) join the region as conv_nchwc with channel_groups: no reorder around them. Groups
+// of two blocks in and out (pairs in the kernel), of three in and six out at stride 2, of two
+// in and one out, one with a bias; a grouped convolution whose groups are not whole blocks (12
+// output channels) stays plain.
+// Results match the reference, the rewritten graph's perform included, at batch 2 and with
+// the work split between parts.
+TEST(Rewrite, LayoutPassRunsGroupedConvolutionsInBlocks) {
+  std::mt19937 rng(79);
+  auto block = [&](int64_t odd_group) {
+    Graph g("grouped");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 32, 11, 9});
+    auto w = [&](std::vector<int64_t> dims, const std::string& name) {
+      return constant(g, testing::random_tensor(DType::kFloat32, dims, rng, -0.5, 0.5), name);
+    };
+    const std::vector<int64_t> pad1{1, 1, 1, 1};
+    Var y = relu(apply("conv", {x, w({48, 32, 1, 1}, "w1")}, {}));
+    y = relu(apply("conv", {y, w({48, 16, 3, 3}, "w2"), w({48}, "b2")},
+                   {{"group", int64_t{3}}, {"pads", pad1}}));
+    y = apply("conv", {y, w({96, 24, 3, 3}, "w3")},
+              {{"group", int64_t{2}}, {"pads", pad1}, {"strides", std::vector<int64_t>{2, 2}}});
+    y = relu(apply("conv", {y, w({48, 96 / odd_group, 3, 3}, "w4")},
+                   {{"group", odd_group}, {"pads", pad1}}));
+    g.set_outputs({apply("conv", {y, w({32, 48, 1, 1}, "w5")}, {})});
+    return g;
+  };
+  Graph g = block(6);  // 16 input and 8 output channels per group
+  Graph l = layout_nchwc(g);
+  EXPECT_EQ(count_ops(l, "conv_nchwc"), 5) << l.to_string();
+  EXPECT_EQ(count_ops(l, "transpose"), 2) << "one reorder in, one out:\n" << l.to_string();
+  int grouped = 0;
+  for (const auto& node : l.nodes())
+    grouped += attr_int(node->op->props(), "channel_groups", 1) > 1;
+  EXPECT_EQ(grouped, 3) << l.to_string();
+  const std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {2, 32, 11, 9}, rng)};
+  const auto want = evaluate_reference(g, in);
+  const auto blocked = evaluate_reference(l, in);
+  // Five layers grow the outputs to ~150, so an output near 0 is a difference of large sums:
+  // float32 rounding is judged against the output's scale.
+  double scale = 0;
+  for (double v : want.at(0).to_doubles()) scale = std::max(scale, std::fabs(v));
+  const double atol = 1e-6 * scale;
+  EXPECT_TRUE(testing::tensors_close(blocked.at(0), want.at(0), 1e-4, atol));
+  expect_same_results(g, in, "-layout", 1e-4, atol);
+  expect_same_results(g, in, "", 1e-4, atol);
+  expect_same_results(g, in, "-epilogue,-fusion", 1e-4, atol);
+  // 12 channels per group are not whole blocks: that convolution stays a plain one, and so
+  // does the last 1 x 1, alone after it (not worth its two reorders).
+  Graph h = block(4);
+  Graph hl = layout_nchwc(h);
+  EXPECT_EQ(count_ops(hl, "conv"), 2) << hl.to_string();
+  EXPECT_EQ(count_ops(hl, "conv_nchwc"), 3) << hl.to_string();
+  expect_same_results(h, in, "", 1e-4, atol);
+}
+
 // A lone convolution converts only when its multiply-adds outnumber the elements its two
 // reorders move 64 times or more: 128 -> 256 channels over a 3 x 3 map (85 per element, a
 // ShuffleNetV2 head) does, a 16 -> 32 1 x 1 (11 per element) and a 3 x 3 of 8 -> 8 channels

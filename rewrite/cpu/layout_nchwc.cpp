@@ -7,9 +7,9 @@
 // channels of one position, and the register-blocked kernels reach SGEMM's rate on 3x3
 // layers.
 //
-// A region is a set of 4-D values linked by convertible convolutions (group 1 or depthwise,
-// channels in whole blocks, dilation 1; a stem reading an image of fewer channels than a
-// block in NCHW), elementwise nodes, max pools and channel concatenations; it
+// A region is a set of 4-D values linked by convertible convolutions (group 1, depthwise, or
+// grouped with whole blocks per group; channels in whole blocks, dilation 1; a stem reading
+// an image of fewer channels than a block in NCHW), elementwise nodes, max pools and channel concatenations; it
 // converts when it holds two convolutions or more, or one whose multiply-adds dwarf its two
 // reorders (a lone 3 x 3 over a small map is not worth them). Reorders are reshape + transpose
 // nodes: those of constants (the weights, per-channel operands) fold now.
@@ -91,15 +91,20 @@ std::optional<Attrs> nchwc_props(const Node& node) {
     if (d.dilation != 1) return {};
   }
   const bool depthwise = group == c && wv->shape()[0] == c && wv->shape()[1] == 1;
-  if ((group != 1 && !depthwise) || (depthwise && !blockable(x)) || kernel[0] > 64 ||
+  // Grouped with whole blocks per group (RegNet, ResNeXt): the direct kernel per group.
+  const bool grouped = group > 1 && !depthwise && blockable(x) && (c / group) % B == 0 &&
+                       (wv->shape()[0] / group) % B == 0;
+  if ((group != 1 && !depthwise && !grouped) || (depthwise && !blockable(x)) || kernel[0] > 64 ||
       kernel[1] > 64) {
     return {};
   }
-  return Attrs{
-      {"group", group},
+  Attrs props_out{
+      {"group", grouped ? int64_t{1} : group},
       {"kernel_shape", kernel},
       {"strides", std::vector<int64_t>{g[0].stride, g[1].stride}},
       {"pads", std::vector<int64_t>{g[0].pad_begin, g[1].pad_begin, g[0].pad_end, g[1].pad_end}}};
+  if (grouped) props_out["channel_groups"] = group;
+  return props_out;
 }
 
 // A float convolution whose windows tile its image: group 1, stride = kernel (not 1 x 1),
@@ -429,7 +434,9 @@ class Layout {
     if (converting_.count(&node)) {
       const Attrs props = *nchwc_props(node);
       const Tensor& w = *constant_value(node.inputs[1]);
-      const int64_t m = w.shape()[0], c = node.inputs[0]->type.dims[1];
+      const bool grouped = attr_int(props, "channel_groups", 1) > 1;
+      // A grouped weight's channels are its group's: it is laid out as a group-1 weight of C/G.
+      const int64_t m = w.shape()[0], c = grouped ? w.shape()[1] : node.inputs[0]->type.dims[1];
       const bool depthwise = attr_int(props, "group", 1) != 1;
       // The weight in the kernel's order: (M/8, C/8, kh, kw, 8, 8) read as (M/8, C x kh x kw,
       // 8), or (C/8, kh, kw, 8); a plain image's (M/8, C x kh x kw, 8), one channel per tap.
@@ -485,7 +492,8 @@ class Layout {
       Attrs conv_props = props;
       const auto strides = attr_ints(props, "strides", std::vector<int64_t>{1, 1});
       const auto pads = attr_ints(props, "pads", std::vector<int64_t>{0, 0, 0, 0});
-      if (!depthwise && !plain && kh == 1 && kw == 1 && (strides[0] != 1 || strides[1] != 1) &&
+      if (!depthwise && !grouped && !plain && kh == 1 && kw == 1 &&
+          (strides[0] != 1 || strides[1] != 1) &&
           std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
         // A strided 1 x 1 convolution (a ResNet's downsample) is a pointwise one over every
         // s-th position: one strided copy of a quarter of the input, then the pointwise

@@ -38,6 +38,7 @@ bool winograd_conv(const Node& node) {
   const TensorType& x = node.inputs[0]->type;
   const Variable* w = node.inputs[1];
   return attr_int(p, "winograd", 0) == 0 && attr_int(p, "group", 1) == 1 &&
+         attr_int(p, "channel_groups", 1) == 1 &&
          attr_ints(p, "kernel_shape") == std::vector<int64_t>{3, 3} &&
          attr_ints(p, "strides") == std::vector<int64_t>{1, 1} &&
          attr_ints(p, "pads") == std::vector<int64_t>{1, 1, 1, 1} && x.rank() == 5 &&
