@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "compiler/compile.h"
-#include "compiler/tiered_function.h"
 #include "compiler/entries/background_stores.h"
 #include "compiler/entries/model_entries.h"
 #include "compiler/subprocess.h"
+#include "compiler/tiered_function.h"
 #include "frontend/model_loader.h"
 #include "runtime/io/npy.h"
 #include "util/clock.h"
@@ -94,11 +94,11 @@ double num(const Phases& p, const std::string& k) {
 
 std::string self_path() { return fs::read_symlink("/proc/self/exe").string(); }
 
-std::optional<Phases> run_child(const fs::path& model, const fs::path& input,
-                                const fs::path& cache, bool generic_start = false) {
-  ProcessResult r = run_process({"/usr/bin/env", "KILN_CACHE_DIR=" + cache.string(), self_path(),
-                                 generic_start ? "--child-generic" : "--child", model.string(),
-                                 input.string()});
+std::optional<Phases> run_child(const fs::path& model, const fs::path& input, const fs::path& cache,
+                                bool generic_start = false) {
+  ProcessResult r =
+      run_process({"/usr/bin/env", "KILN_CACHE_DIR=" + cache.string(), self_path(),
+                   generic_start ? "--child-generic" : "--child", model.string(), input.string()});
   if (r.exit_code != 0 || r.out.find("cache=") == std::string::npos) {
     std::fprintf(stderr, "%s: child failed (%d): %s\n", model.c_str(), r.exit_code, r.err.c_str());
     return std::nullopt;

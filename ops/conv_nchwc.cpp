@@ -324,8 +324,8 @@ std::optional<SplitTiles> ConvNchwc::c_split_tiles(const Node& node, const CodeN
     row_unit = g.m / kNchwcBlock;
   }
   return SplitTiles{sub.value(g.m / kNchwcBlock, "m_blocks"),
-                    sub.value(g.oh * g.ow * kNchwcBlock, "out_elems"), sub.value(row_unit, "row_unit"),
-                    sub.value(c_split_unit(node), "col_unit")};
+                    sub.value(g.oh * g.ow * kNchwcBlock, "out_elems"),
+                    sub.value(row_unit, "row_unit"), sub.value(c_split_unit(node), "col_unit")};
 }
 
 std::string ConvNchwc::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
@@ -416,8 +416,7 @@ std::string ConvNchwc::direct_setup(const Emit& e) const {
   s += "for (int64_t j = 0; j < kw; ++j, ++t) toff[t] = (int32_t)(" +
        e.by_kb("((c * rows + i) * wpad + j)") + ");\n";
   s += "for (int64_t p = pp0; p < pp1; ++p)\n";
-  s += "pos[p - pp0] = (int32_t)(" + e.by_kb("((p / ow - oya) * sh * wpad + p % ow * sw)") +
-       ");\n";
+  s += "pos[p - pp0] = (int32_t)(" + e.by_kb("((p / ow - oya) * sh * wpad + p % ow * sw)") + ");\n";
   return s;
 }
 
@@ -464,14 +463,13 @@ std::string ConvNchwc::direct_image(const Emit& e) const {
   s += "if (e_c1 > c1) e_c1 = c1;\n";
   // One call per group (one in group 1): its output blocks read its input blocks.
   s += "for (int64_t gi = g_lo; gi < g_hi; ++gi) {\n";
-  s += "const int64_t b0 = gi * gmb > r0 ? gi * gmb : r0, b1 = (gi + 1) * gmb < r1 ? (gi + 1) * gmb "
-       ": r1;\n";
+  s += "const int64_t b0 = gi * gmb > r0 ? gi * gmb : r0;\n";
+  s += "const int64_t b1 = (gi + 1) * gmb < r1 ? (gi + 1) * gmb : r1;\n";
   s += "kiln_nchwc_direct(buf + " + e.by_kb("gi * gcb * rows * wpad") +
        ", pos + (e_c0 / 8 - pp0), toff, " +
        e.v(g.c / e.kb / channel_groups_ * kernel_[0] * kernel_[1], "taps") + ", " +
-       std::to_string(e.kb) + ", d1, " + e.bias + ", yi, " + e.v(g.oh * g.ow, "out_hw") +
-       ", ow, " + e.by_kb("sw") + ", b0, b1, e_c0 / 8, e_c1 / 8, chunk_rows, " + e.lo_hi +
-       ");\n";
+       std::to_string(e.kb) + ", d1, " + e.bias + ", yi, " + e.v(g.oh * g.ow, "out_hw") + ", ow, " +
+       e.by_kb("sw") + ", b0, b1, e_c0 / 8, e_c1 / 8, chunk_rows, " + e.lo_hi + ");\n";
   s += "}\n";
   s += e.run_epilogue("e_r0 = r0, e_r1 = r1");
   s += "}\n";

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <thread>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "compiler/compile.h"
 #include "compiler/generic/generic_runner.h"
@@ -356,7 +356,8 @@ TEST_F(TieredFunctionTest, AGenericRunTheModuleOvertakesIsDropped) {
   EXPECT_EQ(f.last_tier(), Tier::kCompiled);
   EXPECT_EQ(f.overtaken_runs(), 1);
   EXPECT_EQ(f.generic_runs(), 0);
-  EXPECT_TRUE(tensors_close(out.at(0), Tensor::from_doubles(DType::kFloat32, {5}, {2, 0, 6, 0, 8})));
+  EXPECT_TRUE(
+      tensors_close(out.at(0), Tensor::from_doubles(DType::kFloat32, {5}, {2, 0, 6, 0, 8})));
 }
 
 TEST(GenericTierEnv, BadSettingIsAnErrorNamingIt) {

@@ -186,7 +186,7 @@ TEST(Rewrite, ReductionFusionComputesTheReducedValuesInTheReductionLoop) {
   Var sq = (a - b) * (a - b);  // broadcast of b, read twice
   Var y = mean(sq, {1, 2}, true);
   Var m = max(exp(a * 0.5), {0});  // a reduction over the outermost axis
-  Var p = prod(a, {2});             // no producer: stays a plain reduce_prod
+  Var p = prod(a, {2});            // no producer: stays a plain reduce_prod
   g.set_outputs({y, m, p});
   Graph o = optimize(g, std::string(""));
   EXPECT_EQ(count_ops(o, "fused_reduce"), 2) << o.to_string();
@@ -470,8 +470,8 @@ TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   Var narrow = constant(g, testing::random_tensor(DType::kFloat32, {6, 15}, rng), "narrow");
   Var xi = input(g, "xi", DType::kInt32, {2, 3});
   Var wi = constant(g, testing::random_tensor(DType::kInt32, {3, 2}, rng), "wi");
-  g.set_outputs({gemm(x, w, bias, 1.0, 1.0, false, true), gemm(x, w, 2.0, false, true),
-                 gemm(x, rb), gemm(xi, wi), gemm(x, narrow)});
+  g.set_outputs({gemm(x, w, bias, 1.0, 1.0, false, true), gemm(x, w, 2.0, false, true), gemm(x, rb),
+                 gemm(xi, wi), gemm(x, narrow)});
   Graph p = pack_weights(g);
   int packed = 0;
   for (const auto& node : p.nodes()) {

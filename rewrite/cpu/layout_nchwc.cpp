@@ -9,10 +9,10 @@
 //
 // A region is a set of 4-D values linked by convertible convolutions (group 1, depthwise, or
 // grouped with whole blocks per group; channels in whole blocks, dilation 1; a stem reading
-// an image of fewer channels than a block in NCHW), elementwise nodes, max pools and channel concatenations; it
-// converts when it holds two convolutions or more, or one whose multiply-adds dwarf its two
-// reorders (a lone 3 x 3 over a small map is not worth them). Reorders are reshape + transpose
-// nodes: those of constants (the weights, per-channel operands) fold now.
+// an image of fewer channels than a block in NCHW), elementwise nodes, max pools and channel
+// concatenations; it converts when it holds two convolutions or more, or one whose multiply-adds
+// dwarf its two reorders (a lone 3 x 3 over a small map is not worth them). Reorders are reshape +
+// transpose nodes: those of constants (the weights, per-channel operands) fold now.
 //
 // A convolution whose windows tile the image (stride = kernel, no padding: a vision
 // transformer's patch embedding, a ConvNeXt stem) and is not in a region is a GEMM over
