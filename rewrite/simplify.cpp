@@ -7,7 +7,11 @@
 //   transpose moving only axes of size 1               -> reshape
 //   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
 //   pad(x) with every pad 0 (exported models have them) -> x
+//   conv(pad(x)) padding H and W with zeros             -> conv(x), its pads grown
+//     (TensorFlow-style "same" padding exports as an explicit Pad: a copy of the image, and
+//     in the blocked layout a region broken around it)
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
+#include <cmath>
 #include <optional>
 
 #include "ops/registry.h"
@@ -50,6 +54,40 @@ struct Rewrite {
   std::vector<Variable*> inputs;
 };
 
+// A convolution of a zero Pad of its input's spatial dimensions (none of N and C): the same
+// convolution of the unpadded input with the pads added to its own.
+std::optional<Rewrite> conv_absorbing_pad(const Node& conv) {
+  const Node* pad = producer(conv.inputs[0], "pad");
+  if (!pad || pad->inputs.size() != 1) return std::nullopt;
+  const Attrs& pp = pad->op->props();
+  const Attrs& cp = conv.op->props();
+  const double value = attr_float(pp, "value", 0.0);
+  if (value != 0.0 || std::signbit(value)) return std::nullopt;
+  if (attr_string(cp, "auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
+  const int rank = pad->inputs[0]->type.rank();
+  const std::vector<int64_t> pads = attr_ints(pp, "pads");
+  if ((rank != 3 && rank != 4) || pads.size() != static_cast<size_t>(2 * rank)) return std::nullopt;
+  const int spatial = rank - 2;
+  for (int64_t p : pads)
+    if (p < 0) return std::nullopt;  // a crop
+  if (pads[0] != 0 || pads[1] != 0 || pads[static_cast<size_t>(rank)] != 0 ||
+      pads[static_cast<size_t>(rank) + 1] != 0) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> grown =
+      attr_ints(cp, "pads", std::vector<int64_t>(static_cast<size_t>(2 * spatial), 0));
+  if (grown.size() != static_cast<size_t>(2 * spatial)) return std::nullopt;
+  for (int d = 0; d < spatial; ++d) {
+    grown[static_cast<size_t>(d)] += pads[static_cast<size_t>(2 + d)];
+    grown[static_cast<size_t>(spatial + d)] += pads[static_cast<size_t>(rank + 2 + d)];
+  }
+  Attrs props = cp;
+  props["pads"] = grown;
+  std::vector<Variable*> inputs(conv.inputs.begin(), conv.inputs.end());
+  inputs[0] = pad->inputs[0];
+  return Rewrite{nullptr, OpRegistry::instance().create("conv", props), inputs};
+}
+
 std::optional<Rewrite> rule(const Node& node) {
   const std::string& name = node.op->name();
   const Variable* out = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
@@ -59,6 +97,9 @@ std::optional<Rewrite> rule(const Node& node) {
     return std::nullopt;
   };
   const auto& in = node.inputs;
+  if (name == "conv" && in.size() >= 2) {
+    if (auto r = conv_absorbing_pad(node)) return r;
+  }
   if (in.size() == 2) {
     if ((name == "add" || name == "sub") && is_splat(in[1], 0)) return keeps(in[0]);
     if (name == "add" && is_splat(in[0], 0)) return keeps(in[1]);

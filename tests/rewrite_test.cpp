@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <random>
 
@@ -115,6 +116,58 @@ TEST(Rewrite, SimplifyRemovesIdentities) {
                       {Tensor::from_doubles(DType::kFloat32, {1, 3, 1, 2}, {1, -2, 3, 4, 5, -0.0}),
                        Tensor::from_doubles(DType::kFloat32, {3, 1, 2}, {6, 5, 4, 3, 2, 1})},
                       "");
+}
+
+// A zero Pad of H and W in front of a convolution (TensorFlow-style "same" padding, as
+// EfficientNetV2's exports write it) becomes the convolution's own pads: no pad step, and the
+// blocked region does not break around it. A pad of another value, of the channels, or before
+// a convolution with auto_pad stays; a pad read elsewhere too stays for that reader.
+TEST(Rewrite, SimplifyFoldsZeroPadsIntoConvolutions) {
+  std::mt19937 rng(83);
+  Graph g("pad_conv");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 8, 13, 12});
+  Var w = constant(g, testing::random_tensor(DType::kFloat32, {8, 1, 3, 3}, rng), "w");
+  Var wf = constant(g, testing::random_tensor(DType::kFloat32, {4, 8, 3, 3}, rng), "wf");
+  Var w1 = constant(g, testing::random_tensor(DType::kFloat32, {4, 8, 3}, rng), "w1");
+  Var wc = constant(g, testing::random_tensor(DType::kFloat32, {4, 10, 3, 3}, rng), "wc");
+  auto pad = [&](Var v, std::vector<int64_t> pads, double value = 0.0) {
+    return apply("pad", {v}, {{"pads", pads}, {"value", value}});
+  };
+  const std::vector<int64_t> same{0, 0, 0, 1, 0, 0, 1, 1};  // bottom and right, 1 left
+  Var shared = pad(x, same);
+  Var l = input(g, "l", DType::kFloat32, {2, 8, 17});
+  g.set_outputs({
+      // Depthwise at stride 2 with pads of its own: they add up.
+      apply("conv", {shared, w},
+            {{"group", int64_t{8}},
+             {"strides", std::vector<int64_t>{2, 2}},
+             {"pads", std::vector<int64_t>{1, 0, 0, 0}}})
+          .var(),
+      relu(shared).var(),  // the padded value is read here too: that pad stays
+      apply("conv", {pad(x, same, 1.0), wf}, {}).var(),
+      apply("conv", {pad(x, {0, 1, 0, 0, 0, 1, 0, 0}), wc},
+            {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})
+          .var(),
+      apply("conv", {pad(x, same), wf}, {{"auto_pad", std::string("SAME_UPPER")}}).var(),
+      apply("conv", {pad(l, {0, 0, 2, 0, 0, 3}), w1}, {}).var(),  // 1-D
+  });
+  const Graph s = remove_dead(simplify(g));
+  // Left: the shared pad (for relu), the pad of ones, the pad of the channels, the one before
+  // auto_pad.
+  EXPECT_EQ(count_ops(s, "pad"), 4) << s.to_string();
+  int grown = 0;
+  for (const auto& node : s.nodes()) {
+    if (node->op->name() != "conv" || node->inputs[0]->kind != VarKind::kInput) continue;
+    const auto pads = attr_ints(node->op->props(), "pads");
+    grown += pads == std::vector<int64_t>{1, 1, 1, 1} || pads == std::vector<int64_t>{2, 3};
+  }
+  EXPECT_EQ(grown, 2) << s.to_string();
+  Tensor xs = testing::random_tensor(DType::kFloat32, {2, 8, 13, 12}, rng);
+  xs.store(5, std::nan(""));
+  xs.store(40, -std::numeric_limits<double>::infinity());
+  const std::vector<Tensor> in{xs, testing::random_tensor(DType::kFloat32, {2, 8, 17}, rng)};
+  expect_same_results(g, in, "");
+  expect_same_results(g, in, "-simplify");
 }
 
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
