@@ -47,10 +47,10 @@ const std::vector<PassInfo>& all_passes() {
   // clang-format off
   static const std::vector<PassInfo> passes = {
       {"fold", fold_constants, 3},
-      {"simplify", simplify, 2},
+      {"simplify", simplify, 3},
       {"cse", merge_common, 1},
       {"norm", fuse_layer_norm, 1, "cpu"},
-      {"layout", layout_nchwc, 6, "cpu"},
+      {"layout", layout_nchwc, 7, "cpu"},
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 4, "cpu"},
       {"views", view_matmul_operands, 2, "cpu"},

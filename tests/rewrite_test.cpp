@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <cstdlib>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
@@ -168,6 +168,34 @@ TEST(Rewrite, SimplifyFoldsZeroPadsIntoConvolutions) {
   const std::vector<Tensor> in{xs, testing::random_tensor(DType::kFloat32, {2, 8, 17}, rng)};
   expect_same_results(g, in, "");
   expect_same_results(g, in, "-simplify");
+}
+
+// transpose -> reshape -> transpose becomes one transpose between reshapes where the reshape
+// only merges and splits axes: blocked -> NCHW -> NHWC (ConvNeXt's exit from a region), NHWC ->
+// NCHW -> blocked (its way back), with size-1 axes, exactly the same values. A reshape that
+// regroups elements across axes, and a chain whose middle value is read elsewhere, stay.
+TEST(Rewrite, ComposeReordersMakesOneTransposeOfTwo) {
+  std::mt19937 rng(89);
+  Graph g("reorders");
+  Var blocked = input(g, "blocked", DType::kFloat32, {2, 4, 5, 3, 8});
+  Var nhwc = input(g, "nhwc", DType::kFloat32, {1, 5, 3, 32});
+  Var odd = input(g, "odd", DType::kFloat32, {6, 4});
+  Var out1 = transpose(reshape(transpose(blocked, {0, 1, 4, 2, 3}), {2, 32, 5, 3}), {0, 2, 3, 1});
+  Var out2 = transpose(reshape(transpose(nhwc, {0, 3, 1, 2}), {1, 4, 8, 5, 3}), {0, 1, 3, 4, 2});
+  Var out3 = transpose(reshape(transpose(odd, {1, 0}), {6, 4}), {1, 0});  // (4, 6) -> (6, 4)
+  Var shared = transpose(blocked, {0, 1, 4, 2, 3});
+  Var out4 = transpose(reshape(shared, {2, 32, 5, 3}), {0, 2, 3, 1});
+  g.set_outputs({relu(out1), relu(out2), relu(out3), relu(out4), relu(shared)});
+  const Graph c = remove_dead(compose_reorders(g));
+  // One each for the first two, two for the regrouping reshape, and the shared chain's two.
+  EXPECT_EQ(count_ops(c, "transpose"), 6) << c.to_string();
+  const std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {2, 4, 5, 3, 8}, rng),
+                               testing::random_tensor(DType::kFloat32, {1, 5, 3, 32}, rng),
+                               testing::random_tensor(DType::kFloat32, {6, 4}, rng)};
+  const auto want = evaluate_reference(g, in), got = evaluate_reference(c, in);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  expect_same_results(g, in, "");
 }
 
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {

@@ -568,6 +568,7 @@ class Layout {
 
 }  // namespace
 
-Graph layout_nchwc(const Graph& graph) { return Layout(graph).run(); }
+// A region's reorder out, then a model's own transpose (ConvNeXt's NCHW -> NHWC): one copy.
+Graph layout_nchwc(const Graph& graph) { return compose_reorders(Layout(graph).run()); }
 
 }  // namespace kiln
