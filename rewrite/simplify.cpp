@@ -8,11 +8,17 @@
 //   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
 //   pad(x) with every pad 0 (exported models have them) -> x
 //   conv(pad(x)) padding H and W with zeros             -> conv(x), its pads grown
+//   op(transpose(x), c), c constant varying on one axis  -> transpose(op(x, c reshaped))
+//     (ConvNeXt's layer scale after its NHWC -> NCHW transpose: the transpose then meets the
+//     next reorder, and the product the GEMM before it)
 //     (TensorFlow-style "same" padding exports as an explicit Pad: a copy of the image, and
 //     in the blocked layout a region broken around it)
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
 #include <cmath>
 #include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
 
 #include "ops/registry.h"
 #include "rewrite/graph_copy.h"
@@ -170,12 +176,64 @@ std::optional<Rewrite> rule(const Node& node) {
   return std::nullopt;
 }
 
+// op(transpose(x, p), c) for a binary arithmetic op, the transpose read only here, and c a
+// constant that varies along exactly one axis and does not grow the result: the op before the
+// transpose, c reshaped to x's axes. Returns the new transpose's output, or null.
+Variable* arithmetic_before_transpose(const Node& node, GraphCopy& copy,
+                                      const std::unordered_map<const Variable*, int>& uses) {
+  static const std::set<std::string> ops{"add", "sub", "mul", "div"};
+  if (!ops.count(node.op->name()) || node.inputs.size() != 2 || node.outputs.size() != 1)
+    return nullptr;
+  const Variable* out = node.outputs[0];
+  for (int k = 0; k < 2; ++k) {
+    const Variable* t = node.inputs[static_cast<size_t>(k)];
+    const Variable* c = node.inputs[static_cast<size_t>(1 - k)];
+    const Node* tr = producer(t, "transpose");
+    if (!tr || uses.at(t) != 1 || c->kind != VarKind::kConstant || !(t->type == out->type))
+      continue;
+    const auto& cd = c->type.dims;
+    const int rank = t->type.rank();
+    if (static_cast<int>(cd.size()) > rank) continue;
+    int axis = -1, varying = 0;
+    for (size_t i = 0; i < cd.size(); ++i) {
+      if (cd[i] == 1) continue;
+      ++varying;
+      axis = rank - static_cast<int>(cd.size()) + static_cast<int>(i);
+    }
+    const int64_t size = axis >= 0 ? cd[cd.size() - static_cast<size_t>(rank - axis)] : 1;
+    // A scalar stays where it is: a scale after a head split is the product's alpha
+    // (matmul_views), which a scale before the split is not.
+    if (varying != 1 || size == kDynamic) continue;
+    const std::vector<int64_t> perm = perm_of(*tr);
+    std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+    if (axis >= 0) shape[static_cast<size_t>(perm[static_cast<size_t>(axis)])] = size;
+    const OpRegistry& reg = OpRegistry::instance();
+    Graph& dst = copy.dst();
+    Variable* cr =
+        dst.add_node(reg.create("reshape", {{"shape", shape}}), {copy.map(c)},
+                     node.name + ".operand_to_source", {dst.fresh_name(c->name + ".to_source")})
+            ->outputs[0];
+    std::vector<Variable*> ins{copy.map(tr->inputs[0]), cr};
+    if (k == 1) std::swap(ins[0], ins[1]);
+    Variable* before = dst.add_node(node.op, ins, node.name + ".before_transpose",
+                                    {dst.fresh_name(out->name + ".before_transpose")})
+                           ->outputs[0];
+    return copy.add(tr->op, {before}, {out}, node.name)->outputs[0];
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Graph simplify(const Graph& graph) {
+  std::unordered_map<const Variable*, int> uses;
+  for (const auto& node : graph.nodes())
+    for (const Variable* v : node->inputs) ++uses[v];
+  for (const Variable* v : graph.outputs()) ++uses[v];
   GraphCopy copy(graph);
   for (const auto& node : graph.nodes()) {
     auto r = rule(*node);
+    if (!r && arithmetic_before_transpose(*node, copy, uses)) continue;
     if (!r) {
       copy.copy(*node);
     } else if (r->same) {

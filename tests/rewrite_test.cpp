@@ -198,6 +198,42 @@ TEST(Rewrite, ComposeReordersMakesOneTransposeOfTwo) {
   expect_same_results(g, in, "");
 }
 
+// An arithmetic op between a transpose and a constant varying along one axis (ConvNeXt's layer
+// scale after its NHWC -> NCHW transpose) moves before the transpose, the constant reshaped to
+// the transpose's input: the transpose then meets the next reorder. Operand order is kept
+// (c - t, t / c). A transpose read twice, a constant varying along two axes, and a run-time
+// operand stay. Same values, bit for bit.
+TEST(Rewrite, SimplifyMovesArithmeticBeforeATranspose) {
+  std::mt19937 rng(97);
+  Graph g("before_transpose");
+  Var x = input(g, "x", DType::kFloat32, {2, 5, 3, 8});
+  Var r = input(g, "r", DType::kFloat32, {8, 1, 1});
+  auto nchw = [&] { return transpose(x, {0, 3, 1, 2}); };  // (2, 8, 5, 3)
+  Var c = parameter(g, testing::random_tensor(DType::kFloat32, {8, 1, 1}, rng), "c");
+  Var d = constant(g, testing::random_tensor(DType::kFloat32, {1, 8, 1, 1}, rng, 0.5, 2), "d");
+  Var two = constant(g, testing::random_tensor(DType::kFloat32, {8, 5, 1}, rng), "two");
+  Var shared = nchw();
+  g.set_outputs({relu(nchw() * c), relu(c - nchw()), relu(nchw() / d), relu(shared * c),
+                 relu(shared), relu(nchw() * two), relu(nchw() + r)});
+  const Graph s = remove_dead(simplify(g));
+  int moved = 0;
+  for (const auto& node : s.nodes()) {
+    if (node->op->name() == "transpose" && node->inputs[0]->owner &&
+        node->inputs[0]->owner->op->name() != "transpose")
+      ++moved;  // a transpose of an arithmetic result
+  }
+  EXPECT_EQ(moved, 3) << s.to_string();
+  EXPECT_EQ(count_ops(s, "transpose"), 6) << s.to_string();
+  Tensor xs = testing::random_tensor(DType::kFloat32, {2, 5, 3, 8}, rng);
+  xs.store(3, std::nan(""));
+  xs.store(17, -0.0);
+  const std::vector<Tensor> in{xs, testing::random_tensor(DType::kFloat32, {8, 1, 1}, rng)};
+  const auto want = evaluate_reference(g, in), got = evaluate_reference(s, in);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  expect_same_results(g, in, "");
+}
+
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
   Graph g("cse");
   Var x = input(g, "x", DType::kFloat32, {4});
