@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "ops/registry.h"
+#include "ops/transpose.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
 
@@ -54,12 +55,11 @@ std::optional<std::vector<Atom>> refine(const std::vector<int64_t>& s1,
   return atoms;
 }
 
+// The transpose's permutation as the op reads it (an empty perm reverses the axes).
 std::vector<int64_t> perm_of(const Node& t) {
-  auto perm = attr_ints(t.op->props(), "perm", std::vector<int64_t>{});
-  if (perm.empty()) {
-    for (int d = t.inputs[0]->type.rank() - 1; d >= 0; --d) perm.push_back(d);
-  }
-  return perm;
+  const auto& op = dynamic_cast<const Transpose&>(*t.op);
+  const std::vector<int> p = op.perm_for(t.inputs[0]->type.rank());
+  return {p.begin(), p.end()};
 }
 
 const Node* sole_producer(const Variable* v, const std::string& op,
