@@ -73,9 +73,8 @@ bool is_root() { return ::geteuid() == 0; }
 // tests must still reach what it runs.
 const fs::path& reachable_copy() {
   static const fs::path dir = [] {
-    const fs::path d =
-        fs::temp_directory_path() / ("kiln-test-" + std::to_string(::getpid()) + "-as");
-    fs::remove_all(d);
+    // temp_dir removes it when the tests pass: a copy of the kiln binary per run adds up.
+    const fs::path d = temp_dir("as");
     fs::create_directories(d / "examples");
     fs::copy_file(testing::kiln_binary(), d / "kiln");
     fs::copy(KILN_EXAMPLES_DIR, d / "examples", fs::copy_options::recursive);

@@ -189,9 +189,12 @@ def export(name, out):
 def smoke_folder(models):
     """The named models exported afresh into a temporary folder (the benchmarks' --smoke runs,
     which must not depend on, nor overwrite, bench/data/zoo)."""
+    import atexit
+    import shutil
     import subprocess
     import tempfile
     out = tempfile.mkdtemp(prefix="kiln-zoo-smoke-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     subprocess.run([sys.executable, os.path.abspath(__file__), "--out", out] + list(models),
                    check=True, stdout=subprocess.DEVNULL)
     return out
