@@ -82,6 +82,8 @@ GPT2 = dict(n_embd=768, n_layer=4, n_head=12, n_positions=1024)
 LLAMA = dict(vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024)
 T5 = dict(d_model=512, d_ff=2048, d_kv=64, num_layers=4, num_heads=8)
+# A small encoder (BERT-mini's shape, 30522-word vocabulary), for models under 2 ms.
+BERT_MINI = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
 IMAGE_AXES = {0: "batch"}
 TOKEN_AXES = {0: "batch", 1: "sequence"}
 
@@ -100,6 +102,7 @@ MODELS = {
     "convnext_tiny": (timm_model("convnext_tiny"), image(1), "input", None),
     "densenet121": (timm_model("densenet121"), image(1), "input", None),
     "ghostnet": (timm_model("ghostnet_100"), image(1), "input", None),
+    "mobilenetv3_small": (timm_model("mobilenetv3_small_075"), image(1), "input", None),
     # vision transformers and hybrids
     "deit_tiny": (timm_model("deit_tiny_patch16_224"), image(1), "input", None),
     "deit_tiny_b8": (timm_model("deit_tiny_patch16_224"), image(8), "input", None),
@@ -117,6 +120,7 @@ MODELS = {
     "gpt2": (hf_model("gpt2", **GPT2), tokens(1, 128, 50257), "ids", None),
     "llama": (hf_model("llama", **LLAMA), tokens(1, 128, 32000), "ids", None),
     "t5_encoder": (hf_model("t5", **T5), tokens(1, 128, 32128), "ids", None),
+    "bert_mini": (hf_model("bert", **BERT_MINI), tokens(1, 64, 30522), "ids", None),
 }
 
 
