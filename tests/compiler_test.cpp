@@ -12,6 +12,7 @@
 #include "compiler/c/toolchain.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
+#include "ops/gather.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
 #include "runtime/engine/engine.h"
@@ -173,6 +174,37 @@ TEST(Compiler, BranchesOfSplitStepsRunInOrder) {
   Function fh = compile(h);
   fh({in});
   EXPECT_EQ(fh.stats().stepwise_runs, std::thread::hardware_concurrency() > 1 ? 1 : 0);
+}
+
+// A weight counts toward a step's work only where the step splits: a Gather reads a few
+// rows of its table, so a large embedding table must not make a program of split steps
+// look branch-bound (BERT-mini's steps each paid ~3 us through the engine). The same table
+// as a graph input still counts.
+TEST(Compiler, AGathersLargeWeightTableDoesNotPushStepsOneByOne) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: nothing can overlap";
+  std::mt19937 rng(5);
+  const Tensor table = testing::random_tensor(DType::kFloat32, {4096, 256}, rng);
+  Tensor idx = Tensor::zeros(DType::kInt64, {512});
+  for (int64_t i = 0; i < 512; ++i) idx.store_int(i, (i * 37) % 4096);
+  auto branches = [](Graph& g, Var t, Var ids) {
+    Node* gather = g.add_node(std::make_shared<Gather>(Attrs{{"axis", int64_t{0}}}), {t, ids});
+    Var rows(&g, gather->outputs[0]);
+    g.set_outputs({exp(rows), tanh(neg(rows))});
+  };
+  Graph g("weight_table");
+  branches(g, constant(g, table, "table"), input(g, "ids", DType::kInt64, {512}));
+  Function f = compile(g);
+  auto out = f({idx});
+  const double want = std::exp(table.load(111 * 256 + 7));  // row 3 is table row 111
+  EXPECT_NEAR(out[0].load(256 * 3 + 7), want, 1e-6 * want);
+  EXPECT_EQ(f.stats().runs, 1);
+  EXPECT_EQ(f.stats().stepwise_runs, 0);
+  Graph h("input_table");
+  Var table_in = input(h, "table", DType::kFloat32, {4096, 256});  // inputs in this order
+  branches(h, table_in, input(h, "ids", DType::kInt64, {512}));
+  Function fh = compile(h);
+  fh({table, idx});
+  EXPECT_EQ(fh.stats().stepwise_runs, 1);
 }
 
 // A splittable op whose parts 0 and 1 meet only if they run at the same time (as

@@ -294,6 +294,31 @@ TEST(WorkerPool, AWorkersOwnCallerBusyTakesNoSecondCore) {
   release.set_value();
 }
 
+// Wake-ups are what a profile counts per run: a sleeping worker woken for a task is one, a
+// polling worker that takes a task is none.
+TEST(WorkerPool, CountsWakeUpsOfSleepingWorkersOnly) {
+  auto run_one = [](WorkerPool& pool) {
+    std::promise<void> ran;
+    pool.submit([&] { ran.set_value(); }, 0);
+    ASSERT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
+  };
+  {
+    WorkerPool sleeper(1, /*cores=*/1, /*spin=*/0us);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (sleeper.sleeping() != 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    ASSERT_EQ(sleeper.sleeping(), 1);
+    const int64_t before = WorkerPool::wakeups();
+    run_one(sleeper);
+    EXPECT_GE(WorkerPool::wakeups() - before, 1);
+  }
+  WorkerPool poller(1, /*cores=*/1, /*spin=*/30s);
+  ASSERT_EQ(settled_pollers(poller, 1), 1);
+  const int64_t before = WorkerPool::wakeups();
+  run_one(poller);
+  EXPECT_EQ(WorkerPool::wakeups() - before, 0);
+}
+
 TEST(Engine, KindFromEnvironment) {
   ::setenv("KILN_ENGINE", "naive", 1);
   EXPECT_STREQ(make_engine()->kind(), "naive");

@@ -113,6 +113,39 @@ TEST(Profile, FusedStepsCountTheirBaseOpAndSwitchingOnClears) {
   EXPECT_NE(table.find("profile: 0 runs"), std::string::npos) << table;
 }
 
+// The engine's own cost: every thunk call of the profiled runs counted, the time with no
+// thunk running within the runs' wall time, and the table's engine line.
+TEST(Profile, EngineCostCountsCallsAndIdleTime) {
+  std::mt19937 rng(4);
+  Graph g("profile_engine");
+  Var x = input(g, "x", DType::kFloat32, {64, 64});
+  Var w = input(g, "w", DType::kFloat32, {64, 64});
+  g.set_outputs({softmax(matmul(relu(matmul(x, w)), w), -1).var()});
+  Function f = compile(g);
+  const std::vector<Tensor> in{testing::random_tensor(DType::kFloat32, {64, 64}, rng),
+                               testing::random_tensor(DType::kFloat32, {64, 64}, rng)};
+  f(in);
+  f.set_profiling(true);
+  for (int r = 0; r < 5; ++r) f(in);
+  int64_t calls = 0;
+  for (const StepTime& s : f.profile()) calls += s.calls;
+  const RunProfile runs = f.run_profile();
+  ASSERT_EQ(runs.runs, 5);
+  EXPECT_EQ(runs.steps, calls);
+  EXPECT_EQ(runs.steps % 5, 0);
+  EXPECT_GE(runs.steps, 10) << "at least two steps per run";
+  ASSERT_GE(runs.idle_ns, 0);
+  EXPECT_LT(runs.idle_ns, runs.wall_ns) << "thunks ran for some of the wall time";
+  // Idle is what no thread covered: at most what the busiest thread left.
+  ASSERT_FALSE(runs.thread_busy_ns.empty());
+  EXPECT_LE(runs.idle_ns, runs.wall_ns - runs.thread_busy_ns[0]);
+  const std::string table = format_profile(f.profile(), runs);
+  EXPECT_NE(table.find("engine: " + std::to_string(runs.steps / 5) + ".0 thunk calls per run"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("with no thunk running"), std::string::npos) << table;
+}
+
 // A step split across workers leaves one event per part, each part once per run, and the
 // JSON trace holds every event under its step's label.
 TEST(Profile, SplitPartsAreTracedPerThread) {

@@ -52,6 +52,11 @@ int WorkerPool::polling() {
   return spinning_;
 }
 
+int WorkerPool::sleeping() {
+  std::lock_guard lock(mutex_);
+  return idle_;
+}
+
 WorkerPool::PollEnd WorkerPool::poll() {
   const auto until = std::chrono::steady_clock::now() + spin_;
   for (;;) {
@@ -98,6 +103,7 @@ void WorkerPool::work() {
       ++idle_;
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       --idle_;
+      if (!stop_) wakeups_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     Task task = std::move(const_cast<Item&>(queue_.top()).task);

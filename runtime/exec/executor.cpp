@@ -65,12 +65,12 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
     }
   }
   uploads_.assign(program_.steps.size(), false);
-  std::vector<bool> param(program_.slots.size(), false);
-  for (const auto& [slot, value] : program_.params) param[static_cast<size_t>(slot)] = true;
+  is_param_.assign(program_.slots.size(), false);
+  for (const auto& [slot, value] : program_.params) is_param_[static_cast<size_t>(slot)] = true;
   for (size_t si = 0; si < program_.steps.size(); ++si) {
     const StepSpec& step = program_.steps[si];
     bool weights_only = is_device_step(step) && !step.inputs.empty();
-    for (int s : step.inputs) weights_only = weights_only && param[static_cast<size_t>(s)];
+    for (int s : step.inputs) weights_only = weights_only && is_param_[static_cast<size_t>(s)];
     for (int s : step.outputs)
       weights_only = weights_only && program_.slots[s].on_device && !is_output_[s];
     uploads_[si] = weights_only;
@@ -118,6 +118,7 @@ void Executor::set_profiling(bool on) {
   for (int t = 0; t < kProfileThreads; ++t) thread_busy_ns_[t].store(0, std::memory_order_relaxed);
   profiled_runs_.store(0, std::memory_order_relaxed);
   profiled_wall_ns_.store(0, std::memory_order_relaxed);
+  wakeups_at_start_.store(WorkerPool::wakeups(), std::memory_order_relaxed);
   if (on && !trace_) trace_ = std::make_unique<TraceEvent[]>(kMaxTraceEvents);
   trace_next_.store(0, std::memory_order_relaxed);
   trace_epoch_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -181,6 +182,29 @@ RunProfile Executor::run_profile() const {
     if (ns > 0) r.thread_busy_ns.push_back(ns);
   }
   std::sort(r.thread_busy_ns.rbegin(), r.thread_busy_ns.rend());
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    r.steps += step_counters_[i].calls.load(std::memory_order_relaxed);
+  }
+  r.wakeups = WorkerPool::wakeups() - wakeups_at_start_.load(std::memory_order_relaxed);
+  // Idle time: the runs' wall time less the union of every thunk call and part.
+  int64_t dropped = 0;
+  std::vector<TraceEvent> events = trace(&dropped);
+  if (dropped == 0) {
+    std::sort(events.begin(), events.end(),
+              [](const TraceEvent& a, const TraceEvent& b) { return a.start_ns < b.start_ns; });
+    int64_t covered = 0, open_start = 0, open_end = -1;
+    for (const TraceEvent& e : events) {
+      if (e.start_ns > open_end) {
+        covered += std::max<int64_t>(open_end - open_start, 0);
+        open_start = e.start_ns;
+        open_end = e.end_ns;
+      } else {
+        open_end = std::max(open_end, e.end_ns);
+      }
+    }
+    covered += std::max<int64_t>(open_end - open_start, 0);
+    r.idle_ns = std::max<int64_t>(r.wall_ns - covered, 0);
+  }
   return r;
 }
 
@@ -304,14 +328,21 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       step_of_output[s] = static_cast<int>(si);
       known[s] = true;
     }
+    // A step's work is the largest tensor it touches. A weight counts only for a step that
+    // splits (a GEMM streams all of it), not for one that reads a few rows of it: BERT-mini's
+    // embedding Gather (a 7.8M-element table) made a 1.3 ms encoder of split steps look
+    // branch-bound, and pushing its steps through the engine cost ~3 us each.
+    const bool splits =
+        split_workers_ > 1 && (module_->info().thunks[step.thunk].flags & KILN_THUNK_SPLIT);
     int64_t work = 0;
     for (const auto* list : {&step.inputs, &step.outputs}) {
-      for (int s : *list) work = std::max(work, shape_numel(plan.shapes[s]));
+      for (int s : *list) {
+        if (!splits && list == &step.inputs && is_param_[static_cast<size_t>(s)]) continue;
+        work = std::max(work, shape_numel(plan.shapes[s]));
+      }
     }
     total_work += work;
-    if (split_workers_ > 1 && (module_->info().thunks[step.thunk].flags & KILN_THUNK_SPLIT)) {
-      split_work += work;
-    }
+    if (splits) split_work += work;
   }
   // A CPU reshape of an arena temporary views its bytes: the root (the temporary that owns
   // them) then lives until the view's last reader, and counts the view's readers as its own.

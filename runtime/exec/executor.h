@@ -65,6 +65,12 @@ struct RunProfile {
   int64_t runs = 0;
   int64_t wall_ns = 0;
   std::vector<int64_t> thread_busy_ns;  // busiest first
+  // The engine's own cost: thunk calls made, the time of those runs in which no thread ran
+  // a thunk (binding, dispatch, hand-offs between threads; -1 when the trace overflowed),
+  // and how often a sleeping worker had to be woken (any pool of the process).
+  int64_t steps = 0;
+  int64_t idle_ns = -1;
+  int64_t wakeups = 0;
 };
 
 // One thunk call or split part of a profiled run: which step, which part of how many, the
@@ -203,8 +209,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::atomic<int64_t> profiled_runs_{0}, profiled_wall_ns_{0};
   std::unique_ptr<TraceEvent[]> trace_;  // kMaxTraceEvents, allocated on first switch-on
   std::atomic<size_t> trace_next_{0};
-  std::atomic<int64_t> trace_epoch_ns_{0};  // steady_clock, when profiling was switched on
-  std::vector<bool> uploads_;               // per step: a device step of weights alone
+  std::atomic<int64_t> trace_epoch_ns_{0};    // steady_clock, when profiling was switched on
+  std::atomic<int64_t> wakeups_at_start_{0};  // WorkerPool::wakeups() then
+  std::vector<bool> uploads_;                 // per step: a device step of weights alone
+  std::vector<bool> is_param_;                // per slot: a weight (program_.params)
   std::mutex upload_mutex_;
   std::atomic<bool> uploaded_{false};
   std::vector<std::pair<int, Tensor>> uploaded_values_;  // slot -> its device tensor

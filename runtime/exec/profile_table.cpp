@@ -25,6 +25,21 @@ std::string format_profile(const std::vector<StepTime>& steps, const RunProfile&
     }
     out += "\n";
   }
+  if (runs.runs > 0 && runs.steps > 0) {
+    const double steps_per_run = static_cast<double>(runs.steps) / n;
+    std::snprintf(line, sizeof line,
+                  "engine: %.1f thunk calls per run, %.1f worker wake-ups per run", steps_per_run,
+                  static_cast<double>(runs.wakeups) / n);
+    out += line;
+    if (runs.idle_ns >= 0) {
+      // Time in which no thread ran a thunk: what the engine costs between steps.
+      const double idle_ns = static_cast<double>(runs.idle_ns) / n;
+      std::snprintf(line, sizeof line, ", %.1f us per run with no thunk running (%.0f ns per call)",
+                    idle_ns / 1e3, idle_ns / steps_per_run);
+      out += line;
+    }
+    out += "\n";
+  }
   std::vector<const StepTime*> order;
   for (const StepTime& s : steps) order.push_back(&s);
   std::stable_sort(order.begin(), order.end(),
