@@ -16,6 +16,7 @@
 #include "ops/reference.h"
 #include "ops/registry.h"
 #include "runtime/engine/engine.h"
+#include "runtime/storage.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 
@@ -415,6 +416,52 @@ TEST(Executor, ConcatBandsKeepTheirBytesFromFirstWriteToLastRead) {
     }
     EXPECT_EQ(f.stats().bands, 2);
   }
+}
+
+// In-order runs of one plan keep their bindings (weights, the arena and its views) for
+// the next run, and bind only inputs and outputs anew: each run then asks the storage
+// pool for its output alone, earlier outputs keep their values, and the caller's input
+// is not held once the run returns. A new input shape starts from a fresh binding.
+TEST(Executor, InOrderRunsKeepTheirBindingsButNotTheirInputsOrOutputs) {
+  Graph g("kept_bindings");
+  Var x = input(g, "x", DType::kFloat32, {kDynamic, 64});
+  std::mt19937 rng(8);
+  const Tensor w = testing::random_tensor(DType::kFloat32, {64, 64}, rng);
+  Var h = relu(matmul(x, constant(g, w, "w")));
+  g.set_outputs({exp(reshape(h * 0.5, {-1}) - 1.0).var()});
+  Function f = compile(g);
+  auto reference = [&](const Tensor& in) {
+    std::vector<double> out;
+    for (int64_t r = 0; r < in.shape()[0]; ++r) {
+      for (int64_t c = 0; c < 64; ++c) {
+        double acc = 0;
+        for (int64_t k = 0; k < 64; ++k) acc += in.load(r * 64 + k) * w.load(k * 64 + c);
+        out.push_back(std::exp(std::max(acc, 0.0) * 0.5 - 1.0));
+      }
+    }
+    return out;
+  };
+  auto expect_near = [](const Tensor& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got.load(static_cast<int64_t>(i)), want[i], 1e-4 * (1 + std::abs(want[i])));
+  };
+  std::vector<Tensor> ins, outs;
+  for (int i = 0; i < 6; ++i) ins.push_back(testing::random_tensor(DType::kFloat32, {32, 64}, rng));
+  f({ins[0]});  // plans and binds
+  const PoolStats before = pool_stats();
+  for (int i = 1; i < 6; ++i) outs.push_back(f({ins[i]})[0]);
+  const PoolStats after = pool_stats();
+  EXPECT_EQ((after.allocations - before.allocations) + (after.reuses - before.reuses), 5u)
+      << "one pool request per run: its output";
+  for (int i = 1; i < 6; ++i) {
+    SCOPED_TRACE("run " + std::to_string(i));
+    expect_near(outs[static_cast<size_t>(i - 1)], reference(ins[static_cast<size_t>(i)]));
+    EXPECT_EQ(ins[static_cast<size_t>(i)].storage().use_count(), 1) << "the input is held";
+  }
+  const Tensor other = testing::random_tensor(DType::kFloat32, {7, 64}, rng);
+  expect_near(f({other})[0], reference(other));
+  expect_near(f({ins[1]})[0], reference(ins[1]));
 }
 
 TEST(Executor, OverlappingAsyncRunsEachGetTheirOwnResults) {

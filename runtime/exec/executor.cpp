@@ -45,6 +45,8 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
       engine_(engine) {
   is_output_.assign(program_.slots.size(), false);
   for (int s : program_.output_slots) is_output_.at(s) = true;
+  for (const SlotSpec& spec : program_.slots)
+    has_device_slots_ = has_device_slots_ || spec.on_device;
   is_update_output_.assign(program_.output_slots.size(), false);
   for (const ProgramUpdate& u : program_.updates) {
     is_update_output_.at(static_cast<size_t>(u.output)) = true;
@@ -119,6 +121,7 @@ void Executor::set_profiling(bool on) {
   profiled_runs_.store(0, std::memory_order_relaxed);
   profiled_wall_ns_.store(0, std::memory_order_relaxed);
   wakeups_at_start_.store(WorkerPool::wakeups(), std::memory_order_relaxed);
+  stepwise_at_start_.store(stepwise_runs_.load(), std::memory_order_relaxed);
   if (on && !trace_) trace_ = std::make_unique<TraceEvent[]>(kMaxTraceEvents);
   trace_next_.store(0, std::memory_order_relaxed);
   trace_epoch_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -186,6 +189,7 @@ RunProfile Executor::run_profile() const {
     r.steps += step_counters_[i].calls.load(std::memory_order_relaxed);
   }
   r.wakeups = WorkerPool::wakeups() - wakeups_at_start_.load(std::memory_order_relaxed);
+  r.stepwise_runs = stepwise_runs_.load() - stepwise_at_start_.load(std::memory_order_relaxed);
   // Idle time: the runs' wall time less the union of every thunk call and part.
   int64_t dropped = 0;
   std::vector<TraceEvent> events = trace(&dropped);
@@ -525,19 +529,32 @@ std::string Executor::largest_temporary(const Plan& plan) const {
          program_.slots[slot].name + " of shape " + dims_to_string(plan.shapes[slot]);
 }
 
-std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan& plan) const {
-  std::vector<Tensor> values(program_.slots.size());
-  for (size_t i = 0; i < inputs.size(); ++i) values[program_.input_slots[i]] = inputs[i];
-  for (const auto& [slot, value] : program_.params) values[slot] = value;
-  // Each run has its own arena (from the storage pool), so overlapping runs never share
-  // temporaries.
+std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan& plan,
+                                   BoundValues* reuse, std::shared_ptr<Storage>* arena_out) const {
+  std::vector<Tensor> values;
   std::shared_ptr<Storage> arena;
-  try {
-    arena = allocate_storage(plan.arena_bytes);
-  } catch (const OutOfMemoryError& e) {
-    throw OutOfMemoryError("the run's temporaries (" + largest_temporary(plan) + "): " + e.what());
+  if (reuse) {  // weights and the arena's values are bound already
+    values = std::move(reuse->values);
+    arena = std::move(reuse->arena);
+    views_.fetch_add(reuse->views, std::memory_order_relaxed);
+    bands_.fetch_add(reuse->bands, std::memory_order_relaxed);
+  } else {
+    values.resize(program_.slots.size());
+    for (const auto& [slot, value] : program_.params) values[slot] = value;
   }
-  if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
+  for (size_t i = 0; i < inputs.size(); ++i) values[program_.input_slots[i]] = inputs[i];
+  // Each run has its own arena (from the storage pool, or kept from this executor's last
+  // run), so overlapping runs never share temporaries.
+  if (!arena) {
+    try {
+      arena = allocate_storage(plan.arena_bytes);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError("the run's temporaries (" + largest_temporary(plan) +
+                             "): " + e.what());
+    }
+    if (poison_) std::memset(arena->data(), 0xFF, plan.arena_bytes);
+  }
+  if (arena_out) *arena_out = arena;
   for (const auto& [slot, value] : uploaded_values_) values[slot] = value;
   // Concat outputs holding bands first: a band's producer runs before its concat.
   for (size_t s = 0; s < values.size(); ++s) {
@@ -890,15 +907,49 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   upload_weights();
   auto plan = plan_for(inputs);
   if (plan->parallel) return start(inputs, plan).get();
-  std::vector<Tensor> values = bind(inputs, *plan);
+  std::unique_ptr<BoundValues> kept = take_bound(plan);
+  std::shared_ptr<Storage> arena;
+  std::vector<Tensor> values = bind(inputs, *plan, kept.get(), &arena);
   runs_.fetch_add(1, std::memory_order_relaxed);
-  // This thread runs every step, between split steps too: a worker polling beside it and
-  // the one running helper parts would put three threads on two cores.
-  WorkerPool::CallerBusy busy;
-  run_steps(values);
+  {
+    // This thread runs every step, between split steps too: a worker polling beside it and
+    // the one running helper parts would put three threads on two cores.
+    WorkerPool::CallerBusy busy;
+    run_steps(values);
+  }
   std::vector<Tensor> outputs = outputs_of(values);
   own_outputs(outputs, foreign_storages(values));
+  keep_bound(plan, std::move(arena), std::move(values));
   return outputs;
+}
+
+std::unique_ptr<Executor::BoundValues> Executor::take_bound(
+    const std::shared_ptr<const Plan>& plan) {
+  std::lock_guard lock(bound_mutex_);
+  if (!bound_ || bound_->plan != plan || poison_) return nullptr;
+  return std::move(bound_);
+}
+
+void Executor::keep_bound(const std::shared_ptr<const Plan>& plan, std::shared_ptr<Storage> arena,
+                          std::vector<Tensor> values) {
+  if (poison_ || has_device_slots_) return;
+  auto kept = std::make_unique<BoundValues>();
+  for (size_t s = 0; s < values.size(); ++s) {
+    Tensor& t = values[s];
+    // The caller's inputs and outputs (and views or bands of them) are not held between
+    // runs: a kept reference would pin them and alias the next run's outputs.
+    if (is_param_[s] || (t.defined() && t.storage() == arena)) {
+      kept->views += plan->view_root[s] >= 0;
+      kept->bands += plan->band_root[s] >= 0;
+    } else {
+      t = Tensor();
+    }
+  }
+  kept->plan = plan;
+  kept->arena = std::move(arena);
+  kept->values = std::move(values);
+  std::lock_guard lock(bound_mutex_);
+  if (!bound_) bound_ = std::move(kept);  // another run's set is kept already
 }
 
 PendingRun Executor::run_async(const std::vector<Tensor>& inputs) {

@@ -38,7 +38,8 @@ std::string format_profile(const std::vector<StepTime>& steps, const RunProfile&
                     idle_ns / 1e3, idle_ns / steps_per_run);
       out += line;
     }
-    out += "\n";
+    out += runs.stepwise_runs > 0 ? "; steps pushed one by one (branches)\n"
+                                  : "; steps in order on the caller\n";
   }
   std::vector<const StepTime*> order;
   for (const StepTime& s : steps) order.push_back(&s);
