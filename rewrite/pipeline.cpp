@@ -47,7 +47,7 @@ const std::vector<PassInfo>& all_passes() {
   // clang-format off
   static const std::vector<PassInfo> passes = {
       {"fold", fold_constants, 3},
-      {"simplify", simplify, 3},
+      {"simplify", simplify, 4},
       {"cse", merge_common, 1},
       {"norm", fuse_layer_norm, 1, "cpu"},
       {"layout", layout_nchwc, 7, "cpu"},

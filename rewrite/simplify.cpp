@@ -13,6 +13,10 @@
 //     next reorder, and the product the GEMM before it)
 //     (TensorFlow-style "same" padding exports as an explicit Pad: a copy of the image, and
 //     in the blocked layout a region broken around it)
+//   pow(x, 2), pow(x, 3) with a constant exponent       -> x * x, x * x * x
+//     (a libm call per element kept GPT-2's GELU, x + 0.044715 x^3 under a tanh, from
+//     vectorising: 1.5 ms per layer; x * x is pow's correctly rounded result, x * x * x
+//     within an ulp of it, and both agree on NaN, infinities and signed zeros)
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
 #include <cmath>
 #include <optional>
@@ -223,6 +227,26 @@ Variable* arithmetic_before_transpose(const Node& node, GraphCopy& copy,
   return nullptr;
 }
 
+// pow(x, 2) or pow(x, 3), the exponent a constant and the result of x's type: the products.
+// Returns the result, or null.
+Variable* power_as_products(const Node& node, GraphCopy& copy) {
+  if (node.op->name() != "pow" || node.inputs.size() != 2 || node.outputs.size() != 1)
+    return nullptr;
+  const Variable* x = node.inputs[0];
+  const Variable* out = node.outputs[0];
+  if (!(x->type == out->type) || !is_float(x->type.dtype)) return nullptr;
+  const int power = is_splat(node.inputs[1], 2) ? 2 : is_splat(node.inputs[1], 3) ? 3 : 0;
+  if (power == 0) return nullptr;
+  const auto mul = OpRegistry::instance().create("mul", {});
+  Variable* base = copy.map(x);
+  if (power == 2) return copy.add(mul, {base, base}, {out}, node.name)->outputs[0];
+  Graph& dst = copy.dst();
+  Variable* square = dst.add_node(mul, {base, base}, node.name + ".square",
+                                  {dst.fresh_name(out->name + ".square")})
+                         ->outputs[0];
+  return copy.add(mul, {square, base}, {out}, node.name)->outputs[0];
+}
+
 }  // namespace
 
 Graph simplify(const Graph& graph) {
@@ -234,6 +258,7 @@ Graph simplify(const Graph& graph) {
   for (const auto& node : graph.nodes()) {
     auto r = rule(*node);
     if (!r && arithmetic_before_transpose(*node, copy, uses)) continue;
+    if (!r && power_as_products(*node, copy)) continue;
     if (!r) {
       copy.copy(*node);
     } else if (r->same) {
