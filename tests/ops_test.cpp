@@ -1611,7 +1611,8 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
 // The layout pass runs chains of convolutions in the blocked layout NCHW8c
 // (ops/conv_nchwc.h). Against the NCHW reference: maps whose rows end inside a vector group
 // of the depthwise kernel (13 x 11, 7 x 5), stride 2 with unequal pads (the interior
-// columns shift), a 5 x 5 window wider than a 4-column map (no interior at all), direct
+// columns shift), 5 x 5, 7 x 7 and 9 x 9 windows wider than a 4-column map (no interior at
+// all; the 9 x 9 with unequal pads), direct
 // convolutions (3x3, strided, 1x1 strided, 5x3 with unequal pads: runs of 6 positions that
 // cross output rows), a channel concatenation, a 3-channel stem read in NCHW, max pools
 // (padded; rounding up, whose last window overhangs the map; NaN wins), output
@@ -1635,6 +1636,11 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
                    {{"group", int64_t{24}},
                     {"strides", std::vector<int64_t>{2, 2}},
                     {"pads", std::vector<int64_t>{2, 1, 1, 2}}});
+    // Large windows at stride 1 (ConvNeXt's 7x7, EdgeNeXt's 9x9), wider than the small maps.
+    Var d7 = relu(apply("conv", {d, cst({24, 1, 7, 7}, "w7"), cst({24}, "b7")},
+                        {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{3, 3, 3, 3}}}));
+    Var d9 = apply("conv", {d, cst({24, 1, 9, 9}, "w9")},
+                   {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{4, 2, 3, 4}}});
     Var se = sigmoid(mean(s2, {2, 3}, true));
     Var p = apply("conv", {mul(s2, se), cst({40, 24, 1, 1}, "wp"), cst({40}, "bp")}, {});
     Var back = apply("conv", {d, cst({16, 24, 1, 1}, "wb")}, {});
@@ -1655,7 +1661,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     Var stem = relu(apply(
         "conv", {rgb, cst({16, 3, 3, 3}, "wstem"), cst({16}, "bstem")},
         {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
-    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)),
+    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)), d7, d9,
                    apply("conv", {cat, cst({16, 24, 1, 1}, "wc")}, {}),
                    apply("conv", {stem, cst({8, 16, 1, 1}, "wsp")}, {}),
                    // Max pools between blocked convolutions: padded, and rounding up.
