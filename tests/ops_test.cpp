@@ -1612,7 +1612,7 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
 // (ops/conv_nchwc.h). Against the NCHW reference: maps whose rows end inside a vector group
 // of the depthwise kernel (13 x 11, 7 x 5), stride 2 with unequal pads (the interior
 // columns shift), 5 x 5, 7 x 7 and 9 x 9 windows wider than a 4-column map (no interior at
-// all; the 9 x 9 with unequal pads), direct
+// all; the 9 x 9 with unequal pads), a 67-row window, direct
 // convolutions (3x3, strided, 1x1 strided, 5x3 with unequal pads: runs of 6 positions that
 // cross output rows), a channel concatenation, a 3-channel stem read in NCHW, max pools
 // (padded; rounding up, whose last window overhangs the map; NaN wins), output
@@ -1641,6 +1641,9 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
                         {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{3, 3, 3, 3}}}));
     Var d9 = apply("conv", {d, cst({24, 1, 9, 9}, "w9")},
                    {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{4, 2, 3, 4}}});
+    // A window taller than 64 rows (the tap-at-a-time path tests each row itself).
+    Var tall = apply("conv", {d, cst({24, 1, 67, 1}, "wtall")},
+                     {{"group", int64_t{24}}, {"pads", std::vector<int64_t>{33, 0, 33, 0}}});
     Var se = sigmoid(mean(s2, {2, 3}, true));
     Var p = apply("conv", {mul(s2, se), cst({40, 24, 1, 1}, "wp"), cst({40}, "bp")}, {});
     Var back = apply("conv", {d, cst({16, 24, 1, 1}, "wb")}, {});
@@ -1661,7 +1664,7 @@ TEST(Conv, BlockedLayoutChainsMatchTheReference) {
     Var stem = relu(apply(
         "conv", {rgb, cst({16, 3, 3, 3}, "wstem"), cst({16}, "bstem")},
         {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
-    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)), d7, d9,
+    g.set_outputs({p, add(back, x), mean(p, {2, 3}, true), d, relu(add(r2, r3)), d7, d9, tall,
                    apply("conv", {cat, cst({16, 24, 1, 1}, "wc")}, {}),
                    apply("conv", {stem, cst({8, 16, 1, 1}, "wsp")}, {}),
                    // Max pools between blocked convolutions: padded, and rounding up.

@@ -112,14 +112,15 @@ KILN_DW_VARIANT(7, 1)
 KILN_DW_VARIANT(9, 1)
 
 /* Any other window: a tap at a time, each tap row summed on its own and then added (one
- * running sum made each position a chain of kh x kw dependent multiply-adds). */
+ * running sum made each position a chain of kh x kw dependent multiply-adds). Tap row i is
+ * input row iy0 + i (any kh: rows_ok holds only the first 64). */
 static void dw_any(const float* xr, int64_t row, int64_t wd, int64_t c0, int64_t kh, int64_t kw,
-                   const int32_t* rows_ok, const float* w, dw_v8 b, float* y, float lo, float hi,
+                   int64_t iy0, int64_t h, const float* w, dw_v8 b, float* y, float lo, float hi,
                    int clamps) {
   const int64_t j0 = c0 < 0 ? -c0 : 0, j1 = c0 + kw > wd ? wd - c0 : kw;
   dw_v8 acc = b;
   for (int64_t i = 0; i < kh; ++i) {
-    if (!rows_ok[i] || j0 >= j1) continue;
+    if (iy0 + i < 0 || iy0 + i >= h || j0 >= j1) continue;
     const float* xi = xr + i * row + c0 * KILN_DW_B;
     const float* wi = w + i * kw * KILN_DW_B;
     dw_v8 r = DW_LOAD(xi + j0 * KILN_DW_B) * DW_LOAD(wi + j0 * KILN_DW_B);
@@ -152,6 +153,7 @@ void KILN_DW_FN(kiln_conv_nchwc_dw_f32)(const float* x, int64_t h, int64_t wd, c
     float* yc = y + cb * oh * ow * KILN_DW_B;
     for (int64_t oy = oy0; oy < oy1; ++oy) {
       const int64_t iy0 = oy * sh - ph;
+      /* For the group functions (kh <= 9); dw_any tests its rows itself. */
       for (int64_t i = 0; i < kh && i < 64; ++i) rows_ok[i] = iy0 + i >= 0 && iy0 + i < h;
       /* The input row of tap row 0 (it may lie outside x; only rows_ok rows are read). */
       const float* xr = xc + iy0 * row;
@@ -159,7 +161,7 @@ void KILN_DW_FN(kiln_conv_nchwc_dw_f32)(const float* x, int64_t h, int64_t wd, c
       for (int64_t ox = 0; ox < ow;) {
         const int64_t c0 = ox * sw - pw;
         if (!fns) {
-          dw_any(xr, row, wd, c0, kh, kw, rows_ok, wc, b, yr + ox * KILN_DW_B, lo, hi, clamps);
+          dw_any(xr, row, wd, c0, kh, kw, iy0, h, wc, b, yr + ox * KILN_DW_B, lo, hi, clamps);
           ++ox;
           continue;
         }
