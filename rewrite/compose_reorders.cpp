@@ -72,10 +72,7 @@ const Node* sole_producer(const Variable* v, const std::string& op,
 }  // namespace
 
 Graph compose_reorders(const Graph& graph) {
-  std::unordered_map<const Variable*, int> uses;
-  for (const auto& node : graph.nodes())
-    for (const Variable* v : node->inputs) ++uses[v];
-  for (const Variable* v : graph.outputs()) ++uses[v];
+  const auto uses = count_uses(graph);
 
   GraphCopy copy(graph);
   for (const auto& node : graph.nodes()) {

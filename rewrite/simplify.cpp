@@ -250,10 +250,7 @@ Variable* power_as_products(const Node& node, GraphCopy& copy) {
 }  // namespace
 
 Graph simplify(const Graph& graph) {
-  std::unordered_map<const Variable*, int> uses;
-  for (const auto& node : graph.nodes())
-    for (const Variable* v : node->inputs) ++uses[v];
-  for (const Variable* v : graph.outputs()) ++uses[v];
+  const auto uses = count_uses(graph);
   GraphCopy copy(graph);
   for (const auto& node : graph.nodes()) {
     auto r = rule(*node);
