@@ -71,7 +71,11 @@ int run(const CommandLine& line) {
   const int repeat = repeat_count(line);
   const InputSpecs specs = parse_input_specs(line);
   CompileOptions options = compile_options(line);
+  if (line.has("--generic-start") && line.has("--no-generic-start")) {
+    throw UsageError{"kiln run: --generic-start and --no-generic-start contradict each other"};
+  }
   if (line.has("--generic-start")) options.generic_start = true;
+  if (line.has("--no-generic-start")) options.generic_start = false;
   // A model whose graph depends on an input's value (Reshape's shape given as an input) is
   // built once that value is read.
   ModelFunction model_fn(model, options);
@@ -153,7 +157,10 @@ const Command& run_command() {
        {"--generic-start", "", "",
         "on a cache miss, run through the generic tier (precompiled kernels and\n"
         "reference code) while the module compiles in the background, then store\n"
-        "the module (default: $KILN_GENERIC_START=1 turns it on)"},
+        "the module (the default, unless $KILN_GENERIC_START=0)"},
+       {"--no-generic-start", "", "",
+        "on a cache miss, wait for the module and run it: first results bit for bit\n"
+        "those of every later run"},
        passes_flag(),
        device_flag(),
        {"--device-io", "", "",

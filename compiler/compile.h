@@ -43,8 +43,8 @@ struct CompileOptions {
   // whole graph as one translation unit, as before kernels. Empty: on unless KILN_KERNELS=0.
   std::optional<bool> kernel_units;
   // TieredFunction (compiler/tiered_function.h) only: on a cache miss, answer calls through
-  // the generic tier while the module compiles in the background. Empty: on when
-  // KILN_GENERIC_START=1.
+  // the generic tier while the module compiles in the background. Empty: on unless
+  // KILN_GENERIC_START=0.
   std::optional<bool> generic_start;
 };
 

@@ -20,8 +20,8 @@ namespace {
 bool generic_start_wanted(const CompileOptions& options) {
   if (options.generic_start) return *options.generic_start;
   const char* env = std::getenv("KILN_GENERIC_START");
-  if (!env || !*env || std::string(env) == "0") return false;
-  if (std::string(env) == "1") return true;
+  if (!env || !*env || std::string(env) == "1") return true;
+  if (std::string(env) == "0") return false;
   throw UserError(std::string("KILN_GENERIC_START: '") + env + "' is not 0 or 1");
 }
 
@@ -50,6 +50,7 @@ struct TieredFunction::State {
   Tier last = Tier::kNone;
   int generic_runs = 0;
   int overtaken = 0;  // generic runs dropped when the module became ready
+  bool generic_failed = false;  // a generic run threw: later calls wait for the module
   double background_ms = 0;
 
   // The compiled function when it is there (rethrowing a failed compile), else null.
@@ -125,19 +126,32 @@ std::vector<Tensor> TieredFunction::operator()(const std::vector<Tensor>& inputs
     return out;
   }
   // A generic run that the module overtakes is dropped for the module's: a first result is
-  // never much later than the compile and one compiled run.
-  std::optional<std::vector<Tensor>> out =
-      state_->runner->run_until(inputs, [this] { return ready(); });
-  const bool generic = out.has_value();
-  if (!generic) {
-    Function* f = state_->current();  // ready: the module, or its compile error
-    out = (*f)(inputs);
+  // never much later than the compile and one compiled run. A generic run that fails (a bad
+  // input, a node whose op has no reference code) leaves the answer to the module, so a
+  // caller meets the module's results and diagnostics, never the generic tier's.
+  std::optional<std::vector<Tensor>> out;
+  const bool tried = !generic_failed();
+  bool failed = false;
+  if (tried) {
+    try {
+      out = state_->runner->run_until(inputs, [this] { return ready(); });
+    } catch (const std::exception& e) {
+      failed = true;
+      std::lock_guard lock(state_->mutex);
+      state_->generic_failed = true;
+      if (debug_level() >= 1) {
+        log_line(std::string("tier: the generic run failed, the module answers instead: ") +
+                 e.what());
+      }
+    }
   }
+  const bool generic = out.has_value();
+  if (!generic) out = compiled()(inputs);  // waits for the module, or rethrows its error
   std::lock_guard lock(state_->mutex);
   state_->last = generic ? Tier::kGeneric : Tier::kCompiled;
   if (generic)
     ++state_->generic_runs;
-  else
+  else if (tried && !failed)
     ++state_->overtaken;
   return *out;
 }
@@ -160,6 +174,11 @@ bool TieredFunction::ready() const {
 }
 
 bool TieredFunction::started_generic() const { return state_->runner != nullptr; }
+
+bool TieredFunction::generic_failed() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->generic_failed;
+}
 
 Tier TieredFunction::last_tier() const {
   std::lock_guard lock(state_->mutex);

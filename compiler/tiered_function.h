@@ -38,6 +38,8 @@ class TieredFunction {
   bool ready() const;
   // Whether this function started in the generic tier (a miss with generic_start on).
   bool started_generic() const;
+  // Whether a generic run threw (then that call and every later one waited for the module).
+  bool generic_failed() const;
   // The tier of the last call (kNone before any), how many calls the generic tier answered,
   // and how many generic runs the module overtook (dropped, the module answering instead).
   Tier last_tier() const;

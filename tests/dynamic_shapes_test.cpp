@@ -281,7 +281,10 @@ TEST(InputValues, AModelIsBuiltPerValueSetOfItsShapeInputs) {
   EXPECT_EQ(f.value_inputs(), std::vector<std::string>{"shape"});
   EXPECT_EQ(f.variants(), 3u);  // (3, 4) came twice
   // A second instance reuses the compiled variant (from memory here, from the kernel cache in
-  // a new process): nothing compiles.
+  // a new process): nothing compiles. The variant's module may still be compiling in the
+  // background (the first calls took the generic tier): wait for it first.
+  f({x, shape(-1, 2)});
+  f.function();
   ModelFunction again(path);
   again({x, shape(-1, 2)});
   const CacheStatus status = again.function().info().cache;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
@@ -239,6 +240,25 @@ class WaitForModuleOp : public COp {
   }
 };
 
+// Negates its input in compiled code only: its perform throws, as an op library op without
+// reference code does.
+class CompiledOnlyOp : public COp {
+ public:
+  CompiledOnlyOp() : COp("generic_compiled_only_op", {}) {}
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& in) const override {
+    return {in[0]};
+  }
+  std::vector<Shape> infer_shape(const std::vector<Shape>& in) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>&, std::vector<Tensor>&) const override {
+    throw UnsupportedError("generic_compiled_only_op runs only in compiled modules");
+  }
+  std::string c_code(const Node&, const CodeNames& names, const Sub&) const override {
+    return "for (int64_t i = 0; i < " + names.inputs[0] + "->shape[0]; ++i) ((float *)" +
+           names.outputs[0] + "->data)[i] = -((const float *)" + names.inputs[0] +
+           "->data)[i];\n";
+  }
+};
+
 class TieredFunctionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -342,6 +362,40 @@ TEST(GenericTierCli, RunTakesTheGenericTierOnAMissThenTheModule) {
   EXPECT_TRUE(tensors_close(read_npy(dir + "/warm/y.npy"), want, 1e-4, 1e-5));
 }
 
+// kiln run takes the generic tier on a miss by default; --no-generic-start waits for the
+// module, whose outputs every later run repeats bit for bit.
+TEST(GenericTierCli, NoGenericStartRunsTheModuleFromTheFirstCall) {
+  const std::string ex = std::string(KILN_EXAMPLES_DIR) + "/onnx/mlp";
+  const std::string dir = testing::temp_dir("tiered_cli_off");
+  const auto args = [&](const std::string& flag, const std::string& out) {
+    std::vector<std::string> a{"run", "-v", ex + "/model.onnx", "--input", "x=" + ex + "/x.npy",
+                               "-o", dir + "/" + out};
+    if (!flag.empty()) a.push_back(flag);
+    return a;
+  };
+  const ProcessResult plain =
+      testing::kiln_env({"KILN_CACHE_DIR=" + dir + "/cache_default"}, args("", "default"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("tier: the run took the generic tier"), std::string::npos)
+      << plain.err;
+  const std::vector<std::string> env{"KILN_CACHE_DIR=" + dir + "/cache"};
+  const ProcessResult off = testing::kiln_env(env, args("--no-generic-start", "off"));
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.err.find("tier: the run took the compiled module"), std::string::npos) << off.err;
+  const ProcessResult hit = testing::kiln_env(env, args("", "hit"));
+  ASSERT_EQ(hit.exit_code, 0) << hit.err;
+  const Tensor a = read_npy(dir + "/off/y.npy"), b = read_npy(dir + "/hit/y.npy");
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  std::vector<std::string> both = args("--no-generic-start", "both");
+  both.push_back("--generic-start");
+  const ProcessResult clash = testing::kiln_env(env, both);
+  EXPECT_NE(clash.exit_code, 0);
+  EXPECT_NE(clash.err.find("--generic-start and --no-generic-start contradict each other"),
+            std::string::npos)
+      << clash.err;
+}
+
 TEST_F(TieredFunctionTest, AGenericRunTheModuleOvertakesIsDropped) {
   Graph g("tiered_overtaken");
   Var x = input(g, "x", DType::kFloat32, {5});
@@ -358,6 +412,77 @@ TEST_F(TieredFunctionTest, AGenericRunTheModuleOvertakesIsDropped) {
   EXPECT_EQ(f.generic_runs(), 0);
   EXPECT_TRUE(
       tensors_close(out.at(0), Tensor::from_doubles(DType::kFloat32, {5}, {2, 0, 6, 0, 8})));
+}
+
+// A generic run that throws leaves the answer to the module: a node without reference code
+// gives the module's result, a bad input the module's own diagnostic, word for word.
+TEST_F(TieredFunctionTest, AFailedGenericRunLeavesTheAnswerToTheModule) {
+  Graph g("tiered_compiled_only");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Variable* y = g.add_node(std::make_shared<CompiledOnlyOp>(), {x})->outputs[0];
+  g.set_outputs({y});
+  TieredFunction f(g, opts_);
+  ASSERT_TRUE(f.started_generic());
+  const Tensor in = Tensor::from_doubles(DType::kFloat32, {4}, {1, -2, 3, -0.0});
+  EXPECT_TRUE(tensors_close(f({in}).at(0),
+                            Tensor::from_doubles(DType::kFloat32, {4}, {-1, 2, -3, 0})));
+  EXPECT_EQ(f.last_tier(), Tier::kCompiled);
+  EXPECT_TRUE(f.generic_failed());
+  EXPECT_EQ(f.generic_runs(), 0);
+  EXPECT_EQ(f.overtaken_runs(), 0);
+}
+
+TEST_F(TieredFunctionTest, ABadInputGetsTheModulesDiagnostic) {
+  const Graph g = mlp();
+  const Tensor bad = Tensor::zeros(DType::kFloat32, {2, 25});
+  TieredFunction f(g, opts_);
+  ASSERT_TRUE(f.started_generic());
+  const std::string tiered = error_of([&] { f({bad}); });
+  EXPECT_TRUE(f.generic_failed());
+  const std::string module = error_of([&] { f.compiled()({bad}); });
+  EXPECT_FALSE(module.empty());
+  EXPECT_EQ(tiered, module);
+}
+
+// The generic tier is the default: on unless the option or KILN_GENERIC_START=0 says no.
+TEST_F(TieredFunctionTest, OnByDefaultAndOffWithTheVariable) {
+  const Graph g = mlp();
+  CompileOptions unset = opts_;
+  unset.generic_start.reset();
+  {
+    TieredFunction f(g, unset);
+    EXPECT_TRUE(f.started_generic());
+  }
+  clear_compile_memo();
+  unset.cache_dir = testing::temp_dir("tiered_default_off") + "/cache";
+  setenv("KILN_GENERIC_START", "0", 1);
+  bool started = true;
+  {
+    TieredFunction f(g, unset);
+    started = f.started_generic();
+  }
+  unsetenv("KILN_GENERIC_START");
+  EXPECT_FALSE(started);
+}
+
+// The same value listed twice, a weight and an input as outputs: each output is the caller's
+// own tensor, as a module returns them.
+TEST(GenericTier, EveryOutputIsAFreshTensor) {
+  Graph g("generic_alias");
+  Var x = input(g, "x", DType::kFloat32, {4});
+  Var w = parameter(g, Tensor::from_doubles(DType::kFloat32, {4}, {1, 2, 3, 4}), "w");
+  Var y = relu(x);
+  g.set_outputs({w.var(), x.var(), y.var(), y.var()});
+  GenericRunner runner(std::shared_ptr<const Graph>(std::shared_ptr<const Graph>(), &g));
+  const Tensor in = Tensor::from_doubles(DType::kFloat32, {4}, {-1, 2, -3, 4});
+  const std::vector<Tensor> out = runner.run({in});
+  ASSERT_EQ(out.size(), 4u);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_NE(out[i].storage().get(), in.storage().get()) << "output " << i;
+    for (size_t j = 0; j < i; ++j)
+      EXPECT_NE(out[i].storage().get(), out[j].storage().get()) << "outputs " << j << ", " << i;
+  }
+  EXPECT_TRUE(tensors_close(out[3], Tensor::from_doubles(DType::kFloat32, {4}, {0, 2, 0, 4})));
 }
 
 TEST(GenericTierEnv, BadSettingIsAnErrorNamingIt) {

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -125,11 +126,19 @@ std::optional<std::vector<Tensor>> GenericRunner::run_until(
     }
   }
   kernel_nodes_ = kernels;
+  // Every output is the caller's alone, as a module returns it: one that is an input or a
+  // weight, or shares storage with one (a perform may pass its input through) or with an
+  // output already returned (the same value listed twice), is returned as a copy.
+  std::vector<const Storage*> taken;
+  for (const Tensor& t : inputs) taken.push_back(t.storage().get());
+  for (const Variable* c : graph_->constants()) taken.push_back(c->value->storage().get());
   std::vector<Tensor> result;
   for (const Variable* v : graph_->outputs()) {
-    // An output that is an input or a weight is returned as a copy, as a module returns it.
-    const bool own = v->kind == VarKind::kNodeOutput;
-    result.push_back(own ? values[slot_.at(v)] : values[slot_.at(v)].clone());
+    const Tensor& t = values[slot_.at(v)];
+    const bool shared = v->kind != VarKind::kNodeOutput ||
+                        std::find(taken.begin(), taken.end(), t.storage().get()) != taken.end();
+    result.push_back(shared ? t.clone() : t);
+    taken.push_back(result.back().storage().get());
   }
   return result;
 }
