@@ -1,14 +1,16 @@
 // From a model file to a callable, in fresh processes, phase by phase, beside onnxruntime's
 // session creation for the same file in the same run. Per model (the zoo, bench/zoo/export.py,
 // and the MLP example):
-//  - cold: an empty cache; the child process times loading the file, the key, the rewrites,
+//  - cold: an empty cache, waiting for the module (--no-generic-start); the child process
+//    times loading the file, the key, the rewrites,
 //    codegen, the kernel compiles, the binding and link, the module load, and preparing the
 //    weights; then the first run (the median of --repeat fresh processes, each on an empty
 //    cache);
 //  - hit: the median of --repeat fresh processes on the populated cache (the same phases: the
 //    model comes back from its cache entry, the module and the prepared weights are mapped);
-//  - gen: cold again, but the first run takes the generic tier (CompileOptions::generic_start)
-//    while the module compiles in the background; the phases shown are that compile's;
+//  - gen: cold again, the default path: the first run takes the generic tier
+//    (CompileOptions::generic_start) while the module compiles in the background; the phases
+//    shown are that compile's;
 //  - onnxruntime: the median session creation of --repeat fresh Python processes, and the
 //    first run after it (bench/ort_start.py; skipped without the PyTorch environment).
 // Prints ratios against onnxruntime measured in the same run; never asserts a time.
@@ -282,12 +284,13 @@ int main(int argc, char** argv) {
   if (!hit_ratios.empty()) {
     std::printf(
         "\nmedian over models: a hit is %.2fx onnxruntime's session creation; a cold "
-        "first result %.2fx onnxruntime's session creation plus first run\n",
+        "first result waiting for the module (cold rows) %.2fx onnxruntime's session creation "
+        "plus first run\n",
         median(hit_ratios), median(first_ratios));
     if (!generic_ratios.empty()) {
       std::printf(
-          "with --generic-start (gen rows), a cold first result is %.2fx onnxruntime's session "
-          "creation plus first run\n",
+          "by default (gen rows: the generic tier answers while the module compiles), a cold "
+          "first result is %.2fx onnxruntime's session creation plus first run\n",
           median(generic_ratios));
     }
   }
