@@ -1944,11 +1944,13 @@ TEST(MatMul, ActivationsByAWeightRunAsOnePackedGemm) {
     };
     const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10,
                  atol = dt == DType::kFloat32 ? 1e-4 : 1e-11;
-    // 280 rows make pieces of one panel for the inline epilogue: three over 130 columns.
-    EXPECT_NE(source.find("const int64_t e_n = 0, e_r0 = lo, e_r1 = hi;"), std::string::npos)
+    // The epilogue runs inside the packed GEMM, on pieces of the tile: 280 rows make one
+    // piece per part; 2800 rows make row chunks of 510 (the last shorter) and pieces of four
+    // panels (two, then the 2-column tail of 130).
+    EXPECT_NE(source.find("for (int64_t e_r0 = lo; e_r0 < hi; e_r0 += chunk)"), std::string::npos)
         << "the epilogue did not run inside the packed GEMM";
-    ExecutorStats split =
-        check_graph(g, {inputs(2, 5), inputs(1, 1), inputs(0, 3), inputs(40, 2)}, rtol, atol);
+    ExecutorStats split = check_graph(
+        g, {inputs(2, 5), inputs(1, 1), inputs(0, 3), inputs(40, 2), inputs(400, 3)}, rtol, atol);
     EXPECT_GT(split.split_calls, 0);
   }
 }
