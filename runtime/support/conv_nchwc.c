@@ -35,12 +35,21 @@
 #define KILN_NC_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+/* Positions per register block: 7 x 2 sums, two weight vectors and a broadcast fit 32
+ * vector registers (runs of 7 and 8 both reach 99% of the FMA peak on a Zen 4; 6 reached
+ * 95-97%); 16 registers hold 6 x 2. Where a pair of blocks shares one 16-float vector
+ * (KILN_NC_PAIRED below), 14 positions keep 14 sums in flight, enough to cover the fused
+ * multiply-add's latency on two full-width units. */
+#if defined(KILN_VEC_BYTES) && KILN_VEC_BYTES >= 64
+#define KILN_NC_NP_MAX 14
+#elif KILN_VEC_REGS >= 32
+#define KILN_NC_NP_MAX 7
+#else
+#define KILN_NC_NP_MAX 6
+#endif
 enum {
   KILN_NC_B = 8, /* channels per block */
-  /* Positions per register block: 7 x 2 sums, two weight vectors and a broadcast fit 32
-   * vector registers (runs of 7 and 8 both reach 99% of the FMA peak on a Zen 4; 6 reached
-   * 95-97%); 16 registers hold 6 x 2. */
-  KILN_NC_NP = KILN_VEC_REGS >= 32 ? 7 : 6
+  KILN_NC_NP = KILN_NC_NP_MAX
 };
 
 /* The base copy has no 32-byte vector registers; its vectors never cross a call (the clamp is
@@ -174,22 +183,39 @@ typedef void (*nc_block_fn)(nc_at at, int64_t nblk, const int32_t* toff, int64_t
 #define KILN_NC_DEF_7(KB, STEP, TAG)
 #define KILN_NC_ROW_7(TAG)
 #endif
+#if KILN_NC_NP_MAX > 7
+#define KILN_NC_DEF_14(KB, STEP, TAG) \
+  KILN_NC_DEF2(8, KB, STEP, TAG)      \
+  KILN_NC_DEF2(9, KB, STEP, TAG)      \
+  KILN_NC_DEF2(10, KB, STEP, TAG)     \
+  KILN_NC_DEF2(11, KB, STEP, TAG)     \
+  KILN_NC_DEF2(12, KB, STEP, TAG)     \
+  KILN_NC_DEF2(13, KB, STEP, TAG)     \
+  KILN_NC_DEF2(14, KB, STEP, TAG)
+#define KILN_NC_ROW_14(TAG)                                                   \
+  {nc_##TAG##_8_1, nc_##TAG##_8_2}, {nc_##TAG##_9_1, nc_##TAG##_9_2},         \
+      {nc_##TAG##_10_1, nc_##TAG##_10_2}, {nc_##TAG##_11_1, nc_##TAG##_11_2}, \
+      {nc_##TAG##_12_1, nc_##TAG##_12_2}, {nc_##TAG##_13_1, nc_##TAG##_13_2}, \
+      {nc_##TAG##_14_1, nc_##TAG##_14_2},
+#else
+#define KILN_NC_DEF_14(KB, STEP, TAG)
+#define KILN_NC_ROW_14(TAG)
+#endif
 /* Every position count of one variant, and its table [np - 1][nb - 1]. */
-#define KILN_NC_VARIANT(KB, STEP, TAG)                                                  \
-  KILN_NC_DEF2(1, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF2(2, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF2(3, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF2(4, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF2(5, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF2(6, KB, STEP, TAG)                                                        \
-  KILN_NC_DEF_7(KB, STEP, TAG)                                                          \
-  static const nc_block_fn nc_##TAG[KILN_NC_NP][2] = {{nc_##TAG##_1_1, nc_##TAG##_1_2}, \
-                                                      {nc_##TAG##_2_1, nc_##TAG##_2_2}, \
-                                                      {nc_##TAG##_3_1, nc_##TAG##_3_2}, \
-                                                      {nc_##TAG##_4_1, nc_##TAG##_4_2}, \
-                                                      {nc_##TAG##_5_1, nc_##TAG##_5_2}, \
-                                                      {nc_##TAG##_6_1, nc_##TAG##_6_2}, \
-                                                      KILN_NC_ROW_7(TAG)};
+#define KILN_NC_VARIANT(KB, STEP, TAG)                                         \
+  KILN_NC_DEF2(1, KB, STEP, TAG)                                               \
+  KILN_NC_DEF2(2, KB, STEP, TAG)                                               \
+  KILN_NC_DEF2(3, KB, STEP, TAG)                                               \
+  KILN_NC_DEF2(4, KB, STEP, TAG)                                               \
+  KILN_NC_DEF2(5, KB, STEP, TAG)                                               \
+  KILN_NC_DEF2(6, KB, STEP, TAG)                                               \
+  KILN_NC_DEF_7(KB, STEP, TAG)                                                 \
+  KILN_NC_DEF_14(KB, STEP, TAG)                                                \
+  static const nc_block_fn nc_##TAG[KILN_NC_NP][2] = {                         \
+      {nc_##TAG##_1_1, nc_##TAG##_1_2},      {nc_##TAG##_2_1, nc_##TAG##_2_2}, \
+      {nc_##TAG##_3_1, nc_##TAG##_3_2},      {nc_##TAG##_4_1, nc_##TAG##_4_2}, \
+      {nc_##TAG##_5_1, nc_##TAG##_5_2},      {nc_##TAG##_6_1, nc_##TAG##_6_2}, \
+      KILN_NC_ROW_7(TAG) KILN_NC_ROW_14(TAG)};
 
 /* Which variants are pointwise (offsets computed, no toff). */
 enum {
