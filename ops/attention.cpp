@@ -195,19 +195,11 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
         "  bs[3][" + ds + "] = " + C + "->strides[" + i2s(at_axis[static_cast<size_t>(d)]) + "];\n";
     s += "  nbatch *= bshape[" + ds + "];\n";
   }
-  s += "  int64_t bidx[KILN_MAX_DIMS + 1] = {0}, lo = 0, hi = nbatch;\n";
-  s += "  kiln_part_range(nbatch, " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "  for (int64_t d = " + i2s(nb - 1) + ", rem = lo; d >= 0; --d) {\n";
-  s += "    bidx[d] = rem % bshape[d];\n";
-  s += "    rem /= bshape[d];\n";
-  s += "    for (int k = 0; k < 4; ++k) off[k] += bidx[d] * bs[k][d];\n";
-  s += "  }\n";
   // A block of rows' scores (RB x N) is written, normalized and read back while it is in
-  // L2; each head's K and V are packed once for all its blocks.
+  // L2. Blocks of near-equal rows, a multiple of the kernel's 6, scores of at most 128 KB: a
+  // short last block (128 rows as 126 + 2) runs the kernel's narrow row forms.
   s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(float);\n";
   s += "  const int64_t kpack_n = (N + P - 1) / P * D * P, vp_n = (DV + P - 1) / P * N * P;\n";
-  // Blocks of near-equal rows, a multiple of the kernel's 6, scores of at most 128 KB: a
-  // short last block (128 rows as 126 + 2) runs the kernel's narrow row forms.
   s += "  int64_t RB = 32768 / (N > 0 ? N : 1) / 6 * 6;\n";
   s += "  if (RB < 6) RB = 6;\n";
   s += "  if (M > 0) {\n";
@@ -215,12 +207,29 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
   s += "    RB = ((M + blocks - 1) / blocks + 5) / 6 * 6;\n";
   s += "  }\n";
   s += "  if (RB > M) RB = M;\n";
+  // The parts share the (matrix, row block) pairs: split by matrices alone, DeiT-tiny's three
+  // heads went two to one thread and one to the other. A part packs the K and V of each matrix
+  // it meets (twice in all for a matrix two parts share); a row's result is the same in any.
+  s += "  const int64_t nblocks = RB > 0 ? (M + RB - 1) / RB : 0;\n";
+  s += "  int64_t lo = 0, hi = nbatch * nblocks;\n";
+  s += "  kiln_part_range(nbatch * nblocks, " + sub.ctx + "->part, " + sub.ctx +
+       "->n_parts, 1, &lo, &hi);\n";
   s += c_workspace("float", "kpack", "kpack_n + vp_n + RB * N", "attention's packed K and V");
   s += "  float *vp = kpack + kpack_n, *sc = vp + vp_n;\n";
-  s += "  for (int64_t bi = lo; bi < hi; ++bi) {\n";
-  s += c_pack_b_panels("float", "kpack", "(pk + off[1])", "D", "N", "rsk", "csk", "    ");
-  s += c_pack_b_panels("float", "vp", "(pv + off[2])", "N", "DV", "rsv", "csv", "    ");
-  s += "    for (int64_t r0 = 0; r0 < M; r0 += RB) {\n";
+  s += "  for (int64_t u = lo, cur = -1; u < hi; ++u) {\n";
+  s += "    const int64_t bi = u / nblocks, r0 = u % nblocks * RB;\n";
+  s += "    if (bi != cur) {\n";
+  s += "      cur = bi;\n";
+  s += "      for (int k = 0; k < 4; ++k) off[k] = 0;\n";
+  s += "      for (int64_t d = " + i2s(nb - 1) + ", rem = bi; d >= 0; --d) {\n";
+  s += "        const int64_t at = rem % bshape[d];\n";
+  s += "        rem /= bshape[d];\n";
+  s += "        for (int k = 0; k < 4; ++k) off[k] += at * bs[k][d];\n";
+  s += "      }\n";
+  s += c_pack_b_panels("float", "kpack", "(pk + off[1])", "D", "N", "rsk", "csk", "      ");
+  s += c_pack_b_panels("float", "vp", "(pv + off[2])", "N", "DV", "rsv", "csv", "      ");
+  s += "    }\n";
+  s += "    {\n";
   s += "      const int64_t rows = M - r0 < RB ? M - r0 : RB;\n";
   s += "      kiln_gemm_packed_f32(rows, N, D, " + c_literal(DType::kFloat32, alpha_) +
        ", pq + off[0] + r0 * rsq, rsq, csq, kpack, 0.0f, sc, N, 0, 0, 0, -__builtin_inff(), "
@@ -243,12 +252,6 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
       "      for (int64_t i = 0; i < rows; ++i) kiln_softmax_row_f32(sc + i * N, sc + i * N, N);\n";
   s += "      kiln_gemm_packed_f32(rows, DV, N, 1.0f, sc, N, 1, vp, 0.0f, pc + off[3] + r0 * ldc, "
        "ldc, 0, 0, 0, -__builtin_inff(), __builtin_inff());\n";
-  s += "    }\n";
-  s += "    for (int d = " + i2s(nb - 1) + "; d >= 0; --d) {\n";
-  s += "      for (int k = 0; k < 4; ++k) off[k] += bs[k][d];\n";
-  s += "      if (++bidx[d] < bshape[d]) break;\n";
-  s += "      for (int k = 0; k < 4; ++k) off[k] -= bs[k][d] * bshape[d];\n";
-  s += "      bidx[d] = 0;\n";
   s += "    }\n";
   s += "  }\n";
   s += "}\n";

@@ -24,7 +24,7 @@ class Attention : public COp {
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   // matmul, softmax and matmul's own reference implementations, in turn.
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   // Parts take whole matrices of the output (heads).
   bool c_splittable(const Node& node) const override { return c_split_unit(node) > 0; }
   int64_t c_split_unit(const Node& node) const override;

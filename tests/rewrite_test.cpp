@@ -1010,13 +1010,18 @@ TEST(Rewrite, AttentionFusesScoresSoftmaxAndWeightedSum) {
   Var scores = matmul(small_q, small_k);
   Var kept = matmul(softmax(scores), small_q);
   Var other_axis = matmul(softmax(matmul(small_q, small_k), 1), small_q);
+  // Three heads of two row blocks each: split in two parts, a part ends inside a head.
+  Var q3 = input(g, "q3", f, {1, 3, 200, 64});
+  Var k3 = input(g, "k3", f, {1, 3, 64, 197});
+  Var v3 = input(g, "v3", f, {1, 3, 197, 19});
+  Var three = transpose(matmul(softmax(matmul(q3, k3)), v3), {0, 2, 1, 3});
   Graph g64("attention_f64");
   Var q64 = input(g64, "q", DType::kFloat64, {2, 7, 9});
   g64.set_outputs({matmul(softmax(matmul(q64, transpose(q64, {0, 2, 1}))), q64).var()});
-  g.set_outputs({vit_rows, plain, kept, scores, other_axis});
+  g.set_outputs({vit_rows, plain, kept, scores, other_axis, three});
 
   const Graph p = optimized_graph(g, CompileOptions{});
-  EXPECT_EQ(count_ops(p, "attention"), 2) << p.to_string();
+  EXPECT_EQ(count_ops(p, "attention"), 3) << p.to_string();
   EXPECT_EQ(count_ops(p, "softmax"), 2) << p.to_string();
   for (const auto& node : p.nodes()) {
     if (node->op->name() != "attention") continue;
@@ -1034,7 +1039,10 @@ TEST(Rewrite, AttentionFusesScoresSoftmaxAndWeightedSum) {
                          testing::random_tensor(f, {2, 3, 64, 197}, rng),
                          testing::random_tensor(f, {2, 3, 197, 19}, rng),
                          testing::random_tensor(f, {2, 7, 9}, rng),
-                         testing::random_tensor(f, {2, 9, 7}, rng)};
+                         testing::random_tensor(f, {2, 9, 7}, rng),
+                         testing::random_tensor(f, {1, 3, 200, 64}, rng),
+                         testing::random_tensor(f, {1, 3, 64, 197}, rng),
+                         testing::random_tensor(f, {1, 3, 197, 19}, rng)};
   in[0].store(3, -0.0);
   for (int64_t i = 0; i < 64; ++i) in[1].store(5 * 64 + i, 30.0 * in[1].load(5 * 64 + i));
   in[1].store((200 + 17) * 64 + 3, NAN);  // head 1, query 17
