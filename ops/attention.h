@@ -25,7 +25,8 @@ class Attention : public COp {
   // matmul, softmax and matmul's own reference implementations, in turn.
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::optional<int> cache_version() const override { return 2; }
-  // Parts take whole matrices of the output (heads).
+  // The executor makes at most one part per matrix of the output (head); within that, the
+  // parts share the (matrix, row block) pairs (c_code), so three heads split evenly in two.
   bool c_splittable(const Node& node) const override { return c_split_unit(node) > 0; }
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
