@@ -42,7 +42,8 @@ const std::vector<PassInfo>& all_passes() {
   // operand views before fusion, so a scale they take is not fused elsewhere first; attention
   // after the views, which it reads its operands through; reduction and epilogue fusion after
   // elementwise fusion, so a whole chain lands in the reduction or the epilogue; dead-code
-  // removal last, to drop what the others orphaned.
+  // removal last, to drop what the others orphaned (optimize also drops what the given graph
+  // left dead before the first pass: dce's version covers both).
   // A pass's version goes up whenever what it makes of a graph changes.
   // clang-format off
   static const std::vector<PassInfo> passes = {
@@ -52,13 +53,13 @@ const std::vector<PassInfo>& all_passes() {
       {"norm", fuse_layer_norm, 1, "cpu"},
       {"layout", layout_nchwc, 7, "cpu"},
       {"winograd", winograd_convs, 2},
-      {"pack", pack_weights, 4, "cpu"},
+      {"pack", pack_weights, 5, "cpu"},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},
       {"fusion", fuse_elementwise, 2},
       {"reduction", fuse_reduce, 1, "cpu"},
       {"epilogue", fuse_epilogue, 1},
-      {"dce", remove_dead, 1},
+      {"dce", remove_dead, 2},
   };
   // clang-format on
   return passes;
@@ -119,7 +120,10 @@ Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
 Graph optimize(const Graph& graph, const std::optional<std::string>& spec,
                const PassObserver& observe, const std::string& device) {
   auto passes = select_passes(passes_spec(spec), spec ? "passes" : "KILN_PASSES", device);
-  Graph g = plain_copy(graph);
+  // Nodes nothing reads go first: a dead reader still counts as a use, and would keep a
+  // product from taking the add after it as its epilogue (a graph built in code, such as
+  // PyTorch's lowering, can leave a reshape nothing reads).
+  Graph g = remove_dead(plain_copy(graph));
   for (const auto& pass : passes) {
     const auto t = std::chrono::steady_clock::now();
     Graph next = pass.run(g);

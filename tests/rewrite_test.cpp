@@ -667,6 +667,70 @@ TEST(Rewrite, PackingGivesGemmsOverConstantWeightsPanels) {
   }
 }
 
+// x @ transpose(W) with W a weight (PyTorch's lowering of a linear layer, an exported tied LM
+// head) packs W itself, read transposed: no transpose step is left to copy W on every run,
+// also where W is past the size folding takes (2^22 elements) and so stays a transpose
+// node. A transpose another step also reads stays for that step; a transpose of an input
+// packs nothing.
+TEST(Rewrite, PackingReadsATransposedWeightInPlace) {
+  std::mt19937 rng(83);
+  const DType f = DType::kFloat32;
+  Graph g("pack_transposed");
+  Var x = input(g, "x", f, {kDynamic, 3, 24});
+  Var xi = input(g, "xi", f, {20, 24});
+  Var w(&g, g.add_parameter(testing::random_tensor(f, {20, 24}, rng), "w"));
+  Var big(&g, g.add_parameter(testing::random_tensor(f, {4200, 1024}, rng), "big"));  // 4.3M
+  Var w2(&g, g.add_parameter(testing::random_tensor(f, {17, 24}, rng), "w2"));
+  Var t2 = transpose(w2, {1, 0});
+  g.set_outputs({add(matmul(x, transpose(w, {1, 0})), constant(g, testing::random_tensor(f, {20}, rng), "b")),
+                 matmul(input(g, "xb", f, {2, 1024}), transpose(big, {1, 0})),
+                 matmul(x, t2), relu(t2),              // the transpose has another reader
+                 matmul(x, transpose(xi, {1, 0}))});   // an input: nothing to pack
+  const Graph o = optimize(g, std::string(""));
+  int packed = 0;
+  for (const auto& node : o.nodes()) {
+    if (attr_int(node->op->props(), "packed_n", 0) == 0) continue;
+    ++packed;
+    EXPECT_TRUE(node->inputs[1]->parameter) << o.to_string();
+  }
+  EXPECT_EQ(packed, 3) << o.to_string();
+  // The small weights' transposes fold before packing; the large one is packed transposed.
+  bool big_packed = false;
+  for (const Variable* v : o.constants()) big_packed = big_packed || v->name == "big.packed_t";
+  EXPECT_TRUE(big_packed) << o.to_string();
+  // Left: the transpose relu reads (folded or not) and the input's.
+  EXPECT_LE(count_ops(o, "transpose"), 2) << o.to_string();
+  for (const auto& node : o.nodes()) {
+    if (node->op->name() == "transpose") {
+      EXPECT_NE(node->inputs[0]->name, "big") << "the large weight is still transposed per run";
+      EXPECT_NE(node->inputs[0]->name, "w") << o.to_string();
+    }
+  }
+  std::vector<Tensor> in{testing::random_tensor(f, {2, 3, 24}, rng),
+                         testing::random_tensor(f, {20, 24}, rng),
+                         testing::random_tensor(f, {2, 1024}, rng)};
+  expect_same_results(g, in, "", 1e-3, 1e-4);  // float sums of 1024 products
+}
+
+// A node nothing reads (a graph built in code can leave one) is no reader: it does not keep
+// a product from taking the residual add after it as its epilogue.
+TEST(Rewrite, DeadReadersDoNotBlockFusion) {
+  std::mt19937 rng(89);
+  const DType f = DType::kFloat32;
+  Graph g("dead_reader");
+  Var x = input(g, "x", f, {2, 5, 24});
+  Var residual = input(g, "r", f, {2, 5, 20});
+  Var w(&g, g.add_parameter(testing::random_tensor(f, {24, 20}, rng), "w"));
+  Var y = matmul(x, w);
+  reshape(y, {10, 20});  // dead
+  g.set_outputs({add(y, residual)});
+  const Graph o = optimize(g, std::string(""));
+  EXPECT_EQ(count_ops(o, "add"), 0) << o.to_string();
+  EXPECT_EQ(count_ops(o, "reshape"), 0) << o.to_string();
+  expect_same_results(g, {testing::random_tensor(f, {2, 5, 24}, rng),
+                          testing::random_tensor(f, {2, 5, 20}, rng)}, "");
+}
+
 // A packed product's bias add goes into the kernel (the gemm's C at beta 1), from either side
 // of the add and for a parameter bias; an add the product shares, one whose other operand
 // is an input, a matrix or a bias that broadcasts the output, and a product that is also an

@@ -9,6 +9,7 @@
 // folding, so weights computed from constants are packed too, and before epilogue fusion,
 // which takes the packed gemm as its base.
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -37,24 +38,55 @@ bool packable_matmul(const Node& node) {
          node.inputs[0]->type.rank() >= 2 && node.inputs[1]->type.rank() == 2;
 }
 
-bool packable(const Node& node) {
+// The weight a packable gemm or matmul reads, and whether it reads it transposed.
+struct PackedB {
+  const Variable* b = nullptr;
+  bool trans = false;
+};
+
+// A matmul's B that is a [1, 0] transpose of a 2-D weight: a linear layer's x @ W.t() as
+// PyTorch lowers it, or an exported Transpose of a weight too large to fold (a tied LM head's
+// 50257 x 768 embedding). The GEMM packs W itself, read transposed, so nothing transposes W
+// on each run or keeps a transposed copy.
+const Variable* transposed_weight(const Variable* b, const std::unordered_map<const Variable*,
+                                                                             const Node*>& producer) {
+  auto p = producer.find(b);
+  if (p == producer.end()) return nullptr;
+  const Node& t = *p->second;
+  if (t.op->name() != "transpose" || t.inputs.size() != 1 ||
+      attr_ints(t.op->props(), "perm", std::vector<int64_t>{}) != std::vector<int64_t>{1, 0}) {
+    return nullptr;
+  }
+  const Variable* w = t.inputs[0];
+  return w->kind == VarKind::kConstant && w->value && w->value->ndim() == 2 ? w : nullptr;
+}
+
+std::optional<PackedB> packable(const Node& node,
+                                const std::unordered_map<const Variable*, const Node*>& producer) {
   const bool matmul = packable_matmul(node);
   if ((node.op->name() != "gemm" && !matmul) || node.inputs.size() < 2 ||
       node.outputs.size() != 1) {
-    return false;
+    return std::nullopt;
   }
-  if (attr_int(node.op->props(), "packed_n", 0) != 0) return false;
-  const Variable* b = node.inputs[1];
+  if (attr_int(node.op->props(), "packed_n", 0) != 0) return std::nullopt;
+  PackedB pb{node.inputs[1], attr_int(node.op->props(), "transB", 0) != 0};
+  if (matmul && pb.b->kind != VarKind::kConstant) {
+    if (const Variable* w = transposed_weight(pb.b, producer)) pb = {w, true};
+  }
+  const Variable* b = pb.b;
   const DType dt = node.outputs[0]->type.dtype;
   if (!(dt == DType::kFloat32 || dt == DType::kFloat64) || b->kind != VarKind::kConstant ||
       !b->value || b->value->ndim() != 2 || b->value->dtype() != dt) {
-    return false;
+    return std::nullopt;
   }
   // The kernel's vectors run along N: a product narrower than one AVX-512 vector of floats
   // would leave most lanes of each multiply-add idle (a 10-wide output layer ran 2x slower
   // than OpenBLAS, which takes dot products along K), so it stays with OpenBLAS.
-  const bool trans = attr_int(node.op->props(), "transB", 0) != 0;
-  return b->value->shape()[trans ? 0 : 1] >= kMinPackedN && b->value->shape()[trans ? 1 : 0] > 0;
+  if (b->value->shape()[pb.trans ? 0 : 1] >= kMinPackedN &&
+      b->value->shape()[pb.trans ? 1 : 0] > 0) {
+    return pb;
+  }
+  return std::nullopt;
 }
 
 // A direct convolution's weight packs: a float constant, group 1, at least one whole block of
@@ -115,8 +147,10 @@ Graph pack_weights(const Graph& graph) {
   std::map<const Variable*, Variable*> conv_packed;
   const auto uses = count_uses(graph);
   std::unordered_map<const Variable*, const Node*> reader;  // the last node reading each
+  std::unordered_map<const Variable*, const Node*> producer;
   for (const auto& node : graph.nodes()) {
     for (const Variable* v : node->inputs) reader[v] = node.get();
+    for (const Variable* v : node->outputs) producer[v] = node.get();
   }
   std::set<const Node*> absorbed;  // bias adds a packed product took in
   for (const auto& node : graph.nodes()) {
@@ -141,13 +175,14 @@ Graph pack_weights(const Graph& graph) {
                node->name);
       continue;
     }
-    if (!packable(*node)) {
+    const std::optional<PackedB> packs = packable(*node, producer);
+    if (!packs) {
       copy.copy(*node);
       continue;
     }
     Attrs props = packable_matmul(*node) ? Attrs{} : node->op->props();
-    const bool trans = attr_int(props, "transB", 0) != 0;
-    const Variable* b = node->inputs[1];
+    const bool trans = packs->trans;
+    const Variable* b = packs->b;
     Variable*& pb = packed[{b, trans}];
     if (!pb) {
       Tensor panels = pack_gemm_panels(*b->value, trans);
