@@ -50,7 +50,11 @@ class Logits(nn.Module):
         return self.model(input_ids=ids, return_dict=False, **self.extra, **mask)[0]
 
 
-def hf_model(kind, **cfg):
+def hf_model(kind, attention="eager", **cfg):
+    """A transformers model of KIND built from CFG. attention="eager": the plain attention the
+    exporter writes out as MatMul and Softmax, as a deployment export of these models does;
+    None keeps the library's default (scaled_dot_product_attention), as a PyTorch user has it.
+    KIND gpt2_model / llama_model: the bare decoder (GPT2Model, LlamaModel), no LM head."""
     def make():
         import transformers as tf
         config_class, model_class = {
@@ -58,14 +62,15 @@ def hf_model(kind, **cfg):
             "distilbert": (tf.DistilBertConfig, tf.DistilBertModel),
             "roberta": (tf.RobertaConfig, tf.RobertaModel),
             "gpt2": (tf.GPT2Config, tf.GPT2LMHeadModel),
+            "gpt2_model": (tf.GPT2Config, tf.GPT2Model),
             "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
+            "llama_model": (tf.LlamaConfig, tf.LlamaModel),
             "t5": (tf.T5Config, tf.T5EncoderModel),
         }[kind]
         config = config_class(**cfg)
-        # The plain attention the exporter writes out as MatMul and Softmax, as a deployment
-        # export of these models does.
-        config._attn_implementation = "eager"
-        return Logits(model_class(config), kind in ("gpt2", "llama"))
+        if attention is not None:
+            config._attn_implementation = attention
+        return Logits(model_class(config), kind.startswith(("gpt2", "llama")))
     return make
 
 

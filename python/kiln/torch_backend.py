@@ -4,7 +4,13 @@ The ATen graph dynamo captures goes through aot_autograd with the core ATen deco
 Each connected run of ops kiln supports becomes one kiln graph, compiled through the kernel
 cache (so a second process, or a second model with the same layers, compiles nothing); ops
 kiln lacks stay in PyTorch, named once in a warning, so a model never fails because of kiln.
-Tensors cross between PyTorch and kiln through DLPack without copies. Graphs with symbolic
+Tensors cross between PyTorch and kiln through DLPack without copies.
+
+For inference (grad disabled), a module's parameters and buffers are frozen: they enter kiln as
+weights of its graph, so folding, packing and layouts apply as for an ONNX model. A frozen
+tensor changed in place (its version counter moves) or replaced is prepared again before the
+next call. Ops whose inputs are all known while compiling (a causal mask from arange and full)
+are computed once by PyTorch. With grad enabled, weights stay inputs. Graphs with symbolic
 (dynamic) shapes run in PyTorch as captured, with a warning.
 """
 import operator
@@ -19,301 +25,12 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import _kiln
 from . import graph as kg
-
-aten = torch.ops.aten
-
-_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
-           torch.int32: "int32", torch.bool: "bool", torch.uint8: "uint8", torch.int8: "int8"}
-
-# aten overload -> lowering(ctx, *args, **kwargs) -> Var, or a tuple for multi-output ops.
-LOWERINGS = {}
-# The overloads this process has lowered so far (the op tests check every lowering ran).
-LOWERED = set()
-
-
-def _lowers(*ops):
-    def register(fn):
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-    return register
-
-
-class _Ctx:
-    """What a lowering needs: the graph, and scalars in the dtype of the Var they meet."""
-
-    def __init__(self, g):
-        self.g = g
-
-    def operand(self, v, like):
-        if isinstance(v, kg.Var):
-            return v
-        dtype = like.dtype if isinstance(like, kg.Var) else "float32"
-        if dtype == "bool":
-            dtype = "float32"
-        return self.g.scalar(float(v), dtype)
-
-
-def _binary(kiln_op):
-    def lower(ctx, a, b, alpha=None):
-        like = a if isinstance(a, kg.Var) else b
-        a, b = ctx.operand(a, like), ctx.operand(b, like)
-        if alpha is not None and alpha != 1:
-            b = kg.apply("mul", [b, ctx.operand(alpha, b)])
-        return kg.apply(kiln_op, [a, b])
-    return lower
-
-
-for _aten_ops, _kiln_op in [((aten.add.Tensor, aten.add.Scalar), "add"),
-                            ((aten.sub.Tensor, aten.sub.Scalar), "sub"),
-                            ((aten.mul.Tensor, aten.mul.Scalar), "mul"),
-                            ((aten.div.Tensor, aten.div.Scalar), "div"),
-                            ((aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar), "pow"),
-                            ((aten.maximum.default,), "maximum"),
-                            ((aten.minimum.default,), "minimum"),
-                            ((aten.gt.Tensor, aten.gt.Scalar), "gt"),
-                            ((aten.lt.Tensor, aten.lt.Scalar), "lt"),
-                            ((aten.ge.Tensor, aten.ge.Scalar), "ge"),
-                            ((aten.le.Tensor, aten.le.Scalar), "le"),
-                            ((aten.eq.Tensor, aten.eq.Scalar), "eq"),
-                            ((aten.ne.Tensor, aten.ne.Scalar), "ne")]:
-    _lowers(*_aten_ops)(_binary(_kiln_op))
-
-for _aten_op, _kiln_op in [(aten.relu.default, "relu"), (aten.exp.default, "exp"),
-                           (aten.log.default, "log"), (aten.sqrt.default, "sqrt"),
-                           (aten.neg.default, "neg"), (aten.abs.default, "abs"),
-                           (aten.tanh.default, "tanh"), (aten.sigmoid.default, "sigmoid"),
-                           (aten.erf.default, "erf"), (aten.reciprocal.default, "reciprocal"),
-                           (aten.sin.default, "sin"), (aten.cos.default, "cos"),
-                           (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
-                           (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1"),
-                           (aten.logical_not.default, "logical_not")]:
-    LOWERINGS[_aten_op] = (lambda k: lambda ctx, x: kg.apply(k, [x]))(_kiln_op)
-
-
-@_lowers(aten.rsqrt.default)
-def _rsqrt(ctx, x):
-    return kg.reciprocal(kg.sqrt(x))
-
-
-@_lowers(aten.gelu.default)
-def _gelu(ctx, x, approximate="none"):
-    if approximate == "none":
-        return kg.gelu(x)
-    inner = (x + x * x * x * 0.044715) * 0.7978845608028654
-    return x * 0.5 * (kg.tanh(inner) + 1.0)
-
-
-@_lowers(aten.silu.default)
-def _silu(ctx, x):
-    return x * kg.sigmoid(x)
-
-
-@_lowers(aten.hardtanh.default, aten.clamp.default)
-def _clamp(ctx, x, lo=None, hi=None):
-    if lo is not None:
-        x = kg.maximum(x, ctx.operand(lo, x))
-    if hi is not None:
-        x = kg.minimum(x, ctx.operand(hi, x))
-    return x
-
-
-@_lowers(aten.hardsigmoid.default)
-def _hardsigmoid(ctx, x):
-    return _clamp(ctx, x / 6.0 + 0.5, 0.0, 1.0)
-
-
-@_lowers(aten.hardswish.default)
-def _hardswish(ctx, x):
-    return x * _hardsigmoid(ctx, x)
-
-
-@_lowers(aten.where.self)
-def _where(ctx, c, a, b):
-    like = a if isinstance(a, kg.Var) else b
-    return kg.where(c, ctx.operand(a, like), ctx.operand(b, like))
-
-
-@_lowers(aten.clone.default, aten.alias.default, aten.detach.default)
-def _identity(ctx, x, **kwargs):
-    return kg.apply("reshape", [x], shape=[0] * x.ndim)  # a copy kiln may elide
-
-
-@_lowers(aten._to_copy.default)
-def _to_copy(ctx, x, dtype=None, **kwargs):
-    if dtype is None or _DTYPES[dtype] == x.dtype:
-        return _identity(ctx, x)
-    return kg.cast(x, _DTYPES[dtype])
-
-
-@_lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-def _view(ctx, x, shape):
-    return kg.reshape(x, [int(d) for d in shape])
-
-
-@_lowers(aten.permute.default)
-def _permute(ctx, x, dims):
-    return kg.transpose(x, [d % x.ndim for d in dims])
-
-
-@_lowers(aten.expand.default)
-def _expand(ctx, x, shape):
-    lead = len(shape) - x.ndim
-    out = [x.shape[i - lead] if d == -1 else int(d) for i, d in enumerate(shape)]
-    return kg.apply("expand", [x], shape=out)
-
-
-@_lowers(aten.unsqueeze.default)
-def _unsqueeze(ctx, x, dim):
-    dim = dim % (x.ndim + 1)
-    shape = list(x.shape)
-    return kg.reshape(x, shape[:dim] + [1] + shape[dim:])
-
-
-@_lowers(aten.squeeze.dims, aten.squeeze.dim)
-def _squeeze(ctx, x, dims):
-    dims = [dims] if isinstance(dims, int) else dims
-    dims = {d % x.ndim for d in dims if x.shape[d % x.ndim] == 1}
-    return kg.reshape(x, [s for i, s in enumerate(x.shape) if i not in dims])
-
-
-@_lowers(aten.cat.default)
-def _cat(ctx, xs, dim=0):
-    return kg.concat(xs, dim % xs[0].ndim)
-
-
-@_lowers(aten.slice.Tensor)
-def _slice(ctx, x, dim=0, start=None, end=None, step=1):
-    dim %= x.ndim
-    size = x.shape[dim]
-    start = 0 if start is None else start
-    end = size if end is None or end > size else end
-    return kg.apply("slice", [x], starts=[int(start)], ends=[int(end)], axes=[dim],
-                    steps=[int(step)])
-
-
-@_lowers(aten.select.int)
-def _select(ctx, x, dim, index):
-    dim %= x.ndim
-    index %= x.shape[dim]
-    s = kg.apply("slice", [x], starts=[index], ends=[index + 1], axes=[dim])
-    return kg.reshape(s, [d for i, d in enumerate(x.shape) if i != dim])
-
-
-@_lowers(aten.mm.default, aten.bmm.default, aten.matmul.default)
-def _mm(ctx, a, b):
-    return kg.matmul(a, b)
-
-
-@_lowers(aten.addmm.default)
-def _addmm(ctx, bias, a, b, beta=1, alpha=1):
-    return kg.gemm(a, b, bias, alpha=alpha, beta=beta)
-
-
-@_lowers(aten.convolution.default)
-def _conv(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    ins = [x, w] + ([b] if b is not None else [])
-    return kg.apply("conv", ins, strides=list(stride), pads=list(padding) + list(padding),
-                    dilations=list(dilation), group=int(groups),
-                    kernel_shape=list(w.shape[2:]))
-
-
-@_lowers(aten._native_batch_norm_legit_no_training.default)
-def _batch_norm(ctx, x, w, b, mean, var, momentum, eps):
-    k = kg.reciprocal(kg.sqrt(var + float(eps)))
-    if w is not None:
-        k = k * w
-    shift = -(mean * k) if b is None else b - mean * k
-    shape = [-1] + [1] * (x.ndim - 2)
-    return (x * kg.reshape(k, shape) + kg.reshape(shift, shape), None, None)
-
-
-@_lowers(aten.native_layer_norm.default)
-def _layer_norm(ctx, x, shape, w, b, eps):
-    axes = list(range(x.ndim - len(shape), x.ndim))
-    mean = kg.mean(x, axes, True)
-    d = x - mean
-    inv = kg.reciprocal(kg.sqrt(kg.mean(d * d, axes, True) + float(eps)))
-    y = d * inv
-    if w is not None:
-        y = y * w
-    if b is not None:
-        y = y + b
-    return (y, mean, inv)
-
-
-def _pool_props(kernel, stride, padding, ceil_mode, dilation=None):
-    stride = list(stride) or list(kernel)
-    padding = list(padding) if len(padding) == len(kernel) else list(padding) * len(kernel)
-    props = dict(kernel_shape=list(kernel), strides=stride, pads=padding + padding,
-                 ceil_mode=int(bool(ceil_mode)))
-    if dilation is not None:
-        props["dilations"] = list(dilation)
-    return props
-
-
-@_lowers(aten.max_pool2d_with_indices.default)
-def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    dilation = list(dilation) if len(dilation) == len(kernel) else list(dilation) * len(kernel)
-    return (kg.apply("max_pool", [x], **_pool_props(kernel, stride, padding, ceil_mode, dilation)),
-            None)
-
-
-@_lowers(aten.avg_pool2d.default)
-def _avg_pool(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False,
-              count_include_pad=True, divisor_override=None):
-    props = _pool_props(kernel, stride, padding, ceil_mode)
-    return kg.apply("average_pool", [x], count_include_pad=int(bool(count_include_pad)), **props)
-
-
-@_lowers(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool(ctx, x, output_size):
-    h, w = x.shape[-2:]
-    oh, ow = output_size
-    if (oh, ow) == (1, 1):
-        return kg.mean(x, [x.ndim - 2, x.ndim - 1], True)
-    if h % oh or w % ow:
-        raise _kiln.UnsupportedError("adaptive average pooling to a size that does not divide "
-                                     "the input")
-    return kg.apply("average_pool", [x], kernel_shape=[h // oh, w // ow],
-                    strides=[h // oh, w // ow])
-
-
-def _reducer(fn):
-    def lower(ctx, x, dims=None, keepdim=False, dtype=None):
-        dims = list(range(x.ndim)) if not dims else [d % x.ndim for d in dims]
-        return fn(x, dims, bool(keepdim))
-    return lower
-
-
-LOWERINGS[aten.mean.dim] = LOWERINGS[aten.mean.default] = _reducer(kg.mean)
-LOWERINGS[aten.sum.default] = _reducer(kg.sum)
-LOWERINGS[aten.sum.dim_IntList] = _reducer(kg.sum)
-LOWERINGS[aten.amax.default] = _reducer(kg.max)
-LOWERINGS[aten.amin.default] = _reducer(kg.min)
-
-
-@_lowers(aten._softmax.default)
-def _softmax(ctx, x, dim, half_to_float=False):
-    return kg.softmax(x, dim % x.ndim)
-
-
-@_lowers(aten._log_softmax.default)
-def _log_softmax(ctx, x, dim, half_to_float=False):
-    return kg.log_softmax(x, dim % x.ndim)
-
-
-@_lowers(aten.embedding.default)
-def _embedding(ctx, w, idx, padding_idx=-1, *rest):
-    return kg.apply("gather", [w, idx], axis=0)
-
-
-@_lowers(aten.constant_pad_nd.default)
-def _pad(ctx, x, pad, value=0):
-    begins, ends = [0] * x.ndim, [0] * x.ndim
-    for i in range(len(pad) // 2):  # torch lists the last dimension first
-        begins[x.ndim - 1 - i], ends[x.ndim - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
-    return kg.apply("pad", [x], pads=begins + ends, value=float(value))
+from .torch_lowerings import _DTYPES, BOOL_ONLY, LOWERED, LOWERINGS, Ctx, copy_of
+
+# What each graph the backend compiled became, newest last: a dict with "kiln_graphs" (how
+# many kiln graphs), "pytorch_ops" (ops left to PyTorch), "frozen" (weights entered as kiln
+# weights) and "constants" (ops PyTorch computed while compiling).
+REPORTS = []
 
 
 def _meta(node):
@@ -325,13 +42,47 @@ def _tensor_ok(val):
         and not any(isinstance(s, torch.SymInt) for s in val.shape)
 
 
+def _value_ok(val):
+    if isinstance(val, (tuple, list)):
+        return all(_tensor_ok(v) for v in val)
+    return _tensor_ok(val)
+
+
+def _constant_nodes(gm, frozen):
+    """The nodes computable while compiling: pure ops whose inputs are all such nodes (an op
+    without tensor inputs, like arange or full, included). Frozen weights do not count: kiln
+    folds what derives from them itself, and re-prepares it when they change."""
+    known = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target is operator.getitem:
+            if node.args[0] in known:
+                known.add(node)
+            continue
+        if not isinstance(target, torch._ops.OpOverload) or \
+                torch.Tag.nondeterministic_seeded in target.tags or not _value_ok(_meta(node)):
+            continue
+        if all(a in known for a in node.all_input_nodes):
+            known.add(node)
+    return known
+
+
 class _Support(OperatorSupport):
-    """An op kiln lowers, on CPU tensors of kiln's dtypes with static shapes; a tuple output
-    (max-pool indices, batch-norm statistics) only where nothing reads its extra parts."""
+    """An op kiln lowers, on CPU tensors of kiln's dtypes with static shapes, or one PyTorch
+    computes while compiling; a tuple output (max-pool indices, batch-norm statistics) only
+    where nothing reads its extra parts, unless kiln computes them all."""
+
+    def __init__(self, constants=frozenset()):
+        super().__init__()
+        self.constants = constants
 
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
             return False
+        if node in self.constants:
+            return True
         if node.target is operator.getitem:
             src = node.args[0]
             return src.target in LOWERINGS and (node.args[1] == 0 or src.target in _ALL_OUTPUTS)
@@ -346,30 +97,77 @@ class _Support(OperatorSupport):
                 return False
         elif not _tensor_ok(val):
             return False
-        return all(_tensor_ok(_meta(a)) for a in node.all_input_nodes)
+        inputs = [_meta(a) for a in node.all_input_nodes]
+        if node.target in BOOL_ONLY and any(v.dtype != torch.bool for v in inputs):
+            return False
+        return all(_tensor_ok(v) for v in inputs)
 
 
 # Multi-output ops whose every output kiln computes (the others: only the first).
-_ALL_OUTPUTS = {aten.native_layer_norm.default}
+_ALL_OUTPUTS = {torch.ops.aten.native_layer_norm.default, torch.ops.aten.split_with_sizes.default,
+                torch.ops.aten.max.dim, torch.ops.aten.min.dim, torch.ops.aten.topk.default,
+                torch.ops.aten.native_group_norm.default}
+
+
+def _evaluate(node, env):
+    """Runs `node` in PyTorch on the values computed while compiling."""
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if node.target is operator.getitem:
+        return args[0][args[1]]
+    with torch.no_grad():
+        return node.target(*args, **kwargs)
 
 
 class KilnSubgraph(torch.nn.Module):
-    """One partition as a compiled kiln function, called with PyTorch tensors."""
+    """One partition as a compiled kiln function, called with PyTorch tensors. `frozen` maps
+    the positions of the partition's inputs that are frozen weights to their tensors."""
 
-    def __init__(self, gm):
+    def __init__(self, gm, frozen=None, constants=frozenset()):
         super().__init__()
+        self.gm = gm
+        self.constants = constants
+        self.frozen = dict(frozen or {})
+        self.dynamic = [i for i, n in enumerate(self._placeholders()) if i not in self.frozen]
+        self.evaluated = 0
+        self._build()
+
+    def _placeholders(self):
+        return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+
+    def _build(self):
+        # The fake tensor mode tracing may still be active: what PyTorch computes here is real.
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            self._build_graph()
+
+    def _build_graph(self):
         g = kg.Graph("torch_partition")
-        ctx = _Ctx(g)
-        env = {}
-        inputs = []
-        for node in gm.graph.nodes:
+        ctx = Ctx(g)
+        env = {}  # node -> kiln Var, or a torch.Tensor PyTorch computed while compiling
+        # The tensors are held, so a storage kiln froze cannot be freed and its address reused.
+        self.versions = {i: (t, t.data_ptr(), t._version) for i, t in self.frozen.items()}
+        self.evaluated = 0
+        placeholders = 0
+
+        def var(v):
+            return ctx.materialize(v) if isinstance(v, torch.Tensor) else v
+
+        for node in self.gm.graph.nodes:
             if node.op == "placeholder":
-                val = _meta(node)
-                env[node] = g.input(f"in{len(inputs)}", _DTYPES[val.dtype], list(val.shape))
-                inputs.append(node)
+                i = placeholders
+                placeholders += 1
+                if i in self.frozen:
+                    env[node] = g.parameter(self.frozen[i], f"weight{i}")
+                else:
+                    val = _meta(node)
+                    env[node] = g.input(f"in{i}", _DTYPES[val.dtype], list(val.shape))
             elif node.op == "call_function":
-                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                if node in self.constants:
+                    env[node] = _evaluate(node, env)
+                    self.evaluated += 1
+                    continue
+                args = torch.fx.node.map_arg(node.args, lambda n: var(env[n]))
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: var(env[n]))
                 if node.target is operator.getitem:
                     env[node] = args[0][args[1]]
                 else:
@@ -379,13 +177,35 @@ class KilnSubgraph(torch.nn.Module):
                 out = node.args[0]
                 self.single = not isinstance(out, (tuple, list))
                 outs = [out] if self.single else list(out)
-                # An output that is an input passes through a copy kiln makes.
-                g.set_outputs([_identity(ctx, env[o]) if o.op == "placeholder" else env[o]
-                               for o in outs])
+                # An output that is an input, a weight or a constant (a view lowered to its
+                # source included) passes through a copy kiln makes.
+                sources = {id(env[n]) for n in env if n.op == "placeholder"}
+                g.set_outputs([copy_of(var(env[o]))
+                               if isinstance(env[o], torch.Tensor) or id(env[o]) in sources
+                               else env[o] for o in outs])
+        self.graph = g
         self.fn = _kiln.compile_graph(g)
 
+    def source(self):
+        """The C source kiln generated for this partition."""
+        return _kiln.source(self.graph)
+
+    def _stale(self, args):
+        for i, (t, ptr, version) in self.versions.items():
+            a = args[i]
+            # dynamo may pass a weight as an alias of the tensor frozen: same storage, and the
+            # version counter aliases share.
+            if a._version != version or (a is not t and a.data_ptr() != ptr):
+                return True
+        return False
+
     def forward(self, *args):
-        outs = [torch.from_dlpack(t) for t in self.fn(*args)]
+        if self.frozen and self._stale(args):
+            # A weight changed in place or was replaced: the module is the same (a memo hit),
+            # its weights are prepared again.
+            self.frozen = {i: args[i] for i in self.frozen}
+            self._build()
+        outs = [torch.from_dlpack(t) for t in self.fn(*(args[i] for i in self.dynamic))]
         return outs[0] if self.single else tuple(outs)
 
 
@@ -402,7 +222,24 @@ def _op_name(target):
     return getattr(target, "__name__", str(target))
 
 
-def _lower_graph(gm, example_inputs):
+def _frozen_placeholders(gm, frozen_inputs):
+    """The names of the graph's placeholders that are frozen weights, with their tensors (the
+    fused graph has new nodes, the same names), where aot_autograd kept the inputs as dynamo
+    gave them (the same count, shapes and dtypes)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not frozen_inputs or len(placeholders) != frozen_inputs[0]:
+        return {}
+    out = {}
+    for i, t in frozen_inputs[1].items():
+        val = _meta(placeholders[i])
+        if _tensor_ok(val) and val.shape == t.shape and val.dtype == t.dtype:
+            out[placeholders[i].name] = t
+    return out
+
+
+def _lower_graph(gm, example_inputs, frozen_inputs=None):
+    report = {"kiln_graphs": 0, "pytorch_ops": [], "frozen": 0, "constants": 0}
+    REPORTS.append(report)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = _meta(node)
@@ -410,34 +247,66 @@ def _lower_graph(gm, example_inputs):
                                                  and not _tensor_ok(val)):
                 _warn_once("kiln: a graph with dynamic shapes or non-CPU tensors runs in "
                            "PyTorch (compile with dynamic=False to use kiln)")
+                report["pytorch_ops"] = ["(the whole graph)"]
                 return gm
-    support = _Support()
+    frozen = _frozen_placeholders(gm, frozen_inputs)
+    constants = _constant_nodes(gm, frozen)
+    for node in constants:  # the partitions' copies of these nodes carry the mark
+        node.meta["kiln_constant"] = True
+    support = _Support(constants)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     missing = sorted({_op_name(n.target) for n in gm.graph.nodes
                       if n.op == "call_function" and not support.is_node_supported({}, n)
                       and n.target is not operator.getitem})
+    report["pytorch_ops"] = missing
     if missing:
         _warn_once("kiln: these ops run in PyTorch: " + ", ".join(missing))
     fused = partitioner.fuse_partitions(partitions)
-    for name, sub in list(fused.named_children()):
-        if not name.startswith("fused_"):
+    for call in list(fused.graph.nodes):
+        if call.op != "call_module" or not call.target.startswith("fused_"):
             continue
+        sub = getattr(fused, call.target)
+        # The partition's inputs are the call's arguments, in order.
+        sub_frozen = {i: frozen[a.name] for i, a in enumerate(call.args)
+                      if getattr(a, "op", None) == "placeholder" and a.name in frozen}
+        sub_constants = {n for n in sub.graph.nodes if n.op == "call_function"
+                         and n.meta.get("kiln_constant")}
         try:
-            setattr(fused, name, KilnSubgraph(sub))
+            kiln_sub = KilnSubgraph(sub, sub_frozen, sub_constants)
         except _kiln.Error as e:  # kiln refused this part: it stays in PyTorch
             _warn_once(f"kiln: a part of the graph runs in PyTorch: {e}")
+            report["pytorch_ops"].append("(a part kiln refused)")
+            continue
+        setattr(fused, call.target, kiln_sub)
+        report["kiln_graphs"] += 1
+        report["frozen"] += len(sub_frozen)
+        report["constants"] += kiln_sub.evaluated
     fused.recompile()
     return fused
 
 
-def _compiler(gm, example_inputs):
-    return make_boxed_func(_lower_graph(gm, example_inputs).forward)
+def _compiler(frozen_inputs):
+    def compile_graph(gm, example_inputs):
+        return make_boxed_func(_lower_graph(gm, example_inputs, frozen_inputs).forward)
+    return compile_graph
+
+
+def _frozen_inputs(example_inputs):
+    """For inference, the positions of dynamo's inputs that are a module's parameters and
+    buffers (dynamo marks them static) with their tensors; None with grad enabled."""
+    if torch.is_grad_enabled():
+        return None
+    frozen = {i: t for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor)
+              and getattr(t, "_dynamo_static_input_type", None) is not None
+              and not isinstance(t, torch._subclasses.FakeTensor)}
+    return (len(example_inputs), frozen) if frozen else None
 
 
 def kiln_backend(gm, example_inputs, **kwargs):
     """The torch.compile backend (registered as "kiln")."""
-    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler,
+    compiler = _compiler(_frozen_inputs(example_inputs))
+    return aot_autograd(fw_compiler=compiler, bw_compiler=_compiler(None),
                         decompositions=core_aten_decompositions())(gm, example_inputs)
 
 

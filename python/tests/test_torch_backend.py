@@ -1,5 +1,7 @@
 """torch.compile(backend="kiln"): every ATen op kiln lowers against eager PyTorch, real
 models end to end, and models with ops kiln lacks (partitioned, still correct)."""
+import os
+import re
 import warnings
 
 import pytest
@@ -77,13 +79,72 @@ CASES = {
     "pools": (lambda a: F.max_pool2d(a, 3, 2, 1) .sum() + F.avg_pool2d(a, 2)
               .sum() + F.adaptive_avg_pool2d(a, 1).sum() + F.avg_pool2d(a, 3, 2, 1, count_include_pad=False).sum()
               + F.adaptive_avg_pool2d(a, 4).sum(), (torch.randn(2, 3, 8, 8),)),
+    # any/all over NaN (true), -0.0 (false) and rows past a vector's width; and on booleans.
+    "any_all": (lambda a: a.any(1).float() + a.all(1).float() + (a > 0).any(-1).float()
+                + (a > -9).all(-1).float() + torch.any(a, 0).float().sum() + a.all().float(),
+                (torch.cat([nasty(3, 19), torch.zeros(1, 19), torch.full((1, 19), -0.0)]),)),
+    "filled_like": (lambda a: torch.full_like(a, 2.5) * a + torch.zeros_like(a) + torch.ones_like(a),
+                    (x34,)),
+    # Python's and C's remainders differ in sign; ties at the divisor, -0.0, NaN and inf.
+    "remainder_fmod": (lambda a, b: torch.remainder(a, b) + torch.fmod(a, b) + torch.remainder(a, 1.5)
+                       + torch.fmod(a, -1.5), (nasty(3, 19), torch.tensor([1.5, -1.5, 2.0, -0.5] * 4 + [3.0, -3.0, 0.25]))),
+    "gather": (lambda a, i: torch.gather(a, 1, i) + torch.gather(a, 0, i[:2, :3].remainder(3)).sum(),
+               (x34, torch.tensor([[0, 3, 3, 1], [2, 2, 0, 0], [1, 0, 3, 2]]))),
+    "bitwise_bool": (lambda a, b: ((a > 0) & (b > 0)).float() + ((a > 0) | (b > 0)).float()
+                     + ((a > 0) ^ (b > 0)).float() + (~(a > 0)).float()
+                     + torch.logical_and(a > 1, b < 1).float() + torch.logical_or(a > 1, b > 1).float()
+                     + torch.logical_xor(a > 0, b > 0).float(), (x34, nasty(3, 4, seed=6))),
+    # Negative indices and indices broadcast against each other, as a causal mask indexes.
+    "index": (lambda a, i, j: a[i, j] + a[i.unsqueeze(1), j.unsqueeze(0)].sum(0)
+              + a[torch.tensor([-1, 0, 1])].sum(), (nasty(4, 5), torch.tensor([0, -1, 2, 3]),
+                                                    torch.tensor([4, -5, 1, 0]))),
+    # Skipped dimensions: indexed ones adjacent (in place) and apart (broadcast dims first).
+    "index_skipped": (lambda a, i, j: (a[:, i] * 2, a[:, :, j.unsqueeze(1), j] * 2,
+                                       a[i, :, j[:2].unsqueeze(1)] * 2),
+                      (nasty(3, 4, 5, 5), torch.tensor([1, -1, 0]), torch.tensor([4, 0, -2]))),
+    "split": (lambda a: sum(p.sum(1, keepdim=True) * (k + 1) for k, p in enumerate(a.split([3, 1, 15], 1)))
+              + sum(p.mean() for p in a.split(8, 1)), (nasty(3, 19),)),
+    # A view with size-1 strides that is x's own order (a reshape) and a true strided view.
+    "as_strided": (lambda a: torch.as_strided(a.mean((2, 3), keepdim=True), (2, 6, 1, 1), (6, 1, 6, 6))
+                   .sum((2, 3)) + torch.as_strided(a.reshape(-1) + 0, (2, 6), (1, 7), 3),
+                   (nasty(2, 6, 3, 3),)),
+    "more_unary": (lambda a: torch.sign(a) + torch.round(a * 2) + torch.trunc(a) + torch.sinh(a.clamp(-5, 5))
+                   + torch.cosh(a.clamp(-5, 5)) + torch.atan(a) + torch.asinh(a)
+                   + torch.isnan(a).float() + torch.isinf(a).float() + F.leaky_relu(a, 0.2)
+                   + F.elu(a, 0.5) + F.softplus(a, 2.0, 5.0) + F.selu(a), (nasty(3, 19),)),
+    "inverse_trig": (lambda a: torch.asin(a) + torch.acos(a) + torch.atanh(a * 0.9)
+                     + torch.acosh(a.abs() + 1), (torch.rand(3, 19) * 2 - 1,)),
+    # Ties resolve to the first index, as PyTorch's arg reductions do (its topk orders tied
+    # indices as it likes: only values there, and indices of a row without ties).
+    "arg_and_topk": (lambda a: a.argmax(1).float() + a.argmin(0).sum().float() + a.argmax().float()
+                     + a.max(1).values + a.max(1).indices.float() + a.min(1, keepdim=True).values.sum()
+                     + a.topk(3, 1).values.sum(1) + a.topk(2, 1, largest=False).values.sum(1)
+                     + a[0].topk(2).indices.sum().float(),
+                     (torch.tensor([[1.0, 3.0, 3.0, -2.0, 0.5], [0.0, -0.0, 7.0, 7.0, 1.0],
+                                    [2.0, 2.0, 2.0, 2.0, 2.0]]),)),
+    "prod_cumsum": (lambda a: a.prod(1) + a.cumsum(1).sum(1) + a.cumsum(0)[-1].sum(), (nasty(3, 19) * 0.5,)),
+    "index_select": (lambda a, i: a.index_select(1, i) * 2 + a.index_select(0, i[1:3]).sum(), (x34, torch.tensor([3, 0, 0, 2]))),
+    "group_norm": (lambda a, w, b: F.group_norm(a, 2, w, b, 1e-5) + F.group_norm(a, 4), (torch.randn(2, 4, 3, 5), torch.randn(4), torch.randn(4))),
+    "upsample": (lambda a: F.interpolate(a, scale_factor=2, mode="nearest").sum((2, 3))
+                 + F.interpolate(a, size=(7, 5), mode="nearest").sum((2, 3))
+                 + F.interpolate(a, size=(6, 9), mode="bilinear").sum((2, 3))
+                 + F.interpolate(a, size=(6, 9), mode="bilinear", align_corners=True).sum((2, 3)),
+                 (torch.randn(2, 3, 4, 5),)),
+    # A causal mask built from arange, full and index (as transformers builds it): PyTorch
+    # computes it once while compiling, kiln gets a constant.
+    "constant_mask": (lambda a: a.masked_fill(
+        ~(torch.arange(a.shape[-1])[None, :] <= torch.arange(a.shape[-1])[:, None]),
+        torch.finfo(a.dtype).min).softmax(-1), (nasty(2, 5, 5),)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_eager(name):
     fn, inputs = CASES[name]
+    reports = len(torch_backend.REPORTS)
     check(fn, *inputs, rtol=1e-4, atol=1e-5)
+    for report in torch_backend.REPORTS[reports:]:  # kiln ran it all
+        assert report["kiln_graphs"] == 1 and report["pytorch_ops"] == [], report
 
 
 def test_every_lowering_ran():
@@ -172,3 +233,44 @@ def test_entry_point_names_the_backend():
     from importlib.metadata import entry_points
     names = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
     assert names.get("kiln") == "kiln.torch_backend:kiln_backend"
+
+
+def test_inference_freezes_weights_and_prepares_them_again_when_they_change():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 5))
+    model = seeded(model)
+    x = nasty(2, 3, 8, 8).nan_to_num(0.0, 1.0, -1.0)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        reports = len(torch_backend.REPORTS)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        (report,) = torch_backend.REPORTS[reports:]
+        # conv weight and bias, the batch norm's weight, bias, mean and variance, the linear's
+        # weight and bias: all kiln weights, none a graph input.
+        assert report["kiln_graphs"] == 1 and report["frozen"] == 8, report
+        model[0].weight.mul_(-2.0)          # in place: the version counter moves
+        model[1].running_mean.add_(0.5)     # a buffer, in place
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        model[4].bias = torch.nn.Parameter(torch.randn(5))  # replaced outright
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        assert len(torch_backend.REPORTS) == reports + 1  # prepared again, never recompiled
+    # With grad enabled the weights stay inputs (training reads their gradients).
+    torch._dynamo.reset()
+    reports = len(torch_backend.REPORTS)
+    torch.compile(model, backend="kiln")(x).sum().backward()
+    assert all(r["frozen"] == 0 for r in torch_backend.REPORTS[reports:])
+
+
+def test_docs_lowering_table_matches_the_registry():
+    from kiln import torch_lowerings
+    doc = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "python.md")
+    with open(doc) as f:
+        text = f.read()
+    table = text[text.index("<!-- lowering table -->"):text.index("<!-- end of lowering table -->")]
+    documented = set(re.findall(r"\| `([^`]+)` \| lowered \|", table))
+    documented |= set(re.findall(r"`([^`]+)`", table.split("\n\n")[0].split("outside the core set:")[1]))
+    lowered = {str(op).removeprefix("aten.") for op in torch_lowerings.LOWERINGS}
+    # (Only the lowered ops: the other rows follow the installed PyTorch's core set.)
+    assert documented == lowered, (sorted(documented - lowered), sorted(lowered - documented))

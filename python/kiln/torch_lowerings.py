@@ -1,0 +1,659 @@
+"""How each ATen op becomes kiln ops: the lowering registry behind torch.compile(backend="kiln").
+
+A lowering takes a Ctx and the op's arguments (kiln Vars where the op had tensors) and returns a
+Var, or a tuple for a multi-output op. Ops whose inputs are all known while compiling (arange,
+full, a causal mask built from them) are not lowered at all: the backend evaluates them in
+PyTorch once and enters the result as a constant (see Ctx.materialize).
+"""
+import torch
+
+from . import _kiln
+from . import graph as kg
+
+aten = torch.ops.aten
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
+           torch.int32: "int32", torch.bool: "bool", torch.uint8: "uint8", torch.int8: "int8"}
+
+# aten overload -> lowering(ctx, *args, **kwargs) -> Var, or a tuple for multi-output ops.
+LOWERINGS = {}
+# The overloads this process has lowered so far (the op tests check every lowering ran).
+LOWERED = set()
+
+
+def _lowers(*ops):
+    def register(fn):
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return register
+
+
+# Constants up to this many elements go into the code (and the key); larger ones are bound as
+# weights, as an ONNX initializer is.
+_CODE_CONSTANT_LIMIT = 256
+
+
+class Ctx:
+    """What a lowering needs: the graph, scalars in the dtype of the Var they meet, and
+    tensors PyTorch computed while compiling entered as kiln values."""
+
+    def __init__(self, g):
+        self.g = g
+        self._count = 0
+        # What some Vars are views of, so a product reads through them as kiln's own importers
+        # build it: id(var) -> (var, "t", src) for a 2-D transpose, (var, "merged", src) for a
+        # reshape merging the leading dimensions of src (matmul's batch for bmm).
+        self._origin = {}
+
+    def record(self, var, kind, src):
+        self._origin[id(var)] = (var, kind, src)
+        return var
+
+    def origin(self, var, kind):
+        entry = self._origin.get(id(var))
+        return entry[2] if entry is not None and entry[0] is var and entry[1] == kind else None
+
+    def operand(self, v, like):
+        if isinstance(v, kg.Var):
+            return v
+        if isinstance(v, torch.Tensor):
+            return self.materialize(v)
+        dtype = like.dtype if isinstance(like, kg.Var) else "float32"
+        if dtype == "bool":
+            dtype = "float32"
+        return self.g.scalar(float(v), dtype)
+
+    def materialize(self, t, name=None):
+        """A PyTorch tensor as a kiln constant (small) or weight (large)."""
+        if t.dtype not in _DTYPES:
+            raise _kiln.UnsupportedError(f"a constant of dtype {t.dtype}")
+        t = t.detach().contiguous()
+        self._count += 1
+        if name is None:
+            name = f"const{self._count}"
+        if t.numel() <= _CODE_CONSTANT_LIMIT:
+            return self.g.constant(t, name)
+        return self.g.parameter(t, name)
+
+
+def _binary(kiln_op):
+    def lower(ctx, a, b, alpha=None):
+        like = a if isinstance(a, kg.Var) else b
+        a, b = ctx.operand(a, like), ctx.operand(b, like)
+        if alpha is not None and alpha != 1:
+            b = kg.apply("mul", [b, ctx.operand(alpha, b)])
+        return kg.apply(kiln_op, [a, b])
+    return lower
+
+
+for _aten_ops, _kiln_op in [((aten.add.Tensor, aten.add.Scalar), "add"),
+                            ((aten.sub.Tensor, aten.sub.Scalar), "sub"),
+                            ((aten.mul.Tensor, aten.mul.Scalar), "mul"),
+                            ((aten.div.Tensor, aten.div.Scalar), "div"),
+                            ((aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar), "pow"),
+                            ((aten.remainder.Tensor, aten.remainder.Scalar), "mod"),
+                            ((aten.fmod.Tensor, aten.fmod.Scalar), "fmod"),
+                            ((aten.maximum.default,), "maximum"),
+                            ((aten.minimum.default,), "minimum"),
+                            ((aten.gt.Tensor, aten.gt.Scalar), "gt"),
+                            ((aten.lt.Tensor, aten.lt.Scalar), "lt"),
+                            ((aten.ge.Tensor, aten.ge.Scalar), "ge"),
+                            ((aten.le.Tensor, aten.le.Scalar), "le"),
+                            ((aten.eq.Tensor, aten.eq.Scalar), "eq"),
+                            ((aten.ne.Tensor, aten.ne.Scalar), "ne")]:
+    _lowers(*_aten_ops)(_binary(_kiln_op))
+
+for _aten_op, _kiln_op in [(aten.relu.default, "relu"), (aten.exp.default, "exp"),
+                           (aten.log.default, "log"), (aten.sqrt.default, "sqrt"),
+                           (aten.neg.default, "neg"), (aten.abs.default, "abs"),
+                           (aten.tanh.default, "tanh"), (aten.sigmoid.default, "sigmoid"),
+                           (aten.erf.default, "erf"), (aten.reciprocal.default, "reciprocal"),
+                           (aten.sin.default, "sin"), (aten.cos.default, "cos"),
+                           (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
+                           (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1")]:
+    LOWERINGS[_aten_op] = (lambda k: lambda ctx, x: kg.apply(k, [x]))(_kiln_op)
+
+
+@_lowers(aten.rsqrt.default)
+def _rsqrt(ctx, x):
+    return kg.reciprocal(kg.sqrt(x))
+
+
+@_lowers(aten.gelu.default)
+def _gelu(ctx, x, approximate="none"):
+    if approximate == "none":
+        return kg.gelu(x)
+    inner = (x + x * x * x * 0.044715) * 0.7978845608028654
+    return x * 0.5 * (kg.tanh(inner) + 1.0)
+
+
+@_lowers(aten.silu.default)
+def _silu(ctx, x):
+    return x * kg.sigmoid(x)
+
+
+@_lowers(aten.hardtanh.default, aten.clamp.default)
+def _clamp(ctx, x, lo=None, hi=None):
+    if lo is not None:
+        x = kg.maximum(x, ctx.operand(lo, x))
+    if hi is not None:
+        x = kg.minimum(x, ctx.operand(hi, x))
+    return x
+
+
+@_lowers(aten.hardsigmoid.default)
+def _hardsigmoid(ctx, x):
+    return _clamp(ctx, x / 6.0 + 0.5, 0.0, 1.0)
+
+
+@_lowers(aten.hardswish.default)
+def _hardswish(ctx, x):
+    return x * _hardsigmoid(ctx, x)
+
+
+@_lowers(aten.where.self)
+def _where(ctx, c, a, b):
+    like = a if isinstance(a, kg.Var) else b
+    return kg.where(c, ctx.operand(a, like), ctx.operand(b, like))
+
+
+def copy_of(x):
+    """A copy of x as a new value (for an output that would otherwise be an input)."""
+    return kg.apply("reshape", [x], shape=[0] * x.ndim)
+
+
+@_lowers(aten.clone.default, aten.alias.default, aten.detach.default,
+         aten.lift_fresh_copy.default)
+def _identity(ctx, x, **kwargs):
+    return x  # values are immutable in a functional graph: a clone is the value itself
+
+
+@_lowers(aten._to_copy.default)
+def _to_copy(ctx, x, dtype=None, **kwargs):
+    if dtype is None or _DTYPES[dtype] == x.dtype:
+        return _identity(ctx, x)
+    return kg.cast(x, _DTYPES[dtype])
+
+
+@_lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(ctx, x, shape):
+    shape = [int(d) for d in shape]
+    if -1 in shape:
+        known = 1
+        for d in shape:
+            known *= d if d != -1 else 1
+        numel = 1
+        for d in x.shape:
+            numel *= d
+        shape = [numel // known if d == -1 else d for d in shape]
+    if shape == list(x.shape):
+        return x
+    for kind in ("merged", "rows"):
+        src = ctx.origin(x, kind)
+        if src is not None and list(src.shape) == shape:
+            return src  # a reshape undone
+    y = kg.reshape(x, shape)
+    lead = 1
+    for d in x.shape[:-2]:
+        lead *= d
+    if x.ndim > 3 and shape == [lead] + list(x.shape[-2:]):
+        ctx.record(y, "merged", x)
+    elif x.ndim > 2 and shape == [lead * x.shape[-2], x.shape[-1]]:
+        ctx.record(y, "rows", x)
+    return y
+
+
+@_lowers(aten.permute.default)
+def _permute(ctx, x, dims):
+    perm = [d % x.ndim for d in dims]
+    if perm == list(range(x.ndim)):
+        return x
+    y = kg.transpose(x, perm)
+    return ctx.record(y, "t", x) if perm == [1, 0] else y
+
+
+@_lowers(aten.expand.default)
+def _expand(ctx, x, shape):
+    lead = len(shape) - x.ndim
+    out = [x.shape[i - lead] if d == -1 else int(d) for i, d in enumerate(shape)]
+    if out == list(x.shape):
+        return x  # matmul's decomposition expands operands to the shape they have
+    return kg.apply("expand", [x], shape=out)
+
+
+@_lowers(aten.unsqueeze.default)
+def _unsqueeze(ctx, x, dim):
+    dim = dim % (x.ndim + 1)
+    shape = list(x.shape)
+    return kg.reshape(x, shape[:dim] + [1] + shape[dim:])
+
+
+@_lowers(aten.squeeze.dims, aten.squeeze.dim)
+def _squeeze(ctx, x, dims):
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = {d % x.ndim for d in dims if x.shape[d % x.ndim] == 1}
+    return kg.reshape(x, [s for i, s in enumerate(x.shape) if i not in dims])
+
+
+@_lowers(aten.cat.default)
+def _cat(ctx, xs, dim=0):
+    return kg.concat(xs, dim % xs[0].ndim)
+
+
+@_lowers(aten.slice.Tensor)
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    dim %= x.ndim
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    end = size if end is None or end > size else end
+    return kg.apply("slice", [x], starts=[int(start)], ends=[int(end)], axes=[dim],
+                    steps=[int(step)])
+
+
+@_lowers(aten.select.int)
+def _select(ctx, x, dim, index):
+    dim %= x.ndim
+    index %= x.shape[dim]
+    s = kg.apply("slice", [x], starts=[index], ends=[index + 1], axes=[dim])
+    return kg.reshape(s, [d for i, d in enumerate(x.shape) if i != dim])
+
+
+def _linear(ctx, a, b, bias=None, alpha=1, beta=1):
+    """a @ b (+ bias): a linear layer's x @ W.t() reads W transposed in the GEMM (and packs it);
+    rows merged from an N-D x go in unmerged, so the product's epilogue (a bias, a residual add
+    after the reshape back) fuses as for an imported MatMul."""
+    w = ctx.origin(b, "t")
+    x = ctx.origin(a, "rows")
+    if x is not None and alpha == 1 and beta == 1:
+        y = kg.matmul(x, b)
+        if bias is not None:
+            y = y + bias
+        return ctx.record(kg.reshape(y, list(a.shape[:-1]) + [y.shape[-1]]), "rows", y)
+    if w is not None:
+        return kg.gemm(a, w, bias, alpha=alpha, beta=beta, trans_b=True)
+    if bias is None and alpha == 1:
+        return kg.matmul(a, b)
+    return kg.gemm(a, b, bias, alpha=alpha, beta=beta)
+
+
+@_lowers(aten.mm.default, aten.matmul.default)
+def _mm(ctx, a, b):
+    return _linear(ctx, a, b)
+
+
+@_lowers(aten.bmm.default)
+def _bmm(ctx, a, b):
+    # matmul of 4-D operands reaches here as bmm of their reshapes to 3-D; kiln's matmul takes
+    # the 4-D operands (reading transposed heads in place) and its result reshapes for free.
+    a4, b4 = ctx.origin(a, "merged"), ctx.origin(b, "merged")
+    if a4 is not None and b4 is not None and a4.shape[:-2] == b4.shape[:-2]:
+        y4 = kg.matmul(a4, b4)
+        return ctx.record(kg.reshape(y4, [a.shape[0]] + list(y4.shape[-2:])), "merged", y4)
+    return kg.matmul(a, b)
+
+
+@_lowers(aten.addmm.default)
+def _addmm(ctx, bias, a, b, beta=1, alpha=1):
+    return _linear(ctx, a, b, bias, alpha, beta)
+
+
+@_lowers(aten.convolution.default)
+def _conv(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    ins = [x, w] + ([b] if b is not None else [])
+    return kg.apply("conv", ins, strides=list(stride), pads=list(padding) + list(padding),
+                    dilations=list(dilation), group=int(groups),
+                    kernel_shape=list(w.shape[2:]))
+
+
+@_lowers(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(ctx, x, w, b, mean, var, momentum, eps):
+    k = kg.reciprocal(kg.sqrt(var + float(eps)))
+    if w is not None:
+        k = k * w
+    shift = -(mean * k) if b is None else b - mean * k
+    shape = [-1] + [1] * (x.ndim - 2)
+    return (x * kg.reshape(k, shape) + kg.reshape(shift, shape), None, None)
+
+
+@_lowers(aten.native_layer_norm.default)
+def _layer_norm(ctx, x, shape, w, b, eps):
+    axes = list(range(x.ndim - len(shape), x.ndim))
+    mean = kg.mean(x, axes, True)
+    d = x - mean
+    inv = kg.reciprocal(kg.sqrt(kg.mean(d * d, axes, True) + float(eps)))
+    y = d * inv
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return (y, mean, inv)
+
+
+def _pool_props(kernel, stride, padding, ceil_mode, dilation=None):
+    stride = list(stride) or list(kernel)
+    padding = list(padding) if len(padding) == len(kernel) else list(padding) * len(kernel)
+    props = dict(kernel_shape=list(kernel), strides=stride, pads=padding + padding,
+                 ceil_mode=int(bool(ceil_mode)))
+    if dilation is not None:
+        props["dilations"] = list(dilation)
+    return props
+
+
+@_lowers(aten.max_pool2d_with_indices.default)
+def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    dilation = list(dilation) if len(dilation) == len(kernel) else list(dilation) * len(kernel)
+    return (kg.apply("max_pool", [x], **_pool_props(kernel, stride, padding, ceil_mode, dilation)),
+            None)
+
+
+@_lowers(aten.avg_pool2d.default)
+def _avg_pool(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    props = _pool_props(kernel, stride, padding, ceil_mode)
+    return kg.apply("average_pool", [x], count_include_pad=int(bool(count_include_pad)), **props)
+
+
+@_lowers(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool(ctx, x, output_size):
+    h, w = x.shape[-2:]
+    oh, ow = output_size
+    if (oh, ow) == (1, 1):
+        return kg.mean(x, [x.ndim - 2, x.ndim - 1], True)
+    if h % oh or w % ow:
+        raise _kiln.UnsupportedError("adaptive average pooling to a size that does not divide "
+                                     "the input")
+    return kg.apply("average_pool", [x], kernel_shape=[h // oh, w // ow],
+                    strides=[h // oh, w // ow])
+
+
+def _reducer(fn):
+    def lower(ctx, x, dims=None, keepdim=False, dtype=None):
+        dims = list(range(x.ndim)) if not dims else [d % x.ndim for d in dims]
+        return fn(x, dims, bool(keepdim))
+    return lower
+
+
+LOWERINGS[aten.mean.dim] = LOWERINGS[aten.mean.default] = _reducer(kg.mean)
+LOWERINGS[aten.sum.default] = _reducer(kg.sum)
+LOWERINGS[aten.sum.dim_IntList] = _reducer(kg.sum)
+LOWERINGS[aten.amax.default] = _reducer(kg.max)
+LOWERINGS[aten.amin.default] = _reducer(kg.min)
+
+
+@_lowers(aten._softmax.default)
+def _softmax(ctx, x, dim, half_to_float=False):
+    return kg.softmax(x, dim % x.ndim)
+
+
+@_lowers(aten._log_softmax.default)
+def _log_softmax(ctx, x, dim, half_to_float=False):
+    return kg.log_softmax(x, dim % x.ndim)
+
+
+@_lowers(aten.embedding.default)
+def _embedding(ctx, w, idx, padding_idx=-1, *rest):
+    return kg.apply("gather", [w, idx], axis=0)
+
+
+@_lowers(aten.constant_pad_nd.default)
+def _pad(ctx, x, pad, value=0):
+    begins, ends = [0] * x.ndim, [0] * x.ndim
+    for i in range(len(pad) // 2):  # torch lists the last dimension first
+        begins[x.ndim - 1 - i], ends[x.ndim - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return kg.apply("pad", [x], pads=begins + ends, value=float(value))
+
+
+def _truth(ctx, x, like=None):
+    """x as booleans: nonzero is true (NaN included), as PyTorch's logical ops read numbers."""
+    x = ctx.operand(x, like)
+    return x if x.dtype == "bool" else kg.ne(x, ctx.g.scalar(0.0, x.dtype))
+
+
+# (all() reaches kiln as not(any(not x)), zeros_like and ones_like as full_like, split as
+# split_with_sizes, softplus as its formula, upsampling as index: the decompositions.)
+@_lowers(aten.any.dim, aten.any.dims)
+def _any(ctx, x, dim=None, keepdim=False):
+    # The truth of each element as 0/1, then its max over the axes.
+    dims = [dim] if isinstance(dim, int) else list(range(x.ndim) if dim is None else dim)
+    dims = [d % x.ndim for d in dims] if x.ndim else []
+    if not dims:
+        return _truth(ctx, x)
+    return kg.gt(kg.max(kg.cast(_truth(ctx, x), "float32"), dims, bool(keepdim)),
+                 ctx.g.scalar(0.0, "float32"))
+
+
+@_lowers(aten.full_like.default)
+def _full_like(ctx, x, value, dtype=None, **kwargs):
+    # Only x's shape and dtype matter, and both are known: the result is a constant.
+    dtype = dtype or {v: k for k, v in _DTYPES.items()}[x.dtype]
+    return ctx.materialize(torch.full(list(x.shape), value, dtype=dtype))
+
+
+@_lowers(aten.gather.default)
+def _gather(ctx, x, dim, index, sparse_grad=False):
+    return kg.apply("gather_elements", [x, index], axis=dim % max(x.ndim, 1))
+
+
+_lowers(aten.bitwise_and.Tensor, aten.logical_and.default)(
+    lambda ctx, a, b: kg.logical_and(_truth(ctx, a, b), _truth(ctx, b, a)))
+_lowers(aten.bitwise_or.Tensor, aten.logical_or.default)(
+    lambda ctx, a, b: kg.logical_or(_truth(ctx, a, b), _truth(ctx, b, a)))
+# Exclusive or: the two truths differ.
+_lowers(aten.bitwise_xor.Tensor, aten.logical_xor.default)(
+    lambda ctx, a, b: kg.ne(kg.cast(_truth(ctx, a, b), "float32"),
+                            kg.cast(_truth(ctx, b, a), "float32")))
+_lowers(aten.bitwise_not.default, aten.logical_not.default)(
+    lambda ctx, x: kg.logical_not(_truth(ctx, x)))
+# Bitwise ops lowered as logical ones: only on booleans (the backend's support check).
+BOOL_ONLY = {aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
+             aten.bitwise_not.default}
+
+
+@_lowers(aten.index.Tensor)
+def _index(ctx, x, indices):
+    """x[..., i, j, ...]: index tensors (broadcast together) on some dimensions, None on the
+    others. The indexed dimensions go first, one flat index picks from them (a gather), and
+    the result's broadcast dimensions go where PyTorch puts them: in place of adjacent indexed
+    dimensions, first otherwise. Upsampling and causal masks index this way."""
+    indices = list(indices) + [None] * (x.ndim - len(indices))
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    rest = [d for d in range(x.ndim) if d not in dims]
+    if dims + rest != list(range(x.ndim)):
+        x_first = kg.transpose(x, dims + rest)
+    else:
+        x_first = x
+    flat = None
+    stride = 1
+    for d in reversed(dims):
+        i = indices[d]
+        if i.dtype == "bool":
+            raise _kiln.UnsupportedError("index.Tensor with a boolean mask")
+        i = kg.cast(i, "int64")
+        size = x.shape[d]
+        i = kg.where(kg.lt(i, ctx.g.scalar(0.0, "int64")), i + ctx.g.scalar(float(size), "int64"), i)
+        term = i if stride == 1 else i * ctx.g.scalar(float(stride), "int64")
+        flat = term if flat is None else term + flat
+        stride *= size
+    y = kg.apply("gather", [kg.reshape(x_first, [stride] + [x.shape[d] for d in rest]), flat],
+                 axis=0)
+    first = dims[0]
+    if dims == list(range(first, dims[-1] + 1)) and first > 0:
+        nb = flat.ndim
+        y = kg.transpose(y, list(range(nb, nb + first)) + list(range(nb))
+                         + list(range(nb + first, y.ndim)))
+    return y
+
+
+@_lowers(aten.split_with_sizes.default)
+def _split(ctx, x, sizes, dim=0):
+    dim %= x.ndim
+    n = x.shape[dim]
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(kg.apply("slice", [x], starts=[start], ends=[start + int(size)], axes=[dim]))
+        start += int(size)
+    return tuple(parts)
+
+
+@_lowers(aten.as_strided.default)
+def _as_strided(ctx, x, size, stride, storage_offset=0):
+    """A view of x's (contiguous) elements: a reshape where the view is x's own order, a
+    gather of precomputed element indices otherwise."""
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    contiguous, acc = [], 1
+    for s in reversed(size):
+        contiguous.insert(0, acc)
+        acc *= s
+    numel = 1
+    for s in x.shape:
+        numel *= s
+    if not storage_offset and acc == numel and all(
+            a == b or s == 1 for a, b, s in zip(stride, contiguous, size)):
+        return kg.reshape(x, size)
+    idx = torch.as_strided(torch.arange(numel), size, stride, storage_offset or 0)
+    flat = kg.reshape(x, [numel])
+    return kg.apply("gather", [flat, ctx.materialize(idx.contiguous())], axis=0)
+
+
+for _aten_op, _kiln_op in [(aten.sign.default, "sign"), (aten.round.default, "round"),
+                           (aten.sinh.default, "sinh"), (aten.cosh.default, "cosh"),
+                           (aten.asin.default, "asin"), (aten.acos.default, "acos"),
+                           (aten.atan.default, "atan"), (aten.asinh.default, "asinh"),
+                           (aten.acosh.default, "acosh"), (aten.atanh.default, "atanh")]:
+    LOWERINGS[_aten_op] = (lambda k: lambda ctx, x: kg.apply(k, [x]))(_kiln_op)
+
+
+@_lowers(aten.trunc.default)
+def _trunc(ctx, x):
+    return kg.where(kg.lt(x, ctx.g.scalar(0.0, x.dtype)), kg.ceil(x), kg.floor(x))
+
+
+@_lowers(aten.isnan.default)
+def _isnan(ctx, x):
+    return kg.ne(x, x)
+
+
+@_lowers(aten.isinf.default)
+def _isinf(ctx, x):
+    return kg.eq(kg.abs(x), ctx.g.scalar(float("inf"), x.dtype))
+
+
+@_lowers(aten.leaky_relu.default)
+def _leaky_relu(ctx, x, negative_slope=0.01):
+    return kg.leaky_relu(x, float(negative_slope))
+
+
+@_lowers(aten.elu.default)
+def _elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if input_scale != 1:
+        x = x * float(input_scale)
+    y = kg.elu(x, float(alpha))
+    return y if scale == 1 else y * float(scale)
+
+
+def _arg_reducer(op):
+    def lower(ctx, x, dim=None, keepdim=False):
+        if dim is None:  # over all elements, as a flat vector
+            x, dim, keepdim = kg.reshape(x, [-1]), 0, False
+        return kg.apply(op, [x], axis=dim % x.ndim, keepdims=int(bool(keepdim)))
+    return lower
+
+
+_lowers(aten.argmax.default)(_arg_reducer("arg_max"))
+_lowers(aten.argmin.default)(_arg_reducer("arg_min"))
+
+
+def _value_and_index(reduce, arg):
+    def lower(ctx, x, dim, keepdim=False):
+        dim %= x.ndim
+        return (reduce(x, [dim], bool(keepdim)),
+                kg.apply(arg, [x], axis=dim, keepdims=int(bool(keepdim))))
+    return lower
+
+
+_lowers(aten.max.dim)(_value_and_index(kg.max, "arg_max"))
+_lowers(aten.min.dim)(_value_and_index(kg.min, "arg_min"))
+
+
+@_lowers(aten.prod.dim_int)
+def _prod(ctx, x, dim, keepdim=False, dtype=None):
+    return kg.prod(x, [dim % x.ndim], bool(keepdim))
+
+
+@_lowers(aten.cumsum.default)
+def _cumsum(ctx, x, dim, dtype=None):
+    if dtype is not None and _DTYPES.get(dtype) != x.dtype:
+        x = kg.cast(x, _DTYPES[dtype])
+    return kg.apply("cumsum", [x], axis=dim % x.ndim)
+
+
+@_lowers(aten.topk.default)
+def _topk(ctx, x, k, dim=-1, largest=True, is_sorted=True):
+    values, indices = kg.apply("top_k", [x], k=int(k), axis=dim % x.ndim,
+                               largest=int(bool(largest)), sorted=1)
+    return values, indices
+
+
+@_lowers(aten.index_select.default)
+def _index_select(ctx, x, dim, index):
+    return kg.apply("gather", [x, index], axis=dim % x.ndim)
+
+
+@_lowers(aten.native_group_norm.default)
+def _group_norm(ctx, x, w, b, n, c, hw, groups, eps):
+    g = kg.reshape(x, [x.shape[0], int(groups), -1])
+    mean = kg.mean(g, [2], True)
+    d = g - mean
+    inv = kg.reciprocal(kg.sqrt(kg.mean(d * d, [2], True) + float(eps)))
+    y = kg.reshape(d * inv, list(x.shape))
+    shape = [-1] + [1] * (x.ndim - 2)
+    if w is not None:
+        y = y * kg.reshape(w, shape)
+    if b is not None:
+        y = y + kg.reshape(b, shape)
+    return (y, kg.reshape(mean, [x.shape[0], int(groups)]),
+            kg.reshape(inv, [x.shape[0], int(groups)]))
+
+
+def _core_aten_ops():
+    ops = []
+    for name in dir(aten):
+        packet = getattr(aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch.Tag.core in op.tags:
+                ops.append(op)
+    return sorted(ops, key=str)
+
+
+def coverage_markdown():
+    """docs/python.md's table of PyTorch's core ATen ops: which kiln lowers, which it computes
+    only while compiling (when every input is known then), which stay in PyTorch."""
+    lines = ["| core ATen op | in kiln |", "|---|---|"]
+    counts = {"lowered": 0, "known": 0, "pytorch": 0}
+    for op in _core_aten_ops():
+        if op in LOWERINGS:
+            what, key = "lowered", "lowered"
+        elif torch.Tag.nondeterministic_seeded in op.tags:
+            what, key = "runs in PyTorch (random)", "pytorch"
+        elif str(op).endswith("_backward.default") or "backward" in str(op):
+            what, key = "runs in PyTorch (a gradient op)", "pytorch"
+        else:
+            what, key = "computed while compiling when its inputs are known; else PyTorch", "known"
+        counts[key] += 1
+        lines.append(f"| `{str(op).removeprefix('aten.')}` | {what} |")
+    extra = sorted(str(op).removeprefix("aten.") for op in LOWERINGS
+                   if torch.Tag.core not in op.tags)
+    head = [f"Of PyTorch {torch.__version__.split('+')[0]}'s {sum(counts.values())} core ATen "
+            f"ops, kiln lowers {counts['lowered']}; {counts['known']} more run in kiln where "
+            f"their inputs are known while compiling (a mask from `arange` and `full`); "
+            f"{counts['pytorch']} are random or gradient ops. Also lowered, outside the core "
+            "set: " + ", ".join(f"`{e}`" for e in extra) + ".", ""]
+    return "\n".join(head + lines)
+
+
+if __name__ == "__main__":  # python -m kiln.torch_lowerings: the table for docs/python.md
+    print(coverage_markdown())
