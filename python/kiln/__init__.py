@@ -16,8 +16,8 @@ from . import _kiln
 from ._kiln import Error, InternalError, Tensor, UnsupportedError, UserError
 from . import cache, graph
 
-__all__ = ["compile", "source", "Function", "Tensor", "Error", "UserError", "UnsupportedError",
-           "InternalError", "cache", "graph", "as_tensor"]
+__all__ = ["compile", "source", "export", "Function", "Tensor", "Error", "UserError",
+           "UnsupportedError", "InternalError", "cache", "graph", "as_tensor"]
 
 Function = _kiln.Function
 
@@ -46,6 +46,13 @@ def source(path_or_graph, device="cpu", passes=None):
         raise TypeError("kiln.source expects a model path or a kiln.graph.Graph")
     return _kiln.source(path_or_graph if isinstance(path_or_graph, graph.Graph)
                         else os.fspath(path_or_graph), device, passes)
+
+
+def export(model, example_inputs, path, name=None, embed_weights=True):
+    """A PyTorch model as kiln's standalone library (libNAME.so, NAME.h, weights) in folder
+    `path`, through torch.export: the counterpart of AOTInductor (see kiln.torch_export)."""
+    from .torch_export import export as export_torch
+    return export_torch(model, example_inputs, path, name, embed_weights)
 
 
 def as_tensor(array):

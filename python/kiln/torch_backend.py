@@ -14,6 +14,7 @@ are computed once by PyTorch. With grad enabled, weights stay inputs. Graphs wit
 (dynamic) shapes run in PyTorch as captured, with a warning.
 """
 import operator
+import time
 import warnings
 
 import torch
@@ -29,7 +30,8 @@ from .torch_lowerings import _DTYPES, BOOL_ONLY, LOWERED, LOWERINGS, Ctx, copy_o
 
 # What each graph the backend compiled became, newest last: a dict with "kiln_graphs" (how
 # many kiln graphs), "pytorch_ops" (ops left to PyTorch), "frozen" (weights entered as kiln
-# weights) and "constants" (ops PyTorch computed while compiling).
+# weights), "constants" (ops PyTorch computed while compiling), and the seconds spent
+# lowering ("lower_s") and in kiln's compile ("compile_s", a cache hit or a build).
 REPORTS = []
 
 
@@ -119,52 +121,37 @@ def _evaluate(node, env):
         return node.target(*args, **kwargs)
 
 
-class KilnSubgraph(torch.nn.Module):
-    """One partition as a compiled kiln function, called with PyTorch tensors. `frozen` maps
-    the positions of the partition's inputs that are frozen weights to their tensors."""
-
-    def __init__(self, gm, frozen=None, constants=frozenset()):
-        super().__init__()
-        self.gm = gm
-        self.constants = constants
-        self.frozen = dict(frozen or {})
-        self.dynamic = [i for i, n in enumerate(self._placeholders()) if i not in self.frozen]
-        self.evaluated = 0
-        self._build()
-
-    def _placeholders(self):
-        return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-
-    def _build(self):
-        # The fake tensor mode tracing may still be active: what PyTorch computes here is real.
-        with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            self._build_graph()
-
-    def _build_graph(self):
-        g = kg.Graph("torch_partition")
+def build_graph(gm, frozen, constants, name="torch_partition", input_names=None):
+    """gm (an ATen graph) as a kiln graph: `frozen` maps positions among gm's placeholders to
+    the tensors that are its weights, the others are inputs (named input_names[i], else
+    in{i}); nodes in `constants` are computed now by PyTorch. Returns (graph, whether gm
+    returns one value rather than a tuple, how many nodes PyTorch computed)."""
+    # The fake tensor mode tracing may still be active: what PyTorch computes here is real.
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        g = kg.Graph(name)
         ctx = Ctx(g)
         env = {}  # node -> kiln Var, or a torch.Tensor PyTorch computed while compiling
-        # The tensors are held, so a storage kiln froze cannot be freed and its address reused.
-        self.versions = {i: (t, t.data_ptr(), t._version) for i, t in self.frozen.items()}
-        self.evaluated = 0
+        evaluated = 0
         placeholders = 0
+        single = True
 
         def var(v):
             return ctx.materialize(v) if isinstance(v, torch.Tensor) else v
 
-        for node in self.gm.graph.nodes:
+        for node in gm.graph.nodes:
             if node.op == "placeholder":
                 i = placeholders
                 placeholders += 1
-                if i in self.frozen:
-                    env[node] = g.parameter(self.frozen[i], f"weight{i}")
+                if i in frozen:
+                    env[node] = g.parameter(frozen[i], f"weight{i}")
                 else:
                     val = _meta(node)
-                    env[node] = g.input(f"in{i}", _DTYPES[val.dtype], list(val.shape))
+                    env[node] = g.input(input_names[i] if input_names else f"in{i}",
+                                        _DTYPES[val.dtype], list(val.shape))
             elif node.op == "call_function":
-                if node in self.constants:
+                if node in constants:
                     env[node] = _evaluate(node, env)
-                    self.evaluated += 1
+                    evaluated += 1
                     continue
                 args = torch.fx.node.map_arg(node.args, lambda n: var(env[n]))
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: var(env[n]))
@@ -175,16 +162,40 @@ class KilnSubgraph(torch.nn.Module):
                     LOWERED.add(node.target)
             elif node.op == "output":
                 out = node.args[0]
-                self.single = not isinstance(out, (tuple, list))
-                outs = [out] if self.single else list(out)
+                single = not isinstance(out, (tuple, list))
+                outs = [out] if single else list(out)
                 # An output that is an input, a weight or a constant (a view lowered to its
                 # source included) passes through a copy kiln makes.
                 sources = {id(env[n]) for n in env if n.op == "placeholder"}
                 g.set_outputs([copy_of(var(env[o]))
                                if isinstance(env[o], torch.Tensor) or id(env[o]) in sources
                                else env[o] for o in outs])
-        self.graph = g
-        self.fn = _kiln.compile_graph(g)
+    return g, single, evaluated
+
+
+class KilnSubgraph(torch.nn.Module):
+    """One partition as a compiled kiln function, called with PyTorch tensors. `frozen` maps
+    the positions of the partition's inputs that are frozen weights to their tensors."""
+
+    def __init__(self, gm, frozen=None, constants=frozenset()):
+        super().__init__()
+        self.gm = gm
+        self.constants = constants
+        self.frozen = dict(frozen or {})
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.dynamic = [i for i in range(len(placeholders)) if i not in self.frozen]
+        self._build()
+
+    def _build(self):
+        # The tensors are held, so a storage kiln froze cannot be freed and its address reused.
+        self.versions = {i: (t, t.data_ptr(), t._version) for i, t in self.frozen.items()}
+        start = time.perf_counter()
+        self.graph, self.single, self.evaluated = build_graph(self.gm, self.frozen,
+                                                              self.constants)
+        lowered = time.perf_counter()
+        # A miss answers its first calls through the generic tier while the module compiles.
+        self.fn = _kiln.compile_graph(self.graph, tiered=True)
+        self.seconds = {"lower_s": lowered - start, "compile_s": time.perf_counter() - lowered}
 
     def source(self):
         """The C source kiln generated for this partition."""
@@ -238,7 +249,8 @@ def _frozen_placeholders(gm, frozen_inputs):
 
 
 def _lower_graph(gm, example_inputs, frozen_inputs=None):
-    report = {"kiln_graphs": 0, "pytorch_ops": [], "frozen": 0, "constants": 0}
+    report = {"kiln_graphs": 0, "pytorch_ops": [], "frozen": 0, "constants": 0, "lower_s": 0.0,
+              "compile_s": 0.0}
     REPORTS.append(report)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -282,6 +294,8 @@ def _lower_graph(gm, example_inputs, frozen_inputs=None):
         report["kiln_graphs"] += 1
         report["frozen"] += len(sub_frozen)
         report["constants"] += kiln_sub.evaluated
+        for k, v in kiln_sub.seconds.items():
+            report[k] += v
     fused.recompile()
     return fused
 

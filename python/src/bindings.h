@@ -13,6 +13,7 @@ void bind_tensor(nb::module_& m);
 void bind_function(nb::module_& m);
 void bind_graph(nb::module_& m);
 void bind_cache(nb::module_& m);
+void bind_export(nb::module_& m);
 
 // A numpy array, a PyTorch tensor or anything with __dlpack__ / the buffer protocol as a
 // kiln tensor sharing its memory (copied only when kiln cannot describe its layout or type);

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "compiler/compile.h"
+#include "compiler/tiered_function.h"
 #include "frontend/model_function.h"
 #include "frontend/model_loader.h"
 #include "python/src/bindings.h"
@@ -22,10 +23,22 @@ namespace {
 struct PyFunction {
   std::shared_ptr<ModelFunction> model;  // compiled from a file
   std::shared_ptr<Function> function;    // compiled from a graph
+  // Compiled from a graph in tiers: the generic tier answers while the module compiles. The
+  // tiered function reads `graph` until it is done, so it holds it.
+  std::shared_ptr<Graph> graph;
+  std::shared_ptr<TieredFunction> tiered;
   std::shared_ptr<std::mutex> model_mutex = std::make_shared<std::mutex>();
 
-  const Function& current() const { return model ? model->function() : *function; }
+  const Function& current() const {
+    if (tiered) return tiered->compiled();
+    return model ? model->function() : *function;
+  }
   std::vector<std::string> input_names() const {
+    if (tiered) {
+      std::vector<std::string> out;
+      for (const Variable* v : graph->inputs()) out.push_back(v->name);
+      return out;
+    }
     if (!model) return function->input_names();
     std::vector<std::string> out;
     for (const ModelInput& in : model->inputs()) out.push_back(in.name);
@@ -65,6 +78,9 @@ nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
     if (self.model) {
       std::lock_guard lock(*self.model_mutex);  // ModelFunction builds variants as calls come
       outputs = self.model->run(inputs);
+    } else if (self.tiered) {
+      std::lock_guard lock(*self.model_mutex);
+      outputs = self.tiered->run(inputs);
     } else {
       outputs = self.function->run(inputs);
     }
@@ -87,6 +103,12 @@ void bind_function(nb::module_& m) {
       .def("__call__", &call)
       .def_prop_ro("input_names", &PyFunction::input_names)
       .def_prop_ro("output_names", [](const PyFunction& f) { return f.current().output_names(); })
+      .def_prop_ro("tier",
+                   [](const PyFunction& f) {
+                     // Which tier answered the last call: "generic" or "compiled".
+                     if (f.tiered) return std::string(to_string(f.tiered->last_tier()));
+                     return std::string(to_string(Tier::kCompiled));
+                   })
       .def_prop_ro(
           "cache_status",
           [](const PyFunction& f) { return std::string(to_string(f.current().info().cache)); })
@@ -127,13 +149,23 @@ void bind_function(nb::module_& m) {
         "Forgets the modules this process loaded: the next compile goes to the disk cache.");
   m.def(
       "compile_graph",
-      [](const PyGraph& g, const std::string& device, std::optional<std::string> passes) {
+      [](const PyGraph& g, const std::string& device, std::optional<std::string> passes,
+         bool tiered) {
         PyFunction f;
         nb::gil_scoped_release release;
-        f.function = std::make_shared<Function>(compile(*g.graph, options_of(device, passes)));
+        if (tiered) {
+          f.graph = g.graph;
+          f.tiered = std::make_shared<TieredFunction>(*f.graph, options_of(device, passes));
+        } else {
+          f.function = std::make_shared<Function>(compile(*g.graph, options_of(device, passes)));
+        }
         return f;
       },
-      nb::arg("graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+      nb::arg("graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
+      nb::arg("tiered") = false,
+      "tiered: on a cache miss, calls run through the generic tier while the module compiles "
+      "in the background (KILN_GENERIC_START=0 waits instead); the graph must not change "
+      "afterwards.");
   m.def(
       "source",
       [](nb::handle path_or_graph, const std::string& device, std::optional<std::string> passes) {

@@ -9,4 +9,5 @@ NB_MODULE(_kiln, m) {
   kiln::python::bind_function(m);
   kiln::python::bind_graph(m);
   kiln::python::bind_cache(m);
+  kiln::python::bind_export(m);
 }
