@@ -44,6 +44,9 @@ class DimValues : public DimValuesBase {
 class Fill : public DimValuesBase {
  public:
   explicit Fill(Attrs props);
+  // Its value may be an infinity or a NaN, which C writes through <math.h>.
+  std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
+  std::optional<int> cache_version() const override { return 2; }
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
 #include "frontend/model_function.h"
 #include "frontend/onnx/onnx_model.h"
 #include "graph/dim_expr.h"
+#include "ops/builders.h"
 #include "runtime/support/kiln_half.h"
 #include "tests/helpers.h"
 #include "tests/onnx_builder.h"
@@ -223,6 +225,26 @@ TEST(DynamicShapes, TheRulesAreInTheCacheKeyAndTheSourceReadsShapes) {
   EXPECT_EQ(f({x})[0].shape(), (Shape{4, 2, 3}));
   x = testing::random_tensor(DType::kFloat32, {9, 6}, rng);
   EXPECT_EQ(f({x})[0].shape(), (Shape{9, 2, 3}));
+}
+
+// A fill of a dynamic shape holds any float: infinities and NaN too (a mask's -inf), which
+// its C writes through <math.h>.
+TEST(DynamicShapes, FillsOfADynamicShapeHoldInfinitiesAndNan) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double value : {-inf, inf, std::numeric_limits<double>::quiet_NaN(), -0.0, 2.5}) {
+    Graph g("fill");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 3});
+    Var f = apply("fill", {x}, {{"dims", std::string("#0.0;(#0.1+1)")}, {"value", value},
+                               {"dtype", std::string("float32")}});
+    g.set_outputs({f});
+    const Tensor out = compile(g, CompileOptions{})({Tensor::zeros(DType::kFloat32, {5, 3})})[0];
+    ASSERT_EQ(out.shape(), (Shape{5, 4})) << value;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const double v = out.load(i);
+      EXPECT_TRUE(std::isnan(value) ? std::isnan(v) : v == value && std::signbit(v) == std::signbit(value))
+          << value << " at " << i << ": " << v;
+    }
+  }
 }
 
 TEST(DynamicShapes, AValueThatCannotFollowADynamicDimensionIsAClearError) {

@@ -8,7 +8,9 @@ the library's default attention (scaled_dot_product_attention). For each model: 
 of each compiler (dynamo, lowering and compile, each from an empty cache), the steady-state
 time (median of the rounds' medians, rounds interleaved: eager, inductor, kiln, eager, ...),
 the largest error against eager relative to eager's largest magnitude, and what kiln made of
-the graph (kiln graphs, frozen weights, ops left to PyTorch).
+the graph (kiln graphs, frozen weights, ops left to PyTorch). "kiln dynamic" is the same model
+compiled with symbolic sizes (dynamic=True for the transformers, a batch marked dynamic for
+the CNNs), timed at the same size.
 
     bench/python/run-models [--rounds R] [--repeat N] [--no-inductor] [--results FILE] [MODEL...]
 Writes bench/results/torch_compile.md (or FILE). --smoke (ctest): one small model, kiln and
@@ -31,6 +33,8 @@ import torch  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "zoo"))
 import broad  # noqa: E402
+
+SMOKE = "--smoke" in sys.argv[1:]
 import export  # noqa: E402
 
 import kiln  # noqa: E402,F401  (registers the backend)
@@ -94,6 +98,19 @@ def measure(name, make, make_input, backends, rounds, repeat):
                 row["kiln_graphs"] = sum(r["kiln_graphs"] for r in reports)
                 row["frozen"] = sum(r["frozen"] for r in reports)
                 row["pytorch_ops"] = sorted({op for r in reports for op in r["pytorch_ops"]})
+        if "kiln" in backends and not SMOKE:
+            # The same model with symbolic sizes: batch and sequence of a transformer, the
+            # batch of a CNN (kiln's convolutions need static channels and spatial sizes).
+            torch._dynamo.reset()
+            if x.dtype == torch.int64:
+                dynamic = torch.compile(model, backend="kiln", dynamic=True)
+            else:
+                dynamic = torch.compile(model, backend="kiln")
+                torch._dynamo.mark_dynamic(x, 0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                row["kiln_dynamic_err"] = rel_error(dynamic(x), want)
+            fns["kiln_dynamic"] = dynamic
         for fn in fns.values():
             fn(x)  # warm
         times = {k: [] for k in fns}
@@ -113,7 +130,7 @@ def geomean(values):
 def table(rows, backends):
     inductor = "inductor" in backends
     head = ["model", "eager ms"] + (["Inductor ms"] if inductor else []) + [
-        "kiln ms", "kiln / eager"] + (["kiln / Inductor"] if inductor else []) + (
+        "kiln ms", "kiln dynamic ms", "kiln / eager"] + (["kiln / Inductor"] if inductor else []) + (
         ["Inductor first s"] if inductor else []) + ["kiln first s"] + (
         ["first-call ratio"] if inductor else []) + [
         "kiln max rel err", "kiln graphs", "frozen weights", "ops left to PyTorch"]
@@ -122,7 +139,8 @@ def table(rows, backends):
         cells = [r["model"], f"{r['eager_ms']:.2f}"]
         if inductor:
             cells.append(f"{r['inductor_ms']:.2f}")
-        cells += [f"{r['kiln_ms']:.2f}", f"{r['kiln_ms'] / r['eager_ms']:.2f}"]
+        cells += [f"{r['kiln_ms']:.2f}", f"{r.get('kiln_dynamic_ms', float('nan')):.2f}",
+                  f"{r['kiln_ms'] / r['eager_ms']:.2f}"]
         if inductor:
             cells.append(f"{r['kiln_ms'] / r['inductor_ms']:.2f}")
             cells.append(f"{r['inductor_first_s']:.1f}")
@@ -169,7 +187,7 @@ def main():
               + f"; kiln first call {row['kiln_first_s']:.2f} s, error {row['kiln_err']:.1e}, "
               f"{row['kiln_graphs']} kiln graph(s), left to PyTorch: {row['pytorch_ops']}",
               flush=True)
-        if row["kiln_err"] > 1e-4:
+        if max(row["kiln_err"], row.get("kiln_dynamic_err", 0.0)) > 1e-4:
             print(f"{name}: kiln's output is off by {row['kiln_err']:.1e} of eager's",
                   file=sys.stderr)
             sys.exit(1)

@@ -27,11 +27,13 @@ from torch.fx.passes.operator_support import OperatorSupport
 from . import _kiln
 from . import graph as kg
 from .torch_lowerings import _DTYPES, BOOL_ONLY, LOWERED, LOWERINGS, Ctx, copy_of
+from .torch_shapes import SymDim, dim_of, shape_of
 
 # What each graph the backend compiled became, newest last: a dict with "kiln_graphs" (how
 # many kiln graphs), "pytorch_ops" (ops left to PyTorch), "frozen" (weights entered as kiln
 # weights), "constants" (ops PyTorch computed while compiling), and the seconds spent
-# lowering ("lower_s") and in kiln's compile ("compile_s", a cache hit or a build).
+# lowering ("lower_s") and in kiln's compile ("compile_s", a cache hit or a build), and
+# "dynamic" (some input has symbolic sizes: one kiln module serves them all).
 REPORTS = []
 
 
@@ -40,14 +42,23 @@ def _meta(node):
 
 
 def _tensor_ok(val):
-    return isinstance(val, torch.Tensor) and val.dtype in _DTYPES and val.device.type == "cpu" \
-        and not any(isinstance(s, torch.SymInt) for s in val.shape)
+    """A CPU tensor of a dtype kiln has (its sizes may be symbolic)."""
+    return isinstance(val, torch.Tensor) and val.dtype in _DTYPES and val.device.type == "cpu"
+
+
+def _static(val):
+    return not any(isinstance(s, torch.SymInt) for s in val.shape)
 
 
 def _value_ok(val):
+    """A value PyTorch may compute while compiling: tensors of static shape."""
     if isinstance(val, (tuple, list)):
-        return all(_tensor_ok(v) for v in val)
-    return _tensor_ok(val)
+        return all(_tensor_ok(v) and _static(v) for v in val)
+    return _tensor_ok(val) and _static(val)
+
+
+def _is_size(node):
+    return isinstance(_meta(node), torch.SymInt)
 
 
 def _constant_nodes(gm, frozen):
@@ -83,7 +94,7 @@ class _Support(OperatorSupport):
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
             return False
-        if node in self.constants:
+        if node in self.constants or _is_size(node):  # a size: kiln tracks it symbolically
             return True
         if node.target is operator.getitem:
             src = node.args[0]
@@ -99,7 +110,7 @@ class _Support(OperatorSupport):
                 return False
         elif not _tensor_ok(val):
             return False
-        inputs = [_meta(a) for a in node.all_input_nodes]
+        inputs = [_meta(a) for a in node.all_input_nodes if not _is_size(a)]
         if node.target in BOOL_ONLY and any(v.dtype != torch.bool for v in inputs):
             return False
         return all(_tensor_ok(v) for v in inputs)
@@ -121,6 +132,15 @@ def _evaluate(node, env):
         return node.target(*args, **kwargs)
 
 
+def _note_shapes(ctx, value, val):
+    """Records the symbolic shapes of a lowered node's Vars (Var.shape has None there)."""
+    if isinstance(value, (tuple, list)) and isinstance(val, (tuple, list)):
+        for v, m in zip(value, val):
+            _note_shapes(ctx, v, m)
+    elif isinstance(value, kg.Var) and isinstance(val, torch.Tensor):
+        ctx.set_shape(value, shape_of(val))
+
+
 def build_graph(gm, frozen, constants, name="torch_partition", input_names=None):
     """gm (an ATen graph) as a kiln graph: `frozen` maps positions among gm's placeholders to
     the tensors that are its weights, the others are inputs (named input_names[i], else
@@ -139,15 +159,25 @@ def build_graph(gm, frozen, constants, name="torch_partition", input_names=None)
             return ctx.materialize(v) if isinstance(v, torch.Tensor) else v
 
         for node in gm.graph.nodes:
-            if node.op == "placeholder":
+            ctx.node = node
+            if _is_size(node):  # a size (an input or arithmetic on sizes): symbolic
+                env[node] = dim_of(_meta(node))
+                placeholders += node.op == "placeholder"
+            elif node.op == "placeholder":
                 i = placeholders
                 placeholders += 1
                 if i in frozen:
                     env[node] = g.parameter(frozen[i], f"weight{i}")
                 else:
                     val = _meta(node)
+                    dims = shape_of(val)
                     env[node] = g.input(input_names[i] if input_names else f"in{i}",
-                                        _DTYPES[val.dtype], list(val.shape))
+                                        _DTYPES[val.dtype],
+                                        [None if isinstance(d, SymDim) else d for d in dims])
+                    ctx.set_shape(env[node], dims)
+                    for d, size in enumerate(dims):
+                        if isinstance(size, SymDim) and size.expr.is_Symbol:
+                            ctx.sources.setdefault(size.expr, (env[node], d))
             elif node.op == "call_function":
                 if node in constants:
                     env[node] = _evaluate(node, env)
@@ -160,6 +190,7 @@ def build_graph(gm, frozen, constants, name="torch_partition", input_names=None)
                 else:
                     env[node] = LOWERINGS[node.target](ctx, *args, **kwargs)
                     LOWERED.add(node.target)
+                _note_shapes(ctx, env[node], _meta(node))
             elif node.op == "output":
                 out = node.args[0]
                 single = not isinstance(out, (tuple, list))
@@ -183,7 +214,9 @@ class KilnSubgraph(torch.nn.Module):
         self.constants = constants
         self.frozen = dict(frozen or {})
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.dynamic = [i for i in range(len(placeholders)) if i not in self.frozen]
+        # kiln's inputs: the tensors not frozen (a size argument is known from them).
+        self.dynamic = [i for i, n in enumerate(placeholders)
+                        if i not in self.frozen and not _is_size(n)]
         self._build()
 
     def _build(self):
@@ -250,17 +283,17 @@ def _frozen_placeholders(gm, frozen_inputs):
 
 def _lower_graph(gm, example_inputs, frozen_inputs=None):
     report = {"kiln_graphs": 0, "pytorch_ops": [], "frozen": 0, "constants": 0, "lower_s": 0.0,
-              "compile_s": 0.0}
+              "compile_s": 0.0, "dynamic": False}
     REPORTS.append(report)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = _meta(node)
-            if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor)
-                                                 and not _tensor_ok(val)):
-                _warn_once("kiln: a graph with dynamic shapes or non-CPU tensors runs in "
-                           "PyTorch (compile with dynamic=False to use kiln)")
+            if isinstance(val, torch.Tensor) and not _tensor_ok(val):
+                _warn_once("kiln: a graph with non-CPU tensors runs in PyTorch")
                 report["pytorch_ops"] = ["(the whole graph)"]
                 return gm
+            if isinstance(val, torch.Tensor) and not _static(val):
+                report["dynamic"] = True
     frozen = _frozen_placeholders(gm, frozen_inputs)
     constants = _constant_nodes(gm, frozen)
     for node in constants:  # the partitions' copies of these nodes carry the mark

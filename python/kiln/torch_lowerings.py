@@ -9,6 +9,7 @@ import torch
 
 from . import _kiln
 from . import graph as kg
+from .torch_shapes import _BIG, DimExprs, SymDim, is_symbolic, product, same, shape_of
 
 aten = torch.ops.aten
 
@@ -41,10 +42,46 @@ class Ctx:
     def __init__(self, g):
         self.g = g
         self._count = 0
+        self.node = None  # the FX node being lowered (build_graph sets it)
+        self.sources = {}  # symbol -> (graph input Var, dimension): where each size comes from
+        self._shapes = {}  # id(var) -> (var, its shape with SymDims): what Var.shape leaves None
         # What some Vars are views of, so a product reads through them as kiln's own importers
         # build it: id(var) -> (var, "t", src) for a 2-D transpose, (var, "merged", src) for a
         # reshape merging the leading dimensions of src (matmul's batch for bmm).
         self._origin = {}
+
+    def set_shape(self, var, dims):
+        self._shapes[id(var)] = (var, dims)
+
+    def shape(self, var):
+        """var's shape, symbolic sizes as SymDims."""
+        entry = self._shapes.get(id(var))
+        if entry is not None and entry[0] is var:
+            return entry[1]
+        if any(d is None for d in var.shape):
+            raise _kiln.UnsupportedError("a dynamic size kiln lost track of")
+        return list(var.shape)
+
+    def out_shape(self):
+        """The shape of the node's (first) output, symbolic sizes as SymDims."""
+        val = self.node.meta["val"]
+        return shape_of(val[0] if isinstance(val, (tuple, list)) else val)
+
+    def with_dims(self, op, inputs, dims_props, **props):
+        """apply(op) with props that are lists of sizes written as dimension expressions."""
+        exprs = DimExprs(self.sources, inputs)
+        texts = {k: exprs.text(v) for k, v in dims_props.items()}
+        return kg.apply(op, exprs.inputs, **texts, **props)
+
+    def reshape(self, x, dims):
+        if not is_symbolic(dims):
+            return kg.reshape(x, [int(d) for d in dims])
+        return self.with_dims("reshape", [x], {"dims": dims})
+
+    def size_scalar(self, d, dtype):
+        """A symbolic size as a 0-D tensor of `dtype` (a size used in arithmetic)."""
+        v = self.with_dims("dim_values", [], {"dims": [d]}, scalar=1, dtype="int64")
+        return v if dtype == "int64" else kg.cast(v, dtype)
 
     def record(self, var, kind, src):
         self._origin[id(var)] = (var, kind, src)
@@ -62,6 +99,8 @@ class Ctx:
         dtype = like.dtype if isinstance(like, kg.Var) else "float32"
         if dtype == "bool":
             dtype = "float32"
+        if isinstance(v, SymDim):
+            return self.size_scalar(v, dtype)
         return self.g.scalar(float(v), dtype)
 
     def materialize(self, t, name=None):
@@ -77,10 +116,33 @@ class Ctx:
         return self.g.parameter(t, name)
 
 
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+def _promoted(a, b):
+    """a and b in one dtype, PyTorch's promotion of theirs (a 0-D int64 size meeting a float
+    tensor, say)."""
+    if a.dtype == b.dtype:
+        return a, b
+    dtype = _DTYPES[torch.promote_types(_TORCH_DTYPES[a.dtype], _TORCH_DTYPES[b.dtype])]
+    return (a if a.dtype == dtype else kg.cast(a, dtype),
+            b if b.dtype == dtype else kg.cast(b, dtype))
+
+
+def _in_result_dtype(ctx, a, b):
+    """a and b in the dtype of the node's result, where that is a number (aten.div of integers
+    is a true division: its result is float); compared operands in their common dtype."""
+    a, b = _promoted(a, b)
+    dtype = _DTYPES.get(ctx.node.meta["val"].dtype) if ctx.node is not None else None
+    if dtype is None or dtype == "bool" or dtype == a.dtype:
+        return a, b
+    return kg.cast(a, dtype), kg.cast(b, dtype)
+
+
 def _binary(kiln_op):
     def lower(ctx, a, b, alpha=None):
         like = a if isinstance(a, kg.Var) else b
-        a, b = ctx.operand(a, like), ctx.operand(b, like)
+        a, b = _in_result_dtype(ctx, ctx.operand(a, like), ctx.operand(b, like))
         if alpha is not None and alpha != 1:
             b = kg.apply("mul", [b, ctx.operand(alpha, b)])
         return kg.apply(kiln_op, [a, b])
@@ -178,28 +240,23 @@ def _to_copy(ctx, x, dtype=None, **kwargs):
 
 @_lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx, x, shape):
-    shape = [int(d) for d in shape]
-    if -1 in shape:
-        known = 1
-        for d in shape:
-            known *= d if d != -1 else 1
-        numel = 1
-        for d in x.shape:
-            numel *= d
-        shape = [numel // known if d == -1 else d for d in shape]
-    if shape == list(x.shape):
+    shape = ctx.out_shape()
+    xs = ctx.shape(x)
+    if len(shape) == len(xs) and all(same(a, b) for a, b in zip(shape, xs)):
         return x
     for kind in ("merged", "rows"):
         src = ctx.origin(x, kind)
-        if src is not None and list(src.shape) == shape:
-            return src  # a reshape undone
-    y = kg.reshape(x, shape)
-    lead = 1
-    for d in x.shape[:-2]:
-        lead *= d
-    if x.ndim > 3 and shape == [lead] + list(x.shape[-2:]):
+        if src is not None:
+            ss = ctx.shape(src)
+            if len(ss) == len(shape) and all(same(a, b) for a, b in zip(ss, shape)):
+                return src  # a reshape undone
+    y = ctx.reshape(x, shape)
+    lead = product(xs[:-2])
+    if len(xs) > 3 and len(shape) == 3 and same(shape[0], lead) and same(shape[1], xs[-2]) \
+            and same(shape[2], xs[-1]):
         ctx.record(y, "merged", x)
-    elif x.ndim > 2 and shape == [lead * x.shape[-2], x.shape[-1]]:
+    elif len(xs) > 2 and len(shape) == 2 and same(shape[0], product(xs[:-1])) \
+            and same(shape[1], xs[-1]):
         ctx.record(y, "rows", x)
     return y
 
@@ -215,25 +272,21 @@ def _permute(ctx, x, dims):
 
 @_lowers(aten.expand.default)
 def _expand(ctx, x, shape):
-    lead = len(shape) - x.ndim
-    out = [x.shape[i - lead] if d == -1 else int(d) for i, d in enumerate(shape)]
-    if out == list(x.shape):
+    out = ctx.out_shape()
+    xs = ctx.shape(x)
+    lead = len(out) - len(xs)
+    if lead == 0 and all(same(a, b) for a, b in zip(out, xs)):
         return x  # matmul's decomposition expands operands to the shape they have
-    return kg.apply("expand", [x], shape=out)
+    if not is_symbolic(out):
+        return kg.apply("expand", [x], shape=[int(d) for d in out])
+    # A dimension x keeps is 1 (broadcast to itself); the others are the target's sizes.
+    dims = [1 if i >= lead and same(d, xs[i - lead]) else d for i, d in enumerate(out)]
+    return ctx.with_dims("expand", [x], {"dims": dims})
 
 
-@_lowers(aten.unsqueeze.default)
-def _unsqueeze(ctx, x, dim):
-    dim = dim % (x.ndim + 1)
-    shape = list(x.shape)
-    return kg.reshape(x, shape[:dim] + [1] + shape[dim:])
-
-
-@_lowers(aten.squeeze.dims, aten.squeeze.dim)
-def _squeeze(ctx, x, dims):
-    dims = [dims] if isinstance(dims, int) else dims
-    dims = {d % x.ndim for d in dims if x.shape[d % x.ndim] == 1}
-    return kg.reshape(x, [s for i, s in enumerate(x.shape) if i not in dims])
+@_lowers(aten.unsqueeze.default, aten.squeeze.dims, aten.squeeze.dim)
+def _to_out_shape(ctx, x, dims):
+    return ctx.reshape(x, ctx.out_shape())
 
 
 @_lowers(aten.cat.default)
@@ -244,9 +297,15 @@ def _cat(ctx, xs, dim=0):
 @_lowers(aten.slice.Tensor)
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     dim %= x.ndim
-    size = x.shape[dim]
+    size = ctx.shape(x)[dim]
     start = 0 if start is None else start
-    end = size if end is None or end > size else end
+    if end is None or (not isinstance(end, SymDim) and end >= _BIG) or same(end, size):
+        if start == 0 and step == 1:
+            return x
+        end = _BIG
+    if isinstance(start, SymDim) or isinstance(end, SymDim):
+        return ctx.with_dims("slice", [x], {"starts_dims": [start], "ends_dims": [end]},
+                             axes=[dim], steps=[int(step)])
     return kg.apply("slice", [x], starts=[int(start)], ends=[int(end)], axes=[dim],
                     steps=[int(step)])
 
@@ -254,9 +313,13 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
 @_lowers(aten.select.int)
 def _select(ctx, x, dim, index):
     dim %= x.ndim
-    index %= x.shape[dim]
+    size = ctx.shape(x)[dim]
+    if index < 0:
+        if isinstance(size, SymDim):
+            raise _kiln.UnsupportedError("select from the end of a dynamic dimension")
+        index += size
     s = kg.apply("slice", [x], starts=[index], ends=[index + 1], axes=[dim])
-    return kg.reshape(s, [d for i, d in enumerate(x.shape) if i != dim])
+    return ctx.reshape(s, ctx.out_shape())
 
 
 def _linear(ctx, a, b, bias=None, alpha=1, beta=1):
@@ -269,7 +332,8 @@ def _linear(ctx, a, b, bias=None, alpha=1, beta=1):
         y = kg.matmul(x, b)
         if bias is not None:
             y = y + bias
-        return ctx.record(kg.reshape(y, list(a.shape[:-1]) + [y.shape[-1]]), "rows", y)
+        ctx.set_shape(y, ctx.shape(x)[:-1] + ctx.out_shape()[-1:])
+        return ctx.record(ctx.reshape(y, ctx.out_shape()), "rows", y)
     if w is not None:
         return kg.gemm(a, w, bias, alpha=alpha, beta=beta, trans_b=True)
     if bias is None and alpha == 1:
@@ -287,9 +351,12 @@ def _bmm(ctx, a, b):
     # matmul of 4-D operands reaches here as bmm of their reshapes to 3-D; kiln's matmul takes
     # the 4-D operands (reading transposed heads in place) and its result reshapes for free.
     a4, b4 = ctx.origin(a, "merged"), ctx.origin(b, "merged")
-    if a4 is not None and b4 is not None and a4.shape[:-2] == b4.shape[:-2]:
-        y4 = kg.matmul(a4, b4)
-        return ctx.record(kg.reshape(y4, [a.shape[0]] + list(y4.shape[-2:])), "merged", y4)
+    if a4 is not None and b4 is not None:
+        sa, sb = ctx.shape(a4), ctx.shape(b4)
+        if len(sa) == len(sb) and all(same(p, q) for p, q in zip(sa[:-2], sb[:-2])):
+            y4 = kg.matmul(a4, b4)
+            ctx.set_shape(y4, sa[:-1] + sb[-1:])
+            return ctx.record(ctx.reshape(y4, ctx.out_shape()), "merged", y4)
     return kg.matmul(a, b)
 
 
@@ -357,6 +424,8 @@ def _avg_pool(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False,
 @_lowers(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool(ctx, x, output_size):
     h, w = x.shape[-2:]
+    if h is None or w is None:
+        raise _kiln.UnsupportedError("adaptive average pooling of a dynamic size")
     oh, ow = output_size
     if (oh, ow) == (1, 1):
         return kg.mean(x, [x.ndim - 2, x.ndim - 1], True)
@@ -423,11 +492,34 @@ def _any(ctx, x, dim=None, keepdim=False):
                  ctx.g.scalar(0.0, "float32"))
 
 
+def _fill(ctx, dims, value, dtype):
+    if not is_symbolic(dims):  # a constant
+        return ctx.materialize(torch.full([int(d) for d in dims], value, dtype=dtype))
+    return ctx.with_dims("fill", [], {"dims": dims}, value=float(value), dtype=_DTYPES[dtype])
+
+
 @_lowers(aten.full_like.default)
 def _full_like(ctx, x, value, dtype=None, **kwargs):
-    # Only x's shape and dtype matter, and both are known: the result is a constant.
-    dtype = dtype or {v: k for k, v in _DTYPES.items()}[x.dtype]
-    return ctx.materialize(torch.full(list(x.shape), value, dtype=dtype))
+    # Only x's shape and dtype matter.
+    return _fill(ctx, ctx.shape(x), value, dtype or _TORCH_DTYPES[x.dtype])
+
+
+# (Without symbolic sizes these are computed while compiling, never lowered.)
+@_lowers(aten.full.default)
+def _full(ctx, size, value, dtype=None, **kwargs):
+    return _fill(ctx, ctx.out_shape(), value, ctx.node.meta["val"].dtype)
+
+
+@_lowers(aten.arange.start_step)  # (the other overloads decompose to this one)
+def _arange(ctx, *args, **kwargs):
+    numbers = [a for a in args if isinstance(a, (int, float, SymDim))]
+    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (
+        numbers[0], numbers[1], numbers[2] if len(numbers) > 2 else 1)
+    dtype = ctx.node.meta["val"].dtype
+    if any(isinstance(v, float) for v in (start, end, step)):
+        raise _kiln.UnsupportedError("arange over float bounds with a dynamic size")
+    return ctx.with_dims("arange", [], {"start": [start], "limit": [end], "delta": [step]},
+                         dtype=_DTYPES[dtype])
 
 
 @_lowers(aten.gather.default)
@@ -456,6 +548,7 @@ def _index(ctx, x, indices):
     others. The indexed dimensions go first, one flat index picks from them (a gather), and
     the result's broadcast dimensions go where PyTorch puts them: in place of adjacent indexed
     dimensions, first otherwise. Upsampling and causal masks index this way."""
+    xs = ctx.shape(x)  # sizes may be symbolic: they enter the index arithmetic as 0-D sizes
     indices = list(indices) + [None] * (x.ndim - len(indices))
     dims = [d for d, i in enumerate(indices) if i is not None]
     rest = [d for d in range(x.ndim) if d not in dims]
@@ -465,17 +558,17 @@ def _index(ctx, x, indices):
         x_first = x
     flat = None
     stride = 1
+    zero = ctx.g.scalar(0.0, "int64")
     for d in reversed(dims):
         i = indices[d]
         if i.dtype == "bool":
             raise _kiln.UnsupportedError("index.Tensor with a boolean mask")
         i = kg.cast(i, "int64")
-        size = x.shape[d]
-        i = kg.where(kg.lt(i, ctx.g.scalar(0.0, "int64")), i + ctx.g.scalar(float(size), "int64"), i)
-        term = i if stride == 1 else i * ctx.g.scalar(float(stride), "int64")
+        i = kg.where(kg.lt(i, zero), i + ctx.operand(xs[d], i), i)
+        term = i if same(stride, 1) else i * ctx.operand(stride, i)
         flat = term if flat is None else term + flat
-        stride *= size
-    y = kg.apply("gather", [kg.reshape(x_first, [stride] + [x.shape[d] for d in rest]), flat],
+        stride = product([stride, xs[d]])
+    y = kg.apply("gather", [ctx.reshape(x_first, [stride] + [xs[d] for d in rest]), flat],
                  axis=0)
     first = dims[0]
     if dims == list(range(first, dims[-1] + 1)) and first > 0:
@@ -488,7 +581,6 @@ def _index(ctx, x, indices):
 @_lowers(aten.split_with_sizes.default)
 def _split(ctx, x, sizes, dim=0):
     dim %= x.ndim
-    n = x.shape[dim]
     parts, start = [], 0
     for size in sizes:
         parts.append(kg.apply("slice", [x], starts=[start], ends=[start + int(size)], axes=[dim]))
@@ -505,6 +597,8 @@ def _as_strided(ctx, x, size, stride, storage_offset=0):
     for s in reversed(size):
         contiguous.insert(0, acc)
         acc *= s
+    if any(d is None for d in x.shape):
+        raise _kiln.UnsupportedError("as_strided of a dynamic size")
     numel = 1
     for s in x.shape:
         numel *= s
@@ -602,18 +696,71 @@ def _index_select(ctx, x, dim, index):
 
 @_lowers(aten.native_group_norm.default)
 def _group_norm(ctx, x, w, b, n, c, hw, groups, eps):
-    g = kg.reshape(x, [x.shape[0], int(groups), -1])
+    g = kg.reshape(x, [0, int(groups), -1])  # 0: x's own (maybe dynamic) batch
     mean = kg.mean(g, [2], True)
     d = g - mean
     inv = kg.reciprocal(kg.sqrt(kg.mean(d * d, [2], True) + float(eps)))
-    y = kg.reshape(d * inv, list(x.shape))
+    y = ctx.reshape(d * inv, ctx.shape(x))
     shape = [-1] + [1] * (x.ndim - 2)
     if w is not None:
         y = y * kg.reshape(w, shape)
     if b is not None:
         y = y + kg.reshape(b, shape)
-    return (y, kg.reshape(mean, [x.shape[0], int(groups)]),
-            kg.reshape(inv, [x.shape[0], int(groups)]))
+    return (y, kg.reshape(mean, [0, int(groups)]), kg.reshape(inv, [0, int(groups)]))
+
+
+@_lowers(torch.ops.prims.convert_element_type.default)
+def _convert_element_type(ctx, x, dtype):
+    return x if _DTYPES[dtype] == x.dtype else kg.cast(x, _DTYPES[dtype])
+
+
+@_lowers(aten.div.Tensor_mode)
+def _div_mode(ctx, a, b, rounding_mode=None):
+    like = a if isinstance(a, kg.Var) else b
+    a, b = _promoted(ctx.operand(a, like), ctx.operand(b, like))
+    if a.dtype in ("float32", "float64"):
+        if rounding_mode == "trunc":
+            return _trunc(ctx, kg.div(a, b))
+        return _floor_divide(ctx, a, b)
+    if rounding_mode == "trunc":
+        return kg.div(a, b)  # C's integer division truncates
+    return kg.div(a - kg.apply("mod", [a, b]), b)  # exact: a - a mod b is a multiple of b
+
+
+def _floor_divide(ctx, a, b):
+    """PyTorch's (and Python's) float floor division: from fmod, so inf // 1.5 is NaN, and
+    the quotient rounded to the nearest whole number below (a / b itself when b is 0)."""
+    zero, one = ctx.g.scalar(0.0, a.dtype), ctx.g.scalar(1.0, a.dtype)
+    mod = kg.fmod(a, b)
+    div = kg.div(a - mod, b)
+    # A remainder of the divisor's opposite sign: one less.
+    off = kg.logical_and(kg.ne(mod, zero), kg.ne(kg.cast(kg.lt(b, zero), "float32"),
+                                                kg.cast(kg.lt(mod, zero), "float32")))
+    div = kg.where(off, div - one, div)
+    floor = kg.floor(div)
+    floor = kg.where(kg.gt(div - floor, ctx.g.scalar(0.5, a.dtype)), floor + one, floor)
+    quotient = kg.div(a, b)
+    out = kg.where(kg.eq(div, zero), quotient * zero, floor)  # a signed zero: a / b's sign
+    return kg.where(kg.eq(b, zero), quotient, out)
+
+
+@_lowers(aten.scalar_tensor.default)
+def _scalar_tensor(ctx, value, dtype=None, **kwargs):
+    # (A known number is computed while compiling; this is a size used as a number.)
+    dtype = _DTYPES[dtype or torch.float32]
+    if isinstance(value, SymDim):
+        return ctx.size_scalar(value, dtype)
+    return ctx.g.scalar(float(value), dtype)
+
+
+@_lowers(aten.true_divide.Tensor)
+def _true_divide(ctx, a, b):
+    # Division in the result's (floating) dtype, integers included.
+    dtype = _DTYPES[ctx.node.meta["val"].dtype]
+    like = a if isinstance(a, kg.Var) else b
+    a, b = ctx.operand(a, like), ctx.operand(b, like)
+    return kg.div(a if a.dtype == dtype else kg.cast(a, dtype),
+                  b if b.dtype == dtype else kg.cast(b, dtype))
 
 
 def _core_aten_ops():

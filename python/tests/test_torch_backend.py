@@ -122,6 +122,14 @@ CASES = {
                      + a[0].topk(2).indices.sum().float(),
                      (torch.tensor([[1.0, 3.0, 3.0, -2.0, 0.5], [0.0, -0.0, 7.0, 7.0, 1.0],
                                     [2.0, 2.0, 2.0, 2.0, 2.0]]),)),
+    # Each rounding on floats (inf // 1.5 is NaN, as in Python; a zero divisor; signed zeros)
+    # and integers (negative operands), and aten.div of integers, a true division.
+    "div_modes": (lambda a, b, i, j: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+                                      torch.div(i, j, rounding_mode="floor"), torch.div(i, j, rounding_mode="trunc"),
+                                      torch.div(a, -1.5, rounding_mode="floor"), torch.div(a, b - b, rounding_mode="floor"),
+                                      a.to(torch.float64).float() + 1, torch.ops.aten.true_divide.Tensor(i, j), i / j),
+                  (nasty(3, 19), nasty(3, 19, seed=8).abs() + 0.5, torch.arange(-28, 29).reshape(3, 19),
+                   torch.tensor([3, -3, 4, -4, 5, -5, 7, -7, 1, -1, 2, -2, 9, -9, 6, -6, 8, -8, 3] * 3).reshape(3, 19))),
     "prod_cumsum": (lambda a: a.prod(1) + a.cumsum(1).sum(1) + a.cumsum(0)[-1].sum(), (nasty(3, 19) * 0.5,)),
     "index_select": (lambda a, i: a.index_select(1, i) * 2 + a.index_select(0, i[1:3]).sum(), (x34, torch.tensor([3, 0, 0, 2]))),
     "group_norm": (lambda a, w, b: F.group_norm(a, 2, w, b, 1e-5) + F.group_norm(a, 4), (torch.randn(2, 4, 3, 5), torch.randn(4), torch.randn(4))),
@@ -151,8 +159,10 @@ def test_every_lowering_ran():
     for name in sorted(CASES):  # in case this test runs alone
         fn, inputs = CASES[name]
         check(fn, *inputs, rtol=1e-4, atol=1e-5)
+    test_dynamic_shapes_run_in_one_kiln_module_at_every_size()  # the symbolic-size lowerings
     # Overloads the cases cannot produce through dynamo's decompositions.
-    unreachable = {torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar, torch.ops.aten.mul.Scalar,
+    # (true_divide.Tensor: reached through GPT-2's dynamic graph, test_torch_models.py.)
+    unreachable = {torch.ops.aten.true_divide.Tensor, torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar, torch.ops.aten.mul.Scalar,
                    torch.ops.aten.div.Scalar, torch.ops.aten.pow.Tensor_Tensor,
                    torch.ops.aten.alias.default, torch.ops.aten.detach.default,
                    torch.ops.aten.matmul.default, torch.ops.aten.reshape.default,
@@ -221,12 +231,67 @@ def test_training_graphs_compile_and_keep_gradients():
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_dynamic_shapes_fall_back_cleanly():
+def causal_block(x, w):
+    """Attention over a dynamic sequence with a causal mask from arange and full, heads split
+    and merged by views of symbolic sizes, a slice to the sequence and a size used as a
+    number."""
+    b, n, d = x.shape
+    q = (x @ w).view(b, n, 2, d // 2).transpose(1, 2)
+    idx = torch.arange(n)
+    mask = torch.where(idx[None, :] <= idx[:, None], torch.zeros(n, n),
+                       torch.full((n, n), float("-inf")))
+    s = (q @ q.transpose(-1, -2)) * (d // 2) ** -0.5 + mask
+    out = (s.softmax(-1) @ q).transpose(1, 2).reshape(b, n, d)
+    return out[:, :n] + torch.ones_like(x) * n
+
+
+def test_dynamic_shapes_run_in_one_kiln_module_at_every_size():
     torch._dynamo.reset()
-    fn = torch.compile(lambda a: torch.relu(a) * 2, backend="kiln", dynamic=True)
-    for n in (3, 5, 8):
-        a = torch.randn(n, 4)
-        torch.testing.assert_close(fn(a), torch.relu(a) * 2)
+    w = nasty(8, 8, seed=3).nan_to_num(0.5, 1.0, -1.0)
+    fn = torch.compile(causal_block, backend="kiln", dynamic=True)
+    reports = len(torch_backend.REPORTS)
+    # (Sizes from 2: dynamo specialises a size of 1.)
+    for b, n in ((2, 5), (3, 17), (4, 9)):
+        x = torch.randn(b, n, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(fn(x, w), causal_block(x, w), rtol=1e-4, atol=1e-5)
+    (report,) = torch_backend.REPORTS[reports:]  # one compile served all three sizes
+    assert report["dynamic"] and report["kiln_graphs"] == 1 and report["pytorch_ops"] == [], report
+
+
+def test_a_marked_dynamic_batch_runs_a_cnn_without_recompiling():
+    torch.manual_seed(0)
+    model = seeded(torchvision.models.resnet18())
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln")
+    reports = len(torch_backend.REPORTS)
+    for batch in (2, 5, 3):
+        x = torch.randn(batch, 3, 32, 32)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            want = model(x)
+            torch.testing.assert_close(compiled(x), want, rtol=1e-3,
+                                       atol=1e-3 * float(want.abs().max()))
+    (report,) = torch_backend.REPORTS[reports:]
+    assert report["dynamic"] and report["kiln_graphs"] == 1 and report["pytorch_ops"] == [], report
+    assert report["frozen"] > 0
+
+
+def test_automatic_dynamic_after_a_size_change_compiles_once_more_then_never():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln")
+    reports = len(torch_backend.REPORTS)
+    for n in (6, 11, 7, 20):
+        x = torch.randn(2, n, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    # The first size compiles static; the second, dynamic; the others reuse that.
+    new = torch_backend.REPORTS[reports:]
+    assert len(new) == 2 and not new[0]["dynamic"] and new[1]["dynamic"], new
+    assert all(r["kiln_graphs"] == 1 and r["pytorch_ops"] == [] for r in new), new
 
 
 def test_entry_point_names_the_backend():
