@@ -48,11 +48,12 @@ def source(path_or_graph, device="cpu", passes=None):
                         else os.fspath(path_or_graph), device, passes)
 
 
-def export(model, example_inputs, path, name=None, embed_weights=True):
+def export(model, example_inputs, path, name=None, embed_weights=True, dynamic_shapes=None):
     """A PyTorch model as kiln's standalone library (libNAME.so, NAME.h, weights) in folder
-    `path`, through torch.export: the counterpart of AOTInductor (see kiln.torch_export)."""
+    `path`, through torch.export: the counterpart of AOTInductor (see kiln.torch_export).
+    dynamic_shapes (torch.export's) makes dimensions dynamic in the library."""
     from .torch_export import export as export_torch
-    return export_torch(model, example_inputs, path, name, embed_weights)
+    return export_torch(model, example_inputs, path, name, embed_weights, dynamic_shapes)
 
 
 def as_tensor(array):

@@ -3,7 +3,9 @@ counterpart of AOTInductor. torch.export traces the model; its ATen graph (core
 decompositions) is lowered as torch.compile's backend lowers a graph, with every parameter,
 buffer and tensor constant frozen as a weight; kiln export then writes libNAME.so, NAME.h (a C
 API), the weights (embedded, or NAME.safetensors beside the library) and README.txt. A C or
-C++ program links the library without kiln or PyTorch (examples/export/consumer.c).
+C++ program links the library without kiln or PyTorch (examples/export/consumer.c). Dimensions
+given as torch.export.Dim are dynamic dimensions of the library, as torch.compile's symbolic
+sizes are (kiln.torch_shapes).
 """
 import os
 import re
@@ -21,16 +23,18 @@ def _c_name(text):
     return name if name and not name[0].isdigit() else "model_" + name
 
 
-def export(model, example_inputs, path, name=None, embed_weights=True):
+def export(model, example_inputs, path, name=None, embed_weights=True, dynamic_shapes=None):
     """Exports `model` (an nn.Module, in the mode it is in: call .eval() for inference) traced
     on `example_inputs` (a tuple of tensors) into the folder `path`. name: the library's C
-    name (default: the model's class name). Returns a dict of the files written.
+    name (default: the model's class name). dynamic_shapes: torch.export's, e.g.
+    {"x": {0: torch.export.Dim("batch")}}: those dimensions are dynamic in the library (its
+    header reports them as -1). Returns a dict of the files written.
 
     Raises kiln.UnsupportedError naming the ops kiln does not lower, or a weight kind it
     cannot freeze (a buffer the model mutates)."""
     name = _c_name(name or type(model).__name__)
     with torch.no_grad():
-        program = torch.export.export(model, tuple(example_inputs))
+        program = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         program = program.run_decompositions(core_aten_decompositions())
     gm = program.graph_module
     signature = program.graph_signature

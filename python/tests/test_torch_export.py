@@ -33,9 +33,10 @@ class SmallNet(torch.nn.Module):
         return self.fc(a + h)
 
 
-def build(tmp_path, model, x, embed):
+def build(tmp_path, model, x, embed, dynamic_shapes=None):
     out = tmp_path / ("embed" if embed else "file")
-    files = kiln.export(model, (x,), out, name="smallnet", embed_weights=embed)
+    files = kiln.export(model, (x,), out, name="smallnet", embed_weights=embed,
+                        dynamic_shapes=dynamic_shapes)
     assert os.path.exists(files["library"]) and os.path.exists(files["header"])
     assert bool(files["weights"]) != embed
     exe = tmp_path / ("consumer_" + ("embed" if embed else "file"))
@@ -69,6 +70,24 @@ def test_exported_library_matches_eager_from_c(tmp_path, embed):
     run = subprocess.run([str(exe), str(tmp_path / "x.npy"), "--", str(tmp_path / "wrong.npy")],
                          capture_output=True, text=True)
     assert run.returncode == 1 and "MISMATCH" in run.stdout
+
+
+def test_a_dynamic_batch_from_torch_export_dim_serves_every_batch(tmp_path):
+    torch.manual_seed(1)
+    model = SmallNet().eval()
+    x = torch.randn(3, 3, 8, 8)
+    exe = build(tmp_path, model, x, True, {"x": {0: torch.export.Dim("batch", min=2)}})
+    readme = open(tmp_path / "embed" / "README.txt").read()
+    assert "x: float32 (?, 3, 8, 8)" in readme, readme
+    for batch in (2, 5, 3):
+        xb = torch.randn(batch, 3, 8, 8)
+        with torch.no_grad():
+            want = model(xb)
+        np.save(tmp_path / "x.npy", xb.numpy())
+        np.save(tmp_path / "want.npy", want.numpy())
+        run = subprocess.run([str(exe), str(tmp_path / "x.npy"), "--", str(tmp_path / "want.npy")],
+                             capture_output=True, text=True)
+        assert run.returncode == 0 and "\nOK\n" in run.stdout, run.stdout + run.stderr
 
 
 def test_ops_kiln_lacks_are_named(tmp_path):
