@@ -26,7 +26,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import _kiln
 from . import graph as kg
-from .torch_lowerings import _DTYPES, BOOL_ONLY, LOWERED, LOWERINGS, Ctx, copy_of
+from .torch_lowerings import _DTYPES, BOOL_ONLY, CHECKS, LOWERED, LOWERINGS, Ctx, copy_of
 from .torch_shapes import SymDim, dim_of, shape_of
 
 # What each graph the backend compiled became, newest last: a dict with "kiln_graphs" (how
@@ -103,7 +103,8 @@ class _Support(OperatorSupport):
             return False
         val = _meta(node)
         if isinstance(val, (tuple, list)):
-            if not _tensor_ok(val[0]):
+            present = [v for v in val if v is not None]  # (gradients not asked for are None)
+            if not present or not all(_tensor_ok(v) for v in present):
                 return False
             if node.target not in _ALL_OUTPUTS and any(
                     u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
@@ -113,11 +114,16 @@ class _Support(OperatorSupport):
         inputs = [_meta(a) for a in node.all_input_nodes if not _is_size(a)]
         if node.target in BOOL_ONLY and any(v.dtype != torch.bool for v in inputs):
             return False
+        if node.target in CHECKS and not CHECKS[node.target](node):
+            return False
         return all(_tensor_ok(v) for v in inputs)
 
 
 # Multi-output ops whose every output kiln computes (the others: only the first).
 _ALL_OUTPUTS = {torch.ops.aten.native_layer_norm.default, torch.ops.aten.split_with_sizes.default,
+                torch.ops.aten.convolution_backward.default,
+                torch.ops.aten.max_pool2d_with_indices.default,
+                torch.ops.aten._native_batch_norm_legit_functional.default,
                 torch.ops.aten.max.dim, torch.ops.aten.min.dim, torch.ops.aten.topk.default,
                 torch.ops.aten.native_group_norm.default}
 

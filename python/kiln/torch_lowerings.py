@@ -5,6 +5,8 @@ Var, or a tuple for a multi-output op. Ops whose inputs are all known while comp
 full, a causal mask built from them) are not lowered at all: the backend evaluates them in
 PyTorch once and enters the result as a constant (see Ctx.materialize).
 """
+import operator
+
 import torch
 
 from . import _kiln
@@ -367,10 +369,32 @@ def _addmm(ctx, bias, a, b, beta=1, alpha=1):
 
 @_lowers(aten.convolution.default)
 def _conv(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise _kiln.UnsupportedError("a transposed convolution")
     ins = [x, w] + ([b] if b is not None else [])
     return kg.apply("conv", ins, strides=list(stride), pads=list(padding) + list(padding),
                     dilations=list(dilation), group=int(groups),
                     kernel_shape=list(w.shape[2:]))
+
+
+def _vjp(forward, upstream, wrt):
+    """The gradients of `forward` (a Var built from `wrt`) against `upstream`, through kiln's
+    own autodiff: the cost sum(forward * upstream) has exactly those gradients. The forward
+    step itself is dead afterwards unless something else reads it."""
+    axes = list(range(forward.ndim))
+    return kg.grad(kg.sum(forward * upstream, axes), list(wrt))
+
+
+@_lowers(aten.convolution_backward.default)
+def _conv_backward(ctx, g, x, w, bias_sizes, stride, padding, dilation, transposed,
+                   output_padding, groups, output_mask):
+    y = _conv(ctx, x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+    wanted = [v for v, m in zip((x, w), output_mask[:2]) if m]
+    grads = iter(_vjp(y, g, wanted) if wanted else [])
+    gx = next(grads) if output_mask[0] else None
+    gw = next(grads) if output_mask[1] else None
+    gb = kg.sum(g, [0] + list(range(2, g.ndim))) if output_mask[2] else None
+    return gx, gw, gb
 
 
 @_lowers(aten._native_batch_norm_legit_no_training.default)
@@ -407,11 +431,94 @@ def _pool_props(kernel, stride, padding, ceil_mode, dilation=None):
     return props
 
 
+def _pool_geometry(kernel, stride, padding, dilation):
+    """Kernel, stride (the kernel's when empty), padding and dilation, two entries each."""
+    def two(v, default):
+        v = [int(d) for d in (list(v) or list(default))]
+        return v if len(v) == 2 else v * 2
+    kernel = two(kernel, ())
+    return kernel, two(stride, kernel), two(padding, (0,)), two(dilation, (1,))
+
+
 @_lowers(aten.max_pool2d_with_indices.default)
 def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    dilation = list(dilation) if len(dilation) == len(kernel) else list(dilation) * len(kernel)
-    return (kg.apply("max_pool", [x], **_pool_props(kernel, stride, padding, ceil_mode, dilation)),
-            None)
+    k, st, pad, dil = _pool_geometry(kernel, stride, padding, dilation)
+    y = kg.apply("max_pool", [x], **_pool_props(k, st, pad, ceil_mode, dil))
+    users = ctx.node.users if ctx.node is not None else {}
+    if not any(u.target is operator.getitem and u.args[1] == 1 for u in users):
+        return y, None
+    return y, _window_argmax(ctx, x, k, st, pad, dil, ctx.out_shape())
+
+
+def _window_argmax(ctx, x, k, st, pad, dil, out_shape):
+    """PyTorch's max-pool indices (a window's first maximum, as an offset in its H x W plane),
+    which training saves for the backward: the K window taps as K strided slices of x padded
+    with -inf, their arg max, and that tap's position."""
+    if any(d is None for d in x.shape):
+        raise _kiln.UnsupportedError("max-pool indices of a dynamic size")
+    _, _, h, w = x.shape
+    oh, ow = out_shape[2:]
+    need = [(o - 1) * s + (kk - 1) * d + 1 for o, s, kk, d in zip((oh, ow), st, k, dil)]
+    end = [max(0, n - (size + p)) for n, size, p in zip(need, (h, w), pad)]
+    # A window of -inf picks its first element inside x, never the padding: -inf in x counts
+    # as the lowest finite value, above the padding's -inf.
+    lowest = ctx.g.scalar(float(torch.finfo(_TORCH_DTYPES[x.dtype]).min), x.dtype)
+    key = kg.where(kg.eq(x, ctx.g.scalar(float("-inf"), x.dtype)), lowest, x)
+    xp = kg.apply("pad", [key], pads=[0, 0, pad[0], pad[1], 0, 0, end[0], end[1]],
+                  value=float("-inf"))
+    taps = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            r, c = i * dil[0], j * dil[1]
+            tap = kg.apply("slice", [xp], starts=[r, c], ends=[r + (oh - 1) * st[0] + 1,
+                                                                c + (ow - 1) * st[1] + 1],
+                           axes=[2, 3], steps=st)
+            taps.append(kg.reshape(tap, [1] + list(tap.shape)))
+    t = kg.apply("arg_max", [kg.concat(taps, 0)], axis=0, keepdims=0)
+    rows = ctx.materialize(torch.arange(oh).reshape(oh, 1) * st[0] - pad[0])
+    cols = ctx.materialize(torch.arange(ow).reshape(1, ow) * st[1] - pad[1])
+    kw, i64 = ctx.g.scalar(float(k[1]), "int64"), "int64"
+    row = rows + kg.div(t, kw) * ctx.g.scalar(float(dil[0]), i64)
+    col = cols + kg.apply("mod", [t, kw]) * ctx.g.scalar(float(dil[1]), i64)
+    return row * ctx.g.scalar(float(w), i64) + col
+
+
+@_lowers(aten.max_pool2d_with_indices_backward.default)
+def _max_pool_backward(ctx, g, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    # kiln's max-pool gradient goes to each window's first maximum, the index PyTorch saved.
+    k, st, pad, dil = _pool_geometry(kernel, stride, padding, dilation)
+    y = kg.apply("max_pool", [x], **_pool_props(k, st, pad, ceil_mode, dil))
+    return _vjp(y, g, [x])[0]
+
+
+@_lowers(aten._native_batch_norm_legit_functional.default)
+def _batch_norm_training(ctx, x, w, b, running_mean, running_var, training, momentum, eps):
+    """Training-mode batch norm: the batch's statistics normalise, and the running ones move
+    toward them (the variance unbiased), as PyTorch's functional form returns them."""
+    if not training:
+        raise _kiln.UnsupportedError("the functional batch norm outside training")
+    axes = [0] + list(range(2, x.ndim))
+    count = 1
+    for a in axes:
+        if x.shape[a] is None:
+            raise _kiln.UnsupportedError("training batch norm over a dynamic size")
+        count *= x.shape[a]
+    mean = kg.mean(x, axes, True)
+    d = x - mean
+    var = kg.mean(d * d, axes, True)
+    rstd = kg.reciprocal(kg.sqrt(var + float(eps)))
+    y = d * rstd
+    shape = [-1] + [1] * (x.ndim - 2)
+    if w is not None:
+        y = y * kg.reshape(w, shape)
+    if b is not None:
+        y = y + kg.reshape(b, shape)
+    c = [x.shape[1]]
+    mean, var, rstd = kg.reshape(mean, c), kg.reshape(var, c), kg.reshape(rstd, c)
+    m = float(momentum)
+    new_mean = running_mean * (1 - m) + mean * m
+    new_var = running_var * (1 - m) + var * (m * count / max(count - 1, 1))
+    return y, mean, rstd, new_mean, new_var
 
 
 @_lowers(aten.avg_pool2d.default)
@@ -537,6 +644,8 @@ _lowers(aten.bitwise_xor.Tensor, aten.logical_xor.default)(
                             kg.cast(_truth(ctx, b, a), "float32")))
 _lowers(aten.bitwise_not.default, aten.logical_not.default)(
     lambda ctx, x: kg.logical_not(_truth(ctx, x)))
+# What a node must satisfy beyond its op being lowered (the backend's support check).
+CHECKS = {aten.convolution.default: lambda node: not node.args[6]}  # not transposed
 # Bitwise ops lowered as logical ones: only on booleans (the backend's support check).
 BOOL_ONLY = {aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
              aten.bitwise_not.default}

@@ -108,6 +108,12 @@ CASES = {
     "as_strided": (lambda a: torch.as_strided(a.mean((2, 3), keepdim=True), (2, 6, 1, 1), (6, 1, 6, 6))
                    .sum((2, 3)) + torch.as_strided(a.reshape(-1) + 0, (2, 6), (1, 7), 3),
                    (nasty(2, 6, 3, 3),)),
+    # Max-pool indices (PyTorch's: offsets in each plane) with ties, -inf, padding, stride,
+    # dilation and a ceil-mode edge window.
+    "max_pool_indices": (lambda a: F.max_pool2d(a, 3, 2, 1, return_indices=True)
+                         + F.max_pool2d(a, 2, 2, 0, 2, ceil_mode=True, return_indices=True),
+                         (torch.cat([torch.randn(1, 2, 7, 9), torch.full((1, 2, 7, 9), 1.0),
+                                     torch.full((1, 2, 7, 9), float("-inf"))]),)),
     "more_unary": (lambda a: torch.sign(a) + torch.round(a * 2) + torch.trunc(a) + torch.sinh(a.clamp(-5, 5))
                    + torch.cosh(a.clamp(-5, 5)) + torch.atan(a) + torch.asinh(a)
                    + torch.isnan(a).float() + torch.isinf(a).float() + F.leaky_relu(a, 0.2)
@@ -160,6 +166,7 @@ def test_every_lowering_ran():
         fn, inputs = CASES[name]
         check(fn, *inputs, rtol=1e-4, atol=1e-5)
     test_dynamic_shapes_run_in_one_kiln_module_at_every_size()  # the symbolic-size lowerings
+    test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients()  # the training ones
     # Overloads the cases cannot produce through dynamo's decompositions.
     # (true_divide.Tensor: reached through GPT-2's dynamic graph, test_torch_models.py.)
     unreachable = {torch.ops.aten.true_divide.Tensor, torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar, torch.ops.aten.mul.Scalar,
@@ -298,6 +305,35 @@ def test_entry_point_names_the_backend():
     from importlib.metadata import entry_points
     names = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
     assert names.get("kiln") == "kiln.torch_backend:kiln_backend"
+
+
+def test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients():
+    """Forward and backward each one kiln graph: training batch norm (batch statistics, the
+    running ones updated), max pooling with the indices training saves, and the convolution,
+    pooling and linear gradients, against eager PyTorch's gradients and statistics."""
+    def net():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(8, 16, 3, stride=2, groups=2),
+            torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 3 * 3, 5))
+    x = torch.randn(4, 3, 14, 14)
+    eager, kilned = net().train(), net().train()
+    torch._dynamo.reset()
+    compiled = torch.compile(kilned, backend="kiln")
+    reports = len(torch_backend.REPORTS)
+    for step in range(2):  # the second step starts from updated running statistics
+        eager.zero_grad()
+        kilned.zero_grad()
+        eager(x).square().mean().backward()
+        compiled(x).square().mean().backward()
+        for (name, p), q in zip(eager.named_parameters(), kilned.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+        for (name, b), c in zip(eager.named_buffers(), kilned.buffers()):
+            torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6, msg=name)
+    new = torch_backend.REPORTS[reports:]
+    assert [r["kiln_graphs"] for r in new] == [1, 1], new
+    assert all(r["pytorch_ops"] == [] for r in new), new
 
 
 def test_inference_freezes_weights_and_prepares_them_again_when_they_change():
