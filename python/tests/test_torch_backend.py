@@ -375,3 +375,13 @@ def test_docs_lowering_table_matches_the_registry():
     lowered = {str(op).removeprefix("aten.") for op in torch_lowerings.LOWERINGS}
     # (Only the lowered ops: the other rows follow the installed PyTorch's core set.)
     assert documented == lowered, (sorted(documented - lowered), sorted(lowered - documented))
+
+
+def test_a_transposed_convolution_stays_in_pytorch_and_is_right():
+    # (kiln has no transposed convolution yet: it must not run one as a plain convolution.)
+    def fn(a, w):
+        return torch.relu(F.conv_transpose2d(a, w, stride=2, padding=1)) + 1
+
+    a, w = torch.randn(1, 4, 5, 5), torch.randn(4, 3, 3, 3)
+    with pytest.warns(UserWarning, match="these ops run in PyTorch: convolution"):
+        check(fn, a, w, rtol=1e-4, atol=1e-5)
