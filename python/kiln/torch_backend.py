@@ -122,6 +122,7 @@ class _Support(OperatorSupport):
 # Multi-output ops whose every output kiln computes (the others: only the first).
 _ALL_OUTPUTS = {torch.ops.aten.native_layer_norm.default, torch.ops.aten.split_with_sizes.default,
                 torch.ops.aten.convolution_backward.default,
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                 torch.ops.aten.max_pool2d_with_indices.default,
                 torch.ops.aten._native_batch_norm_legit_functional.default,
                 torch.ops.aten.max.dim, torch.ops.aten.min.dim, torch.ops.aten.topk.default,

@@ -491,6 +491,32 @@ def _max_pool_backward(ctx, g, x, kernel, stride, padding, dilation, ceil_mode, 
     return _vjp(y, g, [x])[0]
 
 
+@_lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _attention_backward(ctx, g, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None,
+                        scale=None):
+    """The gradients of softmax(q k^T * scale + mask) v through kiln's autodiff, the attention
+    recomputed from q, k and v (out and logsumexp, which PyTorch's kernel saves, are not
+    needed)."""
+    if dropout_p:
+        raise _kiln.UnsupportedError("the backward of attention with dropout")
+    if any(d is None for d in q.shape + k.shape):
+        raise _kiln.UnsupportedError("the backward of attention over a dynamic size")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = kg.matmul(q, kg.transpose(k, list(range(k.ndim - 2)) + [k.ndim - 1, k.ndim - 2]))
+    s = s * ctx.g.scalar(float(scale), s.dtype)
+    if is_causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = torch.ones(lq, lk, dtype=torch.bool).tril()
+        s = kg.where(ctx.materialize(keep), s, ctx.g.scalar(float("-inf"), s.dtype))
+    if attn_mask is not None:
+        if attn_mask.dtype == "bool":
+            s = kg.where(attn_mask, s, ctx.g.scalar(float("-inf"), s.dtype))
+        else:
+            s = s + attn_mask
+    y = kg.matmul(kg.softmax(s, -1), v)
+    return tuple(_vjp(y, g, [q, k, v]))
+
+
 @_lowers(aten._native_batch_norm_legit_functional.default)
 def _batch_norm_training(ctx, x, w, b, running_mean, running_var, training, momentum, eps):
     """Training-mode batch norm: the batch's statistics normalise, and the running ones move

@@ -167,6 +167,7 @@ def test_every_lowering_ran():
         check(fn, *inputs, rtol=1e-4, atol=1e-5)
     test_dynamic_shapes_run_in_one_kiln_module_at_every_size()  # the symbolic-size lowerings
     test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients()  # the training ones
+    test_a_transformer_training_step_runs_in_kiln_and_matches_float64(True)
     # Overloads the cases cannot produce through dynamo's decompositions.
     # (true_divide.Tensor: reached through GPT-2's dynamic graph, test_torch_models.py.)
     unreachable = {torch.ops.aten.true_divide.Tensor, torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar, torch.ops.aten.mul.Scalar,
@@ -334,6 +335,29 @@ def test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients():
     new = torch_backend.REPORTS[reports:]
     assert [r["kiln_graphs"] for r in new] == [1, 1], new
     assert all(r["pytorch_ops"] == [] for r in new), new
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_transformer_training_step_runs_in_kiln_and_matches_float64(causal):
+    """PyTorch's fused CPU attention's backward through kiln's autodiff (the attention
+    recomputed): forward and backward one kiln graph each, gradients as close to the step in
+    float64 as eager float32's."""
+    def layer():
+        torch.manual_seed(0)
+        return torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 11, 32)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(11) if causal else None
+    exact, kilned = layer().double(), layer()
+    exact(x.double(), src_mask=None if mask is None else mask.double(),
+          is_causal=causal).square().mean().backward()
+    torch._dynamo.reset()
+    reports = len(torch_backend.REPORTS)
+    torch.compile(kilned, backend="kiln")(x, src_mask=mask, is_causal=causal).square().mean().backward()
+    scale = max(float(p.grad.abs().max()) for p in exact.parameters())
+    for (name, p), q in zip(exact.named_parameters(), kilned.parameters()):
+        assert float((q.grad.double() - p.grad).abs().max()) <= 1e-5 * scale, name
+    new = torch_backend.REPORTS[reports:]
+    assert [r["kiln_graphs"] for r in new] == [1, 1] and all(not r["pytorch_ops"] for r in new), new
 
 
 def test_inference_freezes_weights_and_prepares_them_again_when_they_change():
