@@ -12,7 +12,6 @@ Writes bench/results/python.md. Run with scripts/setup's environment:
     ~/.cache/kiln-python/bin/python bench/python/run.py
 """
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_seconds  # noqa: E402
+
 import kiln  # noqa: E402
 from kiln import _kiln  # noqa: E402
 from kiln import graph as kg  # noqa: E402
@@ -37,15 +39,6 @@ torch.set_num_threads(2)
 torch.backends.mha.set_fastpath_enabled(False)
 
 
-def median_time(fn, n):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def call_overhead():
     g = kg.Graph("tiny")
     x = g.input("x", "float32", [4])
@@ -53,7 +46,7 @@ def call_overhead():
     f = kiln.compile(g)
     a = np.ones(4, np.float32)
     calls = 200 if SMOKE else 20000
-    py = median_time(lambda: f(a), calls)
+    py = median_seconds(lambda: f(a), calls)
     native = _kiln._native_call_seconds(f, (a,), calls)
     return py * 1e6, native * 1e6
 
@@ -78,7 +71,7 @@ def main():
         with torch.no_grad():
             want = model(x)
             runs = 3 if SMOKE else 20
-            eager = median_time(lambda: model(x), runs)
+            eager = median_seconds(lambda: model(x), runs)
             row = {"model": name, "eager": eager, "inductor": float("nan"),
                    "inductor_compile": float("nan")}
             for backend in ("kiln",) if SMOKE else ("kiln", "inductor"):
@@ -87,7 +80,7 @@ def main():
                 t = time.perf_counter()
                 got = compiled(x)
                 row[backend + "_compile"] = time.perf_counter() - t
-                row[backend] = median_time(lambda: compiled(x), runs)
+                row[backend] = median_seconds(lambda: compiled(x), runs)
                 err = float((got - want).abs().max() / want.abs().max())
                 assert err < 1e-3, f"{name} {backend}: relative error {err}"
         rows.append(row)

@@ -37,6 +37,9 @@ import broad  # noqa: E402
 SMOKE = "--smoke" in sys.argv[1:]
 import export  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_ms  # noqa: E402
+
 import kiln  # noqa: E402,F401  (registers the backend)
 from kiln import torch_backend  # noqa: E402
 
@@ -55,15 +58,6 @@ SMOKE_MODELS = {
     "bert_mini": (broad.hf_model("bert", attention=None, **broad.BERT_MINI),
                   broad.tokens(1, 16, 30522)),
 }
-
-
-def median_ms(fn, n):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def rel_error(got, want):

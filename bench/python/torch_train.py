@@ -25,6 +25,9 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="induct
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_ms  # noqa: E402
+
 import kiln  # noqa: E402,F401
 from kiln import torch_backend  # noqa: E402
 
@@ -49,15 +52,6 @@ def step(fn, params, x):
     for p in params:
         p.grad = None
     fn(x).square().mean().backward()
-
-
-def median_ms(fn, n):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def measure(name, make, make_input, backends, rounds, repeat):

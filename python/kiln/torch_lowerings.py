@@ -175,7 +175,12 @@ for _aten_op, _kiln_op in [(aten.relu.default, "relu"), (aten.exp.default, "exp"
                            (aten.erf.default, "erf"), (aten.reciprocal.default, "reciprocal"),
                            (aten.sin.default, "sin"), (aten.cos.default, "cos"),
                            (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
-                           (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1")]:
+                           (aten.log1p.default, "log1p"), (aten.expm1.default, "expm1"),
+                           (aten.sign.default, "sign"), (aten.round.default, "round"),
+                           (aten.sinh.default, "sinh"), (aten.cosh.default, "cosh"),
+                           (aten.asin.default, "asin"), (aten.acos.default, "acos"),
+                           (aten.atan.default, "atan"), (aten.asinh.default, "asinh"),
+                           (aten.acosh.default, "acosh"), (aten.atanh.default, "atanh")]:
     LOWERINGS[_aten_op] = (lambda k: lambda ctx, x: kg.apply(k, [x]))(_kiln_op)
 
 
@@ -743,14 +748,6 @@ def _as_strided(ctx, x, size, stride, storage_offset=0):
     idx = torch.as_strided(torch.arange(numel), size, stride, storage_offset or 0)
     flat = kg.reshape(x, [numel])
     return kg.apply("gather", [flat, ctx.materialize(idx.contiguous())], axis=0)
-
-
-for _aten_op, _kiln_op in [(aten.sign.default, "sign"), (aten.round.default, "round"),
-                           (aten.sinh.default, "sinh"), (aten.cosh.default, "cosh"),
-                           (aten.asin.default, "asin"), (aten.acos.default, "acos"),
-                           (aten.atan.default, "atan"), (aten.asinh.default, "asinh"),
-                           (aten.acosh.default, "acosh"), (aten.atanh.default, "atanh")]:
-    LOWERINGS[_aten_op] = (lambda k: lambda ctx, x: kg.apply(k, [x]))(_kiln_op)
 
 
 @_lowers(aten.trunc.default)
