@@ -409,3 +409,17 @@ def test_a_transposed_convolution_stays_in_pytorch_and_is_right():
     a, w = torch.randn(1, 4, 5, 5), torch.randn(4, 3, 3, 3)
     with pytest.warns(UserWarning, match="these ops run in PyTorch: convolution"):
         check(fn, a, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_cnn_with_symbolic_spatial_sizes_runs_in_pytorch_naming_why():
+    # kiln's convolutions need static channels and spatial sizes: the part stays in PyTorch,
+    # one warning names the node and the reason, and the results are right at every size.
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln", dynamic=True)
+    torch_backend._warned.clear()
+    with pytest.warns(UserWarning, match=r"runs in PyTorch: node \d+ \(conv\): .*static"):
+        with torch.no_grad():
+            for hw in (6, 9, 7):
+                x = torch.randn(2, 3, hw, hw)
+                torch.testing.assert_close(compiled(x), model(x))
