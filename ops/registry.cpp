@@ -18,6 +18,8 @@
 #include "ops/gather.h"
 #include "ops/gather_elements.h"
 #include "ops/gemm.h"
+#include "ops/qconv.h"
+#include "ops/qmatmul.h"
 #include "ops/grad/window_ops.h"
 #include "ops/layer_norm.h"
 #include "ops/library/op_library.h"
@@ -55,6 +57,8 @@ OpRegistry::OpRegistry() {
   }
   add("matmul", [](const Attrs& a) { return std::make_shared<MatMul>(a); });
   add("gemm", [](const Attrs& a) { return std::make_shared<Gemm>(a); });
+  add("qmatmul", [](const Attrs& a) { return std::make_shared<QMatMul>(a); });
+  add("qconv", [](const Attrs& a) { return std::make_shared<QConv>(a); });
   add("transpose", [](const Attrs& a) { return std::make_shared<Transpose>(a); });
   add("reshape", [](const Attrs& a) { return std::make_shared<Reshape>(a); });
   add("flatten", [](const Attrs& a) { return std::make_shared<Flatten>(a); });

@@ -2,6 +2,7 @@
 
 #include "ops/c/conv_pack.h"
 #include "ops/c/gemm_pack.h"
+#include "ops/c/qgemm_pack.h"
 #include "ops/conv_nchwc.h"
 #include "ops/registry.h"
 #include "util/error.h"
@@ -47,6 +48,18 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
       throw UserError(std::string(kPackConvBlocks) + " takes one float convolution weight");
     }
     return pack_conv_blocks(inputs[0]);
+  }
+  if (op == kPackQgemm || op == kPackQconv) {
+    const bool conv = op == kPackQconv;
+    if (inputs.size() != 1 || output != 0 ||
+        (inputs[0].dtype() != DType::kInt8 && inputs[0].dtype() != DType::kUInt8) ||
+        (conv ? inputs[0].ndim() < 3 : inputs[0].ndim() != 2)) {
+      throw UserError(op +
+                      (conv ? " takes one int8 or uint8 convolution weight"
+                            : " takes one int8 or uint8 matrix") +
+                      (inputs.size() == 1 ? ", got " + inputs[0].describe() : std::string()));
+    }
+    return conv ? pack_qconv(inputs[0], attr_int(props, "group", 1)) : pack_qgemm(inputs[0]);
   }
   if (op == kWinogradWeights) {
     // A plan's recipe is data: a weight of another shape, or another tile, is the plan's

@@ -13,6 +13,10 @@ namespace kiln {
 inline constexpr const char* kPackGemmPanels = "pack_gemm_panels";
 // And for a convolution's weight (no props).
 inline constexpr const char* kPackConvBlocks = "pack_conv_blocks";
+// And for an integer product's weight (ops/c/qgemm_pack.h): a qmatmul's B (no props), a
+// qconv's W (props: group).
+inline constexpr const char* kPackQgemm = "pack_qgemm";
+inline constexpr const char* kPackQconv = "pack_qconv";
 // And for a blocked 3x3 weight's Winograd transform (ops/conv_nchwc.h; props: tile = 2, the
 // default, or 4).
 inline constexpr const char* kWinogradWeights = "winograd_weights";

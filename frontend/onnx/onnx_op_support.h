@@ -74,5 +74,6 @@ void add_reduce_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
 void add_value_ops(OpTable& t);
 void add_composite_ops(OpTable& t);
+void add_quant_ops(OpTable& t);
 
 }  // namespace kiln::onnx_import

@@ -16,6 +16,7 @@
 
 #include "ops/c/conv_pack.h"
 #include "ops/c/gemm_pack.h"
+#include "ops/c/qgemm_pack.h"
 #include "ops/registry.h"
 #include "rewrite/constant_recipe.h"
 #include "rewrite/graph_copy.h"
@@ -48,8 +49,8 @@ struct PackedB {
 // PyTorch lowers it, or an exported Transpose of a weight too large to fold (a tied LM head's
 // 50257 x 768 embedding). The GEMM packs W itself, read transposed, so nothing transposes W
 // on each run or keeps a transposed copy.
-const Variable* transposed_weight(const Variable* b, const std::unordered_map<const Variable*,
-                                                                             const Node*>& producer) {
+const Variable* transposed_weight(
+    const Variable* b, const std::unordered_map<const Variable*, const Node*>& producer) {
   auto p = producer.find(b);
   if (p == producer.end()) return nullptr;
   const Node& t = *p->second;
@@ -138,6 +139,48 @@ const Node* bias_add_of(const Node& node, const Variable* y,
   return &add;
 }
 
+// An integer product's constant weight (qmatmul's 2-D B, qconv's W) packed for
+// kiln_support.qgemm_u8s8, with its column sums (ops/c/qgemm_pack.h). Returns true when the
+// node was copied with the packed weight.
+bool pack_integer_weight(const Node& node, GraphCopy& copy,
+                         std::map<const Variable*, Variable*>& packed) {
+  const bool mm = node.op->name() == "qmatmul", conv = node.op->name() == "qconv";
+  if ((!mm && !conv) || node.inputs.size() < 2) return false;
+  const Attrs& props = node.op->props();
+  if (attr_int(props, mm ? "packed_n" : "packed_m", 0) != 0) return false;
+  const Variable* w = node.inputs[1];
+  if (w->kind != VarKind::kConstant || !w->value ||
+      (w->value->dtype() != DType::kInt8 && w->value->dtype() != DType::kUInt8) ||
+      (mm && w->value->ndim() != 2) || (conv && w->value->ndim() < 3)) {
+    return false;
+  }
+  const int64_t group = conv ? attr_int(props, "group", 1) : 1;
+  Variable*& pw = packed[w];
+  if (!pw) {
+    Tensor bytes = mm ? pack_qgemm(*w->value) : pack_qconv(*w->value, group);
+    const std::string name = copy.dst().fresh_name(w->name + ".qpacked");
+    pw =
+        w->parameter ? copy.dst().add_parameter(bytes, name) : copy.dst().add_constant(bytes, name);
+    pw->recipe = conv ? transform_recipe(kPackQconv, {{"group", group}}, 0, {w->recipe})
+                      : transform_recipe(kPackQgemm, {}, 0, {w->recipe});
+  }
+  Attrs p = props;
+  const Shape& ws = w->value->shape();
+  if (mm) {
+    p["packed_k"] = ws[0];
+    p["packed_n"] = ws[1];
+    p["b_u8"] = int64_t{w->value->dtype() == DType::kUInt8};
+  } else {
+    p["packed_m"] = ws[0];
+    p["kernel_shape"] = std::vector<int64_t>(ws.begin() + 2, ws.end());
+    p["w_u8"] = int64_t{w->value->dtype() == DType::kUInt8};
+  }
+  std::vector<Variable*> inputs = copy.map(node.inputs);
+  inputs[1] = pw;
+  copy.add(OpRegistry::instance().create(node.op->name(), p), inputs, {node.outputs[0]}, node.name);
+  return true;
+}
+
 }  // namespace
 
 Graph pack_weights(const Graph& graph) {
@@ -145,6 +188,7 @@ Graph pack_weights(const Graph& graph) {
   std::map<std::pair<const Variable*, bool>, Variable*>
       packed;  // a weight two gemms share packs once
   std::map<const Variable*, Variable*> conv_packed;
+  std::map<const Variable*, Variable*> q_packed;
   const auto uses = count_uses(graph);
   std::unordered_map<const Variable*, const Node*> reader;  // the last node reading each
   std::unordered_map<const Variable*, const Node*> producer;
@@ -175,6 +219,7 @@ Graph pack_weights(const Graph& graph) {
                node->name);
       continue;
     }
+    if (pack_integer_weight(*node, copy, q_packed)) continue;
     const std::optional<PackedB> packs = packable(*node, producer);
     if (!packs) {
       copy.copy(*node);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 14
+#define KILN_ABI_VERSION 15
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -57,6 +57,7 @@ typedef struct kiln_window {
 /* The loop-nest helpers and GEMM of runtime/support (kiln_index.h, kiln_window.h, gemm.c), compiled
  * once into kiln and handed to each module when it is loaded, so no module compiles its own copy.
  * `size` is sizeof(kiln_support) of the host; entries are only ever appended. */
+struct kiln_qgemm_epi;
 typedef struct kiln_support {
   uint32_t size;
   int (*collapse)(int ndim, int nops, int64_t* shape, int64_t strides[][16]);
@@ -181,7 +182,42 @@ typedef struct kiln_support {
   void (*conv_nchwc_wino4_f32)(const float* x, int64_t c, int64_t h, int64_t wd, const float* u,
                                int64_t m, const float* bias, float* y, int64_t mb0, int64_t mb1,
                                int64_t oy0, int64_t oy1, float* work, float lo, float hi);
+  /* Integer GEMM, u8 x s8 products summed in int32 (runtime/support/qgemm.c): for i < m, j < n,
+   *   acc = sum_{t < k} a[i*lda + t] * B[t][j] - a_zp * colsum[j] - b_zp[j] * rowsum_i
+   *         + k * a_zp * b_zp[j] + bias[j]
+   * (rowsum_i the sum of row i of a; b_zp[j] at e->b_zp[j * e->b_zp_step]; bias may be NULL).
+   * B is packed by qpack: panels of 16 columns, groups of 4 rows, B[t][j] at
+   * bp[((j/16)*ceil(k/4) + t/4)*64 + (j%16)*4 + t%4], zero padded. Output element (i, j) is
+   * c[i*e->rsc + j*e->csc]: acc as int32 when e->scale is NULL, else the byte
+   * clamp(rint(acc * scale[j*scale_step]) + y_zp, lo, hi), uint8 when e->out_u8, else int8. */
+  void (*qgemm_u8s8)(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,
+                     const int8_t* bp, const struct kiln_qgemm_epi* e, void* c);
+  /* Packs B (k x n; element (t, j) at b[t*rsb + j*csb], int8, or uint8 when b_u8, which is
+   * stored shifted by -128 into int8) for qgemm_u8s8, and writes its column sums (of the
+   * stored values) to colsum[0, ceil(n/16)*16). */
+  void (*qpack)(int64_t k, int64_t n, const void* b, int64_t rsb, int64_t csb, int b_u8, int8_t* bp,
+                int32_t* colsum);
+  /* Rows of positions for an integer convolution: for positions p in [p0, p1) of an oh x ow
+   * output map (row p/ow, column p%ow) and taps (ci, ky, kx) of c input channels (of planes sc
+   * elements apart, rows w apart) under a kh x kw window, row[(p - p0)*ldr + (ci*kh + ky)*kw + kx]
+   * is x's byte under that tap, `fill` outside the image, each byte xor `flip` (0x80 turns
+   * int8 into uint8 shifted by 128). */
+  void (*qim2row)(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t p0,
+                  int64_t p1, uint8_t fill, uint8_t flip, uint8_t* row, int64_t ldr);
 } kiln_support;
+
+/* How qgemm_u8s8 corrects for zero points and writes its output (see there). */
+typedef struct kiln_qgemm_epi {
+  int32_t a_zp;
+  const int32_t* b_zp;
+  int64_t b_zp_step;
+  const int32_t* colsum;
+  const int32_t* bias;
+  const float* scale;
+  int64_t scale_step;
+  int32_t y_zp, lo, hi, out_u8;
+  int64_t rsc, csc;
+} kiln_qgemm_epi;
 
 #define KILN_CONV_SLACK 64
 #define KILN_CONV_BLOCK 16

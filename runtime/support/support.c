@@ -1,5 +1,7 @@
 /* The host side of kiln_support: the loop-nest helpers compiled once into kiln. */
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/module/module_abi.h"
 #include "runtime/support/conv_blocks.h"
@@ -11,6 +13,7 @@
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_index.h"
 #include "runtime/support/kiln_window.h"
+#include "runtime/support/qgemm.h"
 #include "runtime/support/support.h"
 
 _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [][16]");
@@ -34,6 +37,7 @@ _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [
 
 static kiln_support pick_kernels(kiln_support t) {
   KILN_USE_ISA(t, base);
+  t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
@@ -41,7 +45,14 @@ static kiln_support pick_kernels(kiln_support t) {
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     KILN_USE_ISA(t, avx2);
   }
+  if (__builtin_cpu_supports("avx2")) t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
+  }
 #endif
+  /* KILN_QGEMM=c: the plain C kernel, whatever the CPU (tests compare the two). */
+  const char* force = getenv("KILN_QGEMM");
+  if (force && strcmp(force, "c") == 0) t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
   return t;
 }
 
@@ -75,7 +86,10 @@ static void build_host_table(void) {
                           kiln_foreign_op_release,
                           0,
                           0,
-                          0};
+                          0,
+                          0,
+                          kiln_qpack,
+                          kiln_qim2row};
   host_table = pick_kernels(t);
 }
 

@@ -1,0 +1,226 @@
+/* kiln_quant.h — the integer matmul and convolution of the qmatmul and qconv ops: operands
+ * brought to the u8 x s8 form of kiln_support.qgemm_u8s8 (activations flipped to uint8,
+ * weights packed as int8), zero points and scales gathered into the kernel's epilogue, and
+ * the work split by rows (positions) among the parts of a split call.
+ * module_abi.h comes first (in a module, and in the tests). */
+#ifndef KILN_QUANT_H
+#define KILN_QUANT_H
+#ifndef KILN_HELPER
+#define KILN_HELPER static inline __attribute__((unused))
+#endif
+#include <stdint.h>
+#include <string.h>
+
+/* The quantization parameters of one product, as the ops hand them over. */
+typedef struct kiln_qparams {
+  const kiln_tensor *az, *bz; /* zero points of A (scalar) and B (scalar or per column) */
+  const kiln_tensor* scale;   /* NULL: int32 output; else the multiplier, scalar or per column */
+  const kiln_tensor* yz;      /* the output's zero point (with scale) */
+  const kiln_tensor* bias;    /* int32 per column, or NULL */
+  int a_s8, b_u8, out_u8, relu;
+} kiln_qparams;
+
+/* Element i of a scalar or 1-D zero-point tensor, widened. */
+KILN_HELPER int32_t kiln_q_at(const kiln_tensor* t, int is_signed, int64_t i) {
+  const int64_t at = t->ndim > 0 ? i * t->strides[t->ndim - 1] : 0;
+  return is_signed ? (int32_t)((const int8_t*)t->data)[at] : (int32_t)((const uint8_t*)t->data)[at];
+}
+
+KILN_HELPER int64_t kiln_q_numel(const kiln_tensor* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+/* Row-major with no gaps (size-1 dimensions may have any stride). */
+KILN_HELPER int kiln_q_contiguous(const kiln_tensor* t) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return 0;
+    expect *= t->shape[d];
+  }
+  return 1;
+}
+
+/* t's bytes row-major: itself when it already is, else a copy in the workspace (NULL after
+ * ctx->fail). */
+KILN_HELPER const uint8_t* kiln_q_dense(kiln_ctx* ctx, const kiln_support* sup,
+                                        const kiln_tensor* t, const char* what) {
+  if (kiln_q_contiguous(t)) return (const uint8_t*)t->data;
+  uint8_t* copy = (uint8_t*)ctx->workspace(ctx, (size_t)kiln_q_numel(t) + 1);
+  if (!copy) {
+    ctx->fail(ctx, "out of memory for a dense copy of %s", what);
+    return 0;
+  }
+  sup->copy_strided(copy, t->data, t->ndim, t->shape, t->strides, 1);
+  return copy;
+}
+
+/* The epilogue of columns [0, n) of a product over k: B's zero points shifted as B was
+ * packed (uint8 by -128), A's as A is flipped (int8 by +128), scales and bias as given.
+ * Returns non-zero after ctx->fail. */
+KILN_HELPER int kiln_q_epilogue(kiln_ctx* ctx, const kiln_qparams* q, int64_t n,
+                                kiln_qgemm_epi* e) {
+  const int64_t nb = kiln_q_numel(q->bz);
+  int32_t* bz = (int32_t*)ctx->workspace(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(int32_t));
+  if (!bz) {
+    ctx->fail(ctx, "out of memory for the zero points of an integer product");
+    return 1;
+  }
+  for (int64_t j = 0; j < nb; ++j) bz[j] = kiln_q_at(q->bz, !q->b_u8, j) - (q->b_u8 ? 128 : 0);
+  e->a_zp = kiln_q_at(q->az, q->a_s8, 0) + (q->a_s8 ? 128 : 0);
+  e->b_zp = bz;
+  e->b_zp_step = nb > 1 ? 1 : 0;
+  e->bias = q->bias ? (const int32_t*)q->bias->data : 0;
+  e->scale = q->scale ? (const float*)q->scale->data : 0;
+  e->scale_step = q->scale && kiln_q_numel(q->scale) > 1 ? 1 : 0;
+  e->y_zp = q->scale ? kiln_q_at(q->yz, !q->out_u8, 0) : 0;
+  e->lo = q->out_u8 ? 0 : -128;
+  e->hi = q->out_u8 ? 255 : 127;
+  if (q->relu) e->lo = e->y_zp;
+  e->out_u8 = q->out_u8;
+  (void)n;
+  return 0;
+}
+
+/* Bytes of a packed k x n operand: its panels, then its column sums. */
+KILN_HELPER int64_t kiln_q_packed_bytes(int64_t k, int64_t n) {
+  const int64_t np = (n + 15) / 16;
+  return np * ((k + 3) / 4) * 64 + np * 16 * (int64_t)sizeof(int32_t);
+}
+
+/* Y[..., M, N] = A[..., M, K] B, with B (K, N) or one (K, N) per leading index of A (batched),
+ * or packed (bpacked, for N = packed_n columns). A is read with its strides. */
+KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* A,
+                             const kiln_tensor* B, int64_t packed_n, const kiln_qparams* q,
+                             kiln_tensor* Y) {
+  const int ra = A->ndim, ry = Y->ndim;
+  const int64_t K = A->shape[ra - 1], N = Y->shape[ry - 1];
+  const int64_t rows_total = kiln_q_numel(Y) / (N > 0 ? N : 1);
+  if (N == 0 || rows_total == 0) return 0;
+  const int batched = !packed_n && B->ndim > 2;
+  const int64_t per_batch = batched ? A->shape[ra - 2] : rows_total;
+  int64_t lo, hi;
+  sup->part_range(rows_total, ctx->part, ctx->n_parts, 6, &lo, &hi);
+  if (lo >= hi) return 0;
+  kiln_qgemm_epi e;
+  if (kiln_q_epilogue(ctx, q, N, &e)) return 1;
+  e.rsc = N;
+  e.csc = 1;
+  /* A's rows as dense uint8: in place when it already is, else copied (and this part's rows
+   * flipped from int8). */
+  const uint8_t* pa = kiln_q_dense(ctx, sup, A, "an integer product's A");
+  if (!pa) return 1;
+  if (q->a_s8) {
+    uint8_t* flipped = (uint8_t*)ctx->workspace(ctx, (size_t)(rows_total * K + 1));
+    if (!flipped) {
+      ctx->fail(ctx, "out of memory for an integer product's A as uint8 (%lld bytes)",
+                (long long)(rows_total * K));
+      return 1;
+    }
+    for (int64_t i = lo * K; i < hi * K; ++i) flipped[i] = pa[i] ^ 0x80;
+    pa = flipped;
+  }
+  if (packed_n) {
+    const int64_t np = (N + 15) / 16;
+    const int8_t* bp = (const int8_t*)B->data;
+    e.colsum = (const int32_t*)(bp + np * ((K + 3) / 4) * 64);
+    sup->qgemm_u8s8(hi - lo, N, K, pa + lo * K, K, bp, &e,
+                    (char*)Y->data + lo * N * (q->scale ? 1 : 4));
+    return 0;
+  }
+  const int rb = B->ndim;
+  int8_t* bp = (int8_t*)ctx->workspace(ctx, (size_t)kiln_q_packed_bytes(K, N));
+  if (!bp) {
+    ctx->fail(ctx, "out of memory for an integer product's packed B (%lld bytes)",
+              (long long)kiln_q_packed_bytes(K, N));
+    return 1;
+  }
+  int32_t* colsum = (int32_t*)(bp + ((N + 15) / 16) * ((K + 3) / 4) * 64);
+  e.colsum = colsum;
+  const size_t esize = q->scale ? 1 : 4;
+  for (int64_t b0 = lo / per_batch; b0 * per_batch < hi; ++b0) {
+    const int64_t r0 = b0 * per_batch > lo ? b0 * per_batch : lo;
+    const int64_t r1 = (b0 + 1) * per_batch < hi ? (b0 + 1) * per_batch : hi;
+    /* B's offset for batch b0: its leading indices from b0, most minor last. */
+    int64_t off = 0, rest = b0;
+    if (batched) {
+      for (int d = rb - 3; d >= 0; --d) {
+        off += (rest % B->shape[d]) * B->strides[d];
+        rest /= B->shape[d];
+      }
+    }
+    sup->qpack(K, N, (const uint8_t*)B->data + off, B->strides[rb - 2], B->strides[rb - 1], q->b_u8,
+               bp, colsum);
+    sup->qgemm_u8s8(r1 - r0, N, K, pa + r0 * K, K, bp, &e, (char*)Y->data + r0 * N * esize);
+  }
+  return 0;
+}
+
+/* Y (N, M, OH, OW) = the grouped convolution of X (N, C, H, W) by W (M, C/group, kh, kw), or
+ * by W packed per group (w_packed), positions split among the parts. */
+KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
+                           const kiln_tensor* W, int w_packed, const kiln_window* g, int64_t group,
+                           const kiln_qparams* q, kiln_tensor* Y) {
+  const int64_t n_img = X->shape[0], C = X->shape[1], M = Y->shape[1];
+  const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
+  const int64_t kg = cg * g->kh * g->kw;
+  if (n_img == 0 || hw == 0 || M == 0) return 0;
+  int64_t lo, hi;
+  sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 16, &lo, &hi);
+  if (lo >= hi) return 0;
+  kiln_qgemm_epi e0;
+  if (kiln_q_epilogue(ctx, q, M, &e0)) return 1;
+  const uint8_t* px = kiln_q_dense(ctx, sup, X, "an integer convolution's input");
+  if (!px) return 1;
+  const int64_t gbytes = kiln_q_packed_bytes(kg, mg);
+  const int8_t* wp = (const int8_t*)W->data;
+  if (!w_packed) {
+    const uint8_t* pw = kiln_q_dense(ctx, sup, W, "an integer convolution's weight");
+    if (!pw) return 1;
+    int8_t* packed = (int8_t*)ctx->workspace(ctx, (size_t)(gbytes * group));
+    if (!packed) {
+      ctx->fail(ctx, "out of memory for an integer convolution's packed weight");
+      return 1;
+    }
+    for (int64_t gi = 0; gi < group; ++gi) {
+      int8_t* dst = packed + gi * gbytes;
+      /* B[t][m] = W[gi*mg + m][t]: rows of W are the product's columns. */
+      sup->qpack(kg, mg, pw + gi * mg * kg, 1, kg, q->b_u8, dst,
+                 (int32_t*)(dst + ((mg + 15) / 16) * ((kg + 3) / 4) * 64));
+    }
+    wp = packed;
+  }
+  enum { kChunk = 96 };
+  uint8_t* rows = (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
+  if (!rows) {
+    ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
+    return 1;
+  }
+  const uint8_t flip = q->a_s8 ? 0x80 : 0;
+  const uint8_t fill = (uint8_t)(((const uint8_t*)q->az->data)[0] ^ flip);
+  const size_t esize = q->scale ? 1 : 4;
+  for (int64_t u = lo; u < hi;) {
+    const int64_t img = u / hw, p0 = u % hw;
+    int64_t p1 = p0 + kChunk < hw ? p0 + kChunk : hw;
+    if (img * hw + p1 > hi) p1 = hi - img * hw;
+    for (int64_t gi = 0; gi < group; ++gi) {
+      sup->qim2row(px + (img * C + gi * cg) * g->h * g->w, cg, g->h * g->w, g, p0, p1, fill, flip,
+                   rows, kg);
+      kiln_qgemm_epi e = e0;
+      const int8_t* bp = wp + gi * gbytes;
+      e.colsum = (const int32_t*)(bp + ((mg + 15) / 16) * ((kg + 3) / 4) * 64);
+      e.b_zp += e.b_zp_step * gi * mg;
+      if (e.bias) e.bias += gi * mg;
+      if (e.scale) e.scale += e.scale_step * gi * mg;
+      e.rsc = 1;
+      e.csc = hw;
+      char* out = (char*)Y->data + ((img * M + gi * mg) * hw + p0) * (int64_t)esize;
+      sup->qgemm_u8s8(p1 - p0, mg, kg, rows, kg, bp, &e, out);
+    }
+    u = img * hw + p1;
+  }
+  return 0;
+}
+
+#endif /* KILN_QUANT_H */

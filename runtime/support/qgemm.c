@@ -1,0 +1,215 @@
+/* kiln_support.qgemm_u8s8 (module_abi.h), once per ISA (KILN_ISA): AVX512-VNNI's vpdpbusd
+ * where the CPU has it, plain C elsewhere (the avx2 copy is that C compiled for AVX2).
+ *
+ * Why u8 x s8 only: vpdpbusd multiplies unsigned by signed bytes. Other pairs reach it by
+ * shifting: int8 activations xor 0x80 become uint8 + 128 (their zero point + 128), uint8
+ * weights are packed as int8 - 128 (their zero point - 128), and the zero-point terms absorb
+ * both shifts. vpdpbusd sums each group of four products straight into int32, so the
+ * int16 pair-sum saturation of vpmaddubsw (255 * 127 * 2 > 32767) never arises; the C
+ * copies widen every product to int32 before adding. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/support/qgemm.h"
+
+#define KILN_CAT2(a, b) a##_##b
+#define KILN_CAT(a, b) KILN_CAT2(a, b)
+#define KILN_QGEMM_FN KILN_CAT(kiln_qgemm_u8s8, KILN_ISA)
+
+/* The corrected accumulator of (i, j), with rs the sum of row i. */
+static inline int32_t qgemm_fix(const kiln_qgemm_epi* e, int64_t k, int64_t j, int32_t dot,
+                                int32_t rs) {
+  const int32_t bz = e->b_zp[j * e->b_zp_step];
+  int32_t v = dot - e->a_zp * e->colsum[j] - bz * rs + (int32_t)k * e->a_zp * bz;
+  return e->bias ? v + e->bias[j] : v;
+}
+
+static inline void qgemm_store(const kiln_qgemm_epi* e, void* c, int64_t i, int64_t j, int32_t v) {
+  const int64_t at = i * e->rsc + j * e->csc;
+  if (!e->scale) {
+    ((int32_t*)c)[at] = v;
+    return;
+  }
+  float y = rintf((float)v * e->scale[j * e->scale_step]) + (float)e->y_zp;
+  y = y < (float)e->lo ? (float)e->lo : y > (float)e->hi ? (float)e->hi : y;
+  if (e->out_u8) {
+    ((uint8_t*)c)[at] = (uint8_t)(int32_t)y;
+  } else {
+    ((int8_t*)c)[at] = (int8_t)(int32_t)y;
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+
+enum { kRows = 6, kPanelCols = 16 };
+
+static inline int32_t load4(const uint8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* rows x (16 * panels) outputs at (i0, j0): every group of four k in one vpdpbusd per
+ * accumulator, then the zero-point terms, bias and requantization on the vectors. */
+static inline __attribute__((always_inline)) void qgemm_tile(
+    int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* a,
+    int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum) {
+  const int64_t k4 = (k + 3) / 4, kfull = k / 4;
+  __m512i acc[kRows][2];
+  for (int r = 0; r < rows; ++r)
+    for (int p = 0; p < panels; ++p) acc[r][p] = _mm512_setzero_si512();
+  const int8_t* b0 = bp + (j0 / kPanelCols) * k4 * 64;
+  const int8_t* b1 = b0 + k4 * 64;
+  const uint8_t* ar = a + i0 * lda;
+  for (int64_t t = 0; t < kfull; ++t) {
+    const __m512i v0 = _mm512_loadu_si512((const void*)(b0 + t * 64));
+    const __m512i v1 = panels > 1 ? _mm512_loadu_si512((const void*)(b1 + t * 64)) : v0;
+    for (int r = 0; r < rows; ++r) {
+      const __m512i av = _mm512_set1_epi32(load4(ar + r * lda + t * 4));
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, v0);
+      if (panels > 1) acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, v1);
+    }
+  }
+  if (kfull < k4) { /* the last group's missing rows of B are zero; A's bytes past k are not read */
+    const __m512i v0 = _mm512_loadu_si512((const void*)(b0 + kfull * 64));
+    const __m512i v1 = panels > 1 ? _mm512_loadu_si512((const void*)(b1 + kfull * 64)) : v0;
+    for (int r = 0; r < rows; ++r) {
+      uint8_t tail[4] = {0, 0, 0, 0};
+      memcpy(tail, ar + r * lda + kfull * 4, (size_t)(k - kfull * 4));
+      const __m512i av = _mm512_set1_epi32(load4(tail));
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, v0);
+      if (panels > 1) acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, v1);
+    }
+  }
+  for (int p = 0; p < panels; ++p) {
+    const int64_t j = j0 + p * kPanelCols;
+    const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
+    const __mmask16 mask = (__mmask16)((1u << cols) - 1u);
+    /* Per column: -a_zp * colsum + k * a_zp * b_zp + bias; per row: -rowsum * b_zp. */
+    const __m512i colsum = _mm512_loadu_si512((const void*)(e->colsum + j));
+    const __m512i bz =
+        e->b_zp_step ? _mm512_maskz_loadu_epi32(mask, e->b_zp + j) : _mm512_set1_epi32(e->b_zp[0]);
+    const __m512i az = _mm512_set1_epi32(e->a_zp);
+    __m512i fix = _mm512_sub_epi32(_mm512_mullo_epi32(bz, _mm512_set1_epi32((int32_t)k * e->a_zp)),
+                                   _mm512_mullo_epi32(az, colsum));
+    if (e->bias) fix = _mm512_add_epi32(fix, _mm512_maskz_loadu_epi32(mask, e->bias + j));
+    __m512 scale = _mm512_setzero_ps();
+    if (e->scale) {
+      scale =
+          e->scale_step ? _mm512_maskz_loadu_ps(mask, e->scale + j) : _mm512_set1_ps(e->scale[0]);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      __m512i v = _mm512_add_epi32(acc[r][p], fix);
+      v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bz, _mm512_set1_epi32(rowsum[r])));
+      if (!e->scale) {
+        if (e->csc == 1) {
+          _mm512_mask_storeu_epi32((int32_t*)c + i * e->rsc + j, mask, v);
+        } else {
+          int32_t tmp[16];
+          _mm512_storeu_si512((void*)tmp, v);
+          for (int64_t q = 0; q < cols; ++q) ((int32_t*)c)[i * e->rsc + (j + q) * e->csc] = tmp[q];
+        }
+        continue;
+      }
+      /* rint(acc * scale) in the default rounding mode (ties to even), clamped in float first
+       * so that no conversion overflows, then the zero point and the byte range. */
+      __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale);
+      y = _mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-1e9f)), _mm512_set1_ps(1e9f));
+      __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), _mm512_set1_epi32(e->y_zp));
+      q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(e->lo)), _mm512_set1_epi32(e->hi));
+      const __m128i bytes = _mm512_cvtepi32_epi8(q);
+      if (e->csc == 1) {
+        _mm_mask_storeu_epi8((uint8_t*)c + i * e->rsc + j, mask, bytes);
+      } else {
+        uint8_t tmp[16];
+        _mm_storeu_si128((__m128i*)tmp, bytes);
+        for (int64_t s = 0; s < cols; ++s) ((uint8_t*)c)[i * e->rsc + (j + s) * e->csc] = tmp[s];
+      }
+    }
+  }
+}
+
+static void row_sums(int rows, const uint8_t* a, int64_t lda, int64_t k, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* p = a + r * lda;
+    __m512i s = _mm512_setzero_si512();
+    int64_t t = 0;
+    for (; t + 64 <= k; t += 64) {
+      s = _mm512_add_epi64(
+          s, _mm512_sad_epu8(_mm512_loadu_si512((const void*)(p + t)), _mm512_setzero_si512()));
+    }
+    int64_t total = _mm512_reduce_add_epi64(s);
+    for (; t < k; ++t) total += p[t];
+    out[r] = (int32_t)total;
+  }
+}
+
+#define KILN_TILE_CASE(R)                                  \
+  case R:                                                  \
+    if (panels == 2)                                       \
+      qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); \
+    else                                                   \
+      qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); \
+    break;
+
+void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
+                   const kiln_qgemm_epi* e, void* c) {
+  const int64_t k4 = (k + 3) / 4;
+  /* Columns in blocks whose packed panels fit in about half of L2, so every row tile reuses
+   * them from there. */
+  int64_t block = (256 * 1024) / (k4 * 64 > 0 ? k4 * 64 : 1);
+  block = block < 2 ? 2 : block & ~(int64_t)1;
+  const int64_t np = (n + kPanelCols - 1) / kPanelCols;
+  for (int64_t p0 = 0; p0 < np; p0 += block) {
+    const int64_t p1 = p0 + block < np ? p0 + block : np;
+    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+      const int rows = (int)(m - i0 < kRows ? m - i0 : kRows);
+      int32_t rs[kRows];
+      row_sums(rows, a + i0 * lda, lda, k, rs);
+      for (int64_t p = p0; p < p1; p += 2) {
+        const int panels = p + 1 < p1 ? 2 : 1;
+        const int64_t j = p * kPanelCols;
+        switch (rows) {
+          KILN_TILE_CASE(1)
+          KILN_TILE_CASE(2)
+          KILN_TILE_CASE(3)
+          KILN_TILE_CASE(4)
+          KILN_TILE_CASE(5)
+          KILN_TILE_CASE(6)
+          default:
+            break;
+        }
+      }
+    }
+  }
+}
+
+#else /* plain C */
+
+void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
+                   const kiln_qgemm_epi* e, void* c) {
+  const int64_t k4 = (k + 3) / 4;
+  int32_t acc[16];
+  for (int64_t i = 0; i < m; ++i) {
+    const uint8_t* ar = a + i * lda;
+    int32_t rs = 0;
+    for (int64_t t = 0; t < k; ++t) rs += ar[t];
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const int8_t* panel = bp + (j0 / 16) * k4 * 64;
+      for (int q = 0; q < 16; ++q) acc[q] = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const int32_t av = ar[t];
+        const int8_t* row = panel + (t / 4) * 64 + t % 4;
+        for (int q = 0; q < 16; ++q) acc[q] += av * (int32_t)row[q * 4];
+      }
+      const int64_t cols = n - j0 < 16 ? n - j0 : 16;
+      for (int64_t q = 0; q < cols; ++q) {
+        qgemm_store(e, c, i, j0 + q, qgemm_fix(e, k, j0 + q, acc[q], rs));
+      }
+    }
+  }
+}
+
+#endif

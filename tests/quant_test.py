@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""kiln's integer ops against NumPy with int64 sums, on the values that break int8 kernels.
+
+Each case is an ONNX model made here with Debian's onnx package and run by `kiln run`
+(compiled module, never the generic tier): MatMulInteger, QLinearMatMul, ConvInteger,
+QLinearConv, QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear, with
+saturation at both ends, zero points 0/127/255 (and -128/127 for int8), rounding ties,
+full-range bytes (255 x -128, the pair sum a 16-bit kernel would overflow), sizes past
+the vector width (N = 1, 17, 33, 50; K = 1, 5, 67, 131; M = 1, 7, 13), per-channel zero
+points and scales of odd counts, weights both constant (packed at compile time) and
+graph inputs (packed per run). Every case runs with the CPU's kernel and with
+KILN_QGEMM=c (the plain C kernel). Then bad quantization parameters must fail naming the
+node and the input.
+
+usage: quant_test.py KILN_BINARY WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+KILN, WORK = sys.argv[1], sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+RNG = np.random.default_rng(7)
+ONNX_TYPE = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8,
+             np.int32: TensorProto.INT32, np.float32: TensorProto.FLOAT}
+failures = []
+
+
+def onnx_type(a):
+    return ONNX_TYPE[a.dtype.type]
+
+
+def model(node, inputs, consts, outputs, name):
+    """inputs: name -> array fed at run time; consts: name -> initializer."""
+    g = helper.make_graph(
+        [node], name,
+        [helper.make_tensor_value_info(k, onnx_type(v), v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    path = os.path.join(WORK, name + ".onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    return path
+
+
+def run(path, inputs, env_extra=None):
+    out = path[:-5] + "_out"
+    args = [KILN, "run", path, "--no-generic-start", "-o", out]
+    for k, v in inputs.items():
+        f = os.path.join(WORK, os.path.basename(path)[:-5] + "_" + k + ".npy")
+        np.save(f, v)
+        args += ["--input", k + "=" + f]
+    env = dict(os.environ, **(env_extra or {}))
+    r = subprocess.run(args, capture_output=True, text=True, env=env)
+    return r, out
+
+
+def check(name, path, inputs, want, env_extra=None):
+    r, out = run(path, inputs, env_extra)
+    label = name + (" [C kernel]" if env_extra else "")
+    if r.returncode != 0:
+        failures.append(label + ": kiln failed: " + r.stderr.strip()[-400:])
+        return
+    got = np.load(os.path.join(out, "y.npy"))
+    if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+        bad = np.argwhere(got != want) if got.shape == want.shape else "shape " + str(got.shape)
+        failures.append(f"{label}: differs from NumPy at {bad[:5] if len(bad) else bad}, "
+                        f"got {got.ravel()[:8]} want {want.ravel()[:8]}")
+
+
+def both(name, path, inputs, want):
+    check(name, path, inputs, want)
+    check(name, path, inputs, want, {"KILN_QGEMM": "c"})
+
+
+def requant(acc, mult, yz, ydt):
+    """The float32 epilogue: rint(acc * mult) + y_zp, saturated (ties to even)."""
+    lo, hi = (0, 255) if ydt == np.uint8 else (-128, 127)
+    y = np.rint(acc.astype(np.float32) * mult.astype(np.float32)) + np.float32(yz)
+    return np.clip(y, lo, hi).astype(ydt)
+
+
+def edge_bytes(shape, dt):
+    """Random bytes with each row's first elements at the extremes of the type."""
+    info = np.iinfo(dt)
+    a = RNG.integers(info.min, info.max + 1, size=shape).astype(dt)
+    flat = a.reshape(-1)
+    flat[: min(3, flat.size)] = [info.max, info.min, info.max][: min(3, flat.size)]
+    return a
+
+
+# ---- matrix products -----------------------------------------------------------------
+for m, k, n in [(1, 1, 1), (7, 5, 17), (13, 67, 33), (4, 131, 50), (6, 64, 32)]:
+    for adt, bdt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8),
+                     (np.int8, np.uint8)]:
+        a = edge_bytes((m, k), adt)
+        b = edge_bytes((k, n), bdt)
+        ainfo, binfo = np.iinfo(adt), np.iinfo(bdt)
+        az = np.array(ainfo.max if adt == np.uint8 else 0, adt)
+        bz = RNG.integers(binfo.min, binfo.max + 1, size=n).astype(bdt)  # per column
+        ref = (a.astype(np.int64) - int(az)) @ (b.astype(np.int64) - bz.astype(np.int64))
+        tag = f"{m}x{k}x{n}_{np.dtype(adt).name}_{np.dtype(bdt).name}"
+        for const_b in (True, False):
+            name = f"matmulinteger_{tag}_{'const' if const_b else 'input'}"
+            node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+            ins = {"a": a} if const_b else {"a": a, "b": b}
+            consts = {"az": az, "bz": bz, **({"b": b} if const_b else {})}
+            path = model(node, ins, consts, [("y", TensorProto.INT32)], name)
+            both(name, path, ins, ref.astype(np.int32))
+        # QLinearMatMul with per-column B scales, Y at either type, zero points 0/127/255.
+        ydt = np.uint8 if (m + n) % 2 else np.int8
+        for yz_v in ([0, 127, 255] if ydt == np.uint8 else [-128, 0, 127]):
+            sa = np.float32(0.02)
+            sb = (RNG.random(n).astype(np.float32) + 0.5) * np.float32(0.01)
+            sy = np.float32(0.05 if k > 8 else 0.001)
+            yz = np.array(yz_v, ydt)
+            mult = (sa * sb) / sy
+            want = requant(ref, mult, yz_v, ydt)
+            name = f"qlinearmatmul_{tag}_yz{yz_v}"
+            node = helper.make_node("QLinearMatMul",
+                                    ["a", "sa", "az", "b", "sb", "bz", "sy", "yz"], ["y"])
+            consts = {"sa": np.array(sa), "az": az, "b": b, "sb": sb, "bz": bz,
+                      "sy": np.array(sy), "yz": yz}
+            path = model(node, {"a": a}, consts, [("y", onnx_type(yz))], name)
+            both(name, path, {"a": a}, want)
+
+# Rounding ties: acc * mult lands exactly on .5 (acc odd, mult 0.5) -> half to even.
+a = np.arange(1, 17, dtype=np.uint8).reshape(16, 1)
+b = np.ones((1, 16), np.int8)
+want = requant(a.astype(np.int64) @ b.astype(np.int64), np.float32(0.5), 100, np.uint8)
+node = helper.make_node("QLinearMatMul", ["a", "sa", "az", "b", "sb", "bz", "sy", "yz"], ["y"])
+consts = {"sa": np.array(np.float32(0.5)), "az": np.array(0, np.uint8), "b": b,
+          "sb": np.array(np.float32(1.0)), "bz": np.array(0, np.int8),
+          "sy": np.array(np.float32(1.0)), "yz": np.array(100, np.uint8)}
+both("qlinearmatmul_ties", model(node, {"a": a}, consts, [("y", TensorProto.UINT8)], "ties"),
+     {"a": a}, want)
+assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the reference itself
+
+# ---- convolutions -----------------------------------------------------------------------
+def conv_ref(x, w, xz, wz, stride, pad, group):
+    n_img, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.full((n_img, c, h + 2 * pad, wd + 2 * pad), int(xz), np.int64)
+    xp[:, :, pad:pad + h, pad:pad + wd] = x
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (wd + 2 * pad - kw) // stride + 1
+    y = np.zeros((n_img, m, oh, ow), np.int64)
+    mg = m // group
+    for o in range(m):
+        g = o // mg
+        wv = w[o].astype(np.int64) - int(np.broadcast_to(wz, (m,))[o])
+        for i in range(oh):
+            for j in range(ow):
+                patch = xp[:, g * cg:(g + 1) * cg, i * stride:i * stride + kh,
+                           j * stride:j * stride + kw] - int(xz)
+                y[:, o, i, j] = (patch * wv).sum(axis=(1, 2, 3))
+    return y
+
+
+for (n_img, c, h, wd, m, kh, stride, pad, group) in [
+        (1, 3, 7, 7, 17, 3, 1, 1, 1), (2, 8, 9, 6, 33, 3, 2, 1, 1), (1, 4, 5, 5, 5, 1, 1, 0, 1),
+        (1, 6, 8, 8, 6, 3, 1, 1, 3), (1, 16, 6, 6, 32, 3, 1, 0, 2)]:
+    for xdt, wdt in [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]:
+        x = edge_bytes((n_img, c, h, wd), xdt)
+        w = edge_bytes((m, c // group, kh, kh), wdt)
+        xz = np.array(np.iinfo(xdt).max if xdt == np.uint8 else -3, xdt)
+        wz = RNG.integers(np.iinfo(wdt).min, np.iinfo(wdt).max + 1, size=m).astype(wdt)
+        ref = conv_ref(x, w, xz, wz, stride, pad, group)
+        attrs = dict(kernel_shape=[kh, kh], strides=[stride, stride], pads=[pad] * 4, group=group)
+        tag = f"{n_img}x{c}x{h}x{wd}_m{m}_k{kh}_s{stride}_g{group}_{np.dtype(xdt).name}_{np.dtype(wdt).name}"
+        for const_w in (True, False):
+            name = f"convinteger_{tag}_{'const' if const_w else 'input'}"
+            node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+            ins = {"x": x} if const_w else {"x": x, "w": w}
+            consts = {"xz": xz, "wz": wz, **({"w": w} if const_w else {})}
+            path = model(node, ins, consts, [("y", TensorProto.INT32)], name)
+            both(name, path, ins, ref.astype(np.int32))
+        bias = RNG.integers(-5000, 5000, size=m).astype(np.int32)
+        sx, sy = np.float32(0.03), np.float32(0.2)
+        sw = (RNG.random(m).astype(np.float32) + 0.5) * np.float32(0.02)
+        ydt = np.uint8 if m % 2 else np.int8
+        yz_v = 128 if ydt == np.uint8 else -1
+        acc = ref + bias.reshape(1, m, 1, 1)
+        want = requant(acc, ((sx * sw) / sy).reshape(1, m, 1, 1), yz_v, ydt)
+        name = f"qlinearconv_{tag}"
+        node = helper.make_node("QLinearConv", ["x", "sx", "xz", "w", "sw", "wz", "sy", "yz", "bias"],
+                                ["y"], **attrs)
+        consts = {"sx": np.array(sx), "xz": xz, "w": w, "sw": sw, "wz": wz, "sy": np.array(sy),
+                  "yz": np.array(yz_v, ydt), "bias": bias}
+        path = model(node, {"x": x}, consts, [("y", onnx_type(np.array(0, ydt)))], name)
+        both(name, path, {"x": x}, want)
+
+# ---- quantize / dequantize ----------------------------------------------------------------
+x = np.array([0, 0.5, 1.5, 2.5, -0.5, -1.5, 1e9, -1e9, 254.4, -129.5, 3.0000002, -0.0],
+             np.float32).reshape(3, 4)
+for ydt, zp in [(np.uint8, 0), (np.uint8, 127), (np.uint8, 255), (np.int8, -128), (np.int8, 0)]:
+    scale = np.float32(1.0)
+    info = np.iinfo(ydt)
+    want = np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(ydt)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    name = f"quantize_{np.dtype(ydt).name}_{zp}"
+    path = model(node, {"x": x}, {"s": np.array(scale), "z": np.array(zp, ydt)},
+                 [("y", onnx_type(np.array(0, ydt)))], name)
+    check(name, path, {"x": x}, want)
+# Per axis, an odd channel count, the division (not a reciprocal) as the spec has it.
+x = RNG.normal(0, 40, size=(2, 5, 3)).astype(np.float32)
+s = np.array([0.3, 1.7, 0.1, 3.0, 0.7], np.float32)
+z = np.array([0, 10, 128, 255, 3], np.uint8)
+want = np.clip(np.rint(x / s.reshape(1, 5, 1)) + z.reshape(1, 5, 1), 0, 255).astype(np.uint8)
+node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1)
+check("quantize_axis", model(node, {"x": x}, {"s": s, "z": z}, [("y", TensorProto.UINT8)],
+                             "quantize_axis"), {"x": x}, want)
+q = RNG.integers(-128, 128, size=(2, 5, 3)).astype(np.int8)
+zq = np.array([0, -128, 127, 5, -1], np.int8)
+want = ((q.astype(np.float32) - zq.reshape(1, 5, 1).astype(np.float32)) * s.reshape(1, 5, 1))
+node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=1)
+path = model(node, {"x": q}, {"s": s, "z": zq}, [("y", TensorProto.FLOAT)], "dequantize_axis")
+check("dequantize_axis", path, {"x": q}, want.astype(np.float32))
+
+# ---- bad quantization parameters: clear errors naming the node and the input ----------------
+a = np.zeros((2, 3), np.uint8)
+bad_cases = [
+    ("zero scale", "QuantizeLinear", {"s": np.array(np.float32(0))}, "scale"),
+    ("negative scale", "QuantizeLinear", {"s": np.array(np.float32(-1))}, "scale"),
+    ("NaN scale", "QuantizeLinear", {"s": np.array(np.float32("nan"))}, "scale"),
+    ("infinite scale", "QuantizeLinear", {"s": np.array(np.float32("inf"))}, "scale"),
+    ("per-axis length", "QuantizeLinear", {"s": np.ones(4, np.float32)}, "scale"),
+    ("zero point type", "DequantizeLinear", {"s": np.array(np.float32(1)),
+                                             "z": np.array(3, np.int8)}, "zero point"),
+]
+for label, op, consts, word in bad_cases:
+    if op == "QuantizeLinear":
+        node = helper.make_node(op, ["x", "s", "z"], ["y"], axis=1, name="bad_q")
+        consts = dict(consts, z=np.array(1, np.uint8))
+        x = np.zeros((2, 3), np.float32)
+        outs = [("y", TensorProto.UINT8)]
+    else:
+        node = helper.make_node(op, ["x", "s", "z"], ["y"], name="bad_q")
+        x = a
+        outs = [("y", TensorProto.FLOAT)]
+    path = model(node, {"x": x}, consts, outs, "bad_" + label.replace(" ", "_"))
+    r, _ = run(path, {"x": x})
+    msg = r.stderr
+    if r.returncode == 0 or "bad_q" not in msg and "node 0" not in msg or word not in msg:
+        failures.append(f"bad parameters ({label}): want an error naming the node and the "
+                        f"{word}, got rc {r.returncode}: {msg.strip()[-300:]}")
+
+if failures:
+    print(f"{len(failures)} failures:")
+    for f in failures:
+        print("  " + f)
+    sys.exit(1)
+print("quant_test: every case matches NumPy; bad parameters are refused by name")
