@@ -124,13 +124,13 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
               for (int64_t j = 0; j < kw; ++j) {
                 const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
                 if (xx < 0 || xx >= wdth) continue;
-                const int64_t t = (ic * kh + i) * kw + j;
+                const int64_t t = (i * kw + j) * cg + ic;  // the packed rows' order
                 const int64_t xv =
                     x.load_int(((n * c + grp * cg + ic) * h + yy) * wdth + xx) - ref.a_zp();
                 const int64_t wv =
                     packed_m_ > 0 ? qgemm_packed_at(packed + grp * gbytes, kg, t, oc - grp * mg) +
                                         (w_u8_ ? 128 : 0)
-                                  : w.load_int(oc * kg + t);
+                                  : w.load_int((oc * cg + ic) * kh * kw + i * kw + j);
                 acc += xv * (wv - ref.b_zp(oc));
               }
             }

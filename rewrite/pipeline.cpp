@@ -53,7 +53,7 @@ const std::vector<PassInfo>& all_passes() {
       {"norm", fuse_layer_norm, 1, "cpu"},
       {"layout", layout_nchwc, 7, "cpu"},
       {"winograd", winograd_convs, 2},
-      {"pack", pack_weights, 5, "cpu"},
+      {"pack", pack_weights, 6, "cpu"},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},
       {"fusion", fuse_elementwise, 2},

@@ -158,13 +158,16 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
 }
 
 /* Y (N, M, OH, OW) = the grouped convolution of X (N, C, H, W) by W (M, C/group, kh, kw), or
- * by W packed per group (w_packed), positions split among the parts. */
+ * by W packed per group (w_packed), positions split among the parts. Each image goes
+ * channels-last with its padding (kiln_support.qnhwc), each chunk of positions becomes rows
+ * of taps (ky, kx, ci) (qim2row; a 1x1 window at stride 1 reads the image's rows as they
+ * are), and each group's rows multiply its packed weight. */
 KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
                            const kiln_tensor* W, int w_packed, const kiln_window* g, int64_t group,
                            const kiln_qparams* q, kiln_tensor* Y) {
   const int64_t n_img = X->shape[0], C = X->shape[1], M = Y->shape[1];
   const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
-  const int64_t kg = cg * g->kh * g->kw;
+  const int64_t taps = g->kh * g->kw, kg = cg * taps;
   if (n_img == 0 || hw == 0 || M == 0) return 0;
   int64_t lo, hi;
   sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 16, &lo, &hi);
@@ -177,36 +180,59 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   const int8_t* wp = (const int8_t*)W->data;
   if (!w_packed) {
     const uint8_t* pw = kiln_q_dense(ctx, sup, W, "an integer convolution's weight");
-    if (!pw) return 1;
     int8_t* packed = (int8_t*)ctx->workspace(ctx, (size_t)(gbytes * group));
-    if (!packed) {
-      ctx->fail(ctx, "out of memory for an integer convolution's packed weight");
+    uint8_t* order = (uint8_t*)ctx->workspace(ctx, (size_t)(mg * kg + 1));
+    if (!pw || !packed || !order) {
+      if (pw) ctx->fail(ctx, "out of memory for an integer convolution's packed weight");
       return 1;
     }
     for (int64_t gi = 0; gi < group; ++gi) {
+      /* Each output channel's weights in the rows' tap order (ky, kx, ci). */
+      for (int64_t m = 0; m < mg; ++m)
+        for (int64_t ci = 0; ci < cg; ++ci)
+          for (int64_t t = 0; t < taps; ++t)
+            order[m * kg + t * cg + ci] = pw[((gi * mg + m) * cg + ci) * taps + t];
       int8_t* dst = packed + gi * gbytes;
-      /* B[t][m] = W[gi*mg + m][t]: rows of W are the product's columns. */
-      sup->qpack(kg, mg, pw + gi * mg * kg, 1, kg, q->b_u8, dst,
+      /* B[t][m] = the reordered W[m][t]: rows of W are the product's columns. */
+      sup->qpack(kg, mg, order, 1, kg, q->b_u8, dst,
                  (int32_t*)(dst + ((mg + 15) / 16) * ((kg + 3) / 4) * 64));
     }
     wp = packed;
   }
+  const int64_t hp = g->ph + g->h + g->eh, wpad = g->pw + g->w + g->ew;
+  uint8_t* buf = (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
   enum { kChunk = 96 };
-  uint8_t* rows = (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
-  if (!rows) {
+  const int direct =
+      taps == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->eh == 0 && g->ew == 0;
+  uint8_t* rows = direct ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
+  if (!buf || (!direct && !rows)) {
     ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
     return 1;
   }
   const uint8_t flip = q->a_s8 ? 0x80 : 0;
   const uint8_t fill = (uint8_t)(((const uint8_t*)q->az->data)[0] ^ flip);
   const size_t esize = q->scale ? 1 : 4;
+  int64_t have = -1; /* the image now in buf */
   for (int64_t u = lo; u < hi;) {
     const int64_t img = u / hw, p0 = u % hw;
     int64_t p1 = p0 + kChunk < hw ? p0 + kChunk : hw;
     if (img * hw + p1 > hi) p1 = hi - img * hw;
+    if (have != img) {
+      /* The padded rows this part's positions of the image read. */
+      const int64_t last = (img + 1) * hw < hi ? hw : hi - img * hw;
+      const int64_t r0 = (p0 / g->ow) * g->sh;
+      const int64_t r1 = ((last - 1) / g->ow) * g->sh + (g->kh - 1) * g->dh + 1;
+      sup->qnhwc(px + img * C * g->h * g->w, C, g->h * g->w, g, r0, r1, fill, flip, buf);
+      have = img;
+    }
     for (int64_t gi = 0; gi < group; ++gi) {
-      sup->qim2row(px + (img * C + gi * cg) * g->h * g->w, cg, g->h * g->w, g, p0, p1, fill, flip,
-                   rows, kg);
+      const uint8_t* a = buf + p0 * C + gi * cg;
+      int64_t lda = C;
+      if (!direct) {
+        sup->qim2row(buf + gi * cg, cg, C, g, p0, p1, rows, kg);
+        a = rows;
+        lda = kg;
+      }
       kiln_qgemm_epi e = e0;
       const int8_t* bp = wp + gi * gbytes;
       e.colsum = (const int32_t*)(bp + ((mg + 15) / 16) * ((kg + 3) / 4) * 64);
@@ -216,7 +242,7 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       e.rsc = 1;
       e.csc = hw;
       char* out = (char*)Y->data + ((img * M + gi * mg) * hw + p0) * (int64_t)esize;
-      sup->qgemm_u8s8(p1 - p0, mg, kg, rows, kg, bp, &e, out);
+      sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
     }
     u = img * hw + p1;
   }

@@ -16,6 +16,7 @@
 
 #include "frontend/onnx/onnx_importer.h"
 #include "frontend/onnx/onnx_ops.h"
+#include "frontend/onnx/onnx_qdq.h"
 #include "frontend/onnx/onnx_sym.h"
 #include "frontend/onnx/onnx_tensor.h"
 #include "frontend/onnx/onnx_wire.h"
@@ -503,8 +504,10 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     }
   };
   import_nodes = [&](const onnx::GraphProto& gp_) {
+    QdqFusion qdq(gp_);
     for (int i = 0; i < gp_.node_size(); ++i) {
       const auto& n = gp_.node(i);
+      if (qdq.absorbed(n)) continue;
       const Attrs attrs = attrs_of(n);
       const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
       const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
@@ -538,6 +541,12 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
           continue;
         check_storage_inputs(im, n);
         const size_t first_new = graph.nodes().size();
+        if (found && qdq.fuse(im, n)) {
+          for (size_t k = first_new; k < graph.nodes().size(); ++k) {
+            if (graph.nodes()[k]->name.empty()) graph.nodes()[k]->name = n.name();
+          }
+          continue;
+        }
         std::vector<Var> outs = convert();
         round_to_storage(im, n, outs);
         im.record_value_deps(n);

@@ -65,12 +65,15 @@ Tensor pack_qconv(const Tensor& w, int64_t group) {
   }
   const Tensor src = w.contiguous();
   const int64_t mg = w.shape()[0] / group, kg = w.numel() / w.shape()[0];
+  const int64_t cg = w.shape()[1], taps = kg / cg;
   const int64_t gbytes = qgemm_packed_bytes(kg, mg);
   Tensor out = Tensor::zeros(DType::kInt8, {gbytes * group});
   auto* dst = static_cast<int8_t*>(out.data());
   for (int64_t g = 0; g < group; ++g) {
-    pack_into(dst + g * gbytes, kg, mg,
-              [&](int64_t t, int64_t m) { return stored_byte(src, (g * mg + m) * kg + t); });
+    pack_into(dst + g * gbytes, kg, mg, [&](int64_t t, int64_t m) {
+      // Taps in the rows' order (ky, kx, ci), as the module gathers them.
+      return stored_byte(src, ((g * mg + m) * cg + t % cg) * taps + t / cg);
+    });
   }
   return out;
 }

@@ -14,7 +14,8 @@ int64_t qgemm_packed_bytes(int64_t k, int64_t n);
 // B (K x N, int8 or uint8) packed: an int8 tensor of qgemm_packed_bytes(K, N).
 Tensor pack_qgemm(const Tensor& b);
 // A convolution weight (M, C/group, k...) packed per group, each group's product being
-// (C/group * taps) x (M/group) with B[t][m] = W[g*M/group + m][t]: an int8 tensor of
+// (C/group * taps) x (M/group) with its rows in the order (tap, channel), as the module
+// gathers its input: B[tap * C/group + ci][m] = W[g*M/group + m][ci][tap]. An int8 tensor of
 // group * qgemm_packed_bytes(...) bytes.
 Tensor pack_qconv(const Tensor& w, int64_t group);
 // Element (t, j) of a packed K x N operand as stored (after the uint8 shift), and column

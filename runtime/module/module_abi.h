@@ -197,13 +197,19 @@ typedef struct kiln_support {
    * stored values) to colsum[0, ceil(n/16)*16). */
   void (*qpack)(int64_t k, int64_t n, const void* b, int64_t rsb, int64_t csb, int b_u8, int8_t* bp,
                 int32_t* colsum);
-  /* Rows of positions for an integer convolution: for positions p in [p0, p1) of an oh x ow
-   * output map (row p/ow, column p%ow) and taps (ci, ky, kx) of c input channels (of planes sc
-   * elements apart, rows w apart) under a kh x kw window, row[(p - p0)*ldr + (ci*kh + ky)*kw + kx]
-   * is x's byte under that tap, `fill` outside the image, each byte xor `flip` (0x80 turns
-   * int8 into uint8 shifted by 128). */
-  void (*qim2row)(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t p0,
-                  int64_t p1, uint8_t fill, uint8_t flip, uint8_t* row, int64_t ldr);
+  /* One image of an integer convolution in channels-last bytes with its padding: x's c planes
+   * (sc elements apart, rows g->w apart) as buf[(y*wp + x)*c + ci], wp = pw + w + ew, the
+   * padding rows and columns `fill`, each byte xor `flip` (0x80 turns int8 into uint8 shifted
+   * by 128); only padded rows [r0, r1) are written (a part's share of the positions reads no
+   * others). */
+  void (*qnhwc)(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t r0,
+                int64_t r1, uint8_t fill, uint8_t flip, uint8_t* buf);
+  /* Rows of positions from such an image: for positions p in [p0, p1) of the oh x ow output
+   * (row p/ow, column p%ow) and taps (ky, kx, ci), row[(p - p0)*ldr + (ky*kw + kx)*c + ci] is
+   * the byte under that tap: c channels of an image whose positions hold cs (a group's
+   * channels of all the image's). */
+  void (*qim2row)(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
+                  int64_t p1, uint8_t* row, int64_t ldr);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */

@@ -20,8 +20,10 @@ KILN_QGEMM_DECL(vnni)
 
 void kiln_qpack(int64_t k, int64_t n, const void* b, int64_t rsb, int64_t csb, int b_u8, int8_t* bp,
                 int32_t* colsum);
-void kiln_qim2row(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t p0,
-                  int64_t p1, uint8_t fill, uint8_t flip, uint8_t* row, int64_t ldr);
+void kiln_qnhwc(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t r0,
+                int64_t r1, uint8_t fill, uint8_t flip, uint8_t* buf);
+void kiln_qim2row(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
+                  int64_t p1, uint8_t* row, int64_t ldr);
 
 #ifdef __cplusplus
 }

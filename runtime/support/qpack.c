@@ -20,24 +20,48 @@ void kiln_qpack(int64_t k, int64_t n, const void* b, int64_t rsb, int64_t csb, i
   }
 }
 
-void kiln_qim2row(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t p0,
-                  int64_t p1, uint8_t fill, uint8_t flip, uint8_t* row, int64_t ldr) {
-  const int64_t taps = g->kh * g->kw;
+void kiln_qnhwc(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, int64_t r0,
+                int64_t r1, uint8_t fill, uint8_t flip, uint8_t* buf) {
+  const int64_t hp = g->ph + g->h + g->eh, wp = g->pw + g->w + g->ew;
+  if (r0 < 0) r0 = 0;
+  if (r1 > hp) r1 = hp;
+  if (r0 >= r1) return;
+  memset(buf + r0 * wp * c, fill, (size_t)((r1 - r0) * wp * c));
+  const int64_t y0 = r0 - g->ph > 0 ? r0 - g->ph : 0;
+  const int64_t y1 = r1 - g->ph < g->h ? r1 - g->ph : g->h;
+  for (int64_t y = y0; y < y1; ++y) {
+    uint8_t* row = buf + ((y + g->ph) * wp + g->pw) * c;
+    /* Blocks of 16 channels by 16 columns: both sides stay within a few cache lines. */
+    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+      const int64_t c1 = c0 + 16 < c ? c0 + 16 : c;
+      for (int64_t x0 = 0; x0 < g->w; x0 += 16) {
+        const int64_t x1 = x0 + 16 < g->w ? x0 + 16 : g->w;
+        for (int64_t ci = c0; ci < c1; ++ci) {
+          const uint8_t* src = x + ci * sc + y * g->w;
+          for (int64_t xx = x0; xx < x1; ++xx) row[xx * c + ci] = (uint8_t)(src[xx] ^ flip);
+        }
+      }
+    }
+  }
+}
+
+void kiln_qim2row(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
+                  int64_t p1, uint8_t* row, int64_t ldr) {
+  const int64_t wp = g->pw + g->w + g->ew;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t oy = p / g->ow, ox = p % g->ow;
     uint8_t* dst = row + (p - p0) * ldr;
-    for (int64_t ci = 0; ci < c; ++ci) {
-      const uint8_t* plane = x + ci * sc;
-      for (int64_t i = 0; i < g->kh; ++i) {
-        const int64_t y = oy * g->sh - g->ph + i * g->dh;
-        uint8_t* d = dst + ci * taps + i * g->kw;
-        if (y < 0 || y >= g->h) {
-          memset(d, fill, (size_t)g->kw);
-          continue;
-        }
+    for (int64_t i = 0; i < g->kh; ++i) {
+      const uint8_t* src = buf + ((oy * g->sh + i * g->dh) * wp + ox * g->sw) * cs;
+      if (c >= 16) {
         for (int64_t j = 0; j < g->kw; ++j) {
-          const int64_t xx = ox * g->sw - g->pw + j * g->dw;
-          d[j] = xx < 0 || xx >= g->w ? fill : (uint8_t)(plane[y * g->w + xx] ^ flip);
+          memcpy(dst, src + j * g->dw * cs, (size_t)c);
+          dst += c;
+        }
+      } else { /* a stem's few channels: a call per tap would cost more than its bytes */
+        for (int64_t j = 0; j < g->kw; ++j, dst += c) {
+          const uint8_t* s = src + j * g->dw * cs;
+          for (int64_t ci = 0; ci < c; ++ci) dst[ci] = s[ci];
         }
       }
     }

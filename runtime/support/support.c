@@ -89,6 +89,7 @@ static void build_host_table(void) {
                           0,
                           0,
                           kiln_qpack,
+                          kiln_qnhwc,
                           kiln_qim2row};
   host_table = pick_kernels(t);
 }

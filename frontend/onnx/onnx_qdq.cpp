@@ -1,0 +1,207 @@
+#include "frontend/onnx/onnx_qdq.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+
+#include "frontend/onnx/onnx_op_support.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+using onnx_import::Ints;
+
+bool is_byte(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
+
+int64_t attr_of(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return a.i();
+  }
+  return fallback;
+}
+
+float attr_float_of(const onnx::NodeProto& n, const std::string& name, float fallback) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return a.f();
+  }
+  return fallback;
+}
+
+int64_t numel_of(const TensorType& t) {
+  int64_t e = 1;
+  for (int64_t d : t.dims) {
+    if (d == kDynamic) return kDynamic;
+    e *= d;
+  }
+  return e;
+}
+
+// A DequantizeLinear's parts: the bytes, the scale and the zero point (a zero of the bytes'
+// dtype when absent), and the axis its per-axis parameters run along (normalized).
+struct Dq {
+  Var q, scale, zp;
+  bool per_axis = false;
+  int64_t axis = 1;
+};
+
+std::optional<Dq> read_dq(OnnxImporter& im, const onnx::NodeProto& d) {
+  Dq out;
+  out.q = im.in(d, 0);
+  if (!is_byte(out.q.dtype())) return std::nullopt;
+  out.scale = im.in(d, 1);
+  if (out.scale.dtype() != DType::kFloat32 || out.scale.rank() > 1) return std::nullopt;
+  out.zp = OnnxImporter::has_input(d, 2) ? im.in(d, 2)
+                                         : constant(im.graph(), Tensor::scalar(out.q.dtype(), 0));
+  if (out.zp.dtype() != out.q.dtype() || out.zp.rank() > 1) return std::nullopt;
+  const int64_t n = numel_of(out.scale.type());
+  if (n == kDynamic || numel_of(out.zp.type()) == kDynamic) return std::nullopt;
+  out.per_axis = n > 1;
+  out.axis = onnx_import::rank_axis(attr_of(d, "axis", 1), std::max(out.q.rank(), 1));
+  return out;
+}
+
+// The known values of a scale, all finite and positive: the pattern's parameters are
+// checked (and named) by the unfused import otherwise.
+bool good_scale(OnnxImporter& im, const onnx::NodeProto& d, int i) {
+  const Tensor* v = im.known(d.input(i));
+  if (!v) return true;
+  for (int64_t e = 0; e < v->numel(); ++e) {
+    const double x = v->load(e);
+    if (!std::isfinite(x) || x <= 0) return false;
+  }
+  return true;
+}
+
+Var as_scalar(Var v) { return v.rank() == 0 ? v : reshape(v, {}); }
+
+}  // namespace
+
+QdqFusion::QdqFusion(const onnx::GraphProto& g) {
+  for (const auto& n : g.node()) {
+    for (const auto& o : n.output()) producer_[o] = &n;
+    for (const auto& i : n.input()) {
+      if (!i.empty()) readers_[i].push_back(&n);
+    }
+    // A value read inside a subgraph (an If branch) counts as read by its node.
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) {
+        for (const auto& sn : a.g().node())
+          for (const auto& i : sn.input()) readers_[i].push_back(&n);
+      }
+    }
+  }
+  for (const auto& o : g.output()) graph_outputs_.insert(o.name());
+}
+
+const onnx::NodeProto* QdqFusion::producer(const std::string& value, const char* op) const {
+  auto it = producer_.find(value);
+  if (it == producer_.end() || it->second->op_type() != op) return nullptr;
+  const std::string& dom = it->second->domain();
+  return dom.empty() || dom == "ai.onnx" ? it->second : nullptr;
+}
+
+const onnx::NodeProto* QdqFusion::sole_reader(const std::string& value) const {
+  if (graph_outputs_.count(value)) return nullptr;
+  auto it = readers_.find(value);
+  if (it == readers_.end() || it->second.size() != 1) return nullptr;
+  return it->second[0];
+}
+
+bool QdqFusion::fuse(OnnxImporter& im, const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  const bool conv = op == "Conv", gemm = op == "Gemm", mm = op == "MatMul";
+  if ((!conv && !gemm && !mm) || n.input_size() < 2 || n.output_size() != 1) return false;
+  const onnx::NodeProto* dx = producer(n.input(0), "DequantizeLinear");
+  const onnx::NodeProto* dw = producer(n.input(1), "DequantizeLinear");
+  if (!dx || !dw) return false;
+  // The reader: QuantizeLinear, or a Relu read only by one.
+  const onnx::NodeProto* reader = sole_reader(n.output(0));
+  const onnx::NodeProto* relu = nullptr;
+  if (reader && reader->op_type() == "Relu") {
+    relu = reader;
+    reader = sole_reader(relu->output(0));
+  }
+  if (!reader || reader->op_type() != "QuantizeLinear" || reader->output_size() != 1 ||
+      !OnnxImporter::has_input(*reader, 2)) {
+    return false;
+  }
+  const onnx::NodeProto& qn = *reader;
+  if (!good_scale(im, *dx, 1) || !good_scale(im, *dw, 1) || !good_scale(im, qn, 1)) return false;
+  std::optional<Dq> x = read_dq(im, *dx), w = read_dq(im, *dw);
+  if (!x || !w || x->per_axis || numel_of(x->zp.type()) != 1) return false;
+  Var sy = im.in(qn, 1), zy = im.in(qn, 2);
+  if (sy.dtype() != DType::kFloat32 || numel_of(sy.type()) != 1 || !is_byte(zy.dtype()) ||
+      numel_of(zy.type()) != 1) {
+    return false;
+  }
+  Var wq = w->q, wzp = w->zp, wscale = w->scale;
+  Attrs props;
+  if (conv) {
+    if (w->per_axis && w->axis != 0) return false;  // per output channel only
+    if (x->q.rank() != 3 && x->q.rank() != 4) return false;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "group" || a.name() == "strides" || a.name() == "dilations" ||
+          a.name() == "pads" || a.name() == "kernel_shape" || a.name() == "auto_pad") {
+        props[a.name()] = a.type() == onnx::AttributeProto::INTS
+                              ? AttrValue(Ints(a.ints().begin(), a.ints().end()))
+                          : a.type() == onnx::AttributeProto::STRING ? AttrValue(a.s())
+                                                                     : AttrValue(a.i());
+      }
+    }
+  } else {
+    if (wq.rank() != 2) return false;  // a weight matrix
+    bool trans_b = false;
+    if (gemm) {
+      if (attr_of(n, "transA", 0) != 0 || attr_float_of(n, "alpha", 1.f) != 1.f ||
+          attr_float_of(n, "beta", 1.f) != 1.f) {
+        return false;
+      }
+      trans_b = attr_of(n, "transB", 0) != 0;
+    }
+    // Per-column parameters run along B's columns: axis 1 of (K, N), axis 0 of (N, K).
+    if (w->per_axis && w->axis != (trans_b ? 0 : 1)) return false;
+    if (trans_b) wq = transpose(wq, {1, 0});
+  }
+  // The bias: int32 dequantized by the product's scale (sx * sw) and zero point 0.
+  std::optional<Var> bias;
+  const int bias_at = 2;
+  if ((conv || gemm) && OnnxImporter::has_input(n, bias_at)) {
+    const onnx::NodeProto* db = producer(n.input(bias_at), "DequantizeLinear");
+    if (!db) return false;
+    Var bq = im.in(*db, 0);
+    if (bq.dtype() != DType::kInt32 || bq.rank() != 1) return false;
+    if (OnnxImporter::has_input(*db, 2)) {
+      const Tensor* z = im.known(db->input(2));
+      if (!z) return false;
+      for (int64_t e = 0; e < z->numel(); ++e)
+        if (z->load_int(e) != 0) return false;
+    }
+    const Tensor* sb = im.known(db->input(1));
+    const Tensor* sx = im.known(dx->input(1));
+    const Tensor* sw = im.known(dw->input(1));
+    if (!sb || !sx || !sw) return false;
+    for (int64_t e = 0; e < sb->numel(); ++e) {
+      const double want = sx->load(0) * sw->load(sw->numel() > 1 ? e : 0);
+      if (std::fabs(sb->load(e) - want) > 1e-6 * std::fabs(want)) return false;
+    }
+    bias = bq;
+  }
+  Var mult = as_scalar(x->scale) * wscale / as_scalar(sy);
+  if (mult.rank() == 0) mult = reshape(mult, {1});
+  std::vector<Var> ins{x->q, wq, x->zp, wzp, mult, zy};
+  props["requant"] = int64_t{1};
+  if (relu) props["relu"] = int64_t{1};
+  if (bias) {
+    ins.push_back(*bias);
+    props["bias"] = int64_t{1};
+  }
+  Var y = apply(conv ? "qconv" : "qmatmul", ins, props);
+  if (!im.graph().find_variable(qn.output(0))) im.graph().rename(y.var(), qn.output(0));
+  im.bind(qn.output(0), y);
+  absorbed_.insert(&qn);
+  if (relu) absorbed_.insert(relu);
+  return true;
+}
+
+}  // namespace kiln

@@ -1,0 +1,38 @@
+#pragma once
+// QDQ models (onnxruntime's quantize_static, and other toolkits): a Conv, MatMul or Gemm whose
+// data inputs come from DequantizeLinear and whose only reader is a QuantizeLinear (maybe
+// through a Relu) is one integer qconv or qmatmul: bytes in, bytes out, int32 sums, no float
+// tensor between. Patterns that do not fit (a float reader of the product, per-axis scales
+// on the wrong axis, a bias whose scale is not the inputs') import as written, in float.
+#include <map>
+#include <set>
+#include <string>
+
+#include "frontend/onnx/onnx_importer.h"
+
+namespace onnx {
+class GraphProto;
+class NodeProto;
+}  // namespace onnx
+
+namespace kiln {
+
+class QdqFusion {
+ public:
+  explicit QdqFusion(const onnx::GraphProto& g);
+  // Imports `n` with its DequantizeLinear inputs and its QuantizeLinear reader as one
+  // integer op when the pattern holds; false (nothing built) otherwise.
+  bool fuse(OnnxImporter& im, const onnx::NodeProto& n);
+  // A node that a fused op took in: the importer skips it.
+  bool absorbed(const onnx::NodeProto& n) const { return absorbed_.count(&n) != 0; }
+
+ private:
+  const onnx::NodeProto* producer(const std::string& value, const char* op) const;
+  const onnx::NodeProto* sole_reader(const std::string& value) const;
+  std::map<std::string, const onnx::NodeProto*> producer_;
+  std::map<std::string, std::vector<const onnx::NodeProto*>> readers_;
+  std::set<std::string> graph_outputs_;
+  std::set<const onnx::NodeProto*> absorbed_;
+};
+
+}  // namespace kiln
