@@ -169,13 +169,30 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
   const int64_t taps = g->kh * g->kw, kg = cg * taps;
   if (n_img == 0 || hw == 0 || M == 0) return 0;
-  int64_t lo, hi;
-  sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 16, &lo, &hi);
-  if (lo >= hi) return 0;
   kiln_qgemm_epi e0;
   if (kiln_q_epilogue(ctx, q, M, &e0)) return 1;
   const uint8_t* px = kiln_q_dense(ctx, sup, X, "an integer convolution's input");
   if (!px) return 1;
+  const size_t esize = q->scale ? 1 : 4;
+  if (!w_packed && cg == 1 && mg == 1 && taps <= 64) {
+    /* Depthwise: row loops per channel (kiln_support.qdepthwise), channels split among the
+     * parts. */
+    const uint8_t* pw = kiln_q_dense(ctx, sup, W, "an integer convolution's weight");
+    if (!pw) return 1;
+    int64_t c0, c1;
+    sup->part_range(n_img * C, ctx->part, ctx->n_parts, 1, &c0, &c1);
+    for (int64_t u = c0; u < c1;) {
+      const int64_t img = u / C, ch0 = u % C;
+      const int64_t ch1 = (img + 1) * C <= c1 ? C : c1 - img * C;
+      sup->qdepthwise(px + img * C * g->h * g->w, g, ch0, ch1, q->a_s8 ? 0x80 : 0, pw, q->b_u8, &e0,
+                      (char*)Y->data + img * M * hw * (int64_t)esize);
+      u = img * C + ch1;
+    }
+    return 0;
+  }
+  int64_t lo, hi;
+  sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 16, &lo, &hi);
+  if (lo >= hi) return 0;
   const int64_t gbytes = kiln_q_packed_bytes(kg, mg);
   const int8_t* wp = (const int8_t*)W->data;
   if (!w_packed) {
@@ -211,7 +228,6 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   }
   const uint8_t flip = q->a_s8 ? 0x80 : 0;
   const uint8_t fill = (uint8_t)(((const uint8_t*)q->az->data)[0] ^ flip);
-  const size_t esize = q->scale ? 1 : 4;
   int64_t have = -1; /* the image now in buf */
   for (int64_t u = lo; u < hi;) {
     const int64_t img = u / hw, p0 = u % hw;

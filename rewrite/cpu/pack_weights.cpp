@@ -155,6 +155,8 @@ bool pack_integer_weight(const Node& node, GraphCopy& copy,
     return false;
   }
   const int64_t group = conv ? attr_int(props, "group", 1) : 1;
+  // A depthwise weight stays as it is: its kernel reads it per channel (qdepthwise).
+  if (conv && w->value->shape()[1] == 1 && group == w->value->shape()[0]) return false;
   Variable*& pw = packed[w];
   if (!pw) {
     Tensor bytes = mm ? pack_qgemm(*w->value) : pack_qconv(*w->value, group);

@@ -210,6 +210,14 @@ typedef struct kiln_support {
    * channels of all the image's). */
   void (*qim2row)(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
                   int64_t p1, uint8_t* row, int64_t ldr);
+  /* A depthwise integer convolution (one input and one output channel per group) of one
+   * image, channels [c0, c1): x (C, h, w) bytes, each xor `flip` (int8 to uint8 + 128), w
+   * (C, kh, kw) bytes (uint8 when w_u8, else int8), and for channel ch, output position p,
+   *   acc = bias[ch] + sum_{taps inside the image} (x - e->a_zp) * (w' - b_zp[ch])
+   * with w' = w - 128 for uint8 (b_zp, like a_zp, as qgemm_u8s8's epilogue has them), stored
+   * at y[ch*oh*ow + p] as qgemm_u8s8 stores (int32, or requantized bytes). */
+  void (*qdepthwise)(const uint8_t* x, const kiln_window* g, int64_t c0, int64_t c1, uint8_t flip,
+                     const void* w, int w_u8, const struct kiln_qgemm_epi* e, void* y);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/support/qgemm.h"
+#include "runtime/support/qgemm_epi.h"
 
 #define KILN_CAT2(a, b) a##_##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
@@ -22,21 +23,6 @@ static inline int32_t qgemm_fix(const kiln_qgemm_epi* e, int64_t k, int64_t j, i
   const int32_t bz = e->b_zp[j * e->b_zp_step];
   int32_t v = dot - e->a_zp * e->colsum[j] - bz * rs + (int32_t)k * e->a_zp * bz;
   return e->bias ? v + e->bias[j] : v;
-}
-
-static inline void qgemm_store(const kiln_qgemm_epi* e, void* c, int64_t i, int64_t j, int32_t v) {
-  const int64_t at = i * e->rsc + j * e->csc;
-  if (!e->scale) {
-    ((int32_t*)c)[at] = v;
-    return;
-  }
-  float y = rintf((float)v * e->scale[j * e->scale_step]) + (float)e->y_zp;
-  y = y < (float)e->lo ? (float)e->lo : y > (float)e->hi ? (float)e->hi : y;
-  if (e->out_u8) {
-    ((uint8_t*)c)[at] = (uint8_t)(int32_t)y;
-  } else {
-    ((int8_t*)c)[at] = (int8_t)(int32_t)y;
-  }
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)

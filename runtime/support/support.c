@@ -38,6 +38,7 @@ _Static_assert(KILN_MAX_DIMS == 16, "kiln_support's stride arrays are declared [
 static kiln_support pick_kernels(kiln_support t) {
   KILN_USE_ISA(t, base);
   t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
+  t.qdepthwise = kiln_qdepthwise_base;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
@@ -45,14 +46,21 @@ static kiln_support pick_kernels(kiln_support t) {
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     KILN_USE_ISA(t, avx2);
   }
-  if (__builtin_cpu_supports("avx2")) t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
+  if (__builtin_cpu_supports("avx2")) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
+    t.qdepthwise = kiln_qdepthwise_avx2;
+  }
   if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
+    t.qdepthwise = kiln_qdepthwise_vnni;
   }
 #endif
   /* KILN_QGEMM=c: the plain C kernel, whatever the CPU (tests compare the two). */
   const char* force = getenv("KILN_QGEMM");
-  if (force && strcmp(force, "c") == 0) t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
+  if (force && strcmp(force, "c") == 0) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
+    t.qdepthwise = kiln_qdepthwise_base;
+  }
   return t;
 }
 
@@ -90,7 +98,8 @@ static void build_host_table(void) {
                           0,
                           kiln_qpack,
                           kiln_qnhwc,
-                          kiln_qim2row};
+                          kiln_qim2row,
+                          0};
   host_table = pick_kernels(t);
 }
 
