@@ -207,7 +207,8 @@ typedef struct kiln_support {
   /* Rows of positions from such an image: for positions p in [p0, p1) of the oh x ow output
    * (row p/ow, column p%ow) and taps (ky, kx, ci), row[(p - p0)*ldr + (ky*kw + kx)*c + ci] is
    * the byte under that tap: c channels of an image whose positions hold cs (a group's
-   * channels of all the image's). */
+   * channels of all the image's). It may write up to 31 bytes past the last row and read up to
+   * 31 past the image: both need that much slack. */
   void (*qim2row)(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
                   int64_t p1, uint8_t* row, int64_t ldr);
   /* A depthwise integer convolution (one input and one output channel per group) of one

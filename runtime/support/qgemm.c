@@ -28,7 +28,17 @@ static inline int32_t qgemm_fix(const kiln_qgemm_epi* e, int64_t k, int64_t j, i
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
-enum { kRows = 6, kPanelCols = 16 };
+/* A tile of 6 rows by 4 panels keeps 24 accumulators, 4 panel vectors and a broadcast in
+ * AVX-512's 32 registers. */
+enum { kRows = 6, kPanelCols = 16, kMaxPanels = 4 };
+
+/* acc + the 4-byte dot products of unsigned a by signed b, the accumulator tied to its
+ * register: through the intrinsic, gcc 12 copied every accumulator to and from a scratch
+ * register around each vpdpbusd (24 moves per 12 products in the 6 x 32 tile). */
+static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
 
 static inline int32_t load4(const uint8_t* p) {
   int32_t v;
@@ -42,30 +52,27 @@ static inline __attribute__((always_inline)) void qgemm_tile(
     int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* a,
     int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
-  __m512i acc[kRows][2];
+  __m512i acc[kRows][kMaxPanels];
   for (int r = 0; r < rows; ++r)
     for (int p = 0; p < panels; ++p) acc[r][p] = _mm512_setzero_si512();
   const int8_t* b0 = bp + (j0 / kPanelCols) * k4 * 64;
-  const int8_t* b1 = b0 + k4 * 64;
   const uint8_t* ar = a + i0 * lda;
+  __m512i v[kMaxPanels];
   for (int64_t t = 0; t < kfull; ++t) {
-    const __m512i v0 = _mm512_loadu_si512((const void*)(b0 + t * 64));
-    const __m512i v1 = panels > 1 ? _mm512_loadu_si512((const void*)(b1 + t * 64)) : v0;
+    for (int p = 0; p < panels; ++p) v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
     for (int r = 0; r < rows; ++r) {
       const __m512i av = _mm512_set1_epi32(load4(ar + r * lda + t * 4));
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, v0);
-      if (panels > 1) acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, v1);
+      for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
   }
   if (kfull < k4) { /* the last group's missing rows of B are zero; A's bytes past k are not read */
-    const __m512i v0 = _mm512_loadu_si512((const void*)(b0 + kfull * 64));
-    const __m512i v1 = panels > 1 ? _mm512_loadu_si512((const void*)(b1 + kfull * 64)) : v0;
+    for (int p = 0; p < panels; ++p)
+      v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + kfull) * 64));
     for (int r = 0; r < rows; ++r) {
       uint8_t tail[4] = {0, 0, 0, 0};
       memcpy(tail, ar + r * lda + kfull * 4, (size_t)(k - kfull * 4));
       const __m512i av = _mm512_set1_epi32(load4(tail));
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, v0);
-      if (panels > 1) acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, v1);
+      for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
   }
   for (int p = 0; p < panels; ++p) {
@@ -132,12 +139,14 @@ static void row_sums(int rows, const uint8_t* a, int64_t lda, int64_t k, int32_t
   }
 }
 
-#define KILN_TILE_CASE(R)                                  \
-  case R:                                                  \
-    if (panels == 2)                                       \
-      qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); \
-    else                                                   \
-      qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); \
+#define KILN_TILE_CASE(R)                                          \
+  case R:                                                          \
+    switch (panels) {                                              \
+      case 4: qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs); break; \
+      case 3: qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs); break; \
+      case 2: qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); break; \
+      default: qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); break; \
+    }                                                              \
     break;
 
 void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
@@ -146,7 +155,7 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
   /* Columns in blocks whose packed panels fit in about half of L2, so every row tile reuses
    * them from there. */
   int64_t block = (256 * 1024) / (k4 * 64 > 0 ? k4 * 64 : 1);
-  block = block < 2 ? 2 : block & ~(int64_t)1;
+  block = block < kMaxPanels ? kMaxPanels : block - block % kMaxPanels;
   const int64_t np = (n + kPanelCols - 1) / kPanelCols;
   for (int64_t p0 = 0; p0 < np; p0 += block) {
     const int64_t p1 = p0 + block < np ? p0 + block : np;
@@ -154,8 +163,8 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
       const int rows = (int)(m - i0 < kRows ? m - i0 : kRows);
       int32_t rs[kRows];
       row_sums(rows, a + i0 * lda, lda, k, rs);
-      for (int64_t p = p0; p < p1; p += 2) {
-        const int panels = p + 1 < p1 ? 2 : 1;
+      for (int64_t p = p0; p < p1; p += kMaxPanels) {
+        const int panels = (int)(p1 - p < kMaxPanels ? p1 - p : kMaxPanels);
         const int64_t j = p * kPanelCols;
         switch (rows) {
           KILN_TILE_CASE(1)

@@ -45,25 +45,29 @@ void kiln_qnhwc(const uint8_t* x, int64_t c, int64_t sc, const kiln_window* g, i
   }
 }
 
+/* Copies n bytes in 32-byte blocks: up to 31 bytes past dst + n are written too (the caller's
+ * rows are written in order, and its buffers have slack), and past src + n read. A
+ * variable-length memcpy was a library call per tap. */
+static inline void copy_blocks(uint8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t o = 0; o < n; o += 32) memcpy(dst + o, src + o, 32);
+}
+
 void kiln_qim2row(const uint8_t* buf, int64_t c, int64_t cs, const kiln_window* g, int64_t p0,
                   int64_t p1, uint8_t* row, int64_t ldr) {
   const int64_t wp = g->pw + g->w + g->ew;
+  /* With dilation 1 and all the image's channels, a window row's taps are one run of bytes. */
+  const int runs = g->dw == 1 && cs == c;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t oy = p / g->ow, ox = p % g->ow;
     uint8_t* dst = row + (p - p0) * ldr;
     for (int64_t i = 0; i < g->kh; ++i) {
       const uint8_t* src = buf + ((oy * g->sh + i * g->dh) * wp + ox * g->sw) * cs;
-      if (c >= 16) {
-        for (int64_t j = 0; j < g->kw; ++j) {
-          memcpy(dst, src + j * g->dw * cs, (size_t)c);
-          dst += c;
-        }
-      } else { /* a stem's few channels: a call per tap would cost more than its bytes */
-        for (int64_t j = 0; j < g->kw; ++j, dst += c) {
-          const uint8_t* s = src + j * g->dw * cs;
-          for (int64_t ci = 0; ci < c; ++ci) dst[ci] = s[ci];
-        }
+      if (runs) {
+        copy_blocks(dst, src, g->kw * c);
+        dst += g->kw * c;
+        continue;
       }
+      for (int64_t j = 0; j < g->kw; ++j, dst += c) copy_blocks(dst, src + j * g->dw * cs, c);
     }
   }
 }
