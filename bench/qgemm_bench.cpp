@@ -1,0 +1,175 @@
+// kiln's integer GEMM (kiln_support.qgemm_u8s8, the copy the loader picks for this CPU: VNNI's
+// vpdpbusd where there is one) on one thread, against the machine's int8 peak measured here
+// (independent vpdpbusd chains: 4 multiply-adds per lane per instruction) and against kiln's
+// own float32 packed GEMM on the same shape (the speed an int8 model replaces). B is packed as
+// the pack pass leaves constant weights; the output is requantized bytes, as in a QDQ model.
+// Every shape's result is checked against a plain int64 loop first.
+// Usage: qgemm_bench [--repeat N] [--smoke]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/c/gemm_pack.h"
+#include "ops/c/qgemm_pack.h"
+#include "runtime/support/support.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <class F>
+double best_us(F&& f, int repeat) {
+  double best = 1e30;
+  for (int r = 0; r < repeat; ++r) {
+    auto t = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+  }
+  return best;
+}
+
+#if defined(__x86_64__)
+// GOP/s (a multiply-add counts two) of 24 independent vpdpbusd chains on one thread; 0 where
+// the CPU has no AVX512-VNNI.
+#define KILN_CHAINS(X)                                                                         \
+  X(0)                                                                                         \
+  X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) \
+      X(18) X(19) X(20) X(21) X(22) X(23)
+__attribute__((target("avx512f,avx512vnni"))) double vnni_peak_kernel(int64_t steps) {
+  // Named variables, not an array: an array's elements stayed in memory around each asm.
+#define KILN_DECL(c) __m512i acc##c = _mm512_set1_epi32(c);
+  KILN_CHAINS(KILN_DECL)
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-1);
+  const auto t0 = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+#define KILN_STEP(c) __asm__ volatile("vpdpbusd %2, %1, %0" : "+v"(acc##c) : "v"(a), "v"(b));
+    KILN_CHAINS(KILN_STEP)
+  }
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  int sink = 0;
+#define KILN_SUM(c) sink += _mm512_reduce_add_epi32(acc##c);
+  KILN_CHAINS(KILN_SUM)
+  return 2.0 * 64 * 24 * static_cast<double>(steps) / sec / 1e9 + 0 * sink;
+}
+#endif
+
+double vnni_peak(int64_t steps) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni")) return vnni_peak_kernel(steps);
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeat = 50;
+  bool smoke = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--repeat" && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[++i]));
+    if (std::string(argv[i]) == "--smoke") smoke = true;
+  }
+  if (smoke) repeat = 1;
+  const kiln_support* sup = kiln_host_support();
+  const double peak = vnni_peak(smoke ? 1'000'000 : 100'000'000);
+  if (peak > 0) {
+    std::printf("int8 peak (vpdpbusd, one thread): %.0f GOP/s\n", peak);
+  } else {
+    std::printf("int8 peak: no AVX512-VNNI on this CPU (the plain C kernel runs)\n");
+  }
+  struct Shape3 {
+    const char* what;
+    int m, n, k;
+  };
+  const Shape3 shapes[] = {{"square 512", 512, 512, 512},
+                           {"square 1024", 1024, 1024, 1024},
+                           {"bert qkv (128 tokens)", 128, 2304, 768},
+                           {"bert mlp up (128 tokens)", 128, 3072, 768},
+                           {"bert mlp down (128 tokens)", 128, 768, 3072},
+                           {"resnet 3x3 64ch 56x56", 3136, 64, 576},
+                           {"resnet 3x3 256ch 14x14", 196, 256, 2304},
+                           {"odd 37 x 50 x 131", 37, 50, 131}};
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
+  std::printf("%-28s %18s %10s %10s %9s %12s %10s\n", "shape", "M x N x K", "int8 us", "GOP/s",
+              "of peak", "float32 us", "f32/int8");
+  for (const auto& s : shapes) {
+    std::vector<uint8_t> a(static_cast<size_t>(s.m) * s.k);
+    for (auto& v : a) v = static_cast<uint8_t>(u8(rng));
+    Tensor b = Tensor::empty(DType::kInt8, {s.k, s.n});
+    auto* pb = static_cast<int8_t*>(b.data());
+    for (int64_t i = 0; i < b.numel(); ++i) pb[i] = static_cast<int8_t>(s8(rng));
+    Tensor packed = pack_qgemm(b);
+    const int64_t np = (s.n + 15) / 16;
+    const auto* bp = static_cast<const int8_t*>(packed.data());
+    std::vector<int32_t> bz(1, 3);
+    std::vector<float> scale(static_cast<size_t>(s.n), 1.0f / 4096);
+    kiln_qgemm_epi e{};
+    e.a_zp = 128;
+    e.b_zp = bz.data();
+    e.b_zp_step = 0;
+    e.colsum = reinterpret_cast<const int32_t*>(bp + np * ((s.k + 3) / 4) * 64);
+    e.scale = scale.data();
+    e.scale_step = 1;
+    e.y_zp = 128;
+    e.lo = 0;
+    e.hi = 255;
+    e.out_u8 = 1;
+    e.rsc = s.n;
+    e.csc = 1;
+    std::vector<uint8_t> c(static_cast<size_t>(s.m) * s.n);
+    sup->qgemm_u8s8(s.m, s.n, s.k, a.data(), s.k, bp, &e, c.data());
+    // The check: int64 sums, then the same float32 requantization.
+    for (int i = 0; i < s.m; i += std::max(1, s.m / 7)) {
+      for (int j = 0; j < s.n; ++j) {
+        int64_t acc = 0;
+        for (int t = 0; t < s.k; ++t)
+          acc += (int64_t{a[static_cast<size_t>(i) * s.k + t]} - 128) * (pb[t * s.n + j] - 3);
+        float y = std::nearbyint(static_cast<float>(acc) * scale[static_cast<size_t>(j)]) + 128.f;
+        y = std::min(255.f, std::max(0.f, y));
+        if (c[static_cast<size_t>(i) * s.n + j] != static_cast<uint8_t>(y)) {
+          std::fprintf(stderr, "%s: wrong at (%d, %d): %d, want %d\n", s.what, i, j,
+                       c[static_cast<size_t>(i) * s.n + j], static_cast<int>(y));
+          return 1;
+        }
+      }
+    }
+    const double us =
+        best_us([&] { sup->qgemm_u8s8(s.m, s.n, s.k, a.data(), s.k, bp, &e, c.data()); }, repeat);
+    // float32 on the same shape: kiln's packed kernel.
+    Tensor af = Tensor::empty(DType::kFloat32, {s.m, s.k}),
+           wf = Tensor::empty(DType::kFloat32, {s.k, s.n});
+    for (Tensor* t : {&af, &wf}) {
+      auto* p = static_cast<float*>(t->data());
+      for (int64_t i = 0; i < t->numel(); ++i) p[i] = 0.5f;
+    }
+    Tensor wp = pack_gemm_panels(wf, false);
+    std::vector<float> cf(static_cast<size_t>(s.m) * s.n);
+    const double fus = best_us(
+        [&] {
+          sup->gemm_packed_f32(s.m, s.n, s.k, 1.f, static_cast<const float*>(af.data()), s.k, 1,
+                               static_cast<const float*>(wp.data()), 0.f, cf.data(), s.n, nullptr,
+                               0, 0, -INFINITY, INFINITY);
+        },
+        repeat);
+    const double gops = 2.0 * s.m * s.n * s.k / us / 1e3;
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%d x %d x %d", s.m, s.n, s.k);
+    std::printf("%-28s %18s %10.1f %10.1f %8.0f%% %12.1f %10.2f\n", s.what, dims, us, gops,
+                peak > 0 ? 100.0 * gops / peak : 0.0, fus, fus / us);
+  }
+  return 0;
+}
