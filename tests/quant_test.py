@@ -166,7 +166,8 @@ for (n_img, c, h, wd, m, kh, stride, pad, group) in [
         (1, 3, 7, 7, 17, 3, 1, 1, 1), (2, 8, 9, 6, 33, 3, 2, 1, 1), (1, 4, 5, 5, 5, 1, 1, 0, 1),
         (1, 6, 8, 8, 6, 3, 1, 1, 3), (1, 16, 6, 6, 32, 3, 1, 0, 2),
         (1, 16, 30, 30, 32, 3, 1, 1, 1),  # large enough to split among parts
-        (1, 8, 9, 9, 8, 3, 1, 1, 8), (1, 5, 10, 7, 5, 3, 2, 1, 5), (2, 4, 9, 9, 4, 5, 1, 2, 4)]:
+        (1, 8, 9, 9, 8, 3, 1, 1, 8), (1, 5, 10, 7, 5, 3, 2, 1, 5), (2, 4, 9, 9, 4, 5, 1, 2, 4),
+        (1, 2, 3, 4100, 2, 3, 1, 1, 2)]:  # depthwise, too wide for the banded loops
     for xdt, wdt in [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]:
         x = edge_bytes((n_img, c, h, wd), xdt)
         w = edge_bytes((m, c // group, kh, kh), wdt)

@@ -9,7 +9,10 @@
 #define KILN_CAT2(a, b) a##_##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
 
-/* Requantizes (or copies) count sums to y[at...] for channel ch. */
+/* Requantizes (or copies) count sums to y[at...] for channel ch: rint(acc * s) + y_zp,
+ * saturated, as every integer kernel stores. The rounding adds and subtracts 1.5 * 2^23, which
+ * rounds to nearest even like rint in the default mode for |v| < 2^22 (v is clamped to 1e6
+ * first: past that the byte saturates anyway), and vectorizes where rintf stayed a call. */
 static void store_block(const kiln_qgemm_epi* e, void* y, int64_t ch, int64_t at,
                         const int32_t* acc, int64_t count) {
   if (!e->scale) {
@@ -18,17 +21,22 @@ static void store_block(const kiln_qgemm_epi* e, void* y, int64_t ch, int64_t at
   }
   const float s = e->scale[ch * e->scale_step];
   const float lo = (float)e->lo, hi = (float)e->hi, yz = (float)e->y_zp;
+  const float magic = 12582912.0f;
   if (e->out_u8) {
     uint8_t* out = (uint8_t*)y + at;
     for (int64_t q = 0; q < count; ++q) {
-      float v = rintf((float)acc[q] * s) + yz;
+      float v = (float)acc[q] * s;
+      v = v < -1e6f ? -1e6f : v > 1e6f ? 1e6f : v;
+      v = (v + magic) - magic + yz;
       v = v < lo ? lo : v > hi ? hi : v;
       out[q] = (uint8_t)(int32_t)v;
     }
   } else {
     int8_t* out = (int8_t*)y + at;
     for (int64_t q = 0; q < count; ++q) {
-      float v = rintf((float)acc[q] * s) + yz;
+      float v = (float)acc[q] * s;
+      v = v < -1e6f ? -1e6f : v > 1e6f ? 1e6f : v;
+      v = (v + magic) - magic + yz;
       v = v < lo ? lo : v > hi ? hi : v;
       out[q] = (int8_t)(int32_t)v;
     }
@@ -42,9 +50,10 @@ static inline int64_t floor_div(int64_t a, int64_t b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-void KILN_CAT(kiln_qdepthwise, KILN_ISA)(const uint8_t* x, const kiln_window* g, int64_t c0,
-                                         int64_t c1, uint8_t flip, const void* w, int w_u8,
-                                         const kiln_qgemm_epi* e, void* y) {
+/* Row by row: for maps too wide for the banded loops below. */
+static void depthwise_rows(const uint8_t* x, const kiln_window* g, int64_t c0, int64_t c1,
+                           uint8_t flip, const void* w, int w_u8, const kiln_qgemm_epi* e,
+                           void* y) {
   const int64_t taps = g->kh * g->kw, ohw = g->oh * g->ow;
   /* Rows of outputs whose sums fit the accumulator at once (at least one, in pieces of at
    * most kMaxAcc columns), so the requantizing loop runs over whole blocks of a small map. */
@@ -109,6 +118,98 @@ void KILN_CAT(kiln_qdepthwise, KILN_ISA)(const uint8_t* x, const kiln_window* g,
         /* Whole rows are consecutive in y; a piece of one long row is too. */
         store_block(e, y, ch, ch * ohw + y0 * g->ow + x0, acc, (y1 - y0) * span);
       }
+    }
+  }
+}
+
+/* The weights of channel ch less their zero point (both as packed: uint8 shifted by -128). */
+static void tap_weights(const void* w, int w_u8, int64_t ch, int64_t taps, int32_t wz,
+                        int32_t* wt) {
+  for (int64_t t = 0; t < taps; ++t) {
+    const int32_t v = w_u8 ? (int32_t)((const uint8_t*)w)[ch * taps + t] - 128
+                           : (int32_t)((const int8_t*)w)[ch * taps + t];
+    wt[t] = v - wz;
+  }
+}
+
+enum { kBandAcc = 2048, kBandPhases = 16384 };
+
+/* acc[q] += src[q] * w, kept out of line: inlined, gcc 12 fused two taps' loops into one
+ * that it left scalar. */
+__attribute__((noinline)) static void mac_row(int32_t* restrict acc, const int32_t* restrict src,
+                                              int64_t n, int32_t w) {
+  for (int64_t q = 0; q < n; ++q) acc[q] += src[q] * w;
+}
+
+/* Bands of output rows, each tap one long loop: the padded input split into its sh x sw
+ * phases (every sh-th row and sw-th column from each offset) as int32 less the zero point
+ * (padding 0), so tap (ky, kx) reads phase ((ky*dh) % sh, (kx*dw) % sw) at a fixed offset
+ * for the whole band, on a grid as wide as a phase row (the columns past ow are computed
+ * and dropped). A 7x7 map was 63 loops of 7 per channel; here it is 9 of 63. */
+void KILN_CAT(kiln_qdepthwise, KILN_ISA)(const uint8_t* x, const kiln_window* g, int64_t c0,
+                                         int64_t c1, uint8_t flip, const void* w, int w_u8,
+                                         const kiln_qgemm_epi* e, void* y) {
+  const int64_t sh = g->sh, sw = g->sw, taps = g->kh * g->kw, ohw = g->oh * g->ow;
+  const int64_t wp = g->pw + g->w + g->ew, wq = (wp + sw - 1) / sw;
+  const int64_t amax = ((g->kh - 1) * g->dh) / sh;
+  int64_t band = kBandAcc / (wq > 0 ? wq : 1);
+  while (band > 1 && sh * sw * (band + amax + 1) * wq > kBandPhases) --band;
+  if (band < 1 || sh * sw * (band + amax + 1) * wq > kBandPhases || taps > 64) {
+    depthwise_rows(x, g, c0, c1, flip, w, w_u8, e, y);
+    return;
+  }
+  int32_t acc[kBandAcc];
+  int32_t phase[kBandPhases];
+  int32_t wt[64];
+  const int32_t az = e->a_zp;
+  for (int64_t ch = c0; ch < c1; ++ch) {
+    const uint8_t* plane = x + ch * g->h * g->w;
+    tap_weights(w, w_u8, ch, taps, e->b_zp[ch * e->b_zp_step], wt);
+    const int32_t bias = e->bias ? e->bias[ch] : 0;
+    for (int64_t oy0 = 0; oy0 < g->oh; oy0 += band) {
+      const int64_t rows = oy0 + band < g->oh ? band : g->oh - oy0;
+      const int64_t prow = rows + amax + 1; /* phase rows, one spare for the column offsets */
+      /* Phase (ry, rx) row i, column j: padded input row (oy0 + i)*sh + ry, column j*sw + rx. */
+      for (int64_t ry = 0; ry < sh; ++ry) {
+        for (int64_t rx = 0; rx < sw; ++rx) {
+          int32_t* q = phase + (ry * sw + rx) * prow * wq;
+          for (int64_t i = 0; i < prow; ++i) {
+            const int64_t iy = (oy0 + i) * sh + ry - g->ph;
+            int32_t* qr = q + i * wq;
+            if (iy < 0 || iy >= g->h) {
+              for (int64_t j = 0; j < wq; ++j) qr[j] = 0;
+              continue;
+            }
+            /* Columns [jlo, jhi) read the row; the rest are padding. */
+            const int64_t off = rx - g->pw;
+            int64_t jlo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+            int64_t jhi = g->w - off <= 0 ? 0 : (g->w - off + sw - 1) / sw;
+            if (jhi > wq) jhi = wq;
+            if (jlo > jhi) jlo = jhi;
+            for (int64_t j = 0; j < jlo; ++j) qr[j] = 0;
+            for (int64_t j = jhi; j < wq; ++j) qr[j] = 0;
+            const uint8_t* src = plane + iy * g->w + off;
+            if (sw == 1) {
+              for (int64_t j = jlo; j < jhi; ++j) qr[j] = (int32_t)(uint8_t)(src[j] ^ flip) - az;
+            } else {
+              for (int64_t j = jlo; j < jhi; ++j)
+                qr[j] = (int32_t)(uint8_t)(src[j * sw] ^ flip) - az;
+            }
+          }
+        }
+      }
+      const int64_t len = rows * wq;
+      for (int64_t q = 0; q < len; ++q) acc[q] = bias;
+      for (int64_t ky = 0; ky < g->kh; ++ky) {
+        for (int64_t kx = 0; kx < g->kw; ++kx) {
+          const int64_t ry = (ky * g->dh) % sh, a = (ky * g->dh) / sh;
+          const int64_t rx = (kx * g->dw) % sw, b = (kx * g->dw) / sw;
+          const int32_t* src = phase + (ry * sw + rx) * prow * wq + a * wq + b;
+          mac_row(acc, src, len, wt[ky * g->kw + kx]);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        store_block(e, y, ch, ch * ohw + (oy0 + r) * g->ow, acc + r * wq, g->ow);
     }
   }
 }
