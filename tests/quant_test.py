@@ -9,7 +9,8 @@ full-range bytes (255 x -128, the pair sum a 16-bit kernel would overflow), size
 the vector width (N = 1, 17, 33, 50; K = 1, 5, 67, 131; M = 1, 7, 13), per-channel zero
 points and scales of odd counts, weights both constant (packed at compile time) and
 graph inputs (packed per run). Every case runs with the CPU's kernel and with
-KILN_QGEMM=c (the plain C kernel). Then bad quantization parameters must fail naming the
+KILN_QGEMM=c (the plain C kernel) and, where the CPU has VBMI, KILN_QGEMM=vnni (VNNI without
+VBMI's transposed stores). Then bad quantization parameters must fail naming the
 node and the input.
 
 usage: quant_test.py KILN_BINARY WORKDIR
@@ -27,6 +28,9 @@ RNG = np.random.default_rng(7)
 ONNX_TYPE = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8,
              np.int32: TensorProto.INT32, np.float32: TensorProto.FLOAT}
 failures = []
+with open("/proc/cpuinfo") as f:
+    FLAGS = next((l.split(":")[1].split() for l in f if l.startswith("flags")), [])
+VNNI_AND_VBMI = "avx512_vnni" in FLAGS and "avx512vbmi" in FLAGS
 
 
 def onnx_type(a):
@@ -62,7 +66,7 @@ def run(path, inputs, env_extra=None):
 
 def check(name, path, inputs, want, env_extra=None):
     r, out = run(path, inputs, env_extra)
-    label = name + (" [C kernel]" if env_extra else "")
+    label = name + (f" [KILN_QGEMM={env_extra['KILN_QGEMM']}]" if env_extra else "")
     if r.returncode != 0:
         failures.append(label + ": kiln failed: " + r.stderr.strip()[-400:])
         return
@@ -76,6 +80,8 @@ def check(name, path, inputs, want, env_extra=None):
 def both(name, path, inputs, want):
     check(name, path, inputs, want)
     check(name, path, inputs, want, {"KILN_QGEMM": "c"})
+    if VNNI_AND_VBMI:  # the VNNI kernel without VBMI's transposed stores too
+        check(name, path, inputs, want, {"KILN_QGEMM": "vnni"})
 
 
 def requant(acc, mult, yz, ydt):

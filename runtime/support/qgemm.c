@@ -59,7 +59,8 @@ static inline __attribute__((always_inline)) void qgemm_tile(
   const uint8_t* ar = a + i0 * lda;
   __m512i v[kMaxPanels];
   for (int64_t t = 0; t < kfull; ++t) {
-    for (int p = 0; p < panels; ++p) v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
+    for (int p = 0; p < panels; ++p)
+      v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
     for (int r = 0; r < rows; ++r) {
       const __m512i av = _mm512_set1_epi32(load4(ar + r * lda + t * 4));
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
@@ -92,6 +93,10 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       scale =
           e->scale_step ? _mm512_maskz_loadu_ps(mask, e->scale + j) : _mm512_set1_ps(e->scale[0]);
     }
+#if defined(__AVX512VBMI__)
+    const int transposed = e->scale && e->rsc == 1 && e->csc != 1;
+    __m512i lo4 = _mm512_setzero_si512(), hi2 = _mm512_setzero_si512();
+#endif
     for (int r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       __m512i v = _mm512_add_epi32(acc[r][p], fix);
@@ -113,6 +118,16 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), _mm512_set1_epi32(e->y_zp));
       q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(e->lo)), _mm512_set1_epi32(e->hi));
       const __m128i bytes = _mm512_cvtepi32_epi8(q);
+#if defined(__AVX512VBMI__)
+      if (transposed) {
+        if (r < 4) {
+          lo4 = _mm512_mask_broadcast_i32x4(lo4, (__mmask16)(0xFu << (4 * r)), bytes);
+        } else {
+          hi2 = _mm512_mask_broadcast_i32x4(hi2, (__mmask16)(0xFu << (4 * (r - 4))), bytes);
+        }
+        continue;
+      }
+#endif
       if (e->csc == 1) {
         _mm_mask_storeu_epi8((uint8_t*)c + i * e->rsc + j, mask, bytes);
       } else {
@@ -121,6 +136,35 @@ static inline __attribute__((always_inline)) void qgemm_tile(
         for (int64_t s = 0; s < cols; ++s) ((uint8_t*)c)[i * e->rsc + (j + s) * e->csc] = tmp[s];
       }
     }
+#if defined(__AVX512VBMI__)
+    if (transposed) {
+      static const uint8_t kIx[2][64] = {
+          {0,  16, 32, 48, 64, 80, 80, 80, 1,  17, 33, 49, 65, 81, 81, 81, 2,  18, 34, 50, 66, 82,
+           82, 82, 3,  19, 35, 51, 67, 83, 83, 83, 4,  20, 36, 52, 68, 84, 84, 84, 5,  21, 37, 53,
+           69, 85, 85, 85, 6,  22, 38, 54, 70, 86, 86, 86, 7,  23, 39, 55, 71, 87, 87, 87},
+          {8,  24, 40, 56, 72, 88, 88, 88, 9,  25, 41, 57, 73, 89, 89, 89, 10, 26, 42, 58, 74, 90,
+           90, 90, 11, 27, 43, 59, 75, 91, 91, 91, 12, 28, 44, 60, 76, 92, 92, 92, 13, 29, 45, 61,
+           77, 93, 93, 93, 14, 30, 46, 62, 78, 94, 94, 94, 15, 31, 47, 63, 79, 95, 95, 95}};
+      for (int h = 0; h < 2 && 8 * h < cols; ++h) {
+        const __m512i t =
+            _mm512_permutex2var_epi8(lo4, _mm512_loadu_si512((const void*)kIx[h]), hi2);
+        uint64_t lanes[8];
+        _mm512_storeu_si512((void*)lanes, t);
+        for (int64_t q = 8 * h; q < cols && q < 8 * h + 8; ++q) {
+          uint8_t* dst = (uint8_t*)c + i0 + (j + q) * e->csc;
+          const uint64_t v8 = lanes[q - 8 * h];
+          if (rows == 6) {
+            const uint32_t a4 = (uint32_t)v8;
+            const uint16_t b2 = (uint16_t)(v8 >> 32);
+            memcpy(dst, &a4, 4);
+            memcpy(dst + 4, &b2, 2);
+          } else {
+            memcpy(dst, &v8, (size_t)rows);
+          }
+        }
+      }
+    }
+#endif
   }
 }
 
@@ -139,14 +183,22 @@ static void row_sums(int rows, const uint8_t* a, int64_t lda, int64_t k, int32_t
   }
 }
 
-#define KILN_TILE_CASE(R)                                          \
-  case R:                                                          \
-    switch (panels) {                                              \
-      case 4: qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs); break; \
-      case 3: qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs); break; \
-      case 2: qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); break; \
-      default: qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); break; \
-    }                                                              \
+#define KILN_TILE_CASE(R)                                    \
+  case R:                                                    \
+    switch (panels) {                                        \
+      case 4:                                                \
+        qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs); \
+        break;                                               \
+      case 3:                                                \
+        qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs); \
+        break;                                               \
+      case 2:                                                \
+        qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); \
+        break;                                               \
+      default:                                               \
+        qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); \
+        break;                                               \
+    }                                                        \
     break;
 
 void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,

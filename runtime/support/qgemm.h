@@ -18,6 +18,7 @@ KILN_QGEMM_DECL(base)
 #if defined(__x86_64__)
 KILN_QGEMM_DECL(avx2)
 KILN_QGEMM_DECL(vnni)
+KILN_QGEMM_DECL(vbmi)
 #endif
 #undef KILN_QGEMM_DECL
 

@@ -50,17 +50,29 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
     t.qdepthwise = kiln_qdepthwise_avx2;
   }
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+  const int vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  if (vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
   }
+  if (vnni && __builtin_cpu_supports("avx512vbmi")) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
+    t.qdepthwise = kiln_qdepthwise_vbmi;
+  }
 #endif
-  /* KILN_QGEMM=c: the plain C kernel, whatever the CPU (tests compare the two). */
+  /* KILN_QGEMM=c: the plain C kernels, =vnni: VNNI without VBMI, whatever the CPU (tests
+   * compare each with the one the CPU picks). */
   const char* force = getenv("KILN_QGEMM");
   if (force && strcmp(force, "c") == 0) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
     t.qdepthwise = kiln_qdepthwise_base;
   }
+#if defined(__x86_64__)
+  if (force && strcmp(force, "vnni") == 0 && vnni) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
+    t.qdepthwise = kiln_qdepthwise_vnni;
+  }
+#endif
   return t;
 }
 
