@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Quantizes zoo models with onnxruntime's own tools, as a user would, into bench/data/quant/
-(or OUT): for each CNN, NAME.qdq.onnx from quantize_static (QDQ format, uint8 activations,
-int8 weights per channel, calibrated with MinMax on 8 seeded inputs); for each transformer
+(or OUT): for each CNN, NAME.qdq.onnx and NAME.qop.onnx from quantize_static (QDQ and
+QOperator formats, uint8 activations, int8 weights per channel, calibrated with MinMax on 8
+seeded inputs); for each transformer
 encoder, NAME.dyn.onnx from quantize_dynamic (MatMulInteger with DynamicQuantizeLinear,
 int8 weights). Beside each: NAME.input.npy (the float model's seeded input) and
 NAME.float.onnx (a link to the float model), so bench/quant/run.py can compare kiln int8,
@@ -87,15 +88,17 @@ def main():
         pre = os.path.join(args.out, name + ".pre.onnx")
         quant_pre_process(src, pre, skip_symbolic_shape=True)
         if kind == "static":
-            out = os.path.join(args.out, name + ".qdq.onnx")
-            quantize_static(pre, out, Reader(pre, sample), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            per_channel=True)
+            for fmt, suffix in ((QuantFormat.QDQ, ".qdq.onnx"), (QuantFormat.QOperator, ".qop.onnx")):
+                out = os.path.join(args.out, name + suffix)
+                quantize_static(pre, out, Reader(pre, sample), quant_format=fmt,
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                                per_channel=True)
+                print(f"{name}: {os.path.basename(out)} ({os.path.getsize(out) / 1e6:.1f} MB)")
         else:
             out = os.path.join(args.out, name + ".dyn.onnx")
             quantize_dynamic(pre, out, weight_type=QuantType.QInt8)
+            print(f"{name}: {os.path.basename(out)} ({os.path.getsize(out) / 1e6:.1f} MB)")
         os.remove(pre)
-        print(f"{name}: {os.path.basename(out)} ({os.path.getsize(out) / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

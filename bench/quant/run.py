@@ -91,12 +91,13 @@ def main():
     rows = []
     ratios_ort, ratios_f32, conv_f32 = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
+        files = [(name, os.path.join(args.data, name + s)) for name in args.models
+                 for s in (".qdq.onnx", ".qop.onnx", ".dyn.onnx")
+                 if os.path.exists(os.path.join(args.data, name + s))]
         for name in args.models:
-            q = next((os.path.join(args.data, name + s) for s in (".qdq.onnx", ".dyn.onnx")
-                      if os.path.exists(os.path.join(args.data, name + s))), None)
-            if not q:
+            if not any(n == name for n, _ in files):
                 print(f"{name}: no quantized file in {args.data} (bench/quant/quantize.py)")
-                continue
+        for name, q in files:
             f = os.path.join(args.data, name + ".float.onnx")
             x = np.load(os.path.join(args.data, name + ".input.npy"))
             sq, sf = ort_session(q, args.threads), ort_session(f, args.threads)
@@ -118,7 +119,7 @@ def main():
             r_f32 = float(np.median(np.array(kf) / np.array(kq)))
             ratios_ort.append(r_ort)
             ratios_f32.append(r_f32)
-            if ".qdq." in q:
+            if ".dyn." not in q:
                 conv_f32.append(r_f32)
             rows.append((name, os.path.basename(q), np.median(kq), np.median(oq), r_ort,
                          np.median(kf), r_f32, dev_s, argmax_agree(y_kq, y_oq),
@@ -132,8 +133,9 @@ def main():
         "",
         f"Measured by `bench/quant/run.py` on {machine()}; onnxruntime {ort.__version__}, "
         f"{args.threads} threads, {args.rounds} interleaved rounds of {args.repeat} runs. Files from "
-        "`bench/quant/quantize.py` (onnxruntime's `quantize_static`, QDQ, uint8 activations, int8 "
-        "per-channel weights, 8 seeded calibration inputs; `quantize_dynamic` for the BERTs).",
+        "`bench/quant/quantize.py` (onnxruntime's `quantize_static` in its QDQ (`.qdq`) and "
+        "QOperator (`.qop`) formats, uint8 activations, int8 per-channel weights, 8 seeded "
+        "calibration inputs; `quantize_dynamic` (`.dyn`) for the BERTs).",
         "",
         "| model | file | kiln int8 ms | onnxruntime int8 ms | kiln / ort | kiln f32 ms | "
         "f32 / int8 | kiln vs ort (max) | argmax = ort | argmax = float (kiln) | argmax = float (ort) |",

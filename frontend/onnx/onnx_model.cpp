@@ -109,7 +109,7 @@ void check_supported(const onnx::GraphProto& g, int opset, const std::string& or
   for (int i = 0; i < g.node_size(); ++i) {
     const auto& n = g.node(i);
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    const OnnxOpSpec* spec = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+    const OnnxOpSpec* spec = find_onnx_op(n.domain(), n.op_type());
     // An op library's op checks its own attributes when the node is built.
     if (!spec && find_library_onnx_op(n.domain(), n.op_type())) continue;
     if (!spec) {
@@ -509,8 +509,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       const auto& n = gp_.node(i);
       if (qdq.absorbed(n)) continue;
       const Attrs attrs = attrs_of(n);
-      const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-      const OnnxOpSpec* found = default_domain ? find_onnx_op(n.op_type()) : nullptr;
+      const OnnxOpSpec* found = find_onnx_op(n.domain(), n.op_type());
       const OnnxOpSpec library_spec{
           {}, nullptr, [&](OnnxImporter& im_, const onnx::NodeProto& node, const Attrs& a) {
             return convert_library_op(im_, node, a);

@@ -29,6 +29,12 @@ const OnnxOpSpec* find_onnx_op(const std::string& op_type) {
   return it == table().end() ? nullptr : &it->second;
 }
 
+const OnnxOpSpec* find_onnx_op(const std::string& domain, const std::string& op_type) {
+  if (domain.empty() || domain == "ai.onnx") return find_onnx_op(op_type);
+  if (domain == "com.microsoft") return find_onnx_op("com.microsoft." + op_type);
+  return nullptr;
+}
+
 std::vector<std::string> onnx_op_names() {
   std::vector<std::string> out;
   for (const auto& [name, spec] : table()) out.push_back(name);

@@ -22,6 +22,9 @@ struct OnnxOpSpec {
 };
 
 const OnnxOpSpec* find_onnx_op(const std::string& op_type);
+// A node's op by domain: the default domain's by name, and onnxruntime's contrib ops that kiln
+// imports (domain com.microsoft, e.g. QLinearAdd); null for any other.
+const OnnxOpSpec* find_onnx_op(const std::string& domain, const std::string& op_type);
 std::vector<std::string> onnx_op_names();  // sorted
 
 }  // namespace kiln

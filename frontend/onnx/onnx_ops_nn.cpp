@@ -121,6 +121,13 @@ Outs convert_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bo
   Attrs p = a;
   p.erase("storage_order");
   Var x = im.in(n, 0);
+  // Bytes (a QOperator model's MaxPool between quantized convolutions): the maximum of their
+  // values in float32, exact, and back.
+  if (is_max && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8)) {
+    const DType bytes = x.dtype();
+    Var f = cast(x, DType::kFloat32);
+    return Outs{cast(f.rank() == 5 ? pool3d(f, p, true) : apply("max_pool", {f}, p), bytes)};
+  }
   if (x.rank() == 5) return Outs{pool3d(x, p, is_max)};
   return Outs{apply(is_max ? "max_pool" : "average_pool", {x}, p)};
 }

@@ -1,13 +1,16 @@
 // The ONNX importer's quantized ops: QuantizeLinear, DequantizeLinear and
 // DynamicQuantizeLinear as elementwise composites (fused like any float chain), and
 // MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv as kiln's integer qmatmul and
-// qconv, whose kernels multiply bytes and sum in int32 (ops/qmatmul.h, ops/qconv.h).
+// qconv, whose kernels multiply bytes and sum in int32 (ops/qmatmul.h, ops/qconv.h); and
+// onnxruntime's QOperator contrib ops (QLinearAdd, QLinearMul, QLinearSigmoid,
+// QLinearGlobalAveragePool, QGemm).
 // Quantization parameters known at load time are checked there: a scale that is zero,
 // negative, NaN or infinite, a zero point of the wrong type or size, per-axis parameters
 // whose length is not the axis's, each named with the node's input.
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <optional>
 
 #include "frontend/onnx/onnx_op_support.h"
 #include "util/error.h"
@@ -257,9 +260,112 @@ Outs convert_qlinear_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attr
   return Outs{apply("qconv", ins, p)};
 }
 
+// onnxruntime's QOperator contrib ops (domain com.microsoft), as their float op between a
+// DequantizeLinear of each input and a QuantizeLinear of the output: the chain fuses into one
+// elementwise loop (a residual add, a squeeze-excite's sigmoid and multiply).
+
+// (x - zp) * scale for a per-tensor scale and zero point given as inputs i + 1, i + 2.
+Var dequantized(OnnxImporter& im, const onnx::NodeProto& n, int i, const char* role) {
+  Var x = im.in(n, i);
+  check_operand(n, i, x, role);
+  Var s = scale_in(im, n, i + 1, role);
+  Var z = zero_point_in(im, n, i + 2, x.dtype(), role);
+  if (static_numel(s.type()) != 1 || static_numel(z.type()) != 1) {
+    throw UnsupportedError(input_label(n, i + 1, role) +
+                           " with per-channel parameters (one scale and zero point supported)");
+  }
+  return (cast(x, DType::kFloat32) - cast(reshape(z, {}), DType::kFloat32)) * reshape(s, {});
+}
+
+// The float y quantized by the scale and zero point at inputs i, i + 1.
+Var requantized(OnnxImporter& im, const onnx::NodeProto& n, Var y, int i) {
+  Var s = scale_in(im, n, i, "Y's scale");
+  Var z = im.in(n, i + 1);
+  if (!is_byte(z.dtype()) || static_numel(z.type()) != 1 || static_numel(s.type()) != 1) {
+    throw UserError(input_label(n, i + 1, "Y's zero point") + " must be one int8 or uint8 " +
+                    "with one scale, got " + z.type().to_string() + " and " + s.type().to_string());
+  }
+  return quantize(y, reshape(s, {}), reshape(z, {}), z.dtype());
+}
+
+OnnxOpSpec qlinear_binary(bool add) {
+  return {{}, nullptr, [add](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+            Var a = dequantized(im, n, 0, "A"), b = dequantized(im, n, 3, "B");
+            return Outs{requantized(im, n, add ? a + b : a * b, 6)};
+          }};
+}
+
+Outs convert_qlinear_sigmoid(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+  return Outs{requantized(im, n, sigmoid(dequantized(im, n, 0, "X")), 3)};
+}
+
+Outs convert_qlinear_global_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = dequantized(im, n, 0, "X");
+  if (x.rank() < 3) throw UserError("X must have spatial dimensions, got " + x.type().to_string());
+  std::vector<int64_t> axes;
+  const bool last = attr_int(a, "channels_last", 0) != 0;
+  for (int d = last ? 1 : 2; d < (last ? x.rank() - 1 : x.rank()); ++d) axes.push_back(d);
+  return Outs{requantized(im, n, mean(x, axes, true), 3)};
+}
+
+// QGemm: A (M, K) by B (K, N), or (N, K) with transB, both bytes, with an int32 bias C; the
+// output requantized with y_scale and y_zero_point, or float32 when they are absent.
+Outs convert_qgemm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (attr_int(a, "transA", 0) != 0) throw UnsupportedError("transA=1 (a transposed A)");
+  Var x = im.in(n, 0), w = im.in(n, 3);
+  check_operand(n, 0, x, "A");
+  check_operand(n, 3, w, "B");
+  if (w.rank() != 2 || x.rank() != 2) {
+    throw UserError("A and B must be 2-D, got " + x.type().to_string() + " and " +
+                    w.type().to_string());
+  }
+  if (attr_int(a, "transB", 0) != 0) w = transpose(w, {1, 0});
+  const int64_t cols = w.type().dims[1];
+  Var az = a_zero_point(im, n, 2, x.dtype(), "A's zero point");
+  Var bz = per_column(zero_point_in(im, n, 5, w.dtype(), "B's zero point"), cols, n, 5,
+                      "B's zero point");
+  const double alpha = attr_float(a, "alpha", 1.0);
+  std::optional<Var> bias;
+  if (OnnxImporter::has_input(n, 6)) {
+    Var c = im.in(n, 6);
+    if (c.dtype() != DType::kInt32) {
+      throw UnsupportedError(input_label(n, 6, "C") + " of " + c.type().to_string() +
+                             " (an int32 bias is supported)");
+    }
+    bias = per_column(c, cols, n, 6, "C");
+  }
+  if (OnnxImporter::has_input(n, 7)) {
+    Var m = multiplier(im, n, 1, 4, 7, cols) * alpha;
+    Var yz = im.in(n, 8);
+    std::vector<Var> ins{x, w, az, bz, m, yz};
+    Attrs p{{"requant", int64_t{1}}};
+    if (bias) {
+      ins.push_back(*bias);
+      p["bias"] = int64_t{1};
+    }
+    return Outs{apply("qmatmul", ins, p)};
+  }
+  std::vector<Var> ins{x, w, az, bz};
+  Attrs p;
+  if (bias) {
+    ins.push_back(*bias);
+    p["bias"] = int64_t{1};
+  }
+  Var acc = apply("qmatmul", ins, p);
+  Var sa = scale_in(im, n, 1, "A's scale"), sb = scale_in(im, n, 4, "B's scale");
+  per_column(sb, cols, n, 4, "B's scale");
+  return Outs{cast(acc, DType::kFloat32) * (reshape(sa, {}) * sb * alpha)};
+}
+
 }  // namespace
 
 void add_quant_ops(OpTable& t) {
+  t["com.microsoft.QLinearAdd"] = qlinear_binary(true);
+  t["com.microsoft.QLinearMul"] = qlinear_binary(false);
+  t["com.microsoft.QLinearSigmoid"] = {{}, nullptr, convert_qlinear_sigmoid};
+  t["com.microsoft.QLinearGlobalAveragePool"] = {
+      {"channels_last"}, nullptr, convert_qlinear_global_pool};
+  t["com.microsoft.QGemm"] = {{"alpha", "transA", "transB"}, nullptr, convert_qgemm};
   t["QuantizeLinear"] = {{"axis"}, nullptr, convert_quantize};
   t["DequantizeLinear"] = {{"axis"}, nullptr, convert_dequantize};
   t["DynamicQuantizeLinear"] = {{}, nullptr, convert_dynamic_quantize};
