@@ -281,6 +281,46 @@ got = np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None
 if got is None or got.shape != want.shape or np.max(np.abs(got.astype(int) - want.astype(int))) > 1:
     failures.append("QLinearGlobalAveragePool: " + (r.stderr[-300:] if got is None else
                                                     f"got {got.ravel()[:6]} want {want.ravel()[:6]}"))
+
+
+def near(label, path, inputs, want):
+    """Within one quantization step: kiln's float32 op against NumPy's may round a value that
+    sits on a step's edge the other way."""
+    r, out = run(path, inputs)
+    got = np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None
+    if got is None or got.shape != want.shape or \
+            np.max(np.abs(got.astype(int) - want.astype(int))) > 1:
+        failures.append(f"{label}: " + (r.stderr[-300:] if got is None else
+                                        f"got {got.ravel()[:6]} want {want.ravel()[:6]}"))
+
+
+node = helper.make_node("QLinearLeakyRelu", ["a", "as", "az", "cs", "cz"], ["y"],
+                        domain="com.microsoft", alpha=0.1)
+xf = dq(A, 0.02, 120)
+want = q8(np.where(xf < 0, xf * np.float32(0.1), xf), 0.03, 128, np.uint8)
+near("QLinearLeakyRelu", model(node, {"a": A}, consts, [("y", TensorProto.UINT8)],
+                               "qlinearleakyrelu"), {"a": A}, want)
+node = helper.make_node("QLinearConcat", ["cs", "cz", "a", "as", "az", "b", "bs", "bz"], ["y"],
+                        domain="com.microsoft", axis=-3)
+want = q8(np.concatenate([dq(A, 0.02, 120), dq(B, 0.05, 3)], axis=1), 0.03, 128, np.uint8)
+near("QLinearConcat", model(node, {"a": A, "b": B}, dict(P), [("y", TensorProto.UINT8)],
+                            "qlinearconcat"), {"a": A, "b": B}, want)
+# 3x3 windows at stride 2 with one pixel of padding that does not count.
+X8 = edge_bytes((1, 3, 7, 6), np.uint8)
+xf = dq(X8, 0.02, 120)
+oh, ow = 4, 3
+pooled = np.zeros((1, 3, oh, ow), np.float32)
+for i in range(oh):
+    for j in range(ow):
+        win = xf[:, :, max(0, 2 * i - 1):2 * i + 2, max(0, 2 * j - 1):2 * j + 2]
+        pooled[:, :, i, j] = win.mean(axis=(2, 3))
+want = q8(pooled, 0.03, 128, np.uint8)
+node = helper.make_node("QLinearAveragePool", ["a", "as", "az", "cs", "cz"], ["y"],
+                        domain="com.microsoft", kernel_shape=[3, 3], strides=[2, 2],
+                        pads=[1, 1, 1, 1], count_include_pad=0)
+near("QLinearAveragePool", model(node, {"a": X8}, consts, [("y", TensorProto.UINT8)],
+                                 "qlinearaveragepool"), {"a": X8}, want)
+
 # QGemm: weights (N, K) read transposed, an int32 bias, per-column B scales; requantized, and
 # float32 when Y's scale is absent.
 X = edge_bytes((7, 37), np.uint8)

@@ -2,8 +2,8 @@
 // DynamicQuantizeLinear as elementwise composites (fused like any float chain), and
 // MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv as kiln's integer qmatmul and
 // qconv, whose kernels multiply bytes and sum in int32 (ops/qmatmul.h, ops/qconv.h); and
-// onnxruntime's QOperator contrib ops (QLinearAdd, QLinearMul, QLinearSigmoid,
-// QLinearGlobalAveragePool, QGemm).
+// onnxruntime's QOperator contrib ops (QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
+// QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool).
 // Quantization parameters known at load time are checked there: a scale that is zero,
 // negative, NaN or infinite, a zero point of the wrong type or size, per-axis parameters
 // whose length is not the axis's, each named with the node's input.
@@ -299,6 +299,34 @@ Outs convert_qlinear_sigmoid(OnnxImporter& im, const onnx::NodeProto& n, const A
   return Outs{requantized(im, n, sigmoid(dequantized(im, n, 0, "X")), 3)};
 }
 
+Outs convert_qlinear_leaky_relu(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  return Outs{
+      requantized(im, n, leaky_relu(dequantized(im, n, 0, "X"), attr_float(a, "alpha", 0.01)), 3)};
+}
+
+// QLinearConcat(Y_scale, Y_zero_point, (X, X_scale, X_zero_point)...).
+Outs convert_qlinear_concat(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (n.input_size() < 5 || (n.input_size() - 2) % 3 != 0) {
+    throw UserError(
+        "QLinearConcat takes Y's scale and zero point, then (X, scale, zero point) "
+        "per input; got " +
+        std::to_string(n.input_size()) + " inputs");
+  }
+  std::vector<Var> xs;
+  for (int i = 2; i < n.input_size(); i += 3) xs.push_back(dequantized(im, n, i, "X"));
+  const int64_t axis = rank_axis(attr_int(a, "axis", 0), xs[0].rank());
+  return Outs{requantized(im, n, apply("concat", xs, {{"axis", axis}}), 0)};
+}
+
+Outs convert_qlinear_average_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (attr_int(a, "channels_last", 0) != 0) {
+    throw UnsupportedError("channels_last=1 (a channels-last QLinearAveragePool)");
+  }
+  Attrs p = a;
+  p.erase("channels_last");
+  return Outs{requantized(im, n, apply("average_pool", {dequantized(im, n, 0, "X")}, p), 3)};
+}
+
 Outs convert_qlinear_global_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = dequantized(im, n, 0, "X");
   if (x.rank() < 3) throw UserError("X must have spatial dimensions, got " + x.type().to_string());
@@ -366,6 +394,12 @@ void add_quant_ops(OpTable& t) {
   t["com.microsoft.QLinearGlobalAveragePool"] = {
       {"channels_last"}, nullptr, convert_qlinear_global_pool};
   t["com.microsoft.QGemm"] = {{"alpha", "transA", "transB"}, nullptr, convert_qgemm};
+  t["com.microsoft.QLinearLeakyRelu"] = {{"alpha"}, nullptr, convert_qlinear_leaky_relu};
+  t["com.microsoft.QLinearConcat"] = {{"axis"}, nullptr, convert_qlinear_concat};
+  t["com.microsoft.QLinearAveragePool"] = {{"auto_pad", "ceil_mode", "channels_last",
+                                            "count_include_pad", "kernel_shape", "pads", "strides"},
+                                           nullptr,
+                                           convert_qlinear_average_pool};
   t["QuantizeLinear"] = {{"axis"}, nullptr, convert_quantize};
   t["DequantizeLinear"] = {{"axis"}, nullptr, convert_dequantize};
   t["DynamicQuantizeLinear"] = {{}, nullptr, convert_dynamic_quantize};
