@@ -9,9 +9,9 @@ full-range bytes (255 x -128, the pair sum a 16-bit kernel would overflow), size
 the vector width (N = 1, 17, 33, 50; K = 1, 5, 67, 131; M = 1, 7, 13), per-channel zero
 points and scales of odd counts, weights both constant (packed at compile time) and
 graph inputs (packed per run). Every case runs with the CPU's kernel and with
-KILN_QGEMM=c (the plain C kernel) and, where the CPU has VBMI, KILN_QGEMM=vnni (VNNI without
-VBMI's transposed stores). Then bad quantization parameters must fail naming the
-node and the input.
+KILN_QGEMM=c (the plain C kernel), KILN_QGEMM=avx2 (vpmaddwd on widened bytes) and, where
+the CPU has VBMI, KILN_QGEMM=vnni (VNNI without VBMI's transposed stores). Then bad
+quantization parameters must fail naming the node and the input.
 
 usage: quant_test.py KILN_BINARY WORKDIR
 """
@@ -84,6 +84,8 @@ def check(name, path, inputs, want, env_extra=None):
 def both(name, path, inputs, want):
     check(name, path, inputs, want)
     check(name, path, inputs, want, {"KILN_QGEMM": "c"})
+    if "avx2" in FLAGS:
+        check(name, path, inputs, want, {"KILN_QGEMM": "avx2"})
     if VNNI_AND_VBMI:  # the VNNI kernel without VBMI's transposed stores too
         check(name, path, inputs, want, {"KILN_QGEMM": "vnni"})
 

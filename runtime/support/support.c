@@ -60,14 +60,18 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qdepthwise = kiln_qdepthwise_vbmi;
   }
 #endif
-  /* KILN_QGEMM=c: the plain C kernels, =vnni: VNNI without VBMI, whatever the CPU (tests
-   * compare each with the one the CPU picks). */
+  /* KILN_QGEMM=c: the plain C kernels, =avx2: AVX2's, =vnni: VNNI without VBMI, where the CPU
+   * has them (tests compare each with the one the CPU picks). */
   const char* force = getenv("KILN_QGEMM");
   if (force && strcmp(force, "c") == 0) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
     t.qdepthwise = kiln_qdepthwise_base;
   }
 #if defined(__x86_64__)
+  if (force && strcmp(force, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
+    t.qdepthwise = kiln_qdepthwise_avx2;
+  }
   if (force && strcmp(force, "vnni") == 0 && vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
