@@ -243,9 +243,53 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
  * widen once (four registers of 4 columns x 4 k) and serve both rows; each row's 4 bytes
  * widen to (a0 a1 a2 a3) x 4. vpmaddwd leaves two partial sums per column (k 0-1 and 2-3)
  * in adjacent lanes, added at the end. */
+/* One tile of `rows` (1 or 2, a constant where it is inlined) rows by one panel. */
+static inline __attribute__((always_inline)) void avx2_tile(int rows, int64_t i0, int64_t j0,
+                                                            int64_t n, int64_t k, const uint8_t* a,
+                                                            int64_t lda, const int8_t* panel,
+                                                            const kiln_qgemm_epi* e, void* c,
+                                                            const int32_t* rs) {
+  const int64_t k4 = (k + 3) / 4, kfull = k / 4;
+  __m256i acc[2][4];
+  for (int r = 0; r < rows; ++r)
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_si256();
+  for (int64_t t = 0; t < k4; ++t) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i*)(panel + t * 64));
+    const __m256i hi = _mm256_loadu_si256((const __m256i*)(panel + t * 64 + 32));
+    const __m256i b0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo));
+    const __m256i b1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1));
+    const __m256i b2 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi));
+    const __m256i b3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1));
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* ar = a + (i0 + r) * lda + t * 4;
+      int32_t four = 0;
+      if (t < kfull) {
+        memcpy(&four, ar, 4);
+      } else { /* the last group's bytes past k are not read (its rows of B are zero) */
+        for (int64_t x = 0; x < k - kfull * 4; ++x) ((uint8_t*)&four)[x] = ar[x];
+      }
+      const __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(four));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
+      acc[r][2] = _mm256_add_epi32(acc[r][2], _mm256_madd_epi16(av, b2));
+      acc[r][3] = _mm256_add_epi32(acc[r][3], _mm256_madd_epi16(av, b3));
+    }
+  }
+  const int64_t cols = n - j0 < 16 ? n - j0 : 16;
+  for (int r = 0; r < rows; ++r) {
+    int32_t part[32];
+    for (int q = 0; q < 4; ++q) _mm256_storeu_si256((__m256i*)(part + 8 * q), acc[r][q]);
+    /* Register q holds columns 4q..4q+3, two partial sums each. */
+    for (int64_t col = 0; col < cols; ++col) {
+      const int32_t dot = part[2 * col] + part[2 * col + 1];
+      qgemm_store(e, c, i0 + r, j0 + col, qgemm_fix(e, k, j0 + col, dot, rs[r]));
+    }
+  }
+}
+
 void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
                    const kiln_qgemm_epi* e, void* c) {
-  const int64_t k4 = (k + 3) / 4, kfull = k / 4;
+  const int64_t k4 = (k + 3) / 4;
   for (int64_t i0 = 0; i0 < m; i0 += 2) {
     const int rows = m - i0 < 2 ? 1 : 2;
     int32_t rs[2] = {0, 0};
@@ -253,35 +297,10 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
       for (int64_t t = 0; t < k; ++t) rs[r] += a[(i0 + r) * lda + t];
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
       const int8_t* panel = bp + (j0 / 16) * k4 * 64;
-      __m256i acc[2][4];
-      for (int r = 0; r < 2; ++r)
-        for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_si256();
-      for (int64_t t = 0; t < k4; ++t) {
-        const __m256i lo = _mm256_loadu_si256((const __m256i*)(panel + t * 64));
-        const __m256i hi = _mm256_loadu_si256((const __m256i*)(panel + t * 64 + 32));
-        const __m256i b[4] = {_mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)),
-                              _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1)),
-                              _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)),
-                              _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1))};
-        for (int r = 0; r < rows; ++r) {
-          const uint8_t* ar = a + (i0 + r) * lda + t * 4;
-          int32_t four = 0;
-          /* The last group's bytes past k are not read (its rows of B are zero). */
-          memcpy(&four, ar, (size_t)(t < kfull ? 4 : k - kfull * 4));
-          const __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(four));
-          for (int q = 0; q < 4; ++q)
-            acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(av, b[q]));
-        }
-      }
-      const int64_t cols = n - j0 < 16 ? n - j0 : 16;
-      for (int r = 0; r < rows; ++r) {
-        int32_t part[32];
-        for (int q = 0; q < 4; ++q) _mm256_storeu_si256((__m256i*)(part + 8 * q), acc[r][q]);
-        /* Register q holds columns 4q..4q+3, two partial sums each. */
-        for (int64_t col = 0; col < cols; ++col) {
-          const int32_t dot = part[2 * col] + part[2 * col + 1];
-          qgemm_store(e, c, i0 + r, j0 + col, qgemm_fix(e, k, j0 + col, dot, rs[r]));
-        }
+      if (rows == 2) {
+        avx2_tile(2, i0, j0, n, k, a, lda, panel, e, c, rs);
+      } else {
+        avx2_tile(1, i0, j0, n, k, a, lda, panel, e, c, rs);
       }
     }
   }
