@@ -22,6 +22,15 @@ struct TensorType {
     }
     return true;
   }
+  // The element count, or kDynamic when a dimension is unknown.
+  int64_t static_numel() const {
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      if (d == kDynamic) return kDynamic;
+      n *= d;
+    }
+    return n;
+  }
   std::string to_string() const;  // "float32 (?, 256)"
   // True when a concrete shape fits: same rank, equal wherever a dimension is known.
   bool accepts(const std::vector<int64_t>& shape) const;

@@ -7,17 +7,6 @@
 namespace kiln {
 namespace {
 
-bool is_byte(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
-
-int64_t numel_or_dynamic(const TensorType& t) {
-  int64_t n = 1;
-  for (int64_t d : t.dims) {
-    if (d == kDynamic) return kDynamic;
-    n *= d;
-  }
-  return n;
-}
-
 // A scalar or a 1-D tensor of one element or `cols` elements (when `per_column`).
 void check_vector(const std::string& op, const char* what, const TensorType& t, DType want,
                   bool per_column, int64_t cols) {
@@ -25,7 +14,7 @@ void check_vector(const std::string& op, const char* what, const TensorType& t, 
     throw UserError(op + ": " + what + " must be " + std::string(dtype_name(want)) + ", got " +
                     t.to_string());
   }
-  const int64_t n = numel_or_dynamic(t);
+  const int64_t n = t.static_numel();
   const bool ok =
       t.rank() <= 1 && (n == kDynamic || n == 1 || (per_column && (cols == kDynamic || n == cols)));
   if (!ok) {

@@ -27,11 +27,12 @@ enum class DType : int32_t {
 };
 
 size_t dtype_size(DType dt);
-std::string_view dtype_name(DType dt);   // "float32"
+std::string_view dtype_name(DType dt);  // "float32"
 std::optional<DType> dtype_from_name(std::string_view name);
 std::string_view dtype_c_type(DType dt);  // C type in generated code ("float", "uint8_t" for bool)
 bool is_float(DType dt);
 bool is_integer(DType dt);  // bool excluded
 bool is_signed(DType dt);
+inline bool is_byte(DType dt) { return dt == DType::kInt8 || dt == DType::kUInt8; }  // quantized
 
 }  // namespace kiln

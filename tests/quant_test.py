@@ -380,6 +380,22 @@ for label, op, consts, word in bad_cases:
         failures.append(f"bad parameters ({label}): want an error naming the node and the "
                         f"{word}, got rc {r.returncode}: {msg.strip()[-300:]}")
 
+# Y's zero point of the wrong type (int32): named, for QLinearMatMul and QGemm.
+for op, ins, extra in (
+        ("QLinearMatMul", ["a", "sa", "az", "b", "sb", "bz", "sy", "yz"], {}),
+        ("QGemm", ["a", "sa", "az", "b", "sb", "bz", "", "sy", "yz"], {"domain": "com.microsoft"})):
+    node = helper.make_node(op, ins, ["y"], name="bad_yz", **extra)
+    consts = {"sa": np.array(np.float32(1)), "az": np.array(0, np.uint8),
+              "b": np.ones((3, 3), np.int8), "sb": np.array(np.float32(1)),
+              "bz": np.array(0, np.int8), "sy": np.array(np.float32(1)),
+              "yz": np.array(0, np.int32)}
+    x = np.zeros((2, 3), np.uint8)
+    path = model(node, {"a": x}, consts, [("y", TensorProto.UINT8)], "bad_yz_" + op)
+    r, _ = run(path, {"a": x})
+    if r.returncode == 0 or "bad_yz" not in r.stderr or "Y's zero point" not in r.stderr:
+        failures.append(f"{op} with an int32 Y zero point: want an error naming the node and "
+                        f"Y's zero point, got rc {r.returncode}: {r.stderr.strip()[-300:]}")
+
 if failures:
     print(f"{len(failures)} failures:")
     for f in failures:

@@ -18,20 +18,9 @@
 namespace kiln::onnx_import {
 namespace {
 
-bool is_byte(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
-
 std::string input_label(const onnx::NodeProto& n, int i, const char* role) {
   return std::string(role) + " (input " + std::to_string(i) + ", '" +
          (i < n.input_size() ? n.input(i) : std::string()) + "')";
-}
-
-int64_t static_numel(const TensorType& t) {
-  int64_t e = 1;
-  for (int64_t d : t.dims) {
-    if (d == kDynamic) return kDynamic;
-    e *= d;
-  }
-  return e;
 }
 
 // A scale input: float32, and where its values are known, each finite and positive.
@@ -67,7 +56,7 @@ Var zero_point_in(OnnxImporter& im, const onnx::NodeProto& n, int i, DType want,
 // against x.
 Var along_axis(Var p, const Var& x, int64_t axis_attr, const onnx::NodeProto& n, int i,
                const char* role) {
-  const int64_t count = static_numel(p.type());
+  const int64_t count = p.type().static_numel();
   if (p.rank() == 0 || count == 1) return p.rank() == 0 ? p : reshape(p, {});
   const int axis = static_cast<int>(rank_axis(axis_attr, x.rank()));
   const int64_t len = x.type().dims[static_cast<size_t>(axis)];
@@ -144,7 +133,7 @@ Outs convert_dynamic_quantize(OnnxImporter& im, const onnx::NodeProto& n, const 
 // A zero point for qmatmul's A: one value (a per-row A zero point is not supported).
 Var a_zero_point(OnnxImporter& im, const onnx::NodeProto& n, int i, DType dtype, const char* role) {
   Var z = zero_point_in(im, n, i, dtype, role);
-  const int64_t count = static_numel(z.type());
+  const int64_t count = z.type().static_numel();
   if (count != 1 || z.rank() > 1) {
     throw UnsupportedError(input_label(n, i, role) + " of " + z.type().to_string() +
                            " (one zero point for all of A is supported)");
@@ -154,7 +143,7 @@ Var a_zero_point(OnnxImporter& im, const onnx::NodeProto& n, int i, DType dtype,
 
 // B's zero point or scale: one value or one per output column (`cols`).
 Var per_column(Var p, int64_t cols, const onnx::NodeProto& n, int i, const char* role) {
-  const int64_t count = static_numel(p.type());
+  const int64_t count = p.type().static_numel();
   if (p.rank() > 1 || (count != 1 && count != kDynamic && cols != kDynamic && count != cols)) {
     throw UserError(input_label(n, i, role) + " must be a scalar or hold one value per output " +
                     "column (" + std::to_string(cols) + "), got " + p.type().to_string());
@@ -185,7 +174,7 @@ Var multiplier(OnnxImporter& im, const onnx::NodeProto& n, int ia, int ib, int i
   Var sa = scale_in(im, n, ia, "A's scale"), sb = scale_in(im, n, ib, "B's scale");
   Var sy = scale_in(im, n, iy, "Y's scale");
   for (auto [v, i, role] : {std::tuple{sa, ia, "A's scale"}, std::tuple{sy, iy, "Y's scale"}}) {
-    if (static_numel(v.type()) != 1 || v.rank() > 1) {
+    if (v.type().static_numel() != 1 || v.rank() > 1) {
       throw UnsupportedError(input_label(n, i, role) + " of " + v.type().to_string() +
                              " (one scale is supported)");
     }
@@ -193,6 +182,16 @@ Var multiplier(OnnxImporter& im, const onnx::NodeProto& n, int ia, int ib, int i
   per_column(sb, cols, n, ib, "B's scale");
   Var m = reshape(sa, {}) * sb / reshape(sy, {});
   return m.rank() == 0 ? reshape(m, {1}) : m;
+}
+
+// Y's zero point (input i): one int8 or uint8, which is also Y's type.
+Var output_zero_point(OnnxImporter& im, const onnx::NodeProto& n, int i) {
+  Var yz = im.in(n, i);
+  if (!is_byte(yz.dtype()) || yz.type().static_numel() != 1) {
+    throw UserError(input_label(n, i, "Y's zero point") + " must be one int8 or uint8, got " +
+                    yz.type().to_string());
+  }
+  return yz;
 }
 
 Outs convert_qlinear_matmul(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
@@ -203,11 +202,7 @@ Outs convert_qlinear_matmul(OnnxImporter& im, const onnx::NodeProto& n, const At
   Var az = a_zero_point(im, n, 2, a.dtype(), "A's zero point");
   Var bz = per_column(zero_point_in(im, n, 5, b.dtype(), "B's zero point"), cols, n, 5,
                       "B's zero point");
-  Var yz = im.in(n, 7);
-  if (!is_byte(yz.dtype()) || static_numel(yz.type()) != 1) {
-    throw UserError(input_label(n, 7, "Y's zero point") + " must be one int8 or uint8, got " +
-                    yz.type().to_string());
-  }
+  Var yz = output_zero_point(im, n, 7);
   Var m = multiplier(im, n, 1, 4, 6, cols);
   return Outs{apply("qmatmul", {a, b, az, bz, m, yz}, {{"requant", int64_t{1}}})};
 }
@@ -239,11 +234,7 @@ Outs convert_qlinear_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attr
   Var xz = a_zero_point(im, n, 2, x.dtype(), "X's zero point");
   Var wz =
       per_column(zero_point_in(im, n, 5, w.dtype(), "W's zero point"), m, n, 5, "W's zero point");
-  Var yz = im.in(n, 7);
-  if (!is_byte(yz.dtype()) || static_numel(yz.type()) != 1) {
-    throw UserError(input_label(n, 7, "Y's zero point") + " must be one int8 or uint8, got " +
-                    yz.type().to_string());
-  }
+  Var yz = output_zero_point(im, n, 7);
   Var mult = multiplier(im, n, 1, 4, 6, m);
   std::vector<Var> ins{x, w, xz, wz, mult, yz};
   Attrs p = conv_props(a);
@@ -270,7 +261,7 @@ Var dequantized(OnnxImporter& im, const onnx::NodeProto& n, int i, const char* r
   check_operand(n, i, x, role);
   Var s = scale_in(im, n, i + 1, role);
   Var z = zero_point_in(im, n, i + 2, x.dtype(), role);
-  if (static_numel(s.type()) != 1 || static_numel(z.type()) != 1) {
+  if (s.type().static_numel() != 1 || z.type().static_numel() != 1) {
     throw UnsupportedError(input_label(n, i + 1, role) +
                            " with per-channel parameters (one scale and zero point supported)");
   }
@@ -281,7 +272,7 @@ Var dequantized(OnnxImporter& im, const onnx::NodeProto& n, int i, const char* r
 Var requantized(OnnxImporter& im, const onnx::NodeProto& n, Var y, int i) {
   Var s = scale_in(im, n, i, "Y's scale");
   Var z = im.in(n, i + 1);
-  if (!is_byte(z.dtype()) || static_numel(z.type()) != 1 || static_numel(s.type()) != 1) {
+  if (!is_byte(z.dtype()) || z.type().static_numel() != 1 || s.type().static_numel() != 1) {
     throw UserError(input_label(n, i + 1, "Y's zero point") + " must be one int8 or uint8 " +
                     "with one scale, got " + z.type().to_string() + " and " + s.type().to_string());
   }
@@ -364,7 +355,7 @@ Outs convert_qgemm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   }
   if (OnnxImporter::has_input(n, 7)) {
     Var m = multiplier(im, n, 1, 4, 7, cols) * alpha;
-    Var yz = im.in(n, 8);
+    Var yz = output_zero_point(im, n, 8);
     std::vector<Var> ins{x, w, az, bz, m, yz};
     Attrs p{{"requant", int64_t{1}}};
     if (bias) {

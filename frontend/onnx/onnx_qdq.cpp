@@ -12,8 +12,6 @@ namespace {
 
 using onnx_import::Ints;
 
-bool is_byte(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
-
 int64_t attr_of(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
   for (const auto& a : n.attribute()) {
     if (a.name() == name) return a.i();
@@ -26,15 +24,6 @@ float attr_float_of(const onnx::NodeProto& n, const std::string& name, float fal
     if (a.name() == name) return a.f();
   }
   return fallback;
-}
-
-int64_t numel_of(const TensorType& t) {
-  int64_t e = 1;
-  for (int64_t d : t.dims) {
-    if (d == kDynamic) return kDynamic;
-    e *= d;
-  }
-  return e;
 }
 
 // A DequantizeLinear's parts: the bytes, the scale and the zero point (a zero of the bytes'
@@ -54,8 +43,8 @@ std::optional<Dq> read_dq(OnnxImporter& im, const onnx::NodeProto& d) {
   out.zp = OnnxImporter::has_input(d, 2) ? im.in(d, 2)
                                          : constant(im.graph(), Tensor::scalar(out.q.dtype(), 0));
   if (out.zp.dtype() != out.q.dtype() || out.zp.rank() > 1) return std::nullopt;
-  const int64_t n = numel_of(out.scale.type());
-  if (n == kDynamic || numel_of(out.zp.type()) == kDynamic) return std::nullopt;
+  const int64_t n = out.scale.type().static_numel();
+  if (n == kDynamic || out.zp.type().static_numel() == kDynamic) return std::nullopt;
   out.per_axis = n > 1;
   out.axis = onnx_import::rank_axis(attr_of(d, "axis", 1), std::max(out.q.rank(), 1));
   return out;
@@ -129,10 +118,10 @@ bool QdqFusion::fuse(OnnxImporter& im, const onnx::NodeProto& n) {
   const onnx::NodeProto& qn = *reader;
   if (!good_scale(im, *dx, 1) || !good_scale(im, *dw, 1) || !good_scale(im, qn, 1)) return false;
   std::optional<Dq> x = read_dq(im, *dx), w = read_dq(im, *dw);
-  if (!x || !w || x->per_axis || numel_of(x->zp.type()) != 1) return false;
+  if (!x || !w || x->per_axis || x->zp.type().static_numel() != 1) return false;
   Var sy = im.in(qn, 1), zy = im.in(qn, 2);
-  if (sy.dtype() != DType::kFloat32 || numel_of(sy.type()) != 1 || !is_byte(zy.dtype()) ||
-      numel_of(zy.type()) != 1) {
+  if (sy.dtype() != DType::kFloat32 || sy.type().static_numel() != 1 || !is_byte(zy.dtype()) ||
+      zy.type().static_numel() != 1) {
     return false;
   }
   Var wq = w->q, wzp = w->zp, wscale = w->scale;
