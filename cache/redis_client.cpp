@@ -84,7 +84,8 @@ std::string redacted(const std::string& url) {
 RedisUrl RedisUrl::parse(const std::string& text, const std::string& where) {
   auto bad = [&](const std::string& why) {
     return UserError(where + ": " + in_quotes(redacted(text)) + " is not a Redis URL (" + why +
-                     "; expected redis://[user:password@]host:port[/db])");
+                     "; expected redis://[user:password@]host:port[/db]; other remotes: "
+                     "redis+cluster://host:port,..., http://host:port/path, https://...)");
   };
   const std::string scheme = "redis://";
   if (text.rfind(scheme, 0) != 0) throw bad("no redis:// scheme");

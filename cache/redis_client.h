@@ -19,6 +19,13 @@ class RemoteError : public Error {
   using Error::Error;
 };
 
+// One shard of a cluster is down or skipped: the keys it serves miss, the others still work,
+// so the remote as a whole stays in use.
+class ShardError : public RemoteError {
+ public:
+  using RemoteError::RemoteError;
+};
+
 // redis://[user:password@]host:port[/db]
 struct RedisUrl {
   std::string host = "127.0.0.1";
@@ -40,10 +47,22 @@ struct RedisReply {
   bool is_error() const { return kind == Kind::kError; }
 };
 
-class RedisClient {
+// Something that runs Redis commands: one server (RedisClient) or a cluster that routes each
+// command by its key (RedisClusterClient). Commands kiln sends name their key first (GET, SET,
+// DEL) or as EVAL's only key.
+class RedisLink {
  public:
   // Replies larger than this fail unless a command asks for more.
   static constexpr uint64_t kDefaultMaxReply = 1 << 20;
+  virtual ~RedisLink() = default;
+  virtual RedisReply command(const std::vector<std::string>& args,
+                             uint64_t max_reply_bytes = kDefaultMaxReply) = 0;
+  // The servers that hold data (the masters of a cluster), for status walks.
+  virtual std::vector<RedisUrl> data_nodes() = 0;
+};
+
+class RedisClient : public RedisLink {
+ public:
 
   RedisClient(RedisUrl url, int connect_timeout_ms, int op_timeout_ms);
   ~RedisClient();
@@ -53,7 +72,8 @@ class RedisClient {
   // Sends one command and reads its reply within op_timeout in total; a reply of more than
   // max_reply_bytes is a RemoteError (and the connection is dropped, unread).
   RedisReply command(const std::vector<std::string>& args,
-                     uint64_t max_reply_bytes = kDefaultMaxReply);
+                     uint64_t max_reply_bytes = kDefaultMaxReply) override;
+  std::vector<RedisUrl> data_nodes() override { return {url_}; }
   const RedisUrl& url() const { return url_; }
 
  private:

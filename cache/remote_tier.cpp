@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <random>
 
+#include "cache/blob_codec.h"
 #include "util/escape.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -80,7 +82,19 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
   const char* url = std::getenv("KILN_REMOTE_CACHE");
   if (!url || !*url) return std::nullopt;
   RemoteConfig c;
-  c.url = RedisUrl::parse(url, "KILN_REMOTE_CACHE");
+  // A space-separated list, read in order: a near Redis, a large HTTP store behind it.
+  for (size_t at = 0; at < std::strlen(url);) {
+    const std::string rest = std::string(url).substr(at);
+    const size_t start = rest.find_first_not_of(" \t");
+    if (start == std::string::npos) break;
+    const size_t end = rest.find_first_of(" \t", start);
+    c.urls.push_back(rest.substr(start, end == std::string::npos ? end : end - start));
+    at += end == std::string::npos ? rest.size() : end;
+  }
+  if (c.urls.empty()) return std::nullopt;
+  if (c.urls.size() > 8)
+    throw UserError("KILN_REMOTE_CACHE: " + std::to_string(c.urls.size()) +
+                    " remotes; at most 8 are read in turn");
   auto env = [](const char* var) -> std::optional<std::string> {
     const char* v = std::getenv(var);
     if (!v || !*v) return std::nullopt;
@@ -107,6 +121,23 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
                       " is neither 'signed' (the default) nor 'unsigned'");
     c.trust_unsigned = *trust == "unsigned";
   }
+  if (auto z = env("KILN_REMOTE_COMPRESS")) {
+    if (*z == "off" || *z == "none") {
+      c.compress_level = 0;
+    } else if (*z == "zstd") {
+      c.compress_level = 3;
+    } else if (const std::string level = z->substr(std::min<size_t>(5, z->size()));
+               z->rfind("zstd:", 0) == 0 && !level.empty() && level.size() <= 2 &&
+               level.find_first_not_of("0123456789") == std::string::npos &&
+               std::stoi(level) >= 1 && std::stoi(level) <= 19) {
+      c.compress_level = std::stoi(level);
+    } else {
+      throw UserError("KILN_REMOTE_COMPRESS: " + in_quotes(*z) +
+                      " is none of 'zstd' (the default), 'zstd:LEVEL' (1 to 19) and 'off'");
+    }
+  }
+  // Each URL is parsed now, so a bad one is refused before any compile, naming the variable.
+  for (const auto& u : c.urls) make_remote_store(u, c.store_options(), "KILN_REMOTE_CACHE");
   return c;
 }
 
@@ -173,8 +204,32 @@ RemoteEntry unpack_entry(const std::string& blob, const std::string& key) {
   return e;
 }
 
+RemoteCounters& RemoteCounters::operator+=(const RemoteCounters& o) {
+  hits += o.hits;
+  misses += o.misses;
+  rejects += o.rejects;
+  errors += o.errors;
+  uploads += o.uploads;
+  bytes_in += o.bytes_in;
+  bytes_out += o.bytes_out;
+  return *this;
+}
+
+bool RemoteStatus::ok() const {
+  for (const auto& s : shards) {
+    if (!s.reachable || !s.why.empty()) return false;
+  }
+  return !shards.empty();
+}
+
 RemoteTier::RemoteTier(RemoteConfig config, SignaturePolicy signatures)
-    : config_(std::move(config)), signatures_(std::move(signatures)) {}
+    : config_(std::move(config)), signatures_(std::move(signatures)) {
+  for (const auto& u : config_.urls) {
+    Remote r;
+    r.store = make_remote_store(u, config_.store_options(), "KILN_REMOTE_CACHE");
+    remotes_.push_back(std::move(r));
+  }
+}
 
 RemoteTier* RemoteTier::process_default() {
   static std::once_flag once;
@@ -195,28 +250,98 @@ RemoteTier* RemoteTier::process_default() {
   return tier.get();
 }
 
-bool RemoteTier::available(const char* what) {
-  if (now_s() < skip_until_) {
+std::vector<std::string> RemoteTier::stores() const {
+  std::vector<std::string> out;
+  for (const auto& r : remotes_) out.push_back(r.store->describe());
+  return out;
+}
+
+bool RemoteTier::available(Remote& r, const char* what) {
+  if (now_s() < r.skip_until) {
     if (debug_level() >= 2)
-      log_line(std::string("remote cache: skipped (") + what + "): circuit open");
+      log_line("remote cache " + r.store->describe() + ": skipped (" + what + "): circuit open");
     return false;
   }
-  if (!client_)
-    client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
   return true;
 }
 
-void RemoteTier::fault(const std::string& what) {
-  ++counters_.errors;
-  skip_until_ = now_s() + config_.breaker_s;
-  warn("remote cache " + config_.url.describe() + ": " + terminal_text(what) +
-       "; compiling locally (the remote is skipped for " +
-       std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
+void RemoteTier::fault(Remote& r, const std::string& what) {
+  ++r.counters.errors;
+  r.skip_until = now_s() + config_.breaker_s;
+  warn("remote cache " + r.store->describe() + ": " + terminal_text(what) +
+       (remotes_.size() > 1 ? "; going on without it" : "; compiling locally") +
+       " (it is skipped for " + std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
+}
+
+void RemoteTier::shard_fault(Remote& r, const std::string& what) {
+  // One shard down: its keys miss, the store stays in use. Said once per breaker period.
+  ++r.counters.errors;
+  if (now_s() < r.shard_warned_until) {
+    if (debug_level() >= 2) log_line("remote cache: " + terminal_text(what));
+    return;
+  }
+  r.shard_warned_until = now_s() + config_.breaker_s;
+  warn("remote cache " + r.store->describe() + ": " + terminal_text(what) +
+       "; the keys it holds compile locally (it is " +
+       "skipped for " + std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
 }
 
 std::optional<RemoteEntry> RemoteTier::fetch(const std::string& key) {
   std::lock_guard lock(mutex_);
   return fetch_locked(key);
+}
+
+std::optional<RemoteEntry> RemoteTier::fetch_from(size_t i, const std::string& key,
+                                                  std::string* blob_out) {
+  Remote& rem = remotes_[i];
+  if (auto it = rejected_.find({i, key}); it != rejected_.end() && now_s() < it->second) {
+    if (debug_level() >= 2) log_line("remote cache: " + key + " was rejected; not fetched again");
+    return std::nullopt;
+  }
+  if (!available(rem, "get")) return std::nullopt;
+  // zstd's bound on an incompressible entry: a stored blob is never much larger than that.
+  const uint64_t wire_max = config_.max_entry_bytes + config_.max_entry_bytes / 128 + 4096;
+  std::optional<std::string> blob;
+  try {
+    blob = rem.store->get(key, wire_max);
+  } catch (const ShardError& e) {
+    shard_fault(rem, e.what());
+    return std::nullopt;
+  } catch (const RemoteError& e) {
+    fault(rem, e.what());
+    return std::nullopt;
+  }
+  if (!blob) {
+    ++rem.counters.misses;
+    return std::nullopt;
+  }
+  rem.counters.bytes_in += blob->size();
+  try {
+    const std::string packed = decode_blob(*blob, config_.max_entry_bytes);
+    // The signature covers the whole meta.json, so it is checked before any file is hashed:
+    // a forged entry costs its meta's parse and one verification per trusted key name.
+    RemoteEntry e;
+    size_t at = 0;
+    e.meta = unpack_meta(packed, key, at);
+    if (!config_.trust_unsigned) {
+      if (std::string why = signature_problem(e.meta, signatures_.trusted, config_.ns);
+          !why.empty())
+        throw CacheEntryError("not signed by a trusted key: " + why);
+    }
+    e.files = unpack_files(packed, e.meta, at);
+    e.bytes = blob->size();
+    e.from = rem.store->describe();
+    ++rem.counters.hits;
+    if (blob_out) *blob_out = std::move(*blob);
+    return e;
+  } catch (const CacheEntryError& e) {
+    ++rem.counters.rejects;
+    rejected_[{i, key}] = now_s() + config_.breaker_s;
+    warn("remote cache entry " + key + " from " + rem.store->describe() + " rejected (" +
+         terminal_text(e.what()) + ")" +
+         (i + 1 < remotes_.size() ? "; trying the next remote" : "; compiling locally"));
+    return std::nullopt;
+  }
 }
 
 std::optional<RemoteEntry> RemoteTier::fetch_locked(const std::string& key) {
@@ -230,59 +355,34 @@ std::optional<RemoteEntry> RemoteTier::fetch_locked(const std::string& key) {
     }
     return std::nullopt;
   }
-  if (auto it = rejected_.find(key); it != rejected_.end() && now_s() < it->second) {
-    if (debug_level() >= 2) log_line("remote cache: " + key + " was rejected; not fetched again");
-    return std::nullopt;
-  }
-  if (!available("get")) return std::nullopt;
-  RedisReply r;
-  try {
-    r = client_->command({"GET", entry_key(key)}, config_.max_entry_bytes);
-  } catch (const RemoteError& e) {
-    fault(e.what());
-    return std::nullopt;
-  }
-  if (r.is_error()) {
-    fault("GET refused: " + r.str.substr(0, 200));
-    return std::nullopt;
-  }
-  if (r.kind == RedisReply::Kind::kNil) {
-    ++counters_.misses;
-    return std::nullopt;
-  }
-  if (r.kind != RedisReply::Kind::kString) {
-    fault("GET returned something other than a string");
-    return std::nullopt;
-  }
-  counters_.bytes_in += r.str.size();
-  try {
-    // The signature covers the whole meta.json, so it is checked before any file is hashed:
-    // a forged entry costs its meta's parse and one verification per trusted key name.
-    RemoteEntry e;
-    size_t at = 0;
-    e.meta = unpack_meta(r.str, key, at);
-    if (!config_.trust_unsigned) {
-      if (std::string why = signature_problem(e.meta, signatures_.trusted, config_.ns);
-          !why.empty())
-        throw CacheEntryError("not signed by a trusted key: " + why);
+  for (size_t i = 0; i < remotes_.size(); ++i) {
+    std::string blob;
+    auto e = fetch_from(i, key, can_write() && i > 0 ? &blob : nullptr);
+    if (!e) continue;
+    // Found further down the list: the stores before it get it too (the writer's signed
+    // bytes, unchanged), so the next reader finds it in the nearest one.
+    for (size_t j = 0; j < i && !blob.empty(); ++j) {
+      Remote& near = remotes_[j];
+      if (!available(near, "copy")) continue;
+      try {
+        if (near.store->put_new(key, blob)) {
+          ++near.counters.uploads;
+          near.counters.bytes_out += blob.size();
+        }
+      } catch (const ShardError& err) {
+        shard_fault(near, err.what());
+      } catch (const RemoteError& err) {
+        fault(near, err.what());
+      }
     }
-    e.files = unpack_files(r.str, e.meta, at);
-    e.bytes = r.str.size();
-    ++counters_.hits;
     return e;
-  } catch (const CacheEntryError& e) {
-    ++counters_.rejects;
-    rejected_[key] = now_s() + config_.breaker_s;
-    warn("remote cache entry " + key + " rejected (" + terminal_text(e.what()) +
-         "); compiling locally");
-    return std::nullopt;
   }
+  return std::nullopt;
 }
 
 bool RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir) {
   if (!can_write()) return false;  // readers never write
   std::lock_guard lock(mutex_);
-  if (!available("set")) return false;
   EntryMeta meta = local;
   meta.signatures = {sign_entry(meta, *signatures_.signer, config_.ns)};
   std::vector<std::string> bytes;
@@ -291,49 +391,56 @@ bool RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir
     if (b.size() != f.size || sha256_hex(b) != f.sha256) return false;  // changed under us
     bytes.push_back(std::move(b));
   }
-  const std::string blob = pack_entry(meta, bytes);
-  if (blob.size() > config_.max_entry_bytes) {
-    warn("remote cache: not uploading " + meta.key + ": " + std::to_string(blob.size()) +
+  const std::string packed = pack_entry(meta, bytes);
+  if (packed.size() > config_.max_entry_bytes) {
+    warn("remote cache: not uploading " + meta.key + ": " + std::to_string(packed.size()) +
          " bytes, more than KILN_REMOTE_MAX_ENTRY (" + std::to_string(config_.max_entry_bytes) +
          ")");
     return false;
   }
-  try {
-    RedisReply r = client_->command({"SET", entry_key(meta.key), blob, "NX"});
-    if (r.is_error()) {
-      fault("SET refused: " + r.str.substr(0, 200));
-      return false;
-    }
-    if (r.kind == RedisReply::Kind::kStatus) {
-      ++counters_.uploads;
-      counters_.bytes_out += blob.size();
-      return true;
-    }
-    // Someone uploaded this key first: the same bytes, or a build that is not reproducible.
-    RedisReply existing = client_->command({"GET", entry_key(meta.key)}, config_.max_entry_bytes);
-    if (existing.kind != RedisReply::Kind::kString) return false;
+  const std::string blob = encode_blob(packed, config_.compress_level);
+  bool held = false, compared = false;
+  for (auto& rem : remotes_) {
+    if (!available(rem, "set")) continue;
     try {
-      RemoteEntry theirs = unpack_entry(existing.str, meta.key);
-      for (size_t i = 0; i < meta.files.size() && i < theirs.meta.files.size(); ++i) {
-        if (theirs.meta.files[i].sha256 != meta.files[i].sha256) {
-          warn("remote cache: key " + meta.key + " is not reproducible: its " + meta.files[i].name +
-               " differs from the one another machine uploaded (kept theirs)");
-          break;
-        }
+      if (rem.store->put_new(meta.key, blob)) {
+        ++rem.counters.uploads;
+        rem.counters.bytes_out += blob.size();
+        held = true;
+        continue;
       }
-      return true;
-    } catch (const CacheEntryError&) {
-      return false;  // a bad entry there is rejected by every reader
+      held = true;
+      if (compared) continue;
+      compared = true;
+      // Someone uploaded this key first: the same bytes, or a build that is not reproducible.
+      auto existing = rem.store->get(meta.key, config_.max_entry_bytes + config_.max_entry_bytes / 128 + 4096);
+      if (!existing) continue;
+      try {
+        RemoteEntry theirs = unpack_entry(decode_blob(*existing, config_.max_entry_bytes), meta.key);
+        for (size_t i = 0; i < meta.files.size() && i < theirs.meta.files.size(); ++i) {
+          if (theirs.meta.files[i].sha256 != meta.files[i].sha256) {
+            warn("remote cache: key " + meta.key + " is not reproducible: its " +
+                 meta.files[i].name + " differs from the one another machine uploaded (kept theirs)");
+            break;
+          }
+        }
+      } catch (const CacheEntryError&) {
+        // a bad entry there is rejected by every reader
+      }
+    } catch (const ShardError& e) {
+      shard_fault(rem, e.what());
+    } catch (const RemoteError& e) {
+      fault(rem, e.what());
     }
-  } catch (const RemoteError& e) {
-    fault(e.what());
-    return false;
   }
+  return held;
 }
 
-RemoteLease::RemoteLease(const RemoteConfig& config, std::string redis_key, std::string failed_key,
-                         std::string token)
+RemoteLease::RemoteLease(const RemoteConfig& config,
+                         std::function<std::unique_ptr<RedisLink>()> link, std::string redis_key,
+                         std::string failed_key, std::string token)
     : config_(config),
+      link_(std::move(link)),
       key_(std::move(redis_key)),
       failed_key_(std::move(failed_key)),
       token_(std::move(token)) {
@@ -342,13 +449,13 @@ RemoteLease::RemoteLease(const RemoteConfig& config, std::string redis_key, std:
 
 void RemoteLease::renew_loop() {
   // Its own connection: one socket serves one thread.
-  RedisClient client(config_.url, config_.connect_ms, config_.timeout_ms);
+  std::unique_ptr<RedisLink> client = link_();
   std::unique_lock lock(mutex_);
   while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(config_.lease_ms / 3),
                             [this] { return stop_; })) {
     try {
-      client.command({"EVAL", kRenewScript, "1", key_, token_, std::to_string(config_.lease_ms),
-                      std::to_string(unix_ms() + config_.lease_ms)});
+      client->command({"EVAL", kRenewScript, "1", key_, token_, std::to_string(config_.lease_ms),
+                       std::to_string(unix_ms() + config_.lease_ms)});
     } catch (const RemoteError&) {
       // The lease lapses; another machine may then compile too. Only time is lost.
     }
@@ -356,10 +463,10 @@ void RemoteLease::renew_loop() {
   try {
     if (!uploaded_) {
       // Waiters compile now, side by side, instead of claiming the key one after another.
-      client.command(
+      client->command(
           {"SET", failed_key_, "1", "PX", std::to_string(std::min(config_.lease_ms, 10000))});
     }
-    client.command({"EVAL", kReleaseScript, "1", key_, token_});
+    client->command({"EVAL", kReleaseScript, "1", key_, token_});
   } catch (const RemoteError&) {
   }
 }
@@ -373,18 +480,30 @@ RemoteLease::~RemoteLease() {
   renewer_.join();
 }
 
+RemoteTier::Remote* RemoteTier::lease_remote() {
+  for (auto& r : remotes_) {
+    if (r.store->link_factory()) return &r;
+  }
+  return nullptr;
+}
+
 std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::claim_or_wait(
     const std::string& key) {
   std::unique_lock lock(mutex_);
   if (abandoned_.count(key)) return {};  // this process waited once already, in vain
+  Remote* rem = lease_remote();
+  if (!rem) return {};  // no store with atomic claims: single flight is off
+  const std::string lease_key = redis_lease_key(config_.ns, key);
+  const std::string failed_key = redis_failed_key(config_.ns, key);
   const double deadline = now_s() + config_.wait_ms / 1000.0;
   bool waited = false;
   int retries = 0;  // immediate re-claims after a dead or vanished lease, bounded
   for (;;) {
-    if (!available("lease")) return {};
+    if (!available(*rem, "lease")) return {};
+    RedisLink& link = *rem->store->lease_link();
     try {
       // A holder whose compile failed just now: compile here at once, no lease, no turns.
-      RedisReply failed = client_->command({"GET", failed_key(key)});
+      RedisReply failed = link.command({"GET", failed_key});
       if (failed.kind == RedisReply::Kind::kString) {
         if (debug_level() >= 2) log_line("remote cache: another compile of " + key + " failed");
         if (waited) {
@@ -394,11 +513,10 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
       }
       if (can_write()) {
         const std::string token = random_token();
-        RedisReply r =
-            client_->command({"SET", lease_key(key), lease_value(token, config_.lease_ms), "NX",
-                              "PX", std::to_string(config_.lease_ms)});
+        RedisReply r = link.command({"SET", lease_key, lease_value(token, config_.lease_ms), "NX",
+                                     "PX", std::to_string(config_.lease_ms)});
         if (r.is_error()) {
-          fault("SET (lease) refused: " + r.str.substr(0, 200));
+          fault(*rem, "SET (lease) refused: " + r.str.substr(0, 200));
           return {};
         }
         if (r.kind == RedisReply::Kind::kStatus) {
@@ -406,23 +524,24 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
           if (waited) {
             if (auto e = fetch_locked(key)) return {nullptr, std::move(e)};
           }
-          return {std::make_unique<RemoteLease>(config_, lease_key(key), failed_key(key), token),
+          return {std::make_unique<RemoteLease>(config_, rem->store->link_factory(), lease_key,
+                                                failed_key, token),
                   std::nullopt};
         }
         // Held. A lease without a believable deadline (planted without an expiry, or
         // abandoned by a writer with a broken clock) is dropped, then claimed again.
-        RedisReply held = client_->command({"GET", lease_key(key)});
+        RedisReply held = link.command({"GET", lease_key});
         if (held.kind == RedisReply::Kind::kString && !lease_is_live(held.str, config_.lease_ms)) {
           warn("remote cache: dropping a lease on " + key + " that has no believable expiry");
-          client_->command({"EVAL", kDropDeadScript, "1", lease_key(key), held.str});
+          link.command({"EVAL", kDropDeadScript, "1", lease_key, held.str});
           if (++retries <= 3) continue;
         } else if (held.kind == RedisReply::Kind::kNil && ++retries <= 3) {
           continue;  // released just now: claim it
         }
       } else {
-        RedisReply r = client_->command({"GET", lease_key(key)});
+        RedisReply r = link.command({"GET", lease_key});
         if (r.is_error()) {
-          fault("GET (lease) refused: " + r.str.substr(0, 200));
+          fault(*rem, "GET (lease) refused: " + r.str.substr(0, 200));
           return {};
         }
         if (r.kind == RedisReply::Kind::kNil ||
@@ -433,8 +552,11 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
           return {};  // nobody (believably) compiles it: compile here, without a lease
         }
       }
+    } catch (const ShardError& e) {
+      shard_fault(*rem, e.what());
+      return {};
     } catch (const RemoteError& e) {
-      fault(e.what());
+      fault(*rem, e.what());
       return {};
     }
     // Another process compiles this key: poll for its entry.
@@ -454,43 +576,30 @@ std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> RemoteTier::
   }
 }
 
-std::optional<int64_t> RemoteTier::status(int64_t limit, std::string* why) {
+std::vector<RemoteStatus> RemoteTier::status(int64_t limit) {
   std::lock_guard lock(mutex_);
-  // SCAN may keep returning a cursor and no keys: the walk is bounded by time and rounds.
-  const double deadline = now_s() + 5.0 * config_.timeout_ms / 1000.0;
-  try {
-    if (!client_)
-      client_ = std::make_unique<RedisClient>(config_.url, config_.connect_ms, config_.timeout_ms);
-    RedisReply pong = client_->command({"PING"});
-    if (pong.is_error()) {
-      *why = terminal_text(pong.str.substr(0, 200));
-      return std::nullopt;
-    }
-    int64_t n = 0;
-    std::string cursor = "0";
-    for (int round = 0; round < 100000; ++round) {
-      RedisReply r =
-          client_->command({"SCAN", cursor, "MATCH", config_.ns + ":e:*", "COUNT", "1000"});
-      if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) break;
-      cursor = r.elements[0].str;
-      n += static_cast<int64_t>(r.elements[1].elements.size());
-      if (cursor == "0" || n >= limit) break;
-      if (now_s() > deadline) {
-        *why = "SCAN did not finish within " + format_seconds_text(5 * config_.timeout_ms) +
-               " (counted " + std::to_string(n) + " entries so far)";
-        return std::nullopt;
-      }
-    }
-    return n;
-  } catch (const RemoteError& e) {
-    *why = e.what();
-    return std::nullopt;
+  std::vector<RemoteStatus> out;
+  for (auto& rem : remotes_) {
+    RemoteStatus s;
+    s.store = rem.store->describe();
+    s.shards = rem.store->status(limit, 5.0 * config_.timeout_ms / 1000.0);
+    out.push_back(std::move(s));
   }
+  return out;
 }
 
 RemoteCounters RemoteTier::counters() const {
   std::lock_guard lock(mutex_);
-  return counters_;
+  RemoteCounters sum;
+  for (const auto& r : remotes_) sum += r.counters;
+  return sum;
+}
+
+std::vector<std::pair<std::string, RemoteCounters>> RemoteTier::counters_by_store() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::pair<std::string, RemoteCounters>> out;
+  for (const auto& r : remotes_) out.emplace_back(r.store->describe(), r.counters);
+  return out;
 }
 
 }  // namespace kiln

@@ -1,6 +1,9 @@
 #pragma once
-// The shared remote tier of the cache, on Redis: memo -> local store -> remote -> compile.
-// An entry read from Redis is verified — its size is bounded, its meta.json hashes to the key,
+// The shared remote tier of the cache: memo -> local store -> remotes -> compile. The remotes
+// (KILN_REMOTE_CACHE, a space-separated list of Redis, Redis Cluster and HTTP stores) are read
+// in order and written to all; an entry found further down the list is copied to the ones
+// before it (by writers), so a near store fills from a large one behind it. Entries travel
+// zstd-compressed (cache/blob_codec.h). An entry read from a remote is verified — its size is bounded, its meta.json hashes to the key,
 // lists the files an entry of its kind holds, every file has the recorded size and SHA-256,
 // and a trusted Ed25519 key signed the whole meta.json for this namespace — before anything is
 // written locally; the caller then publishes it through the local store as usual. Writers
@@ -9,6 +12,7 @@
 // costs a warning and a local compile, and is skipped for 30 s (a circuit breaker), so it
 // costs one timeout per process, not one per compile.
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -24,11 +28,12 @@
 #include "cache/entry_meta.h"
 #include "cache/entry_signature.h"
 #include "cache/redis_client.h"
+#include "cache/remote_store.h"
 
 namespace kiln {
 
 struct RemoteConfig {
-  RedisUrl url;
+  std::vector<std::string> urls;  // KILN_REMOTE_CACHE, in the order they are read
   std::string ns = "kiln";  // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
   int timeout_ms = 1000;    // KILN_REMOTE_TIMEOUT: the whole of one operation
   int connect_ms = 200;
@@ -37,6 +42,8 @@ struct RemoteConfig {
   int lease_ms = 30000;         // KILN_REMOTE_LEASE: a compile's claim on a key
   int wait_ms = 300000;         // KILN_REMOTE_WAIT: the longest wait for another's compile
   uint64_t max_entry_bytes = uint64_t{64} << 20;  // KILN_REMOTE_MAX_ENTRY: larger is refused
+  int compress_level = 3;  // KILN_REMOTE_COMPRESS: zstd[:LEVEL] or off (0)
+  StoreOptions store_options() const { return {ns, connect_ms, timeout_ms, breaker_s}; }
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
   // Durations go through parse_duration, the namespace through check_name, the size through
   // parse_size: one rule each, with bounds.
@@ -46,12 +53,21 @@ struct RemoteConfig {
 struct RemoteEntry {
   EntryMeta meta;
   std::vector<std::pair<std::string, std::string>> files;  // name -> bytes, meta's order
-  uint64_t bytes = 0;                                      // the blob's size
+  uint64_t bytes = 0;                                      // the blob's size as stored
+  std::string from;                                        // the store it came from
 };
 
 struct RemoteCounters {
   int64_t hits = 0, misses = 0, rejects = 0, errors = 0, uploads = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;  // as moved (compressed)
+  RemoteCounters& operator+=(const RemoteCounters& o);
+};
+
+// One store's place in `kiln cache remote status`.
+struct RemoteStatus {
+  std::string store;
+  std::vector<ShardStatus> shards;
+  bool ok() const;
 };
 
 // The stored form: "kiln-entry 1\n<meta.json bytes>\n<meta.json><each file's bytes in order>".
@@ -68,8 +84,8 @@ RemoteEntry unpack_entry(const std::string& blob, const std::string& key);
 // instead of taking the lease in turns.
 class RemoteLease {
  public:
-  RemoteLease(const RemoteConfig& config, std::string redis_key, std::string failed_key,
-              std::string token);
+  RemoteLease(const RemoteConfig& config, std::function<std::unique_ptr<RedisLink>()> link,
+              std::string redis_key, std::string failed_key, std::string token);
   ~RemoteLease();
   RemoteLease(const RemoteLease&) = delete;
   RemoteLease& operator=(const RemoteLease&) = delete;
@@ -79,6 +95,7 @@ class RemoteLease {
  private:
   void renew_loop();
   RemoteConfig config_;
+  std::function<std::unique_ptr<RedisLink>()> link_;
   std::string key_, failed_key_, token_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;
@@ -107,29 +124,36 @@ class RemoteTier {
   // that failed or gave up, a lease planted without an expiry).
   std::pair<std::unique_ptr<RemoteLease>, std::optional<RemoteEntry>> claim_or_wait(
       const std::string& key);
-  // PING, and the number of entries in this namespace (SCAN, at most `limit`, within a
-  // deadline of a few operation timeouts).
-  std::optional<int64_t> status(int64_t limit, std::string* why);
-  RemoteCounters counters() const;
+  // Every store and shard: reachable, latency, entries of this namespace (at most `limit`,
+  // within a deadline of a few operation timeouts) and bytes in use.
+  std::vector<RemoteStatus> status(int64_t limit);
+  RemoteCounters counters() const;  // all stores together
+  std::vector<std::pair<std::string, RemoteCounters>> counters_by_store() const;
+  std::vector<std::string> stores() const;
 
  private:
-  bool available(const char* what);
-  void fault(const std::string& what);
-  std::string entry_key(const std::string& key) const { return config_.ns + ":e:" + key; }
-  std::string lease_key(const std::string& key) const { return config_.ns + ":l:" + key; }
-  std::string failed_key(const std::string& key) const { return config_.ns + ":x:" + key; }
+  struct Remote {
+    std::unique_ptr<RemoteStore> store;
+    double skip_until = 0;
+    double shard_warned_until = 0;
+    RemoteCounters counters;
+  };
+  bool available(Remote& r, const char* what);
+  void fault(Remote& r, const std::string& what);
+  void shard_fault(Remote& r, const std::string& what);
   std::optional<RemoteEntry> fetch_locked(const std::string& key);
+  // The blob of `key` from one store, verified; nullopt on a miss, a fault or a rejection.
+  std::optional<RemoteEntry> fetch_from(size_t i, const std::string& key, std::string* blob);
+  Remote* lease_remote();
 
   RemoteConfig config_;
   SignaturePolicy signatures_;
-  mutable std::mutex mutex_;  // one connection, one command at a time
-  std::unique_ptr<RedisClient> client_;
-  double skip_until_ = 0;
+  mutable std::mutex mutex_;  // one connection per store, one command at a time
+  std::vector<Remote> remotes_;
   bool warned_untrusted_ = false;
-  RemoteCounters counters_;
-  // Keys whose remote entry was rejected (until when): not fetched again for the breaker
+  // Keys whose entry in a store was rejected (until when): not fetched again for the breaker
   // period, so a forged entry costs a process one verification, not one per compile.
-  std::map<std::string, double> rejected_;
+  std::map<std::pair<size_t, std::string>, double> rejected_;
   // Keys this process gave up waiting for: it does not wait for them again.
   std::set<std::string> abandoned_;
 };

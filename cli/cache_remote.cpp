@@ -13,16 +13,39 @@ namespace kiln::cli {
 
 namespace {
 
+std::string format_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ms < 10 ? "%.2f ms" : "%.0f ms", ms);
+  return buf;
+}
+
 int remote_status(RemoteTier& remote, const std::vector<std::string>& args) {
   if (args.size() != 2 || args[1] != "status") {
     throw UsageError{"kiln cache remote: expected 'status'"};
   }
-  std::string why;
-  auto entries = remote.status(1000000, &why);
   const auto& c = remote.config();
-  std::printf("remote     redis://%s\nnamespace  %s\nreachable  %s\n", c.url.describe().c_str(),
-              c.ns.c_str(), entries ? "yes" : ("no (" + why + ")").c_str());
-  if (entries) std::printf("entries    %lld\n", static_cast<long long>(*entries));
+  bool ok = true;
+  int64_t entries = 0;
+  for (const RemoteStatus& st : remote.status(1000000)) {
+    ok = ok && st.ok();
+    std::printf("remote     %s\n", st.store.c_str());
+    for (const ShardStatus& s : st.shards) {
+      std::string line = s.reachable ? "up, " + format_ms(s.latency_ms) : "down";
+      if (s.entries >= 0) {
+        line += ", " + std::to_string(s.entries) + " entries";
+        entries += s.entries;
+      } else if (s.reachable) {
+        line += ", entries not listed";
+      }
+      if (s.bytes >= 0) line += ", " + format_size(static_cast<uint64_t>(s.bytes));
+      if (!s.why.empty()) line += " (" + s.why + ")";
+      std::printf("  %-24s %s\n", s.name.c_str(), line.c_str());
+    }
+  }
+  std::printf("namespace  %s\nreachable  %s\n", c.ns.c_str(), ok ? "yes" : "no");
+  if (ok) std::printf("entries    %lld\n", static_cast<long long>(entries));
+  std::printf("compress   %s\n",
+              c.compress_level ? ("zstd, level " + std::to_string(c.compress_level)).c_str() : "off");
   auto policy = SignaturePolicy::from_env();
   std::string names;
   for (const auto& k : policy.trusted) names += (names.empty() ? "" : ", ") + k.name;
@@ -32,7 +55,7 @@ int remote_status(RemoteTier& remote, const std::vector<std::string>& args) {
   const std::string writes = remote.can_write() ? "yes, signed by " + policy.signer->name
                                                 : "no (no KILN_CACHE_SIGNING_KEY)";
   std::printf("trusted    %s\nwrites     %s\n", trusted.c_str(), writes.c_str());
-  return entries ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 int push(RemoteTier& remote, CacheStore& store, std::vector<std::string> keys) {
@@ -40,10 +63,10 @@ int push(RemoteTier& remote, CacheStore& store, std::vector<std::string> keys) {
     throw UserError("kiln cache push: no KILN_CACHE_SIGNING_KEY: only key holders may upload");
   }
   if (keys.empty()) {
-    // Modules: the remote tier serves whole modules; kernel objects and prepared weights
-    // stay local.
+    // Modules and kernel objects (a module another machine lacks links from them); prepared
+    // weights are uploaded by the compile that makes them, not in bulk.
     for (const auto& r : store.list()) {
-      if (r.family != kKernelFamily && r.family != kPreparedFamily) keys.push_back(r.key);
+      if (r.family != kPreparedFamily) keys.push_back(r.key);
     }
   }
   int done = 0, missing = 0;
@@ -60,7 +83,9 @@ int push(RemoteTier& remote, CacheStore& store, std::vector<std::string> keys) {
     if (remote.counters().errors > before.errors) return 1;
     ++done;
   }
-  std::printf("pushed %d entries to %s\n", done, remote.config().url.describe().c_str());
+  std::string to;
+  for (const auto& name : remote.stores()) to += (to.empty() ? "" : ", ") + name;
+  std::printf("pushed %d entries to %s\n", done, to.c_str());
   return missing ? 1 : 0;
 }
 

@@ -220,7 +220,7 @@ struct RemoteFixture {
   RedisServer redis;
   fs::path base;
   Keys keys;
-  std::string rkey;  // "kiln:e:<key>"
+  std::string rkey;  // "kiln:e:{<key>}"
   std::string good;  // the genuine entry
 
   explicit RemoteFixture(const std::string& name)
@@ -232,15 +232,15 @@ struct RemoteFixture {
     RedisReply all = redis.admin({"KEYS", "kiln:e:*"});
     std::vector<std::string> modules;
     for (const auto& k : all.elements) {
-      const std::string blob = redis.admin({"GET", k.str}).str;
+      const std::string blob = plain(redis.admin({"GET", k.str}).str);
       if (EntryMeta::parse(split_blob(blob).meta_json, "blob").family != "prepared")
         modules.push_back(k.str);
     }
     EXPECT_EQ(modules.size(), 1u);
     if (!modules.empty()) rkey = modules[0];
-    good = redis.admin({"GET", rkey}).str;
+    good = plain(redis.admin({"GET", rkey}).str);
   }
-  std::string key() const { return rkey.substr(rkey.rfind(':') + 1); }
+  std::string key() const { return cache_key_of(rkey); }
   // Runs the MLP as a reader with a fresh local cache; the result must be right either way.
   ProcessResult read(const std::string& tag, std::vector<std::string> extra = {}) const {
     auto env = reader_env(redis, base / ("reader-" + tag), keys);
@@ -327,7 +327,7 @@ TEST(Hardening, ThousandsOfSignaturesAreRefusedUnread) {
   // A rejected entry is not fetched again by the same process for the breaker period.
   f.redis.admin({"CONFIG", "RESETSTAT"});
   RemoteConfig config;
-  config.url = f.redis.url();
+  config.urls = {f.redis.url_text()};
   SignaturePolicy policy;
   ::setenv("KILN_CACHE_TRUSTED_KEYS", f.keys.pub.c_str(), 1);
   policy = SignaturePolicy::from_env();
@@ -428,13 +428,25 @@ TEST(Hardening, RemoteStatusEndsWhenScanNeverDoes) {
 
 TEST(Hardening, TheRedisPasswordIsNeverPrinted) {
   for (const char* url : {"redis://user:s3cretpw@127.0.0.1:99999", "redis://s3cretpw@:6379",
-                          "http://user:s3cretpw@host"}) {
+                          "ftp://user:s3cretpw@host"}) {
     SCOPED_TRACE(url);
     // A warm cache too: the setting is read before the lookup.
     auto r = kiln_env({std::string("KILN_REMOTE_CACHE=") + url}, {"compile", kMlp});
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_FALSE(has(r.err, "s3cretpw")) << r.err;
     EXPECT_TRUE(has(r.err, "is not a Redis URL")) << r.err;
+  }
+  // Valid URLs of servers that are not there: the warnings name them, never their passwords.
+  for (const std::string url :
+       {"http://user:s3cretpw@127.0.0.1:" + std::to_string(free_port()) + "/cache",
+        "redis+cluster://user:s3cretpw@127.0.0.1:" + std::to_string(free_port())}) {
+    SCOPED_TRACE(url);
+    auto r = kiln_env({"KILN_REMOTE_CACHE=" + url, "KILN_REMOTE_CACHE_TRUST=unsigned",
+                       "KILN_CACHE_DIR=" + temp_dir("h15-password")},
+                      {"compile", kMlp});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(has(r.err, "compiling locally")) << r.err;
+    EXPECT_FALSE(has(r.err, "s3cretpw")) << r.err;
   }
 }
 
@@ -443,7 +455,7 @@ TEST(Hardening, TheRedisPasswordIsNeverPrinted) {
 TEST(Hardening, ALeasePlantedWithoutExpiryStallsNobody) {
   RemoteFixture f("h13-lease");
   ASSERT_FALSE(f.rkey.empty());
-  const std::string lease = "kiln:l:" + f.key();
+  const std::string lease = "kiln:l:{" + f.key() + "}";
   for (const char* who : {"writer", "reader"}) {
     SCOPED_TRACE(who);
     f.redis.admin({"FLUSHALL"});
@@ -466,9 +478,9 @@ TEST(Hardening, AProcessThatGaveUpWaitingDoesNotWaitAgain) {
                          std::chrono::system_clock::now().time_since_epoch())
                          .count() +
                      30000;
-  redis.admin({"SET", "kiln:l:" + key, "someone " + std::to_string(until), "PX", "30000"});
+  redis.admin({"SET", "kiln:l:{" + key + "}", "someone " + std::to_string(until), "PX", "30000"});
   RemoteConfig config;
-  config.url = redis.url();
+  config.urls = {redis.url_text()};
   config.trust_unsigned = true;
   config.wait_ms = 300;
   RemoteTier tier(config, SignaturePolicy{});

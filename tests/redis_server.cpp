@@ -12,6 +12,7 @@
 
 #include <chrono>
 
+#include "cache/blob_codec.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -56,6 +57,14 @@ RedisServer::RedisServer(const std::vector<std::string>& extra) : port_(free_por
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+}
+
+std::string plain(const std::string& blob) { return decode_blob(blob, uint64_t{1} << 30); }
+
+std::string cache_key_of(const std::string& redis_key) {
+  const auto open = redis_key.find('{'), close = redis_key.rfind('}');
+  EXPECT_TRUE(open != std::string::npos && close > open) << redis_key;
+  return redis_key.substr(open + 1, close - open - 1);
 }
 
 RedisServer::~RedisServer() {

@@ -64,6 +64,11 @@ class ScriptedServer {
   std::thread thread_;
 };
 
+// A stored blob as the packed entry it carries (expanded when it travels compressed).
+std::string plain(const std::string& blob);
+// The cache key of a Redis key "ns:e:{KEY}" (or a lease's, "ns:l:{KEY}").
+std::string cache_key_of(const std::string& redis_key);
+
 struct Keys {
   std::filesystem::path dir;
   std::string pub;

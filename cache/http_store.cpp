@@ -1,0 +1,193 @@
+#include "cache/http_store.h"
+
+#include <curl/curl.h>
+
+#include <cctype>
+#include <chrono>
+#include <mutex>
+
+#include "util/escape.h"
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Sink {
+  std::string* out;
+  uint64_t max;
+  bool over = false;
+};
+
+size_t write_body(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  const size_t n = size * count;
+  if (sink->out->size() + n > sink->max) {
+    sink->over = true;
+    return 0;  // aborts the transfer: the rest is never read
+  }
+  sink->out->append(data, n);
+  return n;
+}
+
+}  // namespace
+
+HttpUrl HttpUrl::parse(const std::string& text, const std::string& where) {
+  HttpUrl u;
+  const auto scheme_end = text.find("://");
+  u.scheme = scheme_end == std::string::npos ? "" : text.substr(0, scheme_end);
+  auto bad = [&](const std::string& why) {
+    HttpUrl shown = u;
+    return UserError(where + ": " + in_quotes(shown.scheme + "://" + shown.host) +
+                     "… is not an HTTP URL (" + why +
+                     "; expected http[s]://[user:password@]host[:port][/path])");
+  };
+  if (u.scheme != "http" && u.scheme != "https") throw bad("no http:// or https:// scheme");
+  std::string rest = text.substr(scheme_end + 3);
+  const auto slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  u.path = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!u.path.empty() && u.path.back() == '/') u.path.pop_back();
+  if (auto at = authority.rfind('@'); at != std::string::npos) {
+    const std::string cred = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const auto colon = cred.find(':');
+    u.user = cred.substr(0, colon);
+    if (colon != std::string::npos) u.password = cred.substr(colon + 1);
+  }
+  const auto colon = authority.rfind(':');
+  u.host = authority.substr(0, colon);
+  if (u.host.empty()) throw bad("no host");
+  for (char c : u.host) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+      throw bad("bad host name");
+  }
+  if (colon != std::string::npos) {
+    const std::string port = authority.substr(colon + 1);
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || p < 1 || p > 65535) throw bad("bad port");
+    u.port = static_cast<int>(p);
+  }
+  for (char c : u.path) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '/' || c == '.' || c == '-' ||
+          c == '_' || c == '~'))
+      throw bad("the path may hold only letters, digits and / . - _ ~");
+  }
+  return u;
+}
+
+std::string HttpUrl::base() const {
+  return scheme + "://" + host + (port ? ":" + std::to_string(port) : "") + path;
+}
+
+std::string HttpUrl::describe() const { return base(); }
+
+HttpStore::HttpStore(HttpUrl url, StoreOptions options)
+    : url_(std::move(url)), options_(std::move(options)) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+HttpStore::~HttpStore() {
+  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
+
+std::string HttpStore::entry_url(const std::string& key) const {
+  return url_.base() + "/" + options_.ns + "/" + key;
+}
+
+HttpStore::Reply HttpStore::request(const std::string& method, const std::string& url,
+                                    const std::string* body, uint64_t max_bytes) {
+  if (!curl_) curl_ = curl_easy_init();
+  CURL* c = static_cast<CURL*>(curl_);
+  if (!c) throw RemoteError("HTTP store " + describe() + ": cannot start libcurl");
+  curl_easy_reset(c);  // keeps the open connection
+  Reply reply;
+  Sink sink{&reply.body, max_bytes};
+  char error[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_ms));
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout_ms));
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_bytes));
+  if (!url_.user.empty()) {
+    curl_easy_setopt(c, CURLOPT_USERNAME, url_.user.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, url_.password.c_str());
+  }
+  curl_slist* headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  if (method == "HEAD") {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (method == "PUT") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+  }
+  const CURLcode rc = curl_easy_perform(c);
+  curl_slist_free_all(headers);
+  if (rc != CURLE_OK) {
+    std::string why = sink.over || rc == CURLE_FILESIZE_EXCEEDED
+                          ? "the reply is larger than " + std::to_string(max_bytes) + " bytes"
+                      : rc == CURLE_PARTIAL_FILE ? "the body was cut short (" +
+                                                       std::to_string(reply.body.size()) +
+                                                       " bytes arrived)"
+                      : *error                   ? std::string(error)
+                                                 : std::string(curl_easy_strerror(rc));
+    throw RemoteError("HTTP store " + describe() + ": " + method + " failed: " + terminal_text(why));
+  }
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply.code);
+  return reply;
+}
+
+std::optional<std::string> HttpStore::get(const std::string& key, uint64_t max_bytes) {
+  Reply r = request("GET", entry_url(key), nullptr, max_bytes);
+  if (r.code == 404) return std::nullopt;
+  if (r.code != 200) {
+    throw RemoteError("HTTP store " + describe() + ": GET answered HTTP " +
+                      std::to_string(r.code));
+  }
+  return std::move(r.body);
+}
+
+bool HttpStore::put_new(const std::string& key, const std::string& blob) {
+  // Not atomic: two writers of one key may both PUT. Entries are content-checked and signed,
+  // so the last of two good writes wins and a reader verifies whichever it gets.
+  Reply head = request("HEAD", entry_url(key), nullptr, 0);
+  if (head.code == 200) return false;
+  if (head.code != 404) {
+    throw RemoteError("HTTP store " + describe() + ": HEAD answered HTTP " +
+                      std::to_string(head.code));
+  }
+  Reply put = request("PUT", entry_url(key), &blob, 1 << 16);
+  if (put.code != 200 && put.code != 201 && put.code != 204) {
+    throw RemoteError("HTTP store " + describe() + ": PUT answered HTTP " +
+                      std::to_string(put.code) + (put.code == 405 ? " (is WebDAV's PUT on?)" : ""));
+  }
+  return true;
+}
+
+std::vector<ShardStatus> HttpStore::status(int64_t, double) {
+  ShardStatus s;
+  s.name = describe();
+  try {
+    const double t0 = now_s();
+    // Any HTTP answer means the server is there; entries are not listed (plain HTTP cannot).
+    Reply r = request("HEAD", url_.base() + "/" + options_.ns + "/", nullptr, 0);
+    s.latency_ms = (now_s() - t0) * 1000;
+    s.reachable = r.code < 500;
+    if (!s.reachable) s.why = "HTTP " + std::to_string(r.code);
+  } catch (const RemoteError& e) {
+    s.why = e.what();
+  }
+  return {s};
+}
+
+}  // namespace kiln
