@@ -13,6 +13,7 @@
 #include <chrono>
 
 #include "cache/blob_codec.h"
+#include "cache/redis_cluster.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -33,7 +34,23 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-RedisServer::RedisServer(const std::vector<std::string>& extra) : port_(free_port()) {
+int free_cluster_port() {
+  for (;;) {
+    const int p = free_port();
+    if (p > 55535) continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(p + 10000));
+    const bool bus_free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (bus_free) return p;
+  }
+}
+
+RedisServer::RedisServer(const std::vector<std::string>& extra, int port)
+    : port_(port ? port : free_port()) {
   std::vector<std::string> args{
       "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
       "--appendonly", "no",     "--protected-mode",    "no"};
@@ -67,10 +84,14 @@ std::string cache_key_of(const std::string& redis_key) {
   return redis_key.substr(open + 1, close - open - 1);
 }
 
-RedisServer::~RedisServer() {
+RedisServer::~RedisServer() { kill_now(); }
+
+void RedisServer::kill_now() {
+  if (pid_ <= 0) return;  // never kill(-1): that is every process we may signal
   ::kill(pid_, SIGCONT);
   ::kill(pid_, SIGKILL);
   ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
 }
 
 RedisUrl RedisServer::url() const {
@@ -124,15 +145,16 @@ GarbageServer::~GarbageServer() {
   thread_.join();
 }
 
-ScriptedServer::ScriptedServer(std::function<std::string(const std::string&)> reply, int gap_ms)
+ScriptedServer::ScriptedServer(std::function<std::string(const std::string&)> reply, int gap_ms,
+                               bool close_after)
     : port_(free_port()) {
   fd_ = listen_on(port_);
-  thread_ = std::thread([this, reply = std::move(reply), gap_ms] {
+  thread_ = std::thread([this, reply = std::move(reply), gap_ms, close_after] {
     std::vector<std::thread> clients;
     for (;;) {
       int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) break;
-      clients.emplace_back([this, c, reply, gap_ms] {
+      clients.emplace_back([this, c, reply, gap_ms, close_after] {
         char buf[65536];
         while (!stop_) {
           pollfd p{c, POLLIN, 0};
@@ -141,7 +163,7 @@ ScriptedServer::ScriptedServer(std::function<std::string(const std::string&)> re
           if (n <= 0) break;
           const std::string out = reply(std::string(buf, static_cast<size_t>(n)));
           if (gap_ms == 0) {
-            if (::send(c, out.data(), out.size(), MSG_NOSIGNAL) < 0) break;
+            if (::send(c, out.data(), out.size(), MSG_NOSIGNAL) < 0 || close_after) break;
             continue;
           }
           for (char ch : out) {
@@ -169,16 +191,123 @@ Keys make_keys(const fs::path& dir, const std::string& name) {
   return {dir, split_lines(read_file(dir / (name + ".public"))).at(0)};
 }
 
-std::vector<std::string> writer_env(const RedisServer& s, const fs::path& cache, const Keys& k,
-                                    const std::string& name) {
-  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
+std::vector<std::string> writer_env(const std::string& remote, const fs::path& cache,
+                                    const Keys& k, const std::string& name) {
+  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + remote,
           "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
           "KILN_CACHE_SIGNING_KEY=" + (k.dir / (name + ".secret")).string()};
 }
 
-std::vector<std::string> reader_env(const RedisServer& s, const fs::path& cache, const Keys& k) {
-  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + s.url_text(),
+std::vector<std::string> reader_env(const std::string& remote, const fs::path& cache,
+                                    const Keys& k) {
+  return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + remote,
           "KILN_CACHE_TRUSTED_KEYS=" + k.pub};
+}
+
+std::vector<std::string> writer_env(const RedisServer& s, const fs::path& cache, const Keys& k,
+                                    const std::string& name) {
+  return writer_env(s.url_text(), cache, k, name);
+}
+
+std::vector<std::string> reader_env(const RedisServer& s, const fs::path& cache, const Keys& k) {
+  return reader_env(s.url_text(), cache, k);
+}
+
+RedisCluster::RedisCluster(int masters, int replicas)
+    : masters_(static_cast<size_t>(masters)), dir_(temp_dir("redis-cluster")) {
+  const int total = masters * (1 + replicas);
+  for (int i = 0; i < total; ++i) {
+    nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
+        "--cluster-enabled", "yes", "--cluster-config-file",
+        dir_ + "/nodes-" + std::to_string(i) + ".conf", "--cluster-node-timeout", "1000",
+        "--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0",
+        "--dir", dir_}, free_cluster_port()));
+    if (!nodes_.back()->up()) return;
+  }
+  // Every node meets the first; the masters take even slot ranges; replicas follow a master.
+  for (int i = 1; i < total; ++i)
+    node(0).admin({"CLUSTER", "MEET", "127.0.0.1", std::to_string(node(static_cast<size_t>(i)).port())});
+  for (int m = 0; m < masters; ++m) {
+    const int lo = 16384 * m / masters, hi = 16384 * (m + 1) / masters - 1;
+    node(static_cast<size_t>(m)).admin({"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
+  }
+  // A replica can follow its master only once it knows it (gossip): bounded retries.
+  for (int i = masters; i < total; ++i) {
+    const std::string master = node_id(static_cast<size_t>(i % masters));
+    for (int t = 0; t < 100; ++t) {
+      if (!node(static_cast<size_t>(i)).admin({"CLUSTER", "REPLICATE", master}).is_error()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  up_ = wait_ok(20);
+}
+
+std::string RedisCluster::node_id(size_t i) const {
+  return nodes_.at(i)->admin({"CLUSTER", "MYID"}).str;
+}
+
+std::string RedisCluster::url_text(const std::string& cred) const {
+  std::string s = "redis+cluster://" + cred;
+  for (size_t i = 0; i < masters_; ++i)
+    s += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(nodes_[i]->port());
+  return s;
+}
+
+bool RedisCluster::wait_ok(double seconds) const {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool ok = true;
+    for (const auto& n : nodes_) {
+      if (!n->alive()) continue;  // killed by the test
+      try {
+        RedisReply info = n->admin({"CLUSTER", "INFO"});
+        if (info.str.find("cluster_state:ok") == std::string::npos ||
+            info.str.find("cluster_slots_pfail:0") == std::string::npos ||
+            info.str.find("cluster_slots_fail:0") == std::string::npos) {
+          ok = false;
+          break;
+        }
+        if (info.str.find("cluster_known_nodes:" + std::to_string(nodes_.size())) ==
+            std::string::npos) {
+          ok = false;
+          break;
+        }
+        // No slot is served by a node the test killed (a failover has happened).
+        for (const auto& range : n->admin({"CLUSTER", "SLOTS"}).elements) {
+          if (range.elements.size() < 3) continue;
+          const long long port = range.elements[2].elements.at(1).integer;
+          for (const auto& m : nodes_) ok = ok && !(m->port() == port && !m->alive());
+        }
+        if (!ok) break;
+      } catch (const RemoteError&) {
+        ok = false;  // stopped, not killed: not ok
+        break;
+      }
+    }
+    if (ok) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+size_t RedisCluster::owner_of(const std::string& key) const {
+  const int slot = cluster_slot(key);
+  for (const auto& n : nodes_) {
+    if (!n->alive()) continue;
+    RedisReply slots = n->admin({"CLUSTER", "SLOTS"});
+    for (const auto& range : slots.elements) {
+      if (range.elements.size() < 3 || slot < range.elements[0].integer ||
+          slot > range.elements[1].integer)
+        continue;
+      const long long port = range.elements[2].elements.at(1).integer;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (nodes_[i]->port() == port) return i;
+      }
+    }
+    break;
+  }
+  return nodes_.size();
 }
 
 }  // namespace kiln::testing::redis

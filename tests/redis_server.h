@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,11 +18,14 @@ namespace kiln::testing::redis {
 
 // A port nothing listens on right now (the kernel picks it).
 int free_port();
+// A free port P whose cluster bus port, P + 10000, is free too (so P <= 55535).
+int free_cluster_port();
 
 // A redis-server of its own on 127.0.0.1, stopped (SIGKILL) with the test.
 class RedisServer {
  public:
-  explicit RedisServer(const std::vector<std::string>& extra = {});
+  // port 0: a free one.
+  explicit RedisServer(const std::vector<std::string>& extra = {}, int port = 0);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -31,6 +35,9 @@ class RedisServer {
   RedisReply admin(const std::vector<std::string>& args) const;
   pid_t pid() const { return pid_; }
   int port() const { return port_; }
+  // SIGKILL now, reaped: a shard that dies mid-run.
+  void kill_now();
+  bool alive() const { return pid_ > 0; }
 
  private:
   int port_;
@@ -54,9 +61,12 @@ class GarbageServer {
 // byte (0: at once), so tests can play a slow, lying or endless server.
 class ScriptedServer {
  public:
-  ScriptedServer(std::function<std::string(const std::string&)> reply, int gap_ms);
+  // close_after: the connection is closed after each reply (a body cut short).
+  ScriptedServer(std::function<std::string(const std::string&)> reply, int gap_ms,
+                 bool close_after = false);
   ~ScriptedServer();
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
  private:
   int port_, fd_;
@@ -76,6 +86,36 @@ struct Keys {
 
 // `kiln cache keygen NAME --out DIR`: DIR/NAME.secret and the public key.
 Keys make_keys(const std::filesystem::path& dir, const std::string& name);
+// A Redis Cluster of its own on loopback ports: `masters` masters, each with `replicas`
+// replicas, slots spread evenly, up (cluster_state:ok everywhere) before the constructor
+// returns. Shards keep serving while another is down (cluster-require-full-coverage no), and
+// a replica takes over a master that has been unreachable for a second.
+class RedisCluster {
+ public:
+  RedisCluster(int masters, int replicas);
+  bool up() const { return up_; }
+  std::string url_text(const std::string& cred = "") const;  // redis+cluster://all masters
+  RedisServer& node(size_t i) { return *nodes_.at(i); }
+  size_t masters() const { return masters_; }
+  // The master that serves `key`'s slot now (by CLUSTER SLOTS).
+  size_t owner_of(const std::string& key) const;
+  // Waits (bounded) until every live node reports cluster_state:ok and no slot names a dead
+  // master; false on timeout.
+  bool wait_ok(double seconds) const;
+  std::string node_id(size_t i) const;
+
+ private:
+  size_t masters_;
+  std::string dir_;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+  bool up_ = false;
+};
+
+// Environments for a writer and a reader of any remote URL list.
+std::vector<std::string> writer_env(const std::string& remote, const std::filesystem::path& cache,
+                                    const Keys& k, const std::string& name);
+std::vector<std::string> reader_env(const std::string& remote, const std::filesystem::path& cache,
+                                    const Keys& k);
 std::vector<std::string> writer_env(const RedisServer& s, const std::filesystem::path& cache,
                                     const Keys& k, const std::string& name);
 std::vector<std::string> reader_env(const RedisServer& s, const std::filesystem::path& cache,
