@@ -90,11 +90,13 @@ void print_times(const CompileInfo& info, double load_ms, double run_ms) {
   }
   const KernelReport& k = info.kernels;
   if (k.kernels > 0) {
+    const std::string fetched =
+        k.fetched ? ", " + std::to_string(k.fetched) + " of the reused from the remote" : "";
     std::fprintf(stderr,
-                 "kernels %d (%d reused, %d compiled, %d jobs, %d on clang servers) | kernel "
+                 "kernels %d (%d reused, %d compiled, %d jobs, %d on clang servers%s) | kernel "
                  "compiles %.2f ms | binding %.2f ms | link %.2f ms\n",
-                 k.kernels, k.reused, k.compiled, k.jobs, k.served, info.times.kernels_ms,
-                 info.times.binding_ms, info.times.link_ms);
+                 k.kernels, k.reused, k.compiled, k.jobs, k.served, fetched.c_str(),
+                 info.times.kernels_ms, info.times.binding_ms, info.times.link_ms);
   }
   if (!info.device.empty()) {
     std::fprintf(stderr, "device  %s: %s\n", info.backend.c_str(), info.device.c_str());

@@ -29,6 +29,7 @@ struct PhaseTimes {
 // many came from the kernel cache and how many were compiled, and each compile's time.
 struct KernelReport {
   int kernels = 0, reused = 0, compiled = 0;
+  int fetched = 0;  // of the reused, those fetched from the remote tier
   int jobs = 0;    // compiles run at once
   int served = 0;  // of the compiled, those a compile server took (the rest: clang processes)
   std::vector<std::pair<std::string, double>> compile_ms;  // symbol (op), ms

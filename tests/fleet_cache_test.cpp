@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -299,6 +300,69 @@ TEST(FleetCache, SixteenHostsMeetingANewModelOnTheClusterCompileItOnce) {
   for (const auto& line : split_lines(read_file(log))) starts += line.rfind("start ", 0) == 0;
   EXPECT_GE(starts, 1);
   EXPECT_LE(starts, 4) << read_file(log);
+}
+
+// --- kernel objects -----------------------------------------------------------------------------
+
+// The MLP without its softmax: another module, most of whose kernels are the MLP's.
+fs::path mlp_variant(const fs::path& dir) {
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator(kMlpDir)) {
+    if (f.path().extension() == ".npy") fs::copy_file(f.path(), dir / f.path().filename());
+  }
+  std::string json = read_file(kMlp);
+  const auto probs = json.find(",\n    {\"name\": \"probs\"");
+  EXPECT_NE(probs, std::string::npos);
+  json.erase(probs, json.find("\n", probs + 2) - probs);
+  json.replace(json.find("\"outputs\": [\"y\"]"), 16, "\"outputs\": [\"logits\"]");
+  write_file_atomic(dir / "mlp2.json", json);
+  return dir / "mlp2.json";
+}
+
+TEST(FleetCache, ANewModelOnASecondHostLinksKernelsAnotherHostCompiled) {
+  RedisCluster cluster(3, 0);
+  NginxServer nginx;
+  ASSERT_TRUE(cluster.up() && nginx.up());
+  const fs::path base = temp_dir("fleet-kernels");
+  Keys k = make_keys(base, "builders");
+  const fs::path variant = mlp_variant(base / "variant");
+  for (const std::string& remote : {cluster.url_text(), nginx.url()}) {
+    SCOPED_TRACE(remote);
+    const std::string tag = std::to_string(remote.size());
+    // Host A compiles the MLP; host B, with an empty cache, meets a model A never saw.
+    auto a = kiln_env(writer_env(remote, base / ("a" + tag), k, "builders"), {"compile", kMlp});
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    auto b = kiln_env(writer_env(remote, base / ("b" + tag), k, "builders"),
+                      {"compile", "-v", variant.string()});
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_TRUE(has(b.err, "cache miss")) << b.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        b.err, m,
+        std::regex(R"(kernels (\d+) \((\d+) reused, (\d+) compiled.*?(\d+) of the reused from the remote)")))
+        << b.err;
+    EXPECT_GE(std::stoi(m[4]), 1) << "no kernel came from the remote: " << b.err;
+    EXPECT_EQ(std::stoi(m[4]), std::stoi(m[2])) << "its local cache was empty";
+    EXPECT_LT(std::stoi(m[3]), std::stoi(m[1])) << "it compiled every kernel: " << b.err;
+    // Its output is right: the softmax of the variant's logits is the MLP's output.
+    auto run = kiln_env(reader_env(remote, base / ("c" + tag), k),
+                        {"run", variant.string(), "--input", "x=" + kMlpDir + "/input.npy",
+                         "--output-dir", (base / ("out" + tag)).string()});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    Tensor logits = read_npy(base / ("out" + tag) / "logits.npy");
+    ASSERT_EQ(logits.ndim(), 2);
+    const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
+    std::vector<double> probs(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      double top = -1e300, sum = 0;
+      for (int64_t j = 0; j < cols; ++j) top = std::max(top, logits.load(i * cols + j));
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(logits.load(i * cols + j) - top);
+      for (int64_t j = 0; j < cols; ++j)
+        probs[static_cast<size_t>(i * cols + j)] = std::exp(logits.load(i * cols + j) - top) / sum;
+    }
+    EXPECT_TRUE(testing::tensors_close(Tensor::from_doubles(DType::kFloat32, logits.shape(), probs),
+                                       read_npy(kMlpDir + "/expected.npy"), 1e-4, 1e-5));
+  }
 }
 
 // --- HTTP -----------------------------------------------------------------------------------

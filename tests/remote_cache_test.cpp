@@ -19,6 +19,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "cache/redis_client.h"
@@ -52,12 +53,12 @@ void expect_mlp_output(const fs::path& out) {
                                      1e-4, 1e-5));
 }
 
-// The one module entry the server holds (beside it, writers upload the module's prepared
-// weights, and imported models: those are other families).
+// The one module entry the server holds (beside it, writers upload the module's kernel
+// objects, prepared weights, and imported models: those are other families).
 std::string only_entry_key(const RedisServer& s) {
   RedisReply keys = s.admin({"KEYS", "kiln:e:*"});
   std::vector<std::string> modules;
-  const std::regex beside(R"re("family"\s*:\s*"(prepared|model)")re");
+  const std::regex beside(R"re("family"\s*:\s*"(prepared|model|kernel)")re");
   for (const auto& k : keys.elements) {
     const std::string blob = plain(s.admin({"GET", k.str}).str);
     if (!std::regex_search(blob.substr(0, 4096), beside)) modules.push_back(k.str);
@@ -115,7 +116,14 @@ TEST(RemoteCache, ASecondMachineMapsTheImportedModelAndItsPreparedWeights) {
   auto w = kiln_env(writer_env(redis, base / "writer", k, "builders"),
                     {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "a").string()});
   ASSERT_EQ(w.exit_code, 0) << w.err;
-  EXPECT_EQ(redis.admin({"KEYS", "kiln:e:*"}).elements.size(), 3u) << "module, weights, model";
+  std::map<std::string, int> families;
+  for (const auto& key : redis.admin({"KEYS", "kiln:e:*"}).elements)
+    ++families[unpack_entry(plain(redis.admin({"GET", key.str}).str), cache_key_of(key.str))
+                   .meta.family];
+  EXPECT_EQ(families["prepared"], 1);
+  EXPECT_EQ(families["model"], 1);
+  EXPECT_GE(families["kernel"], 1) << "kernel objects go to the remote too";
+  EXPECT_EQ(families.size(), 4u) << "and one module";
   auto r = kiln_env(reader_env(redis, base / "reader", k),
                     {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "b").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cache/cache_store.h"
+#include "compiler/entries/remote_entries.h"
 #include "compiler/entries/entry_layout.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -116,6 +117,13 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked,
     keys[i] = kernel_key(toolchain, k);
     if (cached) {
       LookupResult r = store->lookup(keys[i], true);
+      // Not here: another machine may have compiled it (for this model or another one).
+      if (!r.entry) {
+        if (auto fetched = fetch_from_remote(*store, keys[i])) {
+          r.entry = std::move(fetched);
+          ++report.fetched;
+        }
+      }
       if (r.entry && r.entry->meta.file("kernel.o")) {
         objects[i] = r.entry->file("kernel.o");
         pins.push_back(std::move(*r.entry));
@@ -195,6 +203,7 @@ std::optional<UnitFailure> build_from_kernels(const LinkedModule& linked,
     meta.components = kernel_components(toolchain, k);
     for (const auto& f : kernel_entry_files()) meta.files.push_back(FileRecord{f, 0, ""});
     CacheEntry entry = store->publish(std::move(*job.staging), std::move(meta));
+    upload_to_remote(*store, entry);  // for the next machine's model that shares it
     objects[i] = entry.file("kernel.o");
     pins.push_back(std::move(entry));
   }

@@ -236,6 +236,7 @@ json cache_json(const Function& f, const CompileOptions& options) {
           {"kernels",
            {{"count", info.kernels.kernels},
             {"reused", info.kernels.reused},
+            {"fetched", info.kernels.fetched},
             {"compiled", info.kernels.compiled},
             {"jobs", info.kernels.jobs},
             {"compile_ms", kernels}}}};
