@@ -323,6 +323,18 @@ IndexTotals CacheIndex::totals() {
   while (sqlite3_step(counters.s) == SQLITE_ROW) {
     std::string name = column_text(counters.s, 0);
     double v = sqlite3_column_double(counters.s, 1);
+    if (const auto at = name.find('@'); at != std::string::npos && name.rfind("remote_", 0) == 0) {
+      IndexTotals::PerRemote& r = t.remotes[name.substr(at + 1)];
+      const std::string what = name.substr(7, at - 7);
+      const auto n = static_cast<int64_t>(v);
+      if (what == "hits") r.hits = n;
+      else if (what == "misses") r.misses = n;
+      else if (what == "rejects") r.rejects = n;
+      else if (what == "errors") r.errors = n;
+      else if (what == "uploads") r.uploads = n;
+      else if (what == "bytes") r.bytes = v;
+      continue;
+    }
     if (name == "hits")
       t.hits = static_cast<int64_t>(v);
     else if (name == "misses")

@@ -4,6 +4,7 @@
 // nothing that cannot be rebuilt from objects/ (except the hit/miss counters).
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -60,6 +61,13 @@ struct IndexTotals {
   int64_t remote_hits = 0, remote_misses = 0, remote_rejects = 0, remote_errors = 0,
           remote_uploads = 0;
   double remote_bytes = 0;
+  // The same, per remote store (its URL, no credentials), from counters named
+  // "remote_hits@<store>".
+  struct PerRemote {
+    int64_t hits = 0, misses = 0, rejects = 0, errors = 0, uploads = 0;
+    double bytes = 0;
+  };
+  std::map<std::string, PerRemote> remotes;
 };
 
 class CacheIndex {

@@ -577,10 +577,10 @@ void CacheStore::write_private(const fs::path& relative, const std::string& cont
   write_file_atomic(root_ / relative, contents, access_.file_mode(), true);
 }
 
-void CacheStore::count(const char* counter, double by) {
+void CacheStore::count(const std::string& counter, double by) {
   if (CacheIndex* idx = index()) {
     try {
-      idx->add_to_counter(counter, by);
+      idx->add_to_counter(counter.c_str(), by);
     } catch (const CacheIndexError& e) {
       index_failed(e.what());
     }

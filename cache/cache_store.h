@@ -122,7 +122,7 @@ class CacheStore {
 
   void record_miss();
   // Adds to a named counter of the index (e.g. "remote_hits"); skipped when it is busy.
-  void count(const char* counter, double by = 1);
+  void count(const std::string& counter, double by = 1);
   std::optional<EntryMeta> read_meta(const std::string& key);
   // Full keys starting with `prefix` (at most 10).
   std::vector<std::string> resolve_prefix(const std::string& prefix);

@@ -595,9 +595,9 @@ RemoteCounters RemoteTier::counters() const {
   return sum;
 }
 
-std::vector<std::pair<std::string, RemoteCounters>> RemoteTier::counters_by_store() const {
+StoreCounters RemoteTier::counters_by_store() const {
   std::lock_guard lock(mutex_);
-  std::vector<std::pair<std::string, RemoteCounters>> out;
+  StoreCounters out;
   for (const auto& r : remotes_) out.emplace_back(r.store->describe(), r.counters);
   return out;
 }

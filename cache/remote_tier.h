@@ -63,6 +63,9 @@ struct RemoteCounters {
   RemoteCounters& operator+=(const RemoteCounters& o);
 };
 
+// Each store's counters, in the list's order.
+using StoreCounters = std::vector<std::pair<std::string, RemoteCounters>>;
+
 // One store's place in `kiln cache remote status`.
 struct RemoteStatus {
   std::string store;
@@ -128,7 +131,7 @@ class RemoteTier {
   // within a deadline of a few operation timeouts) and bytes in use.
   std::vector<RemoteStatus> status(int64_t limit);
   RemoteCounters counters() const;  // all stores together
-  std::vector<std::pair<std::string, RemoteCounters>> counters_by_store() const;
+  StoreCounters counters_by_store() const;
   std::vector<std::string> stores() const;
 
  private:

@@ -181,6 +181,13 @@ void stats(CacheStore& store) {
         static_cast<long long>(t.remote_rejects), static_cast<long long>(t.remote_errors),
         static_cast<long long>(t.remote_uploads),
         format_size(static_cast<uint64_t>(t.remote_bytes)).c_str());
+    for (const auto& [name, r] : t.remotes) {
+      std::printf("  %-40s %lld hits, %lld misses, %lld rejected, %lld errors, %lld uploads, %s\n",
+                  name.c_str(), static_cast<long long>(r.hits), static_cast<long long>(r.misses),
+                  static_cast<long long>(r.rejects), static_cast<long long>(r.errors),
+                  static_cast<long long>(r.uploads),
+                  format_size(static_cast<uint64_t>(r.bytes)).c_str());
+    }
   }
 }
 

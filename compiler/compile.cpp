@@ -449,9 +449,9 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   if (remote) {
     // The remote tier: verified before anything is written here, then published locally.
     auto r0 = Clock::now();
-    const RemoteCounters before = remote->counters();
+    const StoreCounters before = remote->counters_by_store();
     std::optional<RemoteEntry> fetched = remote->fetch(mk.key);
-    record_remote(store, before, remote->counters());
+    record_remote(store, before, remote->counters_by_store());
     if (!fetched) {
       // One compile per key across machines: claim it, or wait for whoever has.
       auto w0 = Clock::now();
@@ -490,10 +490,10 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
   CacheEntry entry = store.publish(std::move(staging), std::move(meta));
   if (remote && remote->can_write()) {
     auto r0 = Clock::now();
-    const RemoteCounters before = remote->counters();
+    const StoreCounters before = remote->counters_by_store();
     // Released without an upload, the lease leaves a failure marker for the waiters.
     if (remote->upload(entry.meta, entry.dir) && lease) lease->set_uploaded();
-    record_remote(store, before, remote->counters());
+    record_remote(store, before, remote->counters_by_store());
     info.times.remote_ms += ms_since(r0);
   }
   return entry;
@@ -568,10 +568,10 @@ std::optional<Loaded> remote_hit_without_publishing(CacheStore& store, const Mod
   RemoteTier* remote = RemoteTier::process_default();
   if (!remote) return std::nullopt;
   auto r0 = Clock::now();
-  const RemoteCounters before = remote->counters();
+  const StoreCounters before = remote->counters_by_store();
   std::optional<RemoteEntry> fetched = remote->fetch(mk.key);
   if (!fetched) fetched = remote->claim_or_wait(mk.key).second;  // a reader never gets a lease
-  record_remote(store, before, remote->counters());
+  record_remote(store, before, remote->counters_by_store());
   info.times.remote_ms = ms_since(r0);
   if (!fetched) return std::nullopt;
   info.cache = CacheStatus::kRemoteHit;

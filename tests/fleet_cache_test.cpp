@@ -483,6 +483,16 @@ TEST(FleetCache, RemotesAreReadInOrderAndANearOneFillsFromAFarOne) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.err, "cache hit (remote)")) << r.err;
   EXPECT_TRUE(has(r.err, "going on without it")) << r.err;
+  // Statistics per remote: the dead one's error, the far one's hits.
+  auto stats = kiln_env(reader_env(both, base / "reader3", k), {"cache", "stats"});
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(stats.out, m,
+                                std::regex("  redis://127\\.0\\.0\\.1:\\d+/0 +0 hits, 0 misses, "
+                                           "0 rejected, 1 errors")))
+      << stats.out;
+  EXPECT_TRUE(std::regex_search(stats.out, m,
+                                std::regex("  http://127\\.0\\.0\\.1:\\d+/cache +([1-9]\\d*) hits")))
+      << stats.out;
   auto status = kiln_env(reader_env(both, base / "reader3", k), {"cache", "remote", "status"});
   EXPECT_EQ(status.exit_code, 1) << "one remote is down";
   EXPECT_TRUE(has(status.out, "remote     " + nginx.url())) << status.out;

@@ -12,8 +12,9 @@
 
 namespace kiln {
 
-// Adds what the tier did between two readings of its counters to the local statistics.
-void record_remote(CacheStore& store, const RemoteCounters& before, const RemoteCounters& after);
+// Adds what the tier did between two readings of its counters to the local statistics: the
+// totals, and each store's own where there are several.
+void record_remote(CacheStore& store, const StoreCounters& before, const StoreCounters& after);
 // After a local miss of `key`: the remote entry, published into `store` and looked up, or
 // nullopt (no tier, a miss, a rejected entry, a fault: each already reported by the tier).
 std::optional<CacheEntry> fetch_from_remote(CacheStore& store, const std::string& key);
