@@ -197,6 +197,7 @@ RedisReply RedisClusterClient::command(const std::vector<std::string>& args,
   } else {
     node = owner_[static_cast<size_t>(cluster_slot(key))];
     if (node.empty()) {
+      stale_ = true;  // a map read mid-change: read it again
       throw ShardError("no shard serves slot " +
                        std::to_string(cluster_slot(key)));
     }
