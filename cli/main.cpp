@@ -66,7 +66,8 @@ environment:
   KILN_CACHE_DIR   the kernel cache (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
   KILN_CACHE       0: bypass the cache (build in <cache>/scratch, never reuse)
   KILN_CACHE_MAX_SIZE  size cap enforced after each publish (default 2G)
-  KILN_REMOTE_CACHE    a shared remote tier, redis://host:port (docs/remote-cache.md)
+  KILN_REMOTE_CACHE    shared remote stores, read in order: redis://host:port,
+                       redis+cluster://host:port,..., http://host/path (docs/remote-cache.md)
   KILN_CC          C compiler (default clang)
   KILN_CLANG_SERVER  0: a clang process per kernel instead of kiln's compile
                    servers (the same objects; used only for that very clang)
