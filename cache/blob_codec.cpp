@@ -22,8 +22,8 @@ std::string encode_blob(const std::string& packed, int level) {
   std::string out = kZstdMagic + std::to_string(packed.size()) + "\n";
   const size_t head = out.size();
   out.resize(head + ZSTD_compressBound(packed.size()));
-  const size_t n = ZSTD_compress(out.data() + head, out.size() - head, packed.data(),
-                                 packed.size(), level);
+  const size_t n =
+      ZSTD_compress(out.data() + head, out.size() - head, packed.data(), packed.size(), level);
   if (ZSTD_isError(n)) return packed;  // only on a bad level: plain is always readable
   out.resize(head + n);
   return out;

@@ -327,12 +327,18 @@ IndexTotals CacheIndex::totals() {
       IndexTotals::PerRemote& r = t.remotes[name.substr(at + 1)];
       const std::string what = name.substr(7, at - 7);
       const auto n = static_cast<int64_t>(v);
-      if (what == "hits") r.hits = n;
-      else if (what == "misses") r.misses = n;
-      else if (what == "rejects") r.rejects = n;
-      else if (what == "errors") r.errors = n;
-      else if (what == "uploads") r.uploads = n;
-      else if (what == "bytes") r.bytes = v;
+      if (what == "hits")
+        r.hits = n;
+      else if (what == "misses")
+        r.misses = n;
+      else if (what == "rejects")
+        r.rejects = n;
+      else if (what == "errors")
+        r.errors = n;
+      else if (what == "uploads")
+        r.uploads = n;
+      else if (what == "bytes")
+        r.bytes = v;
       continue;
     }
     if (name == "hits")

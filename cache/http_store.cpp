@@ -6,8 +6,8 @@
 #include <chrono>
 #include <mutex>
 
-#include "util/escape.h"
 #include "util/error.h"
+#include "util/escape.h"
 
 namespace kiln {
 namespace {
@@ -134,14 +134,15 @@ HttpStore::Reply HttpStore::request(const std::string& method, const std::string
   const CURLcode rc = curl_easy_perform(c);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
-    std::string why = sink.over || rc == CURLE_FILESIZE_EXCEEDED
-                          ? "the reply is larger than " + std::to_string(max_bytes) + " bytes"
-                      : rc == CURLE_PARTIAL_FILE ? "the body was cut short (" +
-                                                       std::to_string(reply.body.size()) +
-                                                       " bytes arrived)"
-                      : *error                   ? std::string(error)
-                                                 : std::string(curl_easy_strerror(rc));
-    throw RemoteError("HTTP store " + describe() + ": " + method + " failed: " + terminal_text(why));
+    std::string why =
+        sink.over || rc == CURLE_FILESIZE_EXCEEDED
+            ? "the reply is larger than " + std::to_string(max_bytes) + " bytes"
+        : rc == CURLE_PARTIAL_FILE
+            ? "the body was cut short (" + std::to_string(reply.body.size()) + " bytes arrived)"
+        : *error ? std::string(error)
+                 : std::string(curl_easy_strerror(rc));
+    throw RemoteError("HTTP store " + describe() + ": " + method +
+                      " failed: " + terminal_text(why));
   }
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply.code);
   return reply;
@@ -151,8 +152,7 @@ std::optional<std::string> HttpStore::get(const std::string& key, uint64_t max_b
   Reply r = request("GET", entry_url(key), nullptr, max_bytes);
   if (r.code == 404) return std::nullopt;
   if (r.code != 200) {
-    throw RemoteError("HTTP store " + describe() + ": GET answered HTTP " +
-                      std::to_string(r.code));
+    throw RemoteError("HTTP store " + describe() + ": GET answered HTTP " + std::to_string(r.code));
   }
   return std::move(r.body);
 }

@@ -63,7 +63,6 @@ class RedisLink {
 
 class RedisClient : public RedisLink {
  public:
-
   RedisClient(RedisUrl url, int connect_timeout_ms, int op_timeout_ms);
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;

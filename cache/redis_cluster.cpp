@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "util/escape.h"
 #include "util/error.h"
+#include "util/escape.h"
 
 namespace kiln {
 namespace {
@@ -25,8 +25,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 std::string routing_key(const std::vector<std::string>& args) {
   if (args.empty()) return "";
   if (args[0] == "EVAL" || args[0] == "EVALSHA") return args.size() > 3 ? args[3] : "";
-  if (args[0] == "PING" || args[0] == "SCAN" || args[0] == "INFO" || args[0] == "DBSIZE")
-    return "";
+  if (args[0] == "PING" || args[0] == "SCAN" || args[0] == "INFO" || args[0] == "DBSIZE") return "";
   return args.size() > 1 ? args[1] : "";
 }
 
@@ -49,7 +48,8 @@ ClusterUrl ClusterUrl::parse(const std::string& text, const std::string& where) 
   size_t from = 0;
   while (from <= rest.size()) {
     const size_t comma = rest.find(',', from);
-    const std::string hostport = rest.substr(from, comma == std::string::npos ? comma : comma - from);
+    const std::string hostport =
+        rest.substr(from, comma == std::string::npos ? comma : comma - from);
     // Each seed goes through the one Redis URL parser (its host and port rules, its errors).
     u.seeds.push_back(RedisUrl::parse("redis://" + cred + hostport, where));
     if (comma == std::string::npos) break;
@@ -74,7 +74,8 @@ int cluster_slot(const std::string& key) {
   for (unsigned char c : k) {
     crc ^= static_cast<uint16_t>(c << 8);
     for (int i = 0; i < 8; ++i)
-      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                           : static_cast<uint16_t>(crc << 1);
   }
   return crc % kSlots;
 }
@@ -152,8 +153,7 @@ void RedisClusterClient::refresh() {
     stale_ = false;
     return;
   }
-  throw RemoteError("cannot read the slot map (" + why +
-                    ")");
+  throw RemoteError("cannot read the slot map (" + why + ")");
 }
 
 void RedisClusterClient::maybe_refresh() {
@@ -198,8 +198,7 @@ RedisReply RedisClusterClient::command(const std::vector<std::string>& args,
     node = owner_[static_cast<size_t>(cluster_slot(key))];
     if (node.empty()) {
       stale_ = true;  // a map read mid-change: read it again
-      throw ShardError("no shard serves slot " +
-                       std::to_string(cluster_slot(key)));
+      throw ShardError("no shard serves slot " + std::to_string(cluster_slot(key)));
     }
   }
   bool asking = false;
@@ -229,13 +228,11 @@ RedisReply RedisClusterClient::command(const std::vector<std::string>& args,
     }
     if (starts_with(r.str, "CLUSTERDOWN") || starts_with(r.str, "TRYAGAIN")) {
       stale_ = true;
-      throw ShardError("shard " + node + ": " +
-                       terminal_text(r.str.substr(0, 200)));
+      throw ShardError("shard " + node + ": " + terminal_text(r.str.substr(0, 200)));
     }
     return r;  // an ordinary error reply (NOPERM, OOM): the caller's to judge
   }
-  throw ShardError("more than 5 redirections for " +
-                   in_quotes(key));
+  throw ShardError("more than 5 redirections for " + in_quotes(key));
 }
 
 std::vector<RedisUrl> RedisClusterClient::data_nodes() {

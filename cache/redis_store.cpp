@@ -37,7 +37,9 @@ std::string redis_failed_key(const std::string& ns, const std::string& key) {
 }
 
 RedisStore::RedisStore(std::string description, LinkFactory factory, StoreOptions options)
-    : description_(std::move(description)), factory_(std::move(factory)), options_(std::move(options)) {}
+    : description_(std::move(description)),
+      factory_(std::move(factory)),
+      options_(std::move(options)) {}
 
 RedisLink& RedisStore::link() {
   if (!link_) link_ = factory_();
@@ -88,8 +90,7 @@ std::vector<ShardStatus> RedisStore::status(int64_t limit, double seconds) {
       int64_t n = 0;
       std::string cursor = "0";
       for (int round = 0; round < 100000; ++round) {
-        RedisReply r =
-            c.command({"SCAN", cursor, "MATCH", options_.ns + ":e:*", "COUNT", "1000"});
+        RedisReply r = c.command({"SCAN", cursor, "MATCH", options_.ns + ":e:*", "COUNT", "1000"});
         if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) break;
         cursor = r.elements[0].str;
         n += static_cast<int64_t>(r.elements[1].elements.size());

@@ -25,7 +25,9 @@ std::unique_ptr<RemoteStore> make_remote_store(const std::string& url, const Sto
   RedisUrl u = RedisUrl::parse(url, where);
   return std::make_unique<RedisStore>(
       "redis://" + u.describe(),
-      [u, options] { return std::make_unique<RedisClient>(u, options.connect_ms, options.timeout_ms); },
+      [u, options] {
+        return std::make_unique<RedisClient>(u, options.connect_ms, options.timeout_ms);
+      },
       options);
 }
 

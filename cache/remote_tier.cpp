@@ -282,8 +282,8 @@ void RemoteTier::shard_fault(Remote& r, const std::string& what) {
   }
   r.shard_warned_until = now_s() + config_.breaker_s;
   warn("remote cache " + r.store->describe() + ": " + terminal_text(what) +
-       "; the keys it holds compile locally (it is " +
-       "skipped for " + std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
+       "; the keys it holds compile locally (it is " + "skipped for " +
+       std::to_string(static_cast<int>(config_.breaker_s)) + " s)");
 }
 
 std::optional<RemoteEntry> RemoteTier::fetch(const std::string& key) {
@@ -413,14 +413,17 @@ bool RemoteTier::upload(const EntryMeta& local, const std::filesystem::path& dir
       if (compared) continue;
       compared = true;
       // Someone uploaded this key first: the same bytes, or a build that is not reproducible.
-      auto existing = rem.store->get(meta.key, config_.max_entry_bytes + config_.max_entry_bytes / 128 + 4096);
+      auto existing =
+          rem.store->get(meta.key, config_.max_entry_bytes + config_.max_entry_bytes / 128 + 4096);
       if (!existing) continue;
       try {
-        RemoteEntry theirs = unpack_entry(decode_blob(*existing, config_.max_entry_bytes), meta.key);
+        RemoteEntry theirs =
+            unpack_entry(decode_blob(*existing, config_.max_entry_bytes), meta.key);
         for (size_t i = 0; i < meta.files.size() && i < theirs.meta.files.size(); ++i) {
           if (theirs.meta.files[i].sha256 != meta.files[i].sha256) {
             warn("remote cache: key " + meta.key + " is not reproducible: its " +
-                 meta.files[i].name + " differs from the one another machine uploaded (kept theirs)");
+                 meta.files[i].name +
+                 " differs from the one another machine uploaded (kept theirs)");
             break;
           }
         }

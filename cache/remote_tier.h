@@ -3,18 +3,18 @@
 // (KILN_REMOTE_CACHE, a space-separated list of Redis, Redis Cluster and HTTP stores) are read
 // in order and written to all; an entry found further down the list is copied to the ones
 // before it (by writers), so a near store fills from a large one behind it. Entries travel
-// zstd-compressed (cache/blob_codec.h). An entry read from a remote is verified — its size is bounded, its meta.json hashes to the key,
-// lists the files an entry of its kind holds, every file has the recorded size and SHA-256,
-// and a trusted Ed25519 key signed the whole meta.json for this namespace — before anything is
-// written locally; the caller then publishes it through the local store as usual. Writers
-// (holders of KILN_CACHE_SIGNING_KEY) upload what they compile with SET NX; readers without a
-// key never write. A server that is down, slow, refusing, lying or serving forged entries
-// costs a warning and a local compile, and is skipped for 30 s (a circuit breaker), so it
+// zstd-compressed (cache/blob_codec.h). An entry read from a remote is verified — its size is
+// bounded, its meta.json hashes to the key, lists the files an entry of its kind holds, every file
+// has the recorded size and SHA-256, and a trusted Ed25519 key signed the whole meta.json for this
+// namespace — before anything is written locally; the caller then publishes it through the local
+// store as usual. Writers (holders of KILN_CACHE_SIGNING_KEY) upload what they compile with SET NX;
+// readers without a key never write. A server that is down, slow, refusing, lying or serving forged
+// entries costs a warning and a local compile, and is skipped for 30 s (a circuit breaker), so it
 // costs one timeout per process, not one per compile.
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,15 +34,15 @@ namespace kiln {
 
 struct RemoteConfig {
   std::vector<std::string> urls;  // KILN_REMOTE_CACHE, in the order they are read
-  std::string ns = "kiln";  // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
-  int timeout_ms = 1000;    // KILN_REMOTE_TIMEOUT: the whole of one operation
+  std::string ns = "kiln";        // KILN_REMOTE_CACHE_NAMESPACE: a new one revokes everything
+  int timeout_ms = 1000;          // KILN_REMOTE_TIMEOUT: the whole of one operation
   int connect_ms = 200;
   bool trust_unsigned = false;  // KILN_REMOTE_CACHE_TRUST=unsigned
   double breaker_s = 30;        // how long a failed server is skipped
   int lease_ms = 30000;         // KILN_REMOTE_LEASE: a compile's claim on a key
   int wait_ms = 300000;         // KILN_REMOTE_WAIT: the longest wait for another's compile
   uint64_t max_entry_bytes = uint64_t{64} << 20;  // KILN_REMOTE_MAX_ENTRY: larger is refused
-  int compress_level = 3;  // KILN_REMOTE_COMPRESS: zstd[:LEVEL] or off (0)
+  int compress_level = 3;                         // KILN_REMOTE_COMPRESS: zstd[:LEVEL] or off (0)
   StoreOptions store_options() const { return {ns, connect_ms, timeout_ms, breaker_s}; }
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
   // Durations go through parse_duration, the namespace through check_name, the size through

@@ -44,8 +44,9 @@ int remote_status(RemoteTier& remote, const std::vector<std::string>& args) {
   }
   std::printf("namespace  %s\nreachable  %s\n", c.ns.c_str(), ok ? "yes" : "no");
   if (ok) std::printf("entries    %lld\n", static_cast<long long>(entries));
-  std::printf("compress   %s\n",
-              c.compress_level ? ("zstd, level " + std::to_string(c.compress_level)).c_str() : "off");
+  std::printf("compress   %s\n", c.compress_level
+                                     ? ("zstd, level " + std::to_string(c.compress_level)).c_str()
+                                     : "off");
   auto policy = SignaturePolicy::from_env();
   std::string names;
   for (const auto& k : policy.trusted) names += (names.empty() ? "" : ", ") + k.name;

@@ -65,7 +65,8 @@ std::vector<fs::path> tiny_models(const fs::path& dir) {
                              std::to_string(i) + R"(",
       "inputs": [{"name": "x", "dtype": "float32", "shape": [null, )" +
                              std::to_string(40 + i) + R"(]}],
-      "nodes": [{"op": ")" + ops[i] + R"(", "inputs": ["x"], "outputs": ["y"]}],
+      "nodes": [{"op": ")" + ops[i] +
+                             R"(", "inputs": ["x"], "outputs": ["y"]}],
       "outputs": ["y"]})");
     out.push_back(p);
   }
@@ -76,8 +77,8 @@ ProcessResult run_mlp(const std::vector<std::string>& env, const fs::path& out) 
   auto r = kiln_env(env, {"run", "-v", kMlp, "--input", "x=" + kMlpDir + "/input.npy",
                           "--output-dir", out.string()});
   if (r.exit_code == 0) {
-    EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"),
-                                       read_npy(kMlpDir + "/expected.npy"), 1e-4, 1e-5));
+    EXPECT_TRUE(testing::tensors_close(read_npy(out / "y.npy"), read_npy(kMlpDir + "/expected.npy"),
+                                       1e-4, 1e-5));
   }
   return r;
 }
@@ -87,9 +88,10 @@ ProcessResult run_mlp(const std::vector<std::string>& env, const fs::path& out) 
 TEST(FleetCache, ClusterSlotsAreRedisOwn) {
   RedisCluster cluster(3, 0);
   ASSERT_TRUE(cluster.up());
-  for (const std::string& key : std::vector<std::string>{"123456789", "kiln:e:{abc}", "kiln:l:{abc}", "{user1000}.following", "foo{}{bar}",
-        "foo{{bar}}zap", "foo{bar}{zap}", "{", "}{", "", std::string(64, 'f'),
-        "kiln:e:{" + std::string(64, '0') + "}"}) {
+  for (const std::string& key :
+       std::vector<std::string>{"123456789", "kiln:e:{abc}", "kiln:l:{abc}", "{user1000}.following",
+                                "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{", "}{", "",
+                                std::string(64, 'f'), "kiln:e:{" + std::string(64, '0') + "}"}) {
     SCOPED_TRACE(key);
     EXPECT_EQ(cluster_slot(key), cluster.node(0).admin({"CLUSTER", "KEYSLOT", key}).integer);
   }
@@ -112,9 +114,9 @@ TEST(FleetCache, TheClusterClientFollowsAskAndMovedWhileASlotMigrates) {
   // Mid-migration: the key has moved, the slot has not: the old owner answers ASK.
   cluster.node(to).admin({"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id});
   cluster.node(from).admin({"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id});
-  RedisReply moved = cluster.node(from).admin(
-      {"MIGRATE", "127.0.0.1", std::to_string(cluster.node(to).port()), "", "0", "5000", "KEYS",
-       key});
+  RedisReply moved =
+      cluster.node(from).admin({"MIGRATE", "127.0.0.1", std::to_string(cluster.node(to).port()), "",
+                                "0", "5000", "KEYS", key});
   ASSERT_FALSE(moved.is_error()) << moved.str;
   RedisReply asked = cluster.node(from).admin({"GET", key});
   ASSERT_TRUE(asked.is_error() && asked.str.rfind("ASK ", 0) == 0) << asked.str;
@@ -220,7 +222,8 @@ TEST(FleetCache, AStoppedShardCostsOneTimeoutPerProcess) {
   EXPECT_FALSE(tier.fetch(elsewhere));
   const std::string err = ::testing::internal::GetCapturedStderr();
   ::kill(cluster.node(stopped).pid(), SIGCONT);
-  EXPECT_EQ(count(err, "no complete reply"), 1) << "one timeout, then the shard is skipped: " << err;
+  EXPECT_EQ(count(err, "no complete reply"), 1)
+      << "one timeout, then the shard is skipped: " << err;
   const RemoteCounters n = tier.counters();
   EXPECT_EQ(n.errors, static_cast<int64_t>(on_it.size()));
   EXPECT_EQ(n.misses, 2) << "the other shards still answer";
@@ -277,8 +280,8 @@ TEST(FleetCache, SixteenHostsMeetingANewModelOnTheClusterCompileItOnce) {
     for (const auto& e :
          writer_env(cluster.url_text(), base / ("m" + std::to_string(i)), k, "builders"))
       env += "'" + e + "' ";
-    env += "KILN_CC='" + std::string(KILN_TEST_CC_WRAPPER) + "' KILN_TEST_CC_LOG='" +
-           log.string() + "' ";
+    env += "KILN_CC='" + std::string(KILN_TEST_CC_WRAPPER) + "' KILN_TEST_CC_LOG='" + log.string() +
+           "' ";
     script += "env " + env + "'" + testing::kiln_binary() + "' compile -v '" + kMlp + "' 2> '" +
               (base / ("err" + std::to_string(i))).string() + "' || echo " + std::to_string(i) +
               " >> '" + (base / "failed").string() + "' & ";
@@ -339,7 +342,8 @@ TEST(FleetCache, ANewModelOnASecondHostLinksKernelsAnotherHostCompiled) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         b.err, m,
-        std::regex(R"(kernels (\d+) \((\d+) reused, (\d+) compiled.*?(\d+) of the reused from the remote)")))
+        std::regex(
+            R"(kernels (\d+) \((\d+) reused, (\d+) compiled.*?(\d+) of the reused from the remote)")))
         << b.err;
     EXPECT_GE(std::stoi(m[4]), 1) << "no kernel came from the remote: " << b.err;
     EXPECT_EQ(std::stoi(m[4]), std::stoi(m[2])) << "its local cache was empty";
@@ -441,8 +445,7 @@ TEST(FleetCache, AnHttpServerThatFailsTruncatesOrHangsCostsALocalCompile) {
     auto r = run_mlp({"KILN_CACHE_DIR=" + (base / c.name).string(), "KILN_REMOTE_CACHE=" + c.url,
                       "KILN_REMOTE_TIMEOUT=0.5", "KILN_REMOTE_CACHE_TRUST=unsigned"},
                      base / ("out-" + c.name));
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(has(r.err, c.message)) << r.err;
     EXPECT_TRUE(has(r.err, "compiling locally")) << r.err;
@@ -490,8 +493,8 @@ TEST(FleetCache, RemotesAreReadInOrderAndANearOneFillsFromAFarOne) {
                                 std::regex("  redis://127\\.0\\.0\\.1:\\d+/0 +0 hits, 0 misses, "
                                            "0 rejected, 1 errors")))
       << stats.out;
-  EXPECT_TRUE(std::regex_search(stats.out, m,
-                                std::regex("  http://127\\.0\\.0\\.1:\\d+/cache +([1-9]\\d*) hits")))
+  EXPECT_TRUE(std::regex_search(
+      stats.out, m, std::regex("  http://127\\.0\\.0\\.1:\\d+/cache +([1-9]\\d*) hits")))
       << stats.out;
   auto status = kiln_env(reader_env(both, base / "reader3", k), {"cache", "remote", "status"});
   EXPECT_EQ(status.exit_code, 1) << "one remote is down";
@@ -527,7 +530,8 @@ TEST(FleetCache, ADecompressionBombIsRefusedBeforeItExpands) {
   EXPECT_EQ(decode_blob(good, max), std::string(5000, 'x'));
   EXPECT_TRUE(has(testing::error_of([&] { decode_blob(good.substr(0, good.size() - 3), max); }),
                   "truncated zstd frame"));
-  EXPECT_TRUE(has(testing::error_of([&] { decode_blob(good + "junk", max); }), "after the zstd frame"));
+  EXPECT_TRUE(
+      has(testing::error_of([&] { decode_blob(good + "junk", max); }), "after the zstd frame"));
   EXPECT_TRUE(has(testing::error_of([&] { decode_blob("kiln-zstd 1\n5000\nnot a frame", max); }),
                   "not a zstd frame"));
   EXPECT_TRUE(has(testing::error_of([&] { decode_blob("kiln-zstd 1\n-5\n" + frame, max); }),

@@ -28,12 +28,19 @@ NginxServer::NginxServer() : dir_(temp_dir("nginx")), port_(redis::free_port()) 
   write_file_atomic(dir_ / "nginx.conf",
                     "daemon off;\nmaster_process off;\npid " + d + "/nginx.pid;\nerror_log " + d +
                         "/error.log warn;\nevents { worker_connections 256; }\nhttp {\n"
-                        "  access_log off;\n  client_body_temp_path " + d + "/body;\n"
-                        "  proxy_temp_path " + d + "/proxy;\n  fastcgi_temp_path " + d +
-                        "/fastcgi;\n  uwsgi_temp_path " + d + "/uwsgi;\n  scgi_temp_path " + d +
+                        "  access_log off;\n  client_body_temp_path " +
+                        d +
+                        "/body;\n"
+                        "  proxy_temp_path " +
+                        d + "/proxy;\n  fastcgi_temp_path " + d + "/fastcgi;\n  uwsgi_temp_path " +
+                        d + "/uwsgi;\n  scgi_temp_path " + d +
                         "/scgi;\n  client_max_body_size 512m;\n  server {\n"
-                        "    listen 127.0.0.1:" + std::to_string(port_) + ";\n"
-                        "    location /cache/ {\n      root " + d + "/www;\n"
+                        "    listen 127.0.0.1:" +
+                        std::to_string(port_) +
+                        ";\n"
+                        "    location /cache/ {\n      root " +
+                        d +
+                        "/www;\n"
                         "      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
                         "      dav_access user:rw;\n    }\n"
                         "    location /broken/ { return 500; }\n  }\n}\n");

@@ -191,8 +191,8 @@ Keys make_keys(const fs::path& dir, const std::string& name) {
   return {dir, split_lines(read_file(dir / (name + ".public"))).at(0)};
 }
 
-std::vector<std::string> writer_env(const std::string& remote, const fs::path& cache,
-                                    const Keys& k, const std::string& name) {
+std::vector<std::string> writer_env(const std::string& remote, const fs::path& cache, const Keys& k,
+                                    const std::string& name) {
   return {"KILN_CACHE_DIR=" + cache.string(), "KILN_REMOTE_CACHE=" + remote,
           "KILN_CACHE_TRUSTED_KEYS=" + k.pub,
           "KILN_CACHE_SIGNING_KEY=" + (k.dir / (name + ".secret")).string()};
@@ -217,19 +217,23 @@ RedisCluster::RedisCluster(int masters, int replicas)
     : masters_(static_cast<size_t>(masters)), dir_(temp_dir("redis-cluster")) {
   const int total = masters * (1 + replicas);
   for (int i = 0; i < total; ++i) {
-    nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
-        "--cluster-enabled", "yes", "--cluster-config-file",
-        dir_ + "/nodes-" + std::to_string(i) + ".conf", "--cluster-node-timeout", "1000",
-        "--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0",
-        "--dir", dir_}, free_cluster_port()));
+    nodes_.push_back(std::make_unique<RedisServer>(
+        std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                 dir_ + "/nodes-" + std::to_string(i) + ".conf",
+                                 "--cluster-node-timeout", "1000",
+                                 "--cluster-require-full-coverage", "no",
+                                 "--cluster-replica-validity-factor", "0", "--dir", dir_},
+        free_cluster_port()));
     if (!nodes_.back()->up()) return;
   }
   // Every node meets the first; the masters take even slot ranges; replicas follow a master.
   for (int i = 1; i < total; ++i)
-    node(0).admin({"CLUSTER", "MEET", "127.0.0.1", std::to_string(node(static_cast<size_t>(i)).port())});
+    node(0).admin(
+        {"CLUSTER", "MEET", "127.0.0.1", std::to_string(node(static_cast<size_t>(i)).port())});
   for (int m = 0; m < masters; ++m) {
     const int lo = 16384 * m / masters, hi = 16384 * (m + 1) / masters - 1;
-    node(static_cast<size_t>(m)).admin({"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
+    node(static_cast<size_t>(m))
+        .admin({"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
   }
   // A replica can follow its master only once it knows it (gossip): bounded retries.
   for (int i = masters; i < total; ++i) {
@@ -254,8 +258,8 @@ std::string RedisCluster::url_text(const std::string& cred) const {
 }
 
 bool RedisCluster::wait_ok(double seconds) const {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(seconds * 1000));
   while (std::chrono::steady_clock::now() < deadline) {
     bool ok = true;
     for (const auto& n : nodes_) {
