@@ -22,6 +22,25 @@ struct Sink {
   bool over = false;
 };
 
+// The same deadline rule as Redis commands: the timeout, plus a second per
+// kMinBytesPerSecond moved either way.
+struct Pace {
+  double start;
+  int timeout_ms;
+  bool late = false;
+};
+
+int check_pace(void* user, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
+  auto* p = static_cast<Pace*>(user);
+  const double allowed = p->timeout_ms / 1000.0 +
+                         static_cast<double>(down + up) / static_cast<double>(kMinBytesPerSecond);
+  if (now_s() - p->start > allowed) {
+    p->late = true;
+    return 1;  // aborts the transfer
+  }
+  return 0;
+}
+
 size_t write_body(char* data, size_t size, size_t count, void* user) {
   auto* sink = static_cast<Sink*>(user);
   const size_t n = size * count;
@@ -113,7 +132,14 @@ HttpStore::Reply HttpStore::request(const std::string& method, const std::string
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_ms));
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout_ms));
+  // A hard cap for the whole request; the pace check fails a slow one long before it.
+  const uint64_t most = max_bytes + (body ? body->size() : 0);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(options_.timeout_ms + most * 1000 / kMinBytesPerSecond));
+  Pace pace{now_s(), options_.timeout_ms};
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_pace);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, &pace);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
@@ -135,7 +161,9 @@ HttpStore::Reply HttpStore::request(const std::string& method, const std::string
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
     std::string why =
-        sink.over || rc == CURLE_FILESIZE_EXCEEDED
+        pace.late ? "no complete reply within " +
+                        std::to_string(static_cast<int>((now_s() - pace.start) * 1000)) + " ms"
+        : sink.over || rc == CURLE_FILESIZE_EXCEEDED
             ? "the reply is larger than " + std::to_string(max_bytes) + " bytes"
         : rc == CURLE_PARTIAL_FILE
             ? "the body was cut short (" + std::to_string(reply.body.size()) + " bytes arrived)"

@@ -57,6 +57,10 @@ int ms_left(Clock::time_point deadline) {
   return left.count() > 0 ? static_cast<int>(left.count()) : 0;
 }
 
+long long ms_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
 // Waits until fd is ready for `events` or the deadline passes; false on timeout.
 bool wait_for(int fd, short events, Clock::time_point deadline) {
   for (;;) {
@@ -203,7 +207,14 @@ void RedisClient::connect() {
 
 RedisReply RedisClient::command(const std::vector<std::string>& args, uint64_t max_reply_bytes) {
   if (fd_ < 0) connect();
-  const auto deadline = Clock::now() + std::chrono::milliseconds(op_ms_);
+  // The deadline grows with the bytes moved (kMinBytesPerSecond): a large entry may take
+  // longer than a small one, a server that trickles bytes still fails near op_timeout.
+  const auto start = Clock::now();
+  uint64_t moved = 0;
+  auto deadline_now = [&] {
+    return start + std::chrono::milliseconds(op_ms_) +
+           std::chrono::milliseconds(moved * 1000 / kMinBytesPerSecond);
+  };
   const std::string& name = args.at(0);
   auto fail = [&](const std::string& why) {
     drop();  // a broken, slow or oversized exchange leaves the connection mid-reply
@@ -224,9 +235,10 @@ RedisReply RedisClient::command(const std::vector<std::string>& args, uint64_t m
     const ssize_t n = ::send(fd_, raw + sent, static_cast<size_t>(len) - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
+      moved += static_cast<uint64_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_for(fd_, POLLOUT, deadline))
-        throw fail("timed out sending after " + std::to_string(op_ms_) + " ms");
+      if (!wait_for(fd_, POLLOUT, deadline_now()))
+        throw fail("timed out sending after " + std::to_string(ms_since(start)) + " ms");
     } else {
       throw fail(std::strerror(errno));
     }
@@ -245,8 +257,8 @@ RedisReply RedisClient::command(const std::vector<std::string>& args, uint64_t m
       freeReplyObject(reply);
       return out;
     }
-    if (!wait_for(fd_, POLLIN, deadline))
-      throw fail("no complete reply within " + std::to_string(op_ms_) + " ms");
+    if (!wait_for(fd_, POLLIN, deadline_now()))
+      throw fail("no complete reply within " + std::to_string(ms_since(start)) + " ms");
     const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
     if (n == 0) throw fail("the server closed the connection");
     if (n < 0) {
@@ -254,6 +266,7 @@ RedisReply RedisClient::command(const std::vector<std::string>& args, uint64_t m
       throw fail(std::strerror(errno));
     }
     received += static_cast<uint64_t>(n);
+    moved += static_cast<uint64_t>(n);
     if (received > max_reply_bytes + 64) {  // 64: RESP's own framing around a bulk string
       throw fail("the reply is larger than " + std::to_string(max_reply_bytes) + " bytes");
     }

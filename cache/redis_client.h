@@ -1,7 +1,9 @@
 #pragma once
 // A Redis connection whose every operation is bounded in time and size: the connect by
-// connect_timeout, each command by op_timeout in total (not per read: a server that sends one
-// byte every half second still fails at the deadline), and each reply by a byte count. kiln
+// connect_timeout, each command by op_timeout in total plus one second per kMinBytesPerSecond
+// moved (not per read: a server that sends one byte every half second still fails at the
+// deadline, while a 64 MiB entry gets the time a loaded server needs), and each reply by a
+// byte count. kiln
 // speaks RESP over its own non-blocking socket and uses hiredis only to parse replies. A
 // transport failure — refused, timed out, closed, too large, or a reply that is not RESP — is a
 // RemoteError and drops the connection; the next command reconnects. An error *reply*
@@ -13,6 +15,9 @@
 #include "util/error.h"
 
 namespace kiln {
+
+// The slowest transfer rate an operation's deadline allows for beyond its timeout.
+inline constexpr uint64_t kMinBytesPerSecond = uint64_t{8} << 20;
 
 class RemoteError : public Error {
  public:
