@@ -144,6 +144,7 @@ HttpStore::Reply HttpStore::request(const std::string& method, const std::string
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_bytes));
+  if (!options_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
   if (!url_.user.empty()) {
     curl_easy_setopt(c, CURLOPT_USERNAME, url_.user.c_str());
     curl_easy_setopt(c, CURLOPT_PASSWORD, url_.password.c_str());

@@ -20,6 +20,7 @@ struct StoreOptions {
   int connect_ms = 200;
   int timeout_ms = 1000;
   double breaker_s = 30;  // how long a failed cluster shard is skipped
+  std::string ca_file;    // KILN_REMOTE_CA: the CA bundle https stores are verified with
 };
 
 // What `kiln cache remote status` prints for one server (a shard of a cluster, or the store).

@@ -136,6 +136,12 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
                       " is none of 'zstd' (the default), 'zstd:LEVEL' (1 to 19) and 'off'");
     }
   }
+  if (auto ca = env("KILN_REMOTE_CA")) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*ca, ec))
+      throw UserError("KILN_REMOTE_CA: " + in_quotes(*ca) + " is not a file (a PEM CA bundle)");
+    c.ca_file = *ca;
+  }
   // Each URL is parsed now, so a bad one is refused before any compile, naming the variable.
   for (const auto& u : c.urls) make_remote_store(u, c.store_options(), "KILN_REMOTE_CACHE");
   return c;

@@ -43,7 +43,8 @@ struct RemoteConfig {
   int wait_ms = 300000;         // KILN_REMOTE_WAIT: the longest wait for another's compile
   uint64_t max_entry_bytes = uint64_t{64} << 20;  // KILN_REMOTE_MAX_ENTRY: larger is refused
   int compress_level = 3;                         // KILN_REMOTE_COMPRESS: zstd[:LEVEL] or off (0)
-  StoreOptions store_options() const { return {ns, connect_ms, timeout_ms, breaker_s}; }
+  std::string ca_file;     // KILN_REMOTE_CA: for https stores; default: the system's
+  StoreOptions store_options() const { return {ns, connect_ms, timeout_ms, breaker_s, ca_file}; }
   // nullopt when KILN_REMOTE_CACHE is unset; throws UserError naming a malformed variable.
   // Durations go through parse_duration, the namespace through check_name, the size through
   // parse_size: one rule each, with bounds.

@@ -415,6 +415,35 @@ TEST(FleetCache, AnHttpStoreServesSignedCompressedEntries) {
   EXPECT_FALSE(has(r.err, "cache hit (remote)")) << r.err;
 }
 
+TEST(FleetCache, HttpsIsVerifiedAgainstTheConfiguredCa) {
+  NginxServer nginx;
+  ASSERT_TRUE(nginx.up());
+  const fs::path base = temp_dir("fleet-https");
+  Keys k = make_keys(base, "builders");
+  const std::string ca = "KILN_REMOTE_CA=" + nginx.certificate().string();
+  auto w = writer_env(nginx.https_url(), base / "writer", k, "builders");
+  w.push_back(ca);
+  auto a = kiln_env(w, {"compile", kMlp});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_FALSE(has(a.err, "warning")) << a.err;
+  EXPECT_TRUE(fs::exists(nginx.root() / "kiln" / printed_key(a.out)));
+  auto r = reader_env(nginx.https_url(), base / "reader", k);
+  r.push_back(ca);
+  auto hit = run_mlp(r, base / "out-r");
+  EXPECT_EQ(hit.exit_code, 0) << hit.err;
+  EXPECT_TRUE(has(hit.err, "cache hit (remote)")) << hit.err;
+  // Without the CA the self-signed server is not trusted: a warning, a local compile.
+  auto untrusted = run_mlp(reader_env(nginx.https_url(), base / "reader-2", k), base / "out-2");
+  EXPECT_EQ(untrusted.exit_code, 0) << untrusted.err;
+  EXPECT_TRUE(has(untrusted.err, "certificate")) << untrusted.err;
+  EXPECT_FALSE(has(untrusted.err, "cache hit (remote)")) << untrusted.err;
+  // A CA that is not a file is refused before any compile, naming the variable.
+  auto bad = kiln_env({"KILN_REMOTE_CACHE=" + nginx.https_url(), "KILN_REMOTE_CA=/nonexistent"},
+                      {"compile", kMlp});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(has(bad.err, "KILN_REMOTE_CA: '/nonexistent' is not a file")) << bad.err;
+}
+
 TEST(FleetCache, AnHttpServerThatFailsTruncatesOrHangsCostsALocalCompile) {
   NginxServer nginx;
   ASSERT_TRUE(nginx.up());
