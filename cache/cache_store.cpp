@@ -134,9 +134,9 @@ std::string hash_entry_fd(int fd, const struct stat& st, const std::string& name
   Sha256 h;
   std::vector<char> buf(size_t{1} << 20);
   for (uint64_t got = 0, size = static_cast<uint64_t>(st.st_size); got < size;) {
-    const ssize_t n = ::pread(fd, buf.data(),
-                              static_cast<size_t>(std::min<uint64_t>(buf.size(), size - got)),
-                              static_cast<off_t>(got));
+    const ssize_t n =
+        ::pread(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), size - got)),
+                static_cast<off_t>(got));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw CacheEntryError(name + " cannot be read: " + std::strerror(errno));
     h.update(buf.data(), static_cast<size_t>(n));
@@ -493,9 +493,27 @@ fs::path CacheStore::keep_failed(const std::string& key,
   return final_dir;
 }
 
+CacheEntry CacheStore::publish_fetched(
+    EntryMeta meta, const std::vector<std::pair<std::string, std::string>>& files) {
+  WorkFolder staging = new_staging(meta.key);
+  if (files.size() != meta.files.size())
+    throw UserError("publish_fetched: the files do not match meta.json's list");
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (files[i].first != meta.files[i].name || files[i].second.size() != meta.files[i].size)
+      throw UserError("publish_fetched: " + files[i].first + " does not match meta.json");
+    write_file_atomic(staging.path() / files[i].first, files[i].second, access_.file_mode(), true);
+  }
+  return publish_folder(std::move(staging), std::move(meta), true);
+}
+
 CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
+  return publish_folder(std::move(staging), std::move(meta), false);
+}
+
+CacheEntry CacheStore::publish_folder(WorkFolder staging, EntryMeta meta, bool fetched) {
   const fs::path& dir_in = staging.path();
   for (auto& f : meta.files) {
+    if (fetched) continue;  // written from bytes whose sizes and hashes were just checked
     const fs::path p = dir_in / f.name;
     // Hashed through a small buffer: a file of weights read whole cost its size in fresh
     // memory, more than the hashing.
@@ -533,7 +551,9 @@ CacheEntry CacheStore::publish(WorkFolder staging, EntryMeta meta) {
       if (fs::exists(root_ / "index.dirty", ec)) repair_index();
       IndexRow row = row_of(meta, meta_json.size(), use_stamp());
       idx->put(row);
-      if (meta.family == kKernelFamily) {
+      if (fetched) {
+        // A remote hit: the tier's counters say so.
+      } else if (meta.family == kKernelFamily) {
         idx->add_to_counter("kernel_compiles", 1);
       } else if (meta.family == kPreparedFamily) {
         idx->add_to_counter("prepared_stores", 1);

@@ -113,6 +113,12 @@ class CacheStore {
   // first, its entry is returned and `staging` is discarded. Then enforces the size cap. On
   // any failure the staging folder is removed and the error names the path.
   CacheEntry publish(WorkFolder staging, EntryMeta meta);
+  // An entry the remote tier fetched and verified (meta holds each file's size and SHA-256,
+  // checked against these bytes in memory): the files are written to a staging folder and
+  // published without being hashed again, and count as a remote hit, not as a compile or a
+  // store.
+  CacheEntry publish_fetched(EntryMeta meta,
+                             const std::vector<std::pair<std::string, std::string>>& files);
 
   // A small file kiln wrote under the root (e.g. toolchains/…), read only when this user
   // controls it and every folder above it; nullopt (with a warning if it was distrusted)
@@ -147,6 +153,7 @@ class CacheStore {
   int reindex();  // rebuilds index.sqlite from objects/ alone; returns the entry count
 
  private:
+  CacheEntry publish_folder(WorkFolder staging, EntryMeta meta, bool fetched);
   explicit CacheStore(std::filesystem::path root);
   CacheIndex* index();  // nullptr while the index is unavailable
   void open_index();

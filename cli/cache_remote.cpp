@@ -100,11 +100,7 @@ int pull(RemoteTier& remote, CacheStore& store, const std::vector<std::string>& 
       ++missing;
       continue;
     }
-    WorkFolder staging = store.new_staging(k);
-    for (const auto& [name, bytes] : fetched->files) {
-      write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
-    }
-    store.publish(std::move(staging), std::move(fetched->meta));
+    store.publish_fetched(std::move(fetched->meta), fetched->files);
     ++done;
   }
   std::printf("pulled %d entries into %s\n", done, store.root().c_str());

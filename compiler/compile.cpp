@@ -463,12 +463,9 @@ std::optional<CacheEntry> lookup_or_build(CacheStore& store, const Graph& graph,
     }
     info.times.remote_ms = ms_since(r0);
     if (fetched) {
-      WorkFolder staging = store.new_staging(mk.key);
-      for (const auto& [name, bytes] : fetched->files)
-        write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
       info.cache = CacheStatus::kRemoteHit;
       if (debug_level() >= 2) log_line("cache: remote hit for " + mk.key);
-      return store.publish(std::move(staging), std::move(fetched->meta));
+      return store.publish_fetched(std::move(fetched->meta), fetched->files);
     }
   }
   if (debug_level() >= 2) log_line("cache: miss for " + mk.key + ", compiling");
@@ -575,12 +572,8 @@ std::optional<Loaded> remote_hit_without_publishing(CacheStore& store, const Mod
   info.times.remote_ms = ms_since(r0);
   if (!fetched) return std::nullopt;
   info.cache = CacheStatus::kRemoteHit;
-  if (store.writable()) {
-    WorkFolder staging = store.new_staging(mk.key);
-    for (const auto& [name, bytes] : fetched->files)
-      write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
-    return loaded_from(store.publish(std::move(staging), std::move(fetched->meta)));
-  }
+  if (store.writable())
+    return loaded_from(store.publish_fetched(std::move(fetched->meta), fetched->files));
   const fs::path parent =
       fs::temp_directory_path() / ("kiln-scratch-" + std::to_string(::geteuid()));
   auto folder = std::make_shared<WorkFolder>(

@@ -37,12 +37,9 @@ std::optional<CacheEntry> fetch_from_remote(CacheStore& store, const std::string
   record_remote(store, before, remote->counters_by_store());
   if (!fetched) return std::nullopt;
   try {
-    WorkFolder staging = store.new_staging(key);
-    for (const auto& [name, bytes] : fetched->files)
-      write_file_atomic(staging.path() / name, bytes, store.access().file_mode(), true);
-    store.publish(std::move(staging), std::move(fetched->meta));
+    CacheEntry entry = store.publish_fetched(std::move(fetched->meta), fetched->files);
     if (debug_level() >= 2) log_line("cache: remote hit for " + key);
-    return store.lookup(key, true).entry;
+    return entry;
   } catch (const Error& e) {
     warn("could not store the remote entry " + key + " locally: " + e.what());
     return std::nullopt;
