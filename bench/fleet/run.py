@@ -309,17 +309,22 @@ def main():
         say("## One compile per key\n")
         say("| store | runs | compiles | distinct keys | remote hits | wall |")
         say("|---|---|---|---|---|---|")
-        for name, url in stores:
+        both = ("both, in a list (cluster first)", servers.cluster_url() + " " + servers.http_url())
+        for name, url in stores + [both]:
             servers.flush()
             r = fleet_round(fleet, url, models, args.hosts)
             say(f"| {name} | {r['runs']} | {r['compiles']} | {r['keys']} | {r['hits']} | "
                 f"{r['wall_s']:.1f} s |")
         say("\nHTTP has no atomic claim: without a Redis beside it in the list, two hosts meeting "
-            "a key at once may both compile it.\n")
+            "a key at once may both compile it. In a list, leases come from the cluster and every "
+            "upload goes to both stores.\n")
 
         say("## Remote-hit latency of one module\n")
-        say(f"`{os.path.basename(latency_model)}`: a fresh host (empty cache) compiles it; the "
-            "`remote` phase (fetch, verify, publish) and the whole command, C hosts at once.\n")
+        say(f"`{os.path.basename(latency_model)}`: a fresh host (empty cache) compiles it, C "
+            "hosts at once. `remote`: the module's phase (fetch, verify, publish). `command`: the "
+            "whole process, which also fetches, verifies and writes the imported model and the "
+            "prepared weights (two entries of ~45 MB each) and starts a new host's toolchain "
+            "probe.\n")
         say("| store | clients | hits | remote p50 | remote p99 | command p50 | command p99 |")
         say("|---|---|---|---|---|---|---|")
         for name, url in stores:
