@@ -16,6 +16,8 @@ Nothing is asserted: numbers only. --smoke: two hosts, the example MLP and a var
 1 and 2 (the test suite runs it).
 """
 import argparse
+import glob
+import json
 import os
 import re
 import shutil
@@ -234,19 +236,30 @@ def latency(fleet, remote, model, clients):
             "wall99": pct([r["wall_ms"] for r in rs], 0.99)}
 
 
-def stored_bytes(www):
-    """Bytes of the entries nginx stores, and what they expand to."""
-    stored = expanded = 0
+def stored_bytes(www, cache=None):
+    """Bytes of the entries nginx stores and what they expand to, in all and per family (the
+    family read from the writer's local cache, whose entry folders are named by key)."""
+    families = {}
+    if cache:
+        for meta in glob.glob(os.path.join(cache, "objects", "*", "*", "meta.json")):
+            with open(meta) as f:
+                fam = json.load(f).get("family", "?")
+            # A module's family is its graph's family key (hex); the others are named.
+            families[os.path.basename(os.path.dirname(meta))] = (
+                "module" if re.fullmatch(r"[0-9a-f]{64}", fam) else fam)
+    total = {}
     for dirpath, _, files in os.walk(os.path.join(www, "cache")):
         for f in files:
             p = os.path.join(dirpath, f)
             with open(p, "rb") as fh:
                 head = fh.read(64)
             n = os.path.getsize(p)
-            stored += n
             m = re.match(rb"kiln-zstd 1\n(\d+)\n", head)
-            expanded += int(m.group(1)) if m else n
-    return stored, expanded
+            for fam in ("all", families.get(f, "?") if cache else None):
+                if fam:
+                    s, e = total.get(fam, (0, 0))
+                    total[fam] = (s + n, e + (int(m.group(1)) if m else n))
+    return total
 
 
 def main():
@@ -336,17 +349,24 @@ def main():
 
         say("\n## Bytes\n")
         servers.flush()
-        fleet_round(fleet, servers.http_url(), models, 1)
-        z_stored, z_expanded = stored_bytes(servers.www)
+        hz = fleet.new_host()
+        for m in models:
+            fleet.compile(hz, m, servers.http_url())
+        zipped = stored_bytes(servers.www, os.path.join(hz, "cache"))
         servers.flush()
         h = fleet.new_host()
         for m in models:
             fleet.compile(h, m, servers.http_url(), extra={"KILN_REMOTE_COMPRESS": "off"})
-        plain_stored, _ = stored_bytes(servers.www)
-        say(f"All entries of the set (modules, kernels, prepared weights, imported models): "
-            f"{z_stored / 2**20:.2f} MiB stored with zstd (level 3), {plain_stored / 2**20:.2f} MiB "
-            f"plain ({z_expanded / max(z_stored, 1):.2f}x smaller); each remote hit moves the "
-            "compressed bytes.\n")
+        plain = stored_bytes(servers.www)["all"][0]
+        say("Every entry of the set on the HTTP store, by family: stored with zstd (level 3) and "
+            "what it expands to. Stored plain (`KILN_REMOTE_COMPRESS=off`), the whole set is "
+            f"{plain / 2**20:.2f} MiB. Each remote hit moves the stored bytes.\n")
+        say("| family | entries' bytes, zstd | expanded | ratio |")
+        say("|---|---|---|---|")
+        for fam in sorted(zipped, key=lambda k: (k == "all", k)):
+            z, e = zipped[fam]
+            say(f"| {fam} | {z / 2**20:.2f} MiB | {e / 2**20:.2f} MiB | {e / max(z, 1):.2f} |")
+        say("")
 
         say("## Kernels from other models\n")
         a, b = pair
