@@ -1,6 +1,7 @@
 #include "cache/redis_cluster.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
@@ -93,17 +94,37 @@ RedisClient& RedisClusterClient::client(const std::string& node) {
   auto& c = clients_[node];
   if (!c) {
     auto it = nodes_.find(node);
-    RedisUrl u = it != nodes_.end() ? it->second : url_.seeds.at(0);
     if (it == nodes_.end()) {
-      // A node first met in a redirection: its address, the URL's credentials.
-      const auto colon = node.rfind(':');
-      u.host = node.substr(0, colon);
-      u.port = std::stoi(node.substr(colon + 1));
-      nodes_[node] = u;
+      clients_.erase(node);
+      throw ShardError("unknown cluster node " + in_quotes(node));
     }
-    c = std::make_unique<RedisClient>(u, connect_ms_, op_ms_);
+    c = std::make_unique<RedisClient>(it->second, connect_ms_, op_ms_);
   }
   return *c;
+}
+
+std::string RedisClusterClient::add_node(const std::string& host_in, long long port,
+                                         const std::string& asked) {
+  // An empty host (or "?") means "the node you asked" (Redis 7 may answer so).
+  std::string host = host_in;
+  if (host.empty() || host == "?") host = nodes_.count(asked) ? nodes_.at(asked).host : "";
+  bool ok = !host.empty() && port >= 1 && port <= 65535 && host.size() <= 255;
+  for (char ch : host) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' ||
+                ch == '_' || ch == ':');
+  }
+  if (!ok) {
+    throw ShardError("the cluster named a node that is not an address: " +
+                     in_quotes(host_in + ":" + std::to_string(port)));
+  }
+  const std::string name = host + ":" + std::to_string(port);
+  if (!nodes_.count(name)) {
+    RedisUrl u = url_.seeds.at(0);  // the URL's credentials
+    u.host = host;
+    u.port = static_cast<int>(port);
+    nodes_[name] = u;
+  }
+  return name;
 }
 
 bool RedisClusterClient::is_down(const std::string& node) const {
@@ -137,14 +158,11 @@ void RedisClusterClient::refresh() {
       if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
       const auto lo = range.elements[0].integer, hi = range.elements[1].integer;
       const auto& master = range.elements[2];
-      std::string host = master.elements[0].str;
-      if (host.empty() || host == "?") host = nodes_.at(name).host;  // "the one you asked"
-      const std::string node = host + ":" + std::to_string(master.elements[1].integer);
-      if (!nodes_.count(node)) {
-        RedisUrl u = url_.seeds.at(0);
-        u.host = host;
-        u.port = static_cast<int>(master.elements[1].integer);
-        nodes_[node] = u;
+      std::string node;
+      try {
+        node = add_node(master.elements[0].str, master.elements[1].integer, name);
+      } catch (const ShardError&) {
+        continue;  // a slot range with a bad address stays unserved
       }
       for (long long s = std::max(0LL, lo); s <= hi && s < kSlots; ++s)
         owner[static_cast<size_t>(s)] = node;
@@ -213,15 +231,22 @@ RedisReply RedisClusterClient::command(const std::vector<std::string>& args,
     // command, while the slot migrates.
     const bool moved = starts_with(r.str, "MOVED "), ask = starts_with(r.str, "ASK ");
     if (moved || ask) {
-      const auto space = r.str.rfind(' ');
-      const std::string to = r.str.substr(space + 1);
-      if (to.find(':') == std::string::npos) return r;
+      // "MOVED <slot> <host>:<port>", host possibly empty.
+      const std::string addr = r.str.substr(r.str.rfind(' ') + 1);
+      const auto colon = addr.rfind(':');
+      char* end = nullptr;
+      const long long port =
+          colon == std::string::npos ? 0 : std::strtoll(addr.c_str() + colon + 1, &end, 10);
+      if (colon == std::string::npos || end == addr.c_str() + colon + 1 || *end != '\0') {
+        throw ShardError("shard " + node + " redirected to " + in_quotes(addr) +
+                         ", which is not an address");
+      }
+      const std::string to = add_node(addr.substr(0, colon), port, node);
       if (moved) {
         const int slot = std::atoi(r.str.c_str() + 6);
         if (slot >= 0 && slot < kSlots) owner_[static_cast<size_t>(slot)] = to;
         stale_ = true;
       }
-      client(to);  // registers the node
       node = to;
       asking = ask;
       continue;

@@ -35,6 +35,9 @@ class RedisClusterClient : public RedisLink {
   void refresh();  // reads the slot map from the first seed or known node that answers
   void maybe_refresh();
   RedisClient& client(const std::string& node);
+  // Registers host:port (checked: a lying server's redirection is refused, not parsed
+  // loosely) and returns its name; an empty host is the node `asked`.
+  std::string add_node(const std::string& host, long long port, const std::string& asked);
   bool is_down(const std::string& node) const;
   RedisReply on_node(const std::string& node, const std::vector<std::string>& args,
                      uint64_t max_reply_bytes, bool asking);

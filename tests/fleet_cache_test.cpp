@@ -6,9 +6,11 @@
 #include <signal.h>
 #include <zstd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <regex>
 #include <set>
 #include <thread>
@@ -131,6 +133,40 @@ TEST(FleetCache, TheClusterClientFollowsAskAndMovedWhileASlotMigrates) {
   EXPECT_EQ(r.str, "value");
   EXPECT_EQ(c.command({"SET", key, "again"}).kind, RedisReply::Kind::kStatus);
   EXPECT_EQ(cluster.node(to).admin({"GET", key}).str, "again");
+}
+
+// A server that plays a one-node cluster and then redirects to whatever a test says: bad
+// addresses are refused (a ShardError), never parsed loosely or followed.
+TEST(FleetCache, ALyingClusterRedirectionIsRefused) {
+  for (const std::string& to :
+       {"127.0.0.1:notaport", "127.0.0.1:99999", "evil$host:7000", "127.0.0.1:", ":0", "nocolon"}) {
+    SCOPED_TRACE(to);
+    auto self = std::make_shared<std::atomic<int>>(0);
+    ScriptedServer liar(
+        [self, to](const std::string& request) -> std::string {
+          if (has(request, "CLUSTER")) {
+            const std::string host = "127.0.0.1", port = std::to_string(self->load());
+            return "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$" + std::to_string(host.size()) + "\r\n" +
+                   host + "\r\n:" + port + "\r\n";
+          }
+          return "-MOVED 1 " + to + "\r\n";
+        },
+        0);
+    self->store(liar.port());
+    RedisClusterClient c(
+        ClusterUrl::parse("redis+cluster://127.0.0.1:" + std::to_string(liar.port()), "test"), 200,
+        500, 30);
+    EXPECT_THROW(c.command({"GET", "kiln:e:{x}"}), ShardError);
+    // Through the tier: a warning and a miss, nothing thrown.
+    RemoteConfig config;
+    config.urls = {"redis+cluster://127.0.0.1:" + std::to_string(liar.port())};
+    config.trust_unsigned = true;
+    RemoteTier tier(config, SignaturePolicy{});
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(tier.fetch(std::string(64, 'c')));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(has(err, "not an address")) << err;
+  }
 }
 
 TEST(FleetCache, EntriesOnEveryShardHitAndAKilledMasterCostsOnlyItsKeys) {
