@@ -207,19 +207,32 @@ def pct(values, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
 
 
-def fleet_round(fleet, remote, models, hosts):
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def moved_bytes(fleet, host, remote):
+    """The bytes a host's cache says its remote tier moved (`kiln cache stats`)."""
+    p = subprocess.run([fleet.kiln, "cache", "stats"], capture_output=True, text=True,
+                       env=fleet.env(host, remote))
+    m = re.search(r"^remote .*?([\d.]+) (B|KiB|MiB|GiB|TiB) moved", p.stdout, re.M)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else 0.0
+
+
+def fleet_round(fleet, remote, models, hosts, extra=None):
     """Every host compiles every model (each in its own order), all hosts at once."""
     def host_job(i):
         h = fleet.new_host()
         order = models[i % len(models):] + models[:i % len(models)]
-        return [fleet.compile(h, m, remote) for m in order]
+        return h, [fleet.compile(h, m, remote, extra=extra) for m in order]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(hosts) as pool:
-        results = [r for rs in pool.map(host_job, range(hosts)) for r in rs]
+        done = list(pool.map(host_job, range(hosts)))
     wall = time.perf_counter() - t0
+    results = [r for _, rs in done for r in rs]
     keys = {r["key"] for r in results}
     return {"compiles": sum(r["miss"] for r in results), "keys": len(keys),
-            "hits": sum(r["remote_hit"] for r in results), "runs": len(results), "wall_s": wall}
+            "hits": sum(r["remote_hit"] for r in results), "runs": len(results), "wall_s": wall,
+            "moved": sum(moved_bytes(fleet, h, remote) for h, _ in done)}
 
 
 def latency(fleet, remote, model, clients):
@@ -320,17 +333,22 @@ def main():
             f"(separate caches, homes, processes) x {len(models)} models, on loopback; 2-core "
             "machine; every host a writer with the same signing key.\n")
         say("## One compile per key\n")
-        say("| store | runs | compiles | distinct keys | remote hits | wall |")
-        say("|---|---|---|---|---|---|")
+        say("| store | runs | compiles | distinct keys | remote hits | hit rate | bytes moved | "
+            "wall |")
+        say("|---|---|---|---|---|---|---|---|")
         both = ("both, in a list (cluster first)", servers.cluster_url() + " " + servers.http_url())
-        for name, url in stores + [both]:
+        rounds = [(name, url, None) for name, url in stores + [both]]
+        rounds.append((stores[0][0] + ", uncompressed", stores[0][1], {"KILN_REMOTE_COMPRESS": "off"}))
+        for name, url, extra in rounds:
             servers.flush()
-            r = fleet_round(fleet, url, models, args.hosts)
+            r = fleet_round(fleet, url, models, args.hosts, extra)
             say(f"| {name} | {r['runs']} | {r['compiles']} | {r['keys']} | {r['hits']} | "
+                f"{r['hits'] / r['runs']:.0%} | {r['moved'] / 2**20:.1f} MiB | "
                 f"{r['wall_s']:.1f} s |")
         say("\nHTTP has no atomic claim: without a Redis beside it in the list, two hosts meeting "
             "a key at once may both compile it. In a list, leases come from the cluster and every "
-            "upload goes to both stores.\n")
+            "upload goes to both stores. Bytes moved: uploads and hits together, every entry "
+            "family, as each host's `kiln cache stats` counts them.\n")
 
         say("## Remote-hit latency of one module\n")
         say(f"`{os.path.basename(latency_model)}`: a fresh host (empty cache) compiles it, C "
