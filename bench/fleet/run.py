@@ -165,6 +165,11 @@ class Fleet:
         os.makedirs(os.path.join(h, "home"))
         return h
 
+    def drop(self, *hosts):
+        """A host's folders, once its numbers are read (a full run would fill /tmp)."""
+        for h in hosts:
+            shutil.rmtree(h, ignore_errors=True)
+
     def env(self, host, remote, writer=True, extra=None):
         e = dict(os.environ)
         e.update({"KILN_CACHE_DIR": os.path.join(host, "cache"), "HOME": os.path.join(host, "home"),
@@ -232,13 +237,17 @@ def fleet_round(fleet, remote, models, hosts, extra=None):
     keys = {r["key"] for r in results}
     return {"compiles": sum(r["miss"] for r in results), "keys": len(keys),
             "hits": sum(r["remote_hit"] for r in results), "runs": len(results), "wall_s": wall,
-            "moved": sum(moved_bytes(fleet, h, remote) for h, _ in done)}
+            "moved": sum(moved_bytes(fleet, h, remote) for h, _ in done),
+            "hosts": [h for h, _ in done]}
 
 
 def latency(fleet, remote, model, clients):
     """`clients` fresh hosts fetch one module at once; the entry is on the remote already."""
     def job(_):
-        return fleet.compile(fleet.new_host(), model, remote, writer=False)
+        h = fleet.new_host()
+        r = fleet.compile(h, model, remote, writer=False)
+        fleet.drop(h)
+        return r
     with ThreadPoolExecutor(clients) as pool:
         rs = list(pool.map(job, range(clients)))
     hits = [r for r in rs if r["remote_hit"]]
@@ -342,6 +351,7 @@ def main():
         for name, url, extra in rounds:
             servers.flush()
             r = fleet_round(fleet, url, models, args.hosts, extra)
+            fleet.drop(*r["hosts"])
             say(f"| {name} | {r['runs']} | {r['compiles']} | {r['keys']} | {r['hits']} | "
                 f"{r['hits'] / r['runs']:.0%} | {r['moved'] / 2**20:.1f} MiB | "
                 f"{r['wall_s']:.1f} s |")
@@ -359,7 +369,9 @@ def main():
         say("| store | clients | hits | remote p50 | remote p99 | command p50 | command p99 |")
         say("|---|---|---|---|---|---|---|")
         for name, url in stores:
-            fleet.compile(fleet.new_host(), latency_model, url)  # the entry is there
+            seed = fleet.new_host()
+            fleet.compile(seed, latency_model, url)  # the entry is there
+            fleet.drop(seed)
             for c in clients:
                 r = latency(fleet, url, latency_model, c)
                 say(f"| {name} | {c} | {r['hits']}/{c} | {r['p50']:.1f} ms | {r['p99']:.1f} ms | "
@@ -371,11 +383,13 @@ def main():
         for m in models:
             fleet.compile(hz, m, servers.http_url())
         zipped = stored_bytes(servers.www, os.path.join(hz, "cache"))
+        fleet.drop(hz)
         servers.flush()
         h = fleet.new_host()
         for m in models:
             fleet.compile(h, m, servers.http_url(), extra={"KILN_REMOTE_COMPRESS": "off"})
         plain = stored_bytes(servers.www)["all"][0]
+        fleet.drop(h)
         say("Every entry of the set on the HTTP store, by family: stored with zstd (level 3) and "
             "what it expands to. Stored plain (`KILN_REMOTE_COMPRESS=off`), the whole set is "
             f"{plain / 2**20:.2f} MiB. Each remote hit moves the stored bytes.\n")
@@ -397,23 +411,29 @@ def main():
         say("| store | B cold, no remote: compile / command | B with A's kernels remote: "
             "compile / command | ratio: compile / command | kernels fetched |")
         say("|---|---|---|---|---|")
-        cold = fleet.compile(fleet.new_host(), b, None, writer=False)
+        hb = fleet.new_host()
+        cold = fleet.compile(hb, b, None, writer=False)
+        fleet.drop(hb)
         for name, url in stores:
             servers.flush()
-            fleet.compile(fleet.new_host(), a, url)
-            r = fleet.compile(fleet.new_host(), b, url, writer=False)
+            ha, hb = fleet.new_host(), fleet.new_host()
+            fleet.compile(ha, a, url)
+            r = fleet.compile(hb, b, url, writer=False)
+            fleet.drop(ha, hb)
             say(f"| {name} | {cold['compile_ms']:.0f} ms / {cold['wall_ms']:.0f} ms | "
                 f"{r['compile_ms']:.0f} ms / {r['wall_ms']:.0f} ms | "
                 f"{r['compile_ms'] / cold['compile_ms']:.2f} / {r['wall_ms'] / cold['wall_ms']:.2f} | "
                 f"{r.get('fetched', 0)} of {r.get('kernels', 0)} |")
         say("\n## A shard fails\n")
         servers.flush()
-        fleet_round(fleet, servers.cluster_url(), models, 1)
-        before = [fleet.compile(fleet.new_host(), m, servers.cluster_url(), writer=False)
-                  for m in models]
+        fleet.drop(*fleet_round(fleet, servers.cluster_url(), models, 1)["hosts"])
+        h = fleet.new_host()
+        before = [fleet.compile(h, m, servers.cluster_url(), writer=False) for m in models]
+        fleet.drop(h)
         servers.kill_master(servers.ports[0])
         h = fleet.new_host()
         after = [fleet.compile(h, m, servers.cluster_url(), writer=False) for m in models]
+        fleet.drop(h)
         say("A fresh host compiles the set; then one of the three masters is killed and another "
             "fresh host compiles it again (no replicas: that shard's keys are gone).\n")
         say("| | remote hits | local compiles | remote-cache warnings | total |")
