@@ -1,10 +1,12 @@
 #include "cache/http_store.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 
 #include <cctype>
 #include <chrono>
 #include <mutex>
+#include <type_traits>
 
 #include "util/error.h"
 #include "util/escape.h"
@@ -50,6 +52,52 @@ size_t write_body(char* data, size_t size, size_t count, void* user) {
   }
   sink->out->append(data, n);
   return n;
+}
+
+// libcurl, opened on first use: linked, it would load ~30 libraries (TLS, Kerberos, LDAP, SSH)
+// into every kiln process and every program that links kiln, and cost each one's start, for
+// a store most never configure.
+struct CurlApi {
+  CURLcode (*global_init)(long);
+  CURL* (*easy_init)();
+  void (*easy_cleanup)(CURL*);
+  void (*easy_reset)(CURL*);
+  CURLcode (*easy_setopt)(CURL*, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL*);
+  CURLcode (*easy_getinfo)(CURL*, CURLINFO, ...);
+  const char* (*easy_strerror)(CURLcode);
+  curl_slist* (*slist_append)(curl_slist*, const char*);
+  void (*slist_free_all)(curl_slist*);
+};
+
+const CurlApi& curl_api() {
+  static CurlApi api{};
+  static std::string missing;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      missing = std::string("libcurl is not installed (Debian: libcurl4): ") + ::dlerror();
+      return;
+    }
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+      if (!fn && missing.empty()) missing = std::string("libcurl lacks ") + name;
+    };
+    sym(api.global_init, "curl_global_init");
+    sym(api.easy_init, "curl_easy_init");
+    sym(api.easy_cleanup, "curl_easy_cleanup");
+    sym(api.easy_reset, "curl_easy_reset");
+    sym(api.easy_setopt, "curl_easy_setopt");
+    sym(api.easy_perform, "curl_easy_perform");
+    sym(api.easy_getinfo, "curl_easy_getinfo");
+    sym(api.easy_strerror, "curl_easy_strerror");
+    sym(api.slist_append, "curl_slist_append");
+    sym(api.slist_free_all, "curl_slist_free_all");
+    if (missing.empty()) api.global_init(CURL_GLOBAL_DEFAULT);
+  });
+  if (!missing.empty()) throw RemoteError(missing);
+  return api;
 }
 
 }  // namespace
@@ -106,13 +154,10 @@ std::string HttpUrl::base() const {
 std::string HttpUrl::describe() const { return base(); }
 
 HttpStore::HttpStore(HttpUrl url, StoreOptions options)
-    : url_(std::move(url)), options_(std::move(options)) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+    : url_(std::move(url)), options_(std::move(options)) {}
 
 HttpStore::~HttpStore() {
-  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
+  if (curl_) curl_api().easy_cleanup(static_cast<CURL*>(curl_));
 }
 
 std::string HttpStore::entry_url(const std::string& key) const {
@@ -121,45 +166,46 @@ std::string HttpStore::entry_url(const std::string& key) const {
 
 HttpStore::Reply HttpStore::request(const std::string& method, const std::string& url,
                                     const std::string* body, uint64_t max_bytes) {
-  if (!curl_) curl_ = curl_easy_init();
+  const CurlApi& api = curl_api();
+  if (!curl_) curl_ = api.easy_init();
   CURL* c = static_cast<CURL*>(curl_);
   if (!c) throw RemoteError("HTTP store " + describe() + ": cannot start libcurl");
-  curl_easy_reset(c);  // keeps the open connection
+  api.easy_reset(c);  // keeps the open connection
   Reply reply;
   Sink sink{&reply.body, max_bytes};
   char error[CURL_ERROR_SIZE] = "";
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_ms));
+  api.easy_setopt(c, CURLOPT_URL, url.c_str());
+  api.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  api.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_ms));
   // A hard cap for the whole request; the pace check fails a slow one long before it.
   const uint64_t most = max_bytes + (body ? body->size() : 0);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(options_.timeout_ms + most * 1000 / kMinBytesPerSecond));
+  api.easy_setopt(c, CURLOPT_TIMEOUT_MS,
+                  static_cast<long>(options_.timeout_ms + most * 1000 / kMinBytesPerSecond));
   Pace pace{now_s(), options_.timeout_ms};
-  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_pace);
-  curl_easy_setopt(c, CURLOPT_XFERINFODATA, &pace);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_bytes));
-  if (!options_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
+  api.easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  api.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_pace);
+  api.easy_setopt(c, CURLOPT_XFERINFODATA, &pace);
+  api.easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  api.easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
+  api.easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+  api.easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_bytes));
+  if (!options_.ca_file.empty()) api.easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
   if (!url_.user.empty()) {
-    curl_easy_setopt(c, CURLOPT_USERNAME, url_.user.c_str());
-    curl_easy_setopt(c, CURLOPT_PASSWORD, url_.password.c_str());
+    api.easy_setopt(c, CURLOPT_USERNAME, url_.user.c_str());
+    api.easy_setopt(c, CURLOPT_PASSWORD, url_.password.c_str());
   }
-  curl_slist* headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_slist* headers = api.slist_append(nullptr, "Expect:");  // no 100-continue round trip
+  api.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   if (method == "HEAD") {
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    api.easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else if (method == "PUT") {
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+    api.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+    api.easy_setopt(c, CURLOPT_POSTFIELDS, body->data());
+    api.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
   }
-  const CURLcode rc = curl_easy_perform(c);
-  curl_slist_free_all(headers);
+  const CURLcode rc = api.easy_perform(c);
+  api.slist_free_all(headers);
   if (rc != CURLE_OK) {
     std::string why =
         pace.late ? "no complete reply within " +
@@ -169,11 +215,11 @@ HttpStore::Reply HttpStore::request(const std::string& method, const std::string
         : rc == CURLE_PARTIAL_FILE
             ? "the body was cut short (" + std::to_string(reply.body.size()) + " bytes arrived)"
         : *error ? std::string(error)
-                 : std::string(curl_easy_strerror(rc));
+                 : std::string(api.easy_strerror(rc));
     throw RemoteError("HTTP store " + describe() + ": " + method +
                       " failed: " + terminal_text(why));
   }
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply.code);
+  api.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &reply.code);
   return reply;
 }
 
