@@ -52,7 +52,10 @@ ClusterUrl ClusterUrl::parse(const std::string& text, const std::string& where) 
     const std::string hostport =
         rest.substr(from, comma == std::string::npos ? comma : comma - from);
     // Each seed goes through the one Redis URL parser (its host and port rules, its errors).
-    u.seeds.push_back(RedisUrl::parse("redis://" + cred + hostport, where));
+    std::string seed = "redis://";
+    seed += cred;
+    seed += hostport;
+    u.seeds.push_back(RedisUrl::parse(seed, where));
     if (comma == std::string::npos) break;
     from = comma + 1;
   }
@@ -117,7 +120,7 @@ std::string RedisClusterClient::add_node(const std::string& host_in, long long p
     throw ShardError("the cluster named a node that is not an address: " +
                      in_quotes(host_in + ":" + std::to_string(port)));
   }
-  const std::string name = host + ":" + std::to_string(port);
+  std::string name = host + ":" + std::to_string(port);
   if (!nodes_.count(name)) {
     RedisUrl u = url_.seeds.at(0);  // the URL's credentials
     u.host = host;
@@ -225,7 +228,6 @@ RedisReply RedisClusterClient::command(const std::vector<std::string>& args,
       throw ShardError("shard " + node + " failed recently; skipped");
     }
     RedisReply r = on_node(node, args, max_reply_bytes, asking);
-    asking = false;
     if (!r.is_error()) return r;
     // "MOVED 3999 127.0.0.1:6381": the slot lives elsewhere now; "ASK ...": for this one
     // command, while the slot migrates.
