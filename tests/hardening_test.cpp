@@ -38,6 +38,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::has;
 using testing::kiln_env;
 using testing::temp_dir;
 using namespace testing::redis;
@@ -51,10 +52,6 @@ const std::string kMlp = kMlpDir + "/mlp.json";
 #else
 #define SKIP_EXPORT_IF_SANITIZED() (void)0
 #endif
-
-bool has(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // How much slower this build's kiln runs than a release one: a Debug build under ThreadSanitizer
 // runs `kiln source` of a 60,000-node chain past a minute that release does in 5 s.
@@ -234,8 +231,7 @@ struct RemoteFixture {
     for (const auto& k : all.elements) {
       const std::string blob = plain(redis.admin({"GET", k.str}).str);
       const std::string family = EntryMeta::parse(split_blob(blob).meta_json, "blob").family;
-      if (family != "prepared" && family != "kernel")
-        modules.push_back(k.str);
+      if (family != "prepared" && family != "kernel") modules.push_back(k.str);
     }
     EXPECT_EQ(modules.size(), 1u);
     if (!modules.empty()) rkey = modules[0];

@@ -31,6 +31,11 @@ std::string error_of(F&& f) {
   return "no error";
 }
 
+// Whether `text` contains `part` (messages, logs).
+inline bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 // A fresh directory under the test's temp root.
 std::string temp_dir(const std::string& name);
 

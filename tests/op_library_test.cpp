@@ -21,9 +21,7 @@
 namespace kiln {
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::has;
 #define EXPECT_HAS(text, part) \
   EXPECT_TRUE(has(text, part)) << "missing '" << (part) << "' in:\n" << (text)
 

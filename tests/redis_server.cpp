@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 
 #include "cache/blob_codec.h"
 #include "cache/redis_cluster.h"
+#include "compiler/subprocess.h"
 #include "tests/helpers.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -211,6 +213,40 @@ std::vector<std::string> writer_env(const RedisServer& s, const fs::path& cache,
 
 std::vector<std::string> reader_env(const RedisServer& s, const fs::path& cache, const Keys& k) {
   return reader_env(s.url_text(), cache, k);
+}
+
+HostsRun run_hosts_at_once(int n, const std::string& remote, const fs::path& base, const Keys& k,
+                           const std::string& cc_wrapper,
+                           const std::function<std::vector<std::string>(int)>& args_of) {
+  const fs::path log = base / "cc.log";
+  auto quoted = [](const std::string& s) { return "'" + s + "' "; };
+  std::string script;
+  for (int i = 0; i < n; ++i) {
+    std::string line = "env ";
+    for (const auto& e : writer_env(remote, base / ("m" + std::to_string(i)), k, "builders"))
+      line += quoted(e);
+    line += quoted("KILN_CC=" + cc_wrapper) + quoted("KILN_TEST_CC_LOG=" + log.string());
+    line += quoted(kiln_binary());
+    for (const auto& a : args_of(i)) line += quoted(a);
+    script += line + "2> " + quoted((base / ("err" + std::to_string(i))).string()) + "|| echo " +
+              std::to_string(i) + " >> " + quoted((base / "failed").string()) + "& ";
+  }
+  script += "wait";
+  HostsRun out;
+  auto r = run_process({"/bin/sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (fs::exists(base / "failed")) out.failed = read_file(base / "failed");
+  const std::regex compiled(R"(kernels \d+ \(\d+ reused, (\d+) compiled)");
+  for (int i = 0; i < n; ++i) {
+    out.errs.push_back(read_file(base / ("err" + std::to_string(i))));
+    std::smatch m;
+    if (std::regex_search(out.errs.back(), m, compiled)) out.kernels_compiled += std::stoi(m[1]);
+  }
+  if (fs::exists(log)) {
+    for (const auto& line : split_lines(read_file(log)))
+      out.compiler_runs += line.rfind("start ", 0) == 0;
+  }
+  return out;
 }
 
 RedisCluster::RedisCluster(int masters, int replicas)

@@ -116,6 +116,19 @@ std::vector<std::string> writer_env(const std::string& remote, const std::filesy
                                     const Keys& k, const std::string& name);
 std::vector<std::string> reader_env(const std::string& remote, const std::filesystem::path& cache,
                                     const Keys& k);
+// `n` hosts started at once, each with its own cache (base/m<i>) and all writers of `remote`,
+// each running `kiln` with args_of(i); every compiler run goes through `cc_wrapper`, which logs
+// it, so a test can count the compiles across all hosts.
+struct HostsRun {
+  std::vector<std::string> errs;  // each host's stderr
+  std::string failed;             // the hosts that exited non-zero, one per line
+  int compiler_runs = 0;          // compiler starts across every host
+  int kernels_compiled = 0;       // what the hosts' "kernels …" lines say they compiled
+};
+HostsRun run_hosts_at_once(int n, const std::string& remote, const std::filesystem::path& base,
+                           const Keys& k, const std::string& cc_wrapper,
+                           const std::function<std::vector<std::string>(int)>& args_of);
+
 std::vector<std::string> writer_env(const RedisServer& s, const std::filesystem::path& cache,
                                     const Keys& k, const std::string& name);
 std::vector<std::string> reader_env(const RedisServer& s, const std::filesystem::path& cache,

@@ -113,8 +113,9 @@ TEST(RemoteCache, ASecondMachineMapsTheImportedModelAndItsPreparedWeights) {
   const std::string model = std::string(KILN_EXAMPLES_DIR) + "/onnx/resblock/model.onnx";
   const std::string x = std::string(KILN_EXAMPLES_DIR) + "/onnx/resblock/x.npy";
   Keys k = make_keys(base, "builders");
-  auto w = kiln_env(writer_env(redis, base / "writer", k, "builders"),
-                    {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "a").string()});
+  auto w =
+      kiln_env(writer_env(redis, base / "writer", k, "builders"),
+               {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "a").string()});
   ASSERT_EQ(w.exit_code, 0) << w.err;
   std::map<std::string, int> families;
   for (const auto& key : redis.admin({"KEYS", "kiln:e:*"}).elements)
@@ -124,8 +125,8 @@ TEST(RemoteCache, ASecondMachineMapsTheImportedModelAndItsPreparedWeights) {
   EXPECT_EQ(families["model"], 1);
   EXPECT_GE(families["kernel"], 1) << "kernel objects go to the remote too";
   EXPECT_EQ(families.size(), 4u) << "and one module";
-  auto r = kiln_env(reader_env(redis, base / "reader", k),
-                    {"run", "-v", model, "--input", "x=" + x, "--output-dir", (base / "b").string()});
+  auto r = kiln_env(reader_env(redis, base / "reader", k), {"run", "-v", model, "--input", "x=" + x,
+                                                            "--output-dir", (base / "b").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("cache hit (remote)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("weights prepared: from cache"), std::string::npos) << r.err;
@@ -297,49 +298,27 @@ TEST(RemoteCache, AReaderWithoutAKeyNeverWrites) {
   EXPECT_GT(redis.admin({"ACL", "LOG"}).elements.size(), 0u);
 }
 
-int count_lines_starting(const std::string& text, const std::string& prefix) {
-  int n = 0;
-  for (const auto& line : split_lines(text)) n += line.rfind(prefix, 0) == 0;
-  return n;
-}
-
 TEST(RemoteCache, EightMachinesMeetingANewModelCompileItOnce) {
   RedisServer redis;
   ASSERT_TRUE(redis.up());
   const fs::path base = temp_dir("remote-eight");
   Keys k = make_keys(base, "builders");
-  const fs::path log = base / "cc.log";
   // Eight "machines": each its own local cache, all writers, one Redis, started together.
-  std::string script;
-  for (int i = 0; i < 8; ++i) {
-    std::string env;
-    for (const auto& e : writer_env(redis, base / ("m" + std::to_string(i)), k, "builders"))
-      env += "'" + e + "' ";
-    env += "KILN_CC='" + std::string(KILN_TEST_CC_WRAPPER) + "' KILN_TEST_CC_LOG='" + log.string() +
-           "' ";
-    script += "env " + env + "'" + testing::kiln_binary() + "' run -v '" + kMlp + "' --input x='" +
-              kMlpDir + "/input.npy' --output-dir '" +
-              (base / ("out" + std::to_string(i))).string() + "' 2> '" +
-              (base / ("err" + std::to_string(i))).string() + "' || echo " + std::to_string(i) +
-              " >> '" + (base / "failed").string() + "' & ";
-  }
-  script += "wait";
-  auto r = run_process({"/bin/sh", "-c", script});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_FALSE(fs::exists(base / "failed")) << read_file(base / "failed");
-  // One machine compiled: the compiler ran once per kernel, there only.
-  int units = 0;
-  for (int i = 0; i < 8; ++i) {
-    std::smatch m;
-    const std::string err = read_file(base / ("err" + std::to_string(i)));
-    if (std::regex_search(err, m, std::regex(R"(kernels \d+ \(0 reused, (\d+) compiled)")))
-      units += std::stoi(m[1]);
-  }
-  EXPECT_GT(units, 0);
-  // (and for the binding where it is not assembled)
-  const int starts = count_lines_starting(read_file(log), "start ");
-  EXPECT_GE(starts, units) << read_file(log);
-  EXPECT_LE(starts, units + 1) << read_file(log);
+  HostsRun run = run_hosts_at_once(8, redis.url_text(), base, k, KILN_TEST_CC_WRAPPER, [&](int i) {
+    return std::vector<std::string>{"run",
+                                    "-v",
+                                    kMlp,
+                                    "--input",
+                                    "x=" + kMlpDir + "/input.npy",
+                                    "--output-dir",
+                                    (base / ("out" + std::to_string(i))).string()};
+  });
+  EXPECT_TRUE(run.failed.empty()) << run.failed;
+  // One machine compiled: the compiler ran once per kernel, there only (and for the binding
+  // where it is not assembled).
+  EXPECT_GT(run.kernels_compiled, 0);
+  EXPECT_GE(run.compiler_runs, run.kernels_compiled) << read_file(base / "cc.log");
+  EXPECT_LE(run.compiler_runs, run.kernels_compiled + 1) << read_file(base / "cc.log");
   int remote_hits = 0;
   for (int i = 0; i < 8; ++i) {
     remote_hits += read_file(base / ("err" + std::to_string(i))).find("cache hit (remote)") !=
