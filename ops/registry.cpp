@@ -8,6 +8,8 @@
 #include "ops/concat.h"
 #include "ops/conv.h"
 #include "ops/conv_nchwc.h"
+#include "ops/conv_transpose.h"
+#include "ops/conv_transpose_fold.h"
 #include "ops/convert.h"
 #include "ops/dim_values.h"
 #include "ops/elementwise.h"
@@ -88,6 +90,9 @@ OpRegistry::OpRegistry() {
   add("convert", [](const Attrs& a) { return std::make_shared<Convert>(a); });
   add("gather_elements", [](const Attrs& a) { return std::make_shared<GatherElements>(a); });
   add("conv", [](const Attrs& a) { return std::make_shared<Conv>(a); });
+  add("conv_transpose", [](const Attrs& a) { return std::make_shared<ConvTranspose>(a); });
+  add("conv_transpose_fold",
+      [](const Attrs& a) { return std::make_shared<ConvTransposeFold>(a); });
   add("conv_nchwc", [](const Attrs& a) { return std::make_shared<ConvNchwc>(a); });
   add("max_pool_nchwc", [](const Attrs& a) { return std::make_shared<MaxPoolNchwc>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });

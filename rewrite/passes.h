@@ -9,6 +9,8 @@ class DeviceCodeTable;
 
 namespace kiln {
 
+// lower_conv_transpose.cpp: conv_transpose -> channels-last GEMM + conv_transpose_fold
+Graph lower_conv_transpose(const Graph& graph);
 Graph fold_constants(const Graph& graph);   // constant_fold.cpp: nodes of constants -> constants
 Graph simplify(const Graph& graph);         // simplify.cpp: x*1, x+0, neg(neg x), ...
 Graph merge_common(const Graph& graph);     // cse.cpp: identical nodes and constants, once

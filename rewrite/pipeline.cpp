@@ -37,16 +37,18 @@ Graph plain_copy(const Graph& graph) {
 }  // namespace
 
 const std::vector<PassInfo>& all_passes() {
-  // Folding and simplification first, so fusion sees the smallest graph; weight packing
-  // once weights are final and before epilogue fusion takes the gemm as its base; matmul
-  // operand views before fusion, so a scale they take is not fused elsewhere first; attention
-  // after the views, which it reads its operands through; reduction and epilogue fusion after
-  // elementwise fusion, so a whole chain lands in the reduction or the epilogue; dead-code
-  // removal last, to drop what the others orphaned (optimize also drops what the given graph
-  // left dead before the first pass: dce's version covers both).
+  // Lowering first (the weight reorders it adds are then folded), folding and simplification
+  // next, so fusion sees the smallest graph; weight packing once weights are final and before
+  // epilogue fusion takes the gemm as its base; matmul operand views before fusion, so a scale
+  // they take is not fused elsewhere first; attention after the views, which it reads its
+  // operands through; reduction and epilogue fusion after elementwise fusion, so a whole chain
+  // lands in the reduction or the epilogue; dead-code removal last, to drop what the others
+  // orphaned (optimize also drops what the given graph left dead before the first pass: dce's
+  // version covers both).
   // A pass's version goes up whenever what it makes of a graph changes.
   // clang-format off
   static const std::vector<PassInfo> passes = {
+      {"lower", lower_conv_transpose, 1},
       {"fold", fold_constants, 3},
       {"simplify", simplify, 4},
       {"cse", merge_common, 1},

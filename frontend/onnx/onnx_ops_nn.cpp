@@ -96,6 +96,78 @@ Outs convert_conv(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   return Outs{apply("conv", ins, a)};
 }
 
+// ConvTranspose: ONNX's auto_pad and output_shape resolved to explicit pads (output_padding
+// stays, and negative pads stand for an output_shape beyond the windows' reach), as ONNX's
+// reference resolves them: with SAME_UPPER / SAME_LOWER the total padding of output_shape
+// (default: input * stride) is split between the two sides; otherwise output_shape keeps the
+// begin pads and moves the end.
+Outs convert_conv_transpose(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  std::vector<Var> ins{im.in(n, 0), im.in(n, 1)};
+  if (OnnxImporter::has_input(n, 2)) ins.push_back(im.in(n, 2));
+  const TensorType& xt = ins[0].type();
+  const Ints wd = static_dims(ins[1].type(), "ConvTranspose weights");
+  if (xt.rank() < 3 || xt.rank() != static_cast<int>(wd.size())) {
+    throw UserError("ConvTranspose needs X (N, C, spatial...) and W of the same rank, got " +
+                    xt.to_string() + " and " + ins[1].type().to_string());
+  }
+  const size_t k = wd.size() - 2;
+  const Ints kernel(wd.begin() + 2, wd.end());
+  const Ints given = attr_ints(a, "kernel_shape", Ints{});
+  if (!given.empty() && given != kernel) {
+    throw UserError("kernel_shape " + dims_to_string(given) + " differs from the weight's " +
+                    dims_to_string(kernel));
+  }
+  auto per_dim = [&](const char* name, int64_t dflt) {
+    Ints v = attr_ints(a, name, Ints{});
+    if (v.empty()) v.assign(k, dflt);
+    if (v.size() != k) {
+      throw UserError(std::string(name) + " has " + std::to_string(v.size()) + " entries for " +
+                      std::to_string(k) + " spatial dimensions");
+    }
+    return v;
+  };
+  const Ints strides = per_dim("strides", 1), dilations = per_dim("dilations", 1),
+             out_pad = per_dim("output_padding", 0);
+  Ints pads = attr_ints(a, "pads", Ints{});
+  if (pads.empty()) pads.assign(2 * k, 0);
+  if (pads.size() != 2 * k) {
+    throw UserError("pads has " + std::to_string(pads.size()) + " entries for " +
+                    std::to_string(k) + " spatial dimensions");
+  }
+  const std::string auto_pad = attr_string(a, "auto_pad", std::string("NOTSET"));
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  if (!same && auto_pad != "NOTSET" && auto_pad != "VALID")
+    throw UserError("auto_pad '" + auto_pad + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  if (auto_pad == "VALID") pads.assign(2 * k, 0);
+  Ints out_shape = attr_ints(a, "output_shape", Ints{});
+  if (out_shape.size() == k + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  if (!out_shape.empty() && out_shape.size() != k) {
+    throw UserError("output_shape has " + std::to_string(out_shape.size()) + " entries for " +
+                    std::to_string(k) + " spatial dimensions");
+  }
+  if (same || !out_shape.empty()) {
+    const Ints xd = static_dims(xt, "ConvTranspose with auto_pad or output_shape");
+    for (size_t d = 0; d < k; ++d) {
+      const int64_t in = xd[d + 2];
+      const int64_t full = strides[d] * (in - 1) + out_pad[d] + (kernel[d] - 1) * dilations[d] + 1;
+      const int64_t want = out_shape.empty() ? in * strides[d] : out_shape[d];
+      if (want < 1) throw UserError("output_shape must be >= 1 in every dimension");
+      if (same) {
+        const int64_t total = full - want;
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor
+        pads[d] = auto_pad == "SAME_UPPER" ? half : total - half;
+      }
+      pads[d + k] = full - want - pads[d];
+    }
+  }
+  Attrs p{{"group", attr_int(a, "group", 1)},
+          {"strides", strides},
+          {"dilations", dilations},
+          {"pads", pads},
+          {"output_padding", out_pad}};
+  return Outs{apply("conv_transpose", ins, p)};
+}
+
 // 3-D pooling as a 2-D pool over (H, W) then a 1-D pool over D: max and average windows are
 // boxes, so both separate (an average's count of real elements is the product of each
 // dimension's count, whether or not pads count).
@@ -412,6 +484,10 @@ void add_nn_ops(OpTable& t) {
   t["Gemm"] = {{"alpha", "beta", "transA", "transB"}, nullptr, convert_gemm};
   t["Conv"] = {
       {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
+  t["ConvTranspose"] = {{"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                         "output_shape", "pads", "strides"},
+                        nullptr,
+                        convert_conv_transpose};
   auto pool_check = [](const Attrs& a, const onnx::NodeProto& n, int) {
     std::vector<std::string> p;
     if (attr_int(a, "storage_order", 0) != 0)

@@ -2,6 +2,8 @@
 //   conv, input:  the output gradient dilated by the stride, convolved with the flipped
 //                 weights (channels regrouped), cropped or padded back to the input;
 //   conv, weight: conv_weight_grad (ops/grad/window_ops.h), one kernel;
+//   conv_transpose: its adjoint, conv, with the same window and weights for the input;
+//                 conv_weight_grad with the roles of input and output swapped for W;
 //   max pool:     max_pool_grad (ops/grad/window_ops.h), one kernel;
 //   average pool: each kernel tap's share (1/divisor) placed back at its strided positions
 //                 and summed, or reshapes when the windows tile the input.
@@ -10,6 +12,7 @@
 #include <limits>
 
 #include "ops/conv.h"
+#include "ops/conv_transpose.h"
 #include "ops/grad/support.h"
 #include "ops/pool.h"
 
@@ -231,6 +234,45 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
                     {"strides", std::vector<int64_t>(k, 1)},
                     {"pads", pads}})
                  .var();
+  }
+  return out;
+}
+
+std::vector<Variable*> ConvTranspose::grad(const GradArgs& args) const {
+  Var x = grad_in(args, 0), w = grad_in(args, 1), g = grad_of_out(args, 0);
+  std::vector<Variable*> out(args.node.inputs.size(), nullptr);
+  const int r = x.rank();
+  if (out.size() > 2 && args.wanted[2]) {
+    std::vector<int64_t> axes{0};
+    for (int d = 2; d < r; ++d) axes.push_back(d);
+    out[2] = sum(g, axes).var();
+  }
+  if (!args.wanted[0] && !args.wanted[1]) return out;
+  require_static(args, 0, x, "the gradient of conv_transpose");
+  if (r > 4) not_differentiable(args, 0, "conv_transpose: the gradient of a 3-D one (conv is 1-D and 2-D)");
+  const auto geo = geometry(x.type().dims, w.type().dims);
+  // dY's positions that no tap reaches (negative pads) are cropped; the rest is conv's
+  // window over dY, which covers exactly the input's positions.
+  std::vector<int64_t> crop_b, crop_e, pads, pads_e, strides, dilations;
+  for (size_t d = 0; d < geo.size(); ++d) {
+    const int64_t op = window_.output_padding.empty() ? 0 : window_.output_padding[d];
+    const int64_t pb = geo[d].pad_begin, pe = window_.pad_end(d) - op;
+    crop_b.push_back(std::min<int64_t>(pb, 0));
+    crop_e.push_back(std::min<int64_t>(pe, 0));
+    pads.push_back(std::max<int64_t>(pb, 0));
+    pads_e.push_back(std::max<int64_t>(pe, 0));
+    strides.push_back(geo[d].stride);
+    dilations.push_back(geo[d].dilation);
+  }
+  pads.insert(pads.end(), pads_e.begin(), pads_e.end());
+  Var gc = pad_all(g, crop_b, crop_e);
+  Attrs props{{"group", group_}, {"strides", strides}, {"dilations", dilations}, {"pads", pads}};
+  if (args.wanted[0]) out[0] = apply("conv", {gc, w}, props).var();
+  if (args.wanted[1]) {
+    props["kernel_shape"] = std::vector<int64_t>(w.type().dims.begin() + 2, w.type().dims.end());
+    const int64_t weights = shape_numel(w.type().dims);
+    props["slices"] = std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(weights, 1), 1, 8);
+    out[1] = sum(apply("conv_weight_grad", {gc, x}, props), {0}).var();
   }
   return out;
 }
