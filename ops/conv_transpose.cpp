@@ -192,20 +192,20 @@ std::string ConvTranspose::c_code(const Node& node, const CodeNames& names, cons
     pb += (d ? ", " : "") + (real ? sub.value(g.pad_begin, "pad" + ds) : "0");
   }
   std::string s = "{\n";
-  s += "  const int64_t st[3] = {" + st + "}, dl[3] = {" + dl + "}, pb[3] = {" + pb + "};\n";
-  s += "  int64_t in[3] = {1, 1, 1}, ker[3] = {1, 1, 1}, od[3] = {1, 1, 1};\n";
-  s += "  int64_t xs[5] = {0, 0, 0, 0, 0}, ws[5] = {0, 0, 0, 0, 0};\n";
-  s += "  for (int d = 0; d < 2; ++d) { xs[d] = " + X + "->strides[d]; ws[d] = " + W +
+  s += "  const int64_t t_st[3] = {" + st + "}, t_dl[3] = {" + dl + "}, t_pb[3] = {" + pb + "};\n";
+  s += "  int64_t t_in[3] = {1, 1, 1}, t_ker[3] = {1, 1, 1}, t_od[3] = {1, 1, 1};\n";
+  s += "  int64_t t_xs[5] = {0, 0, 0, 0, 0}, t_ws[5] = {0, 0, 0, 0, 0};\n";
+  s += "  for (int d = 0; d < 2; ++d) { t_xs[d] = " + X + "->strides[d]; t_ws[d] = " + W +
        "->strides[d]; }\n";
   s += "  for (int d = 0; d < " + std::to_string(k) + "; ++d) {\n";
   s += "    const int e = 3 - " + std::to_string(k) + " + d;\n";
-  s += "    in[e] = " + X + "->shape[2 + d]; ker[e] = " + W + "->shape[2 + d]; od[e] = " + Y +
+  s += "    t_in[e] = " + X + "->shape[2 + d]; t_ker[e] = " + W + "->shape[2 + d]; t_od[e] = " + Y +
        "->shape[2 + d];\n";
-  s += "    xs[2 + e] = " + X + "->strides[2 + d]; ws[2 + e] = " + W + "->strides[2 + d];\n";
+  s += "    t_xs[2 + e] = " + X + "->strides[2 + d]; t_ws[2 + e] = " + W + "->strides[2 + d];\n";
   s += "  }\n";
   s += "  const int64_t N = " + X + "->shape[0], C = " + X + "->shape[1], mg = " + W +
        "->shape[1], G = " + sub.value(group_, "group") + ", cg = C / G, M = mg * G;\n";
-  s += "  const int64_t ok = od[0] * od[1] * od[2];\n";
+  s += "  const int64_t ok = t_od[0] * t_od[1] * t_od[2];\n";
   s += "  " + T + " *y = (" + T + " *)" + Y + "->data;\n";
   s += "  for (int64_t o = 0; o < N * M * ok; ++o) y[o] = ";
   s += node.inputs.size() == 3 ? "((const " + T + " *)" + names.inputs[2] + "->data)[(o / ok % M) * " +
@@ -213,26 +213,26 @@ std::string ConvTranspose::c_code(const Node& node, const CodeNames& names, cons
                                : "0;\n";
   s += "  for (int64_t n = 0; n < N; ++n)\n";
   s += "  for (int64_t c = 0; c < C; ++c)\n";
-  s += "  for (int64_t iz = 0; iz < in[0]; ++iz)\n";
-  s += "  for (int64_t iy = 0; iy < in[1]; ++iy)\n";
-  s += "  for (int64_t ix = 0; ix < in[2]; ++ix) {\n";
+  s += "  for (int64_t iz = 0; iz < t_in[0]; ++iz)\n";
+  s += "  for (int64_t iy = 0; iy < t_in[1]; ++iy)\n";
+  s += "  for (int64_t ix = 0; ix < t_in[2]; ++ix) {\n";
   s += "    const " + T + " xv = ((const " + T + " *)" + X +
-       "->data)[n * xs[0] + c * xs[1] + iz * xs[2] + iy * xs[3] + ix * xs[4]];\n";
+       "->data)[n * t_xs[0] + c * t_xs[1] + iz * t_xs[2] + iy * t_xs[3] + ix * t_xs[4]];\n";
   s += "    for (int64_t j = 0; j < mg; ++j) {\n";
   s += "      " + T + " *yc = y + (n * M + c / cg * mg + j) * ok;\n";
   s += "      const " + T + " *wc = (const " + T + " *)" + W +
-       "->data + c * ws[0] + j * ws[1];\n";
-  s += "      for (int64_t kz = 0; kz < ker[0]; ++kz) {\n";
-  s += "        const int64_t oz = iz * st[0] - pb[0] + kz * dl[0];\n";
-  s += "        if (oz < 0 || oz >= od[0]) continue;\n";
-  s += "        for (int64_t ky = 0; ky < ker[1]; ++ky) {\n";
-  s += "          const int64_t oy = iy * st[1] - pb[1] + ky * dl[1];\n";
-  s += "          if (oy < 0 || oy >= od[1]) continue;\n";
-  s += "          for (int64_t kx = 0; kx < ker[2]; ++kx) {\n";
-  s += "            const int64_t ox = ix * st[2] - pb[2] + kx * dl[2];\n";
-  s += "            if (ox < 0 || ox >= od[2]) continue;\n";
-  s += "            yc[(oz * od[1] + oy) * od[2] + ox] += xv * wc[kz * ws[2] + ky * ws[3] + kx * "
-       "ws[4]];\n";
+       "->data + c * t_ws[0] + j * t_ws[1];\n";
+  s += "      for (int64_t kz = 0; kz < t_ker[0]; ++kz) {\n";
+  s += "        const int64_t oz = iz * t_st[0] - t_pb[0] + kz * t_dl[0];\n";
+  s += "        if (oz < 0 || oz >= t_od[0]) continue;\n";
+  s += "        for (int64_t ky = 0; ky < t_ker[1]; ++ky) {\n";
+  s += "          const int64_t oy = iy * t_st[1] - t_pb[1] + ky * t_dl[1];\n";
+  s += "          if (oy < 0 || oy >= t_od[1]) continue;\n";
+  s += "          for (int64_t kx = 0; kx < t_ker[2]; ++kx) {\n";
+  s += "            const int64_t ox = ix * t_st[2] - t_pb[2] + kx * t_dl[2];\n";
+  s += "            if (ox < 0 || ox >= t_od[2]) continue;\n";
+  s += "            yc[(oz * t_od[1] + oy) * t_od[2] + ox] += xv * wc[kz * t_ws[2] + ky * t_ws[3] + kx * "
+       "t_ws[4]];\n";
   s += "          }\n        }\n      }\n    }\n  }\n}\n";
   return s;
 }

@@ -111,10 +111,10 @@ std::string ConvTransposeFold::c_support_code() const {
   // For tap kx, the input columns whose output lands in [0, od[2]) are a range: no test per
   // element, and the mg run of each (column, group) adds as one vector loop.
   std::string s = R"(#define KILN_CONVT_FOLD(T, S)                                                    \
-static void kiln_convt_fold_##S(const T *cols, const int64_t *cs, const T *bias, int64_t bs,      \
-                                T *y, const int64_t *in, const int64_t *ker, const int64_t *od,   \
-                                const int64_t *st, const int64_t *dl, const int64_t *pb,          \
-                                int64_t G, int64_t mg, int64_t r0, int64_t r1, T *buf) {          \
+__attribute__((unused)) static void kiln_convt_fold_##S(                                        \
+    const T *cols, const int64_t *cs, const T *bias, int64_t bs, T *y, const int64_t *in,       \
+    const int64_t *ker, const int64_t *od, const int64_t *st, const int64_t *dl,                \
+    const int64_t *pb, int64_t G, int64_t mg, int64_t r0, int64_t r1, T *buf) {                 \
   const int64_t C = G * mg, ow = od[2], ok = od[0] * od[1] * od[2];                               \
   for (int64_t r = r0; r < r1; ++r) {                                                             \
     const int64_t n = r / (od[0] * od[1]), oz = r / od[1] % od[0], oy = r % od[1];                \
@@ -180,30 +180,30 @@ std::string ConvTransposeFold::c_code(const Node& node, const CodeNames& names,
   }
   const std::string ks = std::to_string(k);
   std::string s = "{\n";
-  s += "  const int64_t st[3] = {" + st + "}, dl[3] = {" + dl + "}, pb[3] = {" + pb + "};\n";
-  s += "  int64_t in[3] = {1, 1, 1}, ker[3] = {1, 1, 1}, od[3] = {1, 1, 1};\n";
-  s += "  int64_t cs[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};\n";
+  s += "  const int64_t t_st[3] = {" + st + "}, t_dl[3] = {" + dl + "}, t_pb[3] = {" + pb + "};\n";
+  s += "  int64_t t_in[3] = {1, 1, 1}, t_ker[3] = {1, 1, 1}, t_od[3] = {1, 1, 1};\n";
+  s += "  int64_t t_cs[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};\n";
   s += "  for (int d = 0; d < " + ks + "; ++d) {\n";
   s += "    const int e = 3 - " + ks + " + d;\n";
-  s += "    in[e] = " + X + "->shape[1 + d]; cs[1 + e] = " + X + "->strides[1 + d];\n";
-  s += "    ker[e] = " + X + "->shape[" + std::to_string(k + 2) + " + d]; cs[5 + e] = " + X +
+  s += "    t_in[e] = " + X + "->shape[1 + d]; t_cs[1 + e] = " + X + "->strides[1 + d];\n";
+  s += "    t_ker[e] = " + X + "->shape[" + std::to_string(k + 2) + " + d]; t_cs[5 + e] = " + X +
        "->strides[" + std::to_string(k + 2) + " + d];\n";
-  s += "    od[e] = " + Y + "->shape[2 + d];\n";
+  s += "    t_od[e] = " + Y + "->shape[2 + d];\n";
   s += "  }\n";
-  s += "  cs[0] = " + X + "->strides[0]; cs[4] = " + X + "->strides[" + std::to_string(k + 1) +
-       "]; cs[8] = " + X + "->strides[" + std::to_string(2 * k + 2) + "];\n";
+  s += "  t_cs[0] = " + X + "->strides[0]; t_cs[4] = " + X + "->strides[" + std::to_string(k + 1) +
+       "]; t_cs[8] = " + X + "->strides[" + std::to_string(2 * k + 2) + "];\n";
   s += "  const int64_t G = " + X + "->shape[" + std::to_string(k + 1) + "], mg = " + X +
        "->shape[" + std::to_string(2 * k + 2) + "];\n";
-  s += "  const int64_t rows = " + X + "->shape[0] * od[0] * od[1];\n";
+  s += "  const int64_t rows = " + X + "->shape[0] * t_od[0] * t_od[1];\n";
   s += "  const int64_t r0 = rows * " + ctx + "->part / " + ctx + "->n_parts;\n";
   s += "  const int64_t r1 = rows * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
   s += "  if (r1 > r0) {\n";
-  s += "  " + c_workspace(T, "buf", "od[2] * G * mg", "conv_transpose_fold's row");
+  s += "  " + c_workspace(T, "buf", "t_od[2] * G * mg", "conv_transpose_fold's row");
   const bool bias = node.inputs.size() == 2;
   const std::string B = bias ? "(const " + T + " *)" + names.inputs[1] + "->data" : "NULL";
   const std::string bs = bias ? names.inputs[1] + "->strides[0]" : "0";
-  s += "  kiln_convt_fold_" + S + "((const " + T + " *)" + X + "->data, cs, " + B + ", " + bs +
-       ", (" + T + " *)" + Y + "->data, in, ker, od, st, dl, pb, G, mg, r0, r1, buf);\n";
+  s += "  kiln_convt_fold_" + S + "((const " + T + " *)" + X + "->data, t_cs, " + B + ", " + bs +
+       ", (" + T + " *)" + Y + "->data, t_in, t_ker, t_od, t_st, t_dl, t_pb, G, mg, r0, r1, buf);\n";
   s += "  }\n}\n";
   return s;
 }

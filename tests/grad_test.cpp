@@ -278,6 +278,32 @@ TEST(Grad, ConvolutionsMatchFiniteDifferences) {
                   });
 }
 
+// conv_transpose's gradient is conv (for X) and conv_weight_grad with the roles swapped (for
+// W): strides, uneven pads, output_padding, dilations, groups, negative pads and 1-D.
+TEST(Grad, TransposedConvolutionsMatchFiniteDifferences) {
+  using V = std::vector<int64_t>;
+  check_gradients("conv_transpose2d", {{"x", {2, 4, 3, 4}}, {"w", {4, 3, 3, 2}}, {"b", {6}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv_transpose", {x[0], x[1], x[2]},
+                                                  {{"group", int64_t(2)},
+                                                   {"strides", V{2, 3}},
+                                                   {"dilations", V{1, 2}},
+                                                   {"pads", V{1, 0, 2, 1}},
+                                                   {"output_padding", V{1, 0}}})};
+                  });
+  check_gradients("conv_transpose_negative_pads", {{"x", {1, 2, 3, 3}}, {"w", {2, 2, 2, 3}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply(
+                        "conv_transpose", {x[0], x[1]},
+                        {{"strides", V{2, 2}}, {"pads", V{-1, 1, 0, -2}}})};
+                  });
+  check_gradients("conv_transpose1d", {{"x", {2, 3, 5}}, {"w", {3, 2, 4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv_transpose", {x[0], x[1]},
+                                                  {{"strides", V{2}}, {"pads", V{1, 2}}})};
+                  });
+}
+
 TEST(Grad, PoolsMatchFiniteDifferences) {
   check_gradients(
       "pools",

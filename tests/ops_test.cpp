@@ -2007,6 +2007,97 @@ TEST(Elementwise, BlockedRowsOfEightMatchTheReference) {
   }
 }
 
+// Transposed convolutions, lowered (a GEMM over X channels-last, then conv_transpose_fold) and
+// direct (`-lower`), against perform, whole and split into parts, on contiguous and strided
+// inputs: 1-D to 3-D, groups, dilations, output_padding, negative pads (outputs no tap
+// reaches), a dynamic batch, 33 channels and 37 columns (tails past the vector width), and
+// NaN, +-inf and -0.0 in X. The numpy cases (tests/reference) check the lowered form
+// independently.
+TEST(ConvTranspose, LoweredAndDirectCodeMatchPerform) {
+  std::mt19937 rng(31);
+  using V = std::vector<int64_t>;
+  struct Case {
+    std::string name;
+    V x, w;
+    Attrs attrs;
+    bool bias;
+  };
+  const std::vector<Case> cases{
+      {"gan_4x4_s2", {2, 5, 6, 7}, {5, 4, 4, 4}, {{"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
+       true},
+      {"unet_2x2_s2", {1, 16, 5, 6}, {16, 8, 2, 2}, {{"strides", V{2, 2}}}, false},
+      {"outpad_dilated",
+       {1, 3, 5, 4},
+       {3, 2, 3, 2},
+       {{"strides", V{2, 3}},
+        {"dilations", V{1, 2}},
+        {"pads", V{1, 0, 0, 2}},
+        {"output_padding", V{1, 2}}},
+       true},
+      {"groups", {2, 6, 4, 5}, {6, 3, 3, 3}, {{"group", int64_t{2}}, {"strides", V{1, 2}}}, true},
+      {"negative_pads", {1, 2, 3, 3}, {2, 3, 3, 3}, {{"strides", V{3, 2}}, {"pads", V{-1, 2, -2, 0}}},
+       true},
+      {"tails", {1, 4, 3, 37}, {4, 33, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      {"one_d", {2, 3, 9}, {3, 5, 4}, {{"strides", V{3}}, {"pads", V{1, 2}}}, true},
+      {"three_d",
+       {1, 2, 3, 4, 3},
+       {2, 3, 2, 3, 2},
+       {{"strides", V{2, 1, 2}}, {"pads", V{0, 1, 0, 1, 0, 0}}},
+       true},
+  };
+  for (const auto& c : cases) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      Graph g("conv_transpose_" + c.name);
+      V xdims = c.x;
+      xdims[0] = kDynamic;
+      Var x = input(g, "x", dt, xdims);
+      Var w = input(g, "w", dt, c.w);
+      const int64_t m = c.w[1] * attr_int(c.attrs, "group", 1);
+      std::vector<Var> ins{x, w};
+      if (c.bias) ins.push_back(input(g, "b", dt, {m}));
+      g.set_outputs({apply("conv_transpose", ins, c.attrs)});
+      Tensor xv = random_tensor(dt, c.x, rng);
+      if (c.name == "gan_4x4_s2") xv = with_special_values(xv, 3);
+      std::vector<Tensor> one{xv, random_tensor(dt, c.w, rng)};
+      std::vector<Tensor> strided{non_contiguous(random_tensor(dt, c.x, rng)),
+                                  non_contiguous(random_tensor(dt, c.w, rng))};
+      if (c.bias) {
+        one.push_back(random_tensor(dt, {m}, rng));
+        strided.push_back(non_contiguous(random_tensor(dt, {m}, rng)));
+      }
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      const double rtol = dt == DType::kFloat32 ? 1e-4 : 1e-10;
+      const double atol = dt == DType::kFloat32 ? 1e-5 : 1e-12;
+      check_graph(g, {one, strided}, rtol, atol);
+      check_graph(g, {one, strided}, rtol, atol, std::string("-lower"));
+    }
+  }
+}
+
+TEST(ConvTranspose, BadWeightsBiasAndPadsAreClearErrors) {
+  Graph g("conv_transpose_bad");
+  Var x = input(g, "x", DType::kFloat32, {1, 4, 5, 5});
+  auto err = [&](const std::vector<Var>& ins, Attrs a) {
+    return testing::error_of([&] { apply("conv_transpose", ins, std::move(a)); });
+  };
+  // W's first dimension is X's channels (ConvTranspose's layout, unlike Conv's).
+  EXPECT_TRUE(testing::has(err({x, input(g, "w", DType::kFloat32, {3, 2, 3, 3})}, {}),
+                           "weight dim 0 must be the input's channels"));
+  EXPECT_TRUE(testing::has(
+      err({x, input(g, "w2", DType::kFloat32, {4, 2, 3, 3}), input(g, "b", DType::kFloat32, {3})},
+          {}),
+      "must be float32 (2)"));
+  EXPECT_TRUE(testing::has(err({x, input(g, "w3", DType::kFloat32, {4, 2, 3, 3})},
+                               {{"pads", std::vector<int64_t>{5, 5, 5, 5}}}),
+                           "the pads crop more than the windows reach"));
+  EXPECT_TRUE(testing::has(err({x, input(g, "w4", DType::kFloat32, {4, 2, 3, 3})},
+                               {{"strides", std::vector<int64_t>{2}}}),
+                           "strides has 1 entries, expected 2"));
+  EXPECT_TRUE(testing::has(err({x, input(g, "w5", DType::kFloat32, {4, 2, 3, 3})},
+                               {{"group", int64_t{3}}}),
+                           "with group 3"));
+}
+
 TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {
   Graph g("conv_bad");
   Var x = input(g, "x", DType::kFloat32, {1, 4, 5, 5});

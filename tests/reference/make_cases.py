@@ -391,6 +391,54 @@ for dt in (np.float32, np.float64):
                  atol_of=lambda x, w, b: 8 * np.finfo(dt).eps * x[0].size * 1.0,
                  shapes=[[None, c, h, wd], [m, c // grp, k, k], [m]])
 
+    def conv_transpose2d(x, w, b, st, pd, op, dl, grp):
+        # Each input position's value times each tap's weights, added at its strided place
+        # in the uncropped output; the pads then crop (or, negative, extend) that output.
+        n, c, h, wd = x.shape
+        _, mg, kh, kw = w.shape
+        cg = c // grp
+        full = [(h - 1) * st[0] + (kh - 1) * dl[0] + 1, (wd - 1) * st[1] + (kw - 1) * dl[1] + 1]
+        y = np.zeros((n, grp * mg, *full))
+        for g in range(grp):
+            for i in range(kh):
+                for j in range(kw):
+                    y[:, g * mg:(g + 1) * mg,
+                      i * dl[0]: i * dl[0] + (h - 1) * st[0] + 1: st[0],
+                      j * dl[1]: j * dl[1] + (wd - 1) * st[1] + 1: st[1]] += np.einsum(
+                          "nchw,cm->nmhw", x[:, g * cg:(g + 1) * cg],
+                          w[g * cg:(g + 1) * cg, :, i, j])
+        out = [full[d] - pd[d] - pd[d + 2] + op[d] for d in range(2)]
+        before = [max(0, -pd[d]) for d in range(2)]
+        after = [max(0, pd[d] + out[d] - full[d]) for d in range(2)]
+        y = np.pad(y, ((0, 0), (0, 0), (before[0], after[0]), (before[1], after[1])))
+        lo = [pd[d] + before[d] for d in range(2)]
+        y = y[:, :, lo[0]:lo[0] + out[0], lo[1]:lo[1] + out[1]]
+        return y + b[None, :, None, None]
+
+    # (n, c, h, w, mg, k, strides, pads, output_padding, dilations, group): a GAN's 4x4
+    # stride-2 upsampling, a U-Net's 2x2 stride 2 (no overlap), 3x3 stride 2 with
+    # output_padding, a dilated one, groups, negative pads (an output_shape past the windows'
+    # reach: positions of bias alone), and 33 channels and 37 columns (tails past 16 wide).
+    for cname, (n, c, h, wd, mg, k, st, pd, op, dl, grp) in {
+            "4x4_stride2": (2, 5, 7, 9, 6, 4, (2, 2), (1, 1, 1, 1), (0, 0), (1, 1), 1),
+            "2x2_stride2": (1, 8, 6, 5, 4, 2, (2, 2), (0, 0, 0, 0), (0, 0), (1, 1), 1),
+            "3x3_outpad": (1, 4, 5, 6, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+            "dilated": (1, 3, 6, 5, 2, 3, (1, 2), (2, 0, 1, 1), (0, 1), (2, 1), 1),
+            "groups": (2, 6, 5, 4, 2, 3, (2, 1), (0, 1, 1, 0), (0, 0), (1, 1), 3),
+            "negative_pads": (1, 2, 3, 3, 2, 3, (3, 2), (-1, 0, -2, -1), (0, 0), (1, 1), 1),
+            "tails": (1, 7, 3, 37, 33, 3, (1, 1), (1, 1, 1, 1), (0, 0), (1, 1), 1)}.items():
+        x = rng.uniform(-1, 1, (n, c, h, wd)).astype(dt)
+        w = rng.uniform(-1, 1, (c, mg, k, k)).astype(dt)
+        b = rng.uniform(-1, 1, (grp * mg,)).astype(dt)
+        attrs = {"strides": list(st), "pads": list(pd), "output_padding": list(op),
+                 "dilations": list(dl), "group": grp}
+        add_case(f"conv_transpose_{cname}_{tag}", "conv_transpose", dt, [[x, w, b]],
+                 lambda x, w, b, st=st, pd=pd, op=op, dl=dl, grp=grp:
+                 conv_transpose2d(x, w, b, st, pd, op, dl, grp),
+                 category="linalg", attrs=attrs, ulp=4,
+                 atol_of=lambda x, w, b: 8 * np.finfo(dt).eps * x[0].size * 1.0,
+                 shapes=[[None, c, h, wd], [c, mg, k, k], [grp * mg]])
+
     def pool(x, k, st, pd, is_max):
         fill = -np.inf if is_max else np.nan
         xp = np.pad(x.astype(f64), ((0, 0), (0, 0), (pd[0], pd[2]), (pd[1], pd[3])),
