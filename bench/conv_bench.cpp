@@ -6,6 +6,9 @@
 // model: conv_nchwc on a blocked (1, C/8, H, W, 8) input, or an RGB stem's plain image
 // (ops/conv_nchwc.h; the reorders at a region's edges are not counted). The rounds take turns; each
 // figure is the median round of the median of runs. Depthwise layers have no equivalent GEMM.
+// Transposed convolutions (decoders, U-Nets, GANs) follow in a table of their own, against
+// OpenBLAS on the GEMM they reduce to (H*W x C_in x C_out*KH*KW), which leaves out the fold
+// that adds each output position's taps: the ratio is what the fold and the reorders cost.
 // Usage: conv_bench [--rounds R] [--only SUBSTRING] [--smoke]
 #include <cblas.h>
 
@@ -31,6 +34,13 @@ namespace {
 struct Layer {
   const char* name;
   int64_t c, m, h, k, stride, group;
+};
+
+// A transposed convolution: input c x h x h, m output channels, k x k taps at `stride`, pads
+// `pad` on every side, output_padding `out_pad`.
+struct TransposedLayer {
+  const char* name;
+  int64_t c, m, h, k, stride, pad, out_pad;
 };
 
 double median(std::vector<double> v) {
@@ -228,5 +238,48 @@ int main(int argc, char** argv) {
     } else {
       std::printf(" %8s %9s %10s\n", "-", "-", "-");
     }
+  }
+  const std::vector<TransposedLayer> transposed{
+      {"unet up 2x2/2 512->256 28x28", 512, 256, 28, 2, 2, 0, 0},
+      {"unet up 2x2/2 128->64 112x112", 128, 64, 112, 2, 2, 0, 0},
+      {"dcgan 4x4/2 512->256 8x8", 512, 256, 8, 4, 2, 1, 0},
+      {"dcgan 4x4/2 128->64 32x32", 128, 64, 32, 4, 2, 1, 0},
+      {"fcn 3x3/2 256->128 28x28 out_pad 1", 256, 128, 28, 3, 2, 1, 1},
+      {"decoder 3x3/1 64->64 56x56", 64, 64, 56, 3, 1, 1, 0},
+      {"up 2x2/2 512->256 7x7", 512, 256, 7, 2, 2, 0, 0},
+  };
+  std::printf("\n%-40s %9s %9s %9s %8s %9s\n", "transposed layer", "kiln us", "GFLOP/s",
+              "of peak", "BLAS us", "kiln/BLAS");
+  for (const TransposedLayer& l : transposed) {
+    if (only && !std::strstr(l.name, only)) continue;
+    Graph g("conv_transpose");
+    Var x = input(g, "x", DType::kFloat32, {1, l.c, l.h, l.h});
+    Var w = parameter(g, random_tensor({l.c, l.m, l.k, l.k}, rng), "w");
+    g.set_outputs({apply("conv_transpose", {x, w},
+                         {{"pads", std::vector<int64_t>(4, l.pad)},
+                          {"strides", std::vector<int64_t>{l.stride, l.stride}},
+                          {"output_padding", std::vector<int64_t>{l.out_pad, l.out_pad}}})});
+    Function f = compile(g);
+    const std::vector<Tensor> in{random_tensor({1, l.c, l.h, l.h}, rng)};
+    const int64_t gm = l.h * l.h, gn = l.m * l.k * l.k, gk = l.c;
+    const double flops = 2.0 * static_cast<double>(gm * gn * gk);
+    std::vector<float> a(static_cast<size_t>(gm * gk), 0.5f),
+        b(static_cast<size_t>(gk * gn), 0.25f), c(static_cast<size_t>(gm * gn));
+    const int runs = std::clamp(static_cast<int>(2e8 / flops), 5, 200);
+    std::vector<double> kiln_us, blas_us;
+    for (int r = 0; r < rounds; ++r) {
+      kiln_us.push_back(median_us([&] { f(in); }, runs));
+      blas_us.push_back(median_us(
+          [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(gm),
+                        static_cast<int>(gn), static_cast<int>(gk), 1.f, a.data(),
+                        static_cast<int>(gk), b.data(), static_cast<int>(gn), 0.f, c.data(),
+                        static_cast<int>(gn));
+          },
+          runs));
+    }
+    const double k_us = median(kiln_us), gf = flops / k_us / 1e3, b_us = median(blas_us);
+    std::printf("%-40s %9.1f %9.1f %8.0f%% %8.1f %9.2f\n", l.name, k_us, gf, 100 * gf / peak,
+                b_us, k_us / b_us);
   }
 }
