@@ -75,6 +75,7 @@ OpRegistry::OpRegistry() {
   add("fill", [](const Attrs& a) { return std::make_shared<Fill>(a); });
   add("arange", [](const Attrs& a) { return std::make_shared<Arange>(a); });
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
+  add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

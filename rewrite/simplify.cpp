@@ -73,6 +73,7 @@ std::optional<Rewrite> conv_absorbing_pad(const Node& conv) {
   const Attrs& cp = conv.op->props();
   const double value = attr_float(pp, "value", 0.0);
   if (value != 0.0 || std::signbit(value)) return std::nullopt;
+  if (attr_string(pp, "mode", std::string("constant")) != "constant") return std::nullopt;
   if (attr_string(cp, "auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
   const int rank = pad->inputs[0]->type.rank();
   const std::vector<int64_t> pads = attr_ints(pp, "pads");

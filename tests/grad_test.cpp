@@ -304,6 +304,22 @@ TEST(Grad, TransposedConvolutionsMatchFiniteDifferences) {
                   });
 }
 
+// Pads that read the data send each position's gradient back to the position it read:
+// reflections that bounce past both ends, repeated edges, a wrap.
+TEST(Grad, ReflectEdgeAndWrapPadsMatchFiniteDifferences) {
+  using V = std::vector<int64_t>;
+  check_gradients("pad_modes", {{"r", {2, 3, 4}}, {"e", {2, 3, 4}}, {"w", {3, 5}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{
+                        apply("pad", {x[0]},
+                              {{"pads", V{0, 2, 7, 1, 0, 3}}, {"mode", std::string("reflect")}}),
+                        apply("pad", {x[1]},
+                              {{"pads", V{1, 0, 2, 0, 2, 5}}, {"mode", std::string("edge")}}),
+                        apply("pad", {x[2]},
+                              {{"pads", V{2, 4, 1, 5}}, {"mode", std::string("wrap")}})};
+                  });
+}
+
 TEST(Grad, PoolsMatchFiniteDifferences) {
   check_gradients(
       "pools",

@@ -2074,6 +2074,28 @@ TEST(ConvTranspose, LoweredAndDirectCodeMatchPerform) {
   }
 }
 
+TEST(Pad, ModesThatReadTheDataRejectCropsAndEmptyDimensions) {
+  Graph g("pad_bad");
+  Var x = input(g, "x", DType::kFloat32, {2, 0, 4});
+  using V = std::vector<int64_t>;
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("pad", {x}, {{"pads", V{0, 1, 0, 0, 0, 0}},
+                                                {"mode", std::string("reflect")}});
+                           }),
+                           "dimension 1 is empty, and a non-constant mode pads from its values"));
+  Var y = input(g, "y", DType::kFloat32, {2, 3, 4});
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("pad", {y}, {{"pads", V{0, 0, -1, 0, 0, 2}},
+                                                {"mode", std::string("edge")}});
+                           }),
+                           "a negative pad (a crop) takes the constant mode"));
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("pad", {y}, {{"pads", V{0, 0, 1, 0, 0, 2}},
+                                                {"mode", std::string("mirror")}});
+                           }),
+                           "'mirror' is not constant, reflect, edge or wrap"));
+}
+
 TEST(ConvTranspose, BadWeightsBiasAndPadsAreClearErrors) {
   Graph g("conv_transpose_bad");
   Var x = input(g, "x", DType::kFloat32, {1, 4, 5, 5});

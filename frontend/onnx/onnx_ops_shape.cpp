@@ -163,9 +163,33 @@ Outs convert_pad(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
         throw UserError("constant_value must hold one value, got " + v.describe());
       value = v.load(0);
     }
-    if (OnnxImporter::has_input(n, 3)) throw UnsupportedError("Pad with an axes input");
+    if (OnnxImporter::has_input(n, 3)) {
+      // pads for the listed axes only: spread over every axis, zero elsewhere.
+      const Ints axes = im.const_ints(n, 3, "axes");
+      const int64_t r = x.rank();
+      if (pads.size() != 2 * axes.size()) {
+        throw UserError("pads has " + std::to_string(pads.size()) + " entries for " +
+                        std::to_string(axes.size()) + " axes (needs twice as many)");
+      }
+      Ints full(static_cast<size_t>(2 * r), 0);
+      std::vector<bool> seen(static_cast<size_t>(r), false);
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
+        if (ax < 0 || ax >= r || seen[static_cast<size_t>(ax)]) {
+          throw UserError("axes entry " + std::to_string(axes[i]) + " is out of range or repeated for rank " +
+                          std::to_string(r));
+        }
+        seen[static_cast<size_t>(ax)] = true;
+        full[static_cast<size_t>(ax)] = pads[i];
+        full[static_cast<size_t>(ax + r)] = pads[i + axes.size()];
+      }
+      pads = full;
+    }
   }
-  return Outs{apply("pad", {x}, {{"pads", pads}, {"value", value}})};
+  const std::string mode = attr_string(a, "mode", std::string("constant"));
+  Attrs p{{"pads", pads}, {"value", value}};
+  if (mode != "constant") p["mode"] = mode;
+  return Outs{apply("pad", {x}, p)};
 }
 
 // DepthToSpace / SpaceToDepth: reshape, transpose, reshape (static dimensions).
@@ -323,8 +347,8 @@ void add_shape_ops(OpTable& t) {
               [](const Attrs& a, const onnx::NodeProto&, int) {
                 std::vector<std::string> p;
                 const std::string mode = attr_string(a, "mode", std::string("constant"));
-                if (mode != "constant")
-                  p.push_back(attr_problem("mode", mode, "(only constant padding)"));
+                if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+                  p.push_back(attr_problem("mode", mode, "(constant, reflect, edge or wrap)"));
                 return p;
               },
               convert_pad};

@@ -60,6 +60,11 @@ std::vector<Variable*> Expand::grad(const GradArgs& args) const {
 }
 
 std::vector<Variable*> Pad::grad(const GradArgs& args) const {
+  if (mode_ != PadMode::kConstant) {
+    // Reflected, repeated and wrapped positions send their gradient back to their source.
+    return first_only(args, apply("pad_grad", {grad_of_out(args, 0)},
+                                  {{"pads", pads_}, {"mode", props().at("mode")}}));
+  }
   std::vector<int64_t> crop;
   for (int64_t p : pads_) crop.push_back(-p);
   return first_only(args, apply("pad", {grad_of_out(args, 0)}, {{"pads", crop}, {"value", 0.0}}));

@@ -331,6 +331,25 @@ runs = [[int_input(np.int64, s)] for s in SHAPES]
 add_case("cast_int64_to_float32", "cast", np.int64, runs, lambda x: x.astype(f64),
          attrs={"to": "float32"}, out_dtype=np.float32, category="misc")
 
+# --- pads that read the data: numpy's np.pad modes (ONNX's reflect, edge and wrap are numpy's
+# reflect, edge and wrap), pads past the vector width, reflections and repeats longer than the
+# dimension (reflection bounces off both ends), specials carried exactly. Wrap stays within
+# one period: numpy 1.24's wrap of a longer pad is not the torus ONNX describes
+# (np.pad(np.arange(3), (5, 1), "wrap") starts 2, 0, 0, 1), which kiln's wrap is.
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    for mode in ("reflect", "edge", "wrap"):
+        long_pad = (19, 3) if mode == "wrap" else (45, 3)
+        for pname, pads in {"wide": ((0, 1), (1, 0), (17, 19)),
+                            "long": ((1, 0), (0, 0), long_pad)}.items():
+            runs = [[float_input(dt, (int(np.prod(sh[:-1])), sh[-1]), 3).reshape(sh)]
+                    for sh in [(2, 5, 37), (3, 2, 20)]]
+            flat = [p[0] for p in pads] + [p[1] for p in pads]
+            add_case(f"pad_{mode}_{pname}_{tag}", "pad", dt, runs,
+                     lambda x, pads=pads, mode=mode: np.pad(x, pads, mode=mode),
+                     zero_sign=True, category="misc", attrs={"pads": flat, "mode": mode},
+                     shapes=[[None, None, None]])
+
 # --- matmul, gemm, convolution and pooling (numpy's own kernels and loops) --------------------
 
 
