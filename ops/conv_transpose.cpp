@@ -208,9 +208,10 @@ std::string ConvTranspose::c_code(const Node& node, const CodeNames& names, cons
   s += "  const int64_t ok = t_od[0] * t_od[1] * t_od[2];\n";
   s += "  " + T + " *y = (" + T + " *)" + Y + "->data;\n";
   s += "  for (int64_t o = 0; o < N * M * ok; ++o) y[o] = ";
-  s += node.inputs.size() == 3 ? "((const " + T + " *)" + names.inputs[2] + "->data)[(o / ok % M) * " +
-                                     names.inputs[2] + "->strides[0]];\n"
-                               : "0;\n";
+  s += node.inputs.size() == 3
+           ? "((const " + T + " *)" + names.inputs[2] + "->data)[(o / ok % M) * " +
+                 names.inputs[2] + "->strides[0]];\n"
+           : "0;\n";
   s += "  for (int64_t n = 0; n < N; ++n)\n";
   s += "  for (int64_t c = 0; c < C; ++c)\n";
   s += "  for (int64_t iz = 0; iz < t_in[0]; ++iz)\n";
@@ -231,7 +232,8 @@ std::string ConvTranspose::c_code(const Node& node, const CodeNames& names, cons
   s += "          for (int64_t kx = 0; kx < t_ker[2]; ++kx) {\n";
   s += "            const int64_t ox = ix * t_st[2] - t_pb[2] + kx * t_dl[2];\n";
   s += "            if (ox < 0 || ox >= t_od[2]) continue;\n";
-  s += "            yc[(oz * t_od[1] + oy) * t_od[2] + ox] += xv * wc[kz * t_ws[2] + ky * t_ws[3] + kx * "
+  s += "            yc[(oz * t_od[1] + oy) * t_od[2] + ox] += xv * wc[kz * t_ws[2] + ky * t_ws[3] "
+       "+ kx * "
        "t_ws[4]];\n";
   s += "          }\n        }\n      }\n    }\n  }\n}\n";
   return s;

@@ -5,17 +5,17 @@
 
 namespace kiln {
 
-ConvTransposeFold::ConvTransposeFold(Attrs props)
-    : COp("conv_transpose_fold", std::move(props)) {
+ConvTransposeFold::ConvTransposeFold(Attrs props) : COp("conv_transpose_fold", std::move(props)) {
   check_known_attrs(this->props(), {"strides", "dilations", "pads", "output_padding"});
   window_ = TransposedWindow::from_props(this->props(), "conv_transpose_fold");
 }
 
 int ConvTransposeFold::spatial_rank(int rank) {
   if (rank < 5 || rank > 9 || (rank - 3) % 2 != 0) {
-    throw UserError("conv_transpose_fold: cols must be (N, in..., G, k..., mg) for 1 to 3 "
-                    "spatial dimensions, got rank " +
-                    std::to_string(rank));
+    throw UserError(
+        "conv_transpose_fold: cols must be (N, in..., G, k..., mg) for 1 to 3 "
+        "spatial dimensions, got rank " +
+        std::to_string(rank));
   }
   return (rank - 3) / 2;
 }
@@ -27,8 +27,7 @@ std::vector<TransposedDim> ConvTransposeFold::geometry(const std::vector<int64_t
                          "conv_transpose_fold");
 }
 
-std::vector<TensorType> ConvTransposeFold::infer_type(
-    const std::vector<TensorType>& inputs) const {
+std::vector<TensorType> ConvTransposeFold::infer_type(const std::vector<TensorType>& inputs) const {
   if (inputs.size() != 1 && inputs.size() != 2)
     throw UserError("conv_transpose_fold takes 1 or 2 inputs (cols[, B])");
   const TensorType& c = inputs[0];
@@ -38,8 +37,10 @@ std::vector<TensorType> ConvTransposeFold::infer_type(
   const int64_t g = c.dims[static_cast<size_t>(k + 1)], mg = c.dims.back();
   for (int d = k + 1; d < c.rank(); ++d) {
     if (c.dims[static_cast<size_t>(d)] == kDynamic)
-      throw UnsupportedError("conv_transpose_fold: groups, kernel and channels must be static, "
-                             "got " + c.to_string());
+      throw UnsupportedError(
+          "conv_transpose_fold: groups, kernel and channels must be static, "
+          "got " +
+          c.to_string());
   }
   if (inputs.size() == 2) {
     const TensorType& b = inputs[1];
@@ -110,7 +111,8 @@ std::string ConvTransposeFold::c_support_code() const {
   // cs: cols' strides as (n, iz, iy, ix, g, kz, ky, kx, j), 1-D and 2-D padded at the front.
   // For tap kx, the input columns whose output lands in [0, od[2]) are a range: no test per
   // element, and the mg run of each (column, group) adds as one vector loop.
-  std::string s = R"(#define KILN_CONVT_FOLD(T, S)                                                    \
+  std::string s =
+      R"(#define KILN_CONVT_FOLD(T, S)                                                    \
 __attribute__((unused)) static void kiln_convt_fold_##S(                                        \
     const T *cols, const int64_t *cs, const T *bias, int64_t bs, T *y, const int64_t *in,       \
     const int64_t *ker, const int64_t *od, const int64_t *st, const int64_t *dl,                \
@@ -203,7 +205,8 @@ std::string ConvTransposeFold::c_code(const Node& node, const CodeNames& names,
   const std::string B = bias ? "(const " + T + " *)" + names.inputs[1] + "->data" : "NULL";
   const std::string bs = bias ? names.inputs[1] + "->strides[0]" : "0";
   s += "  kiln_convt_fold_" + S + "((const " + T + " *)" + X + "->data, t_cs, " + B + ", " + bs +
-       ", (" + T + " *)" + Y + "->data, t_in, t_ker, t_od, t_st, t_dl, t_pb, G, mg, r0, r1, buf);\n";
+       ", (" + T + " *)" + Y +
+       "->data, t_in, t_ker, t_od, t_st, t_dl, t_pb, G, mg, r0, r1, buf);\n";
   s += "  }\n}\n";
   return s;
 }

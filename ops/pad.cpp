@@ -107,8 +107,9 @@ Pad::Pad(Attrs props) : COp("pad", std::move(props)) {
   mode_ = pad_mode_of(this->props());
   for (int64_t p : pads_) {
     if (p < 0 && mode_ != PadMode::kConstant) {
-      throw AttrError("pads", "a negative pad (a crop) takes the constant mode; crop with a "
-                              "slice before a reflect, edge or wrap pad");
+      throw AttrError("pads",
+                      "a negative pad (a crop) takes the constant mode; crop with a "
+                      "slice before a reflect, edge or wrap pad");
     }
   }
 }
@@ -170,9 +171,7 @@ void Pad::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& output
   copy_into(src, dst);
 }
 
-std::string Pad::c_support_code() const {
-  return mode_ == PadMode::kConstant ? "" : kPadSourceC;
-}
+std::string Pad::c_support_code() const { return mode_ == PadMode::kConstant ? "" : kPadSourceC; }
 
 std::string Pad::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& t = node.inputs[0]->type;
@@ -255,7 +254,8 @@ std::vector<TensorType> PadGrad::infer_type(const std::vector<TensorType>& input
   for (size_t d = 0; d < r; ++d) {
     if (out.dims[d] == kDynamic) continue;
     out.dims[d] -= pads_[d] + pads_[d + r];
-    if (out.dims[d] < 1) throw UserError("pad_grad: the pads leave dimension " + std::to_string(d) + " empty");
+    if (out.dims[d] < 1)
+      throw UserError("pad_grad: the pads leave dimension " + std::to_string(d) + " empty");
   }
   return {out};
 }
@@ -264,7 +264,8 @@ std::vector<Shape> PadGrad::infer_shape(const std::vector<Shape>& inputs) const 
   Shape out = inputs[0];
   for (size_t d = 0; d < out.size(); ++d) {
     out[d] -= pads_[d] + pads_[d + out.size()];
-    if (out[d] < 1) throw UserError("pad_grad: the pads leave dimension " + std::to_string(d) + " empty");
+    if (out[d] < 1)
+      throw UserError("pad_grad: the pads leave dimension " + std::to_string(d) + " empty");
   }
   return {out};
 }
@@ -289,7 +290,8 @@ std::string PadGrad::c_code(const Node& node, const CodeNames& names, const Sub&
   const std::string& g = names.inputs[0];
   const std::string& dx = names.outputs[0];
   std::string pads;
-  for (int d = 0; d < rank; ++d) pads += (d ? ", " : "") + std::to_string(pads_[static_cast<size_t>(d)]);
+  for (int d = 0; d < rank; ++d)
+    pads += (d ? ", " : "") + std::to_string(pads_[static_cast<size_t>(d)]);
   const std::string ms = std::to_string(static_cast<int>(mode_));
   const std::string pl = std::to_string(pads_[static_cast<size_t>(rank - 1)]);
   const std::string r1 = std::to_string(rank - 1);
@@ -310,7 +312,8 @@ std::string PadGrad::c_code(const Node& node, const CodeNames& names, const Sub&
   s += "      const int64_t p_c = p_rem % " + g + "->shape[d];\n";
   s += "      p_rem /= " + g + "->shape[d];\n";
   s += "      p_src += p_c * " + g + "->strides[d];\n";
-  s += "      p_dst += kiln_pad_source(p_c - p_pb[d], " + dx + "->shape[d], " + ms + ") * p_dxs[d];\n";
+  s += "      p_dst += kiln_pad_source(p_c - p_pb[d], " + dx + "->shape[d], " + ms +
+       ") * p_dxs[d];\n";
   s += "    }\n";
   s += "    const " + ct + " *p_g = (const " + ct + " *)" + g + "->data + p_src;\n";
   s += "    for (int64_t p_x = 0; p_x < ow; ++p_x)\n";

@@ -11,6 +11,7 @@
 #include "ops/conv_transpose.h"
 #include "ops/conv_transpose_fold.h"
 #include "ops/convert.h"
+#include "ops/dft.h"
 #include "ops/dim_values.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
@@ -76,6 +77,7 @@ OpRegistry::OpRegistry() {
   add("arange", [](const Attrs& a) { return std::make_shared<Arange>(a); });
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
+  add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

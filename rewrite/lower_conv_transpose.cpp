@@ -24,8 +24,7 @@ class Lowering {
     Variable* w = copy_.map(node.inputs[1]);
     const std::vector<int64_t>& wd = w->type.dims;
     const int k = x->type.rank() - 2;
-    const int64_t G = attr_int(node.op->props(), "group", 1), C = wd[0], mg = wd[1],
-                  cg = C / G;
+    const int64_t G = attr_int(node.op->props(), "group", 1), C = wd[0], mg = wd[1], cg = C / G;
     const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
     int64_t taps = 1;
     for (int64_t t : kernel) taps *= t;
@@ -68,8 +67,10 @@ class Lowering {
     shape.push_back(G);
     shape.insert(shape.end(), kernel.begin(), kernel.end());
     shape.push_back(mg);
-    if (G == 1) shape[static_cast<size_t>(k + 1)] = 1;
-    else shape[static_cast<size_t>(k + 1)] = 0;
+    if (G == 1)
+      shape[static_cast<size_t>(k + 1)] = 1;
+    else
+      shape[static_cast<size_t>(k + 1)] = 0;
     cols = add("reshape", {{"shape", shape}}, {cols}, name + ".taps_split");
     std::vector<Variable*> fold_in{cols};
     if (node.inputs.size() == 3) fold_in.push_back(copy_.map(node.inputs[2]));

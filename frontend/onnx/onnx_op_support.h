@@ -75,5 +75,6 @@ void add_shape_ops(OpTable& t);
 void add_value_ops(OpTable& t);
 void add_composite_ops(OpTable& t);
 void add_quant_ops(OpTable& t);
+void add_signal_ops(OpTable& t);  // onnx_ops_signal.cpp
 
 }  // namespace kiln::onnx_import

@@ -350,6 +350,36 @@ for dt in (np.float32, np.float64):
                      zero_sign=True, category="misc", attrs={"pads": flat, "mode": mode},
                      shapes=[[None, None, None]])
 
+# --- dft against numpy's FFT: power-of-two lengths (the radix-2 FFT) and others (the direct
+# sum), one-sided, inverse, complex, a signal zero-padded to a longer length and one cut to a
+# shorter one, the signal axis between others (strided lines).
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    for cname, (shape, axis, inverse, onesided, length) in {
+            "real_pow2": ((3, 64, 1), 1, 0, 0, 0),
+            "real_45_onesided": ((2, 45, 1), 1, 0, 1, 0),
+            "complex_inverse_32": ((2, 32, 2), 1, 1, 0, 0),
+            "complex_inverse_30": ((1, 30, 2), 1, 1, 0, 0),
+            "padded_to_50": ((2, 37, 1), 1, 0, 0, 50),
+            "cut_to_16": ((2, 37, 2), 1, 0, 0, 16),
+            "middle_axis": ((2, 24, 3, 2), 1, 0, 0, 0),
+            "axis_2_onesided": ((2, 3, 40, 1), 2, 0, 1, 0)}.items():
+        x = rng.uniform(-1, 1, shape).astype(dt)
+
+        def dft_ref(x, axis=axis, inverse=inverse, onesided=onesided, length=length):
+            z = x[..., 0] + (1j * x[..., 1] if x.shape[-1] == 2 else 0)
+            n = length or z.shape[axis]
+            y = np.fft.ifft(z, n=n, axis=axis) if inverse else np.fft.fft(z, n=n, axis=axis)
+            if onesided:
+                y = np.take(y, np.arange(n // 2 + 1), axis=axis)
+            return np.stack([y.real, y.imag], axis=-1)
+
+        n = length or shape[axis]
+        add_case(f"dft_{cname}_{tag}", "dft", dt, [[x]], dft_ref, category="linalg", ulp=4,
+                 attrs={"axis": axis, "inverse": inverse, "onesided": onesided, "length": length},
+                 atol_of=lambda x, n=n: 16 * np.finfo(dt).eps * n * float(np.max(np.abs(x))),
+                 shapes=[[None] + list(shape[1:])], split=True)
+
 # --- matmul, gemm, convolution and pooling (numpy's own kernels and loops) --------------------
 
 
