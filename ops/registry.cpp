@@ -21,6 +21,7 @@
 #include "ops/gather.h"
 #include "ops/gather_elements.h"
 #include "ops/gemm.h"
+#include "ops/grid_sample.h"
 #include "ops/qconv.h"
 #include "ops/qmatmul.h"
 #include "ops/grad/window_ops.h"
@@ -78,6 +79,7 @@ OpRegistry::OpRegistry() {
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
+  add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

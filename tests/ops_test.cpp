@@ -2074,6 +2074,51 @@ TEST(ConvTranspose, LoweredAndDirectCodeMatchPerform) {
   }
 }
 
+// GridSample's generated code against perform (the same sampling rule; the ONNX conformance
+// cases check the rule against ONNX's reference): every mode and padding, both corner
+// conventions, grids reaching past the image on all sides, strided inputs, split by rows,
+// and NaN and +-inf in the grid (NaN gives NaN; an infinite coordinate lies far outside).
+TEST(GridSample, EveryModeAndPaddingMatchesPerformAndNanGivesNan) {
+  std::mt19937 rng(5);
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      for (int64_t align : {0, 1}) {
+        Graph g(std::string("grid_sample_") + mode + "_" + pad);
+        Var x = input(g, "x", DType::kFloat32, {kDynamic, 3, 5, 7});
+        Var grid = input(g, "grid", DType::kFloat32, {kDynamic, 4, 9, 2});
+        g.set_outputs({apply("grid_sample", {x, grid},
+                             {{"mode", std::string(mode)},
+                              {"padding_mode", std::string(pad)},
+                              {"align_corners", align}})});
+        Tensor gv = random_tensor(DType::kFloat32, {2, 4, 9, 2}, rng, -1.6, 1.6);
+        gv.store(3, std::nan(""));
+        gv.store(10, std::numeric_limits<double>::infinity());
+        gv.store(21, -std::numeric_limits<double>::infinity());
+        std::vector<Tensor> one{random_tensor(DType::kFloat32, {2, 3, 5, 7}, rng), gv};
+        std::vector<Tensor> strided{non_contiguous(random_tensor(DType::kFloat32, {2, 3, 5, 7}, rng)),
+                                    non_contiguous(gv)};
+        SCOPED_TRACE(std::string(mode) + " " + pad + " align " + std::to_string(align));
+        check_graph(g, {one, strided}, 1e-5, 1e-6);
+        Function f = compile(g);
+        const Tensor y = f(one).at(0);
+        // Position 1 of image 0 read grid element 3 (its y): NaN in every channel.
+        for (int64_t c = 0; c < 3; ++c) EXPECT_TRUE(std::isnan(y.load(c * 36 + 1)));
+      }
+    }
+  }
+  Graph bad("grid_sample_bad");
+  Var x = input(bad, "x", DType::kFloat32, {1, 3, 5, 7});
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("grid_sample", {x, input(bad, "g", DType::kFloat32, {1, 4, 4, 3})});
+                           }),
+                           "must be float32 (N, H_out, W_out, 2)"));
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("grid_sample", {x, input(bad, "g2", DType::kFloat32, {1, 4, 4, 2})},
+                                   {{"mode", std::string("area")}});
+                           }),
+                           "'area' is not bilinear, nearest or bicubic"));
+}
+
 TEST(Pad, ModesThatReadTheDataRejectCropsAndEmptyDimensions) {
   Graph g("pad_bad");
   Var x = input(g, "x", DType::kFloat32, {2, 0, 4});

@@ -484,6 +484,11 @@ void add_nn_ops(OpTable& t) {
   t["Gemm"] = {{"alpha", "beta", "transA", "transB"}, nullptr, convert_gemm};
   t["Conv"] = {
       {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
+  t["GridSample"] = {{"align_corners", "mode", "padding_mode"},
+                     nullptr,
+                     [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                       return Outs{apply("grid_sample", {im.in(n, 0), im.in(n, 1)}, a)};
+                     }};
   t["ConvTranspose"] = {{"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
                          "output_shape", "pads", "strides"},
                         nullptr,

@@ -1,0 +1,231 @@
+#include "ops/grid_sample.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace kiln {
+namespace {
+
+// The sampling rule, written once in C: the generated code includes it, and perform runs the
+// same text compiled into kiln (so the oracle for the generated code is the rule itself, and
+// the ONNX conformance cases and PyTorch check the rule).
+#define KILN_GRID_SAMPLE_RULES                                                                    \
+  KILN_GS_FN double kiln_gs_unnorm(double g, int64_t size, int align) {                           \
+    const double x =                                                                              \
+        align ? (g + 1) * 0.5 * (double)(size - 1) : ((g + 1) * (double)size - 1) * 0.5;          \
+    /* An infinite coordinate becomes a finite one far outside: every rule stays defined. */      \
+    return isinf(x) ? (x > 0 ? 1e9 : -1e9) : x;                                                   \
+  }                                                                                               \
+  KILN_GS_FN double kiln_gs_clip(double x, int64_t size) {                                        \
+    return x < 0 ? 0 : (x > (double)(size - 1) ? (double)(size - 1) : x);                         \
+  }                                                                                               \
+  /* Reflection off the image's edges: the pixel centres with align_corners, the outer edges      \
+     without. */                                                                                  \
+  KILN_GS_FN double kiln_gs_reflect(double x, int64_t size, int align) {                          \
+    const double lo2 = align ? 0.0 : -1.0,                                                        \
+                 hi2 = align ? 2.0 * (double)(size - 1) : 2.0 * (double)size - 1;                 \
+    if (lo2 == hi2) return 0;                                                                     \
+    const double lo = lo2 / 2, span = (hi2 - lo2) / 2;                                            \
+    x = fabs(x - lo);                                                                             \
+    const double extra = fmod(x, span);                                                           \
+    return fmod(floor(x / span), 2.0) == 0 ? extra + lo : span - extra + lo;                      \
+  }                                                                                               \
+  KILN_GS_FN double kiln_gs_pad(double x, int64_t size, int padding, int align) {                 \
+    if (padding == 1) return kiln_gs_clip(x, size);                                               \
+    if (padding == 2) return kiln_gs_clip(kiln_gs_reflect(x, size, align), size);                 \
+    return x;                                                                                     \
+  }                                                                                               \
+  KILN_GS_FN double kiln_gs_cubic(double t, int k) { /* Keys, a = -0.75: tap k of 4 */            \
+    const double a = -0.75, d = k == 0 ? t + 1 : (k == 1 ? t : (k == 2 ? 1 - t : 2 - t));         \
+    return d <= 1 ? ((a + 2) * d - (a + 3)) * d * d + 1                                           \
+                  : ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;                                    \
+  }                                                                                               \
+  /* Output position (n, oy, ox) of every channel: taps (offsets into X's image, -1 where a       \
+     tap reads nothing) and weights. Returns 0 for a NaN coordinate. */                           \
+  KILN_GS_FN int kiln_gs_taps(double gx, double gy, int64_t h, int64_t w, int64_t sy, int64_t sx, \
+                              int mode, int padding, int align, int64_t* off, double* wt,         \
+                              int* count) {                                                       \
+    double x = kiln_gs_unnorm(gx, w, align), y = kiln_gs_unnorm(gy, h, align);                    \
+    if (isnan(x) || isnan(y)) return 0;                                                           \
+    if (mode == 2) {                                                                              \
+      const double fx = floor(x), fy = floor(y);                                                  \
+      for (int i = 0; i < 4; ++i) {                                                               \
+        for (int j = 0; j < 4; ++j) {                                                             \
+          const double ty = kiln_gs_pad(fy - 1 + i, h, padding, align);                           \
+          const double tx = kiln_gs_pad(fx - 1 + j, w, padding, align);                           \
+          const int in = ty >= 0 && ty <= (double)(h - 1) && tx >= 0 && tx <= (double)(w - 1);    \
+          off[i * 4 + j] = in ? (int64_t)ty * sy + (int64_t)tx * sx : -1;                         \
+          wt[i * 4 + j] = kiln_gs_cubic(y - fy, i) * kiln_gs_cubic(x - fx, j);                    \
+        }                                                                                         \
+      }                                                                                           \
+      *count = 16;                                                                                \
+      return 1;                                                                                   \
+    }                                                                                             \
+    x = kiln_gs_pad(x, w, padding, align);                                                        \
+    y = kiln_gs_pad(y, h, padding, align);                                                        \
+    if (mode == 0) {                                                                              \
+      const double rx = nearbyint(x), ry = nearbyint(y);                                          \
+      const int in = ry >= 0 && ry <= (double)(h - 1) && rx >= 0 && rx <= (double)(w - 1);        \
+      off[0] = in ? (int64_t)ry * sy + (int64_t)rx * sx : -1;                                     \
+      wt[0] = 1;                                                                                  \
+      *count = 1;                                                                                 \
+      return 1;                                                                                   \
+    }                                                                                             \
+    const double fx = floor(x), fy = floor(y), dx = x - fx, dy = y - fy;                          \
+    for (int i = 0; i < 2; ++i) {                                                                 \
+      for (int j = 0; j < 2; ++j) {                                                               \
+        const double ty = fy + i, tx = fx + j;                                                    \
+        const int in = ty >= 0 && ty <= (double)(h - 1) && tx >= 0 && tx <= (double)(w - 1);      \
+        off[i * 2 + j] = in ? (int64_t)ty * sy + (int64_t)tx * sx : -1;                           \
+        wt[i * 2 + j] = (i ? dy : 1 - dy) * (j ? dx : 1 - dx);                                    \
+      }                                                                                           \
+    }                                                                                             \
+    *count = 4;                                                                                   \
+    return 1;                                                                                     \
+  }
+
+#define KILN_GS_FN static
+#define isnan std::isnan
+#define isinf std::isinf
+using std::fabs;
+using std::floor;
+using std::fmod;
+using std::nearbyint;
+KILN_GRID_SAMPLE_RULES
+#undef isnan
+#undef isinf
+#undef KILN_GS_FN
+
+#define KILN_STR2(...) #__VA_ARGS__
+#define KILN_STR(...) KILN_STR2(__VA_ARGS__)
+const char* const kRulesC = KILN_STR(KILN_GRID_SAMPLE_RULES);
+
+}  // namespace
+
+GridSample::GridSample(Attrs props) : COp("grid_sample", std::move(props)) {
+  check_known_attrs(this->props(), {"mode", "padding_mode", "align_corners"});
+  const std::string mode = attr_string(this->props(), "mode", std::string("bilinear"));
+  if (mode == "bilinear" || mode == "linear")
+    mode_ = kBilinear;
+  else if (mode == "nearest")
+    mode_ = kNearest;
+  else if (mode == "bicubic" || mode == "cubic")
+    mode_ = kBicubic;
+  else
+    throw AttrError("mode", "'" + mode + "' is not bilinear, nearest or bicubic (grid_sample)");
+  const std::string pad = attr_string(this->props(), "padding_mode", std::string("zeros"));
+  if (pad == "zeros")
+    padding_ = kZeros;
+  else if (pad == "border")
+    padding_ = kBorder;
+  else if (pad == "reflection")
+    padding_ = kReflection;
+  else
+    throw AttrError("padding_mode",
+                    "'" + pad + "' is not zeros, border or reflection (grid_sample)");
+  align_ = attr_int(this->props(), "align_corners", 0) != 0;
+}
+
+std::vector<TensorType> GridSample::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2) throw UserError("grid_sample takes 2 inputs (X, grid)");
+  const TensorType& x = inputs[0];
+  const TensorType& g = inputs[1];
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)
+    throw UnsupportedError("grid_sample: " + x.to_string() + " input (float32 and float64)");
+  if (x.rank() != 4) {
+    throw UnsupportedError("grid_sample: a rank-" + std::to_string(x.rank()) +
+                           " input (2-D images (N, C, H, W) are supported)");
+  }
+  if (g.dtype != x.dtype || g.rank() != 4 || g.dims[3] != 2) {
+    throw UserError("grid_sample: grid " + g.to_string() + " must be " +
+                    std::string(dtype_name(x.dtype)) + " (N, H_out, W_out, 2)");
+  }
+  if (x.dims[0] != kDynamic && g.dims[0] != kDynamic && x.dims[0] != g.dims[0]) {
+    throw UserError("grid_sample: grid " + g.to_string() + " and input " + x.to_string() +
+                    " differ in batch");
+  }
+  return {TensorType{x.dtype, {x.dims[0], x.dims[1], g.dims[1], g.dims[2]}}};
+}
+
+std::vector<Shape> GridSample::infer_shape(const std::vector<Shape>& inputs) const {
+  const Shape& x = inputs[0];
+  const Shape& g = inputs[1];
+  if (x[0] != g[0]) {
+    throw UserError("grid_sample: a grid of batch " + std::to_string(g[0]) + " for an input of " +
+                    std::to_string(x[0]));
+  }
+  if ((x[2] == 0 || x[3] == 0) && g[1] * g[2] > 0)
+    throw UserError("grid_sample: sampling an empty image");
+  return {Shape{x[0], x[1], g[1], g[2]}};
+}
+
+void GridSample::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor& x = inputs[0];
+  const Tensor& g = inputs[1];
+  Tensor& y = outputs[0];
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t Ho = g.shape()[1], Wo = g.shape()[2];
+  int64_t off[16];
+  double wt[16];
+  int count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t p = 0; p < Ho * Wo; ++p) {
+      const double gx = g.load((n * Ho * Wo + p) * 2), gy = g.load((n * Ho * Wo + p) * 2 + 1);
+      const bool ok = kiln_gs_taps(gx, gy, H, W, W, 1, mode_, padding_, align_, off, wt, &count);
+      for (int64_t c = 0; c < C; ++c) {
+        double v = ok ? 0.0 : std::nan("");
+        for (int t = 0; ok && t < count; ++t) {
+          if (off[t] >= 0) v += wt[t] * x.load((n * C + c) * H * W + off[t]);
+        }
+        y.store((n * C + c) * Ho * Wo + p, v);
+      }
+    }
+  }
+}
+
+std::string GridSample::c_support_code() const {
+  return std::string("#define KILN_GS_FN __attribute__((unused)) static\n") + kRulesC + "\n";
+}
+
+std::string GridSample::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const std::string T(dtype_c_type(node.inputs[0]->type.dtype));
+  const std::string& X = names.inputs[0];
+  const std::string& G = names.inputs[1];
+  const std::string& Y = names.outputs[0];
+  const std::string& ctx = sub.ctx;
+  std::string s = "{\n";
+  s += "  const int64_t g_n = " + X + "->shape[0], g_c = " + X + "->shape[1], g_h = " + X +
+       "->shape[2], g_w = " + X + "->shape[3];\n";
+  s += "  const int64_t g_ho = " + G + "->shape[1], g_wo = " + G + "->shape[2];\n";
+  s += "  const int64_t g_rows = g_n * g_ho;\n";
+  s += "  const int64_t g_r0 = g_rows * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t g_r1 = g_rows * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  s += "  const " + T + " *g_x = (const " + T + " *)" + X + "->data;\n";
+  s += "  const " + T + " *g_g = (const " + T + " *)" + G + "->data;\n";
+  s += "  " + T + " *g_y = (" + T + " *)" + Y + "->data;\n";
+  s += "  int64_t g_off[16];\n  double g_wt[16];\n  int g_count = 0;\n";
+  s += "  for (int64_t r = g_r0; r < g_r1; ++r) {\n";
+  s += "    const int64_t n = r / g_ho, oy = r % g_ho;\n";
+  s += "    for (int64_t ox = 0; ox < g_wo; ++ox) {\n";
+  s += "      const " + T + " *gp = g_g + n * " + G + "->strides[0] + oy * " + G +
+       "->strides[1] + ox * " + G + "->strides[2];\n";
+  s += "      const int ok = kiln_gs_taps((double)gp[0], (double)gp[" + G +
+       "->strides[3]], g_h, g_w, " + X + "->strides[2], " + X + "->strides[3], " +
+       std::to_string(mode_) + ", " + std::to_string(padding_) + ", " +
+       std::to_string(align_ ? 1 : 0) + ", g_off, g_wt, &g_count);\n";
+  s += "      " + T + " *yp = g_y + (n * g_c * g_ho + oy) * g_wo + ox;\n";
+  s += "      const " + T + " *xp = g_x + n * " + X + "->strides[0];\n";
+  s += "      for (int64_t c = 0; c < g_c; ++c) {\n";
+  s += "        double v = ok ? 0.0 : (double)NAN;\n";
+  s += "        for (int t = 0; ok && t < g_count; ++t)\n";
+  s += "          if (g_off[t] >= 0) v += g_wt[t] * (double)xp[c * " + X +
+       "->strides[1] + g_off[t]];\n";
+  s += "        yp[c * g_ho * g_wo] = (" + T + ")v;\n";
+  s += "      }\n";
+  s += "    }\n";
+  s += "  }\n}\n";
+  return s;
+}
+
+}  // namespace kiln
