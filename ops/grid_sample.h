@@ -10,6 +10,11 @@
 //
 // Parts take runs of (n, output row); each position's coordinates and weights are found
 // once for all channels.
+//
+// grid_sample_grad(X, grid, dY) -> (dX, dgrid): each tap's weight times dY added into dX, and
+// the grid's gradient through the weights' derivatives, the padding's (0 where a coordinate
+// was clamped, the sign of the reflection) and the normalisation's scale; nearest has none
+// for the grid. One part (taps of different positions add into the same pixels).
 #include "ops/cop.h"
 
 namespace kiln {
@@ -17,6 +22,7 @@ namespace kiln {
 class GridSample : public COp {
  public:
   explicit GridSample(Attrs props);
+  std::vector<Variable*> grad(const GradArgs& args) const override;
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
@@ -30,9 +36,25 @@ class GridSample : public COp {
   enum Padding { kZeros = 0, kBorder = 1, kReflection = 2 };
 
  private:
+  friend class GridSampleGrad;
   Mode mode_;
   Padding padding_;
   bool align_;
+};
+
+class GridSampleGrad : public COp {
+ public:
+  explicit GridSampleGrad(Attrs props);
+  std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
+  std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::optional<int> cache_version() const override { return 1; }
+  std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  std::string c_support_code() const override;
+  std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
+
+ private:
+  GridSample forward_;
 };
 
 }  // namespace kiln

@@ -80,6 +80,7 @@ OpRegistry::OpRegistry() {
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
   add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });
+  add("grid_sample_grad", [](const Attrs& a) { return std::make_shared<GridSampleGrad>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

@@ -320,6 +320,28 @@ TEST(Grad, ReflectEdgeAndWrapPadsMatchFiniteDifferences) {
                   });
 }
 
+// GridSample's gradient for the image and the grid: bilinear and bicubic under every padding
+// and both corner conventions (grids past the edges: clamped coordinates have none, reflected
+// ones flip its sign), nearest for the image only.
+TEST(Grad, GridSampleMatchesFiniteDifferences) {
+  for (const char* mode : {"bilinear", "bicubic", "nearest"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      for (int64_t align : {0, 1}) {
+        const bool nearest = std::string(mode) == "nearest";
+        In grid{"g", {2, 3, 4, 2}, -1.4, 1.4};
+        grid.differentiate = !nearest;
+        check_gradients(std::string("grid_sample_") + mode + "_" + pad + std::to_string(align),
+                        {{"x", {2, 3, 4, 5}}, grid}, [&](const std::vector<Var>& x) {
+                          return std::vector<Var>{apply("grid_sample", {x[0], x[1]},
+                                                        {{"mode", std::string(mode)},
+                                                         {"padding_mode", std::string(pad)},
+                                                         {"align_corners", align}})};
+                        });
+      }
+    }
+  }
+}
+
 TEST(Grad, PoolsMatchFiniteDifferences) {
   check_gradients(
       "pools",
