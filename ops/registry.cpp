@@ -32,6 +32,7 @@
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
 #include "ops/reduce.h"
+#include "ops/roi_align.h"
 #include "ops/reshape.h"
 #include "ops/resize.h"
 #include "ops/rnn.h"
@@ -81,6 +82,8 @@ OpRegistry::OpRegistry() {
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
   add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });
   add("grid_sample_grad", [](const Attrs& a) { return std::make_shared<GridSampleGrad>(a); });
+  add("roi_align", [](const Attrs& a) { return std::make_shared<RoiAlign>(a); });
+  add("roi_align_grad", [](const Attrs& a) { return std::make_shared<RoiAlignGrad>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

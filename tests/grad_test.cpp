@@ -342,6 +342,27 @@ TEST(Grad, GridSampleMatchesFiniteDifferences) {
   }
 }
 
+// RoiAlign's gradient for the image (avg mode), boxes held still: adaptive and fixed grids,
+// boxes past the edges, both coordinate modes.
+TEST(Grad, RoiAlignMatchesFiniteDifferences) {
+  for (int64_t half : {0, 1}) {
+    for (int64_t ratio : {0, 2}) {
+      In rois{"rois", {4, 4}, -1.0, 6.5};
+      rois.differentiate = false;
+      In batch{"batch", {4}, 0.0, 0.4, DType::kInt64};
+      batch.differentiate = false;
+      check_gradients("roi_align_" + std::to_string(half) + std::to_string(ratio),
+                      {{"x", {1, 2, 6, 7}}, rois, batch}, [&](const std::vector<Var>& x) {
+                        return std::vector<Var>{apply("roi_align", {x[0], x[1], x[2]},
+                                                      {{"output_height", int64_t{2}},
+                                                       {"output_width", int64_t{3}},
+                                                       {"sampling_ratio", ratio},
+                                                       {"half_pixel", half}})};
+                      });
+    }
+  }
+}
+
 TEST(Grad, PoolsMatchFiniteDifferences) {
   check_gradients(
       "pools",

@@ -2119,6 +2119,66 @@ TEST(GridSample, EveryModeAndPaddingMatchesPerformAndNanGivesNan) {
                            "'area' is not bilinear, nearest or bicubic"));
 }
 
+// RoiAlign's generated code against perform (the same box and sample rules; ONNX's
+// conformance cases check them against ONNX's reference): avg and max, both coordinate
+// modes, adaptive and fixed sampling, boxes reaching past the image and wholly outside it,
+// inverted boxes, several images, strided inputs, split by boxes. Bad boxes fail the call
+// naming the box; a huge box fails rather than running for ever.
+TEST(RoiAlign, ModesAndBoxesPastTheImageMatchPerformAndBadBoxesFail) {
+  std::mt19937 rng(9);
+  const std::vector<double> boxes{0, 0, 6, 5,  1.5, 2.25, 4.5, 4.75, -3, -2, 2, 1,
+                                  5, 4, 11, 9, 20, 20, 30, 30,        4, 3, 1, 1,
+                                  0.2, 0.3, 0.9, 0.6};
+  const Tensor rois = Tensor::from_doubles(DType::kFloat32, {7, 4}, boxes);
+  const Tensor batch =
+      Tensor::from_doubles(DType::kInt64, {7}, std::vector<double>{0, 1, 1, 0, 1, 0, 1});
+  for (const char* mode : {"avg", "max"}) {
+    for (int64_t half : {0, 1}) {
+      for (int64_t ratio : {0, 2}) {
+        Graph g(std::string("roi_align_") + mode);
+        Var x = input(g, "x", DType::kFloat32, {2, 3, 6, 7});
+        Var r = input(g, "rois", DType::kFloat32, {kDynamic, 4});
+        Var b = input(g, "batch", DType::kInt64, {kDynamic});
+        g.set_outputs({apply("roi_align", {x, r, b},
+                             {{"mode", std::string(mode)},
+                              {"output_height", int64_t{3}},
+                              {"output_width", int64_t{2}},
+                              {"sampling_ratio", ratio},
+                              {"spatial_scale", 0.75},
+                              {"half_pixel", half}})});
+        SCOPED_TRACE(std::string(mode) + " half " + std::to_string(half) + " ratio " +
+                     std::to_string(ratio));
+        check_graph(g,
+                    {{random_tensor(DType::kFloat32, {2, 3, 6, 7}, rng), rois, batch},
+                     {non_contiguous(random_tensor(DType::kFloat32, {2, 3, 6, 7}, rng)),
+                      non_contiguous(rois), batch}},
+                    1e-5, 1e-6);
+      }
+    }
+  }
+  Graph g("roi_align_bad");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 6, 7});
+  Var r = input(g, "rois", DType::kFloat32, {1, 4});
+  Var b = input(g, "batch", DType::kInt64, {1});
+  g.set_outputs({apply("roi_align", {x, r, b}, {{"output_height", int64_t{2}}})});
+  Function f = compile(g);
+  const Tensor xv = random_tensor(DType::kFloat32, {2, 3, 6, 7}, rng);
+  auto run_with = [&](std::vector<double> box, double bi) {
+    return testing::error_of([&] {
+      f({xv, Tensor::from_doubles(DType::kFloat32, {1, 4}, box),
+         Tensor::from_doubles(DType::kInt64, {1}, {bi})});
+    });
+  };
+  EXPECT_TRUE(testing::has(run_with({0, 0, 2, 2}, 2), "box 0 has batch index 2, outside [0, 2)"));
+  EXPECT_TRUE(testing::has(run_with({0, std::nan(""), 2, 2}, 0),
+                           "box 0 has a NaN or infinite coordinate"));
+  EXPECT_TRUE(testing::has(run_with({0, 0, 1e12, 1e12}, 0), "samples per bin"));
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("roi_align", {x, input(g, "r2", DType::kFloat32, {3, 5}), b});
+                           }),
+                           "must be (R, 4)"));
+}
+
 TEST(Pad, ModesThatReadTheDataRejectCropsAndEmptyDimensions) {
   Graph g("pad_bad");
   Var x = input(g, "x", DType::kFloat32, {2, 0, 4});

@@ -484,6 +484,23 @@ void add_nn_ops(OpTable& t) {
   t["Gemm"] = {{"alpha", "beta", "transA", "transB"}, nullptr, convert_gemm};
   t["Conv"] = {
       {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad"}, nullptr, convert_conv};
+  // Opset 16 made half_pixel the default; opset 10's boxes are output_half_pixel (no shift).
+  t["RoiAlign"] = {{"coordinate_transformation_mode", "mode", "output_height", "output_width",
+                    "sampling_ratio", "spatial_scale"},
+                   nullptr,
+                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                     const std::string ctm = attr_string(
+                         a, "coordinate_transformation_mode",
+                         std::string(im.opset() >= 16 ? "half_pixel" : "output_half_pixel"));
+                     if (ctm != "half_pixel" && ctm != "output_half_pixel") {
+                       throw UserError("coordinate_transformation_mode '" + ctm +
+                                       "' is not half_pixel or output_half_pixel");
+                     }
+                     Attrs p = a;
+                     p.erase("coordinate_transformation_mode");
+                     p["half_pixel"] = int64_t{ctm == "half_pixel"};
+                     return Outs{apply("roi_align", {im.in(n, 0), im.in(n, 1), im.in(n, 2)}, p)};
+                   }};
   t["GridSample"] = {{"align_corners", "mode", "padding_mode"},
                      nullptr,
                      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
