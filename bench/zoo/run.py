@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Inference latency of kiln, onnxruntime, OpenVINO and PyTorch on a model zoo: the tuned zoo
 (bench/zoo/export.py, the default) or the broad zoo of architectures nobody tuned kiln for
-(--zoo broad, bench/zoo/broad.py).
+(--zoo broad, bench/zoo/broad.py), or the coverage zoo of decoders, a GAN, style transfer, a
+spatial transformer and a log-mel front-end (--zoo coverage, bench/zoo/coverage_zoo.py).
 
 For each model: kiln runs NAME.onnx through build/release/bench/onnx_bench (a fresh process per
 round, compiling through the kernel cache), onnxruntime and OpenVINO (f32, when installed; the
@@ -39,7 +40,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import export  # noqa: E402  (the seeded models behind the ONNX files)
-ZOOS = {"tuned": ("zoo", "zoo.md"), "broad": ("broad", "broad.md")}
+ZOOS = {"tuned": ("zoo", "zoo.md"), "broad": ("broad", "broad.md"),
+        "coverage": ("coverage", "coverage.md")}
 from peers import machine, median_ms  # noqa: E402  (one timing rule for every bench)
 
 
@@ -129,6 +131,9 @@ def main():
     args.results = args.results or os.path.join(ROOT, "bench", "results", table)
     if args.zoo == "broad":
         import broad as zoo
+        names = list(zoo.MODELS)
+    elif args.zoo == "coverage":
+        import coverage_zoo as zoo
         names = list(zoo.MODELS)
     else:
         zoo, names = export, export.ZOO
@@ -275,7 +280,7 @@ def main():
     peers = "onnxruntime" + (", OpenVINO" if geo["ov"] else "") + " and PyTorch"
     versions = f"onnxruntime {ort.__version__}" + (f", OpenVINO {ov.__version__}" if geo["ov"] else "")
     lines = [
-        f"# The {'broad ' if args.zoo == 'broad' else ''}model zoo: kiln vs {peers}",
+        f"# The {'' if args.zoo == 'tuned' else args.zoo + ' '}model zoo: kiln vs {peers}",
         "",
         f"Machine: {machine()}. {versions}, PyTorch {torch.__version__}; "
         f"{args.threads} threads each (OpenVINO at f32 precision, latency mode, one stream). Each "
@@ -285,7 +290,7 @@ def main():
         "of the rounds' ratios. Every output "
         "matched PyTorch's (relative tolerance 1e-3). GFLOP/s counts the Conv, Gemm and MatMul "
         "multiply-adds. Ratio < 1 means kiln is faster. Regenerate with `bench/zoo/run"
-        + (" --zoo broad" if args.zoo == "broad" else "") + "`.",
+        + ("" if args.zoo == "tuned" else " --zoo " + args.zoo) + "`.",
         "",
     ]
     if sgemm:

@@ -133,7 +133,10 @@ Outs convert_dft(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
 
 Outs convert_stft(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var signal = im.in(n, 0);
-  const TensorType& st = signal.type();
+  // (batch, length) is a real signal too: PyTorch's exporter writes torch.stft so, and
+  // onnxruntime takes it.
+  if (signal.rank() == 2) signal = apply("reshape", {signal}, {{"shape", Ints{0, 0, 1}}});
+  const TensorType st = signal.type();
   if (st.rank() != 3 || (st.dims[2] != 1 && st.dims[2] != 2)) {
     throw UserError("STFT needs a signal (batch, length, 1 or 2), got " + st.to_string());
   }

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Exports the coverage zoo: models whose layers kiln refused before it had transposed
+convolutions, reflection padding, grid sampling and short-time Fourier transforms, built here
+in PyTorch with seeded random weights (nothing is downloaded), as ONNX files (opset 17) in
+bench/data/coverage/ (or --out), like bench/zoo/export.py's zoo (NAME.onnx, NAME.input.npy,
+NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool against PyTorch.
+
+  unet           a U-Net (4 levels from 32 channels, 2x2 stride-2 transposed convolutions up,
+                 skip concatenations), 1 x 3 x 256 x 256: segmentation decoders
+  dcgan          DCGAN's generator (4x4 stride-2 transposed convolutions, 100 -> 64 x 64), batch 16
+  style_transfer Johnson et al.'s transformer net (reflection padding, instance norms, five
+                 residual blocks, 3x3 stride-2 transposed convolutions with output_padding),
+                 1 x 3 x 256 x 256
+  stn            a spatial transformer: a localisation CNN, an affine grid and a bilinear
+                 grid sample (zero padding), 4 x 3 x 128 x 128
+  log_mel        a log-mel spectrogram (torch.stft, 400-point Hann frames every 160 samples, 80
+                 mel bands, log), 2 x 5 seconds at 16 kHz: speech models' front-end
+"""
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import export  # noqa: E402  (seeding rules and the writer shared with the tuned zoo)
+
+
+def conv_block(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNet(nn.Module):
+    def __init__(self, base=32, levels=4, classes=2):
+        super().__init__()
+        chans = [base * 2 ** i for i in range(levels + 1)]
+        self.down = nn.ModuleList([conv_block(3, chans[0])] +
+                                  [conv_block(chans[i], chans[i + 1]) for i in range(levels)])
+        self.up = nn.ModuleList([nn.ConvTranspose2d(chans[i + 1], chans[i], 2, stride=2)
+                                 for i in reversed(range(levels))])
+        self.merge = nn.ModuleList([conv_block(2 * chans[i], chans[i])
+                                    for i in reversed(range(levels))])
+        self.head = nn.Conv2d(chans[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, block in enumerate(self.down):
+            x = block(x if i == 0 else F.max_pool2d(x, 2))
+            skips.append(x)
+        for up, merge, skip in zip(self.up, self.merge, reversed(skips[:-1])):
+            x = merge(torch.cat([up(x), skip], 1))
+        return self.head(x)
+
+
+def dcgan():
+    def up(cin, cout, first=False):
+        return [nn.ConvTranspose2d(cin, cout, 4, 1 if first else 2, 0 if first else 1, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU()]
+    return nn.Sequential(*up(100, 512, True), *up(512, 256), *up(256, 128), *up(128, 64),
+                         nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn.Tanh())
+
+
+class ConvLayer(nn.Sequential):
+    def __init__(self, cin, cout, k, stride=1):
+        super().__init__(nn.ReflectionPad2d(k // 2), nn.Conv2d(cin, cout, k, stride))
+
+
+class Residual(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Sequential(ConvLayer(c, c, 3), nn.InstanceNorm2d(c, affine=True), nn.ReLU(),
+                                  ConvLayer(c, c, 3), nn.InstanceNorm2d(c, affine=True))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+def style_transfer():
+    def norm(c):
+        return nn.InstanceNorm2d(c, affine=True)
+    return nn.Sequential(
+        ConvLayer(3, 32, 9), norm(32), nn.ReLU(),
+        ConvLayer(32, 64, 3, 2), norm(64), nn.ReLU(),
+        ConvLayer(64, 128, 3, 2), norm(128), nn.ReLU(),
+        *[Residual(128) for _ in range(5)],
+        nn.ConvTranspose2d(128, 64, 3, 2, 1, output_padding=1), norm(64), nn.ReLU(),
+        nn.ConvTranspose2d(64, 32, 3, 2, 1, output_padding=1), norm(32), nn.ReLU(),
+        ConvLayer(32, 3, 9))
+
+
+class STN(nn.Module):
+    """The affine grid is built from matrix products (ONNX's AffineGrid needs opset 20)."""
+
+    def __init__(self, size=128):
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(3, 8, 7), nn.MaxPool2d(2), nn.ReLU(),
+                                 nn.Conv2d(8, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
+                                 nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(160, 32),
+                                 nn.ReLU(), nn.Linear(32, 6))
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size),
+                                indexing="ij")
+        self.register_buffer("base", torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3))
+        self.size = size
+
+    def forward(self, x):
+        # Near the identity, so the sampled image is mostly inside the input.
+        theta = torch.tensor([[1., 0, 0], [0, 1., 0]]) + 0.2 * torch.tanh(self.loc(x)).view(-1, 2, 3)
+        grid = (self.base @ theta.transpose(1, 2)).view(-1, self.size, self.size, 2)
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+class LogMel(nn.Module):
+    def __init__(self, n_fft=400, hop=160, mels=80, rate=16000):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft))
+        self.register_buffer("mel", mel_filters(n_fft, mels, rate))
+
+    def forward(self, audio):
+        spec = torch.stft(audio, self.n_fft, self.hop, window=self.window, center=False,
+                          return_complex=False)
+        power = spec.pow(2).sum(-1)                      # (batch, bins, frames)
+        mel = self.mel @ power                           # (batch, mels, frames)
+        return torch.log(mel.clamp(min=1e-10))
+
+
+def mel_filters(n_fft, mels, rate):
+    """Slaney-style triangular filters (mels x bins), as Whisper's front-end has them."""
+    bins = n_fft // 2 + 1
+    def hz_to_mel(f):
+        return 2595 * math.log10(1 + f / 700)
+    pts = torch.linspace(hz_to_mel(0), hz_to_mel(rate / 2), mels + 2)
+    hz = 700 * (10 ** (pts / 2595) - 1)
+    freqs = torch.linspace(0, rate / 2, bins)
+    lower = (freqs[None, :] - hz[:-2, None]) / (hz[1:-1, None] - hz[:-2, None])
+    upper = (hz[2:, None] - freqs[None, :]) / (hz[2:, None] - hz[1:-1, None])
+    return torch.clamp(torch.minimum(lower, upper), min=0)
+
+
+def image(batch, size=256):
+    return lambda: torch.randn(batch, 3, size, size)
+
+
+# name -> (constructor, input maker, input name, dynamic axes of the input or None)
+MODELS = {
+    "unet": (UNet, image(1), "input", None),
+    "dcgan": (dcgan, lambda: torch.randn(16, 100, 1, 1), "input", None),
+    "style_transfer": (style_transfer, image(1), "input", None),
+    "stn": (STN, image(4, 128), "input", None),
+    "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
+}
+
+
+def build(name):
+    """The seeded PyTorch model and input behind NAME.onnx."""
+    make, make_input, _, _ = MODELS[name]
+    return export.seeded(make, make_input)
+
+
+def export_model(name, out):
+    _, _, input_name, axes = MODELS[name]
+    model, x = build(name)
+    export.write(name, out, model, x, input_name, axes)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "data", "coverage"))
+    ap.add_argument("--missing", action="store_true", help="only the models not exported yet")
+    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(MODELS)})")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.set_num_threads(2)
+    for name in a.models or MODELS:
+        if name not in MODELS:
+            sys.exit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
+        if a.missing and os.path.exists(os.path.join(a.out, name + ".expected.npy")):
+            continue
+        export_model(name, a.out)
+
+
+if __name__ == "__main__":
+    main()
