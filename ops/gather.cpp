@@ -112,6 +112,17 @@ std::string Gather::c_code(const Node& node, const CodeNames& names, const Sub& 
     s += "      base += (rem % " + data + "->shape[d]) * " + data + "->strides[d];\n";
     s += "      rem /= " + data + "->shape[d];\n    }\n";
   }
+  // One element per index (frames cut from a signal, a row of a table picked per token):
+  // a typed load, not a copy call per element.
+  const std::string ct(dtype_c_type(dt.dtype));
+  s += "    if (inner == 1) {\n";
+  s += "      const " + ct + " *row = (const " + ct + " *)" + data + "->data + base;\n";
+  s += "      " + ct + " *to = (" + ct + " *)dst;\n";
+  s += "      const int64_t as = " + data + "->strides[" + ax + "];\n";
+  s += "      for (int64_t j = 0; j < n; ++j) to[j] = row[ids[j] * as];\n";
+  s += "      dst += n * " + es + ";\n";
+  s += "      continue;\n";
+  s += "    }\n";
   s += "    for (int64_t j = 0; j < n; ++j, dst += inner * " + es + ") {\n";
   s += "      const char *src = (const char *)" + data + "->data + (base + ids[j] * " + data +
        "->strides[" + ax + "]) * " + es + ";\n";

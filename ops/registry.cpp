@@ -28,6 +28,7 @@
 #include "ops/layer_norm.h"
 #include "ops/library/op_library.h"
 #include "ops/matmul.h"
+#include "ops/max_unpool.h"
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
@@ -84,6 +85,8 @@ OpRegistry::OpRegistry() {
   add("grid_sample_grad", [](const Attrs& a) { return std::make_shared<GridSampleGrad>(a); });
   add("roi_align", [](const Attrs& a) { return std::make_shared<RoiAlign>(a); });
   add("roi_align_grad", [](const Attrs& a) { return std::make_shared<RoiAlignGrad>(a); });
+  add("max_pool_indices", [](const Attrs& a) { return std::make_shared<MaxPoolIndices>(a); });
+  add("max_unpool", [](const Attrs& a) { return std::make_shared<MaxUnpool>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

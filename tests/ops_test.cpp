@@ -2179,6 +2179,25 @@ TEST(RoiAlign, ModesAndBoxesPastTheImageMatchPerformAndBadBoxesFail) {
                            "must be (R, 4)"));
 }
 
+TEST(MaxUnpool, AnIndexOutsideThePooledGridFailsNamingTheElement) {
+  Graph g("max_unpool_bad");
+  Var x = input(g, "x", DType::kFloat32, {1, 2, 2, 2});
+  Var i = input(g, "i", DType::kInt64, {1, 2, 2, 2});
+  g.set_outputs({apply("max_unpool", {x, i}, {{"output", std::vector<int64_t>{5, 5}},
+                                              {"grid", std::vector<int64_t>{4, 4}}})});
+  Function f = compile(g);
+  std::mt19937 rng(3);
+  const Tensor xv = random_tensor(DType::kFloat32, {1, 2, 2, 2}, rng);
+  const Tensor ok = Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 31});
+  // Plane 1's indices (16..31) land in its own 5 x 5 plane, at the grid's (row, column).
+  const Tensor y = f({xv, ok}).at(0);
+  EXPECT_EQ(y.load(25 + 0), xv.load(4));   // index 16: plane 1, (0, 0)
+  EXPECT_EQ(y.load(25 + 3 * 5 + 3), xv.load(7));  // index 31: plane 1, (3, 3)
+  const Tensor bad = Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 32});
+  EXPECT_TRUE(testing::has(testing::error_of([&] { f({xv, bad}); }),
+                           "index 32 of element 7 is outside the pooled grid's 32 elements"));
+}
+
 TEST(Pad, ModesThatReadTheDataRejectCropsAndEmptyDimensions) {
   Graph g("pad_bad");
   Var x = input(g, "x", DType::kFloat32, {2, 0, 4});

@@ -11,6 +11,10 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
   style_transfer Johnson et al.'s transformer net (reflection padding, instance norms, five
                  residual blocks, 3x3 stride-2 transposed convolutions with output_padding),
                  1 x 3 x 256 x 256
+  segnet         a SegNet-style encoder-decoder (max pooling that keeps its indices, unpooling
+                 by them in the decoder), 1 x 3 x 256 x 256. The unpooling is written as the
+                 scatter F.max_unpool2d computes: this torch's TorchScript exporter cannot trace
+                 max_unpool2d, and its dynamo exporter writes it as a scatter too (at opset 18)
   stn            a spatial transformer: a localisation CNN, an affine grid and a bilinear
                  grid sample (zero padding), 4 x 3 x 128 x 128
   log_mel        a log-mel spectrogram (torch.stft, 400-point Hann frames every 160 samples, 80
@@ -54,6 +58,32 @@ class UNet(nn.Module):
             skips.append(x)
         for up, merge, skip in zip(self.up, self.merge, reversed(skips[:-1])):
             x = merge(torch.cat([up(x), skip], 1))
+        return self.head(x)
+
+
+def unpool(x, idx):
+    """F.max_unpool2d(x, idx, 2): each value at its index of a plane twice the size."""
+    n, c, h, w = x.shape
+    out = x.new_zeros(n, c, 4 * h * w)
+    return out.scatter(2, idx.flatten(2), x.flatten(2)).view(n, c, 2 * h, 2 * w)
+
+
+class SegNet(nn.Module):
+    def __init__(self, chans=(32, 64, 128, 256), classes=4):
+        super().__init__()
+        ins = (3,) + chans[:-1]
+        self.enc = nn.ModuleList([conv_block(i, o) for i, o in zip(ins, chans)])
+        self.dec = nn.ModuleList([conv_block(o, i if i > 3 else chans[0])
+                                  for i, o in reversed(list(zip(ins, chans)))])
+        self.head = nn.Conv2d(chans[0], classes, 1)
+
+    def forward(self, x):
+        saved = []
+        for block in self.enc:
+            x, idx = F.max_pool2d(block(x), 2, return_indices=True)
+            saved.append(idx)
+        for block, idx in zip(self.dec, reversed(saved)):
+            x = block(unpool(x, idx))
         return self.head(x)
 
 
@@ -151,9 +181,18 @@ MODELS = {
     "unet": (UNet, image(1), "input", None),
     "dcgan": (dcgan, lambda: torch.randn(16, 100, 1, 1), "input", None),
     "style_transfer": (style_transfer, image(1), "input", None),
+    "segnet": (SegNet, image(1), "input", None),
     "stn": (STN, image(4, 128), "input", None),
     "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
 }
+
+
+# Models whose output may differ from PyTorch's at this share of its elements: SegNet's unpooling
+# puts each value where its window's maximum was, and two candidates closer than the
+# convolutions' rounding can win differently (kiln's indices equal PyTorch's on equal inputs,
+# tests/reference/make_cases.py's max_pool_indices cases; onnxruntime, whose convolutions round as PyTorch's here,
+# happens to pick the same).
+FLIPS = {"segnet": 1e-4}
 
 
 def build(name):

@@ -95,10 +95,15 @@ def openblas_sgemm_gflops(threads, n=1024, repeat=20):
     return 2 * n ** 3 / (ms * 1e6)
 
 
-def agrees(y, ref):
-    """Relative tolerance 1e-3 against the reference's scale."""
+def agrees(y, ref, flips=0.0):
+    """Relative tolerance 1e-3 against the reference's scale; with flips, that share of the
+    elements may lie outside it (a model that picks a maximum's position: two candidates
+    closer than the convolutions' rounding may pick differently in any two implementations)."""
     scale = float(np.max(np.abs(ref))) or 1.0
-    return y.shape == ref.shape and float(np.max(np.abs(y - ref))) <= 1e-3 * scale
+    if y.shape != ref.shape:
+        return False
+    outside = np.abs(y - ref) > 1e-3 * scale
+    return float(np.mean(outside)) <= flips if flips else not outside.any()
 
 
 def paired_ratio(a, b):
@@ -202,7 +207,7 @@ def main():
                 if out.returncode != 0:
                     raise SystemExit(f"kiln failed on {name}: {out.stderr}")
                 fields = dict(l.split(None, 1) for l in out.stdout.splitlines() if " " in l)
-                if first and not agrees(np.load(kout), ref):
+                if first and not agrees(np.load(kout), ref, getattr(zoo, "FLIPS", {}).get(name, 0)):
                     y = np.load(kout)
                     raise SystemExit(f"{name}: kiln disagrees with PyTorch (max abs diff "
                                      f"{float(np.max(np.abs(y - ref))):.3g}, scale {float(np.max(np.abs(ref))):.3g})")

@@ -200,8 +200,40 @@ Outs convert_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bo
     Var f = cast(x, DType::kFloat32);
     return Outs{cast(f.rank() == 5 ? pool3d(f, p, true) : apply("max_pool", {f}, p), bytes)};
   }
+  // The Indices output: max_pool_indices beside the pool (1-D and 2-D).
+  const bool indices = is_max && n.output_size() > 1 && !n.output(1).empty();
+  if (indices && x.rank() == 5) throw UnsupportedError("the Indices output of a 3-D MaxPool");
   if (x.rank() == 5) return Outs{pool3d(x, p, is_max)};
-  return Outs{apply(is_max ? "max_pool" : "average_pool", {x}, p)};
+  Var y = apply(is_max ? "max_pool" : "average_pool", {x}, p);
+  if (!indices) return Outs{y};
+  p["column_major"] = attr_int(a, "storage_order", 0);
+  return Outs{y, apply("max_pool_indices", {x}, p)};
+}
+
+// MaxUnpool: each value at its index of an output of output_shape (its spatial part), or by
+// default of (in - 1) * stride + kernel - pads per dimension.
+Outs convert_max_unpool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0), idx = im.in(n, 1);
+  const Ints xd = static_dims(x.type(), "MaxUnpool");
+  const size_t k = xd.size() - 2;
+  const Ints kernel = attr_ints(a, "kernel_shape");
+  const Ints strides = attr_ints(a, "strides", Ints(k, 1));
+  const Ints pads = attr_ints(a, "pads", Ints(2 * k, 0));
+  if (kernel.size() != k || strides.size() != k || pads.size() != 2 * k)
+    throw UserError("kernel_shape, strides and pads must match " + std::to_string(k) +
+                    " spatial dimensions");
+  Ints grid;
+  for (size_t d = 0; d < k; ++d)
+    grid.push_back((xd[d + 2] - 1) * strides[d] + kernel[d] - pads[d] - pads[d + k]);
+  Ints out = grid;
+  if (OnnxImporter::has_input(n, 2)) {
+    const Ints shape = im.const_ints(n, 2, "output_shape");
+    if (shape.size() != xd.size())
+      throw UserError("output_shape has " + std::to_string(shape.size()) + " entries for rank " +
+                      std::to_string(xd.size()));
+    out.assign(shape.begin() + 2, shape.end());
+  }
+  return Outs{apply("max_unpool", {x, idx}, {{"output", out}, {"grid", grid}})};
 }
 
 Outs convert_global_pool(OnnxImporter& im, const onnx::NodeProto& n, bool is_max) {
@@ -501,6 +533,7 @@ void add_nn_ops(OpTable& t) {
                      p["half_pixel"] = int64_t{ctm == "half_pixel"};
                      return Outs{apply("roi_align", {im.in(n, 0), im.in(n, 1), im.in(n, 2)}, p)};
                    }};
+  t["MaxUnpool"] = {{"kernel_shape", "pads", "strides"}, nullptr, convert_max_unpool};
   t["GridSample"] = {{"align_corners", "mode", "padding_mode"},
                      nullptr,
                      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
@@ -512,9 +545,7 @@ void add_nn_ops(OpTable& t) {
                         convert_conv_transpose};
   auto pool_check = [](const Attrs& a, const onnx::NodeProto& n, int) {
     std::vector<std::string> p;
-    if (attr_int(a, "storage_order", 0) != 0)
-      p.push_back(attr_problem("storage_order", "1", "(column-major indices)"));
-    auto more = max_outputs(n, 1, "(the Indices output) is not supported");
+    auto more = max_outputs(n, 2, "(MaxPool has two)");
     p.insert(p.end(), more.begin(), more.end());
     return p;
   };

@@ -380,6 +380,49 @@ for dt in (np.float32, np.float64):
                  atol_of=lambda x, n=n: 16 * np.finfo(dt).eps * n * float(np.max(np.abs(x))),
                  shapes=[[None] + list(shape[1:])], split=True)
 
+# --- max pooling's indices (numpy's first argmax of each window, as a flat index over
+# (N, C, H, W)) on values with ties (small integers) and windows of -inf alone, and unpooling
+# by them (numpy's scatter into zeros).
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    x = rng.integers(-3, 4, (2, 3, 9, 11)).astype(dt)
+    x[0, 1, :3, :3] = -np.inf
+
+    def argmax_ref(x, k=3, st=2, pd=1):
+        n, c, h, w = x.shape
+        xp = np.pad(x.astype(f64), ((0, 0), (0, 0), (pd, pd), (pd, pd)), constant_values=np.nan)
+        oh, ow = (h + 2 * pd - k) // st + 1, (w + 2 * pd - k) // st + 1
+        out = np.zeros((n, c, oh, ow), np.int64)
+        for i in range(oh):
+            for j in range(ow):
+                win = xp[:, :, i * st:i * st + k, j * st:j * st + k].reshape(n, c, -1)
+                # padding never wins: NaN there, and a window of -inf keeps its first real tap
+                filled = np.where(np.isnan(win), -np.inf, win)
+                real = ~np.isnan(win)
+                best = np.where(real & (filled == filled.max(-1, keepdims=True)), 1, 0)
+                first = np.argmax(best, -1)
+                y, xx = i * st - pd + first // k, j * st - pd + first % k
+                out[:, :, i, j] = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * h * w \
+                    + y * w + xx
+        return out
+
+    add_case(f"max_pool_indices_{tag}", "max_pool_indices", dt, [[x]], argmax_ref,
+             category="linalg", out_dtype=np.int64, split=True,
+             attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+             shapes=[[None, 3, 9, 11]])
+    vals = rng.uniform(-1, 1, (2, 3, 4, 5)).astype(dt)
+    idx = np.stack([rng.permutation(9 * 11)[:20] for _ in range(6)]).reshape(2, 3, 4, 5)
+    idx = idx + (np.arange(6).reshape(2, 3, 1, 1) * 9 * 11)
+
+    def unpool_ref(v, i):
+        y = np.zeros(2 * 3 * 9 * 11)
+        y[i.reshape(-1)] = v.reshape(-1)
+        return y.reshape(2, 3, 9, 11)
+
+    add_case(f"max_unpool_{tag}", "max_unpool", dt, [[vals, idx.astype(np.int64)]], unpool_ref,
+             category="linalg", split=False, attrs={"output": [9, 11]},
+             shapes=[[2, 3, 4, 5], [2, 3, 4, 5]])
+
 # --- matmul, gemm, convolution and pooling (numpy's own kernels and loops) --------------------
 
 
