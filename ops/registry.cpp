@@ -11,6 +11,7 @@
 #include "ops/conv_transpose.h"
 #include "ops/conv_transpose_fold.h"
 #include "ops/convert.h"
+#include "ops/det.h"
 #include "ops/dft.h"
 #include "ops/dim_values.h"
 #include "ops/elementwise.h"
@@ -81,6 +82,7 @@ OpRegistry::OpRegistry() {
   add("pad", [](const Attrs& a) { return std::make_shared<Pad>(a); });
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
+  add("det", [](const Attrs& a) { return std::make_shared<Det>(a); });
   add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });
   add("grid_sample_grad", [](const Attrs& a) { return std::make_shared<GridSampleGrad>(a); });
   add("roi_align", [](const Attrs& a) { return std::make_shared<RoiAlign>(a); });

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -123,23 +123,24 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   ModelBuilder b;
   b.input("x", {1, 3, 8, 8});
   b.node("Relu", {"x"}, {"r"}, "ok_relu");
-  b.node("Det", {"r"}, {"l"}, "det1");
+  b.node("BitShift", {"r", "r"}, {"l"}, "shift1");
   b.node("Unique", {"l"}, {"t"}, "top");
-  set_int(b.node("MaxPool", {"r"}, {"p"}, "pool1"), "storage_order", 1);
-  set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "reflect");
+  set_int(b.node("BatchNormalization", {"r", "r", "r", "r", "r"}, {"p"}, "bn1"), "training_mode",
+          1);
+  set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "mirror");
   set_int(b.node("Relu", {"q"}, {"y"}, "relu2"), "bogus", 3);
   b.node("Gelu", {"y"}, {"z"}, "custom")->set_domain("com.example");
   b.output("z", {1, 3, 8, 8});
   std::string m =
       error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
-  EXPECT_NE(
-      m.find("m.onnx: the model uses 6 unsupported features (ops: Det, Unique, com.example.Gelu)"),
-      std::string::npos)
+  EXPECT_NE(m.find("m.onnx: the model uses 6 unsupported features (ops: BitShift, Unique, "
+                   "com.example.Gelu)"),
+            std::string::npos)
       << m;
   for (const char* want :
-       {"node 1 'det1' (Det): op Det is not supported", "node 2 'top' (Unique)",
-        "node 3 'pool1' (MaxPool): attribute storage_order=1",
-        "node 4 'pad1' (Pad): attribute mode=reflect", "node 5 'relu2' (Relu): attribute 'bogus'",
+       {"node 1 'shift1' (BitShift): op BitShift is not supported", "node 2 'top' (Unique)",
+        "node 3 'bn1' (BatchNormalization): attribute training_mode=1",
+        "node 4 'pad1' (Pad): attribute mode=mirror", "node 5 'relu2' (Relu): attribute 'bogus'",
         "node 6 'custom' (com.example.Gelu)"}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   }
@@ -455,7 +456,8 @@ TEST(OnnxHardening, ExternalDataStaysInsideTheModelsFolderAndItsBoundsCannotOver
 bool mapped_now(const std::string& file) {
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
-    if (line.size() >= file.size() && line.compare(line.size() - file.size(), file.size(), file) == 0)
+    if (line.size() >= file.size() &&
+        line.compare(line.size() - file.size(), file.size(), file) == 0)
       return true;
   }
   return false;

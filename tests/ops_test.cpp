@@ -2023,7 +2023,10 @@ TEST(ConvTranspose, LoweredAndDirectCodeMatchPerform) {
     bool bias;
   };
   const std::vector<Case> cases{
-      {"gan_4x4_s2", {2, 5, 6, 7}, {5, 4, 4, 4}, {{"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
+      {"gan_4x4_s2",
+       {2, 5, 6, 7},
+       {5, 4, 4, 4},
+       {{"strides", V{2, 2}}, {"pads", V{1, 1, 1, 1}}},
        true},
       {"unet_2x2_s2", {1, 16, 5, 6}, {16, 8, 2, 2}, {{"strides", V{2, 2}}}, false},
       {"outpad_dilated",
@@ -2035,7 +2038,10 @@ TEST(ConvTranspose, LoweredAndDirectCodeMatchPerform) {
         {"output_padding", V{1, 2}}},
        true},
       {"groups", {2, 6, 4, 5}, {6, 3, 3, 3}, {{"group", int64_t{2}}, {"strides", V{1, 2}}}, true},
-      {"negative_pads", {1, 2, 3, 3}, {2, 3, 3, 3}, {{"strides", V{3, 2}}, {"pads", V{-1, 2, -2, 0}}},
+      {"negative_pads",
+       {1, 2, 3, 3},
+       {2, 3, 3, 3},
+       {{"strides", V{3, 2}}, {"pads", V{-1, 2, -2, 0}}},
        true},
       {"tails", {1, 4, 3, 37}, {4, 33, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       {"one_d", {2, 3, 9}, {3, 5, 4}, {{"strides", V{3}}, {"pads", V{1, 2}}}, true},
@@ -2095,8 +2101,8 @@ TEST(GridSample, EveryModeAndPaddingMatchesPerformAndNanGivesNan) {
         gv.store(10, std::numeric_limits<double>::infinity());
         gv.store(21, -std::numeric_limits<double>::infinity());
         std::vector<Tensor> one{random_tensor(DType::kFloat32, {2, 3, 5, 7}, rng), gv};
-        std::vector<Tensor> strided{non_contiguous(random_tensor(DType::kFloat32, {2, 3, 5, 7}, rng)),
-                                    non_contiguous(gv)};
+        std::vector<Tensor> strided{
+            non_contiguous(random_tensor(DType::kFloat32, {2, 3, 5, 7}, rng)), non_contiguous(gv)};
         SCOPED_TRACE(std::string(mode) + " " + pad + " align " + std::to_string(align));
         check_graph(g, {one, strided}, 1e-5, 1e-6);
         Function f = compile(g);
@@ -2108,12 +2114,14 @@ TEST(GridSample, EveryModeAndPaddingMatchesPerformAndNanGivesNan) {
   }
   Graph bad("grid_sample_bad");
   Var x = input(bad, "x", DType::kFloat32, {1, 3, 5, 7});
+  EXPECT_TRUE(
+      testing::has(testing::error_of([&] {
+                     apply("grid_sample", {x, input(bad, "g", DType::kFloat32, {1, 4, 4, 3})});
+                   }),
+                   "must be float32 (N, H_out, W_out, 2)"));
   EXPECT_TRUE(testing::has(testing::error_of([&] {
-                             apply("grid_sample", {x, input(bad, "g", DType::kFloat32, {1, 4, 4, 3})});
-                           }),
-                           "must be float32 (N, H_out, W_out, 2)"));
-  EXPECT_TRUE(testing::has(testing::error_of([&] {
-                             apply("grid_sample", {x, input(bad, "g2", DType::kFloat32, {1, 4, 4, 2})},
+                             apply("grid_sample",
+                                   {x, input(bad, "g2", DType::kFloat32, {1, 4, 4, 2})},
                                    {{"mode", std::string("area")}});
                            }),
                            "'area' is not bilinear, nearest or bicubic"));
@@ -2126,9 +2134,8 @@ TEST(GridSample, EveryModeAndPaddingMatchesPerformAndNanGivesNan) {
 // naming the box; a huge box fails rather than running for ever.
 TEST(RoiAlign, ModesAndBoxesPastTheImageMatchPerformAndBadBoxesFail) {
   std::mt19937 rng(9);
-  const std::vector<double> boxes{0, 0, 6, 5,  1.5, 2.25, 4.5, 4.75, -3, -2, 2, 1,
-                                  5, 4, 11, 9, 20, 20, 30, 30,        4, 3, 1, 1,
-                                  0.2, 0.3, 0.9, 0.6};
+  const std::vector<double> boxes{0,  0, 6,  5,  1.5, 2.25, 4.5, 4.75, -3, -2, 2,   1,   5,   4,
+                                  11, 9, 20, 20, 30,  30,   4,   3,    1,  1,  0.2, 0.3, 0.9, 0.6};
   const Tensor rois = Tensor::from_doubles(DType::kFloat32, {7, 4}, boxes);
   const Tensor batch =
       Tensor::from_doubles(DType::kInt64, {7}, std::vector<double>{0, 1, 1, 0, 1, 0, 1});
@@ -2170,8 +2177,8 @@ TEST(RoiAlign, ModesAndBoxesPastTheImageMatchPerformAndBadBoxesFail) {
     });
   };
   EXPECT_TRUE(testing::has(run_with({0, 0, 2, 2}, 2), "box 0 has batch index 2, outside [0, 2)"));
-  EXPECT_TRUE(testing::has(run_with({0, std::nan(""), 2, 2}, 0),
-                           "box 0 has a NaN or infinite coordinate"));
+  EXPECT_TRUE(
+      testing::has(run_with({0, std::nan(""), 2, 2}, 0), "box 0 has a NaN or infinite coordinate"));
   EXPECT_TRUE(testing::has(run_with({0, 0, 1e12, 1e12}, 0), "samples per bin"));
   EXPECT_TRUE(testing::has(testing::error_of([&] {
                              apply("roi_align", {x, input(g, "r2", DType::kFloat32, {3, 5}), b});
@@ -2183,18 +2190,23 @@ TEST(MaxUnpool, AnIndexOutsideThePooledGridFailsNamingTheElement) {
   Graph g("max_unpool_bad");
   Var x = input(g, "x", DType::kFloat32, {1, 2, 2, 2});
   Var i = input(g, "i", DType::kInt64, {1, 2, 2, 2});
-  g.set_outputs({apply("max_unpool", {x, i}, {{"output", std::vector<int64_t>{5, 5}},
-                                              {"grid", std::vector<int64_t>{4, 4}}})});
+  g.set_outputs(
+      {apply("max_unpool", {x, i},
+             {{"output", std::vector<int64_t>{5, 5}}, {"grid", std::vector<int64_t>{4, 4}}})});
   Function f = compile(g);
   std::mt19937 rng(3);
   const Tensor xv = random_tensor(DType::kFloat32, {1, 2, 2, 2}, rng);
-  const Tensor ok = Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 31});
+  const Tensor ok =
+      Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 31});
   // Plane 1's indices (16..31) land in its own 5 x 5 plane, at the grid's (row, column).
   const Tensor y = f({xv, ok}).at(0);
-  EXPECT_EQ(y.load(25 + 0), xv.load(4));   // index 16: plane 1, (0, 0)
+  EXPECT_EQ(y.load(25 + 0), xv.load(4));          // index 16: plane 1, (0, 0)
   EXPECT_EQ(y.load(25 + 3 * 5 + 3), xv.load(7));  // index 31: plane 1, (3, 3)
-  const Tensor bad = Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 32});
-  EXPECT_TRUE(testing::has(testing::error_of([&] { f({xv, bad}); }),
+  const Tensor bad =
+      Tensor::from_doubles(DType::kInt64, {1, 2, 2, 2}, {5, 7, 13, 15, 16, 18, 28, 32});
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             f({xv, bad});
+                           }),
                            "index 32 of element 7 is outside the pooled grid's 32 elements"));
 }
 
@@ -2202,22 +2214,22 @@ TEST(Pad, ModesThatReadTheDataRejectCropsAndEmptyDimensions) {
   Graph g("pad_bad");
   Var x = input(g, "x", DType::kFloat32, {2, 0, 4});
   using V = std::vector<int64_t>;
-  EXPECT_TRUE(testing::has(testing::error_of([&] {
-                             apply("pad", {x}, {{"pads", V{0, 1, 0, 0, 0, 0}},
-                                                {"mode", std::string("reflect")}});
-                           }),
-                           "dimension 1 is empty, and a non-constant mode pads from its values"));
+  EXPECT_TRUE(testing::has(
+      testing::error_of([&] {
+        apply("pad", {x}, {{"pads", V{0, 1, 0, 0, 0, 0}}, {"mode", std::string("reflect")}});
+      }),
+      "dimension 1 is empty, and a non-constant mode pads from its values"));
   Var y = input(g, "y", DType::kFloat32, {2, 3, 4});
-  EXPECT_TRUE(testing::has(testing::error_of([&] {
-                             apply("pad", {y}, {{"pads", V{0, 0, -1, 0, 0, 2}},
-                                                {"mode", std::string("edge")}});
-                           }),
-                           "a negative pad (a crop) takes the constant mode"));
-  EXPECT_TRUE(testing::has(testing::error_of([&] {
-                             apply("pad", {y}, {{"pads", V{0, 0, 1, 0, 0, 2}},
-                                                {"mode", std::string("mirror")}});
-                           }),
-                           "'mirror' is not constant, reflect, edge or wrap"));
+  EXPECT_TRUE(testing::has(
+      testing::error_of([&] {
+        apply("pad", {y}, {{"pads", V{0, 0, -1, 0, 0, 2}}, {"mode", std::string("edge")}});
+      }),
+      "a negative pad (a crop) takes the constant mode"));
+  EXPECT_TRUE(testing::has(
+      testing::error_of([&] {
+        apply("pad", {y}, {{"pads", V{0, 0, 1, 0, 0, 2}}, {"mode", std::string("mirror")}});
+      }),
+      "'mirror' is not constant, reflect, edge or wrap"));
 }
 
 TEST(ConvTranspose, BadWeightsBiasAndPadsAreClearErrors) {
@@ -2239,9 +2251,9 @@ TEST(ConvTranspose, BadWeightsBiasAndPadsAreClearErrors) {
   EXPECT_TRUE(testing::has(err({x, input(g, "w4", DType::kFloat32, {4, 2, 3, 3})},
                                {{"strides", std::vector<int64_t>{2}}}),
                            "strides has 1 entries, expected 2"));
-  EXPECT_TRUE(testing::has(err({x, input(g, "w5", DType::kFloat32, {4, 2, 3, 3})},
-                               {{"group", int64_t{3}}}),
-                           "with group 3"));
+  EXPECT_TRUE(
+      testing::has(err({x, input(g, "w5", DType::kFloat32, {4, 2, 3, 3})}, {{"group", int64_t{3}}}),
+                   "with group 3"));
 }
 
 TEST(Conv, RejectsMismatchedWeightsAndUnsupportedRanks) {

@@ -533,6 +533,9 @@ void add_nn_ops(OpTable& t) {
                      p["half_pixel"] = int64_t{ctm == "half_pixel"};
                      return Outs{apply("roi_align", {im.in(n, 0), im.in(n, 1), im.in(n, 2)}, p)};
                    }};
+  t["Det"] = {{}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+                return Outs{apply("det", {im.in(n, 0)})};
+              }};
   t["MaxUnpool"] = {{"kernel_shape", "pads", "strides"}, nullptr, convert_max_unpool};
   t["GridSample"] = {{"align_corners", "mode", "padding_mode"},
                      nullptr,

@@ -176,8 +176,8 @@ Outs convert_pad(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
       for (size_t i = 0; i < axes.size(); ++i) {
         const int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
         if (ax < 0 || ax >= r || seen[static_cast<size_t>(ax)]) {
-          throw UserError("axes entry " + std::to_string(axes[i]) + " is out of range or repeated for rank " +
-                          std::to_string(r));
+          throw UserError("axes entry " + std::to_string(axes[i]) +
+                          " is out of range or repeated for rank " + std::to_string(r));
         }
         seen[static_cast<size_t>(ax)] = true;
         full[static_cast<size_t>(ax)] = pads[i];
@@ -190,6 +190,38 @@ Outs convert_pad(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Attrs p{{"pads", pads}, {"value", value}};
   if (mode != "constant") p["mode"] = mode;
   return Outs{apply("pad", {x}, p)};
+}
+
+// ReverseSequence: along the time axis, each batch entry's first sequence_lens[b] steps in
+// reverse order and the rest as they are: a gather_elements by index
+// where(t < len, len - 1 - t, t), broadcast over the other axes (a length past the time axis
+// fails the gather, naming the index).
+Outs convert_reverse_sequence(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  Var lens = im.in(n, 1);
+  const Ints d = static_dims(x.type(), "ReverseSequence");
+  const int64_t r = static_cast<int64_t>(d.size());
+  if (r < 2)
+    throw UserError("ReverseSequence needs a rank of at least 2, got " + x.type().to_string());
+  const int64_t time = rank_axis(attr_int(a, "time_axis", 0), static_cast<int>(r));
+  const int64_t batch = rank_axis(attr_int(a, "batch_axis", 1), static_cast<int>(r));
+  if (time == batch)
+    throw UserError("ReverseSequence's time_axis and batch_axis are the same axis");
+  if (lens.rank() != 1 ||
+      (lens.type().dims[0] != kDynamic && lens.type().dims[0] != d[static_cast<size_t>(batch)]))
+    throw UserError("sequence_lens " + lens.type().to_string() +
+                    " must hold one length per batch entry (" +
+                    std::to_string(d[static_cast<size_t>(batch)]) + ")");
+  Ints tshape(static_cast<size_t>(r), 1), bshape(static_cast<size_t>(r), 1);
+  tshape[static_cast<size_t>(time)] = d[static_cast<size_t>(time)];
+  bshape[static_cast<size_t>(batch)] = d[static_cast<size_t>(batch)];
+  std::vector<double> steps(static_cast<size_t>(d[static_cast<size_t>(time)]));
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] = static_cast<double>(i);
+  Var t = constant(im.graph(), Tensor::from_doubles(DType::kInt64, tshape, steps));
+  Var len = reshape(cast(lens, DType::kInt64), bshape);
+  Var src = where(lt(t, len), len - 1.0 - t, t);
+  src = apply("expand", {src}, {{"shape", d}});
+  return Outs{apply("gather_elements", {x, src}, {{"axis", time}})};
 }
 
 // DepthToSpace / SpaceToDepth: reshape, transpose, reshape (static dimensions).
@@ -343,6 +375,7 @@ void add_shape_ops(OpTable& t) {
           return Outs{expand_symbolic(im, im.in(n, 0), *target)};
         return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
       }};
+  t["ReverseSequence"] = {{"batch_axis", "time_axis"}, nullptr, convert_reverse_sequence};
   t["Pad"] = {{"mode", "pads", "value"},
               [](const Attrs& a, const onnx::NodeProto&, int) {
                 std::vector<std::string> p;

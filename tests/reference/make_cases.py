@@ -423,6 +423,23 @@ for dt in (np.float32, np.float64):
              category="linalg", split=False, attrs={"output": [9, 11]},
              shapes=[[2, 3, 4, 5], [2, 3, 4, 5]])
 
+# --- det against numpy's LAPACK: batches of sizes 1 to 17, a singular matrix (two equal rows),
+# a permutation (sign flips only), a NaN and an infinity.
+for dt in (np.float32, np.float64):
+    tag = dt.__name__
+    runs = []
+    for m in (1, 2, 3, 5, 17):
+        a = rng.uniform(-1, 1, (2, 3, m, m)).astype(dt)
+        if m >= 3:
+            a[0, 0, 1] = a[0, 0, 2]                      # singular
+            a[0, 1] = np.eye(m, dtype=dt)[rng.permutation(m)]
+            a[1, 0, 0, 0] = np.nan
+            a[1, 1, m - 1, 0] = np.inf
+        runs.append([a])
+    add_case(f"det_{tag}", "det", dt, runs, lambda a: np.linalg.det(a), category="linalg",
+             ulp=64, atol_of=lambda a: 64 * np.finfo(dt).eps * float(np.nanmax(np.abs(np.where(np.isinf(a), 0, a)))) ** a.shape[-1] * a.shape[-1] ** 2,
+             shapes=[[None, None, None, None]], split=True)
+
 # --- matmul, gemm, convolution and pooling (numpy's own kernels and loops) --------------------
 
 
