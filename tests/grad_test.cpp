@@ -117,9 +117,7 @@ TEST(Grad, EveryUnaryElementwiseOpMatchesFiniteDifferences) {
   std::vector<In> ins;
   std::vector<std::string> ops;
   for (const ScalarOpDef& def : scalar_ops()) {
-    if (def.arity != 1 || def.derivative.empty() || def.domain == Domain::kBool ||
-        def.name == "cast")
-      continue;
+    if (def.arity != 1 || def.derivative.empty() || def.domain == Domain::kBool || def.name == "cast") continue;
     ops.emplace_back(def.name);
     ins.push_back(unary_input(ops.back()));
   }
@@ -168,16 +166,12 @@ TEST(Grad, ClipWhereAndCastMatchFiniteDifferences) {
 
 TEST(Grad, ReductionsMatchFiniteDifferences) {
   check_gradients("reduce",
-                  {{"sum", {2, 3, 4}},
-                   {"mean", {2, 3, 4}},
-                   {"max", {2, 3, 4}},
-                   {"min", {3, 5}},
-                   {"prod", {2, 3}, 0.5, 1.5},
-                   {"all", {3, 4}}},
+                  {{"sum", {2, 3, 4}}, {"mean", {2, 3, 4}}, {"max", {2, 3, 4}}, {"min", {3, 5}},
+                   {"prod", {2, 3}, 0.5, 1.5}, {"all", {3, 4}}},
                   [](const std::vector<Var>& x) {
                     return std::vector<Var>{sum(x[0], {0, 2}), mean(x[1], {1}, true),
-                                            max(x[2], {2}),    min(x[3], {0}, true),
-                                            prod(x[4], {1}),   mean(x[5])};
+                                            max(x[2], {2}), min(x[3], {0}, true),
+                                            prod(x[4], {1}), mean(x[5])};
                   });
 }
 
@@ -197,15 +191,8 @@ TEST(Grad, LayerNormMatchesFiniteDifferences) {
 
 TEST(Grad, MatmulAndGemmMatchFiniteDifferences) {
   check_gradients("matmul",
-                  {{"a", {3, 4}},
-                   {"b", {4, 5}},
-                   {"ba", {2, 3, 4}},
-                   {"bb", {4, 2}},
-                   {"c", {2, 1, 3, 4}},
-                   {"d", {3, 4, 2}},
-                   {"v", {4}},
-                   {"m", {3, 4}},
-                   {"u", {4}}},
+                  {{"a", {3, 4}}, {"b", {4, 5}}, {"ba", {2, 3, 4}}, {"bb", {4, 2}},
+                   {"c", {2, 1, 3, 4}}, {"d", {3, 4, 2}}, {"v", {4}}, {"m", {3, 4}}, {"u", {4}}},
                   [](const std::vector<Var>& x) {
                     return std::vector<Var>{matmul(x[0], x[1]), matmul(x[2], x[3]),
                                             matmul(x[4], x[5]), matmul(x[6], x[1]),
@@ -225,26 +212,16 @@ TEST(Grad, MatmulAndGemmMatchFiniteDifferences) {
 TEST(Grad, MovementOpsMatchFiniteDifferences) {
   check_gradients(
       "movement",
-      {{"t", {2, 3, 4}},
-       {"r", {2, 6}},
-       {"f", {2, 3, 2}},
-       {"c0", {2, 1}},
-       {"c1", {2, 3}},
-       {"s", {5, 7}},
-       {"p", {2, 3}},
-       {"e", {3, 1}},
-       {"cs", {3, 4}}},
+      {{"t", {2, 3, 4}}, {"r", {2, 6}}, {"f", {2, 3, 2}}, {"c0", {2, 1}}, {"c1", {2, 3}},
+       {"s", {5, 7}}, {"p", {2, 3}}, {"e", {3, 1}}, {"cs", {3, 4}}},
       [](const std::vector<Var>& x) {
         return std::vector<Var>{
             transpose(x[0], {2, 0, 1}),
             reshape(x[1], {3, 4}),
             flatten(x[2], 2),
             concat({x[3], x[4], x[3]}, 1),
-            apply("slice", {x[5]},
-                  {{"starts", std::vector<int64_t>{1, -1}},
-                   {"ends", std::vector<int64_t>{5, -8}},
-                   {"axes", std::vector<int64_t>{0, 1}},
-                   {"steps", std::vector<int64_t>{2, -2}}}),
+            apply("slice", {x[5]}, {{"starts", std::vector<int64_t>{1, -1}}, {"ends", std::vector<int64_t>{5, -8}},
+                                    {"axes", std::vector<int64_t>{0, 1}}, {"steps", std::vector<int64_t>{2, -2}}}),
             apply("pad", {x[6]}, {{"pads", std::vector<int64_t>{1, 0, 0, 2}}, {"value", 0.5}}),
             apply("expand", {x[7]}, {{"shape", std::vector<int64_t>{2, 3, 4}}}),
             apply("cumsum", {x[8]}, {{"axis", int64_t(1)}, {"exclusive", int64_t(1)}}),
@@ -257,29 +234,21 @@ TEST(Grad, IndexingOpsMatchFiniteDifferences) {
   // Indices repeat (their gradients add) and count from the end.
   check_gradients(
       "indexing",
-      {{"g", {5, 3}},
-       {"gi", {2, 3}, -5, 4.4, DType::kInt64, false},
-       {"ge", {3, 4}},
-       {"gei", {3, 2}, 0, 3.4, DType::kInt64, false},
-       {"nd", {3, 4}},
-       {"ndi", {5, 2}, 0, 2.4, DType::kInt64, false},
-       {"sd", {4, 3}},
-       {"su", {2, 3}},
-       {"sa", {4, 3}},
-       {"sau", {2, 3}},
+      {{"g", {5, 3}}, {"gi", {2, 3}, -5, 4.4, DType::kInt64, false},
+       {"ge", {3, 4}}, {"gei", {3, 2}, 0, 3.4, DType::kInt64, false},
+       {"nd", {3, 4}}, {"ndi", {5, 2}, 0, 2.4, DType::kInt64, false},
+       {"sd", {4, 3}}, {"su", {2, 3}}, {"sa", {4, 3}}, {"sau", {2, 3}},
        {"tk", {3, 6}}},
       [](const std::vector<Var>& x) {
         Tensor si = Tensor::from_doubles(DType::kInt64, {2, 3}, {3, 0, 1, 1, 2, 0});
         Var sidx = constant(x[0].graph(), si);
         return std::vector<Var>{
             apply("gather", {x[0], x[1]}, {{"axis", int64_t(0)}}),
-            apply("gather", {x[0], apply("cast", {x[3]}, {{"to", std::string("int64")}})},
-                  {{"axis", int64_t(1)}}),
+            apply("gather", {x[0], apply("cast", {x[3]}, {{"to", std::string("int64")}})}, {{"axis", int64_t(1)}}),
             apply("gather_elements", {x[2], x[3]}, {{"axis", int64_t(1)}}),
             apply("gather_nd", {x[4], x[5]}),
             apply("scatter_elements", {x[6], sidx, x[7]}, {{"axis", int64_t(0)}}),
-            apply("scatter_elements", {x[8], sidx, x[9]},
-                  {{"axis", int64_t(0)}, {"reduction", std::string("add")}}),
+            apply("scatter_elements", {x[8], sidx, x[9]}, {{"axis", int64_t(0)}, {"reduction", std::string("add")}}),
             apply_multi("top_k", {x[10]}, {{"k", int64_t(3)}, {"axis", int64_t(1)}})[0],
         };
       });
@@ -297,15 +266,16 @@ TEST(Grad, ConvolutionsMatchFiniteDifferences) {
                   });
   check_gradients("depthwise", {{"x", {1, 3, 5, 5}}, {"w", {3, 1, 3, 3}}},
                   [](const std::vector<Var>& x) {
-                    return std::vector<Var>{
-                        apply("conv", {x[0], x[1]},
-                              {{"group", int64_t(3)}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
+                    return std::vector<Var>{apply("conv", {x[0], x[1]},
+                                                  {{"group", int64_t(3)},
+                                                   {"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
                   });
-  check_gradients("conv1d", {{"x", {2, 3, 9}}, {"w", {2, 3, 4}}}, [](const std::vector<Var>& x) {
-    return std::vector<Var>{
-        apply("conv", {x[0], x[1]},
-              {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{3, 0}}})};
-  });
+  check_gradients("conv1d", {{"x", {2, 3, 9}}, {"w", {2, 3, 4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv", {x[0], x[1]},
+                                                  {{"strides", std::vector<int64_t>{2}},
+                                                   {"pads", std::vector<int64_t>{3, 0}}})};
+                  });
 }
 
 // conv_transpose's gradient is conv (for X) and conv_weight_grad with the roles swapped (for
@@ -321,31 +291,33 @@ TEST(Grad, TransposedConvolutionsMatchFiniteDifferences) {
                                                    {"pads", V{1, 0, 2, 1}},
                                                    {"output_padding", V{1, 0}}})};
                   });
-  check_gradients(
-      "conv_transpose_negative_pads", {{"x", {1, 2, 3, 3}}, {"w", {2, 2, 2, 3}}},
-      [](const std::vector<Var>& x) {
-        return std::vector<Var>{apply("conv_transpose", {x[0], x[1]},
-                                      {{"strides", V{2, 2}}, {"pads", V{-1, 1, 0, -2}}})};
-      });
-  check_gradients(
-      "conv_transpose1d", {{"x", {2, 3, 5}}, {"w", {3, 2, 4}}}, [](const std::vector<Var>& x) {
-        return std::vector<Var>{
-            apply("conv_transpose", {x[0], x[1]}, {{"strides", V{2}}, {"pads", V{1, 2}}})};
-      });
+  check_gradients("conv_transpose_negative_pads", {{"x", {1, 2, 3, 3}}, {"w", {2, 2, 2, 3}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply(
+                        "conv_transpose", {x[0], x[1]},
+                        {{"strides", V{2, 2}}, {"pads", V{-1, 1, 0, -2}}})};
+                  });
+  check_gradients("conv_transpose1d", {{"x", {2, 3, 5}}, {"w", {3, 2, 4}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{apply("conv_transpose", {x[0], x[1]},
+                                                  {{"strides", V{2}}, {"pads", V{1, 2}}})};
+                  });
 }
 
 // Pads that read the data send each position's gradient back to the position it read:
 // reflections that bounce past both ends, repeated edges, a wrap.
 TEST(Grad, ReflectEdgeAndWrapPadsMatchFiniteDifferences) {
   using V = std::vector<int64_t>;
-  check_gradients(
-      "pad_modes", {{"r", {2, 3, 4}}, {"e", {2, 3, 4}}, {"w", {3, 5}}},
-      [](const std::vector<Var>& x) {
-        return std::vector<Var>{
-            apply("pad", {x[0]}, {{"pads", V{0, 2, 7, 1, 0, 3}}, {"mode", std::string("reflect")}}),
-            apply("pad", {x[1]}, {{"pads", V{1, 0, 2, 0, 2, 5}}, {"mode", std::string("edge")}}),
-            apply("pad", {x[2]}, {{"pads", V{2, 4, 1, 5}}, {"mode", std::string("wrap")}})};
-      });
+  check_gradients("pad_modes", {{"r", {2, 3, 4}}, {"e", {2, 3, 4}}, {"w", {3, 5}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{
+                        apply("pad", {x[0]},
+                              {{"pads", V{0, 2, 7, 1, 0, 3}}, {"mode", std::string("reflect")}}),
+                        apply("pad", {x[1]},
+                              {{"pads", V{1, 0, 2, 0, 2, 5}}, {"mode", std::string("edge")}}),
+                        apply("pad", {x[2]},
+                              {{"pads", V{2, 4, 1, 5}}, {"mode", std::string("wrap")}})};
+                  });
 }
 
 // GridSample's gradient for the image and the grid: bilinear and bicubic under every padding
@@ -392,44 +364,33 @@ TEST(Grad, RoiAlignMatchesFiniteDifferences) {
 }
 
 TEST(Grad, PoolsMatchFiniteDifferences) {
-  check_gradients("pools",
-                  {{"m", {2, 2, 7, 6}},
-                   {"a", {1, 2, 6, 5}},
-                   {"ai", {1, 2, 6, 5}},
-                   {"m1", {2, 3, 8}},
-                   {"tm", {2, 2, 6, 4}},
-                   {"ta", {1, 2, 4, 6}},
-                   {"tm1", {2, 3, 8}}},
-                  [](const std::vector<Var>& x) {
-                    return std::vector<Var>{
-                        apply("max_pool", {x[0]},
-                              {{"kernel_shape", std::vector<int64_t>{3, 2}},
-                               {"strides", std::vector<int64_t>{2, 2}},
-                               {"pads", std::vector<int64_t>{1, 0, 1, 1}},
-                               {"ceil_mode", int64_t(1)}}),
-                        apply("average_pool", {x[1]},
-                              {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                               {"strides", std::vector<int64_t>{2, 2}},
-                               {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
-                        apply("average_pool", {x[2]},
-                              {{"kernel_shape", std::vector<int64_t>{2, 3}},
-                               {"pads", std::vector<int64_t>{1, 1, 0, 1}},
-                               {"count_include_pad", int64_t(1)}}),
-                        apply("max_pool", {x[3]},
-                              {{"kernel_shape", std::vector<int64_t>{3}},
-                               {"strides", std::vector<int64_t>{2}}}),
-                        // Windows that tile the input (the reshape path).
-                        apply("max_pool", {x[4]},
-                              {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                               {"strides", std::vector<int64_t>{2, 2}}}),
-                        apply("average_pool", {x[5]},
-                              {{"kernel_shape", std::vector<int64_t>{2, 3}},
-                               {"strides", std::vector<int64_t>{2, 3}}}),
-                        apply("max_pool", {x[6]},
-                              {{"kernel_shape", std::vector<int64_t>{2}},
-                               {"strides", std::vector<int64_t>{2}}}),
-                    };
-                  });
+  check_gradients(
+      "pools",
+      {{"m", {2, 2, 7, 6}}, {"a", {1, 2, 6, 5}}, {"ai", {1, 2, 6, 5}}, {"m1", {2, 3, 8}},
+       {"tm", {2, 2, 6, 4}}, {"ta", {1, 2, 4, 6}}, {"tm1", {2, 3, 8}}},
+      [](const std::vector<Var>& x) {
+        return std::vector<Var>{
+            apply("max_pool", {x[0]}, {{"kernel_shape", std::vector<int64_t>{3, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}},
+                                       {"pads", std::vector<int64_t>{1, 0, 1, 1}},
+                                       {"ceil_mode", int64_t(1)}}),
+            apply("average_pool", {x[1]}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                           {"strides", std::vector<int64_t>{2, 2}},
+                                           {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+            apply("average_pool", {x[2]}, {{"kernel_shape", std::vector<int64_t>{2, 3}},
+                                            {"pads", std::vector<int64_t>{1, 1, 0, 1}},
+                                            {"count_include_pad", int64_t(1)}}),
+            apply("max_pool", {x[3]}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                       {"strides", std::vector<int64_t>{2}}}),
+            // Windows that tile the input (the reshape path).
+            apply("max_pool", {x[4]}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}}}),
+            apply("average_pool", {x[5]}, {{"kernel_shape", std::vector<int64_t>{2, 3}},
+                                           {"strides", std::vector<int64_t>{2, 3}}}),
+            apply("max_pool", {x[6]}, {{"kernel_shape", std::vector<int64_t>{2}},
+                                       {"strides", std::vector<int64_t>{2}}}),
+        };
+      });
 }
 
 // Exact ties: shared evenly by maximum and the max reduction, taken by the first tap of a
@@ -439,9 +400,8 @@ TEST(Grad, TiesFollowTheForwardsChoice) {
   Var x = input(g, "x", DType::kFloat64, {1, 1, 2, 2});
   Var c = sum(maximum(x, x)) + sum(max(x)) +
           sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}})) +
-          sum(apply("max_pool", {x},
-                    {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                     {"strides", std::vector<int64_t>{2, 2}}}));
+          sum(apply("max_pool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                      {"strides", std::vector<int64_t>{2, 2}}}));
   auto gx = grad(g, c.var(), {x.var()});
   g.set_outputs(gx);
   Tensor v = Tensor::from_doubles(DType::kFloat64, {1, 1, 2, 2}, {3, 3, 1, 3});
@@ -484,8 +444,7 @@ TEST(Grad, ErrorsNameTheNodeOpAndInput) {
   {
     Graph g("resize");
     Var x = input(g, "x", DType::kFloat32, {1, 1, 2, 2});
-    Var y = apply("resize", {x},
-                  {{"scales", std::vector<double>{1, 1, 2, 2}}, {"mode", std::string("nearest")}});
+    Var y = apply("resize", {x}, {{"scales", std::vector<double>{1, 1, 2, 2}}, {"mode", std::string("nearest")}});
     Var c = sum(y);
     const std::string e = error_of([&] { grad(g, c.var(), {x.var()}); });
     EXPECT_NE(e.find("resize"), std::string::npos) << e;
