@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "frontend/model_loader.h"
+#include "frontend/onnx/nms.h"
 #include "frontend/onnx/nonzero.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/strings.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -79,22 +81,29 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
       for (const Stage& s : stages_) {
         if (s.output == e.output()) throw InternalError("stage '" + s.output + "' met twice");
       }
-      Stage s{e.value(), e.output(), e.type(), nullptr};
-      const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
-                                        [&](const ModelInput& in) { return in.name == s.value; });
-      if (!declared) {
+      Stage s{e.values(), e.output(), e.kind(), e.type(), e.attrs(), nullptr};
+      std::vector<std::string> computed;  // the values a prefix must compute
+      for (const std::string& v : s.values) {
+        const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
+                                          [&](const ModelInput& in) { return in.name == v; });
+        if (!v.empty() && !declared) computed.push_back(v);
+      }
+      if (!computed.empty()) {
+        std::vector<std::string> named;
+        for (const std::string& v : s.values)
+          if (!v.empty()) named.push_back(v);
         const auto start = std::chrono::steady_clock::now();
-        s.prefix.reset(new ModelFunction(onnx_prefix_model(bytes_, origin_, s.value),
-                                         origin_ + " (the stage computing '" + s.value + "')", dir_,
-                                         options_));
+        s.prefix.reset(new ModelFunction(
+            onnx_prefix_model(bytes_, origin_, named),
+            origin_ + " (the stage computing '" + join(named, "', '") + "')", dir_, options_));
         stage_ms_ += ms_since(start);
       }
       stages_.push_back(std::move(s));
     } catch (const InputValueNeeded& e) {
       for (const Stage& s : stages_) {
         if (s.output == e.input()) {
-          throw UnsupportedError(std::string(e.what()) + " ('" + s.output +
-                                 "' is NonZero's output, known only at run time)");
+          throw UnsupportedError(std::string(e.what()) + " ('" + s.output + "' is " + s.kind +
+                                 "'s output, known only at run time)");
         }
       }
       throw;
@@ -155,11 +164,22 @@ std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inpu
     }
     for (Stage& s : stages_) {
       if (s.output != in->name) continue;
-      if (s.prefix) {
-        args[in->name] = nonzero_indices(s.prefix->run(inputs).at(0));
-      } else if (auto x = inputs.find(s.value); x != inputs.end()) {
-        args[in->name] = nonzero_indices(x->second);
+      // The prefix computes every named value (in order); without one, all are inputs.
+      std::vector<Tensor> computed;
+      if (s.prefix) computed = s.prefix->run(inputs);
+      std::vector<const Tensor*> values;
+      size_t next = 0;
+      for (const std::string& v : s.values) {
+        if (v.empty()) {
+          values.push_back(nullptr);
+        } else if (s.prefix) {
+          values.push_back(&computed.at(next++));
+        } else {
+          auto x = inputs.find(v);
+          values.push_back(x == inputs.end() ? nullptr : &x->second);
+        }
       }
+      if (!values.empty() && values[0]) args[in->name] = evaluate_stage(s, values);
     }
   }
   // Names the model does not declare go on to Function::run, which reports them.
@@ -198,8 +218,23 @@ const Graph& ModelFunction::graph() {
 
 std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
   std::vector<std::pair<std::string, ModelFunction*>> out;
-  for (Stage& s : stages_) out.emplace_back(s.value, s.prefix.get());
+  for (Stage& s : stages_) {
+    std::vector<std::string> named;
+    for (const std::string& v : s.values)
+      if (!v.empty()) named.push_back(v);
+    out.emplace_back(join(named, ", "), s.prefix.get());
+  }
   return out;
+}
+
+Tensor ModelFunction::evaluate_stage(const Stage& s, const std::vector<const Tensor*>& values) {
+  if (s.kind == "NonMaxSuppression") {
+    if (values.size() < 2 || !values[0] || !values[1])
+      throw UserError("NonMaxSuppression's boxes and scores are missing");
+    return non_max_suppression(*values[0], *values[1],
+                               nms_params(values, attr_int(s.attrs, "center_point_box", 0)));
+  }
+  return nonzero_indices(*values.at(0));
 }
 
 std::vector<std::string> ModelFunction::output_names() { return tiered().output_names(); }

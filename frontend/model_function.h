@@ -40,8 +40,9 @@ class ModelFunction {
   const Graph& graph();
   std::vector<std::string> output_names();
   size_t variants() const { return variants_.size(); }
-  // The tensors computed before the model runs (NonZero inputs), each with the prefix model
-  // computing it (null for a model input).
+  // The tensors computed before the model runs (NonZero's and NonMaxSuppression's inputs, a
+  // stage's joined by ", "), each with the prefix model computing them (null when all are
+  // model inputs).
   std::vector<std::pair<std::string, ModelFunction*>> stages();
   // Milliseconds the last variant built took to load (parse and import, before compiling;
   // stages' prefixes excluded).
@@ -54,13 +55,18 @@ class ModelFunction {
     std::unique_ptr<Graph> graph;  // on the heap: the function's background compile reads it
     std::unique_ptr<TieredFunction> function;
   };
-  // A NonZero's output computed between stages: from a declared input, or the output of the
-  // model cut after `value` (a ModelFunction of its own, so it may have stages too).
+  // A NonZero's or NonMaxSuppression's output computed between stages from its inputs
+  // (`values`, by position, "" where absent): declared inputs, or the outputs of the model
+  // cut after them (a ModelFunction of its own, so it may have stages too).
   struct Stage {
-    std::string value, output;
+    std::vector<std::string> values;
+    std::string output, kind;
     TensorType type;
-    std::unique_ptr<ModelFunction> prefix;  // null when `value` is a model input
+    Attrs attrs;
+    std::unique_ptr<ModelFunction> prefix;  // null when every value is a model input
   };
+  // The stage's output from its input values (the host's NonZero or NonMaxSuppression).
+  static Tensor evaluate_stage(const Stage& s, const std::vector<const Tensor*>& values);
   ModelFunction(std::string bytes, std::string origin, std::filesystem::path dir,
                 CompileOptions options);
   void init_onnx();

@@ -13,6 +13,7 @@
 
 #include "compiler/compile.h"
 #include "frontend/model_function.h"
+#include "frontend/onnx/nms.h"
 #include "frontend/onnx/onnx_model.h"
 #include "graph/dim_expr.h"
 #include "ops/builders.h"
@@ -741,6 +742,102 @@ TEST(NonZero, ComputedMasksRunInStagesWithOneModuleForEveryCount) {
   EXPECT_EQ(flat_positions(r[0], {2, 3}), (std::vector<int64_t>{1, 3, 5}));
   ASSERT_EQ(r[1].shape(), (Shape{1, 2}));
   EXPECT_EQ(flat_positions(r[1], {5}), (std::vector<int64_t>{1, 3}));
+}
+
+// NonMaxSuppression on hand-computed boxes: ties keep the lower index first, a NaN score is
+// never kept, negative scores are, a box of zero area suppresses nothing, corners may come in
+// either order, classes and batches are apart, and center_point_box reads [x, y, w, h].
+TEST(NonMaxSuppression, KeepsBoxesByScoreAndOverlapAsOnnxDefinesIt) {
+  const double nan = std::nan("");
+  // [y1, x1, y2, x2]: b1 and b5 overlap b0 (IoU 0.82 and 0.90), b2 is b0 with its corners
+  // swapped, b4 has no area.
+  const std::vector<double> corners{0, 0,  1, 1,  0, 0.1, 1, 1.1, 1, 1,  0, 0,
+                                    0, 10, 1, 11, 0, 20,  0, 21, 0, 0.05, 1, 1.05};
+  const Tensor boxes = Tensor::from_doubles(DType::kFloat32, {1, 6, 4}, corners);
+  // Class 0: b4 0.95, b0 and b5 tie at 0.9, b1 0.8, b3 -0.5, b2 NaN. Class 1: b2 (b0's box)
+  // first, then b5 0.5, b3 0.3, b1 0.2, b0 0.1.
+  const Tensor scores = Tensor::from_doubles(
+      DType::kFloat32, {1, 2, 6}, {0.9, 0.8, nan, -0.5, 0.95, 0.9, 0.1, 0.2, 0.9, 0.3, nan, 0.5});
+  auto rows = [](const Tensor& t) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.load_int(i));
+    return v;
+  };
+  NmsParams p;
+  p.max_per_class = 3;
+  p.iou_threshold = 0.5;
+  EXPECT_EQ(rows(non_max_suppression(boxes, scores, p)),
+            (std::vector<int64_t>{0, 0, 4, 0, 0, 0, 0, 0, 3,  // b4, b0, then b3 (b5, b1 hit b0)
+                                  0, 1, 2, 0, 1, 3}));        // b2, b3 (b5, b1, b0 hit b2)
+  p.score_threshold = 0.0;  // -0.5 is dropped; 0.1 stays
+  p.max_per_class = 10;
+  EXPECT_EQ(rows(non_max_suppression(boxes, scores, p)),
+            (std::vector<int64_t>{0, 0, 4, 0, 0, 0, 0, 1, 2, 0, 1, 3}));
+  p.max_per_class = 0;  // ONNX's default keeps nothing
+  EXPECT_EQ(non_max_suppression(boxes, scores, p).shape(), (Shape{0, 3}));
+  // The same boxes as centres and sizes.
+  std::vector<double> centred;
+  for (size_t i = 0; i < corners.size(); i += 4) {
+    const double y0 = std::min(corners[i], corners[i + 2]), y1 = std::max(corners[i], corners[i + 2]);
+    const double x0 = std::min(corners[i + 1], corners[i + 3]),
+                 x1 = std::max(corners[i + 1], corners[i + 3]);
+    centred.insert(centred.end(), {(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0});
+  }
+  p.max_per_class = 3;
+  p.score_threshold.reset();
+  p.center_point_box = true;
+  EXPECT_EQ(rows(non_max_suppression(Tensor::from_doubles(DType::kFloat32, {1, 6, 4}, centred),
+                                     scores, p)),
+            (std::vector<int64_t>{0, 0, 4, 0, 0, 0, 0, 0, 3, 0, 1, 2, 0, 1, 3}));
+  EXPECT_TRUE(testing::has(
+      testing::error_of([&] {
+        non_max_suppression(boxes, Tensor::zeros(DType::kFloat32, {1, 2, 5}), p);
+      }),
+      "must be (batches, classes, boxes)"));
+}
+
+// NonMaxSuppression of boxes and scores computed by the model runs in stages as NonZero does:
+// a prefix computes them, the host keeps boxes, the rest gathers the kept boxes; one module
+// serves every count, none included.
+TEST(NonMaxSuppression, ComputedScoresRunInStagesWithOneModuleForEveryCount) {
+  ModelBuilder b;
+  b.input("boxes", {1, 4, 4});
+  b.input("logits", {1, 1, 4});
+  b.ints_initializer("max", {4});
+  b.initializer("iou", {1}, {0.5F});
+  b.initializer("min_score", {1}, {0.5F});
+  b.ints_initializer("box_column", {2});
+  b.node("Sigmoid", {"logits"}, {"scores"});
+  b.node("NonMaxSuppression", {"boxes", "scores", "max", "iou", "min_score"}, {"kept"}, "nms");
+  b.node("Gather", {"kept", "box_column"}, {"which"}, "column");
+  set_int(b.g->mutable_node(2), "axis", 1);
+  b.node("Squeeze", {"boxes"}, {"flat"}, "flat");
+  b.node("Gather", {"flat", "which"}, {"picked"}, "pick");
+  b.output("picked", {-2, 1, 4});
+  const std::filesystem::path path = std::filesystem::path(testing::temp_dir("nms")) / "nms.onnx";
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  const std::string direct = error_message<UnsupportedError>([&] { load_onnx_model(path); });
+  EXPECT_NE(direct.find("node 1 'nms' (NonMaxSuppression): NonMaxSuppression of boxes and scores "
+                        "known only at run time"),
+            std::string::npos)
+      << direct;
+  ModelFunction f(path);
+  const Tensor boxes = Tensor::from_doubles(
+      DType::kFloat32, {1, 4, 4}, {0, 0, 1, 1, 0, 0.1, 1, 1.1, 0, 5, 1, 6, 0, 9, 2, 10});
+  // Scores above 0.5 once sigmoided: 2 and 0.5 (b1 overlaps b0), -1 and 3 -> b3, b0 kept;
+  // all negative -> none.
+  const std::vector<std::pair<std::vector<double>, std::vector<int64_t>>> cases{
+      {{2.0, 0.5, -1.0, 3.0}, {3, 0}}, {{-1, -2, -3, -4}, {}}, {{1, 1, 1, 1}, {0, 2, 3}}};
+  for (const auto& [logits, kept] : cases) {
+    auto out = f({boxes, Tensor::from_doubles(DType::kFloat32, {1, 1, 4}, logits)});
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].shape(), (Shape{static_cast<int64_t>(kept.size()), 1, 4}));
+    for (size_t k = 0; k < kept.size(); ++k) {
+      for (int64_t j = 0; j < 4; ++j)
+        EXPECT_EQ(out[0].load(static_cast<int64_t>(k) * 4 + j), boxes.load(kept[k] * 4 + j));
+    }
+  }
+  EXPECT_EQ(f.variants(), 1u);
 }
 
 }  // namespace

@@ -372,22 +372,27 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
 }
 
 std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
-                              const std::string& value) {
+                              const std::vector<std::string>& values) {
   onnx::ModelProto model = parse_model_proto(bytes, origin);
   auto* gp = model.mutable_graph();
   int last = -1;
-  for (int i = 0; i < gp->node_size() && last < 0; ++i) {
-    for (const std::string& out : gp->node(i).output()) {
-      if (out == value) last = i;
+  for (const std::string& value : values) {
+    int at = -1;
+    for (int i = 0; i < gp->node_size() && at < 0; ++i) {
+      for (const std::string& out : gp->node(i).output()) {
+        if (out == value) at = i;
+      }
     }
+    bool known = false;  // a graph input or an initializer
+    for (const auto& in : gp->input()) known = known || in.name() == value;
+    for (const auto& init : gp->initializer()) known = known || init.name() == value;
+    if (at < 0 && !known) throw UserError(origin + ": no node produces '" + value + "'");
+    last = std::max(last, at);
   }
-  bool is_input = false;
-  for (const auto& in : gp->input()) is_input = is_input || in.name() == value;
-  if (last < 0 && !is_input) throw UserError(origin + ": no node produces '" + value + "'");
-  // Nodes are in topological order, so the prefix holds everything `value` needs.
+  // Nodes are in topological order, so the prefix holds everything the values need.
   gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
   gp->clear_output();
-  gp->add_output()->set_name(value);
+  for (const std::string& value : values) gp->add_output()->set_name(value);
   return model.SerializeAsString();
 }
 
@@ -523,10 +528,12 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
           inline_if(n);
           continue;
         }
-        // A NonZero whose input is computed at run time: its output, computed by the
-        // caller between stages, enters as a graph input.
-        if (n.output_size() == 1 && bindings.staged.count(n.output(0)) &&
-            !(OnnxImporter::has_input(n, 0) && im.known(n.input(0)))) {
+        // A NonZero or NonMaxSuppression of tensors computed at run time: its output,
+        // computed by the caller between stages, enters as a graph input.
+        bool inputs_known = true;
+        for (int k = 0; k < n.input_size(); ++k)
+          inputs_known = inputs_known && (n.input(k).empty() || im.known(n.input(k)));
+        if (n.output_size() == 1 && bindings.staged.count(n.output(0)) && !inputs_known) {
           im.add_graph_input(n.output(0),
                              graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
           continue;
@@ -586,7 +593,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       } catch (const InputValueNeeded& e) {
         throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const RunTimeValueNeeded& e) {
-        throw RunTimeValueNeeded(e.value(), e.output(), e.type(),
+        throw RunTimeValueNeeded(e.values(), e.output(), e.type(), e.kind(), e.attrs(),
                                  origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const UnsupportedError& e) {
         throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());

@@ -36,25 +36,34 @@ class InputValueNeeded : public UnsupportedError {
   std::string input_;
 };
 
-// A node whose output's size depends on the values of a tensor computed at run time
-// (NonZero). Thrown by the loader naming that tensor, so a caller can compute it first (a
-// compiled stage of its own, onnx_prefix_model), evaluate the node on the host, and load
-// again with the node's output entering as a graph input of `type` (OnnxBindings::staged).
+// A node whose output's size depends on the values of tensors computed at run time (NonZero,
+// NonMaxSuppression). Thrown by the loader naming those tensors (the node's inputs by position,
+// "" where one is absent) and the node's kind and attributes, so a caller can compute them
+// first (a compiled stage of its own, onnx_prefix_model), evaluate the node on the host, and
+// load again with the node's output entering as a graph input of `type`
+// (OnnxBindings::staged).
 class RunTimeValueNeeded : public UnsupportedError {
  public:
-  RunTimeValueNeeded(std::string value, std::string output, TensorType type,
-                     const std::string& what)
+  RunTimeValueNeeded(std::vector<std::string> values, std::string output, TensorType type,
+                     std::string kind, Attrs attrs, const std::string& what)
       : UnsupportedError(what),
-        value_(std::move(value)),
+        values_(std::move(values)),
         output_(std::move(output)),
-        type_(std::move(type)) {}
-  const std::string& value() const { return value_; }
+        type_(std::move(type)),
+        kind_(std::move(kind)),
+        attrs_(std::move(attrs)) {}
+  const std::vector<std::string>& values() const { return values_; }
   const std::string& output() const { return output_; }
   const TensorType& type() const { return type_; }
+  const std::string& kind() const { return kind_; }
+  const Attrs& attrs() const { return attrs_; }
 
  private:
-  std::string value_, output_;
+  std::vector<std::string> values_;
+  std::string output_;
   TensorType type_;
+  std::string kind_;
+  Attrs attrs_;
 };
 
 struct OnnxBindings {
@@ -72,10 +81,10 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const std::filesystem::path& base_dir,
                        const std::map<std::string, Tensor>& input_values);
 
-// The model cut after the node producing `value`, with `value` its only output: what a
-// stage computing that tensor loads.
+// The model cut after the last node producing one of `values`, with those its outputs (in
+// order): what a stage computing those tensors loads.
 std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
-                              const std::string& value);
+                              const std::vector<std::string>& values);
 
 struct ModelInput {
   std::string name;

@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 
+#include "frontend/onnx/nms.h"
 #include "frontend/onnx/nonzero.h"
 #include "frontend/onnx/onnx_model.h"
 #include "frontend/onnx/onnx_op_support.h"
@@ -149,11 +150,38 @@ void add_value_ops(OpTable& t) {
           return Outs{constant(im.graph(), nonzero_indices(*x))};
         const int rank = std::max(1, im.type_of(n, 0).rank());
         throw RunTimeValueNeeded(
-            n.input(0), n.output(0), TensorType{DType::kInt64, {rank, kDynamic}},
+            {n.input(0)}, n.output(0), TensorType{DType::kInt64, {rank, kDynamic}}, "NonZero", {},
             "NonZero of '" + n.input(0) +
                 "', a tensor known only at run time: its output size depends on "
                 "the values, so it is computed between compiled stages (kiln run "
                 "and ModelFunction do this)");
+      }};
+  // Boxes kept by NonMaxSuppression: computed at load time when its inputs are known, else
+  // between stages as NonZero is.
+  t["NonMaxSuppression"] = {
+      {"center_point_box"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) -> Outs {
+        const int64_t centre = attr_int(a, "center_point_box", 0);
+        if (centre != 0 && centre != 1)
+          throw UserError("center_point_box must be 0 or 1, got " + std::to_string(centre));
+        std::vector<std::string> values;
+        std::vector<const Tensor*> known;
+        bool all_known = true;
+        for (int k = 0; k < 5; ++k) {
+          values.push_back(OnnxImporter::has_input(n, k) ? n.input(k) : "");
+          known.push_back(values.back().empty() ? nullptr : im.known(values.back()));
+          all_known = all_known && (values.back().empty() || known.back());
+        }
+        if (values[0].empty() || values[1].empty())
+          throw UserError("NonMaxSuppression needs boxes and scores");
+        if (all_known) {
+          return Outs{constant(im.graph(), non_max_suppression(*known[0], *known[1],
+                                                               nms_params(known, centre)))};
+        }
+        throw RunTimeValueNeeded(values, n.output(0), TensorType{DType::kInt64, {kDynamic, 3}},
+                                 "NonMaxSuppression", {{"center_point_box", centre}},
+                                 "NonMaxSuppression of boxes and scores known only at run time: "
+                                 "its output size depends on the values, so it is computed "
+                                 "between compiled stages (kiln run and ModelFunction do this)");
       }};
   // Values known at load time.
   t["Shape"] = {{"start", "end"}, nullptr, convert_shape};
