@@ -10,6 +10,7 @@
 
 #include "compiler/backend.h"
 #include "compiler/generic/generic_runner.h"
+#include "ops/cop.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/strings.h"
@@ -70,9 +71,17 @@ TieredFunction::TieredFunction(const Graph& graph, CompileOptions options)
   }
   const size_t n_out = graph.outputs().size();
   for (size_t i = 0; i < n_out; ++i) output_names_.push_back(graph.outputs()[i]->name);
-  // Only a host graph without state updates has a generic tier; only a miss needs one.
+  // Only a host graph without state updates has a generic tier; only a miss needs one. Nodes
+  // that keep state across calls (random draws' run counter) have none in `perform`, so a
+  // generic tier would repeat their first call's numbers.
+  bool stateful = false;
+  for (const auto& node : graph.nodes()) {
+    const auto* op = dynamic_cast<const COp*>(node->op.get());
+    stateful = stateful || (op && !op->c_state_fields(*node, "n_").empty());
+  }
   const bool tiered = generic_start_wanted(options) && backend_named(options.device).is_host() &&
-                      !options.device_io && graph.updates().empty() && !is_cached(graph, options);
+                      !options.device_io && graph.updates().empty() && !stateful &&
+                      !is_cached(graph, options);
   options.generic_start = false;
   if (!tiered) {
     state_->function.emplace(compile(graph, options));

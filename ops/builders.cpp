@@ -45,6 +45,15 @@ Var apply(const std::string& op, const std::vector<Var>& inputs, const Attrs& pr
   return apply_multi(op, inputs, props).at(0);
 }
 
+Var apply_in(Graph& g, const std::string& op, const std::vector<Var>& inputs, const Attrs& props) {
+  if (!inputs.empty()) {
+    if (&inputs[0].graph() != &g) throw UserError(op + ": inputs come from another graph");
+    return apply(op, inputs, props);
+  }
+  Node* node = g.add_node(OpRegistry::instance().create(op, props), {});
+  return Var(&g, node->outputs.at(0));
+}
+
 namespace {
 Var lit(const Var& like, double v) { return scalar(like.graph(), like.dtype(), v); }
 Var reduce(const std::string& op, Var x, std::vector<int64_t> axes, bool keepdims) {

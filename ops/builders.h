@@ -42,6 +42,9 @@ Var scalar(Graph& g, DType dtype, double value);  // rank 0, inlined into elemen
 Var apply(const std::string& op, const std::vector<Var>& inputs, const Attrs& props = {});
 std::vector<Var> apply_multi(const std::string& op, const std::vector<Var>& inputs,
                              const Attrs& props = {});
+// The same in graph g, where the op may take no inputs (a generator: random draws).
+Var apply_in(Graph& g, const std::string& op, const std::vector<Var>& inputs,
+             const Attrs& props = {});
 
 Var operator+(Var a, Var b);
 Var operator-(Var a, Var b);

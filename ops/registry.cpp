@@ -33,6 +33,7 @@
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
+#include "ops/random.h"
 #include "ops/reduce.h"
 #include "ops/roi_align.h"
 #include "ops/reshape.h"
@@ -83,6 +84,13 @@ OpRegistry::OpRegistry() {
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
   add("det", [](const Attrs& a) { return std::make_shared<Det>(a); });
+  add("random_uniform",
+      [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kUniform, a); });
+  add("random_normal",
+      [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kNormal, a); });
+  add("bernoulli", [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kBernoulli, a); });
+  add("dropout_train",
+      [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kDropout, a); });
   add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });
   add("grid_sample_grad", [](const Attrs& a) { return std::make_shared<GridSampleGrad>(a); });
   add("roi_align", [](const Attrs& a) { return std::make_shared<RoiAlign>(a); });

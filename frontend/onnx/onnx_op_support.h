@@ -76,5 +76,8 @@ void add_value_ops(OpTable& t);
 void add_composite_ops(OpTable& t);
 void add_quant_ops(OpTable& t);
 void add_signal_ops(OpTable& t);  // onnx_ops_signal.cpp
+void add_random_ops(OpTable& t);  // onnx_ops_random.cpp
+// Dropout in training mode (onnx_ops_random.cpp): kiln's dropout_train.
+Outs convert_training_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a);
 
 }  // namespace kiln::onnx_import

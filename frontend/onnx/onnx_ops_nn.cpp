@@ -276,7 +276,7 @@ Outs convert_layer_norm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&
   return Outs{y, mean_v, inv};
 }
 
-Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
+Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   if (OnnxImporter::has_input(n, 2)) {
     const Tensor& mode = im.const_in(n, 2, "training_mode");
     // Training mode drops at random, except with ratio 0, where it is the identity.
@@ -284,8 +284,7 @@ Outs convert_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
       const bool zero_ratio = OnnxImporter::has_input(n, 1) &&
                               im.const_in(n, 1, "ratio").numel() == 1 &&
                               im.const_in(n, 1, "ratio").load(0) == 0;
-      if (!zero_ratio)
-        throw UnsupportedError("Dropout in training mode (random) with a ratio above 0");
+      if (!zero_ratio) return convert_training_dropout(im, n, a);
     }
   }
   Var x = im.in(n, 0);
