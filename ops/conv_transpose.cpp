@@ -128,7 +128,7 @@ std::vector<Shape> ConvTranspose::infer_shape(const std::vector<Shape>& inputs) 
 double ConvTranspose::flops(const std::vector<Shape>& inputs, const std::vector<Shape>&) const {
   // Each input element meets every tap of its group's output channels.
   return 2.0 * static_cast<double>(shape_numel(inputs[0])) *
-         static_cast<double>(shape_numel(inputs[1]) / inputs[1][0]);
+         (static_cast<double>(shape_numel(inputs[1])) / static_cast<double>(inputs[1][0]));
 }
 
 void ConvTranspose::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {

@@ -21,7 +21,7 @@ int ConvTransposeFold::spatial_rank(int rank) {
 }
 
 std::vector<TransposedDim> ConvTransposeFold::geometry(const std::vector<int64_t>& cols) const {
-  const int k = spatial_rank(static_cast<int>(cols.size()));
+  const std::ptrdiff_t k = spatial_rank(static_cast<int>(cols.size()));
   return window_.resolve(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + k),
                          std::vector<int64_t>(cols.begin() + 2 + k, cols.begin() + 2 + 2 * k),
                          "conv_transpose_fold");
@@ -34,7 +34,7 @@ std::vector<TensorType> ConvTransposeFold::infer_type(const std::vector<TensorTy
   if (c.dtype != DType::kFloat32 && c.dtype != DType::kFloat64)
     throw UnsupportedError("conv_transpose_fold: " + c.to_string() + " input");
   const int k = spatial_rank(c.rank());
-  const int64_t g = c.dims[static_cast<size_t>(k + 1)], mg = c.dims.back();
+  const int64_t g = c.dims[static_cast<size_t>(k) + 1], mg = c.dims.back();
   for (int d = k + 1; d < c.rank(); ++d) {
     if (c.dims[static_cast<size_t>(d)] == kDynamic)
       throw UnsupportedError(
@@ -57,7 +57,7 @@ std::vector<TensorType> ConvTransposeFold::infer_type(const std::vector<TensorTy
 std::vector<Shape> ConvTransposeFold::infer_shape(const std::vector<Shape>& inputs) const {
   const Shape& c = inputs[0];
   const int k = spatial_rank(static_cast<int>(c.size()));
-  Shape out{c[0], c[static_cast<size_t>(k + 1)] * c.back()};
+  Shape out{c[0], c[static_cast<size_t>(k) + 1] * c.back()};
   if (inputs.size() == 2 && inputs[1][0] != out[1]) {
     throw UserError("conv_transpose_fold: bias has " + std::to_string(inputs[1][0]) +
                     " entries for " + std::to_string(out[1]) + " output channels");
@@ -73,7 +73,7 @@ void ConvTransposeFold::perform(const std::vector<Tensor>& inputs,
   const int k = spatial_rank(cols.ndim());
   auto geo = geometry(cols.shape());
   while (geo.size() < 3) geo.insert(geo.begin(), TransposedDim{1, 1, 1, 1, 0, 1});
-  const int64_t N = cols.shape()[0], G = cols.shape()[static_cast<size_t>(k + 1)];
+  const int64_t N = cols.shape()[0], G = cols.shape()[static_cast<size_t>(k) + 1];
   const int64_t mg = cols.shape().back(), M = G * mg;
   const int64_t ik = geo[0].in * geo[1].in * geo[2].in, ok = geo[0].out * geo[1].out * geo[2].out;
   const int64_t kk = geo[0].kernel * geo[1].kernel * geo[2].kernel;

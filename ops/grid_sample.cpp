@@ -346,8 +346,8 @@ void GridSampleGrad::perform(const std::vector<Tensor>& inputs,
   const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
   const int64_t Ho = g.shape()[1], Wo = g.shape()[2], P = Ho * Wo;
   std::vector<double> dx(static_cast<size_t>(x.numel()), 0.0);
-  int64_t off[16];
-  double wt[16], dwx[16], dwy[16];
+  int64_t off[16] = {};
+  double wt[16] = {}, dwx[16] = {}, dwy[16] = {};
   int count = 0;
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t p = 0; p < P; ++p) {

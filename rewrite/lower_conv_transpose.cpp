@@ -67,10 +67,7 @@ class Lowering {
     shape.push_back(G);
     shape.insert(shape.end(), kernel.begin(), kernel.end());
     shape.push_back(mg);
-    if (G == 1)
-      shape[static_cast<size_t>(k + 1)] = 1;
-    else
-      shape[static_cast<size_t>(k + 1)] = 0;
+    shape[static_cast<size_t>(k) + 1] = G == 1 ? 1 : 0;
     cols = add("reshape", {{"shape", shape}}, {cols}, name + ".taps_split");
     std::vector<Variable*> fold_in{cols};
     if (node.inputs.size() == 3) fold_in.push_back(copy_.map(node.inputs[2]));
@@ -81,10 +78,10 @@ class Lowering {
   }
 
  private:
-  Variable* add(const std::string& op, Attrs props, std::vector<Variable*> inputs,
+  Variable* add(const std::string& op, const Attrs& props, const std::vector<Variable*>& inputs,
                 const std::string& name) {
-    Node* n = copy_.dst().add_node(OpRegistry::instance().create(op, std::move(props)), inputs,
-                                   name, {copy_.dst().fresh_name(name)});
+    Node* n = copy_.dst().add_node(OpRegistry::instance().create(op, props), inputs, name,
+                                   {copy_.dst().fresh_name(name)});
     return n->outputs[0];
   }
   GraphCopy& copy_;
