@@ -12,6 +12,7 @@
 #include <random>
 
 #include "compiler/compile.h"
+#include "compiler/tiered_function.h"
 #include "compiler/train/trainer.h"
 #include "ops/builders.h"
 #include "ops/random.h"
@@ -221,6 +222,21 @@ TEST(Random, DropoutGradientFollowsItsMaskAndTrainsAModel) {
   double after = before;
   for (int s = 0; s < 60; ++s) after = trainer.step({{"x", xb}, {"y", yb}});
   EXPECT_LT(after, 0.2 * before);
+}
+
+// A graph that draws random numbers starts compiled: the generic tier runs `perform`, which has
+// no run counter, so its calls would all repeat the first draw.
+TEST(Random, AGraphThatDrawsHasNoGenericTier) {
+  Graph g("random_tiered");
+  Var x = input(g, "x", DType::kFloat32, {16});
+  g.set_outputs({apply("random_uniform", {x}, {{"seed", int64_t{21}}})});
+  CompileOptions options;
+  options.generic_start = true;
+  TieredFunction f(g, options);
+  EXPECT_FALSE(f.started_generic());
+  const Tensor xv = Tensor::zeros(DType::kFloat32, {16});
+  const auto a = f.run({{"x", xv}}), b = f.run({{"x", xv}});
+  EXPECT_NE(values(a.at(0)), values(b.at(0)));
 }
 
 }  // namespace
