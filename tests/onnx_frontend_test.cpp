@@ -147,6 +147,34 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   EXPECT_EQ(m.find("ok_relu"), std::string::npos);
 }
 
+// Compress by a constant condition: the kept slices by index; a condition true past the axis
+// is an error naming the position.
+TEST(OnnxFrontend, CompressKeepsTheSlicesItsConditionNames) {
+  ModelBuilder b;
+  b.input("x", {3, 4});
+  b.ints_initializer("keep", {0, 1, 0, 1});
+  b.node("Compress", {"x", "keep"}, {"y"}, "pick");
+  set_int(b.g->mutable_node(0), "axis", 1);
+  b.output("y", {3, 2});
+  Graph g = parse_onnx_model(b.bytes(), "c.onnx", ".");
+  const Tensor x = Tensor::from_doubles(DType::kFloat32, {3, 4},
+                                        {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor y = compile(g)({x}).at(0);
+  ASSERT_EQ(y.shape(), (Shape{3, 2}));
+  EXPECT_EQ(y.to_doubles(), (std::vector<double>{1, 3, 5, 7, 9, 11}));
+  ModelBuilder c;
+  c.input("x", {3, 4});
+  c.ints_initializer("keep", {0, 0, 0, 0, 1});
+  c.node("Compress", {"x", "keep"}, {"y"}, "pick");
+  set_int(c.g->mutable_node(0), "axis", 1);
+  c.output("y", {3, -1});
+  const std::string m = error_message<UserError>([&] { parse_onnx_model(c.bytes(), "c.onnx", "."); });
+  EXPECT_NE(m.find("node 0 'pick' (Compress): Compress's condition is true at 4, past the axis's 4 "
+                   "entries"),
+            std::string::npos)
+      << m;
+}
+
 // Found by fuzz_onnx_loader: a target shape whose element count overflows 64 bits.
 TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
   ModelBuilder b;

@@ -224,6 +224,36 @@ Outs convert_reverse_sequence(OnnxImporter& im, const onnx::NodeProto& n, const 
   return Outs{apply("gather_elements", {x, src}, {{"axis", time}})};
 }
 
+// Compress: the slices along the axis (of the flattened input without one) whose condition is
+// true, a gather by constant indices. The condition must be known when the model loads (a
+// graph input builds the model per its value); entries past the axis may only be false.
+Outs convert_compress(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  Var x = im.in(n, 0);
+  const Tensor& cond = im.const_in(n, 1, "condition");
+  if (cond.ndim() != 1) throw UserError("Compress's condition must be 1-D, got " + cond.describe());
+  Var data = x;
+  int64_t axis = 0;
+  if (a.count("axis")) {
+    axis = rank_axis(attr_int(a, "axis"), x.rank());
+  } else {
+    data = reshape(x, {-1});
+  }
+  const int64_t len = data.type().dims[static_cast<size_t>(axis)];
+  if (len == kDynamic) throw UnsupportedError("Compress along a dynamic dimension");
+  std::vector<double> kept;
+  for (int64_t i = 0; i < cond.numel(); ++i) {
+    if (cond.load(i) == 0) continue;
+    if (i >= len) {
+      throw UserError("Compress's condition is true at " + std::to_string(i) +
+                      ", past the axis's " + std::to_string(len) + " entries");
+    }
+    kept.push_back(static_cast<double>(i));
+  }
+  const auto count = static_cast<int64_t>(kept.size());
+  Var idx = constant(im.graph(), Tensor::from_doubles(DType::kInt64, {count}, kept));
+  return Outs{apply("gather", {data, idx}, {{"axis", axis}})};
+}
+
 // DepthToSpace / SpaceToDepth: reshape, transpose, reshape (static dimensions).
 Outs convert_depth_space(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a,
                          bool to_space) {
@@ -375,6 +405,7 @@ void add_shape_ops(OpTable& t) {
           return Outs{expand_symbolic(im, im.in(n, 0), *target)};
         return Outs{apply("expand", {im.in(n, 0)}, {{"shape", im.const_ints(n, 1, "shape")}})};
       }};
+  t["Compress"] = {{"axis"}, nullptr, convert_compress};
   t["ReverseSequence"] = {{"batch_axis", "time_axis"}, nullptr, convert_reverse_sequence};
   t["Pad"] = {{"mode", "pads", "value"},
               [](const Attrs& a, const onnx::NodeProto&, int) {
