@@ -60,6 +60,22 @@ std::vector<TransposedDim> TransposedWindow::resolve(const std::vector<int64_t>&
   return out;
 }
 
+std::string transposed_window_c(const std::vector<TransposedDim>& geo, const Sub& sub) {
+  const int k = static_cast<int>(geo.size());
+  std::string st, dl, pb;
+  for (int d = 0; d < 3; ++d) {
+    const int src = d - (3 - k);
+    const bool real = src >= 0;
+    const auto& g = real ? geo[static_cast<size_t>(src)] : TransposedDim{};
+    const std::string ds = std::to_string(d);
+    st += (d ? ", " : "") + (real ? sub.value(g.stride, "stride" + ds) : "1");
+    dl += (d ? ", " : "") + (real ? sub.value(g.dilation, "dilation" + ds) : "1");
+    pb += (d ? ", " : "") + (real ? sub.value(g.pad_begin, "pad" + ds) : "0");
+  }
+  return "  const int64_t t_st[3] = {" + st + "}, t_dl[3] = {" + dl + "}, t_pb[3] = {" + pb +
+         "};\n";
+}
+
 ConvTranspose::ConvTranspose(Attrs props) : COp("conv_transpose", std::move(props)) {
   check_known_attrs(this->props(), {"group", "strides", "dilations", "pads", "output_padding"});
   window_ = TransposedWindow::from_props(this->props(), "conv_transpose");
@@ -181,18 +197,8 @@ std::string ConvTranspose::c_code(const Node& node, const CodeNames& names, cons
   const std::string& Y = names.outputs[0];
   auto geo = geometry(xt.dims, node.inputs[1]->type.dims);
   // The geometry padded to three dimensions at the front; sizes come from the tensors.
-  std::string st, dl, pb;
-  for (int d = 0; d < 3; ++d) {
-    const int src = d - (3 - k);
-    const bool real = src >= 0;
-    const auto& g = real ? geo[static_cast<size_t>(src)] : TransposedDim{};
-    const std::string ds = std::to_string(d);
-    st += (d ? ", " : "") + (real ? sub.value(g.stride, "stride" + ds) : "1");
-    dl += (d ? ", " : "") + (real ? sub.value(g.dilation, "dilation" + ds) : "1");
-    pb += (d ? ", " : "") + (real ? sub.value(g.pad_begin, "pad" + ds) : "0");
-  }
   std::string s = "{\n";
-  s += "  const int64_t t_st[3] = {" + st + "}, t_dl[3] = {" + dl + "}, t_pb[3] = {" + pb + "};\n";
+  s += transposed_window_c(geo, sub);
   s += "  int64_t t_in[3] = {1, 1, 1}, t_ker[3] = {1, 1, 1}, t_od[3] = {1, 1, 1};\n";
   s += "  int64_t t_xs[5] = {0, 0, 0, 0, 0}, t_ws[5] = {0, 0, 0, 0, 0};\n";
   s += "  for (int d = 0; d < 2; ++d) { t_xs[d] = " + X + "->strides[d]; t_ws[d] = " + W +

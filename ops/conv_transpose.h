@@ -29,6 +29,10 @@ struct TransposedWindow {
   int64_t pad_end(size_t d) const { return pads.empty() ? 0 : pads[d + pads.size() / 2]; }
 };
 
+// The generated code's `const int64_t t_st[3], t_dl[3], t_pb[3]` (strides, dilations, begin
+// pads) for `geo`, padded at the front to three dimensions; each value through sub.value.
+std::string transposed_window_c(const std::vector<TransposedDim>& geo, const Sub& sub);
+
 class ConvTranspose : public COp {
  public:
   explicit ConvTranspose(Attrs props);

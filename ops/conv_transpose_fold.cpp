@@ -170,19 +170,9 @@ std::string ConvTransposeFold::c_code(const Node& node, const CodeNames& names,
   const std::string& X = names.inputs[0];
   const std::string& Y = names.outputs[0];
   const std::string& ctx = sub.ctx;
-  std::string st, dl, pb;
-  for (int d = 0; d < 3; ++d) {
-    const int src = d - (3 - k);
-    const bool real = src >= 0;
-    const auto& g = real ? geo[static_cast<size_t>(src)] : TransposedDim{};
-    const std::string ds = std::to_string(d);
-    st += (d ? ", " : "") + (real ? sub.value(g.stride, "stride" + ds) : "1");
-    dl += (d ? ", " : "") + (real ? sub.value(g.dilation, "dilation" + ds) : "1");
-    pb += (d ? ", " : "") + (real ? sub.value(g.pad_begin, "pad" + ds) : "0");
-  }
   const std::string ks = std::to_string(k);
   std::string s = "{\n";
-  s += "  const int64_t t_st[3] = {" + st + "}, t_dl[3] = {" + dl + "}, t_pb[3] = {" + pb + "};\n";
+  s += transposed_window_c(geo, sub);
   s += "  int64_t t_in[3] = {1, 1, 1}, t_ker[3] = {1, 1, 1}, t_od[3] = {1, 1, 1};\n";
   s += "  int64_t t_cs[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};\n";
   s += "  for (int d = 0; d < " + ks + "; ++d) {\n";

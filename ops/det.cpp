@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ops/c/c_text.h"
 #include "ops/c/workspace.h"
 #include "util/error.h"
 
@@ -41,9 +42,7 @@ using std::fabs;
 KILN_DET_RULE
 #undef KILN_DET_FN
 
-#define KILN_STR2(...) #__VA_ARGS__
-#define KILN_STR(...) KILN_STR2(__VA_ARGS__)
-const char* const kRuleC = KILN_STR(KILN_DET_RULE);
+const char* const kRuleC = KILN_C_TEXT(KILN_DET_RULE);
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/builders.h"
+#include "ops/c/c_text.h"
 #include "ops/grad/support.h"
 #include "util/error.h"
 
@@ -180,10 +181,8 @@ KILN_GRID_SAMPLE_GRAD_RULES
 #undef isinf
 #undef KILN_GS_FN
 
-#define KILN_STR2(...) #__VA_ARGS__
-#define KILN_STR(...) KILN_STR2(__VA_ARGS__)
-const char* const kRulesC = KILN_STR(KILN_GRID_SAMPLE_RULES);
-const char* const kGradRulesC = KILN_STR(KILN_GRID_SAMPLE_GRAD_RULES);
+const char* const kRulesC = KILN_C_TEXT(KILN_GRID_SAMPLE_RULES);
+const char* const kGradRulesC = KILN_C_TEXT(KILN_GRID_SAMPLE_GRAD_RULES);
 
 }  // namespace
 

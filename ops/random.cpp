@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "ops/builders.h"
+#include "ops/c/c_text.h"
 #include "ops/grad/support.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -68,9 +69,7 @@ using std::sqrt;
 KILN_RANDOM_RULES
 #undef KILN_RNG_FN
 
-#define KILN_STR2(...) #__VA_ARGS__
-#define KILN_STR(...) KILN_STR2(__VA_ARGS__)
-const char* const kRulesC = KILN_STR(KILN_RANDOM_RULES);
+const char* const kRulesC = KILN_C_TEXT(KILN_RANDOM_RULES);
 
 const char* kind_name(RandomOp::Kind k) {
   switch (k) {

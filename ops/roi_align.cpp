@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/builders.h"
+#include "ops/c/c_text.h"
 #include "ops/c/workspace.h"
 #include "ops/grad/support.h"
 #include "util/error.h"
@@ -93,9 +94,7 @@ KILN_ROI_RULES
 #undef isfinite
 #undef KILN_RA_FN
 
-#define KILN_STR2(...) #__VA_ARGS__
-#define KILN_STR(...) KILN_STR2(__VA_ARGS__)
-const char* const kRulesC = KILN_STR(KILN_ROI_RULES);
+const char* const kRulesC = KILN_C_TEXT(KILN_ROI_RULES);
 
 // The box a bad input makes fail, in words.
 std::string box_error(int code, int64_t r) {

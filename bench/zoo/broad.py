@@ -15,7 +15,6 @@ Each model is written as NAME.onnx, NAME.input.npy (a seeded input) and NAME.exp
 cross-checks every tool against PyTorch. Needs timm and transformers beside PyTorch in the
 benchmark environment (bench/zoo/run --zoo broad installs them).
 """
-import argparse
 import os
 import sys
 
@@ -131,31 +130,8 @@ MODELS = {
 
 def build(name):
     """The seeded PyTorch model and input behind NAME.onnx."""
-    make, make_input, _, _ = MODELS[name]
-    return export.seeded(make, make_input)
-
-
-def export_model(name, out):
-    _, _, input_name, axes = MODELS[name]
-    model, x = build(name)
-    export.write(name, out, model, x, input_name, axes)
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(HERE, "..", "data", "broad"))
-    ap.add_argument("--missing", action="store_true", help="only the models not exported yet")
-    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(MODELS)})")
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    torch.set_num_threads(2)
-    for name in a.models or MODELS:
-        if name not in MODELS:
-            sys.exit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
-        if a.missing and os.path.exists(os.path.join(a.out, name + ".expected.npy")):
-            continue
-        export_model(name, a.out)
+    return export.zoo_build(MODELS, name)
 
 
 if __name__ == "__main__":
-    main()
+    export.zoo_main(MODELS, "broad", __doc__)

@@ -20,7 +20,6 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
   log_mel        a log-mel spectrogram (torch.stft, 400-point Hann frames every 160 samples, 80
                  mel bands, log), 2 x 5 seconds at 16 kHz: speech models' front-end
 """
-import argparse
 import math
 import os
 import sys
@@ -189,39 +188,16 @@ MODELS = {
 
 # Models whose output may differ from PyTorch's at this share of its elements: SegNet's unpooling
 # puts each value where its window's maximum was, and two candidates closer than the
-# convolutions' rounding can win differently (kiln's indices equal PyTorch's on equal inputs,
-# tests/reference/make_cases.py's max_pool_indices cases; onnxruntime, whose convolutions round as PyTorch's here,
-# happens to pick the same).
+# convolutions' rounding can win differently. kiln's indices equal numpy's first maximum on
+# equal inputs (tests/reference/make_cases.py's max_pool_indices cases); onnxruntime, whose
+# convolutions round as PyTorch's here, happens to pick the same.
 FLIPS = {"segnet": 1e-4}
 
 
 def build(name):
     """The seeded PyTorch model and input behind NAME.onnx."""
-    make, make_input, _, _ = MODELS[name]
-    return export.seeded(make, make_input)
-
-
-def export_model(name, out):
-    _, _, input_name, axes = MODELS[name]
-    model, x = build(name)
-    export.write(name, out, model, x, input_name, axes)
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(HERE, "..", "data", "coverage"))
-    ap.add_argument("--missing", action="store_true", help="only the models not exported yet")
-    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(MODELS)})")
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    torch.set_num_threads(2)
-    for name in a.models or MODELS:
-        if name not in MODELS:
-            sys.exit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
-        if a.missing and os.path.exists(os.path.join(a.out, name + ".expected.npy")):
-            continue
-        export_model(name, a.out)
+    return export.zoo_build(MODELS, name)
 
 
 if __name__ == "__main__":
-    main()
+    export.zoo_main(MODELS, "coverage", __doc__)

@@ -189,6 +189,34 @@ def export(name, out):
     write(name, out, model, x, MODELS[name][2])
 
 
+def zoo_build(models, name):
+    """The seeded PyTorch model and input behind NAME.onnx of a zoo whose MODELS map names to
+    (constructor, input maker, input name, dynamic axes or None)."""
+    make, make_input, _, _ = models[name]
+    return seeded(make, make_input)
+
+
+def zoo_main(models, folder, doc):
+    """The command line of a zoo module (broad.py, coverage_zoo.py): export its models, or the
+    named ones, or only those missing, into bench/data/FOLDER (or --out)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.join(here, "..", "data", folder))
+    ap.add_argument("--missing", action="store_true", help="only the models not exported yet")
+    ap.add_argument("models", nargs="*", help=f"default: all ({', '.join(models)})")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.set_num_threads(2)
+    for name in a.models or models:
+        if name not in models:
+            sys.exit(f"unknown model '{name}' (known: {', '.join(models)})")
+        if a.missing and os.path.exists(os.path.join(a.out, name + ".expected.npy")):
+            continue
+        _, _, input_name, axes = models[name]
+        model, x = zoo_build(models, name)
+        write(name, a.out, model, x, input_name, axes)
+
+
 def smoke_folder(models):
     """The named models exported afresh into a temporary folder (the benchmarks' --smoke runs,
     which must not depend on, nor overwrite, bench/data/zoo)."""
