@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "frontend/control_flow.h"
 #include "frontend/model_loader.h"
 #include "frontend/onnx/nms.h"
 #include "frontend/onnx/nonzero.h"
@@ -74,14 +75,26 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
   stage_ms_ = 0;
   for (;;) {
     OnnxBindings bindings{bound, {}};
-    for (const Stage& s : stages_) bindings.staged[s.output] = s.type;
+    for (const Stage& s : stages_) {
+      for (size_t k = 0; k < s.outputs.size(); ++k)
+        if (!s.outputs[k].empty()) bindings.staged[s.outputs[k]] = s.types[k];
+    }
     try {
       return parse_onnx_model(bytes_, origin_, dir_, bindings);
     } catch (const RunTimeValueNeeded& e) {
       for (const Stage& s : stages_) {
-        if (s.output == e.output()) throw InternalError("stage '" + s.output + "' met twice");
+        if (s.outputs == e.outputs())
+          throw InternalError("stage '" + join(s.outputs, "', '") + "' met twice");
       }
-      Stage s{e.values(), e.output(), e.kind(), e.type(), e.attrs(), nullptr};
+      Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}};
+      // Each body compiles as a model of its own (named in its errors by its node).
+      for (const char* body : {"body", "then_branch", "else_branch"}) {
+        if (!s.attrs.count(body)) continue;
+        s.bodies.emplace_back(new ModelFunction(
+            attr_string(s.attrs, body),
+            origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "': " + body, dir_,
+            options_));
+      }
       std::vector<std::string> computed;  // the values a prefix must compute
       for (const std::string& v : s.values) {
         const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
@@ -101,8 +114,8 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
       stages_.push_back(std::move(s));
     } catch (const InputValueNeeded& e) {
       for (const Stage& s : stages_) {
-        if (s.output == e.input()) {
-          throw UnsupportedError(std::string(e.what()) + " ('" + s.output + "' is " + s.kind +
+        if (std::find(s.outputs.begin(), s.outputs.end(), e.input()) != s.outputs.end()) {
+          throw UnsupportedError(std::string(e.what()) + " ('" + e.input() + "' is " + s.kind +
                                  "'s output, known only at run time)");
         }
       }
@@ -157,13 +170,18 @@ std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inpu
   // The variant's inputs: the call's (less the value inputs it was built with), and the
   // NonZero results its stages compute from them.
   std::map<std::string, Tensor> args;
+  std::vector<bool> evaluated(stages_.size(), false);
   for (const Variable* in : v.graph->inputs()) {
     if (auto it = inputs.find(in->name); it != inputs.end()) {
       args[in->name] = it->second;
       continue;
     }
-    for (Stage& s : stages_) {
-      if (s.output != in->name) continue;
+    for (size_t si = 0; si < stages_.size(); ++si) {
+      Stage& s = stages_[si];
+      if (evaluated[si] ||
+          std::find(s.outputs.begin(), s.outputs.end(), in->name) == s.outputs.end())
+        continue;
+      evaluated[si] = true;
       // The prefix computes every named value (in order); without one, all are inputs.
       std::vector<Tensor> computed;
       if (s.prefix) computed = s.prefix->run(inputs);
@@ -179,7 +197,9 @@ std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inpu
           values.push_back(x == inputs.end() ? nullptr : &x->second);
         }
       }
-      if (!values.empty() && values[0]) args[in->name] = evaluate_stage(s, values);
+      std::vector<Tensor> outs = evaluate_stage(s, values);
+      for (size_t k = 0; k < s.outputs.size() && k < outs.size(); ++k)
+        if (!s.outputs[k].empty()) args[s.outputs[k]] = std::move(outs[k]);
     }
   }
   // Names the model does not declare go on to Function::run, which reports them.
@@ -227,14 +247,24 @@ std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
   return out;
 }
 
-Tensor ModelFunction::evaluate_stage(const Stage& s, const std::vector<const Tensor*>& values) {
+std::vector<Tensor> ModelFunction::evaluate_stage(Stage& s,
+                                                  const std::vector<const Tensor*>& values) {
+  const std::string where = origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "'";
+  auto body = [&](size_t k) -> BodyFunction {
+    ModelFunction* f = s.bodies.at(k).get();
+    return [f](const std::vector<Tensor>& args) { return (*f)(args); };
+  };
+  if (s.kind == "Loop") return run_loop(body(0), values, s.types, s.attrs, where);
+  if (s.kind == "Scan") return run_scan(body(0), values, s.types, s.attrs, where);
+  if (s.kind == "If") return run_if(body(0), body(1), values, where);
+  if (values.empty() || !values[0]) throw UserError(where + ": its input is absent");
   if (s.kind == "NonMaxSuppression") {
-    if (values.size() < 2 || !values[0] || !values[1])
+    if (values.size() < 2 || !values[1])
       throw UserError("NonMaxSuppression's boxes and scores are missing");
-    return non_max_suppression(*values[0], *values[1],
-                               nms_params(values, attr_int(s.attrs, "center_point_box", 0)));
+    return {non_max_suppression(*values[0], *values[1],
+                                nms_params(values, attr_int(s.attrs, "center_point_box", 0)))};
   }
-  return nonzero_indices(*values.at(0));
+  return {nonzero_indices(*values.at(0))};
 }
 
 std::vector<std::string> ModelFunction::output_names() { return tiered().output_names(); }

@@ -55,18 +55,23 @@ class ModelFunction {
     std::unique_ptr<Graph> graph;  // on the heap: the function's background compile reads it
     std::unique_ptr<TieredFunction> function;
   };
-  // A NonZero's or NonMaxSuppression's output computed between stages from its inputs
-  // (`values`, by position, "" where absent): declared inputs, or the outputs of the model
-  // cut after them (a ModelFunction of its own, so it may have stages too).
+  // A NonZero's or NonMaxSuppression's output, or a Loop's, Scan's or If's outputs, computed
+  // between stages from the node's inputs (`values`, by position, "" where absent): declared
+  // inputs, or the outputs of the model cut after them (a ModelFunction of its own, so it may
+  // have stages too). Control flow's bodies are models of their own too (compiled and cached
+  // like any other).
   struct Stage {
     std::vector<std::string> values;
-    std::string output, kind;
-    TensorType type;
+    std::vector<std::string> outputs;  // "" where the node's output is unused
+    std::string kind;
+    std::vector<TensorType> types;
     Attrs attrs;
     std::unique_ptr<ModelFunction> prefix;  // null when every value is a model input
+    std::vector<std::unique_ptr<ModelFunction>> bodies;  // Loop, Scan: body; If: then, else
   };
-  // The stage's output from its input values (the host's NonZero or NonMaxSuppression).
-  static Tensor evaluate_stage(const Stage& s, const std::vector<const Tensor*>& values);
+  // The stage's outputs from its input values (the host's NonZero or NonMaxSuppression, or
+  // the control-flow drivers of frontend/control_flow.h).
+  std::vector<Tensor> evaluate_stage(Stage& s, const std::vector<const Tensor*>& values);
   ModelFunction(std::string bytes, std::string origin, std::filesystem::path dir,
                 CompileOptions options);
   void init_onnx();

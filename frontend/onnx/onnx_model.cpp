@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "frontend/onnx/onnx_importer.h"
+#include "frontend/onnx/onnx_op_support.h"
 #include "frontend/onnx/onnx_ops.h"
 #include "frontend/onnx/onnx_qdq.h"
 #include "frontend/onnx/onnx_sym.h"
@@ -85,7 +86,9 @@ int default_opset(const onnx::ModelProto& m, const std::string& origin) {
   return opset;
 }
 
-TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
+}  // namespace
+
+TensorType onnx_value_type(const onnx::ValueInfoProto& v, const std::string& where) {
   if (!v.type().has_tensor_type())
     throw UnsupportedError(where + ": only tensor values are supported");
   const auto& tt = v.type().tensor_type();
@@ -101,6 +104,8 @@ TensorType value_type(const onnx::ValueInfoProto& v, const std::string& where) {
     t.dims.push_back(d.has_dim_value() ? d.dim_value() : kDynamic);
   return t;
 }
+
+namespace {
 
 // Every unsupported op, attribute and output in the graph, in one list.
 void check_supported(const onnx::GraphProto& g, int opset, const std::string& origin) {
@@ -354,8 +359,8 @@ std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::s
   for (int i = 0; i < gp.input_size(); ++i) {
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;
-    out.push_back({v.name(), value_type(v, origin + ": graph input " + std::to_string(i) + " '" +
-                                               v.name() + "'")});
+    out.push_back({v.name(), onnx_value_type(v, origin + ": graph input " + std::to_string(i) +
+                                                    " '" + v.name() + "'")});
   }
   return out;
 }
@@ -438,7 +443,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
     const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
-    const TensorType type = value_type(v, where);
+    const TensorType type = onnx_value_type(v, where);
     if (auto bound = input_values.find(v.name()); bound != input_values.end()) {
       if (bound->second.dtype() != type.dtype || !type.accepts(bound->second.shape())) {
         throw UserError(where + ": the value given is " + bound->second.describe() +
@@ -470,11 +475,10 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     // A condition given as a graph input: ModelFunction builds the model per its value.
     if (!cond && OnnxImporter::has_input(n, 0) && im.is_graph_input(n.input(0)))
       cond = &im.const_in(n, 0, "cond");
-    if (!cond || cond->numel() != 1) {
-      throw UnsupportedError(
-          "If with a condition known only at run time (kiln compiles one graph: the branch "
-          "must be chosen when the model loads)");
-    }
+    // A condition computed at run time: both branches run as models of their own.
+    if (!cond) onnx_import::stage_if(im, n);
+    if (cond->numel() != 1)
+      throw UserError("If's condition has " + std::to_string(cond->numel()) + " elements, not 1");
     const std::string which = cond->load(0) != 0 ? "then_branch" : "else_branch";
     const onnx::GraphProto* branch = nullptr;
     for (const auto& at : n.attribute()) {
@@ -508,6 +512,25 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       }
     }
   };
+  auto enter_staged = [&](const onnx::NodeProto& n) {
+    bool staged = n.output_size() > 0, inputs_known = true;
+    for (int k = 0; k < n.output_size(); ++k)
+      staged = staged && (n.output(k).empty() || bindings.staged.count(n.output(k)));
+    for (int k = 0; k < n.input_size(); ++k)
+      inputs_known = inputs_known && (n.input(k).empty() || im.known(n.input(k)));
+    if (!staged || (inputs_known && !is_onnx_op(n, {"Loop", "Scan", "If"}))) return false;
+    for (const std::string& name : n.output()) {
+      if (name.empty()) continue;
+      const TensorType& type = bindings.staged.at(name);
+      Variable* in = graph.add_input(name, type);
+      if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+        in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
+        im.set_storage(name, type.dtype);
+      }
+      im.add_graph_input(name, in);
+    }
+    return true;
+  };
   import_nodes = [&](const onnx::GraphProto& gp_) {
     QdqFusion qdq(gp_);
     for (int i = 0; i < gp_.node_size(); ++i) {
@@ -524,18 +547,11 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
         // A subgraph's ops were not in the model-wide check.
         if (!found && !find_library_onnx_op(n.domain(), n.op_type()))
           throw UnsupportedError("op " + n.op_type() + " is not supported");
+        // A NonZero or NonMaxSuppression of tensors computed at run time, or control flow
+        // the caller runs: its outputs, computed between stages, enter as graph inputs.
+        if (enter_staged(n)) continue;
         if (found && n.op_type() == "If") {
           inline_if(n);
-          continue;
-        }
-        // A NonZero or NonMaxSuppression of tensors computed at run time: its output,
-        // computed by the caller between stages, enters as a graph input.
-        bool inputs_known = true;
-        for (int k = 0; k < n.input_size(); ++k)
-          inputs_known = inputs_known && (n.input(k).empty() || im.known(n.input(k)));
-        if (n.output_size() == 1 && bindings.staged.count(n.output(0)) && !inputs_known) {
-          im.add_graph_input(n.output(0),
-                             graph.add_input(n.output(0), bindings.staged.at(n.output(0))));
           continue;
         }
         // Shape arithmetic on dynamic dimensions stays symbolic (onnx_sym.h).
@@ -593,7 +609,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       } catch (const InputValueNeeded& e) {
         throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const RunTimeValueNeeded& e) {
-        throw RunTimeValueNeeded(e.values(), e.output(), e.type(), e.kind(), e.attrs(),
+        throw RunTimeValueNeeded(e.values(), e.outputs(), e.types(), e.kind(), e.attrs(),
                                  origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const UnsupportedError& e) {
         throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());

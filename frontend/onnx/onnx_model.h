@@ -36,32 +36,35 @@ class InputValueNeeded : public UnsupportedError {
   std::string input_;
 };
 
-// A node whose output's size depends on the values of tensors computed at run time (NonZero,
-// NonMaxSuppression). Thrown by the loader naming those tensors (the node's inputs by position,
-// "" where one is absent) and the node's kind and attributes, so a caller can compute them
-// first (a compiled stage of its own, onnx_prefix_model), evaluate the node on the host, and
-// load again with the node's output entering as a graph input of `type`
-// (OnnxBindings::staged).
+// A node whose outputs depend on the values of tensors computed at run time: NonZero's and
+// NonMaxSuppression's sizes, and what a Loop, a Scan or an If with a run-time condition
+// computes. Thrown by the loader naming those tensors (by position, "" where one is absent),
+// the node's outputs with their types, and the node's kind and attributes (for control flow,
+// each body as an ONNX model of its own, onnx_control.h), so a caller can compute them first
+// (a compiled stage of its own, onnx_prefix_model), evaluate the node on the host, and load
+// again with the node's outputs entering as graph inputs (OnnxBindings::staged).
 class RunTimeValueNeeded : public UnsupportedError {
  public:
-  RunTimeValueNeeded(std::vector<std::string> values, std::string output, TensorType type,
-                     std::string kind, Attrs attrs, const std::string& what)
+  RunTimeValueNeeded(std::vector<std::string> values, std::vector<std::string> outputs,
+                     std::vector<TensorType> types, std::string kind, Attrs attrs,
+                     const std::string& what)
       : UnsupportedError(what),
         values_(std::move(values)),
-        output_(std::move(output)),
-        type_(std::move(type)),
+        outputs_(std::move(outputs)),
+        types_(std::move(types)),
         kind_(std::move(kind)),
         attrs_(std::move(attrs)) {}
   const std::vector<std::string>& values() const { return values_; }
-  const std::string& output() const { return output_; }
-  const TensorType& type() const { return type_; }
+  // The node's outputs ("" where one is unused) and their types, in the same order.
+  const std::vector<std::string>& outputs() const { return outputs_; }
+  const std::vector<TensorType>& types() const { return types_; }
   const std::string& kind() const { return kind_; }
   const Attrs& attrs() const { return attrs_; }
 
  private:
   std::vector<std::string> values_;
-  std::string output_;
-  TensorType type_;
+  std::vector<std::string> outputs_;
+  std::vector<TensorType> types_;
   std::string kind_;
   Attrs attrs_;
 };
@@ -70,7 +73,8 @@ struct OnnxBindings {
   // Graph inputs fixed to these values: they become load-time values and leave the inputs.
   std::map<std::string, Tensor> input_values;
   // Outputs of RunTimeValueNeeded nodes, by ONNX name: each enters as a graph input (after
-  // the model's own) unless its node's input is known at load time.
+  // the model's own) unless its node's inputs are known at load time (control flow's always
+  // enter).
   std::map<std::string, TensorType> staged;
 };
 

@@ -13,6 +13,12 @@
 #include "graph/dim_expr.h"
 #include "ops/builders.h"
 
+namespace kiln {
+// A graph input's or output's declared type; throws UnsupportedError (naming `where`) for
+// values that are not tensors, element types kiln lacks and unknown ranks.
+TensorType onnx_value_type(const onnx::ValueInfoProto& v, const std::string& where);
+}  // namespace kiln
+
 namespace kiln::onnx_import {
 
 using Outs = std::vector<Var>;
@@ -77,6 +83,10 @@ void add_composite_ops(OpTable& t);
 void add_quant_ops(OpTable& t);
 void add_signal_ops(OpTable& t);  // onnx_ops_signal.cpp
 void add_random_ops(OpTable& t);  // onnx_ops_random.cpp
+void add_control_ops(OpTable& t);  // onnx_control.cpp: Loop, Scan
+// An If whose condition is computed at run time: throws RunTimeValueNeeded with both branches
+// as models of their own, for the caller to run between stages (onnx_control.cpp).
+[[noreturn]] void stage_if(OnnxImporter& im, const onnx::NodeProto& n);
 // Dropout in training mode (onnx_ops_random.cpp): kiln's dropout_train.
 Outs convert_training_dropout(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a);
 

@@ -19,6 +19,7 @@ const onnx_import::OpTable& table() {
     onnx_import::add_quant_ops(t);
     onnx_import::add_signal_ops(t);
     onnx_import::add_random_ops(t);
+    onnx_import::add_control_ops(t);
     return t;
   }();
   return t;

@@ -150,7 +150,8 @@ void add_value_ops(OpTable& t) {
           return Outs{constant(im.graph(), nonzero_indices(*x))};
         const int rank = std::max(1, im.type_of(n, 0).rank());
         throw RunTimeValueNeeded(
-            {n.input(0)}, n.output(0), TensorType{DType::kInt64, {rank, kDynamic}}, "NonZero", {},
+            {n.input(0)}, {n.output(0)}, {TensorType{DType::kInt64, {rank, kDynamic}}}, "NonZero",
+            {},
             "NonZero of '" + n.input(0) +
                 "', a tensor known only at run time: its output size depends on "
                 "the values, so it is computed between compiled stages (kiln run "
@@ -177,7 +178,7 @@ void add_value_ops(OpTable& t) {
           return Outs{constant(im.graph(), non_max_suppression(*known[0], *known[1],
                                                                nms_params(known, centre)))};
         }
-        throw RunTimeValueNeeded(values, n.output(0), TensorType{DType::kInt64, {kDynamic, 3}},
+        throw RunTimeValueNeeded(values, {n.output(0)}, {TensorType{DType::kInt64, {kDynamic, 3}}},
                                  "NonMaxSuppression", {{"center_point_box", centre}},
                                  "NonMaxSuppression of boxes and scores known only at run time: "
                                  "its output size depends on the values, so it is computed "

@@ -62,6 +62,23 @@ std::string onnx_dtype_name(int code) {
   return "data type " + std::to_string(code);
 }
 
+int onnx_dtype_code(DType dt) {
+  for (int code = onnx::TensorProto::DataType_MIN; code <= onnx::TensorProto::DataType_MAX;
+       ++code) {
+    if (dtype_from_onnx(code) == dt) return code;
+  }
+  throw InternalError("no ONNX data type for " + std::string(dtype_name(dt)));
+}
+
+void tensor_to_onnx(const Tensor& t, const std::string& name, onnx::TensorProto* proto) {
+  proto->Clear();
+  proto->set_name(name);
+  proto->set_data_type(onnx_dtype_code(t.dtype()));
+  for (int64_t d : t.shape()) proto->add_dims(d);
+  const Tensor c = t.contiguous();
+  proto->set_raw_data(std::string(static_cast<const char*>(c.data()), c.nbytes()));
+}
+
 namespace {
 
 // Where an external tensor's bytes are, checked: the file resolves (symlinks included) inside

@@ -19,6 +19,9 @@ namespace kiln {
 // The kiln dtype for an ONNX TensorProto.DataType code; nullopt when kiln has none.
 std::optional<DType> dtype_from_onnx(int code);
 std::string onnx_dtype_name(int code);  // "FLOAT", "UINT16", ...
+int onnx_dtype_code(DType dt);          // the TensorProto.DataType code of a kiln dtype
+// A tensor as a TensorProto named `name` (dims, data type, raw little-endian data).
+void tensor_to_onnx(const Tensor& t, const std::string& name, onnx::TensorProto* proto);
 
 // A tensor's raw_data left in the model file's mapping (onnx_wire.h) rather than in its
 // TensorProto.
