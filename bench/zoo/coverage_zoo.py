@@ -19,6 +19,9 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
                  grid sample (zero padding), 4 x 3 x 128 x 128
   log_mel        a log-mel spectrogram (torch.stft, 400-point Hann frames every 160 samples, 80
                  mel bands, log), 2 x 5 seconds at 16 kHz: speech models' front-end
+  greedy_decoder a scripted GRU decoder that feeds each step's argmax token back in (an ONNX Loop
+                 whose trip count comes from the input's shape; its body reads the weights from
+                 the enclosing graph), 64 steps for 8 sequences: decoding loops
 """
 import math
 import os
@@ -158,6 +161,30 @@ class LogMel(nn.Module):
         return torch.log(mel.clamp(min=1e-10))
 
 
+class GreedyDecoder(nn.Module):
+    """A GRU cell written out (TorchScript's exporter has no rule for a scripted nn.GRUCell),
+    an embedding of the previous token and a vocabulary projection; returns the last state."""
+    def __init__(self, vocab=2000, hidden=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.wi, self.wh = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, h):
+        tok = torch.zeros(h.size(0), dtype=torch.long)
+        for _ in range(h.size(0) * 8):
+            ir, iz, inn = self.wi(self.embed(tok)).chunk(3, 1)
+            hr, hz, hn = self.wh(h).chunk(3, 1)
+            r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+            h = (1 - z) * torch.tanh(inn + r * hn) + z * h
+            tok = self.out(h).argmax(-1)
+        return h
+
+
+def greedy_decoder():
+    return torch.jit.script(GreedyDecoder())
+
+
 def mel_filters(n_fft, mels, rate):
     """Slaney-style triangular filters (mels x bins), as Whisper's front-end has them."""
     bins = n_fft // 2 + 1
@@ -183,6 +210,7 @@ MODELS = {
     "segnet": (SegNet, image(1), "input", None),
     "stn": (STN, image(4, 128), "input", None),
     "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
+    "greedy_decoder": (greedy_decoder, lambda: torch.randn(8, 256), "state", None),
 }
 
 
