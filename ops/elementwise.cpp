@@ -43,6 +43,8 @@ bool in_domain(Domain domain, DType dt) {
       return is_float(dt);
     case Domain::kBool:
       return dt == DType::kBool;
+    case Domain::kInteger:
+      return is_integer(dt);
   }
   return false;
 }
@@ -59,6 +61,8 @@ std::string domain_name(Domain domain) {
       return "a floating dtype (float32, float64)";
     case Domain::kBool:
       return "bool";
+    case Domain::kInteger:
+      return "an integer dtype";
   }
   return "?";
 }

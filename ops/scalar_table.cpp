@@ -197,6 +197,24 @@ const std::vector<ScalarOpDef> kOps = {
   {"where",      3, Domain::kAny,           OutRule::kWhere, "(${0} ? ${1} : ${2})",              "(${0} ? ${1} : ${2})",
    [](P x, P) { return x[0] != 0 ? x[1] : x[2]; }, [](I x, P) { return x[0] ? x[1] : x[2]; }, {},
    "0; where(x0, g, 0); where(x0, 0, g)"},
+  // Integer ops on the bits as unsigned 64-bit values: ONNX's BitShift (unsigned types; a
+  // shift by 64 or more gives 0), and the orders and remainder of uint64 values, which kiln
+  // stores as int64 (narrower unsigned values are non-negative there, so the same code serves).
+  {"shift_left",  2, Domain::kInteger,      OutRule::kSame,  "",                                  "((${1}) < 0 || (${1}) > 63 ? (${T})0 : (${T})((uint64_t)(${0}) << (${1})))",
+   nullptr, [](I x, P) { return x[1] < 0 || x[1] > 63 ? int64_t{0} : static_cast<int64_t>(static_cast<uint64_t>(x[0]) << x[1]); }, {},
+   ""},
+  {"shift_right", 2, Domain::kInteger,      OutRule::kSame,  "",                                  "((${1}) < 0 || (${1}) > 63 ? (${T})0 : (${T})((uint64_t)(${0}) >> (${1})))",
+   nullptr, [](I x, P) { return x[1] < 0 || x[1] > 63 ? int64_t{0} : static_cast<int64_t>(static_cast<uint64_t>(x[0]) >> x[1]); }, {},
+   ""},
+  {"minimum_u",   2, Domain::kInteger,      OutRule::kSame,  "",                                  "((uint64_t)(${0}) < (uint64_t)(${1}) ? ${0} : ${1})",
+   nullptr, [](I x, P) { return static_cast<uint64_t>(x[0]) < static_cast<uint64_t>(x[1]) ? x[0] : x[1]; }, {},
+   ""},
+  {"maximum_u",   2, Domain::kInteger,      OutRule::kSame,  "",                                  "((uint64_t)(${0}) > (uint64_t)(${1}) ? ${0} : ${1})",
+   nullptr, [](I x, P) { return static_cast<uint64_t>(x[0]) > static_cast<uint64_t>(x[1]) ? x[0] : x[1]; }, {},
+   ""},
+  {"mod_u",       2, Domain::kInteger,      OutRule::kSame,  "",                                  "((${1}) == 0 ? (${T})0 : (${T})((uint64_t)(${0}) % (uint64_t)(${1})))",
+   nullptr, [](I x, P) { return x[1] == 0 ? int64_t{0} : static_cast<int64_t>(static_cast<uint64_t>(x[0]) % static_cast<uint64_t>(x[1])); }, {},
+   ""},
   // Conversion to bool tests against zero; other conversions follow C.
   {"cast",       1, Domain::kAny,           OutRule::kCast,  "((${T})${0})",                      "((${T})${0})",
    [](P x, P) { return x[0]; }, [](I x, P) { return x[0]; }, {},

@@ -10,7 +10,7 @@
 
 namespace kiln {
 
-enum class Domain { kAny, kNumeric, kSignedNumeric, kFloat, kBool };
+enum class Domain { kAny, kNumeric, kSignedNumeric, kFloat, kBool, kInteger };
 enum class OutRule { kSame, kBool, kWhere, kCast };
 
 struct ScalarParam {

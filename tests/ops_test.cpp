@@ -46,6 +46,9 @@ Range range_for(const std::string& op, size_t input) {
   if (op == "pow") return input == 0 ? Range{0.1, 3} : Range{-2, 2};
   if (op == "cast") return {-100, 100};
   if (op == "div" || op == "mod" || op == "fmod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
+  // Shifts by 0..70: past 63 the result is 0.
+  if (op == "shift_left" || op == "shift_right") return input == 0 ? Range{-300, 300} : Range{0, 70};
+  if (op == "mod_u") return input == 0 ? Range{-300, 300} : Range{-4, 4};
   return {};
 }
 
@@ -109,6 +112,8 @@ std::vector<DType> dtypes_for(const ScalarOpDef& def) {
       return {DType::kBool};
     case Domain::kAny:
       return {DType::kFloat32, DType::kInt32};
+    case Domain::kInteger:
+      return {DType::kUInt8, DType::kInt32, DType::kInt64};
     default:
       return {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64};
   }

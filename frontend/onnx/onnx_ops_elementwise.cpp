@@ -101,6 +101,8 @@ Outs convert_pow(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
 
 Outs convert_mod(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   Var x = im.in(n, 0), y = im.in(n, 1);
+  // uint64 values are stored as int64; unsigned, both remainders are the same.
+  if (im.storage(n.input(0)) == DType::kUInt64) return Outs{apply("mod_u", {x, y})};
   if (attr_int(a, "fmod", 0) == 0) return Outs{mod(x, y)};
   // C fmod: the sign of the dividend. Integer: x - trunc(x / y) * y.
   if (is_float(x.dtype())) return Outs{apply("fmod", {x, y})};
@@ -152,8 +154,33 @@ void add_elementwise_ops(OpTable& t) {
   for (const auto& [onnx_name, kiln_name] : same) t[onnx_name] = elementwise(kiln_name);
   t["LeakyRelu"] = elementwise("leaky_relu", {"alpha"});
   t["Elu"] = elementwise("elu", {"alpha"});
-  t["Max"] = variadic("maximum", false);
-  t["Min"] = variadic("minimum", false);
+  // uint64 values are stored as int64: their orders compare the bits as unsigned.
+  auto unsigned_aware = [](const std::string& op, OnnxOpSpec as_signed) {
+    OnnxOpSpec as_unsigned = variadic(op + "_u", false);
+    return OnnxOpSpec{{}, nullptr, [=](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                        return im.storage(n.input(0)) == DType::kUInt64
+                                   ? as_unsigned.convert(im, n, a)
+                                   : as_signed.convert(im, n, a);
+                      }};
+  };
+  t["Max"] = unsigned_aware("maximum", variadic("maximum", false));
+  t["Min"] = unsigned_aware("minimum", variadic("minimum", false));
+  t["BitShift"] = {{"direction"}, nullptr,
+                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                     const std::string dir = attr_string(a, "direction", std::string());
+                     if (dir != "LEFT" && dir != "RIGHT")
+                       throw UserError("direction must be LEFT or RIGHT, got '" + dir + "'");
+                     for (int k = 0; k < 2; ++k) {
+                       const DType dt = im.logical_dtype(n, k);
+                       if (dt != DType::kUInt8 && dt != DType::kUInt16 && dt != DType::kUInt32 &&
+                           dt != DType::kUInt64) {
+                         throw UserError("BitShift takes unsigned integers; input " +
+                                         std::to_string(k) + " is " + std::string(dtype_name(dt)));
+                       }
+                     }
+                     return Outs{apply(dir == "LEFT" ? "shift_left" : "shift_right",
+                                       {im.in(n, 0), im.in(n, 1)})};
+                   }};
   t["Sum"] = variadic("add", false);
   t["Mean"] = variadic("add", true);
   t["Pow"] = {{}, nullptr, convert_pow};
