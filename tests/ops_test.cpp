@@ -47,7 +47,8 @@ Range range_for(const std::string& op, size_t input) {
   if (op == "cast") return {-100, 100};
   if (op == "div" || op == "mod" || op == "fmod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
   // Shifts by 0..70: past 63 the result is 0.
-  if (op == "shift_left" || op == "shift_right") return input == 0 ? Range{-300, 300} : Range{0, 70};
+  if (op == "shift_left" || op == "shift_right")
+    return input == 0 ? Range{-300, 300} : Range{0, 70};
   if (op == "mod_u") return input == 0 ? Range{-300, 300} : Range{-4, 4};
   return {};
 }

@@ -161,10 +161,10 @@ void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
   for (int i = 0; i < n.input_size(); ++i) {
     u64 = u64 || (!n.input(i).empty() && im.storage(n.input(i)) == DType::kUInt64);
   }
-  if (u64 && !is_onnx_op(n, {"Add", "Sub", "Mul", "Identity", "Reshape", "Flatten", "Squeeze",
-                             "Unsqueeze", "Transpose", "Concat", "Slice", "Split", "Gather",
-                             "Expand", "Cast", "CastLike", "Equal", "Where", "Sum", "BitShift",
-                             "Min", "Max", "Mod"})) {
+  if (u64 && !is_onnx_op(n, {"Add",     "Sub",       "Mul",       "Identity", "Reshape", "Flatten",
+                             "Squeeze", "Unsqueeze", "Transpose", "Concat",   "Slice",   "Split",
+                             "Gather",  "Expand",    "Cast",      "CastLike", "Equal",   "Where",
+                             "Sum",     "BitShift",  "Min",       "Max",      "Mod"})) {
     throw UnsupportedError(n.op_type() +
                            " on uint64 values (computed as int64, so values past "
                            "2^63 would order and divide wrongly)");

@@ -165,22 +165,22 @@ void add_elementwise_ops(OpTable& t) {
   };
   t["Max"] = unsigned_aware("maximum", variadic("maximum", false));
   t["Min"] = unsigned_aware("minimum", variadic("minimum", false));
-  t["BitShift"] = {{"direction"}, nullptr,
-                   [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-                     const std::string dir = attr_string(a, "direction", std::string());
-                     if (dir != "LEFT" && dir != "RIGHT")
-                       throw UserError("direction must be LEFT or RIGHT, got '" + dir + "'");
-                     for (int k = 0; k < 2; ++k) {
-                       const DType dt = im.logical_dtype(n, k);
-                       if (dt != DType::kUInt8 && dt != DType::kUInt16 && dt != DType::kUInt32 &&
-                           dt != DType::kUInt64) {
-                         throw UserError("BitShift takes unsigned integers; input " +
-                                         std::to_string(k) + " is " + std::string(dtype_name(dt)));
-                       }
-                     }
-                     return Outs{apply(dir == "LEFT" ? "shift_left" : "shift_right",
-                                       {im.in(n, 0), im.in(n, 1)})};
-                   }};
+  t["BitShift"] = {
+      {"direction"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        const std::string dir = attr_string(a, "direction", std::string());
+        if (dir != "LEFT" && dir != "RIGHT")
+          throw UserError("direction must be LEFT or RIGHT, got '" + dir + "'");
+        for (int k = 0; k < 2; ++k) {
+          const DType dt = im.logical_dtype(n, k);
+          if (dt != DType::kUInt8 && dt != DType::kUInt16 && dt != DType::kUInt32 &&
+              dt != DType::kUInt64) {
+            throw UserError("BitShift takes unsigned integers; input " + std::to_string(k) +
+                            " is " + std::string(dtype_name(dt)));
+          }
+        }
+        return Outs{
+            apply(dir == "LEFT" ? "shift_left" : "shift_right", {im.in(n, 0), im.in(n, 1)})};
+      }};
   t["Sum"] = variadic("add", false);
   t["Mean"] = variadic("add", true);
   t["Pow"] = {{}, nullptr, convert_pow};
