@@ -9,6 +9,7 @@
 #include "frontend/model_loader.h"
 #include "frontend/onnx/nms.h"
 #include "frontend/onnx/nonzero.h"
+#include "frontend/onnx/unique.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/strings.h"
@@ -265,6 +266,11 @@ std::vector<Tensor> ModelFunction::evaluate_stage(Stage& s,
   if (s.kind == "Scan") return run_scan(body(0), values, s.types, s.attrs, where);
   if (s.kind == "If") return run_if(body(0), body(1), values, where);
   if (values.empty() || !values[0]) throw UserError(where + ": its input is absent");
+  if (s.kind == "Unique") {
+    const std::optional<int64_t> axis =
+        s.attrs.count("axis") ? std::optional<int64_t>(attr_int(s.attrs, "axis")) : std::nullopt;
+    return unique(*values[0], axis, attr_int(s.attrs, "sorted", 1) != 0);
+  }
   if (s.kind == "NonMaxSuppression") {
     if (values.size() < 2 || !values[1])
       throw UserError("NonMaxSuppression's boxes and scores are missing");

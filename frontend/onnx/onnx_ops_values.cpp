@@ -15,6 +15,7 @@
 #include "frontend/onnx/onnx_model.h"
 #include "frontend/onnx/onnx_op_support.h"
 #include "frontend/onnx/onnx_tensor.h"
+#include "frontend/onnx/unique.h"
 #include "ops/broadcast.h"
 #include "ops/registry.h"
 #include "ops/window.h"
@@ -156,6 +157,42 @@ void add_value_ops(OpTable& t) {
                 "', a tensor known only at run time: its output size depends on "
                 "the values, so it is computed between compiled stages (kiln run "
                 "and ModelFunction do this)");
+      }};
+  // Unique: folded when its input is known at load time, else computed between stages.
+  t["Unique"] = {
+      {"axis", "sorted"},
+      nullptr,
+      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) -> Outs {
+        const std::optional<int64_t> axis =
+            a.count("axis") ? std::optional<int64_t>(attr_int(a, "axis")) : std::nullopt;
+        const int64_t sorted = attr_int(a, "sorted", 1);
+        if (sorted != 0 && sorted != 1)
+          throw UserError("sorted must be 0 or 1, got " + std::to_string(sorted));
+        TensorType x = im.type_of(n, 0);
+        x.dtype = im.logical_dtype(n, 0);
+        if (axis && (*axis < -x.rank() || *axis >= x.rank()))
+          throw UserError("axis " + std::to_string(*axis) + " is outside " + x.to_string());
+        if (const Tensor* v = im.known(n.input(0))) {
+          const std::optional<DType> st = im.storage(n.input(0));
+          Outs outs;
+          for (const Tensor& r : unique(st ? convert_tensor(*v, *st) : *v, axis, sorted != 0))
+            outs.push_back(constant(im.graph(), r));
+          return outs;
+        }
+        TensorType y{x.dtype, {kDynamic}};
+        if (axis) {
+          y = x;
+          y.dims[static_cast<size_t>(*axis < 0 ? *axis + x.rank() : *axis)] = kDynamic;
+        }
+        const TensorType index{DType::kInt64, {kDynamic}};
+        Attrs stage{{"sorted", sorted}};
+        if (axis) stage["axis"] = *axis;
+        throw RunTimeValueNeeded({n.input(0)}, {n.output().begin(), n.output().end()},
+                                 {y, index, index, index}, "Unique", stage,
+                                 "Unique of '" + n.input(0) +
+                                     "', a tensor known only at run time: its outputs' sizes "
+                                     "depend on the values, so it is computed between compiled "
+                                     "stages (kiln run and ModelFunction do this)");
       }};
   // Boxes kept by NonMaxSuppression: computed at load time when its inputs are known, else
   // between stages as NonZero is.
