@@ -74,6 +74,10 @@ int default_opset(const onnx::ModelProto& m, const std::string& origin) {
   for (const auto& o : m.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = static_cast<int>(o.version());
   }
+  if (opset < 0 && m.opset_import_size() > 0) {
+    // Only other domains (a training-domain optimizer): no default-domain op can appear.
+    return kOnnxMaxOpset;
+  }
   if (opset < 0) {
     // IR version 2 models carry no opset_import; they are opset 1, which kiln predates.
     throw UnsupportedError(origin + ": the model imports no default-domain opset");

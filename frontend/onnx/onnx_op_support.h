@@ -83,7 +83,8 @@ void add_composite_ops(OpTable& t);
 void add_quant_ops(OpTable& t);
 void add_signal_ops(OpTable& t);  // onnx_ops_signal.cpp
 void add_random_ops(OpTable& t);  // onnx_ops_random.cpp
-void add_control_ops(OpTable& t);  // onnx_control.cpp: Loop, Scan
+void add_control_ops(OpTable& t);   // onnx_control.cpp: Loop, Scan
+void add_training_ops(OpTable& t);  // onnx_ops_training.cpp: ai.onnx.preview.training
 // An If whose condition is computed at run time: throws RunTimeValueNeeded with both branches
 // as models of their own, for the caller to run between stages (onnx_control.cpp).
 [[noreturn]] void stage_if(OnnxImporter& im, const onnx::NodeProto& n);

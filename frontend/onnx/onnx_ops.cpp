@@ -20,6 +20,7 @@ const onnx_import::OpTable& table() {
     onnx_import::add_signal_ops(t);
     onnx_import::add_random_ops(t);
     onnx_import::add_control_ops(t);
+    onnx_import::add_training_ops(t);
     return t;
   }();
   return t;
@@ -34,7 +35,8 @@ const OnnxOpSpec* find_onnx_op(const std::string& op_type) {
 
 const OnnxOpSpec* find_onnx_op(const std::string& domain, const std::string& op_type) {
   if (domain.empty() || domain == "ai.onnx") return find_onnx_op(op_type);
-  if (domain == "com.microsoft") return find_onnx_op("com.microsoft." + op_type);
+  if (domain == "com.microsoft" || domain == "ai.onnx.preview.training")
+    return find_onnx_op(domain + "." + op_type);
   return nullptr;
 }
 

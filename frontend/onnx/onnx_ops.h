@@ -23,7 +23,8 @@ struct OnnxOpSpec {
 
 const OnnxOpSpec* find_onnx_op(const std::string& op_type);
 // A node's op by domain: the default domain's by name, and onnxruntime's contrib ops that kiln
-// imports (domain com.microsoft, e.g. QLinearAdd); null for any other.
+// imports (domain com.microsoft, e.g. QLinearAdd) and the optimizers of ONNX's training domain
+// (ai.onnx.preview.training); null for any other.
 const OnnxOpSpec* find_onnx_op(const std::string& domain, const std::string& op_type);
 std::vector<std::string> onnx_op_names();  // sorted
 
