@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "frontend/control_flow.h"
@@ -51,11 +52,12 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
 }
 
 ModelFunction::ModelFunction(std::string bytes, std::string origin, fs::path dir,
-                             CompileOptions options)
+                             CompileOptions options, std::map<std::string, TensorType> outer_staged)
     : bytes_(std::move(bytes)),
       origin_(std::move(origin)),
       dir_(std::move(dir)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      outer_staged_(std::move(outer_staged)) {
   init_onnx();
 }
 
@@ -75,10 +77,12 @@ void ModelFunction::init_onnx() {
 Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
   stage_ms_ = 0;
   for (;;) {
-    OnnxBindings bindings{bound, {}};
+    OnnxBindings bindings{bound, outer_staged_};
     for (const Stage& s : stages_) {
       for (size_t k = 0; k < s.outputs.size(); ++k)
         if (!s.outputs[k].empty()) bindings.staged[s.outputs[k]] = s.types[k];
+      for (size_t k = 0; k < s.carried.size(); ++k)
+        bindings.staged[s.carried[k]] = s.carried_types[k];
     }
     try {
       return parse_onnx_model(bytes_, origin_, dir_, bindings);
@@ -96,20 +100,28 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
             origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "': " + body, dir_,
             options_));
       }
+      // At hand before this stage: the model's inputs, and what earlier stages computed.
+      std::set<std::string> available;
+      for (const auto& [name, type] : bindings.staged) available.insert(name);
       std::vector<std::string> computed;  // the values a prefix must compute
       for (const std::string& v : s.values) {
         const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
                                           [&](const ModelInput& in) { return in.name == v; });
-        if (!v.empty() && !declared) computed.push_back(v);
+        if (!v.empty() && !declared && !available.count(v)) computed.push_back(v);
       }
       if (!computed.empty()) {
-        std::vector<std::string> named;
+        std::vector<std::string> named, carried;
         for (const std::string& v : s.values)
           if (!v.empty()) named.push_back(v);
         const auto start = std::chrono::steady_clock::now();
-        s.prefix.reset(new ModelFunction(
-            onnx_prefix_model(bytes_, origin_, named),
-            origin_ + " (the stage computing '" + join(named, "', '") + "')", dir_, options_));
+        // The prefix takes what earlier stages computed as inputs, and hands on what the
+        // rest reads from it: each node before the last cut runs once per call.
+        s.prefix.reset(
+            new ModelFunction(onnx_prefix_model(bytes_, origin_, named, available, &carried),
+                              origin_ + " (the stage computing '" + join(named, "', '") + "')",
+                              dir_, options_, bindings.staged));
+        s.prefix->lenient_inputs_ = true;
+        carry_from_prefix(s, named.size(), carried);
         stage_ms_ += ms_since(start);
       }
       stages_.push_back(std::move(s));
@@ -168,41 +180,37 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
 std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inputs) {
   Variant& v = variant_for(inputs);
   last_ = &v;
-  // The variant's inputs: the call's (less the value inputs it was built with), and the
-  // NonZero results its stages compute from them.
-  std::map<std::string, Tensor> args;
-  std::vector<bool> evaluated(stages_.size(), false);
-  for (const Variable* in : v.graph->inputs()) {
-    if (auto it = inputs.find(in->name); it != inputs.end()) {
-      args[in->name] = it->second;
-      continue;
-    }
-    for (size_t si = 0; si < stages_.size(); ++si) {
-      Stage& s = stages_[si];
-      if (evaluated[si] ||
-          std::find(s.outputs.begin(), s.outputs.end(), in->name) == s.outputs.end())
-        continue;
-      evaluated[si] = true;
-      // The prefix computes every named value (in order); without one, all are inputs.
-      std::vector<Tensor> computed;
-      if (s.prefix) computed = s.prefix->run(inputs);
-      std::vector<const Tensor*> values;
-      size_t next = 0;
-      for (const std::string& v : s.values) {
-        if (v.empty()) {
-          values.push_back(nullptr);
-        } else if (s.prefix) {
-          values.push_back(&computed.at(next++));
-        } else {
-          auto x = inputs.find(v);
-          values.push_back(x == inputs.end() ? nullptr : &x->second);
-        }
+  // Stages in order: each prefix reads the call's inputs and what earlier stages computed
+  // (their results and carried values); the model reads the lot.
+  std::map<std::string, Tensor> at_hand;
+  if (!stages_.empty()) at_hand = inputs;
+  for (Stage& s : stages_) {
+    std::vector<Tensor> computed;
+    if (s.prefix) computed = s.prefix->run(at_hand);
+    std::vector<const Tensor*> values;
+    size_t next = 0;
+    for (const std::string& v : s.values) {
+      if (v.empty()) {
+        values.push_back(nullptr);
+      } else if (s.prefix) {
+        values.push_back(&computed.at(next++));
+      } else {
+        auto x = at_hand.find(v);
+        values.push_back(x == at_hand.end() ? nullptr : &x->second);
       }
-      std::vector<Tensor> outs = evaluate_stage(s, values);
-      for (size_t k = 0; k < s.outputs.size() && k < outs.size(); ++k)
-        if (!s.outputs[k].empty()) args[s.outputs[k]] = std::move(outs[k]);
     }
+    for (size_t k = 0; k < s.carried.size(); ++k)
+      at_hand[s.carried[k]] = computed.at(s.carried_index[k]);
+    std::vector<Tensor> outs = evaluate_stage(s, values);
+    for (size_t k = 0; k < s.outputs.size() && k < outs.size(); ++k)
+      if (!s.outputs[k].empty()) at_hand[s.outputs[k]] = std::move(outs[k]);
   }
+  const std::map<std::string, Tensor>& from = stages_.empty() ? inputs : at_hand;
+  std::map<std::string, Tensor> args;
+  for (const Variable* in : v.graph->inputs()) {
+    if (auto it = from.find(in->name); it != from.end()) args[in->name] = it->second;
+  }
+  if (lenient_inputs_) return v.function->run(args);
   // Names the model does not declare go on to Function::run, which reports them.
   for (const auto& [name, t] : inputs) {
     if (std::none_of(inputs_.begin(), inputs_.end(),
@@ -253,6 +261,25 @@ std::vector<std::pair<std::string, ModelFunction*>> ModelFunction::stages() {
     out.emplace_back(join(named, ", "), s.prefix.get());
   }
   return out;
+}
+
+void ModelFunction::carry_from_prefix(Stage& s, size_t named,
+                                      const std::vector<std::string>& carried) {
+  // The prefix's outputs after the named values, in order. A value the prefix knows at load
+  // time (a constant) is not carried: the model folds it again, and keeps it known.
+  if (s.prefix->value_inputs_.size() > 0 || !s.prefix->last_) return;
+  const std::vector<Variable*>& outs = s.prefix->last_->graph->outputs();
+  for (size_t k = 0; k < carried.size() && named + k < outs.size(); ++k) {
+    const Variable* v = outs[named + k];
+    const Variable* src = v;
+    if (v->kind == VarKind::kNodeOutput && v->owner && v->owner->inputs.size() == 1 &&
+        v->owner->op->name() == "reshape")
+      src = v->owner->inputs[0];
+    if (src->kind == VarKind::kConstant) continue;
+    s.carried.push_back(carried[k]);
+    s.carried_types.push_back(v->type);
+    s.carried_index.push_back(named + k);
+  }
 }
 
 std::vector<Tensor> ModelFunction::evaluate_stage(Stage& s,

@@ -66,14 +66,24 @@ class ModelFunction {
     std::string kind;
     std::vector<TensorType> types;
     Attrs attrs;
-    std::unique_ptr<ModelFunction> prefix;  // null when every value is a model input
+    std::unique_ptr<ModelFunction> prefix;               // null when every value is already at hand
     std::vector<std::unique_ptr<ModelFunction>> bodies;  // Loop, Scan: body; If: then, else
+    // What the prefix computes for the stages and the model after it (onnx_prefix_model's
+    // carried values): they take these as inputs rather than computing them again.
+    std::vector<std::string> carried;
+    std::vector<TensorType> carried_types;
+    std::vector<size_t> carried_index;  // each one's place among the prefix's outputs
   };
   // The stage's outputs from its input values (the host's NonZero or NonMaxSuppression, or
   // the control-flow drivers of frontend/control_flow.h).
   std::vector<Tensor> evaluate_stage(Stage& s, const std::vector<const Tensor*>& values);
+  // Records which of the prefix's carried values later stages and the model take as inputs
+  // (`named`: how many of its outputs the stage itself reads).
+  static void carry_from_prefix(Stage& s, size_t named, const std::vector<std::string>& carried);
+  // A model in memory; `outer_staged`: the values an enclosing ModelFunction computes before
+  // this one runs (earlier stages' results), which enter as inputs.
   ModelFunction(std::string bytes, std::string origin, std::filesystem::path dir,
-                CompileOptions options);
+                CompileOptions options, std::map<std::string, TensorType> outer_staged = {});
   void init_onnx();
   // Parses with `bound` input values, adding a stage per NonZero met until the model loads.
   Graph load(const std::map<std::string, Tensor>& bound);
@@ -87,6 +97,8 @@ class ModelFunction {
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
   std::vector<Stage> stages_;
+  std::map<std::string, TensorType> outer_staged_;
+  bool lenient_inputs_ = false;  // a prefix: run() ignores names it does not take
   Variant* last_ = nullptr;
   double load_ms_ = 0;
   double stage_ms_ = 0;  // building prefixes, within the last load

@@ -114,41 +114,63 @@ std::string CumSum::c_code(const Node& node, const CodeNames& names, const Sub& 
 }
 
 TopK::TopK(Attrs props) : COp("top_k", std::move(props)) {
-  check_known_attrs(this->props(), {"k", "axis", "largest", "sorted"});
-  k_ = attr_int(this->props(), "k");
-  if (k_ < 0) throw AttrError("k", "must not be negative");
+  check_known_attrs(this->props(), {"k", "k_dims", "axis", "largest", "sorted"});
+  if (this->props().count("k_dims")) {
+    const std::vector<DimExpr> e = parse_dim_exprs(attr_string(this->props(), "k_dims"));
+    if (e.size() != 1) throw AttrError("k_dims", "must hold one expression");
+    k_dims_ = e[0];
+    if (this->props().count("k")) throw AttrError("k", "cannot be given with k_dims");
+  } else {
+    k_ = attr_int(this->props(), "k");
+    if (k_ < 0) throw AttrError("k", "must not be negative");
+  }
   axis_ = attr_int(this->props(), "axis", -1);
   largest_ = attr_int(this->props(), "largest", 1) != 0;
   sorted_ = attr_int(this->props(), "sorted", 1) != 0;
 }
 
 std::vector<TensorType> TopK::infer_type(const std::vector<TensorType>& inputs) const {
-  if (inputs.size() != 1) throw UserError("top_k takes 1 input");
+  const size_t expected = k_dims_ ? static_cast<size_t>(std::max(0, k_dims_->max_input()) + 1) : 1;
+  if (inputs.size() != expected) {
+    throw UserError("top_k takes " + std::to_string(expected) + " input" +
+                    (expected == 1 ? "" : "s (the data, then the inputs k_dims reads)"));
+  }
   check_numeric(inputs[0], "top_k");
   const auto axis = static_cast<size_t>(normalize_axis(axis_, inputs[0].rank(), "top_k"));
   TensorType v = inputs[0];
-  if (v.dims[axis] != kDynamic && v.dims[axis] < k_) {
-    throw UserError("top_k: k = " + std::to_string(k_) + " exceeds axis " + std::to_string(axis) +
+  const std::optional<int64_t> k = k_dims_ ? k_dims_->eval_static(inputs) : k_;
+  if (k && v.dims[axis] != kDynamic && v.dims[axis] < *k) {
+    throw UserError("top_k: k = " + std::to_string(*k) + " exceeds axis " + std::to_string(axis) +
                     " of " + inputs[0].to_string());
   }
-  v.dims[axis] = k_;
+  v.dims[axis] = k.value_or(kDynamic);
   TensorType i{DType::kInt64, v.dims};
   return {v, i};
+}
+
+int64_t TopK::k_of(const std::vector<Shape>& inputs) const {
+  const int64_t k = k_dims_ ? k_dims_->eval(inputs) : k_;
+  const auto axis =
+      static_cast<size_t>(normalize_axis(axis_, static_cast<int>(inputs[0].size()), "top_k"));
+  if (k < 0 || inputs[0][axis] < k) {
+    throw UserError("top_k: k = " + std::to_string(k) + " is outside axis " + std::to_string(axis) +
+                    " of " + dims_to_string(inputs[0]));
+  }
+  return k;
 }
 
 std::vector<Shape> TopK::infer_shape(const std::vector<Shape>& inputs) const {
   Shape s = inputs[0];
   const auto axis = static_cast<size_t>(normalize_axis(axis_, static_cast<int>(s.size()), "top_k"));
-  if (s[axis] < k_) {
-    throw UserError("top_k: k = " + std::to_string(k_) + " exceeds axis " + std::to_string(axis) +
-                    " of " + dims_to_string(inputs[0]));
-  }
-  s[axis] = k_;
+  s[axis] = k_of(inputs);
   return {s, s};
 }
 
 void TopK::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor& x = inputs[0];
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  const int64_t k = k_of(shapes);  // the props' k, or k_dims evaluated
   const auto axis = static_cast<size_t>(normalize_axis(axis_, x.ndim(), "top_k"));
   int64_t outer, len, inner;
   split_at(x.shape(), axis, &outer, &len, &inner);
@@ -169,8 +191,8 @@ void TopK::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
       auto val = [&](int64_t k) { return x.load((o * len + k) * inner + i); };
       std::stable_sort(idx.begin(), idx.end(),
                        [&](int64_t a, int64_t b) { return before(val(a), a, val(b), b); });
-      for (int64_t j = 0; j < k_; ++j) {
-        const int64_t src = idx[static_cast<size_t>(j)], at = (o * k_ + j) * inner + i;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t src = idx[static_cast<size_t>(j)], at = (o * k + j) * inner + i;
         if (is_float(x.dtype())) {
           outputs[0].store(at, val(src));
         } else {
@@ -187,8 +209,10 @@ std::string TopK::c_code(const Node& node, const CodeNames& names, const Sub& su
   const int axis = normalize_axis(axis_, t.rank(), "top_k");
   const std::string ct(dtype_c_type(t.dtype));
   const bool fl = is_float(t.dtype);
-  const std::string k = std::to_string(k_);
   std::string s = "{\n" + contiguous_columns(node, names, sub, axis, "top_k");
+  // k from the output's shape: the executor sized it (infer_shape checked it against len).
+  const std::string k = "k_out";
+  s += "  const int64_t k_out = " + names.outputs[0] + "->shape[" + std::to_string(axis) + "];\n";
   s += "  " + ct + " *y = (" + ct + " *)" + names.outputs[0] + "->data;\n";
   s += "  int64_t *yi = (int64_t *)" + names.outputs[1] + "->data;\n";
   s += c_workspace("unsigned char", "taken", "len", "top_k's taken flags");

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -381,28 +382,99 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
   return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{input_values, {}});
 }
 
-std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
-                              const std::vector<std::string>& values) {
-  onnx::ModelProto model = parse_model_proto(bytes, origin);
-  auto* gp = model.mutable_graph();
-  int last = -1;
-  for (const std::string& value : values) {
-    int at = -1;
-    for (int i = 0; i < gp->node_size() && at < 0; ++i) {
-      for (const std::string& out : gp->node(i).output()) {
-        if (out == value) at = i;
+namespace {
+
+// Every name a node reads: its inputs and what its subgraphs read from enclosing scopes.
+void node_reads(const onnx::NodeProto& n, std::vector<std::string>& out) {
+  for (const auto& in : n.input())
+    if (!in.empty()) out.push_back(in);
+  std::function<void(const onnx::GraphProto&)> sub = [&](const onnx::GraphProto& g) {
+    for (const auto& m : g.node()) {
+      for (const auto& in : m.input())
+        if (!in.empty()) out.push_back(in);
+      for (const auto& a : m.attribute()) {
+        if (a.has_g()) sub(a.g());
+        for (const auto& s2 : a.graphs()) sub(s2);
       }
     }
+    for (const auto& o : g.output()) out.push_back(o.name());
+  };
+  for (const auto& a : n.attribute()) {
+    if (a.has_g()) sub(a.g());
+    for (const auto& g : a.graphs()) sub(g);
+  }
+}
+
+}  // namespace
+
+std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
+                              const std::vector<std::string>& values,
+                              const std::set<std::string>& available,
+                              std::vector<std::string>* carried) {
+  onnx::ModelProto model = parse_model_proto(bytes, origin);
+  auto* gp = model.mutable_graph();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < gp->node_size(); ++i) {
+    for (const std::string& out : gp->node(i).output())
+      if (!out.empty()) producer[out] = i;
+  }
+  int last = -1;
+  for (const std::string& value : values) {
     bool known = false;  // a graph input or an initializer
     for (const auto& in : gp->input()) known = known || in.name() == value;
     for (const auto& init : gp->initializer()) known = known || init.name() == value;
-    if (at < 0 && !known) throw UserError(origin + ": no node produces '" + value + "'");
-    last = std::max(last, at);
+    auto at = producer.find(value);
+    if (at == producer.end() && !known)
+      throw UserError(origin + ": no node produces '" + value + "'");
+    if (at != producer.end()) last = std::max(last, at->second);
+  }
+  std::vector<std::string> outputs = values;
+  if (carried) {
+    // What the rest reads from the cut: node outputs before it read by a node after it or by
+    // the model's outputs. Shape arithmetic (values computed only from Shape, Size and
+    // constants) stays out: its readers need it when the model loads, so the tensors whose
+    // shapes it reads are carried instead.
+    std::set<std::string> shape_like, init_names;
+    for (const auto& t : gp->initializer()) init_names.insert(t.name());
+    for (int i = 0; i <= last; ++i) {
+      const auto& n = gp->node(i);
+      bool derived = n.op_type() == "Shape" || n.op_type() == "Size" || n.op_type() == "Constant" ||
+                     n.input_size() > 0;
+      if (n.op_type() != "Shape" && n.op_type() != "Size" && n.op_type() != "Constant") {
+        for (const auto& in : n.input())
+          derived = derived && (in.empty() || shape_like.count(in) || init_names.count(in));
+      }
+      if (derived)
+        for (const auto& o : n.output()) shape_like.insert(o);
+    }
+    std::vector<std::string> read;
+    for (int i = last + 1; i < gp->node_size(); ++i) node_reads(gp->node(i), read);
+    for (const auto& o : gp->output()) read.push_back(o.name());
+    std::set<std::string> chosen(values.begin(), values.end());
+    std::set<std::string> seen;
+    while (!read.empty()) {
+      const std::string v = read.back();
+      read.pop_back();
+      if (!seen.insert(v).second || available.count(v)) continue;
+      auto at = producer.find(v);
+      if (at == producer.end() || at->second > last) continue;  // an input, or after the cut
+      if (shape_like.count(v)) {
+        const auto& n = gp->node(at->second);
+        // Shape and Size read only their input's type: carrying the input keeps it known.
+        for (const auto& in : n.input())
+          if (!in.empty()) read.push_back(in);
+        continue;
+      }
+      if (chosen.insert(v).second) {
+        carried->push_back(v);
+        outputs.push_back(v);
+      }
+    }
   }
   // Nodes are in topological order, so the prefix holds everything the values need.
   gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
   gp->clear_output();
-  for (const std::string& value : values) gp->add_output()->set_name(value);
+  for (const std::string& value : outputs) gp->add_output()->set_name(value);
   return model.SerializeAsString();
 }
 

@@ -5,6 +5,7 @@
 // model's folder.
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,14 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const std::map<std::string, Tensor>& input_values);
 
 // The model cut after the last node producing one of `values`, with those its outputs (in
-// order): what a stage computing those tensors loads.
+// order): what a stage computing those tensors loads. With `carried`, also what the nodes after
+// the cut read from before it (appended to the outputs and to *carried, less the names in
+// `available`), so later stages and the model take those as inputs instead of computing them
+// again; shape arithmetic is not carried, but the tensors whose shapes it reads are.
 std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
-                              const std::vector<std::string>& values);
+                              const std::vector<std::string>& values,
+                              const std::set<std::string>& available = {},
+                              std::vector<std::string>* carried = nullptr);
 
 struct ModelInput {
   std::string name;

@@ -129,15 +129,24 @@ void add_reduce_ops(OpTable& t) {
       {"axis", "largest", "sorted", "k"},
       nullptr,
       [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
-        const int64_t k = im.opset() < 10 ? attr_int(a, "k") : im.const_ints(n, 1, "k").at(0);
         Var x = im.in(n, 0);
-        std::vector<Variable*> ins{x.var()};
-        Node* node = im.graph().add_node(
-            OpRegistry::instance().create("top_k", {{"k", k},
-                                                    {"axis", attr_int(a, "axis", -1)},
-                                                    {"largest", attr_int(a, "largest", 1)},
-                                                    {"sorted", attr_int(a, "sorted", 1)}}),
-            ins);
+        std::vector<Var> ins{x};
+        Attrs props{{"axis", attr_int(a, "axis", -1)},
+                    {"largest", attr_int(a, "largest", 1)},
+                    {"sorted", attr_int(a, "sorted", 1)}};
+        if (im.opset() < 10) {
+          props["k"] = attr_int(a, "k");
+        } else if (OnnxImporter::has_input(n, 1) && !im.is_known(n.input(1))) {
+          // k from dynamic dimensions (a detector's min(k, boxes)): evaluated at run time.
+          auto k = im.dims_in(n, 1, ins);
+          if (!k || k->size() != 1) (void)im.const_ints(n, 1, "k");  // names what k is
+          props["k_dims"] = dim_exprs_to_string(*k);
+        } else {
+          props["k"] = im.const_ints(n, 1, "k").at(0);
+        }
+        std::vector<Variable*> vars;
+        for (const Var& v : ins) vars.push_back(v.var());
+        Node* node = im.graph().add_node(OpRegistry::instance().create("top_k", props), vars);
         return Outs{Var(&im.graph(), node->outputs[0]), Var(&im.graph(), node->outputs[1])};
       }};
   t["Hardmax"] = {{"axis"}, nullptr, convert_hardmax};

@@ -211,6 +211,28 @@ bool fold_symbolic(OnnxImporter& im, const onnx::NodeProto& n) {
         x->scalar = true;
         out = x;
       }
+    } else if (op == "ReduceMin" || op == "ReduceMax" || op == "ReduceSum" || op == "ReduceProd") {
+      // Over a shape vector (torchvision's min(k, boxes) takes a ReduceMin of a Concat).
+      auto x = in(0);
+      std::vector<int64_t> axes;
+      if (OnnxImporter::has_input(n, 1)) {
+        auto k = known_ints(im, n, 1);
+        if (!k) return false;
+        axes = *k;
+      } else if (const auto* a = attr(n, "axes")) {
+        axes.assign(a->ints().begin(), a->ints().end());
+      }
+      const bool all = axes.empty() ? int_attr(n, "noop_with_empty_axes", 0) == 0
+                                    : axes.size() == 1 && (axes[0] == 0 || axes[0] == -1);
+      if (x && !x->scalar && !x->elems.empty() && all) {
+        const char c = op == "ReduceMin"   ? 'm'
+                       : op == "ReduceMax" ? 'M'
+                       : op == "ReduceSum" ? '+'
+                                           : '*';
+        DimExpr acc = x->elems[0];
+        for (size_t k = 1; k < x->elems.size(); ++k) acc = DimExpr::binary(c, acc, x->elems[k]);
+        out = SymValue{x->dtype, int_attr(n, "keepdims", 1) == 0, {acc}};
+      }
     } else if (op == "Concat" && int_attr(n, "axis", 0) == 0) {
       SymValue cat;
       bool ok = true;

@@ -134,6 +134,8 @@ def test_every_scalar_table_op_has_a_builder_that_builds_it():
     from kiln._kiln import scalar_ops
     g = kg.Graph("table")
     x = g.input("x", "float32", [3])
+    n = g.input("n", "int64", [3])  # the integer-only ops (shifts, unsigned orders) take these
+    integer_only = {"shift_left", "shift_right", "minimum_u", "maximum_u", "mod_u"}
     made = {}
     for name, arity, params in scalar_ops():
         if name == "cast":
@@ -147,13 +149,23 @@ def test_every_scalar_table_op_has_a_builder_that_builds_it():
             ins = [flag] * arity
         elif name == "where":
             ins = [flag, x, x]
+        elif name in integer_only:
+            ins = [n] * arity
         else:
             ins = [x] * arity
         made[name] = builder(*ins)
-    g.set_outputs([made["sinh"], made["leaky_relu"], made["clip"], made["fmod"]])
+    g.set_outputs([made["sinh"], made["leaky_relu"], made["clip"], made["fmod"],
+                   made["shift_right"]])
     f = kiln.compile(g)
     a = np.array([-2.0, 0.5, 3.0], np.float32)
-    sinh, leaky, clip, fm = (np.asarray(t) for t in f(a))
+    b = np.array([-8, 5, 70], np.int64)  # a right shift by itself: logical, 0 past 63
+    sinh, leaky, clip, fm, shifted = (np.asarray(t) for t in f(a, b))
+    np.testing.assert_array_equal(shifted, [0, 0, 0])  # by -8 and by 70: 0; 5 >> 5 is 0
+    g2 = kg.Graph("shift")
+    m, by = g2.input("m", "int64", [3]), g2.input("by", "int64", [3])
+    g2.set_outputs([kg.shift_right(m, by)])
+    got = np.asarray(kiln.compile(g2)(np.array([-8, 1024, 7]), np.array([60, 3, 64]))[0])
+    np.testing.assert_array_equal(got, [15, 128, 0])  # the bits as unsigned: (2^64 - 8) >> 60
     np.testing.assert_allclose(sinh, np.sinh(a), rtol=1e-6)
     np.testing.assert_allclose(leaky, np.where(a < 0, 0.01 * a, a), rtol=1e-6)
     np.testing.assert_array_equal(clip, a)  # clip(x, x, x) is x
