@@ -211,31 +211,51 @@ std::string TopK::c_code(const Node& node, const CodeNames& names, const Sub& su
   const bool fl = is_float(t.dtype);
   std::string s = "{\n" + contiguous_columns(node, names, sub, axis, "top_k");
   // k from the output's shape: the executor sized it (infer_shape checked it against len).
-  const std::string k = "k_out";
-  s += "  const int64_t k_out = " + names.outputs[0] + "->shape[" + std::to_string(axis) + "];\n";
+  s += "  const int64_t k = " + names.outputs[0] + "->shape[" + std::to_string(axis) + "];\n";
   s += "  " + ct + " *y = (" + ct + " *)" + names.outputs[0] + "->data;\n";
   s += "  int64_t *yi = (int64_t *)" + names.outputs[1] + "->data;\n";
-  s += c_workspace("unsigned char", "taken", "len", "top_k's taken flags");
-  // k rounds of selection per column: the best untaken element, by the same order as
-  // perform (NaN first for largest, last for smallest; equal values by index).
-  const std::string nan_wins = largest_ ? "1" : "0";
-  const std::string better = largest_ ? ">" : "<";
+  s += c_workspace("int64_t", "heap", "k", "top_k's heap");
+  // BEFORE(m, n): element m ranks before element n, by the same order as perform (NaN first
+  // for largest, last for smallest; equal values by index).
+  const std::string A = "col[(m) * inner]", B = "col[(n) * inner]";
+  const std::string by_value =
+      "(" + A + " != " + B + " ? " + A + (largest_ ? " > " : " < ") + B + " : (m) < (n))";
+  std::string before = by_value;
+  if (fl) {
+    const std::string na = "(" + A + " != " + A + ")", nb = "(" + B + " != " + B + ")";
+    before = "((" + na + " || " + nb + ") ? ((" + na + " && " + nb +
+             ") ? (m) < (n) : " + (largest_ ? na : nb) + ") : " + by_value + ")";
+  }
+  s += "#define BEFORE(m, n) " + before + "\n";
+  s += "  /* A heap of the k best so far, the one ranking last at its root: each element costs\n"
+       "     log k, not k (a detector's TopK takes 1000 of a million). */\n";
   s += "  for (int64_t o = 0; o < outer; ++o) {\n    for (int64_t i = 0; i < inner; ++i) {\n";
   s += "      const " + ct + " *col = x + o * len * inner + i;\n";
-  s += "      memset(taken, 0, (size_t)len);\n";
-  s += "      for (int64_t j = 0; j < " + k + "; ++j) {\n        int64_t best = -1;\n";
-  s += "        for (int64_t m = 0; m < len; ++m) {\n          if (taken[m]) continue;\n";
-  s += "          if (best < 0) { best = m; continue; }\n";
-  s += "          const " + ct + " a = col[m * inner], b = col[best * inner];\n";
-  if (fl) {
-    s += "          const int na = a != a, nb = b != b;\n";
-    s += "          if (na || nb) { if (!(na && nb) && (" + nan_wins +
-         " ? na : nb)) best = m; continue; }\n";
-  }
-  s += "          if (a " + better + " b) best = m;\n        }\n";
-  s += "        taken[best] = 1;\n";
-  s += "        y[(o * " + k + " + j) * inner + i] = col[best * inner];\n";
-  s += "        yi[(o * " + k + " + j) * inner + i] = best;\n      }\n    }\n  }\n}\n";
+  s += "      int64_t size = 0;\n";
+  s += "      for (int64_t m = 0; m < len; ++m) {\n";
+  s += "        int64_t at;\n";
+  s += "        if (size < k) {\n          at = size++;\n";
+  s += "          while (at > 0 && BEFORE(heap[(at - 1) / 2], m)) { heap[at] = heap[(at - 1) / 2]; "
+       "at = (at - 1) / 2; }\n";
+  s += "          heap[at] = m;\n          continue;\n        }\n";
+  s += "        if (k == 0 || !BEFORE(m, heap[0])) continue;\n";
+  s += "        at = 0;\n        for (;;) {\n";
+  s += "          int64_t c = 2 * at + 1;\n          if (c >= size) break;\n";
+  s += "          if (c + 1 < size && BEFORE(heap[c], heap[c + 1])) ++c;\n";
+  s += "          if (!BEFORE(m, heap[c])) break;\n";
+  s += "          heap[at] = heap[c];\n          at = c;\n        }\n";
+  s += "        heap[at] = m;\n      }\n";
+  // Popping the root (the worst) fills the output from its end.
+  s += "      for (int64_t j = size - 1; j >= 0; --j) {\n";
+  s += "        const int64_t best = heap[0], last = heap[j];\n";
+  s += "        y[(o * k + j) * inner + i] = col[best * inner];\n";
+  s += "        yi[(o * k + j) * inner + i] = best;\n";
+  s += "        int64_t at = 0;\n        for (;;) {\n";
+  s += "          int64_t c = 2 * at + 1;\n          if (c >= j) break;\n";
+  s += "          if (c + 1 < j && BEFORE(heap[c], heap[c + 1])) ++c;\n";
+  s += "          if (!BEFORE(last, heap[c])) break;\n";
+  s += "          heap[at] = heap[c];\n          at = c;\n        }\n";
+  s += "        heap[at] = last;\n      }\n    }\n  }\n#undef BEFORE\n}\n";
   (void)sorted_;  // always sorted: an order ONNX allows for sorted = 0 too
   return s;
 }

@@ -796,6 +796,60 @@ TEST(NonMaxSuppression, KeepsBoxesByScoreAndOverlapAsOnnxDefinesIt) {
       "must be (batches, classes, boxes)"));
 }
 
+// The kept boxes are indexed by their left edge; against a plain greedy NMS that tests every
+// kept box, on thousands of boxes in a batched NMS's layout (each class's boxes offset apart),
+// wide boxes among narrow ones, boxes of no area, NaN corners and tied scores.
+TEST(NonMaxSuppression, IndexedSearchMatchesTestingEveryKeptBox) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int64_t n = 3000;
+  std::vector<double> corners, score;
+  for (int64_t i = 0; i < n; ++i) {
+    const double offset = 1000.0 * static_cast<double>(i % 7);  // seven classes, apart
+    const double w = i % 97 == 0 ? 600 * u(rng) : 40 * u(rng), h = 40 * u(rng);
+    const double y = offset + 300 * u(rng), x = offset + 300 * u(rng);
+    corners.insert(corners.end(), {y, x, y + h, x + (i % 53 == 0 ? 0 : w)});
+    score.push_back(std::round(u(rng) * 50) / 50);  // ties
+  }
+  corners[4 * 11 + 1] = std::nan("");
+  const Tensor boxes = Tensor::from_doubles(DType::kFloat32, {1, n, 4}, corners);
+  const Tensor scores = Tensor::from_doubles(DType::kFloat32, {1, 1, n}, score);
+  NmsParams p;
+  p.max_per_class = n;
+  p.iou_threshold = 0.3;
+  // The plain algorithm, on the same float32 values.
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return scores.load(a) > scores.load(b); });
+  std::vector<std::array<double, 4>> kept;
+  std::vector<int64_t> want;
+  for (int64_t i : order) {
+    const double y0 = boxes.load(4 * i), x0 = boxes.load(4 * i + 1), y1 = boxes.load(4 * i + 2),
+                 x1 = boxes.load(4 * i + 3);
+    const std::array<double, 4> b{std::min(x0, x1), std::min(y0, y1), std::max(x0, x1),
+                                  std::max(y0, y1)};
+    bool hit = false;
+    for (const auto& k : kept) {
+      const double iw = std::min(b[2], k[2]) - std::max(b[0], k[0]);
+      const double ih = std::min(b[3], k[3]) - std::max(b[1], k[1]);
+      if (!(iw > 0) || !(ih > 0)) continue;
+      const double a = (b[2] - b[0]) * (b[3] - b[1]), c = (k[2] - k[0]) * (k[3] - k[1]);
+      if (!(a > 0) || !(c > 0)) continue;
+      hit = hit || iw * ih / (a + c - iw * ih) > p.iou_threshold;
+    }
+    if (hit) continue;
+    kept.push_back(b);
+    want.insert(want.end(), {0, 0, i});
+  }
+  const Tensor got = non_max_suppression(boxes, scores, p);
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < got.numel(); ++i) rows.push_back(got.load_int(i));
+  EXPECT_GT(want.size(), 300u);
+  EXPECT_LT(want.size(), 3u * static_cast<size_t>(n));  // some boxes were suppressed
+  EXPECT_EQ(rows, want);
+}
+
 // NonMaxSuppression of boxes and scores computed by the model runs in stages as NonZero does:
 // a prefix computes them, the host keeps boxes, the rest gathers the kept boxes; one module
 // serves every count, none included.

@@ -1098,6 +1098,45 @@ TEST(ScanOps, CumSumAndTopKAgainstHandValuesAndPerform) {
     }
     check_graph(g, {{a}, {non_contiguous(random_tensor(dt, {2, 9, 4}, rng, -3, 3))}});
   }
+
+  // The heap's paths: k of 0, a half, all of a long row with many ties and NaNs.
+  for (int64_t k : {int64_t{0}, int64_t{150}, int64_t{300}}) {
+    for (int64_t largest : {0, 1}) {
+      Graph g("top_k_long");
+      Var v = input(g, "x", DType::kFloat32, {kDynamic, 300});
+      Node* node = g.add_node(OpRegistry::instance().create(
+                                  "top_k", {{"k", k}, {"axis", int64_t{1}}, {"largest", largest}}),
+                              {v.var()});
+      g.set_outputs(node->outputs);
+      Tensor a = random_tensor(DType::kFloat32, {2, 300}, rng, -20, 20);
+      for (int64_t i = 0; i < 600; i += 37) a.store(i, nan);
+      for (int64_t i = 0; i < 600; i += 5) a.store(i, std::round(a.load(i)));  // ties
+      check_graph(g, {{a}});
+    }
+  }
+  // k from the run-time dimensions: min(5, the rows of input 1), as a detector's min(k, n).
+  {
+    Graph g("top_k_dims");
+    Var v = input(g, "x", DType::kFloat32, {kDynamic});
+    Var n = input(g, "n", DType::kFloat32, {kDynamic});
+    const DimExpr k = DimExpr::binary('m', DimExpr::constant(5), DimExpr::dim(1, 0));
+    Node* node = g.add_node(OpRegistry::instance().create("top_k", {{"k_dims", k.str()}}),
+                            {v.var(), n.var()});
+    g.set_outputs(node->outputs);
+    EXPECT_EQ(node->outputs[0]->type.dims[0], kDynamic);
+    Tensor a = Tensor::from_doubles(DType::kFloat32, {6}, {4, 9, 1, 7, 7, 2});
+    auto got = compile(g)({a, Tensor::zeros(DType::kFloat32, {3})});
+    EXPECT_EQ(got[1].to_doubles(), (std::vector<double>{1, 3, 4}));
+    got = compile(g)({a, Tensor::zeros(DType::kFloat32, {9})});
+    EXPECT_EQ(got[1].to_doubles(), (std::vector<double>{1, 3, 4, 0, 5}));
+    check_graph(
+        g, {{a, Tensor::zeros(DType::kFloat32, {2})}, {a, Tensor::zeros(DType::kFloat32, {0})}});
+    EXPECT_NE(
+        testing::error_of([&] {
+          compile(g)({Tensor::zeros(DType::kFloat32, {2}), Tensor::zeros(DType::kFloat32, {4})});
+        }).find("k = 4 is outside axis 0"),
+        std::string::npos);
+  }
 }
 
 // Resize's C engine against perform for every mode and coordinate transform, strided

@@ -19,6 +19,13 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
                  grid sample (zero padding), 4 x 3 x 128 x 128
   log_mel        a log-mel spectrogram (torch.stft, 400-point Hann frames every 160 samples, 80
                  mel bands, log), 2 x 5 seconds at 16 kHz: speech models' front-end
+  ssdlite        torchvision's SSDlite320 (MobileNetV3), its post-processing exported with it: a
+                 NonZero, a TopK whose k is min(300, boxes) and an NMS per class (90 of each),
+                 1 x 3 x 320 x 320; the output is each kept box with its score and label
+  retinanet      torchvision's RetinaNet (ResNet-50 FPN) at 320 x 320, per-level TopK and
+                 NonZero, a batched NMS
+  fasterrcnn     torchvision's Faster R-CNN (MobileNetV3 FPN, 320): a region proposal network
+                 (TopK, NMS), RoIAlign over the proposals and a box head, then per-class NMS
   greedy_decoder a scripted GRU decoder that feeds each step's argmax token back in (an ONNX Loop
                  whose trip count comes from the input's shape; its body reads the weights from
                  the enclosing graph), 64 steps for 8 sequences: decoding loops
@@ -181,6 +188,38 @@ class GreedyDecoder(nn.Module):
         return h
 
 
+HEAD_STD = 0.005
+
+
+class Detector(nn.Module):
+    """A torchvision detector on one image, its detections as one (N, 6) tensor: the box,
+    the score and the label. Random weights would score every box alike (the heads start at
+    a uniform prior), so the heads are drawn again, wider, to rank the boxes apart."""
+    def __init__(self, make):
+        super().__init__()
+        self.net = make()
+        g = torch.Generator().manual_seed(3)
+        for name, p in self.net.named_parameters():
+            if "head" in name or "predictor" in name:
+                p.data.normal_(0, HEAD_STD if p.dim() > 1 else 0.1, generator=g)
+
+    def forward(self, x):
+        out = self.net([x[0]])[0]
+        return torch.cat([out["boxes"], out["scores"][:, None], out["labels"][:, None].float()], 1)
+
+
+def detector(name):
+    import torchvision.models.detection as det
+    make = {
+        "ssdlite": lambda: det.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None),
+        "retinanet": lambda: det.retinanet_resnet50_fpn(weights=None, weights_backbone=None,
+                                                         min_size=320, max_size=320),
+        "fasterrcnn": lambda: det.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, box_score_thresh=0.0),
+    }[name]
+    return lambda: Detector(make)
+
+
 def greedy_decoder():
     return torch.jit.script(GreedyDecoder())
 
@@ -210,6 +249,9 @@ MODELS = {
     "segnet": (SegNet, image(1), "input", None),
     "stn": (STN, image(4, 128), "input", None),
     "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
+    "ssdlite": (detector("ssdlite"), lambda: torch.rand(1, 3, 320, 320), "image", None),
+    "retinanet": (detector("retinanet"), lambda: torch.rand(1, 3, 320, 320), "image", None),
+    "fasterrcnn": (detector("fasterrcnn"), lambda: torch.rand(1, 3, 320, 320), "image", None),
     "greedy_decoder": (greedy_decoder, lambda: torch.randn(8, 256), "state", None),
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "util/error.h"
@@ -14,6 +15,35 @@ struct Box {
   double area() const { return (x1 - x0) * (y1 - y0); }
 };
 
+// The boxes kept for one class, indexed by their left edge: a candidate is tested only against
+// kept boxes whose x-interval can meet its own (a batched NMS offsets each class's boxes apart,
+// so thousands of kept boxes of other classes are skipped). Boxes of no area, or with a NaN,
+// never suppress and are not indexed.
+class KeptBoxes {
+ public:
+  bool suppressed(const Box& box, double threshold) const {
+    if (!(box.area() > 0)) return false;
+    for (auto it = by_x0_.lower_bound(box.x0 - widest_); it != by_x0_.end() && it->first < box.x1;
+         ++it) {
+      if (suppresses(box, boxes_[it->second], threshold)) return true;
+    }
+    return false;
+  }
+  void add(const Box& box) {
+    boxes_.push_back(box);
+    if (!(box.area() > 0)) return;
+    by_x0_.emplace(box.x0, boxes_.size() - 1);
+    widest_ = std::max(widest_, box.x1 - box.x0);
+  }
+  size_t size() const { return boxes_.size(); }
+
+ private:
+  static bool suppresses(const Box& p, const Box& q, double threshold);
+  std::vector<Box> boxes_;
+  std::multimap<double, size_t> by_x0_;
+  double widest_ = 0;
+};
+
 Box box_at(const Tensor& boxes, int64_t b, int64_t i, bool centre) {
   const int64_t n = boxes.shape()[1], at = (b * n + i) * 4;
   const double a = boxes.load(at), c = boxes.load(at + 1), d = boxes.load(at + 2),
@@ -23,7 +53,7 @@ Box box_at(const Tensor& boxes, int64_t b, int64_t i, bool centre) {
 }
 
 // IoU above the threshold; boxes that do not overlap, or of no area, never suppress.
-bool suppresses(const Box& p, const Box& q, double threshold) {
+bool KeptBoxes::suppresses(const Box& p, const Box& q, double threshold) {
   const double ix0 = std::max(p.x0, q.x0), ix1 = std::min(p.x1, q.x1);
   const double iy0 = std::max(p.y0, q.y0), iy1 = std::min(p.y1, q.y1);
   if (!(ix1 > ix0) || !(iy1 > iy0)) return false;
@@ -80,15 +110,12 @@ Tensor non_max_suppression(const Tensor& boxes, const Tensor& scores, const NmsP
       std::stable_sort(order.begin(), order.end(), [&](int64_t l, int64_t r) {
         return score[static_cast<size_t>(l)] > score[static_cast<size_t>(r)];
       });
-      std::vector<Box> kept;
+      KeptBoxes kept;
       for (int64_t i : order) {
         if (static_cast<int64_t>(kept.size()) >= keep_max) break;
         const Box box = box_at(boxes, b, i, p.center_point_box);
-        const bool hit = std::any_of(kept.begin(), kept.end(), [&](const Box& k) {
-          return suppresses(box, k, p.iou_threshold);
-        });
-        if (hit) continue;
-        kept.push_back(box);
+        if (kept.suppressed(box, p.iou_threshold)) continue;
+        kept.add(box);
         rows.insert(rows.end(), {b, c, i});
       }
     }
