@@ -84,47 +84,15 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
       for (size_t k = 0; k < s.carried.size(); ++k)
         bindings.staged[s.carried[k]] = s.carried_types[k];
     }
+    // One import finds every node needing run-time values (each one's outputs enter as
+    // inputs as it goes); their stages are made in order, and the model imported again.
+    std::vector<RunTimeValueNeeded> deferred;
+    bindings.deferred = &deferred;
     try {
       return parse_onnx_model(bytes_, origin_, dir_, bindings);
     } catch (const RunTimeValueNeeded& e) {
-      for (const Stage& s : stages_) {
-        if (s.outputs == e.outputs())
-          throw InternalError("stage '" + join(s.outputs, "', '") + "' met twice");
-      }
-      Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}};
-      // Each body compiles as a model of its own (named in its errors by its node).
-      for (const char* body : {"body", "then_branch", "else_branch"}) {
-        if (!s.attrs.count(body)) continue;
-        s.bodies.emplace_back(new ModelFunction(
-            attr_string(s.attrs, body),
-            origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "': " + body, dir_,
-            options_));
-      }
-      // At hand before this stage: the model's inputs, and what earlier stages computed.
-      std::set<std::string> available;
-      for (const auto& [name, type] : bindings.staged) available.insert(name);
-      std::vector<std::string> computed;  // the values a prefix must compute
-      for (const std::string& v : s.values) {
-        const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
-                                          [&](const ModelInput& in) { return in.name == v; });
-        if (!v.empty() && !declared && !available.count(v)) computed.push_back(v);
-      }
-      if (!computed.empty()) {
-        std::vector<std::string> named, carried;
-        for (const std::string& v : s.values)
-          if (!v.empty()) named.push_back(v);
-        const auto start = std::chrono::steady_clock::now();
-        // The prefix takes what earlier stages computed as inputs, and hands on what the
-        // rest reads from it: each node before the last cut runs once per call.
-        s.prefix.reset(
-            new ModelFunction(onnx_prefix_model(bytes_, origin_, named, available, &carried),
-                              origin_ + " (the stage computing '" + join(named, "', '") + "')",
-                              dir_, options_, bindings.staged));
-        s.prefix->lenient_inputs_ = true;
-        carry_from_prefix(s, named.size(), carried);
-        stage_ms_ += ms_since(start);
-      }
-      stages_.push_back(std::move(s));
+      if (deferred.empty()) deferred.push_back(e);
+      for (const RunTimeValueNeeded& need : deferred) add_stage(need, bindings.staged);
     } catch (const InputValueNeeded& e) {
       for (const Stage& s : stages_) {
         if (std::find(s.outputs.begin(), s.outputs.end(), e.input()) != s.outputs.end()) {
@@ -135,6 +103,48 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
       throw;
     }
   }
+}
+
+void ModelFunction::add_stage(const RunTimeValueNeeded& e,
+                              std::map<std::string, TensorType>& staged) {
+  for (const Stage& s : stages_) {
+    if (s.outputs == e.outputs())
+      throw InternalError("stage '" + join(s.outputs, "', '") + "' met twice");
+  }
+  Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}};
+  // Each body compiles as a model of its own (named in its errors by its node).
+  for (const char* body : {"body", "then_branch", "else_branch"}) {
+    if (!s.attrs.count(body)) continue;
+    s.bodies.emplace_back(new ModelFunction(
+        attr_string(s.attrs, body),
+        origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "': " + body, dir_, options_));
+  }
+  // At hand before this stage: the model's inputs, and what earlier stages computed.
+  const std::map<std::string, TensorType>& available = staged;
+  std::vector<std::string> computed;  // the values a prefix must compute
+  for (const std::string& v : s.values) {
+    const bool declared = std::any_of(inputs_.begin(), inputs_.end(),
+                                      [&](const ModelInput& in) { return in.name == v; });
+    if (!v.empty() && !declared && !available.count(v)) computed.push_back(v);
+  }
+  if (!computed.empty()) {
+    std::vector<std::string> named, carried;
+    for (const std::string& v : s.values)
+      if (!v.empty()) named.push_back(v);
+    const auto start = std::chrono::steady_clock::now();
+    // The prefix takes what earlier stages computed as inputs, and hands on what the rest
+    // reads from it: each node before the last cut runs once per call.
+    s.prefix.reset(new ModelFunction(
+        onnx_prefix_model(bytes_, origin_, named, available, &carried),
+        origin_ + " (the stage computing '" + join(named, "', '") + "')", dir_, options_));
+    s.prefix->lenient_inputs_ = true;
+    carry_from_prefix(s, named.size(), carried);
+    stage_ms_ += ms_since(start);
+  }
+  for (size_t k = 0; k < s.outputs.size(); ++k)
+    if (!s.outputs[k].empty()) staged[s.outputs[k]] = s.types[k];
+  for (size_t k = 0; k < s.carried.size(); ++k) staged[s.carried[k]] = s.carried_types[k];
+  stages_.push_back(std::move(s));
 }
 
 ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, Tensor>& inputs) {

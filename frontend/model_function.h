@@ -87,6 +87,9 @@ class ModelFunction {
   void init_onnx();
   // Parses with `bound` input values, adding a stage per NonZero met until the model loads.
   Graph load(const std::map<std::string, Tensor>& bound);
+  // The stage for node `e`, with a prefix computing its inputs unless they are in `staged`
+  // (the values at hand before it), which then gains the stage's outputs and carried values.
+  void add_stage(const RunTimeValueNeeded& e, std::map<std::string, TensorType>& staged);
   Variant& variant_for(const std::map<std::string, Tensor>& inputs);
 
   std::string bytes_, origin_;

@@ -79,22 +79,6 @@ OuterValues outer_values(OnnxImporter& im, const onnx::NodeProto& n,
   return out;
 }
 
-void set_value_type(onnx::ValueInfoProto* v, const TensorType& t, const std::string& dim_prefix) {
-  v->mutable_type()->Clear();
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(onnx_dtype_code(t.dtype));
-  auto* shape = tt->mutable_shape();
-  for (size_t d = 0; d < t.dims.size(); ++d) {
-    auto* dim = shape->add_dim();
-    if (t.dims[d] == kDynamic) {
-      // Distinct names: a shared dim_param would claim two sizes equal.
-      dim->set_dim_param(dim_prefix + "_" + std::to_string(d));
-    } else {
-      dim->set_dim_value(t.dims[d]);
-    }
-  }
-}
-
 // The body as a model: its own inputs typed `own`, then the outer run-time values.
 std::string body_model(OnnxImporter& im, const onnx::GraphProto& body, const std::string& what,
                        const std::vector<TensorType>& own, const OuterValues& outer) {
@@ -111,11 +95,12 @@ std::string body_model(OnnxImporter& im, const onnx::GraphProto& body, const std
   onnx::GraphProto* g = m.mutable_graph();
   *g = body;
   for (size_t i = 0; i < own.size(); ++i)
-    set_value_type(g->mutable_input(static_cast<int>(i)), own[i], "kiln_in" + std::to_string(i));
+    set_onnx_value_type(g->mutable_input(static_cast<int>(i)), own[i],
+                        "kiln_in" + std::to_string(i));
   for (size_t i = 0; i < outer.runtime.size(); ++i) {
     auto* in = g->add_input();
     in->set_name(outer.runtime[i]);
-    set_value_type(in, outer.runtime_types[i], "kiln_outer" + std::to_string(i));
+    set_onnx_value_type(in, outer.runtime_types[i], "kiln_outer" + std::to_string(i));
   }
   for (const auto& [name, value] : outer.known) tensor_to_onnx(value, name, g->add_initializer());
   return m.SerializeAsString();

@@ -93,6 +93,23 @@ int default_opset(const onnx::ModelProto& m, const std::string& origin) {
 
 }  // namespace
 
+void set_onnx_value_type(onnx::ValueInfoProto* v, const TensorType& t,
+                         const std::string& dim_prefix) {
+  v->mutable_type()->Clear();
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx_dtype_code(t.dtype));
+  auto* shape = tt->mutable_shape();
+  for (size_t d = 0; d < t.dims.size(); ++d) {
+    auto* dim = shape->add_dim();
+    if (t.dims[d] == kDynamic) {
+      // Distinct names: a shared dim_param would claim two sizes equal.
+      dim->set_dim_param(dim_prefix + "_" + std::to_string(d));
+    } else {
+      dim->set_dim_value(t.dims[d]);
+    }
+  }
+}
+
 TensorType onnx_value_type(const onnx::ValueInfoProto& v, const std::string& where) {
   if (!v.type().has_tensor_type())
     throw UnsupportedError(where + ": only tensor values are supported");
@@ -409,7 +426,7 @@ void node_reads(const onnx::NodeProto& n, std::vector<std::string>& out) {
 
 std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
                               const std::vector<std::string>& values,
-                              const std::set<std::string>& available,
+                              const std::map<std::string, TensorType>& available,
                               std::vector<std::string>* carried) {
   onnx::ModelProto model = parse_model_proto(bytes, origin);
   auto* gp = model.mutable_graph();
@@ -471,10 +488,52 @@ std::string onnx_prefix_model(const std::string& bytes, const std::string& origi
       }
     }
   }
-  // Nodes are in topological order, so the prefix holds everything the values need.
-  gp->mutable_node()->DeleteSubrange(last + 1, gp->node_size() - (last + 1));
-  gp->clear_output();
-  for (const std::string& value : outputs) gp->add_output()->set_name(value);
+  // Nodes are in topological order, so the prefix holds everything the values need. Only
+  // the nodes the outputs need are kept, back to the values at hand (which become inputs),
+  // and only the initializers those nodes read: a stage late in a detector's post-processing
+  // neither imports the backbone nor copies its weights.
+  std::set<int> keep;
+  std::set<std::string> read_names, entered;
+  std::vector<std::string> todo = outputs;
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    if (!read_names.insert(v).second) continue;
+    if (available.count(v)) {
+      entered.insert(v);
+      continue;
+    }
+    auto at = producer.find(v);
+    if (at == producer.end() || at->second > last || !keep.insert(at->second).second) continue;
+    std::vector<std::string> reads;
+    node_reads(gp->node(at->second), reads);
+    todo.insert(todo.end(), reads.begin(), reads.end());
+  }
+  // A value at hand that a kept node makes anyway stays that node's output.
+  for (int i : keep)
+    for (const auto& o : gp->node(i).output()) entered.erase(o);
+  onnx::GraphProto pruned;
+  pruned.set_name(gp->name());
+  for (int i = 0; i <= last; ++i)
+    if (keep.count(i)) *pruned.add_node() = gp->node(i);
+  for (const auto& t : gp->initializer())
+    if (read_names.count(t.name())) *pruned.add_initializer() = t;
+  std::set<std::string> init_names;
+  for (const auto& t : pruned.initializer()) init_names.insert(t.name());
+  for (const auto& in : gp->input()) {
+    const bool dropped_weight = !init_names.count(in.name()) &&
+                                std::any_of(gp->initializer().begin(), gp->initializer().end(),
+                                            [&](const auto& t) { return t.name() == in.name(); });
+    if (!dropped_weight && !entered.count(in.name())) *pruned.add_input() = in;
+  }
+  int k = 0;
+  for (const std::string& name : entered) {
+    auto* in = pruned.add_input();
+    in->set_name(name);
+    set_onnx_value_type(in, available.at(name), "kiln_staged" + std::to_string(k++));
+  }
+  for (const std::string& value : outputs) pruned.add_output()->set_name(value);
+  *gp = std::move(pruned);
   return model.SerializeAsString();
 }
 
@@ -589,6 +648,16 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       }
     }
   };
+  // A value computed between stages enters as a graph input (a storage type in its compute
+  // type, as the model's own inputs do).
+  auto add_staged_input = [&](const std::string& name, const TensorType& type) {
+    Variable* in = graph.add_input(name, type);
+    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
+      im.set_storage(name, type.dtype);
+    }
+    im.add_graph_input(name, in);
+  };
   auto enter_staged = [&](const onnx::NodeProto& n) {
     bool staged = n.output_size() > 0, inputs_known = true;
     for (int k = 0; k < n.output_size(); ++k)
@@ -596,16 +665,8 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     for (int k = 0; k < n.input_size(); ++k)
       inputs_known = inputs_known && (n.input(k).empty() || im.known(n.input(k)));
     if (!staged || (inputs_known && !is_onnx_op(n, {"Loop", "Scan", "If"}))) return false;
-    for (const std::string& name : n.output()) {
-      if (name.empty()) continue;
-      const TensorType& type = bindings.staged.at(name);
-      Variable* in = graph.add_input(name, type);
-      if (auto compute = OnnxImporter::compute_type(type.dtype)) {
-        in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
-        im.set_storage(name, type.dtype);
-      }
-      im.add_graph_input(name, in);
-    }
+    for (const std::string& name : n.output())
+      if (!name.empty()) add_staged_input(name, bindings.staged.at(name));
     return true;
   };
   import_nodes = [&](const onnx::GraphProto& gp_) {
@@ -686,8 +747,14 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       } catch (const InputValueNeeded& e) {
         throw InputValueNeeded(e.input(), origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const RunTimeValueNeeded& e) {
-        throw RunTimeValueNeeded(e.values(), e.outputs(), e.types(), e.kind(), e.attrs(),
-                                 origin + ": " + node_where(n, i) + ": " + e.what());
+        RunTimeValueNeeded located(e.values(), e.outputs(), e.types(), e.kind(), e.attrs(),
+                                   origin + ": " + node_where(n, i) + ": " + e.what());
+        if (!bindings.deferred) throw located;
+        // Recorded, and the import goes on with the node's outputs as inputs: the caller
+        // learns every stage from one import.
+        bindings.deferred->push_back(located);
+        for (size_t k = 0; k < e.outputs().size(); ++k)
+          if (!e.outputs()[k].empty()) add_staged_input(e.outputs()[k], e.types().at(k));
       } catch (const UnsupportedError& e) {
         throw UnsupportedError(origin + ": " + node_where(n, i) + ": " + e.what());
       } catch (const UserError& e) {
@@ -734,6 +801,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     outputs.push_back(v);
   }
   graph.set_outputs(outputs);
+  if (bindings.deferred && !bindings.deferred->empty()) throw bindings.deferred->front();
   return graph;
 }
 

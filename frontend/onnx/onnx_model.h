@@ -77,6 +77,9 @@ struct OnnxBindings {
   // the model's own) unless its node's inputs are known at load time (control flow's always
   // enter).
   std::map<std::string, TensorType> staged;
+  // When set, each node needing run-time values is appended here and its outputs enter as
+  // inputs, and the import goes on; at its end the first one is thrown.
+  std::vector<RunTimeValueNeeded>* deferred = nullptr;
 };
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
@@ -90,10 +93,12 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
 // order): what a stage computing those tensors loads. With `carried`, also what the nodes after
 // the cut read from before it (appended to the outputs and to *carried, less the names in
 // `available`), so later stages and the model take those as inputs instead of computing them
-// again; shape arithmetic is not carried, but the tensors whose shapes it reads are.
+// again; shape arithmetic is not carried, but the tensors whose shapes it reads are. Only the
+// nodes and initializers the outputs need are kept; values in `available` they read become
+// inputs of their types.
 std::string onnx_prefix_model(const std::string& bytes, const std::string& origin,
                               const std::vector<std::string>& values,
-                              const std::set<std::string>& available = {},
+                              const std::map<std::string, TensorType>& available = {},
                               std::vector<std::string>* carried = nullptr);
 
 struct ModelInput {

@@ -17,6 +17,9 @@ namespace kiln {
 // A graph input's or output's declared type; throws UnsupportedError (naming `where`) for
 // values that are not tensors, element types kiln lacks and unknown ranks.
 TensorType onnx_value_type(const onnx::ValueInfoProto& v, const std::string& where);
+// Declares `t` on v; each dynamic dimension gets its own dim_param, dim_prefix + "_" + index.
+void set_onnx_value_type(onnx::ValueInfoProto* v, const TensorType& t,
+                         const std::string& dim_prefix);
 }  // namespace kiln
 
 namespace kiln::onnx_import {
