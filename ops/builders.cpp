@@ -114,6 +114,11 @@ Var ceil(Var a) { return apply("ceil", {a}); }
 Var round(Var a) { return apply("round", {a}); }
 Var maximum(Var a, Var b) { return apply("maximum", {a, b}); }
 Var minimum(Var a, Var b) { return apply("minimum", {a, b}); }
+Var shift_left(Var a, Var b) { return apply("shift_left", {a, b}); }
+Var shift_right(Var a, Var b) { return apply("shift_right", {a, b}); }
+Var maximum_u(Var a, Var b) { return apply("maximum_u", {a, b}); }
+Var minimum_u(Var a, Var b) { return apply("minimum_u", {a, b}); }
+Var mod_u(Var a, Var b) { return apply("mod_u", {a, b}); }
 Var clip(Var x, Var lo, Var hi) { return apply("clip", {x, lo, hi}); }
 Var clip(Var x, double lo, double hi) { return clip(x, lit(x, lo), lit(x, hi)); }
 Var lt(Var a, Var b) { return apply("lt", {a, b}); }

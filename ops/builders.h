@@ -99,6 +99,12 @@ Var ceil(Var a);
 Var round(Var a);
 Var maximum(Var a, Var b);
 Var minimum(Var a, Var b);
+// Integer ops on the bits as unsigned 64-bit values (ONNX BitShift; uint64 stored as int64).
+Var shift_left(Var a, Var b);
+Var shift_right(Var a, Var b);
+Var maximum_u(Var a, Var b);
+Var minimum_u(Var a, Var b);
+Var mod_u(Var a, Var b);
 Var clip(Var x, Var lo, Var hi);
 Var clip(Var x, double lo, double hi);
 Var lt(Var a, Var b);

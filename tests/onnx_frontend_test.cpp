@@ -123,8 +123,8 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   ModelBuilder b;
   b.input("x", {1, 3, 8, 8});
   b.node("Relu", {"x"}, {"r"}, "ok_relu");
-  b.node("BitShift", {"r", "r"}, {"l"}, "shift1");
-  b.node("Unique", {"l"}, {"t"}, "top");
+  b.node("StringNormalizer", {"r"}, {"l"}, "norm1");
+  b.node("TfIdfVectorizer", {"l"}, {"t"}, "tfidf");
   set_int(b.node("BatchNormalization", {"r", "r", "r", "r", "r"}, {"p"}, "bn1"), "training_mode",
           1);
   set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "mirror");
@@ -133,12 +133,13 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   b.output("z", {1, 3, 8, 8});
   std::string m =
       error_message<UnsupportedError>([&] { parse_onnx_model(b.bytes(), "m.onnx", "."); });
-  EXPECT_NE(m.find("m.onnx: the model uses 6 unsupported features (ops: BitShift, Unique, "
-                   "com.example.Gelu)"),
+  EXPECT_NE(m.find("m.onnx: the model uses 6 unsupported features (ops: StringNormalizer, "
+                   "TfIdfVectorizer, com.example.Gelu)"),
             std::string::npos)
       << m;
   for (const char* want :
-       {"node 1 'shift1' (BitShift): op BitShift is not supported", "node 2 'top' (Unique)",
+       {"node 1 'norm1' (StringNormalizer): op StringNormalizer is not supported",
+        "node 2 'tfidf' (TfIdfVectorizer)",
         "node 3 'bn1' (BatchNormalization): attribute training_mode=1",
         "node 4 'pad1' (Pad): attribute mode=mirror", "node 5 'relu2' (Relu): attribute 'bogus'",
         "node 6 'custom' (com.example.Gelu)"}) {

@@ -2623,6 +2623,15 @@ TEST(Builders, EveryScalarTableOpHasOne) {
       {"logical_not", [](Var, Var f) { return logical_not(f); }},
       {"where", [](Var x, Var f) { return where(f, x, x); }},
       {"cast", [](Var x, Var) { return cast(x, DType::kInt32); }},
+      {"shift_left",
+       [](Var x, Var) { return shift_left(cast(x, DType::kInt64), cast(x, DType::kInt64)); }},
+      {"shift_right",
+       [](Var x, Var) { return shift_right(cast(x, DType::kInt64), cast(x, DType::kInt64)); }},
+      {"maximum_u",
+       [](Var x, Var) { return maximum_u(cast(x, DType::kInt64), cast(x, DType::kInt64)); }},
+      {"minimum_u",
+       [](Var x, Var) { return minimum_u(cast(x, DType::kInt64), cast(x, DType::kInt64)); }},
+      {"mod_u", [](Var x, Var) { return mod_u(cast(x, DType::kInt64), cast(x, DType::kInt64)); }},
   };
   for (const ScalarOpDef& def : scalar_ops()) {
     const std::string name(def.name);
