@@ -111,7 +111,7 @@ void ModelFunction::add_stage(const RunTimeValueNeeded& e,
     if (s.outputs == e.outputs())
       throw InternalError("stage '" + join(s.outputs, "', '") + "' met twice");
   }
-  Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}};
+  Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}, {}, {}, {}};
   // Each body compiles as a model of its own (named in its errors by its node).
   for (const char* body : {"body", "then_branch", "else_branch"}) {
     if (!s.attrs.count(body)) continue;

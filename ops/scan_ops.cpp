@@ -169,6 +169,7 @@ std::vector<Shape> TopK::infer_shape(const std::vector<Shape>& inputs) const {
 void TopK::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   const Tensor& x = inputs[0];
   std::vector<Shape> shapes;
+  shapes.reserve(inputs.size());
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   const int64_t k = k_of(shapes);  // the props' k, or k_dims evaluated
   const auto axis = static_cast<size_t>(normalize_axis(axis_, x.ndim(), "top_k"));

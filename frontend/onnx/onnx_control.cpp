@@ -207,7 +207,7 @@ std::string node_label(const onnx::NodeProto& n) {
   for (int k = 0; k < n.output_size(); ++k) {
     TensorType t = outs[static_cast<size_t>(k) + 1];
     if (k < carried) {
-      t = own[static_cast<size_t>(2 + k)];
+      t = own[2 + static_cast<size_t>(k)];
     } else {
       t.dims.insert(t.dims.begin(), kDynamic);  // one slice per iteration
     }
