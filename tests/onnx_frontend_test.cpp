@@ -176,6 +176,29 @@ TEST(OnnxFrontend, CompressKeepsTheSlicesItsConditionNames) {
       << m;
 }
 
+// Reshape with allowzero: a 0 is a dimension of size 0 (not a copy of the input's), so only
+// an empty input fits; one with elements is a clear error naming the node.
+TEST(OnnxFrontend, ReshapeAllowzeroMakesSizeZeroDimensions) {
+  auto model = [](std::vector<int64_t> in_dims) {
+    ModelBuilder b;
+    b.input("x", in_dims);
+    b.ints_initializer("shape", {3, 4, 0});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "rz");
+    set_int(b.g->mutable_node(0), "allowzero", 1);
+    b.output("y", {3, 4, 0});
+    return b.bytes();
+  };
+  Graph g = parse_onnx_model(model({0, 3, 4}), "r.onnx", ".");
+  const Tensor y = compile(g)({Tensor::zeros(DType::kFloat32, {0, 3, 4})}).at(0);
+  EXPECT_EQ(y.shape(), (Shape{3, 4, 0}));
+  const std::string m = error_message<UserError>([&] {
+    Graph bad = parse_onnx_model(model({2, 3, 4}), "r.onnx", ".");
+    compile(bad)({Tensor::zeros(DType::kFloat32, {2, 3, 4})});
+  });
+  EXPECT_NE(m.find("'rz' (Reshape)"), std::string::npos) << m;
+  EXPECT_NE(m.find("cannot reshape float32 (2, 3, 4) to (3, 4, 0)"), std::string::npos) << m;
+}
+
 // Found by fuzz_onnx_loader: a target shape whose element count overflows 64 bits.
 TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
   ModelBuilder b;

@@ -136,7 +136,10 @@ Outs convert_reshape(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a)
     return Outs{reshape_symbolic(im, x, *target, attr_int(a, "allowzero", 0) != 0)};
   Ints shape = im.opset() < 5 ? attr_ints(a, "shape") : im.const_ints(n, 1, "shape");
   if (attr_int(a, "allowzero", 0) != 0 && std::count(shape.begin(), shape.end(), 0) > 0) {
-    throw UnsupportedError("Reshape with allowzero=1 and a 0 in the shape");
+    // A 0 is a dimension of size 0, not a copy: the shape as dimension expressions says so.
+    SymValue target{DType::kInt64, false, {}};
+    for (int64_t d : shape) target.elems.push_back(DimExpr::constant(d));
+    return Outs{reshape_symbolic(im, x, target, true)};
   }
   return Outs{reshape(x, shape)};
 }
