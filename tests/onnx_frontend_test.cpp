@@ -199,6 +199,43 @@ TEST(OnnxFrontend, ReshapeAllowzeroMakesSizeZeroDimensions) {
   EXPECT_NE(m.find("cannot reshape float32 (2, 3, 4) to (3, 4, 0)"), std::string::npos) << m;
 }
 
+// Einsum with a letter repeated in a term takes the diagonal: against hand-computed values
+// for a batch of diagonals, a trace, a letter three times, and a diagonal feeding a product;
+// sizes that differ under one letter are an error naming the term.
+TEST(OnnxFrontend, EinsumDiagonalsAgainstHandValues) {
+  auto run = [](const std::string& eq, std::vector<std::vector<int64_t>> dims,
+                const std::vector<Tensor>& xs) {
+    ModelBuilder b;
+    std::vector<std::string> names;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      names.push_back("x" + std::to_string(k));
+      b.input(names.back(), dims[k]);
+    }
+    set_string(b.node("Einsum", names, {"y"}, "ein"), "equation", eq);
+    b.output("y", {-1});
+    Graph g = parse_onnx_model(b.bytes(), "e.onnx", ".");
+    return compile(g)(xs).at(0).to_doubles();
+  };
+  std::vector<double> v(2 * 3 * 3);
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<double>(k);
+  const Tensor x = Tensor::from_doubles(DType::kFloat32, {2, 3, 3}, v);
+  EXPECT_EQ(run("bii->bi", {{2, 3, 3}}, {x}), (std::vector<double>{0, 4, 8, 9, 13, 17}));
+  EXPECT_EQ(run("...ii->...i", {{2, 3, 3}}, {x}), (std::vector<double>{0, 4, 8, 9, 13, 17}));
+  EXPECT_EQ(run("bii->b", {{2, 3, 3}}, {x}), (std::vector<double>{12, 39}));  // traces
+  std::vector<double> c(8);
+  for (size_t k = 0; k < c.size(); ++k) c[k] = static_cast<double>(k);
+  const Tensor cube = Tensor::from_doubles(DType::kFloat32, {2, 2, 2}, c);
+  EXPECT_EQ(run("iii->i", {{2, 2, 2}}, {cube}), (std::vector<double>{0, 7}));
+  // diag(m) . w: m's diagonal (0, 4, 8) against w = (1, 2, 3) -> 0 + 8 + 24.
+  const Tensor m = Tensor::from_doubles(DType::kFloat32, {3, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8});
+  const Tensor w = Tensor::from_doubles(DType::kFloat32, {3}, {1, 2, 3});
+  EXPECT_EQ(run("ii,i->", {{3, 3}, {3}}, {m, w}), (std::vector<double>{32}));
+  const std::string err = error_message<UserError>([&] {
+    run("ii->i", {{2, 3}}, {Tensor::zeros(DType::kFloat32, {2, 3})});
+  });
+  EXPECT_NE(err.find("term 'ii' repeats 'i' over dimensions of 2 and 3"), std::string::npos) << err;
+}
+
 // Found by fuzz_onnx_loader: a target shape whose element count overflows 64 bits.
 TEST(OnnxFrontend, ShapesTooLargeForSixtyFourBitsAreClearErrors) {
   ModelBuilder b;

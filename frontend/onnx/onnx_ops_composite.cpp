@@ -89,7 +89,7 @@ Outs convert_eye_like(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a
 // operands' letters sort into batch (both and the output), contracted (both, not the
 // output), and kept-from-one-side; letters only one operand has and the output lacks are
 // summed first. "..." stands for the leading dimensions. Static dimensions; a letter
-// repeated within one operand (a diagonal) is refused.
+// repeated within one operand takes that operand's diagonal first.
 Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
   std::string eq;
   for (char c : attr_string(a, "equation")) {
@@ -133,9 +133,39 @@ Outs convert_einsum(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) 
     terms[i] = expand_ellipsis(terms[i], ops[i].rank());
     if (static_cast<int>(terms[i].size()) != ops[i].rank())
       throw UserError("term '" + terms[i] + "' does not match input " + ops[i].type().to_string());
-    for (size_t c = 0; c < terms[i].size(); ++c) {
-      if (terms[i].find(terms[i][c]) != c)
-        throw UnsupportedError("Einsum diagonals ('" + terms[i] + "')");
+    // A letter repeated within a term takes the diagonal: the two axes moved last, merged,
+    // and every (n + 1)-th element kept; the letter then appears once, last.
+    for (size_t q = 0; q < terms[i].size();) {
+      const size_t p = terms[i].find(terms[i][q]);
+      if (p == q) {
+        ++q;
+        continue;
+      }
+      const Ints d = static_dims(ops[i].type(), "Einsum");
+      if (d[p] != d[q]) {
+        throw UserError("term '" + terms[i] + "' repeats '" + std::string(1, terms[i][q]) +
+                        "' over dimensions of " + std::to_string(d[p]) + " and " +
+                        std::to_string(d[q]));
+      }
+      Ints perm, shape;
+      std::string rest;
+      for (size_t c = 0; c < terms[i].size(); ++c) {
+        if (c == p || c == q) continue;
+        perm.push_back(static_cast<int64_t>(c));
+        shape.push_back(d[c]);
+        rest += terms[i][c];
+      }
+      perm.push_back(static_cast<int64_t>(p));
+      perm.push_back(static_cast<int64_t>(q));
+      shape.push_back(d[p] * d[p]);
+      const auto last = static_cast<int64_t>(shape.size()) - 1;
+      ops[i] = apply("slice", {reshape(transpose(ops[i], perm), shape)},
+                     {{"starts", Ints{0}},
+                      {"ends", Ints{d[p] * d[p]}},
+                      {"axes", Ints{last}},
+                      {"steps", Ints{d[p] + 1}}});
+      terms[i] = rest + terms[i][q];
+      q = 0;  // look again: a letter may appear three times
     }
   }
   std::string out;
