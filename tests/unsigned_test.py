@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ONNX BitShift and uint64 Min / Max / Mod against NumPy, on the values that break them.
+"""ONNX BitShift, uint64 Min / Max / Mod and a uint64 power against NumPy, on the values that
+break them.
 
 kiln stores uint64 as int64 and uint16 / uint32 in wider signed types: a shift right of a value
 past 2^63 must bring in zeros (not copies of the sign bit), orders and remainders of such values
@@ -82,6 +83,23 @@ y[y == 0] = 7
 check("Min uint64", model("min_u64", "Min", np.uint64), [x, y], np.minimum(x, y))
 check("Max uint64", model("max_u64", "Max", np.uint64), [x, y], np.maximum(x, y))
 check("Mod uint64", model("mod_u64", "Mod", np.uint64), [x, y], np.mod(x, y))
+
+# A float base to a uint64 power: exponents past 2^63 must not read as negative.
+code = TensorProto.FLOAT
+g = helper.make_graph([helper.make_node("Pow", ["x0", "x1"], ["y"])], "pow_u64",
+                      [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [None]),
+                       helper.make_tensor_value_info("x1", TensorProto.UINT64, [None])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+pow_path = os.path.join(WORK, "pow_u64.onnx")
+with open(pow_path, "wb") as f:
+    f.write(m.SerializeToString())
+base = np.array([1.0, 0.5, 2.0, -1.0, 0.5, 3.0], np.float32)
+expo = np.array([2**63 + 5, 3, 2**64 - 1, 2, 2**63, 4], np.uint64)
+with np.errstate(over="ignore"):
+    check("Pow float32 ^ uint64", pow_path, [base, expo],
+          np.power(base.astype(np.float64), expo.astype(np.float64)).astype(np.float32))
 
 r, _ = run(model("shift_signed", "BitShift", np.int32, direction="LEFT"),
            [np.ones(3, np.int32), np.ones(3, np.int32)])

@@ -186,7 +186,7 @@ void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
   if (u64 && !is_onnx_op(n, {"Add",     "Sub",       "Mul",       "Identity", "Reshape", "Flatten",
                              "Squeeze", "Unsqueeze", "Transpose", "Concat",   "Slice",   "Split",
                              "Gather",  "Expand",    "Cast",      "CastLike", "Equal",   "Where",
-                             "Sum",     "BitShift",  "Min",       "Max",      "Mod"})) {
+                             "Sum",     "BitShift",  "Min",       "Max",      "Mod",     "Pow"})) {
     throw UnsupportedError(n.op_type() +
                            " on uint64 values (computed as int64, so values past "
                            "2^63 would order and divide wrongly)");

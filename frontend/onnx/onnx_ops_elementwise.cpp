@@ -91,11 +91,22 @@ Var clip_bound(OnnxImporter& im, const onnx::NodeProto& n, int i, Var x, bool up
 
 Outs convert_pow(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
   Var base = im.in(n, 0), e = im.in(n, 1);
+  if (im.storage(n.input(0)) == DType::kUInt64) {
+    throw UnsupportedError(
+        "Pow of uint64 values (computed as int64, so values past 2^63 would be wrong)");
+  }
   if (base.dtype() == e.dtype()) return Outs{pow(base, e)};
   // Mixed types: the result has the base's type; a float exponent of an integer base is
   // evaluated in floating point.
   if (!is_float(base.dtype()) && is_float(e.dtype()))
     return Outs{cast(pow(cast(base, e.dtype()), e), base.dtype())};
+  if (is_float(base.dtype()) && im.storage(n.input(1)) == DType::kUInt64) {
+    // A uint64 exponent is stored as int64: past 2^63 it reads negative, so 2^64 is added back
+    // (in float64, as exact as the float result can use).
+    Var e64 = cast(e, DType::kFloat64);
+    e64 = where(lt(e, e * 0.0), e64 + 18446744073709551616.0, e64);
+    return Outs{pow(base, cast(e64, base.dtype()))};
+  }
   return Outs{pow(base, cast(e, base.dtype()))};
 }
 
