@@ -125,8 +125,7 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   b.node("Relu", {"x"}, {"r"}, "ok_relu");
   b.node("StringNormalizer", {"r"}, {"l"}, "norm1");
   b.node("TfIdfVectorizer", {"l"}, {"t"}, "tfidf");
-  set_int(b.node("BatchNormalization", {"r", "r", "r", "r", "r"}, {"p"}, "bn1"), "training_mode",
-          1);
+  set_int(b.node("BatchNormalization", {"r", "r", "r", "r", "r"}, {"p"}, "bn1"), "spatial", 0);
   set_string(b.node("Pad", {"p"}, {"q"}, "pad1"), "mode", "mirror");
   set_int(b.node("Relu", {"q"}, {"y"}, "relu2"), "bogus", 3);
   b.node("Gelu", {"y"}, {"z"}, "custom")->set_domain("com.example");
@@ -140,7 +139,7 @@ TEST(OnnxFrontend, OneErrorListsEveryUnsupportedOpAndAttribute) {
   for (const char* want :
        {"node 1 'norm1' (StringNormalizer): op StringNormalizer is not supported",
         "node 2 'tfidf' (TfIdfVectorizer)",
-        "node 3 'bn1' (BatchNormalization): attribute training_mode=1",
+        "node 3 'bn1' (BatchNormalization): attribute spatial=0",
         "node 4 'pad1' (Pad): attribute mode=mirror", "node 5 'relu2' (Relu): attribute 'bogus'",
         "node 6 'custom' (com.example.Gelu)"}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;

@@ -255,6 +255,23 @@ Outs convert_batch_norm(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&
   Var x = im.in(n, 0);
   const double eps = attr_float(a, "epsilon", 1e-5);
   Var scale = im.in(n, 1), bias = im.in(n, 2), mean_v = im.in(n, 3), var_v = im.in(n, 4);
+  if (attr_int(a, "training_mode", 0) != 0) {
+    // The batch's statistics over every axis but the channels (the variance biased, as ONNX
+    // defines it), and the running ones moved toward them by 1 - momentum.
+    if (x.rank() < 2)
+      throw UserError("training mode needs a channel axis; X is " + x.type().to_string());
+    const double momentum = attr_float(a, "momentum", 0.9);
+    Ints axes{0};
+    for (int d = 2; d < x.rank(); ++d) axes.push_back(d);
+    Var mu = mean(x, axes, true);
+    Var centred = x - mu;
+    Var var_b = mean(centred * centred, axes, true);
+    Var y = centred * reciprocal(sqrt(var_b + eps)) * per_channel(scale, x.rank()) +
+            per_channel(bias, x.rank());
+    Var mu_c = reshape(mu, {-1}), var_c = reshape(var_b, {-1});
+    return Outs{y, mean_v * momentum + mu_c * (1.0 - momentum),
+                var_v * momentum + var_c * (1.0 - momentum)};
+  }
   // y = x * k + (b - mean * k), k = scale / sqrt(var + eps): two per-channel vectors.
   Var k = scale / sqrt(var_v + eps);
   Var shift = bias - mean_v * k;
@@ -574,11 +591,13 @@ void add_nn_ops(OpTable& t) {
       {"epsilon", "momentum", "spatial", "training_mode"},
       [](const Attrs& a, const onnx::NodeProto& n, int) {
         std::vector<std::string> p;
-        if (attr_int(a, "training_mode", 0) != 0)
-          p.push_back(attr_problem("training_mode", "1", "(training)"));
         if (attr_int(a, "spatial", 1) != 1)
           p.push_back(attr_problem("spatial", "0", "(per-activation statistics)"));
-        auto more = max_outputs(n, 1, "(running statistics) is not supported");
+        // Training mode gives the updated running statistics; inference, only Y.
+        const bool training = attr_int(a, "training_mode", 0) != 0;
+        auto more = max_outputs(n, training ? 3 : 1,
+                                training ? "(saved statistics) is not supported"
+                                         : "(running statistics outside training mode)");
         p.insert(p.end(), more.begin(), more.end());
         return p;
       },
