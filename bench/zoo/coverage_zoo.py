@@ -24,6 +24,10 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
                  batched NMS; the output is each kept box with its score and label
   fasterrcnn     torchvision's Faster R-CNN (MobileNetV3 FPN, 320): a region proposal network
                  (TopK, NMS), RoIAlign over the proposals and a box head, then per-class NMS
+  scripted_branch a scripted CNN whose forward branches on the data (an ONNX If on a condition
+                 computed at run time: one branch a residual block, the other a 1x1
+                 projection) and refines with a loop whose trip count the data decides, zero
+                 for this input (an ONNX Loop that runs no iteration), 2 x 3 x 64 x 64
   greedy_decoder a scripted GRU decoder that feeds each step's argmax token back in (an ONNX Loop
                  whose trip count comes from the input's shape; its body reads the weights from
                  the enclosing graph), 64 steps for 8 sequences: decoding loops
@@ -217,6 +221,30 @@ def detector(name, spread):
     return lambda: Detector(make, spread)
 
 
+class ScriptedBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.block = conv_block(16, 16)
+        self.proj = nn.Conv2d(16, 16, 1)
+        self.refine = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        if bool(h.mean() > 0.1):
+            h = h + self.block(h)
+        else:
+            h = self.proj(h)
+        # Refinement steps decided by the data: none unless the activations run large.
+        for _ in range(int(h.abs().max() > 1000.0) * 3):
+            h = torch.tanh(self.refine(h))
+        return h
+
+
+def scripted_branch():
+    return torch.jit.script(ScriptedBranch())
+
+
 def greedy_decoder():
     return torch.jit.script(GreedyDecoder())
 
@@ -248,6 +276,7 @@ MODELS = {
     "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
     "retinanet": (detector("retinanet", 0.005), lambda: torch.rand(1, 3, 320, 320), "image", None),
     "fasterrcnn": (detector("fasterrcnn", 0.2), lambda: torch.rand(1, 3, 320, 320), "image", None),
+    "scripted_branch": (scripted_branch, lambda: torch.rand(2, 3, 64, 64), "image", None),
     "greedy_decoder": (greedy_decoder, lambda: torch.randn(8, 256), "state", None),
 }
 
