@@ -240,23 +240,31 @@ std::string TopK::c_code(const Node& node, const CodeNames& names, const Sub& su
        "at = (at - 1) / 2; }\n";
   s += "          heap[at] = m;\n          continue;\n        }\n";
   s += "        if (k == 0 || !BEFORE(m, heap[0])) continue;\n";
-  s += "        at = 0;\n        for (;;) {\n";
-  s += "          int64_t c = 2 * at + 1;\n          if (c >= size) break;\n";
-  s += "          if (c + 1 < size && BEFORE(heap[c], heap[c + 1])) ++c;\n";
-  s += "          if (!BEFORE(m, heap[c])) break;\n";
-  s += "          heap[at] = heap[c];\n          at = c;\n        }\n";
-  s += "        heap[at] = m;\n      }\n";
+  // Puts `item` at the root's place in a heap of `size` entries, moving it down past every
+  // child that ranks after it (the worse child first).
+  auto sift_down = [](const std::string& item, const std::string& size) {
+    return "        at = 0;\n        for (;;) {\n"
+           "          int64_t c = 2 * at + 1;\n          if (c >= " +
+           size +
+           ") break;\n"
+           "          if (c + 1 < " +
+           size +
+           " && BEFORE(heap[c], heap[c + 1])) ++c;\n"
+           "          if (!BEFORE(" +
+           item +
+           ", heap[c])) break;\n"
+           "          heap[at] = heap[c];\n          at = c;\n        }\n"
+           "        heap[at] = " +
+           item + ";\n";
+  };
+  s += sift_down("m", "size") + "      }\n";
   // Popping the root (the worst) fills the output from its end.
   s += "      for (int64_t j = size - 1; j >= 0; --j) {\n";
   s += "        const int64_t best = heap[0], last = heap[j];\n";
   s += "        y[(o * k + j) * inner + i] = col[best * inner];\n";
   s += "        yi[(o * k + j) * inner + i] = best;\n";
-  s += "        int64_t at = 0;\n        for (;;) {\n";
-  s += "          int64_t c = 2 * at + 1;\n          if (c >= j) break;\n";
-  s += "          if (c + 1 < j && BEFORE(heap[c], heap[c + 1])) ++c;\n";
-  s += "          if (!BEFORE(last, heap[c])) break;\n";
-  s += "          heap[at] = heap[c];\n          at = c;\n        }\n";
-  s += "        heap[at] = last;\n      }\n    }\n  }\n#undef BEFORE\n}\n";
+  s += "        int64_t at;\n" + sift_down("last", "j");
+  s += "      }\n    }\n  }\n#undef BEFORE\n}\n";
   (void)sorted_;  // always sorted: an order ONNX allows for sorted = 0 too
   return s;
 }

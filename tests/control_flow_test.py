@@ -11,11 +11,13 @@ was wrong, never hang.
 usage: control_flow_test.py KILN_BINARY WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kiln_cli  # noqa: E402
 
 KILN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -31,24 +33,11 @@ def vi(name, elem, shape):
 def save_model(name, nodes, inputs, outputs, consts=(), opset=17):
     g = helper.make_graph(nodes, name, inputs, outputs,
                           [numpy_helper.from_array(v, k) for k, v in dict(consts).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    path = os.path.join(WORK, name + ".onnx")
-    with open(path, "wb") as f:
-        f.write(m.SerializeToString())
-    return path
+    return kiln_cli.write_model(WORK, name, g, [("", opset)])
 
 
 def run(path, inputs, env=None):
-    out = path[:-5] + "_out"
-    args = [KILN, "run", path, "--no-generic-start", "-o", out]
-    for k, v in inputs.items():
-        f = os.path.join(WORK, os.path.basename(path)[:-5] + "_" + k + ".npy")
-        np.save(f, v)
-        args += ["--input", k + "=" + f]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, **(env or {})))
-    return r, out
+    return kiln_cli.run(KILN, path, inputs, env)
 
 
 def check(name, path, inputs, want, rtol=1e-5, atol=1e-5):

@@ -16,11 +16,13 @@ quantization parameters must fail naming the node and the input.
 usage: quant_test.py KILN_BINARY WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kiln_cli  # noqa: E402
 
 KILN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -45,27 +47,14 @@ def model(node, inputs, consts, outputs, name):
         [helper.make_tensor_value_info(k, onnx_type(v), v.shape) for k, v in inputs.items()],
         [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
         [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    opsets = [helper.make_opsetid("", 13)]
+    opsets = [("", 13)]
     if node.domain == "com.microsoft":
-        opsets.append(helper.make_opsetid("com.microsoft", 1))
-    m = helper.make_model(g, opset_imports=opsets)
-    m.ir_version = 7
-    path = os.path.join(WORK, name + ".onnx")
-    with open(path, "wb") as f:
-        f.write(m.SerializeToString())
-    return path
+        opsets.append(("com.microsoft", 1))
+    return kiln_cli.write_model(WORK, name, g, opsets, ir_version=7)
 
 
 def run(path, inputs, env_extra=None):
-    out = path[:-5] + "_out"
-    args = [KILN, "run", path, "--no-generic-start", "-o", out]
-    for k, v in inputs.items():
-        f = os.path.join(WORK, os.path.basename(path)[:-5] + "_" + k + ".npy")
-        np.save(f, v)
-        args += ["--input", k + "=" + f]
-    env = dict(os.environ, **(env_extra or {}))
-    r = subprocess.run(args, capture_output=True, text=True, env=env)
-    return r, out
+    return kiln_cli.run(KILN, path, inputs, env_extra, timeout=None)
 
 
 def check(name, path, inputs, want, env_extra=None):

@@ -11,11 +11,13 @@ must fail naming what was wrong.
 usage: signal_test.py KILN_BINARY WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kiln_cli  # noqa: E402
 
 KILN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -29,22 +31,11 @@ def save_model(nodes, inputs, consts, outputs, name, opset=17):
         [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
         [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in outputs],
         [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    path = os.path.join(WORK, name + ".onnx")
-    with open(path, "wb") as f:
-        f.write(m.SerializeToString())
-    return path
+    return kiln_cli.write_model(WORK, name, g, [("", opset)])
 
 
 def run(path, inputs):
-    out = path[:-5] + "_out"
-    args = [KILN, "run", path, "--no-generic-start", "-o", out]
-    for k, v in inputs.items():
-        f = os.path.join(WORK, os.path.basename(path)[:-5] + "_" + k + ".npy")
-        np.save(f, v)
-        args += ["--input", k + "=" + f]
-    return subprocess.run(args, capture_output=True, text=True), out
+    return kiln_cli.run(KILN, path, inputs)
 
 
 def check(name, path, inputs, want, rtol, atol):

@@ -10,11 +10,13 @@ outside the rank must fail naming it.
 usage: unique_test.py KILN_BINARY WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kiln_cli  # noqa: E402
 
 KILN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -34,21 +36,11 @@ def model(name, dtype, rank, **attrs):
         [helper.make_tensor_value_info(o, code if o == "y" else TensorProto.INT64, None)
          for o in OUTS],
         [helper.make_tensor("one", code, [], [1])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    path = os.path.join(WORK, name + ".onnx")
-    with open(path, "wb") as f:
-        f.write(m.SerializeToString())
-    return path
+    return kiln_cli.write_model(WORK, name, g, [("", 17)])
 
 
 def run(path, x):
-    out = path[:-5] + "_out"
-    f = path[:-5] + "_x.npy"
-    np.save(f, x)
-    r = subprocess.run([KILN, "run", path, "--no-generic-start", "-o", out, "--input", "x=" + f],
-                       capture_output=True, text=True, timeout=300)
-    return r, out
+    return kiln_cli.run(KILN, path, {"x": x})
 
 
 def reference(x, axis, sorted_):

@@ -11,11 +11,13 @@ BitShift of signed integers must fail naming the input.
 usage: unsigned_test.py KILN_BINARY WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kiln_cli  # noqa: E402
 
 KILN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -30,22 +32,11 @@ def model(name, op, dtype, n_inputs=2, **attrs):
     ins = [helper.make_tensor_value_info(f"x{k}", code, [None]) for k in range(n_inputs)]
     g = helper.make_graph([helper.make_node(op, [f"x{k}" for k in range(n_inputs)], ["y"], **attrs)],
                           name, ins, [helper.make_tensor_value_info("y", code, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    path = os.path.join(WORK, name + ".onnx")
-    with open(path, "wb") as f:
-        f.write(m.SerializeToString())
-    return path
+    return kiln_cli.write_model(WORK, name, g, [("", 17)])
 
 
 def run(path, inputs):
-    out = path[:-5] + "_out"
-    args = [KILN, "run", path, "--no-generic-start", "-o", out]
-    for k, v in enumerate(inputs):
-        f = os.path.join(WORK, os.path.basename(path)[:-5] + f"_x{k}.npy")
-        np.save(f, v)
-        args += ["--input", f"x{k}={f}"]
-    return subprocess.run(args, capture_output=True, text=True, timeout=300), out
+    return kiln_cli.run(KILN, path, {f"x{k}": v for k, v in enumerate(inputs)})
 
 
 def check(name, path, inputs, want):
@@ -85,16 +76,11 @@ check("Max uint64", model("max_u64", "Max", np.uint64), [x, y], np.maximum(x, y)
 check("Mod uint64", model("mod_u64", "Mod", np.uint64), [x, y], np.mod(x, y))
 
 # A float base to a uint64 power: exponents past 2^63 must not read as negative.
-code = TensorProto.FLOAT
 g = helper.make_graph([helper.make_node("Pow", ["x0", "x1"], ["y"])], "pow_u64",
                       [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [None]),
                        helper.make_tensor_value_info("x1", TensorProto.UINT64, [None])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-m.ir_version = 8
-pow_path = os.path.join(WORK, "pow_u64.onnx")
-with open(pow_path, "wb") as f:
-    f.write(m.SerializeToString())
+pow_path = kiln_cli.write_model(WORK, "pow_u64", g, [("", 17)])
 base = np.array([1.0, 0.5, 2.0, -1.0, 0.5, 3.0], np.float32)
 expo = np.array([2**63 + 5, 3, 2**64 - 1, 2, 2**63, 4], np.uint64)
 with np.errstate(over="ignore"):

@@ -103,6 +103,15 @@ std::optional<SymValue> size_of(OnnxImporter& im, const onnx::NodeProto& n) {
   return SymValue{DType::kInt64, true, {p}};
 }
 
+// A node's axes: input 1 (newer opsets; it must be known) or the `axes` attribute; empty when
+// neither is given; nullopt when input 1 is computed at run time.
+std::optional<std::vector<int64_t>> axes_of(OnnxImporter& im, const onnx::NodeProto& n) {
+  if (OnnxImporter::has_input(n, 1)) return known_ints(im, n, 1);
+  std::vector<int64_t> axes;
+  if (const auto* a = attr(n, "axes")) axes.assign(a->ints().begin(), a->ints().end());
+  return axes;
+}
+
 std::optional<SymValue> gather(const SymValue& data, const onnx::NodeProto& n,
                                const std::vector<int64_t>& idx, bool idx_scalar) {
   if (data.scalar || int_attr(n, "axis", 0) != 0) return std::nullopt;
@@ -194,14 +203,9 @@ bool fold_symbolic(OnnxImporter& im, const onnx::NodeProto& n) {
       }
     } else if (op == "Unsqueeze" || op == "Squeeze") {
       auto x = in(0);
-      std::vector<int64_t> axes;
-      if (OnnxImporter::has_input(n, 1)) {
-        auto k = known_ints(im, n, 1);
-        if (!k) return false;
-        axes = *k;
-      } else if (const auto* a = attr(n, "axes")) {
-        axes.assign(a->ints().begin(), a->ints().end());
-      }
+      const std::optional<std::vector<int64_t>> given = axes_of(im, n);
+      if (!given) return false;
+      const std::vector<int64_t>& axes = *given;
       const bool ok_axes = axes.size() == 1 && (axes[0] == 0 || axes[0] == -1);
       if (x && op == "Unsqueeze" && x->scalar && ok_axes) {
         x->scalar = false;
@@ -214,14 +218,9 @@ bool fold_symbolic(OnnxImporter& im, const onnx::NodeProto& n) {
     } else if (op == "ReduceMin" || op == "ReduceMax" || op == "ReduceSum" || op == "ReduceProd") {
       // Over a shape vector (torchvision's min(k, boxes) takes a ReduceMin of a Concat).
       auto x = in(0);
-      std::vector<int64_t> axes;
-      if (OnnxImporter::has_input(n, 1)) {
-        auto k = known_ints(im, n, 1);
-        if (!k) return false;
-        axes = *k;
-      } else if (const auto* a = attr(n, "axes")) {
-        axes.assign(a->ints().begin(), a->ints().end());
-      }
+      const std::optional<std::vector<int64_t>> given = axes_of(im, n);
+      if (!given) return false;
+      const std::vector<int64_t>& axes = *given;
       const bool all = axes.empty() ? int_attr(n, "noop_with_empty_axes", 0) == 0
                                     : axes.size() == 1 && (axes[0] == 0 || axes[0] == -1);
       if (x && !x->scalar && !x->elems.empty() && all) {
