@@ -97,6 +97,10 @@ for limit in (100.0, 0.5):  # 0.5: the condition is false before the first itera
 expect_error("a condition that never turns false stops at the bound", path,
              {"x": np.zeros(3, np.float32), "limit": np.array(1, np.float32)},
              "still true after 100 iterations", {"KILN_MAX_LOOP_ITERATIONS": "100"})
+expect_error("a bound that is not a positive integer", path,
+             {"x": np.zeros(3, np.float32), "limit": np.array(1, np.float32)},
+             "KILN_MAX_LOOP_ITERATIONS='ten' is not a positive integer",
+             {"KILN_MAX_LOOP_ITERATIONS": "ten"})
 
 # For loop: M from the inputs and a condition that stays true; y accumulates x[i] (a Gather by
 # the iteration number) and grows a record of i (a carried value whose size changes).
@@ -153,6 +157,25 @@ check("reversed scan over axis 1", path, {"h0": h0, "x": x},
       {"h": h.astype(np.float32), "hs": np.stack(hs, axis=1).astype(np.float32)})
 check("a scan of zero steps", path, {"h0": h0, "x": np.zeros((2, 0, 5), np.float32)},
       {"h": h0, "hs": np.zeros((2, 0, 5), np.float32)})
+
+# Scan inputs of different lengths, and a direction that is neither 0 nor 1.
+pair_body = helper.make_graph(
+    [helper.make_node("Add", ["s_in", "a_t"], ["s1"]), helper.make_node("Add", ["s1", "b_t"], ["s_out"])],
+    "pair", [vi("s_in", F, [2]), vi("a_t", F, [2]), vi("b_t", F, [2])], [vi("s_out", F, [2])])
+path = save_model("scan_lengths", [
+    helper.make_node("Scan", ["s0", "a", "b"], ["s"], body=pair_body, num_scan_inputs=2)],
+    [vi("s0", F, [2]), vi("a", F, [None, 2]), vi("b", F, [None, 2])], [vi("s", F, [2])])
+expect_error("scan inputs of different lengths", path,
+             {"s0": np.zeros(2, np.float32), "a": np.ones((3, 2), np.float32),
+              "b": np.ones((4, 2), np.float32)},
+             "scan input 1 has 4 steps, scan input 0 has 3")
+path = save_model("scan_direction", [
+    helper.make_node("Scan", ["s0", "a", "b"], ["s"], body=pair_body, num_scan_inputs=2,
+                     scan_input_directions=[0, 2])],
+    [vi("s0", F, [2]), vi("a", F, [3, 2]), vi("b", F, [3, 2])], [vi("s", F, [2])])
+expect_error("a scan direction of 2", path,
+             {"s0": np.zeros(2, np.float32), "a": np.ones((3, 2), np.float32),
+              "b": np.ones((3, 2), np.float32)}, "a scan direction is 0 or 1, got 2")
 
 # Opset 8's Scan: a batch axis on every input; each batch element scans on its own.
 body8 = helper.make_graph(
