@@ -44,9 +44,16 @@ std::map<std::string, Tensor> read_inputs(const InputSpecs& specs,
                                           const std::vector<ModelInput>& model_inputs,
                                           const std::string& command, bool optional) {
   const auto& files = specs.files;
+  // A sequence input x is given element by element, as x[0], x[1], ...
   auto is_input = [&](const std::string& name) {
     for (const auto& v : model_inputs) {
-      if (v.name == name) return true;
+      if (holds_sequence(v.kind)) {
+        if (name.size() > v.name.size() + 2 && name.rfind(v.name + "[", 0) == 0 &&
+            name.back() == ']')
+          return true;
+      } else if (v.name == name) {
+        return true;
+      }
     }
     return false;
   };
@@ -65,11 +72,18 @@ std::map<std::string, Tensor> read_inputs(const InputSpecs& specs,
   for (const auto& [name, file] : files) {
     if (is_input(name)) continue;
     std::vector<std::string> names;
-    for (const auto& v : model_inputs) names.push_back(v.name + " (" + v.type.to_string() + ")");
+    for (const auto& v : model_inputs) {
+      names.push_back(
+          v.kind == ValueKind::kTensor
+              ? v.name + " (" + v.type.to_string() + ")"
+              : v.name + " (a " + value_kind_name(v.kind) + " of " + v.type.to_string() +
+                    (holds_sequence(v.kind) ? ": " + element_name(v.name, 0) + ", ...)" : ")"));
+    }
     throw UserError("unknown input '" + name + "'; the model takes " + join(names, ", "));
   }
   if (!(optional && !specs.any)) {
     for (const auto& v : model_inputs) {
+      if (v.kind != ValueKind::kTensor) continue;  // a sequence may be empty, an optional absent
       if (!files.count(v.name) && !inputs.count(v.name)) {
         throw UserError("missing input '" + v.name + "': expected " + v.type.to_string() +
                         "; pass --input " + v.name + "=FILE.npy");

@@ -40,7 +40,8 @@ ModelFunction::ModelFunction(const fs::path& path, CompileOptions options)
     if (path.extension() != ".onnx") throw;
   }
   if (graph) {
-    Variant v{std::make_unique<Graph>(std::move(*graph)), nullptr};
+    Variant v{std::make_unique<Graph>(std::move(*graph)), nullptr, {}};
+    v.outputs.resize(v.graph->outputs().size());  // tensors: a model of sequences loads below
     load_ms_ = ms_since(start);
     for (const Variable* in : v.graph->inputs()) inputs_.push_back({in->name, in->type});
     v.function = std::make_unique<TieredFunction>(*v.graph, options_);
@@ -64,8 +65,12 @@ ModelFunction::ModelFunction(std::string bytes, std::string origin, fs::path dir
 void ModelFunction::init_onnx() {
   const auto start = std::chrono::steady_clock::now();
   inputs_ = onnx_model_inputs(bytes_, origin_);
+  for (const ModelInput& in : inputs_)
+    composite_inputs_ = composite_inputs_ || in.kind != ValueKind::kTensor;
+  if (composite_inputs_) return;  // built per structure, when a call brings one
   try {
-    Variant v{std::make_unique<Graph>(load({})), nullptr};
+    Variant v;
+    v.graph = std::make_unique<Graph>(load({}, {}, &v.outputs));
     load_ms_ = ms_since(start) - stage_ms_;
     v.function = std::make_unique<TieredFunction>(*v.graph, options_);
     last_ = &variants_.emplace("", std::move(v)).first->second;
@@ -74,10 +79,15 @@ void ModelFunction::init_onnx() {
   }
 }
 
-Graph ModelFunction::load(const std::map<std::string, Tensor>& bound) {
+Graph ModelFunction::load(const std::map<std::string, Tensor>& bound, const Structures& structures,
+                          std::vector<ValueStructure>* outputs) {
   stage_ms_ = 0;
   for (;;) {
-    OnnxBindings bindings{bound, outer_staged_};
+    OnnxBindings bindings;
+    bindings.input_values = bound;
+    bindings.staged = outer_staged_;
+    bindings.structures = structures;
+    bindings.output_structures = outputs;
     for (const Stage& s : stages_) {
       for (size_t k = 0; k < s.outputs.size(); ++k)
         if (!s.outputs[k].empty()) bindings.staged[s.outputs[k]] = s.types[k];
@@ -147,8 +157,38 @@ void ModelFunction::add_stage(const RunTimeValueNeeded& e,
   stages_.push_back(std::move(s));
 }
 
-ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, Tensor>& inputs) {
-  if (value_inputs_.empty() && last_) return *last_;
+ModelFunction::Structures ModelFunction::structures_of(
+    const std::map<std::string, Tensor>& inputs) const {
+  Structures out;
+  for (const ModelInput& in : inputs_) {
+    if (in.kind == ValueKind::kTensor) continue;
+    ValueStructure st{true, holds_sequence(in.kind), 0, {}};
+    if (!st.sequence) {
+      auto it = inputs.find(in.name);
+      st.present = it != inputs.end();
+      st.length = st.present ? 1 : 0;
+      if (st.present) st.ranks.push_back(it->second.ndim());
+    } else {
+      if (inputs.count(in.name))
+        throw UserError(origin_ + ": input '" + in.name + "' is a " + value_kind_name(in.kind) +
+                        "; give its elements as '" + element_name(in.name, 0) + "', '" +
+                        element_name(in.name, 1) + "', ...");
+      for (auto it = inputs.find(element_name(in.name, 0)); it != inputs.end();
+           it = inputs.find(element_name(in.name, static_cast<size_t>(st.length)))) {
+        st.ranks.push_back(it->second.ndim());
+        ++st.length;
+      }
+      // An optional sequence given no element is taken as empty (run_values tells the two).
+      st.present = st.length > 0 || in.kind == ValueKind::kSequence;
+    }
+    out[in.name] = st;
+  }
+  return out;
+}
+
+ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, Tensor>& inputs,
+                                                   const Structures& structures) {
+  if (value_inputs_.empty() && !composite_inputs_ && last_) return *last_;
   auto value_of = [&](const std::string& name) -> const Tensor& {
     auto it = inputs.find(name);
     if (it == inputs.end()) throw UserError(origin_ + ": missing input '" + name + "'");
@@ -158,6 +198,7 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
     // The variant's key: each value input's dtype, shape and bytes.
     std::map<std::string, Tensor> bound;
     std::string key;
+    for (const auto& [name, st] : structures) key += name + ":" + st.str() + ";";
     for (const std::string& name : value_inputs_) {
       Tensor t = value_of(name).contiguous();
       bound[name] = t;
@@ -169,7 +210,7 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
     Variant v;
     const auto start = std::chrono::steady_clock::now();
     try {
-      v.graph = std::make_unique<Graph>(load(bound));
+      v.graph = std::make_unique<Graph>(load(bound, structures, &v.outputs));
       load_ms_ = ms_since(start) - stage_ms_;
     } catch (const InputValueNeeded& e) {
       if (bound.count(e.input())) throw;  // cannot happen: bound inputs are values
@@ -188,7 +229,45 @@ ModelFunction::Variant& ModelFunction::variant_for(const std::map<std::string, T
 }
 
 std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inputs) {
-  Variant& v = variant_for(inputs);
+  return run_flat(inputs, composite_inputs_ ? structures_of(inputs) : Structures{});
+}
+
+std::vector<ModelValue> ModelFunction::run_values(const std::map<std::string, ModelValue>& inputs) {
+  std::map<std::string, Tensor> flat;
+  Structures structures;
+  for (const auto& [name, value] : inputs) {
+    const auto in = std::find_if(inputs_.begin(), inputs_.end(),
+                                 [&](const ModelInput& i) { return i.name == name; });
+    const ValueKind kind = in == inputs_.end() ? ValueKind::kTensor : in->kind;
+    const bool fits = value.present ? value.sequence == holds_sequence(kind) &&
+                                          (value.sequence || value.tensors.size() == 1)
+                                    : is_optional(kind);
+    if (!fits)
+      throw UserError(origin_ + ": input '" + name + "' is a " + value_kind_name(kind) +
+                      ", given " + value.describe());
+    if (kind != ValueKind::kTensor) structures[name] = value.structure();
+    for (size_t k = 0; k < value.tensors.size(); ++k)
+      flat[value.sequence ? element_name(name, k) : name] = value.tensors[k];
+  }
+  for (const ModelInput& in : inputs_) {
+    if (in.kind != ValueKind::kTensor && !structures.count(in.name))
+      throw UserError(origin_ + ": missing input '" + in.name + "' (a " + value_kind_name(in.kind) +
+                      ")");
+  }
+  std::vector<Tensor> outs = run_flat(flat, structures);
+  std::vector<ModelValue> values;
+  size_t next = 0;
+  for (const ValueStructure& st : last_->outputs) {
+    ModelValue v{st.present, st.sequence, {}};
+    for (int64_t k = 0; k < (st.present ? st.length : 0); ++k) v.tensors.push_back(outs.at(next++));
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
+std::vector<Tensor> ModelFunction::run_flat(const std::map<std::string, Tensor>& inputs,
+                                            const Structures& structures) {
+  Variant& v = variant_for(inputs, structures);
   last_ = &v;
   // Stages in order: each prefix reads the call's inputs and what earlier stages computed
   // (their results and carried values); the model reads the lot.
@@ -231,6 +310,8 @@ std::vector<Tensor> ModelFunction::run(const std::map<std::string, Tensor>& inpu
 }
 
 std::vector<Tensor> ModelFunction::operator()(const std::vector<Tensor>& inputs) {
+  if (composite_inputs_)
+    throw UserError(origin_ + ": the model takes sequences or optionals; call it by name");
   if (inputs.size() != inputs_.size()) {
     throw UserError(origin_ + ": " + std::to_string(inputs.size()) +
                     " inputs given, the model takes " + std::to_string(inputs_.size()));

@@ -17,6 +17,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/tiered_function.h"
+#include "frontend/model_value.h"
 #include "frontend/onnx/onnx_model.h"
 
 namespace kiln {
@@ -30,8 +31,14 @@ class ModelFunction {
   // The inputs whose values the graph depends on (found as calls arrive).
   const std::vector<std::string>& value_inputs() const { return value_inputs_; }
   // Inputs in the model's order, or by name; the outputs of the variant the values select.
+  // A sequence input x is given as x[0], x[1], ... (its length is the number of these), an
+  // optional one by its tensor or elements or not at all; a sequence output's elements come
+  // back as outputs of their own.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
+  // The same with each input and output a tensor, a sequence or an optional, as the model
+  // declares it: the model is built per sequence length and optional's presence.
+  std::vector<ModelValue> run_values(const std::map<std::string, ModelValue>& inputs);
   // The variant of the last call (the only one for most models; before any call, the one
   // loaded without values, when the model has one). function() waits for a module compiling
   // in the background (CompileOptions::generic_start); tiered() does not.
@@ -54,7 +61,13 @@ class ModelFunction {
   struct Variant {
     std::unique_ptr<Graph> graph;  // on the heap: the function's background compile reads it
     std::unique_ptr<TieredFunction> function;
+    std::vector<ValueStructure> outputs;  // how the graph's outputs group into the model's
   };
+  using Structures = std::map<std::string, ValueStructure>;
+  // The sequence and optional inputs' structures as run() reads them from flat names.
+  Structures structures_of(const std::map<std::string, Tensor>& inputs) const;
+  std::vector<Tensor> run_flat(const std::map<std::string, Tensor>& inputs,
+                               const Structures& structures);
   // A NonZero's or NonMaxSuppression's output, or a Loop's, Scan's or If's outputs, computed
   // between stages from the node's inputs (`values`, by position, "" where absent): declared
   // inputs, or the outputs of the model cut after them (a ModelFunction of its own, so it may
@@ -86,17 +99,19 @@ class ModelFunction {
                 CompileOptions options, std::map<std::string, TensorType> outer_staged = {});
   void init_onnx();
   // Parses with `bound` input values, adding a stage per NonZero met until the model loads.
-  Graph load(const std::map<std::string, Tensor>& bound);
+  Graph load(const std::map<std::string, Tensor>& bound, const Structures& structures = {},
+             std::vector<ValueStructure>* outputs = nullptr);
   // The stage for node `e`, with a prefix computing its inputs unless they are in `staged`
   // (the values at hand before it), which then gains the stage's outputs and carried values.
   void add_stage(const RunTimeValueNeeded& e, std::map<std::string, TensorType>& staged);
-  Variant& variant_for(const std::map<std::string, Tensor>& inputs);
+  Variant& variant_for(const std::map<std::string, Tensor>& inputs, const Structures& structures);
 
   std::string bytes_, origin_;
   std::filesystem::path dir_;
   CompileOptions options_;
   std::vector<ModelInput> inputs_;
   std::vector<std::string> value_inputs_;
+  bool composite_inputs_ = false;            // some input is a sequence or an optional
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
   std::vector<Stage> stages_;

@@ -15,8 +15,6 @@
 #include "util/strings.h"
 
 namespace kiln::onnx_import {
-namespace {
-namespace fs = std::filesystem;
 
 const onnx::GraphProto& graph_attr(const onnx::NodeProto& n, const std::string& name) {
   for (const auto& a : n.attribute()) {
@@ -25,7 +23,6 @@ const onnx::GraphProto& graph_attr(const onnx::NodeProto& n, const std::string& 
   throw UserError(n.op_type() + " has no '" + name + "' graph attribute");
 }
 
-// The names a graph reads from enclosing scopes, in the order of first use.
 void free_names(const onnx::GraphProto& g, std::set<std::string> defined,
                 std::vector<std::string>& out, std::set<std::string>& seen) {
   for (const auto& in : g.input()) defined.insert(in.name());
@@ -43,6 +40,9 @@ void free_names(const onnx::GraphProto& g, std::set<std::string> defined,
   }
   for (const auto& o : g.output()) use(o.name());
 }
+
+namespace {
+namespace fs = std::filesystem;
 
 // What the bodies read from the enclosing graph: values known at load time go into each body
 // as initializers (so its module folds and packs them like weights); the others are passed

@@ -181,8 +181,36 @@ Variable* OnnxImporter::variable(const std::string& name) {
   return v;
 }
 
+const OnnxComposite* OnnxImporter::composite(const std::string& name) const {
+  auto it = composites_.find(name);
+  return it == composites_.end() ? nullptr : &it->second;
+}
+
+void OnnxImporter::alias(const std::string& to, const std::string& from) {
+  if (to == from) return;
+  if (auto st = storage(from)) set_storage(to, *st);
+  // Asking for the alias's value at load time names the graph input it comes from.
+  if (graph_inputs_.count(from)) value_deps_[to] = {from};
+  if (auto d = value_deps_.find(from); d != value_deps_.end()) value_deps_[to] = d->second;
+  if (const OnnxComposite* c = composite(from)) {
+    composites_[to] = *c;
+  } else if (const Tensor* v = known(from)) {
+    add_known(to, *v, known_is_parameter_[from]);
+  } else if (const SymValue* s = sym(from)) {
+    add_sym(to, *s);
+  } else if (Variable* v = variable(from)) {
+    vars_[to] = v;
+  } else {
+    throw UserError("'" + from + "' is not produced by any earlier node");
+  }
+}
+
 Var OnnxImporter::in(const onnx::NodeProto& n, int i) {
   const std::string& name = input_name(n, i);
+  if (const OnnxComposite* c = composite(name))
+    throw UserError("input " + std::to_string(i) + " '" + name + "' is " +
+                    (is_optional(c->kind) ? "an " : "a ") + value_kind_name(c->kind) +
+                    "; the op takes a tensor");
   Variable* v = variable(name);
   if (!v)
     throw UserError("input " + std::to_string(i) + " '" + name +

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "frontend/model_value.h"
 #include "graph/dim_expr.h"
 #include "graph/graph.h"
 #include "ops/builders.h"
@@ -26,6 +27,16 @@ struct SymValue {
   DType dtype = DType::kInt64;
   bool scalar = false;
   std::vector<DimExpr> elems;
+};
+
+// A sequence or an optional, followed at load time (onnx_sequence.h): its elements are the
+// names of tensor values in the importer, so a sequence op is bookkeeping on names and the
+// graph sees only tensors.
+struct OnnxComposite {
+  ValueKind kind = ValueKind::kSequence;
+  bool present = true;  // an optional may be empty
+  DType elem_dtype = DType::kFloat32;
+  std::vector<std::string> elems;
 };
 
 // A tensor in another dtype (storage <-> compute), with the convert op's semantics.
@@ -69,6 +80,11 @@ class OnnxImporter {
   void bind(const std::string& name, Var v) { vars_[name] = v.var(); }
   Variable* variable(const std::string& name);  // nullptr when the name has no value yet
 
+  // Sequences and optionals by name; `to` naming what `from` names (a value of any kind).
+  const OnnxComposite* composite(const std::string& name) const;
+  void add_composite(const std::string& name, OnnxComposite c) { composites_[name] = std::move(c); }
+  void alias(const std::string& to, const std::string& from);
+
   // Symbolic values (onnx_sym.h computes them). add_sym records an all-constant one as known.
   const SymValue* sym(const std::string& name) const;
   void add_sym(const std::string& name, SymValue v);
@@ -111,6 +127,7 @@ class OnnxImporter {
   std::map<std::string, Tensor> known_;
   std::map<std::string, bool> known_is_parameter_;
   std::map<std::string, SymValue> sym_;
+  std::map<std::string, OnnxComposite> composites_;
   std::set<std::string> graph_inputs_;
   std::map<std::string, std::set<std::string>> value_deps_;
   std::map<std::string, DType> storage_;

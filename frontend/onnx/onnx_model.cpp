@@ -19,6 +19,7 @@
 #include "frontend/onnx/onnx_op_support.h"
 #include "frontend/onnx/onnx_ops.h"
 #include "frontend/onnx/onnx_qdq.h"
+#include "frontend/onnx/onnx_sequence.h"
 #include "frontend/onnx/onnx_sym.h"
 #include "frontend/onnx/onnx_tensor.h"
 #include "frontend/onnx/onnx_wire.h"
@@ -128,6 +129,34 @@ TensorType onnx_value_type(const onnx::ValueInfoProto& v, const std::string& whe
 }
 
 namespace {
+
+// What a declared type holds, and the tensor type of a sequence's or optional's element.
+ValueKind value_kind(const onnx::TypeProto& t, const std::string& where,
+                     onnx::ValueInfoProto* element = nullptr) {
+  if (t.has_tensor_type() || t.value_case() == onnx::TypeProto::VALUE_NOT_SET) {
+    if (element) *element->mutable_type() = t;
+    return ValueKind::kTensor;
+  }
+  const onnx::TypeProto* inner = &t;
+  bool optional = false;
+  if (t.has_optional_type()) {
+    optional = true;
+    inner = &t.optional_type().elem_type();
+  }
+  bool sequence = false;
+  if (inner->has_sequence_type()) {
+    sequence = true;
+    inner = &inner->sequence_type().elem_type();
+  }
+  if (!inner->has_tensor_type() || (!optional && !sequence)) {
+    throw UnsupportedError(where +
+                           ": only tensors, sequences of tensors and optionals of either are "
+                           "supported");
+  }
+  if (element) *element->mutable_type() = *inner;
+  if (optional) return sequence ? ValueKind::kOptionalSequence : ValueKind::kOptionalTensor;
+  return ValueKind::kSequence;
+}
 
 // Every unsupported op, attribute and output in the graph, in one list.
 void check_supported(const onnx::GraphProto& g, int opset, const std::string& origin) {
@@ -382,9 +411,22 @@ std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::s
   for (int i = 0; i < gp.input_size(); ++i) {
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;
-    out.push_back({v.name(), onnx_value_type(v, origin + ": graph input " + std::to_string(i) +
-                                                    " '" + v.name() + "'")});
+    const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
+    onnx::ValueInfoProto element;
+    const ValueKind kind = value_kind(v.type(), where, &element);
+    // A sequence's elements may leave their shape undeclared: each call's give their ranks.
+    const bool unranked = kind != ValueKind::kTensor && !element.type().tensor_type().has_shape();
+    if (unranked) element.mutable_type()->mutable_tensor_type()->mutable_shape();
+    out.push_back({v.name(), onnx_value_type(element, where), kind});
   }
+  return out;
+}
+
+std::vector<ValueKind> onnx_output_kinds(const std::string& bytes, const std::string& origin) {
+  const onnx::ModelProto model = parse_model_proto(bytes, origin);
+  std::vector<ValueKind> out;
+  for (const auto& o : model.graph().output())
+    out.push_back(value_kind(o.type(), origin + ": graph output '" + o.name() + "'"));
   return out;
 }
 
@@ -396,7 +438,9 @@ Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
                        const fs::path& base_dir,
                        const std::map<std::string, Tensor>& input_values) {
-  return parse_onnx_model(bytes, origin, base_dir, OnnxBindings{input_values, {}});
+  OnnxBindings bindings;
+  bindings.input_values = input_values;
+  return parse_onnx_model(bytes, origin, base_dir, bindings);
 }
 
 namespace {
@@ -575,10 +619,60 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
   copies.run();
   if (gp.sparse_initializer_size() > 0)
     throw UnsupportedError(origin + ": sparse initializers are not supported");
+  // A graph input (`name` in the graph, `as` in the importer); a storage-type input enters in
+  // its compute type.
+  auto add_tensor_input = [&](const std::string& name, const std::string& as,
+                              const TensorType& type) {
+    Variable* in = graph.add_input(name, type);
+    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
+      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
+      im.set_storage(as, type.dtype);
+    }
+    im.add_graph_input(as, in);
+  };
+  // A sequence's elements enter as inputs of their own, as many as the call brings.
+  auto add_composite_input = [&](const std::string& name, ValueKind kind,
+                                 onnx::ValueInfoProto element, const std::string& where) {
+    auto st = bindings.structures.find(name);
+    if (st == bindings.structures.end()) {
+      throw UnsupportedError(where + ": a " + std::string(value_kind_name(kind)) +
+                             "; the graph follows its length (or presence), so it is built when "
+                             "a call brings the value (ModelFunction::run_values does this)");
+    }
+    if (st->second.sequence != holds_sequence(kind) || (!st->second.present && !is_optional(kind)))
+      throw UserError(where + " is a " + std::string(value_kind_name(kind)) + ", given " +
+                      st->second.str());
+    const bool unranked = !element.type().tensor_type().has_shape();
+    if (unranked) element.mutable_type()->mutable_tensor_type()->mutable_shape();
+    const TensorType declared = onnx_value_type(element, where);
+    OnnxComposite c{kind, st->second.present, declared.dtype, {}};
+    const int64_t count = !c.present                             ? 0
+                          : c.kind == ValueKind::kOptionalTensor ? 1
+                                                                 : st->second.length;
+    for (int64_t k = 0; k < count; ++k) {
+      const std::string as = element_name(name, static_cast<size_t>(k));
+      TensorType elem = declared;
+      if (unranked) {
+        // Undeclared: each element's rank as the call gives it, every dimension dynamic.
+        if (static_cast<size_t>(k) >= st->second.ranks.size())
+          throw UserError(where + ": the rank of element " + std::to_string(k) + " is not given");
+        elem.dims.assign(static_cast<size_t>(st->second.ranks[static_cast<size_t>(k)]), kDynamic);
+      }
+      add_tensor_input(c.kind == ValueKind::kOptionalTensor ? name : as, as, elem);
+      c.elems.push_back(as);
+    }
+    im.add_composite(name, std::move(c));
+  };
   for (int i = 0; i < gp.input_size(); ++i) {
     const auto& v = gp.input(i);
     if (init_names.count(v.name())) continue;  // IR < 4 lists weights as inputs too
     const std::string where = origin + ": graph input " + std::to_string(i) + " '" + v.name() + "'";
+    onnx::ValueInfoProto element;
+    const ValueKind kind = value_kind(v.type(), where, &element);
+    if (kind != ValueKind::kTensor) {
+      add_composite_input(v.name(), kind, element, where);
+      continue;
+    }
     const TensorType type = onnx_value_type(v, where);
     if (auto bound = input_values.find(v.name()); bound != input_values.end()) {
       if (bound->second.dtype() != type.dtype || !type.accepts(bound->second.shape())) {
@@ -593,13 +687,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       }
       continue;
     }
-    Variable* in = graph.add_input(v.name(), type);
-    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
-      // A storage-type input enters in its compute type.
-      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
-      im.set_storage(v.name(), type.dtype);
-    }
-    im.add_graph_input(v.name(), in);
+    add_tensor_input(v.name(), v.name(), type);
   }
   std::set<Variable*> named;
   // Imports a graph's nodes (the model's, or an If branch inlined into it).
@@ -636,14 +724,9 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     for (int k = 0; k < n.output_size(); ++k) {
       const std::string &from = branch->output(k).name(), &to = n.output(k);
       if (to.empty()) continue;
-      if (auto st = im.storage(from)) im.set_storage(to, *st);
-      if (const Tensor* v = im.known(from)) {
-        im.add_known(to, *v, false);
-      } else if (const SymValue* sv = im.sym(from)) {
-        im.add_sym(to, *sv);
-      } else if (Variable* var = im.variable(from)) {
-        im.bind(to, Var(&graph, var));
-      } else {
+      try {
+        im.alias(to, from);
+      } catch (const UserError&) {
         throw UserError(which + " output '" + from + "' is not produced by any node");
       }
     }
@@ -651,12 +734,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
   // A value computed between stages enters as a graph input (a storage type in its compute
   // type, as the model's own inputs do).
   auto add_staged_input = [&](const std::string& name, const TensorType& type) {
-    Variable* in = graph.add_input(name, type);
-    if (auto compute = OnnxImporter::compute_type(type.dtype)) {
-      in = apply("convert", {Var(&graph, in)}, {{"to", std::string(dtype_name(*compute))}}).var();
-      im.set_storage(name, type.dtype);
-    }
-    im.add_graph_input(name, in);
+    add_tensor_input(name, name, type);
   };
   auto enter_staged = [&](const onnx::NodeProto& n) {
     bool staged = n.output_size() > 0, inputs_known = true;
@@ -688,6 +766,9 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
         // A NonZero or NonMaxSuppression of tensors computed at run time, or control flow
         // the caller runs: its outputs, computed between stages, enter as graph inputs.
         if (enter_staged(n)) continue;
+        // Sequences and optionals are followed here, on names (onnx_sequence.h).
+        if (found && onnx_import::import_sequence_op(im, n, attrs, {import_nodes, base_dir}))
+          continue;
         if (found && n.op_type() == "If") {
           inline_if(n);
           continue;
@@ -765,17 +846,18 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
   import_nodes(gp);
   std::vector<Variable*> outputs;
   std::set<Variable*> used;
-  for (int i = 0; i < gp.output_size(); ++i) {
-    const std::string& name = gp.output(i).name();
-    Variable* v = graph.find_variable(name);
-    if (const Tensor* value = im.known(name); value && (!v || v->kind != VarKind::kNodeOutput)) {
+  // The graph output `name` giving the importer's value `src` (the same but for a sequence's
+  // or optional's elements).
+  auto add_output = [&](const std::string& src, const std::string& name) {
+    Variable* v = graph.find_variable(src);
+    if (const Tensor* value = im.known(src); value && (!v || v->kind != VarKind::kNodeOutput)) {
       // A value known at load time (Constant, Shape): the module copies it out.
       v = graph.add_constant(*value, graph.fresh_name(name + ":value"));
     } else {
-      v = im.variable(name);
+      v = im.variable(src);
     }
     if (!v) throw UserError(origin + ": graph output '" + name + "' is not produced by any node");
-    if (auto st = im.storage(name)) {
+    if (auto st = im.storage(src)) {
       // Back to the storage type the model declares, under the output's name (the value
       // in its compute type gives the name up).
       if (v->name == name)
@@ -785,7 +867,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
           {name});
       used.insert(c->outputs[0]);
       outputs.push_back(c->outputs[0]);
-      continue;
+      return;
     }
     // Every output gets its own node-computed variable carrying the ONNX name, so the CLI
     // can write DIR/<name>.npy and outputs that repeat a value stay distinct.
@@ -799,7 +881,28 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
     }
     used.insert(v);
     outputs.push_back(v);
+  };
+  std::vector<ValueStructure> structures;
+  for (int i = 0; i < gp.output_size(); ++i) {
+    const std::string& name = gp.output(i).name();
+    const OnnxComposite* c = im.composite(name);
+    if (!c) {
+      structures.push_back({});
+      add_output(name, name);
+      continue;
+    }
+    if (!bindings.output_structures) {
+      throw UnsupportedError(origin + ": graph output '" + name + "' is a " +
+                             value_kind_name(c->kind) +
+                             "; it is returned by ModelFunction::run_values, element by element");
+    }
+    const bool sequence = holds_sequence(c->kind);
+    structures.push_back(
+        {c->present, sequence, c->present ? static_cast<int64_t>(c->elems.size()) : 0, {}});
+    for (size_t k = 0; k < c->elems.size(); ++k)
+      add_output(c->elems[k], sequence ? element_name(name, k) : name);
   }
+  if (bindings.output_structures) *bindings.output_structures = structures;
   graph.set_outputs(outputs);
   if (bindings.deferred && !bindings.deferred->empty()) throw bindings.deferred->front();
   return graph;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "frontend/model_value.h"
 #include "graph/graph.h"
 
 namespace kiln {
@@ -80,6 +81,13 @@ struct OnnxBindings {
   // When set, each node needing run-time values is appended here and its outputs enter as
   // inputs, and the import goes on; at its end the first one is thrown.
   std::vector<RunTimeValueNeeded>* deferred = nullptr;
+  // Each sequence or optional graph input's structure (its length, or whether it is
+  // present): its elements enter as graph inputs x[0], x[1], ... (an optional tensor as x).
+  std::map<std::string, ValueStructure> structures;
+  // When set, each graph output's structure, in order: a sequence output's elements leave as
+  // outputs y[0], y[1], ..., an empty optional as none. Without it a model with a sequence or
+  // optional output is refused (its flat outputs would not say which is which).
+  std::vector<ValueStructure>* output_structures = nullptr;
 };
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,
@@ -103,9 +111,12 @@ std::string onnx_prefix_model(const std::string& bytes, const std::string& origi
 
 struct ModelInput {
   std::string name;
-  TensorType type;
+  TensorType type;  // a sequence's or optional's: its element's
+  ValueKind kind = ValueKind::kTensor;
 };
 // The graph inputs an ONNX model declares (initializers excluded), without building it.
 std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin);
+// What each graph output the model declares holds (a tensor when it declares no type).
+std::vector<ValueKind> onnx_output_kinds(const std::string& bytes, const std::string& origin);
 
 }  // namespace kiln

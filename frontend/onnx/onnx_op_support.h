@@ -5,6 +5,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,12 @@ void add_signal_ops(OpTable& t);  // onnx_ops_signal.cpp
 void add_random_ops(OpTable& t);  // onnx_ops_random.cpp
 void add_control_ops(OpTable& t);   // onnx_control.cpp: Loop, Scan
 void add_training_ops(OpTable& t);  // onnx_ops_training.cpp: ai.onnx.preview.training
+// A node's graph attribute; throws naming the node's op when it is missing.
+const onnx::GraphProto& graph_attr(const onnx::NodeProto& n, const std::string& name);
+// The names a graph reads from enclosing scopes, in the order of first use (`seen` dedupes
+// across calls).
+void free_names(const onnx::GraphProto& g, std::set<std::string> defined,
+                std::vector<std::string>& out, std::set<std::string>& seen);
 // An If whose condition is computed at run time: throws RunTimeValueNeeded with both branches
 // as models of their own, for the caller to run between stages (onnx_control.cpp).
 [[noreturn]] void stage_if(OnnxImporter& im, const onnx::NodeProto& n);

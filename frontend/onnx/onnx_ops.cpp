@@ -3,6 +3,7 @@
 #include <map>
 
 #include "frontend/onnx/onnx_op_support.h"
+#include "frontend/onnx/onnx_sequence.h"
 
 namespace kiln {
 namespace {
@@ -21,6 +22,7 @@ const onnx_import::OpTable& table() {
     onnx_import::add_random_ops(t);
     onnx_import::add_control_ops(t);
     onnx_import::add_training_ops(t);
+    onnx_import::add_sequence_ops(t);
     return t;
   }();
   return t;

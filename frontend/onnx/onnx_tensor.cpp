@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <onnx/onnx_pb.h>
+// After onnx_pb.h, which sets up the declarations it relies on.
+#include <onnx/onnx-data_pb.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -308,16 +310,64 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const fs::path& base_dir
   return t;
 }
 
-Tensor load_onnx_tensor_file(const fs::path& path) {
+namespace {
+
+std::string file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path.string() + ": cannot open");
   std::stringstream buf;
   buf << in.rdbuf();
+  return buf.str();
+}
+
+std::vector<Tensor> sequence_elements(const onnx::SequenceProto& seq, const fs::path& path) {
+  // SequenceProto.DataType: 1 is TENSOR; sequences of sequences, maps or optionals are not
+  // values kiln's models take.
+  if (seq.elem_type() != 1 && seq.tensor_values_size() == 0 && seq.elem_type() != 0)
+    throw UnsupportedError(path.string() + ": a sequence of element kind " +
+                           std::to_string(seq.elem_type()) + " (only tensors are supported)");
+  std::vector<Tensor> out;
+  for (int i = 0; i < seq.tensor_values_size(); ++i) {
+    out.push_back(tensor_from_onnx(seq.tensor_values(i), path.parent_path(),
+                                   path.string() + ": element " + std::to_string(i)));
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor load_onnx_tensor_file(const fs::path& path) {
   onnx::TensorProto proto;
-  if (!proto.ParseFromString(buf.str()))
+  if (!proto.ParseFromString(file_bytes(path)))
     throw UserError(path.string() + ": not a serialized ONNX TensorProto");
   return tensor_from_onnx(proto, path.parent_path(),
                           path.string() + ": tensor '" + proto.name() + "'");
+}
+
+ModelValue load_onnx_value_file(const fs::path& path, ValueKind kind) {
+  if (kind == ValueKind::kTensor) return ModelValue::of(load_onnx_tensor_file(path));
+  const std::string bytes = file_bytes(path);
+  if (kind == ValueKind::kSequence) {
+    onnx::SequenceProto seq;
+    if (!seq.ParseFromString(bytes))
+      throw UserError(path.string() + ": not a serialized ONNX SequenceProto");
+    return ModelValue::sequence_of(sequence_elements(seq, path));
+  }
+  onnx::OptionalProto opt;
+  if (!opt.ParseFromString(bytes))
+    throw UserError(path.string() + ": not a serialized ONNX OptionalProto");
+  // OptionalProto.DataType: 0 is empty, 1 a tensor, 3 a sequence.
+  if (opt.has_sequence_value())
+    return ModelValue::sequence_of(sequence_elements(opt.sequence_value(), path));
+  if (opt.has_tensor_value()) {
+    return ModelValue::of(tensor_from_onnx(opt.tensor_value(), path.parent_path(),
+                                           path.string() + ": the optional's tensor"));
+  }
+  if (opt.elem_type() != 0)
+    throw UnsupportedError(path.string() + ": an optional of element kind " +
+                           std::to_string(opt.elem_type()) +
+                           " (tensors and sequences are supported)");
+  return ModelValue::none();
 }
 
 }  // namespace kiln

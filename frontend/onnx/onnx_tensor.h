@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "frontend/model_value.h"
 #include "runtime/tensor.h"
 
 namespace onnx {
@@ -59,5 +60,8 @@ Tensor tensor_from_onnx(const onnx::TensorProto& proto, const std::filesystem::p
 
 // Reads one serialized TensorProto file (the ONNX test-data format: input_0.pb, ...).
 Tensor load_onnx_tensor_file(const std::filesystem::path& path);
+// Reads a file holding a value of `kind`: a TensorProto, a SequenceProto of tensors, or an
+// OptionalProto holding either or nothing.
+ModelValue load_onnx_value_file(const std::filesystem::path& path, ValueKind kind);
 
 }  // namespace kiln
