@@ -22,10 +22,8 @@
 #include "ops/gather.h"
 #include "ops/gather_elements.h"
 #include "ops/gemm.h"
-#include "ops/grid_sample.h"
-#include "ops/qconv.h"
-#include "ops/qmatmul.h"
 #include "ops/grad/window_ops.h"
+#include "ops/grid_sample.h"
 #include "ops/layer_norm.h"
 #include "ops/library/op_library.h"
 #include "ops/matmul.h"
@@ -33,16 +31,19 @@
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
+#include "ops/qconv.h"
+#include "ops/qmatmul.h"
 #include "ops/random.h"
 #include "ops/reduce.h"
-#include "ops/roi_align.h"
 #include "ops/reshape.h"
 #include "ops/resize.h"
 #include "ops/rnn.h"
+#include "ops/roi_align.h"
 #include "ops/scan_ops.h"
 #include "ops/scatter_gather.h"
 #include "ops/slice.h"
 #include "ops/softmax.h"
+#include "ops/tfidf.h"
 #include "ops/transpose.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -84,6 +85,7 @@ OpRegistry::OpRegistry() {
   add("pad_grad", [](const Attrs& a) { return std::make_shared<PadGrad>(a); });
   add("dft", [](const Attrs& a) { return std::make_shared<Dft>(a); });
   add("det", [](const Attrs& a) { return std::make_shared<Det>(a); });
+  add("tfidf", [](const Attrs& a) { return std::make_shared<TfIdf>(a); });
   add("random_uniform",
       [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kUniform, a); });
   add("random_normal",

@@ -139,6 +139,29 @@ Outs convert_range(OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
 }  // namespace
 
 void add_value_ops(OpTable& t) {
+  // Integer tokens only: kiln has no string tensors.
+  t["TfIdfVectorizer"] = {
+      {"max_gram_length", "max_skip_count", "min_gram_length", "mode", "ngram_counts",
+       "ngram_indexes", "pool_int64s", "pool_strings", "weights"},
+      [](const Attrs&, const onnx::NodeProto& n, int) {
+        std::vector<std::string> problems;
+        for (const auto& at : n.attribute())
+          if (at.name() == "pool_strings")
+            problems.push_back("attribute pool_strings (string tensors are not supported)");
+        return problems;
+      },
+      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+        if (!a.count("pool_int64s")) throw UserError("TfIdfVectorizer has no pool_int64s");
+        Attrs p{{"min_gram", attr_int(a, "min_gram_length")},
+                {"max_gram", attr_int(a, "max_gram_length")},
+                {"max_skip", attr_int(a, "max_skip_count")},
+                {"mode", attr_string(a, "mode")},
+                {"pool", attr_ints(a, "pool_int64s")},
+                {"ngram_counts", attr_ints(a, "ngram_counts")},
+                {"ngram_indexes", attr_ints(a, "ngram_indexes")}};
+        if (a.count("weights")) p["weights"] = a.at("weights");
+        return Outs{apply("tfidf", {im.in(n, 0)}, p)};
+      }};
   // Inlined by the loader when the condition is known at load time (onnx_model.cpp).
   t["If"] = {{"then_branch", "else_branch"},
              nullptr,
