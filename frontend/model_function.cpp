@@ -8,6 +8,7 @@
 
 #include "frontend/control_flow.h"
 #include "frontend/model_loader.h"
+#include "frontend/onnx/compress.h"
 #include "frontend/onnx/nms.h"
 #include "frontend/onnx/nonzero.h"
 #include "frontend/onnx/unique.h"
@@ -388,6 +389,12 @@ std::vector<Tensor> ModelFunction::evaluate_stage(Stage& s,
     const std::optional<int64_t> axis =
         s.attrs.count("axis") ? std::optional<int64_t>(attr_int(s.attrs, "axis")) : std::nullopt;
     return unique(*values[0], axis, attr_int(s.attrs, "sorted", 1) != 0);
+  }
+  if (s.kind == "Compress") {
+    if (values.size() < 2 || !values[1]) throw UserError(where + ": its condition is absent");
+    const std::optional<int64_t> axis =
+        s.attrs.count("axis") ? std::optional<int64_t>(attr_int(s.attrs, "axis")) : std::nullopt;
+    return {compress(*values[0], *values[1], axis)};
   }
   if (s.kind == "NonMaxSuppression") {
     if (values.size() < 2 || !values[1])

@@ -744,6 +744,51 @@ TEST(NonZero, ComputedMasksRunInStagesWithOneModuleForEveryCount) {
   EXPECT_EQ(flat_positions(r[1], {5}), (std::vector<int64_t>{1, 3}));
 }
 
+// Compress by a condition the model computes (x's column sums > 0): the kept columns, found
+// between stages, with one module for every count; along no axis the flattened input's.
+TEST(Compress, ARunTimeConditionRunsInStages) {
+  for (const bool flat : {false, true}) {
+    ModelBuilder b;
+    b.input("x", {3, 4});
+    b.initializer("zero", {}, {0.0F});
+    b.ints_initializer("axes", {0});
+    set_int(b.node("ReduceSum", {"x", "axes"}, {"sums"}), "keepdims", 0);
+    b.node("Greater", {"sums", "zero"}, {"keep"});
+    auto* c = b.node("Compress", {"x", "keep"}, {"y"}, "pick");
+    if (!flat) set_int(c, "axis", 1);
+    b.output("y", flat ? std::vector<int64_t>{-1} : std::vector<int64_t>{3, -1});
+    const std::filesystem::path path =
+        std::filesystem::path(testing::temp_dir("compress")) / (flat ? "flat.onnx" : "axis.onnx");
+    std::ofstream(path, std::ios::binary) << b.bytes();
+    ModelFunction f(path);
+    const std::vector<std::vector<double>> cases{
+        {1, -2, 3, 0, 4, 5, -6, 0, 1, -9, 2, -0.0},  // columns 0 and 2 kept
+        {-1, -2, -3, -4, 0, 0, 0, 0, 0, 0, 0, 0},    // none
+        {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}};       // all
+    for (const auto& v : cases) {
+      std::vector<int64_t> kept;
+      for (int64_t j = 0; j < 4; ++j) {
+        if (v[static_cast<size_t>(j)] + v[static_cast<size_t>(4 + j)] +
+                v[static_cast<size_t>(8 + j)] >
+            0)
+          kept.push_back(j);
+      }
+      std::vector<double> want;
+      if (flat) {
+        for (int64_t j : kept) want.push_back(v[static_cast<size_t>(j)]);  // positions < 4 of x
+      } else {
+        for (int64_t r = 0; r < 3; ++r)
+          for (int64_t j : kept) want.push_back(v[static_cast<size_t>(r * 4 + j)]);
+      }
+      const Tensor y = f({Tensor::from_doubles(DType::kFloat32, {3, 4}, v)}).at(0);
+      const auto count = static_cast<int64_t>(kept.size());
+      EXPECT_EQ(y.shape(), flat ? Shape{count} : (Shape{3, count}));
+      EXPECT_EQ(y.to_doubles(), want);
+    }
+    EXPECT_EQ(f.variants(), 1u);
+  }
+}
+
 // NonMaxSuppression on hand-computed boxes: ties keep the lower index first, a NaN score is
 // never kept, negative scores are, a box of zero area suppresses nothing, corners may come in
 // either order, classes and batches are apart, and center_point_box reads [x, y, w, h].

@@ -228,9 +228,28 @@ Outs convert_reverse_sequence(OnnxImporter& im, const onnx::NodeProto& n, const 
 }
 
 // Compress: the slices along the axis (of the flattened input without one) whose condition is
-// true, a gather by constant indices. The condition must be known when the model loads (a
-// graph input builds the model per its value); entries past the axis may only be false.
+// true. A condition known when the model loads makes it a gather by constant indices (entries
+// past the axis may only be false); one known only at run time is computed between stages.
 Outs convert_compress(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+  if (!OnnxImporter::has_input(n, 1) || !im.known(n.input(1))) {
+    if (im.type_of(n, 1).rank() != 1)
+      throw UserError("Compress's condition must be 1-D, got " + im.type_of(n, 1).to_string());
+    TensorType y = im.type_of(n, 0);
+    y.dtype = im.logical_dtype(n, 0);
+    Attrs stage;
+    if (a.count("axis")) {
+      const int64_t axis = rank_axis(attr_int(a, "axis"), y.rank());
+      y.dims[static_cast<size_t>(axis)] = kDynamic;
+      stage["axis"] = axis;
+    } else {
+      y.dims = {kDynamic};
+    }
+    throw RunTimeValueNeeded({n.input(0), n.input(1)}, {n.output(0)}, {y}, "Compress", stage,
+                             "Compress by '" + n.input(1) +
+                                 "', a condition known only at run time: its output's size "
+                                 "depends on the values, so it is computed between compiled "
+                                 "stages (kiln run and ModelFunction do this)");
+  }
   Var x = im.in(n, 0);
   const Tensor& cond = im.const_in(n, 1, "condition");
   if (cond.ndim() != 1) throw UserError("Compress's condition must be 1-D, got " + cond.describe());
