@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "frontend/json/json_model.h"
 #include "ops/builders.h"
+#include "ops/control_builders.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
 #include "rewrite/autodiff/grad.h"
@@ -541,6 +542,130 @@ TEST(Grad, CliErrorsNameTheValue) {
   r = testing::kiln_env({}, {"grad", model, "-i", "x=" + x, "-o", out, "--wrt", "x"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(out) / "grad_x.npy"));
+}
+
+// An Elman RNN written with scan: h_t = tanh(x_t Wx + h_{t-1} Wh), every h_t stacked.
+std::vector<Var> elman(const std::vector<Var>& x, bool reverse, std::optional<int64_t> steps) {
+  ScanResult r = scan(
+      [&](int64_t, const std::vector<Var>& xt, const std::vector<Var>& h) {
+        Var next = tanh(matmul(xt[0], x[2]) + matmul(h[0], x[3]));
+        return std::vector<Var>{next, next * 2.0};
+      },
+      {x[0]}, {x[1]}, steps, reverse);
+  return {r.states[0], r.outputs[0]};
+}
+
+const std::vector<In> kRnnInputs{
+    {"xs", {5, 2, 3}}, {"h0", {2, 4}}, {"wx", {3, 4}, -0.8, 0.8}, {"wh", {4, 4}, -0.8, 0.8}};
+
+TEST(Scan, BackpropagationThroughTimeMatchesFiniteDifferences) {
+  check_gradients("scan_forward", kRnnInputs,
+                  [](const std::vector<Var>& x) { return elman(x, false, std::nullopt); });
+  check_gradients("scan_reverse_partial", kRnnInputs,
+                  [](const std::vector<Var>& x) { return elman(x, true, 3); });
+}
+
+// The compiled scan against the recurrence computed here, step by step in plain C++.
+TEST(Scan, MatchesTheRecurrenceComputedByHand) {
+  for (const bool reverse : {false, true}) {
+    Graph g(reverse ? "rnn_reverse" : "rnn");
+    std::vector<Var> x;
+    for (const In& in : kRnnInputs) x.push_back(input(g, in.name, DType::kFloat64, in.shape));
+    const std::vector<Var> out = elman(x, reverse, std::nullopt);
+    g.set_outputs({out[0].var(), out[1].var()});
+    std::mt19937 rng(7);
+    std::vector<Tensor> v;
+    for (const In& in : kRnnInputs)
+      v.push_back(random_tensor(DType::kFloat64, in.shape, rng, -1, 1));
+    const std::vector<Tensor> got = compile(g)(v);
+    ASSERT_EQ(got[1].shape(), (Shape{5, 2, 4}));
+    std::vector<double> h = v[1].to_doubles();
+    for (int64_t k = 0; k < 5; ++k) {
+      const int64_t t = reverse ? 4 - k : k;
+      std::vector<double> next(8);
+      for (int b = 0; b < 2; ++b) {
+        for (int j = 0; j < 4; ++j) {
+          double a = 0;
+          for (int i = 0; i < 3; ++i) a += v[0].load(t * 6 + b * 3 + i) * v[2].load(i * 4 + j);
+          for (int i = 0; i < 4; ++i) a += h[static_cast<size_t>(b * 4 + i)] * v[3].load(i * 4 + j);
+          next[static_cast<size_t>(b * 4 + j)] = std::tanh(a);
+        }
+      }
+      h = next;
+      // Outputs are stacked in step order, whatever the direction.
+      for (int64_t e = 0; e < 8; ++e)
+        EXPECT_NEAR(got[1].load(k * 8 + e), 2 * h[static_cast<size_t>(e)], 1e-12) << "step " << k;
+    }
+    for (int64_t e = 0; e < 8; ++e) EXPECT_NEAR(got[0].load(e), h[static_cast<size_t>(e)], 1e-12);
+  }
+}
+
+TEST(Scan, ErrorsNameTheStepAndValue) {
+  Graph g("bad_scan");
+  Var seq = input(g, "seq", DType::kFloat32, {kDynamic, 3});
+  Var fixed = input(g, "fixed", DType::kFloat32, {4, 3});
+  Var h0 = input(g, "h0", DType::kFloat32, {3});
+  auto same = [](int64_t, const std::vector<Var>& s, const std::vector<Var>& h) {
+    return std::vector<Var>{h[0] + s[0]};
+  };
+  EXPECT_NE(error_of([&] { scan(same, {seq}, {h0}); }).find("known only at run time"),
+            std::string::npos);
+  const std::string grown = error_of([&] {
+    scan(
+        [](int64_t t, const std::vector<Var>& s, const std::vector<Var>& h) {
+          return std::vector<Var>{t == 2 ? concat({h[0], s[0]}, 0) : h[0] + s[0]};
+        },
+        {fixed}, {h0});
+  });
+  EXPECT_NE(grown.find("scan step 2 turned state 0 from float32 (3,) into float32 (6,)"),
+            std::string::npos)
+      << grown;
+  EXPECT_NE(error_of([&] { scan(same, {}, {h0}); }).find("n_steps is needed"), std::string::npos);
+}
+
+TEST(Cond, ARunTimeConditionSelectsAndDifferentiatesBothBranches) {
+  // pred = sum(p) > 0 is computed at run time; p is held still.
+  check_gradients("cond", {{"x", {3, 4}}, {"p", {2}, 0.5, 2, DType::kFloat64, false}},
+                  [](const std::vector<Var>& x) {
+                    Var pred = gt(sum(x[1]), scalar(x[1].graph(), DType::kFloat64, 0));
+                    return cond(
+                        pred, [&] { return std::vector<Var>{x[0] * x[0]}; },
+                        [&] { return std::vector<Var>{sin(x[0])}; });
+                  });
+  Graph g("cond_values");
+  Var x = input(g, "x", DType::kFloat64, {3});
+  Var p = input(g, "p", DType::kFloat64, {});
+  const std::vector<Var> y = cond(
+      gt(p, scalar(g, DType::kFloat64, 0)), [&] { return std::vector<Var>{x * 3.0}; },
+      [&] { return std::vector<Var>{x - 1.0}; });
+  g.set_outputs({y[0].var()});
+  Function f = compile(g);
+  Tensor xv = Tensor::from_doubles(DType::kFloat64, {3}, {1, -2, 0.5});
+  for (const double pv : {1.0, -1.0}) {
+    const Tensor out = f({xv, Tensor::from_doubles(DType::kFloat64, {}, {pv})})[0];
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(out.load(i), pv > 0 ? xv.load(i) * 3 : xv.load(i) - 1) << pv;
+  }
+}
+
+TEST(Cond, AConditionKnownWhenBuiltKeepsOneBranch) {
+  Graph g("cond_const");
+  Var x = input(g, "x", DType::kFloat32, {3});
+  Tensor yes = Tensor::empty(DType::kBool, Shape{});
+  yes.store_int(0, 1);
+  const std::vector<Var> y = cond(
+      constant(g, yes), [&] { return std::vector<Var>{exp(x)}; },
+      [&] { return std::vector<Var>{sin(x)}; });
+  g.set_outputs({y[0].var()});
+  for (const auto& n : g.nodes()) EXPECT_NE(n->op->name(), "sin");
+  const std::string bad = error_of([&] {
+    cond(
+        gt(sum(x), scalar(g, DType::kFloat32, 0)), [&] { return std::vector<Var>{x}; },
+        [&] { return std::vector<Var>{sum(x)}; });
+  });
+  EXPECT_NE(bad.find("output 0 is float32 (3,) in the then branch, float32 () in the else"),
+            std::string::npos)
+      << bad;
 }
 
 }  // namespace

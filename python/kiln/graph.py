@@ -13,8 +13,26 @@ Any kiln op is reachable by name through apply(op, inputs, **props).
 from ._kiln import Graph, Var, add_optimizer_step, grad
 from ._kiln import scalar_ops as _scalar_ops
 from ._kiln import apply as _apply
+from ._kiln import scan as _scan
+from ._kiln import cond as _cond
 
-__all__ = ["Graph", "Var", "apply", "grad", "add_optimizer_step"]
+__all__ = ["Graph", "Var", "apply", "grad", "add_optimizer_step", "scan", "cond"]
+
+
+def scan(fn, sequences=(), outputs_info=(), n_steps=None, go_backwards=False):
+    """Theano's scan, unrolled into the graph: for each step t (over axis 0 of every sequence,
+    all of one static length, or n_steps), fn(t, slices, states) returns the new states (as
+    many as outputs_info, each of its type) followed by any per-step outputs. Returns
+    (final states, per-step outputs stacked on a new axis 0 in step order), each a list.
+    grad() through it is backpropagation through time."""
+    return _scan(fn, list(sequences), list(outputs_info), n_steps, go_backwards)
+
+
+def cond(pred, then_branch, else_branch):
+    """Theano's ifelse on a bool scalar: each branch is a function of no arguments returning
+    Vars. A condition known when the graph is built keeps one branch; otherwise both are built
+    and each output is where(pred, then, else). Returns a list."""
+    return _cond(pred, then_branch, else_branch)
 
 
 def apply(op, inputs, **props):

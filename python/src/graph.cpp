@@ -1,10 +1,12 @@
 // kiln.graph's native half: the C++ builder (ops/builders.h) from Python. Every call runs
 // the op's type inference at once, so a mismatch raises where it was made.
 #include <nanobind/operators.h>
+#include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "ops/control_builders.h"
 #include "ops/scalar_table.h"
 #include "python/src/bindings.h"
 #include "python/src/graph_handle.h"
@@ -42,6 +44,32 @@ AttrValue attr_of(const std::string& name, nb::handle v) {
 Var operand(const PyVar& like, nb::handle other) {
   if (nb::isinstance<PyVar>(other)) return nb::cast<const PyVar&>(other).var;
   return scalar(*like.graph, like.var.dtype(), nb::cast<double>(other));
+}
+
+// What a Python step or branch returned: one Var or a sequence of them, all of `graph`.
+std::vector<Var> vars_returned(nb::handle r, const std::shared_ptr<Graph>& graph,
+                               const std::string& what) {
+  std::vector<Var> out;
+  auto add = [&](nb::handle v) {
+    if (!nb::isinstance<PyVar>(v))
+      throw UserError(what + " returned a " + std::string(nb::type_name(v.type()).c_str()) +
+                      ", not a kiln.graph.Var");
+    const PyVar& pv = nb::cast<const PyVar&>(v);
+    if (pv.graph != graph) throw UserError(what + " returned a Var of another graph");
+    out.push_back(pv.var);
+  };
+  if (nb::isinstance<PyVar>(r)) {
+    add(r);
+  } else {
+    for (nb::handle v : r) add(v);
+  }
+  return out;
+}
+
+nb::list wrapped(const std::shared_ptr<Graph>& graph, const std::vector<Var>& vars) {
+  nb::list out;
+  for (const Var& v : vars) out.append(PyVar{graph, v});
+  return out;
 }
 
 std::vector<int64_t> dims_arg(const std::vector<std::optional<int64_t>>& dims) {
@@ -174,6 +202,49 @@ void bind_graph(nb::module_& m) {
       },
       nb::arg("cost"), nb::arg("wrt"),
       "Reverse-mode gradients of the scalar `cost` with respect to each of `wrt`, as new Vars.");
+  m.def(
+      "scan",
+      [](nb::callable fn, const std::vector<PyVar>& sequences, const std::vector<PyVar>& init,
+         std::optional<int64_t> n_steps, bool reverse) {
+        std::shared_ptr<Graph> graph = !sequences.empty() ? sequences[0].graph
+                                       : !init.empty()    ? init[0].graph
+                                                          : nullptr;
+        if (!graph) throw UserError("scan: give at least one sequence or initial state");
+        std::vector<Var> seqs, states;
+        for (const PyVar& v : sequences) seqs.push_back(v.var);
+        for (const PyVar& v : init) states.push_back(v.var);
+        for (const PyVar& v : sequences) {
+          if (v.graph != graph) throw UserError("scan: values from two graphs");
+        }
+        for (const PyVar& v : init) {
+          if (v.graph != graph) throw UserError("scan: values from two graphs");
+        }
+        const ScanStep step = [&](int64_t t, const std::vector<Var>& slices,
+                                  const std::vector<Var>& now) {
+          return vars_returned(fn(t, wrapped(graph, slices), wrapped(graph, now)), graph,
+                               "scan: step " + std::to_string(t));
+        };
+        const ScanResult r = scan(step, seqs, states, n_steps, reverse);
+        return nb::make_tuple(wrapped(graph, r.states), wrapped(graph, r.outputs));
+      },
+      nb::arg("fn"), nb::arg("sequences"), nb::arg("init"), nb::arg("n_steps") = nb::none(),
+      nb::arg("reverse") = false,
+      "Theano's scan, unrolled into the graph (ops/control_builders.h): fn(t, slices, states) "
+      "returns the new states then any per-step outputs; returns (states, stacked outputs).");
+  m.def(
+      "cond",
+      [](const PyVar& pred, nb::callable then_fn, nb::callable else_fn) {
+        auto branch = [&](nb::callable f, const char* which) {
+          return [&pred, f, which] {
+            return vars_returned(f(), pred.graph, std::string("cond: the ") + which + " branch");
+          };
+        };
+        return wrapped(pred.graph,
+                       cond(pred.var, branch(then_fn, "then"), branch(else_fn, "else")));
+      },
+      nb::arg("pred"), nb::arg("then_branch"), nb::arg("else_branch"),
+      "Theano's ifelse: a condition known when built keeps one branch; otherwise where() of "
+      "both, computed both.");
   m.def(
       "add_optimizer_step",
       [](const PyVar& loss, const std::vector<PyVar>& params, const std::string& spec) {

@@ -184,3 +184,63 @@ def _one(builder, *params):
     x = g.input("x", "float32", [3])
     g.set_outputs([builder(x, *params)])
     return g
+
+
+def _elman(g, steps, go_backwards=False):
+    xs = g.input("xs", "float64", [steps, 2, 3])
+    h0 = g.input("h0", "float64", [2, 4])
+    wx = g.input("wx", "float64", [3, 4])
+    wh = g.input("wh", "float64", [4, 4])
+    states, outs = kg.scan(lambda t, x, h: [kg.tanh(x[0] @ wx + h[0] @ wh)] * 2,
+                           sequences=[xs], outputs_info=[h0], go_backwards=go_backwards)
+    return (xs, h0, wx, wh), states[0], outs[0]
+
+
+def test_scan_is_the_recurrence_and_its_grad_is_bptt():
+    rng = np.random.default_rng(3)
+    vals = [rng.uniform(-1, 1, s) for s in [(5, 2, 3), (2, 4), (3, 4), (4, 4)]]
+    for back in (False, True):
+        g = kg.Graph("rnn")
+        ins, last, seq = _elman(g, 5, back)
+        g.set_outputs([last, seq])
+        got_last, got_seq = (np.asarray(t) for t in kiln.compile(g)(*vals))
+        h, ref = vals[1], []
+        for t in (range(4, -1, -1) if back else range(5)):
+            h = np.tanh(vals[0][t] @ vals[2] + h @ vals[3])
+            ref.append(h)
+        np.testing.assert_allclose(got_seq, np.stack(ref), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got_last, h, rtol=1e-12, atol=1e-12)
+
+    # d sum(w * seq) / d (xs, h0, wx, wh) against central differences of the forward graph.
+    weights = rng.uniform(-1, 1, (5, 2, 4))
+    g = kg.Graph("rnn_fwd")
+    ins, _, seq = _elman(g, 5)
+    g.set_outputs([kg.sum(seq * g.constant(weights))])
+    fwd = kiln.compile(g)
+    g2 = kg.Graph("rnn_grad")
+    ins2, _, seq2 = _elman(g2, 5)
+    g2.set_outputs(kg.grad(kg.sum(seq2 * g2.constant(weights)), list(ins2)))
+    grads = [np.asarray(t) for t in kiln.compile(g2)(*vals)]
+    eps = 1e-6
+    for i, v in enumerate(vals):
+        for j in rng.choice(v.size, size=min(v.size, 6), replace=False):
+            up = [x.copy() for x in vals]
+            down = [x.copy() for x in vals]
+            up[i].flat[j] += eps
+            down[i].flat[j] -= eps
+            fd = (float(np.asarray(fwd(*up)[0])) - float(np.asarray(fwd(*down)[0]))) / (2 * eps)
+            assert abs(grads[i].flat[j] - fd) <= 1e-6 * max(1.0, abs(fd)), (i, j, fd)
+
+
+def test_cond_selects_at_run_time_and_prunes_a_known_branch():
+    g = kg.Graph("cond")
+    x = g.input("x", "float32", [3])
+    p = g.input("p", "float32", [])
+    (y,) = kg.cond(kg.gt(p, g.constant(np.float32(0))), lambda: x * 3.0, lambda: [x - 1.0])
+    g.set_outputs([y])
+    f = kiln.compile(g)
+    xv = np.array([1, -2, 0.5], np.float32)
+    np.testing.assert_array_equal(np.asarray(f(xv, np.float32(2))[0]), xv * 3)
+    np.testing.assert_array_equal(np.asarray(f(xv, np.float32(-2))[0]), xv - 1)
+    with pytest.raises(kiln.Error, match="returned a str"):
+        kg.cond(kg.gt(p, g.constant(np.float32(0))), lambda: "x", lambda: x)
