@@ -5,6 +5,7 @@
 
 #include "ops/builders.h"
 #include "ops/c/c_text.h"
+#include "ops/c/workspace.h"
 #include "ops/grad/support.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -60,10 +61,40 @@ namespace {
     const double u1 = ((double)w[2 * (i % 2)] + 1.0) * (1.0 / 4294967296.0);                     \
     const double u2 = (double)w[2 * (i % 2) + 1] * (1.0 / 4294967296.0);                         \
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);                             \
+  }                                                                                              \
+  /* A row of unnormalized log-probabilities as weights exp(x - max) (the +inf entries alone  */ \
+  /* when there are some); returns their sum, 0 when every entry is -inf, NaN when one is.    */ \
+  KILN_RNG_FN double kiln_rng_weights(const double* x, int64_t n, double* w) {                   \
+    double m = -INFINITY, total = 0;                                                             \
+    for (int64_t c = 0; c < n; ++c) {                                                            \
+      if (x[c] != x[c]) return NAN;                                                              \
+      if (x[c] > m) m = x[c];                                                                    \
+    }                                                                                            \
+    if (m == -INFINITY) return 0;                                                                \
+    for (int64_t c = 0; c < n; ++c) {                                                            \
+      w[c] = m == INFINITY ? (x[c] == INFINITY ? 1.0 : 0.0) : exp(x[c] - m);                     \
+      total += w[c];                                                                             \
+    }                                                                                            \
+    return total;                                                                                \
+  }                                                                                              \
+  /* The class whose share of the running sum holds u * total: -1 for a row without weights. */  \
+  KILN_RNG_FN int64_t kiln_rng_categorical(const double* w, int64_t n, double total, double u) { \
+    if (!(total > 0)) return -1;                                                                 \
+    const double target = u * total;                                                             \
+    double run = 0;                                                                              \
+    int64_t last = -1;                                                                           \
+    for (int64_t c = 0; c < n; ++c) {                                                            \
+      if (!(w[c] > 0)) continue;                                                                 \
+      run += w[c];                                                                               \
+      last = c;                                                                                  \
+      if (run > target) return c;                                                                \
+    }                                                                                            \
+    return last; /* rounding left target at the sum: the last class with weight */               \
   }
 
 #define KILN_RNG_FN static
 using std::cos;
+using std::exp;
 using std::log;
 using std::sqrt;
 KILN_RANDOM_RULES
@@ -79,6 +110,8 @@ const char* kind_name(RandomOp::Kind k) {
       return "random_normal";
     case RandomOp::kBernoulli:
       return "bernoulli";
+    case RandomOp::kMultinomial:
+      return "multinomial";
     default:
       return "dropout_train";
   }
@@ -92,8 +125,8 @@ void philox4x32_10(const uint32_t c[4], const uint32_t k[2], uint32_t out[4]) {
 
 RandomOp::RandomOp(Kind kind, Attrs props) : COp(kind_name(kind), std::move(props)), kind_(kind) {
   const Attrs& p = this->props();
-  check_known_attrs(p,
-                    {"seed", "stream", "low", "high", "mean", "scale", "ratio", "dtype", "shape"});
+  check_known_attrs(p, {"seed", "stream", "low", "high", "mean", "scale", "ratio", "dtype", "shape",
+                        "sample_size"});
   seed_ = static_cast<uint64_t>(attr_int(p, "seed", 0));
   stream_ = attr_int(p, "stream", 0);
   if (stream_ < 0 || stream_ > 0xffffffffLL) throw AttrError("stream", "must fit 32 bits");
@@ -104,8 +137,14 @@ RandomOp::RandomOp(Kind kind, Attrs props) : COp(kind_name(kind), std::move(prop
   const std::optional<DType> parsed = dtype_from_name(dt);
   if (!parsed) throw AttrError("dtype", "'" + dt + "' is not a dtype (" + name() + ")");
   dtype_ = *parsed;
-  if (dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64 && kind != kBernoulli)
+  if (kind == kMultinomial) {
+    if (dtype_ != DType::kInt32 && dtype_ != DType::kInt64)
+      throw AttrError("dtype", "must be int32 or int64 (multinomial)");
+    sample_size_ = attr_int(p, "sample_size", 1);
+    if (sample_size_ < 0) throw AttrError("sample_size", "must be >= 0");
+  } else if (dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64 && kind != kBernoulli) {
     throw AttrError("dtype", "must be float32 or float64 (" + name() + ")");
+  }
   has_shape_ = p.count("shape") != 0;
   if (has_shape_) shape_ = attr_ints(p, "shape");
   for (int64_t d : shape_)
@@ -124,6 +163,11 @@ std::vector<TensorType> RandomOp::infer_type(const std::vector<TensorType>& inpu
       throw UserError("dropout_train: ratio " + inputs[1].to_string() + " must be a float scalar");
     return {x, TensorType{DType::kBool, x.dims}};
   }
+  if (kind_ == kMultinomial) {
+    if (inputs.size() != 1 || !is_float(inputs[0].dtype) || inputs[0].rank() != 2)
+      throw UserError("multinomial takes one float (batch, classes) input, the log-probabilities");
+    return {TensorType{dtype_, {inputs[0].dims[0], sample_size_}}};
+  }
   if (kind_ == kBernoulli) {
     if (inputs.size() != 1 || !is_float(inputs[0].dtype))
       throw UserError("bernoulli takes one float input (the probabilities)");
@@ -136,6 +180,7 @@ std::vector<TensorType> RandomOp::infer_type(const std::vector<TensorType>& inpu
 
 std::vector<Shape> RandomOp::infer_shape(const std::vector<Shape>& inputs) const {
   if (kind_ == kDropout) return {inputs[0], inputs[0]};
+  if (kind_ == kMultinomial) return {Shape{inputs[0][0], sample_size_}};
   if (kind_ == kBernoulli || !has_shape_) return {inputs[0]};
   return {Shape(shape_.begin(), shape_.end())};
 }
@@ -144,6 +189,22 @@ void RandomOp::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& o
   Tensor& y = outputs[0];
   const auto stream = static_cast<uint32_t>(stream_);
   const int wide = dtype_ == DType::kFloat64 ? 1 : 0;
+  if (kind_ == kMultinomial) {
+    const Tensor x = inputs[0].contiguous();
+    const int64_t classes = x.shape()[1];
+    std::vector<double> row(static_cast<size_t>(classes)), w(row.size());
+    for (int64_t b = 0; b < x.shape()[0]; ++b) {
+      for (int64_t c = 0; c < classes; ++c) row[static_cast<size_t>(c)] = x.load(b * classes + c);
+      const double total = kiln_rng_weights(row.data(), classes, w.data());
+      for (int64_t k = 0; k < sample_size_; ++k) {
+        const int64_t i = b * sample_size_ + k;
+        y.store_int(i, kiln_rng_categorical(
+                           w.data(), classes, total,
+                           kiln_rng_uniform(seed_, stream, 0, static_cast<uint64_t>(i), 1)));
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < y.numel(); ++i) {
     const auto u = static_cast<uint64_t>(i);
     switch (kind_) {
@@ -163,6 +224,8 @@ void RandomOp::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& o
         outputs[1].store(i, keep ? 1.0 : 0.0);
         break;
       }
+      case kMultinomial:
+        break;  // drawn above, row by row
     }
   }
 }
@@ -203,13 +266,32 @@ std::string RandomOp::c_code(const Node& node, const CodeNames& names, const Sub
   // One draw of the run counter per call: calls of one module get fresh numbers.
   s += "  const uint32_t r_run = __atomic_fetch_add(&" + sub.state + "->" + sub.prefix +
        "run, 1u, __ATOMIC_RELAXED);\n";
-  s += "  int64_t r_n = 1;\n";
-  s += "  for (int d = 0; d < " + std::to_string(r) + "; ++d) r_n *= " + Y + "->shape[d];\n";
+  if (kind_ != kMultinomial) {
+    s += "  int64_t r_n = 1;\n";
+    s += "  for (int d = 0; d < " + std::to_string(r) + "; ++d) r_n *= " + Y + "->shape[d];\n";
+  }
   s += "  " + T + " *r_y = (" + T + " *)" + Y + "->data;\n";
   const std::string stream = std::to_string(stream_) + "u";
   const std::string wide = dtype_ == DType::kFloat64 ? "1" : "0";
   // Inputs are read in row-major order through their strides.
-  if (kind_ == kBernoulli || kind_ == kDropout) {
+  if (kind_ == kMultinomial) {
+    const std::string& X = names.inputs[0];
+    const std::string XT(dtype_c_type(node.inputs[0]->type.dtype));
+    const std::string k = std::to_string(sample_size_);
+    s += "  const int64_t r_c = " + X + "->shape[1];\n";
+    s += "  " + c_workspace("double", "r_x", "2 * r_c", "multinomial's row");
+    s += "  for (int64_t b = 0; b < " + X + "->shape[0]; ++b) {\n";
+    s += "    for (int64_t c = 0; c < r_c; ++c)\n";
+    s += "      r_x[c] = (double)((const " + XT + " *)" + X + "->data)[b * " + X +
+         "->strides[0] + c * " + X + "->strides[1]];\n";
+    s += "    const double total = kiln_rng_weights(r_x, r_c, r_x + r_c);\n";
+    s += "    for (int64_t k = 0; k < " + k + "; ++k)\n";
+    s += "      r_y[b * " + k + " + k] = (" + T +
+         ")kiln_rng_categorical(r_x + r_c, r_c, total, "
+         "kiln_rng_uniform(" +
+         seed + ", " + stream + ", r_run, (uint64_t)(b * " + k + " + k), 1));\n";
+    s += "  }\n";
+  } else if (kind_ == kBernoulli || kind_ == kDropout) {
     const std::string& X = names.inputs[0];
     const std::string XT(dtype_c_type(node.inputs[0]->type.dtype));
     s += "  for (int64_t i = 0; i < r_n; ++i) {\n";

@@ -13,6 +13,11 @@
 //     (i / 2): lanes 0-1 or 2-3. Props: seed, stream, mean, scale, dtype, shape.
 //   bernoulli(p) -> 1 where u < p, else 0, in dtype (p outside [0, 1] clamps; NaN gives 0).
 //     Props: seed, stream, dtype.
+//   multinomial(x (batch, classes)) -> (batch, sample_size) class indices in dtype (int32 or
+//     int64), drawn from softmax(x) row by row: sample k of row b inverts the running sum of
+//     the weights exp(x - max) at the 53-bit uniform of element b * sample_size + k. A row
+//     with a NaN, or every entry -inf, has no distribution: its samples are -1. Props: seed,
+//     stream, dtype, sample_size.
 //   dropout_train(x, [ratio]) -> (y, mask): mask = u >= ratio, y = mask ? x / (1 - ratio) : 0
 //     (ratio 1 drops everything). Props: seed, stream, ratio (when not an input).
 // perform runs run 0 (the oracle for a module's first call).
@@ -25,14 +30,14 @@ void philox4x32_10(const uint32_t c[4], const uint32_t k[2], uint32_t out[4]);
 
 class RandomOp : public COp {
  public:
-  enum Kind { kUniform, kNormal, kBernoulli, kDropout };
+  enum Kind { kUniform, kNormal, kBernoulli, kDropout, kMultinomial };
   RandomOp(Kind kind, Attrs props);
   // dropout_train: dX = mask ? dY / (1 - ratio) : 0, from the node's own mask (the same draw).
   std::vector<Variable*> grad(const GradArgs& args) const override;
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code() const override;
   std::string c_state_fields(const Node& node, const std::string& prefix) const override;
@@ -46,6 +51,7 @@ class RandomOp : public COp {
   DType dtype_;
   std::vector<int64_t> shape_;
   bool has_shape_;
+  int64_t sample_size_ = 1;
 };
 
 }  // namespace kiln

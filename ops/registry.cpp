@@ -91,6 +91,8 @@ OpRegistry::OpRegistry() {
   add("random_normal",
       [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kNormal, a); });
   add("bernoulli", [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kBernoulli, a); });
+  add("multinomial",
+      [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kMultinomial, a); });
   add("dropout_train",
       [](const Attrs& a) { return std::make_shared<RandomOp>(RandomOp::kDropout, a); });
   add("grid_sample", [](const Attrs& a) { return std::make_shared<GridSample>(a); });

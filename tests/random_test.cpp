@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -121,6 +122,62 @@ TEST(Random, DrawsFollowTheirDistributions) {
   EXPECT_EQ(b[2], 0.0);
   const double ones = std::accumulate(b.begin() + 3, b.end(), 0.0) / static_cast<double>(n - 3);
   EXPECT_NEAR(ones, 0.3, 5 * std::sqrt(0.21 / static_cast<double>(n)));
+}
+
+// Multinomial: each row's class frequencies against softmax(logits) by a chi-square bound
+// (0.1% level) over 200000 samples; -inf logits never drawn, a +inf logit always, a NaN row
+// and an all -inf row -1; the module agrees with perform (run 0), and a second call draws
+// again. The probabilities here are computed independently, in long double.
+TEST(Random, MultinomialDrawsFollowTheSoftmaxOfItsRows) {
+  const int64_t samples = 200000;
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> rows{{0.0, 1.0, 2.0, -1.0, 0.5},
+                                              {-3.0, -inf, 0.0, -3.0, 1.5},
+                                              {1.0, inf, 2.0, -inf, 0.0},
+                                              {0.0, std::nan(""), 1.0, 2.0, 3.0},
+                                              {-inf, -inf, -inf, -inf, -inf}};
+  std::vector<double> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const Tensor x = Tensor::from_doubles(DType::kFloat32, {5, 5}, flat);
+  Graph g("multinomial");
+  Var in = input(g, "x", DType::kFloat32, {5, 5});
+  g.set_outputs(
+      {apply("multinomial", {in},
+             {{"seed", int64_t{11}}, {"dtype", std::string("int64")}, {"sample_size", samples}})});
+  Function f = compile(g);
+  const Tensor y = f({x}).at(0);
+  ASSERT_EQ(y.shape(), (Shape{5, samples}));
+  EXPECT_EQ(values(y), values(evaluate_reference(g, {x}).at(0)));
+  for (size_t r = 0; r < 2; ++r) {
+    long double total = 0;
+    for (double v : rows[r]) total += std::exp(static_cast<long double>(v));
+    std::vector<double> counts(5, 0);
+    for (int64_t k = 0; k < samples; ++k)
+      counts[static_cast<size_t>(y.load_int(static_cast<int64_t>(r) * samples + k))] += 1;
+    double chi2 = 0;
+    int cells = 0;
+    for (size_t c = 0; c < 5; ++c) {
+      const double p = static_cast<double>(std::exp(static_cast<long double>(rows[r][c])) / total);
+      if (p == 0) {
+        EXPECT_EQ(counts[c], 0) << "row " << r << " class " << c;
+        continue;
+      }
+      chi2 += (counts[c] - samples * p) * (counts[c] - samples * p) / (samples * p);
+      ++cells;
+    }
+    // The 0.1% points of chi-square with 4 and 3 degrees of freedom.
+    EXPECT_LT(chi2, cells == 5 ? 18.47 : 16.27) << "row " << r;
+  }
+  for (int64_t k = 0; k < samples; ++k) {
+    ASSERT_EQ(y.load_int(2 * samples + k), 1);
+    ASSERT_EQ(y.load_int(3 * samples + k), -1);
+    ASSERT_EQ(y.load_int(4 * samples + k), -1);
+  }
+  EXPECT_NE(values(f({x}).at(0)), values(y));
+  EXPECT_TRUE(testing::has(testing::error_of([&] {
+                             apply("multinomial", {in}, {{"dtype", std::string("float32")}});
+                           }),
+                           "must be int32 or int64"));
 }
 
 // A seed's numbers depend on (seed, stream, run, element) alone: perform (run 0), a module's

@@ -1,6 +1,6 @@
-// The ONNX importer's random ops: RandomUniform, RandomNormal, their Like forms, Bernoulli and
-// training-mode Dropout, all kiln's Philox-keyed ops (ops/random.h). An op's stream is a hash
-// of its first output's name (stable across loads and unique within a graph), so ops that
+// The ONNX importer's random ops: RandomUniform, RandomNormal, their Like forms, Bernoulli,
+// Multinomial and training-mode Dropout, all kiln's Philox-keyed ops (ops/random.h). An op's stream
+// is a hash of its first output's name (stable across loads and unique within a graph), so ops that
 // share a seed draw different numbers; an op without a seed takes 0.
 #include <onnx/onnx_pb.h>
 
@@ -100,6 +100,16 @@ void add_random_ops(OpTable& t) {
                            [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
                              return convert_random(im, n, a, true, true);
                            }};
+  t["Multinomial"] = {{"dtype", "sample_size", "seed"},
+                      nullptr,
+                      [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
+                        Var x = im.in(n, 0);
+                        Attrs p{{"seed", seed_of(a)},
+                                {"stream", stream_of(n)},
+                                {"dtype", dtype_attr(a, DType::kInt32, "Multinomial")},
+                                {"sample_size", attr_int(a, "sample_size", 1)}};
+                        return Outs{apply("multinomial", {x}, p)};
+                      }};
   t["Bernoulli"] = {
       {"dtype", "seed"}, nullptr, [](OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a) {
         Var x = im.in(n, 0);
