@@ -24,6 +24,8 @@ NAME.expected.npy), so bench/zoo/run --zoo coverage cross-checks every tool agai
                  batched NMS; the output is each kept box with its score and label
   fasterrcnn     torchvision's Faster R-CNN (MobileNetV3 FPN, 320): a region proposal network
                  (TopK, NMS), RoIAlign over the proposals and a box head, then per-class NMS
+  retinanet_wide, fasterrcnn_wide  the same two on landscape images (300 x 500, 360 x 600) that
+                 they resize themselves (to 288 x 480, 240 x 400): a second input size
   scripted_branch a scripted CNN whose forward branches on the data (an ONNX If on a condition
                  computed at run time: one branch a residual block, the other a 1x1
                  projection) and refines with a loop whose trip count the data decides, zero
@@ -207,16 +209,18 @@ class Detector(nn.Module):
         return torch.cat([out["boxes"], out["scores"][:, None], out["labels"][:, None].float()], 1)
 
 
-def detector(name, spread):
+def detector(name, spread, min_size=320, max_size=320):
     """`spread`: the heads' weights' deviation, wide enough that the scores differ (and ties do
-    not decide which boxes survive), narrow enough that sigmoid scores stay below 1."""
+    not decide which boxes survive), narrow enough that sigmoid scores stay below 1.
+    min_size, max_size: the detector's own resize of its input (torchvision's transform)."""
     import torchvision.models.detection as det
     make = {
         "ssdlite": lambda: det.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None),
         "retinanet": lambda: det.retinanet_resnet50_fpn(weights=None, weights_backbone=None,
-                                                         min_size=320, max_size=320),
+                                                         min_size=min_size, max_size=max_size),
         "fasterrcnn": lambda: det.fasterrcnn_mobilenet_v3_large_320_fpn(
-            weights=None, weights_backbone=None, box_score_thresh=0.0),
+            weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=min_size,
+            max_size=max_size),
     }[name]
     return lambda: Detector(make, spread)
 
@@ -276,6 +280,12 @@ MODELS = {
     "log_mel": (LogMel, lambda: torch.randn(2, 80000) * 0.1, "audio", None),
     "retinanet": (detector("retinanet", 0.005), lambda: torch.rand(1, 3, 320, 320), "image", None),
     "fasterrcnn": (detector("fasterrcnn", 0.2), lambda: torch.rand(1, 3, 320, 320), "image", None),
+    # The same two families on a landscape image the detector resizes itself (to 288 x 480 and
+    # 240 x 400): other feature-map sizes, anchor grids and proposal counts than the square's.
+    "retinanet_wide": (detector("retinanet", 0.005, 288, 480), lambda: torch.rand(1, 3, 300, 500),
+                       "image", None),
+    "fasterrcnn_wide": (detector("fasterrcnn", 0.2, 240, 400), lambda: torch.rand(1, 3, 360, 600),
+                        "image", None),
     "scripted_branch": (scripted_branch, lambda: torch.rand(2, 3, 64, 64), "image", None),
     "greedy_decoder": (greedy_decoder, lambda: torch.randn(8, 256), "state", None),
 }
@@ -283,12 +293,13 @@ MODELS = {
 
 # Models whose output may differ from PyTorch's at this share of its elements (for every tool):
 # RetinaNet's detections are sorted by score, and a few of its random-weight scores are closer
-# than the convolutions' rounding, so a few rows swap places (as a set they agree). SegNet's
+# than the convolutions' rounding, so a few rows swap places (as a set they agree); so do two
+# of the wide Faster R-CNN's, whose scores agree to 5 digits. SegNet's
 # unpooling puts each value where its window's maximum was, and two candidates closer than the
 # convolutions' rounding can win differently. kiln's indices equal numpy's first maximum on
 # equal inputs (tests/reference/make_cases.py's max_pool_indices cases); onnxruntime, whose
 # convolutions round as PyTorch's here, happens to pick the same.
-FLIPS = {"segnet": 1e-4, "retinanet": 0.02}
+FLIPS = {"segnet": 1e-4, "retinanet": 0.02, "retinanet_wide": 0.02, "fasterrcnn_wide": 0.02}
 
 
 def build(name):
