@@ -267,6 +267,8 @@ void GridSample::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>&
   }
 }
 
+const char* GridSample::rules_c() { return kRulesC; }
+
 std::string GridSample::c_support_code() const {
   return std::string("#define KILN_GS_FN __attribute__((unused)) static\n") + kRulesC + "\n";
 }

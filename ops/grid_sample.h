@@ -34,6 +34,12 @@ class GridSample : public COp {
 
   enum Mode { kNearest = 0, kBilinear = 1, kBicubic = 2 };
   enum Padding { kZeros = 0, kBorder = 1, kReflection = 2 };
+  Mode mode() const { return mode_; }
+  Padding padding() const { return padding_; }
+  bool align_corners() const { return align_; }
+  // The sampling rule's C text (kiln_gs_taps and its helpers), for other devices' kernels:
+  // the includer defines KILN_GS_FN.
+  static const char* rules_c();
 
  private:
   friend class GridSampleGrad;

@@ -319,6 +319,48 @@ TEST(KILN_CUDA_SUITE, DataMovementOpsMatchPerform) {
       0, 0);
 }
 
+// GridSample on the device runs the CPU's own rule per output element: every mode and
+// padding, align_corners both ways, grids past the image and NaN coordinates, float32 and
+// float64, against perform.
+TEST(KILN_CUDA_SUITE, GridSampleMatchesPerformInEveryModeAndPadding) {
+  std::mt19937 rng(29);
+  Graph g("cuda_grid_sample");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 7, 9});
+  Var grid = input(g, "grid", DType::kFloat32, {2, 5, 6, 2});
+  Var xd = input(g, "xd", DType::kFloat64, {1, 2, 4, 5});
+  Var gd = input(g, "gd", DType::kFloat64, {1, 3, 3, 2});
+  std::vector<Variable*> outs;
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      for (const int64_t align : {int64_t{0}, int64_t{1}}) {
+        const Attrs a{{"mode", std::string(mode)},
+                      {"padding_mode", std::string(pad)},
+                      {"align_corners", align}};
+        outs.push_back(kiln::apply("grid_sample", {x, grid}, a).var());
+        outs.push_back(kiln::apply("grid_sample", {xd, gd}, a).var());
+      }
+    }
+  }
+  g.set_outputs(outs);
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
+  }
+  // Coordinates in [-1.4, 1.4]: inside, on the edges and past them; one NaN per grid.
+  Tensor gv = testing::random_tensor(DType::kFloat32, {2, 5, 6, 2}, rng, -1.4, 1.4);
+  gv.store(7, std::nan(""));
+  gv.store(8, 1.0);
+  gv.store(9, -1.0);
+  Tensor gdv = testing::random_tensor(DType::kFloat64, {1, 3, 3, 2}, rng, -1.4, 1.4);
+  gdv.store(3, std::nan(""));
+  expect_matches_reference(g,
+                           {nasty(DType::kFloat32, {2, 3, 7, 9}, rng), gv,
+                            nasty(DType::kFloat64, {1, 2, 4, 5}, rng), gdv},
+                           1e-5, 1e-5);
+}
+
 TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
   Graph g("cuda_gather_bad");
   Var x = input(g, "x", DType::kFloat32, {4, 3});
@@ -1095,6 +1137,18 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
         kiln::apply("gather", {x, ids}, {{"axis", int64_t{1}}}).var(),
         gelu(matmul(bm, transpose(bm, {0, 2, 1})) + 1.0).var(),
     });
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("nvrtc_sampling");
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, 3, 16, 16});
+    Var grid = input(g, "grid", DType::kFloat32, {kDynamic, 8, 8, 2});
+    Var d = input(g, "d", DType::kFloat64, {1, 2, 5, 5});
+    Var gd = input(g, "gd", DType::kFloat64, {1, 4, 4, 2});
+    g.set_outputs(
+        {kiln::apply("grid_sample", {x, grid}, {{"mode", std::string("bicubic")}}).var(),
+         kiln::apply("grid_sample", {x, grid}, {{"padding_mode", std::string("reflection")}}).var(),
+         kiln::apply("grid_sample", {d, gd}, {{"mode", std::string("nearest")}}).var()});
     graphs.push_back(std::move(g));
   }
   static const std::regex entry(R"(Compiling entry function '(\w+)')");

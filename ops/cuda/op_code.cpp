@@ -8,6 +8,7 @@
 #include "ops/conv.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/movement.h"
+#include "ops/cuda/sampling.h"
 #include "ops/cuda/window.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
@@ -244,6 +245,10 @@ void add_windows(DeviceCodeTable& t) {
         return cuda_pool(node, names, sub, window_c_init(op.geometry(x)), op.is_max(),
                          op.count_include_pad());
       });
+  add<GridSample>(
+      t, [](const GridSample&, const Node& node) { return cuda_dtypes_ok(node); },
+      [](const GridSample& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_grid_sample(op, node, names, sub); });
 }
 
 // A fused GEMM / MatMul / Conv with its epilogue: the base op's kernel applies the program

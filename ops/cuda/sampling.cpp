@@ -1,0 +1,78 @@
+#include "ops/cuda/sampling.h"
+
+namespace kiln {
+
+DeviceCode cuda_grid_sample(const GridSample& op, const Node& node, const CodeNames& names,
+                            const Sub& sub) {
+  const std::string T(dtype_c_type(node.inputs[0]->type.dtype));
+  DeviceKernel k;
+  k.name = sub.prefix + "grid_sample";
+  k.params = {"int64_t",     "int64_t", "int64_t", "int64_t", "int64_t", "int64_t",
+              "const void*", "int64_t", "int64_t", "int64_t", "int64_t", "const void*",
+              "int64_t",     "int64_t", "int64_t", "int64_t", "void*"};
+  // The rule once per module, whichever node brings it first.
+  k.code =
+      "#ifndef KILN_GS_DEVICE_RULES\n#define KILN_GS_DEVICE_RULES\n"
+      "#define KILN_GS_FN __device__ static\n" +
+      std::string(GridSample::rules_c()) + "\n#endif\n";
+  // Y (N, C, Ho, Wo) in row-major order: consecutive threads write consecutive ox, and the
+  // channels of one position read the same grid entry.
+  k.code += "__global__ void " + k.name +
+            "(int64_t total, int64_t c, int64_t h, int64_t w, int64_t ho, int64_t wo, "
+            "const void *xv, int64_t xs0, int64_t xs1, int64_t xs2, int64_t xs3, "
+            "const void *gv, int64_t gs0, int64_t gs1, int64_t gs2, int64_t gs3, void *yv) {\n"
+            "  const " +
+            T + " *__restrict__ x = (const " + T +
+            " *)xv;\n"
+            "  const " +
+            T + " *__restrict__ g = (const " + T +
+            " *)gv;\n"
+            "  " +
+            T + " *__restrict__ y = (" + T +
+            " *)yv;\n"
+            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; "
+            "o += step) {\n"
+            "    const int64_t ox = o % wo, oy = (o / wo) % ho, ch = (o / (wo * ho)) % c,\n"
+            "                  n = o / (wo * ho * c);\n"
+            "    const " +
+            T +
+            " *gp = g + n * gs0 + oy * gs1 + ox * gs2;\n"
+            "    int64_t off[16];\n    double wt[16];\n    int count = 0;\n"
+            "    const int ok = kiln_gs_taps((double)gp[0], (double)gp[gs3], h, w, xs2, xs3, " +
+            std::to_string(op.mode()) + ", " + std::to_string(op.padding()) + ", " +
+            std::to_string(op.align_corners() ? 1 : 0) +
+            ", off, wt, &count);\n"
+            "    double v = ok ? 0.0 : nan(\"\");\n"
+            "    const " +
+            T +
+            " *xp = x + n * xs0 + ch * xs1;\n"
+            "    for (int t = 0; ok && t < count; ++t)\n"
+            "      if (off[t] >= 0) v += wt[t] * (double)xp[off[t]];\n"
+            "    y[o] = (" +
+            T +
+            ")v;\n"
+            "  }\n}\n";
+  DeviceCode c;
+  c.kernels.push_back(k);
+  const std::string& X = names.inputs[0];
+  const std::string& G = names.inputs[1];
+  const std::string& Y = names.outputs[0];
+  std::string h = "{\n";
+  h += "  int64_t gs_c = " + X + "->shape[1], gs_h = " + X + "->shape[2], gs_w = " + X +
+       "->shape[3], gs_ho = " + G + "->shape[1], gs_wo = " + G + "->shape[2];\n";
+  h += "  int64_t gs_total = " + X + "->shape[0] * gs_c * gs_ho * gs_wo;\n";
+  std::string args = "&gs_total, &gs_c, &gs_h, &gs_w, &gs_ho, &gs_wo, &gs_x";
+  for (int d = 0; d < 4; ++d) {
+    h += "  int64_t gs_xs" + std::to_string(d) + " = " + X + "->strides[" + std::to_string(d) +
+         "], gs_gs" + std::to_string(d) + " = " + G + "->strides[" + std::to_string(d) + "];\n";
+  }
+  args += ", &gs_xs0, &gs_xs1, &gs_xs2, &gs_xs3, &gs_g, &gs_gs0, &gs_gs1, &gs_gs2, &gs_gs3, &gs_y";
+  h += "  void *gs_x = " + X + "->data, *gs_g = " + G + "->data, *gs_y = " + Y + "->data;\n";
+  h += "  if (gs_total > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(gs_total, 256, 4096), 1, 1, 256, 1, 1, 0, " + args + ");\n}\n";
+  c.launch = h;
+  return c;
+}
+
+}  // namespace kiln
