@@ -37,8 +37,9 @@ int64_t pad_source(int64_t i, int64_t n, PadMode mode) {
 
 namespace {
 
-// The C of pad_source, for the generated code (the mode as its PadMode number).
-const char* const kPadSourceC = R"(__attribute__((unused)) static int64_t kiln_pad_source(
+// The C of pad_source, for the generated code (the mode as its PadMode number), after its
+// qualifiers.
+const char* const kPadSourceBody = R"( int64_t kiln_pad_source(
     int64_t i, int64_t n, int mode) {
   if (i >= 0 && i < n) return i;
   if (mode == 2) return i < 0 ? 0 : n - 1;
@@ -50,6 +51,7 @@ const char* const kPadSourceC = R"(__attribute__((unused)) static int64_t kiln_p
   return m < n ? m : period - m;
 }
 )";
+const std::string kPadSourceC = std::string("__attribute__((unused)) static") + kPadSourceBody;
 
 // A non-constant mode reads its edge: every padded dimension needs one.
 void check_padded_dims(const std::vector<int64_t>& dims, const std::vector<int64_t>& pads,
@@ -170,6 +172,8 @@ void Pad::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& output
   }
   copy_into(src, dst);
 }
+
+std::string Pad::source_c(const std::string& qualifiers) { return qualifiers + kPadSourceBody; }
 
 std::string Pad::c_support_code() const { return mode_ == PadMode::kConstant ? "" : kPadSourceC; }
 

@@ -33,6 +33,13 @@ class Pad : public COp {
   // The non-constant modes: parts take runs of output rows.
   bool c_splittable(const Node&) const override { return mode_ != PadMode::kConstant; }
 
+  const std::vector<int64_t>& pads() const { return pads_; }
+  double value() const { return value_; }
+  PadMode mode() const { return mode_; }
+  // pad_source in C (kiln_pad_source(i, n, mode), the mode as its PadMode number), prefixed
+  // by `qualifiers` ("static", "__device__ static"), for the devices' code.
+  static std::string source_c(const std::string& qualifiers);
+
  private:
   void check_rank(int rank) const;
   std::vector<int64_t> pads_;

@@ -361,6 +361,44 @@ TEST(KILN_CUDA_SUITE, GridSampleMatchesPerformInEveryModeAndPadding) {
                            1e-5, 1e-5);
 }
 
+// Pad on the device in every mode: pads on both sides, pads wider than the input (reflect
+// and wrap come round more than once), crops (negative pads, the constant mode), a NaN and an
+// integer value.
+TEST(KILN_CUDA_SUITE, PadMatchesPerformInEveryMode) {
+  std::mt19937 rng(31);
+  Graph g("cuda_pad");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 5, 4});
+  Var d = input(g, "d", DType::kFloat64, {3, 7});
+  Var i = input(g, "i", DType::kInt32, {4, 3});
+  std::vector<Variable*> outs;
+  for (const char* mode : {"constant", "reflect", "edge", "wrap"}) {
+    const std::string m(mode);
+    outs.push_back(
+        kiln::apply("pad", {x}, {{"mode", m}, {"pads", Ints{0, 1, 2, 3, 0, 0, 1, 2}}}).var());
+    outs.push_back(kiln::apply("pad", {d}, {{"mode", m}, {"pads", Ints{2, 9, 3, 8}}}).var());
+    outs.push_back(kiln::apply("pad", {i}, {{"mode", m}, {"pads", Ints{1, 0, 0, 2}}}).var());
+  }
+  // Crops take the constant mode.
+  outs.push_back(kiln::apply("pad", {x}, {{"pads", Ints{0, 1, 2, 3, 0, -1, 1, -2}}}).var());
+  outs.push_back(kiln::apply("pad", {i}, {{"pads", Ints{1, -1, 0, 2}}}).var());
+  outs.push_back(
+      kiln::apply("pad", {x}, {{"pads", Ints{1, 0, 0, 1, 0, 1, 1, 0}}, {"value", std::nan("")}})
+          .var());
+  outs.push_back(kiln::apply("pad", {i}, {{"pads", Ints{2, 2, 2, 2}}, {"value", -7.0}}).var());
+  g.set_outputs(outs);
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
+  }
+  expect_matches_reference(
+      g,
+      {nasty(DType::kFloat32, {2, 3, 5, 4}, rng), nasty(DType::kFloat64, {3, 7}, rng),
+       testing::random_tensor(DType::kInt32, {4, 3}, rng, -1e6, 1e6)},
+      0, 0);
+}
+
 TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
   Graph g("cuda_gather_bad");
   Var x = input(g, "x", DType::kFloat32, {4, 3});
@@ -1148,7 +1186,11 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
     g.set_outputs(
         {kiln::apply("grid_sample", {x, grid}, {{"mode", std::string("bicubic")}}).var(),
          kiln::apply("grid_sample", {x, grid}, {{"padding_mode", std::string("reflection")}}).var(),
-         kiln::apply("grid_sample", {d, gd}, {{"mode", std::string("nearest")}}).var()});
+         kiln::apply("grid_sample", {d, gd}, {{"mode", std::string("nearest")}}).var(),
+         kiln::apply("pad", {x},
+                     {{"mode", std::string("reflect")}, {"pads", Ints{0, 0, 1, 2, 0, 0, 3, 4}}})
+             .var(),
+         kiln::apply("pad", {d}, {{"pads", Ints{0, 1, 1, 1, 0, 1, 1, 1}}, {"value", 2.5}}).var()});
     graphs.push_back(std::move(g));
   }
   static const std::regex entry(R"(Compiling entry function '(\w+)')");

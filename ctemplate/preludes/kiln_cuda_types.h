@@ -15,6 +15,18 @@ typedef struct kiln_cuda_nd {
   int64_t strides[KILN_CUDA_MAX_OPERANDS][KILN_CUDA_MAX_RANK];
 } kiln_cuda_nd;
 
+/* A pad's index map: the output's shape, and per dimension the input's size and stride and
+ * the padding before it (negative: cropped). */
+typedef struct kiln_cuda_pad {
+  int64_t numel;
+  int32_t ndim;
+  int32_t mode;
+  int64_t out_shape[KILN_CUDA_MAX_RANK];
+  int64_t in_shape[KILN_CUDA_MAX_RANK];
+  int64_t in_strides[KILN_CUDA_MAX_RANK];
+  int64_t before[KILN_CUDA_MAX_RANK];
+} kiln_cuda_pad;
+
 /* Geometry of a 2-D sliding window (1-D runs as H = 1): kiln_window's fields, in order. */
 typedef struct kiln_cuda_window {
   int64_t h, w, kh, kw, sh, sw, dh, dw, ph, pw, eh, ew, oh, ow;

@@ -249,6 +249,13 @@ void add_windows(DeviceCodeTable& t) {
       t, [](const GridSample&, const Node& node) { return cuda_dtypes_ok(node); },
       [](const GridSample& op, const Node& node, const CodeNames& names, const Sub& sub,
          const CudaEpilogue*) { return cuda_grid_sample(op, node, names, sub); });
+  add<Pad>(
+      t,
+      [](const Pad&, const Node& node) {
+        return cuda_dtypes_ok(node) && node.inputs.size() == 1 && node.inputs[0]->type.rank() <= 8;
+      },
+      [](const Pad& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_pad(op, node, names, sub); });
 }
 
 // A fused GEMM / MatMul / Conv with its epilogue: the base op's kernel applies the program

@@ -1,5 +1,10 @@
 #include "ops/cuda/sampling.h"
 
+#include <cmath>
+#include <cstdio>
+
+#include "ops/c/elementwise_loop.h"
+
 namespace kiln {
 
 DeviceCode cuda_grid_sample(const GridSample& op, const Node& node, const CodeNames& names,
@@ -71,6 +76,78 @@ DeviceCode cuda_grid_sample(const GridSample& op, const Node& node, const CodeNa
   h += "  void *gs_x = " + X + "->data, *gs_g = " + G + "->data, *gs_y = " + Y + "->data;\n";
   h += "  if (gs_total > 0) KILN_LAUNCH(" + k.name +
        ", kiln_cuda_blocks(gs_total, 256, 4096), 1, 1, 256, 1, 1, 0, " + args + ");\n}\n";
+  c.launch = h;
+  return c;
+}
+
+DeviceCode cuda_pad(const Pad& op, const Node& node, const CodeNames& names, const Sub& sub) {
+  const DType dt = node.inputs[0]->type.dtype;
+  const std::string T(dtype_c_type(dt));
+  const int rank = node.inputs[0]->type.rank();
+  DeviceKernel k;
+  k.name = sub.prefix + "pad";
+  k.params = {"kiln_cuda_pad", "void*", "const void*", "double"};
+  k.code = "#ifndef KILN_PAD_DEVICE_RULES\n#define KILN_PAD_DEVICE_RULES\n" +
+           Pad::source_c("__device__ static") + "#endif\n";
+  // A constant pad writes the value where a coordinate falls outside; the other modes map it
+  // back inside. Integer values are exact literals; a float's (NaN and infinities too) comes
+  // as a double.
+  const std::string fill = is_float(dt) ? "(" + T + ")value" : c_literal(dt, op.value());
+  k.code += "__global__ void " + k.name +
+            "(const __grid_constant__ kiln_cuda_pad p, void *yv, const void *xv, double value) {\n"
+            "  " +
+            T + " *__restrict__ y = (" + T +
+            " *)yv;\n"
+            "  const " +
+            T + " *__restrict__ x = (const " + T +
+            " *)xv;\n"
+            "  (void)value;\n"
+            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.numel; "
+            "o += step) {\n"
+            "    int64_t rem = o, off = 0;\n    int inside = 1;\n"
+            "    for (int d = p.ndim - 1; d >= 0; --d) {\n"
+            "      int64_t i = rem % p.out_shape[d] - p.before[d];\n"
+            "      rem /= p.out_shape[d];\n"
+            "      if (i < 0 || i >= p.in_shape[d]) {\n"
+            "        if (p.mode == 0) { inside = 0; break; }\n"
+            "        i = kiln_pad_source(i, p.in_shape[d], p.mode);\n"
+            "      }\n"
+            "      off += i * p.in_strides[d];\n"
+            "    }\n"
+            "    y[o] = inside ? x[off] : " +
+            fill +
+            ";\n"
+            "  }\n}\n";
+  DeviceCode c;
+  c.kernels.push_back(k);
+  const std::string& X = names.inputs[0];
+  const std::string& Y = names.outputs[0];
+  const std::string rs = std::to_string(rank);
+  std::string h = "{\n  kiln_cuda_pad kiln_p;\n";
+  h += "  kiln_p.ndim = " + rs +
+       ";\n  kiln_p.mode = " + std::to_string(static_cast<int>(op.mode())) +
+       ";\n  kiln_p.numel = 1;\n";
+  for (int d = 0; d < rank; ++d) {
+    const std::string ds = std::to_string(d);
+    h += "  kiln_p.out_shape[" + ds + "] = " + Y + "->shape[" + ds + "];\n";
+    h += "  kiln_p.in_shape[" + ds + "] = " + X + "->shape[" + ds + "];\n";
+    h += "  kiln_p.in_strides[" + ds + "] = " + X + "->strides[" + ds + "];\n";
+    h += "  kiln_p.before[" + ds + "] = " + std::to_string(op.pads()[static_cast<size_t>(d)]) +
+         ";\n";
+    h += "  kiln_p.numel *= " + Y + "->shape[" + ds + "];\n";
+  }
+  char value[40];
+  std::snprintf(value, sizeof value, "%.17g", op.value());
+  const std::string v = std::isfinite(op.value()) ? value
+                        : std::isnan(op.value())  ? "(0.0 / 0.0)"
+                        : op.value() > 0          ? "(1.0 / 0.0)"
+                                                  : "(-1.0 / 0.0)";
+  h += "  double kiln_value = " + v + ";\n";
+  h += "  void *kiln_y = " + Y + "->data, *kiln_x = " + X + "->data;\n";
+  h += "  if (kiln_p.numel > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(kiln_p.numel, 256, 4096), 1, 1, 256, 1, 1, 0, &kiln_p, &kiln_y, "
+       "&kiln_x, &kiln_value);\n}\n";
   c.launch = h;
   return c;
 }
