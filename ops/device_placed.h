@@ -40,6 +40,10 @@ class DevicePlaced : public COp {
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return table_.host_preludes(); }
   int view_of(const Node& node) const override { return inner_->view_of(node); }
+  // The wrapped op's state (a random op's run counter) lives in the module as on the CPU.
+  std::string c_state_fields(const Node& node, const std::string& prefix) const override {
+    return inner_->c_state_fields(node, prefix);
+  }
   bool output_on_device() const override { return true; }
   bool enqueues_device_work() const override { return true; }
 

@@ -15,81 +15,83 @@ namespace {
 
 // The generator and the draws, written once in C: emitted into modules and compiled into kiln
 // for perform and the known-answer tests.
-#define KILN_RANDOM_RULES                                                                        \
-  KILN_RNG_FN void kiln_philox(const uint32_t* c, const uint32_t* k, uint32_t* out) {            \
-    uint32_t x0 = c[0], x1 = c[1], x2 = c[2], x3 = c[3], k0 = k[0], k1 = k[1];                   \
-    for (int r = 0; r < 10; ++r) {                                                               \
-      if (r) {                                                                                   \
-        k0 += 0x9E3779B9u;                                                                       \
-        k1 += 0xBB67AE85u;                                                                       \
-      }                                                                                          \
-      const uint64_t p0 = (uint64_t)0xD2511F53u * x0, p1 = (uint64_t)0xCD9E8D57u * x2;           \
-      const uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0, y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;   \
-      x1 = (uint32_t)p1;                                                                         \
-      x3 = (uint32_t)p0;                                                                         \
-      x0 = y0;                                                                                   \
-      x2 = y2;                                                                                   \
-    }                                                                                            \
-    out[0] = x0;                                                                                 \
-    out[1] = x1;                                                                                 \
-    out[2] = x2;                                                                                 \
-    out[3] = x3;                                                                                 \
-  }                                                                                              \
-  /* The four words of block b (elements 4b..4b+3, or 2b..2b+1 of two words each). */            \
-  KILN_RNG_FN void kiln_rng_block(uint64_t seed, uint32_t stream, uint32_t run, uint64_t b,      \
-                                  uint32_t* out) {                                               \
-    const uint32_t c[4] = {(uint32_t)b, (uint32_t)(b >> 32), stream, run};                       \
-    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                              \
-    kiln_philox(c, k, out);                                                                      \
-  }                                                                                              \
-  /* Element i's uniform in [0, 1): 24 bits of its word (float32), 53 of two (float64). */       \
-  KILN_RNG_FN double kiln_rng_uniform(uint64_t seed, uint32_t stream, uint32_t run, uint64_t i,  \
-                                      int wide) {                                                \
-    uint32_t w[4];                                                                               \
-    if (!wide) {                                                                                 \
-      kiln_rng_block(seed, stream, run, i / 4, w);                                               \
-      return (double)(w[i % 4] >> 8) * (1.0 / 16777216.0);                                       \
-    }                                                                                            \
-    kiln_rng_block(seed, stream, run, i / 2, w);                                                 \
-    const uint64_t bits = ((uint64_t)(w[2 * (i % 2)] >> 5) << 26) | (w[2 * (i % 2) + 1] >> 6);   \
-    return (double)bits * (1.0 / 9007199254740992.0);                                            \
-  }                                                                                              \
-  /* Element i's standard normal, Box-Muller over the two words of its half-block. */            \
-  KILN_RNG_FN double kiln_rng_normal(uint64_t seed, uint32_t stream, uint32_t run, uint64_t i) { \
-    uint32_t w[4];                                                                               \
-    kiln_rng_block(seed, stream, run, i / 2, w);                                                 \
-    const double u1 = ((double)w[2 * (i % 2)] + 1.0) * (1.0 / 4294967296.0);                     \
-    const double u2 = (double)w[2 * (i % 2) + 1] * (1.0 / 4294967296.0);                         \
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);                             \
-  }                                                                                              \
-  /* A row of unnormalized log-probabilities as weights exp(x - max) (the +inf entries alone  */ \
-  /* when there are some); returns their sum, 0 when every entry is -inf, NaN when one is.    */ \
-  KILN_RNG_FN double kiln_rng_weights(const double* x, int64_t n, double* w) {                   \
-    double m = -INFINITY, total = 0;                                                             \
-    for (int64_t c = 0; c < n; ++c) {                                                            \
-      if (x[c] != x[c]) return NAN;                                                              \
-      if (x[c] > m) m = x[c];                                                                    \
-    }                                                                                            \
-    if (m == -INFINITY) return 0;                                                                \
-    for (int64_t c = 0; c < n; ++c) {                                                            \
-      w[c] = m == INFINITY ? (x[c] == INFINITY ? 1.0 : 0.0) : exp(x[c] - m);                     \
-      total += w[c];                                                                             \
-    }                                                                                            \
-    return total;                                                                                \
-  }                                                                                              \
-  /* The class whose share of the running sum holds u * total: -1 for a row without weights. */  \
-  KILN_RNG_FN int64_t kiln_rng_categorical(const double* w, int64_t n, double total, double u) { \
-    if (!(total > 0)) return -1;                                                                 \
-    const double target = u * total;                                                             \
-    double run = 0;                                                                              \
-    int64_t last = -1;                                                                           \
-    for (int64_t c = 0; c < n; ++c) {                                                            \
-      if (!(w[c] > 0)) continue;                                                                 \
-      run += w[c];                                                                               \
-      last = c;                                                                                  \
-      if (run > target) return c;                                                                \
-    }                                                                                            \
-    return last; /* rounding left target at the sum: the last class with weight */               \
+#define KILN_RANDOM_RULES                                                                         \
+  KILN_RNG_FN void kiln_philox(const uint32_t* c, const uint32_t* k, uint32_t* out) {             \
+    uint32_t x0 = c[0], x1 = c[1], x2 = c[2], x3 = c[3], k0 = k[0], k1 = k[1];                    \
+    for (int r = 0; r < 10; ++r) {                                                                \
+      if (r) {                                                                                    \
+        k0 += 0x9E3779B9u;                                                                        \
+        k1 += 0xBB67AE85u;                                                                        \
+      }                                                                                           \
+      const uint64_t p0 = (uint64_t)0xD2511F53u * x0, p1 = (uint64_t)0xCD9E8D57u * x2;            \
+      const uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0, y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;    \
+      x1 = (uint32_t)p1;                                                                          \
+      x3 = (uint32_t)p0;                                                                          \
+      x0 = y0;                                                                                    \
+      x2 = y2;                                                                                    \
+    }                                                                                             \
+    out[0] = x0;                                                                                  \
+    out[1] = x1;                                                                                  \
+    out[2] = x2;                                                                                  \
+    out[3] = x3;                                                                                  \
+  }                                                                                               \
+  /* The four words of block b (elements 4b..4b+3, or 2b..2b+1 of two words each). */             \
+  KILN_RNG_FN void kiln_rng_block(uint64_t seed, uint32_t stream, uint32_t run, uint64_t b,       \
+                                  uint32_t* out) {                                                \
+    const uint32_t c[4] = {(uint32_t)b, (uint32_t)(b >> 32), stream, run};                        \
+    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                               \
+    kiln_philox(c, k, out);                                                                       \
+  }                                                                                               \
+  /* Element i's uniform in [0, 1): 24 bits of its word (float32), 53 of two (float64). */        \
+  KILN_RNG_FN double kiln_rng_uniform(uint64_t seed, uint32_t stream, uint32_t run, uint64_t i,   \
+                                      int wide) {                                                 \
+    uint32_t w[4];                                                                                \
+    if (!wide) {                                                                                  \
+      kiln_rng_block(seed, stream, run, i / 4, w);                                                \
+      return (double)(w[i % 4] >> 8) * (1.0 / 16777216.0);                                        \
+    }                                                                                             \
+    kiln_rng_block(seed, stream, run, i / 2, w);                                                  \
+    const uint64_t bits = ((uint64_t)(w[2 * (i % 2)] >> 5) << 26) | (w[2 * (i % 2) + 1] >> 6);    \
+    return (double)bits * (1.0 / 9007199254740992.0);                                             \
+  }                                                                                               \
+  /* Element i's standard normal, Box-Muller over the two words of its half-block. */             \
+  KILN_RNG_FN double kiln_rng_normal(uint64_t seed, uint32_t stream, uint32_t run, uint64_t i) {  \
+    uint32_t w[4];                                                                                \
+    kiln_rng_block(seed, stream, run, i / 2, w);                                                  \
+    const double u1 = ((double)w[2 * (i % 2)] + 1.0) * (1.0 / 4294967296.0);                      \
+    const double u2 = (double)w[2 * (i % 2) + 1] * (1.0 / 4294967296.0);                          \
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);                              \
+  }                                                                                               \
+  /* A row of unnormalized log-probabilities as weights exp(x - max) (the +inf entries alone  */  \
+  /* when there are some); returns their sum, 0 when every entry is -inf, -1 when one is NaN. */  \
+  /* (m - m != 0 tells an infinite m: no INFINITY, which some device compilers lack.)          */ \
+  KILN_RNG_FN double kiln_rng_weights(const double* x, int64_t n, double* w) {                    \
+    double m = 0, total = 0;                                                                      \
+    for (int64_t c = 0; c < n; ++c) {                                                             \
+      if (x[c] != x[c]) return -1;                                                                \
+      if (c == 0 || x[c] > m) m = x[c];                                                           \
+    }                                                                                             \
+    const int infinite = m - m != 0;                                                              \
+    if (n == 0 || (infinite && m < 0)) return 0;                                                  \
+    for (int64_t c = 0; c < n; ++c) {                                                             \
+      w[c] = infinite ? (x[c] == m ? 1.0 : 0.0) : exp(x[c] - m);                                  \
+      total += w[c];                                                                              \
+    }                                                                                             \
+    return total;                                                                                 \
+  }                                                                                               \
+  /* The class whose share of the running sum holds u * total: -1 for a row without weights. */   \
+  KILN_RNG_FN int64_t kiln_rng_categorical(const double* w, int64_t n, double total, double u) {  \
+    if (!(total > 0)) return -1;                                                                  \
+    const double target = u * total;                                                              \
+    double run = 0;                                                                               \
+    int64_t last = -1;                                                                            \
+    for (int64_t c = 0; c < n; ++c) {                                                             \
+      if (!(w[c] > 0)) continue;                                                                  \
+      run += w[c];                                                                                \
+      last = c;                                                                                   \
+      if (run > target) return c;                                                                 \
+    }                                                                                             \
+    return last; /* rounding left target at the sum: the last class with weight */                \
   }
 
 #define KILN_RNG_FN static
@@ -244,6 +246,8 @@ std::vector<Variable*> RandomOp::grad(const GradArgs& args) const {
   out[0] = where(mask, kept, zero).var();
   return out;
 }
+
+const char* RandomOp::rules_c() { return kRulesC; }
 
 std::string RandomOp::c_support_code() const {
   return std::string("#define KILN_RNG_FN __attribute__((unused)) static\n") + kRulesC + "\n";

@@ -43,6 +43,16 @@ class RandomOp : public COp {
   std::string c_state_fields(const Node& node, const std::string& prefix) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
 
+  Kind kind() const { return kind_; }
+  uint64_t seed() const { return seed_; }
+  int64_t stream() const { return stream_; }
+  double a() const { return a_; }  // low / mean / ratio
+  double b() const { return b_; }  // high / scale
+  int64_t sample_size() const { return sample_size_; }
+  // The generator and the draws in C, for other devices' kernels: the includer defines
+  // KILN_RNG_FN (and INFINITY and NAN where its compiler lacks them).
+  static const char* rules_c();
+
  private:
   Kind kind_;
   uint64_t seed_;

@@ -399,6 +399,64 @@ TEST(KILN_CUDA_SUITE, PadMatchesPerformInEveryMode) {
       0, 0);
 }
 
+// A seed draws the same numbers on the device as on the CPU, bit for bit, in every call:
+// uniform (both widths), normal, Bernoulli, dropout and its mask, multinomial (rows with NaN,
+// +inf and every -inf logit too). Both modules' run counters advance once per call. On a GPU,
+// normal and multinomial go through the device's exp, log and cos, which may differ from the
+// C library's in the last place: there those two are compared to 1e-6.
+TEST(KILN_CUDA_SUITE, RandomDrawsEqualTheCpusInEveryCall) {
+  std::mt19937 rng(37);
+  Graph g("cuda_random");
+  Var x = input(g, "x", DType::kFloat32, {7, 130});
+  Var p = input(g, "p", DType::kFloat64, {3, 300});
+  Var logits = input(g, "logits", DType::kFloat32, {5, 6});
+  auto drop = kiln::apply_multi("dropout_train", {x}, {{"seed", int64_t{5}}, {"ratio", 0.3}});
+  g.set_outputs({
+      kiln::apply_in(g, "random_uniform", {},
+                     {{"shape", Ints{1001}}, {"seed", int64_t{9}}, {"low", -2.0}, {"high", 5.0}})
+          .var(),
+      kiln::apply_in(g, "random_uniform", {},
+                     {{"shape", Ints{3, 333}},
+                      {"seed", int64_t{9}},
+                      {"stream", int64_t{4}},
+                      {"dtype", std::string("float64")}})
+          .var(),
+      kiln::apply("random_normal", {x}, {{"seed", int64_t{2}}, {"mean", 1.0}, {"scale", 3.0}})
+          .var(),
+      kiln::apply("bernoulli", {p}, {{"seed", int64_t{3}}, {"dtype", std::string("int32")}}).var(),
+      drop[0].var(),
+      drop[1].var(),
+      kiln::apply(
+          "multinomial", {logits},
+          {{"seed", int64_t{8}}, {"dtype", std::string("int64")}, {"sample_size", int64_t{64}}})
+          .var(),
+  });
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
+  }
+  Tensor lv = testing::random_tensor(DType::kFloat32, {5, 6}, rng, -2, 2);
+  lv.store(7, std::nan(""));                                    // row 1: no distribution
+  lv.store(14, INFINITY);                                       // row 2: always class 2
+  for (int64_t c = 0; c < 6; ++c) lv.store(24 + c, -INFINITY);  // row 4: none
+  lv.store(3, -INFINITY);                                       // row 0: class 3 never
+  const std::vector<Tensor> in{nasty(DType::kFloat32, {7, 130}, rng),
+                               testing::random_tensor(DType::kFloat64, {3, 300}, rng, -0.2, 1.2),
+                               lv};
+  Function cpu = compile(g), dev = compile(g, on_cuda());
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<Tensor> want = cpu(in), got = dev(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      const bool libm = k == 2 || k == 6;
+      EXPECT_TRUE(tensors_close(got[k], want[k], kOnGpu && libm ? 1e-6 : 0, 0))
+          << "call " << call << ", output " << k;
+    }
+  }
+}
+
 TEST(KILN_CUDA_SUITE, AGatherIndexOutOfRangeFailsTheRunNamingTheIndex) {
   Graph g("cuda_gather_bad");
   Var x = input(g, "x", DType::kFloat32, {4, 3});
@@ -1190,7 +1248,13 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
          kiln::apply("pad", {x},
                      {{"mode", std::string("reflect")}, {"pads", Ints{0, 0, 1, 2, 0, 0, 3, 4}}})
              .var(),
-         kiln::apply("pad", {d}, {{"pads", Ints{0, 1, 1, 1, 0, 1, 1, 1}}, {"value", 2.5}}).var()});
+         kiln::apply("pad", {d}, {{"pads", Ints{0, 1, 1, 1, 0, 1, 1, 1}}, {"value", 2.5}}).var(),
+         kiln::apply("random_normal", {x}, {{"seed", int64_t{2}}}).var(),
+         kiln::apply("multinomial", {kiln::apply("reshape", {gd}, {{"shape", Ints{4, 8}}})},
+                     {{"dtype", std::string("int64")}})
+             .var(),
+         kiln::apply("bernoulli", {d}, {{"dtype", std::string("float64")}}).var(),
+         kiln::apply_multi("dropout_train", {x}, {{"ratio", 0.25}})[1].var()});
     graphs.push_back(std::move(g));
   }
   static const std::regex entry(R"(Compiling entry function '(\w+)')");

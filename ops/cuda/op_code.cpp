@@ -8,6 +8,7 @@
 #include "ops/conv.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/movement.h"
+#include "ops/cuda/random.h"
 #include "ops/cuda/sampling.h"
 #include "ops/cuda/window.h"
 #include "ops/elementwise.h"
@@ -249,6 +250,13 @@ void add_windows(DeviceCodeTable& t) {
       t, [](const GridSample&, const Node& node) { return cuda_dtypes_ok(node); },
       [](const GridSample& op, const Node& node, const CodeNames& names, const Sub& sub,
          const CudaEpilogue*) { return cuda_grid_sample(op, node, names, sub); });
+  add<RandomOp>(
+      t,
+      [](const RandomOp& op, const Node& node) {
+        return cuda_dtypes_ok(node) && cuda_random_supported(op, node);
+      },
+      [](const RandomOp& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_random(op, node, names, sub); });
   add<Pad>(
       t,
       [](const Pad&, const Node& node) {
