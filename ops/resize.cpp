@@ -255,6 +255,23 @@ void Resize::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                    ctm_, nearest_, cubic_a_, exclude_outside_, roi_));
     }
   }
+  // A dimension the resize leaves alone (each output reads its own input with weight 1):
+  // its other taps, of weight 0, are dropped (so an infinity beside it is not 0 * inf).
+  for (int d = 0; d < rank; ++d) {
+    auto& t = table[static_cast<size_t>(d)];
+    // (An exact position's taps are the one before at weight 0 and itself at weight 1.)
+    bool identity = in[static_cast<size_t>(d)] == out[static_cast<size_t>(d)];
+    for (size_t o = 0; identity && o < t.size(); ++o) {
+      int ones = 0;
+      for (const auto& [i, w] : t[o].w) {
+        if (w == 1 && i == static_cast<int64_t>(o)) ++ones;
+        identity = identity && (w == 0 || (w == 1 && i == static_cast<int64_t>(o)));
+      }
+      identity = identity && ones == 1 && !t[o].outside;
+    }
+    if (identity)
+      for (size_t o = 0; o < t.size(); ++o) t[o].w = {{static_cast<int64_t>(o), 1.0}};
+  }
   Shape istride(static_cast<size_t>(rank), 1);
   for (int d = rank - 1; d > 0; --d)
     istride[static_cast<size_t>(d - 1)] =
@@ -332,7 +349,12 @@ std::string Resize::c_code(const Node& node, const CodeNames& names, const Sub& 
   s += c_workspace("int64_t", "idx", "total * N + 1", "resize's tap indices");
   s += c_workspace("double", "w", "total * N + 1", "resize's tap weights");
   s += c_workspace("int", "outside", "total + 1", "resize's outside flags");
-  s += "  kiln_copy_strided(x, " + in + "->data, R, " + in + "->shape, " + in +
+  // Parts take runs of output elements; a contiguous input is read in place.
+  s += "  int kiln_dense = 1;\n";
+  s += "  for (int d = 0; d < R; ++d) kiln_dense &= " + in + "->shape[d] == 1 || " + in +
+       "->strides[d] == istride[d];\n";
+  s += "  if (kiln_dense) x = (" + T + " *)" + in + "->data;\n";
+  s += "  else kiln_copy_strided(x, " + in + "->data, R, " + in + "->shape, " + in +
        "->strides, sizeof(" + T + "));\n";
   // Per dimension, per output coordinate: its taps (from the dimension's first row).
   s += "  int64_t row[R], at[R], k[R];\n  int64_t base = 0;\n";
@@ -343,20 +365,37 @@ std::string Resize::c_code(const Node& node, const CodeNames& names, const Sub& 
        c_literal_of(DType::kFloat64, cubic_a_, 0) + ", " + (exclude_outside_ ? "1" : "0") +
        ", roi, &outside[base + o], &idx[(base + o) * N], &w[(base + o) * N]);\n";
   s += "    base += " + out + "->shape[d];\n  }\n";
-  s += "  int64_t n = 1;\n  for (int d = 0; d < R; ++d) { n *= " + out +
-       "->shape[d]; at[d] = 0; }\n";
+  // A dimension left alone (each output its own input at weight 1, the other taps at 0):
+  // one tap, its place tap0 (the same for every output: an exact position's), not N.
+  s += "  int nt[R], tap0[R];\n";
+  s += "  for (int d = 0; d < R; ++d) {\n    int same = " + in + "->shape[d] == " + out +
+       "->shape[d], unit = -1;\n";
+  s += "    for (int64_t o = 0; same && o < " + out + "->shape[d]; ++o) {\n";
+  s += "      const int64_t t = (row[d] + o) * N;\n      int ones = 0, at1 = -1;\n";
+  s += "      for (int j = 0; j < N; ++j) {\n";
+  s += "        if (w[t + j] == 1 && idx[t + j] == o) { ++ones; at1 = j; }\n";
+  s += "        else if (w[t + j] != 0) same = 0;\n      }\n";
+  s += "      same = same && ones == 1 && !outside[row[d] + o] && (unit < 0 || unit == at1);\n";
+  s += "      unit = at1;\n    }\n";
+  s += "    nt[d] = same ? 1 : N;\n    tap0[d] = same ? unit : 0;\n  }\n";
+  s += "  int64_t n = 1;\n  for (int d = 0; d < R; ++d) n *= " + out + "->shape[d];\n";
+  s += "  const int64_t i0 = n * " + sub.ctx + "->part / " + sub.ctx + "->n_parts, i1 = n * (" +
+       sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
+  s += "  { int64_t rem = i0; for (int d = R - 1; d >= 0; --d) { at[d] = rem % " + out +
+       "->shape[d]; rem /= " + out + "->shape[d]; } }\n";
   s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
-  s += "  for (int64_t i = 0; i < n; ++i) {\n    int out_of_region = 0;\n";
+  s += "  for (int64_t i = i0; i < i1; ++i) {\n    int out_of_region = 0;\n";
   s += "    for (int d = 0; d < R; ++d) out_of_region |= outside[row[d] + at[d]];\n";
   s += "    double v = 0;\n    if (out_of_region) {\n      v = " +
        c_literal_of(DType::kFloat64, extrapolation_, 0) + ";\n    } else {\n";
   s += "      for (int d = 0; d < R; ++d) k[d] = 0;\n      for (;;) {\n        double ww = 1;\n    "
        "    int64_t src = 0;\n";
   s += "        for (int d = 0; d < R; ++d) {\n          const int64_t t = (row[d] + at[d]) * N + "
+       "tap0[d] + "
        "k[d];\n";
   s += "          ww *= w[t];\n          src += idx[t] * istride[d];\n        }\n";
   s += "        v += ww * (double)x[src];\n        int d = R - 1;\n";
-  s += "        for (; d >= 0; --d) { if (++k[d] < N) break; k[d] = 0; }\n        if (d < 0) "
+  s += "        for (; d >= 0; --d) { if (++k[d] < nt[d]) break; k[d] = 0; }\n        if (d < 0) "
        "break;\n      }\n    }\n";
   s += "    y[i] = (" + T + ")v;\n";
   s += "    for (int d = R - 1; d >= 0; --d) { if (++at[d] < " + out +

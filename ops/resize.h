@@ -15,11 +15,13 @@ class Resize : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code() const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
+  // Parts take runs of output elements (each builds the small tap tables itself).
+  bool c_splittable(const Node&) const override { return true; }
 
  private:
   Shape out_shape(const Shape& in) const;

@@ -3,6 +3,7 @@
 // shape cases (dimensions are dynamic), and every module must compile without warnings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1183,6 +1184,49 @@ TEST(Resize, EveryModeAndTransformMatchesPerform) {
   EXPECT_DOUBLE_EQ(y.load(5),
                    0.75 * 0.75 * 1 + 0.75 * 0.25 * 2 + 0.25 * 0.75 * 3 + 0.25 * 0.25 * 4);
   EXPECT_DOUBLE_EQ(y.load(0), 1.0);  // past the border: the edge value
+}
+
+// Resize splits its output across parts (three workers, a small grain: every part starts
+// mid-row) and matches perform; a dimension it leaves alone reads one input, so an infinity in
+// one channel stays out of its neighbours (not 0 * inf = NaN), and the interpolated plane
+// equals a bilinear computed here by hand.
+TEST(Resize, PartsAndUntouchedDimensionsMatchPerformAndAHandBilinear) {
+  static Engine* engine = make_engine(EngineKind::kThreaded, 3).release();
+  CompileOptions split;
+  split.engine = engine;
+  split.split_grain = 7;
+  std::mt19937 rng(73);
+  Graph g("resize_parts");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 9, 11});
+  g.set_outputs(
+      {apply("resize", {x},
+             {{"mode", std::string("linear")}, {"sizes", std::vector<int64_t>{2, 3, 17, 6}}})
+           .var()});
+  Tensor xv = random_tensor(DType::kFloat32, {2, 3, 9, 11}, rng);
+  xv.store(1 * 99 + 4 * 11 + 5, INFINITY);  // batch 0, channel 1
+  Function f = compile(g, split);
+  const Tensor y = f({xv})[0];
+  const Tensor want = evaluate_reference(g, {xv})[0];
+  EXPECT_TRUE(testing::tensors_close(y, want, 1e-5, 1e-6));
+  EXPECT_GT(f.stats().split_calls, 0);
+  // Channels 0 and 2 of batch 0: finite, and the half-pixel bilinear of their own plane.
+  for (const int64_t c : {int64_t{0}, int64_t{2}}) {
+    for (int64_t oy = 0; oy < 17; ++oy) {
+      for (int64_t ox = 0; ox < 6; ++ox) {
+        const double sy = std::clamp((oy + 0.5) * 9.0 / 17 - 0.5, 0.0, 8.0);
+        const double sx = std::clamp((ox + 0.5) * 11.0 / 6 - 0.5, 0.0, 10.0);
+        const auto y0 = static_cast<int64_t>(sy), x0 = static_cast<int64_t>(sx);
+        const int64_t y1 = std::min<int64_t>(y0 + 1, 8), x1 = std::min<int64_t>(x0 + 1, 10);
+        const double fy = sy - static_cast<double>(y0), fx = sx - static_cast<double>(x0);
+        auto at = [&](int64_t yy, int64_t xx) { return xv.load((c * 9 + yy) * 11 + xx); };
+        const double ref = (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) +
+                           fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1));
+        const double got = y.load((c * 17 + oy) * 6 + ox);
+        ASSERT_TRUE(std::isfinite(got)) << "channel " << c;
+        EXPECT_NEAR(got, ref, 1e-5 * std::max(1.0, std::fabs(ref))) << c << " " << oy << " " << ox;
+      }
+    }
+  }
 }
 
 // GatherND / ScatterND / ScatterElements: the ONNX spec's examples by hand, then compiled
