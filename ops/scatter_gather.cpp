@@ -274,7 +274,71 @@ void Scatter::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& ou
   }
 }
 
+// scatter_elements where indices, updates and data are contiguous and indices and updates
+// cover data but along the axis (PyTorch's scatter with an expanded index): each part takes
+// a run of the (outer, inner) columns around the axis, copies data's column into Y and
+// applies the column's updates in order. Columns never share an element, so the parts
+// need no order between them. `fallback` (the one-part code) runs otherwise, in part 0.
+std::string scatter_elements_columns(const CodeNames& names, const Sub& sub, const std::string& T,
+                                     const std::string& IT, int rank, int axis, int reduction,
+                                     const std::string& fallback) {
+  const std::string &data = names.inputs[0], &ix = names.inputs[1], &up = names.inputs[2];
+  const std::string& out = names.outputs[0];
+  const std::string r = std::to_string(rank), a = std::to_string(axis), &ctx = sub.ctx;
+  std::string s = "  int se_fast = 1;\n  int64_t se_outer = 1, se_inner = 1;\n";
+  s += "  {\n    int64_t sd = 1, si = 1;\n";
+  s += "    for (int d = " + r + " - 1; d >= 0; --d) {\n";
+  s += "      if (d != " + a + ") se_fast &= " + ix + "->shape[d] == " + data + "->shape[d];\n";
+  s += "      se_fast &= " + up + "->shape[d] == " + ix + "->shape[d];\n";
+  s += "      se_fast &= (" + data + "->shape[d] == 1 || " + data + "->strides[d] == sd) && (" +
+       ix + "->shape[d] == 1 || (" + ix + "->strides[d] == si && " + up + "->strides[d] == si));\n";
+  s += "      sd *= " + data + "->shape[d];\n      si *= " + ix + "->shape[d];\n";
+  s += "      if (d < " + a + ") se_outer *= " + data + "->shape[d];\n";
+  s += "      if (d > " + a + ") se_inner *= " + data + "->shape[d];\n    }\n  }\n";
+  s += "  if (!se_fast) {\n    if (" + ctx + "->part == 0) " + fallback + "\n  } else {\n";
+  s += "  const int64_t se_dlen = " + data + "->shape[" + a + "], se_ilen = " + ix + "->shape[" +
+       a + "];\n";
+  s += "  const int64_t se_cols = se_outer * se_inner;\n";
+  s += "  const int64_t se_c0 = se_cols * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t se_c1 = se_cols * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  s += "  " + T + " *y = (" + T + " *)" + out + "->data;\n";
+  s += "  const " + T + " *x = (const " + T + " *)" + data + "->data;\n";
+  s += "  const " + IT + " *ix = (const " + IT + " *)" + ix + "->data;\n";
+  s += "  const " + T + " *u = (const " + T + " *)" + up + "->data;\n";
+  s += "  for (int64_t o = se_c0 / se_inner; o * se_inner < se_c1; ++o) {\n";
+  s += "    const int64_t lo = o * se_inner > se_c0 ? 0 : se_c0 - o * se_inner;\n";
+  s += "    const int64_t hi = (o + 1) * se_inner < se_c1 ? se_inner : se_c1 - o * se_inner;\n";
+  s += "    for (int64_t j = 0; j < se_dlen; ++j)\n";
+  s += "      memcpy(y + (o * se_dlen + j) * se_inner + lo, x + (o * se_dlen + j) * se_inner + lo, "
+       "(size_t)(hi - lo) * sizeof(" +
+       T + "));\n";
+  s += "    for (int64_t j = 0; j < se_ilen; ++j) {\n";
+  s += "      const int64_t row = (o * se_ilen + j) * se_inner;\n";
+  s += "      for (int64_t in = lo; in < hi; ++in) {\n        int64_t v = (int64_t)ix[row + in];\n";
+  std::string wrap = c_wrap("v", "se_dlen", sub, "scatter_elements");
+  s += wrap;
+  s += "        " + c_combine(reduction, "y[(o * se_dlen + v) * se_inner + in]", "u[row + in]") +
+       "\n      }\n    }\n  }\n  }\n";
+  return s;
+}
+
 std::string Scatter::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& dt = node.inputs[0]->type;
+  const int dr = dt.rank();
+  const std::string T(dtype_c_type(dt.dtype));
+  if (elements_ && dr > 0) {
+    // The one-part code, as a block, for the fallback.
+    const std::string fallback = c_code_one(node, names, sub);
+    return "{\n" +
+           scatter_elements_columns(
+               names, sub, T, std::string(dtype_c_type(node.inputs[1]->type.dtype)), dr,
+               normalize_axis(axis_, dr, "scatter_elements"), reduction_, fallback) +
+           "}\n";
+  }
+  return c_code_one(node, names, sub);
+}
+
+std::string Scatter::c_code_one(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& dt = node.inputs[0]->type;
   const int dr = dt.rank(), ir = node.inputs[1]->type.rank();
   const std::string T(dtype_c_type(dt.dtype)), r = std::to_string(dr);

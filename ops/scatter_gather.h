@@ -35,11 +35,16 @@ class Scatter : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 1; }
+  std::optional<int> cache_version() const override { return 2; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
+  // scatter_elements: parts take runs of the columns around the axis (when the inputs are
+  // contiguous and indices cover data but along the axis; otherwise part 0 does it all).
+  bool c_splittable(const Node&) const override { return elements_; }
 
  private:
+  // The code that runs in one part: copy data, then apply every update in order.
+  std::string c_code_one(const Node& node, const CodeNames& names, const Sub& sub) const;
   bool elements_;
   int64_t axis_ = 0;
   int reduction_ = 0;  // none, add, mul, max, min

@@ -1229,6 +1229,52 @@ TEST(Resize, PartsAndUntouchedDimensionsMatchPerformAndAHandBilinear) {
   }
 }
 
+// ScatterElements on contiguous inputs whose indices cover data but along the axis (as
+// PyTorch's scatter with an expanded index exports): three workers split the columns around
+// the axis; every axis and reduction, negative and repeated indices (applied in order), against
+// perform; an index out of range fails naming it.
+TEST(IndexOps, ScatterElementsColumnsSplitAcrossPartsMatchPerform) {
+  static Engine* engine = make_engine(EngineKind::kThreaded, 3).release();
+  CompileOptions split;
+  split.engine = engine;
+  split.split_grain = 3;
+  std::mt19937 rng(79);
+  const Shape data_shape{4, 5, 6};
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    for (const char* red : {"none", "add", "mul", "max", "min"}) {
+      Shape ishape = data_shape;
+      ishape[static_cast<size_t>(axis)] = 7;  // more updates than the axis: repeats
+      Graph g("scatter_cols");
+      Var d = input(g, "d", DType::kFloat32, data_shape);
+      Var i = input(g, "i", DType::kInt64, ishape);
+      Var u = input(g, "u", DType::kFloat32, ishape);
+      g.set_outputs(
+          {apply("scatter_elements", {d, i, u}, {{"axis", axis}, {"reduction", std::string(red)}})
+               .var()});
+      const int64_t len = data_shape[static_cast<size_t>(axis)];
+      const std::vector<Tensor> in{random_tensor(DType::kFloat32, data_shape, rng),
+                                   random_tensor(DType::kInt64, ishape, rng, -len, len - 1),
+                                   random_tensor(DType::kFloat32, ishape, rng)};
+      Function f = compile(g, split);
+      EXPECT_TRUE(testing::tensors_close(f(in)[0], evaluate_reference(g, in)[0], 1e-6, 1e-6))
+          << "axis " << axis << " " << red;
+      EXPECT_GT(f.stats().split_calls, 0);
+      if (axis == 1 && std::string(red) == "none") {
+        Tensor bad = in[1].clone();
+        bad.store_int(17, len);
+        EXPECT_NE(error_of([&] {
+                    f({in[0], bad, in[2]});
+                  })
+                      .find("index " + std::to_string(len) +
+                            " is out of range for a dimension of "
+                            "size " +
+                            std::to_string(len)),
+                  std::string::npos);
+      }
+    }
+  }
+}
+
 // GatherND / ScatterND / ScatterElements: the ONNX spec's examples by hand, then compiled
 // code against perform on strided data with negative and repeated indices, every reduction.
 TEST(IndexOps, GatherNDAndScattersAgainstHandValuesAndPerform) {
