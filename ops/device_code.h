@@ -39,6 +39,10 @@ class OpDeviceCode {
   virtual bool has_code(const COp& op, const Node& node) const = 0;
   virtual DeviceCode code(const COp& op, const Node& node, const CodeNames& names,
                           const Sub& sub) const = 0;
+  // File-scope C (and its headers) the host thunk's launch code calls: a check that reads
+  // the inputs on the host first, with the op's own rules.
+  virtual std::string host_support(const COp&) const { return ""; }
+  virtual std::vector<std::string> host_headers(const COp&) const { return {}; }
 };
 
 // A device's per-op code, keyed by op class.

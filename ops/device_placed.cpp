@@ -16,6 +16,16 @@ DeviceCode DevicePlaced::device_code(const Node& node, const CodeNames& names,
   return code->code(*inner_, node, names, sub);
 }
 
+std::string DevicePlaced::c_support_code() const {
+  const OpDeviceCode* code = table_.find(*inner_);
+  return code ? code->host_support(*inner_) : "";
+}
+
+std::vector<std::string> DevicePlaced::c_headers() const {
+  const OpDeviceCode* code = table_.find(*inner_);
+  return code ? code->host_headers(*inner_) : std::vector<std::string>{};
+}
+
 std::string DevicePlaced::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   return device_code(node, names, sub).launch;
 }

@@ -39,6 +39,9 @@ class DevicePlaced : public COp {
   // The launch fragment of the wrapped op's device code (the linker takes its kernels).
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return table_.host_preludes(); }
+  // What the device code's host part calls (OpDeviceCode::host_support).
+  std::string c_support_code() const override;
+  std::vector<std::string> c_headers() const override;
   int view_of(const Node& node) const override { return inner_->view_of(node); }
   // The wrapped op's state (a random op's run counter) lives in the module as on the CPU.
   std::string c_state_fields(const Node& node, const std::string& prefix) const override {

@@ -222,6 +222,8 @@ std::string RoiAlign::props_c() const {
          std::to_string(ratio_) + ", " + scale + ", " + (half_pixel_ ? "1" : "0") + "}";
 }
 
+const char* RoiAlign::rules_c() { return kRulesC; }
+
 std::string RoiAlign::c_support_code() const {
   return std::string("#define KILN_RA_FN __attribute__((unused)) static\n") + kRulesC + "\n";
 }

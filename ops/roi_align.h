@@ -33,6 +33,16 @@ class RoiAlign : public COp {
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
   bool c_splittable(const Node&) const override { return true; }
 
+  bool is_max() const { return max_; }
+  int64_t out_h() const { return out_h_; }
+  int64_t out_w() const { return out_w_; }
+  int64_t sampling_ratio() const { return ratio_; }
+  double spatial_scale() const { return scale_; }
+  bool half_pixel() const { return half_pixel_; }
+  // The box and sample rules' C text, for other devices' kernels (the includer defines
+  // KILN_RA_FN).
+  static const char* rules_c();
+
  protected:
   void check_inputs(const std::vector<TensorType>& inputs, size_t count) const;
   std::string props_c() const;  // the kiln_roi_props initializer

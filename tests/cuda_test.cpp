@@ -399,6 +399,59 @@ TEST(KILN_CUDA_SUITE, PadMatchesPerformInEveryMode) {
       0, 0);
 }
 
+// RoIAlign on the device: average and max, half-pixel and legacy boxes, a fixed and an adaptive
+// sampling ratio, boxes partly and wholly outside the image, against perform; a box with a NaN
+// coordinate or a batch index outside the input fails the run naming the box, as on the CPU.
+TEST(KILN_CUDA_SUITE, RoiAlignMatchesPerformAndABadBoxFailsNamingIt) {
+  std::mt19937 rng(41);
+  Graph g("cuda_roi_align");
+  Var x = input(g, "x", DType::kFloat32, {2, 3, 12, 10});
+  Var rois = input(g, "rois", DType::kFloat32, {5, 4});
+  Var bi = input(g, "bi", DType::kInt64, {5});
+  std::vector<Variable*> outs;
+  for (const char* mode : {"avg", "max"}) {
+    for (const int64_t half : {int64_t{0}, int64_t{1}}) {
+      for (const int64_t ratio : {int64_t{0}, int64_t{2}}) {
+        outs.push_back(kiln::apply("roi_align", {x, rois, bi},
+                                   {{"mode", std::string(mode)},
+                                    {"output_height", int64_t{3}},
+                                    {"output_width", int64_t{4}},
+                                    {"sampling_ratio", ratio},
+                                    {"spatial_scale", 0.5},
+                                    {"half_pixel", half}})
+                           .var());
+      }
+    }
+  }
+  g.set_outputs(outs);
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
+  }
+  // x1, y1, x2, y2 at spatial scale 0.5: inside, across the edge, outside, tiny, reversed.
+  const Tensor boxes = Tensor::from_doubles(
+      DType::kFloat32, {5, 4},
+      {2, 3, 14, 19, -6, -4, 9, 30, 30, 30, 44, 50, 5, 5, 5.5, 5.2, 16, 12, 4, 2});
+  const Tensor batch = Tensor::from_doubles(DType::kInt64, {5}, {0, 1, 1, 0, 1});
+  const Tensor xv = nasty(DType::kFloat32, {2, 3, 12, 10}, rng);
+  expect_matches_reference(g, {xv, boxes, batch}, 1e-5, 1e-6);
+  Function f = compile(g, on_cuda());
+  Tensor nan_box = boxes.clone();
+  nan_box.store(9, std::nan(""));
+  EXPECT_NE(error_of([&] {
+              f({xv, nan_box, batch});
+            }).find("roi_align: box 2 has a NaN or infinite coordinate"),
+            std::string::npos);
+  Tensor far = batch.clone();
+  far.store_int(3, 2);
+  EXPECT_NE(error_of([&] {
+              f({xv, boxes, far});
+            }).find("roi_align: box 3 has batch index 2, outside [0, 2)"),
+            std::string::npos);
+}
+
 // A seed draws the same numbers on the device as on the CPU, bit for bit, in every call:
 // uniform (both widths), normal, Bernoulli, dropout and its mask, multinomial (rows with NaN,
 // +inf and every -inf logit too). Both modules' run counters advance once per call. On a GPU,
@@ -1250,6 +1303,11 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
              .var(),
          kiln::apply("pad", {d}, {{"pads", Ints{0, 1, 1, 1, 0, 1, 1, 1}}, {"value", 2.5}}).var(),
          kiln::apply("random_normal", {x}, {{"seed", int64_t{2}}}).var(),
+         kiln::apply("roi_align",
+                     {x, input(g, "rois", DType::kFloat32, {kDynamic, 4}),
+                      input(g, "bi", DType::kInt64, {kDynamic})},
+                     {{"output_height", int64_t{7}}, {"output_width", int64_t{7}}})
+             .var(),
          kiln::apply("multinomial", {kiln::apply("reshape", {gd}, {{"shape", Ints{4, 8}}})},
                      {{"dtype", std::string("int64")}})
              .var(),

@@ -39,8 +39,18 @@ class Entry : public CudaOpCode {
   using Has = std::function<bool(const OpT&, const Node&)>;
   using Emit = std::function<DeviceCode(const OpT&, const Node&, const CodeNames&, const Sub&,
                                         const CudaEpilogue*)>;
-  Entry(Has has, Emit emit, bool epilogue)
-      : has_(std::move(has)), emit_(std::move(emit)), epilogue_(epilogue) {}
+  Entry(Has has, Emit emit, bool epilogue, bool host_rules = false)
+      : has_(std::move(has)),
+        emit_(std::move(emit)),
+        epilogue_(epilogue),
+        host_rules_(host_rules) {}
+  // With host_rules, the host thunk gets the op's own C support code (its checks use it).
+  std::string host_support(const COp& op) const override {
+    return host_rules_ ? op.c_support_code() : "";
+  }
+  std::vector<std::string> host_headers(const COp& op) const override {
+    return host_rules_ ? op.c_headers() : std::vector<std::string>{};
+  }
   bool has_code(const COp& op, const Node& node) const override {
     return has_(static_cast<const OpT&>(op), node);
   }
@@ -60,13 +70,14 @@ class Entry : public CudaOpCode {
   Has has_;
   Emit emit_;
   bool epilogue_;
+  bool host_rules_;
 };
 
 template <class OpT>
 void add(DeviceCodeTable& t, typename Entry<OpT>::Has has, typename Entry<OpT>::Emit emit,
-         bool epilogue = false) {
+         bool epilogue = false, bool host_rules = false) {
   t.add(std::type_index(typeid(OpT)),
-        std::make_unique<Entry<OpT>>(std::move(has), std::move(emit), epilogue));
+        std::make_unique<Entry<OpT>>(std::move(has), std::move(emit), epilogue, host_rules));
 }
 
 bool dtypes_ok(const COp&, const Node& node) { return cuda_dtypes_ok(node); }
@@ -250,6 +261,11 @@ void add_windows(DeviceCodeTable& t) {
       t, [](const GridSample&, const Node& node) { return cuda_dtypes_ok(node); },
       [](const GridSample& op, const Node& node, const CodeNames& names, const Sub& sub,
          const CudaEpilogue*) { return cuda_grid_sample(op, node, names, sub); });
+  add<RoiAlign>(
+      t, [](const RoiAlign&, const Node& node) { return cuda_dtypes_ok(node); },
+      [](const RoiAlign& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_roi_align(op, node, names, sub); },
+      false, true);
   add<RandomOp>(
       t,
       [](const RandomOp& op, const Node& node) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ops/c/elementwise_loop.h"
+#include "ops/c/workspace.h"
 
 namespace kiln {
 
@@ -148,6 +149,119 @@ DeviceCode cuda_pad(const Pad& op, const Node& node, const CodeNames& names, con
   h += "  if (kiln_p.numel > 0) KILN_LAUNCH(" + k.name +
        ", kiln_cuda_blocks(kiln_p.numel, 256, 4096), 1, 1, 256, 1, 1, 0, &kiln_p, &kiln_y, "
        "&kiln_x, &kiln_value);\n}\n";
+  c.launch = h;
+  return c;
+}
+
+DeviceCode cuda_roi_align(const RoiAlign& op, const Node& node, const CodeNames& names,
+                          const Sub& sub) {
+  const std::string T(dtype_c_type(node.inputs[0]->type.dtype));
+  const std::string maxs = std::to_string(RoiAlign::kMaxSamples);
+  DeviceKernel k;
+  k.name = sub.prefix + "roi_align";
+  k.params = {"int64_t", "int64_t", "int64_t",     "int64_t",     "int64_t", "int64_t",
+              "int64_t", "double",  "int",         "const void*", "int64_t", "int64_t",
+              "int64_t", "int64_t", "const void*", "const void*", "void*"};
+  k.code =
+      "#ifndef KILN_RA_DEVICE_RULES\n#define KILN_RA_DEVICE_RULES\n"
+      "#define KILN_RA_FN __device__ static\n" +
+      std::string(RoiAlign::rules_c()) + "\n#endif\n";
+  // Y (R, C, oh, ow): each thread one bin of one channel, its samples in the CPU's order.
+  k.code += "__global__ void " + k.name +
+            "(int64_t total, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, "
+            "int64_t ratio, double scale, int half, const void *xv, int64_t xs0, int64_t xs1, "
+            "int64_t xs2, int64_t xs3, const void *rv, const void *bv, void *yv) {\n"
+            "  const " +
+            T + " *__restrict__ x = (const " + T +
+            " *)xv;\n"
+            "  const " +
+            T + " *__restrict__ rois = (const " + T +
+            " *)rv;\n"
+            "  const int64_t *__restrict__ bi = (const int64_t *)bv;\n"
+            "  " +
+            T + " *__restrict__ y = (" + T +
+            " *)yv;\n"
+            "  kiln_roi_props p;\n"
+            "  p.oh = oh;\n  p.ow = ow;\n  p.ratio = ratio;\n  p.scale = scale;\n  p.half = half;\n"
+            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; "
+            "o += step) {\n"
+            "    const int64_t pw = o % ow, ph = (o / ow) % oh, ch = (o / (ow * oh)) % c,\n"
+            "                  r = o / (ow * oh * c);\n"
+            "    const " +
+            T +
+            " *q = rois + r * 4;\n"
+            "    kiln_roi_box b;\n"
+            "    kiln_roi_box_of(&p, q[0], q[1], q[2], q[3], " +
+            maxs +
+            ", &b);\n"
+            "    const " +
+            T +
+            " *xp = x + bi[r] * xs0 + ch * xs1;\n"
+            "    double v = 0;\n    int64_t s = 0;\n"
+            "    for (int64_t iy = 0; iy < b.gh; ++iy)\n"
+            "      for (int64_t ix = 0; ix < b.gw; ++ix, ++s) {\n"
+            "        int64_t off[4];\n        double wt[4];\n"
+            "        kiln_roi_sample(&b, ph, pw, iy, ix, h, w, xs2, xs3, off, wt);\n";
+  if (op.is_max()) {
+    k.code +=
+        "        double m = wt[0] * (double)xp[off[0]];\n"
+        "        for (int t = 1; t < 4; ++t) { const double u = wt[t] * (double)xp[off[t]]; "
+        "m = u > m ? u : m; }\n"
+        "        v = s == 0 || m > v ? m : v;\n";
+  } else {
+    k.code +=
+        "        v += wt[0] * (double)xp[off[0]] + wt[1] * (double)xp[off[1]] + wt[2] * "
+        "(double)xp[off[2]] + wt[3] * (double)xp[off[3]];\n";
+  }
+  k.code += "      }\n";
+  if (!op.is_max()) k.code += "    v /= (double)b.count;\n";
+  k.code += "    y[o] = (" + T + ")v;\n  }\n}\n";
+  DeviceCode c;
+  c.kernels.push_back(k);
+  const std::string& X = names.inputs[0];
+  const std::string& R = names.inputs[1];
+  const std::string& B = names.inputs[2];
+  const std::string& Y = names.outputs[0];
+  char scale[40];
+  std::snprintf(scale, sizeof scale, "%.17g", op.spatial_scale());
+  const std::string props = "{" + std::to_string(op.out_h()) + ", " + std::to_string(op.out_w()) +
+                            ", " + std::to_string(op.sampling_ratio()) + ", " + scale + ", " +
+                            (op.half_pixel() ? "1" : "0") + "}";
+  std::string h = "{\n";
+  h += "  const kiln_roi_props ra_p = " + props + ";\n";
+  h += "  int64_t ra_rn = " + R + "->shape[0], ra_n = " + X + "->shape[0];\n";
+  // The boxes on the host first: a bad one fails the run naming it, as on the CPU.
+  h += "  if (ra_rn > 0) {\n";
+  h += c_workspace(T, "ra_q", "ra_rn * 4", "roi_align's boxes on the host");
+  h += c_workspace("int64_t", "ra_bh", "ra_rn", "roi_align's batch indices on the host");
+  h += "    if (ctx->copy(ctx, ra_q, " + R + "->data, (size_t)ra_rn * 4 * sizeof(" + T +
+       "), KILN_COPY_TO_HOST) != 0 || ctx->copy(ctx, ra_bh, " + B +
+       "->data, (size_t)ra_rn * sizeof(int64_t), KILN_COPY_TO_HOST) != 0) {\n"
+       "      kiln_status = 1;\n      goto kiln_cleanup;\n    }\n";
+  h += "    for (int64_t r = 0; r < ra_rn; ++r) {\n      kiln_roi_box ra_b;\n";
+  h += "      if (ra_bh[r] < 0 || ra_bh[r] >= ra_n) " + sub.fail +
+       "(\"roi_align: box %lld has batch index %lld, outside [0, %lld)\", (long long)r, "
+       "(long long)ra_bh[r], (long long)ra_n);\n";
+  h += "      const int code = kiln_roi_box_of(&ra_p, ra_q[4 * r], ra_q[4 * r + 1], "
+       "ra_q[4 * r + 2], ra_q[4 * r + 3], " +
+       maxs + ", &ra_b);\n";
+  h += "      if (code == 1) " + sub.fail +
+       "(\"roi_align: box %lld has a NaN or infinite coordinate\", (long long)r);\n";
+  h += "      if (code == 2) " + sub.fail + "(\"roi_align: box %lld takes more than " + maxs +
+       " samples per bin (a box far larger than the image)\", (long long)r);\n    }\n  }\n";
+  h += "  int64_t ra_c = " + X + "->shape[1], ra_h = " + X + "->shape[2], ra_w = " + X +
+       "->shape[3], ra_oh = ra_p.oh, ra_ow = ra_p.ow, ra_ratio = ra_p.ratio;\n";
+  h += "  double ra_scale = ra_p.scale;\n  int ra_half = ra_p.half;\n";
+  h += "  int64_t ra_total = ra_rn * ra_c * ra_oh * ra_ow;\n";
+  h += "  int64_t ra_xs0 = " + X + "->strides[0], ra_xs1 = " + X + "->strides[1], ra_xs2 = " + X +
+       "->strides[2], ra_xs3 = " + X + "->strides[3];\n";
+  h += "  void *ra_x = " + X + "->data, *ra_r = " + R + "->data, *ra_bi = " + B +
+       "->data, *ra_y = " + Y + "->data;\n";
+  h += "  if (ra_total > 0) KILN_LAUNCH(" + k.name +
+       ", kiln_cuda_blocks(ra_total, 256, 4096), 1, 1, 256, 1, 1, 0, &ra_total, &ra_c, &ra_h, "
+       "&ra_w, &ra_oh, &ra_ow, &ra_ratio, &ra_scale, &ra_half, &ra_x, &ra_xs0, &ra_xs1, "
+       "&ra_xs2, &ra_xs3, &ra_r, &ra_bi, &ra_y);\n}\n";
   c.launch = h;
   return c;
 }
