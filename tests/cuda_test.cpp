@@ -80,6 +80,16 @@ Tensor nasty(DType dt, const Shape& shape, std::mt19937& rng, double lo = -3, do
   return t;
 }
 
+// Every compute node of `g` placed on the device: only transfers stay host nodes.
+void expect_all_on_device(const Graph& g) {
+  const Graph placed = optimized_graph(g, on_cuda());
+  for (const auto& n : placed.nodes()) {
+    const std::string& op = n->op->name();
+    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+        << op << " stayed on the CPU";
+  }
+}
+
 // Compiles `g` for the CUDA emulator, runs it, and compares every output with perform.
 void expect_matches_reference(const Graph& g, const std::vector<Tensor>& inputs, double rtol,
                               double atol) {
@@ -342,12 +352,7 @@ TEST(KILN_CUDA_SUITE, GridSampleMatchesPerformInEveryModeAndPadding) {
     }
   }
   g.set_outputs(outs);
-  const Graph placed = optimized_graph(g, on_cuda());
-  for (const auto& n : placed.nodes()) {
-    const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
-        << op << " stayed on the CPU";
-  }
+  expect_all_on_device(g);
   // Coordinates in [-1.4, 1.4]: inside, on the edges and past them; one NaN per grid.
   Tensor gv = testing::random_tensor(DType::kFloat32, {2, 5, 6, 2}, rng, -1.4, 1.4);
   gv.store(7, std::nan(""));
@@ -386,12 +391,7 @@ TEST(KILN_CUDA_SUITE, PadMatchesPerformInEveryMode) {
           .var());
   outs.push_back(kiln::apply("pad", {i}, {{"pads", Ints{2, 2, 2, 2}}, {"value", -7.0}}).var());
   g.set_outputs(outs);
-  const Graph placed = optimized_graph(g, on_cuda());
-  for (const auto& n : placed.nodes()) {
-    const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
-        << op << " stayed on the CPU";
-  }
+  expect_all_on_device(g);
   expect_matches_reference(
       g,
       {nasty(DType::kFloat32, {2, 3, 5, 4}, rng), nasty(DType::kFloat64, {3, 7}, rng),
@@ -424,12 +424,7 @@ TEST(KILN_CUDA_SUITE, RoiAlignMatchesPerformAndABadBoxFailsNamingIt) {
     }
   }
   g.set_outputs(outs);
-  const Graph placed = optimized_graph(g, on_cuda());
-  for (const auto& n : placed.nodes()) {
-    const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
-        << op << " stayed on the CPU";
-  }
+  expect_all_on_device(g);
   // x1, y1, x2, y2 at spatial scale 0.5: inside, across the edge, outside, tiny, reversed.
   const Tensor boxes = Tensor::from_doubles(
       DType::kFloat32, {5, 4},
@@ -484,12 +479,7 @@ TEST(KILN_CUDA_SUITE, RandomDrawsEqualTheCpusInEveryCall) {
           {{"seed", int64_t{8}}, {"dtype", std::string("int64")}, {"sample_size", int64_t{64}}})
           .var(),
   });
-  const Graph placed = optimized_graph(g, on_cuda());
-  for (const auto& n : placed.nodes()) {
-    const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
-        << op << " stayed on the CPU";
-  }
+  expect_all_on_device(g);
   Tensor lv = testing::random_tensor(DType::kFloat32, {5, 6}, rng, -2, 2);
   lv.store(7, std::nan(""));                                    // row 1: no distribution
   lv.store(14, INFINITY);                                       // row 2: always class 2
@@ -594,12 +584,7 @@ TEST(KILN_CUDA_SUITE, ConvolutionsAndPoolsMatchPerform) {
                    {"count_include_pad", int64_t{1}}})
           .var(),
   });
-  const Graph placed = optimized_graph(g, on_cuda());
-  for (const auto& n : placed.nodes()) {
-    const std::string& op = n->op->name();
-    EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
-        << op << " stayed on the CPU";
-  }
+  expect_all_on_device(g);
   expect_matches_reference(
       g,
       {nasty(DType::kFloat32, {3, 6, 13, 11}, rng), nasty(DType::kFloat32, {4, 3, 3, 2}, rng),

@@ -48,6 +48,18 @@ std::string host_dims(const std::string& nd, const std::vector<bool>& mask, bool
 
 }  // namespace
 
+std::string cuda_grid_loop(const std::string& index, const std::string& count) {
+  return "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n  for (int64_t " + index +
+         " = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; " + index + " < " + count + "; " +
+         index + " += step) {\n";
+}
+
+std::string cuda_device_rules(const std::string& guard, const std::string& fn_macro,
+                              const std::string& text) {
+  return "#ifndef " + guard + "\n#define " + guard + "\n#define " + fn_macro +
+         " __device__ static\n" + text + "\n#endif\n";
+}
+
 bool cuda_dtypes_ok(const Node& node) {
   for (const auto* list : {&node.inputs, &node.outputs}) {
     for (const Variable* v : *list) {

@@ -16,6 +16,15 @@ struct CudaEpilogue;
 // True when every input and output dtype has CUDA code (no float16 / bfloat16 yet).
 bool cuda_dtypes_ok(const Node& node);
 
+// The head of a grid-stride loop of `index` over [0, count): its body and one closing brace
+// follow.
+std::string cuda_grid_loop(const std::string& index, const std::string& count);
+
+// A CPU rule's C text as device functions, once per module (`guard` names it): `fn_macro`
+// (the rule's function qualifier macro) becomes `__device__ static`.
+std::string cuda_device_rules(const std::string& guard, const std::string& fn_macro,
+                              const std::string& text);
+
 // One thread per output element (grid-stride): ${k} in `expr`/`lets` is input k's value.
 DeviceCode cuda_elementwise(const Node& node, const CodeNames& names, const Sub& sub,
                             const std::vector<std::string>& lets, const std::string& expr,

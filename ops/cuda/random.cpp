@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "ops/cuda/kernels.h"
+
 namespace kiln {
 
 bool cuda_random_supported(const RandomOp& op, const Node& node) {
@@ -18,10 +20,7 @@ DeviceCode cuda_random(const RandomOp& op, const Node& node, const CodeNames& na
   k.name = sub.prefix + "random";
   k.params = {"int64_t", "uint64_t", "uint32_t", "uint32_t",    "double",
               "double",  "int64_t",  "void*",    "const void*", "void*"};
-  k.code =
-      "#ifndef KILN_RNG_DEVICE_RULES\n#define KILN_RNG_DEVICE_RULES\n"
-      "#define KILN_RNG_FN __device__ static\n" +
-      std::string(RandomOp::rules_c()) + "\n#endif\n";
+  k.code = cuda_device_rules("KILN_RNG_DEVICE_RULES", "KILN_RNG_FN", RandomOp::rules_c());
   // n elements (a multinomial's: rows * samples, `classes` per row of x).
   k.code += "__global__ void " + k.name +
             "(int64_t n, uint64_t seed, uint32_t stream, uint32_t run, double a, double b, "
@@ -32,10 +31,8 @@ DeviceCode cuda_random(const RandomOp& op, const Node& node, const CodeNames& na
             "  const " +
             XT + " *__restrict__ x = (const " + XT +
             " *)xv;\n"
-            "  (void)x; (void)a; (void)b; (void)classes; (void)maskv;\n"
-            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-            "  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-            "i += step) {\n";
+            "  (void)x; (void)a; (void)b; (void)classes; (void)maskv;\n" +
+            cuda_grid_loop("i", "n");
   switch (op.kind()) {
     case RandomOp::kUniform:
       k.code += "    y[i] = (" + T +

@@ -5,6 +5,7 @@
 
 #include "ops/c/elementwise_loop.h"
 #include "ops/c/workspace.h"
+#include "ops/cuda/kernels.h"
 
 namespace kiln {
 
@@ -17,10 +18,7 @@ DeviceCode cuda_grid_sample(const GridSample& op, const Node& node, const CodeNa
               "const void*", "int64_t", "int64_t", "int64_t", "int64_t", "const void*",
               "int64_t",     "int64_t", "int64_t", "int64_t", "void*"};
   // The rule once per module, whichever node brings it first.
-  k.code =
-      "#ifndef KILN_GS_DEVICE_RULES\n#define KILN_GS_DEVICE_RULES\n"
-      "#define KILN_GS_FN __device__ static\n" +
-      std::string(GridSample::rules_c()) + "\n#endif\n";
+  k.code = cuda_device_rules("KILN_GS_DEVICE_RULES", "KILN_GS_FN", GridSample::rules_c());
   // Y (N, C, Ho, Wo) in row-major order: consecutive threads write consecutive ox, and the
   // channels of one position read the same grid entry.
   k.code += "__global__ void " + k.name +
@@ -34,11 +32,7 @@ DeviceCode cuda_grid_sample(const GridSample& op, const Node& node, const CodeNa
             T + " *__restrict__ g = (const " + T +
             " *)gv;\n"
             "  " +
-            T + " *__restrict__ y = (" + T +
-            " *)yv;\n"
-            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; "
-            "o += step) {\n"
+            T + " *__restrict__ y = (" + T + " *)yv;\n" + cuda_grid_loop("o", "total") +
             "    const int64_t ox = o % wo, oy = (o / wo) % ho, ch = (o / (wo * ho)) % c,\n"
             "                  n = o / (wo * ho * c);\n"
             "    const " +
@@ -102,10 +96,8 @@ DeviceCode cuda_pad(const Pad& op, const Node& node, const CodeNames& names, con
             "  const " +
             T + " *__restrict__ x = (const " + T +
             " *)xv;\n"
-            "  (void)value;\n"
-            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.numel; "
-            "o += step) {\n"
+            "  (void)value;\n" +
+            cuda_grid_loop("o", "p.numel") +
             "    int64_t rem = o, off = 0;\n    int inside = 1;\n"
             "    for (int d = p.ndim - 1; d >= 0; --d) {\n"
             "      int64_t i = rem % p.out_shape[d] - p.before[d];\n"
@@ -162,47 +154,43 @@ DeviceCode cuda_roi_align(const RoiAlign& op, const Node& node, const CodeNames&
   k.params = {"int64_t", "int64_t", "int64_t",     "int64_t",     "int64_t", "int64_t",
               "int64_t", "double",  "int",         "const void*", "int64_t", "int64_t",
               "int64_t", "int64_t", "const void*", "const void*", "void*"};
-  k.code =
-      "#ifndef KILN_RA_DEVICE_RULES\n#define KILN_RA_DEVICE_RULES\n"
-      "#define KILN_RA_FN __device__ static\n" +
-      std::string(RoiAlign::rules_c()) + "\n#endif\n";
+  k.code = cuda_device_rules("KILN_RA_DEVICE_RULES", "KILN_RA_FN", RoiAlign::rules_c());
   // Y (R, C, oh, ow): each thread one bin of one channel, its samples in the CPU's order.
-  k.code += "__global__ void " + k.name +
-            "(int64_t total, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, "
-            "int64_t ratio, double scale, int half, const void *xv, int64_t xs0, int64_t xs1, "
-            "int64_t xs2, int64_t xs3, const void *rv, const void *bv, void *yv) {\n"
-            "  const " +
-            T + " *__restrict__ x = (const " + T +
-            " *)xv;\n"
-            "  const " +
-            T + " *__restrict__ rois = (const " + T +
-            " *)rv;\n"
-            "  const int64_t *__restrict__ bi = (const int64_t *)bv;\n"
-            "  " +
-            T + " *__restrict__ y = (" + T +
-            " *)yv;\n"
-            "  kiln_roi_props p;\n"
-            "  p.oh = oh;\n  p.ow = ow;\n  p.ratio = ratio;\n  p.scale = scale;\n  p.half = half;\n"
-            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-            "  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; "
-            "o += step) {\n"
-            "    const int64_t pw = o % ow, ph = (o / ow) % oh, ch = (o / (ow * oh)) % c,\n"
-            "                  r = o / (ow * oh * c);\n"
-            "    const " +
-            T +
-            " *q = rois + r * 4;\n"
-            "    kiln_roi_box b;\n"
-            "    kiln_roi_box_of(&p, q[0], q[1], q[2], q[3], " +
-            maxs +
-            ", &b);\n"
-            "    const " +
-            T +
-            " *xp = x + bi[r] * xs0 + ch * xs1;\n"
-            "    double v = 0;\n    int64_t s = 0;\n"
-            "    for (int64_t iy = 0; iy < b.gh; ++iy)\n"
-            "      for (int64_t ix = 0; ix < b.gw; ++ix, ++s) {\n"
-            "        int64_t off[4];\n        double wt[4];\n"
-            "        kiln_roi_sample(&b, ph, pw, iy, ix, h, w, xs2, xs3, off, wt);\n";
+  k.code +=
+      "__global__ void " + k.name +
+      "(int64_t total, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, "
+      "int64_t ratio, double scale, int half, const void *xv, int64_t xs0, int64_t xs1, "
+      "int64_t xs2, int64_t xs3, const void *rv, const void *bv, void *yv) {\n"
+      "  const " +
+      T + " *__restrict__ x = (const " + T +
+      " *)xv;\n"
+      "  const " +
+      T + " *__restrict__ rois = (const " + T +
+      " *)rv;\n"
+      "  const int64_t *__restrict__ bi = (const int64_t *)bv;\n"
+      "  " +
+      T + " *__restrict__ y = (" + T +
+      " *)yv;\n"
+      "  kiln_roi_props p;\n"
+      "  p.oh = oh;\n  p.ow = ow;\n  p.ratio = ratio;\n  p.scale = scale;\n  p.half = half;\n" +
+      cuda_grid_loop("o", "total") +
+      "    const int64_t pw = o % ow, ph = (o / ow) % oh, ch = (o / (ow * oh)) % c,\n"
+      "                  r = o / (ow * oh * c);\n"
+      "    const " +
+      T +
+      " *q = rois + r * 4;\n"
+      "    kiln_roi_box b;\n"
+      "    kiln_roi_box_of(&p, q[0], q[1], q[2], q[3], " +
+      maxs +
+      ", &b);\n"
+      "    const " +
+      T +
+      " *xp = x + bi[r] * xs0 + ch * xs1;\n"
+      "    double v = 0;\n    int64_t s = 0;\n"
+      "    for (int64_t iy = 0; iy < b.gh; ++iy)\n"
+      "      for (int64_t ix = 0; ix < b.gw; ++ix, ++s) {\n"
+      "        int64_t off[4];\n        double wt[4];\n"
+      "        kiln_roi_sample(&b, ph, pw, iy, ix, h, w, xs2, xs3, off, wt);\n";
   if (op.is_max()) {
     k.code +=
         "        double m = wt[0] * (double)xp[off[0]];\n"
