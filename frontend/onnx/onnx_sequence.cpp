@@ -181,7 +181,7 @@ void unroll_loop(OnnxImporter& im, const onnx::NodeProto& n, const SubgraphImpor
     std::vector<std::string> inputs{prefix + "iteration", prefix + "condition"};
     inputs.insert(inputs.end(), state.begin(), state.end());
     const std::vector<std::string> outs = inline_body(im, body, inputs, prefix, sub);
-    if (outs.size() != static_cast<size_t>(1 + n.output_size())) {
+    if (outs.size() != 1 + static_cast<size_t>(n.output_size())) {
       throw UserError("the body has " + std::to_string(outs.size()) + " outputs; the Loop has " +
                       std::to_string(n.output_size()) + " (the body gives the condition first)");
     }
