@@ -10,7 +10,7 @@ lengths (one model each) and through SequenceMap; a sequence output written elem
 element; a Loop carrying a sequence (unrolled) with a scan output; an Optional built,
 tested and unwrapped. Then the errors: a position outside the sequence, a Loop whose
 condition is computed at run time, an empty optional unwrapped, a sequence of mixed element
-types, each naming what was wrong.
+types, an If on a run-time condition giving a sequence, each naming what was wrong.
 
 usage: sequence_test.py KILN_BINARY WORKDIR
 """
@@ -220,6 +220,22 @@ path = model("mixed_types",
               helper.make_node("ConcatFromSequence", ["q"], ["y"], axis=0)],
              [helper.make_tensor_value_info("row", F, [3])], [y_info])
 expect_error("mixed_types", path, {"row": row}, "'build'", "int64", "float32")
+
+# An If whose condition is computed at run time cannot give a sequence: refused, naming it.
+then_g = helper.make_graph([helper.make_node("SequenceConstruct", ["row"], ["s1"])], "then", [],
+                           [seq_info("s1", None)])
+else_g = helper.make_graph([helper.make_node("SequenceConstruct", ["row", "row"], ["s2"])],
+                           "else", [], [seq_info("s2", None)])
+path = model("runtime_if_seq",
+             [helper.make_node("ReduceSum", ["row"], ["t"], keepdims=0),
+              helper.make_node("Greater", ["t", "zero_f"], ["c"]),
+              helper.make_node("If", ["c"], ["q"], then_branch=then_g, else_branch=else_g,
+                               name="choose"),
+              helper.make_node("ConcatFromSequence", ["q"], ["y"], axis=0)],
+             [helper.make_tensor_value_info("row", F, [3])], [y_info],
+             [helper.make_tensor("zero_f", F, [], [0.0])])
+expect_error("runtime_if_seq", path, {"row": row}, "'choose'", "output 's1' is a sequence",
+             "'c' is computed at run time")
 
 if failures:
     print("\n".join(failures))

@@ -336,6 +336,18 @@ void stage_if(OnnxImporter& im, const onnx::NodeProto& n) {
   const onnx::GraphProto& then_g = graph_attr(n, "then_branch");
   const onnx::GraphProto& else_g = graph_attr(n, "else_branch");
   if (!OnnxImporter::has_input(n, 0)) throw UserError("If has no condition");
+  // Sequences are followed when the model loads (onnx_sequence.h): a branch giving one needs
+  // the condition then.
+  for (const onnx::GraphProto* branch : {&then_g, &else_g}) {
+    for (const auto& o : branch->output()) {
+      if (o.type().has_sequence_type() || o.type().has_optional_type())
+        throw UnsupportedError("its output '" + o.name() +
+                               "' is a sequence or an optional, which kiln follows when the "
+                               "model loads, so the condition must be known then (a constant, "
+                               "or a graph input); '" +
+                               n.input(0) + "' is computed at run time");
+    }
+  }
   const OuterValues outer = outer_values(im, n, {&then_g, &else_g});
   const std::string label = node_label(n);
   const std::string then_bytes = body_model(im, then_g, label + "'s then_branch", {}, outer);
