@@ -65,9 +65,12 @@ ModelFunction::ModelFunction(std::string bytes, std::string origin, fs::path dir
 
 void ModelFunction::init_onnx() {
   const auto start = std::chrono::steady_clock::now();
-  inputs_ = onnx_model_inputs(bytes_, origin_);
+  std::vector<ValueKind> output_kinds;
+  inputs_ = onnx_model_inputs(bytes_, origin_, &output_kinds);
   for (const ModelInput& in : inputs_)
     composite_inputs_ = composite_inputs_ || in.kind != ValueKind::kTensor;
+  for (ValueKind k : output_kinds)
+    composite_outputs_ = composite_outputs_ || k != ValueKind::kTensor;
   if (composite_inputs_) return;  // built per structure, when a call brings one
   try {
     Variant v;

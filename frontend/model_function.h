@@ -39,6 +39,9 @@ class ModelFunction {
   // The same with each input and output a tensor, a sequence or an optional, as the model
   // declares it: the model is built per sequence length and optional's presence.
   std::vector<ModelValue> run_values(const std::map<std::string, ModelValue>& inputs);
+  // True when some input or output the model declares is a sequence or an optional (a call
+  // then wants run_values to keep them apart).
+  bool takes_values() const { return composite_inputs_ || composite_outputs_; }
   // The variant of the last call (the only one for most models; before any call, the one
   // loaded without values, when the model has one). function() waits for a module compiling
   // in the background (CompileOptions::generic_start); tiered() does not.
@@ -112,6 +115,7 @@ class ModelFunction {
   std::vector<ModelInput> inputs_;
   std::vector<std::string> value_inputs_;
   bool composite_inputs_ = false;            // some input is a sequence or an optional
+  bool composite_outputs_ = false;           // some output is
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
   std::vector<Stage> stages_;

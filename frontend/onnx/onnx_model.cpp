@@ -402,8 +402,14 @@ ModelFile parse_model_file(const fs::path& path) {
 
 }  // namespace
 
-std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin) {
+std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin,
+                                          std::vector<ValueKind>* output_kinds) {
   const onnx::ModelProto model = parse_model_proto(bytes, origin);
+  if (output_kinds) {
+    output_kinds->clear();
+    for (const auto& o : model.graph().output())
+      output_kinds->push_back(value_kind(o.type(), origin + ": graph output '" + o.name() + "'"));
+  }
   const auto& gp = model.graph();
   std::set<std::string> init_names;
   for (const auto& t : gp.initializer()) init_names.insert(t.name());
@@ -423,11 +429,9 @@ std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::s
 }
 
 std::vector<ValueKind> onnx_output_kinds(const std::string& bytes, const std::string& origin) {
-  const onnx::ModelProto model = parse_model_proto(bytes, origin);
-  std::vector<ValueKind> out;
-  for (const auto& o : model.graph().output())
-    out.push_back(value_kind(o.type(), origin + ": graph output '" + o.name() + "'"));
-  return out;
+  std::vector<ValueKind> kinds;
+  onnx_model_inputs(bytes, origin, &kinds);
+  return kinds;
 }
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,

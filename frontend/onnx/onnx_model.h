@@ -115,7 +115,9 @@ struct ModelInput {
   ValueKind kind = ValueKind::kTensor;
 };
 // The graph inputs an ONNX model declares (initializers excluded), without building it.
-std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin);
+// `output_kinds`, when given, gets what each declared graph output holds (one parse for both).
+std::vector<ModelInput> onnx_model_inputs(const std::string& bytes, const std::string& origin,
+                                          std::vector<ValueKind>* output_kinds = nullptr);
 // What each graph output the model declares holds (a tensor when it declares no type).
 std::vector<ValueKind> onnx_output_kinds(const std::string& bytes, const std::string& origin);
 

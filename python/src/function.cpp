@@ -53,6 +53,56 @@ CompileOptions options_of(const std::string& device, const std::optional<std::st
   return o;
 }
 
+// A model taking or giving sequences or optionals (frontend/model_value.h): a sequence input
+// is a list or tuple of arrays, an empty optional None; a sequence output comes back as a
+// list, an empty optional as None.
+nb::list call_values(PyFunction& self, const std::vector<std::string>& names, nb::args args,
+                     nb::kwargs kwargs) {
+  std::map<std::string, ModelValue> inputs;
+  auto value_of = [&](const std::string& name, nb::handle v) {
+    ValueKind kind = ValueKind::kTensor;
+    for (const ModelInput& in : self.model->inputs())
+      if (in.name == name) kind = in.kind;
+    const bool list = nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v);
+    if (v.is_none() && is_optional(kind)) return ModelValue::none();
+    if ((v.is_none() || list) && !holds_sequence(kind))
+      throw UserError("input '" + name + "' is a " + value_kind_name(kind) + ", given " +
+                      (list ? "a list" : "None"));
+    if (holds_sequence(kind) && list) {
+      std::vector<Tensor> elems;
+      for (nb::handle e : v) elems.push_back(tensor_from_python(e));
+      return ModelValue::sequence_of(std::move(elems));
+    }
+    return ModelValue::of(tensor_from_python(v));
+  };
+  for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = value_of(names[i], args[i]);
+  for (auto [key, value] : kwargs) {
+    const std::string name = nb::cast<std::string>(key);
+    if (inputs.count(name)) throw UserError("input '" + name + "' given twice");
+    inputs[name] = value_of(name, value);
+  }
+  std::vector<ModelValue> outputs;
+  {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(*self.model_mutex);
+    outputs = self.model->run_values(inputs);
+    inputs.clear();
+  }
+  nb::list out;
+  for (ModelValue& v : outputs) {
+    if (!v.present) {
+      out.append(nb::none());
+    } else if (v.sequence) {
+      nb::list elems;
+      for (Tensor& t : v.tensors) elems.append(tensor_to_python(std::move(t)));
+      out.append(elems);
+    } else {
+      out.append(tensor_to_python(std::move(v.tensors.at(0))));
+    }
+  }
+  return out;
+}
+
 nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
   const std::vector<std::string> names = self.input_names();
   if (args.size() > names.size()) {
@@ -65,6 +115,7 @@ nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
                     }() +
                     ")");
   }
+  if (self.model && self.model->takes_values()) return call_values(self, names, args, kwargs);
   std::map<std::string, Tensor> inputs;
   for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = tensor_from_python(args[i]);
   for (auto [key, value] : kwargs) {

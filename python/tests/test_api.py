@@ -244,3 +244,38 @@ def test_cond_selects_at_run_time_and_prunes_a_known_branch():
     np.testing.assert_array_equal(np.asarray(f(xv, np.float32(-2))[0]), xv - 1)
     with pytest.raises(kiln.Error, match="returned a str"):
         kg.cond(kg.gt(p, g.constant(np.float32(0))), lambda: "x", lambda: x)
+
+
+def test_sequences_and_optionals_go_in_as_lists_and_none(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+    seq = helper.make_tensor_sequence_value_info
+    g = helper.make_graph(
+        [helper.make_node("SequenceInsert", ["s", "t"], ["q"]),
+         helper.make_node("ConcatFromSequence", ["q"], ["y"], axis=0),
+         helper.make_node("OptionalHasElement", ["o"], ["has"])], "seq",
+        [seq("s", F, ["n"]), helper.make_tensor_value_info("t", F, [2]),
+         helper.make_value_info("o", helper.make_optional_type_proto(
+             helper.make_tensor_type_proto(F, [2])))],
+        [seq("q", F, None), helper.make_tensor_value_info("y", F, None),
+         helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "seq.onnx")
+    onnx.save(m, path)
+    f = kiln.compile(path)
+    a, b = np.array([1, 2, 3], np.float32), np.array([4], np.float32)
+    t = np.array([5, 6], np.float32)
+    q, y, has = f([a, b], t, None)
+    assert isinstance(q, list) and len(q) == 3
+    np.testing.assert_array_equal(np.asarray(q[2]), t)
+    np.testing.assert_array_equal(np.asarray(y), np.concatenate([a, b, t]))
+    assert not bool(np.asarray(has))
+    q, y, has = f([], t, t)  # an empty sequence, a present optional: another model
+    assert len(q) == 1 and bool(np.asarray(has))
+    np.testing.assert_array_equal(np.asarray(y), t)
+    with pytest.raises(kiln.UserError, match="input 't' is a tensor, given a list"):
+        f([a], [t], None)
+    with pytest.raises(kiln.UserError, match="input 't' is a tensor, given None"):
+        f([a], None, None)
