@@ -295,6 +295,8 @@ std::string scatter_elements_columns(const CodeNames& names, const Sub& sub, con
   s += "      sd *= " + data + "->shape[d];\n      si *= " + ix + "->shape[d];\n";
   s += "      if (d < " + a + ") se_outer *= " + data + "->shape[d];\n";
   s += "      if (d > " + a + ") se_inner *= " + data + "->shape[d];\n    }\n  }\n";
+  // An empty run of columns takes the general code (no division by an empty inner size).
+  s += "  se_fast &= se_outer > 0 && se_inner > 0;\n";
   s += "  if (!se_fast) {\n    if (" + ctx + "->part == 0) " + fallback + "\n  } else {\n";
   s += "  const int64_t se_dlen = " + data + "->shape[" + a + "], se_ilen = " + ix + "->shape[" +
        a + "];\n";
