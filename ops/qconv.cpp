@@ -7,17 +7,26 @@
 namespace kiln {
 
 QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
-  check_known_attrs(this->props(), {"kernel_shape", "strides", "dilations", "pads", "auto_pad",
-                                    "group", "requant", "bias", "relu", "packed_m", "w_u8"});
+  check_known_attrs(this->props(),
+                    {"kernel_shape", "strides", "dilations", "pads", "auto_pad", "group", "requant",
+                     "bias", "relu", "packed_m", "w_u8", "nhwc"});
   window_ = WindowAttrs::from_props(this->props(), "qconv");
   q_ = QuantLayout::from_props(this->props(), "qconv");
   group_ = attr_int(this->props(), "group", 1);
   packed_m_ = attr_int(this->props(), "packed_m", 0);
   w_u8_ = attr_int(this->props(), "w_u8", 0) != 0;
+  nhwc_ = attr_int(this->props(), "nhwc", 0) != 0;
   if (group_ < 1) throw UserError("qconv: group must be >= 1, got " + std::to_string(group_));
   if (packed_m_ < 0 || (packed_m_ > 0 && window_.kernel.empty())) {
     throw UserError("qconv: packed_m needs kernel_shape");
   }
+}
+
+std::vector<int64_t> QConv::channels_first(const std::vector<int64_t>& x) const {
+  if (!nhwc_ || x.size() < 3) return x;
+  std::vector<int64_t> d{x[0], x.back()};
+  d.insert(d.end(), x.begin() + 1, x.end() - 1);
+  return d;
 }
 
 std::vector<int64_t> QConv::weight_dims(const std::vector<int64_t>& x,
@@ -44,11 +53,14 @@ std::vector<TensorType> QConv::infer_type(const std::vector<TensorType>& in) con
     throw UserError("qconv takes " + std::to_string(q_.input_count()) + " inputs here, got " +
                     std::to_string(in.size()));
   }
-  const TensorType& x = in[0];
-  if (x.rank() != 3 && x.rank() != 4) {
-    throw UnsupportedError("qconv: rank-" + std::to_string(x.rank()) +
+  if (in[0].rank() != 3 && in[0].rank() != 4) {
+    throw UnsupportedError("qconv: rank-" + std::to_string(in[0].rank()) +
                            " input (1-D and 2-D convolutions are supported)");
   }
+  if (nhwc_ && in[0].rank() != 4) {
+    throw UserError("qconv: nhwc needs a rank-4 input, got " + in[0].to_string());
+  }
+  const TensorType x{in[0].dtype, channels_first(in[0].dims)};
   const std::vector<int64_t> w = weight_dims(x.dims, in[1].dims);
   if (packed_m_ > 0) {
     const int64_t kg =
@@ -80,18 +92,21 @@ std::vector<TensorType> QConv::infer_type(const std::vector<TensorType>& in) con
   const DType out = check_quant_inputs("qconv", q_, in, w_dtype, m);
   TensorType y{out, {x.dims[0], m}};
   for (const WindowDims& g : geometry(x.dims, w)) y.dims.push_back(g.out);
+  if (nhwc_) y.dims = {y.dims[0], y.dims[2], y.dims[3], m};
   return {y};
 }
 
 std::vector<Shape> QConv::infer_shape(const std::vector<Shape>& in) const {
-  const std::vector<int64_t> w = weight_dims(in[0], in[1]);
-  Shape y{in[0][0], w[0]};
-  for (const WindowDims& g : geometry(in[0], w)) y.push_back(g.out);
+  const std::vector<int64_t> x = channels_first(in[0]);
+  const std::vector<int64_t> w = weight_dims(x, in[1]);
+  Shape y{x[0], w[0]};
+  for (const WindowDims& g : geometry(x, w)) y.push_back(g.out);
+  if (nhwc_) y = {y[0], y[2], y[3], y[1]};
   return {y};
 }
 
 double QConv::flops(const std::vector<Shape>& in, const std::vector<Shape>& out) const {
-  const std::vector<int64_t> w = weight_dims(in[0], in[1]);
+  const std::vector<int64_t> w = weight_dims(channels_first(in[0]), in[1]);
   return 2.0 * static_cast<double>(shape_numel(out[0])) *
          static_cast<double>(shape_numel(w) / w[0]);
 }
@@ -101,21 +116,28 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
   const Tensor w = in[1].contiguous();
   Tensor& y = out[0];
   const QuantReference ref(q_, in);
-  const std::vector<int64_t> wd = weight_dims(x.shape(), w.shape());
-  std::vector<WindowDims> g = geometry(x.shape(), wd);
+  const std::vector<int64_t> xd = channels_first(x.shape());
+  const std::vector<int64_t> wd = weight_dims(xd, w.shape());
+  std::vector<WindowDims> g = geometry(xd, wd);
   if (g.size() == 1) g.insert(g.begin(), WindowDims{1, 1, 1, 1, 0, 0, 1});
-  const int64_t n_img = x.shape()[0], c = x.shape()[1], m = wd[0];
+  const int64_t n_img = xd[0], c = xd[1], m = wd[0];
   const int64_t cg = c / group_, mg = m / group_;
   const int64_t h = g[0].in, wdth = g[1].in, oh = g[0].out, ow = g[1].out;
   const int64_t kh = g[0].kernel, kw = g[1].kernel, kg = cg * kh * kw;
   const auto* packed = static_cast<const int8_t*>(w.data());
   const int64_t gbytes = qgemm_packed_bytes(kg, mg);
-  int64_t flat = 0;
+  // Flat offsets of (n, channel, y, x) in X's and Y's layouts.
+  auto x_at = [&](int64_t n, int64_t ch, int64_t yy, int64_t xx) {
+    return nhwc_ ? ((n * h + yy) * wdth + xx) * c + ch : ((n * c + ch) * h + yy) * wdth + xx;
+  };
+  auto y_at = [&](int64_t n, int64_t oc, int64_t oy, int64_t ox) {
+    return nhwc_ ? ((n * oh + oy) * ow + ox) * m + oc : ((n * m + oc) * oh + oy) * ow + ox;
+  };
   for (int64_t n = 0; n < n_img; ++n) {
     for (int64_t oc = 0; oc < m; ++oc) {
       const int64_t grp = oc / mg;
       for (int64_t oy = 0; oy < oh; ++oy) {
-        for (int64_t ox = 0; ox < ow; ++ox, ++flat) {
+        for (int64_t ox = 0; ox < ow; ++ox) {
           int64_t acc = 0;
           for (int64_t ic = 0; ic < cg; ++ic) {
             for (int64_t i = 0; i < kh; ++i) {
@@ -125,8 +147,7 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
                 const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
                 if (xx < 0 || xx >= wdth) continue;
                 const int64_t t = (i * kw + j) * cg + ic;  // the packed rows' order
-                const int64_t xv =
-                    x.load_int(((n * c + grp * cg + ic) * h + yy) * wdth + xx) - ref.a_zp();
+                const int64_t xv = x.load_int(x_at(n, grp * cg + ic, yy, xx)) - ref.a_zp();
                 const int64_t wv =
                     packed_m_ > 0 ? qgemm_packed_at(packed + grp * gbytes, kg, t, oc - grp * mg) +
                                         (w_u8_ ? 128 : 0)
@@ -135,7 +156,7 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
               }
             }
           }
-          y.store_int(flat, ref.out(acc, oc));
+          y.store_int(y_at(n, oc, oy, ox), ref.out(acc, oc));
         }
       }
     }
@@ -143,15 +164,16 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
 }
 
 std::string QConv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
-  const Shape x = node.inputs[0]->type.dims;
+  const Shape x = channels_first(node.inputs[0]->type.dims);
   const std::vector<int64_t> wd = weight_dims(x, node.inputs[1]->type.dims);
   const bool w_u8 = packed_m_ > 0 ? w_u8_ : node.inputs[1]->type.dtype == DType::kUInt8;
   std::string s = "{\n";
   s += quant_c_params(q_, node, names, w_u8);
   s += "  const kiln_window g = " + window_c_init(geometry(x, wd)) + ";\n";
   s += "  if (kiln_qconv(" + sub.ctx + ", KILN_SUPPORT, " + names.inputs[0] + ", " +
-       names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", &g, " + std::to_string(group_) +
-       ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail + "(\"integer convolution failed\");\n";
+       names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", " + std::to_string(nhwc_) +
+       ", &g, " + std::to_string(group_) + ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail +
+       "(\"integer convolution failed\");\n";
   s += "}\n";
   return s;
 }

@@ -5,8 +5,10 @@
 // follow the data (ops/quant_params.h), B's zero point and the scale per output channel.
 // Props: the window's (kernel_shape, strides, dilations, pads, auto_pad), group, requant,
 // bias, relu, and packed_m: W arrives packed per group (ops/c/qgemm_pack.h) for M = packed_m
-// channels (kernel_shape then set, W's original dtype in w_u8). Each chunk of output
-// positions is gathered into rows and multiplied by kiln_support.qgemm_u8s8.
+// channels (kernel_shape then set, W's original dtype in w_u8), and nhwc: X (N, H, W, C) and
+// Y (N, OH, OW, M), channels-last (rewrite/cpu/layout_nhwc_int8.cpp sets it; W keeps its
+// layout). Each chunk of output positions is gathered into rows and multiplied by
+// kiln_support.qgemm_u8s8.
 #include "ops/cop.h"
 #include "ops/quant_params.h"
 #include "ops/window.h"
@@ -20,13 +22,14 @@ class QConv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 3; }
+  std::optional<int> cache_version() const override { return 4; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_quant.h"}; }
   bool c_splittable(const Node&) const override { return true; }
   bool c_heavy(const Node&) const override { return true; }
 
   bool packed() const { return packed_m_ != 0; }
+  bool nhwc() const { return nhwc_; }
   int64_t group() const { return group_; }
 
  private:
@@ -37,8 +40,10 @@ class QConv : public COp {
                                    const std::vector<int64_t>& w) const;
   WindowAttrs window_;
   QuantLayout q_;
+  // X's dims as (N, C, spatial...) whatever its layout.
+  std::vector<int64_t> channels_first(const std::vector<int64_t>& x) const;
   int64_t group_, packed_m_;
-  bool w_u8_;
+  bool w_u8_, nhwc_;
 };
 
 }  // namespace kiln

@@ -16,6 +16,8 @@ Graph simplify(const Graph& graph);         // simplify.cpp: x*1, x+0, neg(neg x
 Graph merge_common(const Graph& graph);     // cse.cpp: identical nodes and constants, once
 Graph fuse_layer_norm(const Graph& graph);  // fuse_norm.cpp: the importer's layer-norm chain
 Graph layout_nchwc(const Graph& graph);     // layout_nchwc.cpp: conv chains -> blocked NCHW8c
+// layout_nhwc_int8.cpp: integer conv chains -> channels-last
+Graph layout_nhwc_int8(const Graph& graph);
 // compose_reorders.cpp: transpose -> reshape -> transpose -> one transpose (layout_nchwc runs it)
 Graph compose_reorders(const Graph& graph);
 Graph winograd_convs(const Graph& graph);  // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)

@@ -16,6 +16,7 @@ quantization parameters must fail naming the node and the input.
 usage: quant_test.py KILN_BINARY WORKDIR
 """
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -340,6 +341,84 @@ for with_y in (True, False):
     if not ok:
         failures.append(f"QGemm ({'bytes' if with_y else 'float'}): " +
                         (r.stderr[-300:] if got is None else f"got {got.ravel()[:4]} want {want.ravel()[:4]}"))
+
+# ---- chains of convolutions: the channels-last layout (rewrite/cpu/layout_nhwc_int8.cpp) ------
+# Two or more QLinearConvs in a row run channels-last: a 3x3, a depthwise (3x3 or 5x5, stride
+# 1 or 2, on the vector loops of qdepthwise_nhwc: channel counts past a 64-channel block and
+# between blocks), a grouped 1x1 and a 1x1 read in place, a residual QLinearAdd. Each stage against NumPy with
+# the same float32 requantization, then the whole chain bit for bit, with the pass on and off.
+def stage(x, xz, sx, w, wz, sw, bias, sy, yz, ydt, stride, pad, group):
+    acc = conv_ref(x, w, xz, wz, stride, pad, group) + bias.reshape(1, -1, 1, 1)
+    return requant(acc, ((sx * sw) / sy).reshape(1, -1, 1, 1), int(yz), ydt)
+
+
+def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride):
+    x = edge_bytes((2, c, h, wd), xdt)
+    xz = np.array(np.iinfo(xdt).max - 20 if xdt == np.uint8 else -3, xdt)
+    nodes, consts, cur, cur_z, cur_s = [], {}, x, xz, np.float32(0.03)
+    names = {"x": "x"}
+    specs = [("a", m, 3, 1, 1, 1), ("b", m, dw_k, dw_stride, dw_k // 2, m), ("c", 34, 1, 1, 0, 2),
+             ("d", 34, 1, 1, 0, 1)]
+    skip = None
+    for i, (p, mo, k, st, pad, group) in enumerate(specs):
+        ci = cur.shape[1]
+        w = edge_bytes((mo, ci // group, k, k), np.int8)
+        wz = np.zeros(mo, np.int8) if i % 2 else RNG.integers(-4, 5, size=mo).astype(np.int8)
+        sw = (RNG.random(mo).astype(np.float32) + 0.5) * np.float32(0.02)
+        bias = RNG.integers(-3000, 3000, size=mo).astype(np.int32)
+        sy = np.float32(0.1 + 0.05 * i)
+        ydt = xdt
+        yz = np.array(5 if ydt == np.uint8 else -2, ydt)
+        y = stage(cur, cur_z, cur_s, w, wz, sw, bias, sy, yz, ydt, st, pad, group)
+        ins = [names["x"], f"{p}_sx", f"{p}_xz", f"{p}_w", f"{p}_sw", f"{p}_wz", f"{p}_sy",
+               f"{p}_yz", f"{p}_b"]
+        nodes.append(helper.make_node("QLinearConv", ins, [p], kernel_shape=[k, k],
+                                      strides=[st, st], pads=[pad] * 4, group=group))
+        consts.update({f"{p}_sx": np.array(cur_s), f"{p}_xz": cur_z, f"{p}_w": w,
+                       f"{p}_sw": sw, f"{p}_wz": wz, f"{p}_sy": np.array(sy), f"{p}_yz": yz,
+                       f"{p}_b": bias})
+        if p == "c":
+            skip = (y, yz, sy)
+        names["x"], cur, cur_z, cur_s = p, y, yz, sy
+    # The residual: c + d, both 34 channels, requantized as QLinearAdd does (within a step:
+    # kiln's float32 against NumPy's may round an edge value the other way).
+    zdt = xdt
+    zz = np.array(7 if zdt == np.uint8 else 0, zdt)
+    want = q8(dq(skip[0], skip[2], skip[1]) + dq(cur, cur_s, cur_z), 0.2, zz, zdt)
+    nodes.append(helper.make_node("QLinearAdd", ["c", "c_sy", "c_yz", "d", "d_sy", "d_yz",
+                                                 "z_s", "z_z"], ["y"], domain="com.microsoft"))
+    consts.update({"z_s": np.array(np.float32(0.2)), "z_z": zz})
+    g = helper.make_graph(nodes, "chain_" + tag,
+                          [helper.make_tensor_value_info("x", onnx_type(x), x.shape)],
+                          [helper.make_tensor_value_info("y", onnx_type(zz), None),
+                           helper.make_tensor_value_info("d", onnx_type(zz), None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    path = kiln_cli.write_model(WORK, "chain_" + tag, g, [("", 13), ("com.microsoft", 1)],
+                                ir_version=7)
+    src = subprocess.run([KILN, "source", "--graph", path], capture_output=True, text=True)
+    if src.stdout.count("nhwc=1") != 4:
+        failures.append(f"chain {tag}: want its 4 convolutions channels-last, the graph has "
+                        f"{src.stdout.count('nhwc=1')}: {src.stderr.strip()[-300:]}")
+    for env in ({}, {"KILN_PASSES": "-nhwc"}, {"KILN_QGEMM": "c"}, {"KILN_QGEMM": "avx2"}):
+        if env.get("KILN_QGEMM") == "avx2" and "avx2" not in FLAGS:
+            continue
+        r, out = run(path, {"x": x}, env)
+        label = f"chain {tag} {env}"
+        if r.returncode != 0:
+            failures.append(f"{label}: kiln failed: {r.stderr.strip()[-400:]}")
+            continue
+        d = np.load(os.path.join(out, "d.npy"))
+        y = np.load(os.path.join(out, "y.npy"))
+        if d.dtype != cur.dtype or not np.array_equal(d, cur):
+            bad = np.argwhere(d != cur) if d.shape == cur.shape else d.shape
+            failures.append(f"{label}: the 4th convolution differs from NumPy at {bad[:5]}")
+        if y.shape != want.shape or np.max(np.abs(y.astype(int) - want.astype(int))) > 1:
+            failures.append(f"{label}: the residual add is off by more than a step")
+
+
+chain_case("u8_70ch_dw3s2", np.uint8, 3, 9, 7, 70, 3, 2)
+chain_case("s8_100ch_dw5s1", np.int8, 5, 8, 11, 100, 5, 1)
+chain_case("u8_128ch_dw3s1", np.uint8, 16, 13, 6, 128, 3, 1)
 
 # ---- bad quantization parameters: clear errors naming the node and the input ----------------
 a = np.zeros((2, 3), np.uint8)

@@ -530,6 +530,59 @@ TEST(Rewrite, LayoutPassBlocksALoneConvolutionWorthItsReorders) {
   }
 }
 
+// Integer convolutions in a chain run channels-last: the 3x3 and the depthwise one after it
+// take nhwc, a per-channel product and a global pooling follow on channels-last tensors, and
+// transposes stand only where the region meets the graph (one in, one per output). A lone
+// integer convolution stays channels-first. The rewritten graph's reference and its module
+// match the unrewritten graph bit for bit.
+TEST(Rewrite, IntegerConvolutionChainsRunChannelsLast) {
+  std::mt19937 rng(79);
+  int names = 0;
+  auto qconv = [&](Graph& g, Var x, int64_t c, int64_t m, int64_t group) {
+    auto c8 = [&](DType t, const Shape& s, double lo, double hi) {
+      return constant(g, testing::random_tensor(t, s, rng, lo, hi), "q" + std::to_string(++names));
+    };
+    return apply(
+        "qconv",
+        {x, c8(DType::kInt8, {m, c / group, 3, 3}, -128, 127), c8(DType::kUInt8, {}, 100, 140),
+         c8(DType::kInt8, {m}, -3, 3), c8(DType::kFloat32, {m}, 0.001, 0.004),
+         c8(DType::kUInt8, {}, 3, 9), c8(DType::kInt32, {m}, -2000, 2000)},
+        {{"kernel_shape", std::vector<int64_t>{3, 3}},
+         {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+         {"group", group},
+         {"requant", int64_t{1}},
+         {"bias", int64_t{1}}});
+  };
+  auto nhwc_convs = [](const Graph& g) {
+    int n = 0;
+    for (const auto& node : g.nodes())
+      n += node->op->name() == "qconv" && attr_int(node->op->props(), "nhwc", 0) == 1;
+    return n;
+  };
+  Graph g("qchain");
+  Var x = input(g, "x", DType::kUInt8, {2, 8, 7, 5});
+  Var y = qconv(g, qconv(g, x, 8, 72, 1), 72, 72, 72);
+  Var s = constant(g, testing::random_tensor(DType::kFloat32, {1, 72, 1, 1}, rng, -1, 1), "s");
+  Var scaled = mul(cast(y, DType::kFloat32), s);
+  g.set_outputs({scaled, apply("reduce_mean", {scaled},
+                               {{"axes", std::vector<int64_t>{2, 3}}, {"keepdims", int64_t{1}}})});
+  Graph l = layout_nhwc_int8(g);
+  EXPECT_EQ(nhwc_convs(l), 2) << l.to_string();
+  EXPECT_EQ(count_ops(l, "transpose"), 3) << "one in, one per output:\n" << l.to_string();
+  const std::vector<Tensor> in{testing::random_tensor(DType::kUInt8, {2, 8, 7, 5}, rng, 0, 255)};
+  auto want = evaluate_reference(g, in);
+  auto got_ref = evaluate_reference(l, in);
+  auto got = compile(g)(in);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(testing::tensors_close(got_ref[i], want[i], 0, 0)) << "reference, output " << i;
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 1e-6, 1e-6)) << "module, output " << i;
+  }
+  Graph lone("lone");
+  Var lx = input(lone, "x", DType::kUInt8, {1, 8, 6, 6});
+  lone.set_outputs({qconv(lone, lx, 8, 16, 1)});
+  EXPECT_EQ(nhwc_convs(layout_nhwc_int8(lone)), 0);
+}
+
 // Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the
 // convolution alone, scales the weights (C x M per run) instead of the activation; a 3x3
 // convolution's weights too (s per input channel of every tap). Not where the weights

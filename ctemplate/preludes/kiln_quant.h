@@ -157,15 +157,44 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
   return 0;
 }
 
+/* One image's padded rows [r0, r1) channels-last from a channels-last image x (h, w, c):
+ * buf[(y*wp + x)*c + ci], wp = pw + w + ew, padding `fill`, each byte xor `flip` (what
+ * kiln_support.qnhwc makes from a channels-first image, here one copy per row). */
+KILN_HELPER void kiln_q_pad_rows(const uint8_t* x, int64_t c, const kiln_window* g, int64_t r0,
+                                 int64_t r1, uint8_t fill, uint8_t flip, uint8_t* buf) {
+  const int64_t hp = g->ph + g->h + g->eh, wp = g->pw + g->w + g->ew, run = g->w * c;
+  if (r0 < 0) r0 = 0;
+  if (r1 > hp) r1 = hp;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* row = buf + r * wp * c;
+    const int64_t y = r - g->ph;
+    if (y < 0 || y >= g->h) {
+      memset(row, fill, (size_t)(wp * c));
+      continue;
+    }
+    memset(row, fill, (size_t)(g->pw * c));
+    uint8_t* dst = row + g->pw * c;
+    const uint8_t* src = x + y * run;
+    if (flip) {
+      for (int64_t i = 0; i < run; ++i) dst[i] = (uint8_t)(src[i] ^ flip);
+    } else {
+      memcpy(dst, src, (size_t)run);
+    }
+    memset(dst + run, fill, (size_t)(g->ew * c));
+  }
+}
+
 /* Y (N, M, OH, OW) = the grouped convolution of X (N, C, H, W) by W (M, C/group, kh, kw), or
- * by W packed per group (w_packed), positions split among the parts. Each image goes
- * channels-last with its padding (kiln_support.qnhwc), each chunk of positions becomes rows
- * of taps (ky, kx, ci) (qim2row; a 1x1 window at stride 1 reads the image's rows as they
- * are), and each group's rows multiply its packed weight. */
+ * by W packed per group (w_packed), positions split among the parts; with nhwc, X is
+ * (N, H, W, C) and Y (N, OH, OW, M). Each image goes channels-last with its padding
+ * (kiln_support.qnhwc, or kiln_q_pad_rows when it already is channels-last), each chunk of
+ * positions becomes rows of taps (ky, kx, ci) (qim2row; a 1x1 window at stride 1 reads the
+ * image's rows as they are, a channels-last uint8 X in place), and each group's rows multiply
+ * its packed weight. */
 KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
-                           const kiln_tensor* W, int w_packed, const kiln_window* g, int64_t group,
-                           const kiln_qparams* q, kiln_tensor* Y) {
-  const int64_t n_img = X->shape[0], C = X->shape[1], M = Y->shape[1];
+                           const kiln_tensor* W, int w_packed, int nhwc, const kiln_window* g,
+                           int64_t group, const kiln_qparams* q, kiln_tensor* Y) {
+  const int64_t n_img = X->shape[0], C = X->shape[nhwc ? 3 : 1], M = Y->shape[nhwc ? 3 : 1];
   const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
   const int64_t taps = g->kh * g->kw, kg = cg * taps;
   if (n_img == 0 || hw == 0 || M == 0) return 0;
@@ -179,12 +208,26 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
      * parts. */
     const uint8_t* pw = kiln_q_dense(ctx, sup, W, "an integer convolution's weight");
     if (!pw) return 1;
+    const uint8_t flip = q->a_s8 ? 0x80 : 0;
+    if (nhwc) {
+      /* Output rows split among the parts, every channel each. */
+      int64_t r0, r1;
+      sup->part_range(n_img * g->oh, ctx->part, ctx->n_parts, 1, &r0, &r1);
+      for (int64_t u = r0; u < r1;) {
+        const int64_t img = u / g->oh, y0 = u % g->oh;
+        const int64_t y1 = (img + 1) * g->oh <= r1 ? g->oh : r1 - img * g->oh;
+        sup->qdepthwise_nhwc(px + img * g->h * g->w * C, g, C, y0, y1, flip, pw, q->b_u8, &e0,
+                             (char*)Y->data + img * hw * M * (int64_t)esize);
+        u = img * g->oh + y1;
+      }
+      return 0;
+    }
     int64_t c0, c1;
     sup->part_range(n_img * C, ctx->part, ctx->n_parts, 1, &c0, &c1);
     for (int64_t u = c0; u < c1;) {
       const int64_t img = u / C, ch0 = u % C;
       const int64_t ch1 = (img + 1) * C <= c1 ? C : c1 - img * C;
-      sup->qdepthwise(px + img * C * g->h * g->w, g, ch0, ch1, q->a_s8 ? 0x80 : 0, pw, q->b_u8, &e0,
+      sup->qdepthwise(px + img * C * g->h * g->w, g, ch0, ch1, flip, pw, q->b_u8, &e0,
                       (char*)Y->data + img * M * hw * (int64_t)esize);
       u = img * C + ch1;
     }
@@ -217,32 +260,38 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
     wp = packed;
   }
   const int64_t hp = g->ph + g->h + g->eh, wpad = g->pw + g->w + g->ew;
-  uint8_t* buf = (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
   enum { kChunk = 96 };
   const int direct =
       taps == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->eh == 0 && g->ew == 0;
+  const uint8_t flip = q->a_s8 ? 0x80 : 0;
+  /* A channels-last uint8 image under a 1x1 window at stride 1 is already the rows. */
+  const int in_place = nhwc && direct && !flip;
+  uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
   uint8_t* rows = direct ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
-  if (!buf || (!direct && !rows)) {
+  if ((!in_place && !buf) || (!direct && !rows)) {
     ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
     return 1;
   }
-  const uint8_t flip = q->a_s8 ? 0x80 : 0;
   const uint8_t fill = (uint8_t)(((const uint8_t*)q->az->data)[0] ^ flip);
   int64_t have = -1; /* the image now in buf */
   for (int64_t u = lo; u < hi;) {
     const int64_t img = u / hw, p0 = u % hw;
     int64_t p1 = p0 + kChunk < hw ? p0 + kChunk : hw;
     if (img * hw + p1 > hi) p1 = hi - img * hw;
-    if (have != img) {
+    if (!in_place && have != img) {
       /* The padded rows this part's positions of the image read. */
       const int64_t last = (img + 1) * hw < hi ? hw : hi - img * hw;
       const int64_t r0 = (p0 / g->ow) * g->sh;
       const int64_t r1 = ((last - 1) / g->ow) * g->sh + (g->kh - 1) * g->dh + 1;
-      sup->qnhwc(px + img * C * g->h * g->w, C, g->h * g->w, g, r0, r1, fill, flip, buf);
+      if (nhwc) {
+        kiln_q_pad_rows(px + img * g->h * g->w * C, C, g, r0, r1, fill, flip, buf);
+      } else {
+        sup->qnhwc(px + img * C * g->h * g->w, C, g->h * g->w, g, r0, r1, fill, flip, buf);
+      }
       have = img;
     }
     for (int64_t gi = 0; gi < group; ++gi) {
-      const uint8_t* a = buf + p0 * C + gi * cg;
+      const uint8_t* a = (in_place ? px + img * hw * C : buf) + p0 * C + gi * cg;
       int64_t lda = C;
       if (!direct) {
         sup->qim2row(buf + gi * cg, cg, C, g, p0, p1, rows, kg);
@@ -255,9 +304,10 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       e.b_zp += e.b_zp_step * gi * mg;
       if (e.bias) e.bias += gi * mg;
       if (e.scale) e.scale += e.scale_step * gi * mg;
-      e.rsc = 1;
-      e.csc = hw;
-      char* out = (char*)Y->data + ((img * M + gi * mg) * hw + p0) * (int64_t)esize;
+      e.rsc = nhwc ? M : 1;
+      e.csc = nhwc ? 1 : hw;
+      const int64_t at = nhwc ? (img * hw + p0) * M + gi * mg : (img * M + gi * mg) * hw + p0;
+      char* out = (char*)Y->data + at * (int64_t)esize;
       sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
     }
     u = img * hw + p1;

@@ -35,6 +35,7 @@
 #include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
+#include "rewrite/value_union.h"
 
 namespace kiln {
 namespace {
@@ -199,19 +200,6 @@ std::optional<std::vector<int64_t>> as_rank4(const Variable* v) {
   return r;
 }
 
-class Union {
- public:
-  const Variable* find(const Variable* v) {
-    auto it = parent_.find(v);
-    if (it == parent_.end() || it->second == v) return v;
-    return it->second = find(it->second);
-  }
-  void join(const Variable* a, const Variable* b) { parent_[find(a)] = find(b); }
-
- private:
-  std::unordered_map<const Variable*, const Variable*> parent_;
-};
-
 class Layout {
  public:
   explicit Layout(const Graph& g) : src_(g), copy_(g) {}
@@ -243,7 +231,7 @@ class Layout {
   // ones are reordered when the node converts). A region converts when it holds two
   // convolutions or more, or one heavy enough.
   void choose_regions() {
-    Union u;
+    ValueUnion u;
     std::vector<const Node*> convs;
     for (const auto& node : src_.nodes()) {
       if (nchwc_props(*node)) {

@@ -219,6 +219,12 @@ typedef struct kiln_support {
    * at y[ch*oh*ow + p] as qgemm_u8s8 stores (int32, or requantized bytes). */
   void (*qdepthwise)(const uint8_t* x, const kiln_window* g, int64_t c0, int64_t c1, uint8_t flip,
                      const void* w, int w_u8, const struct kiln_qgemm_epi* e, void* y);
+  /* The same convolution channels-last: x (h, w, c) bytes, output rows [r0, r1) of y
+   * (oh, ow, c), every channel; element (oy, ox, ch) as qdepthwise computes it for channel ch,
+   * position oy*ow + ox. */
+  void (*qdepthwise_nhwc)(const uint8_t* x, const kiln_window* g, int64_t c, int64_t r0, int64_t r1,
+                          uint8_t flip, const void* w, int w_u8, const struct kiln_qgemm_epi* e,
+                          void* y);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */

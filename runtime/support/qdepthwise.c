@@ -3,6 +3,7 @@
  * vectorizes. Through the GEMM each channel was a 1-column product of 9 taps: 15 of 16
  * lanes idle, and a gather per position. */
 #include <math.h>
+#include <string.h>
 
 #include "runtime/support/qgemm.h"
 
@@ -13,6 +14,14 @@
  * saturated, as every integer kernel stores. The rounding adds and subtracts 1.5 * 2^23, which
  * rounds to nearest even like rint in the default mode for |v| < 2^22 (v is clamped to 1e6
  * first: past that the byte saturates anyway), and vectorizes where rintf stayed a call. */
+static inline float requant(int32_t acc, float s, float yz, float lo, float hi) {
+  const float magic = 12582912.0f;
+  float v = (float)acc * s;
+  v = v < -1e6f ? -1e6f : v > 1e6f ? 1e6f : v;
+  v = (v + magic) - magic + yz;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 static void store_block(const kiln_qgemm_epi* e, void* y, int64_t ch, int64_t at,
                         const int32_t* acc, int64_t count) {
   if (!e->scale) {
@@ -21,25 +30,12 @@ static void store_block(const kiln_qgemm_epi* e, void* y, int64_t ch, int64_t at
   }
   const float s = e->scale[ch * e->scale_step];
   const float lo = (float)e->lo, hi = (float)e->hi, yz = (float)e->y_zp;
-  const float magic = 12582912.0f;
   if (e->out_u8) {
     uint8_t* out = (uint8_t*)y + at;
-    for (int64_t q = 0; q < count; ++q) {
-      float v = (float)acc[q] * s;
-      v = v < -1e6f ? -1e6f : v > 1e6f ? 1e6f : v;
-      v = (v + magic) - magic + yz;
-      v = v < lo ? lo : v > hi ? hi : v;
-      out[q] = (uint8_t)(int32_t)v;
-    }
+    for (int64_t q = 0; q < count; ++q) out[q] = (uint8_t)(int32_t)requant(acc[q], s, yz, lo, hi);
   } else {
     int8_t* out = (int8_t*)y + at;
-    for (int64_t q = 0; q < count; ++q) {
-      float v = (float)acc[q] * s;
-      v = v < -1e6f ? -1e6f : v > 1e6f ? 1e6f : v;
-      v = (v + magic) - magic + yz;
-      v = v < lo ? lo : v > hi ? hi : v;
-      out[q] = (int8_t)(int32_t)v;
-    }
+    for (int64_t q = 0; q < count; ++q) out[q] = (int8_t)(int32_t)requant(acc[q], s, yz, lo, hi);
   }
 }
 
@@ -210,6 +206,105 @@ void KILN_CAT(kiln_qdepthwise, KILN_ISA)(const uint8_t* x, const kiln_window* g,
       }
       for (int64_t r = 0; r < rows; ++r)
         store_block(e, y, ch, ch * ohw + (oy0 + r) * g->ow, acc + r * wq, g->ow);
+    }
+  }
+}
+
+enum { kChannelBlock = 64 };
+
+/* Stores acc[j] of a block's channel j < n at y[at + j] (channels-last: one position's
+ * channels are consecutive), each with its channel's scale. */
+static void store_channels(const kiln_qgemm_epi* e, void* y, int64_t at, const int32_t* acc,
+                           int64_t n, const float* scales) {
+  if (!e->scale) {
+    for (int64_t j = 0; j < n; ++j) ((int32_t*)y)[at + j] = acc[j];
+    return;
+  }
+  const float lo = (float)e->lo, hi = (float)e->hi, yz = (float)e->y_zp;
+  if (e->out_u8) {
+    uint8_t* out = (uint8_t*)y + at;
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = (uint8_t)(int32_t)requant(acc[j], scales[j], yz, lo, hi);
+  } else {
+    int8_t* out = (int8_t*)y + at;
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = (int8_t)(int32_t)requant(acc[j], scales[j], yz, lo, hi);
+  }
+}
+
+typedef int32_t kiln_i32x16 __attribute__((vector_size(64)));
+typedef uint8_t kiln_u8x16 __attribute__((vector_size(16)));
+
+/* One position's sums over its taps inside the image (offsets xo into x, wo into the
+ * (tap, channel) weight rows), for a block's n channels: 16 channels at a time in a vector
+ * that stays in registers across the taps (per tap, an array accumulator was a load and a
+ * store), the last n % 16 one by one. */
+static inline void position_sums(const uint8_t* x, const int64_t* xo, const int32_t* wt,
+                                 const int64_t* wo, int nt, const int32_t* bias, int64_t n,
+                                 uint8_t flip, int32_t az, int32_t* acc) {
+  const kiln_u8x16 flips = {flip, flip, flip, flip, flip, flip, flip, flip,
+                            flip, flip, flip, flip, flip, flip, flip, flip};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    kiln_i32x16 a;
+    memcpy(&a, bias + j, sizeof a);
+    for (int t = 0; t < nt; ++t) {
+      kiln_u8x16 b;
+      kiln_i32x16 w;
+      memcpy(&b, x + xo[t] + j, sizeof b);
+      memcpy(&w, wt + wo[t] + j, sizeof w);
+      a += (__builtin_convertvector(b ^ flips, kiln_i32x16) - az) * w;
+    }
+    memcpy(acc + j, &a, sizeof a);
+  }
+  for (; j < n; ++j) {
+    int32_t a = bias[j];
+    for (int t = 0; t < nt; ++t)
+      a += ((int32_t)(uint8_t)(x[xo[t] + j] ^ flip) - az) * wt[wo[t] + j];
+    acc[j] = a;
+  }
+}
+
+/* Channels-last: a position's channels are consecutive, so blocks of 64 channels are the
+ * vectors and no phase split or transposition is needed (MobileNet's inverted residuals
+ * stay channels-last between their 1 x 1 products). Per block, its weights less their zero
+ * points as (tap, channel) rows, then every output position of rows [r0, r1). */
+void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_window* g, int64_t c,
+                                              int64_t r0, int64_t r1, uint8_t flip, const void* w,
+                                              int w_u8, const kiln_qgemm_epi* e, void* y) {
+  const int64_t taps = g->kh * g->kw;
+  int32_t wt[64 * kChannelBlock];
+  int32_t acc[kChannelBlock], bias[kChannelBlock];
+  float scales[kChannelBlock];
+  const int32_t az = e->a_zp;
+  for (int64_t c0 = 0; c0 < c; c0 += kChannelBlock) {
+    const int64_t n = c - c0 < kChannelBlock ? c - c0 : kChannelBlock;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t ch = c0 + j;
+      int32_t one[64];
+      tap_weights(w, w_u8, ch, taps, e->b_zp[ch * e->b_zp_step], one);
+      for (int64_t t = 0; t < taps; ++t) wt[t * kChannelBlock + j] = one[t];
+      bias[j] = e->bias ? e->bias[ch] : 0;
+      scales[j] = e->scale ? e->scale[ch * e->scale_step] : 0.0f;
+    }
+    for (int64_t oy = r0; oy < r1; ++oy) {
+      for (int64_t ox = 0; ox < g->ow; ++ox) {
+        /* The taps inside the image (padding is x_zp: it adds nothing). */
+        int64_t xo[64], wo[64];
+        int nt = 0;
+        for (int64_t ky = 0; ky < g->kh; ++ky) {
+          const int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+          if (iy < 0 || iy >= g->h) continue;
+          for (int64_t kx = 0; kx < g->kw; ++kx) {
+            const int64_t ix = ox * g->sw - g->pw + kx * g->dw;
+            if (ix < 0 || ix >= g->w) continue;
+            xo[nt] = (iy * g->w + ix) * c + c0;
+            wo[nt++] = (ky * g->kw + kx) * kChannelBlock;
+          }
+        }
+        position_sums(x, xo, wt, wo, nt, bias, n, flip, az, acc);
+        store_channels(e, y, (oy * g->ow + ox) * c + c0, acc, n, scales);
+      }
     }
   }
 }

@@ -8,11 +8,14 @@
 extern "C" {
 #endif
 
-#define KILN_QGEMM_DECL(ISA)                                                                 \
-  void kiln_qdepthwise_##ISA(const uint8_t* x, const kiln_window* g, int64_t c0, int64_t c1, \
-                             uint8_t flip, const void* w, int w_u8, const kiln_qgemm_epi* e, \
-                             void* y);                                                       \
-  void kiln_qgemm_u8s8_##ISA(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, \
+#define KILN_QGEMM_DECL(ISA)                                                                     \
+  void kiln_qdepthwise_##ISA(const uint8_t* x, const kiln_window* g, int64_t c0, int64_t c1,     \
+                             uint8_t flip, const void* w, int w_u8, const kiln_qgemm_epi* e,     \
+                             void* y);                                                           \
+  void kiln_qdepthwise_nhwc_##ISA(const uint8_t* x, const kiln_window* g, int64_t c, int64_t r0, \
+                                  int64_t r1, uint8_t flip, const void* w, int w_u8,             \
+                                  const kiln_qgemm_epi* e, void* y);                             \
+  void kiln_qgemm_u8s8_##ISA(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,     \
                              const int8_t* bp, const kiln_qgemm_epi* e, void* c);
 KILN_QGEMM_DECL(base)
 #if defined(__x86_64__)

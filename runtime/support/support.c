@@ -39,6 +39,7 @@ static kiln_support pick_kernels(kiln_support t) {
   KILN_USE_ISA(t, base);
   t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
   t.qdepthwise = kiln_qdepthwise_base;
+  t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_base;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
@@ -49,15 +50,18 @@ static kiln_support pick_kernels(kiln_support t) {
   if (__builtin_cpu_supports("avx2")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
     t.qdepthwise = kiln_qdepthwise_avx2;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_avx2;
   }
   const int vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   if (vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vnni;
   }
   if (vnni && __builtin_cpu_supports("avx512vbmi")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
     t.qdepthwise = kiln_qdepthwise_vbmi;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vbmi;
   }
 #endif
   /* KILN_QGEMM=c: the plain C kernels, =avx2: AVX2's, =vnni: VNNI without VBMI, where the CPU
@@ -66,15 +70,18 @@ static kiln_support pick_kernels(kiln_support t) {
   if (force && strcmp(force, "c") == 0) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
     t.qdepthwise = kiln_qdepthwise_base;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_base;
   }
 #if defined(__x86_64__)
   if (force && strcmp(force, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
     t.qdepthwise = kiln_qdepthwise_avx2;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_avx2;
   }
   if (force && strcmp(force, "vnni") == 0 && vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
+    t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vnni;
   }
 #endif
   return t;
@@ -115,6 +122,7 @@ static void build_host_table(void) {
                           kiln_qpack,
                           kiln_qnhwc,
                           kiln_qim2row,
+                          0,
                           0};
   host_table = pick_kernels(t);
 }
