@@ -235,35 +235,117 @@ static void store_channels(const kiln_qgemm_epi* e, void* y, int64_t at, const i
 typedef int32_t kiln_i32x16 __attribute__((vector_size(64)));
 typedef uint8_t kiln_u8x16 __attribute__((vector_size(16)));
 
-/* One position's sums over its taps inside the image (offsets xo into x, wo into the
- * (tap, channel) weight rows), for a block's n channels: 16 channels at a time in a vector
- * that stays in registers across the taps (per tap, an array accumulator was a load and a
- * store), the last n % 16 one by one. */
-static inline void position_sums(const uint8_t* x, const int64_t* xo, const int32_t* wt,
-                                 const int64_t* wo, int nt, const int32_t* bias, int64_t n,
-                                 uint8_t flip, int32_t az, int32_t* acc) {
+/* One position's sums over all its taps (xp[t]: the tap's channels from the block's first,
+ * or a row of bytes that read as the zero point where the tap is padding), for a block's
+ * channels [j0, n): 16 at a time in a vector that stays in registers across the taps (per
+ * tap, an array accumulator was a load and a store), the rest one by one. */
+static inline void position_sums(const uint8_t* const* xp, const int32_t* wt, int64_t taps,
+                                 const int32_t* bias, int64_t j0, int64_t n, uint8_t flip,
+                                 int32_t az, int32_t* acc) {
   const kiln_u8x16 flips = {flip, flip, flip, flip, flip, flip, flip, flip,
                             flip, flip, flip, flip, flip, flip, flip, flip};
-  int64_t j = 0;
+  int64_t j = j0;
   for (; j + 16 <= n; j += 16) {
     kiln_i32x16 a;
     memcpy(&a, bias + j, sizeof a);
-    for (int t = 0; t < nt; ++t) {
+    for (int64_t t = 0; t < taps; ++t) {
       kiln_u8x16 b;
       kiln_i32x16 w;
-      memcpy(&b, x + xo[t] + j, sizeof b);
-      memcpy(&w, wt + wo[t] + j, sizeof w);
+      memcpy(&b, xp[t] + j, sizeof b);
+      memcpy(&w, wt + t * kChannelBlock + j, sizeof w);
       a += (__builtin_convertvector(b ^ flips, kiln_i32x16) - az) * w;
     }
     memcpy(acc + j, &a, sizeof a);
   }
   for (; j < n; ++j) {
     int32_t a = bias[j];
-    for (int t = 0; t < nt; ++t)
-      a += ((int32_t)(uint8_t)(x[xo[t] + j] ^ flip) - az) * wt[wo[t] + j];
+    for (int64_t t = 0; t < taps; ++t)
+      a += ((int32_t)(uint8_t)(xp[t][j] ^ flip) - az) * wt[t * kChannelBlock + j];
     acc[j] = a;
   }
 }
+
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+
+/* Taps in pairs on 32 channels: bytes widened to int16 less the zero point (|v| <= 255), the
+ * two taps' values interleaved per channel (unpacklo/hi within each 128-bit lane) and
+ * multiplied by the pair's int16 weights, interleaved alike, with vpmaddwd (or VNNI's
+ * vpdpwssd): two taps per multiply where the int32 loop did one. Products and pair sums fit
+ * int32 (2 x 255 x 255). The lo half holds channels 8L + 0..3 of lane L, the hi half 8L + 4..7;
+ * two permutes put them back in order, and the bias is added. wp: per pair, 32 channels' lo
+ * then hi weights. */
+static inline void position_sums_pairs(const uint8_t* const* xp, const int16_t* wp, int64_t pairs,
+                                       int64_t j, uint8_t flip, int32_t az, const int32_t* bias,
+                                       __m512i out[2]) {
+  const __m256i flips = _mm256_set1_epi8((char)flip);
+  const __m512i azv = _mm512_set1_epi16((short)az);
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m256i ra = _mm256_xor_si256(_mm256_loadu_si256((const void*)(xp[2 * p] + j)), flips);
+    const __m256i rb =
+        _mm256_xor_si256(_mm256_loadu_si256((const void*)(xp[2 * p + 1] + j)), flips);
+    const __m512i a = _mm512_sub_epi16(_mm512_cvtepu8_epi16(ra), azv);
+    const __m512i b = _mm512_sub_epi16(_mm512_cvtepu8_epi16(rb), azv);
+    const __m512i wlo = _mm512_loadu_si512((const void*)(wp + p * 64));
+    const __m512i whi = _mm512_loadu_si512((const void*)(wp + p * 64 + 32));
+#if defined(__AVX512VNNI__)
+    lo = _mm512_dpwssd_epi32(lo, _mm512_unpacklo_epi16(a, b), wlo);
+    hi = _mm512_dpwssd_epi32(hi, _mm512_unpackhi_epi16(a, b), whi);
+#else
+    lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(a, b), wlo));
+    hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), whi));
+#endif
+  }
+  const __m512i first = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i second =
+      _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+  out[0] = _mm512_add_epi32(_mm512_permutex2var_epi32(lo, first, hi),
+                            _mm512_loadu_si512((const void*)(bias + j)));
+  out[1] = _mm512_add_epi32(_mm512_permutex2var_epi32(lo, second, hi),
+                            _mm512_loadu_si512((const void*)(bias + j + 16)));
+}
+
+/* Stores 16 sums at y[at...] as store_block does (the same float32 steps in the same order,
+ * so the bytes are the same): requantized bytes with their channels' scales, or int32. */
+static inline void store16(const kiln_qgemm_epi* e, void* y, int64_t at, __m512i acc,
+                           const float* scales) {
+  if (!e->scale) {
+    _mm512_storeu_si512((void*)((int32_t*)y + at), acc);
+    return;
+  }
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(scales));
+  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1e6f)), _mm512_set1_ps(1e6f));
+  v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+  v = _mm512_add_ps(v, _mm512_set1_ps((float)e->y_zp));
+  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps((float)e->lo)), _mm512_set1_ps((float)e->hi));
+  /* In range of the byte type: truncating to 8 bits keeps the value (two's complement). */
+  _mm_storeu_si128((__m128i*)((uint8_t*)y + at), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+}
+
+/* The weight pairs of a block for position_sums_pairs: wt's (tap, channel) rows, for each
+ * 32 channels [j, j + 32) of the block (whole groups only) and each tap pair (the last
+ * paired with a zero tap when the count is odd). */
+static void pair_weights(const int32_t* wt, int64_t taps, int64_t n, int16_t* wp) {
+  const int64_t pairs = (taps + 1) / 2;
+  for (int64_t j = 0; j + 32 <= n; j += 32) {
+    int16_t* dst = wp + (j / 32) * pairs * 64;
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int half = 0; half < 2; ++half) {
+        for (int lane = 0; lane < 4; ++lane) {
+          for (int k = 0; k < 4; ++k) {
+            const int64_t ch = j + lane * 8 + half * 4 + k;
+            const int64_t at = p * 64 + half * 32 + lane * 8 + 2 * k;
+            dst[at] = (int16_t)wt[(2 * p) * kChannelBlock + ch];
+            dst[at + 1] = 2 * p + 1 < taps ? (int16_t)wt[(2 * p + 1) * kChannelBlock + ch] : 0;
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 
 /* Channels-last: a position's channels are consecutive, so blocks of 64 channels are the
  * vectors and no phase split or transposition is needed (MobileNet's inverted residuals
@@ -277,6 +359,13 @@ void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_windo
   int32_t acc[kChannelBlock], bias[kChannelBlock];
   float scales[kChannelBlock];
   const int32_t az = e->a_zp;
+  /* Padding taps read this row: bytes that flip to the zero point, so they add nothing. */
+  uint8_t pad[kChannelBlock];
+  memset(pad, (uint8_t)az ^ flip, sizeof pad);
+#if defined(__AVX512BW__)
+  int16_t wp[32 * 64 * 2];
+  const int64_t pairs = (taps + 1) / 2;
+#endif
   for (int64_t c0 = 0; c0 < c; c0 += kChannelBlock) {
     const int64_t n = c - c0 < kChannelBlock ? c - c0 : kChannelBlock;
     for (int64_t j = 0; j < n; ++j) {
@@ -287,23 +376,38 @@ void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_windo
       bias[j] = e->bias ? e->bias[ch] : 0;
       scales[j] = e->scale ? e->scale[ch * e->scale_step] : 0.0f;
     }
+#if defined(__AVX512BW__)
+    pair_weights(wt, taps, n, wp);
+#endif
     for (int64_t oy = r0; oy < r1; ++oy) {
+      /* Per tap, its input row's start (null where the row is padding). */
+      const uint8_t* rows[64];
+      for (int64_t ky = 0; ky < g->kh; ++ky) {
+        const int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+        for (int64_t kx = 0; kx < g->kw; ++kx)
+          rows[ky * g->kw + kx] = iy >= 0 && iy < g->h ? x + iy * g->w * c + c0 : 0;
+      }
       for (int64_t ox = 0; ox < g->ow; ++ox) {
-        /* The taps inside the image (padding is x_zp: it adds nothing). */
-        int64_t xo[64], wo[64];
-        int nt = 0;
-        for (int64_t ky = 0; ky < g->kh; ++ky) {
-          const int64_t iy = oy * g->sh - g->ph + ky * g->dh;
-          if (iy < 0 || iy >= g->h) continue;
-          for (int64_t kx = 0; kx < g->kw; ++kx) {
-            const int64_t ix = ox * g->sw - g->pw + kx * g->dw;
-            if (ix < 0 || ix >= g->w) continue;
-            xo[nt] = (iy * g->w + ix) * c + c0;
-            wo[nt++] = (ky * g->kw + kx) * kChannelBlock;
-          }
+        /* Every tap in order (one spare for an odd count's pair). */
+        const uint8_t* xp[65];
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t ix = ox * g->sw - g->pw + (t % g->kw) * g->dw;
+          xp[t] = rows[t] && ix >= 0 && ix < g->w ? rows[t] + ix * c : pad;
         }
-        position_sums(x, xo, wt, wo, nt, bias, n, flip, az, acc);
-        store_channels(e, y, (oy * g->ow + ox) * c + c0, acc, n, scales);
+        xp[taps] = pad;
+        const int64_t at = (oy * g->ow + ox) * c + c0;
+        int64_t j = 0;
+#if defined(__AVX512BW__)
+        for (; j + 32 <= n; j += 32) {
+          __m512i sums[2];
+          position_sums_pairs(xp, wp + (j / 32) * pairs * 64, pairs, j, flip, az, bias, sums);
+          store16(e, y, at + j, sums[0], scales + j);
+          store16(e, y, at + j + 16, sums[1], scales + j + 16);
+        }
+        if (j == n) continue;
+#endif
+        position_sums(xp, wt, taps, bias, j, n, flip, az, acc);
+        store_channels(e, y, at + j, acc + j, n - j, scales + j);
       }
     }
   }
