@@ -9,13 +9,14 @@ namespace kiln {
 QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
   check_known_attrs(this->props(),
                     {"kernel_shape", "strides", "dilations", "pads", "auto_pad", "group", "requant",
-                     "bias", "relu", "packed_m", "w_u8", "nhwc"});
+                     "bias", "relu", "packed_m", "w_u8", "nhwc", "x_nchw"});
   window_ = WindowAttrs::from_props(this->props(), "qconv");
   q_ = QuantLayout::from_props(this->props(), "qconv");
   group_ = attr_int(this->props(), "group", 1);
   packed_m_ = attr_int(this->props(), "packed_m", 0);
   w_u8_ = attr_int(this->props(), "w_u8", 0) != 0;
   nhwc_ = attr_int(this->props(), "nhwc", 0) != 0;
+  x_nhwc_ = nhwc_ && attr_int(this->props(), "x_nchw", 0) == 0;
   if (group_ < 1) throw UserError("qconv: group must be >= 1, got " + std::to_string(group_));
   if (packed_m_ < 0 || (packed_m_ > 0 && window_.kernel.empty())) {
     throw UserError("qconv: packed_m needs kernel_shape");
@@ -23,7 +24,7 @@ QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
 }
 
 std::vector<int64_t> QConv::channels_first(const std::vector<int64_t>& x) const {
-  if (!nhwc_ || x.size() < 3) return x;
+  if (!x_nhwc_ || x.size() < 3) return x;
   std::vector<int64_t> d{x[0], x.back()};
   d.insert(d.end(), x.begin() + 1, x.end() - 1);
   return d;
@@ -59,6 +60,10 @@ std::vector<TensorType> QConv::infer_type(const std::vector<TensorType>& in) con
   }
   if (nhwc_ && in[0].rank() != 4) {
     throw UserError("qconv: nhwc needs a rank-4 input, got " + in[0].to_string());
+  }
+  if (nhwc_ != x_nhwc_ && group_ != 1) {
+    throw UserError("qconv: x_nchw takes group-1 convolutions, got group " +
+                    std::to_string(group_));
   }
   const TensorType x{in[0].dtype, channels_first(in[0].dims)};
   const std::vector<int64_t> w = weight_dims(x.dims, in[1].dims);
@@ -128,7 +133,7 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
   const int64_t gbytes = qgemm_packed_bytes(kg, mg);
   // Flat offsets of (n, channel, y, x) in X's and Y's layouts.
   auto x_at = [&](int64_t n, int64_t ch, int64_t yy, int64_t xx) {
-    return nhwc_ ? ((n * h + yy) * wdth + xx) * c + ch : ((n * c + ch) * h + yy) * wdth + xx;
+    return x_nhwc_ ? ((n * h + yy) * wdth + xx) * c + ch : ((n * c + ch) * h + yy) * wdth + xx;
   };
   auto y_at = [&](int64_t n, int64_t oc, int64_t oy, int64_t ox) {
     return nhwc_ ? ((n * oh + oy) * ow + ox) * m + oc : ((n * m + oc) * oh + oy) * ow + ox;
@@ -171,9 +176,9 @@ std::string QConv::c_code(const Node& node, const CodeNames& names, const Sub& s
   s += quant_c_params(q_, node, names, w_u8);
   s += "  const kiln_window g = " + window_c_init(geometry(x, wd)) + ";\n";
   s += "  if (kiln_qconv(" + sub.ctx + ", KILN_SUPPORT, " + names.inputs[0] + ", " +
-       names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", " + std::to_string(nhwc_) +
-       ", &g, " + std::to_string(group_) + ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail +
-       "(\"integer convolution failed\");\n";
+       names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", " +
+       std::to_string((x_nhwc_ ? 1 : 0) | (nhwc_ ? 2 : 0)) + ", &g, " + std::to_string(group_) +
+       ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail + "(\"integer convolution failed\");\n";
   s += "}\n";
   return s;
 }

@@ -185,16 +185,17 @@ KILN_HELPER void kiln_q_pad_rows(const uint8_t* x, int64_t c, const kiln_window*
 }
 
 /* Y (N, M, OH, OW) = the grouped convolution of X (N, C, H, W) by W (M, C/group, kh, kw), or
- * by W packed per group (w_packed), positions split among the parts; with nhwc, X is
- * (N, H, W, C) and Y (N, OH, OW, M). Each image goes channels-last with its padding
- * (kiln_support.qnhwc, or kiln_q_pad_rows when it already is channels-last), each chunk of
- * positions becomes rows of taps (ky, kx, ci) (qim2row; a 1x1 window at stride 1 reads the
- * image's rows as they are, a channels-last uint8 X in place), and each group's rows multiply
- * its packed weight. */
+ * by W packed per group (w_packed), positions split among the parts; layout bit 1: X is
+ * (N, H, W, C), bit 2: Y is (N, OH, OW, M) (a depthwise one takes both or neither). Each image goes
+ * channels-last with its padding (kiln_support.qnhwc, or kiln_q_pad_rows when it already is
+ * channels-last), each chunk of positions becomes rows of taps (ky, kx, ci) (qim2row; a 1x1 window
+ * at stride 1 reads the image's rows as they are, a channels-last uint8 X in place), and each
+ * group's rows multiply its packed weight. */
 KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
-                           const kiln_tensor* W, int w_packed, int nhwc, const kiln_window* g,
+                           const kiln_tensor* W, int w_packed, int layout, const kiln_window* g,
                            int64_t group, const kiln_qparams* q, kiln_tensor* Y) {
-  const int64_t n_img = X->shape[0], C = X->shape[nhwc ? 3 : 1], M = Y->shape[nhwc ? 3 : 1];
+  const int xl = layout & 1, yl = (layout & 2) != 0;
+  const int64_t n_img = X->shape[0], C = X->shape[xl ? 3 : 1], M = Y->shape[yl ? 3 : 1];
   const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
   const int64_t taps = g->kh * g->kw, kg = cg * taps;
   if (n_img == 0 || hw == 0 || M == 0) return 0;
@@ -209,7 +210,11 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
     const uint8_t* pw = kiln_q_dense(ctx, sup, W, "an integer convolution's weight");
     if (!pw) return 1;
     const uint8_t flip = q->a_s8 ? 0x80 : 0;
-    if (nhwc) {
+    if (xl != yl) {
+      ctx->fail(ctx, "a depthwise integer convolution takes one layout for input and output");
+      return 1;
+    }
+    if (yl) {
       /* Output rows split among the parts, every channel each. */
       int64_t r0, r1;
       sup->part_range(n_img * g->oh, ctx->part, ctx->n_parts, 1, &r0, &r1);
@@ -265,7 +270,7 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       taps == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->eh == 0 && g->ew == 0;
   const uint8_t flip = q->a_s8 ? 0x80 : 0;
   /* A channels-last uint8 image under a 1x1 window at stride 1 is already the rows. */
-  const int in_place = nhwc && direct && !flip;
+  const int in_place = xl && direct && !flip;
   uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
   uint8_t* rows = direct ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
   if ((!in_place && !buf) || (!direct && !rows)) {
@@ -283,7 +288,7 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       const int64_t last = (img + 1) * hw < hi ? hw : hi - img * hw;
       const int64_t r0 = (p0 / g->ow) * g->sh;
       const int64_t r1 = ((last - 1) / g->ow) * g->sh + (g->kh - 1) * g->dh + 1;
-      if (nhwc) {
+      if (xl) {
         kiln_q_pad_rows(px + img * g->h * g->w * C, C, g, r0, r1, fill, flip, buf);
       } else {
         sup->qnhwc(px + img * C * g->h * g->w, C, g->h * g->w, g, r0, r1, fill, flip, buf);
@@ -304,9 +309,9 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       e.b_zp += e.b_zp_step * gi * mg;
       if (e.bias) e.bias += gi * mg;
       if (e.scale) e.scale += e.scale_step * gi * mg;
-      e.rsc = nhwc ? M : 1;
-      e.csc = nhwc ? 1 : hw;
-      const int64_t at = nhwc ? (img * hw + p0) * M + gi * mg : (img * M + gi * mg) * hw + p0;
+      e.rsc = yl ? M : 1;
+      e.csc = yl ? 1 : hw;
+      const int64_t at = yl ? (img * hw + p0) * M + gi * mg : (img * M + gi * mg) * hw + p0;
       char* out = (char*)Y->data + at * (int64_t)esize;
       sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
     }

@@ -145,7 +145,12 @@ class LayoutInt8 {
     if (int8_conv(node)) {
       Attrs props = node.op->props();
       props["nhwc"] = int64_t{1};
-      std::vector<Variable*> inputs{channels_last(node.inputs[0])};
+      // A group-1 convolution gathers its rows from a channels-first image as readily, so
+      // the region's entry (the quantized image) needs no transpose.
+      const bool entry = !nhwc_.count(node.inputs[0]) && attr_int(props, "group", 1) == 1;
+      if (entry) props["x_nchw"] = int64_t{1};
+      std::vector<Variable*> inputs{entry ? copy_.map(node.inputs[0])
+                                          : channels_last(node.inputs[0])};
       for (size_t k = 1; k < node.inputs.size(); ++k) inputs.push_back(copy_.map(node.inputs[k]));
       nhwc_[out] = add("qconv", props, inputs, node.name, out->name + ".nhwc")->outputs[0];
       return true;
