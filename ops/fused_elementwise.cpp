@@ -315,8 +315,72 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
   std::vector<std::string> lets;
   std::string expr;
   scalar_body(dts, lets, expr, "v");
+  if (auto table = table_code(node, names, sub, ops, lets, expr)) return *table;
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
                                is_long_chain());
+}
+
+std::optional<std::string> FusedElementwise::table_code(const Node& node, const CodeNames& names,
+                                                        const Sub& sub,
+                                                        const std::vector<LoopOperand>& ops,
+                                                        const std::vector<std::string>& lets,
+                                                        const std::string& expr) const {
+  // One byte tensor of the output's shape, every other operand one element: the chain is a
+  // function of that byte. Cheap chains stay loops (a table is not worth 256 evaluations).
+  const TensorType& out = node.outputs[0]->type;
+  int byte = -1;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].literal || ops[k].single) continue;
+    if (byte >= 0) return {};
+    byte = static_cast<int>(k);
+  }
+  if (byte < 0 || is_cheap() || out.rank() == 0) return {};
+  const TensorType& in = node.inputs[static_cast<size_t>(byte)]->type;
+  if ((in.dtype != DType::kUInt8 && in.dtype != DType::kInt8) || in.dims != out.dims) return {};
+  const std::string in_t(dtype_c_type(in.dtype)), out_t(dtype_c_type(out.dtype));
+  TemplateValues v;
+  std::string s = "{\n" + out_t + " kiln_lut[256];\n{\n";
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const std::string key = std::to_string(k);
+    if (static_cast<int>(k) == byte) {
+      v[key] = "((" + in_t + ")(uint8_t)kiln_b)";
+    } else if (ops[k].literal) {
+      v[key] = *ops[k].literal;
+    } else {
+      const std::string t(dtype_c_type(ops[k].dtype));
+      s += "const " + t + " kiln_s" + key + " = *(const " + t + " *)" + names.inputs[k] +
+           "->data;\n";
+      v[key] = "kiln_s" + key;
+    }
+  }
+  s += "for (int kiln_b = 0; kiln_b < 256; ++kiln_b) {\n";
+  for (const std::string& let : lets) s += render_template(let, v, "fused table") + "\n";
+  s += "kiln_lut[kiln_b] = (" + out_t + ")" + render_template(expr, v, "fused table") + ";\n}\n}\n";
+  const std::string& x = names.inputs[static_cast<size_t>(byte)];
+  const std::string& y = names.outputs[0];
+  const std::string rank = std::to_string(out.rank());
+  std::string loop = emit_elementwise_loop({ops[static_cast<size_t>(byte)]}, y, out.dtype,
+                                           out.rank(), "kiln_lut[(uint8_t)${0}]", sub.ctx);
+  if (dtype_size(out.dtype) != 1) return s + loop + "}\n";
+  // Bytes to bytes, both dense: kiln_support.lut_bytes (byte permutes where the CPU has them).
+  s += "int kiln_dense = 1;\nint64_t kiln_n = 1;\nfor (int d = " + rank +
+       " - 1; d >= 0; --d) {\n"
+       "if (" +
+       y + "->shape[d] != 1 && (" + x + "->strides[d] != kiln_n || " + y +
+       "->strides[d] != kiln_n)) kiln_dense = 0;\n"
+       "kiln_n *= " +
+       y +
+       "->shape[d];\n}\n"
+       "if (kiln_dense) {\nint64_t lo, hi;\n"
+       "kiln_part_range(kiln_n, " +
+       sub.ctx + "->part, " + sub.ctx +
+       "->n_parts, 64, &lo, &hi);\n"
+       "if (lo < hi) KILN_SUPPORT->lut_bytes((const uint8_t *)" +
+       x + "->data + lo, (uint8_t *)" + y +
+       "->data + lo, hi - lo, (const uint8_t *)kiln_lut);\n"
+       "} else " +
+       loop + "}\n";
+  return s;
 }
 
 std::vector<std::string> FusedElementwise::c_preludes() const {

@@ -15,6 +15,8 @@ struct FusedStep {
   std::vector<int> args;  // k >= 0: input k; k < 0: step (-k - 1)
 };
 
+struct LoopOperand;
+
 class FusedElementwise : public COp {
  public:
   explicit FusedElementwise(Attrs props);  // parses props["program"]
@@ -33,7 +35,7 @@ class FusedElementwise : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node&) const override { return true; }
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }
@@ -46,6 +48,12 @@ class FusedElementwise : public COp {
 
  private:
   std::vector<DType> step_dtypes(const std::vector<DType>& in) const;
+  // A chain of one byte tensor (every other operand one element) as a 256-entry table of
+  // its values, looked up per element; nothing when the node is not such a chain.
+  std::optional<std::string> table_code(const Node& node, const CodeNames& names, const Sub& sub,
+                                        const std::vector<LoopOperand>& ops,
+                                        const std::vector<std::string>& lets,
+                                        const std::string& expr) const;
   std::vector<FusedStep> steps_;
   int arity_ = 0;
 };

@@ -342,6 +342,55 @@ for with_y in (True, False):
         failures.append(f"QGemm ({'bytes' if with_y else 'float'}): " +
                         (r.stderr[-300:] if got is None else f"got {got.ravel()[:4]} want {want.ravel()[:4]}"))
 
+# ---- activations of one byte tensor: a table of 256 values (FusedElementwise::table_code) ----
+# DequantizeLinear -> x * sigmoid(x) -> QuantizeLinear (a quantized swish), on every byte value
+# in a tensor longer than the 64-byte vectors with a tail, as bytes (kiln_support.lut_bytes)
+# and dequantized to float32 (the table's generic loop): within a step of NumPy, and the same
+# bits as the chain computed per element (fusion off, so no table).
+for xdt in (np.uint8, np.int8):
+    info = np.iinfo(xdt)
+    x = np.concatenate([np.arange(info.min, info.max + 1), RNG.integers(info.min, info.max + 1, 44)])
+    x = x.astype(xdt).reshape(3, 100)
+    xs, xz, ys = np.float32(0.05), np.array(3 if xdt == np.uint8 else -5, xdt), np.float32(0.04)
+    yz = np.array(20 if xdt == np.uint8 else -100, xdt)
+    for out_float in (False, True):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+                 helper.make_node("Sigmoid", ["f"], ["s"]),
+                 helper.make_node("Mul", ["f", "s"], ["m"]),
+                 helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["q" if out_float else "y"])]
+        if out_float:
+            nodes.append(helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["y"]))
+        consts = {"xs": np.array(xs), "xz": xz, "ys": np.array(ys), "yz": yz}
+        name = f"swish_table_{np.dtype(xdt).name}_{'float' if out_float else 'bytes'}"
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", onnx_type(x), x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT if out_float
+                                                             else onnx_type(yz), None)],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+        path = kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+        f = dq(x, xs, xz)
+        want = q8(f * (1 / (1 + np.exp(-f.astype(np.float64)))).astype(np.float32), ys, yz, xdt)
+        if out_float:
+            want = dq(want, ys, yz)
+        src = subprocess.run([KILN, "source", path], capture_output=True, text=True).stdout
+        if "kiln_lut[256]" not in src:
+            failures.append(f"{name}: the chain is not a table in the module's source")
+        got = {}
+        for env in ({}, {"KILN_PASSES": "-fusion"}):
+            r, out = run(path, {"x": x}, env)
+            if r.returncode != 0:
+                failures.append(f"{name} {env}: kiln failed: {r.stderr.strip()[-300:]}")
+                continue
+            got[str(env)] = np.load(os.path.join(out, "y.npy"))
+        if len(got) != 2:
+            continue
+        table, per_element = got["{}"], got[str({"KILN_PASSES": "-fusion"})]
+        step = float(ys) if out_float else 1
+        if table.shape != want.shape or np.max(np.abs(table.astype(np.float64) - want)) > step * 1.0001:
+            failures.append(f"{name}: the table is more than a step from NumPy")
+        if not np.array_equal(table, per_element):
+            bad = np.argwhere(table != per_element)
+            failures.append(f"{name}: the table differs from the per-element chain at {bad[:4]}")
+
 # ---- chains of convolutions: the channels-last layout (rewrite/cpu/layout_nhwc_int8.cpp) ------
 # Two or more QLinearConvs in a row run channels-last: a 3x3, a depthwise (3x3 or 5x5, stride
 # 1 or 2, on the vector loops of qdepthwise_nhwc: channel counts past a 64-channel block and

@@ -225,6 +225,8 @@ typedef struct kiln_support {
   void (*qdepthwise_nhwc)(const uint8_t* x, const kiln_window* g, int64_t c, int64_t r0, int64_t r1,
                           uint8_t flip, const void* w, int w_u8, const struct kiln_qgemm_epi* e,
                           void* y);
+  /* y[i] = table[x[i]] for i in [0, n) (x and y may be the same bytes). */
+  void (*lut_bytes)(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */

@@ -13,6 +13,7 @@
 #include "runtime/support/gemm_tile.h"
 #include "runtime/support/kiln_index.h"
 #include "runtime/support/kiln_window.h"
+#include "runtime/support/lut.h"
 #include "runtime/support/qgemm.h"
 #include "runtime/support/support.h"
 
@@ -40,6 +41,7 @@ static kiln_support pick_kernels(kiln_support t) {
   t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
   t.qdepthwise = kiln_qdepthwise_base;
   t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_base;
+  t.lut_bytes = kiln_lut_bytes_base;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
@@ -62,6 +64,7 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
     t.qdepthwise = kiln_qdepthwise_vbmi;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vbmi;
+    t.lut_bytes = kiln_lut_bytes_vbmi;
   }
 #endif
   /* KILN_QGEMM=c: the plain C kernels, =avx2: AVX2's, =vnni: VNNI without VBMI, where the CPU
@@ -71,6 +74,7 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
     t.qdepthwise = kiln_qdepthwise_base;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_base;
+    t.lut_bytes = kiln_lut_bytes_base;
   }
 #if defined(__x86_64__)
   if (force && strcmp(force, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
@@ -122,6 +126,7 @@ static void build_host_table(void) {
                           kiln_qpack,
                           kiln_qnhwc,
                           kiln_qim2row,
+                          0,
                           0,
                           0};
   host_table = pick_kernels(t);
