@@ -34,8 +34,8 @@
 #include "ops/window.h"
 #include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
+#include "rewrite/layout_region.h"
 #include "rewrite/passes.h"
-#include "rewrite/value_union.h"
 
 namespace kiln {
 namespace {
@@ -357,10 +357,7 @@ class Layout {
 
   Node* add(const std::string& op, Attrs props, std::vector<Variable*> inputs,
             const std::string& name, const std::string& out_name) {
-    // Invented names are made unique by the graph: a model without node names must not
-    // give two invented values the same one.
-    return copy_.dst().add_node(OpRegistry::instance().create(op, std::move(props)), inputs, name,
-                                {copy_.dst().fresh_name(out_name)});
+    return add_fresh(copy_, op, props, inputs, name, out_name);
   }
 
   // (N, C, H, W) -> (N, C/8, H, W, 8) of a dst value with those dims (after right-aligning).
@@ -529,16 +526,10 @@ class Layout {
       return true;
     }
     if (!is_elementwise_node(node) || !blockable(out)) return false;
-    std::vector<Variable*> inputs;
-    for (const Variable* v : node.inputs) {
-      auto b = operand(v, out->type.dims[1]);
-      if (!b) return false;
-      inputs.push_back(*b);
-    }
-    blocked_[out] =
-        copy_.dst()
-            .add_node(node.op, inputs, node.name, {copy_.dst().fresh_name(out->name + ".nchwc")})
-            ->outputs[0];
+    auto made = elementwise_in_layout(
+        copy_, node, [&](const Variable* v) { return operand(v, out->type.dims[1]); }, ".nchwc");
+    if (!made) return false;
+    blocked_[out] = *made;
     return true;
   }
 

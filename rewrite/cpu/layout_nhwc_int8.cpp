@@ -17,14 +17,11 @@
 #include "ops/registry.h"
 #include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
+#include "rewrite/layout_region.h"
 #include "rewrite/passes.h"
-#include "rewrite/value_union.h"
 
 namespace kiln {
 namespace {
-
-const std::vector<int64_t> kToNhwc{0, 2, 3, 1};
-const std::vector<int64_t> kToNchw{0, 3, 1, 2};
 
 bool rank4_static(const Variable* v) {
   const auto& d = v->type.dims;
@@ -97,10 +94,9 @@ class LayoutInt8 {
     }
   }
 
-  Node* add(const std::string& op, Attrs props, std::vector<Variable*> inputs,
+  Node* add(const std::string& op, const Attrs& props, const std::vector<Variable*>& inputs,
             const std::string& name, const std::string& out_name) {
-    return copy_.dst().add_node(OpRegistry::instance().create(op, std::move(props)), inputs, name,
-                                {copy_.dst().fresh_name(out_name)});
+    return add_fresh(copy_, op, props, inputs, name, out_name);
   }
 
   // The channels-last form of source value v (N, C, H, W): made once.
@@ -108,8 +104,8 @@ class LayoutInt8 {
     auto it = nhwc_.find(v);
     if (it != nhwc_.end()) return it->second;
     has_plain_.insert(v);  // the transpose's source
-    return nhwc_[v] = add("transpose", {{"perm", kToNhwc}}, {copy_.map(v)}, v->name + ".to_nhwc",
-                          v->name + ".nhwc")
+    return nhwc_[v] = add("transpose", {{"perm", std::vector<int64_t>{0, 2, 3, 1}}}, {copy_.map(v)},
+                          v->name + ".to_nhwc", v->name + ".nhwc")
                           ->outputs[0];
   }
 
@@ -117,9 +113,9 @@ class LayoutInt8 {
   void plain(const Variable* v) {
     if (!nhwc_.count(v) || has_plain_.count(v)) return;
     has_plain_.insert(v);
-    copy_.replace(v,
-                  add("transpose", {{"perm", kToNchw}}, {nhwc_[v]}, v->name + ".from_nhwc", v->name)
-                      ->outputs[0]);
+    copy_.replace(v, add("transpose", {{"perm", std::vector<int64_t>{0, 3, 1, 2}}}, {nhwc_[v]},
+                         v->name + ".from_nhwc", v->name)
+                         ->outputs[0]);
   }
 
   // An elementwise operand against a channels-last (N, H, W, C) result of source dims
@@ -168,16 +164,10 @@ class LayoutInt8 {
     bool any = false;
     for (const Variable* v : node.inputs) any |= nhwc_.count(v) > 0;
     if (!any) return false;
-    std::vector<Variable*> inputs;
-    for (const Variable* v : node.inputs) {
-      auto o = operand(v, out->type.dims);
-      if (!o) return false;
-      inputs.push_back(*o);
-    }
-    nhwc_[out] =
-        copy_.dst()
-            .add_node(node.op, inputs, node.name, {copy_.dst().fresh_name(out->name + ".nhwc")})
-            ->outputs[0];
+    auto made = elementwise_in_layout(
+        copy_, node, [&](const Variable* v) { return operand(v, out->type.dims); }, ".nhwc");
+    if (!made) return false;
+    nhwc_[out] = *made;
     return true;
   }
 
