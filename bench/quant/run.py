@@ -148,8 +148,15 @@ def main():
               f"kiln float32 / kiln int8 = {geo(ratios_f32):.2f} "
               f"(convolutional models: {geo(conv_f32):.2f}).", ""]
     os.makedirs(os.path.dirname(args.results), exist_ok=True)
+    # Sections written by hand after the table (the GEMM against the int8 peak) stay.
+    kept = ""
+    if os.path.exists(args.results):
+        with open(args.results) as fh:
+            old = fh.read()
+        at = old.find("\n## ")
+        kept = old[at:] if at >= 0 else ""
     with open(args.results, "w") as fh:
-        fh.write("\n".join(lines))
+        fh.write("\n".join(lines) + kept)
     print("\n".join(lines))
 
 
