@@ -586,6 +586,22 @@ TEST(Rewrite, IntegerConvolutionChainsRunChannelsLast) {
   Var lx = input(lone, "x", DType::kUInt8, {1, 8, 6, 6});
   lone.set_outputs({qconv(lone, lx, 8, 16, 1)});
   EXPECT_EQ(nhwc_convs(layout_nhwc_int8(lone)), 0);
+  // A fire module: two convolutions of one squeeze, concatenated along the channels, then a
+  // third convolution; the concatenation joins the region (axis 3), no transpose around it.
+  Graph fire("fire");
+  Var fx = input(fire, "x", DType::kUInt8, {1, 5, 6, 7});
+  Var sq = qconv(fire, fx, 5, 8, 1);
+  Var cat = apply("concat", {qconv(fire, sq, 8, 16, 1), qconv(fire, sq, 8, 24, 1)},
+                  {{"axis", int64_t{1}}});
+  fire.set_outputs({qconv(fire, cat, 40, 8, 1)});
+  Graph fl = layout_nhwc_int8(fire);
+  EXPECT_EQ(nhwc_convs(fl), 4) << fl.to_string();
+  EXPECT_EQ(count_ops(fl, "transpose"), 1) << "one out:\n" << fl.to_string();
+  const std::vector<Tensor> fin{testing::random_tensor(DType::kUInt8, {1, 5, 6, 7}, rng, 0, 255)};
+  EXPECT_TRUE(testing::tensors_close(evaluate_reference(fl, fin)[0],
+                                     evaluate_reference(fire, fin)[0], 0, 0));
+  EXPECT_TRUE(
+      testing::tensors_close(compile(fire)(fin)[0], evaluate_reference(fire, fin)[0], 0, 0));
 }
 
 // Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the

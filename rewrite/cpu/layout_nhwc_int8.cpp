@@ -8,7 +8,8 @@
 //
 // A region is a set of 4-D values linked by integer convolutions, elementwise nodes (operands
 // of the output's shape join; a scalar or a per-channel (1, C, 1, 1) operand follows as is or
-// reshaped) and spatial reductions (global pooling: axes (2, 3) become (1, 2)). It converts
+// reshaped), concatenations along the channels (axis 1 becomes 3) and spatial reductions
+// (global pooling: axes (2, 3) become (1, 2)). It converts
 // when it holds two convolutions or more; transposes are added where it meets the rest of the
 // graph (those of constants fold).
 #include <set>
@@ -48,6 +49,18 @@ bool spatial_reduce(const Node& node) {
          (axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1});
 }
 
+// A concatenation of 4-D values along the channels (SqueezeNet's fire modules).
+bool channel_concat(const Node& node) {
+  if (node.op->name() != "concat" || node.outputs.size() != 1 || !rank4_static(node.outputs[0]))
+    return false;
+  const int64_t axis = attr_int(node.op->props(), "axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  for (const Variable* v : node.inputs) {
+    if (!rank4_static(v)) return false;
+  }
+  return true;
+}
+
 class LayoutInt8 {
  public:
   explicit LayoutInt8(const Graph& g) : src_(g), copy_(g) {}
@@ -78,6 +91,8 @@ class LayoutInt8 {
         u.join(node->inputs[0], node->outputs[0]);
       } else if (spatial_reduce(*node)) {
         u.join(node->inputs[0], node->outputs[0]);
+      } else if (channel_concat(*node)) {
+        for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && node->outputs.size() == 1 &&
                  rank4_static(node->outputs[0])) {
         for (const Variable* v : node->inputs) {
@@ -158,6 +173,16 @@ class LayoutInt8 {
       nhwc_[out] =
           add(node.op->name(), props, {nhwc_[node.inputs[0]]}, node.name, out->name + ".nhwc")
               ->outputs[0];
+      return true;
+    }
+    if (channel_concat(node)) {
+      bool any = false;
+      for (const Variable* v : node.inputs) any |= nhwc_.count(v) > 0;
+      if (!any) return false;
+      std::vector<Variable*> inputs;
+      for (const Variable* v : node.inputs) inputs.push_back(channels_last(v));
+      nhwc_[out] =
+          add("concat", {{"axis", int64_t{3}}}, inputs, node.name, out->name + ".nhwc")->outputs[0];
       return true;
     }
     if (!is_elementwise_node(node)) return false;
