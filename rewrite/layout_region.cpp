@@ -4,6 +4,17 @@
 
 namespace kiln {
 
+bool channel_concat(const Node& node, bool (*fits)(const Variable*)) {
+  if (node.op->name() != "concat" || node.outputs.size() != 1 || !fits(node.outputs[0]))
+    return false;
+  const int64_t axis = attr_int(node.op->props(), "axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  for (const Variable* v : node.inputs) {
+    if (!fits(v)) return false;
+  }
+  return true;
+}
+
 Node* add_fresh(GraphCopy& copy, const std::string& op, const Attrs& props,
                 const std::vector<Variable*>& inputs, const std::string& name,
                 const std::string& out_name) {

@@ -22,6 +22,10 @@ class ValueUnion {
   std::unordered_map<const Variable*, const Variable*> parent_;
 };
 
+// A concatenation of 4-D values along their channels (axis 1: SqueezeNet's fire modules)
+// whose output and inputs all satisfy `fits` (the layout's own test of a value).
+bool channel_concat(const Node& node, bool (*fits)(const Variable*));
+
 // A node of registered op `op` in copy's new graph, its one output named after `out_name`
 // (made unique: a model without node names must not give two invented values one name).
 Node* add_fresh(GraphCopy& copy, const std::string& op, const Attrs& props,

@@ -142,18 +142,6 @@ std::optional<std::pair<int64_t, int64_t>> patch_window(const Node& node) {
   return std::make_pair(kh, kw);
 }
 
-// A concatenation along the channels of blockable values (SqueezeNet's fire modules).
-bool channel_concat(const Node& node) {
-  if (node.op->name() != "concat" || node.outputs.size() != 1 || !blockable(node.outputs[0]))
-    return false;
-  const int64_t axis = attr_int(node.op->props(), "axis", 0);
-  if (axis != 1 && axis != -3) return false;
-  for (const Variable* v : node.inputs) {
-    if (!blockable(v)) return false;
-  }
-  return true;
-}
-
 // A 2-D max pool the blocked kernel runs: its props for max_pool_nchwc, or nothing.
 std::optional<Attrs> max_pool_props(const Node& node) {
   if (node.op->name() != "max_pool" || node.outputs.size() != 1 || node.inputs.size() != 1 ||
@@ -239,7 +227,7 @@ class Layout {
         if (blockable(node->inputs[0])) u.join(node->inputs[0], node->outputs[0]);
       } else if (max_pool_props(*node)) {
         u.join(node->inputs[0], node->outputs[0]);
-      } else if (channel_concat(*node)) {
+      } else if (channel_concat(*node, blockable)) {
         for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && blockable(node->outputs[0])) {
         for (const Variable* v : node->inputs) {
@@ -518,7 +506,7 @@ class Layout {
               ->outputs[0];
       return true;
     }
-    if (channel_concat(node)) {
+    if (channel_concat(node, blockable)) {
       std::vector<Variable*> inputs;
       for (const Variable* v : node.inputs) inputs.push_back(blocked(v));
       blocked_[out] = add("concat", {{"axis", int64_t{1}}}, inputs, node.name, out->name + ".nchwc")

@@ -49,18 +49,6 @@ bool spatial_reduce(const Node& node) {
          (axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1});
 }
 
-// A concatenation of 4-D values along the channels (SqueezeNet's fire modules).
-bool channel_concat(const Node& node) {
-  if (node.op->name() != "concat" || node.outputs.size() != 1 || !rank4_static(node.outputs[0]))
-    return false;
-  const int64_t axis = attr_int(node.op->props(), "axis", 0);
-  if (axis != 1 && axis != -3) return false;
-  for (const Variable* v : node.inputs) {
-    if (!rank4_static(v)) return false;
-  }
-  return true;
-}
-
 class LayoutInt8 {
  public:
   explicit LayoutInt8(const Graph& g) : src_(g), copy_(g) {}
@@ -91,7 +79,7 @@ class LayoutInt8 {
         u.join(node->inputs[0], node->outputs[0]);
       } else if (spatial_reduce(*node)) {
         u.join(node->inputs[0], node->outputs[0]);
-      } else if (channel_concat(*node)) {
+      } else if (channel_concat(*node, rank4_static)) {
         for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
       } else if (is_elementwise_node(*node) && node->outputs.size() == 1 &&
                  rank4_static(node->outputs[0])) {
@@ -175,7 +163,7 @@ class LayoutInt8 {
               ->outputs[0];
       return true;
     }
-    if (channel_concat(node)) {
+    if (channel_concat(node, rank4_static)) {
       bool any = false;
       for (const Variable* v : node.inputs) any |= nhwc_.count(v) > 0;
       if (!any) return false;
