@@ -21,6 +21,11 @@ QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
   if (packed_m_ < 0 || (packed_m_ > 0 && window_.kernel.empty())) {
     throw UserError("qconv: packed_m needs kernel_shape");
   }
+  if (!nhwc_ && attr_int(this->props(), "x_nchw", 0) != 0) {
+    throw UserError(
+        "qconv: x_nchw needs nhwc (it says which input of a channels-last "
+        "convolution stays channels-first)");
+  }
 }
 
 std::vector<int64_t> QConv::channels_first(const std::vector<int64_t>& x) const {

@@ -604,6 +604,43 @@ TEST(Rewrite, IntegerConvolutionChainsRunChannelsLast) {
       testing::tensors_close(compile(fire)(fin)[0], evaluate_reference(fire, fin)[0], 0, 0));
 }
 
+// qconv's layout props are checked by name: nhwc takes a 4-D input, x_nchw a group-1
+// convolution and nhwc itself.
+TEST(Rewrite, IntegerConvolutionLayoutPropsAreChecked) {
+  std::mt19937 rng(83);
+  auto error_of = [&](const Shape& xs, int64_t group, Attrs layout) {
+    Graph g("bad");
+    Var x = input(g, "x", DType::kUInt8, xs);
+    const int64_t c = xs.size() == 4 ? xs[3] : xs[1];
+    auto k = [&](DType t, const Shape& s, const std::string& n) {
+      return constant(g, testing::random_tensor(t, s, rng, 1, 3), n);
+    };
+    Attrs props{{"kernel_shape", std::vector<int64_t>(xs.size() - 2, 1)},
+                {"group", group},
+                {"requant", int64_t{1}}};
+    for (auto& [key, value] : layout) props[key] = value;
+    std::vector<int64_t> ws{c, c / group};
+    ws.resize(xs.size(), 1);
+    try {
+      apply("qconv",
+            {x, k(DType::kInt8, ws, "w"), k(DType::kUInt8, {}, "az"), k(DType::kInt8, {c}, "bz"),
+             k(DType::kFloat32, {c}, "s"), k(DType::kUInt8, {}, "yz")},
+            props);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of({1, 4, 5}, 1, {{"nhwc", int64_t{1}}}).find("nhwc needs a rank-4 input"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, 5, 5, 4}, 2, {{"nhwc", int64_t{1}}, {"x_nchw", int64_t{1}}})
+                .find("x_nchw takes group-1"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, 4, 5, 5}, 1, {{"x_nchw", int64_t{1}}}).find("x_nchw needs nhwc"),
+            std::string::npos);
+  EXPECT_EQ(error_of({1, 5, 5, 4}, 1, {{"nhwc", int64_t{1}}}), "");
+}
+
 // Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the
 // convolution alone, scales the weights (C x M per run) instead of the activation; a 3x3
 // convolution's weights too (s per input channel of every tap). Not where the weights

@@ -186,11 +186,11 @@ KILN_HELPER void kiln_q_pad_rows(const uint8_t* x, int64_t c, const kiln_window*
 
 /* Y (N, M, OH, OW) = the grouped convolution of X (N, C, H, W) by W (M, C/group, kh, kw), or
  * by W packed per group (w_packed), positions split among the parts; layout bit 1: X is
- * (N, H, W, C), bit 2: Y is (N, OH, OW, M) (a depthwise one takes both or neither). Each image goes
- * channels-last with its padding (kiln_support.qnhwc, or kiln_q_pad_rows when it already is
- * channels-last), each chunk of positions becomes rows of taps (ky, kx, ci) (qim2row; a 1x1 window
- * at stride 1 reads the image's rows as they are, a channels-last uint8 X in place), and each
- * group's rows multiply its packed weight. */
+ * (N, H, W, C), bit 2: Y is (N, OH, OW, M) (a depthwise one takes both or neither). Each
+ * image goes channels-last with its padding (kiln_support.qnhwc, or kiln_q_pad_rows when it
+ * already is channels-last), each chunk of positions becomes rows of taps (ky, kx, ci)
+ * (qim2row; a 1x1 window at stride 1 reads the image's rows as they are, a channels-last
+ * uint8 X in place), and each group's rows multiply its packed weight. */
 KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
                            const kiln_tensor* W, int w_packed, int layout, const kiln_window* g,
                            int64_t group, const kiln_qparams* q, kiln_tensor* Y) {
