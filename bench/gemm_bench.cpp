@@ -2,7 +2,10 @@
 // this CPU) against OpenBLAS's cblas_sgemm on the same operands, both on one thread, in one
 // run: inference shapes (the example MLP's layers at batch 32 and 1, a narrow output layer)
 // and two large ones. OpenBLAS reads the weight as stored (N x K, transposed); kiln reads it
-// packed, as the `pack` pass leaves constant weights. Usage: gemm_bench [--repeat N] [--smoke]
+// packed, as the `pack` pass leaves constant weights. The bf16 columns time the bfloat16 kernel
+// (kiln_support.gemm_packed_bf16: vdpbf16ps where the CPU has AVX512-BF16, as --precision bf16
+// runs it) on the same weight rounded to bfloat16 panels; "bf16/f32" is its speedup over the
+// float32 kernel. Usage: gemm_bench [--repeat N] [--smoke]
 #include <cblas.h>
 
 #include <algorithm>
@@ -67,8 +70,8 @@ int main(int argc, char** argv) {
                            {"vit mlp up, half rows", 99, 1536, 384}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::printf("%-24s %18s %12s %12s %10s %9s\n", "shape", "M x N x K", "kiln us", "OpenBLAS us",
-              "kiln GF/s", "speedup");
+  std::printf("%-24s %18s %12s %12s %10s %9s %10s %10s %9s\n", "shape", "M x N x K", "kiln us",
+              "OpenBLAS us", "kiln GF/s", "speedup", "bf16 us", "bf16 GF/s", "bf16/f32");
   for (const auto& s : shapes) {
     Tensor a = Tensor::empty(DType::kFloat32, {s.m, s.k}),
            w = Tensor::empty(DType::kFloat32, {s.n, s.k});
@@ -77,7 +80,8 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < t->numel(); ++i) p[i] = u(rng);
     }
     Tensor bp = pack_gemm_panels(w, true);
-    std::vector<float> c(static_cast<size_t>(s.m) * s.n), ref(c.size());
+    Tensor bh = gemm_panels_to_bf16(bp, s.n);
+    std::vector<float> c(static_cast<size_t>(s.m) * s.n), ref(c.size()), ch(c.size());
     const auto* pa = static_cast<const float*>(a.data());
     const auto* pw = static_cast<const float*>(w.data());
     const auto* pb = static_cast<const float*>(bp.data());
@@ -88,23 +92,39 @@ int main(int argc, char** argv) {
                                    nullptr, 0, 0, -INFINITY, INFINITY);
         },
         reps);
+    const double bf16_us = best_us(
+        [&] {
+          support->gemm_packed_bf16(s.m, s.n, s.k, 1.0f, pa, s.k, 1,
+                                    static_cast<const uint16_t*>(bh.data()), 0.0f, ch.data(), s.n,
+                                    nullptr, 0, 0, -INFINITY, INFINITY);
+        },
+        reps);
     const double blas_us = best_us(
         [&] {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pw,
                       s.k, 0.0f, ref.data(), s.n);
         },
         reps);
-    double err = 0;
-    for (size_t i = 0; i < c.size(); ++i)
+    double err = 0, err16 = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
       err = std::max(err, static_cast<double>(std::abs(c[i] - ref[i])));
+      err16 = std::max(err16, static_cast<double>(std::abs(ch[i] - ref[i])));
+    }
     if (err > 1e-3 * s.k) {
       std::fprintf(stderr, "gemm_bench: %s: kiln and OpenBLAS differ by %g\n", s.what, err);
       return 1;
     }
+    // Each of K products is off by at most two roundings to 8 bits (2^-8 each) of |a||b| <= 1.
+    if (err16 > s.k * 0x1p-7) {
+      std::fprintf(stderr, "gemm_bench: %s: kiln's bf16 kernel and OpenBLAS differ by %g\n", s.what,
+                   err16);
+      return 1;
+    }
     char dims[64];
     std::snprintf(dims, sizeof dims, "%d x %d x %d", s.m, s.n, s.k);
-    std::printf("%-24s %18s %12.2f %12.2f %10.1f %8.2fx\n", s.what, dims, kiln_us, blas_us,
-                2.0 * s.m * s.n * s.k / kiln_us * 1e-3, blas_us / kiln_us);
+    std::printf("%-24s %18s %12.2f %12.2f %10.1f %8.2fx %10.2f %10.1f %8.2fx\n", s.what, dims,
+                kiln_us, blas_us, 2.0 * s.m * s.n * s.k / kiln_us * 1e-3, blas_us / kiln_us,
+                bf16_us, 2.0 * s.m * s.n * s.k / bf16_us * 1e-3, kiln_us / bf16_us);
   }
   return 0;
 }

@@ -43,6 +43,7 @@ const Command& compile_command() {
         "on a miss, name the nearest cached entry for the same graph and which key\n"
         "component differs (toolchain, flags, an op's version, ...)"},
        passes_flag(),
+       precision_flag(),
        device_flag(),
        device_io_flag()},
       "",

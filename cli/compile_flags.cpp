@@ -18,6 +18,14 @@ Flag passes_flag() {
           "cache key"};
 }
 
+Flag precision_flag() {
+  return {"--precision", "", "f32|bf16",
+          "bf16: products by the model's weights on kiln's packed GEMM (MatMul,\n"
+          "Gemm) take bfloat16 operands and sum in float32 (AVX512-BF16; a float32\n"
+          "fallback elsewhere); all else stays float32. CPU only (default:\n"
+          "$KILN_PRECISION, else f32); part of the cache key"};
+}
+
 Flag device_flag() {
   // The devices are the registry's (compiler/backend_list.cpp).
   return {"--device", "", join(backend_names(), "|"),
@@ -48,6 +56,12 @@ CompileOptions compile_options(const CommandLine& line) {
     const std::string spec = line.value("--passes");
     select_passes(spec, "--passes");  // reject a bad spec naming the flag
     options.passes = spec;
+  }
+  if (line.has("--precision")) {
+    options.precision = line.value("--precision");
+    if (options.precision != "f32" && options.precision != "bf16") {
+      throw UsageError{"--precision expects f32|bf16, got '" + options.precision + "'"};
+    }
   }
   if (line.has("--device")) {
     const std::string device = line.value("--device");

@@ -8,6 +8,7 @@
 namespace kiln::cli {
 
 Flag passes_flag();
+Flag precision_flag();
 Flag device_flag();
 Flag device_io_flag();
 

@@ -60,7 +60,8 @@ const Command& export_command() {
        {"--name", "", "NAME", "a C identifier (default: the model's name made into one)"},
        {"--weights", "", "embed|file",
         "the weights inside libNAME.so, or NAME.safetensors beside it"},
-       passes_flag()},
+       passes_flag(),
+       precision_flag()},
       "",
       run};
   return c;

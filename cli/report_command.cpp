@@ -60,6 +60,7 @@ const Command& report_command() {
        input_flag(),
        {"--repeat", "", "N", "profiled runs (default 10)"},
        passes_flag(),
+       precision_flag(),
        device_flag(),
        device_io_flag()},
       "",

@@ -162,6 +162,7 @@ const Command& run_command() {
         "on a cache miss, wait for the module and run it: first results bit for bit\n"
         "those of every later run"},
        passes_flag(),
+       precision_flag(),
        device_flag(),
        {"--device-io", "", "",
         "with --device cuda: the module takes its inputs and gives its outputs in\n"

@@ -28,7 +28,7 @@ int run(const CommandLine& line) {
 const Command& source_command() {
   static const Command c{
       "source",
-      "[--graph] [--preludes] [--passes SPEC] [--device NAME] MODEL",
+      "[--graph] [--preludes] [--passes SPEC] [--precision f32|bf16] [--device NAME] MODEL",
       "print the stitched C source of MODEL's module (--graph: the graph after the\n"
       "rewrite passes instead)",
       "Prints the stitched C source of MODEL's module: the kernels, each under the banners of\n"
@@ -41,6 +41,7 @@ const Command& source_command() {
         "print the preludes and the module ABI header in full (by default each is one line\n"
         "naming it and its length): the exact text the compiler is given"},
        passes_flag(),
+       precision_flag(),
        device_flag(),
        device_io_flag()},
       "",

@@ -167,13 +167,14 @@ const KeyContext& key_context(const CompileOptions& options) {
   const fs::path root = options.cache_dir.empty() ? cache_root() : options.cache_dir;
   const char* env_cc = std::getenv("KILN_CC");
   const char* env_cflags = std::getenv("KILN_CFLAGS");
-  const std::string spec = passes_spec(options.passes);
+  const std::optional<std::string> given = effective_passes(options);
+  const std::string spec = passes_spec(given);
   std::string id = root.string();
   for (const std::string& part :
        {options.toolchain.cc, options.toolchain.cflags, options.toolchain.cache_dir.string(),
         std::string(env_cc ? env_cc : ""), std::string(env_cflags ? env_cflags : ""),
         options.device, std::string(options.device_io ? "io" : ""), spec,
-        std::string(options.passes ? "1" : "0"),
+        std::string(given ? "1" : "0"),
         std::string(link_mode(options) == LinkMode::kKernels ? "kernels" : "module")}) {
     id.append("\n").append(part);
   }
@@ -193,7 +194,7 @@ const KeyContext& key_context(const CompileOptions& options) {
   ctx->spec = spec;
   ctx->link_mode = link_mode(options);
   const std::string passes =
-      passes_component(ctx->spec, options.passes ? "passes" : "KILN_PASSES", ctx->backend->name());
+      passes_component(ctx->spec, given ? "passes" : "KILN_PASSES", ctx->backend->name());
   ToolchainConfig tc_config = options.toolchain;
   if (tc_config.cache_dir.empty()) tc_config.cache_dir = root;
   ctx->toolchain = &Toolchain::get(tc_config);
@@ -613,6 +614,26 @@ Loaded build_unstored(const Graph& graph, const KeyContext& ctx, const ModuleKey
 }
 
 }  // namespace
+
+std::optional<std::string> effective_passes(const CompileOptions& options) {
+  std::string precision = options.precision;
+  const char* origin = "precision";
+  if (precision.empty()) {
+    const char* env = std::getenv("KILN_PRECISION");
+    precision = env ? env : "";
+    origin = "KILN_PRECISION";
+  }
+  if (precision.empty() || precision == "f32") return options.passes;
+  if (precision != "bf16") {
+    throw UserError(std::string(origin) + ": expects f32 or bf16, got '" + precision + "'");
+  }
+  if (!backend_named(options.device).is_host()) {
+    throw UserError(std::string(origin) + " bf16 is for the CPU (bfloat16 products through " +
+                    "AVX512-BF16); device '" + options.device + "' has no bfloat16 conversion");
+  }
+  const std::string spec = passes_spec(options.passes);
+  return spec.empty() ? "bf16" : spec + ",bf16";
+}
 
 Graph optimized_graph(const Graph& given, const CompileOptions& options) {
   check_graph(given);

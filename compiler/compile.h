@@ -31,6 +31,11 @@ struct CompileOptions {
   // Rewrite passes to run, e.g. "-fusion,-cse" or "none" (see rewrite/pipeline.h);
   // empty: $KILN_PASSES, else all.
   std::optional<std::string> passes;
+  // "f32" (the model's own precision) or "bf16": products by model weights run on bfloat16
+  // operands with float32 sums (AVX512-BF16's vdpbf16ps; a float32 fallback on CPUs without
+  // it), everything else in float32 (rewrite/cpu/bf16_products.cpp); the passes spec then
+  // gains "bf16". CPU only. Empty: $KILN_PRECISION, else f32.
+  std::string precision;
   // "cpu", or "cuda": nodes with CUDA code run on the CUDA device (a GPU, or the emulator
   // with KILN_CUDA_DEVICE=emulator), with transfers where values cross (rewrite/place_cuda).
   std::string device = "cpu";
@@ -71,6 +76,11 @@ std::string readable_source(const Graph& graph, const CompileOptions& options = 
 
 // The graph compile() builds a module from: `graph` after the rewrite passes.
 Graph optimized_graph(const Graph& graph, const CompileOptions& options = {});
+
+// The passes spec `options` run: their spec (or $KILN_PASSES), with "bf16" added at
+// precision bf16. Throws UserError for a precision other than f32 and bf16, or bf16 on a
+// device other than the CPU.
+std::optional<std::string> effective_passes(const CompileOptions& options);
 
 struct LinkedModule;
 // What `kiln export` ships (compiler/export/export.h): the module as one C unit (thunk i runs step

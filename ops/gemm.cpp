@@ -20,15 +20,19 @@ struct Dims {
 
 // B is (K, N), (N, K) when transposed, or packed panels (NP, K, P) for N = packed_n; with
 // packed B, A may have leading dimensions, whose rows all count in M.
+// bfloat16 panels hold K as pairs: B's K is A's when their pair counts agree.
 Dims gemm_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool ta, bool tb,
-               int64_t packed_n) {
+               int64_t packed_n, bool pairs = false) {
+  auto k_b = [&](int64_t k_a) {
+    return pairs && k_a != kDynamic && b[1] != kDynamic && (k_a + 1) / 2 == b[1] ? k_a : b[1];
+  };
   if (packed_n > 0 && !ta) {
     int64_t m = 1;
     for (size_t d = 0; d + 1 < a.size(); ++d)
       m = (m == kDynamic || a[d] == kDynamic) ? kDynamic : m * a[d];
-    return {m, a.back(), b[1], packed_n};
+    return {m, a.back(), k_b(a.back()), packed_n};
   }
-  if (packed_n > 0) return {a[1], a[0], b[1], packed_n};
+  if (packed_n > 0) return {a[1], a[0], k_b(a[0]), packed_n};
   return {ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[1] : b[0], tb ? b[0] : b[1]};
 }
 
@@ -52,12 +56,21 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
   if (inputs.size() != 2 && inputs.size() != 3) throw UserError("gemm takes 2 or 3 inputs");
   const auto& a = inputs[0];
   const auto& b = inputs[1];
-  check_gemm_dtype("gemm", a.dtype, b.dtype);
+  const bool pairs = packed_n_ > 0 && b.dtype == DType::kBFloat16;
+  if (pairs) {
+    if (a.dtype != DType::kFloat32) {
+      throw UserError("gemm: bfloat16 packed B needs float32 A, got " + a.to_string());
+    }
+  } else {
+    check_gemm_dtype("gemm", a.dtype, b.dtype);
+  }
   if (packed_n_ > 0) {
     if (a.dtype != DType::kFloat32 && a.dtype != DType::kFloat64) {
       throw UserError("gemm: packed B needs float32 or float64, got " + a.to_string());
     }
-    const Shape want = gemm_packed_shape(a.dtype, b.rank() == 3 ? b.dims[1] : 0, packed_n_);
+    const Shape want = pairs
+                           ? gemm_packed_bf16_shape(2 * (b.rank() == 3 ? b.dims[1] : 0), packed_n_)
+                           : gemm_packed_shape(a.dtype, b.rank() == 3 ? b.dims[1] : 0, packed_n_);
     const bool a_ok = trans_a_ ? a.rank() == 2 : a.rank() >= 2;
     if (!a_ok || b.rank() != 3 || (b.dims[0] != kDynamic && b.dims[0] != want[0]) ||
         b.dims[2] != want[2]) {
@@ -73,10 +86,11 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
   } else if (a.rank() != 2 || b.rank() != 2) {
     throw UserError("gemm: A and B must be 2-D, got " + a.to_string() + " and " + b.to_string());
   }
-  Dims d = gemm_dims(a.dims, b.dims, trans_a_, trans_b_, packed_n_);
+  Dims d = gemm_dims(a.dims, b.dims, trans_a_, trans_b_, packed_n_, pairs);
   if (d.k_a != kDynamic && d.k_b != kDynamic && d.k_a != d.k_b) {
     throw UserError("gemm: inner dimensions differ: " + std::to_string(d.k_a) + " vs " +
-                    std::to_string(d.k_b) + " (A " + a.to_string() + ", B " + b.to_string() + ")");
+                    std::to_string(d.k_b) + (pairs ? " pairs" : "") + " (A " + a.to_string() +
+                    ", B " + b.to_string() + ")");
   }
   TensorType out{a.dtype, {d.m, d.n}};
   if (a.rank() > 2) {  // packed B: A's leading dimensions stay in the output
@@ -103,14 +117,16 @@ std::vector<TensorType> Gemm::infer_type(const std::vector<TensorType>& inputs) 
 }
 
 double Gemm::flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
-  const Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
+  const Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_, true);
   return 2.0 * static_cast<double>(d.k_a) * static_cast<double>(shape_numel(outputs.at(0)));
 }
 
 std::vector<Shape> Gemm::infer_shape(const std::vector<Shape>& inputs) const {
-  Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_);
-  if (packed_n_ > 0 &&
-      (inputs[1][2] <= 0 || inputs[1][0] != (packed_n_ + inputs[1][2] - 1) / inputs[1][2])) {
+  // (The types say whether B holds pairs; here a panel of 32 does, as no other does.)
+  const bool pairs = packed_n_ > 0 && inputs[1].size() == 3 && inputs[1][2] == 2 * kBf16PanelWidth;
+  Dims d = gemm_dims(inputs[0], inputs[1], trans_a_, trans_b_, packed_n_, pairs);
+  const int64_t width = pairs ? kBf16PanelWidth : inputs[1][2];
+  if (packed_n_ > 0 && (width <= 0 || inputs[1][0] != (packed_n_ + width - 1) / width)) {
     throw UserError("gemm: packed B " + dims_to_string(inputs[1]) + " does not hold " +
                     std::to_string(packed_n_) + " columns in panels of " +
                     std::to_string(inputs[1][2]));
@@ -134,16 +150,20 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
   const Tensor& a = inputs[0];
   const Tensor& b = inputs[1];
   Tensor& y = outputs[0];
-  Dims d = gemm_dims(a.shape(), b.shape(), trans_a_, trans_b_, packed_n_);
+  const bool pairs = packed_n_ > 0 && b.dtype() == DType::kBFloat16;
+  Dims d = gemm_dims(a.shape(), b.shape(), trans_a_, trans_b_, packed_n_, pairs);
   const int64_t p = packed_n_ > 0 ? b.shape()[2] : 0;
   for (int64_t i = 0; i < d.m; ++i) {
     for (int64_t j = 0; j < d.n; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < d.k_a; ++k) {
         double x = a.load(trans_a_ ? k * d.m + i : i * d.k_a + k);
-        double w = b.load(packed_n_ > 0 ? gemm_packed_index(k, j, d.k_b, p)
-                          : trans_b_    ? j * d.k_b + k
-                                        : k * d.n + j);
+        // bfloat16 B: A is rounded as the kernel reads it.
+        if (pairs) x = bfloat16_round(static_cast<float>(x));
+        double w = b.load(pairs           ? gemm_packed_bf16_index(k, j, d.k_a)
+                          : packed_n_ > 0 ? gemm_packed_index(k, j, d.k_b, p)
+                          : trans_b_      ? j * d.k_b + k
+                                          : k * d.n + j);
         acc += x * w;
       }
       double v = alpha_ * acc;
@@ -163,7 +183,9 @@ void Gemm::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
 std::string Gemm::c_support_code_apply(const Node& node, const std::string&) const {
   const DType dt = node.inputs[0]->type.dtype;
   if (packed_n_ == 0) return gemm_support_code(dt);
-  const std::string s = dt == DType::kFloat32 ? "f32" : "f64";
+  const std::string s = node.inputs[1]->type.dtype == DType::kBFloat16 ? "bf16"
+                        : dt == DType::kFloat32                        ? "f32"
+                                                                       : "f64";
   return "#define kiln_gemm_packed_" + s + " (KILN_SUPPORT->gemm_packed_" + s + ")\n";
 }
 
@@ -232,7 +254,10 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
                                 const std::string& epilogue, const StoreClamp* clamp) const {
   const DType dt = node.inputs[0]->type.dtype;
   const std::string T(dtype_c_type(dt));
-  const std::string S = dt == DType::kFloat32 ? "f32" : "f64";
+  // bfloat16 B (the bf16 pass): panels of 16 columns by pairs of k, as uint16 bits.
+  const bool pairs = node.inputs[1]->type.dtype == DType::kBFloat16;
+  const std::string S = pairs ? "bf16" : dt == DType::kFloat32 ? "f32" : "f64";
+  const std::string TB = pairs ? "uint16_t" : T;
   const std::string& A = names.inputs[0];
   const std::string& B = names.inputs[1];
   const std::string& Y = names.outputs[0];
@@ -244,7 +269,12 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   const int ra = node.inputs[0]->type.rank();
   const std::string last = std::to_string(ra - 1);
   s += "  const int64_t N = " + Y + "->shape[" + last + "];\n";
-  s += "  const int64_t K = " + B + "->shape[1], P = " + B + "->shape[2];\n";
+  // K: A's; P: columns per panel; PS: elements from one panel to the next; BR x BW: a
+  // panel's rows and their elements.
+  const std::string k_of_a = A + "->shape[" + (trans_a_ ? std::to_string(ra - 2) : last) + "]";
+  s += "  const int64_t BR = " + B + "->shape[1], BW = " + B + "->shape[2], PS = BR * BW;\n";
+  s += pairs ? "  const int64_t K = " + k_of_a + ", P = BW / 2;\n"
+             : "  const int64_t K = BR, P = BW;\n";
   s += "  int64_t rsa = " + A + "->strides[" + (trans_a_ ? "1" : std::to_string(ra - 2)) +
        "], csa = " + A + "->strides[" + (trans_a_ ? "0" : last) + "];\n";
   s += "  const " + T + " *pa = (const " + T + " *)" + A + "->data;\n";
@@ -263,12 +293,12 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
          "->strides, sizeof(" + T + "));\n";
     s += "    pa = dense;\n    rsa = K;\n    csa = 1;\n  }\n";
   }
-  s += "  const " + T + " *pb = (const " + T + " *)" + B + "->data;\n";
+  s += "  const " + TB + " *pb = (const " + TB + " *)" + B + "->data;\n";
   // The kernel walks the panels as one dense block; any other layout is copied to one.
-  s += "  if (" + B + "->strides[2] != 1 || (K > 1 && " + B + "->strides[1] != P) || (" + B +
-       "->shape[0] > 1 && " + B + "->strides[0] != K * P)) {\n";
-  s += c_workspace(T, "dense", B + "->shape[0] * K * P", "gemm's packed B");
-  s += "    kiln_copy_strided(dense, pb, 3, " + B + "->shape, " + B + "->strides, sizeof(" + T +
+  s += "  if (" + B + "->strides[2] != 1 || (BR > 1 && " + B + "->strides[1] != BW) || (" + B +
+       "->shape[0] > 1 && " + B + "->strides[0] != PS)) {\n";
+  s += c_workspace(TB, "dense", B + "->shape[0] * PS", "gemm's packed B");
+  s += "    kiln_copy_strided(dense, pb, 3, " + B + "->shape, " + B + "->strides, sizeof(" + TB +
        "));\n";
   s += "    pb = dense;\n  }\n";
   const SplitTiles tiles = *c_split_tiles(node, names, sub);
@@ -290,7 +320,7 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
     if (has_c && !c_in_kernel) s += c_fill_bias(node, names, "lo", "hi", "c0", "c1");
     s += "  if (lo < hi && c0 < c1)\n";
     s += "    kiln_gemm_packed_" + S + "(hi - lo, c1 - c0, K, " + c_literal(dt, alpha_) +
-         ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * K * P, (" + T + ")" + beta +
+         ", (const " + T + " *)pa + lo * rsa, rsa, csa, pb + c0 / P * PS, (" + T + ")" + beta +
          ", py + lo * N + c0, N, " + bias_args("lo", "c0") + ");\n";
     s += "}\n";
     return s;
@@ -314,7 +344,7 @@ std::string Gemm::c_code_packed(const Node& node, const CodeNames& names, const 
   s += "      const int64_t e_c1 = c1 - e_c0 < piece ? c1 : e_c0 + piece;\n";
   if (has_c && !c_in_kernel) s += c_fill_bias(node, names, "e_r0", "e_r1", "e_c0", "e_c1");
   s += "      kiln_gemm_packed_" + S + "(e_r1 - e_r0, e_c1 - e_c0, K, " + c_literal(dt, alpha_) +
-       ", (const " + T + " *)pa + e_r0 * rsa, rsa, csa, pb + e_c0 / P * K * P, (" + T + ")" + beta +
+       ", (const " + T + " *)pa + e_r0 * rsa, rsa, csa, pb + e_c0 / P * PS, (" + T + ")" + beta +
        ", py + e_r0 * N + e_c0, N, " + bias_args("e_r0", "e_c0") + ");\n";
   s += "      {\n        const int64_t e_n = 0;\n" + epilogue + "      }\n";
   s += "    }\n";

@@ -42,6 +42,12 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
     }
     return pack_gemm_panels(inputs[0], attr_int(props, "trans") != 0);
   }
+  if (op == kGemmPanelsBf16) {
+    if (inputs.size() != 1 || output != 0) {
+      throw UserError(std::string(kGemmPanelsBf16) + " takes one packed matrix");
+    }
+    return gemm_panels_to_bf16(inputs[0], attr_int(props, "n"));
+  }
   if (op == kPackConvBlocks) {
     if (inputs.size() != 1 || inputs[0].ndim() < 3 || output != 0 ||
         (inputs[0].dtype() != DType::kFloat32 && inputs[0].dtype() != DType::kFloat64)) {

@@ -11,6 +11,8 @@ namespace kiln {
 
 // The transform name weight packing records (props: trans = 0 or 1).
 inline constexpr const char* kPackGemmPanels = "pack_gemm_panels";
+// And for float32 panels rounded to bfloat16 panels (props: n, the columns).
+inline constexpr const char* kGemmPanelsBf16 = "gemm_panels_bf16";
 // And for a convolution's weight (no props).
 inline constexpr const char* kPackConvBlocks = "pack_conv_blocks";
 // And for an integer product's weight (ops/c/qgemm_pack.h): a qmatmul's B (no props), a

@@ -22,6 +22,8 @@ Graph layout_nhwc_int8(const Graph& graph);
 Graph compose_reorders(const Graph& graph);
 Graph winograd_convs(const Graph& graph);  // winograd.cpp: blocked 3x3 convs -> F(4x4) or F(2x2)
 Graph pack_weights(const Graph& graph);    // pack_weights.cpp: gemm weights -> GEMM panels
+// bf16_products.cpp: packed float32 gemm weights -> bfloat16 panels (opt-in)
+Graph bf16_products(const Graph& graph);
 Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
 Graph fuse_attention(const Graph& graph);    // fuse_attention.cpp: matmul, softmax, matmul -> one
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop

@@ -57,6 +57,7 @@ const std::vector<PassInfo>& all_passes() {
       {"nhwc", layout_nhwc_int8, 3, "cpu"},
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 6, "cpu"},
+      {"bf16", bf16_products, 1, "cpu", true},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},
       {"fusion", fuse_elementwise, 2},
@@ -78,7 +79,7 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
                                     const std::string& device) {
   std::vector<std::string> names;
   for (const auto& p : all_passes()) names.emplace_back(p.name);
-  std::vector<std::string> off;
+  std::vector<std::string> off, asked;
   bool none = false;
   for (const std::string& item : split_items(spec)) {
     if (item.empty() || item == "all") continue;
@@ -91,17 +92,23 @@ std::vector<PassInfo> select_passes(const std::string& spec, const std::string& 
       throw UserError(origin + ": unknown pass '" + name + "' (passes: " + join(names, ", ") +
                       "; write -name to disable one, none to disable all)");
     }
-    if (item[0] != '-') {
+    const bool opt_in =
+        std::find_if(all_passes().begin(), all_passes().end(), [&](const PassInfo& p) {
+          return p.name == name;
+        })->opt_in;
+    if (item[0] != '-' && !opt_in) {
       throw UserError(origin + ": '" + item + "': write -" + item +
                       " to disable a pass (all run by default)");
     }
-    off.push_back(name);
+    (item[0] == '-' ? off : asked).push_back(name);
   }
   std::vector<PassInfo> on;
   if (none) return on;
   for (const auto& p : all_passes()) {
     const bool for_device = device.empty() || !p.device || device == p.device;
-    if (for_device && std::find(off.begin(), off.end(), p.name) == off.end()) on.push_back(p);
+    const bool wanted = p.opt_in ? std::find(asked.begin(), asked.end(), p.name) != asked.end()
+                                 : std::find(off.begin(), off.end(), p.name) == off.end();
+    if (for_device && wanted) on.push_back(p);
   }
   return on;
 }

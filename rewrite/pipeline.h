@@ -18,11 +18,15 @@ struct PassInfo {
   // has: "cpu" for blocked layouts, packed weights, fused norms and attention); nullptr for
   // every device.
   const char* device = nullptr;
+  // Off unless the spec names it ("bf16"): a pass that changes a model's numbers (bfloat16
+  // products) runs only when asked for.
+  bool opt_in = false;
 };
 
 const std::vector<PassInfo>& all_passes();
 
-// The passes a spec enables for `device` ("": every pass), in pipeline order. Throws
+// The passes a spec enables for `device` ("": every pass), in pipeline order: all but the
+// opt-in ones, less those named "-name", plus the opt-in ones named "name". Throws
 // UserError naming an unknown pass and `origin` (e.g. "KILN_PASSES").
 std::vector<PassInfo> select_passes(const std::string& spec, const std::string& origin,
                                     const std::string& device = "");

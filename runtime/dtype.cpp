@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "runtime/support/kiln_half.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -55,5 +56,9 @@ bool is_signed(DType dt) {
   return is_float(dt) || dt == DType::kInt8 || dt == DType::kInt16 || dt == DType::kInt32 ||
          dt == DType::kInt64;
 }
+
+uint16_t bfloat16_bits(float f) { return kiln_f32_to_bf16(f); }
+
+float bfloat16_round(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
 
 }  // namespace kiln

@@ -33,6 +33,11 @@ std::string_view dtype_c_type(DType dt);  // C type in generated code ("float", 
 bool is_float(DType dt);
 bool is_integer(DType dt);  // bool excluded
 bool is_signed(DType dt);
+// bfloat16's bits for f, rounded to nearest, ties to even (a NaN stays a quiet NaN), and the
+// float those bits are: what kernels that round float32 to bfloat16 compute (ops' reference
+// code cannot see runtime/support).
+uint16_t bfloat16_bits(float f);
+float bfloat16_round(float f);
 inline bool is_byte(DType dt) { return dt == DType::kInt8 || dt == DType::kUInt8; }  // quantized
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // The rewrite passes: what each does to a graph, the pipeline's controls, and that the
 // optimized graph computes what the unoptimized one does.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cmath>
 #include <cstdlib>
@@ -992,10 +993,23 @@ TEST(Rewrite, PackedConvolutionWeightOfTheWrongShapeIsNamed) {
 }
 
 TEST(Rewrite, PassSpecsDisablePassesAndRejectUnknownNames) {
-  EXPECT_EQ(select_passes("", "KILN_PASSES").size(), all_passes().size());
+  size_t opt_in = 0;
+  for (const auto& p : all_passes()) opt_in += p.opt_in;
+  EXPECT_EQ(opt_in, 1u) << "bf16 is the one pass that runs only when named";
+  EXPECT_EQ(select_passes("", "KILN_PASSES").size(), all_passes().size() - opt_in);
   EXPECT_EQ(select_passes("none", "KILN_PASSES").size(), 0u);
   auto some = select_passes("-fusion, -cse", "KILN_PASSES");
-  EXPECT_EQ(some.size(), all_passes().size() - 2);
+  EXPECT_EQ(some.size(), all_passes().size() - opt_in - 2);
+  // Named, an opt-in pass joins in its place (after pack); "-bf16" leaves it off.
+  auto with = select_passes("-cse,bf16", "KILN_PASSES");
+  ASSERT_EQ(with.size(), all_passes().size() - 1);
+  auto at = std::find_if(with.begin(), with.end(),
+                         [](const PassInfo& p) { return std::string(p.name) == "bf16"; });
+  ASSERT_NE(at, with.end());
+  EXPECT_EQ(std::string((at - 1)->name), "pack");
+  EXPECT_EQ(select_passes("-bf16", "KILN_PASSES").size(), all_passes().size() - opt_in);
+  EXPECT_NE(testing::error_of([] { select_passes("cse", "KILN_PASSES"); }).find("write -cse"),
+            std::string::npos);
   for (const auto& p : some) {
     EXPECT_NE(std::string(p.name), "fusion");
     EXPECT_NE(std::string(p.name), "cse");
@@ -1020,7 +1034,7 @@ TEST(Rewrite, DebugLevelTwoPrintsTheGraphAfterEachPass) {
   g.set_outputs({exp(a) + 1.0});
   set_debug_level(2);
   ::testing::internal::CaptureStderr();
-  optimize(g, std::string(""));
+  optimize(g, std::string("bf16"));  // every pass, the opt-in one too
   std::string err = ::testing::internal::GetCapturedStderr();
   set_debug_level(0);
   for (const auto& p : all_passes()) {

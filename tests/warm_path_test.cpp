@@ -360,6 +360,68 @@ TEST_F(WarmPath, WinogradWeightsAreTransformedAgainForANewWeightSet) {
   EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
 }
 
+// x @ w with A and w rounded to bfloat16 (to nearest, ties to even: the 16 dropped bits
+// against half of the kept last bit), summed in double.
+Tensor bf16_product(const Tensor& x, const Tensor& w) {
+  auto round = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint32_t low = u & 0xffffu, keep = u >> 16;
+    const uint32_t r = (low > 0x8000u || (low == 0x8000u && (keep & 1u))) ? keep + 1 : keep;
+    const uint32_t bits = r << 16;
+    float out;
+    std::memcpy(&out, &bits, 4);
+    return static_cast<double>(out);
+  };
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
+  Tensor y = Tensor::zeros(DType::kFloat32, {m, n});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        acc += round(static_cast<float>(x.load(i * k + t))) *
+               round(static_cast<float>(w.load(t * n + j)));
+      }
+      y.store(i * n + j, acc);
+    }
+  return y;
+}
+
+// At precision bf16 a weight's packed panels are rounded to bfloat16 by the plan's recorded
+// transform: a module from the disk cache given other weights rounds those, and its results
+// are theirs in bfloat16 (not the float32 product, which differs in the third digit).
+TEST_F(WarmPath, BfloatPanelsAreRoundedAgainForANewWeightSet) {
+  std::mt19937 rng(77);
+  auto product = [](const Tensor& w) {
+    Graph g("bf16_product");
+    Var x = input(g, "x", DType::kFloat32, {5, 40});
+    g.set_outputs({matmul(x, parameter(g, w, "w"))});
+    return g;
+  };
+  CompileOptions opts = opts_;
+  opts.precision = "bf16";
+  const Tensor x = testing::random_tensor(DType::kFloat32, {5, 40}, rng);
+  const Tensor wa = testing::random_tensor(DType::kFloat32, {40, 48}, rng);
+  const Tensor wb = testing::random_tensor(DType::kFloat32, {40, 48}, rng);
+  Function a = compile(product(wa), opts);
+  EXPECT_EQ(a.info().cache, CacheStatus::kMiss);
+  EXPECT_NE(read_file(a.info().module_path.parent_path() / "plan").find("gemm_panels_bf16"),
+            std::string::npos);
+  EXPECT_TRUE(tensors_close(a({x})[0], bf16_product(x, wa), 1e-5, 1e-5));
+  clear_compile_memo();
+  Graph gb = product(wb);
+  Function b = compile(gb, opts);
+  EXPECT_EQ(b.info().cache, CacheStatus::kHit);
+  EXPECT_TRUE(tensors_close(b({x})[0], bf16_product(x, wb), 1e-5, 1e-5));
+  EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(gb, {x})[0], 1e-5, 1e-5))
+      << "the float32 product: bf16 did not apply";
+  // The float32 module is another entry.
+  clear_compile_memo();
+  Function f = compile(gb, opts_);
+  EXPECT_EQ(f.info().cache, CacheStatus::kMiss);
+  EXPECT_TRUE(tensors_close(f({x})[0], evaluate_reference(gb, {x})[0], 1e-5, 1e-5));
+}
+
 TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
   Graph g("edited");
   Var x = input(g, "x", DType::kFloat32, {4});

@@ -85,7 +85,7 @@ json passes_json(const Graph& graph, const CompileOptions& options) {
     return ops;
   };
   optimize(
-      graph, options.passes,
+      graph, effective_passes(options),
       [&](const PassInfo& p, const Graph& before_graph, const Graph& after_graph, double ms) {
         auto before = count(before_graph), after = count(after_graph);
         json changes = json::array();

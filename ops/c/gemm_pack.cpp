@@ -38,4 +38,29 @@ Tensor pack_gemm_panels(const Tensor& b, bool trans) {
   return out;
 }
 
+Shape gemm_packed_bf16_shape(int64_t k, int64_t n) {
+  return {(n + kBf16PanelWidth - 1) / kBf16PanelWidth, (k + 1) / 2, 2 * kBf16PanelWidth};
+}
+
+Tensor gemm_panels_to_bf16(const Tensor& panels, int64_t n) {
+  if (panels.dtype() != DType::kFloat32 || panels.ndim() != 3 ||
+      panels.shape()[2] != kBf16PanelWidth ||
+      panels.shape()[0] != (n + kBf16PanelWidth - 1) / kBf16PanelWidth) {
+    throw UserError("gemm_panels_to_bf16 takes float32 GEMM panels of " + std::to_string(n) +
+                    " columns, got " + panels.describe());
+  }
+  const int64_t k = panels.shape()[1];
+  Tensor out = Tensor::zeros(DType::kBFloat16, gemm_packed_bf16_shape(k, n));
+  const Tensor src = panels.contiguous();
+  const auto* from = static_cast<const float*>(src.data());
+  auto* to = static_cast<uint16_t*>(out.data());
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      to[gemm_packed_bf16_index(i, j, k)] =
+          bfloat16_bits(from[gemm_packed_index(i, j, k, kBf16PanelWidth)]);
+    }
+  }
+  return out;
+}
+
 }  // namespace kiln

@@ -21,4 +21,17 @@ inline int64_t gemm_packed_index(int64_t i, int64_t j, int64_t k, int64_t p) {
   return j / p * k * p + i * p + j % p;
 }
 
+// bfloat16 panels (kiln_support.gemm_packed_bf16): ceil(N / 16) panels of ceil(K / 2) rows,
+// each row 16 columns of a pair of k (the even k first), zero padded.
+constexpr int64_t kBf16PanelWidth = kGemmPanelBytes / 4;
+Shape gemm_packed_bf16_shape(int64_t k, int64_t n);
+inline int64_t gemm_packed_bf16_index(int64_t i, int64_t j, int64_t k) {
+  const int64_t pairs = (k + 1) / 2;
+  return j / kBf16PanelWidth * pairs * 2 * kBf16PanelWidth + i / 2 * 2 * kBf16PanelWidth +
+         j % kBf16PanelWidth * 2 + i % 2;
+}
+// float32 panels (pack_gemm_panels) of a K x N matrix as bfloat16 panels, each value
+// rounded to nearest, ties to even.
+Tensor gemm_panels_to_bf16(const Tensor& panels, int64_t n);
+
 }  // namespace kiln

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 16
+#define KILN_ABI_VERSION 17
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -227,6 +227,15 @@ typedef struct kiln_support {
                           void* y);
   /* y[i] = table[x[i]] for i in [0, n) (x and y may be the same bytes). */
   void (*lut_bytes)(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table);
+  /* gemm_packed_f32 with B in bfloat16 (uint16 bit patterns) packed as pairs of k: panel p
+   * holds columns [p*16, p*16 + 16) as ceil(k/2) rows of 16 pairs, so B[i][j] sits at
+   * bp[(j/16)*ceil(k/2)*32 + (i/2)*32 + (j%16)*2 + i%2], zero padded (an odd k's last row,
+   * the last panel's columns past n). A is rounded to bfloat16 (to nearest, ties to even);
+   * products sum in float32 (AVX512-BF16 treats subnormal inputs as zero). */
+  void (*gemm_packed_bf16)(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                           int64_t rsa, int64_t csa, const uint16_t* bp, float beta, float* c,
+                           int64_t ldc, const float* bias, int64_t rsb, int64_t csb, float lo,
+                           float hi);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */
