@@ -26,26 +26,28 @@ def _is_path(x):
     return isinstance(x, (str, bytes, os.PathLike))
 
 
-def compile(path_or_graph, device="cpu", passes=None):
+def compile(path_or_graph, device="cpu", passes=None, precision=None):
     """Compiles an ONNX / kiln JSON model file or a kiln.graph.Graph through the kernel cache.
 
     device: "cpu" or "cuda". passes: rewrite passes, e.g. "-fusion" or "none" (default all).
+    precision: "f32" or "bf16" (products by weights on bfloat16 operands, CPU only; default
+    $KILN_PRECISION, else f32).
     Returns a Function: call it with arrays (positionally in input order, or by name).
     """
     if isinstance(path_or_graph, graph.Graph):
-        return _kiln.compile_graph(path_or_graph, device, passes)
+        return _kiln.compile_graph(path_or_graph, device, passes, precision=precision)
     if _is_path(path_or_graph):
-        return _kiln.compile_path(os.fspath(path_or_graph), device, passes)
+        return _kiln.compile_path(os.fspath(path_or_graph), device, passes, precision)
     raise TypeError(f"kiln.compile expects a model path or a kiln.graph.Graph, got "
                     f"{type(path_or_graph).__name__}")
 
 
-def source(path_or_graph, device="cpu", passes=None):
+def source(path_or_graph, device="cpu", passes=None, precision=None):
     """The C source kiln generates for a model file or graph (what compile() would build)."""
     if not isinstance(path_or_graph, graph.Graph) and not _is_path(path_or_graph):
         raise TypeError("kiln.source expects a model path or a kiln.graph.Graph")
     return _kiln.source(path_or_graph if isinstance(path_or_graph, graph.Graph)
-                        else os.fspath(path_or_graph), device, passes)
+                        else os.fspath(path_or_graph), device, passes, precision)
 
 
 def export(model, example_inputs, path, name=None, embed_weights=True, dynamic_shapes=None):

@@ -46,10 +46,12 @@ struct PyFunction {
   }
 };
 
-CompileOptions options_of(const std::string& device, const std::optional<std::string>& passes) {
+CompileOptions options_of(const std::string& device, const std::optional<std::string>& passes,
+                          const std::optional<std::string>& precision) {
   CompileOptions o;
   o.device = device;
   if (passes) o.passes = *passes;
+  if (precision) o.precision = *precision;
   return o;
 }
 
@@ -189,38 +191,42 @@ void bind_function(nb::module_& m) {
       nb::arg("f"), nb::arg("args"), nb::arg("calls"));
   m.def(
       "compile_path",
-      [](const std::string& path, const std::string& device, std::optional<std::string> passes) {
+      [](const std::string& path, const std::string& device, std::optional<std::string> passes,
+         std::optional<std::string> precision) {
         PyFunction f;
         nb::gil_scoped_release release;
-        f.model = std::make_shared<ModelFunction>(path, options_of(device, passes));
+        f.model = std::make_shared<ModelFunction>(path, options_of(device, passes, precision));
         return f;
       },
-      nb::arg("path"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+      nb::arg("path"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
+      nb::arg("precision") = nb::none());
   m.def("clear_compile_memo", [] { clear_compile_memo(); },
         "Forgets the modules this process loaded: the next compile goes to the disk cache.");
   m.def(
       "compile_graph",
       [](const PyGraph& g, const std::string& device, std::optional<std::string> passes,
-         bool tiered) {
+         bool tiered, std::optional<std::string> precision) {
         PyFunction f;
+        const CompileOptions o = options_of(device, passes, precision);
         nb::gil_scoped_release release;
         if (tiered) {
           f.graph = g.graph;
-          f.tiered = std::make_shared<TieredFunction>(*f.graph, options_of(device, passes));
+          f.tiered = std::make_shared<TieredFunction>(*f.graph, o);
         } else {
-          f.function = std::make_shared<Function>(compile(*g.graph, options_of(device, passes)));
+          f.function = std::make_shared<Function>(compile(*g.graph, o));
         }
         return f;
       },
       nb::arg("graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
-      nb::arg("tiered") = false,
+      nb::arg("tiered") = false, nb::arg("precision") = nb::none(),
       "tiered: on a cache miss, calls run through the generic tier while the module compiles "
       "in the background (KILN_GENERIC_START=0 waits instead); the graph must not change "
       "afterwards.");
   m.def(
       "source",
-      [](nb::handle path_or_graph, const std::string& device, std::optional<std::string> passes) {
-        const CompileOptions o = options_of(device, passes);
+      [](nb::handle path_or_graph, const std::string& device, std::optional<std::string> passes,
+         std::optional<std::string> precision) {
+        const CompileOptions o = options_of(device, passes, precision);
         if (nb::isinstance<PyGraph>(path_or_graph)) {
           const PyGraph& g = nb::cast<const PyGraph&>(path_or_graph);
           nb::gil_scoped_release release;
@@ -230,7 +236,8 @@ void bind_function(nb::module_& m) {
         nb::gil_scoped_release release;
         return generate_source(g, o);
       },
-      nb::arg("path_or_graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none());
+      nb::arg("path_or_graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
+      nb::arg("precision") = nb::none());
 }
 
 }  // namespace kiln::python

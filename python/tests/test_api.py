@@ -44,6 +44,29 @@ def test_graph_builder_against_numpy():
     assert "kiln" in repr(g) and x.shape == (None, 5) and h.dtype == "float32"
 
 
+def test_precision_bf16_rounds_the_weight_products():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((96, 40)).astype(np.float32)
+    a = rng.standard_normal((5, 96)).astype(np.float32)
+    g = kg.Graph("bf16")
+    x = g.input("x", "float32", [5, 96])
+    g.set_outputs([x @ g.parameter(w, "w")])
+
+    def bf16(v):  # to nearest, ties to even (no NaN here)
+        u = v.view(np.uint32).astype(np.uint64)
+        return ((((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16) & 0xFFFFFFFF).astype(
+            np.uint32).view(np.float32)
+
+    want = bf16(a).astype(np.float64) @ bf16(w).astype(np.float64)
+    (y,) = kiln.compile(g, precision="bf16")(a)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+    (y32,) = kiln.compile(g, precision="f32")(a)
+    assert np.abs(np.asarray(y32) - want).max() > 1e-3  # float32 is another product
+    assert "kiln_gemm_packed_bf16(" in kiln.source(g, precision="bf16")
+    with pytest.raises(Exception, match="bf16"):
+        kiln.compile(g, precision="bf12")
+
+
 def test_apply_reaches_any_op_by_name():
     g = kg.Graph("t")
     x = g.input("x", "float32", [2, 3])
