@@ -8,7 +8,7 @@ float32 product misses that bound by far (bfloat16 keeps 8 significant bits), so
 also proves that the bf16 kernel ran. Shapes cross the kernel's tails: M = 1, 2, 7, 13 (the
 row blocks of 6), K = 1, 2, 5, 67, 131, 1100 (odd K pads a pair; 1100 crosses the 512-k
 block), N = 16, 17, 33, 50, 300 (panels of 16, the 256-column chunk). Gemm with a bias, ReLU
-(the kernel's clamp), transB, alpha and beta; rank-3 activations; a weight two products
+(the kernel's clamp), transA (A read down its columns), transB, alpha and beta; rank-3 activations; a weight two products
 share; NaN, inf and rounding ties in A; a product narrower than 16 columns, which stays
 float32. Every case runs with the kernel kiln picks, with KILN_GEMM_BF16=fma (the float32
 kernel, all a CPU without AVX512-BF16 has) and, where the CPU has AVX512-BF16, with
@@ -126,13 +126,16 @@ a = RNG.standard_normal((m, k)).astype(np.float32)
 wt = RNG.standard_normal((n, k)).astype(np.float32)
 c = RNG.standard_normal(n).astype(np.float32)
 ab, bound = reference(a, wt.T)
+at = np.ascontiguousarray(a.T)  # transA: the kernel reads A down its columns
 nodes = [helper.make_node("Gemm", ["a", "wt", "c"], ["g"], transB=1),
          helper.make_node("Relu", ["g"], ["y"]),
-         helper.make_node("Gemm", ["a", "wt", "c"], ["z"], transB=1, alpha=0.5, beta=2.0)]
+         helper.make_node("Gemm", ["a", "wt", "c"], ["z"], transB=1, alpha=0.5, beta=2.0),
+         helper.make_node("Gemm", ["at", "wt", "c"], ["ta"], transA=1, transB=1)]
 wants = {"y": (np.maximum(ab + c, 0), bound),
-         "z": (0.5 * ab + 2.0 * c, 0.5 * bound + 1e-6 * np.abs(c))}
-check("gemm bias relu", graph(nodes, {"a": a}, {"wt": wt, "c": c}, list(wants), "gemm"),
-      {"a": a}, wants)
+         "z": (0.5 * ab + 2.0 * c, 0.5 * bound + 1e-6 * np.abs(c)),
+         "ta": (ab + c, bound + 1e-6 * np.abs(c))}
+check("gemm bias relu transA", graph(nodes, {"a": a, "at": at}, {"wt": wt, "c": c}, list(wants),
+                                     "gemm"), {"a": a, "at": at}, wants)
 
 # ---- rank-3 activations (a transformer's (batch, tokens, width) @ W), a shared weight, and a
 # product 10 wide, which stays float32 ----
