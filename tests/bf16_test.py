@@ -204,11 +204,6 @@ for args, env, words in (
         failures.append(f"{args} {env}: want an error naming {words}, got rc {r.returncode}: "
                         f"{r.stderr.strip()[-300:]}")
 
-if failures:
-    print(f"{len(failures)} failures:")
-    for f in failures:
-        print("  " + f)
-    sys.exit(1)
-print(f"bf16_test: every product within the float32 bound of NumPy's bfloat16 one "
-      f"({'vdpbf16ps and ' if BF16_CPU else ''}the float32 kernel"
-      f"{', bit for bit alike' if BF16_CPU else ''}); bad precisions named")
+kiln_cli.finish(failures, "bf16_test: every product within the float32 bound of NumPy's bfloat16 "
+                f"one ({'vdpbf16ps and ' if BF16_CPU else ''}the float32 kernel"
+                f"{', bit for bit alike' if BF16_CPU else ''}); bad precisions named")

@@ -2,6 +2,7 @@
 with Debian's onnx package, and running it on NumPy inputs."""
 import os
 import subprocess
+import sys
 
 import numpy as np
 from onnx import helper
@@ -29,3 +30,13 @@ def run(kiln, path, inputs, env=None, timeout=300):
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
                        env=dict(os.environ, **(env or {})))
     return r, out
+
+
+def finish(failures, passed):
+    """Prints the failures and exits 1, or prints `passed`."""
+    if failures:
+        print(f"{len(failures)} failures:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+    print(passed)

@@ -513,9 +513,5 @@ for op, ins, extra in (
         failures.append(f"{op} with an int32 Y zero point: want an error naming the node and "
                         f"Y's zero point, got rc {r.returncode}: {r.stderr.strip()[-300:]}")
 
-if failures:
-    print(f"{len(failures)} failures:")
-    for f in failures:
-        print("  " + f)
-    sys.exit(1)
-print("quant_test: every case matches NumPy; bad parameters are refused by name")
+kiln_cli.finish(failures,
+                "quant_test: every case matches NumPy; bad parameters are refused by name")

@@ -23,7 +23,7 @@ Graph bf16_products(const Graph& graph) {
     const Attrs& props = node->op->props();
     const int64_t n = node->op->name() == "gemm" ? attr_int(props, "packed_n", 0) : 0;
     const Variable* b = node->inputs.size() >= 2 ? node->inputs[1] : nullptr;
-    if (n <= 0 || node->outputs[0]->type.dtype != DType::kFloat32 ||
+    if (n <= 0 || !b || node->outputs[0]->type.dtype != DType::kFloat32 ||
         b->kind != VarKind::kConstant || !b->value || b->value->dtype() != DType::kFloat32) {
       copy.copy(*node);
       continue;
