@@ -10,7 +10,7 @@ row blocks of 6), K = 1, 2, 5, 67, 131, 1100 (odd K pads a pair; 1100 crosses th
 block), N = 16, 17, 33, 50, 300 (panels of 16, the 256-column chunk). Gemm with a bias, ReLU
 (the kernel's clamp), transA (A read down its columns), transB, alpha and beta; rank-3 activations; a weight two products
 share; NaN, inf and rounding ties in A; a product narrower than 16 columns, which stays
-float32. Every case runs with the kernel kiln picks, with KILN_GEMM_BF16=fma (the float32
+float32; a bfloat16 model, exact at either precision. Every case runs with the kernel kiln picks, with KILN_GEMM_BF16=fma (the float32
 kernel, all a CPU without AVX512-BF16 has) and, where the CPU has AVX512-BF16, with
 KILN_GEMM_BF16=dp (vdpbf16ps): the last two must agree bit for bit. Then bad precisions must
 fail naming the flag.
@@ -164,6 +164,35 @@ check("nan inf ties", graph([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a
                             ["y"], "special"), {"a": a}, {"y": (want, bound)})
 if not (want[4] == bf16(w).astype(np.float64).sum(0)).all():
     failures.append("reference: 1 + 2^-8 should round to 1 (ties to even)")
+
+# ---- A bfloat16 model (its weight and MatMul in bfloat16): kiln computes it in float32 on
+# the model's own values; at bf16 the same values go through the bfloat16 kernel, exactly, so
+# both runs are the float64 product rounded to bfloat16, within one step of it ----
+x = RNG.standard_normal((5, 70)).astype(np.float32)
+w = RNG.standard_normal((70, 33)).astype(np.float32)
+wb16 = helper.make_tensor("w", TensorProto.BFLOAT16, w.shape, raw=True,
+                          vals=(bf16(w).view(np.uint32) >> 16).astype(np.uint16).tobytes())
+g = helper.make_graph(
+    [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+     helper.make_node("MatMul", ["xb", "w"], ["yb"]),
+     helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)], "bf16_model",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [wb16])
+path = kiln_cli.write_model(WORK, "bf16_model", g, [("", 13)])
+exact = reference(x, w)[0]
+for precision in ("f32", "bf16"):
+    r, out = kiln_cli.run(KILN, path, {"x": x}, {"KILN_PRECISION": precision})
+    if r.returncode != 0:
+        failures.append(f"bfloat16 model at {precision}: kiln failed: {r.stderr[-300:]}")
+        continue
+    err = np.abs(np.load(os.path.join(out, "y.npy")) - exact) / np.maximum(np.abs(exact), 1e-3)
+    if err.max() > 2.0**-8:
+        failures.append(f"bfloat16 model at {precision}: {err.max():.3g} from the rounded product")
+r = subprocess.run([KILN, "source", "--graph", "--precision", "bf16", path], capture_output=True,
+                   text=True)
+if "bfloat16 (3, 35, 32)" not in r.stdout:
+    failures.append("a bfloat16 model at bf16 should pack its weight as bfloat16 pairs: " +
+                    r.stdout[-500:])
 
 # ---- Without the option the same model stays float32 (past the bf16 bound's reach) ----
 m, k, n = 6, 300, 40

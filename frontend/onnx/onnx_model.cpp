@@ -227,7 +227,8 @@ void check_storage_inputs(OnnxImporter& im, const onnx::NodeProto& n) {
 // (ops that only move or select values need nothing). Outputs of ONNX's fixed types (indices,
 // shapes, booleans) are left alone; Cast decides its own type.
 void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Var>& outs) {
-  if (is_onnx_op(n, {"Cast", "CastLike", "ArgMax", "ArgMin", "Shape", "Size", "NonZero"})) return;
+  const bool own_type =
+      is_onnx_op(n, {"Cast", "CastLike", "ArgMax", "ArgMin", "Shape", "Size", "NonZero"});
   std::optional<DType> st;
   for (int i = 0; i < n.input_size() && !st; ++i) {
     if (!n.input(i).empty()) st = im.storage(n.input(i));
@@ -241,11 +242,13 @@ void round_to_storage(OnnxImporter& im, const onnx::NodeProto& n, std::vector<Va
     const DType dt = outs[k].dtype();
     if (auto compute = OnnxImporter::compute_type(dt)) {
       // A converter made a storage-type value (Constant, Cast): enter its compute type.
+      // (A Cast to bfloat16 feeding a MatMul with a bfloat16 weight, which enters as float32,
+      // met it in bfloat16 before this applied to Cast.)
       outs[k] = apply("convert", {outs[k]}, {{"to", std::string(dtype_name(*compute))}});
       im.set_storage(n.output(static_cast<int>(k)), dt);
       continue;
     }
-    if (!st || OnnxImporter::compute_type(*st) != dt) continue;
+    if (own_type || !st || OnnxImporter::compute_type(*st) != dt) continue;
     if (n.op_type() == "TopK" && k == 1) continue;  // indices
     if (!moves_only) {
       outs[k] =
