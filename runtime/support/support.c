@@ -61,7 +61,7 @@ static double bf16_kernel_ns(kiln_bf16_fn f) {
 }
 
 /* On a CPU with AVX512-BF16, the faster of its two bfloat16 kernels on six rows of a 256-wide
- * product, timed once (about 0.1 ms; B's zeros do not change the speed). Where vdpbf16ps issues at
+ * product (about 0.1 ms; B's zeros do not change the speed). Where vdpbf16ps issues at
  * half the FMA's rate (the Xeon this was measured on: 85 against 173 GFLOP/s of float32 FMAs),
  * widening to float32 wins; where it issues at the FMA's rate, vdpbf16ps does twice the work. Both
  * give the same bits (the float32 kernel adds each pair's products in vdpbf16ps's order), so the
@@ -76,10 +76,23 @@ static void bf16_rows_split(int64_t m, int64_t n, int64_t k, float alpha, const 
       m, n, k, alpha, a, rsa, csa, bp, beta, c, ldc, bias, rsb, csb, lo, hi);
 }
 
-static kiln_bf16_fn faster_bf16_kernel(void) {
+static kiln_bf16_fn bf16_chosen;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void choose_bf16_kernel(void) {
   const double dp = bf16_kernel_ns(kiln_gemm_packed_bf16_avx512bf16);
   const double fma = bf16_kernel_ns(kiln_gemm_packed_bf16_avx512);
-  return dp <= fma ? kiln_gemm_packed_bf16_avx512bf16 : bf16_rows_split;
+  bf16_chosen = dp <= fma ? kiln_gemm_packed_bf16_avx512bf16 : bf16_rows_split;
+}
+
+/* The table's entry: times the two on the first call, so a process that runs no bfloat16
+ * product never pays for it. */
+static void bf16_timed_once(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t rsa, int64_t csa, const uint16_t* bp, float beta, float* c,
+                            int64_t ldc, const float* bias, int64_t rsb, int64_t csb, float lo,
+                            float hi) {
+  pthread_once(&bf16_once, choose_bf16_kernel);
+  bf16_chosen(m, n, k, alpha, a, rsa, csa, bp, beta, c, ldc, bias, rsb, csb, lo, hi);
 }
 #endif
 
@@ -108,7 +121,7 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vnni;
   }
   const int bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
-  if (bf16) t.gemm_packed_bf16 = faster_bf16_kernel();
+  if (bf16) t.gemm_packed_bf16 = bf16_timed_once;
   if (vnni && __builtin_cpu_supports("avx512vbmi")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
     t.qdepthwise = kiln_qdepthwise_vbmi;
