@@ -38,11 +38,15 @@ ProcessResult kiln(std::vector<std::string> args) {
 struct Case {
   std::string name, model, input;
   bool embed;
+  std::string precision = "f32";
 };
 
 // The model run by kiln itself on `input`: what the exported library must reproduce.
-Tensor kiln_output(const std::string& model, const Tensor& input) {
-  Function f = compile(load_model(model));
+Tensor kiln_output(const std::string& model, const Tensor& input,
+                   const std::string& precision = "f32") {
+  CompileOptions options;
+  options.precision = precision;
+  Function f = compile(load_model(model), options);
   return f({input})[0];
 }
 
@@ -54,7 +58,7 @@ TEST_P(ExportMatchesKiln, CAndCppConsumers) {
   const fs::path dir = testing::temp_dir("export_" + c.name + (c.embed ? "_embed" : "_file"));
   const fs::path out = dir / "lib";
   auto r = kiln({"export", c.model, "-o", out.string(), "--name", c.name, "--weights",
-                 c.embed ? "embed" : "file"});
+                 c.embed ? "embed" : "file", "--precision", c.precision});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(out / ("lib" + c.name + ".so")));
   EXPECT_TRUE(fs::exists(out / (c.name + ".h")));
@@ -72,8 +76,12 @@ TEST_P(ExportMatchesKiln, CAndCppConsumers) {
     Tensor x = testing::random_tensor(DType::kFloat32, shape, rng);
     const std::string tag = std::to_string(batch);
     write_npy(dir / ("x" + tag + ".npy"), x);
-    write_npy(dir / ("want" + tag + ".npy"), kiln_output(c.model, x));
+    const Tensor want = kiln_output(c.model, x, c.precision);
+    write_npy(dir / ("want" + tag + ".npy"), want);
     runs.emplace_back(dir / ("x" + tag + ".npy"), dir / ("want" + tag + ".npy"));
+    if (c.precision == "bf16") {  // the library must hold the bfloat16 products, not float32's
+      EXPECT_FALSE(testing::tensors_close(want, kiln_output(c.model, x), 1e-5, 1e-6));
+    }
   }
   const std::string examples = kExamples + "/export";
   const std::vector<std::string> flags{"-DMODEL=" + c.name,
@@ -113,12 +121,13 @@ TEST_P(ExportMatchesKiln, CAndCppConsumers) {
 
 INSTANTIATE_TEST_SUITE_P(
     Examples, ExportMatchesKiln,
-    ::testing::Values(Case{"mlp", kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy", true},
-                      Case{"mlp", kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy", false},
-                      Case{"resblock", kExamples + "/onnx/resblock/model.onnx",
-                           kExamples + "/onnx/resblock/x.npy", true},
-                      Case{"lenet", kExamples + "/onnx/lenet/model.onnx",
-                           kExamples + "/onnx/lenet/x.npy", false}),
+    ::testing::Values(
+        Case{"mlp", kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy", true},
+        Case{"mlp", kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy", false},
+        Case{"resblock", kExamples + "/onnx/resblock/model.onnx",
+             kExamples + "/onnx/resblock/x.npy", true},
+        Case{"lenet", kExamples + "/onnx/lenet/model.onnx", kExamples + "/onnx/lenet/x.npy", false},
+        Case{"mlp_bf16", kExamples + "/mlp/mlp.json", kExamples + "/mlp/input.npy", false, "bf16"}),
     [](const auto& info) { return info.param.name + (info.param.embed ? "_embed" : "_file"); });
 
 // The exported library's C API, loaded into this process.
