@@ -3,12 +3,14 @@
  * like gemm_tile.c, and once more for AVX512-BF16 (KILN_ISA avx512bf16), whose vdpbf16ps
  * multiplies 32 bfloat16 pairs and adds them into 16 float sums per instruction: twice the
  * multiply-adds of a float32 FMA, from half the bytes of B. The other copies are the float32
- * fallback for CPUs without it: the same bfloat16 values of A and B widened to float32 and
- * multiplied with FMAs, so a module gives the same products on either (their sums may round
- * in another order).
+ * form, all a CPU without AVX512-BF16 has (and faster where vdpbf16ps issues at half the FMA's
+ * rate): the same bfloat16 values widened to float32 and multiplied with FMAs, each pair's odd
+ * k first as vdpbf16ps adds them. A product of two bfloat16 is exact in float32, so both
+ * forms round the same sums in the same order and give the same bits, but for subnormals,
+ * which vdpbf16ps flushes to zero.
  *
- * A block of A's rows (MR x KC) is rounded to bfloat16 pairs once per column chunk, into a
- * buffer on the stack; its pairs are then the 32-bit broadcasts of the block loop. */
+ * A block of A's rows (MR x KC) is rounded to bfloat16 once per column chunk, into a buffer
+ * on the stack, whose values are then the broadcasts of the block loop. */
 #include <stdint.h>
 #include <string.h>
 
