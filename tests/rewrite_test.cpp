@@ -1,8 +1,8 @@
 // The rewrite passes: what each does to a graph, the pipeline's controls, and that the
 // optimized graph computes what the unoptimized one does.
 #include <gtest/gtest.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "ops/builders.h"
 #include "ops/c/conv_pack.h"
+#include "ops/c/gemm_pack.h"
 #include "ops/fused_elementwise.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
@@ -1454,6 +1455,50 @@ namespace {
 // blocked 3x3 one, or a tile other than 2 or 4, is an error naming the transform and what it
 // got, and a right one comes back ((T + 2)^2, M/8, C, 8) with G g G^T's corner elements g's
 // own corner taps (scaled by 1/16 at the first corner of F(4x4)).
+// A plan's bfloat16 rounding takes float32 panels of its n columns and nothing else, named;
+// each value lands at its pair's place, rounded to nearest with ties to even, NaN kept quiet,
+// an odd K's last pair and the columns past n zero.
+TEST(Recipe, BfloatPanelsRejectOtherInputsAndRoundEachValue) {
+  std::mt19937 rng(78);
+  const Tensor f32 = pack_gemm_panels(testing::random_tensor(DType::kFloat32, {5, 20}, rng), false);
+  const Tensor f64 = pack_gemm_panels(testing::random_tensor(DType::kFloat64, {5, 20}, rng), false);
+  for (const auto& [panels, n] : std::vector<std::pair<Tensor, int64_t>>{
+           {f64, 20}, {f32, 40}, {testing::random_tensor(DType::kFloat32, {5, 20}, rng), 20}}) {
+    const std::string m = testing::error_of([&] {
+      run_transform(kGemmPanelsBf16, {{"n", n}}, 0, {panels});
+    });
+    EXPECT_NE(m.find("gemm_panels_to_bf16 takes float32 GEMM panels of " + std::to_string(n) +
+                     " columns"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(dims_to_string(panels.shape())), std::string::npos) << m;
+  }
+  EXPECT_NE(testing::error_of([&] {
+              run_transform(kGemmPanelsBf16, {{"n", int64_t{20}}}, 0, {});
+            }).find("gemm_panels_bf16 takes one packed matrix"),
+            std::string::npos);
+
+  Tensor b = Tensor::zeros(DType::kFloat32, {5, 20});  // K = 5: the third pair is half padding
+  auto* v = static_cast<float*>(b.data());
+  v[0] = 1.0f + 0x1p-8f;       // a tie: to the even 1.0 (0x3f80)
+  v[1] = 1.0f + 3 * 0x1p-8f;   // a tie: up to the even 0x3f82
+  v[20 + 17] = -2.5f;          // row 1, column 17: the second panel
+  v[80 + 19] = std::nanf("");  // row 4 (the last, odd K), column 19
+  const Tensor h =
+      run_transform(kGemmPanelsBf16, {{"n", int64_t{20}}}, 0, {pack_gemm_panels(b, false)});
+  ASSERT_EQ(h.dtype(), DType::kBFloat16);
+  ASSERT_EQ(h.shape(), (Shape{2, 3, 32}));
+  const auto* bits = static_cast<const uint16_t*>(h.data());
+  // (k, column) sits at panel column/16 (3 rows of 32 apart), row k/2, lane (column%16)*2 + k%2.
+  auto at = [&](int k, int j) { return bits[j / 16 * 3 * 32 + k / 2 * 32 + j % 16 * 2 + k % 2]; };
+  EXPECT_EQ(at(0, 0), 0x3f80);
+  EXPECT_EQ(at(0, 1), 0x3f82);
+  EXPECT_EQ(at(1, 17), 0xc020);
+  EXPECT_EQ(at(4, 19) & 0x7fc0, 0x7fc0);  // a quiet NaN
+  EXPECT_EQ(at(5, 19), 0);                // an odd K's padding
+  EXPECT_EQ(at(4, 20), 0);                // a column past n
+}
+
 TEST(Recipe, WinogradTransformRejectsOtherWeightsAndKeepsCornerTaps) {
   std::mt19937 rng(77);
   for (const Shape& bad : {Shape{2, 16, 8}, Shape{2, 144, 4}, Shape{2, 144}}) {
