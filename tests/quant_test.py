@@ -401,7 +401,7 @@ def stage(x, xz, sx, w, wz, sw, bias, sy, yz, ydt, stride, pad, group):
     return requant(acc, ((sx * sw) / sy).reshape(1, -1, 1, 1), int(yz), ydt)
 
 
-def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride):
+def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False):
     x = edge_bytes((2, c, h, wd), xdt)
     xz = np.array(np.iinfo(xdt).max - 20 if xdt == np.uint8 else -3, xdt)
     nodes, consts, cur, cur_z, cur_s = [], {}, x, xz, np.float32(0.03)
@@ -412,7 +412,10 @@ def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride):
     for i, (p, mo, k, st, pad, group) in enumerate(specs):
         ci = cur.shape[1]
         w = edge_bytes((mo, ci // group, k, k), np.int8)
-        wz = np.zeros(mo, np.int8) if i % 2 else RNG.integers(-4, 5, size=mo).astype(np.int8)
+        # Zero points of 0 on the depthwise one take its vpdpbusd loops (each weight less its
+        # zero point an int8); dw_zp's take the int16 ones.
+        zero = i % 2 and not (p == "b" and dw_zp)
+        wz = np.zeros(mo, np.int8) if zero else RNG.integers(-4, 5, size=mo).astype(np.int8)
         sw = (RNG.random(mo).astype(np.float32) + 0.5) * np.float32(0.02)
         bias = RNG.integers(-3000, 3000, size=mo).astype(np.int32)
         sy = np.float32(0.1 + 0.05 * i)
@@ -468,6 +471,8 @@ def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride):
 chain_case("u8_70ch_dw3s2", np.uint8, 3, 9, 7, 70, 3, 2)
 chain_case("s8_100ch_dw5s1", np.int8, 5, 8, 11, 100, 5, 1)
 chain_case("u8_128ch_dw3s1", np.uint8, 16, 13, 6, 128, 3, 1)
+chain_case("u8_40ch_dw3s1_zp", np.uint8, 4, 6, 9, 40, 3, 1, dw_zp=True)
+chain_case("s8_18ch_dw5s2", np.int8, 3, 12, 10, 18, 5, 2)
 
 # ---- bad quantization parameters: clear errors naming the node and the input ----------------
 a = np.zeros((2, 3), np.uint8)

@@ -5,7 +5,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/support/qdepthwise_quads.h"
 #include "runtime/support/qgemm.h"
+#include "runtime/support/qrequant16.h"
 
 #define KILN_CAT2(a, b) a##_##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
@@ -306,24 +308,6 @@ static inline void position_sums_pairs(const uint8_t* const* xp, const int16_t* 
                             _mm512_loadu_si512((const void*)(bias + j + 16)));
 }
 
-/* Stores 16 sums at y[at...] as store_block does (the same float32 steps in the same order,
- * so the bytes are the same): requantized bytes with their channels' scales, or int32. */
-static inline void store16(const kiln_qgemm_epi* e, void* y, int64_t at, __m512i acc,
-                           const float* scales) {
-  if (!e->scale) {
-    _mm512_storeu_si512((void*)((int32_t*)y + at), acc);
-    return;
-  }
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(scales));
-  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1e6f)), _mm512_set1_ps(1e6f));
-  v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
-  v = _mm512_add_ps(v, _mm512_set1_ps((float)e->y_zp));
-  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps((float)e->lo)), _mm512_set1_ps((float)e->hi));
-  /* In range of the byte type: truncating to 8 bits keeps the value (two's complement). */
-  _mm_storeu_si128((__m128i*)((uint8_t*)y + at), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
-}
-
 /* The weight pairs of a block for position_sums_pairs: wt's (tap, channel) rows, for each
  * 32 channels [j, j + 32) of the block (whole groups only) and each tap pair (the last
  * paired with a zero tap when the count is odd). */
@@ -354,6 +338,7 @@ static void pair_weights(const int32_t* wt, int64_t taps, int64_t n, int16_t* wp
 void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_window* g, int64_t c,
                                               int64_t r0, int64_t r1, uint8_t flip, const void* w,
                                               int w_u8, const kiln_qgemm_epi* e, void* y) {
+  if (KILN_QDEPTHWISE_QUADS(x, g, c, r0, r1, flip, w, w_u8, e, y)) return;
   const int64_t taps = g->kh * g->kw;
   int32_t wt[64 * kChannelBlock];
   int32_t acc[kChannelBlock], bias[kChannelBlock];
@@ -365,6 +350,7 @@ void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_windo
 #if defined(__AVX512BW__)
   int16_t wp[32 * 64 * 2];
   const int64_t pairs = (taps + 1) / 2;
+  const kiln_requant16 rq = kiln_requant16_of(e);
 #endif
   for (int64_t c0 = 0; c0 < c; c0 += kChannelBlock) {
     const int64_t n = c - c0 < kChannelBlock ? c - c0 : kChannelBlock;
@@ -401,8 +387,9 @@ void KILN_CAT(kiln_qdepthwise_nhwc, KILN_ISA)(const uint8_t* x, const kiln_windo
         for (; j + 32 <= n; j += 32) {
           __m512i sums[2];
           position_sums_pairs(xp, wp + (j / 32) * pairs * 64, pairs, j, flip, az, bias, sums);
-          store16(e, y, at + j, sums[0], scales + j);
-          store16(e, y, at + j + 16, sums[1], scales + j + 16);
+          kiln_requant16_store(&rq, y, at + j, sums[0], _mm512_loadu_ps(scales + j), 0xffff);
+          kiln_requant16_store(&rq, y, at + j + 16, sums[1], _mm512_loadu_ps(scales + j + 16),
+                               0xffff);
         }
         if (j == n) continue;
 #endif
