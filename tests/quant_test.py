@@ -474,6 +474,90 @@ chain_case("u8_128ch_dw3s1", np.uint8, 16, 13, 6, 128, 3, 1)
 chain_case("u8_40ch_dw3s1_zp", np.uint8, 4, 6, 9, 40, 3, 1, dw_zp=True)
 chain_case("s8_18ch_dw5s2", np.int8, 3, 12, 10, 18, 5, 2)
 
+# ---- QDQ with a Relu: DequantizeLinear -> Gemm / Conv -> Relu -> QuantizeLinear ------------
+# One integer product with the Relu as the epilogue's lower bound (Q(relu(v)) = max(Q(v), y_zp)
+# bit for bit, rounding being monotone), y_zp away from the type's minimum so the bound acts.
+# The Gemm stores rows of bytes; the two chained convolutions run channels-last, so the
+# second (70 channels: a tile of 4 panels and one of 1) stores rows of bytes too.
+def qdq_nodes(p, x, xs, xz, w, ws, wz, bias, ys, yz, op, attrs, nodes, consts):
+    """p's DequantizeLinears, its op, a Relu and a QuantizeLinear to p + '_q'."""
+    nodes += [helper.make_node("DequantizeLinear", [x, xs, xz], [p + "_dx"]),
+              helper.make_node("DequantizeLinear", [p + "_w", p + "_ws", p + "_wz"], [p + "_dw"],
+                               axis=0 if op == "Conv" else 1),
+              helper.make_node("DequantizeLinear", [p + "_b", p + "_bs"], [p + "_db"], axis=0)]
+    nodes.append(helper.make_node(op, [p + "_dx", p + "_dw", p + "_db"], [p + "_v"], **attrs))
+    nodes += [helper.make_node("Relu", [p + "_v"], [p + "_r"]),
+              helper.make_node("QuantizeLinear", [p + "_r", p + "_ys", p + "_yz"], [p + "_q"])]
+    consts.update({p + "_w": w, p + "_ws": ws, p + "_wz": wz, p + "_b": bias,
+                   p + "_bs": (np.float32(xs_val[x]) * ws).astype(np.float32),
+                   p + "_ys": np.array(ys), p + "_yz": yz})
+
+
+def qdq_ref(acc, bias, xs, ws, ys, yz, ydt, shape):
+    want = requant(acc + bias.reshape(shape), ((xs * ws) / ys).reshape(shape), int(yz), ydt)
+    return np.maximum(want, yz)
+
+
+xs_val = {}
+for ydt in (np.uint8, np.int8):
+    tag = np.dtype(ydt).name
+    yz = np.array(40 if ydt == np.uint8 else -30, ydt)
+    # Gemm: (13, 67) x (67, 70), per-column scales, symmetric weights.
+    x = edge_bytes((13, 67), np.uint8)
+    xz, xs = np.array(131, np.uint8), np.float32(0.05)
+    xs_val["x"] = xs
+    w = edge_bytes((67, 70), np.int8)
+    ws = (RNG.random(70).astype(np.float32) + 0.5) * np.float32(0.01)
+    bias = RNG.integers(-4000, 4000, size=70).astype(np.int32)
+    ys = np.float32(0.4)
+    nodes, consts = [], {"xs": np.array(xs), "xz": xz}
+    qdq_nodes("m", "x", "xs", "xz", w, ws, np.zeros(70, np.int8), bias, ys, yz, "Gemm", {},
+              nodes, consts)
+    acc = (x.astype(np.int64) - int(xz)) @ w.astype(np.int64)
+    want = qdq_ref(acc, bias, xs, ws, ys, yz, ydt, (1, 70))
+    g = helper.make_graph(nodes, "qdq_gemm_" + tag,
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                          [helper.make_tensor_value_info("m_q", onnx_type(yz), None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    cases = [("qdq_gemm_relu_" + tag, g, x, want, "qmatmul", "m_q")]
+    # Two convolutions: 3x3 (8 -> 24) then 1x1 (24 -> 70), each with its Relu.
+    x = edge_bytes((1, 8, 7, 9), np.uint8)
+    w1 = edge_bytes((24, 8, 3, 3), np.int8)
+    ws1 = (RNG.random(24).astype(np.float32) + 0.5) * np.float32(0.01)
+    b1 = RNG.integers(-4000, 4000, size=24).astype(np.int32)
+    ys1, yz1 = np.float32(0.3), np.array(10 if ydt == np.uint8 else -50, ydt)
+    w2 = edge_bytes((70, 24, 1, 1), np.int8)
+    ws2 = (RNG.random(70).astype(np.float32) + 0.5) * np.float32(0.01)
+    b2 = RNG.integers(-4000, 4000, size=70).astype(np.int32)
+    xs_val["c1_q"] = ys1
+    nodes, consts = [], {"xs": np.array(xs), "xz": xz}
+    qdq_nodes("c1", "x", "xs", "xz", w1, ws1, np.zeros(24, np.int8), b1, ys1, yz1, "Conv",
+              {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, nodes, consts)
+    qdq_nodes("c2", "c1_q", "c1_ys", "c1_yz", w2, ws2, np.zeros(70, np.int8), b2, ys, yz, "Conv",
+              {"kernel_shape": [1, 1]}, nodes, consts)
+    y1 = qdq_ref(conv_ref(x, w1, xz, 0, 1, 1, 1), b1, xs, ws1, ys1, yz1, ydt, (1, 24, 1, 1))
+    want = qdq_ref(conv_ref(y1, w2, yz1, 0, 1, 0, 1), b2, ys1, ws2, ys, yz, ydt, (1, 70, 1, 1))
+    g = helper.make_graph(nodes, "qdq_conv_" + tag,
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                          [helper.make_tensor_value_info("c2_q", onnx_type(yz), None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    cases.append(("qdq_conv_relu_" + tag, g, x, want, "nhwc=1", "c2_q"))
+    for name, g, x, want, marker, out_name in cases:
+        path = kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+        src = subprocess.run([KILN, "source", "--graph", path], capture_output=True, text=True)
+        if "relu=1" not in src.stdout or marker not in src.stdout:
+            failures.append(f"{name}: want the Relu in an integer product ({marker}), the graph "
+                            f"is: {src.stdout.strip()[-600:]} {src.stderr.strip()[-300:]}")
+        for env in ({}, {"KILN_QGEMM": "c"}):
+            r, out = run(path, {"x": x}, env)
+            if r.returncode != 0:
+                failures.append(f"{name} {env}: kiln failed: {r.stderr.strip()[-300:]}")
+                continue
+            got = np.load(os.path.join(out, out_name + ".npy"))
+            if got.dtype != want.dtype or not np.array_equal(got, want):
+                bad = np.argwhere(got != want) if got.shape == want.shape else got.shape
+                failures.append(f"{name} {env}: differs from NumPy at {bad[:5]}")
+
 # ---- bad quantization parameters: clear errors naming the node and the input ----------------
 a = np.zeros((2, 3), np.uint8)
 bad_cases = [

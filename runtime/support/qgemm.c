@@ -12,6 +12,7 @@
 
 #include "runtime/support/qgemm.h"
 #include "runtime/support/qgemm_epi.h"
+#include "runtime/support/qrequant16.h"
 
 #define KILN_CAT2(a, b) a##_##b
 #define KILN_CAT(a, b) KILN_CAT2(a, b)
@@ -52,9 +53,31 @@ static inline __attribute__((always_inline)) void qgemm_tile(
     int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* a,
     int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
+  /* Per column: -a_zp * colsum + k * a_zp * b_zp + bias, the accumulators' starting value
+   * (with a small k the epilogue, not the products, bounds the tile). */
+  __m512i bz[kMaxPanels], fix[kMaxPanels];
+  __m512 scale[kMaxPanels];
+  __mmask16 mask[kMaxPanels];
+  for (int p = 0; p < panels; ++p) {
+    const int64_t j = j0 + p * kPanelCols;
+    const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
+    mask[p] = (__mmask16)((1u << cols) - 1u);
+    const __m512i colsum = _mm512_loadu_si512((const void*)(e->colsum + j));
+    bz[p] = e->b_zp_step ? _mm512_maskz_loadu_epi32(mask[p], e->b_zp + j)
+                         : _mm512_set1_epi32(e->b_zp[0]);
+    const __m512i az = _mm512_set1_epi32(e->a_zp);
+    fix[p] = _mm512_sub_epi32(_mm512_mullo_epi32(bz[p], _mm512_set1_epi32((int32_t)k * e->a_zp)),
+                              _mm512_mullo_epi32(az, colsum));
+    if (e->bias) fix[p] = _mm512_add_epi32(fix[p], _mm512_maskz_loadu_epi32(mask[p], e->bias + j));
+    scale[p] = _mm512_setzero_ps();
+    if (e->scale) {
+      scale[p] = e->scale_step ? _mm512_maskz_loadu_ps(mask[p], e->scale + j)
+                               : _mm512_set1_ps(e->scale[0]);
+    }
+  }
   __m512i acc[kRows][kMaxPanels];
   for (int r = 0; r < rows; ++r)
-    for (int p = 0; p < panels; ++p) acc[r][p] = _mm512_setzero_si512();
+    for (int p = 0; p < panels; ++p) acc[r][p] = fix[p];
   const int8_t* b0 = bp + (j0 / kPanelCols) * k4 * 64;
   const uint8_t* ar = a + i0 * lda;
   __m512i v[kMaxPanels];
@@ -69,41 +92,68 @@ static inline __attribute__((always_inline)) void qgemm_tile(
   if (kfull < k4) { /* the last group's missing rows of B are zero; A's bytes past k are not read */
     for (int p = 0; p < panels; ++p)
       v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + kfull) * 64));
+    const __mmask16 tail = (__mmask16)((1u << (k - kfull * 4)) - 1u);
     for (int r = 0; r < rows; ++r) {
-      uint8_t tail[4] = {0, 0, 0, 0};
-      memcpy(tail, ar + r * lda + kfull * 4, (size_t)(k - kfull * 4));
-      const __m512i av = _mm512_set1_epi32(load4(tail));
+      const __m512i av =
+          _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(tail, ar + r * lda + kfull * 4));
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
+  }
+  const kiln_requant16 rq = kiln_requant16_of(e);
+  if (e->scale && e->csc == 1) {
+    /* Bytes with a row's columns consecutive (channels-last): the row's panels packed to one
+     * 64-byte vector. Saturating packs clamp to the byte type as the int32 bounds did (a sum
+     * past +-2^31 after scaling is clipped high in float, or converts to INT_MIN low), then
+     * the bounds of a fused activation apply to the bytes: half the epilogue's instructions
+     * of a per-panel conversion, which bounds the tile when k is small. */
+    const int64_t cols = n - j0 < kMaxPanels * kPanelCols ? n - j0 : kMaxPanels * kPanelCols;
+    const __mmask64 out_mask = cols == 64 ? ~0ULL : (1ULL << cols) - 1ULL;
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512 clip = _mm512_set1_ps(1e9f);
+    const __m512i lo = _mm512_set1_epi8((char)e->lo), hi = _mm512_set1_epi8((char)e->hi);
+    for (int r = 0; r < rows; ++r) {
+      __m512i q[kMaxPanels];
+      for (int p = 0; p < kMaxPanels; ++p) {
+        if (p >= panels) {
+          q[p] = _mm512_setzero_si512();
+          continue;
+        }
+        __m512i v = acc[r][p];
+        if (rowsum)
+          v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bz[p], _mm512_set1_epi32(rowsum[r])));
+        const __m512 y = _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[p]), clip);
+        q[p] = _mm512_add_epi32(_mm512_cvtps_epi32(y), rq.y_zp);
+      }
+      /* Lane L of the packs holds 4 values of each vector: q[p][4L..4L+3] at dword 4L + p. */
+      const __m512i h01 = _mm512_packs_epi32(q[0], q[1]), h23 = _mm512_packs_epi32(q[2], q[3]);
+      __m512i b;
+      if (e->out_u8) {
+        b = _mm512_packus_epi16(h01, h23);
+        b = _mm512_min_epu8(_mm512_max_epu8(b, lo), hi);
+      } else {
+        b = _mm512_packs_epi16(h01, h23);
+        b = _mm512_min_epi8(_mm512_max_epi8(b, lo), hi);
+      }
+      b = _mm512_permutexvar_epi32(order, b);
+      _mm512_mask_storeu_epi8((uint8_t*)c + (i0 + r) * e->rsc + j0, out_mask, b);
+    }
+    return;
   }
   for (int p = 0; p < panels; ++p) {
     const int64_t j = j0 + p * kPanelCols;
     const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
-    const __mmask16 mask = (__mmask16)((1u << cols) - 1u);
-    /* Per column: -a_zp * colsum + k * a_zp * b_zp + bias; per row: -rowsum * b_zp. */
-    const __m512i colsum = _mm512_loadu_si512((const void*)(e->colsum + j));
-    const __m512i bz =
-        e->b_zp_step ? _mm512_maskz_loadu_epi32(mask, e->b_zp + j) : _mm512_set1_epi32(e->b_zp[0]);
-    const __m512i az = _mm512_set1_epi32(e->a_zp);
-    __m512i fix = _mm512_sub_epi32(_mm512_mullo_epi32(bz, _mm512_set1_epi32((int32_t)k * e->a_zp)),
-                                   _mm512_mullo_epi32(az, colsum));
-    if (e->bias) fix = _mm512_add_epi32(fix, _mm512_maskz_loadu_epi32(mask, e->bias + j));
-    __m512 scale = _mm512_setzero_ps();
-    if (e->scale) {
-      scale =
-          e->scale_step ? _mm512_maskz_loadu_ps(mask, e->scale + j) : _mm512_set1_ps(e->scale[0]);
-    }
 #if defined(__AVX512VBMI__)
     const int transposed = e->scale && e->rsc == 1 && e->csc != 1;
     __m512i lo4 = _mm512_setzero_si512(), hi2 = _mm512_setzero_si512();
 #endif
     for (int r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
-      __m512i v = _mm512_add_epi32(acc[r][p], fix);
-      v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bz, _mm512_set1_epi32(rowsum[r])));
+      __m512i v = acc[r][p];
+      /* Per row: -rowsum * b_zp (none for symmetric weights). */
+      if (rowsum) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bz[p], _mm512_set1_epi32(rowsum[r])));
       if (!e->scale) {
         if (e->csc == 1) {
-          _mm512_mask_storeu_epi32((int32_t*)c + i * e->rsc + j, mask, v);
+          _mm512_mask_storeu_epi32((int32_t*)c + i * e->rsc + j, mask[p], v);
         } else {
           int32_t tmp[16];
           _mm512_storeu_si512((void*)tmp, v);
@@ -113,10 +163,10 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       }
       /* rint(acc * scale) in the default rounding mode (ties to even), clamped in float first
        * so that no conversion overflows, then the zero point and the byte range. */
-      __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale);
-      y = _mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-1e9f)), _mm512_set1_ps(1e9f));
-      __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), _mm512_set1_epi32(e->y_zp));
-      q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(e->lo)), _mm512_set1_epi32(e->hi));
+      __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[p]);
+      y = _mm512_min_ps(_mm512_max_ps(y, rq.lo_clip), rq.hi_clip);
+      __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), rq.y_zp);
+      q = _mm512_min_epi32(_mm512_max_epi32(q, rq.lo), rq.hi);
       const __m128i bytes = _mm512_cvtepi32_epi8(q);
 #if defined(__AVX512VBMI__)
       if (transposed) {
@@ -129,7 +179,7 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       }
 #endif
       if (e->csc == 1) {
-        _mm_mask_storeu_epi8((uint8_t*)c + i * e->rsc + j, mask, bytes);
+        _mm_mask_storeu_epi8((uint8_t*)c + i * e->rsc + j, mask[p], bytes);
       } else {
         uint8_t tmp[16];
         _mm_storeu_si128((__m128i*)tmp, bytes);
@@ -214,14 +264,16 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
   const int64_t np = (n + kPanelCols - 1) / kPanelCols;
   /* Row sums only correct for B's zero points: symmetric weights (all zero, as onnxruntime's
    * quantizer writes them) need none. */
-  int zero_bz = 1;
-  for (int64_t j = 0; j < (e->b_zp_step ? n : 1); ++j) zero_bz &= e->b_zp[j] == 0;
+  int32_t any_bz = 0;
+  for (int64_t j = 0; j < (e->b_zp_step ? n : 1); ++j) any_bz |= e->b_zp[j];
+  const int zero_bz = any_bz == 0;
   for (int64_t p0 = 0; p0 < np; p0 += block) {
     const int64_t p1 = p0 + block < np ? p0 + block : np;
     for (int64_t i0 = 0; i0 < m; i0 += kRows) {
       const int rows = (int)(m - i0 < kRows ? m - i0 : kRows);
-      int32_t rs[kRows] = {0};
-      if (!zero_bz) row_sums(rows, a + i0 * lda, lda, k, rs);
+      int32_t sums[kRows] = {0};
+      const int32_t* rs = zero_bz ? 0 : sums;
+      if (rs) row_sums(rows, a + i0 * lda, lda, k, sums);
       for (int64_t p = p0; p < p1; p += kMaxPanels) {
         const int panels = (int)(p1 - p < kMaxPanels ? p1 - p : kMaxPanels);
         const int64_t j = p * kPanelCols;
