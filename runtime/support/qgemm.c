@@ -32,6 +32,8 @@ static inline int32_t qgemm_fix(const kiln_qgemm_epi* e, int64_t k, int64_t j, i
 /* A tile of 6 rows by 4 panels keeps 24 accumulators, 4 panel vectors and a broadcast in
  * AVX-512's 32 registers. */
 enum { kRows = 6, kPanelCols = 16, kMaxPanels = 4 };
+/* Panels whose column terms one call keeps at a time (its column blocks are at most this). */
+enum { kTermPanels = 64 };
 
 /* acc + the 4-byte dot products of unsigned a by signed b, the accumulator tied to its
  * register: through the intrinsic, gcc 12 copied every accumulator to and from a scratch
@@ -51,10 +53,11 @@ static inline int32_t load4(const uint8_t* p) {
  * accumulator, then the zero-point terms, bias and requantization on the vectors. */
 static inline __attribute__((always_inline)) void qgemm_tile(
     int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* a,
-    int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum) {
+    int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum,
+    const int32_t* col_fix, const float* col_scale) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
-  /* Per column: -a_zp * colsum + k * a_zp * b_zp + bias, the accumulators' starting value
-   * (with a small k the epilogue, not the products, bounds the tile). */
+  /* The accumulators start from the column terms (column_terms): with a small k the
+   * epilogue, not the products, bounds the tile. */
   __m512i bz[kMaxPanels], fix[kMaxPanels];
   __m512 scale[kMaxPanels];
   __mmask16 mask[kMaxPanels];
@@ -62,17 +65,12 @@ static inline __attribute__((always_inline)) void qgemm_tile(
     const int64_t j = j0 + p * kPanelCols;
     const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
     mask[p] = (__mmask16)((1u << cols) - 1u);
-    const __m512i colsum = _mm512_loadu_si512((const void*)(e->colsum + j));
-    bz[p] = e->b_zp_step ? _mm512_maskz_loadu_epi32(mask[p], e->b_zp + j)
-                         : _mm512_set1_epi32(e->b_zp[0]);
-    const __m512i az = _mm512_set1_epi32(e->a_zp);
-    fix[p] = _mm512_sub_epi32(_mm512_mullo_epi32(bz[p], _mm512_set1_epi32((int32_t)k * e->a_zp)),
-                              _mm512_mullo_epi32(az, colsum));
-    if (e->bias) fix[p] = _mm512_add_epi32(fix[p], _mm512_maskz_loadu_epi32(mask[p], e->bias + j));
-    scale[p] = _mm512_setzero_ps();
-    if (e->scale) {
-      scale[p] = e->scale_step ? _mm512_maskz_loadu_ps(mask[p], e->scale + j)
-                               : _mm512_set1_ps(e->scale[0]);
+    fix[p] = _mm512_loadu_si512((const void*)(col_fix + p * kPanelCols));
+    scale[p] = _mm512_loadu_ps(col_scale + p * kPanelCols);
+    bz[p] = _mm512_setzero_si512();
+    if (rowsum) {
+      bz[p] = e->b_zp_step ? _mm512_maskz_loadu_epi32(mask[p], e->b_zp + j)
+                           : _mm512_set1_epi32(e->b_zp[0]);
     }
   }
   __m512i acc[kRows][kMaxPanels];
@@ -236,22 +234,39 @@ static void row_sums(int rows, const uint8_t* a, int64_t lda, int64_t k, int32_t
   }
 }
 
-#define KILN_TILE_CASE(R)                                    \
-  case R:                                                    \
-    switch (panels) {                                        \
-      case 4:                                                \
-        qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs); \
-        break;                                               \
-      case 3:                                                \
-        qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs); \
-        break;                                               \
-      case 2:                                                \
-        qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs); \
-        break;                                               \
-      default:                                               \
-        qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs); \
-        break;                                               \
-    }                                                        \
+/* Columns [j0, j0 + 16 * panels): -a_zp * colsum + k * a_zp * b_zp + bias, and the scales
+ * (0 past n), once per call rather than per tile. */
+static void column_terms(int64_t j0, int64_t panels, int64_t n, int64_t k, const kiln_qgemm_epi* e,
+                         int32_t* fix, float* scale) {
+  for (int64_t q = 0; q < panels * kPanelCols; ++q) {
+    const int64_t j = j0 + q;
+    if (j >= n) {
+      fix[q] = 0;
+      scale[q] = 0.0f;
+      continue;
+    }
+    const int32_t bz = e->b_zp[e->b_zp_step ? j : 0];
+    fix[q] = (int32_t)k * e->a_zp * bz - e->a_zp * e->colsum[j] + (e->bias ? e->bias[j] : 0);
+    scale[q] = e->scale ? e->scale[e->scale_step ? j : 0] : 0.0f;
+  }
+}
+
+#define KILN_TILE_CASE(R)                                            \
+  case R:                                                            \
+    switch (panels) {                                                \
+      case 4:                                                        \
+        qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
+        break;                                                       \
+      case 3:                                                        \
+        qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
+        break;                                                       \
+      case 2:                                                        \
+        qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
+        break;                                                       \
+      default:                                                       \
+        qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
+        break;                                                       \
+    }                                                                \
     break;
 
 void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
@@ -261,6 +276,9 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
    * them from there. */
   int64_t block = (256 * 1024) / (k4 * 64 > 0 ? k4 * 64 : 1);
   block = block < kMaxPanels ? kMaxPanels : block - block % kMaxPanels;
+  if (block > kTermPanels) block = kTermPanels;
+  int32_t col_fix[kTermPanels * kPanelCols];
+  float col_scale[kTermPanels * kPanelCols];
   const int64_t np = (n + kPanelCols - 1) / kPanelCols;
   /* Row sums only correct for B's zero points: symmetric weights (all zero, as onnxruntime's
    * quantizer writes them) need none. */
@@ -269,6 +287,7 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
   const int zero_bz = any_bz == 0;
   for (int64_t p0 = 0; p0 < np; p0 += block) {
     const int64_t p1 = p0 + block < np ? p0 + block : np;
+    column_terms(p0 * kPanelCols, p1 - p0, n, k, e, col_fix, col_scale);
     for (int64_t i0 = 0; i0 < m; i0 += kRows) {
       const int rows = (int)(m - i0 < kRows ? m - i0 : kRows);
       int32_t sums[kRows] = {0};
@@ -277,6 +296,8 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
       for (int64_t p = p0; p < p1; p += kMaxPanels) {
         const int panels = (int)(p1 - p < kMaxPanels ? p1 - p : kMaxPanels);
         const int64_t j = p * kPanelCols;
+        const int32_t* cf = col_fix + (p - p0) * kPanelCols;
+        const float* cs = col_scale + (p - p0) * kPanelCols;
         switch (rows) {
           KILN_TILE_CASE(1)
           KILN_TILE_CASE(2)
