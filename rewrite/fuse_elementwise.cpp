@@ -2,7 +2,9 @@
 // values nothing else reads becomes one fused_elementwise node: one loop, no intermediate
 // buffers. Broadcasting is exact because every operand is indexed against the final output
 // shape. A producer with a smaller shape than the group's output is fused only when it is
-// cheap, since fusing recomputes it per output element.
+// cheap, since fusing recomputes it per output element. A widening cast with several readers
+// (a quantized activation read as float by two consumers) is copied into each reader's group
+// instead of ending its producer's: the narrow value is stored, not four times its bytes.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -20,6 +22,26 @@ namespace {
 // every realistic activation chain in one loop.
 constexpr size_t kMaxFusedNodes = 64;
 
+// A one-input cast to a wider type (uint8 -> float32): cheaper to repeat in each reader than
+// to store.
+bool is_widening_cast(const Node& node) {
+  if (node.op->name() != "cast" || node.inputs.size() != 1) return false;
+  return dtype_size(node.outputs[0]->type.dtype) > dtype_size(node.inputs[0]->type.dtype);
+}
+
+// Cheap enough to repeat for every element of a larger output: cheap, and no division (a
+// vector division costs about ten multiplies; a squeeze-excitation gate's quantization was
+// two per element of the gated map).
+bool cheap_per_element(const Node& node) {
+  if (!is_cheap_node(node)) return false;
+  if (node.op->name() == "div") return false;
+  if (auto f = dynamic_cast<const FusedElementwise*>(node.op.get())) {
+    for (const auto& st : f->steps())
+      if (st.op->name() == "div") return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Graph fuse_elementwise(const Graph& graph) {
@@ -27,29 +49,39 @@ Graph fuse_elementwise(const Graph& graph) {
   std::set<const Node*> taken;                             // members of some group
   std::map<const Node*, std::vector<const Node*>> groups;  // root -> members (id order)
   const auto& nodes = graph.nodes();
+  auto shared = [&](const Node& n) { return is_widening_cast(n) && uses[n.outputs[0]] > 1; };
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const Node* root = it->get();
-    if (taken.count(root) || !is_elementwise_node(*root)) continue;
+    if (taken.count(root) || !is_elementwise_node(*root) || shared(*root)) continue;
     std::set<const Node*> group{root};
     std::multiset<const Variable*> reads(root->inputs.begin(), root->inputs.end());
+    std::set<const Variable*> stored;  // the inputs of shared casts: their producers stay
     for (bool grew = true; grew;) {
       grew = false;
       for (const Variable* v : std::set<const Variable*>(reads.begin(), reads.end())) {
         if (group.size() >= kMaxFusedNodes) break;
         const Node* p = v->kind == VarKind::kNodeOutput ? v->owner : nullptr;
-        if (!p || group.count(p) || taken.count(p) || !is_elementwise_node(*p)) continue;
-        if (static_cast<int>(reads.count(v)) != uses[v]) continue;  // read outside the group
-        if (v->type.dims != root->outputs[0]->type.dims && !is_cheap_node(*p)) continue;
+        if (!p || group.count(p) || taken.count(p) || stored.count(v) || !is_elementwise_node(*p)) {
+          continue;
+        }
+        const bool copy_in = shared(*p);
+        // Read outside the group: only a shared cast may still join (as a copy).
+        if (!copy_in && static_cast<int>(reads.count(v)) != uses[v]) continue;
+        if (v->type.dims != root->outputs[0]->type.dims && !cheap_per_element(*p)) continue;
         group.insert(p);
         reads.erase(v);
         reads.insert(p->inputs.begin(), p->inputs.end());
+        if (copy_in) stored.insert(p->inputs.begin(), p->inputs.end());
         grew = true;
       }
     }
     if (group.size() < 2) continue;
     std::vector<const Node*> members(group.begin(), group.end());
     std::sort(members.begin(), members.end(), [](auto* a, auto* b) { return a->id < b->id; });
-    taken.insert(members.begin(), members.end());
+    // A shared cast stays untaken: other groups copy it too, and what reads it outside any
+    // group keeps the node itself (dead once every reader has its copy).
+    for (const Node* m : members)
+      if (!shared(*m)) taken.insert(m);
     groups[root] = std::move(members);
   }
 
