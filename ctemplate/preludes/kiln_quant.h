@@ -271,9 +271,22 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   const uint8_t flip = q->a_s8 ? 0x80 : 0;
   /* A channels-last uint8 image under a 1x1 window at stride 1 is already the rows. */
   const int in_place = xl && direct && !flip;
+  /* Windows read in place by the GEMM where the CPU's kernel can (every 4-byte group of a
+   * row within one tap: cg a multiple of 4): a window row's taps are one run of bytes with
+   * dilation 1 and every channel, else each tap is its own run. */
+  enum { kMaxSegments = 256 };
+  const int whole_rows = g->dw == 1 && group == 1;
+  const int64_t n_seg = whole_rows ? g->kh : taps, seg_len = whole_rows ? g->kw * cg : cg;
+  const int gather = !direct && sup->qgemm_u8s8_gather && cg % 4 == 0 && n_seg <= kMaxSegments;
+  int64_t seg[kMaxSegments];
+  const uint8_t* row_at[kChunk];
+  for (int64_t s = 0; gather && s < n_seg; ++s) {
+    const int64_t ky = whole_rows ? s : s / g->kw, kx = whole_rows ? 0 : s % g->kw;
+    seg[s] = (ky * g->dh * wpad + kx * g->dw) * C;
+  }
   uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
-  uint8_t* rows = direct ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
-  if ((!in_place && !buf) || (!direct && !rows)) {
+  uint8_t* rows = direct || gather ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
+  if ((!in_place && !buf) || (!direct && !gather && !rows)) {
     ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
     return 1;
   }
@@ -298,10 +311,15 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
     for (int64_t gi = 0; gi < group; ++gi) {
       const uint8_t* a = (in_place ? px + img * hw * C : buf) + p0 * C + gi * cg;
       int64_t lda = C;
-      if (!direct) {
+      if (!direct && !gather) {
         sup->qim2row(buf + gi * cg, cg, C, g, p0, p1, rows, kg);
         a = rows;
         lda = kg;
+      }
+      if (gather) {
+        /* Each position's window from the image in place: its first tap's pixel. */
+        for (int64_t p = p0; p < p1; ++p)
+          row_at[p - p0] = buf + (((p / g->ow) * g->sh) * wpad + (p % g->ow) * g->sw) * C + gi * cg;
       }
       kiln_qgemm_epi e = e0;
       const int8_t* bp = wp + gi * gbytes;
@@ -313,7 +331,11 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       e.csc = yl ? 1 : hw;
       const int64_t at = yl ? (img * hw + p0) * M + gi * mg : (img * M + gi * mg) * hw + p0;
       char* out = (char*)Y->data + at * (int64_t)esize;
-      sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
+      if (gather) {
+        sup->qgemm_u8s8_gather(p1 - p0, mg, seg_len, n_seg, row_at, seg, bp, &e, out);
+      } else {
+        sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
+      }
     }
     u = img * hw + p1;
   }

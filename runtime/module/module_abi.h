@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_ABI_VERSION 17
+#define KILN_ABI_VERSION 18
 
 /* Strides count elements, not bytes. Outputs handed to a thunk are always contiguous. */
 typedef struct kiln_tensor {
@@ -236,6 +236,13 @@ typedef struct kiln_support {
                            int64_t rsa, int64_t csa, const uint16_t* bp, float beta, float* c,
                            int64_t ldc, const float* bias, int64_t rsb, int64_t csb, float lo,
                            float hi);
+  /* qgemm_u8s8 with A's rows read in place: row i is the nseg segments of len bytes at
+   * rows[i] + seg[s] (k = nseg * len; len a multiple of 4 when nseg > 1), so an integer
+   * convolution reads its window rows from the padded channels-last image that qim2row would
+   * copy them from. NULL where the CPU's integer kernel has no such form. */
+  void (*qgemm_u8s8_gather)(int64_t m, int64_t n, int64_t len, int64_t nseg,
+                            const uint8_t* const* rows, const int64_t* seg, const int8_t* bp,
+                            const struct kiln_qgemm_epi* e, void* c);
 } kiln_support;
 
 /* How qgemm_u8s8 corrects for zero points and writes its output (see there). */

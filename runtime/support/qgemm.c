@@ -52,9 +52,9 @@ static inline int32_t load4(const uint8_t* p) {
 /* rows x (16 * panels) outputs at (i0, j0): every group of four k in one vpdpbusd per
  * accumulator, then the zero-point terms, bias and requantization on the vectors. */
 static inline __attribute__((always_inline)) void qgemm_tile(
-    int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* a,
-    int64_t lda, const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum,
-    const int32_t* col_fix, const float* col_scale) {
+    int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* const* ar,
+    const int64_t* seg, int64_t nseg, int64_t len, const int8_t* bp, const kiln_qgemm_epi* e,
+    void* c, const int32_t* rowsum, const int32_t* col_fix, const float* col_scale) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
   /* The accumulators start from the column terms (column_terms): with a small k the
    * epilogue, not the products, bounds the tile. */
@@ -77,23 +77,29 @@ static inline __attribute__((always_inline)) void qgemm_tile(
   for (int r = 0; r < rows; ++r)
     for (int p = 0; p < panels; ++p) acc[r][p] = fix[p];
   const int8_t* b0 = bp + (j0 / kPanelCols) * k4 * 64;
-  const uint8_t* ar = a + i0 * lda;
   __m512i v[kMaxPanels];
-  for (int64_t t = 0; t < kfull; ++t) {
-    for (int p = 0; p < panels; ++p)
-      v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
-    for (int r = 0; r < rows; ++r) {
-      const __m512i av = _mm512_set1_epi32(load4(ar + r * lda + t * 4));
-      for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
+  /* Row r's k values: segment s is len bytes at ar[r] + seg[s] (one segment of k for a
+   * matrix; a window row's taps for a convolution, read from its image in place). */
+  int64_t t = 0;
+  for (int64_t sg = 0; sg < nseg; ++sg) {
+    const int64_t so = seg[sg];
+    for (int64_t u = 0; u < len / 4; ++u, ++t) {
+      for (int p = 0; p < panels; ++p)
+        v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
+      for (int r = 0; r < rows; ++r) {
+        const __m512i av = _mm512_set1_epi32(load4(ar[r] + so + u * 4));
+        for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
+      }
     }
   }
-  if (kfull < k4) { /* the last group's missing rows of B are zero; A's bytes past k are not read */
+  if (kfull < k4) { /* the last group's missing rows of B are zero; A's bytes past k are not read
+                     * (one segment only: a segmented k is whole groups) */
     for (int p = 0; p < panels; ++p)
       v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + kfull) * 64));
     const __mmask16 tail = (__mmask16)((1u << (k - kfull * 4)) - 1u);
     for (int r = 0; r < rows; ++r) {
       const __m512i av =
-          _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(tail, ar + r * lda + kfull * 4));
+          _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(tail, ar[r] + seg[0] + kfull * 4));
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
   }
@@ -251,27 +257,44 @@ static void column_terms(int64_t j0, int64_t panels, int64_t n, int64_t k, const
   }
 }
 
-#define KILN_TILE_CASE(R)                                            \
-  case R:                                                            \
-    switch (panels) {                                                \
-      case 4:                                                        \
-        qgemm_tile(R, 4, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
-        break;                                                       \
-      case 3:                                                        \
-        qgemm_tile(R, 3, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
-        break;                                                       \
-      case 2:                                                        \
-        qgemm_tile(R, 2, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
-        break;                                                       \
-      default:                                                       \
-        qgemm_tile(R, 1, i0, j, n, k, a, lda, bp, e, c, rs, cf, cs); \
-        break;                                                       \
-    }                                                                \
+#define KILN_TILE_CASE(R)                                                        \
+  case R:                                                                        \
+    switch (panels) {                                                            \
+      case 4:                                                                    \
+        qgemm_tile(R, 4, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                   \
+      case 3:                                                                    \
+        qgemm_tile(R, 3, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                   \
+      case 2:                                                                    \
+        qgemm_tile(R, 2, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                   \
+      default:                                                                   \
+        qgemm_tile(R, 1, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                   \
+    }                                                                            \
     break;
 
-void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
-                   const kiln_qgemm_epi* e, void* c) {
-  const int64_t k4 = (k + 3) / 4;
+/* Row sums of segmented rows (see qgemm_tile). */
+static void row_sums_segments(int rows, const uint8_t* const* ar, const int64_t* seg, int64_t nseg,
+                              int64_t len, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    int32_t total = 0;
+    for (int64_t sg = 0; sg < nseg; ++sg) {
+      int32_t one;
+      row_sums(1, ar[r] + seg[sg], len, len, &one);
+      total += one;
+    }
+    out[r] = total;
+  }
+}
+
+/* The product of m rows given as segments (row i: nseg segments of len bytes at
+ * rows[i] + seg[s], or, with rows NULL, a + i*lda + seg[s]) by packed B. */
+static void qgemm_segments(int64_t m, int64_t n, const uint8_t* a, int64_t lda,
+                           const uint8_t* const* rows, const int64_t* seg, int64_t nseg,
+                           int64_t len, const int8_t* bp, const kiln_qgemm_epi* e, void* c) {
+  const int64_t k = nseg * len, k4 = (k + 3) / 4;
   /* Columns in blocks whose packed panels fit in about half of L2, so every row tile reuses
    * them from there. */
   int64_t block = (256 * 1024) / (k4 * 64 > 0 ? k4 * 64 : 1);
@@ -289,16 +312,18 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
     const int64_t p1 = p0 + block < np ? p0 + block : np;
     column_terms(p0 * kPanelCols, p1 - p0, n, k, e, col_fix, col_scale);
     for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-      const int rows = (int)(m - i0 < kRows ? m - i0 : kRows);
+      const int rows_here = (int)(m - i0 < kRows ? m - i0 : kRows);
+      const uint8_t* ap[kRows];
+      for (int r = 0; r < rows_here; ++r) ap[r] = rows ? rows[i0 + r] : a + (i0 + r) * lda;
       int32_t sums[kRows] = {0};
       const int32_t* rs = zero_bz ? 0 : sums;
-      if (rs) row_sums(rows, a + i0 * lda, lda, k, sums);
+      if (rs) row_sums_segments(rows_here, ap, seg, nseg, len, sums);
       for (int64_t p = p0; p < p1; p += kMaxPanels) {
         const int panels = (int)(p1 - p < kMaxPanels ? p1 - p : kMaxPanels);
         const int64_t j = p * kPanelCols;
         const int32_t* cf = col_fix + (p - p0) * kPanelCols;
         const float* cs = col_scale + (p - p0) * kPanelCols;
-        switch (rows) {
+        switch (rows_here) {
           KILN_TILE_CASE(1)
           KILN_TILE_CASE(2)
           KILN_TILE_CASE(3)
@@ -311,6 +336,18 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
       }
     }
   }
+}
+
+void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
+                   const kiln_qgemm_epi* e, void* c) {
+  const int64_t seg = 0;
+  qgemm_segments(m, n, a, lda, 0, &seg, 1, k, bp, e, c);
+}
+
+void KILN_CAT(kiln_qgemm_u8s8_gather,
+              KILN_ISA)(int64_t m, int64_t n, int64_t len, int64_t nseg, const uint8_t* const* rows,
+                        const int64_t* seg, const int8_t* bp, const kiln_qgemm_epi* e, void* c) {
+  qgemm_segments(m, n, 0, 0, rows, seg, nseg, len, bp, e, c);
 }
 
 #elif defined(__AVX2__)

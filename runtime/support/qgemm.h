@@ -24,6 +24,16 @@ KILN_QGEMM_DECL(vnni)
 KILN_QGEMM_DECL(vbmi)
 #endif
 #undef KILN_QGEMM_DECL
+/* kiln_support.qgemm_u8s8_gather, in the VNNI kernels only. */
+#define KILN_QGEMM_GATHER_DECL(ISA)                                                  \
+  void kiln_qgemm_u8s8_gather_##ISA(int64_t m, int64_t n, int64_t len, int64_t nseg, \
+                                    const uint8_t* const* rows, const int64_t* seg,  \
+                                    const int8_t* bp, const kiln_qgemm_epi* e, void* c);
+#if defined(__x86_64__)
+KILN_QGEMM_GATHER_DECL(vnni)
+KILN_QGEMM_GATHER_DECL(vbmi)
+#endif
+#undef KILN_QGEMM_GATHER_DECL
 
 void kiln_qpack(int64_t k, int64_t n, const void* b, int64_t rsb, int64_t csb, int b_u8, int8_t* bp,
                 int32_t* colsum);

@@ -117,6 +117,7 @@ static kiln_support pick_kernels(kiln_support t) {
   const int vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   if (vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
+    t.qgemm_u8s8_gather = kiln_qgemm_u8s8_gather_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vnni;
   }
@@ -124,6 +125,7 @@ static kiln_support pick_kernels(kiln_support t) {
   if (bf16) t.gemm_packed_bf16 = bf16_timed_once;
   if (vnni && __builtin_cpu_supports("avx512vbmi")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
+    t.qgemm_u8s8_gather = kiln_qgemm_u8s8_gather_vbmi;
     t.qdepthwise = kiln_qdepthwise_vbmi;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vbmi;
     t.lut_bytes = kiln_lut_bytes_vbmi;
@@ -134,6 +136,7 @@ static kiln_support pick_kernels(kiln_support t) {
   const char* force = getenv("KILN_QGEMM");
   if (force && strcmp(force, "c") == 0) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
+    t.qgemm_u8s8_gather = 0;
     t.qdepthwise = kiln_qdepthwise_base;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_base;
     t.lut_bytes = kiln_lut_bytes_base;
@@ -141,11 +144,13 @@ static kiln_support pick_kernels(kiln_support t) {
 #if defined(__x86_64__)
   if (force && strcmp(force, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_avx2;
+    t.qgemm_u8s8_gather = 0;
     t.qdepthwise = kiln_qdepthwise_avx2;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_avx2;
   }
   if (force && strcmp(force, "vnni") == 0 && vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
+    t.qgemm_u8s8_gather = kiln_qgemm_u8s8_gather_vnni;
     t.qdepthwise = kiln_qdepthwise_vnni;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vnni;
   }
@@ -193,6 +198,7 @@ static void build_host_table(void) {
                           kiln_qpack,
                           kiln_qnhwc,
                           kiln_qim2row,
+                          0,
                           0,
                           0,
                           0,
