@@ -37,19 +37,20 @@ static void chunk_bytes(const uint8_t* x, const kiln_window* g, int64_t c, int64
 }
 
 /* quads[s] = for each of the 16 channels, the bytes of columns s..s+3 (bytes holds
- * count + 3 columns): a 4 x 16 byte transpose of 64 consecutive bytes. */
-static void chunk_quads(const uint8_t* bytes, int64_t count, uint8_t* quads) {
+ * count + 3 columns): a 4 x 16 byte transpose of 64 consecutive bytes, for every step-th s
+ * (the only ones a stride of `step` reads). */
+static void chunk_quads(const uint8_t* bytes, int64_t count, int64_t step, uint8_t* quads) {
 #if defined(__AVX512VBMI__)
   /* Output byte 4j + k is column k's channel j: input byte 16k + j. */
   uint8_t order[64];
   for (int j = 0; j < 16; ++j)
     for (int k = 0; k < 4; ++k) order[4 * j + k] = (uint8_t)(16 * k + j);
   const __m512i idx = _mm512_loadu_si512((const void*)order);
-  for (int64_t s = 0; s < count; ++s)
+  for (int64_t s = 0; s < count; s += step)
     _mm512_storeu_si512((void*)(quads + s * 64),
                         _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(bytes + s * 16)));
 #else
-  for (int64_t s = 0; s < count; ++s) {
+  for (int64_t s = 0; s < count; s += step) {
     const uint8_t* p = bytes + s * 16;
     const __m128i a = _mm_loadu_si128((const __m128i*)p);
     const __m128i b = _mm_loadu_si128((const __m128i*)(p + 16));
@@ -92,11 +93,15 @@ int KILN_QDEPTHWISE_QUADS(const uint8_t* x, const kiln_window* g, int64_t c, int
   /* Quad starts one row reads, and the columns they cover. */
   const int64_t count = (g->ow - 1) * g->sw + 4 * (ng - 1) + 1, cols = count + 3;
   const int64_t row_bytes = count * 64;
+  /* Quads start at ox*sw + 4*group: with sw dividing 4, only every sw-th one is read. */
+  const int64_t step = 4 % g->sw == 0 ? g->sw : 1;
   if (nq > kMaxQuadRows || span > kMaxSpan || (span + 1) * row_bytes + cols * 16 > kRingBytes)
     return 0;
-  /* Each weight less its zero point must be an int8 for vpdpbusd (ONNX's per-channel int8
-   * weights are symmetric: zero points of 0). */
-  for (int64_t ch = 0; ch < c; ++ch) {
+  /* Each weight less its zero point must be an int8 for vpdpbusd: int8 weights with zero
+   * points of 0 (ONNX's symmetric per-channel weights) are, without looking at each. */
+  int32_t any_wz = 0;
+  for (int64_t ch = 0; ch < (e->b_zp_step ? c : 1); ++ch) any_wz |= e->b_zp[ch * e->b_zp_step];
+  for (int64_t ch = 0; (w_u8 || any_wz) && ch < c; ++ch) {
     const int32_t wz = e->b_zp[ch * e->b_zp_step];
     for (int64_t t = 0; t < taps; ++t) {
       const int32_t v = (w_u8 ? (int32_t)((const uint8_t*)w)[ch * taps + t] - 128
@@ -163,7 +168,7 @@ int KILN_QDEPTHWISE_QUADS(const uint8_t* x, const kiln_window* g, int64_t c, int
         uint8_t* quads = ring + slot * row_bytes;
         if (tag[slot] != iy) {
           chunk_bytes(x, g, c, c0, m, iy, cols, flip, az, bytes);
-          chunk_quads(bytes, count, quads);
+          chunk_quads(bytes, count, step, quads);
           tag[slot] = iy;
         }
         rows[ky] = quads;
