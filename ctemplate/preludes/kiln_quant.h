@@ -294,7 +294,9 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   int64_t have = -1; /* the image now in buf */
   for (int64_t u = lo; u < hi;) {
     const int64_t img = u / hw, p0 = u % hw;
-    int64_t p1 = p0 + kChunk < hw ? p0 + kChunk : hw;
+    /* Chunks bound the copied rows (and the window pointers); a 1x1 stride-1 product reads
+     * the image as it is, so one GEMM call takes the part's whole share of it. */
+    int64_t p1 = direct || p0 + kChunk >= hw ? hw : p0 + kChunk;
     if (img * hw + p1 > hi) p1 = hi - img * hw;
     if (!in_place && have != img) {
       /* The padded rows this part's positions of the image read. */
