@@ -52,35 +52,40 @@ static inline int32_t load4(const uint8_t* p) {
 /* rows x (16 * panels) outputs at (i0, j0): every group of four k in one vpdpbusd per
  * accumulator, then the zero-point terms, bias and requantization on the vectors. */
 static inline __attribute__((always_inline)) void qgemm_tile(
-    int rows, int panels, int64_t i0, int64_t j0, int64_t n, int64_t k, const uint8_t* const* ar,
-    const int64_t* seg, int64_t nseg, int64_t len, const int8_t* bp, const kiln_qgemm_epi* e,
-    void* c, const int32_t* rowsum, const int32_t* col_fix, const float* col_scale) {
+    int rows, int panels, int gathered, int64_t i0, int64_t j0, int64_t n, int64_t k,
+    const uint8_t* const* ar, int64_t lda, const int64_t* seg, int64_t nseg, int64_t len,
+    const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum,
+    const int32_t* col_fix, const float* col_scale) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
   /* The accumulators start from the column terms (column_terms): with a small k the
-   * epilogue, not the products, bounds the tile. */
-  __m512i bz[kMaxPanels], fix[kMaxPanels];
-  __m512 scale[kMaxPanels];
-  __mmask16 mask[kMaxPanels];
-  for (int p = 0; p < panels; ++p) {
-    const int64_t j = j0 + p * kPanelCols;
-    const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
-    mask[p] = (__mmask16)((1u << cols) - 1u);
-    fix[p] = _mm512_loadu_si512((const void*)(col_fix + p * kPanelCols));
-    scale[p] = _mm512_loadu_ps(col_scale + p * kPanelCols);
-    bz[p] = _mm512_setzero_si512();
-    if (rowsum) {
-      bz[p] = e->b_zp_step ? _mm512_maskz_loadu_epi32(mask[p], e->b_zp + j)
-                           : _mm512_set1_epi32(e->b_zp[0]);
-    }
-  }
+   * epilogue, not the products, bounds the tile. The epilogue's other vectors load after the
+   * products: live across them, they pushed the 24 accumulators out of the 32 registers. */
   __m512i acc[kRows][kMaxPanels];
-  for (int r = 0; r < rows; ++r)
-    for (int p = 0; p < panels; ++p) acc[r][p] = fix[p];
+  for (int p = 0; p < panels; ++p) {
+    const __m512i fix = _mm512_loadu_si512((const void*)(col_fix + p * kPanelCols));
+    for (int r = 0; r < rows; ++r) acc[r][p] = fix;
+  }
   const int8_t* b0 = bp + (j0 / kPanelCols) * k4 * 64;
   __m512i v[kMaxPanels];
   /* Row r's k values: segment s is len bytes at ar[r] + seg[s] (one segment of k for a
    * matrix; a window row's taps for a convolution, read from its image in place). */
   int64_t t = 0;
+  if (!gathered) {
+    /* A matrix (rows lda apart, one segment): the rows' starts stay in registers as one base
+     * and a stride. The segment loop kept reloading the six pointers (10% slower on large
+     * products), and compiled into the same function it slowed this loop too: `gathered` is
+     * a constant where the tile is inlined. */
+    const uint8_t* a0 = ar[0];
+    for (; t < kfull; ++t) {
+      for (int p = 0; p < panels; ++p)
+        v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
+      for (int r = 0; r < rows; ++r) {
+        const __m512i av = _mm512_set1_epi32(load4(a0 + r * lda + t * 4));
+        for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
+      }
+    }
+    nseg = 0;
+  }
   for (int64_t sg = 0; sg < nseg; ++sg) {
     const int64_t so = seg[sg];
     for (int64_t u = 0; u < len / 4; ++u, ++t) {
@@ -101,6 +106,20 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       const __m512i av =
           _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(tail, ar[r] + seg[0] + kfull * 4));
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
+    }
+  }
+  __m512i bz[kMaxPanels];
+  __m512 scale[kMaxPanels];
+  __mmask16 mask[kMaxPanels];
+  for (int p = 0; p < panels; ++p) {
+    const int64_t j = j0 + p * kPanelCols;
+    const int64_t cols = n - j < kPanelCols ? n - j : kPanelCols;
+    mask[p] = (__mmask16)((1u << cols) - 1u);
+    scale[p] = _mm512_loadu_ps(col_scale + p * kPanelCols);
+    bz[p] = _mm512_setzero_si512();
+    if (rowsum) {
+      bz[p] = e->b_zp_step ? _mm512_maskz_loadu_epi32(mask[p], e->b_zp + j)
+                           : _mm512_set1_epi32(e->b_zp[0]);
     }
   }
   const kiln_requant16 rq = kiln_requant16_of(e);
@@ -257,22 +276,22 @@ static void column_terms(int64_t j0, int64_t panels, int64_t n, int64_t k, const
   }
 }
 
-#define KILN_TILE_CASE(R)                                                        \
-  case R:                                                                        \
-    switch (panels) {                                                            \
-      case 4:                                                                    \
-        qgemm_tile(R, 4, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                   \
-      case 3:                                                                    \
-        qgemm_tile(R, 3, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                   \
-      case 2:                                                                    \
-        qgemm_tile(R, 2, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                   \
-      default:                                                                   \
-        qgemm_tile(R, 1, i0, j, n, k, ap, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                   \
-    }                                                                            \
+#define KILN_TILE_CASE(R, G)                                                             \
+  case R:                                                                                \
+    switch (panels) {                                                                    \
+      case 4:                                                                            \
+        qgemm_tile(R, 4, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                           \
+      case 3:                                                                            \
+        qgemm_tile(R, 3, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                           \
+      case 2:                                                                            \
+        qgemm_tile(R, 2, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                           \
+      default:                                                                           \
+        qgemm_tile(R, 1, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
+        break;                                                                           \
+    }                                                                                    \
     break;
 
 /* Row sums of segmented rows (see qgemm_tile). */
@@ -323,15 +342,28 @@ static void qgemm_segments(int64_t m, int64_t n, const uint8_t* a, int64_t lda,
         const int64_t j = p * kPanelCols;
         const int32_t* cf = col_fix + (p - p0) * kPanelCols;
         const float* cs = col_scale + (p - p0) * kPanelCols;
-        switch (rows_here) {
-          KILN_TILE_CASE(1)
-          KILN_TILE_CASE(2)
-          KILN_TILE_CASE(3)
-          KILN_TILE_CASE(4)
-          KILN_TILE_CASE(5)
-          KILN_TILE_CASE(6)
-          default:
-            break;
+        if (rows) {
+          switch (rows_here) {
+            KILN_TILE_CASE(1, 1)
+            KILN_TILE_CASE(2, 1)
+            KILN_TILE_CASE(3, 1)
+            KILN_TILE_CASE(4, 1)
+            KILN_TILE_CASE(5, 1)
+            KILN_TILE_CASE(6, 1)
+            default:
+              break;
+          }
+        } else {
+          switch (rows_here) {
+            KILN_TILE_CASE(1, 0)
+            KILN_TILE_CASE(2, 0)
+            KILN_TILE_CASE(3, 0)
+            KILN_TILE_CASE(4, 0)
+            KILN_TILE_CASE(5, 0)
+            KILN_TILE_CASE(6, 0)
+            default:
+              break;
+          }
         }
       }
     }
