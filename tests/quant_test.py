@@ -144,13 +144,13 @@ both("qlinearmatmul_ties", model(node, {"a": a}, consts, [("y", TensorProto.UINT
 assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the reference itself
 
 # ---- convolutions -----------------------------------------------------------------------
-def conv_ref(x, w, xz, wz, stride, pad, group):
+def conv_ref(x, w, xz, wz, stride, pad, group, dil=1):
     n_img, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
     xp = np.full((n_img, c, h + 2 * pad, wd + 2 * pad), int(xz), np.int64)
     xp[:, :, pad:pad + h, pad:pad + wd] = x
-    oh = (h + 2 * pad - kh) // stride + 1
-    ow = (wd + 2 * pad - kw) // stride + 1
+    oh = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dil * (kw - 1) - 1) // stride + 1
     y = np.zeros((n_img, m, oh, ow), np.int64)
     mg = m // group
     for o in range(m):
@@ -158,8 +158,8 @@ def conv_ref(x, w, xz, wz, stride, pad, group):
         wv = w[o].astype(np.int64) - int(np.broadcast_to(wz, (m,))[o])
         for i in range(oh):
             for j in range(ow):
-                patch = xp[:, g * cg:(g + 1) * cg, i * stride:i * stride + kh,
-                           j * stride:j * stride + kw] - int(xz)
+                patch = xp[:, g * cg:(g + 1) * cg, i * stride:i * stride + dil * (kh - 1) + 1:dil,
+                           j * stride:j * stride + dil * (kw - 1) + 1:dil] - int(xz)
                 y[:, o, i, j] = (patch * wv).sum(axis=(1, 2, 3))
     return y
 
@@ -199,6 +199,28 @@ for (n_img, c, h, wd, m, kh, stride, pad, group) in [
                   "yz": np.array(yz_v, ydt), "bias": bias}
         path = model(node, {"x": x}, consts, [("y", onnx_type(np.array(0, ydt)))], name)
         both(name, path, {"x": x}, want)
+
+# Dilated windows, grouped and not: each tap is its own run of the padded image (the in-place
+# window segments' offsets step by the dilation; 4 or 8 channels a group, so VNNI reads them in
+# place).
+for (c, m, group, stride) in [(8, 6, 2, 1), (8, 16, 1, 2)]:
+    x = edge_bytes((1, c, 11, 10), np.uint8)
+    w = edge_bytes((m, c // group, 3, 3), np.int8)
+    xz, wz = np.array(17, np.uint8), RNG.integers(-3, 4, size=m).astype(np.int8)
+    ref = conv_ref(x, w, xz, wz, stride, 2, group, dil=2)
+    bias = RNG.integers(-5000, 5000, size=m).astype(np.int32)
+    sx, sy = np.float32(0.03), np.float32(0.2)
+    sw = (RNG.random(m).astype(np.float32) + 0.5) * np.float32(0.02)
+    want = requant(ref + bias.reshape(1, m, 1, 1), ((sx * sw) / sy).reshape(1, m, 1, 1), 3,
+                   np.uint8)
+    name = f"qlinearconv_dilated_c{c}_m{m}_g{group}_s{stride}"
+    node = helper.make_node("QLinearConv", ["x", "sx", "xz", "w", "sw", "wz", "sy", "yz", "bias"],
+                            ["y"], kernel_shape=[3, 3], strides=[stride, stride], pads=[2] * 4,
+                            dilations=[2, 2], group=group)
+    consts = {"sx": np.array(sx), "xz": xz, "w": w, "sw": sw, "wz": wz, "sy": np.array(sy),
+              "yz": np.array(3, np.uint8), "bias": bias}
+    path = model(node, {"x": x}, consts, [("y", TensorProto.UINT8)], name)
+    both(name, path, {"x": x}, want)
 
 # ---- quantize / dequantize ----------------------------------------------------------------
 x = np.array([0, 0.5, 1.5, 2.5, -0.5, -1.5, 1e9, -1e9, 254.4, -129.5, 3.0000002, -0.0],
