@@ -346,6 +346,33 @@ TEST(Rewrite, FusionStopsAtValuesReadElsewhereAndAtCostlySmallProducers) {
                       "");
 }
 
+// A quantized activation read as float32 by two consumers stays stored as its bytes: the
+// widening cast is repeated in each consumer, not the end of its producer's loop. And a
+// division on a small operand is not repeated for every element of a broadcast.
+TEST(Rewrite, FusionStoresAWidenedValueNarrowAndDividesSmallOperandsOnce) {
+  Graph g("narrow");
+  Var x = input(g, "x", DType::kUInt8, {4, 8});
+  Var b = input(g, "b", DType::kFloat32, {8});
+  Var q = cast(round(cast(x, DType::kFloat32) * 0.5) + 1.0, DType::kUInt8);
+  Var f = cast(q, DType::kFloat32);  // read by two consumers
+  Var small = b / 3.0;               // (8,) feeding a (4, 8) group
+  g.set_outputs({f * 2.0 + small, mean(f, {1}, true)});
+  Graph o = optimize(g, std::string(""));  // the reduction takes its copy of the cast too
+  for (const auto& n : o.nodes()) {
+    const Variable* out = n->outputs[0];
+    const bool is_output = out == o.outputs()[0] || out == o.outputs()[1];
+    const std::vector<int64_t> full{4, 8};
+    EXPECT_FALSE(!is_output && out->type.dtype == DType::kFloat32 && out->type.dims == full)
+        << "a (4, 8) float32 value is stored: " << o.to_string();
+  }
+  EXPECT_EQ(count_ops(o, "div"), 1) << o.to_string();
+  std::mt19937 rng(5);
+  expect_same_results(g,
+                      {testing::random_tensor(DType::kUInt8, {4, 8}, rng),
+                       testing::random_tensor(DType::kFloat32, {8}, rng)},
+                      "");
+}
+
 TEST(Rewrite, ReductionFusionComputesTheReducedValuesInTheReductionLoop) {
   Graph g("reduce");
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 8, 6});
