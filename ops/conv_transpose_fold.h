@@ -25,6 +25,8 @@ class ConvTransposeFold : public COp {
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h"}; }
   bool c_splittable(const Node&) const override { return true; }
 
+  const TransposedWindow& window() const { return window_; }
+
  private:
   // The spatial rank k of a cols type of rank 2k + 3, or a clear error.
   static int spatial_rank(int rank);

@@ -399,6 +399,64 @@ TEST(KILN_CUDA_SUITE, PadMatchesPerformInEveryMode) {
       0, 0);
 }
 
+// Transposed convolutions on the device, lowered (a matmul and the fold) and direct (`-lower`):
+// strides with output_padding, groups with dilation, a negative end pad (positions only the
+// bias reaches), 1-D in float64 and 3-D, with and without bias, against perform.
+TEST(KILN_CUDA_SUITE, ConvTransposeMatchesPerformLoweredAndDirect) {
+  std::mt19937 rng(37);
+  Graph g("cuda_conv_transpose");
+  Var x = input(g, "x", DType::kFloat32, {2, 6, 5, 7});
+  Var w = input(g, "w", DType::kFloat32, {6, 4, 3, 3});
+  Var wg = input(g, "wg", DType::kFloat32, {6, 2, 2, 3});
+  Var b = input(g, "b", DType::kFloat32, {4});
+  Var x1 = input(g, "x1", DType::kFloat64, {1, 4, 9});
+  Var w1 = input(g, "w1", DType::kFloat64, {4, 3, 5});
+  Var b1 = input(g, "b1", DType::kFloat64, {3});
+  Var x3 = input(g, "x3", DType::kFloat32, {1, 2, 3, 4, 3});
+  Var w3 = input(g, "w3", DType::kFloat32, {2, 3, 2, 3, 2});
+  g.set_outputs({
+      kiln::apply(
+          "conv_transpose", {x, w, b},
+          {{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 1}}})
+          .var(),
+      kiln::apply("conv_transpose", {x, wg},
+                  {{"group", int64_t{3}}, {"strides", Ints{1, 3}}, {"dilations", Ints{2, 2}}})
+          .var(),
+      kiln::apply("conv_transpose", {x1, w1, b1}, {{"strides", Ints{3}}, {"pads", Ints{1, -2}}})
+          .var(),
+      kiln::apply("conv_transpose", {x3, w3}, {{"strides", Ints{2, 1, 2}}}).var(),
+  });
+  const std::vector<Tensor> in{nasty(DType::kFloat32, {2, 6, 5, 7}, rng),
+                               testing::random_tensor(DType::kFloat32, {6, 4, 3, 3}, rng),
+                               testing::random_tensor(DType::kFloat32, {6, 2, 2, 3}, rng),
+                               testing::random_tensor(DType::kFloat32, {4}, rng),
+                               nasty(DType::kFloat64, {1, 4, 9}, rng),
+                               testing::random_tensor(DType::kFloat64, {4, 3, 5}, rng),
+                               testing::random_tensor(DType::kFloat64, {3}, rng),
+                               testing::random_tensor(DType::kFloat32, {1, 2, 3, 4, 3}, rng),
+                               testing::random_tensor(DType::kFloat32, {2, 3, 2, 3, 2}, rng)};
+  for (const char* passes : {"", "-lower"}) {
+    SCOPED_TRACE(std::string("passes '") + passes + "'");
+    CompileOptions o = on_cuda();
+    o.passes = passes;
+    const Graph placed = optimized_graph(g, o);
+    int transposed = 0;
+    for (const auto& n : placed.nodes()) {
+      const std::string& op = n->op->name();
+      EXPECT_TRUE(op.rfind("cuda:", 0) == 0 || op == "to_device" || op == "to_host")
+          << op << " stayed on the CPU";
+      transposed += op.find("conv_transpose") != std::string::npos;
+    }
+    EXPECT_EQ(transposed, 4);
+    Function f = compile(g, o);
+    const std::vector<Tensor> got = f(in);
+    const std::vector<Tensor> want = evaluate_reference(g, in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(tensors_close(got[i], want[i], 1e-5, 1e-5)) << "output " << i;
+  }
+}
+
 // RoIAlign on the device: average and max, half-pixel and legacy boxes, a fixed and an adaptive
 // sampling ratio, boxes partly and wholly outside the image, against perform; a box with a NaN
 // coordinate or a batch index outside the input fails the run naming the box, as on the CPU.
@@ -1156,8 +1214,9 @@ TEST(Cuda, BadCudaSettingsNameTheVariable) {
 }
 
 // kernels.cu of a graph placed on CUDA, as compile() writes it.
-std::string kernels_of(const Graph& g) {
+std::string kernels_of(const Graph& g, const std::optional<std::string>& passes = std::nullopt) {
   CompileOptions o = on_cuda();
+  o.passes = passes;
   return link_c_module(optimized_graph(g, o), "test").device_unit.str();
 }
 
@@ -1300,16 +1359,37 @@ TEST(CudaNvrtc, EveryKernelCompilesForSm80AndSm90WithoutSpillsOrIndexMapCopies) 
          kiln::apply_multi("dropout_train", {x}, {{"ratio", 0.25}})[1].var()});
     graphs.push_back(std::move(g));
   }
+  // Transposed convolutions, lowered (the fold kernel, 2-D and 3-D) and direct.
+  Graph tg("nvrtc_transposed");
+  {
+    Var x = input(tg, "x", DType::kFloat32, {kDynamic, 6, 9, 9});
+    Var w = input(tg, "w", DType::kFloat32, {6, 4, 3, 3});
+    Var b = input(tg, "b", DType::kFloat32, {8});
+    Var d = input(tg, "d", DType::kFloat64, {1, 2, 3, 4, 3});
+    Var wd = input(tg, "wd", DType::kFloat64, {2, 3, 2, 3, 2});
+    tg.set_outputs({kiln::apply("conv_transpose", {x, w, b},
+                                {{"group", int64_t{2}},
+                                 {"strides", Ints{2, 2}},
+                                 {"pads", Ints{1, 1, 1, 1}},
+                                 {"output_padding", Ints{1, 1}}})
+                        .var(),
+                    kiln::apply("conv_transpose", {d, wd}, {{"strides", Ints{2, 1, 2}}}).var()});
+  }
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (const auto& g : graphs) sources.emplace_back(g.name(), kernels_of(g));
+  sources.emplace_back(tg.name(), kernels_of(tg));
+  sources.emplace_back(tg.name() + " (-lower)", kernels_of(tg, "-lower"));
+  EXPECT_NE(sources[sources.size() - 2].second.find("conv_transpose_fold("), std::string::npos);
+  EXPECT_NE(sources.back().second.find("conv_transpose("), std::string::npos);
   static const std::regex entry(R"(Compiling entry function '(\w+)')");
   static const std::regex spills(
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-  for (const auto& g : graphs) {
-    const std::string source = kernels_of(g);
+  for (const auto& [name, source] : sources) {
     for (const char* arch : {"sm_80", "sm_90"}) {
       NvrtcResult r =
           nvrtc.compile(source, "kernels.cu", arch,
                         {"--std=c++17", "-default-device", "--diag-suppress=177", "-Xptxas=-v"});
-      ASSERT_TRUE(r.ok) << g.name() << " for " << arch << ":\n" << r.log;
+      ASSERT_TRUE(r.ok) << name << " for " << arch << ":\n" << r.log;
       EXPECT_FALSE(r.cubin.empty());
       // Every function's report: no spills, and no stack frame that could hold an index
       // map (a kernel without __grid_constant__ copies its kiln_cuda_nd, 848 bytes, into

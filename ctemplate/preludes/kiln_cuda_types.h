@@ -31,4 +31,12 @@ typedef struct kiln_cuda_pad {
 typedef struct kiln_cuda_window {
   int64_t h, w, kh, kw, sh, sw, dh, dw, ph, pw, eh, ew, oh, ow;
 } kiln_cuda_window;
+
+/* A transposed convolution's geometry (1-D and 2-D padded at the front to three spatial
+ * dimensions): output elements, input and output channels, groups, and per dimension the
+ * input, kernel and output sizes, stride, dilation and begin pad. */
+typedef struct kiln_cuda_tconv {
+  int64_t numel, c, m, group;
+  int64_t in[3], ker[3], out[3], st[3], dl[3], pb[3];
+} kiln_cuda_tconv;
 #endif

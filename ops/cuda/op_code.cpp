@@ -10,6 +10,7 @@
 #include "ops/cuda/movement.h"
 #include "ops/cuda/random.h"
 #include "ops/cuda/sampling.h"
+#include "ops/cuda/transposed.h"
 #include "ops/cuda/window.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
@@ -257,6 +258,17 @@ void add_windows(DeviceCodeTable& t) {
         return cuda_pool(node, names, sub, window_c_init(op.geometry(x)), op.is_max(),
                          op.count_include_pad());
       });
+  // Transposed convolutions: the direct op and a lowered one's fold (its GEMM is a matmul).
+  add<ConvTranspose>(
+      t, [](const ConvTranspose&, const Node& node) { return cuda_dtypes_ok(node); },
+      [](const ConvTranspose& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_conv_transpose(op, node, names, sub); });
+  // A 3-D fold's cols have rank 9; its kernel indexes them itself (no kiln_cuda_nd), so the
+  // rank bound of the shared kernels does not apply (its dtypes are float32 or float64).
+  add<ConvTransposeFold>(
+      t, [](const ConvTransposeFold&, const Node&) { return true; },
+      [](const ConvTransposeFold& op, const Node& node, const CodeNames& names, const Sub& sub,
+         const CudaEpilogue*) { return cuda_conv_transpose_fold(op, node, names, sub); });
   add<GridSample>(
       t, [](const GridSample&, const Node& node) { return cuda_dtypes_ok(node); },
       [](const GridSample& op, const Node& node, const CodeNames& names, const Sub& sub,
