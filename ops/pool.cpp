@@ -27,9 +27,11 @@ std::vector<WindowDims> Pool::geometry(const std::vector<int64_t>& x) const {
 std::vector<TensorType> Pool::infer_type(const std::vector<TensorType>& inputs) const {
   if (inputs.size() != 1) throw UserError(name() + " takes 1 input");
   const auto& x = inputs[0];
-  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64) {
-    throw UnsupportedError(name() + ": " + x.to_string() +
-                           " input (float32 and float64 are supported)");
+  const bool bytes = x.dtype == DType::kUInt8 || x.dtype == DType::kInt8;
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64 && !(is_max_ && bytes)) {
+    throw UnsupportedError(
+        name() + ": " + x.to_string() + " input (float32 and float64 are " +
+        (is_max_ ? "supported, and uint8 and int8 for the maximum)" : "supported)"));
   }
   if (x.rank() != 3 && x.rank() != 4) {
     throw UnsupportedError(name() + ": rank-" + std::to_string(x.rank()) +
@@ -82,6 +84,8 @@ void Pool::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outpu
         }
         if (!is_max_)
           acc /= static_cast<double>(count_include_pad_ ? padded : std::max<int64_t>(count, 1));
+        else if (count == 0 && !is_float(x.dtype()))
+          acc = x.dtype() == DType::kUInt8 ? 0 : -128;  // the type's least value, as c_code's
         y.store(flat, acc);
       }
     }
@@ -140,6 +144,37 @@ std::string Pool::max_pool_by_phases(const std::vector<WindowDims>& g, const Cod
   return s;
 }
 
+// The maximum of bytes (a quantized model's pool: max commutes with the monotonic
+// dequantization, so its bytes pool as they are): each window scanned directly from the
+// type's least value; padding never wins, and there is no NaN to carry.
+std::string Pool::byte_max_pool(const std::vector<WindowDims>& g, const CodeNames& names,
+                                const Sub& sub, DType dt) const {
+  const std::string T(dtype_c_type(dt));
+  const std::string& x = names.inputs[0];
+  const std::string& y = names.outputs[0];
+  const bool one_d = g.size() == 1;
+  std::string s = "  const kiln_window g = " + window_c_init(g, sub) + ";\n";
+  s += "  const int64_t sy = " + (one_d ? std::string("0") : x + "->strides[2]") + ", sx = " + x +
+       "->strides[" + (one_d ? "2" : "3") + "];\n";
+  s += "  for (int64_t p = lo; p < hi; ++p) {\n";
+  s += "    const " + T + " *xp = (const " + T + " *)" + x + "->data + (p / C) * " + x +
+       "->strides[0] + (p % C) * " + x + "->strides[1];\n";
+  s += "    " + T + " *yp = (" + T + " *)" + y + "->data + p * g.oh * g.ow;\n";
+  s += "    for (int64_t oy = 0; oy < g.oh; ++oy)\n";
+  s += "      for (int64_t ox = 0; ox < g.ow; ++ox) {\n";
+  s += "        " + T + " m = " + (dt == DType::kUInt8 ? "0" : "-128") + ";\n";
+  s += "        for (int64_t i = 0; i < g.kh; ++i) {\n";
+  s += "          const int64_t yy = oy * g.sh - g.ph + i * g.dh;\n";
+  s += "          if (yy < 0 || yy >= g.h) continue;\n";
+  s += "          for (int64_t j = 0; j < g.kw; ++j) {\n";
+  s += "            const int64_t xx = ox * g.sw - g.pw + j * g.dw;\n";
+  s += "            if (xx >= 0 && xx < g.w && xp[yy * sy + xx * sx] > m) m = xp[yy * sy + xx * "
+       "sx];\n";
+  s += "          }\n        }\n";
+  s += "        yp[oy * g.ow + ox] = m;\n      }\n  }\n";
+  return s;
+}
+
 std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const auto& xt = node.inputs[0]->type;
   const bool f32 = xt.dtype == DType::kFloat32;
@@ -158,6 +193,7 @@ std::string Pool::c_code(const Node& node, const CodeNames& names, const Sub& su
   s += "  const int64_t C = " + x + "->shape[1], planes = " + x + "->shape[0] * C;\n";
   s += "  const int64_t lo = planes * " + sub.ctx + "->part / " + sub.ctx + "->n_parts;\n";
   s += "  const int64_t hi = planes * (" + sub.ctx + "->part + 1) / " + sub.ctx + "->n_parts;\n";
+  if (!is_float(xt.dtype)) return s + byte_max_pool(g, names, sub, xt.dtype) + "}\n";
   if (is_max_ && g.size() == 2) {
     s += max_pool_by_phases(g, names, sub, T, S);
     return s + "}\n";

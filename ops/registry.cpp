@@ -31,6 +31,7 @@
 #include "ops/pad.h"
 #include "ops/pool.h"
 #include "ops/pool_nchwc.h"
+#include "ops/pool_nhwc.h"
 #include "ops/qconv.h"
 #include "ops/qmatmul.h"
 #include "ops/random.h"
@@ -121,6 +122,7 @@ OpRegistry::OpRegistry() {
       [](const Attrs& a) { return std::make_shared<ConvTransposeFold>(a); });
   add("conv_nchwc", [](const Attrs& a) { return std::make_shared<ConvNchwc>(a); });
   add("max_pool_nchwc", [](const Attrs& a) { return std::make_shared<MaxPoolNchwc>(a); });
+  add("max_pool_nhwc", [](const Attrs& a) { return std::make_shared<MaxPoolNhwc>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
   add("max_pool_grad", [](const Attrs& a) { return std::make_shared<MaxPoolGrad>(a); });

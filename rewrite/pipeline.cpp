@@ -54,7 +54,7 @@ const std::vector<PassInfo>& all_passes() {
       {"cse", merge_common, 1},
       {"norm", fuse_layer_norm, 1, "cpu"},
       {"layout", layout_nchwc, 7, "cpu"},
-      {"nhwc", layout_nhwc_int8, 3, "cpu"},
+      {"nhwc", layout_nhwc_int8, 4, "cpu"},
       {"winograd", winograd_convs, 2},
       {"pack", pack_weights, 6, "cpu"},
       {"bf16", bf16_products, 1, "cpu", true},

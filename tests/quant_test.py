@@ -580,6 +580,134 @@ for ydt in (np.uint8, np.int8):
                 bad = np.argwhere(got != want) if got.shape == want.shape else got.shape
                 failures.append(f"{name} {env}: differs from NumPy at {bad[:5]}")
 
+# ---- max pools of bytes: QDQ's DequantizeLinear -> MaxPool -> QuantizeLinear, and QOperator's
+# MaxPool on bytes -------------------------------------------------------------------------
+# Between two integer convolutions (a quantized ResNet's stem) the pool takes the bytes as they
+# are, channels-last (max_pool_nhwc); with `-nhwc` max_pool pools them channels-first. A
+# QuantizeLinear of another scale is not the DequantizeLinear's inverse: that pool stays float,
+# and so do the convolutions on either side (a region needs two).
+def maxpool_ref(x, k, s, p, d=1, ceil=False):
+    """Max over each window of x (N, C, H, W), padding never winning (ONNX's output sizes)."""
+    def out(n):
+        span = n + 2 * p - d * (k - 1) - 1
+        o = (span + (s - 1 if ceil else 0)) // s + 1
+        return o - 1 if ceil and (o - 1) * s >= n + p else o
+    n_, c_, h, w = x.shape
+    oh, ow = out(h), out(w)
+    big = np.full((n_, c_, h + 2 * p + s * k + d * k, w + 2 * p + s * k + d * k),
+                  np.iinfo(x.dtype).min, x.dtype)
+    big[:, :, p:p + h, p:p + w] = x
+    y = np.full((n_, c_, oh, ow), np.iinfo(x.dtype).min, x.dtype)
+    for a in range(k):
+        for b in range(k):
+            tap = big[:, :, a * d:a * d + (oh - 1) * s + 1:s, b * d:b * d + (ow - 1) * s + 1:s]
+            y = np.maximum(y, tap)
+    return y
+
+
+for ydt, (k, st, pad, dil, ceil), q_ratio in (
+        (np.uint8, (3, 2, 1, 1, 0), 1), (np.int8, (3, 2, 0, 2, 1), 1),
+        (np.uint8, (2, 2, 0, 1, 1), 1), (np.uint8, (3, 2, 1, 1, 0), 3)):
+    tag = f"{np.dtype(ydt).name}_k{k}s{st}p{pad}d{dil}c{ceil}_q{q_ratio}"
+    yz = np.array(40 if ydt == np.uint8 else -30, ydt)
+    x = edge_bytes((2, 8, 11, 13), np.uint8)
+    xz, xs = np.array(131, np.uint8), np.float32(0.05)
+    xs_val["x"] = xs
+    w1 = edge_bytes((70, 8, 3, 3), np.int8)
+    ws1 = (RNG.random(70).astype(np.float32) + 0.5) * np.float32(0.01)
+    b1 = RNG.integers(-4000, 4000, size=70).astype(np.int32)
+    ys1, yz1 = np.float32(0.3), np.array(10 if ydt == np.uint8 else -50, ydt)
+    w2 = edge_bytes((24, 70, 1, 1), np.int8)
+    ws2 = (RNG.random(24).astype(np.float32) + 0.5) * np.float32(0.01)
+    b2 = RNG.integers(-4000, 4000, size=24).astype(np.int32)
+    ps = np.float32(ys1 * q_ratio)
+    xs_val["c1_q"] = ys1
+    xs_val["p_q"] = ps
+    nodes, consts = [], {"xs": np.array(xs), "xz": xz, "p_ys": np.array(ps), "p_yz": yz1}
+    qdq_nodes("c1", "x", "xs", "xz", w1, ws1, np.zeros(70, np.int8), b1, ys1, yz1, "Conv",
+              {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, nodes, consts)
+    nodes += [helper.make_node("DequantizeLinear", ["c1_q", "c1_ys", "c1_yz"], ["p_dx"]),
+              helper.make_node("MaxPool", ["p_dx"], ["p_v"], kernel_shape=[k, k],
+                               strides=[st, st], pads=[pad] * 4, dilations=[dil, dil],
+                               ceil_mode=ceil),
+              helper.make_node("QuantizeLinear", ["p_v", "p_ys", "p_yz"], ["p_q"])]
+    qdq_nodes("c2", "p_q", "p_ys", "p_yz", w2, ws2, np.zeros(24, np.int8), b2, np.float32(0.4),
+              yz, "Conv", {"kernel_shape": [1, 1]}, nodes, consts)
+    y1 = qdq_ref(conv_ref(x, w1, xz, 0, 1, 1, 1), b1, xs, ws1, ys1, yz1, ydt, (1, 70, 1, 1))
+    pooled = maxpool_ref(y1, k, st, pad, dil, bool(ceil))
+    if q_ratio != 1:
+        pooled = q8(dq(pooled, ys1, yz1), ps, yz1, ydt)
+    want = qdq_ref(conv_ref(pooled, w2, yz1, 0, 1, 0, 1), b2, ps, ws2, np.float32(0.4), yz, ydt,
+                   (1, 24, 1, 1))
+    g = helper.make_graph(nodes, "qdq_pool_" + tag,
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                          [helper.make_tensor_value_info("c2_q", onnx_type(yz), None),
+                           helper.make_tensor_value_info("p_q", onnx_type(yz), None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    path = kiln_cli.write_model(WORK, "qdq_pool_" + tag, g, [("", 13)], ir_version=7)
+    src = subprocess.run([KILN, "source", "--graph", path], capture_output=True, text=True)
+    fused = q_ratio == 1
+    if ("max_pool_nhwc" in src.stdout) != fused or src.stdout.count("nhwc=1") != 2 * fused:
+        failures.append(f"qdq pool {tag}: want {'a' if fused else 'no'} max_pool_nhwc between "
+                        f"two {'channels-last' if fused else 'channels-first'} convolutions, "
+                        f"the graph is: "
+                        f"{src.stdout.strip()[-600:]} {src.stderr.strip()[-300:]}")
+    for env in ({}, {"KILN_PASSES": "-nhwc"}):
+        r, out = run(path, {"x": x}, env)
+        label = f"qdq pool {tag} {env}"
+        if r.returncode != 0:
+            failures.append(f"{label}: kiln failed: {r.stderr.strip()[-300:]}")
+            continue
+        for name, ref in (("p_q", pooled), ("c2_q", want)):
+            got = np.load(os.path.join(out, name + ".npy"))
+            if got.dtype != ref.dtype or got.shape != ref.shape:
+                failures.append(f"{label}: {name} is {got.dtype} {got.shape}, want "
+                                f"{ref.dtype} {ref.shape}")
+            elif not np.array_equal(got, ref):
+                # A float pool rounds (q - z) * s / 3s; NumPy may round an edge the other way.
+                off = np.max(np.abs(got.astype(int) - ref.astype(int)))
+                if fused or off > 1 or name == "c2_q" and off > 8:
+                    failures.append(f"{label}: {name} differs from NumPy at "
+                                    f"{np.argwhere(got != ref)[:5]} (by up to {off})")
+
+# QOperator's MaxPool on bytes, alone: channels-first, 1-D and 2-D, against NumPy.
+for dt, shape, attrs in ((np.uint8, (2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2],
+                                                         pads=[1, 1, 1, 1])),
+                         (np.int8, (1, 5, 7, 8), dict(kernel_shape=[2, 3], strides=[1, 2],
+                                                      ceil_mode=1)),
+                         (np.int8, (2, 4, 17), dict(kernel_shape=[4], strides=[3], pads=[2, 2]))):
+    x = edge_bytes(shape, dt)
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    path = model(node, {"x": x}, {}, [("y", onnx_type(x))],
+                 f"qop_pool_{np.dtype(dt).name}_{len(shape) - 2}d")
+    x4 = x if x.ndim == 4 else x[:, :, None, :]
+    kh, kw = (attrs["kernel_shape"] * 2)[:2] if x.ndim == 4 else (1, attrs["kernel_shape"][0])
+    sh, sw = (attrs["strides"] * 2)[:2] if x.ndim == 4 else (1, attrs["strides"][0])
+    pp = attrs.get("pads", [0])[0]
+    ceil = attrs.get("ceil_mode", 0)
+    if x.ndim == 4 and kh == kw and sh == sw:
+        want = maxpool_ref(x4, kh, sh, pp, 1, bool(ceil))
+    else:
+        # Windows of different sides: the maximum over taps, written out.
+        def osz(n, k, s):
+            span = n + 2 * pp - (k - 1) - 1
+            o = (span + (s - 1 if ceil else 0)) // s + 1
+            return o - 1 if ceil and (o - 1) * s >= n + pp else o
+        n_, c_, h, w = x4.shape
+        ph = 0 if x.ndim == 3 else pp
+        oh, ow = osz(h, kh, sh) if x.ndim == 4 else 1, osz(w, kw, sw)
+        want = np.full((n_, c_, oh, ow), np.iinfo(dt).min, dt)
+        for i in range(oh):
+            for j in range(ow):
+                for a in range(kh):
+                    for b in range(kw):
+                        yy, xx = i * sh - ph + a, j * sw - pp + b
+                        if 0 <= yy < h and 0 <= xx < w:
+                            want[:, :, i, j] = np.maximum(want[:, :, i, j], x4[:, :, yy, xx])
+        if x.ndim == 3:
+            want = want[:, :, 0, :]
+    check(f"qop max pool {np.dtype(dt).name} {x.ndim - 2}-D", path, {"x": x}, want)
+
 # ---- bad quantization parameters: clear errors naming the node and the input ----------------
 a = np.zeros((2, 3), np.uint8)
 bad_cases = [

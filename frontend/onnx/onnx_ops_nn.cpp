@@ -193,15 +193,22 @@ Outs convert_pool(OnnxImporter& im, const onnx::NodeProto& n, const Attrs& a, bo
   Attrs p = a;
   p.erase("storage_order");
   Var x = im.in(n, 0);
-  // Bytes (a QOperator model's MaxPool between quantized convolutions): the maximum of their
-  // values in float32, exact, and back.
-  if (is_max && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8)) {
-    const DType bytes = x.dtype();
-    Var f = cast(x, DType::kFloat32);
-    return Outs{cast(f.rank() == 5 ? pool3d(f, p, true) : apply("max_pool", {f}, p), bytes)};
-  }
   // The Indices output: max_pool_indices beside the pool (1-D and 2-D).
   const bool indices = is_max && n.output_size() > 1 && !n.output(1).empty();
+  // Bytes (a QOperator model's MaxPool between quantized convolutions): max_pool takes them
+  // as they are in 1-D and 2-D; 3-D, and the Indices output, take the maximum of their
+  // values in float32, exact, and back.
+  if (is_max && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8)) {
+    if (x.rank() < 5 && !indices) return Outs{apply("max_pool", {x}, p)};
+    const DType bytes = x.dtype();
+    Var f = cast(x, DType::kFloat32);
+    if (indices) {
+      Attrs pi = p;
+      pi["column_major"] = attr_int(a, "storage_order", 0);
+      return Outs{cast(apply("max_pool", {f}, p), bytes), apply("max_pool_indices", {f}, pi)};
+    }
+    return Outs{cast(pool3d(f, p, true), bytes)};
+  }
   if (indices && x.rank() == 5) throw UnsupportedError("the Indices output of a 3-D MaxPool");
   if (x.rank() == 5) return Outs{pool3d(x, p, is_max)};
   Var y = apply(is_max ? "max_pool" : "average_pool", {x}, p);

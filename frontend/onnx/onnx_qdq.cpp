@@ -97,8 +97,52 @@ const onnx::NodeProto* QdqFusion::sole_reader(const std::string& value) const {
   return it->second[0];
 }
 
+bool QdqFusion::fuse_max_pool(OnnxImporter& im, const onnx::NodeProto& n) {
+  if (n.input_size() != 1 || n.output_size() != 1) return false;  // no Indices output
+  const onnx::NodeProto* dx = producer(n.input(0), "DequantizeLinear");
+  const onnx::NodeProto* qn = sole_reader(n.output(0));
+  if (!dx || !qn || qn->op_type() != "QuantizeLinear" || qn->output_size() != 1 ||
+      !OnnxImporter::has_input(*qn, 2)) {
+    return false;
+  }
+  std::optional<Dq> x = read_dq(im, *dx);
+  if (!x || x->per_axis || x->q.rank() < 3 || x->q.rank() > 4) return false;
+  // Max commutes with a dequantization (its scale is positive), and quantizing a dequantized
+  // byte by the same scale and zero point gives the byte back: the bytes pool as they are.
+  const Tensor* sx = im.known(dx->input(1));
+  const Tensor* sy = im.known(qn->input(1));
+  const Tensor* zx = OnnxImporter::has_input(*dx, 2) ? im.known(dx->input(2)) : nullptr;
+  const Tensor* zy = im.known(qn->input(2));
+  if (!sx || !sy || !zy || sx->numel() != 1 || sy->numel() != 1 || zy->numel() != 1 ||
+      sx->dtype() != sy->dtype() || zy->dtype() != x->q.dtype() || sx->load(0) != sy->load(0) ||
+      !std::isfinite(sx->load(0)) || sx->load(0) <= 0 ||
+      (zx ? zx->load_int(0) : 0) != zy->load_int(0) || (OnnxImporter::has_input(*dx, 2) && !zx)) {
+    return false;
+  }
+  Attrs props;
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "storage_order") continue;
+    if (a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "dilations" ||
+        a.name() == "pads") {
+      props[a.name()] = Ints(a.ints().begin(), a.ints().end());
+    } else if (a.name() == "auto_pad") {
+      props[a.name()] = a.s();
+    } else if (a.name() == "ceil_mode") {
+      props[a.name()] = a.i();
+    } else {
+      return false;
+    }
+  }
+  Var y = apply("max_pool", {x->q}, props);
+  if (!im.graph().find_variable(qn->output(0))) im.graph().rename(y.var(), qn->output(0));
+  im.bind(qn->output(0), y);
+  absorbed_.insert(qn);
+  return true;
+}
+
 bool QdqFusion::fuse(OnnxImporter& im, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
+  if (op == "MaxPool") return fuse_max_pool(im, n);
   const bool conv = op == "Conv", gemm = op == "Gemm", mm = op == "MatMul";
   if ((!conv && !gemm && !mm) || n.input_size() < 2 || n.output_size() != 1) return false;
   const onnx::NodeProto* dx = producer(n.input(0), "DequantizeLinear");

@@ -2,8 +2,9 @@
 // QDQ models (onnxruntime's quantize_static, and other toolkits): a Conv, MatMul or Gemm whose
 // data inputs come from DequantizeLinear and whose only reader is a QuantizeLinear (maybe
 // through a Relu) is one integer qconv or qmatmul: bytes in, bytes out, int32 sums, no float
-// tensor between. Patterns that do not fit (a float reader of the product, per-axis scales
-// on the wrong axis, a bias whose scale is not the inputs') import as written, in float.
+// tensor between; a MaxPool between a DequantizeLinear and a QuantizeLinear of the same
+// parameters pools the bytes. Patterns that do not fit (a float reader of the product, per-axis
+// scales on the wrong axis, a bias whose scale is not the inputs') import as written, in float.
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +28,9 @@ class QdqFusion {
   bool absorbed(const onnx::NodeProto& n) const { return absorbed_.count(&n) != 0; }
 
  private:
+  // DequantizeLinear -> MaxPool -> QuantizeLinear of one scale and zero point: a max_pool
+  // of the bytes.
+  bool fuse_max_pool(OnnxImporter& im, const onnx::NodeProto& n);
   const onnx::NodeProto* producer(const std::string& value, const char* op) const;
   const onnx::NodeProto* sole_reader(const std::string& value) const;
   std::map<std::string, const onnx::NodeProto*> producer_;

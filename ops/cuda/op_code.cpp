@@ -246,10 +246,12 @@ void add_windows(DeviceCodeTable& t) {
         return cuda_conv(node, names, sub, window_c_init(op.node_geometry(node)), op.group(), epi);
       },
       true);
+  // A max pool of bytes (a quantized model's) stays on the CPU: the kernel starts from -inf.
   add<Pool>(
       t,
       [](const Pool&, const Node& node) {
-        return cuda_dtypes_ok(node) && window_dims_static(node);
+        return cuda_dtypes_ok(node) && is_float(node.inputs[0]->type.dtype) &&
+               window_dims_static(node);
       },
       [](const Pool& op, const Node& node, const CodeNames& names, const Sub& sub,
          const CudaEpilogue*) {

@@ -9,7 +9,7 @@
 // A region is a set of 4-D values linked by integer convolutions, elementwise nodes (operands
 // of the output's shape join; a scalar or a per-channel (1, C, 1, 1) operand follows as is or
 // reshaped), concatenations along the channels (axis 1 becomes 3) and spatial reductions
-// (global pooling: axes (2, 3) become (1, 2)). It converts
+// (global pooling: axes (2, 3) become (1, 2)) and max pools of bytes (max_pool_nhwc). It converts
 // when it holds two convolutions or more; transposes are added where it meets the rest of the
 // graph (those of constants fold).
 #include <set>
@@ -49,6 +49,16 @@ bool spatial_reduce(const Node& node) {
          (axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1});
 }
 
+// A 2-D max pool of bytes (a quantized ResNet's stem): max_pool_nhwc takes it channels-last.
+bool byte_max_pool(const Node& node) {
+  if (node.op->name() != "max_pool" || node.inputs.size() != 1 || node.outputs.size() != 1 ||
+      !rank4_static(node.inputs[0]) || !rank4_static(node.outputs[0])) {
+    return false;
+  }
+  const DType dt = node.inputs[0]->type.dtype;
+  return dt == DType::kUInt8 || dt == DType::kInt8;
+}
+
 class LayoutInt8 {
  public:
   explicit LayoutInt8(const Graph& g) : src_(g), copy_(g) {}
@@ -77,7 +87,7 @@ class LayoutInt8 {
       if (int8_conv(*node)) {
         convs.push_back(node.get());
         u.join(node->inputs[0], node->outputs[0]);
-      } else if (spatial_reduce(*node)) {
+      } else if (spatial_reduce(*node) || byte_max_pool(*node)) {
         u.join(node->inputs[0], node->outputs[0]);
       } else if (channel_concat(*node, rank4_static)) {
         for (const Variable* v : node->inputs) u.join(v, node->outputs[0]);
@@ -161,6 +171,13 @@ class LayoutInt8 {
       nhwc_[out] =
           add(node.op->name(), props, {nhwc_[node.inputs[0]]}, node.name, out->name + ".nhwc")
               ->outputs[0];
+      return true;
+    }
+    if (byte_max_pool(node)) {
+      if (!nhwc_.count(node.inputs[0])) return false;
+      nhwc_[out] = add("max_pool_nhwc", node.op->props(), {nhwc_[node.inputs[0]]}, node.name,
+                       out->name + ".nhwc")
+                       ->outputs[0];
       return true;
     }
     if (channel_concat(node, rank4_static)) {
