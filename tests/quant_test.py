@@ -670,6 +670,53 @@ for ydt, (k, st, pad, dil, ceil), q_ratio in (
                     failures.append(f"{label}: {name} differs from NumPy at "
                                     f"{np.argwhere(got != ref)[:5]} (by up to {off})")
 
+# ---- QDQ residual adds: DequantizeLinear (a), DequantizeLinear (b) -> Add (-> Relu) ->
+# QuantizeLinear requantizes the bytes' sum in two multiply-adds, no division; within a step of
+# the spec's round((dq(a) + dq(b)) / s) everywhere, and equal to it almost everywhere.
+for dt, relu, shape_b in ((np.uint8, True, (2, 16, 5, 7)), (np.int8, False, (2, 16, 5, 7)),
+                          (np.uint8, False, (1, 16, 1, 1))):
+    tag = f"{np.dtype(dt).name}{'_relu' if relu else ''}_b{'x'.join(map(str, shape_b))}"
+    a = edge_bytes((2, 16, 5, 7), dt)
+    b = edge_bytes(shape_b, dt)
+    za, zb = (np.array(v if dt == np.uint8 else v - 128, dt) for v in (131, 17))
+    zy = np.array(60 if dt == np.uint8 else -20, dt)
+    sa, sb, sy = np.float32(0.037), np.float32(0.011), np.float32(0.05)
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["da"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["db"]),
+             helper.make_node("Add", ["da", "db"], ["v"])]
+    last = "v"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["v"], ["r"]))
+        last = "r"
+    nodes.append(helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["y"]))
+    consts = {"sa": np.array(sa), "za": za, "sb": np.array(sb), "zb": zb, "sy": np.array(sy),
+              "zy": zy}
+    g = helper.make_graph(nodes, "qdq_add_" + tag,
+                          [helper.make_tensor_value_info("a", onnx_type(a), a.shape),
+                           helper.make_tensor_value_info("b", onnx_type(b), b.shape)],
+                          [helper.make_tensor_value_info("y", onnx_type(zy), None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    path = kiln_cli.write_model(WORK, "qdq_add_" + tag, g, [("", 13)], ir_version=7)
+    v = dq(a, sa, za) + dq(b, sb, zb)
+    want = q8(np.maximum(v, 0) if relu else v, sy, zy, dt)
+    src = subprocess.run([KILN, "source", "--graph", path], capture_output=True, text=True)
+    if src.returncode != 0 or "div(" in src.stdout or "sub(" in src.stdout:
+        failures.append(f"qdq add {tag}: want the sum requantized without a subtraction or a "
+                        f"division, the graph is: {src.stdout.strip()[-500:]}")
+    r, out = run(path, {"a": a, "b": b})
+    if r.returncode != 0:
+        failures.append(f"qdq add {tag}: kiln failed: {r.stderr.strip()[-300:]}")
+        continue
+    got = np.load(os.path.join(out, "y.npy"))
+    if got.dtype != want.dtype or got.shape != want.shape:
+        failures.append(f"qdq add {tag}: got {got.dtype} {got.shape}, want {want.dtype} "
+                        f"{want.shape}")
+        continue
+    off = np.abs(got.astype(int) - want.astype(int))
+    if off.max() > 1 or np.count_nonzero(off) > want.size // 100:
+        failures.append(f"qdq add {tag}: {np.count_nonzero(off)} of {want.size} differ from "
+                        f"NumPy (by up to {off.max()}) at {np.argwhere(off > 0)[:5]}")
+
 # QOperator's MaxPool on bytes, alone: channels-first, 1-D and 2-D, against NumPy.
 for dt, shape, attrs in ((np.uint8, (2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2],
                                                          pads=[1, 1, 1, 1])),

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "frontend/onnx/onnx_op_support.h"
+#include "frontend/onnx/onnx_qdq.h"
 #include "util/error.h"
 
 namespace kiln::onnx_import {
@@ -279,9 +280,30 @@ Var requantized(OnnxImporter& im, const onnx::NodeProto& n, Var y, int i) {
   return quantize(y, reshape(s, {}), reshape(z, {}), z.dtype());
 }
 
+// One known value of input i, or none.
+std::optional<double> known_value(OnnxImporter& im, const onnx::NodeProto& n, int i) {
+  const Tensor* v = OnnxImporter::has_input(n, i) ? im.known(n.input(i)) : nullptr;
+  if (!v || v->numel() != 1) return std::nullopt;
+  return v->load(0);
+}
+
 OnnxOpSpec qlinear_binary(bool add) {
   return {{}, nullptr, [add](OnnxImporter& im, const onnx::NodeProto& n, const Attrs&) {
             Var a = dequantized(im, n, 0, "A"), b = dequantized(im, n, 3, "B");
+            // Every parameter known (as quantize_static writes them): the bytes' sum
+            // requantized directly (requantized_sum); `dequantized` has checked A's and B's.
+            if (add && n.input_size() > 7) {
+              const auto sa = known_value(im, n, 1), za = known_value(im, n, 2);
+              const auto sb = known_value(im, n, 4), zb = known_value(im, n, 5);
+              const auto sy = known_value(im, n, 6), zy = known_value(im, n, 7);
+              Var zv = im.in(n, 7);
+              if (sa && za && sb && zb && sy && zy && std::isfinite(*sy) && *sy > 0 &&
+                  is_byte(zv.dtype())) {
+                return Outs{requantized_sum(im.in(n, 0), *sa, static_cast<int64_t>(*za),
+                                            im.in(n, 3), *sb, static_cast<int64_t>(*zb), *sy,
+                                            static_cast<int64_t>(*zy), zv.dtype(), false)};
+              }
+            }
             return Outs{requantized(im, n, add ? a + b : a * b, 6)};
           }};
 }

@@ -64,7 +64,29 @@ bool good_scale(OnnxImporter& im, const onnx::NodeProto& d, int i) {
 
 Var as_scalar(Var v) { return v.rank() == 0 ? v : reshape(v, {}); }
 
+// One known value of input i of d (`fallback` when the input is absent); none when unknown
+// or not a single value.
+std::optional<double> known_scalar(OnnxImporter& im, const onnx::NodeProto& d, int i,
+                                   double fallback) {
+  if (!OnnxImporter::has_input(d, i)) return fallback;
+  const Tensor* v = im.known(d.input(i));
+  if (!v || v->numel() != 1) return std::nullopt;
+  return v->load(0);
+}
+
 }  // namespace
+
+Var requantized_sum(Var a, double sa, int64_t za, Var b, double sb, int64_t zb, double sy,
+                    int64_t zy, DType to, bool relu) {
+  const double lo = to == DType::kUInt8 ? 0 : -128, hi = to == DType::kUInt8 ? 255 : 127;
+  const double ra = sa / sy, rb = sb / sy,
+               k = -(static_cast<double>(za) * ra + static_cast<double>(zb) * rb);
+  Var t = cast(a, DType::kFloat32) * ra + (cast(b, DType::kFloat32) * rb + k);
+  // A Relu before the quantization is a floor at the zero point after it (rounding and the
+  // offset are monotone).
+  return cast(clip(round(t) + static_cast<double>(zy), relu ? std::max(lo, double(zy)) : lo, hi),
+              to);
+}
 
 QdqFusion::QdqFusion(const onnx::GraphProto& g) {
   for (const auto& n : g.node()) {
@@ -140,9 +162,47 @@ bool QdqFusion::fuse_max_pool(OnnxImporter& im, const onnx::NodeProto& n) {
   return true;
 }
 
+bool QdqFusion::fuse_add(OnnxImporter& im, const onnx::NodeProto& n) {
+  if (n.input_size() != 2 || n.output_size() != 1) return false;
+  const onnx::NodeProto* da = producer(n.input(0), "DequantizeLinear");
+  const onnx::NodeProto* db = producer(n.input(1), "DequantizeLinear");
+  const onnx::NodeProto* reader = sole_reader(n.output(0));
+  const onnx::NodeProto* relu = nullptr;
+  if (reader && reader->op_type() == "Relu") {
+    relu = reader;
+    reader = sole_reader(relu->output(0));
+  }
+  if (!da || !db || !reader || reader->op_type() != "QuantizeLinear" ||
+      reader->output_size() != 1 || !OnnxImporter::has_input(*reader, 2)) {
+    return false;
+  }
+  const onnx::NodeProto& qn = *reader;
+  std::optional<Dq> a = read_dq(im, *da), b = read_dq(im, *db);
+  if (!a || !b || a->per_axis || b->per_axis) return false;
+  const auto sa = known_scalar(im, *da, 1, 0), za = known_scalar(im, *da, 2, 0);
+  const auto sb = known_scalar(im, *db, 1, 0), zb = known_scalar(im, *db, 2, 0);
+  const auto sy = known_scalar(im, qn, 1, 0), zy = known_scalar(im, qn, 2, 0);
+  const DType to = im.in(qn, 2).dtype();
+  if (!sa || !za || !sb || !zb || !sy || !zy || !is_byte(to) ||
+      im.in(qn, 1).dtype() != DType::kFloat32) {
+    return false;
+  }
+  for (double s : {*sa, *sb, *sy}) {
+    if (!std::isfinite(s) || s <= 0) return false;  // the unfused import names it
+  }
+  Var y = requantized_sum(a->q, *sa, static_cast<int64_t>(*za), b->q, *sb,
+                          static_cast<int64_t>(*zb), *sy, static_cast<int64_t>(*zy), to, relu);
+  if (!im.graph().find_variable(qn.output(0))) im.graph().rename(y.var(), qn.output(0));
+  im.bind(qn.output(0), y);
+  absorbed_.insert(&qn);
+  if (relu) absorbed_.insert(relu);
+  return true;
+}
+
 bool QdqFusion::fuse(OnnxImporter& im, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
   if (op == "MaxPool") return fuse_max_pool(im, n);
+  if (op == "Add") return fuse_add(im, n);
   const bool conv = op == "Conv", gemm = op == "Gemm", mm = op == "MatMul";
   if ((!conv && !gemm && !mm) || n.input_size() < 2 || n.output_size() != 1) return false;
   const onnx::NodeProto* dx = producer(n.input(0), "DequantizeLinear");
