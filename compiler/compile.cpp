@@ -631,8 +631,22 @@ std::optional<std::string> effective_passes(const CompileOptions& options) {
     throw UserError(std::string(origin) + " bf16 is for the CPU (bfloat16 products through " +
                     "AVX512-BF16); device '" + options.device + "' has no bfloat16 conversion");
   }
-  const std::string spec = passes_spec(options.passes);
-  return spec.empty() ? "bf16" : spec + ",bf16";
+  // Convolutions become GEMMs of their windows first (bf16conv), then every packed weight
+  // product takes bfloat16 panels (bf16); a spec that turns one off ("-bf16conv") keeps it
+  // off.
+  std::string spec = passes_spec(options.passes);
+  for (const char* pass : {"bf16conv", "bf16"}) {
+    const std::string off = std::string("-") + pass;
+    bool named_off = false;
+    for (size_t at = 0; at <= spec.size();) {
+      size_t end = spec.find(',', at);
+      if (end == std::string::npos) end = spec.size();
+      named_off = named_off || spec.compare(at, end - at, off) == 0;
+      at = end + 1;
+    }
+    if (!named_off) spec += spec.empty() ? pass : std::string(",") + pass;
+  }
+  return spec;
 }
 
 Graph optimized_graph(const Graph& given, const CompileOptions& options) {

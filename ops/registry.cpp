@@ -24,6 +24,7 @@
 #include "ops/gemm.h"
 #include "ops/grad/window_ops.h"
 #include "ops/grid_sample.h"
+#include "ops/im2col.h"
 #include "ops/layer_norm.h"
 #include "ops/library/op_library.h"
 #include "ops/matmul.h"
@@ -122,6 +123,7 @@ OpRegistry::OpRegistry() {
       [](const Attrs& a) { return std::make_shared<ConvTransposeFold>(a); });
   add("conv_nchwc", [](const Attrs& a) { return std::make_shared<ConvNchwc>(a); });
   add("max_pool_nchwc", [](const Attrs& a) { return std::make_shared<MaxPoolNchwc>(a); });
+  add("im2col", [](const Attrs& a) { return std::make_shared<Im2Col>(a); });
   add("max_pool_nhwc", [](const Attrs& a) { return std::make_shared<MaxPoolNhwc>(a); });
   add("max_pool", [](const Attrs& a) { return std::make_shared<Pool>(true, a); });
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });

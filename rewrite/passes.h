@@ -24,6 +24,9 @@ Graph winograd_convs(const Graph& graph);  // winograd.cpp: blocked 3x3 convs ->
 Graph pack_weights(const Graph& graph);    // pack_weights.cpp: gemm weights -> GEMM panels
 // bf16_products.cpp: packed float32 gemm weights -> bfloat16 panels (opt-in)
 Graph bf16_products(const Graph& graph);
+// bf16_convs.cpp: float32 group-1 2-D convolutions of a weight -> im2col @ W, so the bf16
+// pass takes them (opt-in)
+Graph bf16_convs(const Graph& graph);
 Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
 Graph fuse_attention(const Graph& graph);    // fuse_attention.cpp: matmul, softmax, matmul -> one
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop

@@ -48,6 +48,7 @@ const std::vector<PassInfo>& all_passes() {
   // A pass's version goes up whenever what it makes of a graph changes.
   // clang-format off
   static const std::vector<PassInfo> passes = {
+      {"bf16conv", bf16_convs, 1, "cpu", true},
       {"lower", lower_conv_transpose, 1},
       {"fold", fold_constants, 3},
       {"simplify", simplify, 4},

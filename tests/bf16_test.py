@@ -194,6 +194,65 @@ if "bfloat16 (3, 35, 32)" not in r.stdout:
     failures.append("a bfloat16 model at bf16 should pack its weight as bfloat16 pairs: " +
                     r.stdout[-500:])
 
+# ---- Convolutions: windows as rows (im2col, or the channels-last image for a 1x1) times the
+# weight's bfloat16 panels; bias and ReLU in the store. NaN, inf and ties in X ----
+def conv_reference(x, w, b, stride, pads, dil):
+    """The convolution of bf16(x) by bf16(w) in float64 through its windows' rows, with the
+    bound of the sums plus the float32 roundings of the bias's add."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), np.float32)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    rows = np.empty((n, oh, ow, c, kh, kw), np.float32)
+    for ky in range(kh):
+        for kx in range(kw):
+            tap = xp[:, :, ky * dil[0]:ky * dil[0] + (oh - 1) * stride[0] + 1:stride[0],
+                     kx * dil[1]:kx * dil[1] + (ow - 1) * stride[1] + 1:stride[1]]
+            rows[:, :, :, :, ky, kx] = tap.transpose(0, 2, 3, 1)
+    y, bound = reference(rows.reshape(n, oh, ow, -1), w.reshape(m, -1).T)
+    if b is not None:
+        y = y + b.astype(np.float64)
+        bound = bound + (np.abs(y) + np.abs(b)) * 2.0**-23
+    return y.transpose(0, 3, 1, 2), bound.transpose(0, 3, 1, 2)
+
+
+x = RNG.standard_normal((2, 5, 9, 11)).astype(np.float32)
+x.flat[[3, 40, 77]] = [np.nan, np.inf, 1.0 + 2.0**-8]  # a tie rounds to even
+x1 = RNG.standard_normal((1, 8, 7, 6)).astype(np.float32)
+w3 = RNG.standard_normal((16, 5, 3, 3)).astype(np.float32)
+b3 = RNG.standard_normal(16).astype(np.float32)
+w1 = RNG.standard_normal((24, 8, 1, 1)).astype(np.float32)
+wd = RNG.standard_normal((17, 5, 2, 3)).astype(np.float32)
+nodes = [helper.make_node("Conv", ["x", "w3", "b3"], ["c3"], kernel_shape=[3, 3],
+                          strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c3"], ["r3"]),
+         helper.make_node("Conv", ["x1", "w1"], ["c1"], kernel_shape=[1, 1]),
+         helper.make_node("Conv", ["x", "wd"], ["cd"], kernel_shape=[2, 3], strides=[1, 2],
+                          pads=[0, 1, 2, 1], dilations=[2, 2])]
+want3, bound3 = conv_reference(x, w3, b3, (2, 2), (1, 1, 1, 1), (1, 1))
+with np.errstate(invalid="ignore"):
+    wants = {"r3": (np.maximum(want3, 0), bound3),
+             "c1": conv_reference(x1, w1, None, (1, 1), (0, 0, 0, 0), (1, 1)),
+             "cd": conv_reference(x, wd, None, (1, 2), (0, 1, 2, 1), (2, 2))}
+path = graph(nodes, {"x": x, "x1": x1}, {"w3": w3, "b3": b3, "w1": w1, "wd": wd}, list(wants),
+             "bf16_convs")
+check("convolutions", path, {"x": x, "x1": x1}, wants)
+r = subprocess.run([KILN, "source", "--graph", "--precision", "bf16", path], capture_output=True,
+                   text=True)
+lines = r.stdout.splitlines()
+if r.returncode != 0 or sum("gemm{" in ln and ".packed.bf16" in ln for ln in lines) != 3 or \
+        sum("im2col{" in ln for ln in lines) != 2 or any(" conv{" in ln for ln in lines):
+    failures.append("bf16 convolutions should be two im2col and three bf16 products: " +
+                    r.stdout[-600:] + r.stderr[-300:])
+# KILN_PASSES=-bf16conv keeps the convolutions float32 at bf16 (the spec's "off" is not undone).
+r = subprocess.run([KILN, "source", "--graph", "--precision", "bf16", path], capture_output=True,
+                   text=True, env=dict(os.environ, KILN_PASSES="-bf16conv"))
+if r.returncode != 0 or "im2col{" in r.stdout or "conv{" not in r.stdout:
+    failures.append("KILN_PASSES=-bf16conv should keep the convolutions float32: " +
+                    r.stdout[-400:] + r.stderr[-300:])
+
 # ---- Without the option the same model stays float32 (past the bf16 bound's reach) ----
 m, k, n = 6, 300, 40
 a = RNG.standard_normal((m, k)).astype(np.float32)

@@ -1023,18 +1023,22 @@ TEST(Rewrite, PackedConvolutionWeightOfTheWrongShapeIsNamed) {
 TEST(Rewrite, PassSpecsDisablePassesAndRejectUnknownNames) {
   size_t opt_in = 0;
   for (const auto& p : all_passes()) opt_in += p.opt_in;
-  EXPECT_EQ(opt_in, 1u) << "bf16 is the one pass that runs only when named";
+  EXPECT_EQ(opt_in, 2u) << "bf16conv and bf16 are the passes that run only when named";
   EXPECT_EQ(select_passes("", "KILN_PASSES").size(), all_passes().size() - opt_in);
   EXPECT_EQ(select_passes("none", "KILN_PASSES").size(), 0u);
   auto some = select_passes("-fusion, -cse", "KILN_PASSES");
   EXPECT_EQ(some.size(), all_passes().size() - opt_in - 2);
   // Named, an opt-in pass joins in its place (after pack); "-bf16" leaves it off.
   auto with = select_passes("-cse,bf16", "KILN_PASSES");
-  ASSERT_EQ(with.size(), all_passes().size() - 1);
+  ASSERT_EQ(with.size(), all_passes().size() - 2);
   auto at = std::find_if(with.begin(), with.end(),
                          [](const PassInfo& p) { return std::string(p.name) == "bf16"; });
   ASSERT_NE(at, with.end());
   EXPECT_EQ(std::string((at - 1)->name), "pack");
+  // bf16conv runs first, before the weight reorders it adds are folded.
+  auto both = select_passes("bf16conv,bf16", "KILN_PASSES");
+  ASSERT_EQ(both.size(), all_passes().size());
+  EXPECT_EQ(std::string(both.front().name), "bf16conv");
   EXPECT_EQ(select_passes("-bf16", "KILN_PASSES").size(), all_passes().size() - opt_in);
   EXPECT_NE(testing::error_of([] { select_passes("cse", "KILN_PASSES"); }).find("write -cse"),
             std::string::npos);

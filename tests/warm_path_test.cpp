@@ -360,19 +360,28 @@ TEST_F(WarmPath, WinogradWeightsAreTransformedAgainForANewWeightSet) {
   EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(ga, {x})[0], 1e-4, 1e-5));
 }
 
-// x @ w with A and w rounded to bfloat16 (to nearest, ties to even: the 16 dropped bits
-// against half of the kept last bit), summed in double.
+// f rounded to bfloat16 (to nearest, ties to even: the 16 dropped bits against half of the
+// kept last bit).
+double bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t low = u & 0xffffu, keep = u >> 16;
+  const uint32_t r = (low > 0x8000u || (low == 0x8000u && (keep & 1u))) ? keep + 1 : keep;
+  const uint32_t bits = r << 16;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return static_cast<double>(out);
+}
+
+Tensor bf16_rounded(const Tensor& t) {
+  Tensor out = t.clone();
+  for (int64_t i = 0; i < t.numel(); ++i) out.store(i, bf16_round(static_cast<float>(t.load(i))));
+  return out;
+}
+
+// x @ w with A and w rounded to bfloat16, summed in double.
 Tensor bf16_product(const Tensor& x, const Tensor& w) {
-  auto round = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    const uint32_t low = u & 0xffffu, keep = u >> 16;
-    const uint32_t r = (low > 0x8000u || (low == 0x8000u && (keep & 1u))) ? keep + 1 : keep;
-    const uint32_t bits = r << 16;
-    float out;
-    std::memcpy(&out, &bits, 4);
-    return static_cast<double>(out);
-  };
+  auto round = bf16_round;
   const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
   Tensor y = Tensor::zeros(DType::kFloat32, {m, n});
   for (int64_t i = 0; i < m; ++i)
@@ -420,6 +429,40 @@ TEST_F(WarmPath, BfloatPanelsAreRoundedAgainForANewWeightSet) {
   Function f = compile(gb, opts_);
   EXPECT_EQ(f.info().cache, CacheStatus::kMiss);
   EXPECT_TRUE(tensors_close(f({x})[0], evaluate_reference(gb, {x})[0], 1e-5, 1e-5));
+}
+
+// The same for a convolution at bf16 (a GEMM of its windows): its weight's reorder into a
+// (C*kh*kw, M) matrix and the panels' rounding both replay on a new weight set.
+TEST_F(WarmPath, BfloatConvolutionWeightsAreReorderedAgainForANewWeightSet) {
+  std::mt19937 rng(78);
+  auto conv = [](const Tensor& w) {
+    Graph g("bf16_conv");
+    Var x = input(g, "x", DType::kFloat32, {2, 5, 9, 7});
+    g.set_outputs({kiln::apply("conv", {x, parameter(g, w, "w")},
+                               {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                {"pads", std::vector<int64_t>{1, 0, 1, 0}},
+                                {"strides", std::vector<int64_t>{2, 1}}})});
+    return g;
+  };
+  CompileOptions opts = opts_;
+  opts.precision = "bf16";
+  const Tensor x = testing::random_tensor(DType::kFloat32, {2, 5, 9, 7}, rng);
+  const Tensor wa = testing::random_tensor(DType::kFloat32, {20, 5, 3, 3}, rng);
+  const Tensor wb = testing::random_tensor(DType::kFloat32, {20, 5, 3, 3}, rng);
+  // The convolution of the bfloat16-rounded operands, in double.
+  auto want = [&](const Tensor& w) {
+    return evaluate_reference(conv(bf16_rounded(w)), {bf16_rounded(x)})[0];
+  };
+  Function a = compile(conv(wa), opts);
+  EXPECT_EQ(a.info().cache, CacheStatus::kMiss);
+  EXPECT_TRUE(tensors_close(a({x})[0], want(wa), 1e-5, 1e-5));
+  clear_compile_memo();
+  Graph gb = conv(wb);
+  Function b = compile(gb, opts);
+  EXPECT_EQ(b.info().cache, CacheStatus::kHit);
+  EXPECT_TRUE(tensors_close(b({x})[0], want(wb), 1e-5, 1e-5));
+  EXPECT_FALSE(tensors_close(b({x})[0], evaluate_reference(gb, {x})[0], 1e-5, 1e-5))
+      << "the float32 convolution: bf16 did not apply";
 }
 
 TEST_F(WarmPath, AnEditedGraphIsKeyedAgain) {
