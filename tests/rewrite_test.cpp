@@ -1066,7 +1066,7 @@ TEST(Rewrite, DebugLevelTwoPrintsTheGraphAfterEachPass) {
   g.set_outputs({exp(a) + 1.0});
   set_debug_level(2);
   ::testing::internal::CaptureStderr();
-  optimize(g, std::string("bf16"));  // every pass, the opt-in one too
+  optimize(g, std::string("bf16conv,bf16"));  // every pass, the opt-in ones too
   std::string err = ::testing::internal::GetCapturedStderr();
   set_debug_level(0);
   for (const auto& p : all_passes()) {
