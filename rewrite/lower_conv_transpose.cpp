@@ -10,6 +10,7 @@
 // pass list keeps conv_transpose's direct code.
 #include "ops/registry.h"
 #include "rewrite/graph_copy.h"
+#include "rewrite/layout_region.h"
 #include "rewrite/passes.h"
 
 namespace kiln {
@@ -80,9 +81,7 @@ class Lowering {
  private:
   Variable* add(const std::string& op, const Attrs& props, const std::vector<Variable*>& inputs,
                 const std::string& name) {
-    Node* n = copy_.dst().add_node(OpRegistry::instance().create(op, props), inputs, name,
-                                   {copy_.dst().fresh_name(name)});
-    return n->outputs[0];
+    return add_fresh(copy_, op, props, inputs, name, name)->outputs[0];
   }
   GraphCopy& copy_;
 };

@@ -12,6 +12,7 @@
 #include "ops/conv.h"
 #include "ops/registry.h"
 #include "rewrite/graph_copy.h"
+#include "rewrite/layout_region.h"
 #include "rewrite/passes.h"
 
 namespace kiln {
@@ -75,9 +76,7 @@ class Bf16Convs {
  private:
   Variable* add(const std::string& op, const Attrs& props, const std::vector<Variable*>& inputs,
                 const std::string& name) {
-    Node* n = copy_.dst().add_node(OpRegistry::instance().create(op, props), inputs, name,
-                                   {copy_.dst().fresh_name(name)});
-    return n->outputs[0];
+    return add_fresh(copy_, op, props, inputs, name, name)->outputs[0];
   }
   GraphCopy& copy_;
 };
