@@ -755,6 +755,31 @@ for dt, shape, attrs in ((np.uint8, (2, 3, 9, 10), dict(kernel_shape=[3, 3], str
             want = want[:, :, 0, :]
     check(f"qop max pool {np.dtype(dt).name} {x.ndim - 2}-D", path, {"x": x}, want)
 
+# A byte MaxPool asked for its Indices too: both outputs (the flat index of each window's
+# first maximum, ONNX's row-major order), against NumPy.
+x = edge_bytes((1, 3, 5, 6), np.uint8)
+node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], strides=[2, 2])
+path = model(node, {"x": x}, {}, [("y", TensorProto.UINT8), ("i", TensorProto.INT64)],
+             "qop_pool_indices")
+want_y = np.zeros((1, 3, 2, 3), np.uint8)
+want_i = np.zeros((1, 3, 2, 3), np.int64)
+for c in range(3):
+    for i in range(2):
+        for j in range(3):
+            win = x[0, c, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+            a, b = np.unravel_index(np.argmax(win), win.shape)
+            want_y[0, c, i, j] = win[a, b]
+            want_i[0, c, i, j] = (c * 5 + 2 * i + a) * 6 + 2 * j + b
+r, out = run(path, {"x": x})
+if r.returncode != 0:
+    failures.append("byte MaxPool with Indices: kiln failed: " + r.stderr.strip()[-300:])
+else:
+    for name, want in (("y", want_y), ("i", want_i)):
+        got = np.load(os.path.join(out, name + ".npy"))
+        if got.dtype != want.dtype or not np.array_equal(got, want):
+            failures.append(f"byte MaxPool with Indices: {name} differs from NumPy: "
+                            f"got {got.ravel()[:8]} want {want.ravel()[:8]}")
+
 # ---- bad quantization parameters: clear errors naming the node and the input ----------------
 a = np.zeros((2, 3), np.uint8)
 bad_cases = [
