@@ -8,6 +8,7 @@
 //   reshape(reshape x), reshape(x) to x's own shape    -> one reshape, or x
 //   pad(x) with every pad 0 (exported models have them) -> x
 //   conv(pad(x)) padding H and W with zeros             -> conv(x), its pads grown
+//   transpose(e(transpose x)), e one-input elementwise, perms inverse -> e(x)
 //   op(transpose(x), c), c constant varying on one axis  -> transpose(op(x, c reshaped))
 //     (ConvNeXt's layer scale after its NHWC -> NCHW transpose: the transpose then meets the
 //     next reorder, and the product the GEMM before it)
@@ -25,6 +26,7 @@
 #include <unordered_map>
 
 #include "ops/registry.h"
+#include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
 
@@ -228,6 +230,30 @@ Variable* arithmetic_before_transpose(const Node& node, GraphCopy& copy,
   return nullptr;
 }
 
+// transpose(e(transpose(x, p)), q) for a one-input elementwise e, q undoing p, and the inner
+// transpose and e each read only here: e(x). A layout round trip around an activation
+// (bf16 convolutions' channels-first result through a ReLU back to channels-last, a
+// converted TensorFlow model's Transpose -> Relu -> Transpose) moves nothing. Returns the
+// result, or null.
+Variable* unary_between_inverse_transposes(const Node& node, GraphCopy& copy,
+                                           const std::unordered_map<const Variable*, int>& uses) {
+  if (node.op->name() != "transpose" || node.inputs.size() != 1 || node.outputs.size() != 1)
+    return nullptr;
+  const Variable* m = node.inputs[0];
+  const Node* e = m->kind == VarKind::kNodeOutput ? m->owner : nullptr;
+  if (!e || e->inputs.size() != 1 || e->outputs.size() != 1 || !is_elementwise_node(*e) ||
+      uses.at(m) != 1) {
+    return nullptr;
+  }
+  const Node* t = producer(e->inputs[0], "transpose");
+  if (!t || uses.at(e->inputs[0]) != 1) return nullptr;
+  const auto outer = perm_of(node), inner = perm_of(*t);
+  for (size_t i = 0; i < outer.size(); ++i) {
+    if (inner[static_cast<size_t>(outer[i])] != static_cast<int64_t>(i)) return nullptr;
+  }
+  return copy.add(e->op, {copy.map(t->inputs[0])}, {node.outputs[0]}, node.name)->outputs[0];
+}
+
 // pow(x, 2) or pow(x, 3), the exponent a constant and the result of x's type: the products.
 // Returns the result, or null.
 Variable* power_as_products(const Node& node, GraphCopy& copy) {
@@ -256,6 +282,7 @@ Graph simplify(const Graph& graph) {
   for (const auto& node : graph.nodes()) {
     auto r = rule(*node);
     if (!r && arithmetic_before_transpose(*node, copy, uses)) continue;
+    if (!r && unary_between_inverse_transposes(*node, copy, uses)) continue;
     if (!r && power_as_products(*node, copy)) continue;
     if (!r) {
       copy.copy(*node);

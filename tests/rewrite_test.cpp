@@ -284,6 +284,33 @@ TEST(Rewrite, SimplifyMovesArithmeticBeforeATranspose) {
   expect_same_results(g, in, "");
 }
 
+// A layout round trip around a one-input elementwise op: transpose, relu (or a cast), and
+// the inverse transpose read only there become the op alone; a second reader of the inner
+// transpose or of the op, or perms that do not undo each other, keep the transposes.
+TEST(Rewrite, SimplifyDropsInverseTransposesAroundAnActivation) {
+  std::mt19937 rng(98);
+  Graph g("round_trip");
+  Var x = input(g, "x", DType::kFloat32, {2, 5, 3, 8});
+  auto there = [&](Var v) { return transpose(v, {0, 3, 1, 2}); };
+  auto back = [&](Var v) { return transpose(v, {0, 2, 3, 1}); };
+  Var shared = relu(there(x));
+  g.set_outputs({back(relu(there(x))), back(cast(there(x), DType::kFloat64)), back(shared), shared,
+                 transpose(relu(there(x)), {0, 2, 1, 3})});
+  const Graph s = remove_dead(simplify(g));
+  // Left: the shared round trip (2 transposes) and the one whose perms do not cancel (2).
+  EXPECT_EQ(count_ops(s, "transpose"), 4) << s.to_string();
+  EXPECT_EQ(s.outputs()[0]->owner->op->name(), "relu") << s.to_string();
+  EXPECT_EQ(s.outputs()[0]->owner->inputs[0]->name, "x") << s.to_string();
+  EXPECT_EQ(s.outputs()[1]->owner->op->name(), "cast") << s.to_string();
+  Tensor xs = testing::random_tensor(DType::kFloat32, {2, 5, 3, 8}, rng);
+  xs.store(3, std::nan(""));
+  xs.store(17, -0.0);
+  const auto want = evaluate_reference(g, {xs}), got = evaluate_reference(s, {xs});
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(got[i], want[i], 0, 0)) << "output " << i;
+  expect_same_results(g, {xs}, "");
+}
+
 TEST(Rewrite, CseMergesIdenticalNodesAndConstants) {
   Graph g("cse");
   Var x = input(g, "x", DType::kFloat32, {4});
