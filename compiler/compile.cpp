@@ -641,7 +641,10 @@ std::optional<std::string> effective_passes(const CompileOptions& options) {
     for (size_t at = 0; at <= spec.size();) {
       size_t end = spec.find(',', at);
       if (end == std::string::npos) end = spec.size();
-      named_off = named_off || spec.compare(at, end - at, off) == 0;
+      size_t b = at, e = end;  // components may carry spaces ("-fusion, -cse")
+      while (b < e && spec[b] == ' ') ++b;
+      while (e > b && spec[e - 1] == ' ') --e;
+      named_off = named_off || spec.compare(b, e - b, off) == 0;
       at = end + 1;
     }
     if (!named_off) spec += spec.empty() ? pass : std::string(",") + pass;

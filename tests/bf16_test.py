@@ -248,7 +248,7 @@ if r.returncode != 0 or sum("gemm{" in ln and ".packed.bf16" in ln for ln in lin
                     r.stdout[-600:] + r.stderr[-300:])
 # KILN_PASSES=-bf16conv keeps the convolutions float32 at bf16 (the spec's "off" is not undone).
 r = subprocess.run([KILN, "source", "--graph", "--precision", "bf16", path], capture_output=True,
-                   text=True, env=dict(os.environ, KILN_PASSES="-bf16conv"))
+                   text=True, env=dict(os.environ, KILN_PASSES="-cse, -bf16conv"))
 if r.returncode != 0 or "im2col{" in r.stdout or "conv{" not in r.stdout:
     failures.append("KILN_PASSES=-bf16conv should keep the convolutions float32: " +
                     r.stdout[-400:] + r.stderr[-300:])

@@ -1328,6 +1328,37 @@ TEST(IndexOps, GatherNDAndScattersAgainstHandValuesAndPerform) {
   }
 }
 
+// The layout ops passes create (im2col for bf16 convolutions, max_pool_nhwc for int8
+// regions) and max_pool on bytes refuse what they do not take, naming it.
+TEST(LayoutOps, BadInputsAreNamed) {
+  Graph g("layout_errors");
+  Var f4 = input(g, "f4", DType::kFloat32, {1, 5, 6, 3});
+  Var f3 = input(g, "f3", DType::kFloat32, {1, 5, 6});
+  Var u4 = input(g, "u4", DType::kUInt8, {1, 5, 6, 3});
+  Var i32 = input(g, "i32", DType::kInt32, {1, 3, 5, 6});
+  const Attrs k3{{"kernel_shape", std::vector<int64_t>{3, 3}}};
+  auto expect_error = [](const std::function<void()>& f, const std::vector<std::string>& words) {
+    const std::string m = error_of(f);
+    for (const auto& w : words) EXPECT_NE(m.find(w), std::string::npos) << w << " not in: " << m;
+  };
+  expect_error([&] { kiln::apply("im2col", {f3}, k3); }, {"im2col", "(N, H, W, C)", "(1, 5, 6)"});
+  expect_error([&] { kiln::apply("im2col", {u4}, k3); }, {"im2col", "uint8"});
+  expect_error([&] { kiln::apply("im2col", {f4}, {{"kernel_shape", std::vector<int64_t>{3}}}); },
+               {"kernel_shape", "2 entries"});
+  expect_error([&] { kiln::apply("max_pool_nhwc", {f4}, k3); },
+               {"max_pool_nhwc", "float32", "uint8 and int8"});
+  expect_error([&] { kiln::apply("average_pool", {kiln::apply("transpose", {u4},
+                                                                {{"perm", std::vector<int64_t>{
+                                                                      0, 3, 1, 2}}})},
+                                 k3); },
+               {"average_pool", "uint8"});
+  expect_error([&] { kiln::apply("max_pool", {i32}, k3); }, {"max_pool", "int32"});
+  // What they take: shapes by hand.
+  EXPECT_EQ(kiln::apply("im2col", {f4}, k3).type().dims, (std::vector<int64_t>{1, 3, 4, 27}));
+  EXPECT_EQ(kiln::apply("max_pool_nhwc", {u4}, k3).type().dims,
+            (std::vector<int64_t>{1, 3, 4, 3}));
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {
