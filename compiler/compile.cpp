@@ -17,6 +17,7 @@
 
 #include "cache/cache_store.h"
 #include "cache/remote_tier.h"
+#include "compiler/c/host_call_binding.h"
 #include "compiler/c/kernel_build.h"
 #include "compiler/c/linker.h"
 #include "compiler/c/op_library_binding.h"
@@ -751,6 +752,7 @@ namespace {
 Function compile_graph(const Graph& source, const CompileOptions& options,
                        const std::vector<std::pair<int, int>>& updates) {
   install_op_library_binder();  // modules with custom ops bind them as they load
+  install_host_call_binder();   // and those with control flow their bodies' drivers
   install_entry_layout();       // verifications know which files a module entry holds
   // A malformed remote setting is an error on every compile, a warm hit too, not only on the
   // first miss that would use it (no connection is made here).

@@ -6,7 +6,6 @@
 #include <set>
 #include <sstream>
 
-#include "frontend/control_flow.h"
 #include "frontend/model_loader.h"
 #include "frontend/onnx/compress.h"
 #include "frontend/onnx/nms.h"
@@ -102,6 +101,16 @@ Graph ModelFunction::load(const std::map<std::string, Tensor>& bound, const Stru
     // inputs as it goes); their stages are made in order, and the model imported again.
     std::vector<RunTimeValueNeeded> deferred;
     bindings.deferred = &deferred;
+    // Control flow whose output shapes are known now runs as a step of the module.
+    bindings.host_node = [this](
+                             const RunTimeValueNeeded& need,
+                             const std::vector<TensorType>& inputs) -> std::shared_ptr<const Op> {
+      if (!runs_as_step(need)) return nullptr;
+      std::shared_ptr<ControlNode> node =
+          control_node(need, origin_, dir_, options_, control_nodes_);
+      return std::make_shared<HostCallOp>(Attrs{{"key", node->key()}, {"kind", need.kind()}},
+                                          inputs, need.types(), node);
+    };
     try {
       return parse_onnx_model(bytes_, origin_, dir_, bindings);
     } catch (const RunTimeValueNeeded& e) {
@@ -125,14 +134,9 @@ void ModelFunction::add_stage(const RunTimeValueNeeded& e,
     if (s.outputs == e.outputs())
       throw InternalError("stage '" + join(s.outputs, "', '") + "' met twice");
   }
-  Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, {}, {}, {}, {}};
-  // Each body compiles as a model of its own (named in its errors by its node).
-  for (const char* body : {"body", "then_branch", "else_branch"}) {
-    if (!s.attrs.count(body)) continue;
-    s.bodies.emplace_back(new ModelFunction(
-        attr_string(s.attrs, body),
-        origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "': " + body, dir_, options_));
-  }
+  Stage s{e.values(), e.outputs(), e.kind(), e.types(), e.attrs(), nullptr, nullptr, {}, {}, {}};
+  if (s.kind == "Loop" || s.kind == "Scan" || s.kind == "If")
+    s.control = control_node(e, origin_, dir_, options_, control_nodes_);
   // At hand before this stage: the model's inputs, and what earlier stages computed.
   const std::map<std::string, TensorType>& available = staged;
   std::vector<std::string> computed;  // the values a prefix must compute
@@ -380,13 +384,7 @@ void ModelFunction::carry_from_prefix(Stage& s, size_t named,
 std::vector<Tensor> ModelFunction::evaluate_stage(Stage& s,
                                                   const std::vector<const Tensor*>& values) {
   const std::string where = origin_ + ": " + s.kind + " giving '" + s.outputs.at(0) + "'";
-  auto body = [&](size_t k) -> BodyFunction {
-    ModelFunction* f = s.bodies.at(k).get();
-    return [f](const std::vector<Tensor>& args) { return (*f)(args); };
-  };
-  if (s.kind == "Loop") return run_loop(body(0), values, s.types, s.attrs, where);
-  if (s.kind == "Scan") return run_scan(body(0), values, s.types, s.attrs, where);
-  if (s.kind == "If") return run_if(body(0), body(1), values, where);
+  if (s.control) return s.control->run(values);
   if (values.empty() || !values[0]) throw UserError(where + ": its input is absent");
   if (s.kind == "Unique") {
     const std::optional<int64_t> axis =

@@ -17,6 +17,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/tiered_function.h"
+#include "frontend/control_node.h"
 #include "frontend/model_value.h"
 #include "frontend/onnx/onnx_model.h"
 
@@ -61,6 +62,7 @@ class ModelFunction {
   static constexpr size_t kMaxVariants = 64;  // the oldest is dropped past this
 
  private:
+  friend class ControlNode;  // builds its bodies from their bytes
   struct Variant {
     std::unique_ptr<Graph> graph;  // on the heap: the function's background compile reads it
     std::unique_ptr<TieredFunction> function;
@@ -71,19 +73,19 @@ class ModelFunction {
   Structures structures_of(const std::map<std::string, Tensor>& inputs) const;
   std::vector<Tensor> run_flat(const std::map<std::string, Tensor>& inputs,
                                const Structures& structures);
-  // A NonZero's or NonMaxSuppression's output, or a Loop's, Scan's or If's outputs, computed
-  // between stages from the node's inputs (`values`, by position, "" where absent): declared
-  // inputs, or the outputs of the model cut after them (a ModelFunction of its own, so it may
-  // have stages too). Control flow's bodies are models of their own too (compiled and cached
-  // like any other).
+  // A NonZero's or NonMaxSuppression's output, or a Loop's, Scan's or If's outputs whose
+  // shapes depend on run-time values, computed between stages from the node's inputs
+  // (`values`, by position, "" where absent): declared inputs, or the outputs of the model cut
+  // after them (a ModelFunction of its own, so it may have stages too). Control flow of
+  // static shapes is a node of the graph instead (frontend/control_node.h).
   struct Stage {
     std::vector<std::string> values;
     std::vector<std::string> outputs;  // "" where the node's output is unused
     std::string kind;
     std::vector<TensorType> types;
     Attrs attrs;
-    std::unique_ptr<ModelFunction> prefix;               // null when every value is already at hand
-    std::vector<std::unique_ptr<ModelFunction>> bodies;  // Loop, Scan: body; If: then, else
+    std::unique_ptr<ModelFunction> prefix;  // null when every value is already at hand
+    std::shared_ptr<ControlNode> control;   // Loop, Scan, If: their bodies and driver
     // What the prefix computes for the stages and the model after it (onnx_prefix_model's
     // carried values): they take these as inputs rather than computing them again.
     std::vector<std::string> carried;
@@ -119,6 +121,7 @@ class ModelFunction {
   std::map<std::string, Variant> variants_;  // by the bytes of the value inputs
   std::deque<std::string> order_;
   std::vector<Stage> stages_;
+  ControlNodes control_nodes_;  // the control flow nodes and stages made so far
   std::map<std::string, TensorType> outer_staged_;
   bool lenient_inputs_ = false;  // a prefix: run() ignores names it does not take
   Variant* last_ = nullptr;

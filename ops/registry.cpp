@@ -24,6 +24,7 @@
 #include "ops/gemm.h"
 #include "ops/grad/window_ops.h"
 #include "ops/grid_sample.h"
+#include "ops/host_call.h"
 #include "ops/im2col.h"
 #include "ops/layer_norm.h"
 #include "ops/library/op_library.h"
@@ -103,6 +104,7 @@ OpRegistry::OpRegistry() {
   add("roi_align_grad", [](const Attrs& a) { return std::make_shared<RoiAlignGrad>(a); });
   add("max_pool_indices", [](const Attrs& a) { return std::make_shared<MaxPoolIndices>(a); });
   add("max_unpool", [](const Attrs& a) { return std::make_shared<MaxUnpool>(a); });
+  add("host_call", [](const Attrs& a) { return std::make_shared<HostCallOp>(a); });
   add("gather", [](const Attrs& a) { return std::make_shared<Gather>(a); });
   add("arg_max", [](const Attrs& a) { return std::make_shared<ArgReduce>(true, a); });
   add("arg_min", [](const Attrs& a) { return std::make_shared<ArgReduce>(false, a); });

@@ -11,6 +11,8 @@ was wrong, never hang.
 usage: control_flow_test.py KILN_BINARY WORKDIR
 """
 import os
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -220,6 +222,158 @@ path = save_model("if_types_differ", [
     [vi("x", F, [2, 3])], [vi("r", F, None)],
     {"k": np.array(3, np.float32), "zero": np.array(0, np.float32)}, opset=11)
 expect_error("branches of different types", path, {"x": x}, "else_branch output 0 is int64")
+
+# Control flow whose output shapes are known when the model loads runs as a step of the
+# module (a host_call node the executor runs between the others, on the run's buffers), not
+# between stages: `kiln run --profile` lists it among the module's steps.
+def check_step(name, path, inputs, want, steps=1, env=None, pushed=False, rtol=1e-5, atol=1e-5):
+    out = path[:-5] + "_out"
+    args = [KILN, "run", path, "--no-generic-start", "-o", out, "--profile", "--repeat", "2"]
+    for k, v in inputs.items():
+        f = path[:-5] + "_" + k + ".npy"
+        np.save(f, v)
+        args += ["--input", k + "=" + f]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **(env or {})))
+    text = r.stdout + r.stderr
+    if r.returncode != 0:
+        failures.append(name + ": kiln failed: " + r.stderr.strip()[-600:])
+        return
+    if text.count("(host_call)") != steps:
+        failures.append(f"{name}: expected {steps} host_call steps in the profile, got:\n{text}")
+    if pushed and "steps pushed one by one" not in text:
+        failures.append(f"{name}: expected the run's steps pushed to the engine, got:\n{text}")
+    for k, w in want.items():
+        got = np.load(os.path.join(out, k + ".npy"))
+        if got.shape != w.shape or not np.allclose(got, w, rtol=rtol, atol=atol):
+            failures.append(f"{name}: {k} is {got.dtype} {got.shape}, NumPy {w.shape}: "
+                            f"deviates {np.max(np.abs(got - w)) if got.shape == w.shape else '-'}")
+
+
+# A static Scan between two ops of the module (its input computed by the module, its output
+# read by it): the RNN above over axis 1 of a (2, 7, 5) tensor, reversed.
+path = save_model("step_scan", [
+    helper.make_node("Relu", ["x0"], ["x"]),
+    helper.make_node("Scan", ["h0", "x"], ["h", "hs"], body=body, num_scan_inputs=1,
+                     scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1]),
+    helper.make_node("Sigmoid", ["hs"], ["y"])],
+    [vi("h0", F, [2, 5]), vi("x0", F, [2, 7, 5])], [vi("h", F, [2, 5]), vi("y", F, [2, 7, 5])],
+    {"W": W})
+h0 = RNG.standard_normal((2, 5)).astype(np.float32)
+x0 = RNG.standard_normal((2, 7, 5)).astype(np.float32)
+h, hs = h0.astype(np.float64), []
+for t in reversed(range(7)):
+    h = np.tanh(h @ W + np.maximum(x0[:, t], 0))
+    hs.append(h)
+check_step("a static Scan as a step", path, {"h0": h0, "x0": x0},
+           {"h": h.astype(np.float32), "y": (1 / (1 + np.exp(-np.stack(hs, axis=1)))).astype(np.float32)})
+
+# The same on an empty cache with the generic tier answering while the modules compile (the
+# default): the host call's bodies compile in the background too, and the model's modules
+# must not keep them (or their compile threads) alive past the model: exiting while a
+# body's compile thread still ran freed the process's module memo under it.
+for attempt in range(3):
+    cache = os.path.join(WORK, f"generic-cache-{attempt}")
+    shutil.rmtree(cache, ignore_errors=True)
+    out = os.path.join(WORK, "step_scan_generic")
+    args = [KILN, "run", path, "-o", out]
+    for k, v in {"h0": h0, "x0": x0}.items():
+        args += ["--input", f"{k}={path[:-5]}_{k}.npy"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, KILN_CACHE_DIR=cache))
+    if r.returncode != 0:
+        failures.append(f"a static Scan on an empty cache, generic start, try {attempt}: rc "
+                        f"{r.returncode}: {r.stderr.strip()[-400:]}")
+    elif not np.allclose(np.load(os.path.join(out, "h.npy")), h, rtol=1e-5, atol=1e-5):
+        failures.append(f"a static Scan on an empty cache, generic start, try {attempt}: h differs")
+
+# A while loop of static shapes (its condition the body's, a bound M from the inputs) whose
+# body holds a static Scan: a host call inside a host call. Each iteration adds the running
+# sums of x's rows to v and doubles it; it stops when v's sum passes the limit, or at M.
+inner = helper.make_graph(
+    [helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+     helper.make_node("Identity", ["acc_out"], ["acc_t"])],
+    "inner", [vi("acc_in", F, [3]), vi("row", F, [3])], [vi("acc_out", F, [3]), vi("acc_t", F, [3])])
+loop_body = helper.make_graph(
+    [helper.make_node("Scan", ["v_in", "x"], ["summed", "partial"], body=inner, num_scan_inputs=1),
+     helper.make_node("Mul", ["summed", "two"], ["v_out"]),
+     helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+     helper.make_node("Less", ["s", "limit"], ["cond_out"])],
+    "outer", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("v_in", F, [3])],
+    [vi("cond_out", BOOL, []), vi("v_out", F, [3])],
+    [numpy_helper.from_array(np.array(2, np.float32), "two")])
+path = save_model("step_nested", [
+    helper.make_node("Loop", ["m", "", "v0"], ["v"], body=loop_body),
+    helper.make_node("Neg", ["v"], ["y"])],
+    [vi("m", I64, []), vi("v0", F, [3]), vi("x", F, [4, 3]), vi("limit", F, [])],
+    [vi("y", F, [3])])
+x = np.abs(RNG.standard_normal((4, 3))).astype(np.float32)
+v0 = np.array([0.1, 0.2, 0.3], np.float32)
+
+
+def nested_ref(m, limit):
+    v = v0.astype(np.float64)
+    for _ in range(m):
+        v = (v + x.sum(axis=0)) * 2
+        if not v.sum() < limit:
+            break
+    return (-v).astype(np.float32)
+
+
+for m, limit in ((10, 200.0), (3, 1e9), (0, 1e9)):  # the condition ends it; M ends it; none
+    check_step(f"a Loop holding a Scan, M={m}, limit {limit}", path,
+               {"m": np.array(m, np.int64), "v0": v0, "x": x, "limit": np.array(limit, np.float32)},
+               {"y": nested_ref(m, limit)})
+
+# Two Ifs on one run-time condition in parallel branches, each branch itself two parallel
+# running sums (steps that do not split, large enough that the engine runs the steps of the
+# model and of each branch one by one): a body run from inside a pushed step runs its steps
+# on that thread instead of waiting for the workers.
+def two_sums(name, axis_p, axis_q, combine):
+    return helper.make_graph(
+        [helper.make_node("CumSum", ["p", axis_p], ["pa"]),
+         helper.make_node("CumSum", ["q", axis_q], ["qb"]),
+         helper.make_node(combine, ["pa", "qb"], ["r"])], name, [], [vi("r", F, [256, 512])])
+
+
+path = save_model("step_parallel", [
+    helper.make_node("ReduceSum", ["p"], ["sp"], keepdims=0),
+    helper.make_node("Greater", ["sp", "zero"], ["c"]),
+    helper.make_node("If", ["c"], ["r1"], then_branch=two_sums("t1", "one", "nil", "Add"),
+                     else_branch=two_sums("e1", "nil", "one", "Sub")),
+    helper.make_node("If", ["c"], ["r2"], then_branch=two_sums("t2", "nil", "nil", "Mul"),
+                     else_branch=two_sums("e2", "one", "one", "Add")),
+    helper.make_node("Sub", ["r1", "r2"], ["y"])],
+    [vi("p", F, [256, 512]), vi("q", F, [256, 512])], [vi("y", F, [256, 512])],
+    {"zero": np.array(0, np.float32), "nil": np.array(0, np.int64),
+     "one": np.array(1, np.int64)})
+p = RNG.standard_normal((256, 512)).astype(np.float32) * 0.1
+q = RNG.standard_normal((256, 512)).astype(np.float32) * 0.1
+for sign in (1, -1):
+    pp = np.abs(p) * sign
+    cp = [np.cumsum(pp.astype(np.float64), axis=a) for a in (0, 1)]
+    cq = [np.cumsum(q.astype(np.float64), axis=a) for a in (0, 1)]
+    if sign > 0:
+        want = (cp[1] + cq[0]) - cp[0] * cq[0]
+    else:
+        want = (cp[0] - cq[1]) - (cp[1] + cq[1])
+    check_step(f"two Ifs in parallel branches, condition {sign > 0}", path, {"p": pp, "q": q},
+               {"y": want.astype(np.float32)}, steps=2, pushed=True, rtol=1e-4, atol=1e-4)
+
+# A run-time error in a step's body names the node and stops the run: a Loop with no M whose
+# condition never turns false.
+forever = helper.make_graph(
+    [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Add", ["v", "v"], ["vo"])],
+    "b", [vi("i", I64, []), vi("c", BOOL, []), vi("v", F, [2])],
+    [vi("co", BOOL, []), vi("vo", F, [2])])
+path = save_model("step_forever", [
+    helper.make_node("Constant", [], ["yes"], value=numpy_helper.from_array(np.array(True))),
+    helper.make_node("Loop", ["", "yes", "x"], ["y"], body=forever)],
+    [vi("x", F, [2])], [vi("y", F, [2])])
+expect_error("an endless Loop as a step stops at the bound", path, {"x": np.ones(2, np.float32)},
+             "Loop giving 'y'", {"KILN_MAX_LOOP_ITERATIONS": "40"})
+expect_error("an endless Loop as a step says why", path, {"x": np.ones(2, np.float32)},
+             "still true after 40 iterations", {"KILN_MAX_LOOP_ITERATIONS": "40"})
 
 # Bad loops.
 path = save_model("endless", [helper.make_node("Loop", ["", "", "x"], ["y"], body=helper.make_graph(

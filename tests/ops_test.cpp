@@ -18,6 +18,7 @@
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
+#include "ops/host_call.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
 #include "ops/scalar_table.h"
@@ -1357,6 +1358,45 @@ TEST(LayoutOps, BadInputsAreNamed) {
   EXPECT_EQ(kiln::apply("im2col", {f4}, k3).type().dims, (std::vector<int64_t>{1, 3, 4, 27}));
   EXPECT_EQ(kiln::apply("max_pool_nhwc", {u4}, k3).type().dims,
             (std::vector<int64_t>{1, 3, 4, 3}));
+}
+
+// A host function the module binds when it loads and calls as a step: what control flow of
+// static shapes becomes (frontend/control_node.h). Here it scales by 3, or gives a wrong shape.
+TEST(HostCall, RunsAsAStepOfTheModuleAndNamesWhatWentWrong) {
+  struct Scale : HostFunction {
+    bool wrong = false;
+    std::vector<Tensor> operator()(const std::vector<Tensor>& in) override {
+      Tensor out = Tensor::empty(DType::kFloat32, wrong ? Shape{2} : in.at(0).shape());
+      for (int64_t i = 0; i < out.numel(); ++i) out.store(i, 3 * in[0].load(i));
+      return {out};
+    }
+  };
+  auto fn = std::make_shared<Scale>();
+  const TensorType t{DType::kFloat32, {2, 3}};
+  const Attrs props{{"key", std::string("host-call-test-scale")}, {"kind", std::string("Scale")}};
+  Graph g("host_call");
+  Var x = input(g, "x", DType::kFloat32, {2, 3});
+  Var h(&g, g.add_node(std::make_shared<HostCallOp>(props, std::vector<TensorType>{t},
+                                                    std::vector<TensorType>{t}, fn),
+                       {kiln::apply("neg", {x}).var()})
+                ->outputs[0]);
+  g.set_outputs({kiln::apply("exp", {h})});
+  Tensor xv = Tensor::from_doubles(DType::kFloat32, {2, 3}, {0, -0.5, 1, 2, -1, 0.25});
+  Function f = compile(g);
+  const std::vector<double> got = f({xv})[0].to_doubles();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], std::exp(-3 * xv.load(i)), 1e-5) << i;
+  // The registry's factory gives the same op (passes that copy a node use it) ...
+  EXPECT_EQ(*OpRegistry::instance().create("host_call", props), *g.nodes()[1]->op);
+  // ... and names a key no function of this process computes.
+  const std::string missing = error_of([&] {
+    OpRegistry::instance().create("host_call", {{"key", std::string("no-such-host-call")}});
+  });
+  EXPECT_NE(missing.find("no function of this process computes it"), std::string::npos) << missing;
+  // A result of another shape than the node's fails the run naming both.
+  fn->wrong = true;
+  const std::string wrong = error_of([&] { f({xv}); });
+  for (const char* w : {"Scale", "float32 (2,)", "float32 (2, 3)"})
+    EXPECT_NE(wrong.find(w), std::string::npos) << w << " not in: " << wrong;
 }
 
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {

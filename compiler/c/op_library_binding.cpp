@@ -86,7 +86,7 @@ std::unique_ptr<ForeignOp> bind(const std::string& text) {
 
 void install_op_library_binder() {
   static std::once_flag once;
-  std::call_once(once, [] { set_foreign_op_binder(bind); });
+  std::call_once(once, [] { set_foreign_op_binder(bind_spec_prefix(), bind); });
 }
 
 }  // namespace kiln

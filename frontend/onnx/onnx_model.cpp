@@ -754,6 +754,36 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       if (!name.empty()) add_staged_input(name, bindings.staged.at(name));
     return true;
   };
+  // A node the caller runs on the host as a step of the module (bindings.host_node): its
+  // inputs and outputs in their own types (no storage-only type to convert at its edges).
+  auto add_host_node = [&](const RunTimeValueNeeded& need, const onnx::NodeProto& n) {
+    if (!bindings.host_node) return false;
+    for (const TensorType& t : need.types())
+      if (OnnxImporter::compute_type(t.dtype)) return false;
+    std::vector<Variable*> ins;
+    std::vector<TensorType> types;
+    for (const std::string& v : need.values()) {
+      if (v.empty()) continue;
+      Variable* var = im.storage(v) ? nullptr : im.variable(v);
+      if (!var) return false;
+      ins.push_back(var);
+      types.push_back(var->type);
+    }
+    std::shared_ptr<const Op> op = bindings.host_node(need, types);
+    if (!op) return false;
+    Node* node = graph.add_node(op, ins, n.name());
+    for (size_t k = 0; k < need.outputs().size(); ++k) {
+      const std::string& name = need.outputs()[k];
+      if (name.empty()) continue;
+      Variable* out = node->outputs.at(k);
+      if (!graph.find_variable(name)) {
+        graph.rename(out, name);
+        named.insert(out);
+      }
+      im.bind(name, Var(&graph, out));
+    }
+    return true;
+  };
   import_nodes = [&](const onnx::GraphProto& gp_) {
     QdqFusion qdq(gp_);
     for (int i = 0; i < gp_.node_size(); ++i) {
@@ -837,6 +867,7 @@ Graph import_model(const onnx::ModelProto& model, const std::string& origin,
       } catch (const RunTimeValueNeeded& e) {
         RunTimeValueNeeded located(e.values(), e.outputs(), e.types(), e.kind(), e.attrs(),
                                    origin + ": " + node_where(n, i) + ": " + e.what());
+        if (add_host_node(located, n)) continue;
         if (!bindings.deferred) throw located;
         // Recorded, and the import goes on with the node's outputs as inputs: the caller
         // learns every stage from one import.

@@ -4,6 +4,7 @@
 // static shapes are evaluated at load time, and weights in external data files are read from the
 // model's folder.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -88,6 +89,12 @@ struct OnnxBindings {
   // outputs y[0], y[1], ..., an empty optional as none. Without it a model with a sequence or
   // optional output is refused (its flat outputs would not say which is which).
   std::vector<ValueStructure>* output_structures = nullptr;
+  // When set, asked first for each node needing run-time values, with the node and its
+  // present inputs' types: an op computing the node makes it a node of the graph (control
+  // flow the executor runs as a step, frontend/control_node.h); null leaves it to `deferred`.
+  std::function<std::shared_ptr<const Op>(const RunTimeValueNeeded&,
+                                          const std::vector<TensorType>&)>
+      host_node;
 };
 
 Graph parse_onnx_model(const std::string& bytes, const std::string& origin,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/c/foreign_call.h"
 #include "ops/library/op_library_host.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -301,25 +302,7 @@ std::string LibraryOp::c_code(const Node& node, const CodeNames& names, const Su
     return call_text(d.where(), "c_code", c.call, [&] { return d.def.c_code(&c.node); });
   }
   // The compute function, bound when the module loaded (c_init_code_struct).
-  auto list = [](const std::vector<std::string>& v) {
-    return v.empty() ? std::string("0") : join(v, ", ");
-  };
-  const std::string n_in = std::to_string(names.inputs.size());
-  const std::string n_out = std::to_string(names.outputs.size());
-  return "{\n"
-         "  kiln_tensor *kiln_lib_in[" +
-         std::to_string(std::max<size_t>(1, names.inputs.size())) + "] = {" + list(names.inputs) +
-         "};\n"
-         "  kiln_tensor *kiln_lib_out[" +
-         std::to_string(std::max<size_t>(1, names.outputs.size())) + "] = {" + list(names.outputs) +
-         "};\n"
-         "  if (KILN_SUPPORT->op_run(ctx, " +
-         sub.state + "->" + sub.prefix + "op, kiln_lib_in, " + n_in + ", kiln_lib_out, " + n_out +
-         ")) {\n"
-         "    kiln_status = 1;\n"
-         "    goto kiln_cleanup;\n"
-         "  }\n"
-         "}\n";
+  return foreign_call_code(names, sub);
 }
 
 std::string LibraryOp::c_support_code() const {
@@ -345,7 +328,7 @@ std::string LibraryOp::c_support_code_apply(const Node& node, const std::string&
 
 std::string LibraryOp::c_state_fields(const Node& node, const std::string& prefix) const {
   const LibraryOpDef& d = *def_;
-  if (d.compute_form()) return "void *" + prefix + "op;";
+  if (d.compute_form()) return foreign_state_field(prefix);
   if (!d.def.c_state_fields) return "";
   auto outs = types_of(node.outputs);
   NodeCall c(d, props(), types_of(node.inputs), &outs);
@@ -361,9 +344,7 @@ std::string LibraryOp::c_init_code_struct(const Node& node, const Sub& sub) cons
   if (d.compute_form()) {
     BindSpec spec{d.name,  d.library->name,       d.library->sha256,
                   props(), types_of(node.inputs), types_of(node.outputs)};
-    const std::string field = sub.state + "->" + sub.prefix + "op";
-    return field + " = KILN_SUPPORT->op_bind(ctx, " + c_string_literal(encode_bind_spec(spec)) +
-           ");\nif (!" + field + ") {\n  kiln_status = 1;\n  goto kiln_cleanup;\n}\n";
+    return foreign_bind_code(encode_bind_spec(spec), sub);
   }
   if (!d.def.c_init_code) return "";
   auto outs = types_of(node.outputs);
@@ -376,10 +357,7 @@ std::string LibraryOp::c_init_code_struct(const Node& node, const Sub& sub) cons
 
 std::string LibraryOp::c_cleanup_code_struct(const Node& node, const Sub& sub) const {
   const LibraryOpDef& d = *def_;
-  if (d.compute_form()) {
-    const std::string field = sub.state + "->" + sub.prefix + "op";
-    return "if (" + field + ") KILN_SUPPORT->op_release(" + field + ");\n" + field + " = 0;\n";
-  }
+  if (d.compute_form()) return foreign_release_code(sub);
   if (!d.def.c_cleanup_code) return "";
   auto outs = types_of(node.outputs);
   NodeCall c(d, props(), types_of(node.inputs), &outs);
@@ -412,6 +390,8 @@ std::vector<std::string> LibraryOp::c_headers() const {
   }
   return out;
 }
+
+std::string bind_spec_prefix() { return "kiln-op-bind "; }
 
 std::string encode_bind_spec(const BindSpec& spec) {
   WireWriter w(kSpecMagic);

@@ -76,6 +76,8 @@ struct BindSpec {
   std::vector<TensorType> inputs, outputs;
 };
 std::string encode_bind_spec(const BindSpec& spec);
+// How every encoded spec starts: the foreign-op binder's prefix (runtime/exec/foreign_op.h).
+std::string bind_spec_prefix();
 BindSpec decode_bind_spec(const std::string& text);  // throws UserError when malformed
 
 // kiln_op_type from a kiln type (at most KILN_OP_MAX_DIMS dimensions) and back.

@@ -23,6 +23,10 @@ struct PushOptions {
   int device = 0;    // worker pool: 0 is the CPU
 };
 
+// True while this thread runs a function some engine pushed: a wait there would hold a worker
+// that the awaited work may need (a run started inside a step runs its steps itself).
+bool in_engine_function();
+
 // The worker pool of CUDA steps: each of its workers enqueues on a stream of its own.
 constexpr int kCudaEngineDevice = 1;
 

@@ -16,6 +16,8 @@ struct RunningScope {
 
 }  // namespace
 
+bool in_engine_function() { return functions_running > 0; }
+
 VarHandle EngineCore::new_var(const std::string& name) {
   auto* v = new EngineVar();
   v->name = name;

@@ -906,7 +906,9 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   validate(inputs);
   upload_weights();
   auto plan = plan_for(inputs);
-  if (plan->parallel) return start(inputs, plan).get();
+  // Inside a pushed step (a control-flow node running its body) the steps run here: waiting
+  // for pushed steps would hold a worker they may need.
+  if (plan->parallel && !in_engine_function()) return start(inputs, plan).get();
   std::unique_ptr<BoundValues> kept = take_bound(plan);
   std::shared_ptr<Storage> arena;
   std::vector<Tensor> values = bind(inputs, *plan, kept.get(), &arena);

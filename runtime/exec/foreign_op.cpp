@@ -1,5 +1,6 @@
 #include "runtime/exec/foreign_op.h"
 
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 
@@ -10,16 +11,24 @@ namespace {
 
 std::shared_mutex g_mutex;
 
-ForeignOpBinder& binder() {
-  static ForeignOpBinder b;
+std::map<std::string, ForeignOpBinder>& binders() {
+  static std::map<std::string, ForeignOpBinder> b;
   return b;
+}
+
+// The binder whose prefix starts `spec`, or null.
+ForeignOpBinder binder_for(const std::string& spec) {
+  std::shared_lock lock(g_mutex);
+  for (const auto& [prefix, b] : binders())
+    if (spec.compare(0, prefix.size(), prefix) == 0) return b;
+  return nullptr;
 }
 
 }  // namespace
 
-void set_foreign_op_binder(ForeignOpBinder b) {
+void set_foreign_op_binder(const std::string& prefix, ForeignOpBinder b) {
   std::unique_lock lock(g_mutex);
-  binder() = std::move(b);
+  binders()[prefix] = std::move(b);
 }
 
 }  // namespace kiln
@@ -27,18 +36,16 @@ void set_foreign_op_binder(ForeignOpBinder b) {
 // Called from generated C: nothing may escape as an exception.
 extern "C" void* kiln_foreign_op_bind(kiln_ctx* ctx, const char* spec) {
   try {
-    kiln::ForeignOpBinder b;
-    {
-      std::shared_lock lock(kiln::g_mutex);
-      b = kiln::binder();
-    }
+    const std::string text = spec ? spec : "";
+    kiln::ForeignOpBinder b = kiln::binder_for(text);
     if (!b) {
       ctx->fail(ctx,
-                "this module calls an op from a custom-op library, and no op library is "
-                "loaded in this process");
+                "this module calls an op kiln runs on the host (a custom-op library's, or a "
+                "control-flow node's), and nothing in this process binds it (description '%.40s')",
+                text.c_str());
       return nullptr;
     }
-    return b(spec ? spec : "").release();
+    return b(text).release();
   } catch (const std::exception& e) {
     ctx->fail(ctx, "%s", e.what());
   } catch (...) {

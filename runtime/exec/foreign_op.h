@@ -1,10 +1,11 @@
 #pragma once
 // Compute functions that live outside a module (the precompiled ops of custom-op
-// libraries), which generated code reaches through the support table: a node binds its op
-// once when the module loads (op_bind, from a description kiln wrote into the module), calls
-// it per run (op_run) and releases it at unload (op_release). The runtime only routes these
-// calls; the binder, installed by whoever knows what the descriptions mean (the op-library
-// loader), builds the callable.
+// libraries, the host drivers of control flow), which generated code reaches through the
+// support table: a node binds its op once when the module loads (op_bind, from a description
+// kiln wrote into the module), calls it per run (op_run) and releases it at unload
+// (op_release). The runtime only routes these calls; a binder, installed by whoever knows
+// what the descriptions mean (the op-library loader, the control-flow op), builds the
+// callable. Descriptions name their binder by their first bytes.
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,8 +26,9 @@ class ForeignOp {
 // Builds the op a description names; throws Error with a message on failure.
 using ForeignOpBinder = std::function<std::unique_ptr<ForeignOp>(const std::string& spec)>;
 
-// Installs the binder (one per process; a second call replaces the first).
-void set_foreign_op_binder(ForeignOpBinder binder);
+// Installs the binder of the descriptions starting with `prefix` (one per prefix; a second
+// call replaces the first).
+void set_foreign_op_binder(const std::string& prefix, ForeignOpBinder binder);
 
 }  // namespace kiln
 
