@@ -325,6 +325,30 @@ for m, limit in ((10, 200.0), (3, 1e9), (0, 1e9)):  # the condition ends it; M e
                {"m": np.array(m, np.int64), "v0": v0, "x": x, "limit": np.array(limit, np.float32)},
                {"y": nested_ref(m, limit)})
 
+# A for loop as exporters write `for i in range(n)`: M known when the model loads, a true
+# condition the body passes through. Its per-iteration outputs then have a static length (M)
+# and it runs as a step too; with M = 0 they are empty.
+for_body = helper.make_graph(
+    [helper.make_node("Identity", ["cond_in"], ["cond_mid"]),
+     helper.make_node("Identity", ["cond_mid"], ["cond_out"]),
+     helper.make_node("Gather", ["x", "i"], ["xi"], axis=0),
+     helper.make_node("Add", ["y_in", "xi"], ["y_out"]),
+     helper.make_node("Mul", ["y_out", "y_out"], ["y_scan"])],
+    "for_body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("y_in", F, [4])],
+    [vi("cond_out", BOOL, []), vi("y_out", F, [4]), vi("y_scan", F, [4])])
+x = RNG.standard_normal((8, 4)).astype(np.float32)
+y0 = RNG.standard_normal(4).astype(np.float32)
+for m in (5, 0):
+    path = save_model(f"step_for_{m}", [
+        helper.make_node("Constant", [], ["yes"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("Loop", ["m", "yes", "y0"], ["y", "ys"], body=for_body),
+        helper.make_node("Abs", ["ys"], ["ys_abs"])],
+        [vi("y0", F, [4]), vi("x", F, [8, 4])], [vi("y", F, [4]), vi("ys_abs", F, [m, 4])],
+        {"m": np.array(m, np.int64)})
+    sums = (y0 + np.cumsum(x[:m], axis=0)).reshape(m, 4)
+    check_step(f"a for loop of {m} iterations as a step", path, {"y0": y0, "x": x},
+               {"y": sums[-1] if m else y0, "ys_abs": np.abs(sums * sums).astype(np.float32)})
+
 # Two Ifs on one run-time condition in parallel branches, each branch itself two parallel
 # running sums (steps that do not split, large enough that the engine runs the steps of the
 # model and of each branch one by one): a body run from inside a pushed step runs its steps

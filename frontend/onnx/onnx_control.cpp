@@ -6,6 +6,8 @@
 // here by importing each body once.
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "frontend/onnx/onnx_model.h"
@@ -180,6 +182,48 @@ std::string node_label(const onnx::NodeProto& n) {
   return n.name().empty() ? n.op_type() : n.op_type() + " '" + n.name() + "'";
 }
 
+// True when the body's condition output is its condition input unchanged (directly, through
+// Identity nodes, or a constant true): a for loop, as exporters write `for i in range(n)`.
+bool condition_passes_through(const onnx::GraphProto& body) {
+  if (body.input_size() < 2 || body.output_size() < 1) return false;
+  std::string name = body.output(0).name();
+  for (int hops = 0; hops <= body.node_size(); ++hops) {
+    if (name == body.input(1).name()) return true;
+    const onnx::NodeProto* producer = nullptr;
+    for (const auto& node : body.node())
+      for (const auto& o : node.output())
+        if (o == name) producer = &node;
+    if (!producer) return false;
+    if (producer->op_type() == "Constant" && producer->domain().empty()) {
+      for (const auto& a : producer->attribute()) {
+        if (a.name() != "value" || !a.has_t()) continue;
+        const Tensor v = tensor_from_onnx(a.t(), {}, "the body's condition");
+        return v.numel() == 1 && v.load(0) != 0;
+      }
+      return false;
+    }
+    if (producer->op_type() != "Identity" || producer->input_size() != 1) return false;
+    name = producer->input(0);
+  }
+  return false;
+}
+
+// The exact number of iterations when it is known as the model loads: a trip count M known
+// then, a condition absent or known true, and a body that passes the condition through.
+std::optional<int64_t> static_trip_count(OnnxImporter& im, const onnx::NodeProto& n,
+                                         const onnx::GraphProto& body) {
+  if (!OnnxImporter::has_input(n, 0)) return std::nullopt;
+  const Tensor* m = im.known(n.input(0));
+  if (!m || m->numel() != 1) return std::nullopt;
+  if (OnnxImporter::has_input(n, 1)) {
+    const Tensor* cond = im.known(n.input(1));
+    if (!cond || cond->numel() != 1) return std::nullopt;
+    if (cond->load(0) == 0) return int64_t{0};
+  }
+  if (!condition_passes_through(body)) return std::nullopt;
+  return std::max<int64_t>(0, m->load_int(0));
+}
+
 // Loop (opsets 1-17): M, cond, N carried values; the body maps (i, cond, carried) to
 // (cond, carried, K scan outputs).
 [[noreturn]] void stage_loop(OnnxImporter& im, const onnx::NodeProto& n) {
@@ -203,13 +247,15 @@ std::string node_label(const onnx::NodeProto& n) {
     throw UserError(what + " has " + std::to_string(outs.size()) + " outputs; the Loop has " +
                     std::to_string(n.output_size()) + " (the body gives the condition first)");
   }
+  // One slice per iteration: a static count when the trip count is exact.
+  const std::optional<int64_t> trips = static_trip_count(im, n, body);
   std::vector<TensorType> types;
   for (int k = 0; k < n.output_size(); ++k) {
     TensorType t = outs[static_cast<size_t>(k) + 1];
     if (k < carried) {
       t = own[2 + static_cast<size_t>(k)];
     } else {
-      t.dims.insert(t.dims.begin(), kDynamic);  // one slice per iteration
+      t.dims.insert(t.dims.begin(), trips.value_or(kDynamic));
     }
     types.push_back(t);
   }
