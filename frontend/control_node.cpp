@@ -43,9 +43,25 @@ ControlNode::~ControlNode() = default;
 
 std::vector<Tensor> ControlNode::run(const std::vector<const Tensor*>& values) {
   std::lock_guard lock(mutex_);
+  // A body's error names the node, the body and the iteration (its type kept: a refused op
+  // stays UnsupportedError).
   auto body = [&](size_t k) -> BodyFunction {
     ModelFunction* f = bodies_.at(k).get();
-    return [f](const std::vector<Tensor>& args) { return (*f)(args); };
+    std::string name = kind_ == "If" ? (k == 0 ? "then_branch" : "else_branch") : "body";
+    return [this, f, name, calls = int64_t{0}](const std::vector<Tensor>& args) mutable {
+      const std::string at = where_ + ": " + name +
+                             (kind_ == "If" ? "" : " (iteration " + std::to_string(calls) + ")");
+      ++calls;
+      try {
+        return (*f)(args);
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(at + ": " + e.what());
+      } catch (const OutOfMemoryError& e) {
+        throw OutOfMemoryError(at + ": " + e.what());
+      } catch (const UserError& e) {
+        throw UserError(at + ": " + e.what());
+      }
+    };
   };
   if (kind_ == "Loop") return run_loop(body(0), values, types_, attrs_, where_);
   if (kind_ == "Scan") return run_scan(body(0), values, types_, attrs_, where_);

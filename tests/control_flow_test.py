@@ -349,6 +349,17 @@ for m in (5, 0):
     check_step(f"a for loop of {m} iterations as a step", path, {"y0": y0, "x": x},
                {"y": sums[-1] if m else y0, "ys_abs": np.abs(sums * sums).astype(np.float32)})
 
+# An error in a body run as a step names the node, the body and what was wrong: M = 9
+# iterations over 8 rows.
+path = save_model("step_for_9", [
+    helper.make_node("Constant", [], ["yes"], value=numpy_helper.from_array(np.array(True))),
+    helper.make_node("Loop", ["m", "yes", "y0"], ["y", "ys"], body=for_body)],
+    [vi("y0", F, [4]), vi("x", F, [8, 4])], [vi("y", F, [4]), vi("ys", F, [9, 4])],
+    {"m": np.array(9, np.int64)})
+for text in ("Loop giving 'y'", "index 8 is out of range"):
+    expect_error(f"a for loop past its data as a step names '{text}'", path, {"y0": y0, "x": x},
+                 text)
+
 # Two Ifs on one run-time condition in parallel branches, each branch itself two parallel
 # running sums (steps that do not split, large enough that the engine runs the steps of the
 # model and of each branch one by one): a body run from inside a pushed step runs its steps
