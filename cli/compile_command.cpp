@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/compile_flags.h"
-#include "frontend/model_loader.h"
+#include "cli/model_graph.h"
 
 namespace kiln::cli {
 
@@ -15,7 +15,8 @@ int run(const CommandLine& line) {
   CompileOptions options = compile_options(line);  // a bad flag before any work
   options.explain = line.has("--explain");
   const auto start = std::chrono::steady_clock::now();
-  Graph g = load_model(model);
+  ModelGraph loaded(model, options);
+  const Graph& g = loaded.graph();
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   Function f = compile(g, options);

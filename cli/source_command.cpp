@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/compile_flags.h"
-#include "frontend/model_loader.h"
+#include "cli/model_graph.h"
 
 namespace kiln::cli {
 
@@ -12,7 +12,8 @@ namespace {
 int run(const CommandLine& line) {
   const std::string model = line.one_model();
   const CompileOptions options = compile_options(line);  // a bad flag before any work
-  Graph g = load_model(model);
+  ModelGraph loaded(model, options);
+  const Graph& g = loaded.graph();
   if (line.has("--graph")) {
     std::fputs(optimized_graph(g, options).to_string().c_str(), stdout);
   } else {

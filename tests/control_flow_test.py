@@ -410,6 +410,22 @@ expect_error("an endless Loop as a step stops at the bound", path, {"x": np.ones
 expect_error("an endless Loop as a step says why", path, {"x": np.ones(2, np.float32)},
              "still true after 40 iterations", {"KILN_MAX_LOOP_ITERATIONS": "40"})
 
+# `kiln source` and `kiln compile` see such a model as one module, its control flow a
+# host_call node bound when the module loads; a model that runs in stages has no one module
+# and is refused naming why.
+for cmd in ("source", "compile"):
+    r = subprocess.run([KILN, cmd, os.path.join(WORK, "step_scan.onnx")], capture_output=True,
+                       text=True, timeout=300)
+    want = ["host_call", "op_bind(ctx, \"kiln-host-call "] if cmd == "source" else ["key "]
+    if r.returncode != 0 or any(w not in r.stdout for w in want):
+        failures.append(f"kiln {cmd} of a static Scan: rc {r.returncode}, expected {want} in: "
+                        + (r.stdout + r.stderr)[-600:])
+    r = subprocess.run([KILN, cmd, os.path.join(WORK, "while.onnx")], capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode == 0 or "between stages where its output sizes depend" not in r.stderr:
+        failures.append(f"kiln {cmd} of a staged Loop: expected a refusal naming the stages, got "
+                        f"rc {r.returncode}: " + r.stderr[-400:])
+
 # Bad loops.
 path = save_model("endless", [helper.make_node("Loop", ["", "", "x"], ["y"], body=helper.make_graph(
     [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Identity", ["v"], ["vo"])],
