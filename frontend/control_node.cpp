@@ -3,6 +3,7 @@
 #include "frontend/control_flow.h"
 #include "frontend/model_function.h"
 #include "graph/wire_text.h"
+#include "runtime/exec/executor.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -43,6 +44,7 @@ ControlNode::~ControlNode() = default;
 
 std::vector<Tensor> ControlNode::run(const std::vector<const Tensor*>& values) {
   std::lock_guard lock(mutex_);
+  const InOrderRuns in_order;  // each iteration's steps on this thread
   // A body's error names the node, the body and the iteration (its type kept: a refused op
   // stays UnsupportedError).
   auto body = [&](size_t k) -> BodyFunction {

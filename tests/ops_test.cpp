@@ -1399,6 +1399,54 @@ TEST(HostCall, RunsAsAStepOfTheModuleAndNamesWhatWentWrong) {
     EXPECT_NE(wrong.find(w), std::string::npos) << w << " not in: " << wrong;
 }
 
+// A host function that runs a compiled function of parallel branches, called from a step the
+// engine pushed (the outer program is branched too): the inner run must run its steps on that
+// thread, not wait on the engine from inside a pushed function (which the engine refuses).
+TEST(HostCall, ANestedRunOfBranchesFromAPushedStepRunsOnItsThread) {
+  const Shape dims{256, 512};
+  auto running_sums = [](Var x) {
+    return kiln::apply("add", {kiln::apply("cumsum", {x}, {{"axis", int64_t{0}}}),
+                               kiln::apply("cumsum", {x}, {{"axis", int64_t{1}}})});
+  };
+  Graph inner("inner");
+  inner.set_outputs({running_sums(input(inner, "x", DType::kFloat32, dims))});
+  struct Nested : HostFunction {
+    Function f;
+    explicit Nested(Function fn) : f(std::move(fn)) {}
+    std::vector<Tensor> operator()(const std::vector<Tensor>& in) override { return f(in); }
+  };
+  auto fn = std::make_shared<Nested>(compile(inner));
+  const TensorType t{DType::kFloat32, dims};
+  Graph outer("outer");
+  Var a = input(outer, "a", DType::kFloat32, dims);
+  Var b = input(outer, "b", DType::kFloat32, dims);
+  Var h(&outer, outer
+                    .add_node(std::make_shared<HostCallOp>(
+                                  Attrs{{"key", std::string("host-call-test-nested")},
+                                        {"kind", std::string("Nested")}},
+                                  std::vector<TensorType>{t}, std::vector<TensorType>{t}, fn),
+                              {a.var()})
+                    ->outputs[0]);
+  outer.set_outputs({kiln::apply("sub", {h, running_sums(b)})});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Tensor av = Tensor::empty(DType::kFloat32, dims), bv = Tensor::empty(DType::kFloat32, dims);
+  for (int64_t i = 0; i < av.numel(); ++i) av.store(i, u(rng)), bv.store(i, u(rng));
+  Function f = compile(outer);
+  const Tensor y = f({av, bv})[0];
+  EXPECT_GT(f.stats().stepwise_runs, 0) << "the outer steps were not pushed";
+  // By hand: running sums of each (row, column) prefix, in double.
+  auto sums = [&](const Tensor& x, int64_t r, int64_t c) {
+    double down = 0, across = 0;
+    for (int64_t k = 0; k <= r; ++k) down += x.load(k * 512 + c);
+    for (int64_t k = 0; k <= c; ++k) across += x.load(r * 512 + k);
+    return down + across;
+  };
+  for (int64_t r : {0, 1, 130, 255})
+    for (int64_t c : {0, 7, 300, 511})
+      EXPECT_NEAR(y.load(r * 512 + c), sums(av, r, c) - sums(bv, r, c), 2e-3) << r << ", " << c;
+}
+
 TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
   std::mt19937 rng(23);
   struct Case {

@@ -35,7 +35,13 @@ kiln_tensor abi_view(const Tensor& t, const Shape& shape, const Shape& strides) 
   return v;
 }
 
+thread_local int in_order_runs = 0;
+
 }  // namespace
+
+InOrderRuns::InOrderRuns() { ++in_order_runs; }
+InOrderRuns::~InOrderRuns() { --in_order_runs; }
+bool InOrderRuns::active() { return in_order_runs > 0; }
 
 Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program> program,
                    Engine* engine)
@@ -908,7 +914,8 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   auto plan = plan_for(inputs);
   // Inside a pushed step (a control-flow node running its body) the steps run here: waiting
   // for pushed steps would hold a worker they may need.
-  if (plan->parallel && !in_engine_function()) return start(inputs, plan).get();
+  if (plan->parallel && !in_engine_function() && !InOrderRuns::active())
+    return start(inputs, plan).get();
   std::unique_ptr<BoundValues> kept = take_bound(plan);
   std::shared_ptr<Storage> arena;
   std::vector<Tensor> values = bind(inputs, *plan, kept.get(), &arena);
