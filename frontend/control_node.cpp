@@ -51,17 +51,21 @@ std::vector<Tensor> ControlNode::run(const std::vector<const Tensor*>& values) {
     ModelFunction* f = bodies_.at(k).get();
     std::string name = kind_ == "If" ? (k == 0 ? "then_branch" : "else_branch") : "body";
     return [this, f, name, calls = int64_t{0}](const std::vector<Tensor>& args) mutable {
-      const std::string at = where_ + ": " + name +
-                             (kind_ == "If" ? "" : " (iteration " + std::to_string(calls) + ")");
-      ++calls;
+      const int64_t iteration = calls++;
+      // Built only on failure: an iteration costs about a microsecond.
+      auto at = [&](const char* what) {
+        return where_ + ": " + name +
+               (kind_ == "If" ? "" : " (iteration " + std::to_string(iteration) + ")") + ": " +
+               what;
+      };
       try {
         return (*f)(args);
       } catch (const UnsupportedError& e) {
-        throw UnsupportedError(at + ": " + e.what());
+        throw UnsupportedError(at(e.what()));
       } catch (const OutOfMemoryError& e) {
-        throw OutOfMemoryError(at + ": " + e.what());
+        throw OutOfMemoryError(at(e.what()));
       } catch (const UserError& e) {
-        throw UserError(at + ": " + e.what());
+        throw UserError(at(e.what()));
       }
     };
   };

@@ -391,7 +391,9 @@ std::vector<std::string> LibraryOp::c_headers() const {
   return out;
 }
 
-std::string bind_spec_prefix() { return "kiln-op-bind "; }
+std::string bind_spec_prefix() {  // the magic without its version
+  return std::string(kSpecMagic.substr(0, kSpecMagic.find(' ') + 1));
+}
 
 std::string encode_bind_spec(const BindSpec& spec) {
   WireWriter w(kSpecMagic);
