@@ -314,30 +314,32 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
   }
   std::vector<std::string> lets;
   std::string expr;
+  if (auto table = table_code(node, names, sub, ops)) return *table;
   scalar_body(dts, lets, expr, "v");
-  if (auto table = table_code(node, names, sub, ops, lets, expr)) return *table;
   return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
                                is_long_chain());
 }
 
-std::optional<std::string> FusedElementwise::table_code(const Node& node, const CodeNames& names,
-                                                        const Sub& sub,
-                                                        const std::vector<LoopOperand>& ops,
-                                                        const std::vector<std::string>& lets,
-                                                        const std::string& expr) const {
-  // One byte tensor of the output's shape, every other operand one element: the chain is a
-  // function of that byte. Cheap chains stay loops (a table is not worth 256 evaluations).
-  const TensorType& out = node.outputs[0]->type;
-  int byte = -1;
+std::optional<std::string> FusedElementwise::table_prefix(const Node& node, const CodeNames& names,
+                                                          const std::vector<LoopOperand>& ops,
+                                                          const TensorType& space, DType value,
+                                                          int& byte) const {
+  // Cheap chains stay loops (a table is not worth 256 evaluations).
+  byte = -1;
   for (size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].literal || ops[k].single) continue;
     if (byte >= 0) return {};
     byte = static_cast<int>(k);
   }
-  if (byte < 0 || is_cheap() || out.rank() == 0) return {};
+  if (byte < 0 || is_cheap() || space.rank() == 0) return {};
   const TensorType& in = node.inputs[static_cast<size_t>(byte)]->type;
-  if ((in.dtype != DType::kUInt8 && in.dtype != DType::kInt8) || in.dims != out.dims) return {};
-  const std::string in_t(dtype_c_type(in.dtype)), out_t(dtype_c_type(out.dtype));
+  if ((in.dtype != DType::kUInt8 && in.dtype != DType::kInt8) || in.dims != space.dims) return {};
+  std::vector<DType> dts;
+  for (const Variable* v : node.inputs) dts.push_back(v->type.dtype);
+  std::vector<std::string> lets;
+  std::string expr;
+  scalar_body(dts, lets, expr, "v");
+  const std::string in_t(dtype_c_type(in.dtype)), out_t(dtype_c_type(value));
   TemplateValues v;
   std::string s = "{\n" + out_t + " kiln_lut[256];\n{\n";
   for (size_t k = 0; k < ops.size(); ++k) {
@@ -356,6 +358,17 @@ std::optional<std::string> FusedElementwise::table_code(const Node& node, const 
   s += "for (int kiln_b = 0; kiln_b < 256; ++kiln_b) {\n";
   for (const std::string& let : lets) s += render_template(let, v, "fused table") + "\n";
   s += "kiln_lut[kiln_b] = (" + out_t + ")" + render_template(expr, v, "fused table") + ";\n}\n}\n";
+  return s;
+}
+
+std::optional<std::string> FusedElementwise::table_code(const Node& node, const CodeNames& names,
+                                                        const Sub& sub,
+                                                        const std::vector<LoopOperand>& ops) const {
+  const TensorType& out = node.outputs[0]->type;
+  int byte = -1;
+  auto table = table_prefix(node, names, ops, out, out.dtype, byte);
+  if (!table) return {};
+  std::string s = *table;
   const std::string& x = names.inputs[static_cast<size_t>(byte)];
   const std::string& y = names.outputs[0];
   const std::string rank = std::to_string(out.rank());

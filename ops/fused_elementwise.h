@@ -46,14 +46,20 @@ class FusedElementwise : public COp {
   void scalar_body(const std::vector<DType>& in, std::vector<std::string>& lets, std::string& expr,
                    const std::string& temp_prefix) const;
 
+  // When the program is a costly function of one byte operand whose shape is `space` (every
+  // other operand one element): opens a C block declaring `kiln_lut`, the program's 256 values
+  // of `value` dtype, and sets `byte` to that operand; the caller looks each element up and
+  // closes the block. nullopt otherwise. `ops` as loop_operand made them.
+  std::optional<std::string> table_prefix(const Node& node, const CodeNames& names,
+                                          const std::vector<LoopOperand>& ops,
+                                          const TensorType& space, DType value, int& byte) const;
+
  private:
   std::vector<DType> step_dtypes(const std::vector<DType>& in) const;
   // A chain of one byte tensor (every other operand one element) as a 256-entry table of
   // its values, looked up per element; nothing when the node is not such a chain.
   std::optional<std::string> table_code(const Node& node, const CodeNames& names, const Sub& sub,
-                                        const std::vector<LoopOperand>& ops,
-                                        const std::vector<std::string>& lets,
-                                        const std::string& expr) const;
+                                        const std::vector<LoopOperand>& ops) const;
   std::vector<FusedStep> steps_;
   int arity_ = 0;
 };

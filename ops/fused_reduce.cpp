@@ -95,12 +95,24 @@ std::string FusedReduce::c_code(const Node& node, const CodeNames& names, const 
     ops.push_back(loop_operand(node.inputs[k], names.inputs[k], TensorType{}));
     dts.push_back(node.inputs[k]->type.dtype);
   }
-  std::vector<std::string> lets;
-  std::string expr;
-  program_->scalar_body(dts, lets, expr, "v");
   const int rank = space_rank(node);
   ReduceLoop spec{reduce_->kind(), reduce_->reduced_mask(rank), reduce_->keepdims(),
                   node.outputs[0]->type.dtype};
+  // A costly function of one byte tensor (a quantized activation's SiLU before a global
+  // pool): its 256 values once, then a lookup per element.
+  std::vector<TensorType> types;
+  for (const Variable* v : node.inputs) types.push_back(v->type);
+  const TensorType value = program_->infer_type(types).at(0);
+  int byte = -1;
+  if (auto table = program_->table_prefix(node, names, ops, value, value.dtype, byte)) {
+    return *table +
+           emit_reduce_loop(spec, {ops[static_cast<size_t>(byte)]}, "kiln_lut[(uint8_t)${0}]", {},
+                            names.outputs[0], sub.ctx) +
+           "}\n";
+  }
+  std::vector<std::string> lets;
+  std::string expr;
+  program_->scalar_body(dts, lets, expr, "v");
   return emit_reduce_loop(spec, ops, expr, lets, names.outputs[0], sub.ctx);
 }
 

@@ -2,9 +2,10 @@
 // values nothing else reads becomes one fused_elementwise node: one loop, no intermediate
 // buffers. Broadcasting is exact because every operand is indexed against the final output
 // shape. A producer with a smaller shape than the group's output is fused only when it is
-// cheap, since fusing recomputes it per output element. A widening cast with several readers
-// (a quantized activation read as float by two consumers) is copied into each reader's group
-// instead of ending its producer's: the narrow value is stored, not four times its bytes.
+// cheap, since fusing recomputes it per output element. A widening chain with several readers
+// (a quantized activation dequantized once and read as float by two consumers: a
+// squeeze-excitation pool and its gate) is copied into each reader's group instead of ending
+// its producer's: the narrow value is stored, not four times its bytes.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -29,6 +30,38 @@ bool is_widening_cast(const Node& node) {
   return dtype_size(node.outputs[0]->type.dtype) > dtype_size(node.inputs[0]->type.dtype);
 }
 
+// A dequantization is a widening cast, then a zero point subtracted and a scale applied.
+constexpr size_t kMaxWideningChain = 4;
+
+// The nodes, first to last, of a widening cast followed by adds, subtractions and
+// multiplications by constants or single values, each read only by the next, ending at `end`;
+// empty when `end` is not the end of one. Repeating such a chain per reader costs a few
+// instructions per element, less than storing and reloading its wide result.
+std::vector<const Node*> widening_chain(const Node& end,
+                                        const std::unordered_map<const Variable*, int>& uses) {
+  std::vector<const Node*> chain;
+  for (const Node* n = &end; chain.size() < kMaxWideningChain;) {
+    chain.insert(chain.begin(), n);
+    if (n != &end && uses.at(n->outputs[0]) != 1) return {};
+    if (is_widening_cast(*n)) return chain;
+    const std::string& op = n->op->name();
+    if ((op != "add" && op != "sub" && op != "mul") || n->inputs.size() != 2) return {};
+    const Variable* main = nullptr;
+    for (const Variable* v : n->inputs) {
+      const bool small = v->kind == VarKind::kConstant || v->type.static_numel() == 1;
+      if (v->kind == VarKind::kNodeOutput && !small) {
+        if (main) return {};
+        main = v;
+      } else if (!small) {
+        return {};
+      }
+    }
+    if (!main || main->type != n->outputs[0]->type) return {};
+    n = main->owner;
+  }
+  return {};
+}
+
 // Cheap enough to repeat for every element of a larger output: cheap, and no division (a
 // vector division costs about ten multiplies; a squeeze-excitation gate's quantization was
 // two per element of the gated map).
@@ -46,16 +79,25 @@ bool cheap_per_element(const Node& node) {
 
 Graph fuse_elementwise(const Graph& graph) {
   auto uses = count_uses(graph);
+  // The widening chains read more than once, by their last node, and every member of one.
+  std::map<const Node*, std::vector<const Node*>> shared_chains;
+  std::set<const Node*> in_shared_chain;
+  for (const auto& node : graph.nodes()) {
+    if (!is_elementwise_node(*node) || uses[node->outputs[0]] < 2) continue;
+    auto chain = widening_chain(*node, uses);
+    if (chain.empty()) continue;
+    in_shared_chain.insert(chain.begin(), chain.end());
+    shared_chains[node.get()] = std::move(chain);
+  }
   std::set<const Node*> taken;                             // members of some group
   std::map<const Node*, std::vector<const Node*>> groups;  // root -> members (id order)
   const auto& nodes = graph.nodes();
-  auto shared = [&](const Node& n) { return is_widening_cast(n) && uses[n.outputs[0]] > 1; };
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const Node* root = it->get();
-    if (taken.count(root) || !is_elementwise_node(*root) || shared(*root)) continue;
+    if (taken.count(root) || !is_elementwise_node(*root) || in_shared_chain.count(root)) continue;
     std::set<const Node*> group{root};
     std::multiset<const Variable*> reads(root->inputs.begin(), root->inputs.end());
-    std::set<const Variable*> stored;  // the inputs of shared casts: their producers stay
+    std::set<const Variable*> stored;  // the inputs of shared chains: their producers stay
     for (bool grew = true; grew;) {
       grew = false;
       for (const Variable* v : std::set<const Variable*>(reads.begin(), reads.end())) {
@@ -64,25 +106,46 @@ Graph fuse_elementwise(const Graph& graph) {
         if (!p || group.count(p) || taken.count(p) || stored.count(v) || !is_elementwise_node(*p)) {
           continue;
         }
-        const bool copy_in = shared(*p);
-        // Read outside the group: only a shared cast may still join (as a copy).
+        auto chain = shared_chains.find(p);
+        const bool copy_in = chain != shared_chains.end();
+        // Read outside the group: only a shared chain may still join (as a copy).
         if (!copy_in && static_cast<int>(reads.count(v)) != uses[v]) continue;
         if (v->type.dims != root->outputs[0]->type.dims && !cheap_per_element(*p)) continue;
-        group.insert(p);
         reads.erase(v);
-        reads.insert(p->inputs.begin(), p->inputs.end());
-        if (copy_in) stored.insert(p->inputs.begin(), p->inputs.end());
+        if (!copy_in) {
+          group.insert(p);
+          reads.insert(p->inputs.begin(), p->inputs.end());
+        } else {
+          const auto& members = chain->second;
+          group.insert(members.begin(), members.end());
+          for (const Node* m : members) {
+            for (const Variable* in : m->inputs) {
+              const bool inside =
+                  in->kind == VarKind::kNodeOutput &&
+                  std::find(members.begin(), members.end(), in->owner) != members.end();
+              if (inside) continue;
+              reads.insert(in);
+              stored.insert(in);
+            }
+          }
+        }
         grew = true;
       }
     }
     if (group.size() < 2) continue;
     std::vector<const Node*> members(group.begin(), group.end());
     std::sort(members.begin(), members.end(), [](auto* a, auto* b) { return a->id < b->id; });
-    // A shared cast stays untaken: other groups copy it too, and what reads it outside any
-    // group keeps the node itself (dead once every reader has its copy).
+    // A shared chain stays untaken: other groups copy it too.
     for (const Node* m : members)
-      if (!shared(*m)) taken.insert(m);
+      if (!in_shared_chain.count(m)) taken.insert(m);
     groups[root] = std::move(members);
+  }
+  // What reads a shared chain outside any group (a reduction, a graph output) reads it as one
+  // fused node of its own; a lone cast stays itself. Dead once every reader has its copy.
+  for (const auto& [end, chain] : shared_chains) {
+    if (chain.size() < 2) continue;
+    taken.insert(chain.begin(), chain.end());
+    groups[end] = chain;
   }
 
   GraphCopy copy(graph);

@@ -413,6 +413,53 @@ for xdt in (np.uint8, np.int8):
             bad = np.argwhere(table != per_element)
             failures.append(f"{name}: the table differs from the per-element chain at {bad[:4]}")
 
+# ---- a quantized squeeze-excitation block: the dequantized map stays bytes --------------------
+# DequantizeLinear's float32 map is read by a global pool, by the gate's Mul and by a swish
+# that is pooled too (EfficientNet's blocks, as quantize_static writes them). The map is
+# stored as its bytes: each reader repeats the dequantization (rewrite/fuse_elementwise.cpp),
+# and the pooled swish of one byte tensor runs as a 256-entry table inside the reduction
+# (FusedReduce::c_code). Against NumPy, and bit for bit against fusion off.
+x = edge_bytes((2, 37, 9, 9), np.uint8)
+xs, xz, ys, yz = np.float32(0.06), np.array(9, np.uint8), np.float32(0.05), np.array(4, np.uint8)
+nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+         helper.make_node("GlobalAveragePool", ["f"], ["p"]),
+         helper.make_node("Sigmoid", ["p"], ["g"]),
+         helper.make_node("Mul", ["f", "g"], ["m"]),
+         helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"]),
+         helper.make_node("Sigmoid", ["f"], ["s"]),
+         helper.make_node("Mul", ["f", "s"], ["w"]),
+         helper.make_node("GlobalAveragePool", ["w"], ["z"])]
+consts = {"xs": np.array(xs), "xz": xz, "ys": np.array(ys), "yz": yz}
+g = helper.make_graph(nodes, "se_block", [helper.make_tensor_value_info("x", onnx_type(x), x.shape)],
+                      [helper.make_tensor_value_info("y", TensorProto.UINT8, None),
+                       helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                      [numpy_helper.from_array(v, k) for k, v in consts.items()])
+path = kiln_cli.write_model(WORK, "se_block", g, [("", 13)], ir_version=7)
+f = dq(x, xs, xz).astype(np.float64)
+sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+want_y = q8((f * sig(f.mean((2, 3), keepdims=True))).astype(np.float32), ys, yz, np.uint8)
+want_z = (f * sig(f)).mean((2, 3), keepdims=True)
+src = subprocess.run([KILN, "source", path], capture_output=True, text=True).stdout
+if "float32 (2, 37, 9, 9)" in src:
+    failures.append("se_block: the dequantized map is stored as float32")
+if "kiln_lut[256]" not in src:
+    failures.append("se_block: the pooled swish of one byte tensor is not a table")
+got = {}
+for env in ({}, {"KILN_PASSES": "-fusion"}):
+    r, out = run(path, {"x": x}, env)
+    if r.returncode != 0:
+        failures.append(f"se_block {env}: kiln failed: {r.stderr.strip()[-300:]}")
+        continue
+    got[str(env)] = (np.load(os.path.join(out, "y.npy")), np.load(os.path.join(out, "z.npy")))
+if len(got) == 2:
+    (y, z), (y_off, z_off) = got["{}"], got[str({"KILN_PASSES": "-fusion"})]
+    if y.shape != want_y.shape or np.max(np.abs(y.astype(np.int32) - want_y)) > 1:
+        failures.append("se_block: the gated map is more than a step from NumPy")
+    if z.shape != want_z.shape or not np.allclose(z, want_z, rtol=1e-5, atol=1e-6):
+        failures.append(f"se_block: the pooled swish differs from NumPy by {np.max(np.abs(z - want_z))}")
+    if not np.array_equal(y, y_off):
+        failures.append("se_block: the gated map differs from the unfused one")
+
 # ---- chains of convolutions: the channels-last layout (rewrite/cpu/layout_nhwc_int8.cpp) ------
 # Two or more QLinearConvs in a row run channels-last: a 3x3, a depthwise (3x3 or 5x5, stride
 # 1 or 2, on the vector loops of qdepthwise_nhwc: channel counts past a 64-channel block and
