@@ -75,6 +75,20 @@ bool cheap_per_element(const Node& node) {
   return true;
 }
 
+// Whether `node`, a value smaller than `dims` that a group would broadcast, is cheap to
+// repeat per element together with the smaller values that only it reads. When one of them
+// is costly (a quantized gate's division by its scale), the whole small chain is computed
+// once, as its own group, rather than cut at that node with the rest repeated per element.
+bool cheap_small_cone(const Node& node, const std::vector<int64_t>& dims,
+                      const std::unordered_map<const Variable*, int>& uses) {
+  if (!cheap_per_element(node)) return false;
+  for (const Variable* in : node.inputs) {
+    if (in->kind != VarKind::kNodeOutput || in->type.dims == dims || uses.at(in) != 1) continue;
+    if (is_elementwise_node(*in->owner) && !cheap_small_cone(*in->owner, dims, uses)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Graph fuse_elementwise(const Graph& graph) {
@@ -110,7 +124,10 @@ Graph fuse_elementwise(const Graph& graph) {
         const bool copy_in = chain != shared_chains.end();
         // Read outside the group: only a shared chain may still join (as a copy).
         if (!copy_in && static_cast<int>(reads.count(v)) != uses[v]) continue;
-        if (v->type.dims != root->outputs[0]->type.dims && !cheap_per_element(*p)) continue;
+        if (v->type.dims != root->outputs[0]->type.dims &&
+            !cheap_small_cone(*p, root->outputs[0]->type.dims, uses)) {
+          continue;
+        }
         reads.erase(v);
         if (!copy_in) {
           group.insert(p);
