@@ -34,9 +34,11 @@ WithEpilogue::WithEpilogue(Attrs props) : COp("with_epilogue", std::move(props))
   base_ = std::dynamic_pointer_cast<const COp>(op);
   // Only ops that run as one unsplit call: a split base op computes parts the in-place
   // epilogue would not line up with.
-  if (!base_ || (base != "gemm" && base != "matmul" && base != "conv" && base != "conv_nchwc")) {
-    throw AttrError("base",
-                    "'" + base + "' cannot take an epilogue (gemm, matmul, conv, conv_nchwc can)");
+  if (!base_ || (base != "gemm" && base != "matmul" && base != "conv" && base != "conv_nchwc" &&
+                 base != "qconv")) {
+    throw AttrError("base", "'" + base +
+                                "' cannot take an epilogue (gemm, matmul, conv, conv_nchwc, qconv "
+                                "can)");
   }
   base_inputs_ = static_cast<int>(attr_int(this->props(), "base_inputs"));
   if (base_inputs_ < 1) throw AttrError("base_inputs", "must be at least 1");

@@ -173,6 +173,18 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
   }
 }
 
+int64_t QConv::c_split_unit(const Node& node) const {
+  if (!nhwc_) return 0;
+  const Shape x = channels_first(node.inputs[0]->type.dims);
+  const std::vector<int64_t> wd = weight_dims(x, node.inputs[1]->type.dims);
+  int64_t taps = 1;
+  for (size_t d = 2; d < wd.size(); ++d) taps *= wd[d];
+  // kiln_qconv's depthwise loops split rows of the image instead (kiln_quant.h).
+  const bool depthwise = packed_m_ == 0 && x[1] == group_ && wd[0] == group_ && taps <= 64;
+  const int64_t m = node.outputs[0]->type.dims.back();
+  return depthwise || m <= 0 ? 0 : m;
+}
+
 std::string QConv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const Shape x = channels_first(node.inputs[0]->type.dims);
   const std::vector<int64_t> wd = weight_dims(x, node.inputs[1]->type.dims);

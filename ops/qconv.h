@@ -23,10 +23,13 @@ class QConv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 5; }
+  std::optional<int> cache_version() const override { return 6; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_quant.h"}; }
   bool c_splittable(const Node&) const override { return true; }
+  // Channels-last and not depthwise: parts are runs of whole output positions (M bytes each),
+  // which an epilogue can follow; 0 otherwise.
+  int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
 
   bool packed() const { return packed_m_ != 0; }

@@ -15,11 +15,15 @@ namespace {
 
 // Not a matmul storing through out_perm: a split part's matrices are then no run of the
 // output's elements, which the per-part epilogue loop walks.
+// An integer convolution only where its parts are runs of whole output positions
+// (channels-last, not depthwise): a quantized residual add then runs on each part's bytes
+// right after they are computed.
 bool takes_epilogue(const Node& node) {
   const std::string& n = node.op->name();
+  const auto* op = dynamic_cast<const COp*>(node.op.get());
+  if (n == "qconv") return op && node.outputs.size() == 1 && op->c_split_unit(node) > 0;
   return (n == "gemm" || n == "matmul" || n == "conv" || n == "conv_nchwc") &&
-         node.outputs.size() == 1 && dynamic_cast<const COp*>(node.op.get()) &&
-         !node.op->props().count("out_perm");
+         node.outputs.size() == 1 && op && !node.op->props().count("out_perm");
 }
 
 }  // namespace

@@ -61,9 +61,9 @@ const std::vector<PassInfo>& all_passes() {
       {"bf16", bf16_products, 1, "cpu", true},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},
-      {"fusion", fuse_elementwise, 2},
+      {"fusion", fuse_elementwise, 3},
       {"reduction", fuse_reduce, 1, "cpu"},
-      {"epilogue", fuse_epilogue, 1},
+      {"epilogue", fuse_epilogue, 2},
       {"dce", remove_dead, 2},
   };
   // clang-format on

@@ -470,7 +470,7 @@ def stage(x, xz, sx, w, wz, sw, bias, sy, yz, ydt, stride, pad, group):
     return requant(acc, ((sx * sw) / sy).reshape(1, -1, 1, 1), int(yz), ydt)
 
 
-def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False):
+def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False, residual_only=False):
     x = edge_bytes((2, c, h, wd), xdt)
     xz = np.array(np.iinfo(xdt).max - 20 if xdt == np.uint8 else -3, xdt)
     nodes, consts, cur, cur_z, cur_s = [], {}, x, xz, np.float32(0.03)
@@ -511,8 +511,9 @@ def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False):
     consts.update({"z_s": np.array(np.float32(0.2)), "z_z": zz})
     g = helper.make_graph(nodes, "chain_" + tag,
                           [helper.make_tensor_value_info("x", onnx_type(x), x.shape)],
-                          [helper.make_tensor_value_info("y", onnx_type(zz), None),
-                           helper.make_tensor_value_info("d", onnx_type(zz), None)],
+                          [helper.make_tensor_value_info("y", onnx_type(zz), None)] +
+                          ([] if residual_only else
+                           [helper.make_tensor_value_info("d", onnx_type(zz), None)]),
                           [numpy_helper.from_array(v, k) for k, v in consts.items()])
     path = kiln_cli.write_model(WORK, "chain_" + tag, g, [("", 13), ("com.microsoft", 1)],
                                 ir_version=7)
@@ -520,7 +521,13 @@ def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False):
     if src.stdout.count("nhwc=1") != 4:
         failures.append(f"chain {tag}: want its 4 convolutions channels-last, the graph has "
                         f"{src.stdout.count('nhwc=1')}: {src.stderr.strip()[-300:]}")
-    for env in ({}, {"KILN_PASSES": "-nhwc"}, {"KILN_QGEMM": "c"}, {"KILN_QGEMM": "avx2"}):
+    # The residual add read only by its sum runs in the last convolution's thunk, on each
+    # part's positions as they are done (QConv::c_split_unit); bit for bit the add alone.
+    if residual_only and 'with_epilogue{base="qconv"' not in src.stdout:
+        failures.append(f"chain {tag}: the residual add is not the 4th convolution's epilogue")
+    envs = [{}, {"KILN_PASSES": "-nhwc"}, {"KILN_QGEMM": "c"}, {"KILN_QGEMM": "avx2"}]
+    ys = {}
+    for env in envs + ([{"KILN_PASSES": "-epilogue"}] if residual_only else []):
         if env.get("KILN_QGEMM") == "avx2" and "avx2" not in FLAGS:
             continue
         r, out = run(path, {"x": x}, env)
@@ -528,13 +535,19 @@ def chain_case(tag, xdt, c, h, wd, m, dw_k, dw_stride, dw_zp=False):
         if r.returncode != 0:
             failures.append(f"{label}: kiln failed: {r.stderr.strip()[-400:]}")
             continue
+        y = ys[str(env)] = np.load(os.path.join(out, "y.npy"))
+        if y.shape != want.shape or np.max(np.abs(y.astype(int) - want.astype(int))) > 1:
+            failures.append(f"{label}: the residual add is off by more than a step")
+        if residual_only:
+            continue
         d = np.load(os.path.join(out, "d.npy"))
-        y = np.load(os.path.join(out, "y.npy"))
         if d.dtype != cur.dtype or not np.array_equal(d, cur):
             bad = np.argwhere(d != cur) if d.shape == cur.shape else d.shape
             failures.append(f"{label}: the 4th convolution differs from NumPy at {bad[:5]}")
-        if y.shape != want.shape or np.max(np.abs(y.astype(int) - want.astype(int))) > 1:
-            failures.append(f"{label}: the residual add is off by more than a step")
+    fused, alone = ys.get("{}"), ys.get(str({"KILN_PASSES": "-epilogue"}))
+    if residual_only and fused is not None and alone is not None and not np.array_equal(fused, alone):
+        failures.append(f"chain {tag}: the fused residual add differs from the add alone at "
+                        f"{np.argwhere(fused != alone)[:5]}")
 
 
 chain_case("u8_70ch_dw3s2", np.uint8, 3, 9, 7, 70, 3, 2)
@@ -542,6 +555,8 @@ chain_case("s8_100ch_dw5s1", np.int8, 5, 8, 11, 100, 5, 1)
 chain_case("u8_128ch_dw3s1", np.uint8, 16, 13, 6, 128, 3, 1)
 chain_case("u8_40ch_dw3s1_zp", np.uint8, 4, 6, 9, 40, 3, 1, dw_zp=True)
 chain_case("s8_18ch_dw5s2", np.int8, 3, 12, 10, 18, 5, 2)
+chain_case("u8_70ch_dw3s2_residual", np.uint8, 3, 9, 7, 70, 3, 2, residual_only=True)
+chain_case("s8_100ch_dw5s1_residual", np.int8, 5, 13, 11, 100, 5, 1, residual_only=True)
 
 # ---- QDQ with a Relu: DequantizeLinear -> Gemm / Conv -> Relu -> QuantizeLinear ------------
 # One integer product with the Relu as the epilogue's lower bound (Q(relu(v)) = max(Q(v), y_zp)

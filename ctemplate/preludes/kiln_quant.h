@@ -239,7 +239,9 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
     return 0;
   }
   int64_t lo, hi;
-  sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 6, &lo, &hi);
+  /* Parts of whole output positions, one position the grain: an epilogue fused after this
+   * call (QConv::c_split_unit) takes the same share. */
+  sup->part_range(n_img * hw, ctx->part, ctx->n_parts, 1, &lo, &hi);
   if (lo >= hi) return 0;
   const int64_t gbytes = kiln_q_packed_bytes(kg, mg);
   const int8_t* wp = (const int8_t*)W->data;
