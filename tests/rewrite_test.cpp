@@ -400,6 +400,33 @@ TEST(Rewrite, FusionStoresAWidenedValueNarrowAndDividesSmallOperandsOnce) {
                       "");
 }
 
+// A quantized gate (a per-channel value requantized: divided by its scale, rounded, clipped,
+// dequantized) that multiplies a map: the whole small chain runs once per channel, not cut at
+// its division with the rounding and dequantization repeated for every element of the map.
+TEST(Rewrite, FusionComputesASmallChainOnceWhenPartOfItIsCostly) {
+  Graph g("gate");
+  Var x = input(g, "x", DType::kFloat32, {6, 37});
+  Var b = input(g, "b", DType::kFloat32, {37});
+  Var q = cast(clip(round(b / 0.02) + 3.0, 0.0, 255.0), DType::kUInt8);
+  Var gate = (cast(q, DType::kFloat32) - 3.0) * 0.02;
+  g.set_outputs({x * gate});
+  Graph o = optimize(g, std::string(""));
+  int rounds = 0;
+  for (const auto& n : o.nodes()) {
+    if (n->op->name() != "fused_elementwise") continue;
+    if (attr_string(n->op->props(), "program").find("round") == std::string::npos) continue;
+    ++rounds;
+    EXPECT_EQ(n->outputs[0]->type.dims, std::vector<int64_t>{37})
+        << "the gate's rounding is repeated per element: " << o.to_string();
+  }
+  EXPECT_EQ(rounds, 1) << o.to_string();
+  std::mt19937 rng(11);
+  expect_same_results(g,
+                      {testing::random_tensor(DType::kFloat32, {6, 37}, rng),
+                       testing::random_tensor(DType::kFloat32, {37}, rng)},
+                      "");
+}
+
 TEST(Rewrite, ReductionFusionComputesTheReducedValuesInTheReductionLoop) {
   Graph g("reduce");
   Var a = input(g, "a", DType::kFloat32, {kDynamic, 8, 6});
