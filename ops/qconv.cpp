@@ -9,7 +9,7 @@ namespace kiln {
 QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
   check_known_attrs(this->props(),
                     {"kernel_shape", "strides", "dilations", "pads", "auto_pad", "group", "requant",
-                     "bias", "relu", "packed_m", "w_u8", "nhwc", "x_nchw"});
+                     "bias", "relu", "packed_m", "w_u8", "nhwc", "x_nchw", "c4"});
   window_ = WindowAttrs::from_props(this->props(), "qconv");
   q_ = QuantLayout::from_props(this->props(), "qconv");
   group_ = attr_int(this->props(), "group", 1);
@@ -17,9 +17,15 @@ QConv::QConv(Attrs props) : COp("qconv", std::move(props)) {
   w_u8_ = attr_int(this->props(), "w_u8", 0) != 0;
   nhwc_ = attr_int(this->props(), "nhwc", 0) != 0;
   x_nhwc_ = nhwc_ && attr_int(this->props(), "x_nchw", 0) == 0;
+  c4_ = attr_int(this->props(), "c4", 0) != 0;
   if (group_ < 1) throw UserError("qconv: group must be >= 1, got " + std::to_string(group_));
   if (packed_m_ < 0 || (packed_m_ > 0 && window_.kernel.empty())) {
     throw UserError("qconv: packed_m needs kernel_shape");
+  }
+  if (c4_ && (packed_m_ == 0 || group_ != 1 || x_nhwc_)) {
+    throw UserError(
+        "qconv: c4 (a three-channel image widened to four) needs a packed weight, group 1 and a "
+        "channels-first input");
   }
   if (!nhwc_ && attr_int(this->props(), "x_nchw", 0) != 0) {
     throw UserError(
@@ -73,8 +79,12 @@ std::vector<TensorType> QConv::infer_type(const std::vector<TensorType>& in) con
   const TensorType x{in[0].dtype, channels_first(in[0].dims)};
   const std::vector<int64_t> w = weight_dims(x.dims, in[1].dims);
   if (packed_m_ > 0) {
+    // c4: packed for four channels per tap (the input must then have three).
+    if (c4_ && x.dims[1] != 3) {
+      throw UserError("qconv: c4 widens a three-channel input, got " + x.to_string());
+    }
     const int64_t kg =
-        x.dims[1] == kDynamic ? kDynamic : w[1] * shape_numel({w.begin() + 2, w.end()});
+        x.dims[1] == kDynamic ? kDynamic : (c4_ ? 4 : w[1]) * shape_numel({w.begin() + 2, w.end()});
     if (in[1].dtype != DType::kInt8 || in[1].rank() != 1 || kg == kDynamic ||
         (in[1].dims[0] != kDynamic &&
          in[1].dims[0] != group_ * qgemm_packed_bytes(kg, packed_m_ / group_))) {
@@ -133,7 +143,8 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
   const int64_t n_img = xd[0], c = xd[1], m = wd[0];
   const int64_t cg = c / group_, mg = m / group_;
   const int64_t h = g[0].in, wdth = g[1].in, oh = g[0].out, ow = g[1].out;
-  const int64_t kh = g[0].kernel, kw = g[1].kernel, kg = cg * kh * kw;
+  const int64_t kh = g[0].kernel, kw = g[1].kernel;
+  const int64_t cp = c4_ ? 4 : cg, kg = cp * kh * kw;  // the packed rows' channels per tap
   const auto* packed = static_cast<const int8_t*>(w.data());
   const int64_t gbytes = qgemm_packed_bytes(kg, mg);
   // Flat offsets of (n, channel, y, x) in X's and Y's layouts.
@@ -156,7 +167,7 @@ void QConv::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) con
               for (int64_t j = 0; j < kw; ++j) {
                 const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
                 if (xx < 0 || xx >= wdth) continue;
-                const int64_t t = (i * kw + j) * cg + ic;  // the packed rows' order
+                const int64_t t = (i * kw + j) * cp + ic;  // the packed rows' order
                 const int64_t xv = x.load_int(x_at(n, grp * cg + ic, yy, xx)) - ref.a_zp();
                 const int64_t wv =
                     packed_m_ > 0 ? qgemm_packed_at(packed + grp * gbytes, kg, t, oc - grp * mg) +
@@ -194,8 +205,9 @@ std::string QConv::c_code(const Node& node, const CodeNames& names, const Sub& s
   s += "  const kiln_window g = " + window_c_init(geometry(x, wd)) + ";\n";
   s += "  if (kiln_qconv(" + sub.ctx + ", KILN_SUPPORT, " + names.inputs[0] + ", " +
        names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", " +
-       std::to_string((x_nhwc_ ? 1 : 0) | (nhwc_ ? 2 : 0)) + ", &g, " + std::to_string(group_) +
-       ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail + "(\"integer convolution failed\");\n";
+       std::to_string((x_nhwc_ ? 1 : 0) | (nhwc_ ? 2 : 0) | (c4_ ? 4 : 0)) + ", &g, " +
+       std::to_string(group_) + ", &qp, " + names.outputs[0] + ") != 0) " + sub.fail +
+       "(\"integer convolution failed\");\n";
   s += "}\n";
   return s;
 }

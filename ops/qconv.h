@@ -8,8 +8,11 @@
 // channels (kernel_shape then set, W's original dtype in w_u8), and nhwc: X (N, H, W, C) and
 // Y (N, OH, OW, M), channels-last (rewrite/cpu/layout_nhwc_int8.cpp sets it; W keeps its
 // layout), with x_nchw X staying (N, C, H, W) (a region's first convolution reads the
-// graph's image as it is; not for depthwise). Each chunk of output positions is gathered into rows
-// and multiplied by kiln_support.qgemm_u8s8.
+// graph's image as it is; not for depthwise). c4: a three-channel channels-first image (a
+// network's stem) is padded to four channels per pixel, the fourth its zero point, and W packed
+// for four, so every tap is one 4-byte group and the GEMM reads windows in place (no rows
+// copied). Each chunk of output positions is gathered into rows and multiplied by
+// kiln_support.qgemm_u8s8.
 #include "ops/cop.h"
 #include "ops/quant_params.h"
 #include "ops/window.h"
@@ -23,7 +26,7 @@ class QConv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 6; }
+  std::optional<int> cache_version() const override { return 7; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_quant.h"}; }
   bool c_splittable(const Node&) const override { return true; }
@@ -47,7 +50,7 @@ class QConv : public COp {
   // X's dims as (N, C, spatial...) whatever its layout.
   std::vector<int64_t> channels_first(const std::vector<int64_t>& x) const;
   int64_t group_, packed_m_;
-  bool w_u8_, nhwc_, x_nhwc_;
+  bool w_u8_, nhwc_, x_nhwc_, c4_;
 };
 
 }  // namespace kiln

@@ -65,7 +65,8 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
                             : " takes one int8 or uint8 matrix") +
                       (inputs.size() == 1 ? ", got " + inputs[0].describe() : std::string()));
     }
-    return conv ? pack_qconv(inputs[0], attr_int(props, "group", 1)) : pack_qgemm(inputs[0]);
+    return conv ? pack_qconv(inputs[0], attr_int(props, "group", 1), attr_int(props, "c4", 0) != 0)
+                : pack_qgemm(inputs[0]);
   }
   if (op == kWinogradWeights) {
     // A plan's recipe is data: a weight of another shape, or another tile, is the plan's

@@ -57,7 +57,7 @@ const std::vector<PassInfo>& all_passes() {
       {"layout", layout_nchwc, 7, "cpu"},
       {"nhwc", layout_nhwc_int8, 4, "cpu"},
       {"winograd", winograd_convs, 2},
-      {"pack", pack_weights, 6, "cpu"},
+      {"pack", pack_weights, 7, "cpu"},
       {"bf16", bf16_products, 1, "cpu", true},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},

@@ -191,13 +191,47 @@ KILN_HELPER void kiln_q_pad_rows(const uint8_t* x, int64_t c, const kiln_window*
  * already is channels-last), each chunk of positions becomes rows of taps (ky, kx, ci)
  * (qim2row; a 1x1 window at stride 1 reads the image's rows as they are, a channels-last
  * uint8 X in place), and each group's rows multiply its packed weight. */
+/* Rows r0..r1 of the padded image of a three-channel channels-first X, widened to four
+ * channels per pixel (QConv's c4): each pixel one 32-bit word, its fourth byte and the
+ * padding `fill` (the zero point, so they add nothing), the others flipped as qnhwc does. */
+KILN_HELPER void kiln_q_widen4(const uint8_t* x, int64_t plane, const kiln_window* g, int64_t r0,
+                               int64_t r1, uint8_t fill, uint8_t flip, uint8_t* buf) {
+  const int64_t hp = g->ph + g->h + g->eh, wp = g->pw + g->w + g->ew;
+  const uint32_t pad = (uint32_t)fill * 0x01010101u, flip3 = (uint32_t)flip * 0x010101u;
+  if (r0 < 0) r0 = 0;
+  if (r1 > hp) r1 = hp;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint32_t* row = (uint32_t*)(buf + r * wp * 4);
+    const int64_t y = r - g->ph;
+    if (y < 0 || y >= g->h) {
+      for (int64_t i = 0; i < wp; ++i) row[i] = pad;
+      continue;
+    }
+    for (int64_t i = 0; i < g->pw; ++i) row[i] = pad;
+    for (int64_t i = g->pw + g->w; i < wp; ++i) row[i] = pad;
+    const uint8_t *a = x + y * g->w, *b = a + plane, *c = b + plane;
+    uint32_t* o = row + g->pw;
+    for (int64_t i = 0; i < g->w; ++i)
+      o[i] = ((uint32_t)a[i] | (uint32_t)b[i] << 8 | (uint32_t)c[i] << 16 | (pad & 0xff000000u)) ^
+             flip3;
+  }
+}
+
 KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* X,
                            const kiln_tensor* W, int w_packed, int layout, const kiln_window* g,
                            int64_t group, const kiln_qparams* q, kiln_tensor* Y) {
-  const int xl = layout & 1, yl = (layout & 2) != 0;
+  const int xl = layout & 1, yl = (layout & 2) != 0, c4 = (layout & 4) != 0;
   const int64_t n_img = X->shape[0], C = X->shape[xl ? 3 : 1], M = Y->shape[yl ? 3 : 1];
   const int64_t hw = g->oh * g->ow, cg = C / group, mg = M / group;
-  const int64_t taps = g->kh * g->kw, kg = cg * taps;
+  /* cb: channels per pixel of the padded image; cp: channels per tap of a product's rows
+   * (four for a widened three-channel image, c4). */
+  const int64_t cb = c4 ? 4 : C, cp = c4 ? 4 : cg;
+  const int64_t taps = g->kh * g->kw, kg = cp * taps;
+  if (c4 && (C != 3 || group != 1 || xl || !w_packed)) {
+    ctx->fail(ctx,
+              "a widened integer convolution takes a packed three-channel channels-first image");
+    return 1;
+  }
   if (n_img == 0 || hw == 0 || M == 0) return 0;
   kiln_qgemm_epi e0;
   if (kiln_q_epilogue(ctx, q, M, &e0)) return 1;
@@ -278,15 +312,15 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
    * dilation 1 and every channel, else each tap is its own run. */
   enum { kMaxSegments = 256 };
   const int whole_rows = g->dw == 1 && group == 1;
-  const int64_t n_seg = whole_rows ? g->kh : taps, seg_len = whole_rows ? g->kw * cg : cg;
-  const int gather = !direct && sup->qgemm_u8s8_gather && cg % 4 == 0 && n_seg <= kMaxSegments;
+  const int64_t n_seg = whole_rows ? g->kh : taps, seg_len = whole_rows ? g->kw * cp : cp;
+  const int gather = !direct && sup->qgemm_u8s8_gather && cp % 4 == 0 && n_seg <= kMaxSegments;
   int64_t seg[kMaxSegments];
   const uint8_t* row_at[kChunk];
   for (int64_t s = 0; gather && s < n_seg; ++s) {
     const int64_t ky = whole_rows ? s : s / g->kw, kx = whole_rows ? 0 : s % g->kw;
-    seg[s] = (ky * g->dh * wpad + kx * g->dw) * C;
+    seg[s] = (ky * g->dh * wpad + kx * g->dw) * cb;
   }
-  uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * C + 64));
+  uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * cb + 64));
   uint8_t* rows = direct || gather ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
   if ((!in_place && !buf) || (!direct && !gather && !rows)) {
     ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
@@ -307,23 +341,26 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       const int64_t r1 = ((last - 1) / g->ow) * g->sh + (g->kh - 1) * g->dh + 1;
       if (xl) {
         kiln_q_pad_rows(px + img * g->h * g->w * C, C, g, r0, r1, fill, flip, buf);
+      } else if (c4) {
+        kiln_q_widen4(px + img * C * g->h * g->w, g->h * g->w, g, r0, r1, fill, flip, buf);
       } else {
         sup->qnhwc(px + img * C * g->h * g->w, C, g->h * g->w, g, r0, r1, fill, flip, buf);
       }
       have = img;
     }
     for (int64_t gi = 0; gi < group; ++gi) {
-      const uint8_t* a = (in_place ? px + img * hw * C : buf) + p0 * C + gi * cg;
-      int64_t lda = C;
+      const uint8_t* a = (in_place ? px + img * hw * C : buf) + p0 * cb + gi * cg;
+      int64_t lda = cb;
       if (!direct && !gather) {
-        sup->qim2row(buf + gi * cg, cg, C, g, p0, p1, rows, kg);
+        sup->qim2row(buf + gi * cg, cp, cb, g, p0, p1, rows, kg);
         a = rows;
         lda = kg;
       }
       if (gather) {
         /* Each position's window from the image in place: its first tap's pixel. */
         for (int64_t p = p0; p < p1; ++p)
-          row_at[p - p0] = buf + (((p / g->ow) * g->sh) * wpad + (p % g->ow) * g->sw) * C + gi * cg;
+          row_at[p - p0] =
+              buf + (((p / g->ow) * g->sh) * wpad + (p % g->ow) * g->sw) * cb + gi * cg;
       }
       kiln_qgemm_epi e = e0;
       const int8_t* bp = wp + gi * gbytes;

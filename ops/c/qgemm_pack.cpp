@@ -57,22 +57,29 @@ Tensor pack_qgemm(const Tensor& b) {
   return out;
 }
 
-Tensor pack_qconv(const Tensor& w, int64_t group) {
+Tensor pack_qconv(const Tensor& w, int64_t group, bool c4) {
   check_bytes(w, "pack_qconv");
   if (w.ndim() < 3 || group < 1 || w.shape()[0] % group != 0) {
     throw InternalError("pack_qconv: a weight (M, C/group, k...) of group " +
                         std::to_string(group) + ", not " + w.describe());
   }
+  if (c4 && (group != 1 || w.shape()[1] != 3)) {
+    throw InternalError("pack_qconv: c4 takes a weight of three channels and group 1, not " +
+                        w.describe());
+  }
   const Tensor src = w.contiguous();
-  const int64_t mg = w.shape()[0] / group, kg = w.numel() / w.shape()[0];
-  const int64_t cg = w.shape()[1], taps = kg / cg;
+  const int64_t mg = w.shape()[0] / group, kw = w.numel() / w.shape()[0];
+  const int64_t cg = w.shape()[1], taps = kw / cg;
+  const int64_t cp = c4 ? 4 : cg, kg = cp * taps;  // each tap's channels in the packed rows
   const int64_t gbytes = qgemm_packed_bytes(kg, mg);
   Tensor out = Tensor::zeros(DType::kInt8, {gbytes * group});
   auto* dst = static_cast<int8_t*>(out.data());
   for (int64_t g = 0; g < group; ++g) {
-    pack_into(dst + g * gbytes, kg, mg, [&](int64_t t, int64_t m) {
-      // Taps in the rows' order (ky, kx, ci), as the module gathers them.
-      return stored_byte(src, ((g * mg + m) * cg + t % cg) * taps + t / cg);
+    pack_into(dst + g * gbytes, kg, mg, [&](int64_t t, int64_t m) -> int8_t {
+      // Taps in the rows' order (ky, kx, ci), as the module gathers them. The widened
+      // channel's weight is 0: its pixel is the zero point, so it adds nothing either way.
+      if (t % cp >= cg) return 0;
+      return stored_byte(src, ((g * mg + m) * cg + t % cp) * taps + t / cp);
     });
   }
   return out;

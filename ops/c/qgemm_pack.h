@@ -17,7 +17,9 @@ Tensor pack_qgemm(const Tensor& b);
 // (C/group * taps) x (M/group) with its rows in the order (tap, channel), as the module
 // gathers its input: B[tap * C/group + ci][m] = W[g*M/group + m][ci][tap]. An int8 tensor of
 // group * qgemm_packed_bytes(...) bytes.
-Tensor pack_qconv(const Tensor& w, int64_t group);
+// `c4`: W has three channels (group 1), packed as four per tap, the fourth weight 0, for an
+// image widened to four channels (QConv's c4).
+Tensor pack_qconv(const Tensor& w, int64_t group, bool c4 = false);
 // Element (t, j) of a packed K x N operand as stored (after the uint8 shift), and column
 // sum j: the reference perform of the ops reads packed weights through these.
 int32_t qgemm_packed_at(const int8_t* packed, int64_t k, int64_t t, int64_t j);

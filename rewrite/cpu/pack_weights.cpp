@@ -143,7 +143,8 @@ const Node* bias_add_of(const Node& node, const Variable* y,
 // kiln_support.qgemm_u8s8, with its column sums (ops/c/qgemm_pack.h). Returns true when the
 // node was copied with the packed weight.
 bool pack_integer_weight(const Node& node, GraphCopy& copy,
-                         std::map<const Variable*, Variable*>& packed) {
+                         std::map<const Variable*, Variable*>& packed,
+                         std::map<const Variable*, Variable*>& packed_c4) {
   const bool mm = node.op->name() == "qmatmul", conv = node.op->name() == "qconv";
   if ((!mm && !conv) || node.inputs.size() < 2) return false;
   const Attrs& props = node.op->props();
@@ -157,13 +158,19 @@ bool pack_integer_weight(const Node& node, GraphCopy& copy,
   const int64_t group = conv ? attr_int(props, "group", 1) : 1;
   // A depthwise weight stays as it is: its kernel reads it per channel (qdepthwise).
   if (conv && w->value->shape()[1] == 1 && group == w->value->shape()[0]) return false;
-  Variable*& pw = packed[w];
+  // A three-channel image read channels-first (a network's stem): widened to four channels
+  // per pixel in the module, so the weight is packed for four.
+  const bool x_channels_last = attr_int(props, "nhwc", 0) != 0 && attr_int(props, "x_nchw", 0) == 0;
+  const bool c4 = conv && group == 1 && w->value->shape()[1] == 3 && !x_channels_last;
+  Variable*& pw = (c4 ? packed_c4 : packed)[w];
   if (!pw) {
-    Tensor bytes = mm ? pack_qgemm(*w->value) : pack_qconv(*w->value, group);
-    const std::string name = copy.dst().fresh_name(w->name + ".qpacked");
+    Tensor bytes = mm ? pack_qgemm(*w->value) : pack_qconv(*w->value, group, c4);
+    const std::string name = copy.dst().fresh_name(w->name + (c4 ? ".qpacked4" : ".qpacked"));
     pw =
         w->parameter ? copy.dst().add_parameter(bytes, name) : copy.dst().add_constant(bytes, name);
-    pw->recipe = conv ? transform_recipe(kPackQconv, {{"group", group}}, 0, {w->recipe})
+    Attrs recipe{{"group", group}};
+    if (c4) recipe["c4"] = int64_t{1};
+    pw->recipe = conv ? transform_recipe(kPackQconv, recipe, 0, {w->recipe})
                       : transform_recipe(kPackQgemm, {}, 0, {w->recipe});
   }
   Attrs p = props;
@@ -176,6 +183,7 @@ bool pack_integer_weight(const Node& node, GraphCopy& copy,
     p["packed_m"] = ws[0];
     p["kernel_shape"] = std::vector<int64_t>(ws.begin() + 2, ws.end());
     p["w_u8"] = int64_t{w->value->dtype() == DType::kUInt8};
+    if (c4) p["c4"] = int64_t{1};
   }
   std::vector<Variable*> inputs = copy.map(node.inputs);
   inputs[1] = pw;
@@ -190,7 +198,7 @@ Graph pack_weights(const Graph& graph) {
   std::map<std::pair<const Variable*, bool>, Variable*>
       packed;  // a weight two gemms share packs once
   std::map<const Variable*, Variable*> conv_packed;
-  std::map<const Variable*, Variable*> q_packed;
+  std::map<const Variable*, Variable*> q_packed, q_packed_c4;  // a weight -> its packed form
   const auto uses = count_uses(graph);
   std::unordered_map<const Variable*, const Node*> reader;  // the last node reading each
   std::unordered_map<const Variable*, const Node*> producer;
@@ -221,7 +229,7 @@ Graph pack_weights(const Graph& graph) {
                node->name);
       continue;
     }
-    if (pack_integer_weight(*node, copy, q_packed)) continue;
+    if (pack_integer_weight(*node, copy, q_packed, q_packed_c4)) continue;
     const std::optional<PackedB> packs = packable(*node, producer);
     if (!packs) {
       copy.copy(*node);
