@@ -121,9 +121,15 @@ void QMatMul::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) c
 }
 
 int64_t QMatMul::c_split_unit(const Node& node) const {
-  // Whole row tiles of 6 (the kernel's) where N is known, so no part gets a sliver.
-  const int64_t n = node.outputs[0]->type.dims.back();
-  return n == kDynamic ? 0 : 6 * n;
+  // Whole row tiles of 6 (the kernel's) where N is known, so no part gets a sliver; with a
+  // packed B and fewer rows than two tiles, column panels of 16 (kiln_qmatmul splits those).
+  const auto& y = node.outputs[0]->type;
+  const int64_t n = y.dims.back();
+  if (n == kDynamic) return 0;
+  const int64_t rows =
+      y.static_numel() == kDynamic ? kDynamic : y.static_numel() / std::max<int64_t>(n, 1);
+  if (packed_n_ > 0 && rows != kDynamic && rows < 12) return 16;
+  return 6 * n;
 }
 
 std::string QMatMul::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {

@@ -131,6 +131,22 @@ for m, k, n in [(1, 1, 1), (7, 5, 17), (13, 67, 33), (4, 131, 50), (6, 64, 32)]:
             path = model(node, {"a": a}, consts, [("y", onnx_type(yz))], name)
             both(name, path, {"a": a}, want)
 
+# A few rows against a large packed B (a classifier's one row): the parts split B's column
+# panels (kiln_qmatmul's by_columns), the last panel partial; per-column zero points and
+# scales follow each part's columns. Large enough that the thunk is split.
+for m, k, n in [(1, 1280, 1000), (5, 300, 70)]:
+    a = edge_bytes((m, k), np.uint8)
+    b = edge_bytes((k, n), np.int8)
+    az, bz = np.array(3, np.uint8), RNG.integers(-4, 5, size=n).astype(np.int8)
+    sa, sy, yz = np.float32(0.02), np.float32(2.0), np.array(127, np.uint8)
+    sb = (RNG.random(n).astype(np.float32) + 0.5) * np.float32(0.01)
+    acc = (a.astype(np.int64) - 3) @ (b.astype(np.int64) - bz.astype(np.int64))
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "az", "b", "sb", "bz", "sy", "yz"], ["y"])
+    consts = {"sa": np.array(sa), "az": az, "b": b, "sb": sb, "bz": bz, "sy": np.array(sy), "yz": yz}
+    both(f"qlinearmatmul_columns_{m}x{k}x{n}",
+         model(node, {"a": a}, consts, [("y", TensorProto.UINT8)], f"qlinearmatmul_columns_{m}x{k}x{n}"),
+         {"a": a}, requant(acc, (sa * sb) / sy, 127, np.uint8))
+
 # Rounding ties: acc * mult lands exactly on .5 (acc odd, mult 0.5) -> half to even.
 a = np.arange(1, 17, dtype=np.uint8).reshape(16, 1)
 b = np.ones((1, 16), np.int8)

@@ -100,8 +100,20 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
   if (N == 0 || rows_total == 0) return 0;
   const int batched = !packed_n && B->ndim > 2;
   const int64_t per_batch = batched ? A->shape[ra - 2] : rows_total;
-  int64_t lo, hi;
-  sup->part_range(rows_total, ctx->part, ctx->n_parts, 6, &lo, &hi);
+  /* Fewer rows than a kernel tile per part (a classifier's one row): the parts take the packed
+   * B's column panels instead, each streaming only its share of the weight
+   * (QMatMul::c_split_unit). */
+  const int by_columns = packed_n && ctx->n_parts > 1 && rows_total < 6 * (int64_t)ctx->n_parts;
+  int64_t lo = 0, hi = rows_total, c0 = 0, c1 = N;
+  if (by_columns) {
+    int64_t p0, p1;
+    sup->part_range((N + 15) / 16, ctx->part, ctx->n_parts, 1, &p0, &p1);
+    c0 = p0 * 16;
+    c1 = p1 * 16 < N ? p1 * 16 : N;
+    if (c0 >= c1) return 0;
+  } else {
+    sup->part_range(rows_total, ctx->part, ctx->n_parts, 6, &lo, &hi);
+  }
   if (lo >= hi) return 0;
   kiln_qgemm_epi e;
   if (kiln_q_epilogue(ctx, q, N, &e)) return 1;
@@ -124,9 +136,13 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
   if (packed_n) {
     const int64_t np = (N + 15) / 16;
     const int8_t* bp = (const int8_t*)B->data;
-    e.colsum = (const int32_t*)(bp + np * ((K + 3) / 4) * 64);
-    sup->qgemm_u8s8(hi - lo, N, K, pa + lo * K, K, bp, &e,
-                    (char*)Y->data + lo * N * (q->scale ? 1 : 4));
+    /* Columns [c0, c1): their panels, column sums and per-column parameters. */
+    e.colsum = (const int32_t*)(bp + np * ((K + 3) / 4) * 64) + c0;
+    e.b_zp += e.b_zp_step * c0;
+    if (e.bias) e.bias += c0;
+    if (e.scale) e.scale += e.scale_step * c0;
+    sup->qgemm_u8s8(hi - lo, c1 - c0, K, pa + lo * K, K, bp + (c0 / 16) * ((K + 3) / 4) * 64, &e,
+                    (char*)Y->data + (lo * N + c0) * (q->scale ? 1 : 4));
     return 0;
   }
   const int rb = B->ndim;
