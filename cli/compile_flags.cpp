@@ -14,8 +14,8 @@ Flag passes_flag() {
   return {"--passes", "", "SPEC",
           "rewrite passes: \"-fusion,-cse\" disables those, \"none\" all (default:\n"
           "$KILN_PASSES, else all of fold, simplify, cse, norm, layout, winograd,\n"
-          "pack, views, attention, fusion, reduction, epilogue, dce); part of the\n"
-          "cache key"};
+          "pack, views, attention, extrema, fusion, reduction, epilogue, dce); part\n"
+          "of the cache key"};
 }
 
 Flag precision_flag() {

@@ -30,6 +30,8 @@ Graph bf16_convs(const Graph& graph);
 Graph view_matmul_operands(const Graph& graph);  // matmul_views.cpp: head splits -> strides
 Graph fuse_attention(const Graph& graph);    // fuse_attention.cpp: matmul, softmax, matmul -> one
 Graph fuse_elementwise(const Graph& graph);  // fuse_elementwise.cpp: chains/trees -> one loop
+// split_reductions.cpp: a large max/min to one value -> per row, then of the rows
+Graph split_full_reductions(const Graph& graph);
 Graph fuse_reduce(const Graph& graph);       // fuse_reduce.cpp: elementwise producer -> reduction
 Graph fuse_epilogue(const Graph& graph);     // fuse_epilogue.cpp: gemm/conv + bias/activation
 Graph remove_dead(const Graph& graph);       // dce.cpp: nodes no output needs

@@ -61,6 +61,7 @@ const std::vector<PassInfo>& all_passes() {
       {"bf16", bf16_products, 1, "cpu", true},
       {"views", view_matmul_operands, 2, "cpu"},
       {"attention", fuse_attention, 1, "cpu"},
+      {"extrema", split_full_reductions, 1, "cpu"},
       {"fusion", fuse_elementwise, 3},
       {"reduction", fuse_reduce, 1, "cpu"},
       {"epilogue", fuse_epilogue, 2},

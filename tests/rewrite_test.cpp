@@ -463,6 +463,35 @@ TEST(Rewrite, ReductionFusionComputesTheReducedValuesInTheReductionLoop) {
   EXPECT_NE(err.find("unknown reduction 'median'"), std::string::npos) << err;
 }
 
+// A large max or min to one value runs as one per row, then one of the rows (the first step
+// splits among workers); a sum keeps one step (reassociating it would change its bits), and
+// so does a small tensor. The values are the reference's, with infinities, a NaN and -0.0.
+TEST(Rewrite, ExtremaOfALargeTensorRunPerRowThenOfTheRows) {
+  Graph g("range");
+  Var x = input(g, "x", DType::kFloat32, {40, 2000});
+  Var s = input(g, "s", DType::kFloat32, {4, 100});
+  g.set_outputs({max(x), min(x), sum(x), max(s)});
+  Graph o = optimize(g, std::string(""));
+  EXPECT_EQ(count_ops(o, "reduce_max"), 3) << o.to_string();
+  EXPECT_EQ(count_ops(o, "reduce_min"), 2) << o.to_string();
+  EXPECT_EQ(count_ops(o, "reduce_sum"), 1) << o.to_string();
+  EXPECT_EQ(count_ops(optimize(g, std::string("-extrema")), "reduce_max"), 2);
+  std::mt19937 rng(13);
+  Tensor a = testing::random_tensor(DType::kFloat32, {40, 2000}, rng);
+  Tensor b = testing::random_tensor(DType::kFloat32, {4, 100}, rng);
+  a.store(1234, std::numeric_limits<double>::infinity());
+  a.store(77777, -std::numeric_limits<double>::infinity());
+  a.store(5, -0.0);
+  expect_same_results(g, {a, b}, "");
+  a.store(40000, std::numeric_limits<double>::quiet_NaN());
+  auto want = evaluate_reference(g, {a, b});
+  auto got = compile(g, CompileOptions{})({a, b});
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(std::isnan(got[k].load(0)), std::isnan(want[k].load(0)))
+        << "output " << k << ": " << got[k].load(0) << " against " << want[k].load(0);
+  }
+}
+
 TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
   Graph g("epi");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
