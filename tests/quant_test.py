@@ -574,6 +574,45 @@ chain_case("s8_18ch_dw5s2", np.int8, 3, 12, 10, 18, 5, 2)
 chain_case("u8_70ch_dw3s2_residual", np.uint8, 3, 9, 7, 70, 3, 2, residual_only=True)
 chain_case("s8_100ch_dw5s1_residual", np.int8, 5, 13, 11, 100, 5, 1, residual_only=True)
 
+# ---- unpadded convolutions read their channels-last input in place --------------------------
+# After a first convolution (so both run channels-last), an unpadded 1x1 stride-2 (a ResNet
+# downsample) and an unpadded 3x3 stride-2 read their windows from the uint8 image itself,
+# not from a padded copy (kiln_qconv's windows_in_place); odd sizes leave a last row and
+# column unread. Against NumPy, and bit for bit with the pass off.
+for k2, tag in [(1, "1x1s2"), (3, "3x3s2")]:
+    x = edge_bytes((2, 8, 11, 9), np.uint8)
+    xz, sx = np.array(5, np.uint8), np.float32(0.03)
+    nodes, consts, cur, cur_z, cur_s = [], {}, x, xz, sx
+    for i, (p, mo, k, st, pad) in enumerate([("a", 16, 3, 1, 1), ("b", 24, k2, 2, 0)]):
+        w = edge_bytes((mo, cur.shape[1], k, k), np.int8)
+        wz = np.zeros(mo, np.int8)
+        sw = (RNG.random(mo).astype(np.float32) + 0.5) * np.float32(0.02)
+        bias = RNG.integers(-3000, 3000, size=mo).astype(np.int32)
+        sy, yz = np.float32(0.1 + 0.05 * i), np.array(3 + i, np.uint8)
+        y = stage(cur, cur_z, cur_s, w, wz, sw, bias, sy, yz, np.uint8, st, pad, 1)
+        nodes.append(helper.make_node(
+            "QLinearConv", ["x" if i == 0 else "a", f"{p}_sx", f"{p}_xz", f"{p}_w", f"{p}_sw",
+                            f"{p}_wz", f"{p}_sy", f"{p}_yz", f"{p}_b"], ["a" if i == 0 else "y"],
+            kernel_shape=[k, k], strides=[st, st], pads=[pad] * 4))
+        consts.update({f"{p}_sx": np.array(cur_s), f"{p}_xz": cur_z, f"{p}_w": w, f"{p}_sw": sw,
+                       f"{p}_wz": wz, f"{p}_sy": np.array(sy), f"{p}_yz": yz, f"{p}_b": bias})
+        cur, cur_z, cur_s = y, yz, sy
+    g = helper.make_graph(nodes, "unpadded_" + tag,
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(v, kk) for kk, v in consts.items()])
+    path = kiln_cli.write_model(WORK, "unpadded_" + tag, g, [("", 13)], ir_version=7)
+    outs = {}
+    for env in ({}, {"KILN_PASSES": "-nhwc"}):
+        r, out = run(path, {"x": x}, env)
+        if r.returncode != 0:
+            failures.append(f"unpadded {tag} {env}: kiln failed: {r.stderr.strip()[-300:]}")
+            continue
+        outs[str(env)] = np.load(os.path.join(out, "y.npy"))
+        if not np.array_equal(outs[str(env)], cur):
+            failures.append(f"unpadded {tag} {env}: differs from NumPy at "
+                            f"{np.argwhere(outs[str(env)] != cur)[:4]}")
+
 # ---- QDQ with a Relu: DequantizeLinear -> Gemm / Conv -> Relu -> QuantizeLinear ------------
 # One integer product with the Relu as the epilogue's lower bound (Q(relu(v)) = max(Q(v), y_zp)
 # bit for bit, rounding being monotone), y_zp away from the type's minimum so the bound acts.

@@ -330,15 +330,21 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
   const int whole_rows = g->dw == 1 && group == 1;
   const int64_t n_seg = whole_rows ? g->kh : taps, seg_len = whole_rows ? g->kw * cp : cp;
   const int gather = !direct && sup->qgemm_u8s8_gather && cp % 4 == 0 && n_seg <= kMaxSegments;
+  /* An unpadded channels-last uint8 image is its own padded copy: the GEMM reads its windows
+   * from it in place (a ResNet's 1x1 stride-2 downsample copied its whole input first). */
+  const int windows_in_place =
+      gather && xl && !flip && g->ph == 0 && g->pw == 0 && g->eh == 0 && g->ew == 0;
   int64_t seg[kMaxSegments];
   const uint8_t* row_at[kChunk];
   for (int64_t s = 0; gather && s < n_seg; ++s) {
     const int64_t ky = whole_rows ? s : s / g->kw, kx = whole_rows ? 0 : s % g->kw;
     seg[s] = (ky * g->dh * wpad + kx * g->dw) * cb;
   }
-  uint8_t* buf = in_place ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * cb + 64));
+  uint8_t* buf = in_place || windows_in_place
+                     ? 0
+                     : (uint8_t*)ctx->workspace(ctx, (size_t)(hp * wpad * cb + 64));
   uint8_t* rows = direct || gather ? 0 : (uint8_t*)ctx->workspace(ctx, (size_t)(kChunk * kg + 64));
-  if ((!in_place && !buf) || (!direct && !gather && !rows)) {
+  if ((!in_place && !windows_in_place && !buf) || (!direct && !gather && !rows)) {
     ctx->fail(ctx, "out of memory for an integer convolution's gathered input");
     return 1;
   }
@@ -350,7 +356,7 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
      * the image as it is, so one GEMM call takes the part's whole share of it. */
     int64_t p1 = direct || p0 + kChunk >= hw ? hw : p0 + kChunk;
     if (img * hw + p1 > hi) p1 = hi - img * hw;
-    if (!in_place && have != img) {
+    if (!in_place && !windows_in_place && have != img) {
       /* The padded rows this part's positions of the image read. */
       const int64_t last = (img + 1) * hw < hi ? hw : hi - img * hw;
       const int64_t r0 = (p0 / g->ow) * g->sh;
@@ -373,10 +379,11 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
         lda = kg;
       }
       if (gather) {
-        /* Each position's window from the image in place: its first tap's pixel. */
+        /* Each position's window from the padded copy (or the unpadded image itself) in
+         * place: its first tap's pixel. */
+        const uint8_t* im = windows_in_place ? px + img * g->h * g->w * C : buf;
         for (int64_t p = p0; p < p1; ++p)
-          row_at[p - p0] =
-              buf + (((p / g->ow) * g->sh) * wpad + (p % g->ow) * g->sw) * cb + gi * cg;
+          row_at[p - p0] = im + (((p / g->ow) * g->sh) * wpad + (p % g->ow) * g->sw) * cb + gi * cg;
       }
       kiln_qgemm_epi e = e0;
       const int8_t* bp = wp + gi * gbytes;
