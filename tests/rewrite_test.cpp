@@ -492,6 +492,33 @@ TEST(Rewrite, ExtremaOfALargeTensorRunPerRowThenOfTheRows) {
   }
 }
 
+// A dequantize-and-bias chain, then a reshape, then an activation (a quantized BERT's dense
+// layer and GELU): the reshape moves above the chain, so chain and activation are one loop;
+// the reshape after the activation stays where it is (moving it would only swap it with the
+// first), and so does a reshape of a value read elsewhere too.
+TEST(Rewrite, AReshapeRisesAboveAnElementwiseChainSoItFusesWithItsReader) {
+  Graph g("dense");
+  Var q = input(g, "q", DType::kInt32, {6, 40});
+  Var bias = input(g, "bias", DType::kFloat32, {40});
+  Var y = reshape(cast(q, DType::kFloat32) * 0.5 + bias, {1, 6, 40});
+  Var z = y * erf(y / 1.5);
+  g.set_outputs({reshape(z, {6, 40})});
+  Graph o = optimize(g, std::string(""));
+  EXPECT_EQ(count_ops(o, "fused_elementwise"), 1) << o.to_string();
+  std::mt19937 rng(17);
+  std::vector<Tensor> in{testing::random_tensor(DType::kInt32, {6, 40}, rng),
+                         testing::random_tensor(DType::kFloat32, {40}, rng)};
+  expect_same_results(g, in, "");
+  Graph h("shared");
+  Var hq = input(h, "q", DType::kInt32, {6, 40});
+  Var hb = input(h, "bias", DType::kFloat32, {40});
+  Var d = cast(hq, DType::kFloat32) * 0.5 + hb;
+  Var hy = reshape(d, {1, 6, 40});
+  h.set_outputs({hy * erf(hy / 1.5), d});
+  EXPECT_EQ(count_ops(optimize(h, std::string("")), "fused_elementwise"), 2);
+  expect_same_results(h, in, "");
+}
+
 TEST(Rewrite, EpilogueFusionPutsBiasAndActivationInTheGemmThunk) {
   Graph g("epi");
   Var x = input(g, "x", DType::kFloat32, {kDynamic, 6});
