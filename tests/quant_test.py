@@ -71,6 +71,19 @@ def check(name, path, inputs, want, env_extra=None):
                         f"got {got.ravel()[:8]} want {want.ravel()[:8]}")
 
 
+def outputs_under(label, path, inputs, envs, names=("y",)):
+    """Runs the model once per environment: {str(env): [each named output]}; a failed run is
+    a failure, and missing from the result."""
+    got = {}
+    for env in envs:
+        r, out = run(path, inputs, env)
+        if r.returncode != 0:
+            failures.append(f"{label} {env}: kiln failed: {r.stderr.strip()[-300:]}")
+            continue
+        got[str(env)] = [np.load(os.path.join(out, n + ".npy")) for n in names]
+    return got
+
+
 def both(name, path, inputs, want):
     check(name, path, inputs, want)
     check(name, path, inputs, want, {"KILN_QGEMM": "c"})
@@ -412,16 +425,10 @@ for xdt in (np.uint8, np.int8):
         src = subprocess.run([KILN, "source", path], capture_output=True, text=True).stdout
         if "kiln_lut[256]" not in src:
             failures.append(f"{name}: the chain is not a table in the module's source")
-        got = {}
-        for env in ({}, {"KILN_PASSES": "-fusion"}):
-            r, out = run(path, {"x": x}, env)
-            if r.returncode != 0:
-                failures.append(f"{name} {env}: kiln failed: {r.stderr.strip()[-300:]}")
-                continue
-            got[str(env)] = np.load(os.path.join(out, "y.npy"))
+        got = outputs_under(name, path, {"x": x}, ({}, {"KILN_PASSES": "-fusion"}))
         if len(got) != 2:
             continue
-        table, per_element = got["{}"], got[str({"KILN_PASSES": "-fusion"})]
+        (table,), (per_element,) = got["{}"], got[str({"KILN_PASSES": "-fusion"})]
         step = float(ys) if out_float else 1
         if table.shape != want.shape or np.max(np.abs(table.astype(np.float64) - want)) > step * 1.0001:
             failures.append(f"{name}: the table is more than a step from NumPy")
@@ -460,13 +467,7 @@ if "float32 (2, 37, 9, 9)" in src:
     failures.append("se_block: the dequantized map is stored as float32")
 if "kiln_lut[256]" not in src:
     failures.append("se_block: the pooled swish of one byte tensor is not a table")
-got = {}
-for env in ({}, {"KILN_PASSES": "-fusion"}):
-    r, out = run(path, {"x": x}, env)
-    if r.returncode != 0:
-        failures.append(f"se_block {env}: kiln failed: {r.stderr.strip()[-300:]}")
-        continue
-    got[str(env)] = (np.load(os.path.join(out, "y.npy")), np.load(os.path.join(out, "z.npy")))
+got = outputs_under("se_block", path, {"x": x}, ({}, {"KILN_PASSES": "-fusion"}), ("y", "z"))
 if len(got) == 2:
     (y, z), (y_off, z_off) = got["{}"], got[str({"KILN_PASSES": "-fusion"})]
     if y.shape != want_y.shape or np.max(np.abs(y.astype(np.int32) - want_y)) > 1:
@@ -602,16 +603,11 @@ for k2, tag in [(1, "1x1s2"), (3, "3x3s2")]:
                           [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
                           [numpy_helper.from_array(v, kk) for kk, v in consts.items()])
     path = kiln_cli.write_model(WORK, "unpadded_" + tag, g, [("", 13)], ir_version=7)
-    outs = {}
-    for env in ({}, {"KILN_PASSES": "-nhwc"}):
-        r, out = run(path, {"x": x}, env)
-        if r.returncode != 0:
-            failures.append(f"unpadded {tag} {env}: kiln failed: {r.stderr.strip()[-300:]}")
-            continue
-        outs[str(env)] = np.load(os.path.join(out, "y.npy"))
-        if not np.array_equal(outs[str(env)], cur):
+    for env, (y,) in outputs_under(f"unpadded {tag}", path, {"x": x},
+                                   ({}, {"KILN_PASSES": "-nhwc"})).items():
+        if not np.array_equal(y, cur):
             failures.append(f"unpadded {tag} {env}: differs from NumPy at "
-                            f"{np.argwhere(outs[str(env)] != cur)[:4]}")
+                            f"{np.argwhere(y != cur)[:4]}")
 
 # ---- QDQ with a Relu: DequantizeLinear -> Gemm / Conv -> Relu -> QuantizeLinear ------------
 # One integer product with the Relu as the epilogue's lower bound (Q(relu(v)) = max(Q(v), y_zp)
