@@ -32,8 +32,8 @@ WithEpilogue::WithEpilogue(Attrs props) : COp("with_epilogue", std::move(props))
   std::string base = attr_string(this->props(), "base");
   auto op = OpRegistry::instance().create(base, base_props);
   base_ = std::dynamic_pointer_cast<const COp>(op);
-  // Only ops that run as one unsplit call: a split base op computes parts the in-place
-  // epilogue would not line up with.
+  // Only ops whose split parts the in-place epilogue can follow (their c_split_unit or
+  // c_split_tiles say which output elements a part computed).
   if (!base_ || (base != "gemm" && base != "matmul" && base != "conv" && base != "conv_nchwc" &&
                  base != "qconv")) {
     throw AttrError("base", "'" + base +

@@ -65,8 +65,12 @@ Tensor run_transform(const std::string& op, const Attrs& props, int output,
                             : " takes one int8 or uint8 matrix") +
                       (inputs.size() == 1 ? ", got " + inputs[0].describe() : std::string()));
     }
-    return conv ? pack_qconv(inputs[0], attr_int(props, "group", 1), attr_int(props, "c4", 0) != 0)
-                : pack_qgemm(inputs[0]);
+    const bool c4 = conv && attr_int(props, "c4", 0) != 0;
+    if (c4 && (attr_int(props, "group", 1) != 1 || inputs[0].shape()[1] != 3)) {
+      throw UserError(op + " with c4 takes a three-channel weight of group 1, got " +
+                      inputs[0].describe());
+    }
+    return conv ? pack_qconv(inputs[0], attr_int(props, "group", 1), c4) : pack_qgemm(inputs[0]);
   }
   if (op == kWinogradWeights) {
     // A plan's recipe is data: a weight of another shape, or another tile, is the plan's

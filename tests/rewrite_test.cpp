@@ -13,6 +13,7 @@
 #include "ops/builders.h"
 #include "ops/c/conv_pack.h"
 #include "ops/c/gemm_pack.h"
+#include "ops/c/qgemm_pack.h"
 #include "ops/fused_elementwise.h"
 #include "ops/reference.h"
 #include "ops/registry.h"
@@ -778,6 +779,13 @@ TEST(Rewrite, IntegerConvolutionLayoutPropsAreChecked) {
   EXPECT_NE(error_of({1, 4, 5, 5}, 1, {{"x_nchw", int64_t{1}}}).find("x_nchw needs nhwc"),
             std::string::npos);
   EXPECT_EQ(error_of({1, 5, 5, 4}, 1, {{"nhwc", int64_t{1}}}), "");
+  // c4 (a three-channel stem widened to four) needs a packed weight, group 1 and a
+  // channels-first input: each named.
+  EXPECT_NE(error_of({1, 3, 5, 5}, 1, {{"c4", int64_t{1}}}).find("c4 (a three-channel image"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, 5, 5, 3}, 1, {{"c4", int64_t{1}}, {"nhwc", int64_t{1}}})
+                .find("channels-first input"),
+            std::string::npos);
 }
 
 // Squeeze-and-excitation: conv(x * s) with s per channel, the product read by the
@@ -1638,6 +1646,31 @@ TEST(Recipe, BfloatPanelsRejectOtherInputsAndRoundEachValue) {
   EXPECT_EQ(at(4, 19) & 0x7fc0, 0x7fc0);  // a quiet NaN
   EXPECT_EQ(at(5, 19), 0);                // an odd K's padding
   EXPECT_EQ(at(4, 20), 0);                // a column past n
+}
+
+// A packed stem weight's recipe (c4: three channels packed as four) re-derives the packing
+// the pass made, and a recipe asking c4 of another weight (a corrupt or forged entry) is an
+// error naming the transform and the weight, not a wrong packing.
+TEST(Recipe, WidenedStemPackingRejectsOtherWeights) {
+  std::mt19937 rng(79);
+  const Tensor w = testing::random_tensor(DType::kInt8, {5, 3, 3, 3}, rng, -100, 100);
+  const Tensor packed =
+      run_transform(kPackQconv, {{"group", int64_t{1}}, {"c4", int64_t{1}}}, 0, {w});
+  EXPECT_EQ(packed.numel(), qgemm_packed_bytes(36, 5));
+  for (int64_t m = 0; m < 5; ++m) {
+    for (int64_t t = 0; t < 36; ++t) {
+      const int64_t want = t % 4 == 3 ? 0 : w.load_int((m * 3 + t % 4) * 9 + t / 4);
+      ASSERT_EQ(qgemm_packed_at(static_cast<const int8_t*>(packed.data()), 36, t, m), want)
+          << "tap row " << t << ", channel " << m;
+    }
+  }
+  const Tensor four = testing::random_tensor(DType::kInt8, {5, 4, 3, 3}, rng, -100, 100);
+  const std::string m = testing::error_of([&] {
+    run_transform(kPackQconv, {{"group", int64_t{1}}, {"c4", int64_t{1}}}, 0, {four});
+  });
+  EXPECT_NE(m.find("pack_qconv with c4 takes a three-channel weight of group 1"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find(dims_to_string(four.shape())), std::string::npos) << m;
 }
 
 TEST(Recipe, WinogradTransformRejectsOtherWeightsAndKeepsCornerTaps) {
