@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from peers import machine  # noqa: E402
+from peers import machine, median_ms  # noqa: E402
 
 import kiln  # noqa: E402
 
@@ -89,16 +89,6 @@ def reference(h0, x):
     return h, total
 
 
-def timed(fn, repeat):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=64)
@@ -135,9 +125,9 @@ def main():
                     raise SystemExit(f"{kind} ({'step' if s else 'stages'}) deviates {err:.3g}")
             times = {"step": [], "stages": [], "ort": []}
             for _ in range(args.rounds):
-                times["step"].append(timed(lambda: fns[True](**feeds[True]), args.repeat))
-                times["stages"].append(timed(lambda: fns[False](**feeds[False]), args.repeat))
-                times["ort"].append(timed(lambda: sess.run(None, feeds[True]), args.repeat))
+                times["step"].append(median_ms(lambda: fns[True](**feeds[True]), args.repeat))
+                times["stages"].append(median_ms(lambda: fns[False](**feeds[False]), args.repeat))
+                times["ort"].append(median_ms(lambda: sess.run(None, feeds[True]), args.repeat))
             med = {k: statistics.median(v) for k, v in times.items()}
             rows.append((kind, med, statistics.median(
                 [a / b for a, b in zip(times["step"], times["ort"])])))
