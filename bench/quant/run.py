@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from peers import machine  # noqa: E402
 
-MODELS = ["resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_mini", "bert"]
+MODELS = ["resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_mini", "bert",
+          "deit_tiny", "gpt2", "llama"]
 
 
 def kiln(bench, model, x, repeat, tmp):
