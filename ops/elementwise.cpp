@@ -203,8 +203,14 @@ std::string Elementwise::c_code(const Node& node, const CodeNames& names, const 
     ops.push_back(loop_operand(node.inputs[k], names.inputs[k], out));
     dts.push_back(node.inputs[k]->type.dtype);
   }
-  return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(),
-                               scalar_expr(data_dtype(dts), out.dtype), sub.ctx);
+  const std::string expr = scalar_expr(data_dtype(dts), out.dtype);
+  auto emit = [&](const std::vector<LoopOperand>& with) {
+    return emit_elementwise_loop(with, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx);
+  };
+  // A weight exponent: the loop is versioned on it (emit_versioned_on).
+  if (name() == "pow" && is_float(out.dtype) && ops.size() == 2 && ops[1].single && !ops[1].literal)
+    return emit_versioned_on(ops, 1, {2, 3}, emit);
+  return emit(ops);
 }
 
 }  // namespace kiln

@@ -15,7 +15,7 @@ class Elementwise : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   // From the table's derivative column (ops/grad/derivative.h); cast converts the gradient back.
   std::vector<Variable*> grad(const GradArgs& args) const override;
 

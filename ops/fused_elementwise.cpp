@@ -316,8 +316,19 @@ std::string FusedElementwise::c_code(const Node& node, const CodeNames& names,
   std::string expr;
   if (auto table = table_code(node, names, sub, ops)) return *table;
   scalar_body(dts, lets, expr, "v");
-  return emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                               is_long_chain());
+  auto emit = [&](const std::vector<LoopOperand>& with) {
+    return emit_elementwise_loop(with, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
+                                 is_long_chain());
+  };
+  const std::vector<DType> step_dts = step_dtypes(dts);
+  for (size_t j = 0; j < steps_.size(); ++j) {
+    const FusedStep& st = steps_[j];
+    if (st.op->name() != "pow" || !is_float(step_dts[j]) || st.args.at(1) < 0) continue;
+    const auto e = static_cast<size_t>(st.args[1]);
+    if (ops[e].single && !ops[e].literal && !ops[e].reads_output)
+      return emit_versioned_on(ops, e, {2, 3}, emit);
+  }
+  return emit(ops);
 }
 
 std::optional<std::string> FusedElementwise::table_prefix(const Node& node, const CodeNames& names,

@@ -55,7 +55,7 @@ const std::vector<ScalarOpDef> kOps = {
   {"div",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} / ${1})",                     "kiln_div_${S}(${0}, ${1})",
    [](P x, P) { return x[0] / x[1]; }, [](I x, P) { return int_div(x[0], x[1]); }, {},
    "g / x1; -g * y / x1"},
-  {"pow",        2, Domain::kNumeric,       OutRule::kSame,  "pow${f}(${0}, ${1})",               "kiln_pow_${S}(${0}, ${1})",
+  {"pow",        2, Domain::kNumeric,       OutRule::kSame,  "${m}pow${f}(${0}, ${1})",           "kiln_pow_${S}(${0}, ${1})",
    [](P x, P) { return std::pow(x[0], x[1]); }, [](I x, P) { return int_pow(x[0], x[1]); }, {},
    "where(x1 == 0, 0, g * x1 * pow(x0, x1 - 1)); where(x0 == 0, 0, g * y * log(x0))"},
   {"mod",        2, Domain::kNumeric,       OutRule::kSame,  "kiln_mod_${S}(${0}, ${1})",         "kiln_mod_${S}(${0}, ${1})",

@@ -202,6 +202,41 @@ TEST(Rewrite, ComposeReordersMakesOneTransposeOfTwo) {
   expect_same_results(g, in, "");
 }
 
+// Checks out[i] against the C library's powf(xs[i], power): within an ulp, with its NaN,
+// infinities, signed zeros, overflow and underflow.
+void expect_power_of(const Tensor& xs, const Tensor& out, float power) {
+  auto ordered = [](float v) {  // float bits in the order of the values they encode
+    int32_t b;
+    std::memcpy(&b, &v, 4);
+    return b < 0 ? int64_t{INT32_MIN} - b : int64_t{b};
+  };
+  for (int64_t i = 0; i < xs.numel(); ++i) {
+    const float v = static_cast<float>(xs.load(i));
+    const float want = std::pow(v, power);
+    const float got = static_cast<float>(out.load(i));
+    SCOPED_TRACE("x = " + std::to_string(v) + ", power " + std::to_string(power));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got));
+    } else if (std::isinf(want) || want == 0) {
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(std::signbit(got), std::signbit(want));
+    } else {
+      EXPECT_LE(std::abs(ordered(got) - ordered(want)), 1) << got << " vs " << want;
+    }
+  }
+}
+
+// Values that break a power: NaN, infinities, signed zeros, overflow, underflow, then random
+// ones, `n` in all.
+Tensor power_bases(int64_t n, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special{std::nanf(""), inf,    -inf,    0.0f, -0.0f, 1e20f,
+                                   -1e13f,        1e-40f, -1e-30f, 3.0f, -2.5f, 1.0000001f};
+  Tensor xs = testing::random_tensor(DType::kFloat32, {n}, rng, -4, 4);
+  for (size_t i = 0; i < special.size(); ++i) xs.store(static_cast<int64_t>(i), special[i]);
+  return xs;
+}
+
 // pow(x, 2) and pow(x, 3) with a constant exponent become products (a libm call per element
 // kept GPT-2's GELU from vectorising): within an ulp of the C library's powf, the same NaN,
 // infinities, signed zeros, overflow and underflow. Other exponents stay.
@@ -217,35 +252,41 @@ TEST(Rewrite, SimplifyTurnsSquaresAndCubesIntoProducts) {
   const Graph s = remove_dead(simplify(g));
   EXPECT_EQ(count_ops(s, "pow"), 2) << s.to_string();
   EXPECT_EQ(count_ops(s, "mul"), 3) << s.to_string();
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> special{std::nanf(""), inf, -inf, 0.0f, -0.0f, 1e20f, -1e13f,
-                                   1e-40f, -1e-30f, 3.0f, -2.5f, 1.0000001f};
   std::mt19937 rng(97);
-  Tensor xs = testing::random_tensor(DType::kFloat32, {37}, rng, -4, 4);
-  for (size_t i = 0; i < special.size(); ++i) xs.store(static_cast<int64_t>(i), special[i]);
+  const Tensor xs = power_bases(37, rng);
   const Tensor ys = testing::random_tensor(DType::kFloat32, {37}, rng, 0.5, 2);
   Function f = compile(g);
   const auto out = f({xs, ys});
-  auto ordered = [](float v) {  // float bits in the order of the values they encode
-    int32_t b;
-    std::memcpy(&b, &v, 4);
-    return b < 0 ? int64_t{INT32_MIN} - b : int64_t{b};
+  expect_power_of(xs, out[0], 2);
+  expect_power_of(xs, out[1], 3);
+}
+
+// An exponent that is a weight (onnxruntime's quantizer turns GPT-2's Pow exponent into an
+// initializer) stays a pow, but its loop is versioned on the value: 2 and 3 run as products, any
+// other value through libm. Each version, alone and fused into a chain, over a length that
+// leaves a tail past the vector width, against powf; new weights take the other versions.
+TEST(Rewrite, WeightExponentsRunTheirPowerAsProducts) {
+  auto build = [](Graph& g, float power) {
+    Var x = input(g, "x", DType::kFloat32, {203});
+    Var z = input(g, "z", DType::kFloat32, {203});  // the same values: z's pow is fused
+    Var e = parameter(g, Tensor::from_doubles(DType::kFloat32, {}, {power}), "e");
+    Var half = constant(g, Tensor::from_doubles(DType::kFloat32, {}, {0.5}));
+    g.set_outputs(
+        {apply("pow", {x, e}, {}).var(), apply("mul", {apply("pow", {z, e}, {}), half}, {}).var()});
   };
-  for (int k = 0; k < 2; ++k) {
-    for (int64_t i = 0; i < 37; ++i) {
-      const float v = static_cast<float>(xs.load(i));
-      const float want = std::pow(v, k == 0 ? 2.0f : 3.0f);
-      const float got = static_cast<float>(out[static_cast<size_t>(k)].load(i));
-      SCOPED_TRACE("x = " + std::to_string(v) + ", power " + std::to_string(k + 2));
-      if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(got));
-      } else if (std::isinf(want) || want == 0) {
-        EXPECT_EQ(got, want);
-        EXPECT_EQ(std::signbit(got), std::signbit(want));
-      } else {
-        EXPECT_LE(std::abs(ordered(got) - ordered(want)), 1) << got << " vs " << want;
-      }
-    }
+  std::mt19937 rng(5);
+  const Tensor xs = power_bases(203, rng);
+  for (float power : {3.0f, 2.0f, 2.5f, -1.0f, 0.0f}) {
+    Graph g("weight_powers");
+    build(g, power);
+    const std::string src = generate_source(g);
+    EXPECT_NE(src.find("fused_elementwise{program=\"pow"), std::string::npos) << src;
+    EXPECT_NE(src.find("kiln_version_on == ((float)3.0)"), std::string::npos) << src;
+    const auto out = compile(g)({xs, xs});
+    expect_power_of(xs, out[0], power);
+    Tensor doubled = out[1];
+    for (int64_t i = 0; i < doubled.numel(); ++i) doubled.store(i, doubled.load(i) * 2);
+    expect_power_of(xs, doubled, power);
   }
 }
 

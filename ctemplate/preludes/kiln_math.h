@@ -254,6 +254,16 @@ KILN_HELPER float kiln_softplusf(float x) {
   return x != x ? x : y;
 }
 
+/* pow with an exponent of 2 or 3 (GELU-tanh's cube, a variance's square) as products, as
+ * simplify spells a constant exponent. An exponent that is a weight is the same for a whole
+ * loop, so the compiler versions the loop on it and the product loop vectorizes; any other
+ * exponent is libm's. */
+KILN_HELPER float kiln_powf(float x, float e) {
+  if (e == 2.0f) return x * x;
+  if (e == 3.0f) return x * x * x;
+  return powf(x, e);
+}
+
 /* float64: the same methods with double's reduction constants and longer polynomials. */
 KILN_HELPER double kiln_bits_to_f64(int64_t i) {
   double f;
@@ -458,6 +468,12 @@ KILN_HELPER double kiln_gelu(double x) {
 KILN_HELPER double kiln_softplus(double x) {
   double y = (x > 0 ? x : 0.0) + kiln_log1p(kiln_exp(-fabs(x)));
   return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_pow(double x, double e) {
+  if (e == 2.0) return x * x;
+  if (e == 3.0) return x * x * x;
+  return pow(x, e);
 }
 
 #endif /* KILN_MATH_H */

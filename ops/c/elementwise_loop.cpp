@@ -41,6 +41,21 @@ LoopOperand loop_operand(const Variable* v, const std::string& tensor, const Ten
   return op;
 }
 
+std::string emit_versioned_on(
+    const std::vector<LoopOperand>& inputs, size_t k, const std::vector<double>& values,
+    const std::function<std::string(const std::vector<LoopOperand>&)>& emit) {
+  const LoopOperand& op = inputs.at(k);
+  const std::string ct(dtype_c_type(op.dtype));
+  std::string s =
+      "{\nconst " + ct + " kiln_version_on = *(const " + ct + " *)" + op.tensor + "->data;\n";
+  for (double value : values) {
+    std::vector<LoopOperand> fixed = inputs;
+    fixed[k].literal = c_literal_of(op.dtype, value, static_cast<int64_t>(value));
+    s += "if (kiln_version_on == " + *fixed[k].literal + ") {\n" + emit(fixed) + "} else ";
+  }
+  return s + "{\n" + emit(inputs) + "}\n}\n";
+}
+
 std::string emit_odometer_step(int nops) {
   std::string advance, rewind;
   for (int k = 0; k < nops; ++k) {

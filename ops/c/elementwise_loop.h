@@ -2,6 +2,7 @@
 // Emits the broadcasting loop shared by every elementwise op (and, later, fused chains):
 // operands are collapsed to the fewest dimensions, and the inner loop runs unit-stride
 // (vectorizable) whenever every operand allows it.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,15 @@ std::string emit_elementwise_loop(const std::vector<LoopOperand>& inputs, const 
                                   const std::string& ctx, const std::vector<std::string>& lets = {},
                                   bool interleave = false, const std::string& split_unit = "",
                                   const SplitTiles* tiles = nullptr);
+
+// The loop `emit` writes for `inputs`, versioned on the run-time value of operand `k` (one
+// element, not inlined): for each of `values` a copy in which that operand is the literal, the
+// general loop for any other value. A pow whose exponent is a weight (a quantizer turns
+// constants into initializers, which stay parameters) so runs its common exponents as
+// vectorized products (kiln_math.h's kiln_powf) rather than a libm call per element.
+std::string emit_versioned_on(
+    const std::vector<LoopOperand>& inputs, size_t k, const std::vector<double>& values,
+    const std::function<std::string(const std::vector<LoopOperand>&)>& emit);
 
 // The step to the next outer index of a collapsed loop nest over `nops` operands: advances
 // offsets o0..o{nops-1} by st[k][d] and carries, as the elementwise and reduction loops do.
