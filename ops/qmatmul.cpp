@@ -7,7 +7,8 @@
 namespace kiln {
 
 QMatMul::QMatMul(Attrs props) : COp("qmatmul", std::move(props)) {
-  check_known_attrs(this->props(), {"requant", "bias", "relu", "packed_n", "packed_k", "b_u8"});
+  check_known_attrs(this->props(),
+                    {"requant", "bias", "relu", "scaled", "packed_n", "packed_k", "b_u8"});
   q_ = QuantLayout::from_props(this->props(), "qmatmul");
   packed_n_ = attr_int(this->props(), "packed_n", 0);
   packed_k_ = attr_int(this->props(), "packed_k", 0);
@@ -115,7 +116,11 @@ void QMatMul::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) c
                                          : b.load_int(b_off + t * n + j);
         acc += av * (bv - ref.b_zp(j));
       }
-      y.store_int(i * n + j, ref.out(acc, j));
+      if (q_.scaled) {
+        y.store(i * n + j, ref.scaled_out(acc, j));
+      } else {
+        y.store_int(i * n + j, ref.out(acc, j));
+      }
     }
   }
 }

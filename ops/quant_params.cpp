@@ -34,7 +34,11 @@ QuantLayout QuantLayout::from_props(const Attrs& props, const std::string& op) {
   q.requant = attr_int(props, "requant", 0) != 0;
   q.bias = attr_int(props, "bias", 0) != 0;
   q.relu = attr_int(props, "relu", 0) != 0;
+  q.scaled = attr_int(props, "scaled", 0) != 0;
   if (q.relu && !q.requant) throw UserError(op + ": relu needs requant (a quantized output)");
+  if (q.scaled && q.requant)
+    throw UserError(op +
+                    ": scaled (a float32 output) and requant (a byte output) exclude each other");
   return q;
 }
 
@@ -59,6 +63,10 @@ DType check_quant_inputs(const std::string& op, const QuantLayout& q,
     check_vector(op, "Y's zero point", in[5], in[5].dtype, false, cols);
     out = in[5].dtype;
   }
+  if (q.scaled) {
+    check_vector(op, "the scale", in[4], DType::kFloat32, true, cols);
+    out = DType::kFloat32;
+  }
   if (q.bias) check_vector(op, "the bias", in[q.bias_index()], DType::kInt32, true, cols);
   return out;
 }
@@ -66,8 +74,8 @@ DType check_quant_inputs(const std::string& op, const QuantLayout& q,
 QuantReference::QuantReference(const QuantLayout& q, const std::vector<Tensor>& in) : q_(q) {
   a_zp_ = static_cast<int32_t>(in[2].load_int(0));
   b_zp_ = in[3].contiguous();
+  if (q.requant || q.scaled) scale_ = in[4].contiguous();
   if (q.requant) {
-    scale_ = in[4].contiguous();
     y_zp_ = static_cast<int32_t>(in[5].load_int(0));
     const bool u8 = in[5].dtype() == DType::kUInt8;
     lo_ = q.relu ? y_zp_ : (u8 ? 0 : -128);
@@ -78,6 +86,12 @@ QuantReference::QuantReference(const QuantLayout& q, const std::vector<Tensor>& 
 
 int32_t QuantReference::b_zp(int64_t j) const {
   return static_cast<int32_t>(b_zp_.load_int(b_zp_.numel() > 1 ? j : 0));
+}
+
+float QuantReference::scaled_out(int64_t acc, int64_t j) const {
+  if (q_.bias) acc += bias_.load_int(j);
+  const auto v = static_cast<int32_t>(static_cast<uint32_t>(acc));
+  return static_cast<float>(v) * static_cast<float>(scale_.load(scale_.numel() > 1 ? j : 0));
 }
 
 int64_t QuantReference::out(int64_t acc, int64_t j) const {
@@ -98,12 +112,14 @@ std::string quant_c_params(const QuantLayout& q, const Node& node, const CodeNam
   const auto& in = names.inputs;
   std::string s = "  kiln_qparams qp;\n";
   s += "  qp.az = " + in[2] + ";\n  qp.bz = " + in[3] + ";\n";
-  s += "  qp.scale = " + (q.requant ? in[4] : std::string("0")) + ";\n";
+  s += "  qp.scale = " + (q.requant || q.scaled ? in[4] : std::string("0")) + ";\n";
   s += "  qp.yz = " + (q.requant ? in[5] : std::string("0")) + ";\n";
   s += "  qp.bias = " + (q.bias ? in[q.bias_index()] : std::string("0")) + ";\n";
   s += "  qp.a_s8 = " + std::to_string(node.inputs[0]->type.dtype == DType::kInt8) + ";\n";
   s += "  qp.b_u8 = " + std::to_string(b_u8) + ";\n";
-  s += "  qp.out_u8 = " + std::to_string(node.outputs[0]->type.dtype == DType::kUInt8) + ";\n";
+  const DType out = node.outputs[0]->type.dtype;
+  s += std::string("  qp.out_u8 = ") +
+       (q.scaled ? "KILN_Q_OUT_F32" : std::to_string(out == DType::kUInt8)) + ";\n";
   s += "  qp.relu = " + std::to_string(q.relu) + ";\n";
   return s;
 }

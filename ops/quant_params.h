@@ -4,7 +4,10 @@
 // output column, of B's dtype); with props requant = 1, a float32 multiplier (scalar or per
 // column: A's scale times B's over Y's) and Y's zero point (uint8 or int8: Y's dtype); with
 // bias = 1, an int32 bias per output column. relu = 1 clamps below at Y's zero point.
-// Without requant the output is the int32 accumulator.
+// With scaled = 1 (qmatmul only), instead of requant's two, a float32 scale (scalar or per
+// column) and the output is float32: the accumulator times it, a dynamically quantized
+// product's dequantization done in the kernel's store. Otherwise the output is the int32
+// accumulator.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,11 +20,11 @@
 namespace kiln {
 
 struct QuantLayout {
-  bool requant = false, bias = false, relu = false;
+  bool requant = false, bias = false, relu = false, scaled = false;
 
   static QuantLayout from_props(const Attrs& props, const std::string& op);
-  size_t input_count() const { return 4 + (requant ? 2 : 0) + (bias ? 1 : 0); }
-  size_t bias_index() const { return requant ? 6 : 4; }
+  size_t input_count() const { return bias_index() + (bias ? 1 : 0); }
+  size_t bias_index() const { return 4 + (requant ? 2 : 0) + (scaled ? 1 : 0); }
 };
 
 // Checks the quantization inputs of `op` (after its data inputs, with B's logical dtype
@@ -39,6 +42,8 @@ class QuantReference {
   int32_t b_zp(int64_t j) const;
   // The output value for a raw sum of (a - a_zp)(b - b_zp) at column j.
   int64_t out(int64_t acc, int64_t j) const;
+  // The same with scaled: the float32 the kernel stores.
+  float scaled_out(int64_t acc, int64_t j) const;
 
  private:
   QuantLayout q_;

@@ -172,6 +172,46 @@ both("qlinearmatmul_ties", model(node, {"a": a}, consts, [("y", TensorProto.UINT
      {"a": a}, want)
 assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the reference itself
 
+# Dynamic quantization's dequantization, MatMulInteger -> Cast -> Mul by A's scale (a run-time
+# input) times B's (per column or one), is done in the kernel's store (a float32 qmatmul,
+# rewrite/fuse_epilogue.cpp): bit for bit NumPy's float32(acc) * float32(sa * sb). With an Add
+# after the Mul, the Add stays elementwise over the float product. The few-row case splits B's
+# column panels; K past the vector width; N with a partial panel.
+for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50)]:
+    a = edge_bytes((m, k), np.uint8)
+    b = edge_bytes((k, n), np.int8)
+    az, bz = np.array(131, np.uint8), np.array(0, np.int8)
+    acc = (a.astype(np.int64) - 131) @ b.astype(np.int64)
+    for per_column, with_bias in ((True, False), (False, True)):
+        sb = ((RNG.random(n).astype(np.float32) + 0.5) * np.float32(0.01) if per_column
+              else np.array(np.float32(0.0123)))
+        sa = np.array(np.float32(0.0371))
+        bias = RNG.standard_normal(n).astype(np.float32)
+        nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
+                 helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+                 helper.make_node("Mul", ["sa", "sb"], ["s"]),
+                 helper.make_node("Mul", ["accf", "s"], ["y" if not with_bias else "ys"])]
+        if with_bias:
+            nodes.append(helper.make_node("Add", ["ys", "bias"], ["y"]))
+        g = helper.make_graph(
+            nodes, "dequantized",
+            [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape),
+             helper.make_tensor_value_info("sa", TensorProto.FLOAT, [])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(v, k_) for k_, v in
+             {"b": b, "az": az, "bz": bz, "sb": sb, "bias": bias}.items()])
+        name = f"dequantized_{m}x{k}x{n}_{'columns' if per_column else 'one'}" + \
+            ("_bias" if with_bias else "")
+        path = kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+        want = acc.astype(np.int32).astype(np.float32) * (sa * sb)
+        if with_bias:
+            want = want + bias
+        both(name, path, {"a": a, "sa": sa}, want.astype(np.float32))
+        src = subprocess.run([KILN, "source", "--graph", path], capture_output=True,
+                             text=True).stdout
+        if "scaled=1" not in src:
+            failures.append(f"{name}: the dequantization is not in the qmatmul's store")
+
 # ---- convolutions -----------------------------------------------------------------------
 def conv_ref(x, w, xz, wz, stride, pad, group, dil=1):
     n_img, c, h, wd = x.shape

@@ -17,7 +17,7 @@ typedef struct kiln_qparams {
   const kiln_tensor* scale;   /* NULL: int32 output; else the multiplier, scalar or per column */
   const kiln_tensor* yz;      /* the output's zero point (with scale) */
   const kiln_tensor* bias;    /* int32 per column, or NULL */
-  int a_s8, b_u8, out_u8, relu;
+  int a_s8, b_u8, out_u8, relu; /* out_u8: 1 uint8, 0 int8, KILN_Q_OUT_F32 float32 */
 } kiln_qparams;
 
 /* Element i of a scalar or 1-D zero-point tensor, widened. */
@@ -74,7 +74,7 @@ KILN_HELPER int kiln_q_epilogue(kiln_ctx* ctx, const kiln_qparams* q, int64_t n,
   e->bias = q->bias ? (const int32_t*)q->bias->data : 0;
   e->scale = q->scale ? (const float*)q->scale->data : 0;
   e->scale_step = q->scale && kiln_q_numel(q->scale) > 1 ? 1 : 0;
-  e->y_zp = q->scale ? kiln_q_at(q->yz, !q->out_u8, 0) : 0;
+  e->y_zp = q->yz ? kiln_q_at(q->yz, !q->out_u8, 0) : 0;
   e->lo = q->out_u8 ? 0 : -128;
   e->hi = q->out_u8 ? 255 : 127;
   if (q->relu) e->lo = e->y_zp;
@@ -117,6 +117,8 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
   if (lo >= hi) return 0;
   kiln_qgemm_epi e;
   if (kiln_q_epilogue(ctx, q, N, &e)) return 1;
+  /* Bytes per output element: int32 and float32 outputs 4, requantized ones 1. */
+  const int64_t esize = q->scale && q->out_u8 != KILN_Q_OUT_F32 ? 1 : 4;
   e.rsc = N;
   e.csc = 1;
   /* A's rows as dense uint8: in place when it already is, else copied (and this part's rows
@@ -142,7 +144,7 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
     if (e.bias) e.bias += c0;
     if (e.scale) e.scale += e.scale_step * c0;
     sup->qgemm_u8s8(hi - lo, c1 - c0, K, pa + lo * K, K, bp + (c0 / 16) * ((K + 3) / 4) * 64, &e,
-                    (char*)Y->data + (lo * N + c0) * (q->scale ? 1 : 4));
+                    (char*)Y->data + (lo * N + c0) * esize);
     return 0;
   }
   const int rb = B->ndim;
@@ -154,7 +156,6 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
   }
   int32_t* colsum = (int32_t*)(bp + ((N + 15) / 16) * ((K + 3) / 4) * 64);
   e.colsum = colsum;
-  const size_t esize = q->scale ? 1 : 4;
   for (int64_t b0 = lo / per_batch; b0 * per_batch < hi; ++b0) {
     const int64_t r0 = b0 * per_batch > lo ? b0 * per_batch : lo;
     const int64_t r1 = (b0 + 1) * per_batch < hi ? (b0 + 1) * per_batch : hi;

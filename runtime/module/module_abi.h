@@ -188,7 +188,8 @@ typedef struct kiln_support {
    * (rowsum_i the sum of row i of a; b_zp[j] at e->b_zp[j * e->b_zp_step]; bias may be NULL).
    * B is packed by qpack: panels of 16 columns, groups of 4 rows, B[t][j] at
    * bp[((j/16)*ceil(k/4) + t/4)*64 + (j%16)*4 + t%4], zero padded. Output element (i, j) is
-   * c[i*e->rsc + j*e->csc]: acc as int32 when e->scale is NULL, else the byte
+   * c[i*e->rsc + j*e->csc]: acc as int32 when e->scale is NULL; the float32
+   * (float)acc * scale[j*scale_step] when e->out_u8 is KILN_Q_OUT_F32; else the byte
    * clamp(rint(acc * scale[j*scale_step]) + y_zp, lo, hi), uint8 when e->out_u8, else int8. */
   void (*qgemm_u8s8)(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,
                      const int8_t* bp, const struct kiln_qgemm_epi* e, void* c);
@@ -257,6 +258,10 @@ typedef struct kiln_qgemm_epi {
   int32_t y_zp, lo, hi, out_u8;
   int64_t rsc, csc;
 } kiln_qgemm_epi;
+
+/* kiln_qgemm_epi.out_u8: 0 int8, 1 uint8, or this: float32, the accumulator times the scale
+ * (a dynamically quantized product's dequantization), no zero point or clamp. */
+#define KILN_Q_OUT_F32 2
 
 #define KILN_CONV_SLACK 64
 #define KILN_CONV_BLOCK 16

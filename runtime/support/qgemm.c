@@ -123,6 +123,27 @@ static inline __attribute__((always_inline)) void qgemm_tile(
     }
   }
   const kiln_requant16 rq = kiln_requant16_of(e);
+  if (e->out_u8 == KILN_Q_OUT_F32) {
+    /* Dequantized: acc * scale as float32, rows rsc floats apart. */
+    for (int r = 0; r < rows; ++r) {
+      for (int p = 0; p < panels; ++p) {
+        __m512i v = acc[r][p];
+        if (rowsum)
+          v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bz[p], _mm512_set1_epi32(rowsum[r])));
+        const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[p]);
+        float* dst = (float*)c + (i0 + r) * e->rsc;
+        if (e->csc == 1) {
+          _mm512_mask_storeu_ps(dst + j0 + p * kPanelCols, mask[p], y);
+        } else {
+          float tmp[16];
+          _mm512_storeu_ps(tmp, y);
+          const int64_t j = j0 + p * kPanelCols;
+          for (int64_t q = 0; q < n - j && q < kPanelCols; ++q) dst[(j + q) * e->csc] = tmp[q];
+        }
+      }
+    }
+    return;
+  }
   if (e->scale && e->csc == 1) {
     /* Bytes with a row's columns consecutive (channels-last): the row's panels packed to one
      * 64-byte vector. Saturating packs clamp to the byte type as the int32 bounds did (a sum

@@ -1,5 +1,6 @@
 /* The integer kernels' store of one corrected accumulator (module_abi.h's kiln_qgemm_epi):
- * as int32, or requantized to a byte, in the one formula every kernel uses. */
+ * as int32, dequantized to float32, or requantized to a byte, in the one formula every kernel
+ * uses. */
 #ifndef KILN_SUPPORT_QGEMM_EPI_H
 #define KILN_SUPPORT_QGEMM_EPI_H
 #include <math.h>
@@ -10,6 +11,10 @@ static inline void qgemm_store(const kiln_qgemm_epi* e, void* c, int64_t i, int6
   const int64_t at = i * e->rsc + j * e->csc;
   if (!e->scale) {
     ((int32_t*)c)[at] = v;
+    return;
+  }
+  if (e->out_u8 == KILN_Q_OUT_F32) {
+    ((float*)c)[at] = (float)v * e->scale[j * e->scale_step];
     return;
   }
   float y = rintf((float)v * e->scale[j * e->scale_step]) + (float)e->y_zp;
