@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <math.h>
 
-/* #include "module_abi.h": 308 lines; kiln source --preludes prints them */
+/* #include "module_abi.h": 313 lines; kiln source --preludes prints them */
 
 #define KILN_MODULE 1
 __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <math.h>
 
-/* #include "module_abi.h": 308 lines; kiln source --preludes prints them */
+/* #include "module_abi.h": 313 lines; kiln source --preludes prints them */
 
 #define KILN_MODULE 1
 __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
@@ -12,7 +12,7 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 
 /* #include "kiln_index.h": 353 lines; kiln source --preludes prints them */
 
-/* #include "kiln_math.h": 463 lines; kiln source --preludes prints them */
+/* #include "kiln_math.h": 479 lines; kiln source --preludes prints them */
 
 /* #include "kiln_softmax.h": 109 lines; kiln source --preludes prints them */
 
