@@ -136,7 +136,7 @@ def main():
         f"{args.threads} threads, {args.rounds} interleaved rounds of {args.repeat} runs. Files from "
         "`bench/quant/quantize.py` (onnxruntime's `quantize_static` in its QDQ (`.qdq`) and "
         "QOperator (`.qop`) formats, uint8 activations, int8 per-channel weights, 8 seeded "
-        "calibration inputs; `quantize_dynamic` (`.dyn`) for the BERTs).",
+        "calibration inputs; `quantize_dynamic` (`.dyn`) for the transformers: the BERTs, DeiT-tiny, GPT-2 and Llama).",
         "",
         "| model | file | kiln int8 ms | onnxruntime int8 ms | kiln / ort | kiln f32 ms | "
         "f32 / int8 | kiln vs ort (max) | argmax = ort | argmax = float (kiln) | argmax = float (ort) |",
