@@ -175,9 +175,10 @@ assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the refere
 # Dynamic quantization's dequantization, MatMulInteger -> Cast -> Mul by A's scale (a run-time
 # input) times B's (per column or one), is done in the kernel's store (a float32 qmatmul,
 # rewrite/fuse_epilogue.cpp): bit for bit NumPy's float32(acc) * float32(sa * sb). With an Add
-# after the Mul, the Add stays elementwise over the float product. The few-row case splits B's
-# column panels; K past the vector width; N with a partial panel.
-for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50)]:
+# after the Mul, the Add stays elementwise over the float product. The few-row case and the
+# B of 8 MiB and more (a language model's head) split B's column panels; K past the vector
+# width; N with a partial panel.
+for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200)]:
     a = edge_bytes((m, k), np.uint8)
     b = edge_bytes((k, n), np.int8)
     az, bz = np.array(131, np.uint8), np.array(0, np.int8)
