@@ -34,11 +34,13 @@ WithEpilogue::WithEpilogue(Attrs props) : COp("with_epilogue", std::move(props))
   base_ = std::dynamic_pointer_cast<const COp>(op);
   // Only ops whose split parts the in-place epilogue can follow (their c_split_unit or
   // c_split_tiles say which output elements a part computed).
+  // A qmatmul only splitting by whole rows (split_rows): column panels are no runs.
+  const bool rows_qmatmul = base == "qmatmul" && attr_int(base_props, "split_rows", 0) == 1;
   if (!base_ || (base != "gemm" && base != "matmul" && base != "conv" && base != "conv_nchwc" &&
-                 base != "qconv")) {
+                 base != "qconv" && !rows_qmatmul)) {
     throw AttrError("base", "'" + base +
-                                "' cannot take an epilogue (gemm, matmul, conv, conv_nchwc, qconv "
-                                "can)");
+                                "' cannot take an epilogue (gemm, matmul, conv, conv_nchwc, "
+                                "qconv, qmatmul with split_rows can)");
   }
   base_inputs_ = static_cast<int>(attr_int(this->props(), "base_inputs"));
   if (base_inputs_ < 1) throw AttrError("base_inputs", "must be at least 1");

@@ -7,12 +7,13 @@
 namespace kiln {
 
 QMatMul::QMatMul(Attrs props) : COp("qmatmul", std::move(props)) {
-  check_known_attrs(this->props(),
-                    {"requant", "bias", "relu", "scaled", "packed_n", "packed_k", "b_u8"});
+  check_known_attrs(this->props(), {"requant", "bias", "relu", "scaled", "packed_n", "packed_k",
+                                    "b_u8", "split_rows"});
   q_ = QuantLayout::from_props(this->props(), "qmatmul");
   packed_n_ = attr_int(this->props(), "packed_n", 0);
   packed_k_ = attr_int(this->props(), "packed_k", 0);
   b_u8_ = attr_int(this->props(), "b_u8", 0) != 0;
+  split_rows_ = attr_int(this->props(), "split_rows", 0) != 0;
   if (packed_n_ < 0 || packed_k_ < 0 || (packed_n_ > 0) != (packed_k_ > 0)) {
     throw UserError("qmatmul: packed_n and packed_k must both be positive or both 0");
   }
@@ -131,6 +132,7 @@ int64_t QMatMul::c_split_unit(const Node& node) const {
   const auto& y = node.outputs[0]->type;
   const int64_t n = y.dims.back();
   if (n == kDynamic) return 0;
+  if (split_rows_) return n;  // whole rows, which an epilogue follows
   const int64_t rows =
       y.static_numel() == kDynamic ? kDynamic : y.static_numel() / std::max<int64_t>(n, 1);
   if (packed_n_ > 0 && rows != kDynamic && rows < 12) return 16;
@@ -142,8 +144,9 @@ std::string QMatMul::c_code(const Node& node, const CodeNames& names, const Sub&
   std::string s = "{\n";
   s += quant_c_params(q_, node, names, b_u8);
   s += "  if (kiln_qmatmul(" + sub.ctx + ", KILN_SUPPORT, " + names.inputs[0] + ", " +
-       names.inputs[1] + ", " + std::to_string(packed_n_) + ", &qp, " + names.outputs[0] +
-       ") != 0) " + sub.fail + "(\"integer matmul failed\");\n";
+       names.inputs[1] + ", " + std::to_string(packed_n_) + ", &qp, " + names.outputs[0] + ", " +
+       std::to_string(split_rows_ ? 1 : 0) + ") != 0) " + sub.fail +
+       "(\"integer matmul failed\");\n";
   s += "}\n";
   return s;
 }

@@ -4,8 +4,10 @@
 // int8 or uint8, as the sum of (a - a_zp)(b - b_zp) in int32, then (requant) rescaled to
 // Y's bytes; the quantization inputs follow the data (ops/quant_params.h). Props: requant,
 // bias, relu, and packed_n: B arrives packed (ops/c/qgemm_pack.h) for N = packed_n columns,
-// its original dtype in b_u8, K in packed_k. It runs kiln_support.qgemm_u8s8 (VNNI where
-// the CPU has it), split over rows.
+// its original dtype in b_u8, K in packed_k; scaled: a float32 output (quant_params.h);
+// split_rows: parts are runs of whole rows (never column panels), so an epilogue can follow
+// them. It runs kiln_support.qgemm_u8s8 (VNNI where the CPU has it), split over rows, or over
+// B's column panels for few rows or a large B.
 #include "ops/cop.h"
 #include "ops/quant_params.h"
 
@@ -18,7 +20,7 @@ class QMatMul : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 4; }
+  std::optional<int> cache_version() const override { return 5; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_quant.h"}; }
   bool c_splittable(const Node&) const override { return true; }
@@ -31,7 +33,7 @@ class QMatMul : public COp {
   DType b_dtype(const TensorType& b) const;
   QuantLayout q_;
   int64_t packed_n_, packed_k_;
-  bool b_u8_;
+  bool b_u8_, split_rows_;
 };
 
 }  // namespace kiln

@@ -1,7 +1,9 @@
-// GEMM/conv epilogue fusion: a gemm, matmul or conv whose only reader is an elementwise
-// node (typically bias + activation, already fused into one) of the same output type takes
-// that node as its epilogue: the elementwise work runs in place on the output inside the
-// same thunk, while the result is still in cache, with no second buffer.
+// GEMM/conv epilogue fusion: a gemm, matmul or conv (or an integer one: qconv, a float32
+// qmatmul) whose only reader is an elementwise node (typically bias + activation, already
+// fused into one) of the same output type takes that node as its epilogue: the elementwise
+// work runs in place on the output inside the same thunk, while the result is still in
+// cache, with no second buffer. First, an int32 qmatmul's dequantization moves into its
+// store (dequantize_in_stores).
 #include <map>
 #include <optional>
 #include <set>
@@ -25,6 +27,10 @@ bool takes_epilogue(const Node& node) {
   const std::string& n = node.op->name();
   const auto* op = dynamic_cast<const COp*>(node.op.get());
   if (n == "qconv") return op && node.outputs.size() == 1 && op->c_split_unit(node) > 0;
+  // A float32 integer product of known width: made to split by whole rows (split_rows).
+  if (n == "qmatmul")
+    return op && node.outputs.size() == 1 && node.outputs[0]->type.dtype == DType::kFloat32 &&
+           !node.outputs[0]->type.dims.empty() && node.outputs[0]->type.dims.back() != kDynamic;
   return (n == "gemm" || n == "matmul" || n == "conv" || n == "conv_nchwc") &&
          node.outputs.size() == 1 && op && !node.op->props().count("out_perm");
 }
@@ -230,7 +236,13 @@ Graph attach_epilogues(const Graph& graph) {
         },
         steps);
     auto program = FusedElementwise::from_steps(std::move(steps));
-    auto op = WithEpilogue::make(dynamic_cast<const COp&>(*base.op),
+    std::shared_ptr<const Op> base_op = base.op;
+    if (base_op->name() == "qmatmul") {
+      Attrs props = base_op->props();
+      props["split_rows"] = int64_t{1};
+      base_op = OpRegistry::instance().create("qmatmul", props);
+    }
+    auto op = WithEpilogue::make(dynamic_cast<const COp&>(*base_op),
                                  static_cast<int>(base.inputs.size()), *program);
     copy.add(op, inputs, {node->outputs[0]}, base.name.empty() ? node->name : base.name);
   }

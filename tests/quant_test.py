@@ -175,9 +175,9 @@ assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the refere
 # Dynamic quantization's dequantization, MatMulInteger -> Cast -> Mul by A's scale (a run-time
 # input) times B's (per column or one), is done in the kernel's store (a float32 qmatmul,
 # rewrite/fuse_epilogue.cpp): bit for bit NumPy's float32(acc) * float32(sa * sb). With an Add
-# after the Mul, the Add stays elementwise over the float product. The few-row case and the
-# B of 8 MiB and more (a language model's head) split B's column panels; K past the vector
-# width; N with a partial panel.
+# after the Mul, the Add is the product's epilogue, its parts whole rows (split_rows). Without
+# one, the few-row case and the B of 8 MiB and more (a language model's head) split B's column
+# panels; K past the vector width; N with a partial panel.
 for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200)]:
     a = edge_bytes((m, k), np.uint8)
     b = edge_bytes((k, n), np.int8)
@@ -212,6 +212,8 @@ for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200)]:
                              text=True).stdout
         if "scaled=1" not in src:
             failures.append(f"{name}: the dequantization is not in the qmatmul's store")
+        if with_bias and 'with_epilogue{base="qmatmul"' not in src:
+            failures.append(f"{name}: the Add after the dequantization is no epilogue")
 
 # ---- convolutions -----------------------------------------------------------------------
 def conv_ref(x, w, xz, wz, stride, pad, group, dil=1):

@@ -1252,6 +1252,19 @@ TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
   EXPECT_NE(epilogue({{"base", "softmax"}, {"base_inputs", int64_t{1}}, {"program", "relu($0)"}})
                 .find("'softmax' cannot take an epilogue"),
             std::string::npos);
+  // A qmatmul's parts are runs of whole rows only with split_rows (a forged entry without it).
+  EXPECT_NE(epilogue({{"base", "qmatmul"},
+                      {"base.scaled", int64_t{1}},
+                      {"base_inputs", int64_t{5}},
+                      {"program", "relu($0)"}})
+                .find("'qmatmul' cannot take an epilogue"),
+            std::string::npos);
+  EXPECT_EQ(epilogue({{"base", "qmatmul"},
+                      {"base.scaled", int64_t{1}},
+                      {"base.split_rows", int64_t{1}},
+                      {"base_inputs", int64_t{5}},
+                      {"program", "relu($0)"}}),
+            "no error");
   EXPECT_NE(epilogue({{"base", "gemm"},
                       {"base_inputs", int64_t{2}},
                       {"program", "relu($0)"},

@@ -90,10 +90,12 @@ KILN_HELPER int64_t kiln_q_packed_bytes(int64_t k, int64_t n) {
 }
 
 /* Y[..., M, N] = A[..., M, K] B, with B (K, N) or one (K, N) per leading index of A (batched),
- * or packed (bpacked, for N = packed_n columns). A is read with its strides. */
+ * or packed (bpacked, for N = packed_n columns). A is read with its strides. rows_only: the
+ * parts take runs of whole rows, one row the grain, never column panels (an epilogue follows
+ * them, QMatMul's split_rows). */
 KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_tensor* A,
                              const kiln_tensor* B, int64_t packed_n, const kiln_qparams* q,
-                             kiln_tensor* Y) {
+                             kiln_tensor* Y, int rows_only) {
   const int ra = A->ndim, ry = Y->ndim;
   const int64_t K = A->shape[ra - 1], N = Y->shape[ry - 1];
   const int64_t rows_total = kiln_q_numel(Y) / (N > 0 ? N : 1);
@@ -105,7 +107,7 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
    * packed B's column panels instead, each streaming only its share of the weight from memory
    * rather than all of it (QMatMul::c_split_unit). */
   const int by_columns =
-      packed_n && ctx->n_parts > 1 &&
+      packed_n && ctx->n_parts > 1 && !rows_only &&
       (rows_total < 6 * (int64_t)ctx->n_parts || (N >= 4 * rows_total && K * N >= (8 << 20)));
   int64_t lo = 0, hi = rows_total, c0 = 0, c1 = N;
   if (by_columns) {
@@ -115,7 +117,7 @@ KILN_HELPER int kiln_qmatmul(kiln_ctx* ctx, const kiln_support* sup, const kiln_
     c1 = p1 * 16 < N ? p1 * 16 : N;
     if (c0 >= c1) return 0;
   } else {
-    sup->part_range(rows_total, ctx->part, ctx->n_parts, 6, &lo, &hi);
+    sup->part_range(rows_total, ctx->part, ctx->n_parts, rows_only ? 1 : 6, &lo, &hi);
   }
   if (lo >= hi) return 0;
   kiln_qgemm_epi e;
