@@ -166,8 +166,10 @@ std::optional<Graph> dequantize_in_stores(const Graph& graph) {
                   ->outputs[0];
     }
     const bool last = d.mul + 1 == static_cast<int>(d.steps.size());
-    if (scale->type.dtype != DType::kFloat32 || scale->type.rank() > 1) {
-      // A scale this form does not take: as it was.
+    // One value or one per column, its length known (the kernel reads it by column index).
+    if (scale->type.dtype != DType::kFloat32 || scale->type.rank() > 1 ||
+        scale->type.static_numel() == kDynamic) {
+      // A scale this form does not take: as it was (the scale's node, unread, is dropped by dce).
       copy.copy(*d.product);
       copy.copy(*node);
       continue;

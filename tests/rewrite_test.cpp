@@ -1252,6 +1252,24 @@ TEST(Rewrite, FusedProgramTextIsCheckedWithItsOffset) {
   EXPECT_NE(epilogue({{"base", "softmax"}, {"base_inputs", int64_t{1}}, {"program", "relu($0)"}})
                 .find("'softmax' cannot take an epilogue"),
             std::string::npos);
+  // A float32 qmatmul (scaled) is no byte output (requant), and takes a float32 scale.
+  auto qmatmul = [](const Attrs& props, const std::vector<TensorType>& in) {
+    return testing::error_of(
+        [&] { OpRegistry::instance().create("qmatmul", props)->infer_type(in); });
+  };
+  EXPECT_NE(qmatmul({{"scaled", int64_t{1}}, {"requant", int64_t{1}}}, {})
+                .find("scaled (a float32 output) and requant (a byte output) exclude each other"),
+            std::string::npos);
+  const TensorType a{DType::kUInt8, {3, 4}}, b{DType::kInt8, {4, 5}};
+  const TensorType az{DType::kUInt8, {}}, bz{DType::kInt8, {}};
+  EXPECT_NE(qmatmul({{"scaled", int64_t{1}}}, {a, b, az, bz, TensorType{DType::kFloat64, {}}})
+                .find("qmatmul: the scale must be float32"),
+            std::string::npos);
+  EXPECT_NE(qmatmul({{"scaled", int64_t{1}}}, {a, b, az, bz, TensorType{DType::kFloat32, {3}}})
+                .find("the scale must be a scalar or hold one value per output column (5)"),
+            std::string::npos);
+  EXPECT_EQ(qmatmul({{"scaled", int64_t{1}}}, {a, b, az, bz, TensorType{DType::kFloat32, {5}}}),
+            "no error");
   // A qmatmul's parts are runs of whole rows only with split_rows (a forged entry without it).
   EXPECT_NE(epilogue({{"base", "qmatmul"},
                       {"base.scaled", int64_t{1}},
