@@ -171,5 +171,69 @@ int main(int argc, char** argv) {
     std::printf("%-28s %18s %10.1f %10.1f %8.0f%% %12.1f %10.2f\n", s.what, dims, us, gops,
                 peak > 0 ? 100.0 * gops / peak : 0.0, fus, fus / us);
   }
+  if (!sup->qgemm_u8s8_gather) return 0;
+  // 3x3 convolutions as kiln_qconv runs them: each output position's window read in place
+  // from the padded channels-last image (three segments of 3*C bytes, one per window row),
+  // against the same product from a materialized im2row matrix. The outputs must agree.
+  struct ConvShape {
+    const char* what;
+    int c, m, h;
+  };
+  const ConvShape convs[] = {{"3x3 64->64 56x56", 64, 64, 56},
+                             {"3x3 128->128 28x28", 128, 128, 28},
+                             {"3x3 256->256 14x14", 256, 256, 14}};
+  std::printf("\n%-28s %18s %10s %10s %9s %12s %10s\n", "windows in place", "M x N x K",
+              "gather us", "GOP/s", "of peak", "im2row us", "im2row/gather");
+  for (const auto& cs : convs) {
+    const int wp = cs.h + 2, m = cs.h * cs.h, k = 9 * cs.c;
+    std::vector<uint8_t> img(static_cast<size_t>(wp) * wp * cs.c);
+    for (auto& v : img) v = static_cast<uint8_t>(u8(rng));
+    std::vector<const uint8_t*> rows(static_cast<size_t>(m));
+    std::vector<uint8_t> a(static_cast<size_t>(m) * k);
+    for (int p = 0; p < m; ++p) {
+      const uint8_t* at = img.data() + ((p / cs.h) * wp + p % cs.h) * cs.c;
+      rows[static_cast<size_t>(p)] = at;
+      for (int ky = 0; ky < 3; ++ky)
+        std::memcpy(&a[static_cast<size_t>(p) * k + ky * 3 * cs.c], at + ky * wp * cs.c,
+                    static_cast<size_t>(3 * cs.c));
+    }
+    const int64_t seg[3] = {0, int64_t{wp} * cs.c, 2 * int64_t{wp} * cs.c};
+    Tensor b = Tensor::empty(DType::kInt8, {k, cs.m});
+    auto* pb = static_cast<int8_t*>(b.data());
+    for (int64_t i = 0; i < b.numel(); ++i) pb[i] = static_cast<int8_t>(s8(rng));
+    Tensor packed = pack_qgemm(b);
+    const auto* bp = static_cast<const int8_t*>(packed.data());
+    std::vector<int32_t> bz(1, 0);
+    std::vector<float> scale(static_cast<size_t>(cs.m), 1.0f / 8192);
+    kiln_qgemm_epi e{};
+    e.a_zp = 128;
+    e.b_zp = bz.data();
+    e.colsum = reinterpret_cast<const int32_t*>(bp + ((cs.m + 15) / 16) * ((k + 3) / 4) * 64);
+    e.scale = scale.data();
+    e.scale_step = 1;
+    e.y_zp = 128;
+    e.lo = 0;
+    e.hi = 255;
+    e.out_u8 = 1;
+    e.rsc = cs.m;
+    e.csc = 1;
+    std::vector<uint8_t> cg(static_cast<size_t>(m) * cs.m), cm(cg.size());
+    sup->qgemm_u8s8(m, cs.m, k, a.data(), k, bp, &e, cm.data());
+    sup->qgemm_u8s8_gather(m, cs.m, 3 * cs.c, 3, rows.data(), seg, bp, &e, cg.data());
+    if (cg != cm) {
+      std::fprintf(stderr, "%s: the gathered product differs from the im2row one\n", cs.what);
+      return 1;
+    }
+    const double gus = best_us(
+        [&] { sup->qgemm_u8s8_gather(m, cs.m, 3 * cs.c, 3, rows.data(), seg, bp, &e, cg.data()); },
+        repeat);
+    const double mus =
+        best_us([&] { sup->qgemm_u8s8(m, cs.m, k, a.data(), k, bp, &e, cm.data()); }, repeat);
+    const double gops = 2.0 * m * cs.m * k / gus / 1e3;
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%d x %d x %d", m, cs.m, k);
+    std::printf("%-28s %18s %10.1f %10.1f %8.0f%% %12.1f %10.2f\n", cs.what, dims, gus, gops,
+                peak > 0 ? 100.0 * gops / peak : 0.0, mus, mus / gus);
+  }
   return 0;
 }

@@ -55,7 +55,7 @@ static inline __attribute__((always_inline)) void qgemm_tile(
     int rows, int panels, int gathered, int64_t i0, int64_t j0, int64_t n, int64_t k,
     const uint8_t* const* ar, int64_t lda, const int64_t* seg, int64_t nseg, int64_t len,
     const int8_t* bp, const kiln_qgemm_epi* e, void* c, const int32_t* rowsum,
-    const int32_t* col_fix, const float* col_scale) {
+    const int32_t* col_fix, const float* col_scale, const int64_t* offs) {
   const int64_t k4 = (k + 3) / 4, kfull = k / 4;
   /* The accumulators start from the column terms (column_terms): with a small k the
    * epilogue, not the products, bounds the tile. The epilogue's other vectors load after the
@@ -81,6 +81,22 @@ static inline __attribute__((always_inline)) void qgemm_tile(
         v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
       for (int r = 0; r < rows; ++r) {
         const __m512i av = _mm512_set1_epi32(load4(a0 + r * lda + t * 4));
+        for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
+      }
+    }
+    nseg = 0;
+  }
+  if (offs) {
+    /* Segmented rows as one loop over the groups of four k, each group's offset in a row
+     * from a table: nested loops over segments and their groups left gcc 12 short of
+     * registers, and it copied every accumulator in and out of a scratch register around
+     * each vpdpbusd (a third slower than the matrix loop). */
+    for (; t < kfull; ++t) {
+      const int64_t o = offs[t];
+      for (int p = 0; p < panels; ++p)
+        v[p] = _mm512_loadu_si512((const void*)(b0 + (p * k4 + t) * 64));
+      for (int r = 0; r < rows; ++r) {
+        const __m512i av = _mm512_set1_epi32(load4(ar[r] + o));
         for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
       }
     }
@@ -297,22 +313,22 @@ static void column_terms(int64_t j0, int64_t panels, int64_t n, int64_t k, const
   }
 }
 
-#define KILN_TILE_CASE(R, G)                                                             \
-  case R:                                                                                \
-    switch (panels) {                                                                    \
-      case 4:                                                                            \
-        qgemm_tile(R, 4, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                           \
-      case 3:                                                                            \
-        qgemm_tile(R, 3, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                           \
-      case 2:                                                                            \
-        qgemm_tile(R, 2, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                           \
-      default:                                                                           \
-        qgemm_tile(R, 1, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs); \
-        break;                                                                           \
-    }                                                                                    \
+#define KILN_TILE_CASE(R, G)                                                                 \
+  case R:                                                                                    \
+    switch (panels) {                                                                        \
+      case 4:                                                                                \
+        qgemm_tile(R, 4, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs, of); \
+        break;                                                                               \
+      case 3:                                                                                \
+        qgemm_tile(R, 3, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs, of); \
+        break;                                                                               \
+      case 2:                                                                                \
+        qgemm_tile(R, 2, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs, of); \
+        break;                                                                               \
+      default:                                                                               \
+        qgemm_tile(R, 1, G, i0, j, n, k, ap, lda, seg, nseg, len, bp, e, c, rs, cf, cs, of); \
+        break;                                                                               \
+    }                                                                                        \
     break;
 
 /* Row sums of segmented rows (see qgemm_tile). */
@@ -348,6 +364,16 @@ static void qgemm_segments(int64_t m, int64_t n, const uint8_t* a, int64_t lda,
   int32_t any_bz = 0;
   for (int64_t j = 0; j < (e->b_zp_step ? n : 1); ++j) any_bz |= e->b_zp[j];
   const int zero_bz = any_bz == 0;
+  /* Segmented rows: each group of four k's offset in its row (qgemm_tile), for k up to
+   * kMaxOffsets (a 3x3 window of 512 channels is 1152 groups). */
+  enum { kMaxOffsets = 4096 };
+  int64_t offs_table[kMaxOffsets];
+  const int64_t* of = 0;
+  if (rows && len % 4 == 0 && k4 <= kMaxOffsets) {
+    const int64_t per = len / 4;
+    for (int64_t t = 0; t < k4; ++t) offs_table[t] = seg[t / per] + (t % per) * 4;
+    of = offs_table;
+  }
   for (int64_t p0 = 0; p0 < np; p0 += block) {
     const int64_t p1 = p0 + block < np ? p0 + block : np;
     column_terms(p0 * kPanelCols, p1 - p0, n, k, e, col_fix, col_scale);
