@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "runtime/engine/engine.h"
+#include "runtime/engine/parallel_for.h"
+#include "runtime/engine/shared_job.h"
 #include "runtime/engine/worker_pool.h"
 #include "tests/helpers.h"
 #include "util/error.h"
@@ -317,6 +319,86 @@ TEST(WorkerPool, CountsWakeUpsOfSleepingWorkersOnly) {
   const int64_t before = WorkerPool::wakeups();
   run_one(poller);
   EXPECT_EQ(WorkerPool::wakeups() - before, 0);
+}
+
+// A job offered to the pool (parallel_for's split parts) is joined by a polling worker
+// straight from the slot; with no poller, or the slot held by another job, the offer is
+// refused (the caller queues a task instead, which wakes a sleeper).
+TEST(WorkerPool, AnOfferedJobIsJoinedByAPollerAndRefusedWithoutOne) {
+  struct Job final : SharedJob {
+    std::promise<std::thread::id> joined;
+    std::atomic<int> joins{0};
+    void join() override {
+      if (joins.fetch_add(1) == 0) joined.set_value(std::this_thread::get_id());
+    }
+  };
+  WorkerPool poller(1, /*cores=*/2, /*spin=*/30s);
+  ASSERT_EQ(settled_pollers(poller, 1), 1);
+  Job job, other;
+  ASSERT_TRUE(poller.offer(&job));
+  EXPECT_FALSE(poller.offer(&other));  // one job at a time
+  auto joined = job.joined.get_future();
+  ASSERT_EQ(joined.wait_for(5s), std::future_status::ready);
+  EXPECT_NE(joined.get(), std::this_thread::get_id());
+  std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(job.joins.load(), 1);  // once per offer, however long it stays in the slot
+  poller.withdraw(&job);
+  EXPECT_TRUE(poller.offer(&other));  // the slot is free again
+  poller.withdraw(&other);
+
+  WorkerPool sleeper(1, /*cores=*/1, /*spin=*/0us);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (sleeper.sleeping() != 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_EQ(sleeper.sleeping(), 1);
+  Job unseen;
+  EXPECT_FALSE(sleeper.offer(&unseen));
+}
+
+// Thousands of split steps back to back, as a run of small steps makes them: every part
+// runs exactly once, workers take some of them, an error in any part reaches the caller,
+// and nothing hangs (a job ends while a worker may still be reading the slot it sat in,
+// and the next one is made at the same address).
+TEST(ParallelFor, BackToBackSplitStepsRunEveryPartOnceAndRethrow) {
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  auto body = [&] {
+    const auto caller = std::this_thread::get_id();
+    int64_t on_workers = 0;
+    for (int step = 0; step < 20000; ++step) {
+      const int n = 2 + step % 3;
+      std::atomic<int> runs[4] = {0, 0, 0, 0};
+      std::atomic<int> elsewhere{0};
+      parallel_for(
+          *engine, n,
+          [&](int part) {
+            runs[part].fetch_add(1);
+            if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+            // A few microseconds of work, as a small step's part takes: long enough for
+            // a worker to join.
+            const auto until = std::chrono::steady_clock::now() + 3us;
+            while (std::chrono::steady_clock::now() < until) {
+            }
+          },
+          "step");
+      for (int p = 0; p < n; ++p) ASSERT_EQ(runs[p].load(), 1) << "step " << step << " part " << p;
+      on_workers += elsewhere.load();
+    }
+    EXPECT_GT(on_workers, 0);
+    for (int step = 0; step < 200; ++step) {
+      EXPECT_EQ(testing::error_of([&] {
+                  parallel_for(
+                      *engine, 2,
+                      [&](int part) {
+                        if (part == 1) throw UserError("part 1 failed");
+                      },
+                      "step");
+                }),
+                "part 1 failed");
+    }
+  };
+  auto done = std::async(std::launch::async, body);
+  ASSERT_EQ(done.wait_for(120s), std::future_status::ready) << "parallel_for hung";
+  done.get();
 }
 
 TEST(Engine, KindFromEnvironment) {

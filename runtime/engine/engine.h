@@ -14,6 +14,7 @@
 
 namespace kiln {
 
+class SharedJob;
 struct EngineVar;  // opaque; owned by the engine
 using VarHandle = EngineVar*;
 
@@ -26,6 +27,15 @@ struct PushOptions {
 // True while this thread runs a function some engine pushed: a wait there would hold a worker
 // that the awaited work may need (a run started inside a step runs its steps itself).
 bool in_engine_function();
+
+// Marks this thread as running a pushed function while it lives (a job's part on a worker).
+class EngineFunctionScope {
+ public:
+  EngineFunctionScope();
+  ~EngineFunctionScope();
+  EngineFunctionScope(const EngineFunctionScope&) = delete;
+  EngineFunctionScope& operator=(const EngineFunctionScope&) = delete;
+};
 
 // The worker pool of CUDA steps: each of its workers enqueues on a stream of its own.
 constexpr int kCudaEngineDevice = 1;
@@ -58,6 +68,13 @@ class Engine {
   virtual const char* kind() const = 0;
   // Threads that may run functions on `device` at once (1 for the naive engine).
   virtual int workers(int device = 0) const = 0;
+  // Offers `job` to CPU workers polling now, outside the dependency order (WorkerPool::offer):
+  // false where none polls or the engine has no pool. withdraw ends an accepted offer.
+  virtual bool offer(SharedJob* job) {
+    (void)job;
+    return false;
+  }
+  virtual void withdraw(SharedJob* job) { (void)job; }
 };
 
 enum class EngineKind { kThreaded, kNaive };

@@ -18,6 +18,9 @@ struct RunningScope {
 
 bool in_engine_function() { return functions_running > 0; }
 
+EngineFunctionScope::EngineFunctionScope() { ++functions_running; }
+EngineFunctionScope::~EngineFunctionScope() { --functions_running; }
+
 VarHandle EngineCore::new_var(const std::string& name) {
   auto* v = new EngineVar();
   v->name = name;

@@ -2,7 +2,9 @@
 
 namespace kiln {
 
-ThreadedEngine::ThreadedEngine(int cpu_workers) : cpu_workers_(cpu_workers) { pool(0); }
+ThreadedEngine::ThreadedEngine(int cpu_workers) : cpu_workers_(cpu_workers) {
+  cpu_pool_ = &pool(0);
+}
 
 ThreadedEngine::~ThreadedEngine() {
   // Shutdown runs everything already pushed; errors nobody waited for are dropped.

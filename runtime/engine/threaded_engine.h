@@ -24,6 +24,8 @@ class ThreadedEngine : public EngineCore {
   void delete_var(VarHandle var) override;
   const char* kind() const override { return "threaded"; }
   int workers(int device) const override { return device == 0 ? cpu_workers_ : kDeviceWorkers; }
+  bool offer(SharedJob* job) override { return cpu_pool_->offer(job); }
+  void withdraw(SharedJob* job) override { cpu_pool_->withdraw(job); }
   // A device's functions only enqueue work and return: two workers (two streams) let
   // independent branches overlap on the device without a thread per branch.
   static constexpr int kDeviceWorkers = 2;
@@ -36,6 +38,7 @@ class ThreadedEngine : public EngineCore {
   WorkerPool& pool(int device);
 
   int cpu_workers_;
+  WorkerPool* cpu_pool_ = nullptr;  // pool(0), kept from the start: pool() takes a mutex
   std::mutex pools_mutex_;
   std::map<int, std::unique_ptr<WorkerPool>> pools_;
   std::mutex pending_mutex_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/engine/cpu_relax.h"
+
 namespace kiln {
 namespace {
 
@@ -47,6 +49,35 @@ void WorkerPool::submit(Task task, int priority) {
   if (wake) cv_.notify_one();  // busy workers will find it when they come back
 }
 
+bool WorkerPool::offer(SharedJob* job) {
+  if (pollers_.load(std::memory_order_acquire) == 0) return false;
+
+  job->generation_ = generations_.fetch_add(1, std::memory_order_relaxed) + 1;
+  SharedJob* none = nullptr;
+  return offered_.compare_exchange_strong(none, job, std::memory_order_seq_cst);
+}
+
+void WorkerPool::withdraw(SharedJob* job) {
+  SharedJob* expected = job;
+  offered_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst);
+  // A worker that read the slot before it cleared had counted itself in first (both
+  // sequentially consistent), so this sees it and waits for it to leave the job.
+  while (joining_.load(std::memory_order_seq_cst) != 0) cpu_relax();
+}
+
+// Joins the offered job once per offer (a job may sit in the slot after its parts ran out,
+// until its caller withdraws it). The count is the pool's, not the job's: the job may end
+// between reading the slot and counting in, and its memory with it.
+void WorkerPool::join_offered(uint64_t& last_generation) {
+  joining_.fetch_add(1, std::memory_order_seq_cst);
+  SharedJob* job = offered_.load(std::memory_order_seq_cst);
+  if (job && job->generation_ != last_generation) {
+    last_generation = job->generation_;
+    job->join();
+  }
+  joining_.fetch_sub(1, std::memory_order_release);
+}
+
 int WorkerPool::polling() {
   std::lock_guard lock(mutex_);
   return spinning_;
@@ -58,8 +89,14 @@ int WorkerPool::sleeping() {
 }
 
 WorkerPool::PollEnd WorkerPool::poll() {
-  const auto until = std::chrono::steady_clock::now() + spin_;
+  auto until = std::chrono::steady_clock::now() + spin_;
+  uint64_t last_generation = 0;
   for (;;) {
+    if (offered_.load(std::memory_order_relaxed)) {
+      const uint64_t before = last_generation;
+      join_offered(last_generation);
+      if (last_generation != before) until = std::chrono::steady_clock::now() + spin_;
+    }
     if (queued_.load(std::memory_order_acquire) != 0 || stop_.load(std::memory_order_acquire)) {
       return PollEnd::kSawTask;
     }
@@ -88,9 +125,11 @@ void WorkerPool::work() {
       if (busy_.fetch_add(1, std::memory_order_acq_rel) + callers_.load(std::memory_order_acquire) <
           max_busy_) {
         ++spinning_;
+        pollers_.fetch_add(1, std::memory_order_release);
         lock.unlock();
         const PollEnd end = poll();
         lock.lock();
+        pollers_.fetch_sub(1, std::memory_order_release);
         --spinning_;
         if (end != PollEnd::kLeft) busy_.fetch_sub(1, std::memory_order_acq_rel);
         // A task another poller took first: poll again rather than sleep, or one submit

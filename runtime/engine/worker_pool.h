@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/engine/shared_job.h"
+
 namespace kiln {
 
 class WorkerPool {
@@ -30,6 +32,12 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void submit(Task task, int priority);
+  // Puts `job` where polling workers join it: false when no worker polls now or another
+  // job holds the slot (then queue a task instead, which wakes a sleeper). A poller that
+  // stops polling meanwhile leaves the job to its caller, who must run it all if need be.
+  bool offer(SharedJob* job);
+  // Ends the offer; returns once no worker is inside the job (it may then be destroyed).
+  void withdraw(SharedJob* job);
   int size() const { return static_cast<int>(threads_.size()); }
   int polling();   // workers polling for a task now
   int sleeping();  // workers asleep, waiting to be woken for a task
@@ -61,6 +69,7 @@ class WorkerPool {
     }
   };
   void work();
+  void join_offered(uint64_t& last_generation);
   // How a poll ended: kLeft, early and no longer counted in busy_; kTimedOut; kSawTask, a
   // task queued or the pool stopping (both counted still).
   enum class PollEnd { kLeft, kTimedOut, kSawTask };
@@ -79,6 +88,10 @@ class WorkerPool {
   static inline std::atomic<int> callers_{0};
   static inline std::atomic<int64_t> wakeups_{0};
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
+  std::atomic<int> pollers_{0};     // spinning_, readable without the mutex
+  std::atomic<SharedJob*> offered_{nullptr};
+  std::atomic<int> joining_{0};  // workers between reading offered_ and leaving its job
+  std::atomic<uint64_t> generations_{0};
   std::vector<std::thread> threads_;
 };
 
