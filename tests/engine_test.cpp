@@ -2,6 +2,8 @@
 // property test), concurrency of readers, priorities, failures, deletion and shutdown.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -353,6 +355,45 @@ TEST(WorkerPool, AnOfferedJobIsJoinedByAPollerAndRefusedWithoutOne) {
   ASSERT_EQ(sleeper.sleeping(), 1);
   Job unseen;
   EXPECT_FALSE(sleeper.offer(&unseen));
+}
+
+// A poller that finds itself on the core its jobs come from moves to another core (the
+// scheduler left such a poller there for ~100 ms, taking the caller's time): here the
+// caller pins itself to the poller's core and offers again; the poller must join from
+// another core, and nothing stays pinned.
+TEST(WorkerPool, APollerOnItsCallersCoreMovesOff) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one core: nowhere to move";
+  struct Job final : SharedJob {
+    std::promise<int> cpu;
+    std::atomic<int> joins{0};
+    void join() override {
+      if (joins.fetch_add(1) == 0) cpu.set_value(sched_getcpu());
+    }
+  };
+  WorkerPool pool(1, /*cores=*/2, /*spin=*/30s);
+  ASSERT_EQ(settled_pollers(pool, 1), 1);
+  Job first;
+  ASSERT_TRUE(pool.offer(&first));
+  auto where = first.cpu.get_future();
+  ASSERT_EQ(where.wait_for(5s), std::future_status::ready);
+  const int poller_cpu = where.get();
+  pool.withdraw(&first);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(poller_cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const int64_t moves = WorkerPool::moves();
+  Job second;
+  ASSERT_TRUE(pool.offer(&second));  // from the poller's core
+  auto then = second.cpu.get_future();
+  const bool joined = then.wait_for(5s) == std::future_status::ready;
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  pool.withdraw(&second);
+  ASSERT_TRUE(joined);
+  EXPECT_NE(then.get(), poller_cpu);
+  EXPECT_GE(WorkerPool::moves() - moves, 1);
 }
 
 // Thousands of split steps back to back, as a run of small steps makes them: every part

@@ -44,6 +44,8 @@ class WorkerPool {
   // Times a sleeping worker was woken, in every pool of the process: a wake-up costs tens
   // of microseconds, so a profile reports them per run.
   static int64_t wakeups() { return wakeups_.load(std::memory_order_relaxed); }
+  // Times a poller found itself on its caller's core and moved off it (leave_callers_core).
+  static int64_t moves() { return moves_.load(std::memory_order_relaxed); }
   // A thread outside the pool running steps or split parts (a run on its caller's thread,
   // parallel_for's caller) holds a core as a worker would: while one does, one fewer worker
   // polls. A caller that only waits (a branched program's) does not count, so every worker
@@ -70,6 +72,7 @@ class WorkerPool {
   };
   void work();
   void join_offered(uint64_t& last_generation);
+  void leave_callers_core();
   // How a poll ended: kLeft, early and no longer counted in busy_; kTimedOut; kSawTask, a
   // task queued or the pool stopping (both counted still).
   enum class PollEnd { kLeft, kTimedOut, kSawTask };
@@ -87,9 +90,11 @@ class WorkerPool {
   std::chrono::microseconds spin_;
   static inline std::atomic<int> callers_{0};
   static inline std::atomic<int64_t> wakeups_{0};
+  static inline std::atomic<int64_t> moves_{0};
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the mutex
   std::atomic<int> pollers_{0};     // spinning_, readable without the mutex
   std::atomic<SharedJob*> offered_{nullptr};
+  std::atomic<int> caller_cpu_{-1};  // the core the last offer came from
   std::atomic<int> joining_{0};  // workers between reading offered_ and leaving its job
   std::atomic<uint64_t> generations_{0};
   std::vector<std::thread> threads_;
