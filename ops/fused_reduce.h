@@ -19,7 +19,7 @@ class FusedReduce : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   bool c_splittable(const Node& node) const override;
   std::vector<std::string> c_headers() const override { return {"<math.h>"}; }

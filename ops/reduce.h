@@ -15,7 +15,7 @@ class Reduce : public COp {
   std::vector<TensorType> infer_type(const std::vector<TensorType>& inputs) const override;
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 6; }
+  std::optional<int> cache_version() const override { return 7; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Splits over kept dimensions; a reduction to one value is not split.
   bool c_splittable(const Node& node) const override;

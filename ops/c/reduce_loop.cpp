@@ -81,7 +81,7 @@ class ReduceEmitter {
     s += "} else if (" + all_unit_ +
          " && inner == 8 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n" + rows_of_eight();
     s += "} else if (" + all_unit_ +
-         " && inner <= 32 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n" + short_rows();
+         " && inner <= 4096 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {\n" + short_rows();
     s += "} else if (" + all_unit_ + ") {\n" + unit_row();
     s += "} else {\n" + strided_row();
     s += "}\n";
@@ -301,18 +301,23 @@ class ReduceEmitter {
     return s + skip_run();
   }
 
-  // Rows of up to 32 under a reduced dimension, summed in a local run.
+  // Rows under a reduced dimension, in blocks of 32 columns each summed over every row in a
+  // local run: a channels-last global pool (EfficientNet's squeeze-and-excite, 96-1152
+  // channels) read and wrote its output row once per input row.
   std::string short_rows() const {
     std::string s;
-    s += T_ + " run[32];\n";
-    s += "for (int64_t j = 0; j < inner; ++j) run[j] = p0[o0 + j];\n";
     s += "const int64_t m2 = shp[r - 2];\n";
+    s += "for (int64_t j0 = 0; j0 < inner; j0 += 32) {\n";
+    s += "const int64_t w = inner - j0 < 32 ? inner - j0 : 32;\n";
+    s += T_ + " run[32];\n";
+    s += "for (int64_t j = 0; j < w; ++j) run[j] = p0[o0 + j0 + j];\n";
     s += "for (int64_t i2 = 0; i2 < m2; ++i2) {\n";
     s += row_pointers("i2");
-    s += "for (int64_t j = 0; j < inner; ++j) { " + value(true, "j") + " const " + T_ +
+    s += "for (int64_t j = 0; j < w; ++j) { " + value(true, "j0 + j") + " const " + T_ +
          " a = run[j]; run[j] = " + comb_ + "; }\n";
     s += "}\n";
-    s += "for (int64_t j = 0; j < inner; ++j) p0[o0 + j] = run[j];\n";
+    s += "for (int64_t j = 0; j < w; ++j) p0[o0 + j0 + j] = run[j];\n";
+    s += "}\n";
     return s + skip_run();
   }
 
