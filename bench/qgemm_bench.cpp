@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
                            {"bert mlp down (128 tokens)", 128, 768, 3072},
                            {"resnet 3x3 64ch 56x56", 3136, 64, 576},
                            {"resnet 3x3 256ch 14x14", 196, 256, 2304},
+                           {"resnet 1x1 64->256 56x56", 3136, 256, 64},
+                           {"mobilenet 1x1 16->96 112x112", 12544, 96, 16},
                            {"odd 37 x 50 x 131", 37, 50, 131}};
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);

@@ -4,7 +4,7 @@ against kiln float32 on the same model (bench/quant/quantize.py makes the files;
 
 Per model, --rounds rounds in turn (kiln int8, onnxruntime int8, kiln float32; kiln in a fresh
 process through bench/onnx_bench, compiling through the kernel cache; each round the median of
---repeat runs after a warm-up); a ratio is the median of the rounds' ratios. Agreement: kiln's
+--repeat runs after --warmup-ms of untimed runs, the same for every tool); a ratio is the median of the rounds' ratios. Agreement: kiln's
 int8 output against onnxruntime's on the same file (largest difference, in units of one
 quantization step of the output where the model ends in DequantizeLinear, and the share of
 rows whose argmax agrees), and both against the float model. Writes bench/results/quant.md.
@@ -30,11 +30,12 @@ MODELS = ["resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_mini"
           "deit_tiny", "gpt2", "llama"]
 
 
-def kiln(bench, model, x, repeat, tmp):
+def kiln(bench, model, x, repeat, tmp, warmup_ms):
     xin = os.path.join(tmp, "x.npy")
     out = os.path.join(tmp, "k.npy")
     np.save(xin, x)
-    r = subprocess.run([bench, model, xin, "--repeat", str(repeat), "--out", out],
+    r = subprocess.run([bench, model, xin, "--repeat", str(repeat), "--warmup-ms",
+                        str(warmup_ms), "--out", out],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"kiln failed on {model}: {r.stderr}")
@@ -49,9 +50,12 @@ def ort_session(path, threads):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def ort_ms(sess, x, repeat):
+def ort_ms(sess, x, repeat, warmup_ms):
     name = sess.get_inputs()[0].name
     y = sess.run(None, {name: x})[0]
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+        sess.run(None, {name: x})
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -85,6 +89,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    # Untimed runs before each timed set, for every tool alike: the steady state, not a
+    # fresh process's first ~100 ms (clocks ramping up, threads settling on their cores).
+    ap.add_argument("--warmup-ms", type=float, default=300)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "release", "bench", "onnx_bench"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results", "quant.md"))
     args = ap.parse_args()
@@ -105,14 +112,14 @@ def main():
             kq, ko, kf, oq = [], [], [], []
             for r in range(args.rounds):
                 time.sleep(0.3)
-                t_kq, y_kq = kiln(args.bench, q, x, args.repeat, tmp)
-                t_oq, y_oq = ort_ms(sq, x, args.repeat)
+                t_kq, y_kq = kiln(args.bench, q, x, args.repeat, tmp, args.warmup_ms)
+                t_oq, y_oq = ort_ms(sq, x, args.repeat, args.warmup_ms)
                 time.sleep(0.3)
-                t_kf, y_kf = kiln(args.bench, f, x, args.repeat, tmp)
+                t_kf, y_kf = kiln(args.bench, f, x, args.repeat, tmp, args.warmup_ms)
                 kq.append(t_kq)
                 oq.append(t_oq)
                 kf.append(t_kf)
-            _, y_of = ort_ms(sf, x, 1)
+            _, y_of = ort_ms(sf, x, 1, 0)
             step = output_step(q)
             dev = float(np.max(np.abs(y_kq - y_oq)))
             dev_s = f"{dev / step:.1f} steps" if step else f"{dev:.2g} (scale {np.abs(y_oq).max():.2g})"
@@ -133,7 +140,8 @@ def main():
         "# int8: kiln and onnxruntime on the same quantized files",
         "",
         f"Measured by `bench/quant/run.py` on {machine()}; onnxruntime {ort.__version__}, "
-        f"{args.threads} threads, {args.rounds} interleaved rounds of {args.repeat} runs. Files from "
+        f"{args.threads} threads, {args.rounds} interleaved rounds of {args.repeat} runs, each after "
+        f"{args.warmup_ms:.0f} ms of untimed runs (every tool alike). Files from "
         "`bench/quant/quantize.py` (onnxruntime's `quantize_static` in its QDQ (`.qdq`) and "
         "QOperator (`.qop`) formats, uint8 activations, int8 per-channel weights, 8 seeded "
         "calibration inputs; `quantize_dynamic` (`.dyn`) for the transformers: the BERTs, DeiT-tiny, GPT-2 and Llama).",
