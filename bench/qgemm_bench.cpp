@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
                            {"resnet 3x3 256ch 14x14", 196, 256, 2304},
                            {"resnet 1x1 64->256 56x56", 3136, 256, 64},
                            {"mobilenet 1x1 16->96 112x112", 12544, 96, 16},
+                           {"gpt2 lm head (128 tokens)", 128, 50257, 768},
                            {"odd 37 x 50 x 131", 37, 50, 131}};
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
