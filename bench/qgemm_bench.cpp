@@ -72,6 +72,26 @@ double vnni_peak(int64_t steps) {
   return 0;
 }
 
+// Requantized uint8 outputs (zero points 128, per-column scales, rows n apart) of the
+// product by B packed at bp (n columns, k rows), as a QDQ model's convolutions store them.
+kiln_qgemm_epi byte_epilogue(const int8_t* bp, int64_t n, int64_t k, const int32_t* b_zp,
+                             const float* scale) {
+  kiln_qgemm_epi e{};
+  e.a_zp = 128;
+  e.b_zp = b_zp;
+  e.b_zp_step = 0;
+  e.colsum = reinterpret_cast<const int32_t*>(bp + ((n + 15) / 16) * ((k + 3) / 4) * 64);
+  e.scale = scale;
+  e.scale_step = 1;
+  e.y_zp = 128;
+  e.lo = 0;
+  e.hi = 255;
+  e.out_u8 = 1;
+  e.rsc = n;
+  e.csc = 1;
+  return e;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,23 +136,10 @@ int main(int argc, char** argv) {
     auto* pb = static_cast<int8_t*>(b.data());
     for (int64_t i = 0; i < b.numel(); ++i) pb[i] = static_cast<int8_t>(s8(rng));
     Tensor packed = pack_qgemm(b);
-    const int64_t np = (s.n + 15) / 16;
     const auto* bp = static_cast<const int8_t*>(packed.data());
     std::vector<int32_t> bz(1, 3);
     std::vector<float> scale(static_cast<size_t>(s.n), 1.0f / 4096);
-    kiln_qgemm_epi e{};
-    e.a_zp = 128;
-    e.b_zp = bz.data();
-    e.b_zp_step = 0;
-    e.colsum = reinterpret_cast<const int32_t*>(bp + np * ((s.k + 3) / 4) * 64);
-    e.scale = scale.data();
-    e.scale_step = 1;
-    e.y_zp = 128;
-    e.lo = 0;
-    e.hi = 255;
-    e.out_u8 = 1;
-    e.rsc = s.n;
-    e.csc = 1;
+    const kiln_qgemm_epi e = byte_epilogue(bp, s.n, s.k, bz.data(), scale.data());
     std::vector<uint8_t> c(static_cast<size_t>(s.m) * s.n);
     sup->qgemm_u8s8(s.m, s.n, s.k, a.data(), s.k, bp, &e, c.data());
     // The check: int64 sums, then the same float32 requantization.
@@ -208,18 +215,7 @@ int main(int argc, char** argv) {
     const auto* bp = static_cast<const int8_t*>(packed.data());
     std::vector<int32_t> bz(1, 0);
     std::vector<float> scale(static_cast<size_t>(cs.m), 1.0f / 8192);
-    kiln_qgemm_epi e{};
-    e.a_zp = 128;
-    e.b_zp = bz.data();
-    e.colsum = reinterpret_cast<const int32_t*>(bp + ((cs.m + 15) / 16) * ((k + 3) / 4) * 64);
-    e.scale = scale.data();
-    e.scale_step = 1;
-    e.y_zp = 128;
-    e.lo = 0;
-    e.hi = 255;
-    e.out_u8 = 1;
-    e.rsc = cs.m;
-    e.csc = 1;
+    const kiln_qgemm_epi e = byte_epilogue(bp, cs.m, k, bz.data(), scale.data());
     std::vector<uint8_t> cg(static_cast<size_t>(m) * cs.m), cm(cg.size());
     sup->qgemm_u8s8(m, cs.m, k, a.data(), k, bp, &e, cm.data());
     sup->qgemm_u8s8_gather(m, cs.m, 3 * cs.c, 3, rows.data(), seg, bp, &e, cg.data());
