@@ -67,10 +67,7 @@ kiln_cleanup: __attribute__((unused));
 /* kernel kiln_k_9a1db1119f053ae1, run by 1 node:
  *   node 1: reduce_sum{axes=[1]}(y) -> t  [float32 (?, 1)]  'total'
  */
-__attribute__((visibility("hidden"))) int kiln_k_9a1db1119f053ae1(void* state_, kiln_ctx* ctx,
-                                                                  kiln_tensor* const* in,
-                                                                  kiln_tensor* const* out,
-                                                                  const int64_t* kp) {
+__attribute__((visibility("hidden"))) int kiln_k_9a1db1119f053ae1(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   {
@@ -178,20 +175,15 @@ __attribute__((visibility("hidden"))) int kiln_k_9a1db1119f053ae1(void* state_, 
           o1 += st[1][r - 2] * (m2 - 1);
           idx[r - 2] = m2 - 1;
           it += m2 - 1;
-        } else if (s0 == 1 && s1 == 1 && inner <= 4096 && r >= 2 && st[0][r - 2] == 0 &&
-                   idx[r - 2] == 0) {
+        } else if (s0 == 1 && s1 == 1 && inner <= 4096 && r >= 2 && st[0][r - 2] == 0 && idx[r - 2] == 0) {
           const int64_t m2 = shp[r - 2];
           for (int64_t j0 = 0; j0 < inner; j0 += 32) {
             const int64_t w = inner - j0 < 32 ? inner - j0 : 32;
             float run[32];
             for (int64_t j = 0; j < w; ++j) run[j] = p0[o0 + j0 + j];
             for (int64_t i2 = 0; i2 < m2; ++i2) {
-              const float* restrict q1 = p1 + o1 + (i2)*st[1][r - 2];
-              for (int64_t j = 0; j < w; ++j) {
-                const float x = (float)q1[j0 + j];
-                const float a = run[j];
-                run[j] = a + x;
-              }
+              const float *restrict q1 = p1 + o1 + (i2) * st[1][r - 2];
+              for (int64_t j = 0; j < w; ++j) { const float x = (float)q1[j0 + j]; const float a = run[j]; run[j] = a + x; }
             }
             for (int64_t j = 0; j < w; ++j) p0[o0 + j0 + j] = run[j];
           }
