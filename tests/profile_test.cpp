@@ -144,6 +144,14 @@ TEST(Profile, EngineCostCountsCallsAndIdleTime) {
             std::string::npos)
       << table;
   EXPECT_NE(table.find("with no thunk running"), std::string::npos) << table;
+  // Moves of a worker off its caller's core show only when there were some.
+  RunProfile moved = runs;
+  moved.core_moves = 0;
+  EXPECT_EQ(format_profile(f.profile(), moved).find("caller's core"), std::string::npos);
+  moved.core_moves = 3;
+  EXPECT_NE(format_profile(f.profile(), moved).find(", 3 moves of a worker off its caller's core"),
+            std::string::npos)
+      << format_profile(f.profile(), moved);
 }
 
 // A step split across workers leaves one event per part, each part once per run, and the

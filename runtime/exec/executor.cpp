@@ -127,6 +127,7 @@ void Executor::set_profiling(bool on) {
   profiled_runs_.store(0, std::memory_order_relaxed);
   profiled_wall_ns_.store(0, std::memory_order_relaxed);
   wakeups_at_start_.store(WorkerPool::wakeups(), std::memory_order_relaxed);
+  moves_at_start_.store(WorkerPool::moves(), std::memory_order_relaxed);
   stepwise_at_start_.store(stepwise_runs_.load(), std::memory_order_relaxed);
   if (on && !trace_) trace_ = std::make_unique<TraceEvent[]>(kMaxTraceEvents);
   trace_next_.store(0, std::memory_order_relaxed);
@@ -195,6 +196,7 @@ RunProfile Executor::run_profile() const {
     r.steps += step_counters_[i].calls.load(std::memory_order_relaxed);
   }
   r.wakeups = WorkerPool::wakeups() - wakeups_at_start_.load(std::memory_order_relaxed);
+  r.core_moves = WorkerPool::moves() - moves_at_start_.load(std::memory_order_relaxed);
   r.stepwise_runs = stepwise_runs_.load() - stepwise_at_start_.load(std::memory_order_relaxed);
   // Idle time: the runs' wall time less the union of every thunk call and part.
   int64_t dropped = 0;

@@ -71,6 +71,7 @@ struct RunProfile {
   int64_t steps = 0;
   int64_t idle_ns = -1;
   int64_t wakeups = 0;
+  int64_t core_moves = 0;     // pollers moved off their caller's core (WorkerPool::moves)
   int64_t stepwise_runs = 0;  // runs whose steps went through the engine one by one
 };
 
@@ -244,6 +245,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::atomic<size_t> trace_next_{0};
   std::atomic<int64_t> trace_epoch_ns_{0};     // steady_clock, when profiling was switched on
   std::atomic<int64_t> wakeups_at_start_{0};   // WorkerPool::wakeups() then
+  std::atomic<int64_t> moves_at_start_{0};     // WorkerPool::moves() then
   std::atomic<int64_t> stepwise_at_start_{0};  // stepwise_runs_ then
   std::vector<bool> uploads_;                  // per step: a device step of weights alone
   std::vector<bool> is_param_;                 // per slot: a weight (program_.params)

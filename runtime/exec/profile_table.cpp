@@ -31,6 +31,13 @@ std::string format_profile(const std::vector<StepTime>& steps, const RunProfile&
                   "engine: %.1f thunk calls per run, %.1f worker wake-ups per run", steps_per_run,
                   static_cast<double>(runs.wakeups) / n);
     out += line;
+    if (runs.core_moves > 0) {
+      // A worker found polling on its caller's core and moved: while it sat there it took
+      // the caller's time instead of sharing the work.
+      std::snprintf(line, sizeof line, ", %lld move%s of a worker off its caller's core",
+                    static_cast<long long>(runs.core_moves), runs.core_moves == 1 ? "" : "s");
+      out += line;
+    }
     if (runs.idle_ns >= 0) {
       // Time in which no thread ran a thunk: what the engine costs between steps.
       const double idle_ns = static_cast<double>(runs.idle_ns) / n;
