@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     wait_for_background_stores();
     result = f(inputs);  // warm-up: first-touch of buffers
     // --warmup-ms: more untimed runs, until that long has passed: a fresh process's first
-    // ~100 ms of runs were 10-15% slower (the cores' clocks, a worker still beside the
+    // ~100 ms of runs were 10-25% slower (the cores' clocks, a worker still beside the
     // caller), which a short --repeat measured instead of the steady state.
     for (auto w0 = Clock::now();
          std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < warmup_ms;) {

@@ -4,10 +4,11 @@ against kiln float32 on the same model (bench/quant/quantize.py makes the files;
 
 Per model, --rounds rounds in turn (kiln int8, onnxruntime int8, kiln float32; kiln in a fresh
 process through bench/onnx_bench, compiling through the kernel cache; each round the median of
---repeat runs after --warmup-ms of untimed runs, the same for every tool); a ratio is the median of the rounds' ratios. Agreement: kiln's
-int8 output against onnxruntime's on the same file (largest difference, in units of one
-quantization step of the output where the model ends in DequantizeLinear, and the share of
-rows whose argmax agrees), and both against the float model. Writes bench/results/quant.md.
+--repeat runs after --warmup-ms of untimed runs, the same for every tool); a ratio is the median
+of the rounds' ratios. Agreement: kiln's int8 output against onnxruntime's on the same file
+(largest difference, in units of one quantization step of the output where the model ends in
+DequantizeLinear, and the share of rows whose argmax agrees), and both against the float
+model. Writes bench/results/quant.md.
 """
 import argparse
 import os
