@@ -136,6 +136,7 @@ std::shared_ptr<const ModulePlan> ModulePlan::from_graph(const Graph& graph, con
     }
     step.label = node->label();
     step.exclusive = cop && cop->c_threads_itself();
+    step.sized_by_run = cop && cop->c_sized_by_run();
     step.concat_axis = concat_axis_of(cop, p, step);
     step.infer_shape = shape_rule(node->op, p, step.inputs);
     step.flops = flop_rule(node->op);
@@ -301,6 +302,7 @@ void ModulePlan::finish() {
     p.steps[i].flops = flop_rule(op);
     const auto* cop = dynamic_cast<const COp*>(op.get());
     p.steps[i].exclusive = cop && cop->c_threads_itself();
+    p.steps[i].sized_by_run = cop && cop->c_sized_by_run();
     p.steps[i].concat_axis = concat_axis_of(cop, p, p.steps[i]);
     p.steps[i].infer_shape = shape_rule(std::move(op), p, p.steps[i].inputs);
   }

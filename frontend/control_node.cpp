@@ -105,10 +105,7 @@ std::shared_ptr<ControlNode> control_node(const RunTimeValueNeeded& need, const 
 }
 
 bool runs_as_step(const RunTimeValueNeeded& need) {
-  if (need.kind() != "Loop" && need.kind() != "Scan" && need.kind() != "If") return false;
-  for (const TensorType& t : need.types())
-    if (!t.is_static()) return false;
-  return true;
+  return need.kind() == "Loop" || need.kind() == "Scan" || need.kind() == "If";
 }
 
 }  // namespace kiln

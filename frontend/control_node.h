@@ -1,10 +1,10 @@
 #pragma once
 // An ONNX Loop, Scan or If run on the host: each body a model of its own (a ModelFunction, so
-// a cached module like any other), driven by frontend/control_flow.h. When the node's output
-// shapes are known as the model loads, it is a host_call node of the graph (ops/host_call.h)
-// and the executor runs it as a step between the module's others, on the run's buffers; when
+// a cached module like any other), driven by frontend/control_flow.h. The node is a host_call
+// node of the graph (ops/host_call.h) and the executor runs it as a step between the module's
+// others: on the run's buffers where its output shapes are known as the model loads; where
 // they depend on run-time values (a Loop's per-iteration outputs, branches of different
-// shapes), ModelFunction runs it between stages instead.
+// shapes), as a step sized by its run, the steps after it planned once it has run.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -56,8 +56,8 @@ std::shared_ptr<ControlNode> control_node(const RunTimeValueNeeded& need, const 
                                           const std::filesystem::path& dir,
                                           const CompileOptions& options, ControlNodes& made);
 
-// True when the executor can run `need` as a host_call node: control flow whose outputs all
-// have static shapes.
+// True when the executor can run `need` as a host_call node: control flow (Loop, Scan, If),
+// whatever its output shapes.
 bool runs_as_step(const RunTimeValueNeeded& need);
 
 }  // namespace kiln

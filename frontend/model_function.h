@@ -73,11 +73,11 @@ class ModelFunction {
   Structures structures_of(const std::map<std::string, Tensor>& inputs) const;
   std::vector<Tensor> run_flat(const std::map<std::string, Tensor>& inputs,
                                const Structures& structures);
-  // A NonZero's or NonMaxSuppression's output, or a Loop's, Scan's or If's outputs whose
-  // shapes depend on run-time values, computed between stages from the node's inputs
-  // (`values`, by position, "" where absent): declared inputs, or the outputs of the model cut
-  // after them (a ModelFunction of its own, so it may have stages too). Control flow of
-  // static shapes is a node of the graph instead (frontend/control_node.h).
+  // A NonZero's, Unique's or NonMaxSuppression's outputs, computed between stages from the
+  // node's inputs (`values`, by position, "" where absent): declared inputs, or the outputs of
+  // the model cut after them (a ModelFunction of its own, so it may have stages too). Control
+  // flow (Loop, Scan, If) is a node of the graph instead (frontend/control_node.h), whatever
+  // its output shapes.
   struct Stage {
     std::vector<std::string> values;
     std::vector<std::string> outputs;  // "" where the node's output is unused

@@ -116,6 +116,10 @@ class COp : public Op {
   // The code calls a library that runs threads of its own (OpenBLAS): the engine runs no
   // other step beside it, or the two would fight over the same cores.
   virtual bool c_threads_itself() const { return false; }
+  // The output shapes come from the values the code computes, not from the input shapes:
+  // the code hands its results to the executor (StepSpec::sized_by_run), which plans the
+  // steps after it once it has run.
+  virtual bool c_sized_by_run() const { return false; }
 
   // Output 0 is input `k`'s bytes under a new shape (a reshape): the executor binds it as a
   // view where it can (on the device always; on the CPU when input k is a temporary of the

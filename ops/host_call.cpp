@@ -1,5 +1,6 @@
 #include "ops/host_call.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -66,16 +67,34 @@ void store_host_results(const std::vector<Tensor>& results, const std::vector<Te
   }
 }
 
+std::vector<Tensor> checked_host_results(std::vector<Tensor> results,
+                                         const std::vector<TensorType>& types,
+                                         const std::string& where) {
+  if (results.size() != types.size()) {
+    throw InternalError(where + " gave " + std::to_string(results.size()) + " outputs for " +
+                        std::to_string(types.size()));
+  }
+  for (size_t k = 0; k < results.size(); ++k) {
+    const TensorType& t = types[k];
+    bool ok = results[k].dtype() == t.dtype && results[k].ndim() == t.rank();
+    for (int d = 0; ok && d < t.rank(); ++d)
+      ok = t.dims[static_cast<size_t>(d)] < 0 ||
+           t.dims[static_cast<size_t>(d)] == results[k].shape()[static_cast<size_t>(d)];
+    if (!ok) {
+      throw UserError(where + ": output " + std::to_string(k) + " came out " +
+                      results[k].describe() + "; the node's type is " + t.to_string());
+    }
+  }
+  return results;
+}
+
 HostCallOp::HostCallOp(Attrs props, std::vector<TensorType> inputs, std::vector<TensorType> outputs,
                        std::shared_ptr<HostFunction> fn)
     : COp("host_call", checked(std::move(props))),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)),
       fn_(fn) {
-  for (const TensorType& t : outputs_) {
-    if (!t.is_static())
-      throw InternalError(where() + ": output type " + t.to_string() + " is not static");
-  }
+  for (const TensorType& t : outputs_) sized_ = sized_ || !t.is_static();
   std::lock_guard lock(g_mutex);
   for (auto it = registry().begin(); it != registry().end();)
     it = it->second.fn.expired() ? registry().erase(it) : std::next(it);
@@ -88,6 +107,7 @@ HostCallOp::HostCallOp(const Attrs& props) : COp("host_call", checked(props)) {
   fn_ = e.fn;
   inputs_ = std::move(e.inputs);
   outputs_ = std::move(e.outputs);
+  for (const TensorType& t : outputs_) sized_ = sized_ || !t.is_static();
 }
 
 std::string HostCallOp::where() const {
@@ -107,14 +127,22 @@ std::vector<TensorType> HostCallOp::infer_type(const std::vector<TensorType>& in
 }
 
 std::vector<Shape> HostCallOp::infer_shape(const std::vector<Shape>& inputs) const {
+  // Sized by its run, a dynamic dimension is 0 until then: perform replaces such outputs.
   std::vector<Shape> out;
-  for (const TensorType& t : outputs_) out.push_back(t.dims);
+  for (const TensorType& t : outputs_) {
+    out.push_back(t.dims);
+    for (int64_t& d : out.back()) d = std::max<int64_t>(d, 0);
+  }
   return out;
 }
 
 void HostCallOp::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   std::shared_ptr<HostFunction> fn = fn_.lock();
   if (!fn) fn = find_host_call(attr_string(props(), "key")).fn;
+  if (sized_) {
+    outputs = checked_host_results((*fn)(inputs), outputs_, where());
+    return;
+  }
   store_host_results((*fn)(inputs), outputs_, outputs, where());
 }
 

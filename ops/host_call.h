@@ -1,11 +1,13 @@
 #pragma once
 // A node computed by a function of the process that built the graph rather than by code in
-// its module: an ONNX Loop, Scan or If whose outputs' shapes are known when the model loads
-// (frontend/control_node.h runs its bodies, each a cached module of its own). The module binds
-// the function by its key when it loads (compiler/c/host_call_binding.h) and calls it on each
-// run through the support table, so the executor runs the node as one of its steps, its
-// inputs and outputs in the run's planned buffers.
-//   host_call(inputs...) -> outputs...: the static types registered with the function.
+// its module: an ONNX Loop, Scan or If (frontend/control_node.h runs its bodies, each a cached
+// module of its own). The module binds the function by its key when it loads
+// (compiler/c/host_call_binding.h) and calls it on each run through the support table, so the
+// executor runs the node as one of its steps. Where the outputs' shapes are static, they are
+// the run's planned buffers; where some dimension is known only once the node has run (a
+// Loop's trip count, branches of different shapes), the step is sized by its run: it hands
+// its results to the executor, which plans the steps after it from their shapes.
+//   host_call(inputs...) -> outputs...: the types registered with the function.
 //   Props: key (what the function computes; two functions registered under one key must
 //   compute the same thing, since the key is all the module's cache key sees of them) and
 //   kind (for labels and errors: "Loop", "Scan", "If").
@@ -37,6 +39,11 @@ HostCallEntry find_host_call(const std::string& key);
 // How the module's binding description starts (the key follows).
 std::string host_call_spec_prefix();
 
+// The function's results, checked against the node's types (dtype, rank, static dimensions).
+std::vector<Tensor> checked_host_results(std::vector<Tensor> results,
+                                         const std::vector<TensorType>& types,
+                                         const std::string& where);
+
 // Checks the function's results against the node's types and copies them into `outputs`.
 void store_host_results(const std::vector<Tensor>& results, const std::vector<TensorType>& types,
                         std::vector<Tensor>& outputs, const std::string& where);
@@ -66,11 +73,14 @@ class HostCallOp : public COp {
   std::string c_cleanup_code_struct(const Node& node, const Sub& sub) const override;
   // The function runs compiled modules of its own, whose steps use every worker.
   bool c_threads_itself() const override { return true; }
+  // Some output's type has a dynamic dimension (perform then replaces that output).
+  bool c_sized_by_run() const override { return sized_; }
 
  private:
   std::string where() const;  // "Loop (host call <key prefix>)"
   std::vector<TensorType> inputs_, outputs_;
   std::weak_ptr<HostFunction> fn_;
+  bool sized_ = false;
 };
 
 }  // namespace kiln

@@ -67,7 +67,7 @@ def expect_error(name, path, inputs, text, env=None):
 
 # While loop: x doubles until its sum passes the limit (an input the body reads from the
 # enclosing graph); no trip count. Its condition is the body's own.
-body = helper.make_graph(
+body_while = body = helper.make_graph(
     [helper.make_node("Mul", ["x_in", "two"], ["x_out"]),
      helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0),
      helper.make_node("Less", ["s", "limit"], ["cond_out"]),
@@ -210,7 +210,7 @@ path = save_model("if_runtime", [
     helper.make_node("If", ["c"], ["r"], then_branch=then_g, else_branch=else_g)],
     [vi("x", F, [2, 3])], [vi("r", F, None)],
     {"k": np.array(3, np.float32), "zero": np.array(0, np.float32)}, opset=11)
-x = np.abs(RNG.standard_normal((2, 3))).astype(np.float32)
+x_if = x = np.abs(RNG.standard_normal((2, 3))).astype(np.float32)
 check("If, then branch", path, {"x": x}, {"r": x * 3})
 check("If, else branch", path, {"x": -x}, {"r": (-x).sum(axis=1, keepdims=True)})
 bad_else = helper.make_graph(
@@ -410,20 +410,60 @@ expect_error("an endless Loop as a step stops at the bound", path, {"x": np.ones
 expect_error("an endless Loop as a step says why", path, {"x": np.ones(2, np.float32)},
              "still true after 40 iterations", {"KILN_MAX_LOOP_ITERATIONS": "40"})
 
-# `kiln source` and `kiln compile` see such a model as one module, its control flow a
-# host_call node bound when the module loads; a model that runs in stages has no one module
-# and is refused naming why.
+# Control flow whose output sizes come from run-time values runs as a step too: the executor
+# plans the steps after it from the sizes it came out with. A while loop's scan output (its
+# length the trip count, zero included) feeds a Softmax and a ReduceSum; a temporary computed
+# before the loop (x's running sums) is read after it, so the loop's run must not take its bytes.
+path = save_model("step_while_then_ops", [
+    helper.make_node("CumSum", ["x", "axis0"], ["run"]),
+    helper.make_node("ReduceSum", ["x"], ["s0"], keepdims=0),
+    helper.make_node("Less", ["s0", "limit"], ["go"]),
+    helper.make_node("Loop", ["", "go", "x"], ["y", "ys"], body=body_while),
+    helper.make_node("Softmax", ["ys"], ["p"], axis=1),
+    helper.make_node("ReduceSum", ["ys"], ["col"], axes=[0], keepdims=0),
+    helper.make_node("Add", ["col", "run"], ["z"])],
+    [vi("x", F, [3]), vi("limit", F, [])], [vi("p", F, None), vi("z", F, [3])],
+    {"axis0": np.array(0, np.int64)}, opset=11)
+x = np.array([0.5, 1.0, 1.5], np.float32)
+for limit in (100.0, 0.5, 7.0, 1000.0, 0.5):  # 0.5: no iteration, ys of shape (0, 3)
+    _, ys = while_ref(x, limit)
+    e = np.exp(ys - ys.max(axis=1, keepdims=True)) if len(ys) else ys
+    check_step(f"a while loop as a step, then ops on its output (limit {limit})", path,
+               {"x": x, "limit": np.array(limit, np.float32)},
+               {"p": (e / e.sum(axis=1, keepdims=True)).astype(np.float32) if len(ys) else ys,
+                "z": (ys.sum(axis=0) + np.cumsum(x)).astype(np.float32)})
+
+# An If whose branches give different shapes, then ops on its output: as a step, the shapes
+# after it are the taken branch's.
+path = save_model("step_if_then_ops", [
+    helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+    helper.make_node("Greater", ["total", "zero"], ["c"]),
+    helper.make_node("If", ["c"], ["r"], then_branch=then_g, else_branch=else_g),
+    helper.make_node("Exp", ["r"], ["e"]),
+    helper.make_node("ReduceSum", ["e"], ["y"], keepdims=0)],
+    [vi("x", F, [2, 3])], [vi("e", F, None), vi("y", F, [])],
+    {"k": np.array(3, np.float32), "zero": np.array(0, np.float32)}, opset=11)
+for xv in (x_if, -x_if, x_if):
+    r_ref = xv * 3 if xv.sum() > 0 else xv.sum(axis=1, keepdims=True)
+    check_step(f"an If as a step, then ops on its output (sum {xv.sum():.2f})", path, {"x": xv},
+               {"e": np.exp(r_ref), "y": np.array(np.exp(r_ref).sum(), np.float32)})
+
+# `kiln source` and `kiln compile` see such models as one module, their control flow a
+# host_call node bound when the module loads; a model that runs in stages (a NonZero of a
+# run-time tensor) has no one module and is refused naming why.
 for cmd in ("source", "compile"):
-    r = subprocess.run([KILN, cmd, os.path.join(WORK, "step_scan.onnx")], capture_output=True,
-                       text=True, timeout=300)
-    want = ["host_call", "op_bind(ctx, \"kiln-host-call "] if cmd == "source" else ["key "]
-    if r.returncode != 0 or any(w not in r.stdout for w in want):
-        failures.append(f"kiln {cmd} of a static Scan: rc {r.returncode}, expected {want} in: "
-                        + (r.stdout + r.stderr)[-600:])
-    r = subprocess.run([KILN, cmd, os.path.join(WORK, "while.onnx")], capture_output=True,
-                       text=True, timeout=300)
-    if r.returncode == 0 or "between stages where its output sizes depend" not in r.stderr:
-        failures.append(f"kiln {cmd} of a staged Loop: expected a refusal naming the stages, got "
+    for model in ("step_scan", "step_while_then_ops"):
+        r = subprocess.run([KILN, cmd, os.path.join(WORK, model + ".onnx")], capture_output=True,
+                           text=True, timeout=300)
+        want = ["host_call", "op_bind(ctx, \"kiln-host-call "] if cmd == "source" else ["key "]
+        if r.returncode != 0 or any(w not in r.stdout for w in want):
+            failures.append(f"kiln {cmd} of {model}: rc {r.returncode}, expected {want} in: "
+                            + (r.stdout + r.stderr)[-600:])
+    r = subprocess.run([KILN, cmd, save_model("staged_nonzero", [
+        helper.make_node("NonZero", ["x"], ["i"])], [vi("x", F, [4])], [vi("i", I64, None)])],
+        capture_output=True, text=True, timeout=300)
+    if r.returncode == 0 or "NonZero of 'x'" not in r.stderr:
+        failures.append(f"kiln {cmd} of a staged NonZero: expected a refusal naming it, got "
                         f"rc {r.returncode}: " + r.stderr[-400:])
 
 # Bad loops.

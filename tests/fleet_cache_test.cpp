@@ -135,7 +135,7 @@ TEST(FleetCache, TheClusterClientFollowsAskAndMovedWhileASlotMigrates) {
 // A server that plays a one-node cluster and then redirects to whatever a test says: bad
 // addresses are refused (a ShardError), never parsed loosely or followed.
 TEST(FleetCache, ALyingClusterRedirectionIsRefused) {
-  for (const std::string& to :
+  for (const std::string to :
        {"127.0.0.1:notaport", "127.0.0.1:99999", "evil$host:7000", "127.0.0.1:", ":0", "nocolon"}) {
     SCOPED_TRACE(to);
     auto self = std::make_shared<std::atomic<int>>(0);

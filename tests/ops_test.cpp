@@ -623,8 +623,9 @@ TEST(LayerNorm, FusedChainMatchesTheUnfusedReference) {
     EXPECT_EQ(fused, widths.size() + 1) << "not every plain chain was fused";
     EXPECT_NE(source.find("reduce_mean"), std::string::npos)
         << "the chain whose mean is an output was fused";
-    if (dt == DType::kFloat32)
+    if (dt == DType::kFloat32) {
       EXPECT_NE(source.find("kiln_layer_norm_row_f32("), std::string::npos) << "no vector row";
+    }
     std::vector<Tensor> special;
     for (int64_t w : widths) {
       Tensor t = random_tensor(dt, {6, w}, rng, -3, 3);
@@ -1396,6 +1397,75 @@ TEST(HostCall, RunsAsAStepOfTheModuleAndNamesWhatWentWrong) {
   fn->wrong = true;
   const std::string wrong = error_of([&] { f({xv}); });
   for (const char* w : {"Scale", "float32 (2,)", "float32 (2, 3)"})
+    EXPECT_NE(wrong.find(w), std::string::npos) << w << " not in: " << wrong;
+}
+
+// A node whose output size comes from the values it computes (the positive elements of its
+// input, as a Loop's trip count or an If's branch decides a size): the executor runs it as a
+// step sized by its run and plans the steps after it from its result, per size. `a` is
+// written before the node and read after it, so its bytes must outlive the first plan's
+// temporaries; the sizes alternate (none, some, all) so later plans are found again.
+TEST(HostCall, ASizedStepPlansTheStepsAfterItFromItsResults) {
+  struct Positives : HostFunction {
+    bool wrong = false;
+    std::vector<Tensor> operator()(const std::vector<Tensor>& in) override {
+      std::vector<double> kept;
+      for (int64_t i = 0; i < in.at(0).numel(); ++i)
+        if (in[0].load(i) > 0) kept.push_back(in[0].load(i));
+      const auto k = static_cast<int64_t>(kept.size());
+      if (wrong) return {Tensor::from_doubles(DType::kFloat32, {k, 1}, kept)};
+      return {Tensor::from_doubles(DType::kFloat32, {k}, kept)};
+    }
+  };
+  const int64_t n = int64_t{1} << 18;  // past the split grain: steps on either side split
+  auto fn = std::make_shared<Positives>();
+  Graph g("sized");
+  Var x = input(g, "x", DType::kFloat32, {n});
+  // A temporary the steps after the host call read (a scan: not fused into them).
+  Var a = kiln::apply("cumsum", {x}, {{"axis", int64_t{0}}});
+  Var p(&g, g.add_node(std::make_shared<HostCallOp>(
+                           Attrs{{"key", std::string("host-call-test-positives")},
+                                 {"kind", std::string("Positives")}},
+                           std::vector<TensorType>{{DType::kFloat32, {n}}},
+                           std::vector<TensorType>{{DType::kFloat32, {kDynamic}}}, fn),
+                       {kiln::apply("neg", {kiln::apply("tanh", {x})}).var()})
+                ->outputs[0]);
+  const Var s = kiln::apply("reduce_sum", {kiln::apply("mul", {p, p})}, {{"keepdims", int64_t{0}}});
+  g.set_outputs({kiln::apply("add", {a, s}), kiln::apply("exp", {p})});
+  Function f = compile(g);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int pattern : {1, 0, 2, 1, 2, 0, 1}) {
+    // 0: no element of -tanh(x) positive, 1: about half, 2: all.
+    Tensor xv = Tensor::empty(DType::kFloat32, {n});
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = u(rng);
+      xv.store(i, pattern == 0 ? std::fabs(v) + 0.01f : pattern == 2 ? -std::fabs(v) - 0.01f : v);
+    }
+    const std::vector<Tensor> y = f({xv});
+    std::vector<double> kept;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double t = -std::tanh(static_cast<double>(xv.load(i)));
+      if (static_cast<float>(t) > 0) kept.push_back(t), sum += t * t;
+    }
+    ASSERT_EQ(y[1].shape(), Shape{static_cast<int64_t>(kept.size())}) << pattern;
+    for (size_t i = 0; i < kept.size(); i += 997)
+      EXPECT_NEAR(y[1].load(static_cast<int64_t>(i)), std::exp(kept[i]), 1e-5)
+          << pattern << " " << i;
+    double run = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      run += xv.load(i);
+      if (i % 4099 == 0)
+        EXPECT_NEAR(y[0].load(i), run + sum, 0.05 + 1e-5 * sum) << pattern << " " << i;
+    }
+  }
+  // A result of another rank than the node's type fails the run naming the node and both.
+  fn->wrong = true;
+  Tensor ones = Tensor::empty(DType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) ones.store(i, -1.0);
+  const std::string wrong = error_of([&] { f({ones}); });
+  for (const char* w : {"Positives", "float32 (262144, 1)", "float32 (?,)"})
     EXPECT_NE(wrong.find(w), std::string::npos) << w << " not in: " << wrong;
 }
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Control flow as a step of the module against control flow between stages, and onnxruntime.
+"""Control flow as a step planned with the module against one sized by its run, and onnxruntime.
 
 Two recurrences, each written twice: an RNN h' = tanh(h W + x_t) over a sequence as a Scan,
 and the same as a Loop whose per-iteration outputs are the states. With every shape known when
 the model loads (the sequence length, or M a constant), kiln runs the node as a step of the
-model's module; with the length an input (a dynamic axis, or M given at run time), kiln runs it
-between stages (a prefix model, the body driven on the host, the rest of the model). Each is
+model's module, on the run's planned buffers; with the length an input (a dynamic axis, or M
+given at run time), the node is a step sized by its run: the executor plans the steps after it
+from the shapes its outputs came out with (memoized per shape). Each is
 called in-process through kiln.compile (2 threads), rounds interleaved with onnxruntime on the
 same file; each round is the median of --repeat calls after a warm-up. Outputs are checked
 against NumPy. Writes bench/results/control_flow.md.
@@ -122,29 +123,29 @@ def main():
                 err = max(np.abs(np.asarray(h) - want_h).max(),
                           np.abs(np.asarray(total) - want_total).max())
                 if err > 1e-4:
-                    raise SystemExit(f"{kind} ({'step' if s else 'stages'}) deviates {err:.3g}")
-            times = {"step": [], "stages": [], "ort": []}
+                    raise SystemExit(f"{kind} ({'static step' if s else 'sized step'}) deviates {err:.3g}")
+            times = {"step": [], "sized": [], "ort": []}
             for _ in range(args.rounds):
                 times["step"].append(median_ms(lambda: fns[True](**feeds[True]), args.repeat))
-                times["stages"].append(median_ms(lambda: fns[False](**feeds[False]), args.repeat))
+                times["sized"].append(median_ms(lambda: fns[False](**feeds[False]), args.repeat))
                 times["ort"].append(median_ms(lambda: sess.run(None, feeds[True]), args.repeat))
             med = {k: statistics.median(v) for k, v in times.items()}
             rows.append((kind, med, statistics.median(
                 [a / b for a, b in zip(times["step"], times["ort"])])))
-            print(f"{kind}: step {med['step']:.3f} ms, stages {med['stages']:.3f} ms, "
+            print(f"{kind}: static step {med['step']:.3f} ms, sized step {med['sized']:.3f} ms, "
                   f"onnxruntime {med['ort']:.3f} ms", flush=True)
-    lines = ["# Control flow: a step of the module, stages, and onnxruntime", "",
+    lines = ["# Control flow: a step planned with the module, one sized by its run, and onnxruntime", "",
              f"Machine: {machine()}.", "",
              f"`bench/control_flow/run.py --steps {args.steps} --rounds {args.rounds} --repeat "
              f"{args.repeat}`: an RNN of hidden size {H} and batch {B} over {args.steps} steps, "
              "as a Scan and as a Loop, the per-step states summed after the node. In-process "
              "calls (kiln.compile, onnxruntime's InferenceSession, 2 threads), rounds "
              "interleaved; each time is the median over rounds of each round's median.", "",
-             "| node | kiln, a step (ms) | kiln, stages (ms) | onnxruntime (ms) | step / stages "
+             "| node | kiln, static step (ms) | kiln, sized step (ms) | onnxruntime (ms) | static / sized "
              "| step / onnxruntime |", "|---|---|---|---|---|---|"]
     for kind, med, ratio in rows:
-        lines.append(f"| {kind} | {med['step']:.3f} | {med['stages']:.3f} | {med['ort']:.3f} | "
-                     f"{med['step'] / med['stages']:.2f} | {ratio:.2f} |")
+        lines.append(f"| {kind} | {med['step']:.3f} | {med['sized']:.3f} | {med['ort']:.3f} | "
+                     f"{med['step'] / med['sized']:.2f} | {ratio:.2f} |")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote", args.out)

@@ -4,6 +4,7 @@
 
 #include "ops/host_call.h"
 #include "runtime/exec/foreign_op.h"
+#include "runtime/exec/sized_outputs.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -34,7 +35,9 @@ class BoundHostCall : public ForeignOp {
         fn_(entry.fn),
         inputs_(entry.inputs.size()),
         outputs_(entry.outputs),
-        where_(entry.where) {}
+        where_(entry.where) {
+    for (const TensorType& t : outputs_) sized_ = sized_ || !t.is_static();
+  }
   int run(kiln_ctx* ctx, kiln_tensor* const* in, int n_in, kiln_tensor* const* out,
           int n_out) noexcept override {
     try {
@@ -46,6 +49,15 @@ class BoundHostCall : public ForeignOp {
       }
       std::vector<Tensor> inputs, outputs;
       for (int i = 0; i < n_in; ++i) inputs.push_back(view_of(*in[i]));
+      if (sized_) {  // the executor takes the results as they come (StepSpec::sized_by_run)
+        SizedOutputs* sink = SizedOutputs::current();
+        if (!sink || sink->size() != outputs_.size()) {
+          throw InternalError(where_ + ": sized by its run, but not run as such a step");
+        }
+        std::vector<Tensor> got = checked_host_results((*fn)(inputs), outputs_, where_);
+        for (size_t k = 0; k < got.size(); ++k) sink->set(k, std::move(got[k]));
+        return 0;
+      }
       for (int i = 0; i < n_out; ++i) outputs.push_back(view_of(*out[i]));
       store_host_results((*fn)(inputs), outputs_, outputs, where_);
       return 0;
@@ -63,6 +75,7 @@ class BoundHostCall : public ForeignOp {
   size_t inputs_;
   std::vector<TensorType> outputs_;
   std::string where_;
+  bool sized_ = false;
 };
 
 std::unique_ptr<ForeignOp> bind(const std::string& spec) {

@@ -1,10 +1,10 @@
 // ONNX control flow: Loop, Scan and an If whose condition is computed at run time. Each body
 // becomes an ONNX model of its own (the values it reads from enclosing scopes become its
 // inputs, or its initializers where they are known at load time), which the caller compiles
-// through the kernel cache like any model and runs on the host (frontend/control_node.h): as a
-// step of the enclosing model's module where the node's output shapes are known here, else
-// between stages, its outputs entering the enclosing graph as inputs. The outputs are typed
-// here by importing each body once.
+// through the kernel cache like any model and runs on the host (frontend/control_node.h) as a
+// step of the enclosing model's module; where the node's output shapes depend on run-time
+// values, the executor plans the steps after it once it has run. The outputs are typed here
+// by importing each body once.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -262,11 +262,12 @@ std::optional<int64_t> static_trip_count(OnnxImporter& im, const onnx::NodeProto
   }
   std::vector<std::string> values(n.input().begin(), n.input().end());
   values.insert(values.end(), outer.runtime.begin(), outer.runtime.end());
-  throw RunTimeValueNeeded(values, outputs_of(n), types, "Loop",
-                           {{"body", bytes}, {"inputs", static_cast<int64_t>(n.input_size())}},
-                           "Loop: its body runs as a compiled model of its own, driven by kiln run "
-                           "and ModelFunction (a step of the model's module, or between "
-                           "stages where its output sizes depend on run-time values)");
+  throw RunTimeValueNeeded(
+      values, outputs_of(n), types, "Loop",
+      {{"body", bytes}, {"inputs", static_cast<int64_t>(n.input_size())}},
+      "Loop: its body runs as a compiled model of its own, driven by kiln run "
+      "and ModelFunction as a step of the model's module (one whose output sizes "
+      "depend on run-time values plans the steps after it once it has run)");
 }
 
 int64_t norm_axis(int64_t axis, int rank, const std::string& what) {
@@ -365,18 +366,19 @@ int64_t norm_axis(int64_t axis, int rank, const std::string& what) {
   }
   std::vector<std::string> values(n.input().begin(), n.input().end());
   values.insert(values.end(), outer.runtime.begin(), outer.runtime.end());
-  throw RunTimeValueNeeded(values, outputs_of(n), types, "Scan",
-                           {{"body", bytes},
-                            {"inputs", static_cast<int64_t>(n.input_size())},
-                            {"states", static_cast<int64_t>(states)},
-                            {"batched", static_cast<int64_t>(batched)},
-                            {"input_axes", in_axes},
-                            {"input_directions", in_dirs},
-                            {"output_axes", out_axes},
-                            {"output_directions", out_dirs}},
-                           "Scan: its body runs as a compiled model of its own, driven by kiln run "
-                           "and ModelFunction (a step of the model's module, or between "
-                           "stages where its output sizes depend on run-time values)");
+  throw RunTimeValueNeeded(
+      values, outputs_of(n), types, "Scan",
+      {{"body", bytes},
+       {"inputs", static_cast<int64_t>(n.input_size())},
+       {"states", static_cast<int64_t>(states)},
+       {"batched", static_cast<int64_t>(batched)},
+       {"input_axes", in_axes},
+       {"input_directions", in_dirs},
+       {"output_axes", out_axes},
+       {"output_directions", out_dirs}},
+      "Scan: its body runs as a compiled model of its own, driven by kiln run "
+      "and ModelFunction as a step of the model's module (one whose output sizes "
+      "depend on run-time values plans the steps after it once it has run)");
 }
 
 }  // namespace
@@ -421,9 +423,9 @@ void stage_if(OnnxImporter& im, const onnx::NodeProto& n) {
   throw RunTimeValueNeeded(values, outputs_of(n), types, "If",
                            {{"then_branch", then_bytes}, {"else_branch", else_bytes}},
                            "If with a condition known only at run time: each branch runs as a "
-                           "compiled model of its own, chosen by kiln run and ModelFunction (a "
-                           "step of the model's module, or between stages where the branches' "
-                           "shapes differ)");
+                           "compiled model of its own, chosen by kiln run and ModelFunction as a "
+                           "step of the model's module (when the branches' shapes differ, the "
+                           "steps after it are planned once it has run)");
 }
 
 void add_control_ops(OpTable& t) {

@@ -14,6 +14,7 @@
 #include "runtime/engine/parallel_for.h"
 #include "runtime/engine/worker_pool.h"
 #include "runtime/exec/memory_plan.h"
+#include "runtime/exec/sized_outputs.h"
 #include "runtime/exec/thunk_context.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -61,6 +62,7 @@ Executor::Executor(std::shared_ptr<Module> module, std::shared_ptr<const Program
                                   program_.input_slots.at(static_cast<size_t>(u.input)));
   }
   for (const auto& step : program_.steps) {
+    sized_steps_ = sized_steps_ || step.sized_by_run;
     // (Checked with `if`: the message is built only when it is needed.)
     if (step.thunk < 0 || step.thunk >= module_->info().n_thunks) {
       throw InternalError("step '" + step.label + "' refers to a missing thunk");
@@ -156,7 +158,7 @@ std::vector<StepTime> Executor::profile() const {
     const StepSpec& step = program_.steps[i];
     StepTime t{step.label, c.calls.load(std::memory_order_relaxed),
                c.ns.load(std::memory_order_relaxed), c.parts.load(std::memory_order_relaxed)};
-    if (plan) {
+    if (plan && i < plan->stop) {  // shapes past a step sized by its run differ by run
       std::vector<Shape> in, out_shapes;
       for (int s : step.inputs) in.push_back(plan->shapes[static_cast<size_t>(s)]);
       for (int s : step.outputs) out_shapes.push_back(plan->shapes[static_cast<size_t>(s)]);
@@ -281,27 +283,39 @@ void Executor::validate(const std::vector<Tensor>& inputs) const {
   }
 }
 
-std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tensor>& inputs) const {
+std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tensor>& inputs,
+                                                          const std::vector<Tensor>* bound,
+                                                          size_t first) const {
   auto owned = std::make_shared<Plan>();
   Plan& plan = *owned;
   std::vector<int> step_of_output(program_.slots.size(), -1);
   const size_t n = program_.slots.size();
   plan.shapes.assign(n, {});
   plan.offset.assign(n, -1);
+  plan.first = first;
+  plan.stop = program_.steps.size();
   std::vector<bool> known(n, false);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    plan.input_shapes.push_back(inputs[i].shape());
-    plan.shapes[program_.input_slots[i]] = inputs[i].shape();
-    known[program_.input_slots[i]] = true;
-  }
-  for (const auto& [slot, value] : program_.params) {
-    plan.shapes[slot] = value.shape();
-    known[slot] = true;
+  if (bound) {  // the rest of a run, after a step sized by its run
+    for (size_t s = 0; s < n; ++s) {
+      if (!(*bound)[s].defined()) continue;
+      plan.shapes[s] = (*bound)[s].shape();
+      known[s] = true;
+    }
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      plan.input_shapes.push_back(inputs[i].shape());
+      plan.shapes[program_.input_slots[i]] = inputs[i].shape();
+      known[program_.input_slots[i]] = true;
+    }
+    for (const auto& [slot, value] : program_.params) {
+      plan.shapes[slot] = value.shape();
+      known[slot] = true;
+    }
   }
   std::vector<int> last_use(n, -1);
   std::vector<std::vector<int>> readers(n);
   int64_t total_work = 0, split_work = 0;
-  for (size_t si = 0; si < program_.steps.size(); ++si) {
+  for (size_t si = first; si < program_.steps.size(); ++si) {
     const StepSpec& step = program_.steps[si];
     std::vector<Shape> in_shapes;
     for (int s : step.inputs) {
@@ -309,6 +323,10 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
       in_shapes.push_back(plan.shapes[s]);
       last_use[s] = static_cast<int>(si);
       readers[s].push_back(static_cast<int>(si));
+    }
+    if (step.sized_by_run) {  // this plan ends here; the rest is planned once it has run
+      plan.stop = si;
+      break;
     }
     std::vector<Shape> out_shapes;
     try {
@@ -356,10 +374,17 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
     total_work += work;
     if (splits) split_work += work;
   }
+  // What later steps read stays until this plan's last step: no temporary planned here
+  // may take its bytes.
+  for (size_t si = plan.stop; si < program_.steps.size(); ++si) {
+    for (int s : program_.steps[si].inputs) {
+      if (step_of_output[s] >= 0) last_use[s] = std::max(last_use[s], static_cast<int>(plan.stop));
+    }
+  }
   // A CPU reshape of an arena temporary views its bytes: the root (the temporary that owns
   // them) then lives until the view's last reader, and counts the view's readers as its own.
   plan.view_root.assign(n, -1);
-  for (size_t si = 0; si < program_.steps.size(); ++si) {
+  for (size_t si = first; si < plan.stop; ++si) {
     for (int s : program_.steps[si].outputs) {
       const SlotSpec& spec = program_.slots[s];
       if (spec.view_of < 0 || spec.on_device || is_output_[s]) continue;
@@ -393,7 +418,8 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
            step_of_output[s] >= 0 && plan.view_root[s] < 0 && plan.band_root[s] < 0;
   };
   std::vector<bool> has_bands(n, false);
-  for (const StepSpec& step : program_.steps) {
+  for (size_t si = first; si < plan.stop; ++si) {
+    const StepSpec& step = program_.steps[si];
     if (step.concat_axis < 0) continue;
     const int root = step.outputs.at(0);
     const Shape& shape = plan.shapes[root];
@@ -432,7 +458,8 @@ std::shared_ptr<const Executor::Plan> Executor::make_plan(const std::vector<Tens
   // each step then has the cores already, and pushing every step through the engine only
   // adds its bookkeeping (ShuffleNetV2 5.97 -> 4.01 ms, a GPT decoder 8.85 -> 7.57, no zoo
   // model slower).
-  plan.parallel = parallel_steps_ && total_work >= kParallelWork && 2 * split_work < total_work;
+  plan.parallel = parallel_steps_ && !sized_steps_ && total_work >= kParallelWork &&
+                  2 * split_work < total_work;
   // Temporaries (not inputs, params or outputs) share one arena by liveness.
   std::vector<BufferRequest> requests;
   std::vector<int> request_slot;
@@ -564,6 +591,12 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
   }
   if (arena_out) *arena_out = arena;
   for (const auto& [slot, value] : uploaded_values_) values[slot] = value;
+  bind_outputs(values, plan, arena);
+  return values;
+}
+
+void Executor::bind_outputs(std::vector<Tensor>& values, const Plan& plan,
+                            const std::shared_ptr<Storage>& arena) const {
   // Concat outputs holding bands first: a band's producer runs before its concat.
   for (size_t s = 0; s < values.size(); ++s) {
     const int root = plan.band_root[s];
@@ -581,7 +614,7 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
                     values[static_cast<size_t>(root)].nbytes());
     }
   }
-  for (size_t si = 0; si < program_.steps.size(); ++si) {
+  for (size_t si = plan.first; si < plan.stop; ++si) {
     if (uploads_[si]) continue;
     const StepSpec& step = program_.steps[si];
     for (int s : step.outputs) {
@@ -640,7 +673,6 @@ std::vector<Tensor> Executor::bind(const std::vector<Tensor>& inputs, const Plan
       }
     }
   }
-  return values;
 }
 
 void Executor::run_step(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream,
@@ -802,20 +834,80 @@ void Executor::copy_updates(std::vector<Tensor>& values) const {
   }
 }
 
-void Executor::run_steps(std::vector<Tensor>& values) {
+void Executor::run_steps(std::vector<Tensor>& values, const Plan& plan) {
   DeviceSteps in_flight;  // declared first: waited for before anything else goes
-  for (size_t si = 0; si < program_.steps.size(); ++si) {
-    if (uploads_[si]) continue;
-    const StepSpec& step = program_.steps[si];
-    if (!is_device_step(step)) {
-      in_flight.wait();  // a host step may read what device steps copied back
-      run_step(step, values);
-      continue;
+  std::shared_ptr<const Plan> rest;  // the plan after a step sized by its run
+  for (const Plan* p = &plan;;) {
+    for (size_t si = p->first; si < p->stop; ++si) {
+      if (uploads_[si]) continue;
+      const StepSpec& step = program_.steps[si];
+      if (!is_device_step(step)) {
+        in_flight.wait();  // a host step may read what device steps copied back
+        run_step(step, values);
+        continue;
+      }
+      enqueue_device_step(step, values, in_flight);
     }
-    enqueue_device_step(step, values, in_flight);
+    if (p->stop == program_.steps.size()) break;
+    in_flight.wait();
+    run_sized_step(program_.steps[p->stop], values);
+    rest = plan_after(*p, values);
+    std::shared_ptr<Storage> arena;
+    try {
+      arena = allocate_storage(rest->arena_bytes);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError("the run's temporaries after " + program_.steps[p->stop].label + " (" +
+                             largest_temporary(*rest) + "): " + e.what());
+    }
+    if (poison_) std::memset(arena->data(), 0xFF, rest->arena_bytes);
+    bind_outputs(values, *rest, arena);
+    p = rest.get();
   }
   in_flight.wait();
   copy_updates(values);
+}
+
+void Executor::run_sized_step(const StepSpec& step, std::vector<Tensor>& values) {
+  // The thunk still gets a view per output (of no elements): it hands its results over.
+  for (int s : step.outputs) {
+    const SlotSpec& spec = program_.slots[static_cast<size_t>(s)];
+    values[static_cast<size_t>(s)] = Tensor::empty(spec.dtype, Shape(spec.dims.size(), 0));
+  }
+  std::vector<Tensor> got;
+  {
+    SizedOutputs sink(step.outputs.size());
+    run_step(step, values);
+    got = sink.take(step.label);
+  }
+  for (size_t k = 0; k < got.size(); ++k) {
+    const int s = step.outputs[k];
+    const SlotSpec& spec = program_.slots[static_cast<size_t>(s)];
+    bool ok =
+        got[k].dtype() == spec.dtype && static_cast<size_t>(got[k].ndim()) == spec.dims.size();
+    for (size_t d = 0; ok && d < spec.dims.size(); ++d)
+      ok = spec.dims[d] < 0 || spec.dims[d] == got[k].shape()[d];
+    if (!ok) {
+      throw UserError(step.label + ": output " + spec.name + " came out " + got[k].describe() +
+                      "; its type is " + slot_type(spec));
+    }
+    // Later steps' kernels take their operands dense, as planned buffers are.
+    values[static_cast<size_t>(s)] = got[k].contiguous();
+  }
+}
+
+std::shared_ptr<const Executor::Plan> Executor::plan_after(
+    const Plan& before, const std::vector<Tensor>& values) const {
+  std::vector<Shape> key;
+  for (int s : program_.steps[before.stop].outputs)
+    key.push_back(values[static_cast<size_t>(s)].shape());
+  std::lock_guard lock(before.rest_mutex);
+  auto it = before.rest.find(key);
+  if (it != before.rest.end()) return it->second;
+  // Sizes that change every run would grow the memo without bound: past a few, start over.
+  if (before.rest.size() >= kMaxRestPlans) before.rest.clear();
+  std::shared_ptr<const Plan> plan = make_plan({}, &values, before.stop + 1);
+  before.rest.emplace(std::move(key), plan);
+  return plan;
 }
 
 std::vector<const Storage*> Executor::foreign_storages(const std::vector<Tensor>& values) const {
@@ -926,7 +1018,7 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
     // This thread runs every step, between split steps too: a worker polling beside it and
     // the one running helper parts would put three threads on two cores.
     WorkerPool::CallerBusy busy;
-    run_steps(values);
+    run_steps(values, *plan);
   }
   std::vector<Tensor> outputs = outputs_of(values);
   own_outputs(outputs, foreign_storages(values));
@@ -943,7 +1035,8 @@ std::unique_ptr<Executor::BoundValues> Executor::take_bound(
 
 void Executor::keep_bound(const std::shared_ptr<const Plan>& plan, std::shared_ptr<Storage> arena,
                           std::vector<Tensor> values) {
-  if (poison_ || has_device_slots_) return;
+  // A run past a step sized by its run bound values the plan does not describe.
+  if (poison_ || has_device_slots_ || sized_steps_) return;
   auto kept = std::make_unique<BoundValues>();
   for (size_t s = 0; s < values.size(); ++s) {
     Tensor& t = values[s];
@@ -991,7 +1084,7 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
   state->foreign = foreign_storages(state->values);
   runs_.fetch_add(1, std::memory_order_relaxed);
   if (!engine_) {
-    run_steps(state->values);
+    run_steps(state->values, *plan);
     state->waited = true;
     return PendingRun(std::move(state));
   }
@@ -1003,9 +1096,9 @@ PendingRun Executor::start(const std::vector<Tensor>& inputs,
     VarHandle done = engine_->new_var("run");
     st->vars.push_back(done);
     engine_->push(
-        [this, state]() mutable {
+        [this, state, plan]() mutable {
           DropWhenDone drop{state};
-          run_steps(state->values);
+          run_steps(state->values, *plan);
         },
         {}, {done}, PushOptions{"run of " + std::to_string(program_.steps.size()) + " steps"});
     return PendingRun(std::move(state));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -163,10 +164,24 @@ class Executor : public std::enable_shared_from_this<Executor> {
     std::vector<int64_t> band_offset;
     size_t arena_bytes = 0;
     bool parallel = false;  // push each step to the engine (else run them in order)
+    // The steps it covers, [first, stop): stop is a step sized by its run (StepSpec::
+    // sized_by_run), or the end. The plans of the steps after it, by the shapes its outputs
+    // came out with (plan_after).
+    size_t first = 0, stop = 0;
+    mutable std::mutex rest_mutex;
+    mutable std::map<std::vector<Shape>, std::shared_ptr<const Plan>> rest;
   };
+  static constexpr size_t kMaxRestPlans = 16;
   std::vector<Tensor> run_unprofiled(const std::vector<Tensor>& inputs);
   void validate(const std::vector<Tensor>& inputs) const;
-  std::shared_ptr<const Plan> make_plan(const std::vector<Tensor>& inputs) const;
+  // bound: the run's values so far, when planning the steps from `first` on (after a step
+  // sized by its run); else the plan starts from the inputs and weights.
+  std::shared_ptr<const Plan> make_plan(const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>* bound = nullptr,
+                                        size_t first = 0) const;
+  // The plan of the steps after before.stop, from the shapes its outputs came out with.
+  std::shared_ptr<const Plan> plan_after(const Plan& before,
+                                         const std::vector<Tensor>& values) const;
   std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& inputs);
   PendingRun start(const std::vector<Tensor>& inputs, const std::shared_ptr<const Plan>& plan);
   // The values of the last in-order run, kept for the next run of the same plan: binding
@@ -183,6 +198,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   std::vector<Tensor> bind(const std::vector<Tensor>& inputs, const Plan& plan,
                            BoundValues* reuse = nullptr,
                            std::shared_ptr<Storage>* arena_out = nullptr) const;
+  // Binds the outputs of the plan's steps (arena temporaries, views, bands, fresh outputs).
+  void bind_outputs(std::vector<Tensor>& values, const Plan& plan,
+                    const std::shared_ptr<Storage>& arena) const;
   std::unique_ptr<BoundValues> take_bound(const std::shared_ptr<const Plan>& plan);
   void keep_bound(const std::shared_ptr<const Plan>& plan, std::shared_ptr<Storage> arena,
                   std::vector<Tensor> values);
@@ -194,7 +212,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // The step itself; returns the parts it ran in.
   int run_step_parts(const StepSpec& step, std::vector<Tensor>& values, DeviceStream* stream,
                      StagedCopies* copies);
-  void run_steps(std::vector<Tensor>& values);
+  // Every step of the run, planning again after each step sized by its run.
+  void run_steps(std::vector<Tensor>& values, const Plan& plan);
+  // Runs a step sized by its run and binds the outputs it gave.
+  void run_sized_step(const StepSpec& step, std::vector<Tensor>& values);
   // Runs a device step's thunk on this thread's stream; in_flight waits for its work.
   void enqueue_device_step(const StepSpec& step, std::vector<Tensor>& values,
                            DeviceSteps& in_flight);
@@ -221,6 +242,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   int64_t split_grain_ = kSplitGrain;
   bool poison_ = false;
   bool has_device_slots_ = false;  // device values are not kept between runs
+  bool sized_steps_ = false;       // some step is sized by its run: plans in segments
   std::mutex bound_mutex_;
   std::unique_ptr<BoundValues> bound_;
   std::vector<bool> is_output_;

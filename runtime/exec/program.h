@@ -41,6 +41,11 @@ struct StepSpec {
   // output is one contiguous run, the executor may bind the input to those bytes, so its
   // producer writes it in place; the thunk must then skip that copy (it compares pointers).
   int concat_axis = -1;
+  // The step's output shapes are known only once it has run (control flow whose sizes come
+  // from run-time values): its thunk hands its results to the thread's SizedOutputs
+  // (runtime/exec/sized_outputs.h) rather than writing planned buffers, and the executor
+  // plans the steps after it from their shapes. infer_shape is not called for it.
+  bool sized_by_run = false;
 };
 
 // A state update: after a run, user input `input` holds the value of output `output` (a
