@@ -50,6 +50,7 @@ Graph place_on_device(const Graph& graph, const DeviceCodeTable& table, bool dev
     Variable* host = copy.map(v);
     Variable* dev = dst.add_node(to_device_op, {host}, "", {device_name(v)})->outputs[0];
     on_device[v] = dev;
+    on_host[v] = true;  // copied up from the host: a later host reader takes it as it is
     return dev;
   };
 

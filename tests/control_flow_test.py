@@ -226,9 +226,11 @@ expect_error("branches of different types", path, {"x": x}, "else_branch output 
 # Control flow whose output shapes are known when the model loads runs as a step of the
 # module (a host_call node the executor runs between the others, on the run's buffers), not
 # between stages: `kiln run --profile` lists it among the module's steps.
-def check_step(name, path, inputs, want, steps=1, env=None, pushed=False, rtol=1e-5, atol=1e-5):
+def check_step(name, path, inputs, want, steps=1, env=None, pushed=False, rtol=1e-5, atol=1e-5,
+               extra=()):
     out = path[:-5] + "_out"
-    args = [KILN, "run", path, "--no-generic-start", "-o", out, "--profile", "--repeat", "2"]
+    args = [KILN, "run", path, "--no-generic-start", "-o", out, "--profile", "--repeat", "2",
+            *extra]
     for k, v in inputs.items():
         f = path[:-5] + "_" + k + ".npy"
         np.save(f, v)
@@ -414,7 +416,7 @@ expect_error("an endless Loop as a step says why", path, {"x": np.ones(2, np.flo
 # plans the steps after it from the sizes it came out with. A while loop's scan output (its
 # length the trip count, zero included) feeds a Softmax and a ReduceSum; a temporary computed
 # before the loop (x's running sums) is read after it, so the loop's run must not take its bytes.
-path = save_model("step_while_then_ops", [
+WHILE_THEN_OPS = ([
     helper.make_node("CumSum", ["x", "axis0"], ["run"]),
     helper.make_node("ReduceSum", ["x"], ["s0"], keepdims=0),
     helper.make_node("Less", ["s0", "limit"], ["go"]),
@@ -423,7 +425,8 @@ path = save_model("step_while_then_ops", [
     helper.make_node("ReduceSum", ["ys"], ["col"], axes=[0], keepdims=0),
     helper.make_node("Add", ["col", "run"], ["z"])],
     [vi("x", F, [3]), vi("limit", F, [])], [vi("p", F, None), vi("z", F, [3])],
-    {"axis0": np.array(0, np.int64)}, opset=11)
+    {"axis0": np.array(0, np.int64)}, 11)
+path = save_model("step_while_then_ops", *WHILE_THEN_OPS)
 x = np.array([0.5, 1.0, 1.5], np.float32)
 for limit in (100.0, 0.5, 7.0, 1000.0, 0.5):  # 0.5: no iteration, ys of shape (0, 3)
     _, ys = while_ref(x, limit)
@@ -447,6 +450,25 @@ for xv in (x_if, -x_if, x_if):
     r_ref = xv * 3 if xv.sum() > 0 else xv.sum(axis=1, keepdims=True)
     check_step(f"an If as a step, then ops on its output (sum {xv.sum():.2f})", path, {"x": xv},
                {"e": np.exp(r_ref), "y": np.array(np.exp(r_ref).sum(), np.float32)})
+
+# The same two models placed on the CUDA backend (its emulator here): the nodes around the
+# host_call run on the device, with copies to and from the host at its edges. An input that a
+# device node reads first and the host_call after must not get a second, clashing host copy.
+CUDA = {"KILN_CUDA_DEVICE": "emulator"}
+for limit in (100.0, 0.5):
+    _, ys = while_ref(x, limit)
+    e = np.exp(ys - ys.max(axis=1, keepdims=True)) if len(ys) else ys
+    check_step(f"a while loop as a step, then ops, on CUDA (limit {limit})",
+               save_model("step_while_then_ops", *WHILE_THEN_OPS),
+               {"x": x, "limit": np.array(limit, np.float32)},
+               {"p": (e / e.sum(axis=1, keepdims=True)).astype(np.float32) if len(ys) else ys,
+                "z": (ys.sum(axis=0) + np.cumsum(x)).astype(np.float32)},
+               env=CUDA, extra=("--device", "cuda"))
+for xv in (x_if, -x_if):
+    r_ref = xv * 3 if xv.sum() > 0 else xv.sum(axis=1, keepdims=True)
+    check_step(f"an If as a step, then ops, on CUDA (sum {xv.sum():.2f})", path, {"x": xv},
+               {"e": np.exp(r_ref), "y": np.array(np.exp(r_ref).sum(), np.float32)},
+               env=CUDA, extra=("--device", "cuda"))
 
 # `kiln source` and `kiln compile` see such models as one module, their control flow a
 # host_call node bound when the module loads; a model that runs in stages (a NonZero of a

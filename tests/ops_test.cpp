@@ -15,6 +15,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "compiler/compile.h"
 #include "ops/builders.h"
@@ -1456,10 +1457,36 @@ TEST(HostCall, ASizedStepPlansTheStepsAfterItFromItsResults) {
     double run = 0;
     for (int64_t i = 0; i < n; ++i) {
       run += xv.load(i);
-      if (i % 4099 == 0)
+      if (i % 4099 == 0) {
         EXPECT_NEAR(y[0].load(i), run + sum, 0.05 + 1e-5 * sum) << pattern << " " << i;
+      }
     }
   }
+  // Two threads calling at once, each with its own sizes: each plans its rest from its own
+  // results (the memo is shared).
+  auto kept_of = [&](const Tensor& xv) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; ++i) k += static_cast<float>(-std::tanh(double{xv.load(i)})) > 0;
+    return k;
+  };
+  std::vector<Tensor> xs;
+  for (int t = 0; t < 2; ++t) {
+    xs.push_back(Tensor::empty(DType::kFloat32, {n}));
+    for (int64_t i = 0; i < n; ++i)
+      xs.back().store(i, t == 0 ? u(rng) : -std::fabs(u(rng)) - 0.01f);
+  }
+  std::vector<int64_t> got(2, -1), want{kept_of(xs[0]), kept_of(xs[1])};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 4; ++r) {
+        const int64_t k = f({xs[static_cast<size_t>(t)]})[1].shape().at(0);
+        if (r == 0 || k != want[static_cast<size_t>(t)]) got[static_cast<size_t>(t)] = k;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(got, want);
   // A result of another rank than the node's type fails the run naming the node and both.
   fn->wrong = true;
   Tensor ones = Tensor::empty(DType::kFloat32, {n});
