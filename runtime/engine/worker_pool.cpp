@@ -123,7 +123,10 @@ WorkerPool::PollEnd WorkerPool::poll() {
   auto until = std::chrono::steady_clock::now() + spin_;
   uint64_t last_generation = 0;
   for (;;) {
-    if (offered_.load(std::memory_order_relaxed)) {
+    // Acquire: the offer's caller_cpu_ is then this offer's, and the poller leaves that core
+    // before joining (checked only after yielding, an offer made meanwhile was joined there).
+    if (offered_.load(std::memory_order_acquire)) {
+      leave_callers_core();
       const uint64_t before = last_generation;
       join_offered(last_generation);
       if (last_generation != before) until = std::chrono::steady_clock::now() + spin_;
