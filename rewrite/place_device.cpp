@@ -39,7 +39,15 @@ Graph place_on_device(const Graph& graph, const DeviceCodeTable& table, bool dev
   auto host_value = [&](const Variable* v) {
     auto it = on_device.find(v);
     if (it != on_device.end() && !on_host[v]) {
-      copy.add(to_host_op, {it->second}, {v}, "");
+      if (v->owner) {
+        copy.add(to_host_op, {it->second}, {v}, "");
+      } else {
+        // A device input (device_io) keeps its name: its host copy takes a fresh one.
+        Variable* host =
+            dst.add_node(to_host_op, {it->second}, "", {dst.fresh_name(v->name + ".host")})
+                ->outputs[0];
+        copy.replace(v, host);
+      }
       on_host[v] = true;
     }
     return copy.map(v);

@@ -17,16 +17,17 @@
 
 #include "compiler/c/linker.h"
 #include "compiler/compile.h"
-#include "compiler/cuda/toolchain.h"
 #include "compiler/cuda/nvrtc.h"
+#include "compiler/cuda/toolchain.h"
 #include "compiler/subprocess.h"
 #include "frontend/model_loader.h"
 #include "helpers.h"
 #include "ops/builders.h"
 #include "ops/cop.h"
+#include "ops/device_placed.h"
 #include "ops/reference.h"
 #include "ops/scalar_table.h"
-#include "ops/device_placed.h"
+#include "runtime/device/caller_stream.h"
 #include "runtime/device/device_completion.h"
 #include "runtime/device/device_memory.h"
 #include "runtime/device/device_tensor.h"
@@ -1007,6 +1008,74 @@ TEST(KILN_CUDA_SUITE, DeviceInputsAndOutputsStayOnTheDevice) {
   for (size_t i = 0; i < outs.size(); ++i) {
     EXPECT_TRUE(outs[i].storage()->on_device()) << i;
     EXPECT_TRUE(tensors_close(to_host(outs[i]), outs_want[i], 1e-6, 1e-6)) << i;
+  }
+}
+
+// A device input read by a CPU node goes down through a host copy of a name of its own,
+// while device nodes read it where it is (as an embedding's ids are, where the gather of a
+// transformer stays on the host).
+TEST(KILN_CUDA_SUITE, ADeviceInputReadOnTheHostKeepsItsName) {
+  std::mt19937 rng(45);
+  Graph g("cuda_device_io_host_reader");
+  Var x = input(g, "x", DType::kFloat32, {5, 9});
+  Var c = apply("cumsum", {x}, {{"axis", int64_t{1}}});  // no CUDA code: on the CPU
+  g.set_outputs({(c * 3.0).var(), exp(x).var()});
+  CompileOptions o = on_cuda();
+  o.device_io = true;
+  const Graph placed = optimized_graph(g, o);
+  EXPECT_EQ(placed.inputs().at(0)->name, "x");
+  int downloads = 0;
+  for (const auto& n : placed.nodes()) downloads += n->op->name() == "to_host";
+  EXPECT_EQ(downloads, 1);
+  Function f = compile(g, o);
+  const Tensor xs = nasty(DType::kFloat32, {5, 9}, rng);
+  const std::vector<Tensor> got = f({to_device(xs)});
+  const std::vector<Tensor> want = evaluate_reference(g, {xs});
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(tensors_close(to_host(got[i]), want[i], 1e-5, 1e-6)) << i;
+}
+
+// On a caller's stream (PyTorch's current one, in Python) every launch of a run goes onto
+// that stream, branches included, in order on the calling thread; without one, none does.
+// A handle the device does not know is refused by name.
+TEST(KILN_CUDA_SUITE, ARunOnTheCallersStreamEnqueuesEverythingThere) {
+  std::mt19937 rng(46);
+  // Two independent branches: on the threaded engine such a run goes step by step.
+  const Graph g = branched_graph();
+  auto engine = make_engine(EngineKind::kThreaded, 2);
+  CompileOptions o = on_cuda();
+  o.device_io = true;
+  o.engine = engine.get();
+  Function f = compile(g, o);
+  const Tensor xs = nasty(DType::kFloat32, {300, 257}, rng);
+  const Tensor ws = testing::random_tensor(DType::kFloat32, {257, 70}, rng);
+  const std::vector<Tensor> want = evaluate_reference(g, {xs, ws});
+  const Tensor xd = to_device(xs), wd = to_device(ws);
+  f({xd, wd});  // weights uploaded, plans made
+  ASSERT_EQ(f.stats().stepwise_runs, 1) << "a branched run, step by step on the engine";
+  std::unique_ptr<DeviceStream> caller = accelerator().create_stream();
+  const uint64_t before = caller->launches();
+  const int64_t stepwise = f.stats().stepwise_runs;
+  std::vector<Tensor> got;
+  {
+    CallerStream on(caller->native());
+    got = f({xd, wd});
+  }
+  if (!kOnGpu) EXPECT_GE(caller->launches() - before, 2u) << "the run's kernels went there";
+  EXPECT_EQ(f.stats().stepwise_runs, stepwise) << "its steps ran in order on this thread";
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(tensors_close(to_host(got[i]), want[i], 1e-4, 1e-4)) << i;
+  const uint64_t after = caller->launches();
+  f({xd, wd});
+  EXPECT_EQ(caller->launches(), after) << "without a caller's stream kiln uses its own";
+  if (!kOnGpu) {
+    EXPECT_NE(error_of([] { CallerStream bad(0x3039); }).find("0x3039 is not a live stream"),
+              std::string::npos);
+    const uintptr_t gone = caller->native();
+    caller.reset();
+    EXPECT_NE(error_of([&] { CallerStream bad(gone); }).find("is not a live stream"),
+              std::string::npos);
   }
 }
 

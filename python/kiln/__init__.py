@@ -17,7 +17,7 @@ from ._kiln import Error, InternalError, Tensor, UnsupportedError, UserError
 from . import cache, graph
 
 __all__ = ["compile", "source", "export", "Function", "Tensor", "Error", "UserError",
-           "UnsupportedError", "InternalError", "cache", "graph", "as_tensor"]
+           "UnsupportedError", "InternalError", "cache", "graph", "as_tensor", "cuda_stream"]
 
 Function = _kiln.Function
 
@@ -26,18 +26,22 @@ def _is_path(x):
     return isinstance(x, (str, bytes, os.PathLike))
 
 
-def compile(path_or_graph, device="cpu", passes=None, precision=None):
+def compile(path_or_graph, device="cpu", passes=None, precision=None, device_io=False):
     """Compiles an ONNX / kiln JSON model file or a kiln.graph.Graph through the kernel cache.
 
     device: "cpu" or "cuda". passes: rewrite passes, e.g. "-fusion" or "none" (default all).
     precision: "f32" or "bf16" (products by weights on bfloat16 operands, CPU only; default
-    $KILN_PRECISION, else f32).
-    Returns a Function: call it with arrays (positionally in input order, or by name).
+    $KILN_PRECISION, else f32). device_io (with device="cuda"): inputs and outputs are device
+    tensors, no copies at the edges (CUDA tensors; on the emulator, CPU arrays stand in).
+    Returns a Function: call it with arrays (positionally in input order, or by name), or
+    f.run([arrays], stream=handle) to run on a caller's CUDA stream.
     """
     if isinstance(path_or_graph, graph.Graph):
-        return _kiln.compile_graph(path_or_graph, device, passes, precision=precision)
+        return _kiln.compile_graph(path_or_graph, device, passes, precision=precision,
+                                   device_io=device_io)
     if _is_path(path_or_graph):
-        return _kiln.compile_path(os.fspath(path_or_graph), device, passes, precision)
+        return _kiln.compile_path(os.fspath(path_or_graph), device, passes, precision,
+                                  device_io)
     raise TypeError(f"kiln.compile expects a model path or a kiln.graph.Graph, got "
                     f"{type(path_or_graph).__name__}")
 
@@ -56,6 +60,12 @@ def export(model, example_inputs, path, name=None, embed_weights=True, dynamic_s
     dynamic_shapes (torch.export's) makes dimensions dynamic in the library."""
     from .torch_export import export as export_torch
     return export_torch(model, example_inputs, path, name, embed_weights, dynamic_shapes)
+
+
+def cuda_stream():
+    """A new stream of kiln's on its CUDA device (GPU or emulator): pass its .handle as
+    Function.run's stream."""
+    return _kiln.cuda_stream()
 
 
 def as_tensor(array):

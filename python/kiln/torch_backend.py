@@ -12,9 +12,18 @@ tensor changed in place (its version counter moves) or replaced is prepared agai
 next call. Ops whose inputs are all known while compiling (a causal mask from arange and full)
 are computed once by PyTorch. With grad enabled, weights stay inputs. Graphs with symbolic
 (dynamic) shapes run in PyTorch as captured, with a warning.
+
+CUDA tensors run on kiln's CUDA backend: a graph whose tensors are all on the GPU is compiled
+with device inputs and outputs (device_io), its inputs and outputs cross through DLPack device
+pointers, and its work goes on PyTorch's current stream, after what PyTorch enqueued there.
+`options={"device": "cuda"}` (or KILN_TORCH_DEVICE=cuda) sends CPU tensors' graphs to the
+CUDA backend too: on kiln's CUDA emulator, CPU tensors stand in for device memory, so the
+whole path is exercised without a GPU.
 """
+import os
 import operator
 import time
+import weakref
 import warnings
 
 import torch
@@ -33,7 +42,9 @@ from .torch_shapes import SymDim, dim_of, shape_of
 # many kiln graphs), "pytorch_ops" (ops left to PyTorch), "frozen" (weights entered as kiln
 # weights), "constants" (ops PyTorch computed while compiling), and the seconds spent
 # lowering ("lower_s") and in kiln's compile ("compile_s", a cache hit or a build), and
-# "dynamic" (some input has symbolic sizes: one kiln module serves them all).
+# "dynamic" (some input has symbolic sizes: one kiln module serves them all), "device" (kiln's
+# backend, "cpu" or "cuda device_io"; None when the graph stayed in PyTorch) and "subgraphs"
+# (weak references to the KilnSubgraph modules).
 REPORTS = []
 
 
@@ -41,27 +52,27 @@ def _meta(node):
     return node.meta.get("val") if hasattr(node, "meta") else None
 
 
-def _tensor_ok(val):
-    """A CPU tensor of a dtype kiln has (its sizes may be symbolic)."""
-    return isinstance(val, torch.Tensor) and val.dtype in _DTYPES and val.device.type == "cpu"
+def _tensor_ok(val, device="cpu"):
+    """A tensor of a dtype kiln has on the graph's device type (its sizes may be symbolic)."""
+    return isinstance(val, torch.Tensor) and val.dtype in _DTYPES and val.device.type == device
 
 
 def _static(val):
     return not any(isinstance(s, torch.SymInt) for s in val.shape)
 
 
-def _value_ok(val):
+def _value_ok(val, device):
     """A value PyTorch may compute while compiling: tensors of static shape."""
     if isinstance(val, (tuple, list)):
-        return all(_tensor_ok(v) and _static(v) for v in val)
-    return _tensor_ok(val) and _static(val)
+        return all(_tensor_ok(v, device) and _static(v) for v in val)
+    return _tensor_ok(val, device) and _static(val)
 
 
 def _is_size(node):
     return isinstance(_meta(node), torch.SymInt)
 
 
-def _constant_nodes(gm, frozen):
+def _constant_nodes(gm, frozen, device):
     """The nodes computable while compiling: pure ops whose inputs are all such nodes (an op
     without tensor inputs, like arange or full, included). Frozen weights do not count: kiln
     folds what derives from them itself, and re-prepares it when they change."""
@@ -75,7 +86,8 @@ def _constant_nodes(gm, frozen):
                 known.add(node)
             continue
         if not isinstance(target, torch._ops.OpOverload) or \
-                torch.Tag.nondeterministic_seeded in target.tags or not _value_ok(_meta(node)):
+                torch.Tag.nondeterministic_seeded in target.tags or \
+                not _value_ok(_meta(node), device):
             continue
         if all(a in known for a in node.all_input_nodes):
             known.add(node)
@@ -83,13 +95,14 @@ def _constant_nodes(gm, frozen):
 
 
 class _Support(OperatorSupport):
-    """An op kiln lowers, on CPU tensors of kiln's dtypes with static shapes, or one PyTorch
-    computes while compiling; a tuple output (max-pool indices, batch-norm statistics) only
-    where nothing reads its extra parts, unless kiln computes them all."""
+    """An op kiln lowers, on tensors of kiln's dtypes on the graph's device type, or one
+    PyTorch computes while compiling; a tuple output (max-pool indices, batch-norm statistics)
+    only where nothing reads its extra parts, unless kiln computes them all."""
 
-    def __init__(self, constants=frozenset()):
+    def __init__(self, constants=frozenset(), device="cpu"):
         super().__init__()
         self.constants = constants
+        self.device = device
 
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
@@ -104,19 +117,19 @@ class _Support(OperatorSupport):
         val = _meta(node)
         if isinstance(val, (tuple, list)):
             present = [v for v in val if v is not None]  # (gradients not asked for are None)
-            if not present or not all(_tensor_ok(v) for v in present):
+            if not present or not all(_tensor_ok(v, self.device) for v in present):
                 return False
             if node.target not in _ALL_OUTPUTS and any(
                     u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
                 return False
-        elif not _tensor_ok(val):
+        elif not _tensor_ok(val, self.device):
             return False
         inputs = [_meta(a) for a in node.all_input_nodes if not _is_size(a)]
         if node.target in BOOL_ONLY and any(v.dtype != torch.bool for v in inputs):
             return False
         if node.target in CHECKS and not CHECKS[node.target](node):
             return False
-        return all(_tensor_ok(v) for v in inputs)
+        return all(_tensor_ok(v, self.device) for v in inputs)
 
 
 # Multi-output ops whose every output kiln computes (the others: only the first).
@@ -173,8 +186,8 @@ def build_graph(gm, frozen, constants, name="torch_partition", input_names=None)
             elif node.op == "placeholder":
                 i = placeholders
                 placeholders += 1
-                if i in frozen:
-                    env[node] = g.parameter(frozen[i], f"weight{i}")
+                if i in frozen:  # kiln takes weights from host memory (and uploads them once)
+                    env[node] = g.parameter(frozen[i].detach().cpu(), f"weight{i}")
                 else:
                     val = _meta(node)
                     dims = shape_of(val)
@@ -213,13 +226,15 @@ def build_graph(gm, frozen, constants, name="torch_partition", input_names=None)
 
 class KilnSubgraph(torch.nn.Module):
     """One partition as a compiled kiln function, called with PyTorch tensors. `frozen` maps
-    the positions of the partition's inputs that are frozen weights to their tensors."""
+    the positions of the partition's inputs that are frozen weights to their tensors. `target`
+    says where it runs (see _Target)."""
 
-    def __init__(self, gm, frozen=None, constants=frozenset()):
+    def __init__(self, gm, frozen=None, constants=frozenset(), target=None):
         super().__init__()
         self.gm = gm
         self.constants = constants
         self.frozen = dict(frozen or {})
+        self.target = target or _Target("cpu", "cpu")
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         # kiln's inputs: the tensors not frozen (a size argument is known from them).
         self.dynamic = [i for i, n in enumerate(placeholders)
@@ -233,13 +248,16 @@ class KilnSubgraph(torch.nn.Module):
         self.graph, self.single, self.evaluated = build_graph(self.gm, self.frozen,
                                                               self.constants)
         lowered = time.perf_counter()
-        # A miss answers its first calls through the generic tier while the module compiles.
-        self.fn = _kiln.compile_graph(self.graph, tiered=True)
+        t = self.target
+        # A miss answers its first calls through the generic tier (a host one) while the
+        # module compiles.
+        self.fn = _kiln.compile_graph(self.graph, t.kiln_device, tiered=t.kiln_device == "cpu",
+                                      device_io=t.device_io)
         self.seconds = {"lower_s": lowered - start, "compile_s": time.perf_counter() - lowered}
 
     def source(self):
         """The C source kiln generated for this partition."""
-        return _kiln.source(self.graph)
+        return _kiln.source(self.graph, self.target.kiln_device)
 
     def _stale(self, args):
         for i, (t, ptr, version) in self.versions.items():
@@ -256,7 +274,19 @@ class KilnSubgraph(torch.nn.Module):
             # its weights are prepared again.
             self.frozen = {i: args[i] for i in self.frozen}
             self._build()
-        outs = [torch.from_dlpack(t) for t in self.fn(*(args[i] for i in self.dynamic))]
+        inputs = [args[i] for i in self.dynamic]
+        if self.target.device_io:
+            # Device inputs are dense (kiln's device kernels read them so); PyTorch's work
+            # producing them is on its current stream, and kiln's goes after it there.
+            inputs = [a.contiguous() for a in inputs]
+            stream = None
+            if self.target.torch_device == "cuda":
+                stream = torch.cuda.current_stream(inputs[0].device if inputs else None)
+                stream = stream.cuda_stream
+            results = self.fn.run(inputs, stream=stream)
+        else:
+            results = self.fn(*inputs)
+        outs = [torch.from_dlpack(t) for t in results]
         return outs[0] if self.single else tuple(outs)
 
 
@@ -273,7 +303,47 @@ def _op_name(target):
     return getattr(target, "__name__", str(target))
 
 
-def _frozen_placeholders(gm, frozen_inputs):
+class _Target:
+    """Where a graph's kiln functions run: `torch_device` is the device type of its tensors
+    ("cpu" or "cuda"), `kiln_device` kiln's backend; with device_io the tensors cross as
+    device memory (CUDA tensors, or CPU ones on kiln's emulator, whose device memory is the
+    host's)."""
+
+    def __init__(self, torch_device, kiln_device):
+        self.torch_device = torch_device
+        self.kiln_device = kiln_device
+        self.device_io = kiln_device == "cuda" and (torch_device == "cuda" or
+                                                    _kiln.cuda_emulated())
+
+
+def _target(gm, device_option):
+    """The graph's _Target, or a reason it stays in PyTorch: its tensors on more than one
+    device, on one kiln has no backend for, or on the GPU when kiln has no CUDA device."""
+    types = set()
+    for node in gm.graph.nodes:
+        vals = _meta(node)
+        for v in vals if isinstance(vals, (tuple, list)) else [vals]:
+            if isinstance(v, torch.Tensor):
+                types.add(v.device.type)
+                if v.device.type == "cuda" and v.device.index not in (None, 0):
+                    return None, f"a graph on {v.device} runs in PyTorch (kiln runs on cuda:0)"
+    if len(types) > 1:
+        return None, f"a graph with tensors on {' and '.join(sorted(types))} runs in PyTorch"
+    torch_device = types.pop() if types else "cpu"
+    if torch_device not in ("cpu", "cuda"):
+        return None, f"a graph with {torch_device} tensors runs in PyTorch"
+    kiln_device = "cuda" if torch_device == "cuda" else device_option
+    if kiln_device not in ("cpu", "cuda"):
+        raise ValueError(f"kiln backend: device must be 'cpu' or 'cuda', got {kiln_device!r}")
+    if kiln_device == "cuda":
+        try:
+            _kiln.cuda_device()
+        except _kiln.Error as e:
+            return None, f"a graph on the GPU runs in PyTorch: {e}"
+    return _Target(torch_device, kiln_device), None
+
+
+def _frozen_placeholders(gm, frozen_inputs, device):
     """The names of the graph's placeholders that are frozen weights, with their tensors (the
     fused graph has new nodes, the same names), where aot_autograd kept the inputs as dynamo
     gave them (the same count, shapes and dtypes)."""
@@ -283,29 +353,31 @@ def _frozen_placeholders(gm, frozen_inputs):
     out = {}
     for i, t in frozen_inputs[1].items():
         val = _meta(placeholders[i])
-        if _tensor_ok(val) and val.shape == t.shape and val.dtype == t.dtype:
+        if _tensor_ok(val, device) and val.shape == t.shape and val.dtype == t.dtype:
             out[placeholders[i].name] = t
     return out
 
 
-def _lower_graph(gm, example_inputs, frozen_inputs=None):
+def _lower_graph(gm, example_inputs, frozen_inputs=None, device_option="cpu"):
     report = {"kiln_graphs": 0, "pytorch_ops": [], "frozen": 0, "constants": 0, "lower_s": 0.0,
-              "compile_s": 0.0, "dynamic": False}
+              "compile_s": 0.0, "dynamic": False, "device": None, "subgraphs": []}
     REPORTS.append(report)
+    target, why = _target(gm, device_option)
+    if target is None:
+        _warn_once("kiln: " + why)
+        report["pytorch_ops"] = ["(the whole graph)"]
+        return gm
+    report["device"] = target.kiln_device + (" device_io" if target.device_io else "")
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = _meta(node)
-            if isinstance(val, torch.Tensor) and not _tensor_ok(val):
-                _warn_once("kiln: a graph with non-CPU tensors runs in PyTorch")
-                report["pytorch_ops"] = ["(the whole graph)"]
-                return gm
             if isinstance(val, torch.Tensor) and not _static(val):
                 report["dynamic"] = True
-    frozen = _frozen_placeholders(gm, frozen_inputs)
-    constants = _constant_nodes(gm, frozen)
+    frozen = _frozen_placeholders(gm, frozen_inputs, target.torch_device)
+    constants = _constant_nodes(gm, frozen, target.torch_device)
     for node in constants:  # the partitions' copies of these nodes carry the mark
         node.meta["kiln_constant"] = True
-    support = _Support(constants)
+    support = _Support(constants, target.torch_device)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     missing = sorted({_op_name(n.target) for n in gm.graph.nodes
@@ -325,13 +397,14 @@ def _lower_graph(gm, example_inputs, frozen_inputs=None):
         sub_constants = {n for n in sub.graph.nodes if n.op == "call_function"
                          and n.meta.get("kiln_constant")}
         try:
-            kiln_sub = KilnSubgraph(sub, sub_frozen, sub_constants)
+            kiln_sub = KilnSubgraph(sub, sub_frozen, sub_constants, target)
         except _kiln.Error as e:  # kiln refused this part: it stays in PyTorch
             _warn_once(f"kiln: a part of the graph runs in PyTorch: {e}")
             report["pytorch_ops"].append("(a part kiln refused)")
             continue
         setattr(fused, call.target, kiln_sub)
         report["kiln_graphs"] += 1
+        report["subgraphs"].append(weakref.ref(kiln_sub))
         report["frozen"] += len(sub_frozen)
         report["constants"] += kiln_sub.evaluated
         for k, v in kiln_sub.seconds.items():
@@ -340,9 +413,10 @@ def _lower_graph(gm, example_inputs, frozen_inputs=None):
     return fused
 
 
-def _compiler(frozen_inputs):
+def _compiler(frozen_inputs, device_option):
     def compile_graph(gm, example_inputs):
-        return make_boxed_func(_lower_graph(gm, example_inputs, frozen_inputs).forward)
+        return make_boxed_func(_lower_graph(gm, example_inputs, frozen_inputs,
+                                            device_option).forward)
     return compile_graph
 
 
@@ -357,10 +431,16 @@ def _frozen_inputs(example_inputs):
     return (len(example_inputs), frozen) if frozen else None
 
 
-def kiln_backend(gm, example_inputs, **kwargs):
-    """The torch.compile backend (registered as "kiln")."""
-    compiler = _compiler(_frozen_inputs(example_inputs))
-    return aot_autograd(fw_compiler=compiler, bw_compiler=_compiler(None),
+def kiln_backend(gm, example_inputs, options=None, **kwargs):
+    """The torch.compile backend (registered as "kiln"). options (torch.compile's):
+    "device": where graphs of CPU tensors run, "cpu" (the default, else $KILN_TORCH_DEVICE)
+    or "cuda"; graphs of CUDA tensors always run on kiln's CUDA backend."""
+    options = dict(options or {})
+    device = options.pop("device", os.environ.get("KILN_TORCH_DEVICE") or "cpu")
+    if options:
+        raise ValueError(f"kiln backend: unknown options {sorted(options)} (it takes 'device')")
+    compiler = _compiler(_frozen_inputs(example_inputs), device)
+    return aot_autograd(fw_compiler=compiler, bw_compiler=_compiler(None, device),
                         decompositions=core_aten_decompositions())(gm, example_inputs)
 
 

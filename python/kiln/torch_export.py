@@ -54,7 +54,7 @@ def export(model, example_inputs, path, name=None, embed_weights=True, dynamic_s
             raise _kiln.UnsupportedError(
                 f"kiln.export: the model writes {spec.kind.name} '{spec.target}' (a buffer a "
                 "training-mode layer updates? export the model in eval())")
-    constants = _constant_nodes(gm, frozen)
+    constants = _constant_nodes(gm, frozen, "cpu")
     support = _Support(constants)
     missing = sorted({_op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"
                       and not support.is_node_supported({}, n)})

@@ -109,7 +109,7 @@ class Ctx:
         """A PyTorch tensor as a kiln constant (small) or weight (large)."""
         if t.dtype not in _DTYPES:
             raise _kiln.UnsupportedError(f"a constant of dtype {t.dtype}")
-        t = t.detach().contiguous()
+        t = t.detach().cpu().contiguous()  # computed on the GPU, perhaps: kiln takes host values
         self._count += 1
         if name is None:
             name = f"const{self._count}"
@@ -633,6 +633,8 @@ def _any(ctx, x, dim=None, keepdim=False):
 def _fill(ctx, dims, value, dtype):
     if not is_symbolic(dims):  # a constant
         return ctx.materialize(torch.full([int(d) for d in dims], value, dtype=dtype))
+    if dtype == torch.bool:  # kiln's fill is numeric: a causal mask's ones of symbolic size
+        return kg.cast(_fill(ctx, dims, float(bool(value)), torch.uint8), "bool")
     return ctx.with_dims("fill", [], {"dims": dims}, value=float(value), dtype=_DTYPES[dtype])
 
 

@@ -15,6 +15,7 @@
 #include "frontend/model_loader.h"
 #include "python/src/bindings.h"
 #include "python/src/graph_handle.h"
+#include "runtime/device/caller_stream.h"
 #include "util/error.h"
 
 namespace kiln::python {
@@ -28,6 +29,11 @@ struct PyFunction {
   std::shared_ptr<Graph> graph;
   std::shared_ptr<TieredFunction> tiered;
   std::shared_ptr<std::mutex> model_mutex = std::make_shared<std::mutex>();
+  bool on_device = false;  // compiled for a device ("cuda"): a caller's stream may be given
+  bool device_io = false;  // its inputs and outputs are device tensors
+  // Arrays that enter as device tensors: CUDA arrays always; CPU arrays too on the emulator,
+  // whose device memory is the host's.
+  bool host_arrays_as_device() const { return device_io && accelerator().emulated(); }
 
   const Function& current() const {
     if (tiered) return tiered->compiled();
@@ -47,9 +53,12 @@ struct PyFunction {
 };
 
 CompileOptions options_of(const std::string& device, const std::optional<std::string>& passes,
-                          const std::optional<std::string>& precision) {
+                          const std::optional<std::string>& precision, bool device_io = false) {
   CompileOptions o;
   o.device = device;
+  o.device_io = device_io;
+  if (device_io && device == "cpu")
+    throw UserError("device_io=True needs a device: compile with device='cuda'");
   if (passes) o.passes = *passes;
   if (precision) o.precision = *precision;
   return o;
@@ -60,6 +69,7 @@ CompileOptions options_of(const std::string& device, const std::optional<std::st
 // list, an empty optional as None.
 nb::list call_values(PyFunction& self, const std::vector<std::string>& names, nb::args args,
                      nb::kwargs kwargs) {
+  const bool as_device = self.host_arrays_as_device();
   std::map<std::string, ModelValue> inputs;
   auto value_of = [&](const std::string& name, nb::handle v) {
     ValueKind kind = ValueKind::kTensor;
@@ -72,10 +82,10 @@ nb::list call_values(PyFunction& self, const std::vector<std::string>& names, nb
                       (list ? "a list" : "None"));
     if (holds_sequence(kind) && list) {
       std::vector<Tensor> elems;
-      for (nb::handle e : v) elems.push_back(tensor_from_python(e));
+      for (nb::handle e : v) elems.push_back(tensor_from_python(e, as_device));
       return ModelValue::sequence_of(std::move(elems));
     }
-    return ModelValue::of(tensor_from_python(v));
+    return ModelValue::of(tensor_from_python(v, as_device));
   };
   for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = value_of(names[i], args[i]);
   for (auto [key, value] : kwargs) {
@@ -105,43 +115,72 @@ nb::list call_values(PyFunction& self, const std::vector<std::string>& names, nb
   return out;
 }
 
-nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
-  const std::vector<std::string> names = self.input_names();
-  if (args.size() > names.size()) {
-    throw UserError(std::to_string(args.size()) + " inputs given, the function takes " +
-                    std::to_string(names.size()) + " (" +
-                    [&] {
-                      std::string s;
-                      for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-                      return s;
-                    }() +
-                    ")");
-  }
-  if (self.model && self.model->takes_values()) return call_values(self, names, args, kwargs);
-  std::map<std::string, Tensor> inputs;
-  for (size_t i = 0; i < args.size(); ++i) inputs[names[i]] = tensor_from_python(args[i]);
-  for (auto [key, value] : kwargs) {
-    const std::string name = nb::cast<std::string>(key);
-    if (inputs.count(name)) throw UserError("input '" + name + "' given twice");
-    inputs[name] = tensor_from_python(value);
-  }
+// The outputs of a run, computed with the GIL released; on the caller's stream `stream` (a
+// CUstream handle, or one of kiln.cuda_stream()) when given.
+std::vector<Tensor> run_released(PyFunction& self, std::map<std::string, Tensor>& inputs,
+                                 std::optional<uint64_t> stream) {
   std::vector<Tensor> outputs;
-  {
-    nb::gil_scoped_release release;
-    if (self.model) {
-      std::lock_guard lock(*self.model_mutex);  // ModelFunction builds variants as calls come
-      outputs = self.model->run(inputs);
-    } else if (self.tiered) {
-      std::lock_guard lock(*self.model_mutex);
-      outputs = self.tiered->run(inputs);
-    } else {
-      outputs = self.function->run(inputs);
-    }
-    inputs.clear();  // the producers' memory is released with the GIL held (nanobind does)
+  nb::gil_scoped_release release;
+  std::optional<CallerStream> on;
+  if (stream) on.emplace(static_cast<uintptr_t>(*stream));
+  if (self.model) {
+    std::lock_guard lock(*self.model_mutex);  // ModelFunction builds variants as calls come
+    outputs = self.model->run(inputs);
+  } else if (self.tiered) {
+    std::lock_guard lock(*self.model_mutex);
+    outputs = self.tiered->run(inputs);
+  } else {
+    outputs = self.function->run(inputs);
   }
+  inputs.clear();  // the producers' memory is released with the GIL held (nanobind does)
+  return outputs;
+}
+
+std::vector<std::string> checked_names(const PyFunction& self, size_t given) {
+  std::vector<std::string> names = self.input_names();
+  if (given > names.size()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw UserError(std::to_string(given) + " inputs given, the function takes " +
+                    std::to_string(names.size()) + " (" + list + ")");
+  }
+  return names;
+}
+
+nb::list python_outputs(std::vector<Tensor> outputs) {
   nb::list out;
   for (Tensor& t : outputs) out.append(tensor_to_python(std::move(t)));
   return out;
+}
+
+nb::list call(PyFunction& self, nb::args args, nb::kwargs kwargs) {
+  const std::vector<std::string> names = checked_names(self, args.size());
+  if (self.model && self.model->takes_values()) return call_values(self, names, args, kwargs);
+  const bool as_device = self.host_arrays_as_device();
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < args.size(); ++i)
+    inputs[names[i]] = tensor_from_python(args[i], as_device);
+  for (auto [key, value] : kwargs) {
+    const std::string name = nb::cast<std::string>(key);
+    if (inputs.count(name)) throw UserError("input '" + name + "' given twice");
+    inputs[name] = tensor_from_python(value, as_device);
+  }
+  return python_outputs(run_released(self, inputs, std::nullopt));
+}
+
+// Function.run(inputs, stream=...): the inputs in order, the run on the caller's stream.
+nb::list run_on(PyFunction& self, nb::sequence args, std::optional<uint64_t> stream) {
+  const size_t n = nb::len(args);
+  const std::vector<std::string> names = checked_names(self, n);
+  if (stream && !self.on_device) {
+    throw UserError(
+        "stream given, but the function runs on the CPU (compile it with "
+        "device='cuda')");
+  }
+  const bool as_device = self.host_arrays_as_device();
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < n; ++i) inputs[names[i]] = tensor_from_python(args[i], as_device);
+  return python_outputs(run_released(self, inputs, stream));
 }
 
 Graph load_path(const std::string& path) {
@@ -154,6 +193,11 @@ Graph load_path(const std::string& path) {
 void bind_function(nb::module_& m) {
   nb::class_<PyFunction>(m, "Function", "A compiled model or graph: call it with arrays.")
       .def("__call__", &call)
+      .def("run", &run_on, nb::arg("inputs"), nb::kw_only(), nb::arg("stream") = nb::none(),
+           "Runs on the inputs in order; with `stream` (PyTorch's "
+           "torch.cuda.current_stream().cuda_stream, or a kiln.cuda_stream()'s handle) the "
+           "device work goes on that stream, after what the caller enqueued there.")
+      .def_prop_ro("device_io", [](const PyFunction& f) { return f.device_io; })
       .def_prop_ro("input_names", &PyFunction::input_names)
       .def_prop_ro("output_names", [](const PyFunction& f) { return f.current().output_names(); })
       .def_prop_ro("tier",
@@ -192,22 +236,27 @@ void bind_function(nb::module_& m) {
   m.def(
       "compile_path",
       [](const std::string& path, const std::string& device, std::optional<std::string> passes,
-         std::optional<std::string> precision) {
+         std::optional<std::string> precision, bool device_io) {
         PyFunction f;
+        const CompileOptions o = options_of(device, passes, precision, device_io);
+        f.on_device = device != "cpu";
+        f.device_io = device_io;
         nb::gil_scoped_release release;
-        f.model = std::make_shared<ModelFunction>(path, options_of(device, passes, precision));
+        f.model = std::make_shared<ModelFunction>(path, o);
         return f;
       },
       nb::arg("path"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
-      nb::arg("precision") = nb::none());
+      nb::arg("precision") = nb::none(), nb::arg("device_io") = false);
   m.def("clear_compile_memo", [] { clear_compile_memo(); },
         "Forgets the modules this process loaded: the next compile goes to the disk cache.");
   m.def(
       "compile_graph",
       [](const PyGraph& g, const std::string& device, std::optional<std::string> passes,
-         bool tiered, std::optional<std::string> precision) {
+         bool tiered, std::optional<std::string> precision, bool device_io) {
         PyFunction f;
-        const CompileOptions o = options_of(device, passes, precision);
+        const CompileOptions o = options_of(device, passes, precision, device_io);
+        f.on_device = device != "cpu";
+        f.device_io = device_io;
         nb::gil_scoped_release release;
         if (tiered) {
           f.graph = g.graph;
@@ -218,8 +267,10 @@ void bind_function(nb::module_& m) {
         return f;
       },
       nb::arg("graph"), nb::arg("device") = "cpu", nb::arg("passes") = nb::none(),
-      nb::arg("tiered") = false, nb::arg("precision") = nb::none(),
-      "tiered: on a cache miss, calls run through the generic tier while the module compiles "
+      nb::arg("tiered") = false, nb::arg("precision") = nb::none(), nb::arg("device_io") = false,
+      "device_io: inputs and outputs are device tensors (CUDA arrays; CPU arrays on the "
+      "emulator). tiered: on a cache miss, calls run through the generic tier while the module "
+      "compiles "
       "in the background (KILN_GENERIC_START=0 waits instead); the graph must not change "
       "afterwards.");
   m.def(

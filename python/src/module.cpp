@@ -10,4 +10,5 @@ NB_MODULE(_kiln, m) {
   kiln::python::bind_graph(m);
   kiln::python::bind_cache(m);
   kiln::python::bind_export(m);
+  kiln::python::bind_device(m);
 }

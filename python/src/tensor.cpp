@@ -11,6 +11,7 @@
 
 #include "python/src/bindings.h"
 #include "python/src/dlpack.h"
+#include "runtime/device/device.h"
 #include "runtime/storage.h"
 #include "util/error.h"
 
@@ -84,6 +85,13 @@ void delete_export(Managed* self) {
   live_exports.fetch_sub(1);
 }
 
+// Where a kiln tensor's memory is, as DLPack says it: device memory is the GPU's, except on
+// the CUDA emulator, whose device memory is the host's (a CPU consumer reads it as it is).
+DLDevice dl_device(const Tensor& t) {
+  if (!t.storage()->on_device() || accelerator().emulated()) return {kDLCPU, 0};
+  return {kDLCUDA, 0};
+}
+
 template <class Managed>
 void fill(Managed* m, const Tensor& t) {
   auto* e = new Export{t, t.shape(), t.strides()};
@@ -91,7 +99,7 @@ void fill(Managed* m, const Tensor& t) {
   DLTensor& d = m->dl_tensor;
   d.data = t.storage()->data();
   d.byte_offset = t.byte_offset();
-  d.device = t.storage()->on_device() ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0};
+  d.device = dl_device(t);
   d.ndim = t.ndim();
   d.dtype = dl_dtype(t.dtype());
   d.shape = e->shape.data();
@@ -140,15 +148,30 @@ nb::object dlpack(const PyTensor& self, nb::object stream, nb::object max_versio
 
 nb::object tensor_to_python(Tensor t) { return nb::cast(PyTensor{std::move(t), false}); }
 
-Tensor tensor_from_python(nb::handle obj) {
+Tensor tensor_from_python(nb::handle obj, bool as_device) {
   if (nb::isinstance<PyTensor>(obj)) return nb::cast<const PyTensor&>(obj).tensor;
   // nanobind takes numpy (buffer protocol or DLPack), PyTorch and any DLPack producer with
   // any strides and offset; it holds the producer's memory while the handle lives.
-  nb::ndarray<nb::ro, nb::device::cpu> a;
+  nb::ndarray<nb::ro> a;
   if (!nb::try_cast(obj, a, false)) {
-    throw UserError(std::string("expected a CPU array (numpy, a PyTorch tensor or anything with "
+    throw UserError(std::string("expected an array (numpy, a PyTorch tensor or anything with "
                                 "__dlpack__), got ") +
                     nb::type_name(obj.type()).c_str());
+  }
+  bool on_device = false;
+  if (a.device_type() == nb::device::cuda::value) {
+    // kiln runs on the first GPU (runtime/cuda): memory of another cannot be read there.
+    if (a.device_id() != 0) {
+      throw UserError("a CUDA tensor on cuda:" + std::to_string(a.device_id()) +
+                      "; kiln runs on cuda:0 (move it there, or set CUDA_VISIBLE_DEVICES)");
+    }
+    on_device = true;
+  } else if (a.device_type() == nb::device::cpu::value) {
+    // A host array standing in for device memory, where the device is the emulator.
+    on_device = as_device;
+  } else {
+    throw UserError("an array on DLPack device type " + std::to_string(a.device_type()) +
+                    "; kiln takes CPU and CUDA arrays");
   }
   const std::optional<DType> dtype = kiln_dtype(a.dtype().code, a.dtype().bits);
   if (!dtype || a.dtype().lanes != 1) {
@@ -175,9 +198,9 @@ Tensor tensor_from_python(nb::handle obj) {
   const size_t bytes = empty ? 0 : static_cast<size_t>(hi - lo + 1) * item;
   // The storage starts at the lowest element the view reaches (negative strides reach
   // below data()); its release drops nanobind's handle, which calls the producer's deleter.
-  auto holder = std::make_shared<nb::ndarray<nb::ro, nb::device::cpu>>(std::move(a));
+  auto holder = std::make_shared<nb::ndarray<nb::ro>>(std::move(a));
   auto storage = std::make_shared<Storage>(
-      base, bytes, [holder](void*) mutable { holder.reset(); }, /*on_device=*/false);
+      base, bytes, [holder](void*) mutable { holder.reset(); }, on_device);
   return Tensor(storage, static_cast<size_t>(-lo) * item, *dtype, shape, strides);
 }
 
@@ -209,7 +232,8 @@ void bind_tensor(nb::module_& m) {
            nb::arg("copy") = nb::none())
       .def("__dlpack_device__",
            [](const PyTensor& t) {
-             return std::make_pair(t.tensor.storage()->on_device() ? int(kDLCUDA) : int(kDLCPU), 0);
+             const DLDevice d = dl_device(t.tensor);
+             return std::make_pair(int(d.device_type), int(d.device_id));
            })
       .def(
           "__array__",

@@ -92,16 +92,21 @@ class DriverEvent : public DeviceEvent {
 
 class DriverStream : public DeviceStream {
  public:
-  DriverStream(const Driver& d, CUcontext ctx) : d_(d), ctx_(ctx) {
+  DriverStream(const Driver& d, CUcontext ctx) : d_(d), ctx_(ctx), owned_(true) {
     d_.cuCtxSetCurrent(ctx_);
     // Non-blocking: no implicit ordering with the legacy default stream or other streams;
     // the engine orders what depends on what.
     check(d_, d_.cuStreamCreate(&stream_, kStreamNonBlocking), "creating a stream");
   }
+  // The caller's stream (PyTorch's current one): used, never destroyed.
+  DriverStream(const Driver& d, CUcontext ctx, CUstream adopted)
+      : d_(d), ctx_(ctx), stream_(adopted), owned_(false) {}
   ~DriverStream() override {
+    if (!owned_) return;
     d_.cuCtxSetCurrent(ctx_);
     d_.cuStreamDestroy(stream_);
   }
+  uintptr_t native() const override { return reinterpret_cast<uintptr_t>(stream_); }
   CUstream handle() const { return stream_; }
   void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
     d_.cuCtxSetCurrent(ctx_);
@@ -126,6 +131,7 @@ class DriverStream : public DeviceStream {
   const Driver& d_;
   CUcontext ctx_;
   CUstream stream_ = nullptr;
+  bool owned_;
 };
 
 class DriverImage : public KernelImage {
@@ -216,6 +222,10 @@ class DriverDevice : public Device {
   }
   std::unique_ptr<DeviceStream> create_stream() override {
     return std::make_unique<DriverStream>(d_, ctx_);
+  }
+  // The primary context is the one PyTorch's runtime API uses, so its streams are valid here.
+  std::unique_ptr<DeviceStream> adopt_stream(uintptr_t native) override {
+    return std::make_unique<DriverStream>(d_, ctx_, reinterpret_cast<CUstream>(native));
   }
   std::shared_ptr<KernelImage> load(const std::filesystem::path& image,
                                     const std::vector<std::string>& names) override {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -387,10 +388,10 @@ class EmulatedEvent : public DeviceEvent {
 // A stream is a CPU thread working through a queue, so device work really runs while the
 // host goes on, as on a GPU: a host that reads results without waiting reads stale bytes.
 // A failing operation's error goes to the next event recorded after it.
-class EmulatedStream : public DeviceStream {
+class EmulatedQueue {
  public:
-  EmulatedStream() : thread_([this] { work(); }) {}
-  ~EmulatedStream() override {
+  EmulatedQueue() : thread_([this] { work(); }) {}
+  ~EmulatedQueue() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
@@ -398,25 +399,20 @@ class EmulatedStream : public DeviceStream {
     }
     thread_.join();
   }
-  void enqueue(std::function<void()> task) {
+  void enqueue(std::function<void()> task, bool launch = false) {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(task));
+    launches_ += launch;
     cv_.notify_all();
   }
-  void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
-    enqueue([dst, src, bytes] {
-      if (bytes) std::memcpy(dst, src, bytes);
-    });
-  }
-  void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
-    enqueue([dst, src, bytes] {
-      if (bytes) std::memcpy(dst, src, bytes);
-    });
-  }
-  std::shared_ptr<DeviceEvent> record() override {
+  std::shared_ptr<DeviceEvent> record() {
     auto event = std::make_shared<EmulatedEvent>();
     enqueue([this, event] { event->complete(std::exchange(error_, {})); });
     return event;
+  }
+  uint64_t launches() {
+    std::lock_guard lock(mutex_);
+    return launches_;
   }
 
  private:
@@ -442,8 +438,75 @@ class EmulatedStream : public DeviceStream {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
+  uint64_t launches_ = 0;
   std::string error_;
   std::thread thread_;  // last: started once the members above exist
+};
+
+// The queues of the streams alive, by their native handle (the queue's address), so a
+// caller's handle is adopted only while its stream lives.
+class QueueRegistry {
+ public:
+  void add(const std::shared_ptr<EmulatedQueue>& q) {
+    std::lock_guard lock(mutex_);
+    queues_[reinterpret_cast<uintptr_t>(q.get())] = q;
+  }
+  void remove(const EmulatedQueue* q) {
+    std::lock_guard lock(mutex_);
+    queues_.erase(reinterpret_cast<uintptr_t>(q));
+  }
+  std::shared_ptr<EmulatedQueue> find(uintptr_t native) {
+    std::lock_guard lock(mutex_);
+    auto it = queues_.find(native);
+    return it == queues_.end() ? nullptr : it->second.lock();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uintptr_t, std::weak_ptr<EmulatedQueue>> queues_;
+};
+
+QueueRegistry& queue_registry() {
+  static QueueRegistry* registry = new QueueRegistry;  // outlives thread-exit streams
+  return *registry;
+}
+
+// A stream object: the queue's owner (create_stream), or one more handle on a stream that
+// lives elsewhere (adopt_stream); work through either goes into the same queue, in order.
+class EmulatedStream : public DeviceStream {
+ public:
+  EmulatedStream() : queue_(std::make_shared<EmulatedQueue>()), owner_(true) {
+    queue_registry().add(queue_);
+  }
+  explicit EmulatedStream(std::shared_ptr<EmulatedQueue> adopted)
+      : queue_(std::move(adopted)), owner_(false) {}
+  ~EmulatedStream() override {
+    if (owner_) queue_registry().remove(queue_.get());
+  }
+  void enqueue(std::function<void()> task, bool launch) {
+    queue_->enqueue(std::move(task), launch);
+  }
+  void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
+    enqueue(
+        [dst, src, bytes] {
+          if (bytes) std::memcpy(dst, src, bytes);
+        },
+        false);
+  }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
+    enqueue(
+        [dst, src, bytes] {
+          if (bytes) std::memcpy(dst, src, bytes);
+        },
+        false);
+  }
+  std::shared_ptr<DeviceEvent> record() override { return queue_->record(); }
+  uintptr_t native() const override { return reinterpret_cast<uintptr_t>(queue_.get()); }
+  uint64_t launches() const override { return queue_->launches(); }
+
+ private:
+  std::shared_ptr<EmulatedQueue> queue_;
+  bool owner_;
 };
 
 // Copies the argument values now (args may point at the thunk's locals) and enqueues the
@@ -476,7 +539,7 @@ void EmulatedImage::launch(DeviceStream& stream, int kernel, const uint32_t dims
   std::copy(dims, dims + 6, l->dims);
   auto self = shared_from_this();
   static_cast<EmulatedStream&>(stream).enqueue(
-      [self, kernel, shared, l] { self->execute(kernel, l->dims, shared, l->args.data()); });
+      [self, kernel, shared, l] { self->execute(kernel, l->dims, shared, l->args.data()); }, true);
 }
 
 class EmulatorDevice : public Device {
@@ -523,6 +586,17 @@ class EmulatorDevice : public Device {
   void release_pinned(void* ptr) override { std::free(ptr); }
   std::unique_ptr<DeviceStream> create_stream() override {
     return std::make_unique<EmulatedStream>();
+  }
+  std::unique_ptr<DeviceStream> adopt_stream(uintptr_t native) override {
+    std::shared_ptr<EmulatedQueue> q = queue_registry().find(native);
+    if (!q) {
+      char handle[32];  // this file builds alone (tests/emulator_race): no kiln helper
+      std::snprintf(handle, sizeof handle, "0x%llx", static_cast<unsigned long long>(native));
+      throw UserError(std::string("CUDA emulator: stream handle ") + handle +
+                      " is not a live stream of the emulator (on the emulator a caller's "
+                      "stream must be one kiln created: kiln.cuda_stream())");
+    }
+    return std::make_unique<EmulatedStream>(std::move(q));
   }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);

@@ -31,6 +31,11 @@ class DeviceStream {
   virtual std::shared_ptr<DeviceEvent> record() = 0;
   // Waits for everything enqueued so far; throws the first error.
   void synchronize() { record()->wait(); }
+  // The handle others know this stream by (a CUstream on a GPU): Device::adopt_stream takes it.
+  virtual uintptr_t native() const = 0;
+  // Kernel launches this stream has taken, counted where the device counts them (the
+  // emulator; 0 on a GPU): lets a test see whose stream a run used.
+  virtual uint64_t launches() const { return 0; }
 };
 
 // Kernels loaded from one image, launched by their index in the module's kernel table.
@@ -64,6 +69,10 @@ class Device {
   virtual void release_pinned(void* ptr) = 0;
   // A new stream, unordered with every other stream (each engine worker has its own).
   virtual std::unique_ptr<DeviceStream> create_stream() = 0;
+  // A stream the caller owns (PyTorch's current stream: its CUstream handle, 0 for the legacy
+  // default stream), used without taking it over: work kiln enqueues through it is ordered
+  // after the caller's. On the emulator the handle must be a live stream kiln created.
+  virtual std::unique_ptr<DeviceStream> adopt_stream(uintptr_t native) = 0;
   // Synchronous copies, ordered after nothing but themselves: for data no stream is using.
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
@@ -75,7 +84,8 @@ class Device {
 // backend's runtime device is named). Throws UserError saying what is missing.
 Device& accelerator();
 // This thread's stream on accelerator(), created on first use: each engine worker (and each
-// caller running a module itself) enqueues on its own stream.
+// caller running a module itself) enqueues on its own stream; the caller's stream while a
+// CallerStream lives (caller_stream.h).
 DeviceStream& thread_stream();
 
 }  // namespace kiln

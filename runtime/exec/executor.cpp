@@ -1,5 +1,6 @@
 #include "runtime/exec/executor.h"
 
+#include "runtime/device/caller_stream.h"
 #include "runtime/device/device.h"
 #include "runtime/device/device_completion.h"
 #include "runtime/device/device_memory.h"
@@ -1008,7 +1009,8 @@ std::vector<Tensor> Executor::run_unprofiled(const std::vector<Tensor>& inputs) 
   auto plan = plan_for(inputs);
   // Inside a pushed step (a control-flow node running its body) the steps run here: waiting
   // for pushed steps would hold a worker they may need.
-  if (plan->parallel && !in_engine_function() && !InOrderRuns::active())
+  // On a caller's stream (caller_stream.h) the steps go in order onto that one stream.
+  if (plan->parallel && !in_engine_function() && !InOrderRuns::active() && !CallerStream::current())
     return start(inputs, plan).get();
   std::unique_ptr<BoundValues> kept = take_bound(plan);
   std::shared_ptr<Storage> arena;
