@@ -2814,6 +2814,11 @@ TEST(WindowGrad, ConvWeightGradMatchesDirectSums) {
       {{2, 1, 16, 16},
        8,
        {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}, {"slices", int64_t{8}}}},
+      // Deeper than one chunk (its positions past kWgradDepth), chunks spanning the two
+      // images, 45 columns of dW (panels of 16 with a tail).
+      {{2, 5, 30, 30}, 7, {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
+      // 360 columns of dW (23 panels) and two chunks.
+      {{2, 40, 12, 12}, 24, {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(dims_to_string(c.x) + attrs_to_string(c.attrs));

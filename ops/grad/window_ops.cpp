@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "ops/c/gemm_support.h"
 #include "ops/c/workspace.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -13,6 +12,8 @@ namespace {
 // Elements of the per-part buffer that holds a chunk of dY rows and im2col columns: about
 // half a core's L2, so the dot products re-read both from cache.
 constexpr int64_t kWgradChunk = 32768;
+// The least depth (positions) of a chunk's product; see ConvWeightGrad::c_code.
+constexpr int64_t kWgradDepth = 256;
 
 void require_float_window(const TensorType& x, const std::string& op, const std::string& what) {
   if (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64) {
@@ -275,10 +276,35 @@ void ConvWeightGrad::perform(const std::vector<Tensor>& inputs,
 
 std::string ConvWeightGrad::c_support_code() const {
   // A unit's rows of dW gain A B^T (A: dY rows, m x len; B: the im2col'd input, n x len) as
-  // one GEMM with B read transposed: OpenBLAS's blocked kernel, where a kernel of dot
-  // products (two rows of each side sharing their loads) was load-bound, 4.3x Inductor's
-  // time on a ResNet-18 training step.
-  return gemm_support_code(DType::kFloat32) + gemm_support_code(DType::kFloat64);
+  // one GEMM on kiln's packed kernel, B^T copied into its panels, in this part's thread.
+  // (A kernel of dot products was load-bound, 4.3x Inductor's time on a ResNet-18 training
+  // step; OpenBLAS, called from each split part, started threads of its own beside the
+  // engine's: four on two cores, 37 GF/s on ResNet-18's 3x3 512-channel layers.)
+  std::string s =
+      "#define kiln_gemm_packed_f32 (KILN_SUPPORT->gemm_packed_f32)\n"
+      "#define kiln_gemm_packed_f64 (KILN_SUPPORT->gemm_packed_f64)\n";
+  // B^T (B: n rows of k positions) as the packed kernel's panels: panel q holds columns
+  // [q*P, q*P + P) as k rows of P, columns past n zero. Row by row of B, so reads stream and
+  // the panel being written (k lines) stays in cache.
+  for (const char* t : {"float", "double"}) {
+    const std::string T = t, S = T == "float" ? "f32" : "f64";
+    s += "__attribute__((unused)) static void kiln_wgrad_panels_" + S + "(const " + T +
+         " *B, int64_t n, int64_t k, int64_t P, " + T + " *bp) {\n";
+    s += "  for (int64_t q = 0; q * P < n; ++q) {\n";
+    s += "    " + T + " *panel = bp + q * k * P;\n";
+    s += "    for (int64_t jj = 0; jj < P; ++jj) {\n";
+    s += "      const int64_t j = q * P + jj;\n";
+    s += "      if (j >= n) {\n";
+    s += "        for (int64_t i = 0; i < k; ++i) panel[i * P + jj] = 0;\n";
+    s += "        continue;\n";
+    s += "      }\n";
+    s += "      const " + T + " *src = B + j * k;\n";
+    s += "      for (int64_t i = 0; i < k; ++i) panel[i * P + jj] = src[i];\n";
+    s += "    }\n";
+    s += "  }\n";
+    s += "}\n";
+  }
+  return s;
 }
 
 // Parts take units of (slice, block of each group's output channels). A unit walks its
@@ -312,14 +338,23 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "  const int64_t nrows = " + X + "->shape[0] * g.oh, units = slices * blocks;\n";
   s += "  const int64_t u0 = units * " + ctx + "->part / " + ctx + "->n_parts;\n";
   s += "  const int64_t u1 = units * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
-  // Output rows per chunk: the chunk's A and B fill the budget, at least one row.
+  // Output rows per chunk: the chunk's A and B fill the budget, but the product's depth (the
+  // chunk's positions) stays at least kWgradDepth: each chunk reads and writes the unit's rows
+  // of dW, so a shallow one (6 positions of a 3x3 512-channel layer) moved all of dW 6 times.
   s += "  int64_t rb = " + v(kWgradChunk, "chunk") + " / ((rows_max + ck) * g.ow);\n";
+  s += "  const int64_t rb_min = (" + v(kWgradDepth, "depth") + " + g.ow - 1) / g.ow;\n";
+  s += "  if (rb < rb_min) rb = rb_min;\n";
+  s += "  if (rb > nrows) rb = nrows;\n";
   s += "  if (rb < 1) rb = 1;\n";
+  s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T + ");\n";
+  s += "  const int64_t npanels = (ck + P - 1) / P;\n";
   s += "  " + T + " *dw = (" + T + " *)" + names.outputs[0] + "->data;\n";
-  s += "  " + T + " *A = NULL, *B = NULL;\n";
+  s += "  " + T + " *A = NULL, *B = NULL, *bp = NULL;\n";
   s += "  if (u0 < u1 && nrows > 0) {\n";
-  s += "KILN_WORKSPACE(A, (rows_max + ck) * rb * g.ow, \"the conv weight gradient's chunk\");\n";
+  s += "KILN_WORKSPACE(A, (rows_max + ck + npanels * P) * rb * g.ow, \"the conv weight gradient's "
+       "chunk\");\n";
   s += "    B = A + rows_max * rb * g.ow;\n";
+  s += "    bp = B + ck * rb * g.ow;\n";
   s += "  }\n";
   s += "  for (int64_t u = u0; u < u1; ++u) {\n";
   s += "    const int64_t sl = u / blocks, b = u % blocks;\n";
@@ -328,7 +363,9 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "    for (int64_t gi = 0; gi < groups; ++gi) {\n";
   s +=
       "      const int64_t m0 = gi * mg + b * mg / blocks, m1 = gi * mg + (b + 1) * mg / blocks;\n";
-  s += "      for (int64_t j = m0 * ck; j < m1 * ck; ++j) dws[j] = 0;\n";
+  // The first chunk's product writes the unit's rows of dW (beta 0), later ones add to them.
+  s += "      if (r_lo == r_hi)\n";
+  s += "        for (int64_t j = m0 * ck; j < m1 * ck; ++j) dws[j] = 0;\n";
   s += "      if (m0 == m1) continue;\n";
   s += "      for (int64_t r0 = r_lo; r0 < r_hi; r0 += rb) {\n";
   s += "        const int64_t r1 = r0 + rb < r_hi ? r0 + rb : r_hi, len = (r1 - r0) * g.ow;\n";
@@ -355,7 +392,11 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "          at += (oy1 - oy0) * g.ow;\n";
   s += "          r += oy1 - oy0;\n";
   s += "        }\n";
-  s += "        kiln_gemm_" + S + "(ctx, m1 - m0, ck, len, 1, A, len, 1, B, 1, len, 1, dws + m0 * ck, ck);\n";
+  s += "        kiln_wgrad_panels_" + S + "(B, ck, len, P, bp);\n";
+  s += "        kiln_gemm_packed_" + S +
+       "(m1 - m0, ck, len, 1, A, len, 1, bp, r0 == r_lo ? 0 : 1, dws + m0 * ck, ck, "
+       "NULL, 0, 0, -(" +
+       T + ")__builtin_inf(), (" + T + ")__builtin_inf());\n";
   s += "      }\n";
   s += "    }\n";
   s += "  }\n";

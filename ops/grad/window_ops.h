@@ -37,7 +37,7 @@ class ConvWeightGrad : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 2; }
+  std::optional<int> cache_version() const override { return 3; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code() const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }

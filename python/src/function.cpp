@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -198,6 +199,31 @@ void bind_function(nb::module_& m) {
            "torch.cuda.current_stream().cuda_stream, or a kiln.cuda_stream()'s handle) the "
            "device work goes on that stream, after what the caller enqueued there.")
       .def_prop_ro("device_io", [](const PyFunction& f) { return f.device_io; })
+      .def(
+          "set_profiling", [](const PyFunction& f, bool on) { f.current().set_profiling(on); },
+          "Times each step of the runs from now on (profile() reads them).")
+      .def(
+          "profile",
+          [](const PyFunction& f) {
+            // The steps of the profiled runs, most time first: what `kiln run --profile` shows.
+            std::vector<StepTime> steps = f.current().profile();
+            std::sort(steps.begin(), steps.end(),
+                      [](const StepTime& a, const StepTime& b) { return a.total_ns > b.total_ns; });
+            nb::list out;
+            for (const StepTime& t : steps) {
+              nb::dict d;
+              d["step"] = t.label;
+              d["calls"] = t.calls;
+              d["ms"] = static_cast<double>(t.total_ns) / 1e6;
+              d["parts"] = t.parts;
+              d["flops"] = t.flops;
+              d["bytes"] = t.bytes;
+              out.append(d);
+            }
+            return out;
+          },
+          "Per step of the runs since set_profiling(True): its label (node and op), calls, "
+          "total ms, split parts, and per call its flops and bytes moved.")
       .def_prop_ro("input_names", &PyFunction::input_names)
       .def_prop_ro("output_names", [](const PyFunction& f) { return f.current().output_names(); })
       .def_prop_ro("tier",
