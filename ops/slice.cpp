@@ -4,6 +4,7 @@
 
 #include "ops/broadcast.h"
 #include "ops/c/elementwise_loop.h"
+#include "ops/c/strided_copy.h"
 #include "util/error.h"
 
 namespace kiln {
@@ -166,8 +167,9 @@ std::string Slice::c_code(const Node& node, const CodeNames& names, const Sub& s
   const std::string& out = names.outputs[0];
   const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
   std::string s = "{\n" + c_offsets(node, names.inputs, "", &sub);
-  s += "  kiln_copy_strided(" + out + "->data, (const char *)" + in + "->data + off * " + es +
-       ", " + std::to_string(rank) + ", " + out + "->shape, st, " + es + ");\n}\n";
+  s += c_split_strided_copy(out, "((const char *)" + in + "->data + off * " + es + ")", "st", rank,
+                            es, sub.ctx);
+  s += "}\n";
   return s;
 }
 

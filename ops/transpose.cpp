@@ -1,5 +1,7 @@
 #include "ops/transpose.h"
 
+#include "ops/c/strided_copy.h"
+
 #include "util/error.h"
 
 namespace kiln {
@@ -51,9 +53,8 @@ void Transpose::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   copy_into(inputs[0].permute(perm_for(inputs[0].ndim())), outputs[0]);
 }
 
-// Parts split the output's first dimension longer than 1 (a transpose of attention heads
-// splits by head, a matrix transpose by rows); each copies its sub-box. The permutation is
-// the kernel's argument: transposes of one rank and element size are one kernel.
+// Parts copy their sub-boxes (c_split_strided_copy). The permutation is the kernel's
+// argument: transposes of one rank and element size are one kernel.
 std::string Transpose::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
   const int rank = node.inputs[0]->type.rank();
   auto p = perm_for(rank);
@@ -61,26 +62,12 @@ std::string Transpose::c_code(const Node& node, const CodeNames& names, const Su
   const std::string& out = names.outputs[0];
   const std::string es = std::to_string(dtype_size(node.inputs[0]->type.dtype));
   std::string s = "{\n";
-  s += "  int64_t st[KILN_MAX_DIMS], shp[KILN_MAX_DIMS];\n";
+  s += "  int64_t st[KILN_MAX_DIMS];\n";
   for (int d = 0; d < rank; ++d) {
     s += "  st[" + std::to_string(d) + "] = " + in + "->strides[" +
          sub.value(p[static_cast<size_t>(d)], "perm" + std::to_string(d)) + "];\n";
   }
-  if (rank == 0) {
-    s += "  kiln_copy_strided(" + out + "->data, " + in + "->data, 0, " + out + "->shape, st, " +
-         es + ");\n}\n";
-    return s;
-  }
-  const std::string r = std::to_string(rank);
-  s += "  for (int d = 0; d < " + r + "; ++d) shp[d] = " + out + "->shape[d];\n";
-  s += "  int sd = 0;\n  while (sd < " + std::to_string(rank - 1) + " && shp[sd] == 1) ++sd;\n";
-  s += "  int64_t lo, hi;\n";
-  s +=
-      "  kiln_part_range(shp[sd], " + sub.ctx + "->part, " + sub.ctx + "->n_parts, 1, &lo, &hi);\n";
-  s += "  if (lo < hi) {\n    shp[sd] = hi - lo;\n";
-  s += "    kiln_copy_nd((char *)" + out + "->data + lo * " + out + "->strides[sd] * " + es + ", " +
-       out + "->strides, (const char *)" + in + "->data + lo * st[sd] * " + es + ", st, " + r +
-       ", shp, " + es + ");\n  }\n";
+  s += c_split_strided_copy(out, "(const char *)" + in + "->data", "st", rank, es, sub.ctx);
   s += "}\n";
   return s;
 }

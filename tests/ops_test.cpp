@@ -781,7 +781,9 @@ TEST(ShapeOps, SliceWithNegativeStepsClampedBoundsAndStrides) {
   const int64_t big = std::numeric_limits<int64_t>::max(),
                 small = std::numeric_limits<int64_t>::min();
   for (const Case& c : {Case{{1, 0}, {3, -1}, {}, {}}, Case{{-1}, {small}, {1}, {-1}},
-                        Case{{0, 5}, {big, 1}, {2, 0}, {2, -2}}, Case{{10}, {20}, {-1}, {}}}) {
+                        Case{{0, 5}, {big, 1}, {2, 0}, {2, -2}}, Case{{10}, {20}, {-1}, {}},
+                        // Both trailing axes reversed (a weight's flip): reversed rows.
+                        Case{{-1, -1}, {small, small}, {1, 2}, {-1, -1}}}) {
     Graph g("slice");
     Var x = input(g, "x", DType::kFloat32, {kDynamic, kDynamic, kDynamic});
     Attrs a{{"starts", c.starts}, {"ends", c.ends}};
@@ -1597,6 +1599,18 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       // plane end in a partial vector; pads make each padded row overhang by 2.
       {"blocks_and_tails", {3, 5, 17, 19}, {13, 5, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       {"one_d_flat", {2, 3, 40}, {9, 3, 5}, {{"pads", V{2, 2}}, {"dilations", V{3}}}, false},
+      // A weight past 1 MB over 3x3 images: blocks of 48 channels outside the images, the
+      // last block short; with groups of 55 channels the blocks end inside a group.
+      {"channel_blocks_small_images",
+       {3, 300, 3, 3},
+       {100, 300, 3, 3},
+       {{"pads", V{1, 1, 1, 1}}},
+       true},
+      {"channel_blocks_across_groups",
+       {2, 600, 2, 3},
+       {110, 300, 3, 3},
+       {{"group", int64_t{2}}, {"pads", V{1, 1, 1, 1}}},
+       false},
       // A ResNet stem in small: 7x7 over 2x2 stride phases, rows of output split into
       // column units and 16 channels into row blocks of 8.
       {"stem_phases",
@@ -1681,8 +1695,10 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
         strided.push_back(non_contiguous(random_tensor(dt, {c.w[0]}, rng)));
       }
       SCOPED_TRACE(c.name);
+      // A float32 sum of thousands of taps (the channel blocks' 2700) rounds further.
+      const double taps = static_cast<double>(shape_numel(c.w) / c.w[0]);
       check_graph(g, {one, strided}, dt == DType::kFloat32 ? 1e-4 : 1e-10,
-                  dt == DType::kFloat32 ? 1e-5 : 1e-12);
+                  dt == DType::kFloat32 ? 1e-5 + taps * 5e-8 : 1e-12);
     }
   }
 }
@@ -1739,6 +1755,8 @@ TEST(Conv, PackedWeightsMatchReferenceAcrossGeometry) {
       {"strided_1x1", {2, 64, 13, 11}, {24, 64, 1, 1}, {{"strides", V{2, 2}}}, true},
       {"strided_1x1_one_d", {2, 64, 31}, {16, 64, 1}, {{"strides", V{3}}}, false},
       {"strided_1x1_chunks", {1, 600, 40, 40}, {16, 600, 1, 1}, {{"strides", V{2, 2}}}, true},
+      // Blocks of 48 channels (three packed blocks) outside the images, 112 ending in a half.
+      {"channel_blocks", {3, 300, 2, 2}, {112, 300, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {

@@ -71,12 +71,15 @@ Var sum_to(Var g, Var like) {
   return reshape_like(s, like);
 }
 
-Var reverse_axis(Var x, int axis) {
+Var reverse_axis(Var x, int axis) { return reverse_axes(x, {axis}); }
+
+Var reverse_axes(Var x, const std::vector<int>& axes) {
+  const size_t n = axes.size();
   return apply("slice", {x},
-               {{"starts", std::vector<int64_t>{-1}},
-                {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
-                {"axes", std::vector<int64_t>{axis}},
-                {"steps", std::vector<int64_t>{-1}}});
+               {{"starts", std::vector<int64_t>(n, -1)},
+                {"ends", std::vector<int64_t>(n, std::numeric_limits<int64_t>::min())},
+                {"axes", std::vector<int64_t>(axes.begin(), axes.end())},
+                {"steps", std::vector<int64_t>(n, -1)}});
 }
 
 Var place_strided(Var g, int axis, int64_t first, int64_t step, int64_t count, int64_t dim) {

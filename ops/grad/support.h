@@ -30,5 +30,7 @@ Var reshape_like(Var x, Var like);
 Var place_strided(Var g, int axis, int64_t first, int64_t step, int64_t count, int64_t dim);
 // x reversed along `axis`.
 Var reverse_axis(Var x, int axis);
+// Every axis in `axes` reversed, in one slice.
+Var reverse_axes(Var x, const std::vector<int>& axes);
 
 }  // namespace kiln

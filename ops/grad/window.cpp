@@ -208,8 +208,9 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
       gd = place_strided(gd, static_cast<int>(i + 2), 0, geo[i].stride, geo[i].out, sd.back());
     }
     // W (G*mg, cg, K) -> flipped -> (G*cg, mg, K).
-    Var wf = w;
-    for (size_t i = 0; i < k; ++i) wf = reverse_axis(wf, static_cast<int>(i + 2));
+    std::vector<int> spatial;
+    for (size_t i = 0; i < k; ++i) spatial.push_back(static_cast<int>(i + 2));
+    Var wf = reverse_axes(w, spatial);  // one pass over W, not one per axis
     std::string split = std::to_string(G) + ";" + std::to_string(mg) + ";" + std::to_string(cg);
     wf = apply_dims("reshape", {wf}, {{"dims", dims_with(split, 2)}});
     wf = transpose(wf, perm_swap({0, 2, 1}));

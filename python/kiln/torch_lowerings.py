@@ -448,44 +448,22 @@ def _pool_geometry(kernel, stride, padding, dilation):
 @_lowers(aten.max_pool2d_with_indices.default)
 def _max_pool(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     k, st, pad, dil = _pool_geometry(kernel, stride, padding, dilation)
-    y = kg.apply("max_pool", [x], **_pool_props(k, st, pad, ceil_mode, dil))
+    props = _pool_props(k, st, pad, ceil_mode, dil)
+    y = kg.apply("max_pool", [x], **props)
     users = ctx.node.users if ctx.node is not None else {}
     if not any(u.target is operator.getitem and u.args[1] == 1 for u in users):
         return y, None
-    return y, _window_argmax(ctx, x, k, st, pad, dil, ctx.out_shape())
+    return y, _window_argmax(ctx, x, props)
 
 
-def _window_argmax(ctx, x, k, st, pad, dil, out_shape):
-    """PyTorch's max-pool indices (a window's first maximum, as an offset in its H x W plane),
-    which training saves for the backward: the K window taps as K strided slices of x padded
-    with -inf, their arg max, and that tap's position."""
-    if any(d is None for d in x.shape):
+def _window_argmax(ctx, x, props):
+    """PyTorch's max-pool indices (a window's first maximum, the last NaN, as an offset in its
+    H x W plane), which training saves for the backward: kiln's max_pool_indices (flat over
+    the whole tensor, one pass like the pool's) modulo the plane."""
+    if any(d is None for d in x.shape[2:]):
         raise _kiln.UnsupportedError("max-pool indices of a dynamic size")
-    _, _, h, w = x.shape
-    oh, ow = out_shape[2:]
-    need = [(o - 1) * s + (kk - 1) * d + 1 for o, s, kk, d in zip((oh, ow), st, k, dil)]
-    end = [max(0, n - (size + p)) for n, size, p in zip(need, (h, w), pad)]
-    # A window of -inf picks its first element inside x, never the padding: -inf in x counts
-    # as the lowest finite value, above the padding's -inf.
-    lowest = ctx.g.scalar(float(torch.finfo(_TORCH_DTYPES[x.dtype]).min), x.dtype)
-    key = kg.where(kg.eq(x, ctx.g.scalar(float("-inf"), x.dtype)), lowest, x)
-    xp = kg.apply("pad", [key], pads=[0, 0, pad[0], pad[1], 0, 0, end[0], end[1]],
-                  value=float("-inf"))
-    taps = []
-    for i in range(k[0]):
-        for j in range(k[1]):
-            r, c = i * dil[0], j * dil[1]
-            tap = kg.apply("slice", [xp], starts=[r, c], ends=[r + (oh - 1) * st[0] + 1,
-                                                                c + (ow - 1) * st[1] + 1],
-                           axes=[2, 3], steps=st)
-            taps.append(kg.reshape(tap, [1] + list(tap.shape)))
-    t = kg.apply("arg_max", [kg.concat(taps, 0)], axis=0, keepdims=0)
-    rows = ctx.materialize(torch.arange(oh).reshape(oh, 1) * st[0] - pad[0])
-    cols = ctx.materialize(torch.arange(ow).reshape(1, ow) * st[1] - pad[1])
-    kw, i64 = ctx.g.scalar(float(k[1]), "int64"), "int64"
-    row = rows + kg.div(t, kw) * ctx.g.scalar(float(dil[0]), i64)
-    col = cols + kg.apply("mod", [t, kw]) * ctx.g.scalar(float(dil[1]), i64)
-    return row * ctx.g.scalar(float(w), i64) + col
+    plane = ctx.g.scalar(float(x.shape[2] * x.shape[3]), "int64")
+    return kg.apply("mod", [kg.apply("max_pool_indices", [x], **props), plane])
 
 
 @_lowers(aten.max_pool2d_with_indices_backward.default)

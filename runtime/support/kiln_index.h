@@ -118,6 +118,11 @@ KILN_INDEX_FN void kiln_copy_row(char *d, int64_t sd, const char *s, int64_t ss,
   const int64_t es = (int64_t)esize;
   if (sd == 1 && ss == 1) {
     memcpy(d, s, (size_t)n * esize);
+  } else if (sd == 1 && ss == -1 && esize == 4) {
+    /* A reversed row (a convolution weight's flipped taps): constant strides vectorize. */
+    uint32_t* restrict d_ = (uint32_t*)d;
+    const uint32_t* restrict s_ = (const uint32_t*)s;
+    for (int64_t j = 0; j < n; ++j) d_[j] = s_[-j];
   } else if (esize == 4) {
     KILN_COPY_ROW(uint32_t);
   } else if (esize == 8) {

@@ -9,7 +9,7 @@
 __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 #define KILN_SUPPORT __atomic_load_n(&kiln_support_, __ATOMIC_RELAXED)
 
-/* #include "kiln_index.h": 353 lines; kiln source --preludes prints them */
+/* #include "kiln_index.h": 358 lines; kiln source --preludes prints them */
 
 /* #include "kiln_window.h": 432 lines; kiln source --preludes prints them */
 
@@ -23,10 +23,10 @@ static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ..
 
 /* ---- kernels: each node below runs one of these with its own sizes (kp) ---- */
 
-/* kernel kiln_k_cf73755230bbaa84, run by 1 node:
+/* kernel kiln_k_35ed79219baf428a, run by 1 node:
  *   node 0: conv{pads=[1,1,1,1]}(x, w) -> c  [float32 (1, 2, 6, 6)]  'conv'
  */
-__attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
+__attribute__((visibility("hidden"))) int kiln_k_35ed79219baf428a(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out, const int64_t *kp) {
   int kiln_status = 0;
   KILN_UNUSED(state_, ctx, in, out, kp);
   #define kp_m kp[0]
@@ -51,9 +51,10 @@ __attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, 
   #define kp_dilation_h kp[19]
   #define kp_stride_w kp[20]
   #define kp_mg kp[21]
-  #define kp_hq kp[22]
-  #define kp_pad_left kp[23]
-  #define kp_in_w kp[24]
+  #define kp_oc_block kp[22]
+  #define kp_hq kp[23]
+  #define kp_pad_left kp[24]
+  #define kp_in_w kp[25]
   {
     int64_t r0, r1, c0, c1;
     kiln_tile_part(kp_m, kp_ohw, kp_row_unit, kp_col_unit, ctx->part, ctx->n_parts, &r0, &r1, &c0, &c1);
@@ -95,16 +96,19 @@ __attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, 
             const int64_t dy = i * kp_dilation_h, dx = j * kp_dilation_w;
             off[t] = (int32_t)(((c * kp_stride_h + dy % kp_stride_h) * kp_stride_w + dx % kp_stride_w) * plane + dy / kp_stride_h * wq + dx / kp_stride_w);
           }
-      for (int64_t n = 0; n < in[0]->shape[0]; ++n)
-        for (int64_t oc = r0; oc < r1;) {
-          const int64_t grp = oc / kp_mg;
-          const int64_t oc_end = (grp + 1) * kp_mg < r1 ? (grp + 1) * kp_mg : r1;
-          const float *xg = (const float *)in[0]->data + n * in[0]->strides[0] + grp * kp_cg * in[0]->strides[1];
-          if (y1 > y0)
-            kiln_phase_copy_f32(xg + y0 * in[0]->strides[2], kp_cg, in[0]->strides[1], in[0]->strides[2], in[0]->strides[3], y1 - y0, kp_in_w, kp_pad_top + y0, kp_pad_left, kp_stride_h, kp_stride_w, kp_hq, wq, buf);
-          kiln_conv_tile_f32(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, kp_ckk, buf + oy0 * wq, off, W + oc * kp_ckk, kp_ckk, bias ? bias + oc * bs : 0, bs, (float *)out[0]->data + (n * kp_m + oc) * kp_ohw + oy0 * ow, kp_ohw, wq, ow, -(float)__builtin_inf(), (float)__builtin_inf());
-          oc = oc_end;
-        }
+      for (int64_t ob = r0; ob < r1; ob += kp_oc_block) {
+        const int64_t ob_end = r1 - ob > kp_oc_block ? ob + kp_oc_block : r1;
+        for (int64_t n = 0; n < in[0]->shape[0]; ++n)
+          for (int64_t oc = ob; oc < ob_end;) {
+            const int64_t grp = oc / kp_mg;
+            const int64_t oc_end = (grp + 1) * kp_mg < ob_end ? (grp + 1) * kp_mg : ob_end;
+            const float *xg = (const float *)in[0]->data + n * in[0]->strides[0] + grp * kp_cg * in[0]->strides[1];
+            if (y1 > y0)
+              kiln_phase_copy_f32(xg + y0 * in[0]->strides[2], kp_cg, in[0]->strides[1], in[0]->strides[2], in[0]->strides[3], y1 - y0, kp_in_w, kp_pad_top + y0, kp_pad_left, kp_stride_h, kp_stride_w, kp_hq, wq, buf);
+            kiln_conv_tile_f32(oc_end - oc, (oy1 - oy0 - 1) * wq + ow, kp_ckk, buf + oy0 * wq, off, W + oc * kp_ckk, kp_ckk, bias ? bias + oc * bs : 0, bs, (float *)out[0]->data + (n * kp_m + oc) * kp_ohw + oy0 * ow, kp_ohw, wq, ow, -(float)__builtin_inf(), (float)__builtin_inf());
+            oc = oc_end;
+          }
+      }
     }
   }
   #undef kp_m
@@ -129,6 +133,7 @@ __attribute__((visibility("hidden"))) int kiln_k_cf73755230bbaa84(void *state_, 
   #undef kp_dilation_h
   #undef kp_stride_w
   #undef kp_mg
+  #undef kp_oc_block
   #undef kp_hq
   #undef kp_pad_left
   #undef kp_in_w
@@ -228,11 +233,11 @@ static const int64_t kiln_args_0[] = {
   /* kp_wq */ 8LL, /* kp_out_w */ 6LL, /* kp_reach */ 2LL, /* kp_stride_h */ 1LL,
   /* kp_pad_top */ 1LL, /* kp_in_h */ 6LL, /* kp_phase_planes */ 1LL, /* kp_cg */ 1LL,
   /* kp_kernel_h */ 3LL, /* kp_kernel_w */ 3LL, /* kp_dilation_w */ 1LL, /* kp_dilation_h */ 1LL,
-  /* kp_stride_w */ 1LL, /* kp_mg */ 2LL, /* kp_hq */ 8LL, /* kp_pad_left */ 1LL,
-  /* kp_in_w */ 6LL
+  /* kp_stride_w */ 1LL, /* kp_mg */ 2LL, /* kp_oc_block */ 2147483647LL, /* kp_hq */ 8LL,
+  /* kp_pad_left */ 1LL, /* kp_in_w */ 6LL
 };
 static int kiln_node_0(void *state_, kiln_ctx *ctx, kiln_tensor *const *in, kiln_tensor *const *out) {
-  return kiln_k_cf73755230bbaa84(state_, ctx, in, out, kiln_args_0);
+  return kiln_k_35ed79219baf428a(state_, ctx, in, out, kiln_args_0);
 }
 
 /* node 1: max_pool{kernel_shape=[2,2], strides=[2,2]}(c) -> y  [float32 (1, 2, 3, 3)]  'pool' */

@@ -10,7 +10,7 @@
 __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 #define KILN_SUPPORT __atomic_load_n(&kiln_support_, __ATOMIC_RELAXED)
 
-/* #include "kiln_index.h": 353 lines; kiln source --preludes prints them */
+/* #include "kiln_index.h": 358 lines; kiln source --preludes prints them */
 
 /* #include "kiln_math.h": 479 lines; kiln source --preludes prints them */
 
