@@ -222,6 +222,8 @@ Conv::Plan Conv::plan(const Node& node) const {
   }
   // A packed 1x1 window reads its positions in place: parts need no whole rows.
   if (p.packed && p.window_1x1) p.col_unit = kPackedPositionUnit;
+  // Small images go as one GEMM over the batch: parts take output channels only.
+  if (small_images(p)) p.col_unit = p.ohw;
   return p;
 }
 
@@ -483,6 +485,81 @@ std::string Conv::depthwise_code(const Emit& e) {
   return s;
 }
 
+bool Conv::small_images(const Plan& p) {
+  return !p.packed && !pointwise(p) && !depthwise(p) && p.ohw > 0 && p.ohw <= kSmallImagePositions;
+}
+
+// Images of a few positions (the last stages of a small input: ResNet-18's 2x2 at 64x64):
+// the batch's positions, image after image, are the columns of one packed GEMM per group,
+// its B built straight from the input through a table of each tap's offset at each
+// position (-1: the padding). The direct tile ran 6 positions per image in a 16-lane
+// vector and streamed the weight once per image (50 GFLOP/s); here the weight streams once
+// per chunk of images and the columns fill the kernel. The product goes to a scratch matrix
+// (columns of several images), then to each image's rows.
+std::string Conv::small_image_code(const Emit& e) {
+  if (!e.epilogue.empty()) throw InternalError("conv: an inline epilogue on a small-image conv");
+  const Plan& p = e.p;
+  const WindowDims& gy = e.gy();
+  const WindowDims& gx = e.gx();
+  const std::string& T = e.T;
+  const std::string& x = e.x;
+  const std::string ohw = e.v(p.ohw, "ohw"), ckk = e.v(p.ckk, "ckk"), cg = e.v(p.cg, "cg"),
+                    mg = e.v(p.mg, "mg");
+  std::string s;
+  s += "const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
+  s += "const int64_t taps = " + e.v(gy.kernel * gx.kernel, "taps") + ", ohw = " + ohw +
+       ", ckk = " + ckk + ", ow = " + e.v(gx.out, "out_w") + ";\n";
+  s += "const int64_t batch = " + x + "->shape[0];\n";
+  // Images per chunk: the chunk's columns about 512 KB, at least a panel's worth.
+  s += "int64_t per = (524288 / (int64_t)sizeof(" + T + ")) / (ckk * ohw);\n";
+  s += "if (per * ohw < P) per = (P + ohw - 1) / ohw;\n";
+  s += "if (per > batch) per = batch;\n";
+  s += "const int64_t cols = (per * ohw + P - 1) / P * P;\n";
+  s += c_workspace("int64_t", "tab", "taps * ohw", "conv's tap offsets");
+  s += c_workspace(T, "bp", "cols * ckk", "conv's packed positions");
+  s += c_workspace(T, "ct", "(r1 - r0) * cols", "conv's product");
+  s += "for (int64_t i = 0, t = 0; i < " + e.v(gy.kernel, "kernel_h") + "; ++i)\n";
+  s += "for (int64_t j = 0; j < " + e.v(gx.kernel, "kernel_w") + "; ++j, ++t)\n";
+  s += "for (int64_t q = 0; q < ohw; ++q) {\n";
+  s += "const int64_t yy = q / ow * " + e.v(gy.stride, "stride_h") + " - " +
+       e.v(gy.pad_begin, "pad_top") + " + i * " + e.v(gy.dilation, "dilation_h") + ";\n";
+  s += "const int64_t xx = q % ow * " + e.v(gx.stride, "stride_w") + " - " +
+       e.v(gx.pad_begin, "pad_left") + " + j * " + e.v(gx.dilation, "dilation_w") + ";\n";
+  s += "tab[t * ohw + q] = yy >= 0 && yy < " + e.v(gy.in, "in_h") + " && xx >= 0 && xx < " +
+       e.v(gx.in, "in_w") + " ? yy * " + e.sy + " + xx * " + e.sx + " : -1;\n";
+  s += "}\n";
+  s += "for (int64_t n0 = 0; n0 < batch; n0 += per) {\n";
+  s += "const int64_t nn = batch - n0 < per ? batch - n0 : per, npos = nn * ohw;\n";
+  s += "for (int64_t oc = r0; oc < r1;) {\n";
+  s += "const int64_t grp = oc / " + mg + ";\n";
+  s += "const int64_t oc_end = (grp + 1) * " + mg + " < r1 ? (grp + 1) * " + mg + " : r1;\n";
+  // B[k][jc] for k = c * taps + t and column jc = image i's position q, in panels of P.
+  s += "for (int64_t c = 0; c < " + cg + "; ++c)\n";
+  s += "for (int64_t i = 0; i < nn; ++i) {\n";
+  s += "const " + T + " *xc = (const " + T + " *)" + x + "->data + (n0 + i) * " + x +
+       "->strides[0] + (grp * " + cg + " + c) * " + x + "->strides[1];\n";
+  s += "for (int64_t t = 0; t < taps; ++t) {\n";
+  s += "const int64_t k = c * taps + t;\n";
+  s += "const int64_t *tt = tab + t * ohw;\n";
+  s += "for (int64_t q = 0, jc = i * ohw; q < ohw; ++q, ++jc)\n";
+  s += "bp[jc / P * ckk * P + k * P + jc % P] = tt[q] >= 0 ? xc[tt[q]] : (" + T + ")0;\n";
+  s += "}\n";
+  s += "}\n";
+  s += "for (int64_t jc = npos; jc % P; ++jc)\n";
+  s += "for (int64_t k = 0; k < ckk; ++k) bp[jc / P * ckk * P + k * P + jc % P] = 0;\n";
+  s += "kiln_gemm_packed_" + e.S + "(oc_end - oc, npos, ckk, (" + T +
+       ")1, W + oc * ckk, ckk, 1, bp, (" + T + ")0, ct, npos, bias ? bias + oc * bs : 0, bs, 0, " +
+       e.lo_hi + ");\n";
+  s += "for (int64_t r = 0; r < oc_end - oc; ++r)\n";
+  s += "for (int64_t i = 0; i < nn; ++i)\n";
+  s += "memcpy((" + T + " *)" + e.y + "->data + ((n0 + i) * " + e.v(p.m, "m") +
+       " + oc + r) * ohw, ct + r * npos + i * ohw, ohw * sizeof(" + T + "));\n";
+  s += "oc = oc_end;\n";
+  s += "}\n";
+  s += "}\n";
+  return s;
+}
+
 int64_t Conv::oc_block(const Plan& p, int64_t phases) {
   constexpr int64_t kL2Weights = 128 * 1024;  // elements of a block's weights: 512 KB of f32
   const int64_t all = std::numeric_limits<int32_t>::max();
@@ -606,6 +683,8 @@ std::string Conv::code(const Node& node, const CodeNames& names, const Sub& sub,
     s += pointwise_code(e);
   } else if (p.packed && p.window_1x1) {
     s += gathered_code(e);
+  } else if (small_images(p)) {
+    s += small_image_code(e);
   } else {
     s += phase_setup(e);
     s += depthwise(p) ? depthwise_code(e) : tiled_code(e);

@@ -17,7 +17,7 @@ class Conv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 20; }
+  std::optional<int> cache_version() const override { return 21; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   // Pointwise convolutions run an epilogue on each piece of columns they finish, depthwise
   // ones on each run of channels.
@@ -72,6 +72,11 @@ class Conv : public COp {
   static std::string phase_setup(const Emit& e);
   static std::string depthwise_code(const Emit& e);
   static std::string tiled_code(const Emit& e);
+  static std::string small_image_code(const Emit& e);
+  // Output positions per image up to which a plain convolution runs as a GEMM over the
+  // batch's positions (small_image_code), not a direct tile per image.
+  static constexpr int64_t kSmallImagePositions = 16;
+  static bool small_images(const Plan& p);
   // Output channels per block of tiled_code's outer loop (images inside it), or a bound above
   // any count where the images stay outside.
   static int64_t oc_block(const Plan& p, int64_t phases);

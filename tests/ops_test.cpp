@@ -1599,18 +1599,34 @@ TEST(Conv, MatchesDirectReferenceAcrossGeometry) {
       // plane end in a partial vector; pads make each padded row overhang by 2.
       {"blocks_and_tails", {3, 5, 17, 19}, {13, 5, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       {"one_d_flat", {2, 3, 40}, {9, 3, 5}, {{"pads", V{2, 2}}, {"dilations", V{3}}}, false},
-      // A weight past 1 MB over 3x3 images: blocks of 48 channels outside the images, the
+      // A weight past 1 MB over 5x5 images: blocks of 48 channels outside the images, the
       // last block short; with groups of 55 channels the blocks end inside a group.
       {"channel_blocks_small_images",
-       {3, 300, 3, 3},
+       {3, 300, 5, 5},
        {100, 300, 3, 3},
        {{"pads", V{1, 1, 1, 1}}},
        true},
       {"channel_blocks_across_groups",
-       {2, 600, 2, 3},
+       {2, 600, 4, 5},
        {110, 300, 3, 3},
        {{"group", int64_t{2}}, {"pads", V{1, 1, 1, 1}}},
        false},
+      // Images of 16 positions or fewer run as one GEMM over the batch's positions: 45
+      // columns end in a part panel; strides and uneven pads; groups of 3 channels; 1-D with
+      // dilation; 4608 taps take one image per chunk, six chunks.
+      {"small_images", {5, 40, 3, 3}, {24, 40, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
+      {"small_images_strided",
+       {3, 16, 5, 7},
+       {12, 16, 3, 3},
+       {{"strides", V{2, 2}}, {"pads", V{1, 0, 2, 1}}},
+       false},
+      {"small_images_groups",
+       {2, 12, 4, 4},
+       {9, 4, 3, 3},
+       {{"group", int64_t{3}}, {"pads", V{1, 1, 1, 1}}},
+       true},
+      {"small_images_one_d", {3, 5, 10}, {4, 5, 3}, {{"dilations", V{2}}}, true},
+      {"small_images_chunks", {6, 512, 4, 4}, {8, 512, 3, 3}, {{"pads", V{1, 1, 1, 1}}}, true},
       // A ResNet stem in small: 7x7 over 2x2 stride phases, rows of output split into
       // column units and 16 channels into row blocks of 8.
       {"stem_phases",
@@ -2837,11 +2853,20 @@ TEST(WindowGrad, ConvWeightGradMatchesDirectSums) {
       {{2, 5, 30, 30}, 7, {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
       // 360 columns of dW (23 panels) and two chunks.
       {{2, 40, 12, 12}, 24, {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
+      // 2x2 images under a 3x3 window (most taps in the padding, as in a small image's last
+      // stage), five images per chunk, 585 columns ending in a part panel.
+      {{5, 65, 2, 2}, 9, {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}}},
+      {{3, 7, 3, 4}, 5, {{"kernel_shape", V{3, 3}}, {"pads", V{2, 1, 0, 2}}, {"strides", V{2, 2}}}},
+      // dW itself, without the slices axis.
+      {{2, 9, 6, 6},
+       4,
+       {{"kernel_shape", V{3, 3}}, {"pads", V{1, 1, 1, 1}}, {"sliced", int64_t{0}}}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(dims_to_string(c.x) + attrs_to_string(c.attrs));
     Attrs conv = c.attrs;
     conv.erase("slices");
+    conv.erase("sliced");
     Graph probe("probe");
     Var xp = input(probe, "x", DType::kFloat32, c.x);
     Shape w{c.m, c.x[1] / attr_int(c.attrs, "group", 1), attr_ints(c.attrs, "kernel_shape")[0],
@@ -2889,6 +2914,11 @@ TEST(WindowGrad, ShapeMismatchesNameTheInput) {
         apply("conv_weight_grad", {x, x}, {{"kernel_shape", V{1, 1}}, {"slices", int64_t{0}}});
       }).find("slices"),
       std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply("conv_weight_grad", {x, x},
+                    {{"kernel_shape", V{1, 1}}, {"slices", int64_t{2}}, {"sliced", int64_t{0}}});
+            }).find("sliced"),
+            std::string::npos);
 }
 
 }  // namespace

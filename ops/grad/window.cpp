@@ -195,8 +195,14 @@ std::vector<Variable*> Conv::grad(const GradArgs& args) const {
     Attrs props = this->props();
     props["kernel_shape"] = std::vector<int64_t>(w.type().dims.begin() + 2, w.type().dims.end());
     const int64_t weights = shape_numel(w.type().dims);
-    props["slices"] = std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(weights, 1), 1, 8);
-    out[1] = sum(apply("conv_weight_grad", {x, g}, props), {0}).var();
+    const int64_t slices =
+        std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(weights, 1), 1, 8);
+    props["slices"] = slices;
+    // One slice is dW itself, written in place: no sum (a 9 MB copy per step), no reshape
+    // (a copy too where dW is the graph's output).
+    if (slices == 1) props["sliced"] = int64_t{0};
+    Var parts = apply("conv_weight_grad", {x, g}, props);
+    out[1] = (slices == 1 ? parts : sum(parts, {0})).var();
   }
   if (args.wanted[0]) {
     require_static(args, 0, x, "the input gradient of conv");

@@ -181,13 +181,15 @@ std::string MaxPoolGrad::c_code(const Node& node, const CodeNames& names, const 
 
 ConvWeightGrad::ConvWeightGrad(Attrs props) : COp("conv_weight_grad", std::move(props)) {
   check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "dilations", "pads",
-                                    "auto_pad", "slices"});
+                                    "auto_pad", "slices", "sliced"});
   window_ = WindowAttrs::from_props(this->props(), name());
   if (window_.kernel.empty()) throw AttrError("kernel_shape", "is required");
   group_ = attr_int(this->props(), "group", 1);
   if (group_ < 1) throw AttrError("group", "must be >= 1");
   slices_ = attr_int(this->props(), "slices", 1);
   if (slices_ < 1) throw AttrError("slices", "must be >= 1");
+  sliced_ = attr_int(this->props(), "sliced", 1) != 0;
+  if (!sliced_ && slices_ != 1) throw AttrError("sliced", "0 (dW itself) takes slices 1");
 }
 
 std::vector<WindowDims> ConvWeightGrad::geometry(const std::vector<int64_t>& x) const {
@@ -215,6 +217,7 @@ std::vector<TensorType> ConvWeightGrad::infer_type(const std::vector<TensorType>
   }
   TensorType out{x.dtype, {slices_, m, c / group_}};
   for (const auto& g : geo) out.dims.push_back(g.kernel);
+  if (!sliced_) out.dims.erase(out.dims.begin());
   return {out};
 }
 
@@ -225,6 +228,7 @@ std::vector<Shape> ConvWeightGrad::infer_shape(const std::vector<Shape>& inputs)
   }
   Shape out{slices_, inputs[1][1], inputs[0][1] / group_};
   for (const auto& g : geometry(inputs[0])) out.push_back(g.kernel);
+  if (!sliced_) out.erase(out.begin());
   return {out};
 }
 
@@ -276,30 +280,42 @@ void ConvWeightGrad::perform(const std::vector<Tensor>& inputs,
 
 std::string ConvWeightGrad::c_support_code() const {
   // A unit's rows of dW gain A B^T (A: dY rows, m x len; B: the im2col'd input, n x len) as
-  // one GEMM on kiln's packed kernel, B^T copied into its panels, in this part's thread.
+  // one GEMM on kiln's packed kernel, B^T written into its panels, in this part's thread.
   // (A kernel of dot products was load-bound, 4.3x Inductor's time on a ResNet-18 training
   // step; OpenBLAS, called from each split part, started threads of its own beside the
   // engine's: four on two cores, 37 GF/s on ResNet-18's 3x3 512-channel layers.)
   std::string s =
       "#define kiln_gemm_packed_f32 (KILN_SUPPORT->gemm_packed_f32)\n"
       "#define kiln_gemm_packed_f64 (KILN_SUPPORT->gemm_packed_f64)\n";
-  // B^T (B: n rows of k positions) as the packed kernel's panels: panel q holds columns
-  // [q*P, q*P + P) as k rows of P, columns past n zero. Row by row of B, so reads stream and
-  // the panel being written (k lines) stays in cache.
+  // The im2col'd input written straight into the packed kernel's panels: tap row r (channel
+  // c, tap t) is panel r / P's lane r % P, a position a row of the panel. A table of each
+  // tap's input offset at each position (-1: the padding), the same for every channel, makes
+  // a small image's rows (2 positions in ResNet-18's last stage at 64x64) a gather without
+  // the bounds arithmetic of a row at a time, and no B matrix is written and read again.
   for (const char* t : {"float", "double"}) {
     const std::string T = t, S = T == "float" ? "f32" : "f64";
-    s += "__attribute__((unused)) static void kiln_wgrad_panels_" + S + "(const " + T +
-         " *B, int64_t n, int64_t k, int64_t P, " + T + " *bp) {\n";
-    s += "  for (int64_t q = 0; q * P < n; ++q) {\n";
-    s += "    " + T + " *panel = bp + q * k * P;\n";
-    s += "    for (int64_t jj = 0; jj < P; ++jj) {\n";
-    s += "      const int64_t j = q * P + jj;\n";
-    s += "      if (j >= n) {\n";
-    s += "        for (int64_t i = 0; i < k; ++i) panel[i * P + jj] = 0;\n";
-    s += "        continue;\n";
+    s += "__attribute__((unused)) static void kiln_wgrad_cols_" + S + "(const " + T +
+         " *x, int64_t cg, int64_t sc, int64_t sy, int64_t sx, const kiln_window *g, " + T +
+         " *bp, int64_t len, int64_t P, int64_t at, int64_t *tab) {\n";
+    s += "  const int64_t taps = g->kh * g->kw, npos = g->oh * g->ow;\n";
+    s += "  for (int64_t i = 0, t = 0; i < g->kh; ++i)\n";
+    s += "    for (int64_t j = 0; j < g->kw; ++j, ++t)\n";
+    s += "      for (int64_t oy = 0; oy < g->oh; ++oy) {\n";
+    s += "        const int64_t y = oy * g->sh - g->ph + i * g->dh;\n";
+    s += "        for (int64_t ox = 0; ox < g->ow; ++ox) {\n";
+    s += "          const int64_t xx = ox * g->sw - g->pw + j * g->dw;\n";
+    s += "          tab[t * npos + oy * g->ow + ox] =\n";
+    s += "              y >= 0 && y < g->h && xx >= 0 && xx < g->w ? y * sy + xx * sx : -1;\n";
+    s += "        }\n";
     s += "      }\n";
-    s += "      const " + T + " *src = B + j * k;\n";
-    s += "      for (int64_t i = 0; i < k; ++i) panel[i * P + jj] = src[i];\n";
+    s += "  for (int64_t c = 0; c < cg; ++c) {\n";
+    s += "    const " + T + " *xc = x + c * sc;\n";
+    s += "    for (int64_t t = 0; t < taps; ++t) {\n";
+    s += "      const int64_t r = c * taps + t;\n";
+    s += "      " + T + " *dst = bp + r / P * len * P + r % P + at * P;\n";
+    s += "      const int64_t *tt = tab + t * npos;\n";
+    s += "      for (int64_t q = 0; q < npos; ++q) dst[q * P] = tt[q] >= 0 ? xc[tt[q]] : (" + T +
+         ")0;\n";
     s += "    }\n";
     s += "  }\n";
     s += "}\n";
@@ -349,12 +365,18 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "  const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T + ");\n";
   s += "  const int64_t npanels = (ck + P - 1) / P;\n";
   s += "  " + T + " *dw = (" + T + " *)" + names.outputs[0] + "->data;\n";
-  s += "  " + T + " *A = NULL, *B = NULL, *bp = NULL;\n";
+  s += "  " + T + " *A = NULL, *bp = NULL;\n";
+  s += "  int64_t *tab = NULL;\n";
+  // The offsets table first (int64 aligned), then A, then the panels.
+  s += "  const int64_t tab_elems = (taps * rb * g.ow * 8 + sizeof(" + T + ") - 1) / sizeof(" + T +
+       ");\n";
   s += "  if (u0 < u1 && nrows > 0) {\n";
-  s += "KILN_WORKSPACE(A, (rows_max + ck + npanels * P) * rb * g.ow, \"the conv weight gradient's "
-       "chunk\");\n";
-  s += "    B = A + rows_max * rb * g.ow;\n";
-  s += "    bp = B + ck * rb * g.ow;\n";
+  s += "    " + T + " *ws = NULL;\n";
+  s += "KILN_WORKSPACE(ws, tab_elems + (rows_max + npanels * P) * rb * g.ow, \"the conv weight "
+       "gradient's chunk\");\n";
+  s += "    tab = (int64_t *)ws;\n";
+  s += "    A = ws + tab_elems;\n";
+  s += "    bp = A + rows_max * rb * g.ow;\n";
   s += "  }\n";
   s += "  for (int64_t u = u0; u < u1; ++u) {\n";
   s += "    const int64_t sl = u / blocks, b = u % blocks;\n";
@@ -373,13 +395,13 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "        for (int64_t r = r0; r < r1;) {\n";
   s += "          const int64_t n = r / g.oh, oy0 = r % g.oh;\n";
   s += "          const int64_t oy1 = oy0 + (r1 - r) < g.oh ? oy0 + (r1 - r) : g.oh;\n";
-  // im2col of output rows [oy0, oy1): the same window with its rows shifted by oy0.
+  // The columns of output rows [oy0, oy1): the same window with its rows shifted by oy0.
   s += "          kiln_window gs = g;\n";
   s += "          gs.ph = g.ph - oy0 * g.sh;\n";
   s += "          gs.oh = oy1 - oy0;\n";
-  s += "          kiln_im2col_" + S + "((const " + T + " *)" + X + "->data + n * " + xs.n +
+  s += "          kiln_wgrad_cols_" + S + "((const " + T + " *)" + X + "->data + n * " + xs.n +
        " + gi * cg * " + xs.c + ", cg, " + xs.c + ", " + xs.y + ", " + xs.x +
-       ", &gs, B + at, len);\n";
+       ", &gs, bp, len, P, at, tab);\n";
   s += "          for (int64_t mo = m0; mo < m1; ++mo) {\n";
   s += "            const " + T + " *src = (const " + T + " *)" + D + "->data + n * " + ds.n +
        " + mo * " + ds.c + ";\n";
@@ -392,7 +414,10 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   s += "          at += (oy1 - oy0) * g.ow;\n";
   s += "          r += oy1 - oy0;\n";
   s += "        }\n";
-  s += "        kiln_wgrad_panels_" + S + "(B, ck, len, P, bp);\n";
+  // The last panel's lanes past the taps multiply as zeros.
+  s += "        for (int64_t r = ck; r < npanels * P; ++r)\n";
+  s += "          for (int64_t q = 0; q < len; ++q) bp[(npanels - 1) * len * P + q * P + r % P] = "
+       "0;\n";
   s += "        kiln_gemm_packed_" + S +
        "(m1 - m0, ck, len, 1, A, len, 1, bp, r0 == r_lo ? 0 : 1, dws + m0 * ck, ck, "
        "NULL, 0, 0, -(" +

@@ -8,7 +8,7 @@
 //     (n, y), the sum over them of dY times the input each kernel tap read; the weight's
 //     gradient is the sum over the slices, which split the work between cores without two
 //     writing one sum. Props: conv's, kernel_shape required (the weight's spatial shape),
-//     and slices (default 1).
+//     and slices (default 1); sliced 0 drops the slices axis (dW itself, with one slice).
 #include "ops/cop.h"
 #include "ops/window.h"
 
@@ -37,7 +37,7 @@ class ConvWeightGrad : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 3; }
+  std::optional<int> cache_version() const override { return 4; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
   std::string c_support_code() const override;
   std::vector<std::string> c_preludes() const override { return {"kiln_index.h", "kiln_window.h"}; }
@@ -49,6 +49,7 @@ class ConvWeightGrad : public COp {
   std::vector<WindowDims> geometry(const std::vector<int64_t>& x) const;
   WindowAttrs window_;
   int64_t group_, slices_;
+  bool sliced_;
 };
 
 }  // namespace kiln

@@ -337,6 +337,25 @@ def test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients():
     assert all(r["pytorch_ops"] == [] for r in new), new
 
 
+def test_a_deep_layer_training_step_on_a_small_image_matches_eager():
+    """A weight past 2 MB over 3x3 images, as a small image's last stage: dW written as one
+    slice without a sum, the convolutions (forward and the input gradient) taking channel
+    blocks outside the images, and the input gradient's flipped weight in one pass."""
+    def net():
+        torch.manual_seed(5)
+        return torch.nn.Sequential(torch.nn.Conv2d(256, 264, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(264, 260, 3, stride=2, padding=1))
+    x = torch.randn(3, 256, 3, 3, requires_grad=True)
+    xk = x.detach().clone().requires_grad_(True)
+    eager, kilned = net(), net()
+    eager(x).square().mean().backward()
+    torch._dynamo.reset()
+    torch.compile(kilned, backend="kiln")(xk).square().mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), kilned.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    torch.testing.assert_close(xk.grad, x.grad, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_transformer_training_step_runs_in_kiln_and_matches_float64(causal):
     """PyTorch's fused CPU attention's backward through kiln's autodiff (the attention
