@@ -131,6 +131,7 @@ OpRegistry::OpRegistry() {
   add("average_pool", [](const Attrs& a) { return std::make_shared<Pool>(false, a); });
   add("max_pool_grad", [](const Attrs& a) { return std::make_shared<MaxPoolGrad>(a); });
   add("conv_weight_grad", [](const Attrs& a) { return std::make_shared<ConvWeightGrad>(a); });
+  add("conv_input_grad", [](const Attrs& a) { return std::make_shared<ConvInputGrad>(a); });
   add("fused_elementwise", [](const Attrs& a) { return std::make_shared<FusedElementwise>(a); });
   add("fused_reduce", [](const Attrs& a) { return std::make_shared<FusedReduce>(a); });
   add("with_epilogue", [](const Attrs& a) { return std::make_shared<WithEpilogue>(a); });

@@ -271,6 +271,12 @@ TEST(Grad, ConvolutionsMatchFiniteDifferences) {
                                                   {{"group", int64_t(3)},
                                                    {"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
                   });
+  // A small image's input gradient goes through conv_input_grad (stride 1).
+  check_gradients("small_image", {{"x", {2, 4, 3, 3}}, {"w", {5, 4, 3, 3}}},
+                  [](const std::vector<Var>& x) {
+                    return std::vector<Var>{
+                        apply("conv", {x[0], x[1]}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}})};
+                  });
   check_gradients("conv1d", {{"x", {2, 3, 9}}, {"w", {2, 3, 4}}},
                   [](const std::vector<Var>& x) {
                     return std::vector<Var>{apply("conv", {x[0], x[1]},

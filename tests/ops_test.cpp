@@ -2818,6 +2818,64 @@ TEST(WindowGrad, MaxPoolGradFollowsTheFirstMaximum) {
 // conv_weight_grad's im2col chunks and two-by-two dot products against perform's direct
 // sums: chunks that end inside an image and span images, odd channel counts and lengths
 // past the vector width, groups, stride, dilation, padding, 1-D, slices, strided inputs.
+// conv_input_grad (dY W^T folded back) against perform's direct sums and against the
+// gradient of conv itself: stride and uneven pads (positions no tap reaches stay 0), groups,
+// dilation, 1-D, chunks of one image (4608-deep products), panels ending in a tail, and
+// strided (non-contiguous) dY and W.
+TEST(WindowGrad, ConvInputGradMatchesDirectSums) {
+  std::mt19937 rng(33);
+  using V = std::vector<int64_t>;
+  struct Case {
+    Shape x, w;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases{
+      {{5, 40, 3, 3}, {24, 40, 3, 3}, {{"pads", V{1, 1, 1, 1}}}},
+      {{3, 16, 9, 8}, {12, 16, 3, 3}, {{"strides", V{2, 2}}, {"pads", V{1, 0, 2, 1}}}},
+      {{2, 12, 7, 7}, {9, 4, 3, 3}, {{"group", int64_t{3}}, {"strides", V{2, 2}}}},
+      {{2, 6, 11, 10}, {4, 6, 2, 3}, {{"dilations", V{2, 1}}, {"strides", V{3, 2}}}},
+      {{3, 5, 13}, {4, 5, 3}, {{"strides", V{2}}, {"pads", V{2, 1}}}},
+      {{3, 600, 4, 4}, {16, 600, 3, 3}, {{"pads", V{1, 1, 1, 1}}}},
+      {{2, 8, 12, 12}, {6, 8, 1, 1}, {{"strides", V{2, 2}}}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(dims_to_string(c.x) + dims_to_string(c.w) + attrs_to_string(c.attrs));
+    Graph probe("probe");
+    const Shape ys =
+        apply("conv",
+              {input(probe, "x", DType::kFloat32, c.x), input(probe, "w", DType::kFloat32, c.w)},
+              c.attrs)
+            .type()
+            .dims;
+    Attrs props = c.attrs;
+    props["input_shape"] = V(c.x.begin() + 2, c.x.end());
+    Graph g("conv_input_grad");
+    Shape dyd = ys;
+    dyd[0] = kDynamic;
+    Var dy = input(g, "dy", DType::kFloat32, dyd);
+    Var w = input(g, "w", DType::kFloat32, c.w);
+    g.set_outputs({apply("conv_input_grad", {dy, w}, props)});
+    check_graph(
+        g,
+        {{random_tensor(DType::kFloat32, ys, rng), random_tensor(DType::kFloat32, c.w, rng)},
+         {non_contiguous(random_tensor(DType::kFloat32, ys, rng)),
+          non_contiguous(random_tensor(DType::kFloat32, c.w, rng))}},
+        1e-4, 1e-4);
+  }
+  // Bad attributes and shapes name what is wrong.
+  Graph bad("bad");
+  Var dy = input(bad, "dy", DType::kFloat32, {2, 4, 3, 3});
+  Var w = input(bad, "w", DType::kFloat32, {4, 5, 3, 3});
+  EXPECT_NE(error_of([&] {
+              apply("conv_input_grad", {dy, w}, {});
+            }).find("input_shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply("conv_input_grad", {dy, w}, {{"input_shape", V{7, 7}}});
+            }).find("is not the convolution"),
+            std::string::npos);
+}
+
 TEST(WindowGrad, ConvWeightGradMatchesDirectSums) {
   std::mt19937 rng(32);
   using V = std::vector<int64_t>;

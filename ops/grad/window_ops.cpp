@@ -429,4 +429,207 @@ std::string ConvWeightGrad::c_code(const Node& node, const CodeNames& names, con
   return s;
 }
 
+// ---- conv_input_grad ----------------------------------------------------------------------
+
+ConvInputGrad::ConvInputGrad(Attrs props) : COp("conv_input_grad", std::move(props)) {
+  check_known_attrs(this->props(), {"group", "kernel_shape", "strides", "dilations", "pads",
+                                    "auto_pad", "input_shape"});
+  window_ = WindowAttrs::from_props(this->props(), name());
+  group_ = attr_int(this->props(), "group", 1);
+  if (group_ < 1) throw AttrError("group", "must be >= 1");
+  input_ = attr_ints(this->props(), "input_shape", std::vector<int64_t>{});
+  if (input_.empty() || input_.size() > 2) {
+    throw AttrError("input_shape", "must give 1 or 2 spatial sizes (1-D and 2-D windows)");
+  }
+  for (int64_t d : input_) {
+    if (d < 1) throw AttrError("input_shape", "sizes must be >= 1");
+  }
+}
+
+std::vector<WindowDims> ConvInputGrad::geometry(const std::vector<int64_t>& w) const {
+  return resolve_window(window_, input_, std::vector<int64_t>(w.begin() + 2, w.end()), name());
+}
+
+std::vector<TensorType> ConvInputGrad::infer_type(const std::vector<TensorType>& inputs) const {
+  if (inputs.size() != 2) throw UserError(name() + " takes 2 inputs (dY, W)");
+  const TensorType &dy = inputs[0], &w = inputs[1];
+  require_float_window(dy, name(), "output gradient");
+  require_float_window(w, name(), "weight");
+  if (w.dtype != dy.dtype || w.rank() != dy.rank() ||
+      w.rank() != static_cast<int>(input_.size()) + 2) {
+    throw UserError(name() + ": weight " + w.to_string() + " does not fit output gradient " +
+                    dy.to_string() + " and input_shape of " + std::to_string(input_.size()) +
+                    " sizes");
+  }
+  const auto geo = geometry(w.dims);
+  bool fits = dy.dims[1] == w.dims[0] && w.dims[0] % group_ == 0;
+  for (size_t i = 0; fits && i < geo.size(); ++i) fits = dy.dims[i + 2] == geo[i].out;
+  if (!fits) {
+    throw UserError(name() + ": output gradient " + dy.to_string() + " is not the convolution by " +
+                    w.to_string() + " (group " + std::to_string(group_) +
+                    ") of an input of spatial sizes " + dims_to_string(input_));
+  }
+  TensorType out{dy.dtype, {dy.dims[0], w.dims[1] * group_}};
+  out.dims.insert(out.dims.end(), input_.begin(), input_.end());
+  return {out};
+}
+
+std::vector<Shape> ConvInputGrad::infer_shape(const std::vector<Shape>& inputs) const {
+  Shape out{inputs[0][0], inputs[1][1] * group_};
+  out.insert(out.end(), input_.begin(), input_.end());
+  return {out};
+}
+
+double ConvInputGrad::flops(const std::vector<Shape>& inputs,
+                            const std::vector<Shape>& outputs) const {
+  // A multiply-add per weight element and output position.
+  double positions = static_cast<double>(inputs[0][0]);
+  for (size_t d = 2; d < inputs[0].size(); ++d) positions *= static_cast<double>(inputs[0][d]);
+  return 2.0 * positions * static_cast<double>(shape_numel(inputs[1]));
+}
+
+void ConvInputGrad::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
+  const Tensor &dy = inputs[0], &w = inputs[1];
+  Tensor& dx = outputs[0];
+  const auto g = as_2d(geometry(w.shape()));
+  const int64_t batch = dy.shape()[0], m = dy.shape()[1], cg = w.shape()[1], mg = m / group_;
+  const int64_t c = cg * group_, h = g[0].in, wd = g[1].in, oh = g[0].out, ow = g[1].out;
+  const int64_t kh = g[0].kernel, kw = g[1].kernel;
+  std::vector<double> acc(static_cast<size_t>(dx.numel()), 0.0);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t oc = 0; oc < m; ++oc)
+      for (int64_t ci = 0; ci < cg; ++ci) {
+        const int64_t ch = oc / mg * cg + ci;
+        for (int64_t i = 0; i < kh; ++i)
+          for (int64_t j = 0; j < kw; ++j) {
+            const double wv = w.load(((oc * cg + ci) * kh + i) * kw + j);
+            for (int64_t oy = 0; oy < oh; ++oy) {
+              const int64_t yy = oy * g[0].stride - g[0].pad_begin + i * g[0].dilation;
+              if (yy < 0 || yy >= h) continue;
+              for (int64_t ox = 0; ox < ow; ++ox) {
+                const int64_t xx = ox * g[1].stride - g[1].pad_begin + j * g[1].dilation;
+                if (xx < 0 || xx >= wd) continue;
+                acc[static_cast<size_t>(((n * c + ch) * h + yy) * wd + xx)] +=
+                    wv * dy.load(((n * m + oc) * oh + oy) * ow + ox);
+              }
+            }
+          }
+      }
+  for (int64_t i = 0; i < dx.numel(); ++i) dx.store(i, acc[static_cast<size_t>(i)]);
+}
+
+std::string ConvInputGrad::c_support_code() const {
+  return "#define kiln_gemm_packed_f32 (KILN_SUPPORT->gemm_packed_f32)\n"
+         "#define kiln_gemm_packed_f64 (KILN_SUPPORT->gemm_packed_f64)\n";
+}
+
+// A part takes a run of input channels and all images, in chunks of images: per group it
+// touches, the group's dY rows as the packed kernel's panels (B: mg x the chunk's
+// positions), the product W^T B for its channels' taps (A = W read with strides (1, ck):
+// row (c, t) of W^T is column c * taps + t of W) into a scratch matrix, then each row added
+// onto dX at its tap's input positions through a table of offsets (-1: the padding).
+std::string ConvInputGrad::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  const auto& dyt = node.inputs[0]->type;
+  const auto& wt = node.inputs[1]->type;
+  const bool f32 = dyt.dtype == DType::kFloat32;
+  const std::string T = f32 ? "float" : "double", S = f32 ? "f32" : "f64";
+  const auto geo = geometry(wt.dims);
+  const bool one_d = geo.size() == 1;
+  const int64_t m = wt.dims[0], cg = wt.dims[1], mg = m / group_;
+  int64_t taps = 1;
+  for (const auto& d : geo) taps *= d.kernel;
+  const std::string &D = names.inputs[0], &Wt = names.inputs[1], &X = names.outputs[0];
+  const PlaneStrides ds = plane_strides(D, one_d), xs = plane_strides(X, one_d);
+  const std::string& ctx = sub.ctx;
+  auto v = [&](int64_t n, std::string_view name) { return sub.value(n, name); };
+  std::string s = "{\n";
+  s += "  const kiln_window g = " + window_c_init(geo, sub) + ";\n";
+  s += "  const int64_t cg = " + v(cg, "cg") + ", mg = " + v(mg, "mg") +
+       ", taps = " + v(taps, "taps") + ", ck = cg * taps, C = cg * " + v(group_, "groups") + ";\n";
+  s += "  const int64_t batch = " + D + "->shape[0], ohw = g.oh * g.ow;\n";
+  s += "  const int64_t c0 = C * " + ctx + "->part / " + ctx + "->n_parts;\n";
+  s += "  const int64_t c1 = C * (" + ctx + "->part + 1) / " + ctx + "->n_parts;\n";
+  s += "  if (c0 < c1 && batch > 0) {\n";
+  s += "    const int64_t P = KILN_GEMM_PANEL_BYTES / (int64_t)sizeof(" + T + ");\n";
+  // Images per chunk: the panels and the product about 512 KB, at least a panel's worth.
+  s += "    int64_t per = (524288 / (int64_t)sizeof(" + T +
+       ")) / ((mg + (c1 - c0) * taps) * ohw);\n";
+  s += "    if (per * ohw < P) per = (P + ohw - 1) / ohw;\n";
+  s += "    if (per > batch) per = batch;\n";
+  s += "    const int64_t cols = (per * ohw + P - 1) / P * P;\n";
+  s += "    const int64_t span = (c1 - c0 < cg ? c1 - c0 : cg) * taps;\n";
+  s += "    " + T + " *bp = NULL, *ct = NULL;\n";
+  s += "    int64_t *tab = NULL;\n";
+  s += c_workspace("int64_t", "tab_", "taps * ohw", "conv_input_grad's tap offsets");
+  s += c_workspace(T, "bp_", "cols * mg + span * cols", "conv_input_grad's panels and product");
+  s += "    tab = tab_;\n    bp = bp_;\n    ct = bp + cols * mg;\n";
+  // W as one dense block (row (c, t) of W^T at stride 1, column m at stride ck): itself, or
+  // a copy.
+  s += "    const " + T + " *wd = (const " + T + " *)" + Wt + "->data;\n";
+  s += "    int w_contig = 1;\n";
+  s += "    {\n      int64_t cs = 1;\n";
+  s += "      for (int d = " + std::to_string(wt.rank() - 1) + "; d >= 0; --d) {\n";
+  s += "        if (" + Wt + "->shape[d] != 1 && " + Wt + "->strides[d] != cs) w_contig = 0;\n";
+  s += "        cs *= " + Wt + "->shape[d];\n      }\n    }\n";
+  s += "    if (!w_contig) {\n";
+  s += c_workspace(T, "wcopy", v(m * cg * taps, "w_elems"), "conv_input_grad's weight");
+  s += "      kiln_copy_strided(wcopy, " + Wt + "->data, " + std::to_string(wt.rank()) + ", " + Wt +
+       "->shape, " + Wt + "->strides, sizeof(" + T + "));\n";
+  s += "      wd = wcopy;\n";
+  s += "    }\n";
+  s += "    for (int64_t i = 0, t = 0; i < g.kh; ++i)\n";
+  s += "      for (int64_t j = 0; j < g.kw; ++j, ++t)\n";
+  s += "        for (int64_t q = 0; q < ohw; ++q) {\n";
+  s += "          const int64_t yy = q / g.ow * g.sh - g.ph + i * g.dh;\n";
+  s += "          const int64_t xx = q % g.ow * g.sw - g.pw + j * g.dw;\n";
+  s += "          tab[t * ohw + q] = yy >= 0 && yy < g.h && xx >= 0 && xx < g.w ? yy * " + xs.y +
+       " + xx * " + xs.x + " : -1;\n";
+  s += "        }\n";
+  s += "    for (int64_t n = 0; n < batch; ++n)\n";
+  s += "      for (int64_t c = c0; c < c1; ++c) {\n";
+  s += "        " + T + " *xp = (" + T + " *)" + X + "->data + n * " + xs.n + " + c * " + xs.c +
+       ";\n";
+  s += "        for (int64_t yy = 0; yy < g.h; ++yy)\n";
+  s += "          for (int64_t xx = 0; xx < g.w; ++xx) xp[yy * " + xs.y + " + xx * " + xs.x +
+       "] = 0;\n";
+  s += "      }\n";
+  s += "    for (int64_t n0 = 0; n0 < batch; n0 += per) {\n";
+  s += "      const int64_t nn = batch - n0 < per ? batch - n0 : per, npos = nn * ohw;\n";
+  s += "      for (int64_t ca = c0; ca < c1;) {\n";
+  s += "        const int64_t grp = ca / cg;\n";
+  s += "        const int64_t cb = (grp + 1) * cg < c1 ? (grp + 1) * cg : c1;\n";
+  // B[mm][jc]: dY row grp * mg + mm at column jc = image i's position q.
+  s += "        for (int64_t mm = 0; mm < mg; ++mm)\n";
+  s += "          for (int64_t i = 0; i < nn; ++i) {\n";
+  s += "            const " + T + " *src = (const " + T + " *)" + D + "->data + (n0 + i) * " +
+       ds.n + " + (grp * mg + mm) * " + ds.c + ";\n";
+  s += "            for (int64_t q = 0, jc = i * ohw; q < ohw; ++q, ++jc)\n";
+  s += "              bp[jc / P * mg * P + mm * P + jc % P] = src[q / g.ow * " + ds.y +
+       " + q % g.ow * " + ds.x + "];\n";
+  s += "          }\n";
+  s += "        for (int64_t jc = npos; jc % P; ++jc)\n";
+  s += "          for (int64_t mm = 0; mm < mg; ++mm) bp[jc / P * mg * P + mm * P + jc % P] = 0;\n";
+  s += "        const " + T + " *a = wd + grp * mg * ck + (ca - grp * cg) * taps;\n";
+  s += "        kiln_gemm_packed_" + S + "((cb - ca) * taps, npos, mg, (" + T +
+       ")1, a, 1, ck, bp, (" + T + ")0, ct, npos, NULL, 0, 0, -(" + T + ")__builtin_inf(), (" + T +
+       ")__builtin_inf());\n";
+  s += "        for (int64_t c = ca; c < cb; ++c)\n";
+  s += "          for (int64_t i = 0; i < nn; ++i) {\n";
+  s += "            " + T + " *xp = (" + T + " *)" + X + "->data + (n0 + i) * " + xs.n + " + c * " +
+       xs.c + ";\n";
+  s += "            for (int64_t t = 0; t < taps; ++t) {\n";
+  s += "              const " + T + " *row = ct + ((c - ca) * taps + t) * npos + i * ohw;\n";
+  s += "              const int64_t *tt = tab + t * ohw;\n";
+  s += "              for (int64_t q = 0; q < ohw; ++q)\n";
+  s += "                if (tt[q] >= 0) xp[tt[q]] += row[q];\n";
+  s += "            }\n";
+  s += "          }\n";
+  s += "        ca = cb;\n";
+  s += "      }\n";
+  s += "    }\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
 }  // namespace kiln
