@@ -91,7 +91,12 @@ std::vector<ShardStatus> RedisStore::status(int64_t limit, double seconds) {
       std::string cursor = "0";
       for (int round = 0; round < 100000; ++round) {
         RedisReply r = c.command({"SCAN", cursor, "MATCH", options_.ns + ":e:*", "COUNT", "1000"});
-        if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) break;
+        if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) {
+          // Not a count: the entries are unknown, not zero.
+          s.why = "SCAN answered something other than a cursor and keys (counted " +
+                  std::to_string(n) + " entries so far)";
+          break;
+        }
         cursor = r.elements[0].str;
         n += static_cast<int64_t>(r.elements[1].elements.size());
         if (cursor == "0" || n >= limit) break;

@@ -15,11 +15,13 @@ class MatMul : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 8; }
+  std::optional<int> cache_version() const override { return 9; }
   bool c_splittable(const Node& node) const override;
   int64_t c_split_unit(const Node& node) const override;
   bool c_heavy(const Node&) const override { return true; }
   bool packs_b(const Node& node) const;
+  std::optional<SplitTiles> c_split_tiles(const Node& node, const CodeNames& names,
+                                          const Sub& sub) const override;
   // A plain product: no operand views, no scale, no transposed output (forms of the CPU
   // passes).
   bool plain() const { return !views_[0] && !views_[1] && alpha_ == 1.0 && out_perm_.empty(); }
@@ -37,6 +39,8 @@ class MatMul : public COp {
   }
   // The output's dims: the product's, permuted by out_perm.
   std::vector<int64_t> permuted(const std::vector<int64_t>& product) const;
+  // A float product of two matrices: split in tiles on kiln's kernel (matmul.cpp).
+  bool tiles_2d(const Node& node) const;
   std::optional<OperandView> views_[2];
   std::vector<int64_t> out_perm_;  // the output is the product transposed by this
   double alpha_ = 1.0;             // the product's scale (a scalar multiply folded in)

@@ -423,6 +423,22 @@ TEST(Hardening, RemoteStatusEndsWhenScanNeverDoes) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
 }
 
+// A SCAN answered with something other than a cursor and keys leaves the count unknown:
+// status says so and fails rather than report the entries counted as all there are.
+TEST(Hardening, RemoteStatusNamesAScanReplyItCannotCount) {
+  ScriptedServer odd(
+      [](const std::string& request) {
+        if (has(request, "SCAN")) return std::string("+OK\r\n");
+        return std::string("+PONG\r\n");
+      },
+      0);
+  auto r = kiln_within(60, {"KILN_REMOTE_CACHE=" + odd.url(), "KILN_REMOTE_TIMEOUT=0.2"},
+                       {"cache", "remote", "status"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "SCAN answered something other")) << r.out;
+  EXPECT_TRUE(has(r.out, "reachable  no")) << r.out;
+}
+
 TEST(Hardening, TheRedisPasswordIsNeverPrinted) {
   for (const char* url : {"redis://user:s3cretpw@127.0.0.1:99999", "redis://s3cretpw@:6379",
                           "ftp://user:s3cretpw@host"}) {

@@ -344,6 +344,39 @@ TEST(MatMul, StaticBatchesRunOnThePackedKernelSplitByMatrix) {
   }
 }
 
+// Two matrices (a training step's X^T dY) on kiln's kernel, parts taking tiles of whole
+// panels, each packing its own columns of B: NaN and inf in A, 67 columns ending in a part
+// panel, B read through a transpose, a float64 run.
+TEST(MatMul, TwoMatricesRunOnThePackedKernelSplitByTiles) {
+  std::mt19937 rng(37);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Graph g("mm_tiles");
+    Var a = input(g, "a", dt, {130, 300});
+    Var b = input(g, "b", dt, {300, 67});
+    Var bt = input(g, "bt", dt, {67, 300});
+    // 8 rows by 130 columns: the parts split the columns (each its own panels of B).
+    Var few = input(g, "few", dt, {8, 300});
+    Var wide = input(g, "wide", dt, {300, 130});
+    g.set_outputs({matmul(a, b), matmul(a, transpose(bt, {1, 0})), matmul(few, wide)});
+    Tensor special = random_tensor(dt, {130, 300}, rng);
+    special.store(0, std::nan(""));
+    special.store(77 * 300 + 9, INFINITY);
+    const double tol = dt == DType::kFloat32 ? 1e-4 : 1e-10;
+    ExecutorStats split =
+        check_graph(g,
+                    {{special, random_tensor(dt, {300, 67}, rng), random_tensor(dt, {67, 300}, rng),
+                      random_tensor(dt, {8, 300}, rng), random_tensor(dt, {300, 130}, rng)},
+                     {non_contiguous(random_tensor(dt, {130, 300}, rng)),
+                      non_contiguous(random_tensor(dt, {300, 67}, rng)),
+                      non_contiguous(random_tensor(dt, {67, 300}, rng)),
+                      non_contiguous(random_tensor(dt, {8, 300}, rng)),
+                      non_contiguous(random_tensor(dt, {300, 130}, rng))}},
+                    tol, tol);
+    EXPECT_GT(split.split_calls, 0) << "the products were never split";
+    EXPECT_NE(module_source(compile(g)).find("kiln_gemm_packed_"), std::string::npos);
+  }
+}
+
 TEST(MatMul, MatchesReferenceWithBatchingBroadcastAndStrides) {
   std::mt19937 rng(3);
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32}) {

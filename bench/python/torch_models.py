@@ -38,7 +38,7 @@ SMOKE = "--smoke" in sys.argv[1:]
 import export  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import median_ms  # noqa: E402
+from timing import cpu_name, median_ms  # noqa: E402
 
 import kiln  # noqa: E402,F401  (registers the backend)
 from kiln import torch_backend  # noqa: E402
@@ -188,12 +188,7 @@ def main():
     lines = table(rows, backends)
     print("\n".join(lines))
     if not args.smoke:
-        cpu = "unknown CPU"
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-        except (OSError, StopIteration):
-            pass
+        cpu = cpu_name()
         with open(args.results, "w") as f:
             f.write("# torch.compile: eager vs Inductor vs kiln on real models\n\n"
                     f"PyTorch {torch.__version__}, {args.threads} threads, {cpu}; inference "

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import median_ms  # noqa: E402
+from timing import cpu_name, median_ms  # noqa: E402
 
 import kiln  # noqa: E402,F401
 from kiln import torch_backend  # noqa: E402
@@ -137,7 +137,7 @@ def main():
     if not args.smoke:
         with open(args.results, "w") as f:
             f.write("# torch.compile training step: eager vs Inductor vs kiln\n\n"
-                    f"PyTorch {torch.__version__}, 2 threads; forward, loss and backward "
+                    f"PyTorch {torch.__version__}, 2 threads, {cpu_name()}; forward, loss and backward "
                     f"(no optimizer), {args.rounds} interleaved rounds of {args.repeat} steps. "
                     "Regenerate with `~/.cache/kiln-python/bin/python bench/python/torch_train.py`."
                     "\n\n" + "\n".join(lines) + "\n")
