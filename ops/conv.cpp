@@ -508,7 +508,7 @@ std::string Conv::small_image_code(const Emit& e) {
   std::string s;
   s += "const int64_t P = KILN_GEMM_PANEL_BYTES / sizeof(" + T + ");\n";
   s += "const int64_t taps = " + e.v(gy.kernel * gx.kernel, "taps") + ", ohw = " + ohw +
-       ", ckk = " + ckk + ", ow = " + e.v(gx.out, "out_w") + ";\n";
+       ", ckk = " + ckk + ";\n";
   s += "const int64_t batch = " + x + "->shape[0];\n";
   // Images per chunk: the chunk's columns about 512 KB, at least a panel's worth.
   s += "int64_t per = (524288 / (int64_t)sizeof(" + T + ")) / (ckk * ohw);\n";
@@ -518,16 +518,11 @@ std::string Conv::small_image_code(const Emit& e) {
   s += c_workspace("int64_t", "tab", "taps * ohw", "conv's tap offsets");
   s += c_workspace(T, "bp", "cols * ckk", "conv's packed positions");
   s += c_workspace(T, "ct", "(r1 - r0) * cols", "conv's product");
-  s += "for (int64_t i = 0, t = 0; i < " + e.v(gy.kernel, "kernel_h") + "; ++i)\n";
-  s += "for (int64_t j = 0; j < " + e.v(gx.kernel, "kernel_w") + "; ++j, ++t)\n";
-  s += "for (int64_t q = 0; q < ohw; ++q) {\n";
-  s += "const int64_t yy = q / ow * " + e.v(gy.stride, "stride_h") + " - " +
-       e.v(gy.pad_begin, "pad_top") + " + i * " + e.v(gy.dilation, "dilation_h") + ";\n";
-  s += "const int64_t xx = q % ow * " + e.v(gx.stride, "stride_w") + " - " +
-       e.v(gx.pad_begin, "pad_left") + " + j * " + e.v(gx.dilation, "dilation_w") + ";\n";
-  s += "tab[t * ohw + q] = yy >= 0 && yy < " + e.v(gy.in, "in_h") + " && xx >= 0 && xx < " +
-       e.v(gx.in, "in_w") + " ? yy * " + e.sy + " + xx * " + e.sx + " : -1;\n";
-  s += "}\n";
+  {
+    const std::vector<WindowDims> g2{gy, gx};
+    s += "{\nconst kiln_window g = " + window_c_init(g2, e.sub) + ";\n";
+    s += "kiln_window_offsets(&g, " + e.sy + ", " + e.sx + ", tab);\n}\n";
+  }
   s += "for (int64_t n0 = 0; n0 < batch; n0 += per) {\n";
   s += "const int64_t nn = batch - n0 < per ? batch - n0 : per, npos = nn * ohw;\n";
   s += "for (int64_t oc = r0; oc < r1;) {\n";

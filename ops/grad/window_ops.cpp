@@ -298,16 +298,7 @@ std::string ConvWeightGrad::c_support_code() const {
          " *x, int64_t cg, int64_t sc, int64_t sy, int64_t sx, const kiln_window *g, " + T +
          " *bp, int64_t len, int64_t P, int64_t at, int64_t *tab) {\n";
     s += "  const int64_t taps = g->kh * g->kw, npos = g->oh * g->ow;\n";
-    s += "  for (int64_t i = 0, t = 0; i < g->kh; ++i)\n";
-    s += "    for (int64_t j = 0; j < g->kw; ++j, ++t)\n";
-    s += "      for (int64_t oy = 0; oy < g->oh; ++oy) {\n";
-    s += "        const int64_t y = oy * g->sh - g->ph + i * g->dh;\n";
-    s += "        for (int64_t ox = 0; ox < g->ow; ++ox) {\n";
-    s += "          const int64_t xx = ox * g->sw - g->pw + j * g->dw;\n";
-    s += "          tab[t * npos + oy * g->ow + ox] =\n";
-    s += "              y >= 0 && y < g->h && xx >= 0 && xx < g->w ? y * sy + xx * sx : -1;\n";
-    s += "        }\n";
-    s += "      }\n";
+    s += "  kiln_window_offsets(g, sy, sx, tab);\n";
     s += "  for (int64_t c = 0; c < cg; ++c) {\n";
     s += "    const " + T + " *xc = x + c * sc;\n";
     s += "    for (int64_t t = 0; t < taps; ++t) {\n";
@@ -577,14 +568,7 @@ std::string ConvInputGrad::c_code(const Node& node, const CodeNames& names, cons
        "->shape, " + Wt + "->strides, sizeof(" + T + "));\n";
   s += "      wd = wcopy;\n";
   s += "    }\n";
-  s += "    for (int64_t i = 0, t = 0; i < g.kh; ++i)\n";
-  s += "      for (int64_t j = 0; j < g.kw; ++j, ++t)\n";
-  s += "        for (int64_t q = 0; q < ohw; ++q) {\n";
-  s += "          const int64_t yy = q / g.ow * g.sh - g.ph + i * g.dh;\n";
-  s += "          const int64_t xx = q % g.ow * g.sw - g.pw + j * g.dw;\n";
-  s += "          tab[t * ohw + q] = yy >= 0 && yy < g.h && xx >= 0 && xx < g.w ? yy * " + xs.y +
-       " + xx * " + xs.x + " : -1;\n";
-  s += "        }\n";
+  s += "    kiln_window_offsets(&g, " + xs.y + ", " + xs.x + ", tab);\n";
   s += "    for (int64_t n = 0; n < batch; ++n)\n";
   s += "      for (int64_t c = c0; c < c1; ++c) {\n";
   s += "        " + T + " *xp = (" + T + " *)" + X + "->data + n * " + xs.n + " + c * " + xs.c +

@@ -19,7 +19,29 @@
 #define kiln_conv_tile_f64 (KILN_SUPPORT->conv_tile_f64)
 #define kiln_conv_blocks_f32 (KILN_SUPPORT->conv_blocks_f32)
 #define kiln_conv_blocks_f64 (KILN_SUPPORT->conv_blocks_f64)
-#else
+#endif
+
+/* Each tap's input offset at each output position of one image plane: tab[t * oh*ow + q] =
+ * y * sy + x * sx for tap t = i * kw + j read at output position q = oy * ow + ox, or -1
+ * where the tap falls in the padding. Built once per call, it lets a small image's columns
+ * (im2col into a GEMM's panels, or a product folded back) go as gathers without a window's
+ * bounds arithmetic per short row. */
+static __attribute__((unused)) void kiln_window_offsets(const kiln_window* g, int64_t sy,
+                                                        int64_t sx, int64_t* tab) {
+  const int64_t npos = g->oh * g->ow;
+  for (int64_t i = 0, t = 0; i < g->kh; ++i)
+    for (int64_t j = 0; j < g->kw; ++j, ++t)
+      for (int64_t oy = 0; oy < g->oh; ++oy) {
+        const int64_t y = oy * g->sh - g->ph + i * g->dh;
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+          const int64_t x = ox * g->sw - g->pw + j * g->dw;
+          tab[t * npos + oy * g->ow + ox] =
+              y >= 0 && y < g->h && x >= 0 && x < g->w ? y * sy + x * sx : -1;
+        }
+      }
+}
+
+#ifndef KILN_MODULE
 
 /* im2col for one image group: col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][y][x] or 0 in the
  * padding; rows of col are ldc elements apart, so several images can sit side by side in

@@ -11,7 +11,7 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 
 /* #include "kiln_index.h": 358 lines; kiln source --preludes prints them */
 
-/* #include "kiln_window.h": 432 lines; kiln source --preludes prints them */
+/* #include "kiln_window.h": 454 lines; kiln source --preludes prints them */
 
 #define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto kiln_cleanup; } while (0)
 static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { (void)n; }
