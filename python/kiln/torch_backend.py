@@ -20,6 +20,7 @@ pointers, and its work goes on PyTorch's current stream, after what PyTorch enqu
 CUDA backend too: on kiln's CUDA emulator, CPU tensors stand in for device memory, so the
 whole path is exercised without a GPU.
 """
+import atexit
 import os
 import operator
 import time
@@ -431,10 +432,25 @@ def _frozen_inputs(example_inputs):
     return (len(example_inputs), frozen) if frozen else None
 
 
+_RELEASE_AT_EXIT = []
+
+
+def _release_at_exit():
+    """Drops dynamo's compiled frames, which hold kiln's functions, before the interpreter
+    tears kiln's extension down: otherwise they outlive it, and every script that used the
+    backend ended with nanobind's warnings of leaked kiln.Function and Graph instances."""
+    try:
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001 -- the process is exiting; nothing is lost
+        pass
+
+
 def kiln_backend(gm, example_inputs, options=None, **kwargs):
     """The torch.compile backend (registered as "kiln"). options (torch.compile's):
     "device": where graphs of CPU tensors run, "cpu" (the default, else $KILN_TORCH_DEVICE)
     or "cuda"; graphs of CUDA tensors always run on kiln's CUDA backend."""
+    if not _RELEASE_AT_EXIT:
+        _RELEASE_AT_EXIT.append(atexit.register(_release_at_exit))
     options = dict(options or {})
     device = options.pop("device", os.environ.get("KILN_TORCH_DEVICE") or "cpu")
     if options:

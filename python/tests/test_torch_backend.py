@@ -302,6 +302,21 @@ def test_automatic_dynamic_after_a_size_change_compiles_once_more_then_never():
     assert all(r["kiln_graphs"] == 1 and r["pytorch_ops"] == [] for r in new), new
 
 
+def test_a_script_that_used_the_backend_exits_without_leak_warnings():
+    """Dynamo's compiled frames hold kiln's functions until the interpreter exits; the
+    backend drops them first, so nanobind finds no kiln instance alive at teardown."""
+    import subprocess
+    import sys
+    script = ("import torch, kiln\n"
+              "f = torch.compile(lambda a: (a * 2).sum(), backend='kiln')\n"
+              "print(float(f(torch.ones(3))))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "KILN_TORCH_DEVICE": "cpu"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "6.0", r.stdout
+    assert "leaked" not in r.stderr, r.stderr
+
+
 def test_entry_point_names_the_backend():
     from importlib.metadata import entry_points
     names = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
