@@ -89,7 +89,8 @@ std::vector<ShardStatus> RedisStore::status(int64_t limit, double seconds) {
       // SCAN may keep returning a cursor and no keys: bounded by time and rounds.
       int64_t n = 0;
       std::string cursor = "0";
-      for (int round = 0; round < 100000; ++round) {
+      constexpr int kRounds = 100000;
+      for (int round = 0; round < kRounds; ++round) {
         RedisReply r = c.command({"SCAN", cursor, "MATCH", options_.ns + ":e:*", "COUNT", "1000"});
         if (r.kind != RedisReply::Kind::kArray || r.elements.size() != 2) {
           // Not a count: the entries are unknown, not zero.
@@ -105,6 +106,12 @@ std::vector<ShardStatus> RedisStore::status(int64_t limit, double seconds) {
                   " s (counted " + std::to_string(n) + " entries so far)";
           break;
         }
+      }
+      // Out of rounds before the deadline (a fast server that never ends its scan): the
+      // count is as unfinished as at the deadline.
+      if (s.why.empty() && cursor != "0" && n < limit) {
+        s.why = "SCAN did not finish in " + std::to_string(kRounds) + " rounds (counted " +
+                std::to_string(n) + " entries so far)";
       }
       s.entries = n;
     } catch (const RemoteError& e) {
