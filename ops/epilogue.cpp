@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/c/elementwise_loop.h"
+#include "ops/qconv.h"
 #include "ops/registry.h"
 #include "util/error.h"
 #include "util/strings.h"
@@ -107,7 +108,9 @@ std::optional<int> WithEpilogue::cache_version() const {
   auto v = base_->cache_version();
   auto p = program_->cache_version();
   if (!v || !p) return std::nullopt;
-  return *v * 1000 + *p;  // any change to either changes this
+  // Any change to either changes this; the millions count changes to the epilogue's own code
+  // (1: byte tables looked up in place).
+  return 1000000 + *v * 1000 + *p;
 }
 
 Node WithEpilogue::base_view(const Node& node) const {
@@ -187,17 +190,66 @@ std::string WithEpilogue::c_code(const Node& node, const CodeNames& names, const
         banner + emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx,
                                        lets, program_->is_long_chain(), "", &*tiles));
   }
+  // A costly chain of the byte output alone (a quantized sigmoid or swish after an integer
+  // convolution): the convolution looks its 256 values up on each chunk it finishes, as the
+  // chain alone would do as a node of its own; evaluated per element it cost 10x the product.
+  if (auto table = table_in_base(node, names, sub, ops)) return banner + *table;
   std::string s = base_->c_code(view, base_names, sub);
   s += banner;
-  s += emit_elementwise_loop(ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets,
-                             program_->is_long_chain(), unit > 0 && !tiles ? sub.value(unit, "unit") : "",
-                             tiles ? &*tiles : nullptr);
+  s += emit_elementwise_loop(
+      ops, names.outputs[0], out.dtype, out.rank(), expr, sub.ctx, lets, program_->is_long_chain(),
+      unit > 0 && !tiles ? sub.value(unit, "unit") : "", tiles ? &*tiles : nullptr);
   return s;
+}
+
+bool WithEpilogue::byte_table(const Node& node) const {
+  const auto* qconv = dynamic_cast<const QConv*>(base_.get());
+  if (!qconv || program_->is_cheap() || !qconv->takes_table(base_view(node))) return false;
+  // Every operand but the output one element (so the chain is a function of the byte alone).
+  for (size_t k = base_inputs_; k < node.inputs.size(); ++k) {
+    for (int64_t d : node.inputs[k]->type.dims) {
+      if (d != 1) return false;
+    }
+  }
+  return true;
+}
+
+std::optional<std::string> WithEpilogue::table_in_base(const Node& node, const CodeNames& names,
+                                                       const Sub& sub,
+                                                       const std::vector<LoopOperand>& ops) const {
+  if (!byte_table(node)) return std::nullopt;
+  Node program;  // the program as a node over (the output, the epilogue's operands)
+  program.id = node.id;
+  program.op = program_;
+  program.name = node.name;
+  program.inputs.push_back(node.outputs[0]);
+  program.inputs.insert(program.inputs.end(), node.inputs.begin() + base_inputs_,
+                        node.inputs.end());
+  program.outputs = node.outputs;
+  CodeNames program_names;
+  program_names.inputs.push_back(names.outputs[0]);
+  program_names.inputs.insert(program_names.inputs.end(), names.inputs.begin() + base_inputs_,
+                              names.inputs.end());
+  const TensorType& out = node.outputs[0]->type;
+  int byte = -1;
+  auto table = program_->table_prefix(program, program_names, ops, out, out.dtype, byte);
+  if (!table || byte != 0) {
+    throw UserError("with_epilogue: the program of node " + std::to_string(node.id) +
+                    " is no byte table, yet its split assumed one");
+  }
+  CodeNames base_names;
+  base_names.inputs.assign(names.inputs.begin(), names.inputs.begin() + base_inputs_);
+  base_names.outputs = names.outputs;
+  return *table +
+         dynamic_cast<const QConv&>(*base_).c_code_with_table(base_view(node), base_names, sub,
+                                                              "kiln_lut") +
+         "}\n";
 }
 
 bool WithEpilogue::c_splittable(const Node& node) const {
   Node view = base_view(node);
-  return base_->c_splittable(view) && base_->c_split_unit(view) > 0;
+  // A table the base op applies itself follows whatever split the base op makes.
+  return base_->c_splittable(view) && (base_->c_split_unit(view) > 0 || byte_table(node));
 }
 
 int64_t WithEpilogue::c_split_unit(const Node& node) const {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "ops/c/elementwise_loop.h"
 #include "ops/fused_elementwise.h"
 
 namespace kiln {
@@ -47,6 +48,12 @@ class WithEpilogue : public COp {
  private:
   // The program as a clamp of $0 (relu, or clip by one-element inputs), or nothing.
   std::optional<StoreClamp> store_clamp(const Node& node, const CodeNames& names) const;
+  // The base is a channels-last integer convolution with bytes out and the program a costly
+  // function of its byte alone (every other operand one element): the convolution applies
+  // it as a 256-byte table to each chunk it makes (QConv::c_code_with_table).
+  bool byte_table(const Node& node) const;
+  std::optional<std::string> table_in_base(const Node& node, const CodeNames& names, const Sub& sub,
+                                           const std::vector<LoopOperand>& ops) const;
   std::shared_ptr<const COp> base_;
   std::shared_ptr<const FusedElementwise> program_;
   int base_inputs_ = 0;

@@ -196,12 +196,25 @@ int64_t QConv::c_split_unit(const Node& node) const {
   return depthwise || m <= 0 ? 0 : m;
 }
 
+bool QConv::takes_table(const Node& node) const {
+  return nhwc_ && q_.requant && dtype_size(node.outputs[0]->type.dtype) == 1;
+}
+
 std::string QConv::c_code(const Node& node, const CodeNames& names, const Sub& sub) const {
+  return c_code_with_table(node, names, sub, "");
+}
+
+std::string QConv::c_code_with_table(const Node& node, const CodeNames& names, const Sub& sub,
+                                     const std::string& table) const {
+  if (!table.empty() && !takes_table(node)) {
+    throw UserError("qconv: a byte table needs a channels-last convolution with bytes out");
+  }
   const Shape x = channels_first(node.inputs[0]->type.dims);
   const std::vector<int64_t> wd = weight_dims(x, node.inputs[1]->type.dims);
   const bool w_u8 = packed_m_ > 0 ? w_u8_ : node.inputs[1]->type.dtype == DType::kUInt8;
   std::string s = "{\n";
   s += quant_c_params(q_, node, names, w_u8);
+  if (!table.empty()) s += "  qp.table = (const uint8_t *)(" + table + ");\n";
   s += "  const kiln_window g = " + window_c_init(geometry(x, wd)) + ";\n";
   s += "  if (kiln_qconv(" + sub.ctx + ", KILN_SUPPORT, " + names.inputs[0] + ", " +
        names.inputs[1] + ", " + std::to_string(packed_m_ > 0) + ", " +

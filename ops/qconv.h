@@ -26,8 +26,14 @@ class QConv : public COp {
   std::vector<Shape> infer_shape(const std::vector<Shape>& inputs) const override;
   double flops(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
-  std::optional<int> cache_version() const override { return 9; }
+  std::optional<int> cache_version() const override { return 10; }
   std::string c_code(const Node& node, const CodeNames& names, const Sub& sub) const override;
+  // The code with a byte table (a C expression naming 256 bytes) applied to each part's output
+  // bytes as they are made (kiln_qparams.table): a quantized activation as the epilogue. Only
+  // channels-last with bytes out (takes_table).
+  std::string c_code_with_table(const Node& node, const CodeNames& names, const Sub& sub,
+                                const std::string& table) const;
+  bool takes_table(const Node& node) const;
   std::vector<std::string> c_preludes() const override { return {"kiln_quant.h"}; }
   bool c_splittable(const Node&) const override { return true; }
   // Channels-last and not depthwise: parts are runs of whole output positions (M bytes each),

@@ -121,6 +121,7 @@ std::string quant_c_params(const QuantLayout& q, const Node& node, const CodeNam
   s += std::string("  qp.out_u8 = ") +
        (q.scaled ? "KILN_Q_OUT_F32" : std::to_string(out == DType::kUInt8)) + ";\n";
   s += "  qp.relu = " + std::to_string(q.relu) + ";\n";
+  s += "  qp.table = 0;\n";
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "ops/epilogue.h"
+#include "ops/qconv.h"
 #include "ops/registry.h"
 #include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
@@ -23,10 +24,24 @@ namespace {
 // An integer convolution only where its parts are runs of whole output positions
 // (channels-last, not depthwise): a quantized residual add then runs on each part's bytes
 // right after they are computed.
-bool takes_epilogue(const Node& node) {
+// Any channels-last one with bytes out when the reader is a costly function of those bytes
+// alone (a quantized sigmoid or swish): the convolution applies it as a table to what it makes,
+// whatever its split (WithEpilogue::byte_table).
+bool takes_epilogue(const Node& node, const Node& reader, const Variable* result) {
   const std::string& n = node.op->name();
   const auto* op = dynamic_cast<const COp*>(node.op.get());
-  if (n == "qconv") return op && node.outputs.size() == 1 && op->c_split_unit(node) > 0;
+  if (n == "qconv") {
+    if (!op || node.outputs.size() != 1) return false;
+    if (op->c_split_unit(node) > 0) return true;
+    const auto* qconv = dynamic_cast<const QConv*>(op);
+    if (!qconv->takes_table(node) || is_cheap_node(reader)) return false;
+    for (const Variable* v : reader.inputs) {
+      for (int64_t d : v->type.dims) {
+        if (v != result && d != 1) return false;
+      }
+    }
+    return true;
+  }
   // A float32 integer product of known width: made to split by whole rows (split_rows).
   if (n == "qmatmul")
     return op && node.outputs.size() == 1 && node.outputs[0]->type.dtype == DType::kFloat32 &&
@@ -203,7 +218,7 @@ Graph attach_epilogues(const Graph& graph) {
     if (!is_elementwise_node(*node)) continue;
     for (const Variable* v : node->inputs) {
       const Node* base = v->kind == VarKind::kNodeOutput ? v->owner : nullptr;
-      if (!base || !takes_epilogue(*base) || absorbed.count(base)) continue;
+      if (!base || !takes_epilogue(*base, *node, v) || absorbed.count(base)) continue;
       int reads = 0;
       for (const Variable* w : node->inputs) reads += w == v;
       if (reads != uses[v] || v->type != node->outputs[0]->type) continue;
@@ -254,8 +269,12 @@ Graph attach_epilogues(const Graph& graph) {
 }  // namespace
 
 Graph fuse_epilogue(const Graph& graph) {
-  if (auto dequantized = dequantize_in_stores(graph)) return attach_epilogues(*dequantized);
-  return attach_epilogues(graph);
+  // Uses are counted on live nodes only: elementwise fusion leaves the nodes it merged into
+  // several readers behind (dce drops them last), and a dead reader of a product's result
+  // would keep the product from taking its one live reader as its epilogue.
+  const Graph live = remove_dead(graph);
+  if (auto dequantized = dequantize_in_stores(live)) return attach_epilogues(*dequantized);
+  return attach_epilogues(live);
 }
 
 }  // namespace kiln

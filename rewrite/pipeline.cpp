@@ -64,7 +64,7 @@ const std::vector<PassInfo>& all_passes() {
       {"extrema", split_full_reductions, 1, "cpu"},
       {"fusion", fuse_elementwise, 3},
       {"reduction", fuse_reduce, 1, "cpu"},
-      {"epilogue", fuse_epilogue, 4},
+      {"epilogue", fuse_epilogue, 5},
       {"dce", remove_dead, 2},
   };
   // clang-format on

@@ -652,6 +652,59 @@ for k2, tag in [(1, "1x1s2"), (3, "3x3s2")]:
             failures.append(f"unpadded {tag} {env}: differs from NumPy at "
                             f"{np.argwhere(y != cur)[:4]}")
 
+# ---- a quantized swish after a convolution: its byte table as the convolution's epilogue ----
+# Two QLinearConvs (channels-last), the second's bytes -> DequantizeLinear -> x * sigmoid(x) ->
+# QuantizeLinear (EfficientNet's expansion and depthwise layers). The DequantizeLinear read by
+# both the Sigmoid and the Mul is left dead by elementwise fusion: the swish must still become
+# the convolution's epilogue (uses are counted on live nodes), and run there as a 256-entry
+# table the convolution applies to each chunk it makes (kiln_qparams.table): with 3 and 70
+# output channels (bytes past the 64-byte vectors, and a tail) and after a depthwise
+# convolution (split by rows, not positions). Against NumPy within a step, and bit for bit the
+# swish as a node of its own (epilogue fusion off).
+for m2, group2 in ((3, 1), (70, 1), (16, 16)):
+    x = edge_bytes((2, 8, 24, 23), np.uint8)  # several 96-position chunks, split in parts
+    xz, sx = np.array(9, np.uint8), np.float32(0.03)
+    nodes, consts, cur, cur_z, cur_s = [], {}, x, xz, sx
+    for i, (p, mo, group) in enumerate([("a", 16, 1), ("b", m2, group2)]):
+        w = edge_bytes((mo, cur.shape[1] // group, 3, 3), np.int8)
+        wz = np.zeros(mo, np.int8)
+        sw = (RNG.random(mo).astype(np.float32) + 0.5) * np.float32(0.02)
+        bias = RNG.integers(-3000, 3000, size=mo).astype(np.int32)
+        sy, yz = np.float32(0.1 + 0.05 * i), np.array(3 + 90 * i, np.uint8)
+        y = stage(cur, cur_z, cur_s, w, wz, sw, bias, sy, yz, np.uint8, 1, 1, group)
+        nodes.append(helper.make_node(
+            "QLinearConv", ["x" if i == 0 else "a", f"{p}_sx", f"{p}_xz", f"{p}_w", f"{p}_sw",
+                            f"{p}_wz", f"{p}_sy", f"{p}_yz", f"{p}_b"], [p],
+            kernel_shape=[3, 3], pads=[1] * 4, group=group))
+        consts.update({f"{p}_sx": np.array(cur_s), f"{p}_xz": cur_z, f"{p}_w": w, f"{p}_sw": sw,
+                       f"{p}_wz": wz, f"{p}_sy": np.array(sy), f"{p}_yz": yz, f"{p}_b": bias})
+        cur, cur_z, cur_s = y, yz, sy
+    ys, yz = np.float32(0.04), np.array(17, np.uint8)
+    nodes += [helper.make_node("DequantizeLinear", ["b", "b_sy", "b_yz"], ["f"]),
+              helper.make_node("Sigmoid", ["f"], ["s"]),
+              helper.make_node("Mul", ["f", "s"], ["m"]),
+              helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["y"])]
+    consts.update({"ys": np.array(ys), "yz": yz})
+    name = f"conv_swish_table_{m2}ch_group{group2}"
+    g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(v, kk) for kk, v in consts.items()])
+    path = kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+    f = dq(cur, cur_s, cur_z)
+    want = q8(f * (1 / (1 + np.exp(-f.astype(np.float64)))).astype(np.float32), ys, yz, np.uint8)
+    src = subprocess.run([KILN, "source", path], capture_output=True, text=True).stdout
+    if 'with_epilogue{base="qconv"' not in src or "qp.table = (const uint8_t *)(kiln_lut)" not in src:
+        failures.append(f"{name}: the swish is not the convolution's table epilogue")
+    got = outputs_under(name, path, {"x": x}, ({}, {"KILN_PASSES": "-epilogue"}))
+    if len(got) == 2:
+        (fused,), (alone,) = got["{}"], got[str({"KILN_PASSES": "-epilogue"})]
+        if fused.shape != want.shape or np.max(np.abs(fused.astype(int) - want.astype(int))) > 1:
+            failures.append(f"{name}: the fused swish is more than a step from NumPy")
+        if not np.array_equal(fused, alone):
+            failures.append(f"{name}: the fused swish differs from the swish alone at "
+                            f"{np.argwhere(fused != alone)[:4]}")
+
 # ---- QDQ with a Relu: DequantizeLinear -> Gemm / Conv -> Relu -> QuantizeLinear ------------
 # One integer product with the Relu as the epilogue's lower bound (Q(relu(v)) = max(Q(v), y_zp)
 # bit for bit, rounding being monotone), y_zp away from the type's minimum so the bound acts.

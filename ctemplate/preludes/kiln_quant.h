@@ -18,6 +18,10 @@ typedef struct kiln_qparams {
   const kiln_tensor* yz;      /* the output's zero point (with scale) */
   const kiln_tensor* bias;    /* int32 per column, or NULL */
   int a_s8, b_u8, out_u8, relu; /* out_u8: 1 uint8, 0 int8, KILN_Q_OUT_F32 float32 */
+  /* NULL, or 256 bytes: each output byte b becomes table[b] (a quantized activation fused as a
+   * convolution's epilogue), applied to a part's bytes right after they are made. kiln_qconv
+   * with channels-last bytes out only. */
+  const uint8_t* table;
 } kiln_qparams;
 
 /* Element i of a scalar or 1-D zero-point tensor, widened. */
@@ -255,6 +259,10 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
     return 1;
   }
   if (n_img == 0 || hw == 0 || M == 0) return 0;
+  if (q->table && !(yl && q->scale && q->out_u8 != KILN_Q_OUT_F32)) {
+    ctx->fail(ctx, "an integer convolution's byte table needs channels-last bytes out");
+    return 1;
+  }
   kiln_qgemm_epi e0;
   if (kiln_q_epilogue(ctx, q, M, &e0)) return 1;
   const uint8_t* px = kiln_q_dense(ctx, sup, X, "an integer convolution's input");
@@ -279,6 +287,10 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
         const int64_t y1 = (img + 1) * g->oh <= r1 ? g->oh : r1 - img * g->oh;
         sup->qdepthwise_nhwc(px + img * g->h * g->w * C, g, C, y0, y1, flip, pw, q->b_u8, &e0,
                              (char*)Y->data + img * hw * M * (int64_t)esize);
+        if (q->table) {
+          uint8_t* rows = (uint8_t*)Y->data + (img * hw + y0 * g->ow) * M;
+          sup->lut_bytes(rows, rows, (y1 - y0) * g->ow * M, q->table);
+        }
         u = img * g->oh + y1;
       }
       return 0;
@@ -406,6 +418,11 @@ KILN_HELPER int kiln_qconv(kiln_ctx* ctx, const kiln_support* sup, const kiln_te
       } else {
         sup->qgemm_u8s8(p1 - p0, mg, kg, a, lda, bp, &e, out);
       }
+    }
+    if (q->table) {
+      /* The chunk's positions, every channel, while they are in cache. */
+      uint8_t* done = (uint8_t*)Y->data + (img * hw + p0) * M;
+      sup->lut_bytes(done, done, (p1 - p0) * M, q->table);
     }
     u = img * hw + p1;
   }
