@@ -79,6 +79,7 @@ Var add(Var a, Var b) { return apply("add", {a, b}); }
 Var sub(Var a, Var b) { return apply("sub", {a, b}); }
 Var mul(Var a, Var b) { return apply("mul", {a, b}); }
 Var div(Var a, Var b) { return apply("div", {a, b}); }
+Var div_rcp(Var a, Var b, Var r) { return apply("div_rcp", {a, b, r}); }
 Var pow(Var a, Var b) { return apply("pow", {a, b}); }
 Var mod(Var a, Var b) { return apply("mod", {a, b}); }
 Var fmod(Var a, Var b) { return apply("fmod", {a, b}); }

@@ -64,6 +64,8 @@ Var add(Var a, Var b);
 Var sub(Var a, Var b);
 Var mul(Var a, Var b);
 Var div(Var a, Var b);
+// a / b given r = 1/b rounded (the simplify pass's form of a quantizer's division).
+Var div_rcp(Var a, Var b, Var r);
 Var pow(Var a, Var b);
 Var mod(Var a, Var b);
 Var fmod(Var a, Var b);  // C's fmod: the sign of the dividend (ONNX Mod with fmod=1)

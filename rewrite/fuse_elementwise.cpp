@@ -67,10 +67,11 @@ std::vector<const Node*> widening_chain(const Node& end,
 // two per element of the gated map).
 bool cheap_per_element(const Node& node) {
   if (!is_cheap_node(node)) return false;
-  if (node.op->name() == "div") return false;
+  auto divides = [](const std::string& name) { return name == "div" || name == "div_rcp"; };
+  if (divides(node.op->name())) return false;
   if (auto f = dynamic_cast<const FusedElementwise*>(node.op.get())) {
     for (const auto& st : f->steps())
-      if (st.op->name() == "div") return false;
+      if (divides(st.op->name())) return false;
   }
   return true;
 }

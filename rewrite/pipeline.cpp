@@ -51,7 +51,7 @@ const std::vector<PassInfo>& all_passes() {
       {"bf16conv", bf16_convs, 1, "cpu", true},
       {"lower", lower_conv_transpose, 1},
       {"fold", fold_constants, 3},
-      {"simplify", simplify, 6},
+      {"simplify", simplify, 7},
       {"cse", merge_common, 1},
       {"norm", fuse_layer_norm, 1, "cpu"},
       {"layout", layout_nchwc, 7, "cpu"},

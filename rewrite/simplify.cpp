@@ -22,6 +22,13 @@
 //     (a libm call per element kept GPT-2's GELU, x + 0.044715 x^3 under a tanh, from
 //     vectorising: 1.5 ms per layer; x * x is pow's correctly rounded result, x * x * x
 //     within an ulp of it, and both agree on NaN, infinities and signed zeros)
+//   round(x / c), c a float32 constant whose elements and reciprocals are all normal
+//                                                   -> round(div_rcp(x, c, 1/c))
+//     (a quantizer's division by its scale, ONNX's rule, bound EfficientNet's gated
+//     requantization and ResNet's residual epilogues: vdivps issues once per 16 cycles or
+//     so, the reciprocal's product and two fused multiply-adds once per one or two. The
+//     corrected quotient is x / c's own wherever that is normal and finite, and where it is
+//     not (below 2^-126, beyond 2^128) both round to the same integer or saturate)
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
 #include <cmath>
 #include <optional>
@@ -30,6 +37,7 @@
 #include <unordered_map>
 
 #include "ops/registry.h"
+#include "rewrite/constant_recipe.h"
 #include "rewrite/fused_steps.h"
 #include "rewrite/graph_copy.h"
 #include "rewrite/passes.h"
@@ -348,13 +356,59 @@ Variable* power_as_products(const Node& node, GraphCopy& copy) {
   return copy.add(mul, {square, base}, {out}, node.name)->outputs[0];
 }
 
+// The values read by a round node.
+std::set<const Variable*> rounded_values(const Graph& graph) {
+  std::set<const Variable*> out;
+  for (const auto& node : graph.nodes()) {
+    if (node->op->name() == "round" && node->inputs.size() == 1) out.insert(node->inputs[0]);
+  }
+  return out;
+}
+
+// div(x, c) read only by a round, c a float32 constant or weight whose every element and its
+// reciprocal are normal: div_rcp(x, c, 1/c). Returns the result, or null. (A weight set
+// given later with a subnormal scale would round quotients of subnormal values wrongly; the
+// importer refuses zero, negative and non-finite scales.)
+Variable* division_by_reciprocal(const Node& node, GraphCopy& copy,
+                                 const std::unordered_map<const Variable*, int>& uses,
+                                 const std::set<const Variable*>& rounded) {
+  if (node.op->name() != "div" || node.inputs.size() != 2 || node.outputs.size() != 1)
+    return nullptr;
+  const Variable* out = node.outputs[0];
+  const Variable* c = node.inputs[1];
+  if (out->type.dtype != DType::kFloat32 || uses.at(out) != 1 || !rounded.count(out) ||
+      c->kind != VarKind::kConstant || !c->value || c->value->dtype() != DType::kFloat32 ||
+      c->value->numel() > (1 << 16)) {
+    return nullptr;
+  }
+  Tensor r = Tensor::empty(DType::kFloat32, c->value->shape());
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    const auto s = static_cast<float>(c->value->load(i));
+    const float inv = 1.0f / s;  // RN(1/s): float32 division rounds correctly
+    if (!std::isnormal(s) || !std::isnormal(inv)) return nullptr;
+    r.store(i, inv);
+  }
+  // A scale is a weight (a parameter): its reciprocal is one too, made again by its recipe
+  // from the weights a module is given.
+  Graph& dst = copy.dst();
+  Variable* cm = copy.map(c);
+  const std::string name = dst.fresh_name(c->name + ".reciprocal");
+  Variable* rv =
+      cm->parameter ? dst.add_parameter(std::move(r), name) : dst.add_constant(std::move(r), name);
+  rv->recipe = transform_recipe("reciprocal", {}, 0, {cm->recipe});
+  const auto op = OpRegistry::instance().create("div_rcp", {});
+  return copy.add(op, {copy.map(node.inputs[0]), cm, rv}, {out}, node.name)->outputs[0];
+}
+
 }  // namespace
 
 Graph simplify(const Graph& graph) {
   const auto uses = count_uses(graph);
+  const auto rounded = rounded_values(graph);
   GraphCopy copy(graph);
   for (const auto& node : graph.nodes()) {
     auto r = rule(*node);
+    if (!r && division_by_reciprocal(*node, copy, uses, rounded)) continue;
     if (!r && arithmetic_before_transpose(*node, copy, uses)) continue;
     if (!r && unary_between_inverse_transposes(*node, copy, uses)) continue;
     if (!r && power_as_products(*node, copy)) continue;

@@ -49,6 +49,9 @@ Range range_for(const std::string& op, size_t input) {
   if (op == "pow") return input == 0 ? Range{0.1, 3} : Range{-2, 2};
   if (op == "cast") return {-100, 100};
   if (op == "div" || op == "mod" || op == "fmod") return input == 0 ? Range{-9, 9} : Range{-4, 4};
+  // x2 stands for 1/x1 only roughly: x1 x2 kept from 2, where the correction would cancel.
+  if (op == "div_rcp")
+    return input == 0 ? Range{-9, 9} : input == 1 ? Range{0.5, 2} : Range{0.4, 0.9};
   // Shifts by 0..70: past 63 the result is 0.
   if (op == "shift_left" || op == "shift_right")
     return input == 0 ? Range{-300, 300} : Range{0, 70};
@@ -3038,6 +3041,7 @@ TEST(Builders, EveryScalarTableOpHasOne) {
       {"expm1", [](Var x, Var) { return expm1(x); }},
       {"sqrt", [](Var x, Var) { return sqrt(x); }},
       {"reciprocal", [](Var x, Var) { return reciprocal(x); }},
+      {"div_rcp", [](Var x, Var) { return div_rcp(x, x, reciprocal(x)); }},
       {"sin", [](Var x, Var) { return sin(x); }},
       {"cos", [](Var x, Var) { return cos(x); }},
       {"sinh", [](Var x, Var) { return sinh(x); }},

@@ -10,7 +10,8 @@ the vector width (N = 1, 17, 33, 50; K = 1, 5, 67, 131; M = 1, 7, 13), per-chann
 points and scales of odd counts, weights both constant (packed at compile time) and
 graph inputs (packed per run). Every case runs with the CPU's kernel and with
 KILN_QGEMM=c (the plain C kernel), KILN_QGEMM=avx2 (vpmaddwd on widened bytes) and, where
-the CPU has VBMI, KILN_QGEMM=vnni (VNNI without VBMI's transposed stores). Then bad
+the CPU has VBMI, KILN_QGEMM=vnni (VNNI without VBMI's transposed stores); where it has AMX, the
+default is its tile products for k a multiple of 64 and 16 rows or more. Then bad
 quantization parameters must fail naming the node and the input.
 
 usage: quant_test.py KILN_BINARY WORKDIR
@@ -110,7 +111,11 @@ def edge_bytes(shape, dt):
 
 
 # ---- matrix products -----------------------------------------------------------------
-for m, k, n in [(1, 1, 1), (7, 5, 17), (13, 67, 33), (4, 131, 50), (6, 64, 32)]:
+# (37, 128, 40), (70, 192, 33): AMX's tile products where the CPU has them (k a multiple of
+# 64, 16 rows and more): two blocks of 16 rows and vpdpbusd's 5 after them, an odd count of
+# panels, the last partial.
+for m, k, n in [(1, 1, 1), (7, 5, 17), (13, 67, 33), (4, 131, 50), (6, 64, 32), (37, 128, 40),
+                (70, 192, 33)]:
     for adt, bdt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8),
                      (np.int8, np.uint8)]:
         a = edge_bytes((m, k), adt)
@@ -178,7 +183,7 @@ assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the refere
 # after the Mul, the Add is the product's epilogue, its parts whole rows (split_rows). Without
 # one, the few-row case and the B of 8 MiB and more (a language model's head) split B's column
 # panels; K past the vector width; N with a partial panel.
-for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200)]:
+for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200), (21, 128, 40)]:
     a = edge_bytes((m, k), np.uint8)
     b = edge_bytes((k, n), np.int8)
     az, bz = np.array(131, np.uint8), np.array(0, np.int8)
@@ -306,7 +311,7 @@ for ydt, zp in [(np.uint8, 0), (np.uint8, 127), (np.uint8, 255), (np.int8, -128)
     path = model(node, {"x": x}, {"s": np.array(scale), "z": np.array(zp, ydt)},
                  [("y", onnx_type(np.array(0, ydt)))], name)
     check(name, path, {"x": x}, want)
-# Per axis, an odd channel count, the division (not a reciprocal) as the spec has it.
+# Per axis, an odd channel count.
 x = RNG.normal(0, 40, size=(2, 5, 3)).astype(np.float32)
 s = np.array([0.3, 1.7, 0.1, 3.0, 0.7], np.float32)
 z = np.array([0, 10, 128, 255, 3], np.uint8)
@@ -314,6 +319,49 @@ want = np.clip(np.rint(x / s.reshape(1, 5, 1)) + z.reshape(1, 5, 1), 0, 255).ast
 node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1)
 check("quantize_axis", model(node, {"x": x}, {"s": s, "z": z}, [("y", TensorProto.UINT8)],
                              "quantize_axis"), {"x": x}, want)
+def near_ties(s, n):
+    """Floats whose quotient by s lies on or a few ulps either side of k + 0.5 (k in [-n, n)),
+    where a quotient one ulp off rounds to the other integer; and the specials."""
+    t = ((np.arange(-n, n, dtype=np.float32) + np.float32(0.5)) * s).astype(np.float32)
+    out = [t]
+    for steps in (1, 2, 3):
+        out += [np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(-np.inf))]
+        t_up, t_dn = out[-2], out[-1]
+        for _ in range(steps - 1):
+            t_up = np.nextafter(t_up, np.float32(np.inf))
+            t_dn = np.nextafter(t_dn, np.float32(-np.inf))
+        out += [t_up, t_dn]
+    specials = np.array([np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-30, 3.4e38, -3.4e38,
+                         1.17549435e-38], np.float32)
+    return np.concatenate(out + [specials]).astype(np.float32)
+
+
+# A constant scale divides through its reciprocal and one fused correction (simplify's
+# div_rcp): the same integers as the division wherever the quotient is normal, and where it
+# is not (subnormal, infinite, an overflowing product) the same after rounding and
+# saturation. Quotients a few ulps from every tie, per tensor and per axis, a scale whose
+# reciprocal rounds up (1 - 2^-24) and ones that are not powers of two.
+for tag, scales in (("0.1", [0.1]), ("one_less_ulp", [1 - 2.0 ** -24]), ("3", [3.0]),
+                    ("axis", [0.1, 1 - 2.0 ** -24, 0.0173, 37.7, 1.1 * 2.0 ** -10])):
+    sc = np.array(scales, np.float32)
+    cols = [near_ties(v, 260) for v in sc]
+    width = max(len(c_) for c_ in cols)
+    x = np.stack([np.resize(c_, width) for c_ in cols]).reshape(1, len(sc), width)
+    for ydt, zp in ((np.uint8, 128), (np.int8, 0)):
+        info = np.iinfo(ydt)
+        want = np.clip(np.rint(x / sc.reshape(1, -1, 1)) + np.float32(zp), info.min,
+                       info.max).astype(ydt)
+        node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1)
+        name = f"quantize_reciprocal_{tag}_{np.dtype(ydt).name}"
+        svals = sc if len(sc) > 1 else np.array(sc[0])
+        zvals = np.full(len(sc), zp, ydt) if len(sc) > 1 else np.array(zp, ydt)
+        path = model(node, {"x": x}, {"s": svals, "z": zvals},
+                     [("y", onnx_type(np.array(0, ydt)))], name)
+        check(name, path, {"x": x}, want)
+        src = subprocess.run([KILN, "source", path], capture_output=True, text=True).stdout
+        if "kiln_div_rcpf" not in src:
+            failures.append(f"{name}: the division by the constant scale is not div_rcp")
+
 q = RNG.integers(-128, 128, size=(2, 5, 3)).astype(np.int8)
 zq = np.array([0, -128, 127, 5, -1], np.int8)
 want = ((q.astype(np.float32) - zq.reshape(1, 5, 1).astype(np.float32)) * s.reshape(1, 5, 1))

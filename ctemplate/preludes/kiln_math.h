@@ -265,6 +265,18 @@ KILN_HELPER float kiln_powf(float x, float e) {
 }
 
 /* float64: the same methods with double's reduction constants and longer polynomials. */
+/* x / s given r = RN(1/s), for s and r normal: q = RN(x r), then q corrected by its residual
+ * x - q s, which a fused multiply-add computes exactly (Markstein). The result is x / s's own
+ * wherever |x| >= 2^-100 and the quotient is finite (checked bit for bit over every float x,
+ * for scales from 2^-24 to 2^14); for smaller x the residual underflows and the result is
+ * within an ulp. An infinite x, or a product beyond the range, makes the residual NaN, and
+ * q, right or as saturated, stands. Rounded to an integer, both agree for every x. */
+KILN_HELPER float kiln_div_rcpf(float x, float s, float r) {
+  float q = x * r;
+  float c = fmaf(fmaf(-q, s, x), r, q);
+  return copysignf(c == c ? c : q, q); /* a zero residual added to -0 would give +0 */
+}
+
 KILN_HELPER double kiln_bits_to_f64(int64_t i) {
   double f;
   __builtin_memcpy(&f, &i, sizeof f);
@@ -468,6 +480,12 @@ KILN_HELPER double kiln_gelu(double x) {
 KILN_HELPER double kiln_softplus(double x) {
   double y = (x > 0 ? x : 0.0) + kiln_log1p(kiln_exp(-fabs(x)));
   return x != x ? x : y;
+}
+
+KILN_HELPER double kiln_div_rcp(double x, double s, double r) { /* as kiln_div_rcpf */
+  double q = x * r;
+  double c = fma(fma(-q, s, x), r, q);
+  return copysign(c == c ? c : q, q);
 }
 
 KILN_HELPER double kiln_pow(double x, double e) {

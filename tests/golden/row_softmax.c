@@ -12,7 +12,7 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 
 /* #include "kiln_index.h": 358 lines; kiln source --preludes prints them */
 
-/* #include "kiln_math.h": 479 lines; kiln source --preludes prints them */
+/* #include "kiln_math.h": 497 lines; kiln source --preludes prints them */
 
 /* #include "kiln_softmax.h": 109 lines; kiln source --preludes prints them */
 
