@@ -49,6 +49,10 @@ static inline int32_t load4(const uint8_t* p) {
   return v;
 }
 
+static inline __attribute__((always_inline)) void qgemm_tile_store(
+    int rows, int panels, int64_t i0, int64_t j0, int64_t n, __m512i acc[kRows][kMaxPanels],
+    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale);
+
 /* rows x (16 * panels) outputs at (i0, j0): every group of four k in one vpdpbusd per
  * accumulator, then the zero-point terms, bias and requantization on the vectors. */
 static inline __attribute__((always_inline)) void qgemm_tile(
@@ -124,6 +128,14 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
   }
+  qgemm_tile_store(rows, panels, i0, j0, n, acc, e, c, rowsum, col_scale);
+}
+
+/* The epilogue of a tile's accumulators (column terms already in): the row terms, then the
+ * int32, dequantized float32 or requantized byte stores. */
+static inline __attribute__((always_inline)) void qgemm_tile_store(
+    int rows, int panels, int64_t i0, int64_t j0, int64_t n, __m512i acc[kRows][kMaxPanels],
+    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale) {
   __m512i bz[kMaxPanels];
   __m512 scale[kMaxPanels];
   __mmask16 mask[kMaxPanels];
@@ -166,7 +178,7 @@ static inline __attribute__((always_inline)) void qgemm_tile(
      * past +-2^31 after scaling is clipped high in float, or converts to INT_MIN low), then
      * the bounds of a fused activation apply to the bytes: half the epilogue's instructions
      * of a per-panel conversion, which bounds the tile when k is small. */
-    const int64_t cols = n - j0 < kMaxPanels * kPanelCols ? n - j0 : kMaxPanels * kPanelCols;
+    const int64_t cols = n - j0 < panels * kPanelCols ? n - j0 : panels * kPanelCols;
     const __mmask64 out_mask = cols == 64 ? ~0ULL : (1ULL << cols) - 1ULL;
     const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     const __m512 clip = _mm512_set1_ps(1e9f);
@@ -417,9 +429,108 @@ static void qgemm_segments(int64_t m, int64_t n, const uint8_t* a, int64_t lda,
   }
 }
 
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+/* AMX (Sapphire Rapids and later): tdpbusd multiplies a 16 x 64-byte tile of A by a tile of
+ * 16 groups of four k by 16 columns of B, into a 16 x 16 int32 tile, 1024 multiply-adds an
+ * instruction where vpdpbusd does 64. The packed panels of B (qpack.c: per panel, each group
+ * of four k as 64 bytes) are already tiles of B, 64 bytes a row. Blocks of 32 rows by 2
+ * panels keep four accumulator tiles, two of A and two of B; each block's sums go through a
+ * buffer to the same epilogue as the vpdpbusd tiles (qgemm_tile_store). The caller takes k a
+ * multiple of 64 (no tile needs a partial row) and at least 16 rows; the rows past a
+ * multiple of 16 are vpdpbusd's. */
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} qgemm_tilecfg;
+
+static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,
+                      const int8_t* bp, const kiln_qgemm_epi* e, void* c) {
+  qgemm_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  const int64_t k4 = k / 4, np = (n + kPanelCols - 1) / kPanelCols;
+  int32_t any_bz = 0;
+  for (int64_t j = 0; j < (e->b_zp_step ? n : 1); ++j) any_bz |= e->b_zp[j];
+  int32_t col_fix[2 * kPanelCols];
+  float col_scale[2 * kPanelCols];
+  int32_t sums[32];
+  int32_t buf[32][2 * kPanelCols];
+  for (int64_t p = 0; p < np; p += 2) {
+    const int panels = np - p >= 2 ? 2 : 1;
+    const int64_t j0 = p * kPanelCols;
+    column_terms(j0, panels, n, k, e, col_fix, col_scale);
+    const int8_t* b0 = bp + p * k4 * 64;
+    const int8_t* b1 = b0 + k4 * 64;
+    for (int64_t i0 = 0; i0 < m; i0 += 32) {
+      const int two = m - i0 >= 32;
+      const uint8_t* a0 = a + i0 * lda;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t t = 0; t < k; t += 64) {
+        _tile_loadd(4, a0 + t, lda);
+        _tile_loadd(6, b0 + t * 16, 64);
+        _tile_dpbusd(0, 4, 6);
+        if (panels == 2) {
+          _tile_loadd(7, b1 + t * 16, 64);
+          _tile_dpbusd(1, 4, 7);
+        }
+        if (two) {
+          _tile_loadd(5, a0 + 16 * lda + t, lda);
+          _tile_dpbusd(2, 5, 6);
+          if (panels == 2) _tile_dpbusd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, &buf[0][0], sizeof buf[0]);
+      if (panels == 2) _tile_stored(1, &buf[0][kPanelCols], sizeof buf[0]);
+      if (two) {
+        _tile_stored(2, &buf[16][0], sizeof buf[0]);
+        if (panels == 2) _tile_stored(3, &buf[16][kPanelCols], sizeof buf[0]);
+      }
+      const int rows_here = two ? 32 : 16;
+      if (any_bz) row_sums(rows_here, a0, lda, k, sums);
+      for (int r0 = 0; r0 < rows_here; r0 += kRows) {
+        const int rows = rows_here - r0 < kRows ? rows_here - r0 : kRows;
+        __m512i acc[kRows][kMaxPanels];
+        for (int r = 0; r < rows; ++r) {
+          for (int q = 0; q < panels; ++q) {
+            acc[r][q] =
+                _mm512_add_epi32(_mm512_loadu_si512((const void*)&buf[r0 + r][q * kPanelCols]),
+                                 _mm512_loadu_si512((const void*)(col_fix + q * kPanelCols)));
+          }
+        }
+        qgemm_tile_store(rows, panels, i0 + r0, j0, n, acc, e, c, any_bz ? sums + r0 : 0,
+                         col_scale);
+      }
+    }
+  }
+  _tile_release();
+}
+#endif
+
 void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* bp,
                    const kiln_qgemm_epi* e, void* c) {
   const int64_t seg = 0;
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+  if (k % 64 == 0 && k > 0 && m >= 16) {
+    const int64_t m16 = m - m % 16;
+    qgemm_amx(m16, n, k, a, lda, bp, e, c);
+    if (m16 == m) return;
+    /* The last rows by vpdpbusd, from their own row of the output (int32 and float32
+     * outputs are 4 bytes an element, requantized ones 1). */
+    const int64_t size = !e->scale || e->out_u8 == KILN_Q_OUT_F32 ? 4 : 1;
+    qgemm_segments(m - m16, n, a + m16 * lda, lda, 0, &seg, 1, k, bp, e,
+                   (char*)c + m16 * e->rsc * size);
+    return;
+  }
+#endif
   qgemm_segments(m, n, a, lda, 0, &seg, 1, k, bp, e, c);
 }
 

@@ -22,6 +22,7 @@ KILN_QGEMM_DECL(base)
 KILN_QGEMM_DECL(avx2)
 KILN_QGEMM_DECL(vnni)
 KILN_QGEMM_DECL(vbmi)
+KILN_QGEMM_DECL(amx)
 #endif
 #undef KILN_QGEMM_DECL
 /* kiln_support.qgemm_u8s8_gather, in the VNNI kernels only. */
@@ -32,6 +33,7 @@ KILN_QGEMM_DECL(vbmi)
 #if defined(__x86_64__)
 KILN_QGEMM_GATHER_DECL(vnni)
 KILN_QGEMM_GATHER_DECL(vbmi)
+KILN_QGEMM_GATHER_DECL(amx)
 #endif
 #undef KILN_QGEMM_GATHER_DECL
 

@@ -2,7 +2,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/module/module_abi.h"
 #include "runtime/support/conv_blocks.h"
@@ -96,6 +98,27 @@ static void bf16_timed_once(int64_t m, int64_t n, int64_t k, float alpha, const 
 }
 #endif
 
+#if defined(__x86_64__)
+/* AMX-TILE and AMX-INT8 in CPUID (leaf 7: EDX bits 24 and 25), the OS saving the tile state
+ * (XCR0 bits 17 and 18), and Linux's permission for this process to use the tile data
+ * (arch_prctl ARCH_REQ_XCOMP_PERM; without it the first tile instruction faults). */
+static int amx_int8_usable(void) {
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  if (!((d >> 24) & 1) || !((d >> 25) & 1)) return 0;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  if (!((c >> 27) & 1)) return 0; /* OSXSAVE */
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3) != 3) return 0;
+#if defined(__linux__)
+  enum { kReqXcompPerm = 0x1023, kXfeatureTileData = 18 };
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) != 0) return 0;
+#endif
+  return 1;
+}
+#endif
+
 static kiln_support pick_kernels(kiln_support t) {
   KILN_USE_ISA(t, base);
   t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
@@ -129,10 +152,12 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qdepthwise = kiln_qdepthwise_vbmi;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_vbmi;
     t.lut_bytes = kiln_lut_bytes_vbmi;
+    if (amx_int8_usable()) t.qgemm_u8s8 = kiln_qgemm_u8s8_amx;
   }
 #endif
-  /* KILN_QGEMM=c: the plain C kernels, =avx2: AVX2's, =vnni: VNNI without VBMI, where the CPU
-   * has them (tests compare each with the one the CPU picks). */
+  /* KILN_QGEMM=c: the plain C kernels, =avx2: AVX2's, =vnni: VNNI without VBMI, =vbmi: VNNI
+   * with VBMI but no AMX, where the CPU has them (tests compare each with the one the CPU
+   * picks). */
   const char* force = getenv("KILN_QGEMM");
   if (force && strcmp(force, "c") == 0) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_base;
@@ -148,6 +173,8 @@ static kiln_support pick_kernels(kiln_support t) {
     t.qdepthwise = kiln_qdepthwise_avx2;
     t.qdepthwise_nhwc = kiln_qdepthwise_nhwc_avx2;
   }
+  if (force && strcmp(force, "vbmi") == 0 && vnni && __builtin_cpu_supports("avx512vbmi"))
+    t.qgemm_u8s8 = kiln_qgemm_u8s8_vbmi;
   if (force && strcmp(force, "vnni") == 0 && vnni) {
     t.qgemm_u8s8 = kiln_qgemm_u8s8_vnni;
     t.qgemm_u8s8_gather = kiln_qgemm_u8s8_gather_vnni;
