@@ -474,7 +474,16 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
+      /* The first row block brings the next panels in from memory while this one's products
+       * run: a language model's head streams 38 MB of B, which tile loads alone left waiting. */
+      const int8_t* next = i0 == 0 && p + 2 < np ? bp + (p + 2) * k4 * 64 : 0;
+      const int64_t next_bytes = (np - p - 2 >= 2 ? 2 : 1) * k4 * 64;
       for (int64_t t = 0; t < k; t += 64) {
+        if (next) {
+          for (int64_t o = t * 16 * next_bytes / (k * 16);
+               o < (t + 64) * 16 * next_bytes / (k * 16); o += 64)
+            _mm_prefetch((const char*)next + o, _MM_HINT_T1);
+        }
         _tile_loadd(4, a0 + t, lda);
         _tile_loadd(6, b0 + t * 16, 64);
         _tile_dpbusd(0, 4, 6);
