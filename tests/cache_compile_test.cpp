@@ -430,7 +430,7 @@ TEST(CacheCli, HitOrMissAndEveryCacheCommand) {
        {"key        " + key, std::string("model      mlp"), std::string("toolchain.flags"),
         std::string("graph:"), std::string("node 0 matmul"),
         std::string(
-            "fold@3,simplify@6,cse@1,norm@1,layout@7,nhwc@4,winograd@2,pack@7,views@2,attention@1"),
+            "fold@3,simplify@7,cse@1,norm@1,layout@7,nhwc@4,winograd@2,pack@7,views@2,attention@1"),
         std::string("with_epilogue"), std::string("module.so"), std::string("plan"),
         std::string("source     ") + (cache / "objects").string()}) {
     EXPECT_NE(show.out.find(word), std::string::npos) << word << " not in\n" << show.out;
