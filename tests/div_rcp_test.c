@@ -14,16 +14,8 @@
 
 #include "kiln_math.h"
 
-static float from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-static uint32_t to_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
+static float from_bits(uint32_t u) { return kiln_bits_to_f32((int32_t)u); }
+static uint32_t to_bits(float f) { return (uint32_t)kiln_f32_to_bits(f); }
 /* A quantizer's view of a quotient: its nearest integer, saturated. */
 static float as_integer(float v) {
   const float n = nearbyintf(v);

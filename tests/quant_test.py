@@ -220,6 +220,31 @@ for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200), (
         if with_bias and 'with_epilogue{base="qmatmul"' not in src:
             failures.append(f"{name}: the Add after the dequantization is no epilogue")
 
+# A float32 result larger than the caches (a language model's logits): the AMX kernel streams
+# whole aligned lines past the caches, masked stores elsewhere (rows of 70001 floats are not
+# line-aligned, the last panel partial). 48 rows: the parts take column panels.
+a = edge_bytes((48, 128), np.uint8)
+b = edge_bytes((128, 70001), np.int8)
+acc = (a.astype(np.int64) - 131) @ b.astype(np.int64)
+sa = np.array(np.float32(0.0371))
+sb = (RNG.random(70001).astype(np.float32) + 0.5) * np.float32(0.01)
+nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
+         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["sa", "sb"], ["s"]),
+         helper.make_node("Mul", ["accf", "s"], ["y"])]
+g = helper.make_graph(
+    nodes, "logits",
+    [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape),
+     helper.make_tensor_value_info("sa", TensorProto.FLOAT, [])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    [numpy_helper.from_array(v, k_) for k_, v in
+     {"b": b, "az": np.array(131, np.uint8), "bz": np.array(0, np.int8), "sb": sb}.items()])
+path = kiln_cli.write_model(WORK, "dequantized_logits", g, [("", 13)], ir_version=7)
+want = (acc.astype(np.int32).astype(np.float32) * (sa * sb)).astype(np.float32)
+check("dequantized_logits", path, {"a": a, "sa": sa}, want)
+if VNNI_AND_VBMI:
+    check("dequantized_logits", path, {"a": a, "sa": sa}, want, {"KILN_QGEMM": "vbmi"})
+
 # ---- convolutions -----------------------------------------------------------------------
 def conv_ref(x, w, xz, wz, stride, pad, group, dil=1):
     n_img, c, h, wd = x.shape

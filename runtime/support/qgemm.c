@@ -8,6 +8,7 @@
  * int16 pair-sum saturation of vpmaddubsw (255 * 127 * 2 > 32767) never arises; the C
  * copies widen every product to int32 before adding. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "runtime/support/qgemm.h"
@@ -51,7 +52,7 @@ static inline int32_t load4(const uint8_t* p) {
 
 static inline __attribute__((always_inline)) void qgemm_tile_store(
     int rows, int panels, int64_t i0, int64_t j0, int64_t n, __m512i acc[kRows][kMaxPanels],
-    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale);
+    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale, int stream);
 
 /* rows x (16 * panels) outputs at (i0, j0): every group of four k in one vpdpbusd per
  * accumulator, then the zero-point terms, bias and requantization on the vectors. */
@@ -128,14 +129,14 @@ static inline __attribute__((always_inline)) void qgemm_tile(
       for (int p = 0; p < panels; ++p) acc[r][p] = dpbusd(acc[r][p], av, v[p]);
     }
   }
-  qgemm_tile_store(rows, panels, i0, j0, n, acc, e, c, rowsum, col_scale);
+  qgemm_tile_store(rows, panels, i0, j0, n, acc, e, c, rowsum, col_scale, 0);
 }
 
 /* The epilogue of a tile's accumulators (column terms already in): the row terms, then the
  * int32, dequantized float32 or requantized byte stores. */
 static inline __attribute__((always_inline)) void qgemm_tile_store(
     int rows, int panels, int64_t i0, int64_t j0, int64_t n, __m512i acc[kRows][kMaxPanels],
-    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale) {
+    const kiln_qgemm_epi* e, void* c, const int32_t* rowsum, const float* col_scale, int stream) {
   __m512i bz[kMaxPanels];
   __m512 scale[kMaxPanels];
   __mmask16 mask[kMaxPanels];
@@ -161,7 +162,13 @@ static inline __attribute__((always_inline)) void qgemm_tile_store(
         const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[p]);
         float* dst = (float*)c + (i0 + r) * e->rsc;
         if (e->csc == 1) {
-          _mm512_mask_storeu_ps(dst + j0 + p * kPanelCols, mask[p], y);
+          float* at = dst + j0 + p * kPanelCols;
+          /* stream: whole aligned lines bypass the caches (no read for ownership). */
+          if (stream && mask[p] == 0xFFFF && ((uintptr_t)at & 63) == 0) {
+            _mm512_stream_ps(at, y);
+          } else {
+            _mm512_mask_storeu_ps(at, mask[p], y);
+          }
         } else {
           float tmp[16];
           _mm512_storeu_ps(tmp, y);
@@ -461,6 +468,11 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
   float col_scale[2 * kPanelCols];
   int32_t sums[32];
   int32_t buf[32][2 * kPanelCols];
+  /* Float32 results larger than the caches (a language model's logits, 25 MB for GPT-2's
+   * head) are stored past them: each line's read for ownership was a fifth of the kernel's
+   * time there. Smaller ones stay cached for whatever reads them next. */
+  const int stream = e->scale && e->out_u8 == KILN_Q_OUT_F32 && e->csc == 1 &&
+                     m * n * (int64_t)sizeof(float) > ((int64_t)4 << 20);
   for (int64_t p = 0; p < np; p += 2) {
     const int panels = np - p >= 2 ? 2 : 1;
     const int64_t j0 = p * kPanelCols;
@@ -515,12 +527,13 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
                                  _mm512_loadu_si512((const void*)(col_fix + q * kPanelCols)));
           }
         }
-        qgemm_tile_store(rows, panels, i0 + r0, j0, n, acc, e, c, any_bz ? sums + r0 : 0,
-                         col_scale);
+        qgemm_tile_store(rows, panels, i0 + r0, j0, n, acc, e, c, any_bz ? sums + r0 : 0, col_scale,
+                         stream);
       }
     }
   }
   _tile_release();
+  if (stream) _mm_sfence(); /* streamed stores are ordered before whatever signals the end */
 }
 #endif
 
