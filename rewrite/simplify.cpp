@@ -22,13 +22,12 @@
 //     (a libm call per element kept GPT-2's GELU, x + 0.044715 x^3 under a tanh, from
 //     vectorising: 1.5 ms per layer; x * x is pow's correctly rounded result, x * x * x
 //     within an ulp of it, and both agree on NaN, infinities and signed zeros)
-//   round(x / c), c a float32 constant whose elements and reciprocals are all normal
-//                                                   -> round(div_rcp(x, c, 1/c))
-//     (a quantizer's division by its scale, ONNX's rule, bound EfficientNet's gated
-//     requantization and ResNet's residual epilogues: vdivps issues once per 16 cycles or
-//     so, the reciprocal's product and two fused multiply-adds once per one or two. The
-//     corrected quotient is x / c's own wherever that is normal and finite, and where it is
-//     not (below 2^-126, beyond 2^128) both round to the same integer or saturate)
+//   round(x / c), c a float32 constant or weight whose elements and reciprocals are all
+//   normal                                          -> round(div_rcp(x, c, 1/c))
+//     (a quantizer's division by its scale, ONNX's rule: vdivps issues about once per 16
+//     cycles, the reciprocal's product and two fused multiply-adds a few per cycle. The
+//     corrected quotient is x / c's own wherever |x| >= 2^-100 and it is below 2^127;
+//     elsewhere both round to the same integer or saturate alike: tests/div_rcp_test.c)
 // exp(log x) is left alone: it is NaN for x < 0, where x itself is not.
 #include <cmath>
 #include <optional>

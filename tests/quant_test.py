@@ -183,6 +183,24 @@ assert want[0, 0] == 100 and want[2, 0] == 102  # 0.5 -> 0, 1.5 -> 2: the refere
 # after the Mul, the Add is the product's epilogue, its parts whole rows (split_rows). Without
 # one, the few-row case and the B of 8 MiB and more (a language model's head) split B's column
 # panels; K past the vector width; N with a partial panel.
+def dequantized_model(name, a_shape, consts, bias=None):
+    """MatMulInteger(a, b, az, bz) -> Cast -> Mul by the run-time sa times sb (-> Add bias)."""
+    nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["sa", "sb"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y" if bias is None else "ys"])]
+    if bias is not None:
+        nodes.append(helper.make_node("Add", ["ys", "bias"], ["y"]))
+        consts = {**consts, "bias": bias}
+    g = helper.make_graph(
+        nodes, "dequantized",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, a_shape),
+         helper.make_tensor_value_info("sa", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k_) for k_, v in consts.items()])
+    return kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+
+
 for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200), (21, 128, 40)]:
     a = edge_bytes((m, k), np.uint8)
     b = edge_bytes((k, n), np.int8)
@@ -193,22 +211,10 @@ for m, k, n in [(13, 67, 33), (1, 1280, 1000), (4, 131, 50), (13, 1024, 8200), (
               else np.array(np.float32(0.0123)))
         sa = np.array(np.float32(0.0371))
         bias = RNG.standard_normal(n).astype(np.float32)
-        nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
-                 helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-                 helper.make_node("Mul", ["sa", "sb"], ["s"]),
-                 helper.make_node("Mul", ["accf", "s"], ["y" if not with_bias else "ys"])]
-        if with_bias:
-            nodes.append(helper.make_node("Add", ["ys", "bias"], ["y"]))
-        g = helper.make_graph(
-            nodes, "dequantized",
-            [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape),
-             helper.make_tensor_value_info("sa", TensorProto.FLOAT, [])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-            [numpy_helper.from_array(v, k_) for k_, v in
-             {"b": b, "az": az, "bz": bz, "sb": sb, "bias": bias}.items()])
         name = f"dequantized_{m}x{k}x{n}_{'columns' if per_column else 'one'}" + \
             ("_bias" if with_bias else "")
-        path = kiln_cli.write_model(WORK, name, g, [("", 13)], ir_version=7)
+        path = dequantized_model(name, a.shape, {"b": b, "az": az, "bz": bz, "sb": sb},
+                                 bias if with_bias else None)
         want = acc.astype(np.int32).astype(np.float32) * (sa * sb)
         if with_bias:
             want = want + bias
@@ -228,18 +234,9 @@ b = edge_bytes((128, 70001), np.int8)
 acc = (a.astype(np.int64) - 131) @ b.astype(np.int64)
 sa = np.array(np.float32(0.0371))
 sb = (RNG.random(70001).astype(np.float32) + 0.5) * np.float32(0.01)
-nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
-         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-         helper.make_node("Mul", ["sa", "sb"], ["s"]),
-         helper.make_node("Mul", ["accf", "s"], ["y"])]
-g = helper.make_graph(
-    nodes, "logits",
-    [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape),
-     helper.make_tensor_value_info("sa", TensorProto.FLOAT, [])],
-    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    [numpy_helper.from_array(v, k_) for k_, v in
-     {"b": b, "az": np.array(131, np.uint8), "bz": np.array(0, np.int8), "sb": sb}.items()])
-path = kiln_cli.write_model(WORK, "dequantized_logits", g, [("", 13)], ir_version=7)
+path = dequantized_model("dequantized_logits", a.shape,
+                         {"b": b, "az": np.array(131, np.uint8), "bz": np.array(0, np.int8),
+                          "sb": sb})
 want = (acc.astype(np.int32).astype(np.float32) * (sa * sb)).astype(np.float32)
 check("dequantized_logits", path, {"a": a, "sa": sa}, want)
 if VNNI_AND_VBMI:
