@@ -11,7 +11,7 @@ points and scales of odd counts, weights both constant (packed at compile time) 
 graph inputs (packed per run). Every case runs with the CPU's kernel and with
 KILN_QGEMM=c (the plain C kernel), KILN_QGEMM=avx2 (vpmaddwd on widened bytes) and, where
 the CPU has VBMI, KILN_QGEMM=vnni (VNNI without VBMI's transposed stores); where it has AMX, the
-default is its tile products for k a multiple of 64 and 16 rows or more. Then bad
+default is its tile products for 16 rows or more. Then bad
 quantization parameters must fail naming the node and the input.
 
 usage: quant_test.py KILN_BINARY WORKDIR
@@ -111,11 +111,13 @@ def edge_bytes(shape, dt):
 
 
 # ---- matrix products -----------------------------------------------------------------
-# (37, 128, 40), (70, 192, 33): AMX's tile products where the CPU has them (k a multiple of
-# 64, 16 rows and more): two blocks of 16 rows and vpdpbusd's 5 after them, an odd count of
-# panels, the last partial.
+# (37, 128, 40), (70, 192, 33): AMX's tile products where the CPU has them (16 rows and
+# more): two blocks of 16 rows and vpdpbusd's 5 after them, an odd count of panels, the last
+# partial. (37, 67, 33), (32, 24, 40), (48, 100, 17): k past a multiple of 64 (a partial
+# group of four, a chunk shorter than one, a whole chunk and a part), the last two with A's
+# rows so short that the partial chunk's 64-byte reads would run past A (copied out).
 for m, k, n in [(1, 1, 1), (7, 5, 17), (13, 67, 33), (4, 131, 50), (6, 64, 32), (37, 128, 40),
-                (70, 192, 33)]:
+                (70, 192, 33), (37, 67, 33), (32, 24, 40), (48, 100, 17)]:
     for adt, bdt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8),
                      (np.int8, np.uint8)]:
         a = edge_bytes((m, k), adt)

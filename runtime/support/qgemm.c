@@ -442,9 +442,14 @@ static void qgemm_segments(int64_t m, int64_t n, const uint8_t* a, int64_t lda,
  * instruction where vpdpbusd does 64. The packed panels of B (qpack.c: per panel, each group
  * of four k as 64 bytes) are already tiles of B, 64 bytes a row. Blocks of 32 rows by 2
  * panels keep four accumulator tiles, two of A and two of B; each block's sums go through a
- * buffer to the same epilogue as the vpdpbusd tiles (qgemm_tile_store). The caller takes k a
- * multiple of 64 (no tile needs a partial row) and at least 16 rows; the rows past a
- * multiple of 16 are vpdpbusd's. */
+ * buffer to the same epilogue as the vpdpbusd tiles (qgemm_tile_store). The caller takes at
+ * least 16 rows; the rows past a multiple of 16 are vpdpbusd's.
+ *
+ * A k that is not a multiple of 64 (a 1x1 convolution of 24, 40 or 96 channels) ends in a
+ * partial chunk. Its B tile comes from a copy of the panel's last groups, zero past them, so
+ * the A tile can read whole 64-byte rows: the bytes past k in a row are the next row's (or
+ * the packed zeros of a partial group), and each meets a zero weight. Only where such a read
+ * would run past A's last row (a_rows of them) are the rows copied out first. */
 typedef struct {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
@@ -452,7 +457,7 @@ typedef struct {
 } qgemm_tilecfg;
 
 static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,
-                      const int8_t* bp, const kiln_qgemm_epi* e, void* c) {
+                      int64_t a_rows, const int8_t* bp, const kiln_qgemm_epi* e, void* c) {
   qgemm_tilecfg cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
@@ -461,7 +466,13 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
     cfg.rows[t] = 16;
   }
   _tile_loadconfig(&cfg);
-  const int64_t k4 = k / 4, np = (n + kPanelCols - 1) / kPanelCols;
+  const int64_t k4 = (k + 3) / 4, np = (n + kPanelCols - 1) / kPanelCols;
+  /* The last chunk's start and its groups of four k (16 when k is a multiple of 64). */
+  const int64_t t_last = (k4 - 1) / 16 * 64, g_last = k4 - t_last / 4;
+  /* A's last byte the product may read, and the partial chunk's copies. */
+  const int64_t a_end = (a_rows - 1) * lda + k;
+  int8_t b_tail[2][16 * 64];
+  uint8_t a_tail[32 * 64];
   int32_t any_bz = 0;
   for (int64_t j = 0; j < (e->b_zp_step ? n : 1); ++j) any_bz |= e->b_zp[j];
   int32_t col_fix[2 * kPanelCols];
@@ -479,6 +490,12 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
     column_terms(j0, panels, n, k, e, col_fix, col_scale);
     const int8_t* b0 = bp + p * k4 * 64;
     const int8_t* b1 = b0 + k4 * 64;
+    if (g_last < 16) {
+      for (int q = 0; q < panels; ++q) {
+        memset(b_tail[q], 0, sizeof b_tail[q]);
+        memcpy(b_tail[q], (q ? b1 : b0) + t_last * 16, (size_t)(g_last * 64));
+      }
+    }
     for (int64_t i0 = 0; i0 < m; i0 += 32) {
       const int two = m - i0 >= 32;
       const uint8_t* a0 = a + i0 * lda;
@@ -492,19 +509,31 @@ static void qgemm_amx(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t
       const int64_t next_bytes = (np - p - 2 >= 2 ? 2 : 1) * k4 * 64;
       for (int64_t t = 0; t < k; t += 64) {
         if (next) {
-          for (int64_t o = t * 16 * next_bytes / (k * 16);
-               o < (t + 64) * 16 * next_bytes / (k * 16); o += 64)
+          const int64_t o1 = (t + 64) * next_bytes / k;
+          for (int64_t o = t * next_bytes / k; o < o1 && o < next_bytes; o += 64)
             _mm_prefetch((const char*)next + o, _MM_HINT_T1);
         }
-        _tile_loadd(4, a0 + t, lda);
-        _tile_loadd(6, b0 + t * 16, 64);
+        const int partial = t == t_last && g_last < 16;
+        const uint8_t* at = a0 + t;
+        int64_t as = lda;
+        if (partial && (i0 + (two ? 31 : 15)) * lda + t + 64 > a_end) {
+          const int rows = two ? 32 : 16;
+          memset(a_tail, 0, sizeof a_tail);
+          for (int r = 0; r < rows; ++r) memcpy(a_tail + r * 64, at + r * lda, (size_t)(k - t));
+          at = a_tail;
+          as = 64;
+        }
+        const int8_t* bt0 = partial ? b_tail[0] : b0 + t * 16;
+        const int8_t* bt1 = partial ? b_tail[1] : b1 + t * 16;
+        _tile_loadd(4, at, as);
+        _tile_loadd(6, bt0, 64);
         _tile_dpbusd(0, 4, 6);
         if (panels == 2) {
-          _tile_loadd(7, b1 + t * 16, 64);
+          _tile_loadd(7, bt1, 64);
           _tile_dpbusd(1, 4, 7);
         }
         if (two) {
-          _tile_loadd(5, a0 + 16 * lda + t, lda);
+          _tile_loadd(5, at + 16 * as, as);
           _tile_dpbusd(2, 5, 6);
           if (panels == 2) _tile_dpbusd(3, 5, 7);
         }
@@ -541,9 +570,12 @@ void KILN_QGEMM_FN(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t ld
                    const kiln_qgemm_epi* e, void* c) {
   const int64_t seg = 0;
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
-  if (k % 64 == 0 && k > 0 && m >= 16) {
+  /* Below 64 (a chunk mostly of zeros), each output's few products cost less on vpdpbusd
+   * than the tile's trip through the buffer: qgemm_bench's 1x1 16->96 and 40->240 ran
+   * 1.2x slower on tiles, 144->24 and 672->112 2-2.4x faster. */
+  if (k >= 64 && m >= 16) {
     const int64_t m16 = m - m % 16;
-    qgemm_amx(m16, n, k, a, lda, bp, e, c);
+    qgemm_amx(m16, n, k, a, lda, m, bp, e, c);
     if (m16 == m) return;
     /* The last rows by vpdpbusd, from their own row of the output (int32 and float32
      * outputs are 4 bytes an element, requantized ones 1). */
