@@ -16,8 +16,8 @@ const char* const kViewNames[3] = {"q_view", "k_view", "v_view"};
 }  // namespace
 
 Attention::Attention(Attrs props) : COp("attention", std::move(props)) {
-  check_known_attrs(this->props(),
-                    {"q_view", "k_view", "v_view", "alpha", "out_perm", "mask_fill", "mask_keeps"});
+  check_known_attrs(this->props(), {"q_view", "k_view", "v_view", "alpha", "out_perm", "mask_fill",
+                                    "mask_keeps", "safe"});
   for (int k = 0; k < 3; ++k) views_[k] = OperandView::from_props(this->props(), kViewNames[k]);
   alpha_ = attr_float(this->props(), "alpha", 1.0);
   out_perm_ = out_perm_from_props(this->props(), "out_perm");
@@ -25,6 +25,7 @@ Attention::Attention(Attrs props) : COp("attention", std::move(props)) {
   const int64_t keeps = attr_int(this->props(), "mask_keeps", 0);
   if (keeps != 0 && keeps != 1) throw AttrError("mask_keeps", "must be 0 or 1");
   mask_keeps_ = keeps == 1;
+  safe_ = attr_int(this->props(), "safe", 0) != 0;
 }
 
 std::vector<std::vector<int64_t>> Attention::operand_dims(const std::vector<Shape>& inputs) const {
@@ -126,7 +127,8 @@ void Attention::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   }
   Tensor weights = Tensor::empty(DType::kFloat32, scores.shape());
   std::vector<Tensor> w{weights};
-  Softmax(false, Attrs{{"axis", int64_t{-1}}}).perform({scores}, w);
+  Softmax(false, Attrs{{"axis", int64_t{-1}}, {"safe", int64_t{safe_ ? 1 : 0}}})
+      .perform({scores}, w);
   Attrs out_props;
   if (views_[2]) out_props["b_view"] = views_[2]->encode();
   if (!out_perm_.empty()) out_props["out_perm"] = out_perm_;
@@ -248,8 +250,9 @@ std::string Attention::c_code(const Node& node, const CodeNames& names, const Su
          fill + " : sr[j];\n";
     s += "      }\n";
   }
-  s +=
-      "      for (int64_t i = 0; i < rows; ++i) kiln_softmax_row_f32(sc + i * N, sc + i * N, N);\n";
+  s += std::string("      for (int64_t i = 0; i < rows; ++i) ") +
+       (safe_ ? "kiln_softmax_row_safe_f32" : "kiln_softmax_row_f32") +
+       "(sc + i * N, sc + i * N, N);\n";
   s += "      kiln_gemm_packed_f32(rows, DV, N, 1.0f, sc, N, 1, vp, 0.0f, pc + off[3] + r0 * ldc, "
        "ldc, 0, 0, 0, -__builtin_inff(), __builtin_inff());\n";
   s += "    }\n";

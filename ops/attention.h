@@ -5,7 +5,8 @@
 // optional OperandView (q_view, k_view, v_view), so the head splits and transposes in front
 // copy nothing. An optional fourth input, a bool mask [M, N] shared by every matrix, replaces
 // the scaled score (i, j) by mask_fill where mask[i][j] is true (false with mask_keeps=1):
-// a causal decoder's where() before the softmax. The attention pass
+// a causal decoder's where() before the softmax. With safe=1 a row of -inf scores attends
+// to nothing (zeros, PyTorch's _safe_softmax) rather than giving NaN. The attention pass
 // (rewrite/cpu/fuse_attention.cpp) makes it from matmul -> softmax -> matmul; the C code computes a
 // block of rows' scores, their softmax and their share of the output while the scores are in cache,
 // instead of writing all heads' scores out and reading them back twice.
@@ -49,6 +50,7 @@ class Attention : public COp {
   double alpha_ = 1.0;
   double mask_fill_ = 0.0;
   bool mask_keeps_ = false;  // a true mask element keeps the score (else it takes the fill)
+  bool safe_ = false;
 };
 
 }  // namespace kiln

@@ -11,8 +11,10 @@ namespace kiln {
 
 Softmax::Softmax(bool log, Attrs props)
     : COp(log ? "log_softmax" : "softmax", std::move(props)), log_(log) {
-  check_known_attrs(this->props(), {"axis"});
+  check_known_attrs(this->props(), log ? std::vector<std::string>{"axis"}
+                                       : std::vector<std::string>{"axis", "safe"});
   axis_ = attr_int(this->props(), "axis", -1);
+  safe_ = attr_int(this->props(), "safe", 0) != 0;
 }
 
 std::vector<TensorType> Softmax::infer_type(const std::vector<TensorType>& inputs) const {
@@ -43,7 +45,13 @@ void Softmax::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& ou
       auto at = [&](int64_t l) { return (o * len + l) * inner + i; };
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t l = 0; l < len; ++l) mx = std::max(mx, in.load(at(l)));
-      if (mx == -std::numeric_limits<double>::infinity()) mx = 0;
+      if (mx == -std::numeric_limits<double>::infinity()) {
+        if (safe_) {
+          for (int64_t l = 0; l < len; ++l) out.store(at(l), 0.0);
+          continue;
+        }
+        mx = 0;
+      }
       double sum = 0;
       for (int64_t l = 0; l < len; ++l) sum += std::exp(in.load(at(l)) - mx);
       for (int64_t l = 0; l < len; ++l) {
@@ -67,7 +75,16 @@ namespace {
 struct RowCode {
   std::string T, f;
   bool log = false;
+  bool safe = false;
 };
+
+// The reciprocal of a row's sum: with `safe`, 0 where the sum is 0 (every element -inf, as
+// the row's maximum is otherwise e^0 = 1 of it), so the row becomes zeros.
+std::string row_scale(const RowCode& r) {
+  const std::string& T = r.T;
+  return "const " + T + " scale = " + (r.safe ? "sum == 0 ? (" + T + ")0 : " : "") + "(" + T +
+         ")1 / sum;\n";
+}
 
 // One row of `len` adjacent elements, read from src and written to row. The maximum and the
 // sum run in 16 independent lanes, so they vectorize; NaN is skipped by the max and poisons
@@ -117,7 +134,7 @@ std::string unit_row(const RowCode& r) {
   s += "for (; l < len; ++l) sum += row[l];\n";
   s += "for (int k = 0; k < 16; ++k) sum += lane[k];\n";
   s += "}\n";
-  s += "const " + T + " scale = (" + T + ")1 / sum;\n";
+  s += row_scale(r);
   s += "for (l = 0; l < len; ++l) row[l] *= scale;\n";
   return s;
 }
@@ -144,7 +161,7 @@ std::string strided_row(const RowCode& r) {
   s += "row[l * inner] = e;\n";
   s += "sum += e;\n";
   s += "}\n";
-  s += "const " + T + " scale = (" + T + ")1 / sum;\n";
+  s += row_scale(r);
   s += "KILN_NOVEC for (int64_t l = 0; l < len; ++l) row[l * inner] *= scale;\n";
   return s;
 }
@@ -152,10 +169,11 @@ std::string strided_row(const RowCode& r) {
 // The rows of one slice (xo, yo) of `inner` rows. inner: known at compile time, or -1.
 std::string slice_rows(const RowCode& r, int64_t inner) {
   // A contiguous f32 softmax row: the vector row of kiln_softmax.h.
-  const std::string unit = !r.log && r.f == "f"
-                               ? "kiln_softmax_row_f32(xo, yo, len);\n"
-                               : "const " + r.T + " *src = xo;\n" + r.T + " *row = yo;\n" +
-                                     unit_row(r);
+  const std::string unit =
+      !r.log && r.f == "f"
+          ? std::string(r.safe ? "kiln_softmax_row_safe_f32" : "kiln_softmax_row_f32") +
+                "(xo, yo, len);\n"
+          : "const " + r.T + " *src = xo;\n" + r.T + " *row = yo;\n" + unit_row(r);
   const std::string strided = "for (int64_t i = 0; i < inner; ++i) {\nconst " + r.T +
                               " *src = xo + i;\n" + r.T + " *row = yo + i;\n" + strided_row(r) +
                               "}\n";
@@ -178,8 +196,8 @@ std::string Softmax::c_code(const Node& node, const CodeNames& names, const Sub&
     const int64_t n = t.dims[static_cast<size_t>(d)];
     inner = n == kDynamic ? -1 : inner * n;
   }
-  const RowCode r{std::string(dtype_c_type(t.dtype)), t.dtype == DType::kFloat32 ? "f" : "",
-                  log_};
+  const RowCode r{std::string(dtype_c_type(t.dtype)), t.dtype == DType::kFloat32 ? "f" : "", log_,
+                  safe_};
   // Slices o of (outer, len, inner): this part's range of o.
   std::string s = c_open_slice_loop(
       names, sub, rank, axis, r.T,

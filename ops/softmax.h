@@ -1,6 +1,8 @@
 #pragma once
 // Softmax and log-softmax over one axis (props: axis, default -1), numerically stable:
-// the maximum along the axis is subtracted before exponentiating.
+// the maximum along the axis is subtracted before exponentiating. Softmax's `safe` (0 or 1)
+// makes a slice that is -inf throughout all zeros rather than NaN: PyTorch's _safe_softmax,
+// which its scaled-dot-product attention uses, so a fully masked row attends to nothing.
 #include "ops/cop.h"
 
 namespace kiln {
@@ -26,10 +28,12 @@ class Softmax : public COp {
   }
 
   bool log() const { return log_; }
+  bool safe() const { return safe_; }
   int64_t axis() const { return axis_; }
 
  private:
   bool log_;
+  bool safe_;
   int64_t axis_;
 };
 

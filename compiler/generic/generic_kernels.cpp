@@ -336,7 +336,13 @@ bool run_softmax(const Softmax& op, const Tensor& x, Tensor& y) {
       float* py = out + o * n * inner + i;
       float m = -INFINITY;
       for (int64_t k = 0; k < n; ++k) m = std::max(m, px[k * inner]);
-      if (m == -INFINITY) m = 0;  // as the reference: a row of -inf gives NaN, not a shift
+      if (m == -INFINITY) {
+        if (op.safe()) {  // PyTorch's safe softmax: a row of -inf attends to nothing
+          for (int64_t k = 0; k < n; ++k) py[k * inner] = 0.0f;
+          continue;
+        }
+        m = 0;  // as the reference: a row of -inf gives NaN, not a shift
+      }
       double sum = 0;
       for (int64_t k = 0; k < n; ++k) {
         const float e = std::exp(px[k * inner] - m);

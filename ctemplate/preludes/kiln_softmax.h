@@ -53,8 +53,11 @@ static inline __attribute__((always_inline)) kiln_sv8f kiln_sv8_exp_nonpos(kiln_
 #endif
 
 /* row[l] = e^(src[l] - max) / sum over l < len. src may be row itself: each block is read
- * before it is written. */
-KILN_HELPER void kiln_softmax_row_f32(const float* src, float* row, int64_t len) {
+ * before it is written. With safe, a row of -inf throughout (its sum 0) becomes zeros, not
+ * NaN (PyTorch's _safe_softmax). */
+static inline __attribute__((always_inline)) void kiln_softmax_row_any_f32(const float* src,
+                                                                           float* row, int64_t len,
+                                                                           int safe) {
   const kiln_sv8f ninf = KILN_SV8_SPLAT(-INFINITY);
   kiln_sv8f m0 = ninf, m1 = ninf, last = ninf;
   int64_t l = 0;
@@ -101,9 +104,17 @@ KILN_HELPER void kiln_softmax_row_f32(const float* src, float* row, int64_t len)
   s0 += s1;
   float sum = 0;
   for (int k = 0; k < 8; ++k) sum += s0[k];
-  const kiln_sv8f scale = KILN_SV8_SPLAT(1.0f / sum);
+  const kiln_sv8f scale = KILN_SV8_SPLAT(safe && sum == 0 ? 0.0f : 1.0f / sum);
   for (l = 0; l + 8 <= len; l += 8) *(kiln_sv8fu*)(row + l) = *(kiln_sv8fu*)(row + l) * scale;
   for (; l < len; ++l) row[l] *= scale[0];
+}
+
+KILN_HELPER void kiln_softmax_row_f32(const float* src, float* row, int64_t len) {
+  kiln_softmax_row_any_f32(src, row, len, 0);
+}
+
+KILN_HELPER void kiln_softmax_row_safe_f32(const float* src, float* row, int64_t len) {
+  kiln_softmax_row_any_f32(src, row, len, 1);
 }
 
 #endif /* KILN_SOFTMAX_H */

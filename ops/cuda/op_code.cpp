@@ -203,8 +203,9 @@ void add_math(DeviceCodeTable& t) {
               });
   add<Softmax>(
       t,
-      [](const Softmax&, const Node& node) {
-        return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype);
+      // A safe softmax (PyTorch's) runs on the CPU: the CUDA kernel has no zero-sum case.
+      [](const Softmax& op, const Node& node) {
+        return cuda_dtypes_ok(node) && is_float(node.outputs[0]->type.dtype) && !op.safe();
       },
       [](const Softmax& op, const Node& node, const CodeNames& names, const Sub& sub,
          const CudaEpilogue*) {

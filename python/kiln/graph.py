@@ -130,7 +130,10 @@ def concat(xs, axis):
     return apply("concat", list(xs), axis=int(axis))
 
 
-def softmax(x, axis=-1):
+def softmax(x, axis=-1, safe=False):
+    """safe: a slice of -inf throughout gives zeros, not NaN (PyTorch's _safe_softmax)."""
+    if safe:
+        return apply("softmax", [x], axis=int(axis), safe=1)
     return apply("softmax", [x], axis=int(axis))
 
 

@@ -455,9 +455,16 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
     device = options.pop("device", os.environ.get("KILN_TORCH_DEVICE") or "cpu")
     if options:
         raise ValueError(f"kiln backend: unknown options {sorted(options)} (it takes 'device')")
-    compiler = _compiler(_frozen_inputs(example_inputs), device)
+    frozen = _frozen_inputs(example_inputs)
+    compiler = _compiler(frozen, device)
+    decompositions = core_aten_decompositions()
+    if not torch.is_grad_enabled():
+        # Inference: the safe softmax of scaled-dot-product attention stays one op, which
+        # kiln lowers (torch_lowerings._safe_softmax). With grad, autograd needs its
+        # decomposition for the backward.
+        decompositions.pop(torch.ops.aten._safe_softmax.default, None)
     return aot_autograd(fw_compiler=compiler, bw_compiler=_compiler(None, device),
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        decompositions=decompositions)(gm, example_inputs)
 
 
 def register():

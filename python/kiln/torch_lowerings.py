@@ -571,6 +571,17 @@ def _softmax(ctx, x, dim, half_to_float=False):
     return kg.softmax(x, dim % x.ndim)
 
 
+# Scaled-dot-product attention's softmax. Left whole (for inference, torch_backend keeps it
+# out of the decompositions) it reaches kiln as one softmax that attention fusion can take;
+# decomposed, its guard for rows of -inf (a reduction and a where between the softmax and
+# the second product) kept every attention of a ViT unfused.
+@_lowers(aten._safe_softmax.default)
+def _safe_softmax(ctx, x, dim, dtype=None):
+    if dtype is not None and _DTYPES[dtype] != x.dtype:
+        x = kg.cast(x, _DTYPES[dtype])
+    return kg.softmax(x, dim % x.ndim, safe=True)
+
+
 @_lowers(aten._log_softmax.default)
 def _log_softmax(ctx, x, dim, half_to_float=False):
     return kg.log_softmax(x, dim % x.ndim)

@@ -168,6 +168,7 @@ def test_every_lowering_ran():
     test_dynamic_shapes_run_in_one_kiln_module_at_every_size()  # the symbolic-size lowerings
     test_a_cnn_training_step_runs_in_kiln_and_matches_eager_gradients()  # the training ones
     test_a_transformer_training_step_runs_in_kiln_and_matches_float64(True)
+    test_attention_fuses_and_a_row_of_minus_infinity_attends_to_nothing()  # _safe_softmax
     # Overloads the cases cannot produce through dynamo's decompositions.
     # (true_divide.Tensor: reached through GPT-2's dynamic graph, test_torch_models.py.)
     unreachable = {torch.ops.aten.true_divide.Tensor, torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar, torch.ops.aten.mul.Scalar,
@@ -420,6 +421,37 @@ def test_inference_freezes_weights_and_prepares_them_again_when_they_change():
     reports = len(torch_backend.REPORTS)
     torch.compile(model, backend="kiln")(x).sum().backward()
     assert all(r["frozen"] == 0 for r in torch_backend.REPORTS[reports:])
+
+
+def test_attention_fuses_and_a_row_of_minus_infinity_attends_to_nothing():
+    # For inference, F.scaled_dot_product_attention's softmax (PyTorch's _safe_softmax: a row
+    # of -inf scores gives zeros, not NaN) reaches kiln whole, so the scores, softmax and
+    # weighted sum fuse into one attention step as they do from ONNX. Head 0's row 1 scores
+    # -inf against every key (+inf times negative keys); with a mask, row 2 is masked out.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 13, 8, generator=g) for _ in range(3))
+    q[0, 0, 1, :] = 0.0
+    q[0, 0, 1, 0] = float("inf")
+    k[0, 0, :, 0] = -torch.rand(13, generator=g) - 0.5
+    reports = len(torch_backend.REPORTS)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, rtol=1e-4, atol=1e-5)
+    (report,) = torch_backend.REPORTS[reports:]
+    (sub,) = [r() for r in report["subgraphs"]]
+    nodes = re.findall(r"node \d+: (\w+)\{", sub.source())
+    assert "attention" in nodes and not {"softmax", "matmul"} & set(nodes), nodes
+    assert re.search(r"attention\{[^}]*safe=1", sub.source())
+    # The first call above may have been the generic tier's (a miss answers through it while
+    # the module compiles): now the compiled module's answer.
+    os.environ["KILN_GENERIC_START"] = "0"
+    try:
+        check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, rtol=1e-4,
+              atol=1e-5)
+    finally:
+        del os.environ["KILN_GENERIC_START"]
+    mask = torch.ones(13, 13, dtype=torch.bool)
+    mask[2, :] = False
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask,
+          rtol=1e-4, atol=1e-5)
 
 
 def test_docs_lowering_table_matches_the_registry():

@@ -55,6 +55,7 @@ std::optional<Match> match(const Graph& graph, const Node& out,
   if (op1.count("alpha")) props["alpha"] = op1.at("alpha");
   if (op2.count("b_view")) props["v_view"] = op2.at("b_view");
   if (op2.count("out_perm")) props["out_perm"] = op2.at("out_perm");
+  if (attr_int(sm->op->props(), "safe", 0) != 0) props["safe"] = int64_t{1};
   // The fused op checks ranks, batch and inner dimensions; a pair it refuses stays as is.
   try {
     Attention fused(props);
