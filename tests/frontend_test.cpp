@@ -67,7 +67,7 @@ TEST(JsonModel, ErrorsNameTheJsonPath) {
       "m.json: nodes[2].attrs.axis: expected an integer, got a string");
   EXPECT_EQ(load_error(with_node(
                 R"({"op": "softmax", "inputs": ["b"], "outputs": ["y"], "attrs": {"axsi": 1}})")),
-            "m.json: nodes[2].attrs.axsi: unknown attribute (this op takes axis)");
+            "m.json: nodes[2].attrs.axsi: unknown attribute (this op takes axis, safe)");
   EXPECT_EQ(load_error(with_node(R"({"op": "softmax", "inputs": ["q"], "outputs": ["y"]})")),
             "m.json: nodes[2].inputs[0]: unknown variable 'q' (defined nowhere before this node)");
   EXPECT_NE(load_error(with_node(R"({"op": "softmx", "inputs": ["b"], "outputs": ["y"]})"))
