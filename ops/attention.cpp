@@ -25,7 +25,9 @@ Attention::Attention(Attrs props) : COp("attention", std::move(props)) {
   const int64_t keeps = attr_int(this->props(), "mask_keeps", 0);
   if (keeps != 0 && keeps != 1) throw AttrError("mask_keeps", "must be 0 or 1");
   mask_keeps_ = keeps == 1;
-  safe_ = attr_int(this->props(), "safe", 0) != 0;
+  const int64_t safe = attr_int(this->props(), "safe", 0);
+  if (safe != 0 && safe != 1) throw AttrError("safe", "must be 0 or 1");
+  safe_ = safe == 1;
 }
 
 std::vector<std::vector<int64_t>> Attention::operand_dims(const std::vector<Shape>& inputs) const {

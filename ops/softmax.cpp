@@ -14,7 +14,9 @@ Softmax::Softmax(bool log, Attrs props)
   check_known_attrs(this->props(), log ? std::vector<std::string>{"axis"}
                                        : std::vector<std::string>{"axis", "safe"});
   axis_ = attr_int(this->props(), "axis", -1);
-  safe_ = attr_int(this->props(), "safe", 0) != 0;
+  const int64_t safe = attr_int(this->props(), "safe", 0);
+  if (safe != 0 && safe != 1) throw AttrError("safe", "must be 0 or 1");
+  safe_ = safe == 1;
 }
 
 std::vector<TensorType> Softmax::infer_type(const std::vector<TensorType>& inputs) const {

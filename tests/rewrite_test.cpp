@@ -1562,6 +1562,12 @@ TEST(Rewrite, AttentionBadPropsAndInputsAreClearErrors) {
   EXPECT_NE(m.find("attention: the mask must be bool (4, 5), got (5, 4)"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v}, {{"mask_keeps", int64_t{2}}}); });
   EXPECT_NE(m.find("mask_keeps"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("attention", {q, k, v}, {{"safe", int64_t{2}}}); });
+  EXPECT_NE(m.find("attribute 'safe': must be 0 or 1"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("softmax", {q}, {{"safe", int64_t{-1}}}); });
+  EXPECT_NE(m.find("attribute 'safe': must be 0 or 1"), std::string::npos) << m;
+  m = testing::error_of([&] { apply("log_softmax", {q}, {{"safe", int64_t{1}}}); });
+  EXPECT_NE(m.find("unknown attribute"), std::string::npos) << m;
   m = testing::error_of([&] { apply("attention", {q, k, v}, {{"scale", 0.5}}); });
   EXPECT_NE(m.find("scale"), std::string::npos) << m;
   m = testing::error_of([&] {
