@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
                            {"vit mlp up", 197, 1536, 384},
                            {"vit mlp down", 197, 384, 1536},
                            {"vit mlp up, half rows", 99, 1536, 384},
+                           // BERT-base's MLP at 128 tokens, and the piece a module's part
+                           // passes at a time (its epilogue's 128 KB budget).
+                           {"bert mlp up", 128, 3072, 768},
+                           {"bert mlp down", 128, 768, 3072},
+                           {"bert mlp up piece", 128, 256, 768},
                            // One token through weights far past the caches (a decoder's step):
                            // bound by the bytes of B, which bfloat16 halves.
                            {"LM head, one token", 1, 50257, 768},
