@@ -2043,7 +2043,9 @@ TEST(Conv, PointwiseAndDepthwiseEpiloguesRunOnEachPiece) {
 TEST(Conv, BlockedLayoutChainsMatchTheReference) {
   std::mt19937 rng(71);
   // At 18 x 17 every direct convolution's image outweighs its weights, so its parts split
-  // the positions only (ConvNchwc::c_split_tiles); the smaller maps split the channels.
+  // the positions only (ConvNchwc::c_split_tiles); the smaller maps split the channels. The
+  // 16 -> 24 pointwise layer splits the positions down to 13 x 11 (its image four times its
+  // weights and more) and the channels at 7 x 5.
   for (const Shape& hw : {Shape{26, 25}, Shape{18, 17}, Shape{13, 11}, Shape{7, 5}, Shape{4, 4}}) {
     Graph g("nchwc_" + dims_to_string(hw));
     Var x = input(g, "x", DType::kFloat32, {kDynamic, 16, hw[0], hw[1]});
