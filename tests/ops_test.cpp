@@ -615,6 +615,47 @@ TEST(Softmax, SplitOverRowsMatchesReference) {
   }
 }
 
+// Scores far below a row's maximum (a masked window adds -100) give probabilities of 0, never
+// subnormal ones: multiplying a subnormal costs a microcode assist on x86 cores, in the row
+// and in the product with V after it (kiln_softmax.h). Against a float64 softmax computed
+// here: every probability of 2^-125 and more matches it; the rest are exactly 0; rows of 40
+// (vectors of 16 and 8) and 13 (a padded tail), and an all -inf row that stays NaN.
+TEST(Softmax, MaskedScoresGiveZerosNotSubnormals) {
+  const std::vector<double> scores{0,   -1,   -20,  -86,  -86.9, -87.1, -87.5,     -90,
+                                   -95, -100, -103, -104, -110,  -200,  -INFINITY, 3};
+  for (int64_t len : {int64_t{40}, int64_t{13}}) {
+    Graph g("softmax_masked_" + std::to_string(len));
+    Var x = input(g, "x", DType::kFloat32, {kDynamic, len});
+    g.set_outputs({softmax(x)});
+    const int64_t rows = 3;
+    Tensor in = Tensor::empty(DType::kFloat32, {rows, len});
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t l = 0; l < len; ++l)
+        in.store(r * len + l, scores[static_cast<size_t>(l + 5 * r) % scores.size()]);
+    for (int64_t l = 0; l < len; ++l) in.store(2 * len + l, -INFINITY);
+    const std::vector<double> got = compile(g)({in})[0].to_doubles();
+    for (int64_t r = 0; r < 2; ++r) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t l = 0; l < len; ++l) mx = std::max(mx, in.load(r * len + l));
+      for (int64_t l = 0; l < len; ++l) sum += std::exp(in.load(r * len + l) - mx);
+      for (int64_t l = 0; l < len; ++l) {
+        const double want = std::exp(in.load(r * len + l) - mx) / sum;
+        const double v = got[static_cast<size_t>(r * len + l)];
+        const std::string at = "row " + std::to_string(r) + " of " + std::to_string(len) +
+                               ", score " + std::to_string(in.load(r * len + l));
+        EXPECT_NE(std::fpclassify(static_cast<float>(v)), FP_SUBNORMAL) << at;
+        if (want >= std::ldexp(1.0, -125)) {
+          EXPECT_NEAR(v, want, 1e-6 * want + 1e-12) << at;
+        } else if (want < std::ldexp(1.0, -126) / len) {
+          EXPECT_EQ(v, 0.0) << at;
+        }
+      }
+    }
+    for (int64_t l = 0; l < len; ++l)
+      EXPECT_TRUE(std::isnan(got[static_cast<size_t>(2 * len + l)]));
+  }
+}
+
 // The importer's layer-norm chain, as convert_layer_norm writes it, over the trailing axes.
 Var layer_norm_chain(Var x, const std::vector<int64_t>& axes, double eps) {
   Var d = x - mean(x, axes, true);

@@ -7,7 +7,12 @@
  * The exponential is kiln_math.h's kiln_exp_nonpos_f32 lane by lane (same reduction, same
  * polynomial, same 2^(n+64) * 2^-64 scaling), so values match it; only the order in which
  * the sum adds up differs. A NaN is skipped by the maximum and poisons the sum, as in the
- * scalar code and the reference. */
+ * scalar code and the reference.
+ *
+ * Probabilities under 2^-125 come out as 0, not as subnormals: a masked score (Swin's shifted
+ * windows add -100) gave subnormal probabilities, and every multiply by one takes a microcode
+ * assist on x86 cores, in this row and in the product with V after it: those matmuls ran 15x
+ * slower than their unmasked twins. The sum they leave out is under len * 2^-125. */
 #ifndef KILN_SOFTMAX_H
 #define KILN_SOFTMAX_H
 #ifndef KILN_HELPER
@@ -52,6 +57,14 @@ static inline __attribute__((always_inline)) kiln_sv8f kiln_sv8_exp_nonpos(kiln_
 #pragma GCC diagnostic pop
 #endif
 
+/* e^d, or 0 where d < -87 (e^-87 is 1.6e-38, just above the smallest normal float), so that
+ * no subnormal is formed on the way: the clamp keeps the exponential's own scaling normal. */
+static inline __attribute__((always_inline)) kiln_sv8f kiln_sv8_exp_normal(kiln_sv8f d) {
+  const kiln_sv8f cut = KILN_SV8_SPLAT(-87.0f);
+  const kiln_sv8f e = kiln_sv8_exp_nonpos(KILN_SV8_SELECT(d < cut, cut, d));
+  return KILN_SV8_SELECT(d < cut, KILN_SV8_SPLAT(0.0f), e);
+}
+
 /* row[l] = e^(src[l] - max) / sum over l < len. src may be row itself: each block is read
  * before it is written. With safe, a row of -inf throughout (its sum 0) becomes zeros, not
  * NaN (PyTorch's _safe_softmax). */
@@ -83,21 +96,21 @@ static inline __attribute__((always_inline)) void kiln_softmax_row_any_f32(const
   const kiln_sv8f vm = KILN_SV8_SPLAT(mx);
   kiln_sv8f s0 = {0}, s1 = {0};
   for (l = 0; l + 16 <= full; l += 16) {
-    const kiln_sv8f e0 = kiln_sv8_exp_nonpos(*(const kiln_sv8fu*)(src + l) - vm);
-    const kiln_sv8f e1 = kiln_sv8_exp_nonpos(*(const kiln_sv8fu*)(src + l + 8) - vm);
+    const kiln_sv8f e0 = kiln_sv8_exp_normal(*(const kiln_sv8fu*)(src + l) - vm);
+    const kiln_sv8f e1 = kiln_sv8_exp_normal(*(const kiln_sv8fu*)(src + l + 8) - vm);
     *(kiln_sv8fu*)(row + l) = e0;
     *(kiln_sv8fu*)(row + l + 8) = e1;
     s0 += e0;
     s1 += e1;
   }
   if (l < full) {
-    const kiln_sv8f e0 = kiln_sv8_exp_nonpos(*(const kiln_sv8fu*)(src + l) - vm);
+    const kiln_sv8f e0 = kiln_sv8_exp_normal(*(const kiln_sv8fu*)(src + l) - vm);
     *(kiln_sv8fu*)(row + l) = e0;
     s0 += e0;
   }
   if (tail > 0) {
     /* The padding's -inf lanes give e^-inf = 0 and add nothing. */
-    const kiln_sv8f e = kiln_sv8_exp_nonpos(last - vm);
+    const kiln_sv8f e = kiln_sv8_exp_normal(last - vm);
     for (int k = 0; k < tail; ++k) row[full + k] = e[k];
     s1 += e;
   }
@@ -105,8 +118,15 @@ static inline __attribute__((always_inline)) void kiln_softmax_row_any_f32(const
   float sum = 0;
   for (int k = 0; k < 8; ++k) sum += s0[k];
   const kiln_sv8f scale = KILN_SV8_SPLAT(safe && sum == 0 ? 0.0f : 1.0f / sum);
-  for (l = 0; l + 8 <= len; l += 8) *(kiln_sv8fu*)(row + l) = *(kiln_sv8fu*)(row + l) * scale;
-  for (; l < len; ++l) row[l] *= scale[0];
+  /* e / sum < 2^-125 where e < 2^-125 * sum (a sum of 0 or NaN flushes nothing: 0 * inf
+   * stays NaN, as in the reference). */
+  const float cut = sum * 2.35098870e-38f;
+  const kiln_sv8f vcut = KILN_SV8_SPLAT(cut), zero = KILN_SV8_SPLAT(0.0f);
+  for (l = 0; l + 8 <= len; l += 8) {
+    const kiln_sv8f e = *(kiln_sv8fu*)(row + l);
+    *(kiln_sv8fu*)(row + l) = KILN_SV8_SELECT(e < vcut, zero, e) * scale;
+  }
+  for (; l < len; ++l) row[l] = (row[l] < cut ? 0.0f : row[l]) * scale[0];
 }
 
 KILN_HELPER void kiln_softmax_row_f32(const float* src, float* row, int64_t len) {

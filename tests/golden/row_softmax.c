@@ -14,7 +14,7 @@ __attribute__((visibility("hidden"))) const kiln_support *kiln_support_;
 
 /* #include "kiln_math.h": 497 lines; kiln source --preludes prints them */
 
-/* #include "kiln_softmax.h": 120 lines; kiln source --preludes prints them */
+/* #include "kiln_softmax.h": 140 lines; kiln source --preludes prints them */
 
 #define KILN_FAIL(...) do { ctx->fail(ctx, __VA_ARGS__); kiln_status = 1; goto kiln_cleanup; } while (0)
 static inline __attribute__((always_inline, unused)) void kiln_unused_(int n, ...) { (void)n; }
